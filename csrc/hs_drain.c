@@ -1,0 +1,481 @@
+/* hs_drain: the native drain thread, the segment store and the columnar conversion. */
+#define _GNU_SOURCE
+#include "hs_drain.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#include "hs_clock.h"
+#include "hs_intern.h"
+
+typedef struct hs_segment {
+    struct hs_segment *next;
+    hs_thread_info *info;
+    uint64_t base_seq; /* info->drain_seq before this segment's first record */
+    uint64_t nslots;
+    uint64_t nspans;
+    hs_record recs[];
+} hs_segment;
+
+/* The drain lock makes whoever holds it the single consumer of every ring. */
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static hs_segment *seg_head = NULL, *seg_tail = NULL;
+static uint64_t seg_bytes = 0, seg_spans = 0, seg_count = 0;
+
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic pid_t drainer_pid = 0;
+static _Atomic uint32_t wake_word = 0;
+/* Adaptive: shorter when rings fill up between passes, longer when idle. Producers past
+ * half a ring wake it early, so the long idle period never costs records. */
+#define MIN_PERIOD_US 500
+#define MAX_PERIOD_US 20000
+static _Atomic uint64_t period_us = 2000;
+static _Atomic uint64_t fixed_period_us = 0; /* configure(drain_interval=...) */
+
+void hs_drain_lock(void) { pthread_mutex_lock(&drain_lock); }
+void hs_drain_unlock(void) { pthread_mutex_unlock(&drain_lock); }
+
+uint64_t hs_drain_period_us(void) { return atomic_load(&period_us); }
+void hs_drain_set_period_us(uint64_t us) {
+    atomic_store(&fixed_period_us, us);
+    atomic_store(&period_us, us);
+    hs_wake_drainer();
+}
+
+void hs_wake_drainer(void) {
+    atomic_fetch_add_explicit(&wake_word, 1, memory_order_release);
+#if defined(__linux__)
+    syscall(SYS_futex, &wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#endif
+}
+
+static void wait_for_wake(uint32_t seen, uint64_t us) {
+#if defined(__linux__)
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+#else
+    (void)seen;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+/* Walk n slots of records, advancing the thread's sequence; returns spans. */
+static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t na, const hs_record *b,
+                             uint64_t nb) {
+    uint64_t spans = 0, seq = info->drain_seq;
+    uint64_t i = 0, n = na + nb;
+    while (i < n) {
+        const hs_record *r = i < na ? &a[i] : &b[i - na];
+        if (hs_rec_flags(r) & HS_F_EXT) {
+            uint64_t j = i + 1;
+            const hs_record_ext *x = (const hs_record_ext *)(j < na ? &a[j] : &b[j - na]);
+            seq = x->seq;
+            i += 2;
+        } else {
+            seq = hs_seq_extend(seq, hs_rec_seq32(r));
+            i += 1;
+        }
+        spans++;
+    }
+    info->drain_seq = seq;
+    return spans;
+}
+
+/* drain lock held */
+static double sweep_locked(void) {
+    double max_fill = 0;
+    hs_ring *dead[64];
+    int ndead = 0;
+    hs_registry_lock();
+    hs_ring *r = hs_registry_rings();
+    hs_registry_unlock();
+    /* The list only grows at its tail while we walk (registration), and only this side
+     * (under the drain lock) unlinks: reading next under the registry lock is enough. */
+    while (r) {
+        int retired = atomic_load_explicit(&r->retired, memory_order_acquire);
+        hs_thread_info *info = r->owner_info;
+        hs_ring_view v = hs_ring_peek(r);
+        uint64_t n = v.na + v.nb;
+        if (n) {
+            double fill = (double)n / (double)r->limit;
+            if (fill > max_fill) max_fill = fill;
+            uint64_t bytes = n * sizeof(hs_record);
+            hs_segment *s = NULL;
+            if (seg_bytes + bytes <= hs_get_memory_cap())
+                s = malloc(sizeof(hs_segment) + bytes);
+            if (s) {
+                s->next = NULL;
+                s->info = info;
+                s->base_seq = info->drain_seq;
+                s->nslots = n;
+                memcpy(s->recs, v.a, v.na * sizeof(hs_record));
+                if (v.nb) memcpy(s->recs + v.na, v.b, v.nb * sizeof(hs_record));
+                s->nspans = walk_records(info, s->recs, n, NULL, 0);
+                if (seg_tail) seg_tail->next = s;
+                else seg_head = s;
+                seg_tail = s;
+                seg_bytes += bytes;
+                seg_spans += s->nspans;
+                seg_count++;
+            } else {
+                /* Over the memory cap (or out of memory): these are the newest records,
+                 * dropped and counted exactly. */
+                uint64_t spans = walk_records(info, v.a, v.na, v.b, v.nb);
+                atomic_fetch_add_explicit(&info->dropped_other, spans, memory_order_relaxed);
+            }
+            hs_ring_release(r, n);
+        }
+        hs_registry_lock();
+        hs_ring *next = r->next;
+        if (retired && hs_ring_pending(r) == 0 && ndead < 64) {
+            hs_registry_unlink_ring(r);
+            dead[ndead++] = r;
+        }
+        hs_registry_unlock();
+        r = next;
+    }
+    for (int i = 0; i < ndead; i++) hs_ring_destroy(dead[i]);
+    return max_fill;
+}
+
+void hs_drain_sweep(void) {
+    pthread_mutex_lock(&drain_lock);
+    sweep_locked();
+    pthread_mutex_unlock(&drain_lock);
+}
+
+void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments) {
+    pthread_mutex_lock(&drain_lock);
+    *bytes = seg_bytes;
+    *spans = seg_spans;
+    *segments = seg_count;
+    pthread_mutex_unlock(&drain_lock);
+}
+
+static void *drainer_main(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals belong to the program's threads */
+    pid_t me = getpid();
+    for (;;) {
+        uint32_t seen = atomic_load_explicit(&wake_word, memory_order_acquire);
+        wait_for_wake(seen, atomic_load(&period_us));
+        if (atomic_load(&drainer_pid) != me) return NULL;
+        pthread_mutex_lock(&drain_lock);
+        double fill = sweep_locked();
+        pthread_mutex_unlock(&drain_lock);
+        hs_clock_update(0);
+        if (!atomic_load(&fixed_period_us)) {
+            uint64_t p = atomic_load(&period_us);
+            if (fill > 0.25 && p > MIN_PERIOD_US) p /= 2;
+            else if (fill < 0.05 && p < MAX_PERIOD_US) p *= 2;
+            atomic_store(&period_us, p);
+        }
+    }
+    return NULL;
+}
+
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&start_lock);
+    pthread_mutex_lock(&drain_lock);
+    hs_registry_lock();
+    hs_intern_lock();
+}
+static void atfork_parent(void) {
+    hs_intern_unlock();
+    hs_registry_unlock();
+    pthread_mutex_unlock(&drain_lock);
+    pthread_mutex_unlock(&start_lock);
+}
+static void atfork_child(void) {
+    hs_drain_after_fork_child();
+    hs_intern_unlock();
+    hs_registry_unlock();
+    pthread_mutex_unlock(&drain_lock);
+    pthread_mutex_unlock(&start_lock);
+}
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+void hs_drainer_ensure(void) {
+    pthread_once(&atfork_once, register_atfork);
+    pid_t me = getpid();
+    if (atomic_load(&drainer_pid) == me) return;
+    pthread_mutex_lock(&start_lock);
+    if (atomic_load(&drainer_pid) != me) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        atomic_store(&drainer_pid, me);
+        if (pthread_create(&th, &attr, drainer_main, NULL) != 0) atomic_store(&drainer_pid, 0);
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&start_lock);
+}
+
+/* Locks held (see atfork_prepare): only the forking thread exists. */
+void hs_drain_after_fork_child(void) {
+    hs_segment *s = seg_head;
+    while (s) {
+        hs_segment *next = s->next;
+        free(s);
+        s = next;
+    }
+    seg_head = seg_tail = NULL;
+    seg_bytes = seg_spans = seg_count = 0;
+    atomic_store(&drainer_pid, 0); /* the parent's drain thread does not exist here */
+    hs_registry_after_fork_child();
+}
+
+/* ---- conversion ---------------------------------------------------------------------- */
+
+static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids, uint32_t n, char **blob,
+                            int32_t **offsets) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) total += strs->offsets[ids[i] + 1] - strs->offsets[ids[i]];
+    if (total > INT32_MAX) return -1;
+    *blob = malloc(total ? total : 1);
+    *offsets = malloc(sizeof(int32_t) * (n + 1));
+    if (!*blob || !*offsets) return -1;
+    int32_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t len = strs->offsets[ids[i] + 1] - strs->offsets[ids[i]];
+        (*offsets)[i] = at;
+        memcpy(*blob + at, strs->blob + strs->offsets[ids[i]], len);
+        at += (int32_t)len;
+    }
+    (*offsets)[n] = at;
+    return 0;
+}
+
+#define SPAN_ID(index, seq) (((uint64_t)(index) << 44) | (((seq) + 1) & ((1ull << 44) - 1)))
+
+int hs_drain_collect(hs_columns *c) {
+    memset(c, 0, sizeof(*c));
+    pthread_mutex_lock(&drain_lock);
+    sweep_locked();
+    hs_segment *segs = seg_head;
+    uint64_t n = seg_spans;
+    seg_head = seg_tail = NULL;
+    seg_bytes = seg_spans = seg_count = 0;
+    pthread_mutex_unlock(&drain_lock);
+
+    int rc = -1;
+    hs_clock_seg *clk = NULL;
+    uint32_t nclk = hs_clock_snapshot(&clk);
+    hs_pair *pairs = NULL;
+    uint32_t npairs = hs_intern_pairs_snapshot(&pairs);
+    hs_string_snapshot strs = {0};
+    int32_t *pair_name = NULL, *pair_cat = NULL, *str_name_idx = NULL, *str_cat_idx = NULL;
+    uint32_t *name_ids = NULL, *cat_ids = NULL;
+    hs_thread_info **tinfos = NULL;
+    if (!nclk || !pairs || hs_intern_strings_snapshot(&strs) < 0) goto fail;
+
+    c->n = n;
+    size_t rows = n ? n : 1, bits = (rows + 7) / 8;
+    c->span_id = malloc(rows * 8);
+    c->parent_id = malloc(rows * 8);
+    c->parent_valid = calloc(bits, 1);
+    c->name_idx = malloc(rows * 4);
+    c->category_idx = malloc(rows * 4);
+    c->category_valid = calloc(bits, 1);
+    c->start_ns = malloc(rows * 8);
+    c->end_ns = malloc(rows * 8);
+    c->duration_ns = malloc(rows * 8);
+    c->depth = malloc(rows * 4);
+    c->thread_id = malloc(rows * 8);
+    c->thread_idx = malloc(rows * 4);
+    c->arg = malloc(rows * 8);
+    c->arg_valid = calloc(bits, 1);
+    c->error = calloc(bits, 1);
+    /* Dictionaries hold only what this batch uses, in first-use order. */
+    pair_name = malloc(sizeof(int32_t) * (npairs ? npairs : 1));
+    pair_cat = malloc(sizeof(int32_t) * (npairs ? npairs : 1));
+    str_name_idx = malloc(sizeof(int32_t) * strs.count);
+    str_cat_idx = malloc(sizeof(int32_t) * strs.count);
+    name_ids = malloc(sizeof(uint32_t) * strs.count);
+    cat_ids = malloc(sizeof(uint32_t) * strs.count);
+    if (!c->span_id || !c->parent_id || !c->parent_valid || !c->name_idx || !c->category_idx ||
+        !c->category_valid || !c->start_ns || !c->end_ns || !c->duration_ns || !c->depth || !c->thread_id ||
+        !c->thread_idx || !c->arg || !c->arg_valid || !c->error || !pair_name || !pair_cat || !str_name_idx ||
+        !str_cat_idx || !name_ids || !cat_ids)
+        goto fail;
+    for (uint32_t i = 0; i < npairs; i++) pair_name[i] = pair_cat[i] = -2; /* -2: not seen yet */
+    for (uint32_t i = 0; i < strs.count; i++) str_name_idx[i] = str_cat_idx[i] = -1;
+
+    uint32_t tcap = 16;
+    tinfos = malloc(sizeof(*tinfos) * tcap);
+    if (!tinfos) goto fail;
+
+    uint64_t row = 0;
+    for (hs_segment *s = segs; s; s = s->next) {
+        hs_thread_info *info = s->info;
+        int32_t tix = -1;
+        for (uint32_t k = 0; k < c->n_threads; k++)
+            if (tinfos[k] == info) tix = (int32_t)k;
+        if (tix < 0) {
+            if (c->n_threads == tcap) {
+                tcap *= 2;
+                hs_thread_info **nt = realloc(tinfos, sizeof(*tinfos) * tcap);
+                if (!nt) goto fail;
+                tinfos = nt;
+            }
+            tix = (int32_t)c->n_threads;
+            tinfos[c->n_threads++] = info;
+        }
+        uint64_t seq = s->base_seq;
+        for (uint64_t i = 0; i < s->nslots; row++) {
+            const hs_record *r = &s->recs[i];
+            uint32_t flags = hs_rec_flags(r), depth, pair;
+            uint64_t dur, parent_plus1;
+            if (flags & HS_F_EXT) {
+                const hs_record_ext *x = (const hs_record_ext *)&s->recs[i + 1];
+                seq = x->seq;
+                parent_plus1 = x->parent_seq_plus1;
+                dur = x->dur;
+                depth = x->depth;
+                pair = x->pair;
+                i += 2;
+            } else {
+                seq = hs_seq_extend(seq, hs_rec_seq32(r));
+                uint32_t pdelta = hs_rec_pdelta(r);
+                parent_plus1 = pdelta ? seq - pdelta + 1 : 0;
+                dur = hs_rec_dur(r);
+                depth = hs_rec_depth(r);
+                pair = hs_rec_pair(r);
+                i += 1;
+            }
+            c->span_id[row] = SPAN_ID(info->index, seq);
+            if (parent_plus1) {
+                c->parent_id[row] = SPAN_ID(info->index, parent_plus1 - 1);
+                c->parent_valid[row >> 3] |= (uint8_t)(1u << (row & 7));
+            } else {
+                c->parent_id[row] = 0;
+            }
+            if (pair >= npairs) pair = 0; /* cannot happen: ids are published before use */
+            if (pair_name[pair] == -2) {
+                uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
+                if (str_name_idx[nm] < 0) {
+                    str_name_idx[nm] = (int32_t)c->n_names;
+                    name_ids[c->n_names++] = nm;
+                }
+                pair_name[pair] = str_name_idx[nm];
+                if (pt) {
+                    if (str_cat_idx[pt] < 0) {
+                        str_cat_idx[pt] = (int32_t)c->n_categories;
+                        cat_ids[c->n_categories++] = pt;
+                    }
+                    pair_cat[pair] = str_cat_idx[pt];
+                } else {
+                    pair_cat[pair] = -1;
+                }
+            }
+            c->name_idx[row] = pair_name[pair];
+            int32_t ci = pair_cat[pair];
+            c->category_idx[row] = ci < 0 ? 0 : ci;
+            if (ci >= 0) c->category_valid[row >> 3] |= (uint8_t)(1u << (row & 7));
+            int64_t st = hs_clock_convert(clk, nclk, r->start);
+            int64_t en = hs_clock_convert(clk, nclk, r->start + dur);
+            c->start_ns[row] = st;
+            c->end_ns[row] = en;
+            c->duration_ns[row] = en - st;
+            c->depth[row] = (int32_t)depth;
+            c->thread_id[row] = info->tid;
+            c->thread_idx[row] = tix;
+            c->arg[row] = (flags & HS_F_ARG) ? r->arg : 0;
+            if (flags & HS_F_ARG) c->arg_valid[row >> 3] |= (uint8_t)(1u << (row & 7));
+            if (flags & HS_F_ERROR) c->error[row >> 3] |= (uint8_t)(1u << (row & 7));
+        }
+    }
+    c->n = row;
+    if (build_dictionary(&strs, name_ids, c->n_names, &c->names_blob, &c->names_offsets) < 0) goto fail;
+    if (build_dictionary(&strs, cat_ids, c->n_categories, &c->categories_blob, &c->categories_offsets) < 0)
+        goto fail;
+
+    /* thread rows: names and cumulative drops, under the registry lock */
+    hs_registry_lock();
+    c->threads = calloc(c->n_threads ? c->n_threads : 1, sizeof(hs_thread_row));
+    uint32_t nall = 0;
+    for (hs_thread_info *i = hs_registry_infos(); i; i = i->next) nall++;
+    c->all_threads = calloc(nall ? nall : 1, sizeof(hs_thread_row));
+    if (c->threads && c->all_threads) {
+        for (uint32_t k = 0; k < c->n_threads; k++) {
+            c->threads[k].tid = tinfos[k]->tid;
+            c->threads[k].name = strdup(tinfos[k]->name ? tinfos[k]->name : "");
+        }
+        for (hs_thread_info *i = hs_registry_infos(); i; i = i->next) {
+            hs_thread_row *t = &c->all_threads[c->n_all_threads++];
+            t->tid = i->tid;
+            t->name = strdup(i->name ? i->name : "");
+            t->dropped = atomic_load(&i->dropped_full) + atomic_load(&i->dropped_other);
+        }
+    }
+    hs_registry_unlock();
+    if (!c->threads || !c->all_threads) goto fail;
+    rc = 0;
+fail:
+    if (rc < 0) {
+        /* Out of memory while converting: what was taken is lost, so it is counted. */
+        for (hs_segment *s = segs; s; s = s->next)
+            atomic_fetch_add_explicit(&s->info->dropped_other, s->nspans, memory_order_relaxed);
+    }
+    while (segs) {
+        hs_segment *next = segs->next;
+        free(segs);
+        segs = next;
+    }
+    free(clk);
+    free(pairs);
+    hs_string_snapshot_free(&strs);
+    free(pair_name);
+    free(pair_cat);
+    free(str_name_idx);
+    free(str_cat_idx);
+    free(name_ids);
+    free(cat_ids);
+    free(tinfos);
+    if (rc < 0) hs_columns_free(c);
+    return rc;
+}
+
+void hs_columns_free(hs_columns *c) {
+    free(c->span_id);
+    free(c->parent_id);
+    free(c->parent_valid);
+    free(c->name_idx);
+    free(c->category_idx);
+    free(c->category_valid);
+    free(c->start_ns);
+    free(c->end_ns);
+    free(c->duration_ns);
+    free(c->depth);
+    free(c->thread_id);
+    free(c->thread_idx);
+    free(c->arg);
+    free(c->arg_valid);
+    free(c->error);
+    free(c->names_blob);
+    free(c->names_offsets);
+    free(c->categories_blob);
+    free(c->categories_offsets);
+    if (c->threads)
+        for (uint32_t k = 0; k < c->n_threads; k++) free(c->threads[k].name);
+    if (c->all_threads)
+        for (uint32_t k = 0; k < c->n_all_threads; k++) free(c->all_threads[k].name);
+    free(c->threads);
+    free(c->all_threads);
+    memset(c, 0, sizeof(*c));
+}

@@ -1,0 +1,72 @@
+/* hs_drain: the native drain thread and the columnar conversion.
+ *
+ * The drain thread never takes the GIL: it moves records from every ring into segments
+ * (32 bytes a span, plus a small header a batch) so recording threads never wait on
+ * Python. hs_drain_collect() turns the segments into Arrow-ready column buffers with one
+ * pass in C. Free of Python.h.
+ */
+#ifndef HS_DRAIN_H
+#define HS_DRAIN_H
+
+#include <stdint.h>
+
+#include "hs_registry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hs_thread_row {
+    int64_t tid;
+    char *name;       /* malloc'd copy */
+    uint64_t dropped; /* cumulative */
+} hs_thread_row;
+
+typedef struct hs_columns {
+    uint64_t n;
+    uint64_t *span_id;
+    uint64_t *parent_id;
+    uint8_t *parent_valid; /* Arrow validity bitmaps: bit i set = row i valid */
+    int32_t *name_idx;
+    int32_t *category_idx;
+    uint8_t *category_valid;
+    int64_t *start_ns;
+    int64_t *end_ns;
+    int64_t *duration_ns;
+    int32_t *depth;
+    int64_t *thread_id;
+    int32_t *thread_idx;
+    int64_t *arg;
+    uint8_t *arg_valid;
+    uint8_t *error; /* Arrow boolean bitmap */
+    /* dictionaries: UTF-8 strings as (blob, offsets[count + 1]) */
+    uint32_t n_names, n_categories;
+    char *names_blob, *categories_blob;
+    int32_t *names_offsets, *categories_offsets;
+    uint32_t n_threads;    /* threads that have rows in this batch */
+    hs_thread_row *threads;
+    uint32_t n_all_threads; /* every thread seen in this process, for drop accounting */
+    hs_thread_row *all_threads;
+} hs_columns;
+
+/* Start the drain thread if this process has none (after fork, or at first use). */
+void hs_drainer_ensure(void);
+void hs_wake_drainer(void);
+/* Move everything recorded so far into segments (drain lock taken inside). */
+void hs_drain_sweep(void);
+/* Sweep, then convert every segment into columns (caller frees with hs_columns_free). */
+int hs_drain_collect(hs_columns *out);
+void hs_columns_free(hs_columns *c);
+/* Bytes and spans held in segments, not yet collected. */
+void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments);
+uint64_t hs_drain_period_us(void);
+void hs_drain_set_period_us(uint64_t us);
+
+void hs_drain_lock(void);
+void hs_drain_unlock(void);
+void hs_drain_after_fork_child(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

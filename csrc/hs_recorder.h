@@ -1,0 +1,166 @@
+/* hs_recorder: the hot path. Enter pushes a frame on the thread's own stack; exit pops
+ * it and writes one 32-byte record into the thread's ring. No lock, no allocation, no
+ * Python: a thread's first span (registration), a stack deeper than ever before, and a
+ * site's first use under a new parent path are the only slow paths, each once.
+ *
+ * Free of Python.h.
+ */
+#ifndef HS_RECORDER_H
+#define HS_RECORDER_H
+
+#include "hs_clock.h"
+#include "hs_drain.h"
+#include "hs_intern.h"
+#include "hs_registry.h"
+#include "hs_ring.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Owners of frames that no span object opened. */
+extern const char hs_owner_begin[1];
+extern const char hs_owner_native[1];
+
+int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair);
+void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error);
+void hs_count_drop(hs_tstate *t);
+
+static inline hs_tstate *hs_tstate_get(void) {
+    hs_tstate *t = hs_tls;
+    return HS_LIKELY(t != NULL) ? t : hs_tstate_register();
+}
+
+/* The pair and category path of a site entered under parent_path. */
+static inline int hs_site_resolve(hs_site *s, uint32_t parent_path, uint32_t *pair, uint32_t *path) {
+    if (HS_LIKELY(parent_path == 0)) {
+        *pair = s->root_pair;
+        *path = s->category;
+        return 0;
+    }
+    uint64_t c = atomic_load_explicit(&s->nested, memory_order_acquire);
+    if (HS_LIKELY((uint32_t)(c >> 32) == parent_path)) {
+        *pair = (uint32_t)c;
+    } else if (hs_site_resolve_slow(s, parent_path, pair) < 0) {
+        return -1;
+    }
+    *path = s->category ? hs_pair_path(*pair) : parent_path;
+    return 0;
+}
+
+/* Open a span. Returns 1 when a frame was pushed (recording is on). */
+static inline int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) {
+    if (HS_UNLIKELY(!atomic_load_explicit(&hs_enabled, memory_order_relaxed))) return 0;
+    hs_tstate *t = hs_tstate_get();
+    if (HS_UNLIKELY(!t)) return 0;
+    uint32_t d = t->depth;
+    if (HS_UNLIKELY(d == t->stack_cap) && hs_stack_grow(t) < 0) {
+        hs_count_drop(t);
+        return 0;
+    }
+    hs_frame *f = &t->stack[d];
+    uint32_t parent_path = d ? t->stack[d - 1].path : 0;
+    if (HS_UNLIKELY(hs_site_resolve(s, parent_path, &f->pair, &f->path) < 0)) {
+        hs_count_drop(t);
+        return 0;
+    }
+    f->owner = owner;
+    f->arg = arg;
+    f->flags = flags;
+    f->seq = t->seq++;
+    t->depth = d + 1;
+    f->start = hs_ticks(); /* last, so the span measures as little of itself as possible */
+    return 1;
+}
+
+/* Write the record of a frame that has just been popped (depth = its depth). */
+static inline void hs_push(hs_tstate *t, uint64_t start, uint64_t end, uint64_t seq, uint32_t pair,
+                           int64_t arg, uint32_t flags, uint32_t depth, uint64_t parent_seq_plus1) {
+    hs_ring *r = t->ring;
+    if (HS_UNLIKELY(t->ring_gen != atomic_load_explicit(&hs_ring_generation, memory_order_relaxed))) {
+        r = hs_ring_renew(t);
+        if (!r) {
+            hs_count_drop(t);
+            return;
+        }
+    }
+    uint64_t dur = end > start ? end - start : 0;
+    uint64_t pdelta = parent_seq_plus1 ? seq - (parent_seq_plus1 - 1) : 0;
+    int64_t jump = (int64_t)(seq - t->last_pushed_seq);
+    if (jump < 0) jump = -jump;
+    int ext = (dur >> HS_DUR_BITS) | (pair >> HS_PAIR_BITS) | (depth >> HS_DEPTH_BITS) |
+              (pdelta >> HS_PDELTA_BITS) | ((uint64_t)jump >= HS_SEQ_WINDOW);
+    uint64_t n = ext ? 2 : 1, pos;
+    if (HS_UNLIKELY(!hs_ring_reserve(r, n, &pos))) {
+        /* full: drop the newest (this one), counted exactly; single writer, so no RMW */
+        atomic_store_explicit(&t->info->dropped_full,
+                              atomic_load_explicit(&t->info->dropped_full, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        return;
+    }
+    hs_record *rec = hs_ring_slot(r, pos);
+    rec->start = start;
+    rec->arg = arg;
+    if (HS_LIKELY(!ext)) {
+        rec->w0 = dur | ((uint64_t)pair << 40) | ((uint64_t)flags << 56);
+        rec->w1 = (uint32_t)seq | (pdelta << 32) | ((uint64_t)depth << 56);
+    } else {
+        rec->w0 = (uint64_t)(flags | HS_F_EXT) << 56;
+        rec->w1 = (uint32_t)seq;
+        hs_record_ext *x = (hs_record_ext *)hs_ring_slot(r, pos + 1);
+        x->seq = seq;
+        x->parent_seq_plus1 = parent_seq_plus1;
+        x->dur = dur;
+        x->depth = depth;
+        x->pair = pair;
+    }
+    t->last_pushed_seq = seq;
+    hs_ring_publish(r, pos + n);
+    if (HS_UNLIKELY(hs_ring_wants_wake(r, pos + n))) hs_wake_drainer();
+}
+
+/* Pop the innermost frame and write its record. */
+static inline void hs_close_top(hs_tstate *t, uint64_t end, int error) {
+    uint32_t d = --t->depth;
+    hs_frame *f = &t->stack[d];
+    hs_push(t, f->start, end, f->seq, f->pair, f->arg, f->flags | (error ? HS_F_ERROR : 0), d,
+            d ? t->stack[d - 1].seq + 1 : 0);
+}
+
+/* Close the innermost span opened by owner (normally the top frame). */
+static inline void hs_exit(const void *owner, int error) {
+    uint64_t end = hs_ticks(); /* first, for the same reason as in hs_enter */
+    hs_tstate *t = hs_tls;
+    if (HS_UNLIKELY(!t || !t->depth)) return;
+    if (HS_UNLIKELY(t->stack[t->depth - 1].owner != owner)) {
+        hs_exit_slow(t, owner, end, error);
+        return;
+    }
+    hs_close_top(t, end, error);
+}
+
+/* A zero-duration marker under the current span. */
+static inline void hs_instant(hs_site *s, int64_t arg, uint32_t flags) {
+    if (HS_UNLIKELY(!atomic_load_explicit(&hs_enabled, memory_order_relaxed))) return;
+    hs_tstate *t = hs_tstate_get();
+    if (HS_UNLIKELY(!t)) return;
+    uint32_t d = t->depth;
+    uint32_t pair, path;
+    if (HS_UNLIKELY(hs_site_resolve(s, d ? t->stack[d - 1].path : 0, &pair, &path) < 0)) {
+        hs_count_drop(t);
+        return;
+    }
+    uint64_t now = hs_ticks();
+    hs_push(t, now, now, t->seq++, pair, arg, flags | HS_F_INSTANT, d, d ? t->stack[d - 1].seq + 1 : 0);
+}
+
+/* Sites: interned (name, category); NULL when out of memory. */
+hs_site *hs_site_create(const char *name, size_t name_len, const char *category, size_t category_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,45 @@
+"""hotspan: spans recorded in hot loops at close to the interpreter's own floor, handed to
+Python as Arrow tables.
+
+    import hotspan
+    with hotspan.span("forward", "compute"):
+        ...
+    table = hotspan.drain()
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from ._native import (  # noqa: E402
+    begin,
+    disable,
+    dropped,
+    enable,
+    enabled,
+    end,
+    instant,
+    set_thread_name,
+    span,
+    traced_function,
+)
+from ._api import configure, drain, rank, traced  # noqa: E402
+from ._schema import SPAN_SCHEMA  # noqa: E402
+
+__all__ = [
+    "SPAN_SCHEMA",
+    "__version__",
+    "begin",
+    "configure",
+    "disable",
+    "drain",
+    "dropped",
+    "enable",
+    "enabled",
+    "end",
+    "instant",
+    "rank",
+    "set_thread_name",
+    "span",
+    "traced",
+    "traced_function",
+]

@@ -1,0 +1,149 @@
+"""The Python side of the public API: policy around the C core in ``_native``."""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+from typing import Any, Callable, TypeVar, overload
+
+import pyarrow as pa
+
+from . import _native
+from ._table import metadata, table_from_raw
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Environment variables read for the rank, in order (launchers set one of these).
+RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+_configured_rank: int | None = None
+_drain_lock = threading.Lock()
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def rank() -> int:
+    """This process's rank: ``configure(rank=...)``, else the launcher's environment, else 0."""
+    if _configured_rank is not None:
+        return _configured_rank
+    for var in RANK_ENV_VARS:
+        value = os.environ.get(var, "").strip()
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                continue
+    return 0
+
+
+def configure(
+    *,
+    rank: int | None = None,
+    capacity: int | None = None,
+    memory_cap: int | None = None,
+    drain_interval: float | None = None,
+) -> None:
+    """Set recording options; each left as ``None`` keeps its current value.
+
+    rank: this process's rank in a multi-process run (default: from the environment, else 0).
+    capacity: records each thread's ring holds before the newest are dropped (default 65536);
+        every thread switches to a ring of this size at its next span.
+    memory_cap: bytes of drained-but-not-collected spans kept before the newest are dropped
+        (default 64 MiB).
+    drain_interval: seconds between passes of the native drain thread (default: adaptive,
+        0.5-20 ms, and woken early by any ring past half full).
+    """
+    global _configured_rank
+    for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"configure(): {label} must be an int, not {type(value).__name__}")
+    if rank is not None and rank < 0:
+        raise ValueError(f"configure(): rank must be >= 0, not {rank}")
+    if capacity is not None and capacity < 2:
+        raise ValueError(f"configure(): capacity must be at least 2 records, not {capacity}")
+    if memory_cap is not None and memory_cap < 1:
+        raise ValueError(f"configure(): memory_cap must be a positive number of bytes, not {memory_cap}")
+    interval_us = -1
+    if drain_interval is not None:
+        if isinstance(drain_interval, bool) or not isinstance(drain_interval, (int, float)):
+            raise TypeError(f"configure(): drain_interval must be a number of seconds, not {type(drain_interval).__name__}")
+        if not 0 < drain_interval <= 60:
+            raise ValueError(f"configure(): drain_interval must be in (0, 60] seconds, not {drain_interval}")
+        interval_us = max(1, int(drain_interval * 1e6))
+    if rank is not None:
+        _configured_rank = rank
+    _native._configure(capacity if capacity is not None else -1, memory_cap if memory_cap is not None else -1, interval_us)
+
+
+def drain() -> pa.Table:
+    """Every span completed since the last drain, from all threads (exited ones too)."""
+    with _drain_lock:
+        raw = _native._drain()
+        clock = _native._clock_info()
+        r = rank()
+        meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=_version())
+        return table_from_raw(raw, rank=r, meta=meta)
+
+
+def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
+    """A coroutine function's span covers the awaited body, not the coroutine's creation."""
+
+    @functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with span_obj:
+            return await func(*args, **kwargs)
+
+    return wrapper
+
+
+@overload
+def traced(fn: F, /) -> F: ...
+@overload
+def traced(
+    fn: str | None = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None
+) -> Callable[[F], F]: ...
+
+
+def traced(fn: Any = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None) -> Any:
+    """Record every call of a function as a span.
+
+    ``@traced`` names the span after the function's ``__qualname__``; ``@traced("name")``,
+    ``@traced("name", "category")`` or ``@traced(name=..., category=..., arg=...)`` choose.
+    Works on functions, methods and coroutine functions (the span covers the awaited body).
+    """
+    if fn is None or isinstance(fn, str):
+        chosen = fn if isinstance(fn, str) else name
+
+        def decorate(func: F) -> F:
+            return _decorate(func, chosen, category, arg)
+
+        return decorate
+    if not callable(fn):
+        raise TypeError(f"traced(): expected a function or a name, not {type(fn).__name__}")
+    return _decorate(fn, name, category, arg)
+
+
+def _decorate(func: Any, name: str | None, category: str | None, arg: int | None) -> Any:
+    if not callable(func):
+        raise TypeError(f"traced(): expected a callable, not {type(func).__name__}")
+    if name is None:
+        name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if inspect.iscoroutinefunction(func):
+        return _wrap_async(_native.span(name, category, arg=arg), func)
+    wrapper = _native._wrap(func, name, category, arg=arg)
+    functools.update_wrapper(wrapper, func)
+    return wrapper
+
+
+def _thread_name() -> str:
+    return threading.current_thread().name
+
+
+_native._set_hooks(_thread_name, _wrap_async)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_native._after_fork_child)

@@ -1,0 +1,48 @@
+"""The span table's schema: the contract every part of hotspan reads and writes.
+
+See DESIGN.md ("The span table"). Dictionary-encoded string columns are allowed by the
+contract; ``drain()`` produces them because names repeat millions of times.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: Column name -> Arrow type, in table order.
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
+
+SPAN_SCHEMA = pa.schema(
+    [
+        pa.field("span_id", pa.uint64(), nullable=False),
+        pa.field("parent_id", pa.uint64(), nullable=True),
+        pa.field("name", _DICT_STR, nullable=False),
+        pa.field("category", _DICT_STR, nullable=True),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("duration_ns", pa.int64(), nullable=False),
+        pa.field("depth", pa.int32(), nullable=False),
+        pa.field("thread_id", pa.int64(), nullable=False),
+        pa.field("thread_name", _DICT_STR, nullable=False),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("arg", pa.int64(), nullable=True),
+        pa.field("error", pa.bool_(), nullable=False),
+    ]
+)
+
+COLUMNS = tuple(SPAN_SCHEMA.names)
+
+#: Keys of the schema metadata (bytes -> bytes in Arrow; values are UTF-8, JSON where noted).
+META_HOST = b"hotspan.host"
+META_VERSION = b"hotspan.version"
+META_PYTHON = b"hotspan.python"
+META_CLOCK = b"hotspan.clock"  # JSON: source, ticks_per_ns, anchor
+META_START = b"hotspan.start_ns"  # epoch ns when recording started in this process
+META_ARGV = b"hotspan.argv"  # JSON list
+META_DROPPED = b"hotspan.dropped"  # JSON: {"total": n, "threads": {thread_id: n}}
+META_RANK = b"hotspan.rank"
+META_PID = b"hotspan.pid"
+
+
+def empty_table() -> pa.Table:
+    """A table with the span schema and no rows."""
+    return SPAN_SCHEMA.empty_table()

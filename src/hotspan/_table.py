@@ -1,0 +1,86 @@
+"""Turning the column buffers drained by the C core into a ``pyarrow.Table``.
+
+The C side has already done the per-row work (ids, parents, tick conversion, dictionary
+indices); here every column is wrapped without a copy (``pa.py_buffer`` over the native
+memory) and only the small dictionaries are built from Python lists.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ._schema import (
+    META_ARGV,
+    META_CLOCK,
+    META_DROPPED,
+    META_HOST,
+    META_PID,
+    META_PYTHON,
+    META_RANK,
+    META_START,
+    META_VERSION,
+    SPAN_SCHEMA,
+)
+
+
+def _fixed(raw: dict[str, Any], key: str, typ: pa.DataType, n: int, valid: str | None = None) -> pa.Array:
+    validity = pa.py_buffer(raw[valid]) if valid is not None else None
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(raw[key])], null_count=-1 if valid else 0)
+
+
+def _dictionary(
+    raw: dict[str, Any], key: str, values: list[str], n: int, valid: str | None = None
+) -> pa.DictionaryArray:
+    indices = _fixed(raw, key, pa.int32(), n, valid)
+    # safe=False: the C side wrote every index from the same dictionary it returned.
+    return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string()), safe=False)
+
+
+def metadata(
+    *, rank: int, pid: int, clock: dict[str, Any], all_threads: list[tuple[int, str, int]], version: str
+) -> dict[bytes, bytes]:
+    dropped_threads = {str(tid): count for tid, _name, count in all_threads if count}
+    return {
+        META_HOST: socket.gethostname().encode(),
+        META_VERSION: version.encode(),
+        META_PYTHON: platform.python_version().encode(),
+        META_CLOCK: json.dumps(clock).encode(),
+        META_START: str(clock.get("anchor_real_ns", 0)).encode(),
+        META_ARGV: json.dumps(list(sys.argv)).encode(),
+        META_DROPPED: json.dumps(
+            {"total": sum(c for _t, _n, c in all_threads), "threads": dropped_threads,
+             "names": {str(tid): name for tid, name, c in all_threads if c}}
+        ).encode(),
+        META_RANK: str(rank).encode(),
+        META_PID: str(pid).encode(),
+    }
+
+
+def table_from_raw(raw: dict[str, Any], *, rank: int, meta: dict[bytes, bytes]) -> pa.Table:
+    """Build the span table (exactly ``SPAN_SCHEMA``) from one ``_native._drain()`` result."""
+    n = int(raw["n"])
+    thread_names = [name for _tid, name in raw["threads"]]
+    columns = [
+        _fixed(raw, "span_id", pa.uint64(), n),
+        _fixed(raw, "parent_id", pa.uint64(), n, "parent_valid"),
+        _dictionary(raw, "name_idx", raw["names"], n),
+        _dictionary(raw, "category_idx", raw["categories"], n, "category_valid"),
+        _fixed(raw, "start_ns", pa.int64(), n),
+        _fixed(raw, "end_ns", pa.int64(), n),
+        _fixed(raw, "duration_ns", pa.int64(), n),
+        _fixed(raw, "depth", pa.int32(), n),
+        _fixed(raw, "thread_id", pa.int64(), n),
+        _dictionary(raw, "thread_idx", thread_names, n),
+        pa.array(np.full(n, os.getpid(), dtype=np.int64)),
+        pa.array(np.full(n, rank, dtype=np.int32)),
+        _fixed(raw, "arg", pa.int64(), n, "arg_valid"),
+        _fixed(raw, "error", pa.bool_(), n),
+    ]
+    return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(meta))
