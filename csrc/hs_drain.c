@@ -36,10 +36,11 @@ static _Atomic pid_t drainer_pid = 0;
 static _Atomic uint32_t wake_word = 0;
 /* Adaptive: shorter when rings fill up between passes, longer when idle. Producers past
  * half a ring wake it early, so the long idle period never costs records. */
-#define MIN_PERIOD_US 500
+#define MIN_PERIOD_US 2000
 #define MAX_PERIOD_US 20000
-static _Atomic uint64_t period_us = 2000;
+static _Atomic uint64_t period_us = 5000;
 static _Atomic uint64_t fixed_period_us = 0; /* configure(drain_interval=...) */
+static _Atomic int paused = 0;                /* configure(drain_thread=False) */
 
 void hs_drain_lock(void) { pthread_mutex_lock(&drain_lock); }
 void hs_drain_unlock(void) { pthread_mutex_unlock(&drain_lock); }
@@ -50,6 +51,12 @@ void hs_drain_set_period_us(uint64_t us) {
     atomic_store(&period_us, us);
     hs_wake_drainer();
 }
+
+void hs_drain_set_paused(int p) {
+    atomic_store(&paused, p);
+    hs_wake_drainer();
+}
+int hs_drain_paused(void) { return atomic_load(&paused); }
 
 void hs_wake_drainer(void) {
     atomic_fetch_add_explicit(&wake_word, 1, memory_order_release);
@@ -91,6 +98,34 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
     return spans;
 }
 
+/* The view minus its first k slots. */
+static hs_ring_view view_from(const hs_ring_view *v, uint64_t k) {
+    hs_ring_view out = {NULL, 0, NULL, 0};
+    if (k < v->na) {
+        out.a = v->a + k;
+        out.na = v->na - k;
+        out.b = v->b;
+        out.nb = v->nb;
+    } else {
+        out.a = v->b + (k - v->na);
+        out.na = v->nb - (k - v->na);
+    }
+    return out;
+}
+
+/* The most slots, at most room, that end on a record boundary (an extended record and
+ * its extension are kept or dropped together). */
+static uint64_t fit_slots(const hs_ring_view *v, uint64_t room) {
+    uint64_t i = 0, n = v->na + v->nb;
+    while (i < n) {
+        const hs_record *r = i < v->na ? &v->a[i] : &v->b[i - v->na];
+        uint64_t size = (hs_rec_flags(r) & HS_F_EXT) ? 2 : 1;
+        if (i + size > room) break;
+        i += size;
+    }
+    return i;
+}
+
 /* drain lock held */
 static double sweep_locked(void) {
     double max_fill = 0;
@@ -109,28 +144,32 @@ static double sweep_locked(void) {
         if (n) {
             double fill = (double)n / (double)r->limit;
             if (fill > max_fill) max_fill = fill;
-            uint64_t bytes = n * sizeof(hs_record);
-            hs_segment *s = NULL;
-            if (seg_bytes + bytes <= hs_get_memory_cap())
-                s = malloc(sizeof(hs_segment) + bytes);
+            /* Keep what fits under the memory cap, oldest first; the rest are the newest
+             * records and are dropped, counted exactly. */
+            uint64_t cap = hs_get_memory_cap();
+            uint64_t room = seg_bytes < cap ? (cap - seg_bytes) / sizeof(hs_record) : 0;
+            uint64_t keep = n <= room ? n : fit_slots(&v, room);
+            hs_segment *s = keep ? malloc(sizeof(hs_segment) + keep * sizeof(hs_record)) : NULL;
+            if (!s) keep = 0;
             if (s) {
+                uint64_t ka = keep < v.na ? keep : v.na;
                 s->next = NULL;
                 s->info = info;
                 s->base_seq = info->drain_seq;
-                s->nslots = n;
-                memcpy(s->recs, v.a, v.na * sizeof(hs_record));
-                if (v.nb) memcpy(s->recs + v.na, v.b, v.nb * sizeof(hs_record));
-                s->nspans = walk_records(info, s->recs, n, NULL, 0);
+                s->nslots = keep;
+                memcpy(s->recs, v.a, ka * sizeof(hs_record));
+                if (keep > ka) memcpy(s->recs + ka, v.b, (keep - ka) * sizeof(hs_record));
+                s->nspans = walk_records(info, s->recs, keep, NULL, 0);
                 if (seg_tail) seg_tail->next = s;
                 else seg_head = s;
                 seg_tail = s;
-                seg_bytes += bytes;
+                seg_bytes += keep * sizeof(hs_record);
                 seg_spans += s->nspans;
                 seg_count++;
-            } else {
-                /* Over the memory cap (or out of memory): these are the newest records,
-                 * dropped and counted exactly. */
-                uint64_t spans = walk_records(info, v.a, v.na, v.b, v.nb);
+            }
+            if (keep < n) {
+                hs_ring_view rest = view_from(&v, keep);
+                uint64_t spans = walk_records(info, rest.a, rest.na, rest.b, rest.nb);
                 atomic_fetch_add_explicit(&info->dropped_other, spans, memory_order_relaxed);
             }
             hs_ring_release(r, n);
@@ -172,14 +211,15 @@ static void *drainer_main(void *arg) {
         uint32_t seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         wait_for_wake(seen, atomic_load(&period_us));
         if (atomic_load(&drainer_pid) != me) return NULL;
+        if (atomic_load(&paused)) continue; /* only drain() moves records now */
         pthread_mutex_lock(&drain_lock);
         double fill = sweep_locked();
         pthread_mutex_unlock(&drain_lock);
         hs_clock_update(0);
         if (!atomic_load(&fixed_period_us)) {
             uint64_t p = atomic_load(&period_us);
-            if (fill > 0.25 && p > MIN_PERIOD_US) p /= 2;
-            else if (fill < 0.05 && p < MAX_PERIOD_US) p *= 2;
+            if (fill > 0.5 && p > MIN_PERIOD_US) p /= 2;
+            else if (fill < 0.1 && p < MAX_PERIOD_US) p *= 2;
             atomic_store(&period_us, p);
         }
     }

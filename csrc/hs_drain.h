@@ -61,6 +61,9 @@ void hs_columns_free(hs_columns *c);
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments);
 uint64_t hs_drain_period_us(void);
 void hs_drain_set_period_us(uint64_t us);
+/* Paused: the drain thread idles and only hs_drain_collect() moves records. */
+void hs_drain_set_paused(int paused);
+int hs_drain_paused(void);
 
 void hs_drain_lock(void);
 void hs_drain_unlock(void);

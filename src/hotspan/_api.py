@@ -47,6 +47,7 @@ def configure(
     capacity: int | None = None,
     memory_cap: int | None = None,
     drain_interval: float | None = None,
+    drain_thread: bool | None = None,
 ) -> None:
     """Set recording options; each left as ``None`` keeps its current value.
 
@@ -56,7 +57,7 @@ def configure(
     memory_cap: bytes of drained-but-not-collected spans kept before the newest are dropped
         (default 64 MiB).
     drain_interval: seconds between passes of the native drain thread (default: adaptive,
-        0.5-20 ms, and woken early by any ring past half full).
+        2-20 ms, and woken early by any ring past half full).
     """
     global _configured_rank
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
@@ -77,7 +78,14 @@ def configure(
         interval_us = max(1, int(drain_interval * 1e6))
     if rank is not None:
         _configured_rank = rank
-    _native._configure(capacity if capacity is not None else -1, memory_cap if memory_cap is not None else -1, interval_us)
+    if drain_thread is not None and not isinstance(drain_thread, bool):
+        raise TypeError(f"configure(): drain_thread must be a bool, not {type(drain_thread).__name__}")
+    _native._configure(
+        capacity if capacity is not None else -1,
+        memory_cap if memory_cap is not None else -1,
+        interval_us,
+        -1 if drain_thread is None else int(drain_thread),
+    )
 
 
 def drain() -> pa.Table:
@@ -140,10 +148,15 @@ def _decorate(func: Any, name: str | None, category: str | None, arg: int | None
     return wrapper
 
 
+def _decorate_with(span_obj: Any, func: Any) -> Any:
+    """``@hotspan.span(...)`` on a function (called by the C type)."""
+    return _decorate(func, span_obj.name, span_obj.category, span_obj.arg)
+
+
 def _thread_name() -> str:
     return threading.current_thread().name
 
 
-_native._set_hooks(_thread_name, _wrap_async)
+_native._set_hooks(_thread_name, _decorate_with)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_native._after_fork_child)

@@ -1,0 +1,186 @@
+"""drain(): the span table's schema, metadata, timestamps and ids."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+
+import hotspan
+from hotspan import _native
+from hotspan._schema import SPAN_SCHEMA
+from conftest import rows, run_python
+
+pytestmark = pytest.mark.usefixtures("fresh")
+
+EXPECTED_TYPES = {
+    "span_id": pa.uint64(),
+    "parent_id": pa.uint64(),
+    "start_ns": pa.int64(),
+    "end_ns": pa.int64(),
+    "duration_ns": pa.int64(),
+    "depth": pa.int32(),
+    "thread_id": pa.int64(),
+    "pid": pa.int64(),
+    "rank": pa.int32(),
+    "arg": pa.int64(),
+    "error": pa.bool_(),
+}
+STRING_COLUMNS = ("name", "category", "thread_name")
+
+
+def test_schema_is_exactly_the_contract():
+    with hotspan.span("a", "b", arg=1):
+        pass
+    t = hotspan.drain()
+    assert t.schema.names == [
+        "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns",
+        "depth", "thread_id", "thread_name", "pid", "rank", "arg", "error",
+    ]
+    for name, typ in EXPECTED_TYPES.items():
+        assert t.schema.field(name).type == typ, name
+    for name in STRING_COLUMNS:
+        typ = t.schema.field(name).type
+        assert typ == pa.string() or (pa.types.is_dictionary(typ) and typ.value_type == pa.string()), name
+    assert t.schema.remove_metadata() == SPAN_SCHEMA
+    t.validate(full=True)
+
+
+def test_empty_drain_has_the_schema():
+    t = hotspan.drain()
+    assert t.num_rows == 0
+    assert t.schema.remove_metadata() == SPAN_SCHEMA
+    assert hotspan.drain().num_rows == 0
+
+
+def test_drain_returns_each_span_once():
+    with hotspan.span("once"):
+        pass
+    assert hotspan.drain().num_rows == 1
+    assert hotspan.drain().num_rows == 0
+
+
+def test_timestamps_lie_inside_time_ns_bounds():
+    for _ in range(20):
+        t0 = time.time_ns()
+        with hotspan.span("timed"):
+            with hotspan.span("inner"):
+                pass
+        t1 = time.time_ns()
+        for r in rows(hotspan.drain()):
+            assert t0 <= r["start_ns"] <= r["end_ns"] <= t1, (t0, r, t1)
+
+
+def test_timestamps_track_real_time_after_a_sleep():
+    t0 = time.time_ns()
+    with hotspan.span("sleep"):
+        time.sleep(0.05)
+    t1 = time.time_ns()
+    (r,) = rows(hotspan.drain())
+    assert t0 <= r["start_ns"] and r["end_ns"] <= t1
+    assert 45_000_000 <= r["duration_ns"] <= t1 - t0
+
+
+def test_parent_drained_after_its_children_still_contains_them():
+    # the parent is converted in a later drain than its children: the clock map must
+    # give the same nanoseconds to ticks whichever drain converts them
+    with hotspan.span("long_parent"):
+        for _ in range(30):
+            with hotspan.span("child"):
+                time.sleep(0.001)
+            kids = rows(hotspan.drain())
+            assert len(kids) == 1
+            last = kids[0]
+    (parent,) = rows(hotspan.drain())
+    assert parent["start_ns"] <= last["start_ns"] <= last["end_ns"] <= parent["end_ns"]
+    assert last["parent_id"] == parent["span_id"]
+
+
+def test_fake_clock_gives_exact_durations():
+    _native._set_fake_clock(1_700_000_000_000_000_000, 10)
+    with hotspan.span("a"):  # enter reads t, exit reads t + 10
+        pass
+    with hotspan.span("b"):
+        with hotspan.span("c"):
+            pass
+    rs = {r["name"]: r for r in rows(hotspan.drain())}
+    assert rs["a"]["start_ns"] == 1_700_000_000_000_000_000
+    assert rs["a"]["duration_ns"] == 10
+    assert rs["c"]["duration_ns"] == 10 and rs["b"]["duration_ns"] == 30
+    assert rs["c"]["start_ns"] == rs["b"]["start_ns"] + 10
+
+
+def test_to_pandas():
+    with hotspan.span("p", "cat", arg=9):
+        pass
+    df = hotspan.drain().to_pandas()
+    assert list(df.columns) == SPAN_SCHEMA.names
+    assert df.loc[0, "name"] == "p" and df.loc[0, "category"] == "cat" and df.loc[0, "arg"] == 9
+    assert df.loc[0, "thread_name"] == "MainThread"
+    assert df.loc[0, "pid"] == os.getpid()
+
+
+def test_metadata_describes_the_run():
+    with hotspan.span("m"):
+        pass
+    t = hotspan.drain()
+    meta = t.schema.metadata
+    assert meta[b"hotspan.host"].decode() == socket.gethostname()
+    assert meta[b"hotspan.version"].decode() == hotspan.__version__
+    assert meta[b"hotspan.python"].decode() == ".".join(map(str, sys.version_info[:3]))
+    clock = json.loads(meta[b"hotspan.clock"])
+    assert clock["source"] in {"tsc", "monotonic", "cntvct"}
+    assert clock["ns_per_tick"] > 0
+    assert int(meta[b"hotspan.start_ns"]) <= t.column("start_ns")[0].as_py()
+    assert json.loads(meta[b"hotspan.argv"]) == sys.argv
+    dropped = json.loads(meta[b"hotspan.dropped"])
+    assert dropped["total"] == hotspan.dropped()
+    assert int(meta[b"hotspan.pid"]) == os.getpid()
+
+
+def test_rank_from_configure_and_environment():
+    proc = run_python(
+        """
+        import hotspan
+        with hotspan.span("r"):
+            pass
+        print(hotspan.drain().column("rank")[0].as_py())
+        hotspan.configure(rank=3)
+        with hotspan.span("r"):
+            pass
+        print(hotspan.drain().column("rank")[0].as_py())
+        """,
+        env={"RANK": "5", "HOTSPAN_RANK": "7"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["7", "3"]
+    proc = run_python("import hotspan; print(hotspan.rank())", env={"SLURM_PROCID": "2", "RANK": "", "HOTSPAN_RANK": ""})
+    assert proc.stdout.strip() == "2"
+
+
+def test_configure_rejects_bad_values():
+    with pytest.raises(TypeError, match="capacity must be an int"):
+        hotspan.configure(capacity="big")
+    with pytest.raises(ValueError, match="capacity must be at least 2"):
+        hotspan.configure(capacity=1)
+    with pytest.raises(ValueError, match="rank must be >= 0"):
+        hotspan.configure(rank=-1)
+    with pytest.raises(ValueError, match="drain_interval"):
+        hotspan.configure(drain_interval=0)
+
+
+def test_thread_name_can_be_set():
+    hotspan.set_thread_name("trainer")
+    try:
+        with hotspan.span("n"):
+            pass
+        (r,) = rows(hotspan.drain())
+        assert r["thread_name"] == "trainer"
+    finally:
+        hotspan.set_thread_name("MainThread")
+    with pytest.raises(TypeError):
+        hotspan.set_thread_name(3)

@@ -1,0 +1,212 @@
+"""hotspan.span: context manager, nesting, category paths, errors, decorator use."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import hotspan
+from conftest import rows
+
+pytestmark = pytest.mark.usefixtures("fresh")
+
+
+def by_name(table):
+    out = {}
+    for r in rows(table):
+        out.setdefault(r["name"], []).append(r)
+    return out
+
+
+def test_nested_spans_form_a_tree_with_category_paths():
+    with hotspan.span("step", "sync"):
+        with hotspan.span("forward", "compute", arg=3):
+            with hotspan.span("matmul"):  # no category: inherits the parent's path
+                pass
+        with hotspan.span("allreduce", "comms", arg=1 << 20):
+            pass
+    with hotspan.span("plain"):
+        pass
+    t = hotspan.drain()
+    assert t.num_rows == 5
+    r = {k: v[0] for k, v in by_name(t).items()}
+    step, fwd, mm, ar, plain = r["step"], r["forward"], r["matmul"], r["allreduce"], r["plain"]
+    assert step["parent_id"] is None and step["depth"] == 0 and step["category"] == "sync"
+    assert fwd["parent_id"] == step["span_id"] and fwd["depth"] == 1 and fwd["category"] == "sync/compute"
+    assert mm["parent_id"] == fwd["span_id"] and mm["depth"] == 2 and mm["category"] == "sync/compute"
+    assert ar["parent_id"] == step["span_id"] and ar["category"] == "sync/comms" and ar["arg"] == 1 << 20
+    assert fwd["arg"] == 3 and step["arg"] is None
+    assert plain["category"] is None and plain["parent_id"] is None and plain["depth"] == 0
+    assert len({x["span_id"] for x in rows(t)}) == 5
+    # children lie inside their parents
+    for child in (fwd, ar):
+        assert step["start_ns"] <= child["start_ns"] <= child["end_ns"] <= step["end_ns"]
+    assert fwd["start_ns"] <= mm["start_ns"] <= mm["end_ns"] <= fwd["end_ns"]
+    for x in rows(t):
+        assert x["duration_ns"] == x["end_ns"] - x["start_ns"] >= 0
+        assert x["error"] is False
+
+
+def test_same_site_under_different_parents_gets_each_path():
+    inner = hotspan.span("io_wait", "io")
+    for outer in ("sync", "comms", "sync"):
+        with hotspan.span("outer", outer):
+            with inner:
+                pass
+    with inner:
+        pass
+    t = hotspan.drain()
+    cats = [r["category"] for r in rows(t) if r["name"] == "io_wait"]
+    assert cats == ["sync/io", "comms/io", "sync/io", "io"]
+
+
+def test_reused_span_object_is_reentrant_and_recursive():
+    s = hotspan.span("rec", "c")
+
+    def recurse(n):
+        with s:
+            if n:
+                recurse(n - 1)
+
+    recurse(4)
+    t = hotspan.drain()
+    rs = sorted(rows(t), key=lambda r: r["depth"])
+    assert [r["depth"] for r in rs] == [0, 1, 2, 3, 4]
+    for parent, child in zip(rs, rs[1:]):
+        assert child["parent_id"] == parent["span_id"]
+    assert {r["category"] for r in rs} == {"c/c/c/c/c", "c/c/c/c", "c/c/c", "c/c", "c"}
+
+
+def test_one_span_object_entered_by_many_threads_at_once():
+    s = hotspan.span("shared", "mt")
+    barrier = threading.Barrier(4)
+
+    def work():
+        barrier.wait()
+        for _ in range(500):
+            with s:
+                with s:
+                    pass
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    t = hotspan.drain()
+    assert t.num_rows == 4 * 500 * 2
+    rs = rows(t)
+    ids = {r["span_id"]: r for r in rs}
+    assert len(ids) == len(rs)
+    for r in rs:
+        if r["depth"] == 1:
+            parent = ids[r["parent_id"]]
+            assert parent["thread_id"] == r["thread_id"] and parent["depth"] == 0
+            assert r["category"] == "mt/mt"
+        else:
+            assert r["parent_id"] is None and r["category"] == "mt"
+    assert len({r["thread_id"] for r in rs}) == 4
+
+
+def test_exception_marks_error_and_propagates_unchanged():
+    err = ValueError("boom")
+    with pytest.raises(ValueError) as info:
+        with hotspan.span("fails", "x"):
+            with hotspan.span("inner_ok"):
+                pass
+            raise err
+    assert info.value is err
+    t = hotspan.drain()
+    r = {x["name"]: x for x in rows(t)}
+    assert r["fails"]["error"] is True
+    assert r["inner_ok"]["error"] is False
+
+
+def test_span_as_decorator():
+    @hotspan.span("decorated", "work", arg=7)
+    def work(x, y=1):
+        return x + y
+
+    assert work(1, y=2) == 3
+    assert work.__name__ == "work"
+    t = hotspan.drain()
+    (r,) = rows(t)
+    assert (r["name"], r["category"], r["arg"]) == ("decorated", "work", 7)
+
+
+def test_bad_arguments_raise_type_error_with_clear_message():
+    with pytest.raises(TypeError, match="name must be a str, not int"):
+        hotspan.span(3)
+    with pytest.raises(TypeError, match="category must be a str or None, not bytes"):
+        hotspan.span("x", b"c")
+    with pytest.raises(TypeError, match="arg must be an int or None, not float"):
+        hotspan.span("x", arg=1.5)
+    with pytest.raises(TypeError, match="arg must be an int or None, not str"):
+        hotspan.span("x", "c", arg="3")
+    with pytest.raises(TypeError, match="missing required argument 'name'"):
+        hotspan.span()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        hotspan.span("x", colour=1)
+    with pytest.raises(TypeError):
+        hotspan.span("x", "c", "extra")
+    with pytest.raises(OverflowError, match="64-bit"):
+        hotspan.span("x", arg=1 << 70)
+    assert hotspan.drain().num_rows == 0
+
+
+def test_arg_extremes_and_negative_values():
+    for v in (0, -1, (1 << 63) - 1, -(1 << 63)):
+        with hotspan.span("a", arg=v):
+            pass
+    t = hotspan.drain()
+    assert [r["arg"] for r in rows(t)] == [0, -1, (1 << 63) - 1, -(1 << 63)]
+
+
+def test_span_properties_and_repr():
+    s = hotspan.span("n", "c", arg=4)
+    assert (s.name, s.category, s.arg) == ("n", "c", 4)
+    assert repr(s) == "hotspan.span('n', 'c', arg=4)"
+    assert hotspan.span("n").category is None
+    assert hotspan.span(name="k", category="c").name == "k"
+
+
+def test_unicode_names_survive():
+    with hotspan.span("vorwärts ✓", "計算"):
+        pass
+    (r,) = rows(hotspan.drain())
+    assert r["name"] == "vorwärts ✓" and r["category"] == "計算"
+
+
+def test_deep_nesting_beyond_record_fields():
+    # depth >= 256 no longer fits the record's 8-bit field: an extension record carries it
+    spans = [hotspan.span(f"d{i}") for i in range(300)]
+
+    def go(i):
+        if i == 300:
+            return
+        with spans[i]:
+            go(i + 1)
+
+    go(0)
+    t = hotspan.drain()
+    rs = {r["name"]: r for r in rows(t)}
+    assert len(rs) == 300
+    for i in range(1, 300):
+        assert rs[f"d{i}"]["depth"] == i
+        assert rs[f"d{i}"]["parent_id"] == rs[f"d{i-1}"]["span_id"]
+
+
+def test_many_children_under_one_parent():
+    # more than 2^24 would be too slow here; 70k children pass the 16-bit boundaries
+    child = hotspan.span("child")
+    with hotspan.span("parent", "p"):
+        for _ in range(70_000):
+            with child:
+                pass
+    t = hotspan.drain()
+    rs = rows(t)
+    parent = next(r for r in rs if r["name"] == "parent")
+    kids = [r for r in rs if r["name"] == "child"]
+    assert len(kids) == 70_000
+    assert all(k["parent_id"] == parent["span_id"] and k["category"] == "p" for k in kids)
+    assert len({k["span_id"] for k in kids}) == 70_000

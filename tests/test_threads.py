@@ -1,0 +1,234 @@
+"""Many threads: exact accounting while draining, exited threads, overflow."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import hotspan
+from conftest import rows
+
+pytestmark = pytest.mark.usefixtures("fresh")
+
+
+def test_spans_of_exited_threads_are_drained():
+    def work(k):
+        hotspan.set_thread_name(f"gone-{k}")
+        for i in range(100):
+            with hotspan.span("w", arg=i):
+                pass
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    time.sleep(0.05)  # let the drain thread retire and free their rings
+    t = hotspan.drain()
+    assert t.num_rows == 300
+    names = t.column("thread_name").to_pylist()
+    assert sorted(set(names)) == ["gone-0", "gone-1", "gone-2"]
+    # the ring of an exited thread is freed once drained: new threads still record
+    work(9)
+    assert hotspan.drain().num_rows == 100
+
+
+def test_thread_names_default_to_threading_names():
+    def work():
+        with hotspan.span("x"):
+            pass
+
+    th = threading.Thread(target=work, name="loader-7")
+    th.start()
+    th.join()
+    (r,) = rows(hotspan.drain())
+    assert r["thread_name"] == "loader-7"
+    assert r["thread_id"] == th.native_id
+
+
+def _stress(n_threads: int, per_thread: int, drain_every_s: float):
+    """n_threads record flat out (a root with a nested child, args encoding thread and
+    index) while the main thread drains every few ms. Returns (tables, dropped)."""
+    names = [f"s{k}" for k in range(n_threads)]
+    child = hotspan.span("child", "inner")
+    start = threading.Barrier(n_threads + 1)
+    native_ids = {}
+
+    def work(k):
+        native_ids[k] = threading.get_native_id()
+        name = names[k]
+        begin, end = hotspan.begin, hotspan.end
+        start.wait()
+        for i in range(per_thread):
+            tok = begin(name, "stress", arg=(k << 32) | i)
+            if i % 4 == 0:
+                with child:
+                    pass
+            end(tok)
+
+    dropped_before = hotspan.dropped()
+    # With the GIL, four busy threads would hand the main thread a turn only every few
+    # switch intervals (5 ms each); a shorter interval lets it drain every few ms as a
+    # training loop's main thread would, so draining really overlaps recording.
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    threads = [threading.Thread(target=work, args=(k,), name=f"stress-{k}") for k in range(n_threads)]
+    for th in threads:
+        th.start()
+    start.wait()
+    tables = []
+    while any(th.is_alive() for th in threads):  # the main thread drains every few ms
+        tables.append(hotspan.drain())
+        time.sleep(drain_every_s)
+    for th in threads:
+        th.join()
+    sys.setswitchinterval(old_interval)
+    tables.append(hotspan.drain())
+    return names, tables, hotspan.dropped() - dropped_before, native_ids
+
+
+def _check_every_field(names, tables, native_ids):
+    """Vectorised checks of every field of every row; returns (roots, children)."""
+    df = pa.concat_tables(tables).to_pandas()
+    for col in ("name", "category", "thread_name"):
+        df[col] = df[col].astype(object)
+    assert df.span_id.is_unique, "duplicate span id"
+    assert (df.duration_ns == df.end_ns - df.start_ns).all() and (df.duration_ns >= 0).all()
+    assert not df.error.any()
+    roots = df[df.name != "child"]
+    children = df[df.name == "child"]
+    arg = roots.arg.to_numpy(dtype=np.int64)
+    k, i = arg >> 32, arg & 0xFFFFFFFF
+    assert (roots.name.to_numpy() == np.array(names, dtype=object)[k]).all(), "torn record: name vs arg"
+    assert (roots.thread_name.to_numpy() == np.array([f"stress-{x}" for x in k], dtype=object)).all()
+    assert (roots.thread_id.to_numpy() == np.array([native_ids[x] for x in k])).all()
+    assert (roots.category == "stress").all() and (roots.depth == 0).all() and roots.parent_id.isna().all()
+    assert not pd.Series(list(zip(k, i))).duplicated().any()
+    parents = df.set_index("span_id").loc[children.parent_id.astype(np.uint64).to_numpy()]
+    assert (children.depth == 1).all() and (children.category == "stress/inner").all()
+    assert (parents.thread_id.to_numpy() == children.thread_id.to_numpy()).all()
+    assert ((parents.arg.to_numpy(dtype=np.int64) & 0xFFFFFFFF) % 4 == 0).all()
+    assert (parents.start_ns.to_numpy() <= children.start_ns.to_numpy()).all()
+    assert (children.end_ns.to_numpy() <= parents.end_ns.to_numpy()).all()
+    return roots, children
+
+
+@pytest.mark.parametrize("n_threads", [4, 6])
+def test_threads_recording_while_main_drains_lose_nothing(n_threads):
+    per_thread = 100_000
+    names, tables, dropped, native_ids = _stress(n_threads, per_thread, 0.003)
+    roots, children = _check_every_field(names, tables, native_ids)
+    assert dropped == 0
+    assert len(roots) == n_threads * per_thread  # recorded = drained + dropped, dropped = 0
+    assert len(children) == n_threads * per_thread // 4
+    assert sum(1 for t in tables[:-1] if t.num_rows) >= 3  # it really drained while they recorded
+
+
+def test_overflow_with_a_tiny_ring_is_counted_exactly():
+    hotspan.configure(capacity=16, drain_thread=False)  # nothing drains until drain()
+    try:
+        before = hotspan.dropped()
+
+        def burst():
+            s = hotspan.span("burst")
+            for i in range(1000):
+                with hotspan.span("burst", arg=i) if i % 2 else s:
+                    pass
+
+        th = threading.Thread(target=burst)
+        th.start()
+        th.join()
+        t = hotspan.drain()
+        dropped = hotspan.dropped() - before
+        assert t.num_rows == 16 and dropped == 984  # recorded = drained + dropped
+        # drop-newest: the 16 kept are the first 16 recorded
+        assert t.column("arg").to_pylist() == [None if i % 2 == 0 else i for i in range(16)]
+        per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])["threads"]
+        assert per_thread[str(th.native_id)] == 984
+    finally:
+        hotspan.configure(capacity=1 << 16, drain_thread=True)
+
+
+def test_overflow_counts_per_thread():
+    hotspan.configure(capacity=32, drain_thread=False)
+    try:
+        before = hotspan.dropped()
+        counts = {0: 100, 1: 500, 2: 33}
+        ids = {}
+
+        def burst(k):
+            ids[k] = threading.get_native_id()
+            s = hotspan.span(f"b{k}")
+            for _ in range(counts[k]):
+                with s:
+                    pass
+
+        threads = [threading.Thread(target=burst, args=(k,)) for k in counts]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        t = hotspan.drain()
+        per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])["threads"]
+        for k, n in counts.items():
+            assert per_thread.get(str(ids[k]), 0) == n - 32
+        assert hotspan.dropped() - before == sum(n - 32 for n in counts.values())
+        assert t.num_rows == 3 * 32
+    finally:
+        hotspan.configure(capacity=1 << 16, drain_thread=True)
+
+
+def test_memory_cap_keeps_the_oldest_and_counts_the_rest():
+    hotspan.configure(memory_cap=32 * 1000, drain_thread=False)  # room for 1000 records
+    try:
+        before = hotspan.dropped()
+        for i in range(5000):
+            with hotspan.span("capped", arg=i):
+                pass
+        t = hotspan.drain()
+        assert t.num_rows == 1000
+        assert hotspan.dropped() - before == 4000
+        assert t.column("arg").to_pylist() == list(range(1000))
+    finally:
+        hotspan.configure(memory_cap=64 << 20, drain_thread=True)
+
+
+def test_memory_cap_applies_to_what_the_drain_thread_holds():
+    hotspan.configure(memory_cap=32 * 1000)
+    try:
+        before = hotspan.dropped()
+        s = hotspan.span("capped")
+        for _ in range(5):
+            for _ in range(2000):
+                with s:
+                    pass
+            time.sleep(0.05)  # the drain thread moves them (and caps them) meanwhile
+        t = hotspan.drain()
+        dropped = hotspan.dropped() - before
+        assert t.num_rows + dropped == 10_000
+        assert t.num_rows <= 1000 + 2000 and dropped >= 7000
+    finally:
+        hotspan.configure(memory_cap=64 << 20)
+
+
+def test_configure_capacity_applies_to_threads_that_already_record():
+    with hotspan.span("before"):
+        pass
+    hotspan.configure(capacity=8, drain_thread=False)
+    try:
+        before = hotspan.dropped()
+        s = hotspan.span("after")
+        for _ in range(100):
+            with s:
+                pass
+        t = hotspan.drain()
+        assert t.column("name").to_pylist() == ["before"] + ["after"] * 8
+        assert hotspan.dropped() - before == 92
+    finally:
+        hotspan.configure(capacity=1 << 16, drain_thread=True)
