@@ -25,6 +25,17 @@ from ._native import (  # noqa: E402
 from ._api import configure, drain, rank, traced  # noqa: E402
 from ._schema import SPAN_SCHEMA  # noqa: E402
 
+
+def get_include() -> str:
+    """The directory holding ``hotspan.h``, for native callers' build systems."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "include", here.parents[1] / "csrc" / "include"):  # wheel, then source tree
+        if (candidate / "hotspan.h").is_file():
+            return str(candidate)
+    raise FileNotFoundError("hotspan.h is not installed beside the hotspan package")
+
 __all__ = [
     "SPAN_SCHEMA",
     "__version__",
@@ -36,6 +47,7 @@ __all__ = [
     "enable",
     "enabled",
     "end",
+    "get_include",
     "instant",
     "rank",
     "set_thread_name",

@@ -1,0 +1,6 @@
+"""``python -m hotspan``: the same as the ``hotspan`` command."""
+import sys
+
+from hotspan.cli import main
+
+sys.exit(main())
