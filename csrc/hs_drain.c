@@ -16,6 +16,7 @@
 
 #include "hs_clock.h"
 #include "hs_intern.h"
+#include "hs_recorder.h"
 
 typedef struct hs_segment {
     struct hs_segment *next;
@@ -280,6 +281,94 @@ void hs_drain_after_fork_child(void) {
     hs_registry_after_fork_child();
 }
 
+/* ---- column buffers -------------------------------------------------------------------- */
+
+/* Columns are written once, then owned by Arrow until the table goes. Fresh pages cost a
+ * fault and a zeroing each (as much as the conversion itself at 90 bytes a span), so large
+ * buffers are whole 2 MiB mappings, and freed ones are kept in a small pool (128 MiB) for
+ * the next drain. (Advising them as huge pages made the first drain twice as slow here:
+ * the kernel compacts memory on the fault.) A 64-byte header before the data says how the
+ * buffer was allocated. */
+#include <sys/mman.h>
+
+#define BUF_HEADER 64
+#define BUF_LARGE (1u << 20)
+#define BUF_HUGE (2u << 20)
+#define BUF_POOL_MAX (128ull << 20)
+#define BUF_POOL_SLOTS 64
+
+typedef struct { uint64_t size; uint64_t kind; } buf_header;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *pool_ptr[BUF_POOL_SLOTS];
+static uint64_t pool_size[BUF_POOL_SLOTS];
+static uint32_t pool_count = 0;
+static uint64_t pool_bytes = 0;
+
+void *hs_buf_alloc(size_t bytes) {
+    uint64_t total = (uint64_t)bytes + BUF_HEADER;
+    char *base = NULL;
+    buf_header h;
+    if (total < BUF_LARGE) {
+        total = (total + 63) & ~63ull;
+        base = aligned_alloc(64, total);
+        if (!base) return NULL;
+        h.size = total;
+        h.kind = 0;
+    } else {
+        total = (total + BUF_HUGE - 1) & ~(uint64_t)(BUF_HUGE - 1);
+        pthread_mutex_lock(&pool_lock);
+        for (uint32_t i = 0; i < pool_count; i++) {
+            if (pool_size[i] == total) {
+                base = pool_ptr[i];
+                pool_bytes -= total;
+                pool_ptr[i] = pool_ptr[--pool_count];
+                pool_size[i] = pool_size[pool_count];
+                break;
+            }
+        }
+        pthread_mutex_unlock(&pool_lock);
+        if (!base) {
+            char *raw = mmap(NULL, total + BUF_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (raw == MAP_FAILED) return NULL;
+            uintptr_t aligned = ((uintptr_t)raw + BUF_HUGE - 1) & ~(uintptr_t)(BUF_HUGE - 1);
+            if (aligned > (uintptr_t)raw) munmap(raw, aligned - (uintptr_t)raw);
+            uintptr_t end = (uintptr_t)raw + total + BUF_HUGE;
+            if (end > aligned + total) munmap((void *)(aligned + total), end - (aligned + total));
+            base = (char *)aligned;
+        }
+        h.size = total;
+        h.kind = 1;
+    }
+    memcpy(base, &h, sizeof h);
+    return base + BUF_HEADER;
+}
+
+void *hs_buf_calloc(size_t bytes) {
+    void *p = hs_buf_alloc(bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+void hs_buf_free(void *p) {
+    if (!p) return;
+    char *base = (char *)p - BUF_HEADER;
+    buf_header h;
+    memcpy(&h, base, sizeof h);
+    if (h.kind == 0) {
+        free(base);
+        return;
+    }
+    pthread_mutex_lock(&pool_lock);
+    if (pool_count < BUF_POOL_SLOTS && pool_bytes + h.size <= BUF_POOL_MAX) {
+        pool_ptr[pool_count] = base;
+        pool_size[pool_count++] = h.size;
+        pool_bytes += h.size;
+        base = NULL;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (base) munmap(base, h.size);
+}
+
 /* ---- conversion ---------------------------------------------------------------------- */
 
 static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids, uint32_t n, char **blob,
@@ -303,7 +392,7 @@ static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids,
 
 #define SPAN_ID(index, seq) (((uint64_t)(index) << 44) | (((seq) + 1) & ((1ull << 44) - 1)))
 
-int hs_drain_collect(hs_columns *c) {
+int hs_drain_collect(hs_columns *c, int32_t rank) {
     memset(c, 0, sizeof(*c));
     pthread_mutex_lock(&drain_lock);
     sweep_locked();
@@ -326,21 +415,23 @@ int hs_drain_collect(hs_columns *c) {
 
     c->n = n;
     size_t rows = n ? n : 1, bits = (rows + 7) / 8;
-    c->span_id = malloc(rows * 8);
-    c->parent_id = malloc(rows * 8);
-    c->parent_valid = calloc(bits, 1);
-    c->name_idx = malloc(rows * 4);
-    c->category_idx = malloc(rows * 4);
-    c->category_valid = calloc(bits, 1);
-    c->start_ns = malloc(rows * 8);
-    c->end_ns = malloc(rows * 8);
-    c->duration_ns = malloc(rows * 8);
-    c->depth = malloc(rows * 4);
-    c->thread_id = malloc(rows * 8);
-    c->thread_idx = malloc(rows * 4);
-    c->arg = malloc(rows * 8);
-    c->arg_valid = calloc(bits, 1);
-    c->error = calloc(bits, 1);
+    c->span_id = hs_buf_alloc(rows * 8);
+    c->parent_id = hs_buf_alloc(rows * 8);
+    c->parent_valid = hs_buf_calloc(bits);
+    c->name_idx = hs_buf_alloc(rows * 4);
+    c->category_idx = hs_buf_alloc(rows * 4);
+    c->category_valid = hs_buf_calloc(bits);
+    c->start_ns = hs_buf_alloc(rows * 8);
+    c->end_ns = hs_buf_alloc(rows * 8);
+    c->duration_ns = hs_buf_alloc(rows * 8);
+    c->depth = hs_buf_alloc(rows * 4);
+    c->thread_id = hs_buf_alloc(rows * 8);
+    c->thread_idx = hs_buf_alloc(rows * 4);
+    c->pid = hs_buf_alloc(rows * 8);
+    c->rank = hs_buf_alloc(rows * 4);
+    c->arg = hs_buf_alloc(rows * 8);
+    c->arg_valid = hs_buf_calloc(bits);
+    c->error = hs_buf_calloc(bits);
     /* Dictionaries hold only what this batch uses, in first-use order. */
     pair_name = malloc(sizeof(int32_t) * (npairs ? npairs : 1));
     pair_cat = malloc(sizeof(int32_t) * (npairs ? npairs : 1));
@@ -350,7 +441,7 @@ int hs_drain_collect(hs_columns *c) {
     cat_ids = malloc(sizeof(uint32_t) * strs.count);
     if (!c->span_id || !c->parent_id || !c->parent_valid || !c->name_idx || !c->category_idx ||
         !c->category_valid || !c->start_ns || !c->end_ns || !c->duration_ns || !c->depth || !c->thread_id ||
-        !c->thread_idx || !c->arg || !c->arg_valid || !c->error || !pair_name || !pair_cat || !str_name_idx ||
+        !c->thread_idx || !c->pid || !c->rank || !c->arg || !c->arg_valid || !c->error || !pair_name || !pair_cat || !str_name_idx ||
         !str_cat_idx || !name_ids || !cat_ids)
         goto fail;
     for (uint32_t i = 0; i < npairs; i++) pair_name[i] = pair_cat[i] = -2; /* -2: not seen yet */
@@ -360,7 +451,11 @@ int hs_drain_collect(hs_columns *c) {
     tinfos = malloc(sizeof(*tinfos) * tcap);
     if (!tinfos) goto fail;
 
+    /* One pass, every column written in order. Validity bits gather in a register and go
+     * out a byte at a time (a read-modify-write per row would chain on one byte). */
     uint64_t row = 0;
+    uint32_t pbits = 0, cbits = 0, abits = 0, ebits = 0;
+    const int64_t pid = (int64_t)getpid();
     for (hs_segment *s = segs; s; s = s->next) {
         hs_thread_info *info = s->info;
         int32_t tix = -1;
@@ -376,20 +471,14 @@ int hs_drain_collect(hs_columns *c) {
             tix = (int32_t)c->n_threads;
             tinfos[c->n_threads++] = info;
         }
+        const uint64_t id_base = (uint64_t)info->index << 44;
+        const int64_t tid = info->tid;
         uint64_t seq = s->base_seq;
         for (uint64_t i = 0; i < s->nslots; row++) {
             const hs_record *r = &s->recs[i];
             uint32_t flags = hs_rec_flags(r), depth, pair;
             uint64_t dur, parent_plus1;
-            if (flags & HS_F_EXT) {
-                const hs_record_ext *x = (const hs_record_ext *)&s->recs[i + 1];
-                seq = x->seq;
-                parent_plus1 = x->parent_seq_plus1;
-                dur = x->dur;
-                depth = x->depth;
-                pair = x->pair;
-                i += 2;
-            } else {
+            if (HS_LIKELY(!(flags & HS_F_EXT))) {
                 seq = hs_seq_extend(seq, hs_rec_seq32(r));
                 uint32_t pdelta = hs_rec_pdelta(r);
                 parent_plus1 = pdelta ? seq - pdelta + 1 : 0;
@@ -397,16 +486,21 @@ int hs_drain_collect(hs_columns *c) {
                 depth = hs_rec_depth(r);
                 pair = hs_rec_pair(r);
                 i += 1;
-            }
-            c->span_id[row] = SPAN_ID(info->index, seq);
-            if (parent_plus1) {
-                c->parent_id[row] = SPAN_ID(info->index, parent_plus1 - 1);
-                c->parent_valid[row >> 3] |= (uint8_t)(1u << (row & 7));
             } else {
-                c->parent_id[row] = 0;
+                const hs_record_ext *x = (const hs_record_ext *)&s->recs[i + 1];
+                seq = x->seq;
+                parent_plus1 = x->parent_seq_plus1;
+                dur = x->dur;
+                depth = x->depth;
+                pair = x->pair;
+                i += 2;
             }
-            if (pair >= npairs) pair = 0; /* cannot happen: ids are published before use */
-            if (pair_name[pair] == -2) {
+            uint32_t bit = (uint32_t)(row & 7);
+            c->span_id[row] = id_base | ((seq + 1) & ((1ull << 44) - 1));
+            c->parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & ((1ull << 44) - 1)) : 0;
+            pbits |= (uint32_t)(parent_plus1 != 0) << bit;
+            if (HS_UNLIKELY(pair >= npairs)) pair = 0; /* cannot happen: ids are published before use */
+            if (HS_UNLIKELY(pair_name[pair] == -2)) {
                 uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
                 if (str_name_idx[nm] < 0) {
                     str_name_idx[nm] = (int32_t)c->n_names;
@@ -426,19 +520,36 @@ int hs_drain_collect(hs_columns *c) {
             c->name_idx[row] = pair_name[pair];
             int32_t ci = pair_cat[pair];
             c->category_idx[row] = ci < 0 ? 0 : ci;
-            if (ci >= 0) c->category_valid[row >> 3] |= (uint8_t)(1u << (row & 7));
+            cbits |= (uint32_t)(ci >= 0) << bit;
             int64_t st = hs_clock_convert(clk, nclk, r->start);
             int64_t en = hs_clock_convert(clk, nclk, r->start + dur);
             c->start_ns[row] = st;
             c->end_ns[row] = en;
             c->duration_ns[row] = en - st;
             c->depth[row] = (int32_t)depth;
-            c->thread_id[row] = info->tid;
+            c->thread_id[row] = tid;
             c->thread_idx[row] = tix;
+            c->pid[row] = pid;
+            c->rank[row] = rank;
             c->arg[row] = (flags & HS_F_ARG) ? r->arg : 0;
-            if (flags & HS_F_ARG) c->arg_valid[row >> 3] |= (uint8_t)(1u << (row & 7));
-            if (flags & HS_F_ERROR) c->error[row >> 3] |= (uint8_t)(1u << (row & 7));
+            abits |= (uint32_t)((flags & HS_F_ARG) != 0) << bit;
+            ebits |= (uint32_t)((flags & HS_F_ERROR) != 0) << bit;
+            if (bit == 7) {
+                uint64_t byte = row >> 3;
+                c->parent_valid[byte] = (uint8_t)pbits;
+                c->category_valid[byte] = (uint8_t)cbits;
+                c->arg_valid[byte] = (uint8_t)abits;
+                c->error[byte] = (uint8_t)ebits;
+                pbits = cbits = abits = ebits = 0;
+            }
         }
+    }
+    if (row & 7) {
+        uint64_t byte = row >> 3;
+        c->parent_valid[byte] = (uint8_t)pbits;
+        c->category_valid[byte] = (uint8_t)cbits;
+        c->arg_valid[byte] = (uint8_t)abits;
+        c->error[byte] = (uint8_t)ebits;
     }
     c->n = row;
     if (build_dictionary(&strs, name_ids, c->n_names, &c->names_blob, &c->names_offsets) < 0) goto fail;
@@ -492,21 +603,10 @@ fail:
 }
 
 void hs_columns_free(hs_columns *c) {
-    free(c->span_id);
-    free(c->parent_id);
-    free(c->parent_valid);
-    free(c->name_idx);
-    free(c->category_idx);
-    free(c->category_valid);
-    free(c->start_ns);
-    free(c->end_ns);
-    free(c->duration_ns);
-    free(c->depth);
-    free(c->thread_id);
-    free(c->thread_idx);
-    free(c->arg);
-    free(c->arg_valid);
-    free(c->error);
+    void *bufs[] = {c->span_id, c->parent_id, c->parent_valid, c->name_idx, c->category_idx, c->category_valid,
+                    c->start_ns, c->end_ns, c->duration_ns, c->depth, c->thread_id, c->thread_idx, c->pid, c->rank,
+                    c->arg, c->arg_valid, c->error};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hs_buf_free(bufs[i]);
     free(c->names_blob);
     free(c->names_offsets);
     free(c->categories_blob);

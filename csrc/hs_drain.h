@@ -36,6 +36,8 @@ typedef struct hs_columns {
     int32_t *depth;
     int64_t *thread_id;
     int32_t *thread_idx;
+    int64_t *pid;
+    int32_t *rank;
     int64_t *arg;
     uint8_t *arg_valid;
     uint8_t *error; /* Arrow boolean bitmap */
@@ -55,7 +57,11 @@ void hs_wake_drainer(void);
 /* Move everything recorded so far into segments (drain lock taken inside). */
 void hs_drain_sweep(void);
 /* Sweep, then convert every segment into columns (caller frees with hs_columns_free). */
-int hs_drain_collect(hs_columns *out);
+int hs_drain_collect(hs_columns *out, int32_t rank);
+/* Column buffers (64-byte aligned; large ones huge-page backed and pooled). */
+void *hs_buf_alloc(size_t bytes);
+void *hs_buf_calloc(size_t bytes);
+void hs_buf_free(void *p);
 void hs_columns_free(hs_columns *c);
 /* Bytes and spans held in segments, not yet collected. */
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments);

@@ -27,25 +27,31 @@ static PyMutex lit_mutex;
 /* ---- sites from Python strings -------------------------------------------------------- */
 
 /* Direct-mapped, keyed by the str objects' addresses. An entry owns references to its
- * keys, so an address in the cache always is that very string. */
+ * keys, so an address in the cache always is that very string; only str objects ever get
+ * in, so a hit needs no type checks. An entry also holds the span object for those
+ * strings with no arg: spans are immutable and their nesting lives with the thread, so a
+ * literal `with hotspan.span("x", "c"):` can hand back that one object instead of
+ * allocating (and freeing) one per iteration. */
 typedef struct {
     PyObject *name;
     PyObject *category; /* NULL: none */
     hs_site *site;
+    PyObject *span;     /* span(name, category) with no arg */
 } lit_entry;
 #define LIT_SIZE 2048
 static lit_entry lit_cache[LIT_SIZE];
 
-static hs_site *site_for(PyObject *name, PyObject *category) {
+static inline lit_entry *lit_slot(PyObject *name, PyObject *category) {
     size_t h = (((uintptr_t)name >> 4) ^ (((uintptr_t)category >> 4) * 0x9e3779b1u)) & (LIT_SIZE - 1);
-    lit_entry *e = &lit_cache[h];
-    LIT_LOCK();
-    if (e->name == name && e->category == category && e->site) {
-        hs_site *s = e->site;
-        LIT_UNLOCK();
-        return s;
-    }
-    LIT_UNLOCK();
+    return &lit_cache[h];
+}
+
+static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
+                                 PyObject *arg_obj);
+
+/* name: a str; category: a str or NULL. Returns the (borrowed) entry, or NULL with an
+ * exception set. */
+static lit_entry *lit_fill(PyObject *name, PyObject *category) {
     Py_ssize_t nlen, clen = 0;
     const char *n = PyUnicode_AsUTF8AndSize(name, &nlen);
     if (!n) return NULL;
@@ -54,22 +60,62 @@ static hs_site *site_for(PyObject *name, PyObject *category) {
         c = PyUnicode_AsUTF8AndSize(category, &clen);
         if (!c) return NULL;
     }
-    hs_site *s = hs_site_create(n, (size_t)nlen, c, (size_t)clen);
-    if (!s) {
+    hs_site *site = hs_site_create(n, (size_t)nlen, c, (size_t)clen);
+    if (!site) {
         PyErr_NoMemory();
         return NULL;
     }
+    PyObject *obj = span_new_object(site, name, category, 0, 0, NULL);
+    if (!obj) return NULL;
+    lit_entry *e = lit_slot(name, category);
     Py_INCREF(name);
     Py_XINCREF(category);
     LIT_LOCK();
-    PyObject *old_name = e->name, *old_category = e->category;
+    PyObject *old_name = e->name, *old_category = e->category, *old_span = e->span;
     e->name = name;
     e->category = category;
-    e->site = s;
+    e->site = site;
+    e->span = obj;
     LIT_UNLOCK();
     Py_XDECREF(old_name);
     Py_XDECREF(old_category);
-    return s;
+    Py_XDECREF(old_span);
+    return e;
+}
+
+#ifdef Py_GIL_DISABLED
+/* Free-threaded: copy the entry out under the lock. */
+static int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+    lit_entry *e = lit_slot(name, category);
+    int hit = 0;
+    LIT_LOCK();
+    if (e->name == name && e->category == category && e->site) {
+        *site = e->site;
+        if (span) *span = Py_NewRef(e->span);
+        hit = 1;
+    }
+    LIT_UNLOCK();
+    if (hit) return 0;
+    if (!lit_fill(name, category)) return -1;
+    return lit_get(name, category, site, span);
+}
+#else
+/* With the GIL nothing changes an entry between the check and the use. */
+static inline int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+    lit_entry *e = lit_slot(name, category);
+    if (HS_UNLIKELY(e->name != name || e->category != category || !e->site)) {
+        e = lit_fill(name, category);
+        if (!e) return -1;
+    }
+    *site = e->site;
+    if (span) *span = Py_NewRef(e->span);
+    return 0;
+}
+#endif
+
+static hs_site *site_for(PyObject *name, PyObject *category) {
+    hs_site *site;
+    return lit_get(name, category, &site, NULL) < 0 ? NULL : site;
 }
 
 /* ---- argument checks ------------------------------------------------------------------ */
@@ -186,22 +232,44 @@ static PyTypeObject TracedType;
 static PyObject *decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
 static PyObject *thread_name_hook = NULL;
 
-static PyObject *span_make(span_args *a) {
-    hs_site *site = site_for(a->name, a->category);
-    if (!site) return NULL;
+static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
+                                 PyObject *arg_obj) {
     SpanObject *o = PyObject_New(SpanObject, &SpanType);
     if (!o) return NULL;
     o->site = site;
-    o->arg = a->arg;
-    o->flags = a->flags;
-    o->name = Py_NewRef(a->name);
-    o->category = Py_XNewRef(a->category);
-    o->arg_obj = Py_XNewRef(a->arg_obj);
+    o->arg = arg;
+    o->flags = flags;
+    o->name = Py_NewRef(name);
+    o->category = Py_XNewRef(category);
+    o->arg_obj = Py_XNewRef(arg_obj);
     return (PyObject *)o;
+}
+
+static PyObject *span_make(span_args *a) {
+    hs_site *site;
+    PyObject *shared;
+    if (!a->arg_obj) return lit_get(a->name, a->category, &site, &shared) < 0 ? NULL : shared;
+    if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
+    return span_new_object(site, a->name, a->category, a->arg, a->flags, a->arg_obj);
+}
+
+/* The common call, span("x") or span("x", "c") with strings already in the cache: a
+ * pointer compare stands for all the argument checks. */
+static inline lit_entry *lit_hit_positional(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+#ifdef Py_GIL_DISABLED
+    return NULL;
+#else
+    if (kwnames || nargs < 1 || nargs > 2) return NULL;
+    PyObject *category = nargs == 2 && args[1] != Py_None ? args[1] : NULL;
+    lit_entry *e = lit_slot(args[0], category);
+    return e->name == args[0] && e->category == category && e->site ? e : NULL;
+#endif
 }
 
 static PyObject *span_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     (void)type;
+    lit_entry *hit = lit_hit_positional(args, PyVectorcall_NARGS(nargsf), kwnames);
+    if (HS_LIKELY(hit != NULL)) return Py_NewRef(hit->span);
     span_args a;
     if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a) < 0) return NULL;
     return span_make(&a);
@@ -415,6 +483,11 @@ static PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs,
 
 static PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)mod;
+    lit_entry *hit = lit_hit_positional(args, nargs, kwnames);
+    if (HS_LIKELY(hit != NULL)) {
+        if (!hs_enter(hit->site, hs_owner_begin, 0, 0)) return PyLong_FromLong(-1);
+        return PyLong_FromLong((long)hs_tls->depth - 1);
+    }
     span_args a;
     if (parse_span_args("begin", args, nargs, kwnames, &a) < 0) return NULL;
     hs_site *site = site_for(a.name, a.category);
@@ -448,6 +521,11 @@ static PyObject *py_end(PyObject *mod, PyObject *tok) {
 
 static PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)mod;
+    lit_entry *hit = lit_hit_positional(args, nargs, kwnames);
+    if (HS_LIKELY(hit != NULL)) {
+        hs_instant(hit->site, 0, 0);
+        Py_RETURN_NONE;
+    }
     span_args a;
     if (parse_span_args("instant", args, nargs, kwnames, &a) < 0) return NULL;
     hs_site *site = site_for(a.name, a.category);
@@ -514,7 +592,7 @@ typedef struct {
 } BufferObject;
 
 static void buffer_dealloc(BufferObject *b) {
-    free(b->ptr);
+    hs_buf_free(b->ptr);
     PyObject_Free(b);
 }
 
@@ -576,13 +654,15 @@ static PyObject *thread_rows(hs_thread_row *rows, uint32_t n, int with_dropped) 
     return list;
 }
 
-static PyObject *py_drain(PyObject *m, PyObject *a) {
-    (void)m; (void)a;
+static PyObject *py_drain(PyObject *m, PyObject *rank_obj) {
+    (void)m;
+    long rank = PyLong_AsLong(rank_obj);
+    if (rank == -1 && PyErr_Occurred()) return NULL;
     hs_columns c;
     int rc;
     /* No Python object is touched while converting: let recording threads run. */
     Py_BEGIN_ALLOW_THREADS
-    rc = hs_drain_collect(&c);
+    rc = hs_drain_collect(&c, (int32_t)rank);
     Py_END_ALLOW_THREADS
     if (rc < 0) return PyErr_NoMemory();
     Py_ssize_t n = (Py_ssize_t)c.n, bits = (n + 7) / 8;
@@ -598,6 +678,7 @@ static PyObject *py_drain(PyObject *m, PyObject *a) {
         put_buffer(d, "start_ns", &c.start_ns, n * 8) < 0 || put_buffer(d, "end_ns", &c.end_ns, n * 8) < 0 ||
         put_buffer(d, "duration_ns", &c.duration_ns, n * 8) < 0 || put_buffer(d, "depth", &c.depth, n * 4) < 0 ||
         put_buffer(d, "thread_id", &c.thread_id, n * 8) < 0 || put_buffer(d, "thread_idx", &c.thread_idx, n * 4) < 0 ||
+        put_buffer(d, "pid", &c.pid, n * 8) < 0 || put_buffer(d, "rank", &c.rank, n * 4) < 0 ||
         put_buffer(d, "arg", &c.arg, n * 8) < 0 || put_buffer(d, "arg_valid", &c.arg_valid, bits) < 0 ||
         put_buffer(d, "error", &c.error, bits) < 0)
         goto fail;
@@ -761,7 +842,7 @@ static PyMethodDef module_methods[] = {
     {"dropped", py_dropped, METH_NOARGS, "dropped() -> int\n--\n\nSpans dropped so far in this process, exactly."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},
-    {"_drain", py_drain, METH_NOARGS, NULL},
+    {"_drain", py_drain, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},
     {"_clock_info", py_clock_info, METH_NOARGS, NULL},
     {"_set_fake_clock", py_set_fake_clock, METH_VARARGS, NULL},

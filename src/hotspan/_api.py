@@ -91,11 +91,11 @@ def configure(
 def drain() -> pa.Table:
     """Every span completed since the last drain, from all threads (exited ones too)."""
     with _drain_lock:
-        raw = _native._drain()
-        clock = _native._clock_info()
         r = rank()
+        raw = _native._drain(r)
+        clock = _native._clock_info()
         meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=_version())
-        return table_from_raw(raw, rank=r, meta=meta)
+        return table_from_raw(raw, meta=meta)
 
 
 def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,13 +7,11 @@ memory) and only the small dictionaries are built from Python lists.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import socket
 import sys
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from ._schema import (
@@ -63,7 +61,7 @@ def metadata(
     }
 
 
-def table_from_raw(raw: dict[str, Any], *, rank: int, meta: dict[bytes, bytes]) -> pa.Table:
+def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table:
     """Build the span table (exactly ``SPAN_SCHEMA``) from one ``_native._drain()`` result."""
     n = int(raw["n"])
     thread_names = [name for _tid, name in raw["threads"]]
@@ -78,8 +76,8 @@ def table_from_raw(raw: dict[str, Any], *, rank: int, meta: dict[bytes, bytes]) 
         _fixed(raw, "depth", pa.int32(), n),
         _fixed(raw, "thread_id", pa.int64(), n),
         _dictionary(raw, "thread_idx", thread_names, n),
-        pa.array(np.full(n, os.getpid(), dtype=np.int64)),
-        pa.array(np.full(n, rank, dtype=np.int32)),
+        _fixed(raw, "pid", pa.int64(), n),
+        _fixed(raw, "rank", pa.int32(), n),
         _fixed(raw, "arg", pa.int64(), n, "arg_valid"),
         _fixed(raw, "error", pa.bool_(), n),
     ]

@@ -1,0 +1,227 @@
+"""Export and load speed of every format, against what a typical Python exporter does.
+
+    python benchmarks/bench_export.py [--spans 1000000] [--threads 8] [--repeat 1]
+
+Builds a realistic synthetic span table (training steps on 8 threads: nested forward /
+backward / allreduce / data loading spans, a few names and categories, args on some,
+rare errors, instants; dictionary-encoded strings as ``drain()`` makes them; rows in
+drain order, i.e. per thread in end order), then times per format ``export`` and
+``load`` (best of --repeat), and as the reference the same spans serialised the way a
+typical Python exporter does: ``orjson.dumps(table.to_pylist())`` (both steps timed
+together). Prints one table with throughputs and ratios, then the targets.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def _import_export():
+    module = importlib.import_module("hotspan.export")
+    if getattr(module, "__file__", None) is None:
+        # An editable install made before export/__init__.py existed maps the package
+        # to a bare namespace: load the real one from the same directory.
+        directory = Path(list(module.__path__)[0])
+        for name in [m for m in sys.modules if m.startswith("hotspan.export")]:
+            del sys.modules[name]
+        spec = importlib.util.spec_from_file_location(
+            "hotspan.export", directory / "__init__.py", submodule_search_locations=[str(directory)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["hotspan.export"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+hotspan_export = _import_export()
+from hotspan._schema import META_HOST, META_START, SPAN_SCHEMA  # noqa: E402
+
+# One training step: (name, category, depth, offset, duration, arg kind) in ticks of a
+# step scaled per step; children nest inside their parent by construction.
+_STEP = [
+    ("step", "train", 0, 0, 1000, None),
+    ("load_batch", "io", 1, 0, 120, "items"),
+    ("decode", None, 2, 5, 60, None),
+    ("collate", None, 2, 70, 45, None),
+    ("forward", "compute", 1, 125, 300, None),
+    *[(f"layer{i}", None, 2, 130 + 36 * i, 34, None) for i in range(8)],
+    *[("matmul", "kernel", 3, 132 + 36 * i, 20, None) for i in range(8)],
+    ("backward", "compute", 1, 430, 420, None),
+    *[(f"layer{i}.grad", None, 2, 435 + 50 * i, 48, None) for i in range(8)],
+    *[("matmul", "kernel", 3, 437 + 50 * i, 30, None) for i in range(8)],
+    ("allreduce", "sync/comms", 1, 855, 130, "bytes"),
+    ("checkpoint", None, 2, 985, 0, None),  # an instant at the allreduce's end
+    ("optimizer", "compute", 1, 986, 14, None),
+    ("lr_mark", None, 1, 1000, 0, None),  # an instant at the step's last tick
+]
+
+
+def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    per_step = len(_STEP)
+    steps = -(-n_spans // (per_step * n_threads))
+    names = sorted({s[0] for s in _STEP})
+    name_code = np.array([names.index(s[0]) for s in _STEP], np.int32)
+    # Category paths: a span without a category inherits its parent's path.
+    paths, stack = [], []
+    for name, category, depth, *_ in _STEP:
+        del stack[depth:]
+        parent_path = stack[-1] if stack else None
+        path = "/".join(p for p in (parent_path, category) if p) or None
+        paths.append(path)
+        stack.append(path)
+    categories = sorted({p for p in paths if p})
+    category_code = np.array([categories.index(p) if p else -1 for p in paths], np.int32)
+    depth = np.array([s[2] for s in _STEP], np.int32)
+    offset = np.array([s[3] for s in _STEP], np.int64)
+    duration = np.array([s[4] for s in _STEP], np.int64)
+    parent_index = np.full(per_step, -1)
+    for i in range(per_step):
+        for j in range(i - 1, -1, -1):
+            if depth[j] == depth[i] - 1:
+                parent_index[i] = j
+                break
+
+    tables = []
+    base = 1_760_000_000_000_000_000
+    next_id = 1
+    for thread in range(n_threads):
+        scale = rng.integers(900, 1400, steps)  # ns per tick: each step its own speed
+        gap = rng.integers(0, 5000, steps)
+        step_start = base + np.cumsum(np.r_[0, (1000 * scale + gap)[:-1]]) + thread * 777
+        start = (step_start[:, None] + offset[None, :] * scale[:, None]).ravel()
+        dur = (duration[None, :] * scale[:, None]).ravel()
+        ids = next_id + np.arange(steps * per_step, dtype=np.int64)
+        next_id += steps * per_step
+        parent = np.where(parent_index[None, :] >= 0,
+                          ids.reshape(steps, per_step)[:, np.maximum(parent_index, 0)], -1).ravel()
+        kinds = np.tile([s[5] for s in _STEP], steps)
+        arg = np.where(kinds == "bytes", rng.integers(1 << 20, 1 << 28, len(kinds)),
+                       np.where(kinds == "items", 256, 0))
+        tables.append({
+            "span_id": ids, "parent_id": parent, "name": np.tile(name_code, steps),
+            "category": np.tile(category_code, steps), "start_ns": start, "duration_ns": dur,
+            "depth": np.tile(depth, steps), "thread_id": np.full(len(ids), 70000 + thread),
+            "arg": arg, "has_arg": kinds != None,  # noqa: E711
+            "error": (rng.random(len(ids)) < 0.001) & (dur > 0),
+        })
+    columns = {key: np.concatenate([t[key] for t in tables]) for key in tables[0]}
+    # Drain order: per thread by end time, threads taken in rounds of 4096 spans.
+    end = columns["start_ns"] + columns["duration_ns"]
+    thread = columns["thread_id"] - 70000
+    order = np.lexsort((end, thread))
+    rank_in_thread = np.arange(len(order)) - np.searchsorted(thread[order], thread[order])
+    order = order[np.lexsort((thread[order], rank_in_thread // 4096))][:n_spans]
+    c = {key: value[order] for key, value in columns.items()}
+    thread_names = [f"worker-{i}" for i in range(n_threads)]
+    thread_names[0] = "MainThread"
+    metadata = {META_HOST: b"bench-host", META_START: str(base).encode()}
+    return pa.table({
+        "span_id": pa.array(c["span_id"], pa.uint64()),
+        "parent_id": pa.array(c["parent_id"], pa.uint64(), mask=c["parent_id"] < 0),
+        "name": pa.DictionaryArray.from_arrays(pa.array(c["name"], pa.int32()), pa.array(names)),
+        "category": pa.DictionaryArray.from_arrays(
+            pa.array(c["category"], pa.int32(), mask=c["category"] < 0), pa.array(categories)),
+        "start_ns": pa.array(c["start_ns"], pa.int64()),
+        "end_ns": pa.array(c["start_ns"] + c["duration_ns"], pa.int64()),
+        "duration_ns": pa.array(c["duration_ns"], pa.int64()),
+        "depth": pa.array(c["depth"], pa.int32()),
+        "thread_id": pa.array(c["thread_id"], pa.int64()),
+        "thread_name": pa.DictionaryArray.from_arrays(
+            pa.array(c["thread_id"] - 70000, pa.int32()), pa.array(thread_names)),
+        "pid": pa.array(np.full(len(order), 70000), pa.int64()),
+        "rank": pa.array(np.zeros(len(order), np.int32), pa.int32()),
+        "arg": pa.array(c["arg"], pa.int64(), mask=~c["has_arg"]),
+        "error": pa.array(c["error"], pa.bool_()),
+    }, schema=SPAN_SCHEMA.with_metadata(metadata))
+
+
+def best_of(repeat: int, fn) -> float:
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spans", type=int, default=1_000_000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--dir", default=None, help="where to write the files (default: a temporary folder)")
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    table = synthetic_table(args.spans, args.threads)
+    n = table.num_rows
+    print(f"{n:,} spans over {args.threads} threads, built in {time.perf_counter() - t0:.1f} s; "
+          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, pyarrow {pa.__version__}\n")
+
+    import orjson
+
+    reference_bytes = 0
+
+    def reference():
+        nonlocal reference_bytes
+        reference_bytes = len(orjson.dumps(table.to_pylist()))
+
+    reference_s = best_of(args.repeat, reference)
+
+    rows = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as directory:
+        for extension in (".parquet", ".arrow", ".json", ".json.gz", ".pftrace", ".csv"):
+            path = Path(directory) / f"bench{extension}"
+            export_s = best_of(args.repeat, lambda: hotspan_export.export(table, path))
+            size = path.stat().st_size
+            loaded = None
+
+            def load():
+                nonlocal loaded
+                loaded = hotspan_export.load(path)
+
+            load_s = best_of(args.repeat, load)
+            assert loaded.num_rows == n, (extension, loaded.num_rows)
+            rows.append((extension, export_s, size, load_s))
+            path.unlink()
+
+    header = f"{'format':<12}{'export s':>10}{'Mspans/s':>10}{'vs ref':>9}{'MB':>9}{'B/span':>8}{'load s':>9}{'Mspans/s':>10}"
+    print(header)
+    print("-" * len(header))
+    print(f"{'reference':<12}{reference_s:>10.3f}{n / reference_s / 1e6:>10.2f}{1:>8.1f}x"
+          f"{reference_bytes / 1e6:>9.1f}{reference_bytes / n:>8.0f}{'':>9}{'':>10}   orjson.dumps(table.to_pylist())")
+    for extension, export_s, size, load_s in rows:
+        print(f"{extension:<12}{export_s:>10.3f}{n / export_s / 1e6:>10.2f}{reference_s / export_s:>8.1f}x"
+              f"{size / 1e6:>9.1f}{size / n:>8.0f}{load_s:>9.3f}{n / load_s / 1e6:>10.2f}")
+
+    by_format = {extension: (export_s, load_s) for extension, export_s, _, load_s in rows}
+    targets = [
+        ("Chrome JSON export >= 3x faster than the reference", reference_s / by_format[".json"][0], 3.0, "x"),
+        ("Perfetto export >= 3x faster than the reference", reference_s / by_format[".pftrace"][0], 3.0, "x"),
+        ("Parquet export >= 10 M spans/s", n / by_format[".parquet"][0] / 1e6, 10.0, " M spans/s"),
+        ("load() of our Chrome JSON >= 1 M spans/s", n / by_format[".json"][1] / 1e6, 1.0, " M spans/s"),
+    ]
+    print()
+    failed = 0
+    for label, value, goal, unit in targets:
+        ok = value >= goal
+        failed += not ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}: {value:.1f}{unit}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
