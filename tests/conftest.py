@@ -1,11 +1,6 @@
 """Shared fixtures: every recorder test starts from an empty, enabled recorder."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 import hotspan
@@ -26,21 +21,3 @@ def fresh():
     _native._set_real_clock()
     hotspan.configure(capacity=DEFAULT_CAPACITY, memory_cap=DEFAULT_MEMORY_CAP, drain_thread=True)
     hotspan.drain()
-
-
-def rows(table):
-    """The table as a list of dicts with plain Python values (dictionaries decoded)."""
-    return table.to_pylist()
-
-
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run code in a fresh interpreter (for environment variables read at import, fork...)."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import hotspan
-from conftest import rows
+from _util import rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

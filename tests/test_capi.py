@@ -9,7 +9,7 @@ import pytest
 
 import hotspan
 from hotspan import _native
-from conftest import rows
+from _util import rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

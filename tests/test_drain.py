@@ -13,7 +13,7 @@ import pytest
 import hotspan
 from hotspan import _native
 from hotspan._schema import SPAN_SCHEMA
-from conftest import rows, run_python
+from _util import rows, run_python
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import hotspan
-from conftest import run_python
+from _util import run_python
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import hotspan
-from conftest import run_python
+from _util import run_python
 
 pytestmark = [
     pytest.mark.usefixtures("fresh"),

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 import hotspan
-from conftest import rows
+from _util import rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

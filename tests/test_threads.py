@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from conftest import rows
+from _util import rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import hotspan
-from conftest import rows
+from _util import rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

@@ -24,6 +24,7 @@ from ._native import (  # noqa: E402
 )
 from ._api import configure, drain, rank, traced  # noqa: E402
 from ._schema import SPAN_SCHEMA  # noqa: E402
+from .export import export, load  # noqa: E402
 
 
 def get_include() -> str:
@@ -47,8 +48,10 @@ __all__ = [
     "enable",
     "enabled",
     "end",
+    "export",
     "get_include",
     "instant",
+    "load",
     "rank",
     "set_thread_name",
     "span",

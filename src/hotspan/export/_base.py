@@ -1,0 +1,265 @@
+"""The interface every exporter shares, and what they all need around it.
+
+An exporter turns a span table (see ``hotspan._schema``) into one file format and back.
+The base class owns what must behave the same in every format:
+
+* writes are atomic: the format writes a temporary file beside the target, which is
+  fsynced and renamed into place, so an interrupted export never leaves a half file under
+  the final name (and never clobbers an existing one);
+* reads fail with a :class:`TraceFileError` (a ``ValueError``) or an ``OSError`` whose
+  message names the file and what is wrong, never a bare ``KeyError``/``IndexError``;
+* what a format reads back is conformed to ``SPAN_SCHEMA``.
+"""
+from __future__ import annotations
+
+import abc
+import contextlib
+import errno
+import os
+import secrets
+import struct
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._schema import SPAN_SCHEMA
+
+#: Rows per batch when a format streams the table to a file: memory held by an export
+#: is proportional to this, not to the table or the document.
+BATCH_ROWS = 1 << 16
+
+
+class TraceFileError(ValueError):
+    """A file that cannot be read as the expected format; the message names the file."""
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        self.path = os.fspath(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class Exporter(abc.ABC):
+    """One file format: ``write(table, path)`` and ``read(path)``.
+
+    Subclasses implement ``_write`` (to a temporary path, from a table already checked
+    against the span schema) and ``_read`` (any table with the span columns; the base
+    class conforms it).
+    """
+
+    #: Short name, accepted as ``export(..., format=name)``.
+    name: str = ""
+    #: File name endings, lower case, with the dot; the first is the canonical one.
+    extensions: tuple[str, ...] = ()
+    #: Whether the format stores the schema metadata (host, clock, dropped counts, ...).
+    keeps_metadata: bool = True
+    #: Whether a read gives back the rows in the order they were written.
+    keeps_row_order: bool = True
+
+    def write(self, table: pa.Table, path: str | os.PathLike) -> None:
+        """Write ``table`` to ``path`` atomically."""
+        table = check_span_table(table)
+        with atomic_path(path) as tmp_path:
+            self._write(table, tmp_path)
+
+    def read(self, path: str | os.PathLike) -> pa.Table:
+        """Read ``path`` back as a table with ``SPAN_SCHEMA``."""
+        path = Path(path)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a trace file", str(path))
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, "no such trace file", str(path))
+        try:
+            table = self._read(path)
+            return conform_to_schema(table, path)
+        except (TraceFileError, FileNotFoundError, PermissionError, IsADirectoryError, MemoryError):
+            raise
+        except RecursionError as exc:
+            raise TraceFileError(path, f"not a valid {self.name} file: nested too deeply") from exc
+        except (
+            pa.ArrowException, ValueError, OSError, EOFError, zlib.error, struct.error,
+            # A safety net: whatever a malformed file provokes deep in a parser must
+            # reach the caller as "this file is bad", with the file's name.
+            KeyError, IndexError, TypeError, AttributeError, OverflowError,
+        ) as exc:
+            raise TraceFileError(path, f"not a valid {self.name} file: {type(exc).__name__}: {exc}") from exc
+
+    @abc.abstractmethod
+    def _write(self, table: pa.Table, path: Path) -> None: ...
+
+    @abc.abstractmethod
+    def _read(self, path: Path) -> pa.Table: ...
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {'/'.join(self.extensions)}>"
+
+
+# --------------------------------------------------------------------------- atomic write
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` on success only.
+
+    The temporary file is created with ``0o666`` so the umask applies as it would to a
+    plain ``open(path, "w")`` (``mkstemp`` would leave the export readable by its owner only).
+    """
+    path = Path(path)
+    directory = path.parent
+    if not directory.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "directory to export into does not exist", str(directory))
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "cannot export over a directory", str(path))
+    tmp_path = directory / f".{path.name}.{secrets.token_hex(4)}.part"
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    os.close(fd)
+    try:
+        yield tmp_path
+        # Data first, then the name: a crash after the rename must not expose a file
+        # whose blocks never reached the disk.
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_path)
+        raise
+
+
+# --------------------------------------------------------------------------- schema checks
+
+_STRING_COLUMNS = ("name", "category", "thread_name")
+
+
+def _is_string_like(type_: pa.DataType) -> bool:
+    if pa.types.is_dictionary(type_):
+        type_ = type_.value_type
+    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
+
+
+def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """The table with the span columns in schema order and numeric types as in the schema.
+
+    String columns stay as they are (plain or dictionary-encoded, both allowed by the
+    contract); the schema metadata is kept.
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"export needs a pyarrow.Table of spans, not {type(table).__name__}")
+    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names]
+    if missing:
+        raise ValueError(f"not a span table: missing column(s) {', '.join(missing)}")
+    columns = []
+    fields = []
+    for field in SPAN_SCHEMA:
+        column = table.column(field.name)
+        if field.name in _STRING_COLUMNS:
+            if not _is_string_like(column.type):
+                raise ValueError(f"column {field.name!r} must hold strings, not {column.type}")
+            if pa.types.is_string_view(column.type) or pa.types.is_large_string(column.type):
+                column = column.cast(pa.string())
+            elif pa.types.is_dictionary(column.type) and column.type.value_type != pa.string():
+                column = column.cast(pa.dictionary(column.type.index_type, pa.string()))
+        elif column.type != field.type:
+            try:
+                column = column.cast(field.type)
+            except pa.ArrowInvalid as exc:
+                raise ValueError(f"column {field.name!r}: cannot convert {column.type} to {field.type}: {exc}") from exc
+        if not field.nullable and column.null_count:
+            raise ValueError(f"column {field.name!r} has {column.null_count} null value(s); the span schema does not allow any")
+        columns.append(column)
+        fields.append(pa.field(field.name, column.type, nullable=field.nullable))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict | None = None) -> pa.Table:
+    """``table`` cast to ``SPAN_SCHEMA`` exactly (dictionary-encoded strings), metadata kept.
+
+    ``metadata`` (bytes -> bytes) replaces the table's own schema metadata when given.
+    """
+    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names]
+    if missing:
+        raise TraceFileError(path, f"not a span table: missing column(s) {', '.join(missing)}")
+    columns = []
+    for field in SPAN_SCHEMA:
+        column = table.column(field.name)
+        if column.type != field.type:
+            if pa.types.is_dictionary(field.type):
+                if pa.types.is_dictionary(column.type):
+                    column = column.cast(pa.dictionary(pa.int32(), pa.string()))
+                else:
+                    column = pc.dictionary_encode(column.cast(pa.string()))
+            else:
+                try:
+                    column = column.cast(field.type)
+                except pa.ArrowInvalid as exc:
+                    raise TraceFileError(path, f"column {field.name!r}: {exc}") from exc
+        if not field.nullable and column.null_count:
+            raise TraceFileError(path, f"column {field.name!r} has {column.null_count} missing value(s)")
+        columns.append(column)
+    if metadata is None:
+        metadata = table.schema.metadata
+    schema = SPAN_SCHEMA.with_metadata(metadata) if metadata else SPAN_SCHEMA
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """A progress bar on stderr for work that turns out to take over a second.
+
+    Nothing is shown when stderr is not a terminal, nor for work that ends within the
+    first second: the bar appears lazily, on the first ``advance`` after that.
+    """
+
+    DELAY_S = 1.0
+
+    def __init__(self, total: int, description: str):
+        self.total = max(int(total), 1)
+        self.description = description
+        self.done = 0
+        self._started = time.monotonic()
+        self._rich = None
+        self._task = None
+        self._enabled = _stderr_is_terminal()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def advance(self, amount: int) -> None:
+        self.done += amount
+        if self._rich is None:
+            if not self._enabled or time.monotonic() - self._started < self.DELAY_S:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress as RichProgress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+            self._rich = RichProgress(
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
+                console=Console(file=sys.stderr), transient=True,
+            )
+            self._rich.start()
+            self._task = self._rich.add_task(self.description, total=self.total, completed=self.done)
+        else:
+            self._rich.update(self._task, completed=self.done)
+
+    def close(self) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+            self._rich = None
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
