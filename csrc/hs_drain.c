@@ -16,6 +16,7 @@
 
 #include "hs_clock.h"
 #include "hs_intern.h"
+#include "hs_live.h"
 #include "hs_recorder.h"
 
 typedef struct hs_segment {
@@ -82,15 +83,19 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
                              uint64_t nb) {
     uint64_t spans = 0, seq = info->drain_seq;
     uint64_t i = 0, n = na + nb;
+    int live = atomic_load_explicit(&hs_live_on, memory_order_relaxed);
     while (i < n) {
         const hs_record *r = i < na ? &a[i] : &b[i - na];
-        if (hs_rec_flags(r) & HS_F_EXT) {
+        uint32_t flags = hs_rec_flags(r);
+        if (flags & HS_F_EXT) {
             uint64_t j = i + 1;
             const hs_record_ext *x = (const hs_record_ext *)(j < na ? &a[j] : &b[j - na]);
             seq = x->seq;
+            if (live) hs_live_offer(info, r->start, x->dur, r->arg, x->pair, x->depth, flags);
             i += 2;
         } else {
             seq = hs_seq_extend(seq, hs_rec_seq32(r));
+            if (live) hs_live_offer(info, r->start, hs_rec_dur(r), r->arg, hs_rec_pair(r), hs_rec_depth(r), flags);
             i += 1;
         }
         spans++;
@@ -185,6 +190,7 @@ static double sweep_locked(void) {
         r = next;
     }
     for (int i = 0; i < ndead; i++) hs_ring_destroy(dead[i]);
+    if (atomic_load_explicit(&hs_live_on, memory_order_relaxed)) hs_live_flush();
     return max_fill;
 }
 

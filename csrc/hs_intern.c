@@ -234,3 +234,17 @@ void hs_string_snapshot_free(hs_string_snapshot *s) {
     s->blob = NULL;
     s->offsets = NULL;
 }
+
+char *hs_intern_string_dup(uint32_t id, size_t *len) {
+    char *out = NULL;
+    pthread_mutex_lock(&intern_lock);
+    if (id > 0 && id < str_count) {
+        out = malloc(str_len[id] + 1);
+        if (out) {
+            memcpy(out, str_text[id], str_len[id] + 1);
+            *len = str_len[id];
+        }
+    }
+    pthread_mutex_unlock(&intern_lock);
+    return out;
+}

@@ -51,6 +51,9 @@ typedef struct hs_string_snapshot {
 int hs_intern_strings_snapshot(hs_string_snapshot *out);
 void hs_string_snapshot_free(hs_string_snapshot *s);
 
+/* A malloc'd copy of one string (NULL for id 0 or out of memory). */
+char *hs_intern_string_dup(uint32_t id, size_t *len);
+
 /* Lock-order participation for fork (see hs_registry.c). */
 void hs_intern_lock(void);
 void hs_intern_unlock(void);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hs_live.h"
 #include "hs_recorder.h"
 #include "include/hotspan.h"
 
@@ -785,6 +786,111 @@ static PyObject *py_thread_registered(PyObject *m, PyObject *a) {
     return PyBool_FromLong(hs_tls != NULL);
 }
 
+/* ---- live log feed -------------------------------------------------------------------- */
+
+static PyObject *py_live_start(PyObject *m, PyObject *args) {
+    (void)m;
+    unsigned long long min_ticks;
+    unsigned int capacity;
+    if (!PyArg_ParseTuple(args, "KI:_live_start", &min_ticks, &capacity)) return NULL;
+    if (hs_live_start(min_ticks, capacity) < 0) return PyErr_NoMemory();
+    hs_drainer_ensure();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_sweep(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    Py_BEGIN_ALLOW_THREADS
+    hs_drain_sweep();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_live_stop(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    hs_live_stop();
+    Py_RETURN_NONE;
+}
+
+static PyObject *pair_strings(uint32_t pair, PyObject *cache) {
+    PyObject *key = PyLong_FromUnsignedLong(pair);
+    if (!key) return NULL;
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    if (hit || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return hit ? Py_NewRef(hit) : NULL;
+    }
+    hs_pair *chunk = atomic_load_explicit(&hs_pair_chunks[pair >> HS_PAIR_CHUNK_BITS], memory_order_acquire);
+    uint32_t name_id = chunk ? chunk[pair & (HS_PAIR_CHUNK - 1)].name : 0;
+    uint32_t path_id = chunk ? chunk[pair & (HS_PAIR_CHUNK - 1)].path : 0;
+    size_t len = 0;
+    char *name = hs_intern_string_dup(name_id, &len);
+    PyObject *pyname = PyUnicode_DecodeUTF8(name ? name : "", name ? (Py_ssize_t)len : 0, "replace");
+    free(name);
+    PyObject *pycat = Py_NewRef(Py_None);
+    if (path_id) {
+        char *cat = hs_intern_string_dup(path_id, &len);
+        Py_DECREF(pycat);
+        pycat = PyUnicode_DecodeUTF8(cat ? cat : "", cat ? (Py_ssize_t)len : 0, "replace");
+        free(cat);
+    }
+    PyObject *value = pyname && pycat ? PyTuple_Pack(2, pyname, pycat) : NULL;
+    Py_XDECREF(pyname);
+    Py_XDECREF(pycat);
+    if (value && PyDict_SetItem(cache, key, value) < 0) Py_CLEAR(value);
+    Py_DECREF(key);
+    return value;
+}
+
+/* _live_take(timeout_ms) -> ([(start_ns, duration_ns, thread_id, thread_name, name,
+ * category, arg, error, depth), ...], skipped). Waits without the GIL. */
+static PyObject *py_live_take(PyObject *m, PyObject *arg) {
+    (void)m;
+    long timeout_ms = PyLong_AsLong(arg);
+    if (timeout_ms == -1 && PyErr_Occurred()) return NULL;
+    hs_live_entry *entries = NULL;
+    uint64_t skipped = 0;
+    uint32_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = hs_live_take(&entries, &skipped, timeout_ms < 0 ? 0 : (uint32_t)timeout_ms);
+    Py_END_ALLOW_THREADS
+    hs_clock_seg *clk = NULL;
+    uint32_t nclk = n ? hs_clock_snapshot(&clk) : 0;
+    PyObject *list = PyList_New(0), *cache = PyDict_New(), *out = NULL;
+    if (!list || !cache || (n && !nclk)) goto done;
+    for (uint32_t i = 0; i < n; i++) {
+        hs_live_entry *e = &entries[i];
+        PyObject *strings = pair_strings(e->pair, cache);
+        if (!strings) goto done;
+        int64_t st = hs_clock_convert(clk, nclk, e->start);
+        int64_t en = hs_clock_convert(clk, nclk, e->start + e->dur);
+        hs_registry_lock();
+        PyObject *tname = PyUnicode_DecodeUTF8(e->info->name ? e->info->name : "",
+                                               e->info->name ? (Py_ssize_t)strlen(e->info->name) : 0, "replace");
+        int64_t tid = e->info->tid;
+        hs_registry_unlock();
+        PyObject *row = tname ? Py_BuildValue("(LLLOOON" "Ni)", (long long)st, (long long)(en - st), (long long)tid,
+                                              tname, PyTuple_GET_ITEM(strings, 0), PyTuple_GET_ITEM(strings, 1),
+                                              (e->flags & HS_F_ARG) ? PyLong_FromLongLong(e->arg) : Py_NewRef(Py_None),
+                                              PyBool_FromLong(e->flags & HS_F_ERROR), (int)e->depth)
+                              : NULL;
+        Py_XDECREF(tname);
+        Py_DECREF(strings);
+        if (!row || PyList_Append(list, row) < 0) {
+            Py_XDECREF(row);
+            goto done;
+        }
+        Py_DECREF(row);
+    }
+    out = Py_BuildValue("(OK)", list, (unsigned long long)skipped);
+done:
+    free(entries);
+    free(clk);
+    Py_XDECREF(list);
+    Py_XDECREF(cache);
+    return out;
+}
+
 /* ---- the benchmark floor -------------------------------------------------------------- */
 
 /* A context manager whose __enter__/__exit__ do nothing, built exactly like span's
@@ -851,6 +957,10 @@ static PyMethodDef module_methods[] = {
     {"_set_hooks", py_set_hooks, METH_VARARGS, NULL},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
     {"_thread_registered", py_thread_registered, METH_NOARGS, NULL},
+    {"_live_start", py_live_start, METH_VARARGS, NULL},
+    {"_live_stop", py_live_stop, METH_NOARGS, NULL},
+    {"_sweep", py_sweep, METH_NOARGS, NULL},
+    {"_live_take", py_live_take, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,7 @@ from ._native import (  # noqa: E402
 from ._api import configure, drain, rank, traced  # noqa: E402
 from ._schema import SPAN_SCHEMA  # noqa: E402
 from .export import export, load  # noqa: E402
+from .live import live  # noqa: E402
 
 
 def get_include() -> str:
@@ -51,6 +52,7 @@ __all__ = [
     "export",
     "get_include",
     "instant",
+    "live",
     "load",
     "rank",
     "set_thread_name",
