@@ -39,7 +39,15 @@ def test_demo_writes_parquet_and_prints_a_summary(tmp_path):
     # the summary: spans, threads, dropped, per-name count and mean
     assert f"{t.num_rows:,} spans" in proc.stdout and "4 threads" in proc.stdout and "0 dropped" in proc.stdout
     assert "allreduce" in proc.stdout and "mean" in proc.stdout
-    assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
+    # the stats table and the Gantt chart, one row per worker
+    assert "p99" in proc.stdout and "self" in proc.stdout
+    assert sum(1 for line in proc.stdout.splitlines() if line.startswith("r0 worker-")) == 3
+    # a Chrome JSON copy beside the Parquet, for Perfetto UI, with the same spans
+    beside = tmp_path / "hotspan-demo.json"
+    from hotspan.export import load
+
+    assert load(beside).num_rows == t.num_rows
+    assert sorted(tmp_path.iterdir()) == [beside, out]  # no temporary file left behind
 
 
 def test_demo_output_option(tmp_path):

@@ -26,6 +26,7 @@ from ._api import configure, drain, rank, traced  # noqa: E402
 from ._schema import SPAN_SCHEMA  # noqa: E402
 from .export import export, load  # noqa: E402
 from .live import live  # noqa: E402
+from .stats import phases, stats  # noqa: E402
 
 
 def get_include() -> str:
@@ -54,9 +55,11 @@ __all__ = [
     "instant",
     "live",
     "load",
+    "phases",
     "rank",
     "set_thread_name",
     "span",
+    "stats",
     "traced",
     "traced_function",
 ]

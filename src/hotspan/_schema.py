@@ -41,6 +41,8 @@ META_ARGV = b"hotspan.argv"  # JSON list
 META_DROPPED = b"hotspan.dropped"  # JSON: {"total": n, "threads": {thread_id: n}}
 META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
+# JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
+META_ENV = b"hotspan.env"
 
 
 def empty_table() -> pa.Table:

@@ -18,6 +18,7 @@ from ._schema import (
     META_ARGV,
     META_CLOCK,
     META_DROPPED,
+    META_ENV,
     META_HOST,
     META_PID,
     META_PYTHON,
@@ -58,7 +59,24 @@ def metadata(
         ).encode(),
         META_RANK: str(rank).encode(),
         META_PID: str(pid).encode(),
+        META_ENV: json.dumps(environment(version)).encode(),
     }
+
+
+def environment(version: str) -> dict[str, Any]:
+    """What a run's timings depend on besides the code: host, versions, recorder configuration,
+    with a digest of it all so that two traces can be checked for comparability at a glance."""
+    import hashlib
+
+    from . import _native
+
+    pending = _native._pending()
+    # drain_period_us is left out: it adapts to the load while recording, so it would make
+    # every run look different.
+    config = {key: pending[key] for key in ("capacity", "memory_cap", "drain_thread")}
+    env = {"host": socket.gethostname(), "python": platform.python_version(), "hotspan": version, "config": config}
+    env["digest"] = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
+    return env
 
 
 def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table:

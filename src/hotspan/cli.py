@@ -1,91 +1,444 @@
-"""The ``hotspan`` command line."""
+"""The ``hotspan`` command line (also ``python -m hotspan``).
+
+Every command that reads a trace takes any format ``hotspan.export.load`` reads. Bad input
+(a missing or corrupt file, an unknown format, a bad option) is one line on stderr naming
+the file and the problem, and exit status 2; files are written under a temporary name and
+renamed into place.
+"""
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 EXIT_BAD_INPUT = 2
+DEFAULT_BY = ("category", "name")
 
 
 class CliError(Exception):
     """Bad input: reported as one line on stderr, exit status 2."""
 
 
-def _write_parquet_atomically(table: pa.Table, path: Path) -> None:
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` a file beside ``path``, then rename it over ``path``: a reader never
+    sees half a file, and a failed write leaves nothing behind."""
+    if path.is_dir():
+        raise CliError(f"{path}: is a directory, not a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is an ordinary file
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def summarize(table: pa.Table) -> pa.Table:
-    """Per name: count and mean duration, largest total first."""
-    grouped = table.group_by("name").aggregate(
-        [("duration_ns", "count"), ("duration_ns", "mean"), ("duration_ns", "sum")]
-    )
-    order = pc.sort_indices(grouped, sort_keys=[("duration_ns_sum", "descending")])
-    return grouped.take(order)
+def _check_output(path: str | os.PathLike, *, trace: bool = True) -> Path:
+    """An output path, checked before any work: known format, not a directory; its missing
+    directories are made now."""
+    path = Path(path)
+    if trace:
+        from .export import exporter_for
+
+        try:
+            exporter_for(path)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    if path.is_dir():
+        raise CliError(f"{path}: is a directory, not a file to write")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
-def _print_summary(table: pa.Table, path: Path, elapsed: float, dropped: int) -> None:
+def _beside(path: Path, extension: str) -> Path:
+    """``path`` with its trace extension (``.json.gz`` counts as one) replaced."""
+    from .export import FORMATS
+
+    name = path.name
+    for known in sorted(FORMATS, key=len, reverse=True):
+        if name.lower().endswith(known):
+            return path.with_name(name[: -len(known)] + extension)
+    return path.with_name(path.stem + extension)
+
+
+def _export(table: pa.Table, path: Path) -> None:
+    from .export import export
+
+    try:
+        export(table, path)
+    except ValueError as exc:
+        raise CliError(f"{path}: {exc}") from None
+
+
+def _load_one(path: str) -> pa.Table:
+    from .export import load
+
+    try:
+        return load(path)
+    except ValueError as exc:  # TraceFileError and unknown extensions name the file already
+        message = str(exc)
+        raise CliError(message if path in message else f"{path}: {message}") from None
+
+
+def _load(paths: Sequence[str]) -> pa.Table:
+    """One table from one or more traces (ranks written to separate files, say)."""
+    tables = [_load_one(p) for p in paths]
+    if len(tables) == 1:
+        return tables[0]
+    # The first file's metadata stands for the whole (concat_tables keeps it).
+    return pa.concat_tables([t.cast(tables[0].schema) for t in tables])
+
+
+def _by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str, ...]:
+    from ._schema import SPAN_SCHEMA
+
+    if text is None:
+        return tuple(default)
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not keys:
+        raise CliError("--by: give one or more column names, comma-separated")
+    unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+    if unknown:
+        raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+    if len(set(keys)) != len(keys):
+        raise CliError(f"--by: a column is named twice in {text!r}")
+    return keys
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _console(stderr: bool = False, min_width: int = 220):
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
-    threads = len(pc.unique(table.column("thread_id")))
-    console.print(
-        f"[bold]hotspan demo[/bold]: {table.num_rows:,} spans on {threads} threads in {elapsed:.2f} s, "
-        f"{dropped:,} dropped -> [cyan]{path}[/cyan]"
-    )
-    out = Table(show_header=True, header_style="bold")
-    out.add_column("name")
-    out.add_column("count", justify="right")
-    out.add_column("mean", justify="right")
-    out.add_column("total", justify="right")
-    for row in summarize(table).to_pylist():
-        out.add_row(
-            str(row["name"]),
-            f"{row['duration_ns_count']:,}",
-            _human_ns(row["duration_ns_mean"]),
-            _human_ns(row["duration_ns_sum"]),
-        )
-    console.print(out)
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:  # piped or captured: don't squeeze the tables into 80 columns
+        console = Console(stderr=stderr, highlight=False, width=max(min_width, console.width))
+    return console
 
 
 def _human_ns(ns: float | None) -> str:
-    if ns is None:
+    from .report._layout import human_ns
+
+    return human_ns(ns)
+
+
+def _fmt_count(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.2f} {unit}"
-    return f"{ns:.0f} ns"
+    if isinstance(value, float):
+        return f"{int(value):,}" if value.is_integer() else f"{value:,.1f}"
+    return f"{value:,}"
+
+
+def _fmt_rate(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}/s"
+    return f"{value:.1f} /s"
+
+
+def _stats_renderable(result: pa.Table, by: Sequence[str], title: str | None = None):
+    from rich.table import Table
+
+    out = Table(show_header=True, header_style="bold", title=title, title_justify="left")
+    for key in by:
+        out.add_column(key)
+    heads = ("count", "total", "self", "mean", "min", "p50", "p90", "p99", "max", "share", "errors", "arg/s")
+    for head in heads:
+        out.add_column(head, justify="right")
+    for row in result.to_pylist():
+        share = row["share"]
+        out.add_row(
+            *("-" if row[k] is None else str(row[k]) for k in by),
+            f"{row['count']:,}",
+            *(_human_ns(row[c]) for c in ("total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns",
+                                            "p99_ns", "max_ns")),
+            "-" if share is None or math.isnan(share) else f"{share * 100:.1f}%",
+            f"{row['errors']:,}" if row["errors"] else "0",
+            _fmt_rate(row["arg_per_s"]),
+        )
+    return out
+
+
+def _phases_renderable(result: pa.Table):
+    from rich.table import Table
+
+    out = Table(show_header=True, header_style="bold", title="phases", title_justify="left")
+    for head, justify in (("rank", "left"), ("phase", "left"), ("time", "right"), ("steps", "right"),
+                          ("per step", "right"), ("share", "right")):
+        out.add_column(head, justify=justify)
+    for row in result.to_pylist():
+        top = row["phase"] == row["category"]
+        share = row["share"]
+        out.add_row(
+            "mean" if row["rank"] is None else str(row["rank"]),
+            row["phase"] if top else "  " + row["phase"],
+            _human_ns(row["time_ns"]),
+            _fmt_count(row["steps"]),
+            _human_ns(row["per_step_ns"]),
+            "-" if share is None or math.isnan(share) else f"{share * 100:.0f}%",
+            style="bold" if top else None,
+        )
+    return out
+
+
+def _sorted(result: pa.Table, column: str, by: Sequence[str]) -> pa.Table:
+    # Keys read best A to Z; numbers biggest first.
+    order = "ascending" if column in by else "descending"
+    return result.take(pc.sort_indices(result, sort_keys=[(column, order)]))  # nulls last
+
+
+def _json_rows(result: pa.Table) -> str:
+    def clean(value: Any) -> Any:
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    rows = [{k: clean(v) for k, v in row.items()} for row in result.to_pylist()]
+    return json.dumps(rows, indent=1, default=str)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    # (``from . import stats`` would give the function: hotspan.stats is both.)
+    from .stats import STAT_COLUMNS, phases, stats
+
+    by = _by(args.by)
+    sort = args.sort or "total_ns"
+    if sort not in (*by, *STAT_COLUMNS):
+        raise CliError(f"--sort: no column {sort!r}; choose from {', '.join((*by, *STAT_COLUMNS))}")
+    if args.top is not None and args.top < 1:
+        raise CliError(f"--top must be at least 1, not {args.top}")
+    csv_path = _check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
+    table = _load(args.traces)
+    result = _sorted(stats(table, by=by), sort, by)
+    if args.top is not None:
+        result = result.slice(0, args.top)
+    if csv_path is not None:
+        import pyarrow.csv as pcsv
+
+        _write_atomically(csv_path, lambda tmp: pcsv.write_csv(result, tmp))
+    if args.json:
+        print(_json_rows(result))
+        return 0
+    console = _console()
+    console.print(_stats_renderable(result, by))
+    phase_rows = phases(table)
+    if phase_rows.num_rows:
+        console.print(_phases_renderable(phase_rows))
+    if csv_path is not None:
+        console.print(f"wrote {result.num_rows} rows to [cyan]{csv_path}[/cyan]")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    out = _check_output(args.output)
+    table = _load([args.trace])
+    _export(table, out)
+    print(f"{table.num_rows:,} spans: {args.trace} -> {out}")
+    return 0
+
+
+def cmd_gantt(args: argparse.Namespace) -> int:
+    from .report import gantt, step_gantts
+
+    if args.width < 10:
+        raise CliError(f"--width must be at least 10, not {args.width}")
+    table = _load([args.trace])
+    console = _console(min_width=args.width + 50)
+    if args.step is None:
+        console.print(gantt(table, width=args.width))
+        return 0
+    try:
+        charts = step_gantts(table, args.step, width=args.width)
+    except ValueError as exc:
+        raise CliError(f"{args.trace}: {exc}") from None
+    for chart in charts:
+        console.print(chart)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import html_report
+
+    out = _check_output(args.output, trace=False)
+    table = _load([args.trace])
+    page = html_report(table, title=args.title or f"hotspan report: {Path(args.trace).name}")
+    _write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    print(f"{table.num_rows:,} spans -> {out}")
+    return 0
+
+
+def _environment(table: pa.Table) -> dict | None:
+    from ._schema import META_ENV
+
+    raw = (table.schema.metadata or {}).get(META_ENV)
+    if raw is None:
+        return None
+    try:
+        env = json.loads(raw)
+        return env if isinstance(env, dict) else None
+    except ValueError:
+        return None
+
+
+def compare_tables(base: pa.Table, new: pa.Table, *, by: Sequence[str] = DEFAULT_BY, threshold: float = 0.05,
+                   min_count: int = 1) -> list[dict]:
+    """Per span group: count, p50, mean and p99 before and after, their change (a fraction)
+    and a verdict: ``slower`` (p50 or mean up by more than ``threshold``), ``faster`` (p50
+    or mean down by more, neither up), ``same``, ``new``, ``gone``, or ``few`` (fewer than
+    ``min_count`` spans on either side: not judged)."""
+    from .stats import stats
+
+    before = {tuple(r[k] for k in by): r for r in stats(base, by=by).to_pylist()}
+    after = {tuple(r[k] for k in by): r for r in stats(new, by=by).to_pylist()}
+    rows = []
+    for key in list(before) + [k for k in after if k not in before]:
+        b, a = before.get(key), after.get(key)
+        row: dict[str, Any] = dict(zip(by, key))
+        for side, stat in (("base", b), ("new", a)):
+            row[f"count_{side}"] = stat["count"] if stat else 0
+            for column in ("p50_ns", "mean_ns", "p99_ns"):
+                row[f"{column}_{side}"] = stat[column] if stat else None
+        for column in ("p50_ns", "mean_ns", "p99_ns"):
+            row[f"{column}_change"] = _change(row[f"{column}_base"], row[f"{column}_new"])
+        if b is None:
+            verdict = "new"
+        elif a is None:
+            verdict = "gone"
+        elif min(b["count"], a["count"]) < min_count:
+            verdict = "few"
+        else:
+            changes = [row["p50_ns_change"], row["mean_ns_change"]]
+            if any(c is not None and c > threshold for c in changes):
+                verdict = "slower"
+            elif any(c is not None and c < -threshold for c in changes):
+                verdict = "faster"
+            else:
+                verdict = "same"
+        row["verdict"] = verdict
+        rows.append(row)
+    return rows
+
+
+def _change(before: float | None, after: float | None) -> float | None:
+    if before is None or after is None:
+        return None
+    if before == 0:
+        return 0.0 if after == 0 else math.inf
+    return (after - before) / before
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    by = _by(args.by)
+    if args.threshold < 0 or not math.isfinite(args.threshold):
+        raise CliError(f"--threshold must be a fraction >= 0 (0.05 is 5%), not {args.threshold}")
+    if args.min_count < 1:
+        raise CliError(f"--min-count must be at least 1, not {args.min_count}")
+    base, new = _load([args.base]), _load([args.new])
+    env_base, env_new = _environment(base), _environment(new)
+    if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
+        differences = [
+            f"{key} {env_base.get(key)!s} -> {env_new.get(key)!s}"
+            for key in ("host", "python", "hotspan", "config") if env_base.get(key) != env_new.get(key)
+        ]
+        print(f"hotspan compare: warning: the traces were recorded in different environments "
+              f"({'; '.join(differences) or 'digests differ'}): timings may not be comparable", file=sys.stderr)
+    elif not (env_base and env_new):
+        missing = args.base if not env_base else args.new
+        print(f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
+              f"environments match", file=sys.stderr)
+    rows = compare_tables(base, new, by=by, threshold=args.threshold, min_count=args.min_count)
+    slower = [r for r in rows if r["verdict"] == "slower"]
+    if args.json:
+        print(json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                          for r in rows], indent=1, default=str))
+    else:
+        out = Table(show_header=True, header_style="bold")
+        for key in by:
+            out.add_column(key)
+        for head in ("count", "p50", "Δp50", "mean", "Δmean", "p99", "Δp99", "verdict"):
+            out.add_column(head, justify="left" if head == "verdict" else "right")
+        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim"}
+        for r in rows:
+            out.add_row(
+                *("-" if r[k] is None else str(r[k]) for k in by),
+                f"{r['count_base']:,} → {r['count_new']:,}",
+                *(cell for column in ("p50_ns", "mean_ns", "p99_ns") for cell in (
+                    f"{_human_ns(r[column + '_base'])} → {_human_ns(r[column + '_new'])}",
+                    _fmt_change(r[column + "_change"]))),
+                r["verdict"],
+                style=styles.get(r["verdict"]),
+            )
+        console = _console()
+        console.print(out)
+        console.print(f"{len(slower)} of {len(rows)} slower by more than {args.threshold * 100:g}% (p50 or mean)")
+    return 1 if slower else 0
+
+
+def _fmt_change(change: float | None) -> str:
+    if change is None:
+        return "-"
+    if math.isinf(change):
+        return "+inf%"
+    return f"{change * 100:+.1f}%"
+
+
+def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped: int, *, label: str,
+                             stderr: bool = False, top: int | None = None) -> None:
+    from .stats import stats
+
+    console = _console(stderr=stderr)
+    threads = len(pc.unique(table.column("thread_id"))) if table.num_rows else 0
+    console.print(
+        f"[bold]hotspan {label}[/bold]: {table.num_rows:,} spans on {threads} threads in {elapsed:.2f} s, "
+        f"{dropped:,} dropped -> [cyan]{path}[/cyan]"
+    )
+    if table.num_rows:
+        result = stats(table)
+        if top is not None:
+            result = result.slice(0, top)
+        console.print(_stats_renderable(result, DEFAULT_BY))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     import hotspan
     from hotspan import demo
 
+    from .report import gantt
+
     if args.threads < 1 or args.steps < 1:
         raise CliError("--threads and --steps must be at least 1")
-    out = Path(args.output)
-    if out.exists() and out.is_dir():
-        raise CliError(f"{out}: is a directory, not a file to write")
+    out = _check_output(args.output)
+    # Beside the trace, a Chrome JSON copy that Perfetto UI opens directly.
+    perfetto_json = _beside(out, ".json") if not out.name.lower().endswith(".json") else None
     hotspan.enable()
     hotspan.drain()  # start from nothing
     before = hotspan.dropped()
@@ -93,42 +446,223 @@ def cmd_demo(args: argparse.Namespace) -> int:
     demo.run(threads=args.threads, steps=args.steps)
     elapsed = time.perf_counter() - start
     table = hotspan.drain()
-    _write_parquet_atomically(table, out)
-    _print_summary(table, out, elapsed, hotspan.dropped() - before)
+    _export(table, out)
+    if perfetto_json is not None:
+        _export(table, perfetto_json)
+    _print_recording_summary(table, out, elapsed, hotspan.dropped() - before, label="demo")
+    console = _console()
+    console.print(gantt(table, width=100))
+    if perfetto_json is not None:
+        console.print(f"open [cyan]{perfetto_json}[/cyan] in https://ui.perfetto.dev to explore the timeline")
     return 0
 
 
+def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``run``'s own options from the program and its arguments.
+
+    Everything after the script (or after ``-m MODULE``) belongs to the program, options
+    included, as with ``python -m cProfile``.
+    """
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-o", "--output"):
+            i += 2
+        elif arg.startswith("--output=") or (arg.startswith("-o") and len(arg) > 2):
+            i += 1
+        elif arg == "-m":
+            return argv[: i + 2], argv[i + 2 :]
+        elif arg.startswith("-m") and len(arg) > 2:
+            return argv[: i + 1], argv[i + 1 :]
+        elif arg == "--":
+            return argv[:i], argv[i + 1 :]
+        elif arg.startswith("-"):
+            i += 1  # --help or a bad option: argparse speaks to it
+        else:
+            return argv[:i], argv[i:]
+    return argv, []
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import importlib.util
+    import runpy
+    import threading
+    import traceback
+
+    import hotspan
+
+    program: list[str] = args.program
+    if args.module is None and not program:
+        raise CliError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
+    out = _check_output(args.output)
+    if args.module is not None:
+        try:
+            found = importlib.util.find_spec(args.module)
+        except (ImportError, ValueError) as exc:
+            raise CliError(f"{args.module}: cannot import: {exc}") from None
+        if found is None:
+            raise CliError(f"{args.module}: no module of that name")
+        run_argv = [found.origin or args.module, *program]
+        path_entry = os.getcwd()
+    else:
+        script = Path(program[0])
+        if not script.is_file():
+            raise CliError(f"{script}: no such script" if not script.exists() else f"{script}: not a file")
+        run_argv = [str(script), *program[1:]]
+        path_entry = str(script.resolve().parent)
+
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    hotspan.enable()
+    hotspan.drain()  # only the program's spans
+    dropped_before = hotspan.dropped()
+    status = 0
+    start = time.perf_counter()
+    sys.argv[:] = run_argv
+    sys.path.insert(0, path_entry)
+    try:
+        if args.module is not None:
+            runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(run_argv[0], run_name="__main__")
+    except SystemExit as exc:  # the program's own exit status passes through
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException as exc:  # the program failed: report it as Python would, keep its spans
+        tb = exc.__traceback__
+        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
+            tb = tb.tb_next  # hotspan's and runpy's own frames are noise to the program's author
+        traceback.print_exception(type(exc), exc, tb)
+        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+    finally:
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+    # As the interpreter would at exit: let the program's non-daemon threads finish.
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    elapsed = time.perf_counter() - start
+    table = hotspan.drain()
+    _export(table, out)
+    # The summary goes to stderr: the program's stdout stays the program's.
+    _print_recording_summary(table, out, elapsed, hotspan.dropped() - dropped_before, label="run", stderr=True,
+                             top=20)
+    return status
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _add(sub, name: str, help: str, description: str, example: str, func) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  " + example.replace("\n", "\n  "),
+    )
+    parser.set_defaults(func=func)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hotspan",
-        description="Record spans in hot loops; inspect the traces.",
+        description="Record spans in hot loops; inspect the traces. A TRACE is any format hotspan "
+        "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv) or a Chrome JSON trace.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  hotspan demo --threads 4 --steps 50",
+        epilog="example:\n  hotspan demo --threads 4 --steps 50\n  hotspan stats hotspan-demo.parquet --top 10",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser(
-        "demo",
-        help="run a built-in multi-threaded workload and write hotspan-demo.parquet",
-        description="Run a built-in workload (nested compute blocks, communication with byte counts, data "
-        "loading) on several threads, write the spans to a Parquet file and print a summary.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  hotspan demo --threads 8 --steps 100 -o /tmp/demo.parquet",
-    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    demo = _add(sub, "demo", "run a built-in multi-threaded workload and write hotspan-demo.parquet",
+                "Run a built-in workload (nested compute blocks, communication with byte counts, data loading) "
+                "on several threads, write the spans to a trace (format from the extension) and a Chrome JSON "
+                "copy beside it for Perfetto UI, and print statistics and a timeline.",
+                "hotspan demo --threads 8 --steps 100 -o /tmp/demo.parquet", cmd_demo)
     demo.add_argument("--threads", type=int, default=4, help="worker threads (default 4)")
     demo.add_argument("--steps", type=int, default=50, help="training-like steps per thread (default 50)")
     demo.add_argument("-o", "--output", default="hotspan-demo.parquet", help="where to write the spans")
-    demo.set_defaults(func=cmd_demo)
-    return parser
 
+    stats = _add(sub, "stats", "statistics per span: count, total, self, percentiles, share, args",
+                 "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
+                 "(total minus direct children), mean, min, p50, p90, p99 (exact), max, share of the wall time, "
+                 "errors, arg sum and arg per second; then the phases (each top-level category's time, steps, "
+                 "and its sub-categories' shares). Several traces (one per rank, say) are taken together.",
+                 "hotspan stats trace.parquet --top 10\n"
+                 "hotspan stats rank*.parquet --by rank,name --sort p99_ns --json\n"
+                 "hotspan stats trace.json --csv out/stats.csv", cmd_stats)
+    stats.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format")
+    stats.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
+    stats.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
+    stats.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
+    stats.add_argument("--sort", metavar="COL", help="column to sort by (default total_ns; numbers biggest first)")
+    stats.add_argument("--top", type=int, metavar="N", help="only the first N rows")
+
+    export = _add(sub, "export", "convert a trace from any supported format to any other",
+                  "Read TRACE and write it to OUT in the format OUT's extension names.",
+                  "hotspan export trace.parquet trace.pftrace   # for ui.perfetto.dev", cmd_export)
+    export.add_argument("trace", metavar="TRACE")
+    export.add_argument("output", metavar="OUT")
+
+    gantt = _add(sub, "gantt", "a timeline in the terminal, one row per rank/thread",
+                 "Draw the trace as a terminal timeline: one row per rank/thread, one glyph per category (the "
+                 "innermost span at each moment), '!' where a span ended with an error. With --step NAME, one "
+                 "chart per occurrence of that span (the n-th on every thread together), each with its duration.",
+                 "hotspan gantt trace.parquet --width 120\nhotspan gantt trace.parquet --step step", cmd_gantt)
+    gantt.add_argument("trace", metavar="TRACE")
+    gantt.add_argument("--width", type=int, default=100, help="characters of timeline (default 100)")
+    gantt.add_argument("--step", metavar="NAME", help="one chart per occurrence of the span NAME")
+
+    report = _add(sub, "report", "a self-contained HTML report (summary, stats, phases, timeline)",
+                  "Write one HTML file that needs nothing else (no network): summary, statistics, phases, and an "
+                  "SVG timeline per rank/thread with details on hover (click a span to pin them; the link keeps it).",
+                  "hotspan report trace.parquet -o report.html", cmd_report)
+    report.add_argument("trace", metavar="TRACE")
+    report.add_argument("-o", "--output", default="hotspan-report.html", help="default hotspan-report.html")
+    report.add_argument("--title", help="page title (default: from the trace's file name)")
+
+    compare = _add(sub, "compare", "compare two traces span by span; exit 1 on a slowdown",
+                   "For each span group: count, p50, mean and p99 before and after, the change, and a verdict. "
+                   "Exit status 1 when any group's p50 or mean got slower by more than the threshold, else 0. "
+                   "Warns when the traces were recorded in different environments (host, Python, hotspan, "
+                   "configuration).",
+                   "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20", cmd_compare)
+    compare.add_argument("base", metavar="BASE")
+    compare.add_argument("new", metavar="NEW")
+    compare.add_argument("--threshold", type=float, default=0.05,
+                         help="slowdown that fails, as a fraction (default 0.05 = 5%%)")
+    compare.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
+    compare.add_argument("--min-count", type=int, default=1, metavar="N",
+                         help="groups with fewer spans on either side are shown but not judged (default 1)")
+    compare.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+
+    run = _add(sub, "run", "run a Python script or module with recording on, then write its trace",
+               "Run a program in this process (like python -m cProfile) with hotspan recording, write the spans "
+               "to OUT (format from the extension) and print a summary on stderr. The program's exit status "
+               "passes through.",
+               "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast", cmd_run)
+    run.add_argument("-o", "--output", default="hotspan-trace.parquet", help="default hotspan-trace.parquet")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    program: list[str] | None = None
+    if argv and argv[0] == "run":
+        head, program = _split_run_argv(argv[1:])
+        argv = ["run", *head]
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on a bad option, 0 on --help
+    except SystemExit as exc:  # a bad option (2, one line already printed), or --help (0)
         return int(exc.code or 0)
+    if program is not None:
+        args.program = program
     if args.version:
         import hotspan
 
@@ -142,6 +676,10 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"hotspan {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `hotspan stats ... | head`: the reader has seen enough
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"hotspan {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)

@@ -1,0 +1,362 @@
+"""A self-contained HTML report: summary, statistics, phases and an SVG timeline per
+rank/thread with details on hover. Everything (CSS, JS, SVG, data) is inline: the file
+opens offline, from an e-mail or a CI artifact.
+
+Large traces stay small: spans at least a pixel wide are drawn one by one (up to
+``MAX_RECTS``, the widest first); the rest are merged per lane, depth and pixel column
+into one mark that tells how many spans it holds.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .._schema import META_ARGV, META_DROPPED, META_ENV, META_HOST, META_PYTHON, META_START, META_VERSION
+from ..stats import _codes, _numpy, phases, stats
+from ._layout import human_ns, layout
+
+#: Timeline width in SVG units (the SVG scales to the page).
+TIMELINE_WIDTH = 1200
+ROW_HEIGHT = 16
+MAX_DEPTH_ROWS = 24
+MAX_RECTS = 20_000
+MAX_STAT_ROWS = 300
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
+           "#86bcb6", "#8cd17d", "#d4a6c8", "#a0cbe8")
+
+
+def html_report(table: pa.Table, *, title: str = "hotspan report") -> str:
+    """The report as one HTML document (a string)."""
+    lay = layout(table)
+    parts = [_HEAD.replace("@TITLE@", html.escape(title)).replace("@CSS@", _CSS)]
+    parts.append(f"<h1>{html.escape(title)}</h1>")
+    parts.append(_summary(table, lay))
+    if table.num_rows:
+        parts.append("<h2>Timeline</h2>")
+        parts.append(_legend(lay))
+        timeline, spans_json = _timeline(table, lay)
+        parts.append(timeline)
+    else:
+        parts.append("<p>The trace holds no spans.</p>")
+        spans_json = "[]"
+    parts.append("<h2>Statistics</h2>")
+    parts.append(_stats_table(table))
+    parts.append("<h2>Phases</h2>")
+    parts.append(_phases_table(table))
+    parts.append('<div id="tip" role="tooltip"></div>')
+    parts.append("<script>const SPANS=" + spans_json + ";\n" + _JS + "</script>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _meta(table: pa.Table, key: bytes) -> str | None:
+    meta = table.schema.metadata or {}
+    value = meta.get(key)
+    return value.decode("utf-8", "replace") if value is not None else None
+
+
+def _summary(table: pa.Table, lay) -> str:
+    n = table.num_rows
+    items: list[tuple[str, str]] = [("spans", f"{n:,}")]
+    if n:
+        ranks = sorted(set(_numpy(table.column("rank"), np.int64).tolist()))
+        items += [
+            ("threads", f"{len(lay.lane_labels):,}"),
+            ("ranks", ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")),
+            ("wall time", human_ns(lay.t1 - lay.t0)),
+            ("errors", f"{int(lay.error.sum()):,}"),
+        ]
+    dropped = _meta(table, META_DROPPED)
+    if dropped:
+        try:
+            items.append(("dropped", f"{int(json.loads(dropped).get('total', 0)):,}"))
+        except (ValueError, AttributeError, TypeError):
+            pass
+    for label, key in (("host", META_HOST), ("hotspan", META_VERSION), ("python", META_PYTHON)):
+        value = _meta(table, key)
+        if value:
+            items.append((label, value))
+    start = _meta(table, META_START)
+    if start and start.isdigit() and int(start) > 0:
+        when = _dt.datetime.fromtimestamp(int(start) / 1e9, _dt.timezone.utc)
+        items.append(("recorded", when.strftime("%Y-%m-%d %H:%M:%S UTC")))
+    env = _meta(table, META_ENV)
+    if env:
+        try:
+            items.append(("environment", str(json.loads(env).get("digest", ""))))
+        except (ValueError, AttributeError):
+            pass
+    argv = _meta(table, META_ARGV)
+    if argv:
+        try:
+            items.append(("command", " ".join(json.loads(argv))))
+        except (ValueError, TypeError):
+            pass
+    cells = "".join(f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>'
+                    for k, v in items)
+    return f'<section class="summary">{cells}</section>'
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def _color(category: int) -> str:
+    return PALETTE[category % len(PALETTE)]
+
+
+def _legend(lay) -> str:
+    entries = "".join(
+        f'<span class="lg"><i style="background:{_color(i)}"></i>{html.escape(name)}</span>'
+        for i, name in enumerate(lay.categories[:40])
+    )
+    return f'<div class="legend">{entries}<span class="lg"><i class="e"></i>error</span></div>'
+
+
+def _ticks(wall_ns: int) -> tuple[float, list[float]]:
+    if wall_ns <= 0:
+        return 1.0, [0.0]
+    raw = wall_ns / 10
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    return step, [i * step for i in range(int(wall_ns // step) + 1)]
+
+
+def _timeline(table: pa.Table, lay) -> tuple[str, str]:
+    t0, wall = lay.t0, max(lay.t1 - lay.t0, 1)
+    scale = TIMELINE_WIDTH / wall
+    x = (lay.start - t0) * scale
+    px = lay.duration * scale
+    depth = np.minimum(lay.depth, MAX_DEPTH_ROWS - 1)
+    name_code, name_values = _codes(table.column("name"))
+    names = ["" if v is None else str(v) for v in name_values.to_pylist()]
+    arg_column = table.column("arg")
+    has_arg = _numpy(arg_column.is_valid(), np.bool_)
+    arg = _numpy(arg_column.fill_null(0), np.int64)
+
+    # One by one: spans a pixel wide or more, the widest first when there are too many.
+    threshold = 1.0
+    wide = np.flatnonzero(px >= threshold)
+    if len(wide) > MAX_RECTS:
+        threshold = float(np.partition(px[wide], len(wide) - MAX_RECTS)[len(wide) - MAX_RECTS])
+        wide = np.flatnonzero(px >= threshold)[:MAX_RECTS]
+    narrow = np.ones(len(px), np.bool_)
+    narrow[wide] = False
+    narrow = np.flatnonzero(narrow)
+
+    records: list[list[Any]] = []  # what the tooltip shows, indexed by the marks' data-i
+    marks: list[list[str]] = [[] for _ in lay.lane_labels]
+    for i in wide.tolist():
+        k = len(records)
+        records.append([names[name_code[i]], lay.categories[lay.category[i]], int(lay.start[i] - t0),
+                        int(lay.duration[i]), int(arg[i]) if has_arg[i] else None, bool(lay.error[i]),
+                        int(lay.depth[i]), 1, lay.lane_labels[lay.lane[i]]])
+        y = depth[i] * ROW_HEIGHT
+        cls = "s e" if lay.error[i] else "s"
+        label = ""
+        if px[i] > 40:
+            label = (f'<text x="{x[i] + 3:.1f}" y="{y + 12}">'
+                     f"{html.escape(names[name_code[i]][: int(px[i] // 7)])}</text>")
+        marks[lay.lane[i]].append(
+            f'<g><rect class="{cls}" data-i="{k}" x="{x[i]:.2f}" y="{y + 1}" width="{max(px[i], 1.0):.2f}" '
+            f'height="{ROW_HEIGHT - 2}" fill="{_color(lay.category[i])}"/>{label}</g>'
+        )
+
+    if len(narrow):
+        # Merged marks: one per (lane, depth row, pixel column), showing its longest span.
+        column = np.clip(x[narrow].astype(np.int64), 0, TIMELINE_WIDTH - 1)
+        bucket = (lay.lane[narrow] * MAX_DEPTH_ROWS + depth[narrow]) * TIMELINE_WIDTH + column
+        order = np.lexsort((lay.duration[narrow], bucket))
+        sorted_bucket = bucket[order]
+        boundaries = np.flatnonzero(np.diff(sorted_bucket)) + 1
+        starts = np.concatenate(([0], boundaries))
+        ends = np.concatenate((boundaries, [len(order)]))
+        longest = narrow[order[ends - 1]]
+        counts = ends - starts
+        total = np.add.reduceat(lay.duration[narrow][order], starts)
+        errors = np.add.reduceat(lay.error[narrow][order].astype(np.int64), starts)
+        for b, i, c, tot, err in zip(sorted_bucket[starts].tolist(), longest.tolist(), counts.tolist(),
+                                     total.tolist(), errors.tolist()):
+            k = len(records)
+            records.append([names[name_code[i]], lay.categories[lay.category[i]], int(lay.start[i] - t0),
+                            int(tot), int(arg[i]) if has_arg[i] and c == 1 else None, bool(err), int(lay.depth[i]),
+                            int(c), lay.lane_labels[lay.lane[i]]])
+            lane, rest = divmod(b, MAX_DEPTH_ROWS * TIMELINE_WIDTH)
+            row, col = divmod(rest, TIMELINE_WIDTH)
+            cls = "m e" if err else "m"
+            marks[lane].append(f'<rect class="{cls}" data-i="{k}" x="{col}" y="{row * ROW_HEIGHT + 1}" width="1" '
+                               f'height="{ROW_HEIGHT - 2}" fill="{_color(lay.category[i])}"/>')
+
+    step, ticks = _ticks(wall)
+    axis = [f'<svg class="axis" viewBox="0 0 {TIMELINE_WIDTH} 18" width="{TIMELINE_WIDTH}" height="18">']
+    for t in ticks:
+        tx = t * scale
+        anchor = "end" if tx > TIMELINE_WIDTH - 40 else "start"
+        axis.append(f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="12" y2="18"/>'
+                    f'<text x="{tx + (2 if anchor == "start" else -2):.1f}" y="10" text-anchor="{anchor}">'
+                    f"{html.escape(human_ns(t))}</text>")
+    axis.append("</svg>")
+    lanes_html = ['<div class="timeline">', '<div class="lane"><div class="label"></div>' + "".join(axis) + "</div>"]
+    lane_depth = np.zeros(len(lay.lane_labels), np.int64)
+    np.maximum.at(lane_depth, lay.lane, depth)
+    for lane, label in enumerate(lay.lane_labels):
+        height = (int(lane_depth[lane]) + 1) * ROW_HEIGHT
+        grid = "".join(f'<line class="grid" x1="{t * scale:.1f}" x2="{t * scale:.1f}" y1="0" y2="{height}"/>'
+                       for t in ticks)
+        lanes_html.append(
+            f'<div class="lane"><div class="label" title="{html.escape(label)}">{html.escape(label)}</div>'
+            f'<svg viewBox="0 0 {TIMELINE_WIDTH} {height}" width="{TIMELINE_WIDTH}" '
+            f'height="{height}" data-lane="{lane}">{grid}{"".join(marks[lane])}</svg></div>'
+        )
+    lanes_html.append("</div>")
+    note = ""
+    if len(narrow):
+        note = (f'<p class="note">{len(wide):,} spans drawn one by one; {len(narrow):,} narrower than '
+                f"{threshold:.3g} px merged into the thin marks (hover for how many).</p>")
+    spans_json = json.dumps(records, separators=(",", ":")).replace("</", "<\\/")
+    return "\n".join(lanes_html) + note, spans_json
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+
+
+def _stats_table(table: pa.Table) -> str:
+    result = stats(table)
+    head = ("category", "name", "count", "total", "self", "mean", "min", "p50", "p90", "p99", "max", "share",
+            "errors", "arg sum", "arg/s")
+    rows = []
+    for r in result.slice(0, MAX_STAT_ROWS).to_pylist():
+        cells = [
+            (r["category"] or "", None), (r["name"], None), (f"{r['count']:,}", r["count"]),
+            *((human_ns(r[c]), r[c]) for c in ("total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns",
+                                                "p99_ns", "max_ns")),
+            (f"{r['share'] * 100:.1f}%" if r["share"] is not None else "-", r["share"]),
+            (f"{r['errors']:,}", r["errors"]), (_number(r["arg_sum"]), r["arg_sum"]),
+            (_number(r["arg_per_s"]), r["arg_per_s"]),
+        ]
+        rows.append("<tr>" + "".join(
+            f"<td>{html.escape(str(text))}</td>" if sort is None else f'<td class="n" data-v="{sort}">{html.escape(text)}</td>'
+            for text, sort in cells) + "</tr>")
+    more = ""
+    if result.num_rows > MAX_STAT_ROWS:
+        more = f'<p class="note">The {MAX_STAT_ROWS} largest of {result.num_rows:,} groups.</p>'
+    header = "".join(f"<th>{h}</th>" for h in head)
+    return (f'<table class="stats sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            f"{more}")
+
+
+def _phases_table(table: pa.Table) -> str:
+    result = phases(table).to_pylist()
+    if not result:
+        return '<p class="note">No categories: nothing to break down.</p>'
+    rows = []
+    for r in result:
+        sub = r["phase"] != r["category"]
+        rank = "mean" if r["rank"] is None else str(r["rank"])
+        share = r["share"] if r["share"] is not None and not math.isnan(r["share"]) else 0.0
+        bar = f'<span class="bar" style="width:{min(share, 1.0) * 100:.1f}%"></span>' if sub else ""
+        rows.append(
+            f'<tr class="{"sub" if sub else "top"}"><td>{rank}</td><td>{html.escape(r["phase"])}</td>'
+            f'<td class="n">{human_ns(r["time_ns"])}</td><td class="n">{_number(r["steps"])}</td>'
+            f'<td class="n">{human_ns(r["per_step_ns"])}</td>'
+            f'<td class="share">{bar}<span>{share * 100:.1f}%</span></td></tr>'
+        )
+    return ('<table class="phases"><thead><tr><th>rank</th><th>phase</th><th>time</th><th>steps</th>'
+            f'<th>per step</th><th>share</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+# --------------------------------------------------------------------------- page
+
+_HEAD = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>@TITLE@</title>
+<style>@CSS@</style>
+</head><body>"""
+
+_CSS = """
+body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:20px;color:#222;background:#fafafa}
+h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:24px 0 8px}
+.summary{display:flex;flex-wrap:wrap;gap:8px}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px 10px;min-width:90px;max-width:600px}
+.card .k{color:#777;font-size:11px;text-transform:uppercase}.card .v{font-weight:600;overflow-wrap:anywhere}
+.legend{margin:4px 0 8px}.lg{margin-right:14px;white-space:nowrap}
+.lg i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border-radius:2px}
+.lg i.e{background:#fff;border:2px solid #d62728;width:7px;height:7px}
+.timeline{overflow-x:auto;background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px}
+.lane{display:flex;align-items:flex-start;border-bottom:1px solid #eee}
+.lane .label{flex:0 0 170px;font-size:12px;padding:1px 6px 0 0;overflow:hidden;white-space:nowrap;text-overflow:ellipsis}
+.lane svg{flex:0 0 auto;display:block}
+svg text{font-size:10px;fill:#222;pointer-events:none}
+svg.axis text{fill:#666}svg.axis line,line.grid{stroke:#e4e4e4;stroke-width:1;vector-effect:non-scaling-stroke}
+rect.s,rect.m{cursor:pointer}rect.s{stroke:#fff;stroke-width:.5;vector-effect:non-scaling-stroke}
+rect.e{stroke:#d62728;stroke-width:2;vector-effect:non-scaling-stroke}
+rect.sel,rect:hover{stroke:#000;stroke-width:2;vector-effect:non-scaling-stroke}
+#tip{position:fixed;display:none;background:#222;color:#fff;padding:6px 9px;border-radius:4px;font-size:12px;
+ pointer-events:none;max-width:420px;z-index:9;white-space:pre-line}
+#tip.pinned{outline:2px solid #f28e2b}
+table{border-collapse:collapse;background:#fff;font-size:12px}
+th,td{border:1px solid #e2e2e2;padding:3px 7px;text-align:left}th{background:#f0f0f0;cursor:pointer;user-select:none}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.top td{font-weight:600;background:#f7f7f7}tr.sub td:nth-child(2){padding-left:22px}
+td.share{position:relative;min-width:120px}td.share span{position:relative}
+.bar{position:absolute;left:0;top:2px;bottom:2px;background:#cfe0f3}
+.note{color:#777;font-size:11px}
+"""
+
+_JS = r"""
+(function(){
+  const tip=document.getElementById('tip');
+  function ns(v){if(v==null)return '-';const a=Math.abs(v);
+    if(a>=1e9)return (v/1e9).toFixed(2)+' s';if(a>=1e6)return (v/1e6).toFixed(2)+' ms';
+    if(a>=1e3)return (v/1e3).toFixed(2)+' us';return v+' ns';}
+  function text(i){const s=SPANS[i];if(!s)return '';
+    const [name,cat,start,dur,arg,err,depth,count,lane]=s;
+    let t=(count>1?count.toLocaleString()+' spans merged, longest: ':'')+name+'\n';
+    t+='category: '+cat+'\nthread: '+lane+'   depth: '+depth+'\n';
+    t+='start: +'+ns(start)+'\n'+(count>1?'total: ':'duration: ')+ns(dur);
+    if(arg!=null)t+='\narg: '+arg.toLocaleString();
+    if(err)t+='\nERROR: '+(count>1?'some ended':'ended')+' with an exception';
+    return t;}
+  let pinned=null;
+  function show(r,x,y){tip.textContent=text(+r.dataset.i);tip.style.display='block';
+    const w=tip.offsetWidth,h=tip.offsetHeight;
+    tip.style.left=Math.max(4,Math.min(x+12,innerWidth-w-4))+'px';
+    tip.style.top=(y+14+h>innerHeight?y-h-8:y+14)+'px';}
+  function pin(r){if(pinned)pinned.classList.remove('sel');pinned=r;tip.classList.toggle('pinned',!!r);
+    if(r){r.classList.add('sel');const b=r.getBoundingClientRect();show(r,b.left,b.bottom);}}
+  document.addEventListener('mouseover',e=>{const r=e.target.closest('rect[data-i]');
+    if(r&&!pinned)show(r,e.clientX,e.clientY);});
+  document.addEventListener('mousemove',e=>{const r=e.target.closest('rect[data-i]');
+    if(r&&!pinned)show(r,e.clientX,e.clientY);});
+  document.addEventListener('mouseout',e=>{if(!pinned&&e.target.closest('rect[data-i]'))tip.style.display='none';});
+  document.addEventListener('click',e=>{const r=e.target.closest('rect[data-i]');
+    if(r){history.replaceState(null,'','#span-'+r.dataset.i);pin(r);}
+    else if(pinned){pin(null);tip.style.display='none';history.replaceState(null,'',' ');}});
+  function fromHash(){const m=/^#span-(\d+)$/.exec(location.hash);if(!m)return;
+    const r=document.querySelector('rect[data-i="'+m[1]+'"]');if(r){r.scrollIntoView({block:'center'});pin(r);}}
+  window.addEventListener('hashchange',fromHash);fromHash();
+  document.querySelectorAll('table.sortable th').forEach((th,col)=>th.addEventListener('click',()=>{
+    const body=th.closest('table').tBodies[0];const rows=[...body.rows];const down=th.dataset.dir!=='desc';
+    th.dataset.dir=down?'desc':'asc';
+    const key=r=>{const c=r.cells[col];return c.dataset.v!==undefined?(c.dataset.v===''||c.dataset.v==='None'?-Infinity:+c.dataset.v):c.textContent;};
+    rows.sort((a,b)=>{const x=key(a),y=key(b);const o=x<y?-1:x>y?1:0;return down?-o:o;});
+    rows.forEach(r=>body.appendChild(r));}));
+})();
+"""
