@@ -108,3 +108,28 @@ def test_human_readable_helpers():
     assert human_bytes(None) == "" and human_bytes(512) == "512 B" and human_bytes(1536) == "1.50 KiB"
     assert human_bytes(3 << 30) == "3.00 GiB"
     assert human_duration(999) == "999 ns" and human_duration(1_500_000) == "1.500 ms"
+
+
+def test_hotspan_run_live_prints_lines_on_stderr(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import time, hotspan\n"
+        "with hotspan.span('slow_step', 'train', arg=2048):\n"
+        "    time.sleep(0.01)\n"
+        "with hotspan.span('quick'):\n"
+        "    pass\n"
+        "print('program output')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "hotspan", "run", "--live", "--live-min-ms", "5", "-o", str(tmp_path / "t.parquet"),
+         str(script)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "program output" in proc.stdout
+    live_lines = [line for line in proc.stderr.splitlines() if "slow_step" in line and "[train]" in line]
+    assert len(live_lines) == 1 and "2.00 KiB" in live_lines[0]
+    assert not any("quick" in line and "[-]" in line for line in proc.stderr.splitlines())

@@ -466,9 +466,9 @@ def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in ("-o", "--output"):
+        if arg in ("-o", "--output", "--live-min-ms"):  # run's options that take a value
             i += 2
-        elif arg.startswith("--output=") or (arg.startswith("-o") and len(arg) > 2):
+        elif arg.startswith(("--output=", "--live-min-ms=")) or (arg.startswith("-o") and len(arg) > 2):
             i += 1
         elif arg == "-m":
             return argv[: i + 2], argv[i + 2 :]
@@ -495,6 +495,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.module is None and not program:
         raise CliError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
     out = _check_output(args.output)
+    if args.live_min_ms < 0:
+        raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
     if args.module is not None:
         try:
             found = importlib.util.find_spec(args.module)
@@ -515,6 +517,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     hotspan.enable()
     hotspan.drain()  # only the program's spans
     dropped_before = hotspan.dropped()
+    live_log = hotspan.live(min_ns=int(args.live_min_ms * 1e6)) if args.live else None
     status = 0
     start = time.perf_counter()
     sys.argv[:] = run_argv
@@ -541,6 +544,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
+        if live_log is not None:
+            live_log.stop()
     # As the interpreter would at exit: let the program's non-daemon threads finish.
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
@@ -646,6 +651,9 @@ def build_parser() -> argparse.ArgumentParser:
                "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast", cmd_run)
     run.add_argument("-o", "--output", default="hotspan-trace.parquet", help="default hotspan-trace.parquet")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
+    run.add_argument("--live", action="store_true", help="print a line per finished span on stderr while it runs")
+    run.add_argument("--live-min-ms", type=float, default=0.0, metavar="MS",
+                     help="with --live: only spans of at least MS milliseconds (errors always)")
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]")
     return parser
 
