@@ -237,6 +237,7 @@ static void atfork_prepare(void) {
     pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&drain_lock);
     hs_registry_lock();
+    hs_registry_before_fork();
     hs_intern_lock();
 }
 static void atfork_parent(void) {
@@ -396,7 +397,13 @@ static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids,
     return 0;
 }
 
-#define SPAN_ID(index, seq) (((uint64_t)(index) << 44) | (((seq) + 1) & ((1ull << 44) - 1)))
+/* span_id = rank (16 bits) | thread index (12 bits) | the thread's sequence number + 1
+ * (36 bits): unique across the ranks of a run and the forks of a process (a forked child
+ * takes thread indices from a block its parent set aside), so merged traces keep a valid
+ * tree. Limits: 65536 ranks, 4095 thread indices per process before they wrap (forked
+ * children use blocks of HS_FORK_BLOCK), 2^36 spans per thread. */
+#define HS_SEQ_BITS 36
+#define HS_SEQ_MASK ((1ull << HS_SEQ_BITS) - 1)
 
 int hs_drain_collect(hs_columns *c, int32_t rank) {
     memset(c, 0, sizeof(*c));
@@ -477,7 +484,8 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
             tix = (int32_t)c->n_threads;
             tinfos[c->n_threads++] = info;
         }
-        const uint64_t id_base = (uint64_t)info->index << 44;
+        const uint64_t id_base =
+            ((uint64_t)(uint16_t)rank << 48) | ((uint64_t)(info->index & HS_THREAD_INDEX_MASK) << HS_SEQ_BITS);
         const int64_t tid = info->tid;
         uint64_t seq = s->base_seq;
         for (uint64_t i = 0; i < s->nslots; row++) {
@@ -502,8 +510,8 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
                 i += 2;
             }
             uint32_t bit = (uint32_t)(row & 7);
-            c->span_id[row] = id_base | ((seq + 1) & ((1ull << 44) - 1));
-            c->parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & ((1ull << 44) - 1)) : 0;
+            c->span_id[row] = id_base | ((seq + 1) & HS_SEQ_MASK);
+            c->parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & HS_SEQ_MASK) : 0;
             pbits |= (uint32_t)(parent_plus1 != 0) << bit;
             if (HS_UNLIKELY(pair >= npairs)) pair = 0; /* cannot happen: ids are published before use */
             if (HS_UNLIKELY(pair_name[pair] == -2)) {

@@ -29,6 +29,14 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static hs_ring *ring_list = NULL, *ring_list_tail = NULL;
 static hs_thread_info *info_list = NULL, *info_list_tail = NULL;
 static uint32_t next_thread_index = 1;
+static uint32_t fork_block_start = 0; /* the block set aside for the child of a fork in progress */
+
+/* registry lock held */
+static uint32_t take_thread_index(void) {
+    uint32_t index = next_thread_index;
+    next_thread_index = next_thread_index % HS_THREAD_INDEX_MASK + 1; /* 1..4095, wrapping */
+    return index;
+}
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
@@ -114,7 +122,7 @@ hs_tstate *hs_tstate_register(void) {
     ring->owner_info = info;
 
     pthread_mutex_lock(&registry_lock);
-    info->index = next_thread_index++;
+    info->index = take_thread_index();
     if (info_list_tail) info_list_tail->next = info;
     else info_list = info;
     info_list_tail = info;
@@ -184,6 +192,11 @@ uint64_t hs_dropped_total(void) {
     return total;
 }
 
+void hs_registry_before_fork(void) {
+    fork_block_start = next_thread_index;
+    for (uint32_t i = 0; i < HS_FORK_BLOCK; i++) take_thread_index();
+}
+
 void hs_registry_after_fork_child(void) {
     /* Only the forking thread exists now. Its undrained records were the parent's: the
      * child starts with an empty ring; every other thread's ring and info is dropped. */
@@ -205,6 +218,7 @@ void hs_registry_after_fork_child(void) {
         i = next;
     }
     info_list = info_list_tail = NULL;
+    next_thread_index = fork_block_start % HS_THREAD_INDEX_MASK + 1;
     if (me) {
         hs_ring *mine = me->ring;
         atomic_store(&mine->head, 0);
@@ -214,6 +228,9 @@ void hs_registry_after_fork_child(void) {
         append_ring(mine);
         me->info->next = NULL;
         me->info->tid = os_thread_id();
+        /* The parent goes on with this thread's index and sequence numbers: the child's
+         * spans take the first index of the block set aside for it. */
+        me->info->index = fork_block_start;
         atomic_store(&me->info->dropped_full, 0);
         atomic_store(&me->info->dropped_other, 0);
         me->info->drain_seq = me->last_pushed_seq;

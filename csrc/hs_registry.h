@@ -16,8 +16,13 @@
 extern "C" {
 #endif
 
+/* Thread indices (part of span ids) are 12 bits, 1..4095; a forked child takes the
+ * indices of a block its parent sets aside at the fork. */
+#define HS_THREAD_INDEX_MASK 0xfffu
+#define HS_FORK_BLOCK 8u
+
 typedef struct hs_thread_info {
-    uint32_t index;                 /* registration order in this process, from 1 */
+    uint32_t index;                 /* 1..4095: registration order in this process, wrapping */
     int64_t tid;                    /* OS thread id */
     char *name;                     /* registry lock */
     _Atomic uint64_t dropped_full;  /* written by the owning thread only: its ring was full */
@@ -87,7 +92,10 @@ hs_ring *hs_registry_rings(void);          /* registry lock held */
 hs_thread_info *hs_registry_infos(void);   /* registry lock held */
 void hs_registry_unlink_ring(hs_ring *r);  /* registry lock held */
 
-/* fork() in a child: forget everything but the calling thread (hs_drain.c calls it). */
+/* fork(): the parent sets a block of thread indices aside for the child (registry lock
+ * held); in the child, forget everything but the calling thread, which takes the block's
+ * first index (hs_drain.c calls both from its atfork handlers). */
+void hs_registry_before_fork(void);
 void hs_registry_after_fork_child(void);
 
 #ifdef __cplusplus

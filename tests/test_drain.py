@@ -184,3 +184,24 @@ def test_thread_name_can_be_set():
         hotspan.set_thread_name("MainThread")
     with pytest.raises(TypeError):
         hotspan.set_thread_name(3)
+
+
+def test_span_ids_carry_the_rank_so_ranks_never_collide():
+    code = """
+        import hotspan
+        hotspan.configure(rank={rank})
+        with hotspan.span("a"):
+            with hotspan.span("b"):
+                pass
+        t = hotspan.drain()
+        print(*t.column("span_id").to_pylist(), *t.column("parent_id").to_pylist())
+        """
+    ids = {}
+    for rank in (0, 1, 7):
+        proc = run_python(code.format(rank=rank))
+        assert proc.returncode == 0, proc.stderr
+        child_id, parent_id, child_parent, parent_parent = proc.stdout.split()
+        assert int(child_parent) == int(parent_id) and parent_parent == "None"
+        ids[rank] = {int(child_id), int(parent_id)}
+        assert all(i >> 48 == rank for i in ids[rank])
+    assert not (ids[0] & ids[1]) and not (ids[0] & ids[7]) and not (ids[1] & ids[7])

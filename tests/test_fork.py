@@ -38,6 +38,7 @@ if pid == 0:
             pass
     t = hotspan.drain()
     out = {"early": early, "rows": t.num_rows, "dropped": hotspan.dropped(),
+           "ids": t.column("span_id").to_pylist()[:1000] + t.column("span_id").to_pylist()[-1000:],
            "names": sorted(set(t.column("name").to_pylist())),
            "pids": sorted(set(t.column("pid").to_pylist())), "pid": os.getpid()}
     os.write(w, json.dumps(out).encode())
@@ -48,15 +49,16 @@ while chunk := os.read(r, 65536):
     data += chunk
 os.waitpid(pid, 0)
 child = json.loads(data)
-for i in range(10):
+for i in range(1000):
     with hotspan.span("parent_after"):
         pass
 t = hotspan.drain()
+parent_ids = set(t.column("span_id").to_pylist())
 names = t.column("name").to_pylist()
 print(json.dumps({"child": child, "parent_before": names.count("parent_before"),
                   "other": names.count("other_thread"), "parent_after": names.count("parent_after"),
                   "child_in_parent": names.count("child"), "pids": sorted(set(t.column("pid").to_pylist())),
-                  "pid": os.getpid()}))
+                  "pid": os.getpid(), "shared_ids": len(parent_ids & set(child["ids"]))}))
 '''
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
@@ -67,7 +69,8 @@ print(json.dumps({"child": child, "parent_before": names.count("parent_before"),
     assert child["early"] == 0
     assert child["rows"] == 100_000 and child["dropped"] == 0
     assert child["names"] == ["child"] and child["pids"] == [child["pid"]]
-    assert out["parent_before"] == 50 and out["other"] == 20 and out["parent_after"] == 10
+    assert out["parent_before"] == 50 and out["other"] == 20 and out["parent_after"] == 1000
+    assert out["shared_ids"] == 0  # parent and child go on recording on the same thread: ids stay apart
     assert out["child_in_parent"] == 0 and out["pids"] == [out["pid"]]
 
 
