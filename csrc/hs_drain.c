@@ -405,6 +405,148 @@ static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids,
 #define HS_SEQ_BITS 36
 #define HS_SEQ_MASK ((1ull << HS_SEQ_BITS) - 1)
 
+typedef struct segment_plan {
+    hs_segment *seg;
+    uint64_t row; /* its first row in the batch */
+    int32_t tix;  /* its thread's slot in the thread dictionary */
+} segment_plan;
+
+typedef struct convert_ctx {
+    hs_columns *c;
+    const segment_plan *plan;
+    const hs_clock_seg *clk;
+    uint32_t nclk;
+    const int32_t *pair_name, *pair_cat;
+    uint32_t npairs;
+    int32_t rank;
+    int64_t pid;
+} convert_ctx;
+
+/* The validity and error bitmaps of a part's first and last bytes, when another part
+ * shares them (parts split at segment boundaries, not at multiples of 8 rows). */
+typedef struct bitmap_edge {
+    uint64_t byte;
+    uint8_t parent, category, arg, error;
+    int used;
+} bitmap_edge;
+
+typedef struct convert_part {
+    const convert_ctx *ctx;
+    uint64_t seg_from, seg_to;
+    bitmap_edge edges[2];
+} convert_part;
+
+#define PARALLEL_MIN_ROWS 200000u
+
+static void put_bits(hs_columns *c, convert_part *part, uint64_t byte, uint64_t first_row, uint64_t end_row,
+                     uint8_t p, uint8_t cat, uint8_t a, uint8_t e) {
+    /* A byte this part covers in full is its own; an edge byte is merged after the join. */
+    if ((byte << 3) >= first_row && (byte << 3) + 8 <= end_row) {
+        c->parent_valid[byte] = p;
+        c->category_valid[byte] = cat;
+        c->arg_valid[byte] = a;
+        c->error[byte] = e;
+        return;
+    }
+    bitmap_edge *edge = part->edges[0].used && part->edges[0].byte != byte ? &part->edges[1] : &part->edges[0];
+    edge->byte = byte;
+    edge->parent |= p;
+    edge->category |= cat;
+    edge->arg |= a;
+    edge->error |= e;
+    edge->used = 1;
+}
+
+static void merge_edges(hs_columns *c, const convert_part *part, uint64_t rows) {
+    for (int i = 0; i < 2; i++) {
+        const bitmap_edge *edge = &part->edges[i];
+        if (!edge->used || (edge->byte << 3) >= rows) continue;
+        c->parent_valid[edge->byte] |= edge->parent;
+        c->category_valid[edge->byte] |= edge->category;
+        c->arg_valid[edge->byte] |= edge->arg;
+        c->error[edge->byte] |= edge->error;
+    }
+}
+
+/* One pass over the part's segments, every column written in order. Validity bits gather
+ * in a register and go out a byte at a time (a read-modify-write per row would chain on
+ * one byte). The bitmaps were zeroed, so edge bytes only need OR-ing in afterwards. */
+static void convert_range(convert_part *part) {
+    const convert_ctx *x = part->ctx;
+    hs_columns *c = x->c;
+    if (part->seg_from >= part->seg_to) return;
+    const uint64_t first_row = x->plan[part->seg_from].row;
+    uint64_t end_row = first_row;
+    for (uint64_t k = part->seg_from; k < part->seg_to; k++) end_row += x->plan[k].seg->nspans;
+    uint64_t row = first_row;
+    uint32_t pbits = 0, cbits = 0, abits = 0, ebits = 0;
+    for (uint64_t k = part->seg_from; k < part->seg_to; k++) {
+        const hs_segment *s = x->plan[k].seg;
+        const int32_t tix = x->plan[k].tix;
+        const uint64_t id_base =
+            ((uint64_t)(uint16_t)x->rank << 48) | ((uint64_t)(s->info->index & HS_THREAD_INDEX_MASK) << HS_SEQ_BITS);
+        const int64_t tid = s->info->tid;
+        uint64_t seq = s->base_seq;
+        for (uint64_t i = 0; i < s->nslots; row++) {
+            const hs_record *r = &s->recs[i];
+            uint32_t flags = hs_rec_flags(r), depth, pair;
+            uint64_t dur, parent_plus1;
+            if (HS_LIKELY(!(flags & HS_F_EXT))) {
+                seq = hs_seq_extend(seq, hs_rec_seq32(r));
+                uint32_t pdelta = hs_rec_pdelta(r);
+                parent_plus1 = pdelta ? seq - pdelta + 1 : 0;
+                dur = hs_rec_dur(r);
+                depth = hs_rec_depth(r);
+                pair = hs_rec_pair(r);
+                i += 1;
+            } else {
+                const hs_record_ext *e = (const hs_record_ext *)&s->recs[i + 1];
+                seq = e->seq;
+                parent_plus1 = e->parent_seq_plus1;
+                dur = e->dur;
+                depth = e->depth;
+                pair = e->pair;
+                i += 2;
+            }
+            if (HS_UNLIKELY(pair >= x->npairs)) pair = 0;
+            uint32_t bit = (uint32_t)(row & 7);
+            c->span_id[row] = id_base | ((seq + 1) & HS_SEQ_MASK);
+            c->parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & HS_SEQ_MASK) : 0;
+            pbits |= (uint32_t)(parent_plus1 != 0) << bit;
+            c->name_idx[row] = x->pair_name[pair];
+            int32_t ci = x->pair_cat[pair];
+            c->category_idx[row] = ci < 0 ? 0 : ci;
+            cbits |= (uint32_t)(ci >= 0) << bit;
+            int64_t st = hs_clock_convert(x->clk, x->nclk, r->start);
+            int64_t en = hs_clock_convert(x->clk, x->nclk, r->start + dur);
+            c->start_ns[row] = st;
+            c->end_ns[row] = en;
+            c->duration_ns[row] = en - st;
+            c->depth[row] = (int32_t)depth;
+            c->thread_id[row] = tid;
+            c->thread_idx[row] = tix;
+            c->pid[row] = x->pid;
+            c->rank[row] = x->rank;
+            c->arg[row] = (flags & HS_F_ARG) ? r->arg : 0;
+            abits |= (uint32_t)((flags & HS_F_ARG) != 0) << bit;
+            ebits |= (uint32_t)((flags & HS_F_ERROR) != 0) << bit;
+            if (bit == 7) {
+                put_bits(c, part, row >> 3, first_row, end_row, (uint8_t)pbits, (uint8_t)cbits, (uint8_t)abits,
+                         (uint8_t)ebits);
+                pbits = cbits = abits = ebits = 0;
+            }
+        }
+    }
+    if (row & 7)
+        put_bits(c, part, row >> 3, first_row, end_row, (uint8_t)pbits, (uint8_t)cbits, (uint8_t)abits,
+                 (uint8_t)ebits);
+}
+
+static void *convert_thread(void *arg) {
+    convert_range(arg);
+    return NULL;
+}
+
 int hs_drain_collect(hs_columns *c, int32_t rank) {
     memset(c, 0, sizeof(*c));
     pthread_mutex_lock(&drain_lock);
@@ -424,6 +566,7 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
     int32_t *pair_name = NULL, *pair_cat = NULL, *str_name_idx = NULL, *str_cat_idx = NULL;
     uint32_t *name_ids = NULL, *cat_ids = NULL;
     hs_thread_info **tinfos = NULL;
+    segment_plan *plan = NULL;
     if (!nclk || !pairs || hs_intern_strings_snapshot(&strs) < 0) goto fail;
 
     c->n = n;
@@ -464,16 +607,17 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
     tinfos = malloc(sizeof(*tinfos) * tcap);
     if (!tinfos) goto fail;
 
-    /* One pass, every column written in order. Validity bits gather in a register and go
-     * out a byte at a time (a read-modify-write per row would chain on one byte). */
-    uint64_t row = 0;
-    uint32_t pbits = 0, cbits = 0, abits = 0, ebits = 0;
-    const int64_t pid = (int64_t)getpid();
-    for (hs_segment *s = segs; s; s = s->next) {
-        hs_thread_info *info = s->info;
+    /* Plan, in one cheap pass: each segment's first row and thread slot, and every pair's
+     * dictionary indices (only what this batch uses, in first-use order). */
+    uint64_t nsegs = 0;
+    for (hs_segment *s = segs; s; s = s->next) nsegs++;
+    plan = malloc(sizeof(*plan) * (nsegs ? nsegs : 1));
+    if (!plan) goto fail;
+    uint64_t row = 0, k = 0;
+    for (hs_segment *s = segs; s; s = s->next, k++) {
         int32_t tix = -1;
-        for (uint32_t k = 0; k < c->n_threads; k++)
-            if (tinfos[k] == info) tix = (int32_t)k;
+        for (uint32_t t = 0; t < c->n_threads; t++)
+            if (tinfos[t] == s->info) tix = (int32_t)t;
         if (tix < 0) {
             if (c->n_threads == tcap) {
                 tcap *= 2;
@@ -482,89 +626,58 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
                 tinfos = nt;
             }
             tix = (int32_t)c->n_threads;
-            tinfos[c->n_threads++] = info;
+            tinfos[c->n_threads++] = s->info;
         }
-        const uint64_t id_base =
-            ((uint64_t)(uint16_t)rank << 48) | ((uint64_t)(info->index & HS_THREAD_INDEX_MASK) << HS_SEQ_BITS);
-        const int64_t tid = info->tid;
-        uint64_t seq = s->base_seq;
-        for (uint64_t i = 0; i < s->nslots; row++) {
+        plan[k].seg = s;
+        plan[k].row = row;
+        plan[k].tix = tix;
+        row += s->nspans;
+        for (uint64_t i = 0; i < s->nslots;) {
             const hs_record *r = &s->recs[i];
-            uint32_t flags = hs_rec_flags(r), depth, pair;
-            uint64_t dur, parent_plus1;
-            if (HS_LIKELY(!(flags & HS_F_EXT))) {
-                seq = hs_seq_extend(seq, hs_rec_seq32(r));
-                uint32_t pdelta = hs_rec_pdelta(r);
-                parent_plus1 = pdelta ? seq - pdelta + 1 : 0;
-                dur = hs_rec_dur(r);
-                depth = hs_rec_depth(r);
+            uint32_t pair;
+            if (HS_LIKELY(!(hs_rec_flags(r) & HS_F_EXT))) {
                 pair = hs_rec_pair(r);
                 i += 1;
             } else {
-                const hs_record_ext *x = (const hs_record_ext *)&s->recs[i + 1];
-                seq = x->seq;
-                parent_plus1 = x->parent_seq_plus1;
-                dur = x->dur;
-                depth = x->depth;
-                pair = x->pair;
+                pair = ((const hs_record_ext *)&s->recs[i + 1])->pair;
                 i += 2;
             }
-            uint32_t bit = (uint32_t)(row & 7);
-            c->span_id[row] = id_base | ((seq + 1) & HS_SEQ_MASK);
-            c->parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & HS_SEQ_MASK) : 0;
-            pbits |= (uint32_t)(parent_plus1 != 0) << bit;
-            if (HS_UNLIKELY(pair >= npairs)) pair = 0; /* cannot happen: ids are published before use */
-            if (HS_UNLIKELY(pair_name[pair] == -2)) {
-                uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
-                if (str_name_idx[nm] < 0) {
-                    str_name_idx[nm] = (int32_t)c->n_names;
-                    name_ids[c->n_names++] = nm;
-                }
-                pair_name[pair] = str_name_idx[nm];
-                if (pt) {
-                    if (str_cat_idx[pt] < 0) {
-                        str_cat_idx[pt] = (int32_t)c->n_categories;
-                        cat_ids[c->n_categories++] = pt;
-                    }
-                    pair_cat[pair] = str_cat_idx[pt];
-                } else {
-                    pair_cat[pair] = -1;
-                }
+            if (HS_UNLIKELY(pair >= npairs)) continue; /* cannot happen: ids are published before use */
+            if (HS_LIKELY(pair_name[pair] != -2)) continue;
+            uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
+            if (str_name_idx[nm] < 0) {
+                str_name_idx[nm] = (int32_t)c->n_names;
+                name_ids[c->n_names++] = nm;
             }
-            c->name_idx[row] = pair_name[pair];
-            int32_t ci = pair_cat[pair];
-            c->category_idx[row] = ci < 0 ? 0 : ci;
-            cbits |= (uint32_t)(ci >= 0) << bit;
-            int64_t st = hs_clock_convert(clk, nclk, r->start);
-            int64_t en = hs_clock_convert(clk, nclk, r->start + dur);
-            c->start_ns[row] = st;
-            c->end_ns[row] = en;
-            c->duration_ns[row] = en - st;
-            c->depth[row] = (int32_t)depth;
-            c->thread_id[row] = tid;
-            c->thread_idx[row] = tix;
-            c->pid[row] = pid;
-            c->rank[row] = rank;
-            c->arg[row] = (flags & HS_F_ARG) ? r->arg : 0;
-            abits |= (uint32_t)((flags & HS_F_ARG) != 0) << bit;
-            ebits |= (uint32_t)((flags & HS_F_ERROR) != 0) << bit;
-            if (bit == 7) {
-                uint64_t byte = row >> 3;
-                c->parent_valid[byte] = (uint8_t)pbits;
-                c->category_valid[byte] = (uint8_t)cbits;
-                c->arg_valid[byte] = (uint8_t)abits;
-                c->error[byte] = (uint8_t)ebits;
-                pbits = cbits = abits = ebits = 0;
+            pair_name[pair] = str_name_idx[nm];
+            if (pt) {
+                if (str_cat_idx[pt] < 0) {
+                    str_cat_idx[pt] = (int32_t)c->n_categories;
+                    cat_ids[c->n_categories++] = pt;
+                }
+                pair_cat[pair] = str_cat_idx[pt];
+            } else {
+                pair_cat[pair] = -1;
             }
         }
     }
-    if (row & 7) {
-        uint64_t byte = row >> 3;
-        c->parent_valid[byte] = (uint8_t)pbits;
-        c->category_valid[byte] = (uint8_t)cbits;
-        c->arg_valid[byte] = (uint8_t)abits;
-        c->error[byte] = (uint8_t)ebits;
+
+    /* Convert: large batches in two halves on two threads (split at a segment boundary),
+     * small ones here. */
+    convert_ctx ctx = {c, plan, clk, nclk, pair_name, pair_cat, npairs, rank, (int64_t)getpid()};
+    uint64_t split = nsegs;
+    if (row >= PARALLEL_MIN_ROWS && nsegs >= 2) {
+        split = 1;
+        while (split < nsegs - 1 && plan[split].row < row / 2) split++;
     }
+    convert_part second = {&ctx, split, nsegs, {0}};
+    pthread_t helper;
+    int threaded = split < nsegs && pthread_create(&helper, NULL, convert_thread, &second) == 0;
+    convert_part first = {&ctx, 0, threaded ? split : nsegs, {0}};
+    convert_range(&first);
+    if (threaded) pthread_join(helper, NULL);
+    merge_edges(c, &first, row);
+    if (threaded) merge_edges(c, &second, row);
     c->n = row;
     if (build_dictionary(&strs, name_ids, c->n_names, &c->names_blob, &c->names_offsets) < 0) goto fail;
     if (build_dictionary(&strs, cat_ids, c->n_categories, &c->categories_blob, &c->categories_offsets) < 0)
@@ -612,6 +725,7 @@ fail:
     free(name_ids);
     free(cat_ids);
     free(tinfos);
+    free(plan);
     if (rc < 0) hs_columns_free(c);
     return rc;
 }

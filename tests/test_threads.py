@@ -35,7 +35,9 @@ def test_spans_of_exited_threads_are_drained():
     names = t.column("thread_name").to_pylist()
     assert sorted(set(names)) == ["gone-0", "gone-1", "gone-2"]
     # the ring of an exited thread is freed once drained: new threads still record
-    work(9)
+    th = threading.Thread(target=work, args=(9,))
+    th.start()
+    th.join()
     assert hotspan.drain().num_rows == 100
 
 
@@ -152,7 +154,7 @@ def test_overflow_with_a_tiny_ring_is_counted_exactly():
         per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])["threads"]
         assert per_thread[str(th.native_id)] == 984
     finally:
-        hotspan.configure(capacity=1 << 16, drain_thread=True)
+        hotspan.configure(capacity=1 << 16)
 
 
 def test_overflow_counts_per_thread():
@@ -181,7 +183,7 @@ def test_overflow_counts_per_thread():
         assert hotspan.dropped() - before == sum(n - 32 for n in counts.values())
         assert t.num_rows == 3 * 32
     finally:
-        hotspan.configure(capacity=1 << 16, drain_thread=True)
+        hotspan.configure(capacity=1 << 16)
 
 
 def test_memory_cap_keeps_the_oldest_and_counts_the_rest():
@@ -231,4 +233,48 @@ def test_configure_capacity_applies_to_threads_that_already_record():
         assert t.column("name").to_pylist() == ["before"] + ["after"] * 8
         assert hotspan.dropped() - before == 92
     finally:
-        hotspan.configure(capacity=1 << 16, drain_thread=True)
+        hotspan.configure(capacity=1 << 16)
+
+
+def test_large_batches_keep_every_validity_and_error_bit():
+    # big enough that drain() converts on two threads, split at a segment boundary that is
+    # rarely a multiple of 8 rows: bitmap bytes at the split are shared by both halves
+    hotspan.configure(capacity=1000)  # the drain thread sweeps often: many odd-sized segments
+    try:
+        before = hotspan.dropped()
+        n = 70_000
+
+        def work(k):
+            plain = hotspan.span(f"plain{k}")
+            for i in range(n):
+                if i % 2 == 0:
+                    with plain:
+                        pass
+                else:
+                    try:
+                        with hotspan.span("rich", "c", arg=(k << 32) | i):
+                            if i % 7 == 1:
+                                raise KeyError
+                    except KeyError:
+                        pass
+                if i % 997 == 0:
+                    time.sleep(0)  # let the others interleave
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        t = hotspan.drain()
+        assert t.num_rows + hotspan.dropped() - before == 4 * n
+        assert t.num_rows > 200_000  # the two-thread conversion ran
+        df = t.to_pandas()
+        plain = df[df.name.astype(str).str.startswith("plain")]
+        rich = df[df.name == "rich"]
+        assert plain.arg.isna().all() and plain.category.isna().all() and not plain.error.any()
+        assert rich.arg.notna().all() and (rich.category == "c").all()
+        i = rich.arg.to_numpy(dtype=np.int64) & 0xFFFFFFFF
+        assert (rich.error.to_numpy() == (i % 7 == 1)).all()
+        assert plain.parent_id.isna().all()
+    finally:
+        hotspan.configure(capacity=1 << 16)
