@@ -355,3 +355,77 @@ def test_fuzz_our_own_file_damaged(data):
             # damage did not touch the JSON syntax the fast reader checks (it never is).
             raise AssertionError("fast reader accepted a file the general reader refuses")
         assert_same_spans(general, fast)
+
+
+# --------------------------------------------------------------------------- fast reader: numbers
+
+
+def _fast_only(path: Path):
+    """What the fast reader alone makes of a file (None: it hands the file on)."""
+    with chrome_json._open_trace(path) as stream:
+        header = chrome_json._own_header(stream.readline(1 << 26))
+        assert header is not None
+        return chrome_json._FastReader(path, header).read(stream)
+
+
+def test_the_fast_reader_takes_our_own_file(spans, tmp_path):
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    fast = _fast_only(path)
+    assert fast is not None
+    assert_same_spans(fast, _load_general(path))
+
+
+@pytest.mark.parametrize("field, replace, accepted", [
+    ("arg", lambda text: text.replace(b" 4096", b"-4096"), True),   # a negative arg: valid JSON
+    ("arg", lambda text: text.replace(b"  4096", b" 04096"), False),  # a leading zero: not JSON
+    ("arg", lambda text: text.replace(b" 4096", b"+4096"), False),
+    ("arg", lambda text: text.replace(b" 4096", b"4 096"), False),
+    ("arg", lambda text: text.replace(b"  4096", b"  0x10"), False),
+    ("parent_id", lambda text: text.replace(b"null", b"nul "), False),
+    ("depth", lambda text: text.replace(b"1", b"-"), False),
+    ("ts", lambda text: text.replace(b".", b",", 1), False),
+    ("error", lambda text: text.replace(b"false", b"fals "), False),
+])
+def test_the_fast_reader_holds_numbers_to_json(spans, tmp_path, field, replace, accepted):
+    """One event line's field edited in place (same width): the fast reader must give what
+    the general reader gives, or hand the file on and the load fail as the general one does."""
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    lines = path.read_bytes().split(b"\n")
+    key = f'"{field}":'.encode()
+    for i, line in enumerate(lines):
+        if not line.startswith(b'{"ts":'):
+            continue
+        at = line.index(key) + len(key)
+        end = at + (line[at:].index(b",") if field != "error" else line[at:].index(b"}"))
+        edited = line[:at] + replace(line[at:end]) + line[end:]
+        if edited != line and len(edited) == len(line):
+            lines[i] = edited
+            break
+    else:
+        pytest.skip(f"no event line to edit for {field}")
+    path.write_bytes(b"\n".join(lines))
+    if accepted:
+        fast = _fast_only(path)
+        assert fast is not None
+        assert_same_spans(fast, _load_general(path))
+        assert_same_spans(load(path), fast)
+    else:
+        assert _fast_only(path) is None
+        with pytest.raises(ValueError) as error:
+            load(path)
+        assert str(path) in str(error.value)
+
+
+def test_ids_and_args_of_twenty_digits(spans, tmp_path):
+    """Past 18 digits the fast reader switches to exact uint64 arithmetic."""
+    big = spans.set_column(0, "span_id", pc.add(spans.column("span_id"), pa.scalar((1 << 64) - 10_000, pa.uint64())))
+    parent = pc.add(spans.column("parent_id"), pa.scalar((1 << 64) - 10_000, pa.uint64()))
+    big = big.set_column(1, "parent_id", parent)
+    path = tmp_path / "big.json"
+    export(big, path)
+    fast = _fast_only(path)
+    assert fast is not None
+    assert_same_spans(big, fast, keep_order=False)
+    assert_same_spans(fast, _load_general(path))

@@ -79,6 +79,7 @@ class _LineLayout:
         self.constant = np.array(constant, bool)
         self.constant_mask = np.where(self.constant, np.uint8(0xFF), np.uint8(0))
         self.width = len(template)
+        self.numbers = _NumberFields(self)
 
     def to_json(self) -> list:
         return [[key, self.widths[key]] for key, _ in _LINE_FIELDS]
@@ -92,6 +93,163 @@ class _LineLayout:
         if list(widths) != [key for key, _ in _LINE_FIELDS] or not all(0 < w < 40 for w in widths.values()):
             return None
         return cls(widths)
+
+
+class _NumberFields:
+    """Parses (and checks) every numeric field of a block of event lines at once.
+
+    The fields sit at fixed columns of each line's head, right-aligned in blanks, so the
+    checks are a few whole-matrix operations on the numeric columns (a per-field or
+    per-row loop is what made this slow), and the values Horner's rule along the lines. A field must
+    read as JSON writes it: blanks, an optional minus sign (not in ids), digits without a
+    leading zero; ``ts`` and ``dur`` then ``.`` and exactly three digits (the value is read
+    in thousandths); ``parent_id`` and ``arg`` may be ``null``; ``error`` is ``true`` or
+    ``false``. Anything else: None, and the general reader takes the file.
+    """
+
+    # Up to 18 digits an int64 holds any value (wider: uint64 arithmetic, range checked).
+    _EXACT_DIGITS = 18
+
+    def __init__(self, line: "_LineLayout"):
+        self.fields = [key for key, _ in _LINE_FIELDS if key != "error"]
+        self.error = (line.offsets["error"], line.widths["error"])
+        columns, field_of, int_part, first, int_last, point, fraction, unsigned = [], [], [], [], [], [], [], []
+        self.valid = all(line.widths[key] >= 5 for key in _MICROSECOND_FIELDS)
+        self.nullable = []  # (field index, columns of the trailing four characters in the submatrix)
+        exponents = []
+        for index, key in enumerate(self.fields):
+            offset, width = line.offsets[key], line.widths[key]
+            base = len(columns)
+            decimal = key in _MICROSECOND_FIELDS
+            integer_width = width - 4 if decimal else width
+            for k in range(width):
+                columns.append(offset + k)
+                field_of.append(index)
+                int_part.append(k < integer_width)
+                first.append(k == 0)
+                int_last.append(k == integer_width - 1)
+                point.append(decimal and k == integer_width)
+                fraction.append(decimal and k > integer_width)
+                unsigned.append(key in ("span_id", "parent_id"))
+                if decimal:
+                    exponents.append(width - 2 - k if k < integer_width else (-1 if k == integer_width else width - 1 - k))
+                else:
+                    exponents.append(width - 1 - k)
+            if key in _NULLABLE_FIELDS:
+                self.nullable.append((index, key, np.arange(base + width - 4, base + width)))
+        self.columns = np.array(columns, np.intp)
+        self.field_of = np.array(field_of, np.intp)
+        self.int_part = np.array(int_part, bool)
+        self.first = np.array(first, bool)
+        self.int_last = np.flatnonzero(int_last)
+        self.point = np.flatnonzero(point)
+        self.fraction = np.flatnonzero(fraction)
+        self.unsigned = np.array(unsigned, bool)
+        exponents = np.array(exponents, np.int64)
+        self.exponents = exponents
+        # Per field: exact in float64, or wide (read column by column in uint64).
+        self.wide = [int(exponents[self.field_of == i].max()) >= self._EXACT_DIGITS for i in range(len(self.fields))]
+        # Column k continues the integer part begun at column k - 1 (same field).
+        self.continues = self.int_part & ~self.first
+
+    def parse(self, matrix: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+        """(values, nulls) from the rows of ``matrix`` (line heads, one a row).
+
+        The numeric columns are taken transposed (one row of the result per column of the
+        lines), so that every operation runs along the lines, not along a short row.
+        """
+        if not self.valid:
+            return None
+        offset, width = self.error
+        error_field = matrix[:, offset: offset + width]
+        is_true = _columns_equal(error_field, b" true")
+        if not (is_true | _columns_equal(error_field, b"false")).all():
+            return None
+        numbers = matrix.T[self.columns]  # (columns, lines), a copy
+        nulls = {}
+        for _, key, tail in self.nullable:
+            null = numbers[tail[0]] == ord("n")
+            for k, char in zip(tail[1:].tolist(), b"ull"):
+                null &= numbers[k] == char
+            nulls[key] = null
+            if null.any():
+                # Read as a right-aligned 0: the checks below then hold "null" to the same
+                # rule as a number (blanks before it, nothing after).
+                for k, char in zip(tail.tolist(), b"   0"):
+                    numbers[k, null] = char
+        digit_value = numbers - np.uint8(ord("0"))
+        digit = digit_value <= 9
+        blank = numbers == ord(" ")
+        minus = numbers == ord("-")
+        int_part = self.int_part[:, None]
+        continues = self.continues[1:, None]
+        # Integer parts: only blanks, minus signs and digits; ending with a digit.
+        if ((~(digit | blank | minus)) & int_part).any() or not digit[self.int_last].all():
+            return None
+        # ts and dur: a point and three digits.
+        if not (numbers[self.point] == ord(".")).all() or not digit[self.fraction].all():
+            return None
+        # No blank once the number began.
+        if (blank[1:] & ~blank[:-1] & continues).any():
+            return None
+        has_minus = bool(minus.any())
+        if has_minus:
+            # A minus sign comes first (after blanks) and before a digit, never in an id.
+            if (minus & self.unsigned[:, None]).any() or (minus[1:] & ~blank[:-1] & continues).any():
+                return None
+            if (minus[:-1] & ~digit[1:]).any():
+                return None
+        # No leading zero: a 0 that begins a number is its only integer digit.
+        begins = np.empty_like(digit)
+        begins[0] = True
+        np.logical_or(~digit[:-1], self.first[1:, None], out=begins[1:])
+        begins &= numbers == ord("0")
+        begins &= int_part
+        begins[self.int_last] = False
+        if (begins[:-1] & digit[1:]).any():
+            return None
+
+        clean = np.where(digit, digit_value, np.uint8(0))
+        values: dict[str, np.ndarray] = {}
+        for index, key in enumerate(self.fields):
+            columns = np.flatnonzero(self.field_of == index)
+            negative = minus[columns].any(axis=0) if has_minus else None
+            if self.wide[index]:
+                value = self._wide(clean[columns].T, self.exponents[columns], negative,
+                                   key in ("span_id", "parent_id"), numbers[columns].T)
+                if value is None:
+                    return None
+            else:
+                # Horner's rule along the lines (the point of ts/dur has no weight).
+                value = np.zeros(numbers.shape[1], np.int64)
+                for k in columns[self.exponents[columns] >= 0].tolist():
+                    value *= 10
+                    value += clean[k]
+                if negative is not None:
+                    value = np.where(negative, -value, value)
+            values[key] = value
+        values["error"] = is_true
+        return values, nulls
+
+    @staticmethod
+    def _wide(clean: np.ndarray, exponents: np.ndarray, negative: np.ndarray | None, unsigned: bool,
+              text: np.ndarray) -> np.ndarray | None:
+        """A field of 16 or more digits, exactly: uint64 arithmetic (20 digits fit; a signed
+        value is its two's complement), values past the type's range found and refused."""
+        weights = np.where(exponents >= 0, np.uint64(10) ** np.maximum(exponents, 0).astype(np.uint64), np.uint64(0))
+        magnitude = (clean.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+        approximate = clean.astype(np.float64) @ np.where(exponents >= 0, 10.0 ** np.maximum(exponents, 0), 0.0)
+        if negative is None:
+            negative = np.zeros(len(clean), bool)
+        for row in np.flatnonzero(approximate >= 9.2e18).tolist():
+            exact = int(text[row].tobytes().replace(b" ", b"").replace(b"-", b"").replace(b".", b"") or b"0")
+            limit = (1 << 64) - 1 if unsigned else (1 << 63) - (0 if negative[row] else 1)
+            if exact > limit:
+                return None
+        if unsigned:
+            return magnitude
+        signed = magnitude.view(np.int64)
+        return np.where(negative, -signed, signed)
 
 
 def _digits(values: pa.Array, width: int) -> np.ndarray:
@@ -427,25 +585,10 @@ class _FastReader:
         matrix = np.lib.stride_tricks.sliding_window_view(buffer, line.width)[starts]
         if ((matrix ^ line.template) & line.constant_mask).any():
             return None
-        values: dict[str, np.ndarray] = {}
-        nulls: dict[str, np.ndarray] = {}
-        for key, _ in _LINE_FIELDS:
-            offset, width = line.offsets[key], line.widths[key]
-            field = matrix[:, offset: offset + width]
-            if key == "error":
-                is_true = _columns_equal(field, b" true")
-                if not (is_true | _columns_equal(field, b"false")).all():
-                    return None
-                values[key] = is_true
-                continue
-            null = None
-            if key in _NULLABLE_FIELDS:
-                null = nulls[key] = _columns_equal(field[:, -4:], b"null")
-            parsed = _parse_numbers(field, null, decimal=key in _MICROSECOND_FIELDS,
-                                    unsigned=key in ("span_id", "parent_id"))
-            if parsed is None:
-                return None
-            values[key] = parsed
+        parsed = line.numbers.parse(matrix)
+        if parsed is None:
+            return None
+        values, nulls = parsed
 
         # The strings: the few distinct texts after the numbers, parsed once each.
         lines = pa.Array.from_buffers(pa.binary(), len(starts), [
@@ -493,73 +636,6 @@ class _FastReader:
             "arg_null": nulls["arg"],
             "error": values["error"],
         }
-
-
-def _parse_numbers(field: np.ndarray, null: np.ndarray | None, decimal: bool, unsigned: bool) -> np.ndarray | None:
-    """Right-aligned numbers in a (rows, width) byte matrix, or None if one is malformed.
-
-    A row reads: blanks, an optional minus sign, digits (``decimal``: digits, ``.``,
-    exactly three digits, the value read in thousandths); rows where ``null`` is set read 0.
-    The checks are whole-matrix operations (no per-row reductions): they are most of the cost.
-    """
-    width = field.shape[1]
-    if null is not None and null.any():
-        if not (field[null, : width - 4] == ord(" ")).all():  # "null" right-aligned in blanks
-            return None
-        field = np.where(null[:, None], np.frombuffer(b" " * (width - 1) + b"0", np.uint8), field)
-    else:
-        field = np.ascontiguousarray(field)
-    digits = field - np.uint8(ord("0"))
-    not_digit = digits > 9
-    blank = field == ord(" ")
-    minus = field == ord("-")
-    if decimal:
-        point = width - 4
-        if width < 5 or not (field[:, point] == ord(".")).all() or not_digit[:, point + 1:].any():
-            return None
-        not_digit[:, point] = False  # the point sits among digits; it weighs nothing below
-        digits[:, point] = 0
-    if not (~not_digit | blank | minus).all() or not_digit[:, -1].any():
-        return None
-    if (blank[:, 1:] & ~blank[:, :-1]).any():  # a blank after the number began
-        return None
-    # No leading zeros (JSON has none): a number's first digit is a 0 only if it is alone.
-    whole = field[:, : width - 4] if decimal else field
-    whole_digit = (whole - np.uint8(ord("0"))) <= 9
-    first_digit = whole_digit[:, :-1] & ~np.pad(whole_digit[:, :-2], ((0, 0), (1, 0)))
-    if (first_digit & (whole[:, :-1] == ord("0")) & whole_digit[:, 1:]).any() or not whole_digit[:, -1].all():
-        return None
-    has_minus = bool(minus.any())
-    if has_minus:
-        if unsigned or (minus[:, :-1] & not_digit[:, 1:]).any() or (minus[:, 1:] & ~blank[:, :-1]).any():
-            return None
-    clean = np.where(not_digit, np.uint8(0), digits)
-    exponents = np.arange(width - 1, -1, -1)
-    if decimal:
-        exponents = np.where(exponents > 3, exponents - 1, exponents)
-        exponents[width - 4] = -1  # the point: weight 0
-    if exponents.max() < 15:
-        # Below 1e15 float64 sums of digit * 10^k are exact, and BLAS does them fast.
-        weights = np.where(exponents >= 0, 10.0 ** np.maximum(exponents, 0), 0.0)
-        magnitude = (clean.astype(np.float64) @ weights).astype(np.int64)
-        if has_minus:
-            magnitude = np.where(minus.any(axis=1), -magnitude, magnitude)
-        return magnitude
-    # uint64 arithmetic: 20 digits fit; a signed value is its two's complement.
-    weights = np.where(exponents >= 0, np.uint64(10) ** np.maximum(exponents, 0).astype(np.uint64), np.uint64(0))
-    magnitude = (clean.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
-    # Values past the type's range wrapped: find them (rare, near the limit) exactly.
-    approximate = clean.astype(np.float64) @ np.where(exponents >= 0, 10.0 ** np.maximum(exponents, 0), 0.0)
-    negative = minus.any(axis=1) if has_minus else np.zeros(len(field), bool)
-    for row in np.flatnonzero(approximate >= 9.2e18).tolist():
-        exact = int(bytes(field[row]).replace(b" ", b"").replace(b"-", b"") or b"0")
-        limit = (1 << 64) - 1 if unsigned else (1 << 63) - (0 if negative[row] else 1)
-        if exact > limit:
-            return None
-    if unsigned:
-        return magnitude
-    signed = magnitude.view(np.int64)
-    return np.where(negative, -signed, signed) if has_minus else signed
 
 
 def _columns_equal(field: np.ndarray, text: bytes) -> np.ndarray:

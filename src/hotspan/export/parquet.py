@@ -14,10 +14,16 @@ from ._base import Exporter, Progress
 
 ROW_GROUP_ROWS = 1 << 20
 
-_DICTIONARY_COLUMNS = ["name", "category", "thread_name", "thread_id", "pid", "rank"]
+# Measured on the 1 M-span benchmark table (pyarrow 26, one core: pyarrow's writer encodes
+# the columns of a row group one after another): dictionaries only on the strings (the
+# integer columns cost 10-40 ms each as dictionaries, and zstd squeezes their runs as
+# well); DELTA_BINARY_PACKED on the increasing ids and times (and the sparse args).
+# zstd level 1: LZ4 (LZ4_RAW to pyarrow) measured ~8% faster, but older Parquet readers
+# cannot open LZ4_RAW files, and zstd is what every reader (DuckDB, Spark, pandas) takes.
+_DICTIONARY_COLUMNS = ["name", "category", "thread_name"]
 _COLUMN_ENCODINGS = {
-    **{name: "DELTA_BINARY_PACKED" for name in ("span_id", "parent_id", "start_ns", "end_ns")},
-    **{name: "PLAIN" for name in ("duration_ns", "depth", "arg", "error")},
+    **{name: "DELTA_BINARY_PACKED" for name in ("span_id", "parent_id", "start_ns", "end_ns", "arg")},
+    **{name: "PLAIN" for name in ("duration_ns", "depth", "thread_id", "pid", "rank", "error")},
 }
 
 
@@ -28,9 +34,6 @@ class ParquetExporter(Exporter):
     def _write(self, table: pa.Table, path: Path) -> None:
         with Progress(table.num_rows, f"writing {path.name}") as progress, pq.ParquetWriter(
             path, table.schema, compression="zstd", compression_level=1,
-            # Measured on a 1 M-span trace: dictionary encoding of the unique, increasing
-            # ids and times costs 3-4x the time of DELTA_BINARY_PACKED and compresses
-            # worse; strings and the few thread / process / rank values stay dictionaries.
             use_dictionary=_DICTIONARY_COLUMNS,
             column_encoding=_COLUMN_ENCODINGS,
             # Statistics on the times only: what a reader prunes row groups by.
