@@ -196,6 +196,17 @@ class PerfettoExporter(Exporter):
     # ------------------------------------------------------------------ read
 
     def _read(self, path: Path) -> pa.Table:
+        try:
+            table = _StreamReader(path).read()
+        except pb.ProtobufError:
+            table = None
+        if table is not None:
+            return table
+        return self._read_whole(path)
+
+    @staticmethod
+    def _read_whole(path: Path) -> pa.Table:
+        """Any trace (and the precise complaint about a broken one): the whole file at once."""
         data = path.read_bytes()
         if not data:
             raise TraceFileError(path, "empty file, not a Perfetto trace")
@@ -537,3 +548,315 @@ def _strings(iids: np.ndarray, table: dict, present: np.ndarray, fail) -> pa.Arr
     dictionary = pa.array([table[int(k)] for k in keys], pa.string())
     return pa.DictionaryArray.from_arrays(pa.array(clipped.astype(np.int32), pa.int32(), mask=~present), dictionary)
 
+
+
+# --------------------------------------------------------------------------- streaming reader
+
+_READ_BLOCK = 4 << 20
+_PAD = 16  # zero bytes after a block, so that a varint read never indexes past it
+_EVENT_PACKET_START = 0x40  # our event packets begin with their timestamp (field 8, varint)
+#: Per annotation name id we write: the wire tag of its value.
+_ANNOTATION_VALUE_TAG = {1: 0x18, 2: 0x18, 3: 0x20, 4: 0x20, 5: 0x10, 6: 0x32}
+
+
+class _NotOurs(pb.ProtobufError):
+    """The streaming reader meets a packet outside our own layout: the whole-file reader
+    takes the trace (and words the complaint when it is broken)."""
+
+
+def _varints(buffer: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The varint at each position (the buffer is padded) and the position after it."""
+    byte = buffer[positions]
+    value = (byte & 0x7F).astype(np.uint64)
+    more = np.flatnonzero(byte >= 0x80)
+    if not len(more):
+        return value, positions + 1
+    after = positions + 1
+    for k in range(1, 10):
+        at = after[more]
+        byte = buffer[at]
+        value[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        after[more] = at + 1
+        more = more[byte >= 0x80]
+        if not len(more):
+            return value, after
+    raise _NotOurs("varint longer than ten bytes")
+
+
+def _frame_block(buffer: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(body starts, body ends) of the whole packets in ``buffer[:size]`` and where the
+    first incomplete one begins (``size`` when none).
+
+    Every 0x0A byte is a candidate packet start, linked to where its packet would end;
+    the true chain is what is reachable from byte 0: candidates nothing links to are
+    dropped until none is (misaligned ones die within a few rounds).
+    """
+    candidate = np.flatnonzero(buffer[:size] == 0x0A)
+    if not len(candidate) or candidate[0] != 0:
+        raise _NotOurs("not a TracePacket")
+    length, body = _varints(buffer, candidate + 1)
+    end = body + np.minimum(length, np.uint64(1 << 40)).astype(np.int64)
+    inside = end < size
+    target = np.full(len(candidate), -2, np.int64)  # -2: ends at or past the block's end
+    at = np.searchsorted(candidate, end[inside])
+    hit = at < len(candidate)
+    hit[hit] = candidate[at[hit]] == end[inside][hit]
+    target[inside] = np.where(hit, at, -1)  # -1: ends where no packet begins
+    alive = np.ones(len(candidate), bool)
+    count = len(candidate)
+    for _ in range(16):
+        edges = target[alive]
+        linked = np.bincount(edges[edges >= 0], minlength=len(candidate)) > 0
+        linked[0] = True
+        alive &= linked
+        remaining = int(alive.sum())
+        if remaining == count:
+            break
+        count = remaining
+    else:
+        return _frame_block_slowly(buffer, size)
+    chain = np.flatnonzero(alive)
+    links = target[chain]
+    if not (links[:-1] == chain[1:]).all() or links[-1] != -2:
+        raise _NotOurs("a packet ends where no packet begins")
+    starts, ends = body[chain], end[chain]
+    if ends[-1] > size:  # the last packet continues in the next block
+        return starts[:-1], ends[:-1], int(candidate[chain[-1]])
+    return starts, ends, size
+
+
+def _frame_block_slowly(buffer: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`_frame_block` one packet at a time (when misaligned candidates keep linking up)."""
+    data = buffer[:size].tobytes()
+    starts: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    while pos < size:
+        if data[pos] != 0x0A:
+            raise _NotOurs("not a TracePacket")
+        length, shift, at = 0, 0, pos + 1
+        while True:
+            if at >= size:
+                return np.array(starts, np.int64), np.array(ends, np.int64), pos
+            byte = data[at]
+            at += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise _NotOurs("packet length is not a varint")
+        if at + length > size:
+            break
+        starts.append(at)
+        ends.append(at + length)
+        pos = at + length
+    return np.array(starts, np.int64), np.array(ends, np.int64), pos
+
+
+class _StreamReader:
+    """Our own traces, a few MB of packets at a time: event packets decoded field by field
+    in the order the writer puts them (vectorised over the block), kept as compact columns;
+    descriptors and interned strings (a few packets) decoded at the end with _Decoder."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.kind: list[np.ndarray] = []
+        self.track: list[np.ndarray] = []
+        self.time: list[np.ndarray] = []
+        self.opening: dict[str, list[np.ndarray]] = {}
+        self.renamed: dict[int, str] = {}
+        self.other: list[bytes] = []
+        self.openings = 0
+
+    def read(self) -> pa.Table | None:
+        with open(self.path, "rb") as stream:
+            rest = b""
+            while True:
+                chunk = stream.read(_READ_BLOCK)
+                if not chunk:
+                    if rest:
+                        raise _NotOurs("truncated")
+                    break
+                data = rest + chunk if rest else chunk
+                buffer = np.zeros(len(data) + _PAD, np.uint8)
+                buffer[: len(data)] = np.frombuffer(data, np.uint8)
+                starts, ends, cut = _frame_block(buffer, len(data))
+                rest = data[cut:]
+                if len(starts):
+                    self._block(buffer, starts, ends)
+        if not self.kind and not self.other:
+            return None  # an empty file: the whole-file reader says so
+        return self._table()
+
+    def _block(self, buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        event = buffer[starts] == _EVENT_PACKET_START
+        for s, e in zip(starts[~event].tolist(), ends[~event].tolist()):
+            self.other.append(buffer[s:e].tobytes())
+        p, end = starts[event], ends[event]
+        n = len(p)
+        if not n:
+            return
+
+        def expect(positions: np.ndarray, tag: int) -> np.ndarray:
+            if not (buffer[positions] == tag).all():
+                raise _NotOurs("an event packet outside our layout")
+            return positions + 1
+
+        time, p = _varints(buffer, p + 1)
+        length, p = _varints(buffer, expect(p, (_TRACK_EVENT << 3) | 2))
+        event_end = p + length.astype(np.int64)
+        kind, p = _varints(buffer, expect(p, _EVENT_TYPE << 3))
+        track, p = _varints(buffer, expect(p, _EVENT_TRACK_UUID << 3))
+
+        def optional(positions: np.ndarray, tag: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            present = (buffer[positions] == tag) & (positions < event_end)
+            values = np.zeros(n, np.uint64)
+            rows = np.flatnonzero(present)
+            if len(rows):
+                positions = positions.copy()
+                values[rows], positions[rows] = _varints(buffer, positions[rows] + 1)
+            return values, present, positions
+
+        category, has_category, p = optional(p, _EVENT_CATEGORY_IIDS << 3)
+        name, _, p = optional(p, _EVENT_NAME_IID << 3)
+        values = {iid: np.zeros(n, np.uint64) for iid in _ANNOTATION_VALUE_TAG}
+        present = {iid: np.zeros(n, bool) for iid in _ANNOTATION_VALUE_TAG}
+        active = np.flatnonzero(p < event_end)
+        while len(active):
+            q = expect(p[active], (_EVENT_ANNOTATIONS << 3) | 2)
+            length, q = _varints(buffer, q)
+            annotation_end = q + length.astype(np.int64)
+            iid, q = _varints(buffer, expect(q, (_ANNOTATION_NAME_IID << 3)))
+            tag = buffer[q]
+            wanted = np.array([_ANNOTATION_VALUE_TAG.get(i, -1) for i in range(8)])[np.minimum(iid, 7).astype(np.intp)]
+            if not (tag == wanted).all():
+                raise _NotOurs("a debug annotation outside our layout")
+            value, q = _varints(buffer, q + 1)
+            string = tag == 0x32
+            if string.any():
+                q = q.copy()
+                q[string] += value[string].astype(np.int64)
+                for row, s, e in zip(active[string].tolist(), (q[string] - value[string].astype(np.int64)).tolist(),
+                                     q[string].tolist()):
+                    self.renamed[row] = buffer[s:e].tobytes().decode()
+            if not (q == annotation_end).all():
+                raise _NotOurs("a debug annotation outside our layout")
+            for number in np.unique(iid).tolist():
+                mine = iid == number
+                values[number][active[mine]] = value[mine]
+                present[number][active[mine]] = True
+            p[active] = annotation_end
+            active = active[annotation_end < event_end[active]]
+        if not (p == event_end).all():
+            raise _NotOurs("a track event runs past its length")
+        _, p = _varints(buffer, expect(p, _SEQUENCE_ID << 3))
+        _, p = _varints(buffer, expect(p, _SEQUENCE_FLAGS << 3))
+        if not (p == end).all():
+            raise _NotOurs("an event packet outside our layout")
+        if not np.isin(kind, (_SLICE_BEGIN, _SLICE_END, _INSTANT)).all():
+            raise _NotOurs("an unknown track event type")
+
+        opening = kind != _SLICE_END
+        # Renamed threads: keyed by the opening's number in the whole file.
+        if self.renamed and any(row >= 0 for row in self.renamed):
+            rank = np.cumsum(opening) - 1 + self.openings
+            self.renamed = {(row if row < 0 else -1 - int(rank[row])): text for row, text in self.renamed.items()}
+        columns = {
+            "name": name, "category": category, "has_category": has_category,
+            "span_id": values[1], "has_span_id": present[1], "parent_id": values[2], "has_parent_id": present[2],
+            "depth": values[3], "arg": values[4], "has_arg": present[4], "error": present[5] & (values[5] != 0),
+        }
+        for key, column in columns.items():
+            self.opening.setdefault(key, []).append(column[opening])
+        self.openings += int(opening.sum())
+        self.kind.append(kind.astype(np.int8))
+        self.track.append(track)
+        self.time.append(time.astype(np.int64))
+
+    def _table(self) -> pa.Table | None:
+        other = b"".join(_packet(body) for body in self.other)
+        starts, ends = _frame(other, self.path)
+        buffer = np.frombuffer(other, np.uint8)
+        packets = pb.walk(buffer, starts, ends)
+        decoder = _Decoder(self.path, buffer, other)
+        if _TRACK_EVENT in packets.length:
+            return None  # event packets in another layout
+        tracks = decoder._tracks(packets)
+        names, categories, annotation_names = decoder._interned(packets, None)
+        if not self.kind:
+            return SPAN_SCHEMA.empty_table()
+        if annotation_names != {iid: name for name, iid in _ANNOTATION_IID.items()}:
+            return None
+        kind = np.concatenate(self.kind)
+        self.kind.clear()
+        track = np.concatenate(self.track)
+        self.track.clear()
+        time = np.concatenate(self.time)
+        self.time.clear()
+        opening = {key: np.concatenate(parts) for key, parts in self.opening.items()}
+        self.opening.clear()
+        fail = decoder.fail
+
+        # Each track's events in file order; a begin and its end share a nesting level.
+        by_track = np.argsort(track, kind="stable")
+        step = np.select([kind == _SLICE_BEGIN, kind == _SLICE_END], [1, -1], 0).astype(np.int64)[by_track]
+        track_sorted = track[by_track]
+        first_of_track = np.r_[True, track_sorted[1:] != track_sorted[:-1]]
+        running = np.cumsum(step)
+        track_begins = np.maximum.accumulate(np.where(first_of_track, np.arange(len(step)), 0))
+        running -= (running - step)[track_begins]
+        level = np.where(step < 0, running + 1, running)
+        if (running < 0).any():
+            raise fail("a slice ends that never began")
+        slices = np.flatnonzero(step != 0)
+        pairs = slices[np.lexsort((slices, level[slices], track_sorted[slices]))]
+        if len(pairs) % 2 or not ((step[pairs[0::2]] == 1).all() and (step[pairs[1::2]] == -1).all()
+                                   and (track_sorted[pairs[0::2]] == track_sorted[pairs[1::2]]).all()
+                                   and (level[pairs[0::2]] == level[pairs[1::2]]).all()):
+            raise fail("a slice begins and never ends")
+        del step, level, running, track_begins, first_of_track, track_sorted, slices
+        end_time = time.copy()  # an instant ends where it starts
+        end_time[by_track[pairs[0::2]]] = time[by_track[pairs[1::2]]]
+        del pairs
+        is_opening = kind != _SLICE_END
+        # Rows in trace order: by track, then where the span opens in the file.
+        span_event = by_track[is_opening[by_track]]
+        del by_track
+        row = np.cumsum(is_opening) - 1  # event -> its opening number
+        which = row[span_event]
+        start = time[span_event]
+        span_end = end_time[span_event]
+        n = len(span_event)
+        if not opening["has_span_id"][which].all():
+            raise fail("a slice without a span_id annotation (not a trace hotspan wrote?)")
+
+        def take(key: str) -> np.ndarray:
+            return opening.pop(key)[which]
+
+        renamed = {}
+        if self.renamed:
+            where = np.full(self.openings, -1, np.int64)
+            where[which] = np.arange(n)
+            renamed = {int(where[-1 - key]): text for key, text in self.renamed.items()}
+        thread = decoder._thread_rows(tracks, track[span_event])
+        del time, end_time, track, kind, span_event, row
+        parent_id, has_parent = take("parent_id"), take("has_parent_id")
+        arg, has_arg = take("arg"), take("has_arg")
+        columns = {
+            "span_id": pa.array(take("span_id"), pa.uint64()),
+            "parent_id": pa.array(parent_id, pa.uint64(), mask=~has_parent),
+            "name": _strings(take("name"), names, np.ones(n, bool), fail),
+            "category": _strings(take("category"), categories, take("has_category"), fail),
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(span_end, pa.int64()),
+            "duration_ns": pa.array(span_end - start, pa.int64()),
+            "depth": pa.array(take("depth").view(np.int64).astype(np.int32), pa.int32()),
+            "thread_id": pa.array(thread["tid"], pa.int64()),
+            "thread_name": decoder._thread_names(thread["name"], renamed),
+            "pid": pa.array(thread["pid"], pa.int64()),
+            "rank": pa.array(thread["rank"].astype(np.int32), pa.int32()),
+            "arg": pa.array(arg.view(np.int64), pa.int64(), mask=~has_arg),
+            "error": pa.array(take("error"), pa.bool_()),
+        }
+        return pa.table(columns, schema=SPAN_SCHEMA)
