@@ -383,8 +383,8 @@ static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids,
     uint64_t total = 0;
     for (uint32_t i = 0; i < n; i++) total += strs->offsets[ids[i] + 1] - strs->offsets[ids[i]];
     if (total > INT32_MAX) return -1;
-    *blob = malloc(total ? total : 1);
-    *offsets = malloc(sizeof(int32_t) * (n + 1));
+    *blob = hs_buf_alloc(total ? total : 1);
+    *offsets = hs_buf_alloc(sizeof(int32_t) * (n + 1));
     if (!*blob || !*offsets) return -1;
     int32_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -735,10 +735,10 @@ void hs_columns_free(hs_columns *c) {
                     c->start_ns, c->end_ns, c->duration_ns, c->depth, c->thread_id, c->thread_idx, c->pid, c->rank,
                     c->arg, c->arg_valid, c->error};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hs_buf_free(bufs[i]);
-    free(c->names_blob);
-    free(c->names_offsets);
-    free(c->categories_blob);
-    free(c->categories_offsets);
+    hs_buf_free(c->names_blob);
+    hs_buf_free(c->names_offsets);
+    hs_buf_free(c->categories_blob);
+    hs_buf_free(c->categories_offsets);
     if (c->threads)
         for (uint32_t k = 0; k < c->n_threads; k++) free(c->threads[k].name);
     if (c->all_threads)

@@ -625,20 +625,6 @@ static int put_buffer(PyObject *dict, const char *key, void *ptrp, Py_ssize_t le
     return rc;
 }
 
-static PyObject *string_list(const char *blob, const int32_t *offsets, uint32_t n) {
-    PyObject *list = PyList_New(n);
-    if (!list) return NULL;
-    for (uint32_t i = 0; i < n; i++) {
-        PyObject *s = PyUnicode_DecodeUTF8(blob + offsets[i], offsets[i + 1] - offsets[i], "replace");
-        if (!s) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, s);
-    }
-    return list;
-}
-
 static PyObject *thread_rows(hs_thread_row *rows, uint32_t n, int with_dropped) {
     PyObject *list = PyList_New(n);
     if (!list) return NULL;
@@ -683,9 +669,17 @@ static PyObject *py_drain(PyObject *m, PyObject *rank_obj) {
         put_buffer(d, "arg", &c.arg, n * 8) < 0 || put_buffer(d, "arg_valid", &c.arg_valid, bits) < 0 ||
         put_buffer(d, "error", &c.error, bits) < 0)
         goto fail;
+    /* The dictionaries go out as Arrow string buffers (offsets, UTF-8 data) too: building
+     * them from Python lists would have pyarrow import pandas on the first drain. */
+    Py_ssize_t names_len = c.names_offsets[c.n_names], categories_len = c.categories_offsets[c.n_categories];
+    if (put_buffer(d, "names_offsets", &c.names_offsets, (Py_ssize_t)(c.n_names + 1) * 4) < 0 ||
+        put_buffer(d, "names_data", &c.names_blob, names_len) < 0 ||
+        put_buffer(d, "categories_offsets", &c.categories_offsets, (Py_ssize_t)(c.n_categories + 1) * 4) < 0 ||
+        put_buffer(d, "categories_data", &c.categories_blob, categories_len) < 0)
+        goto fail;
     struct { const char *key; PyObject *val; } items[] = {
-        {"names", string_list(c.names_blob, c.names_offsets, c.n_names)},
-        {"categories", string_list(c.categories_blob, c.categories_offsets, c.n_categories)},
+        {"n_names", PyLong_FromUnsignedLong(c.n_names)},
+        {"n_categories", PyLong_FromUnsignedLong(c.n_categories)},
         {"threads", thread_rows(c.threads, c.n_threads, 0)},
         {"all_threads", thread_rows(c.all_threads, c.n_all_threads, 1)},
     };

@@ -26,6 +26,7 @@ from ._api import configure, drain, rank, traced  # noqa: E402
 from ._schema import SPAN_SCHEMA  # noqa: E402
 from .export import export, load  # noqa: E402
 from .live import live  # noqa: E402
+from .record import Recorder, record  # noqa: E402
 from .stats import phases, stats  # noqa: E402
 
 
@@ -40,6 +41,7 @@ def get_include() -> str:
     raise FileNotFoundError("hotspan.h is not installed beside the hotspan package")
 
 __all__ = [
+    "Recorder",
     "SPAN_SCHEMA",
     "__version__",
     "begin",
@@ -57,9 +59,16 @@ __all__ = [
     "load",
     "phases",
     "rank",
+    "record",
     "set_thread_name",
     "span",
     "stats",
     "traced",
     "traced_function",
 ]
+
+# HOTSPAN_OUT=dest: record from import to exit (launchers need no code change). Last, so
+# that everything it needs is imported.
+from .record import start_from_env as _start_from_env  # noqa: E402
+
+_start_from_env()

@@ -18,7 +18,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 _configured_rank: int | None = None
-_drain_lock = threading.Lock()
+# Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
+_drain_lock = threading.RLock()
 
 
 def _version() -> str:

@@ -12,6 +12,7 @@ import socket
 import sys
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ._schema import (
@@ -34,12 +35,27 @@ def _fixed(raw: dict[str, Any], key: str, typ: pa.DataType, n: int, valid: str |
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(raw[key])], null_count=-1 if valid else 0)
 
 
-def _dictionary(
-    raw: dict[str, Any], key: str, values: list[str], n: int, valid: str | None = None
-) -> pa.DictionaryArray:
+def _strings(raw: dict[str, Any], prefix: str) -> pa.Array:
+    """A dictionary's values, from the offsets and UTF-8 bytes the C side wrote."""
+    count = int(raw[f"n_{prefix}"])
+    return pa.StringArray.from_buffers(
+        count, pa.py_buffer(raw[f"{prefix}_offsets"]), pa.py_buffer(raw[f"{prefix}_data"])
+    )
+
+
+def _string_array(values: list[str]) -> pa.Array:
+    """A small string array built by hand: pa.array() on Python objects imports pandas
+    (a second or so) the first time, inside a drain."""
+    encoded = [v.encode("utf-8", "surrogatepass") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+
+
+def _dictionary(raw: dict[str, Any], key: str, values: pa.Array, n: int, valid: str | None = None) -> pa.DictionaryArray:
     indices = _fixed(raw, key, pa.int32(), n, valid)
     # safe=False: the C side wrote every index from the same dictionary it returned.
-    return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string()), safe=False)
+    return pa.DictionaryArray.from_arrays(indices, values, safe=False)
 
 
 def metadata(
@@ -82,12 +98,12 @@ def environment(version: str) -> dict[str, Any]:
 def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table:
     """Build the span table (exactly ``SPAN_SCHEMA``) from one ``_native._drain()`` result."""
     n = int(raw["n"])
-    thread_names = [name for _tid, name in raw["threads"]]
+    thread_names = _string_array([name for _tid, name in raw["threads"]])
     columns = [
         _fixed(raw, "span_id", pa.uint64(), n),
         _fixed(raw, "parent_id", pa.uint64(), n, "parent_valid"),
-        _dictionary(raw, "name_idx", raw["names"], n),
-        _dictionary(raw, "category_idx", raw["categories"], n, "category_valid"),
+        _dictionary(raw, "name_idx", _strings(raw, "names"), n),
+        _dictionary(raw, "category_idx", _strings(raw, "categories"), n, "category_valid"),
         _fixed(raw, "start_ns", pa.int64(), n),
         _fixed(raw, "end_ns", pa.int64(), n),
         _fixed(raw, "duration_ns", pa.int64(), n),

@@ -559,6 +559,74 @@ def cmd_run(args: argparse.Namespace) -> int:
     return status
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """gRPC binds with SO_REUSEPORT and says only "Server did not start properly" when it cannot:
+    try the address first, to name the problem (and not share a port with another server)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise CliError(f"--listen: cannot resolve {host}: {exc}") from None
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise CliError(f"cannot listen on grpc://{host}:{port}: {exc.strerror or exc}") from None
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from . import collector
+    from .record import stop_env_recorder
+
+    stop_env_recorder()  # HOTSPAN_OUT inherited from a launcher is for the ranks, not for us
+    try:
+        host, port = collector.parse_url(args.listen)
+    except ValueError as exc:
+        raise CliError(f"--listen: {exc}") from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"{out}: exists and is not a directory")
+    token = args.token if args.token is not None else (os.environ.get("HOTSPAN_TOKEN") or None)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        stop.set()
+
+    if port:
+        _check_port_free(host, port)
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # our one-line errors, not gRPC's log
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            server = collector.CollectorServer(out, f"grpc://{host}:{port}", token=token, log=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - pyarrow.flight says what: port in use, bad address
+            raise CliError(f"cannot listen on grpc://{host}:{port}: {exc}") from None
+        if host not in ("127.0.0.1", "localhost", "::1") and not token:
+            print(f"hotspan collect: warning: listening on {host} without --token: anyone who can reach "
+                  f"this port can write spans", file=sys.stderr)
+        print(f"hotspan collect: listening on {server.url}, writing to {out}"
+              f"{' (token required)' if token else ''}", flush=True)
+        start = time.monotonic()
+        try:
+            while not stop.wait(0.2):
+                if args.duration is not None and time.monotonic() - start >= args.duration:
+                    break
+        finally:
+            server.shutdown()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"hotspan collect: {server.spans:,} spans from {len(server.ranks)} rank(s) in {server.parts:,} parts "
+          f"-> {out}" + (f"; {server.refused} put(s) refused" if server.refused else ""), flush=True)
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -575,7 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hotspan",
         description="Record spans in hot loops; inspect the traces. A TRACE is any format hotspan "
-        "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv) or a Chrome JSON trace.",
+        "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv), a Chrome JSON trace, or a "
+        "directory of Parquet parts (hotspan.record(\"run/\"), hotspan collect --out run/).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  hotspan demo --threads 4 --steps 50\n  hotspan stats hotspan-demo.parquet --top 10",
     )
@@ -655,6 +724,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--live-min-ms", type=float, default=0.0, metavar="MS",
                      help="with --live: only spans of at least MS milliseconds (errors always)")
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]")
+
+    collect = _add(sub, "collect", "receive spans from many ranks (Arrow Flight) into a dataset directory",
+                   "Run a collector: an Arrow Flight server that takes the spans of many ranks at once "
+                   "(hotspan.record(\"grpc://HOST:PORT\") or HOTSPAN_OUT=grpc://HOST:PORT in each rank) and writes "
+                   "them to DIR/rank=R/part-<pid>-<n>.parquet as they arrive, each client's times corrected by its "
+                   "measured clock offset. Binds to 127.0.0.1 unless told otherwise. SIGINT/SIGTERM: finish the "
+                   "puts in flight, then exit 0. Read the result with `hotspan stats DIR` or hotspan.load(DIR).",
+                   "hotspan collect --listen grpc://127.0.0.1:8815 --out run/\n"
+                   "HOTSPAN_OUT=grpc://127.0.0.1:8815 torchrun --nproc-per-node 4 train.py   # the ranks\n"
+                   "hotspan stats run/ --by rank,name", cmd_collect)
+    collect.add_argument("--listen", default="grpc://127.0.0.1:8815", metavar="grpc://HOST:PORT",
+                         help="address to listen on (default grpc://127.0.0.1:8815; port 0 picks a free one)")
+    collect.add_argument("--out", required=True, metavar="DIR", help="dataset directory to write (made if missing)")
+    collect.add_argument("--token", help="clients must present this token (default: $HOTSPAN_TOKEN, if set)")
+    collect.add_argument("--duration", type=float, metavar="S", help="stop by itself after S seconds")
     return parser
 
 

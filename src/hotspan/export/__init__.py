@@ -77,6 +77,11 @@ def load(path: str | os.PathLike, format: str | None = None) -> pa.Table:
     """Read a file written by :func:`export` (or a foreign Chrome JSON trace) as a span table.
 
     Raises ``OSError`` (missing file, ...) or :class:`TraceFileError` (a ``ValueError``)
-    naming the file and what is wrong with it.
+    naming the file and what is wrong with it. A directory is read as a dataset of Parquet
+    parts (``hotspan.record("dir/")``, ``hotspan collect``): see ``hotspan.dataset``.
     """
+    if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
+        from ..dataset import load_dataset
+
+        return load_dataset(path)
     return exporter_for(path, format).read(path)
