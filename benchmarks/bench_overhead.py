@@ -46,7 +46,7 @@ def naive_span(name: str, category: str):
         _naive_log.append(NaiveSpan(name, category, start, time.perf_counter_ns()))
 
 
-def make_cases(n: int) -> dict[str, Callable[[], None]]:
+def make_cases(n: int, peers: bool = True) -> dict[str, Callable[[], None]]:
     noop = _native.NoopContext()
     reused = hotspan.span("x", "c")
     begin, end = hotspan.begin, hotspan.end
@@ -103,6 +103,8 @@ def make_cases(n: int) -> dict[str, Callable[[], None]]:
         "hotspan: @traced call": traced_call,
         "naive contextmanager tracer": naive,
     }
+    if not peers:
+        return cases
     try:
         import nvtx
 
@@ -149,11 +151,11 @@ def make_cases(n: int) -> dict[str, Callable[[], None]]:
 SLOW_PEERS = ("naive contextmanager tracer", "viztracer log_event", "torch.profiler.record_function")
 
 
-def measure(n: int, rounds: int) -> dict[str, float]:
+def measure(n: int, rounds: int, peers: bool = True) -> dict[str, float]:
     """Best ns per iteration of each case."""
-    cases = make_cases(n)
+    cases = make_cases(n, peers)
     slow_n = max(n // 20, 10_000)
-    slow_cases = make_cases(slow_n)
+    slow_cases = make_cases(slow_n, peers)
     best: dict[str, float] = {}
     gc.disable()
     try:
@@ -249,10 +251,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--drain-spans", type=int, default=1_000_000)
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--no-peers", action="store_true", help="skip nvtx, VizTracer and torch")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, hotspan {hotspan.__version__}, clock {_native._clock_info()['source']}, "
           f"n={args.n:,}, best of {args.rounds} interleaved rounds\n")
-    best = measure(args.n, args.rounds)
+    best = measure(args.n, args.rounds, peers=not args.no_peers)
     drain = measure_drain(args.drain_spans)
     ratios = report(best, drain)
     if args.json:
