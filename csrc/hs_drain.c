@@ -480,11 +480,23 @@ static void convert_range(convert_part *part) {
     for (uint64_t k = part->seg_from; k < part->seg_to; k++) end_row += x->plan[k].seg->nspans;
     uint64_t row = first_row;
     uint32_t pbits = 0, cbits = 0, abits = 0, ebits = 0;
+    /* Columns in restrict locals: through `c` the compiler must assume each store may
+     * change the pointers and reloads all fifteen every row. */
+    uint64_t *restrict span_id = c->span_id, *restrict parent_id = c->parent_id;
+    int32_t *restrict name_idx = c->name_idx, *restrict category_idx = c->category_idx;
+    int64_t *restrict start_ns = c->start_ns, *restrict end_ns = c->end_ns, *restrict duration_ns = c->duration_ns;
+    int32_t *restrict depth_col = c->depth, *restrict thread_idx = c->thread_idx, *restrict rank_col = c->rank;
+    int64_t *restrict thread_id = c->thread_id, *restrict pid_col = c->pid, *restrict arg_col = c->arg;
+    const int32_t *restrict pair_name = x->pair_name, *restrict pair_cat = x->pair_cat;
+    const hs_clock_seg *clk = x->clk;
+    const uint32_t nclk = x->nclk, npairs = x->npairs;
+    const int32_t rank = x->rank;
+    const int64_t pid = x->pid;
     for (uint64_t k = part->seg_from; k < part->seg_to; k++) {
         const hs_segment *s = x->plan[k].seg;
         const int32_t tix = x->plan[k].tix;
         const uint64_t id_base =
-            ((uint64_t)(uint16_t)x->rank << 48) | ((uint64_t)(s->info->index & HS_THREAD_INDEX_MASK) << HS_SEQ_BITS);
+            ((uint64_t)(uint16_t)rank << 48) | ((uint64_t)(s->info->index & HS_THREAD_INDEX_MASK) << HS_SEQ_BITS);
         const int64_t tid = s->info->tid;
         uint64_t seq = s->base_seq;
         for (uint64_t i = 0; i < s->nslots; row++) {
@@ -508,26 +520,26 @@ static void convert_range(convert_part *part) {
                 pair = e->pair;
                 i += 2;
             }
-            if (HS_UNLIKELY(pair >= x->npairs)) pair = 0;
+            if (HS_UNLIKELY(pair >= npairs)) pair = 0;
             uint32_t bit = (uint32_t)(row & 7);
-            c->span_id[row] = id_base | ((seq + 1) & HS_SEQ_MASK);
-            c->parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & HS_SEQ_MASK) : 0;
+            span_id[row] = id_base | ((seq + 1) & HS_SEQ_MASK);
+            parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & HS_SEQ_MASK) : 0;
             pbits |= (uint32_t)(parent_plus1 != 0) << bit;
-            c->name_idx[row] = x->pair_name[pair];
-            int32_t ci = x->pair_cat[pair];
-            c->category_idx[row] = ci < 0 ? 0 : ci;
+            name_idx[row] = pair_name[pair];
+            int32_t ci = pair_cat[pair];
+            category_idx[row] = ci < 0 ? 0 : ci;
             cbits |= (uint32_t)(ci >= 0) << bit;
-            int64_t st = hs_clock_convert(x->clk, x->nclk, r->start);
-            int64_t en = hs_clock_convert(x->clk, x->nclk, r->start + dur);
-            c->start_ns[row] = st;
-            c->end_ns[row] = en;
-            c->duration_ns[row] = en - st;
-            c->depth[row] = (int32_t)depth;
-            c->thread_id[row] = tid;
-            c->thread_idx[row] = tix;
-            c->pid[row] = x->pid;
-            c->rank[row] = x->rank;
-            c->arg[row] = (flags & HS_F_ARG) ? r->arg : 0;
+            int64_t st = hs_clock_convert(clk, nclk, r->start);
+            int64_t en = hs_clock_convert(clk, nclk, r->start + dur);
+            start_ns[row] = st;
+            end_ns[row] = en;
+            duration_ns[row] = en - st;
+            depth_col[row] = (int32_t)depth;
+            thread_id[row] = tid;
+            thread_idx[row] = tix;
+            pid_col[row] = pid;
+            rank_col[row] = rank;
+            arg_col[row] = (flags & HS_F_ARG) ? r->arg : 0;
             abits |= (uint32_t)((flags & HS_F_ARG) != 0) << bit;
             ebits |= (uint32_t)((flags & HS_F_ERROR) != 0) << bit;
             if (bit == 7) {

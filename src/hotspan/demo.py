@@ -38,7 +38,7 @@ def _worker(rank_in_node: int, steps: int, size: int, barrier: threading.Barrier
                 # stands in for a collective: move the gradient's bytes and wait a little
                 reduced = grad.copy()
                 time.sleep(0.0005)
-            hotspan.instant("optimizer_step", "train", arg=step)
+            hotspan.instant("optimizer_step", arg=step)  # inherits the step's category
             weights -= 1e-6 * reduced
 
 
@@ -48,7 +48,7 @@ def run(threads: int = 4, steps: int = 50, size: int = 96) -> None:
     workers = [
         threading.Thread(target=_worker, args=(k, steps, size, barrier), name=f"worker-{k}") for k in range(threads)
     ]
-    with hotspan.span("demo", "run", arg=threads):
+    with hotspan.span("demo", "run"):
         for w in workers:
             w.start()
         for w in workers:
