@@ -429,3 +429,37 @@ def test_ids_and_args_of_twenty_digits(spans, tmp_path):
     assert fast is not None
     assert_same_spans(big, fast, keep_order=False)
     assert_same_spans(fast, _load_general(path))
+
+
+def test_the_c_scanner_agrees_with_the_numpy_parser(spans, tmp_path):
+    """The loader's fast path parses line heads in C (hotspan._native._scan_heads); the numpy
+    parser is its reference: same values, same nulls, and both refuse the same damage."""
+    import numpy as np
+
+    from hotspan.export import chrome_json
+
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    data = path.read_bytes()
+    header = json.loads(data.split(b"\n", 1)[0].rstrip(b",") + b"]}")
+    line = chrome_json._LineLayout.from_json(header["otherData"]["hotspan.layout"])
+    buffer = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(buffer == ord("\n"))
+    starts = np.r_[0, ends[:-1] + 1]
+    heads = np.array([data[s: s + 6] == b'{"ts":' for s in starts.tolist()])
+    starts = starts[heads]
+    assert len(starts) == spans.num_rows
+    matrix = np.lib.stride_tricks.sliding_window_view(buffer, line.width)[starts]
+    reference_values, reference_nulls = line.numbers.parse(matrix)
+    values, nulls = chrome_json._scan_heads_native(line, data, starts)
+    for key in reference_values:
+        assert np.array_equal(values[key], reference_values[key]), key
+    for key in reference_nulls:
+        assert np.array_equal(nulls[key], reference_nulls[key]), key
+    damaged = bytearray(data)
+    at = data.index(b'"depth":', int(starts[3])) + len(b'"depth":')
+    damaged[at] = ord("x")
+    damaged = bytes(damaged)
+    matrix = np.lib.stride_tricks.sliding_window_view(np.frombuffer(damaged, np.uint8), line.width)[starts]
+    assert line.numbers.parse(matrix) is None
+    assert chrome_json._scan_heads_native(line, damaged, starts) is None

@@ -80,6 +80,15 @@ class _LineLayout:
         self.constant_mask = np.where(self.constant, np.uint8(0xFF), np.uint8(0))
         self.width = len(template)
         self.numbers = _NumberFields(self)
+        # The same checks in C, one pass a line (hotspan._native._scan_heads), when the
+        # compiled core is there; the numpy parser above stays as its reference.
+        kinds = {"ts": 2, "dur": 2, "span_id": 1, "parent_id": 1, "error": 3}
+        self.scan_fields = tuple(
+            (self.offsets[key], self.widths[key], kinds.get(key, 0), key in _NULLABLE_FIELDS)
+            for key, _ in _LINE_FIELDS
+        )
+        self.scan_template = bytes(template)
+        self.scan_mask = self.constant_mask.tobytes()
 
     def to_json(self) -> list:
         return [[key, self.widths[key]] for key, _ in _LINE_FIELDS]
@@ -581,13 +590,15 @@ class _FastReader:
                      threads: "_ThreadMap", start_ns: int, names: dict, categories: dict,
                      thread_names: dict) -> dict[str, np.ndarray] | None:
         line = self.layout
-        # Row copies of each line's fixed-width head (a window view, indexed by line start).
-        matrix = np.lib.stride_tricks.sliding_window_view(buffer, line.width)[starts]
-        if ((matrix ^ line.template) & line.constant_mask).any():
-            return None
-        parsed = line.numbers.parse(matrix)
+        parsed = _scan_heads_native(line, data, starts) if _scan_heads is not None else None
         if parsed is None:
-            return None
+            # Row copies of each line's fixed-width head (a window view, indexed by line start).
+            matrix = np.lib.stride_tricks.sliding_window_view(buffer, line.width)[starts]
+            if ((matrix ^ line.template) & line.constant_mask).any():
+                return None
+            parsed = line.numbers.parse(matrix)
+            if parsed is None:
+                return None
         values, nulls = parsed
 
         # The strings: the few distinct texts after the numbers, parsed once each.
@@ -636,6 +647,36 @@ class _FastReader:
             "arg_null": nulls["arg"],
             "error": values["error"],
         }
+
+
+try:
+    from .._native import _scan_heads
+except ImportError:  # the export package also works without the compiled core
+    _scan_heads = None
+
+
+def _scan_heads_native(line: _LineLayout, data: bytes, starts: np.ndarray
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """(values, nulls) as _NumberFields.parse gives them, from the C scanner; None when a
+    line departs from the layout (the numpy parser then decides, as the reference)."""
+    scanned = _scan_heads(data, np.ascontiguousarray(starts, np.int64), line.scan_template, line.scan_mask,
+                          line.scan_fields)
+    if scanned is None:
+        return None
+    n = len(starts)
+    matrix = np.frombuffer(scanned[0], np.int64).reshape(len(_LINE_FIELDS), n)
+    null_matrix = np.frombuffer(scanned[1], np.uint8).reshape(len(_LINE_FIELDS), n)
+    values, nulls = {}, {}
+    for index, (key, _) in enumerate(_LINE_FIELDS):
+        if key == "error":
+            values[key] = matrix[index].astype(bool)
+        elif key in ("span_id", "parent_id"):
+            values[key] = matrix[index].view(np.uint64)
+        else:
+            values[key] = matrix[index]
+        if key in _NULLABLE_FIELDS:
+            nulls[key] = null_matrix[index].astype(bool)
+    return values, nulls
 
 
 def _columns_equal(field: np.ndarray, text: bytes) -> np.ndarray:
