@@ -79,8 +79,31 @@ static void wait_for_wake(uint32_t seen, uint64_t us) {
 }
 
 /* Walk n slots of records, advancing the thread's sequence; returns spans. */
+/* The pairs the segments held now use (drain lock): the walk below marks them, so drain()
+ * builds its dictionaries without reading every record once more. */
+static uint64_t *used_pairs = NULL;
+static uint32_t used_pairs_words = 0;
+static int used_pairs_incomplete = 0; /* a mark was lost (out of memory): plan by reading */
+
+static inline void mark_pair(uint32_t pair) {
+    uint32_t word = pair >> 6;
+    if (HS_UNLIKELY(word >= used_pairs_words)) {
+        uint32_t nw = used_pairs_words ? used_pairs_words : 16;
+        while (nw <= word) nw *= 2;
+        uint64_t *grown = realloc(used_pairs, sizeof(uint64_t) * nw);
+        if (!grown) {
+            used_pairs_incomplete = 1;
+            return;
+        }
+        memset(grown + used_pairs_words, 0, sizeof(uint64_t) * (nw - used_pairs_words));
+        used_pairs = grown;
+        used_pairs_words = nw;
+    }
+    used_pairs[word] |= 1ull << (pair & 63);
+}
+
 static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t na, const hs_record *b,
-                             uint64_t nb) {
+                             uint64_t nb, int kept) {
     uint64_t spans = 0, seq = info->drain_seq;
     uint64_t i = 0, n = na + nb;
     int live = atomic_load_explicit(&hs_live_on, memory_order_relaxed);
@@ -91,10 +114,12 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
             uint64_t j = i + 1;
             const hs_record_ext *x = (const hs_record_ext *)(j < na ? &a[j] : &b[j - na]);
             seq = x->seq;
+            if (kept) mark_pair(x->pair);
             if (live) hs_live_offer(info, r->start, x->dur, r->arg, x->pair, x->depth, flags);
             i += 2;
         } else {
             seq = hs_seq_extend(seq, hs_rec_seq32(r));
+            if (kept) mark_pair(hs_rec_pair(r));
             if (live) hs_live_offer(info, r->start, hs_rec_dur(r), r->arg, hs_rec_pair(r), hs_rec_depth(r), flags);
             i += 1;
         }
@@ -165,7 +190,7 @@ static double sweep_locked(void) {
                 s->nslots = keep;
                 memcpy(s->recs, v.a, ka * sizeof(hs_record));
                 if (keep > ka) memcpy(s->recs + ka, v.b, (keep - ka) * sizeof(hs_record));
-                s->nspans = walk_records(info, s->recs, keep, NULL, 0);
+                s->nspans = walk_records(info, s->recs, keep, NULL, 0, 1);
                 if (seg_tail) seg_tail->next = s;
                 else seg_head = s;
                 seg_tail = s;
@@ -175,7 +200,7 @@ static double sweep_locked(void) {
             }
             if (keep < n) {
                 hs_ring_view rest = view_from(&v, keep);
-                uint64_t spans = walk_records(info, rest.a, rest.na, rest.b, rest.nb);
+                uint64_t spans = walk_records(info, rest.a, rest.na, rest.b, rest.nb, 0);
                 atomic_fetch_add_explicit(&info->dropped_other, spans, memory_order_relaxed);
             }
             hs_ring_release(r, n);
@@ -284,6 +309,10 @@ void hs_drain_after_fork_child(void) {
     }
     seg_head = seg_tail = NULL;
     seg_bytes = seg_spans = seg_count = 0;
+    free(used_pairs);
+    used_pairs = NULL;
+    used_pairs_words = 0;
+    used_pairs_incomplete = 0;
     atomic_store(&drainer_pid, 0); /* the parent's drain thread does not exist here */
     hs_registry_after_fork_child();
 }
@@ -485,13 +514,12 @@ static void convert_range(convert_part *part) {
     uint64_t *restrict span_id = c->span_id, *restrict parent_id = c->parent_id;
     int32_t *restrict name_idx = c->name_idx, *restrict category_idx = c->category_idx;
     int64_t *restrict start_ns = c->start_ns, *restrict end_ns = c->end_ns, *restrict duration_ns = c->duration_ns;
-    int32_t *restrict depth_col = c->depth, *restrict thread_idx = c->thread_idx, *restrict rank_col = c->rank;
-    int64_t *restrict thread_id = c->thread_id, *restrict pid_col = c->pid, *restrict arg_col = c->arg;
+    int32_t *restrict depth_col = c->depth, *restrict thread_idx = c->thread_idx;
+    int64_t *restrict thread_id = c->thread_id, *restrict arg_col = c->arg;
     const int32_t *restrict pair_name = x->pair_name, *restrict pair_cat = x->pair_cat;
     const hs_clock_seg *clk = x->clk;
     const uint32_t nclk = x->nclk, npairs = x->npairs;
     const int32_t rank = x->rank;
-    const int64_t pid = x->pid;
     for (uint64_t k = part->seg_from; k < part->seg_to; k++) {
         const hs_segment *s = x->plan[k].seg;
         const int32_t tix = x->plan[k].tix;
@@ -537,8 +565,6 @@ static void convert_range(convert_part *part) {
             depth_col[row] = (int32_t)depth;
             thread_id[row] = tid;
             thread_idx[row] = tix;
-            pid_col[row] = pid;
-            rank_col[row] = rank;
             arg_col[row] = (flags & HS_F_ARG) ? r->arg : 0;
             abits |= (uint32_t)((flags & HS_F_ARG) != 0) << bit;
             ebits |= (uint32_t)((flags & HS_F_ERROR) != 0) << bit;
@@ -567,6 +593,12 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
     uint64_t n = seg_spans;
     seg_head = seg_tail = NULL;
     seg_bytes = seg_spans = seg_count = 0;
+    uint64_t *used = used_pairs;
+    uint32_t used_words = used_pairs_words;
+    int used_incomplete = used_pairs_incomplete || (!used && n);
+    used_pairs = NULL;
+    used_pairs_words = 0;
+    used_pairs_incomplete = 0;
     pthread_mutex_unlock(&drain_lock);
 
     int rc = -1;
@@ -595,8 +627,6 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
     c->depth = hs_buf_alloc(rows * 4);
     c->thread_id = hs_buf_alloc(rows * 8);
     c->thread_idx = hs_buf_alloc(rows * 4);
-    c->pid = hs_buf_alloc(rows * 8);
-    c->rank = hs_buf_alloc(rows * 4);
     c->arg = hs_buf_alloc(rows * 8);
     c->arg_valid = hs_buf_calloc(bits);
     c->error = hs_buf_calloc(bits);
@@ -609,7 +639,7 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
     cat_ids = malloc(sizeof(uint32_t) * strs.count);
     if (!c->span_id || !c->parent_id || !c->parent_valid || !c->name_idx || !c->category_idx ||
         !c->category_valid || !c->start_ns || !c->end_ns || !c->duration_ns || !c->depth || !c->thread_id ||
-        !c->thread_idx || !c->pid || !c->rank || !c->arg || !c->arg_valid || !c->error || !pair_name || !pair_cat || !str_name_idx ||
+        !c->thread_idx || !c->arg || !c->arg_valid || !c->error || !pair_name || !pair_cat || !str_name_idx ||
         !str_cat_idx || !name_ids || !cat_ids)
         goto fail;
     for (uint32_t i = 0; i < npairs; i++) pair_name[i] = pair_cat[i] = -2; /* -2: not seen yet */
@@ -644,18 +674,13 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
         plan[k].row = row;
         plan[k].tix = tix;
         row += s->nspans;
-        for (uint64_t i = 0; i < s->nslots;) {
-            const hs_record *r = &s->recs[i];
-            uint32_t pair;
-            if (HS_LIKELY(!(hs_rec_flags(r) & HS_F_EXT))) {
-                pair = hs_rec_pair(r);
-                i += 1;
-            } else {
-                pair = ((const hs_record_ext *)&s->recs[i + 1])->pair;
-                i += 2;
-            }
-            if (HS_UNLIKELY(pair >= npairs)) continue; /* cannot happen: ids are published before use */
-            if (HS_LIKELY(pair_name[pair] != -2)) continue;
+    }
+    /* Dictionaries: only the pairs these segments use (marked as the drain side walked
+     * them), in pair order. */
+    for (uint32_t w = 0; w < used_words; w++) {
+        for (uint64_t bits = used[w]; bits; bits &= bits - 1) {
+            uint32_t pair = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            if (pair >= npairs) continue; /* cannot happen: ids are published before use */
             uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
             if (str_name_idx[nm] < 0) {
                 str_name_idx[nm] = (int32_t)c->n_names;
@@ -673,6 +698,31 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
             }
         }
     }
+    /* Marks lost (the bitmap could not grow: out of memory): plan by reading the records. */
+    if (used_incomplete) {
+        for (hs_segment *s = segs; s; s = s->next)
+            for (uint64_t i = 0; i < s->nslots;) {
+                const hs_record *r = &s->recs[i];
+                uint32_t pair = hs_rec_pair(r);
+                if (hs_rec_flags(r) & HS_F_EXT) {
+                    const hs_record_ext *x = (const hs_record_ext *)(const void *)&s->recs[i + 1];
+                    pair = x->pair;
+                }
+                i += (hs_rec_flags(r) & HS_F_EXT) ? 2 : 1;
+                if (pair >= npairs || pair_name[pair] != -2) continue;
+                uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
+                if (str_name_idx[nm] < 0) {
+                    str_name_idx[nm] = (int32_t)c->n_names;
+                    name_ids[c->n_names++] = nm;
+                }
+                pair_name[pair] = str_name_idx[nm];
+                if (pt && str_cat_idx[pt] < 0) {
+                    str_cat_idx[pt] = (int32_t)c->n_categories;
+                    cat_ids[c->n_categories++] = pt;
+                }
+                pair_cat[pair] = pt ? str_cat_idx[pt] : -1;
+            }
+    }
 
     /* Convert: large batches in two halves on two threads (split at a segment boundary),
      * small ones here. */
@@ -682,10 +732,10 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
         split = 1;
         while (split < nsegs - 1 && plan[split].row < row / 2) split++;
     }
-    convert_part second = {&ctx, split, nsegs, {0}};
+    convert_part second = {&ctx, split, nsegs, {{0}}};
     pthread_t helper;
     int threaded = split < nsegs && pthread_create(&helper, NULL, convert_thread, &second) == 0;
-    convert_part first = {&ctx, 0, threaded ? split : nsegs, {0}};
+    convert_part first = {&ctx, 0, threaded ? split : nsegs, {{0}}};
     convert_range(&first);
     if (threaded) pthread_join(helper, NULL);
     merge_edges(c, &first, row);
@@ -738,13 +788,14 @@ fail:
     free(cat_ids);
     free(tinfos);
     free(plan);
+    free(used);
     if (rc < 0) hs_columns_free(c);
     return rc;
 }
 
 void hs_columns_free(hs_columns *c) {
     void *bufs[] = {c->span_id, c->parent_id, c->parent_valid, c->name_idx, c->category_idx, c->category_valid,
-                    c->start_ns, c->end_ns, c->duration_ns, c->depth, c->thread_id, c->thread_idx, c->pid, c->rank,
+                    c->start_ns, c->end_ns, c->duration_ns, c->depth, c->thread_id, c->thread_idx,
                     c->arg, c->arg_valid, c->error};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hs_buf_free(bufs[i]);
     hs_buf_free(c->names_blob);

@@ -36,8 +36,7 @@ typedef struct hs_columns {
     int32_t *depth;
     int64_t *thread_id;
     int32_t *thread_idx;
-    int64_t *pid;
-    int32_t *rank;
+    /* pid and rank are the same on every row: the Python glue hands out one shared buffer */
     int64_t *arg;
     uint8_t *arg_valid;
     uint8_t *error; /* Arrow boolean bitmap */
