@@ -585,6 +585,30 @@ static void *convert_thread(void *arg) {
     return NULL;
 }
 
+/* A pair's dictionary indices (name, category path), first seen first. */
+typedef struct dictionary_plan {
+    hs_columns *c;
+    const hs_pair *pairs;
+    uint32_t npairs;
+    int32_t *pair_name, *pair_cat, *str_name_idx, *str_cat_idx;
+    uint32_t *name_ids, *cat_ids;
+} dictionary_plan;
+
+static void plan_pair(dictionary_plan *p, uint32_t pair) {
+    if (pair >= p->npairs || p->pair_name[pair] != -2) return; /* out of range cannot happen */
+    uint32_t nm = p->pairs[pair].name, pt = p->pairs[pair].path;
+    if (p->str_name_idx[nm] < 0) {
+        p->str_name_idx[nm] = (int32_t)p->c->n_names;
+        p->name_ids[p->c->n_names++] = nm;
+    }
+    p->pair_name[pair] = p->str_name_idx[nm];
+    if (pt && p->str_cat_idx[pt] < 0) {
+        p->str_cat_idx[pt] = (int32_t)p->c->n_categories;
+        p->cat_ids[p->c->n_categories++] = pt;
+    }
+    p->pair_cat[pair] = pt ? p->str_cat_idx[pt] : -1;
+}
+
 int hs_drain_collect(hs_columns *c, int32_t rank) {
     memset(c, 0, sizeof(*c));
     pthread_mutex_lock(&drain_lock);
@@ -676,29 +700,11 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
         row += s->nspans;
     }
     /* Dictionaries: only the pairs these segments use (marked as the drain side walked
-     * them), in pair order. */
-    for (uint32_t w = 0; w < used_words; w++) {
-        for (uint64_t bits = used[w]; bits; bits &= bits - 1) {
-            uint32_t pair = w * 64 + (uint32_t)__builtin_ctzll(bits);
-            if (pair >= npairs) continue; /* cannot happen: ids are published before use */
-            uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
-            if (str_name_idx[nm] < 0) {
-                str_name_idx[nm] = (int32_t)c->n_names;
-                name_ids[c->n_names++] = nm;
-            }
-            pair_name[pair] = str_name_idx[nm];
-            if (pt) {
-                if (str_cat_idx[pt] < 0) {
-                    str_cat_idx[pt] = (int32_t)c->n_categories;
-                    cat_ids[c->n_categories++] = pt;
-                }
-                pair_cat[pair] = str_cat_idx[pt];
-            } else {
-                pair_cat[pair] = -1;
-            }
-        }
-    }
-    /* Marks lost (the bitmap could not grow: out of memory): plan by reading the records. */
+     * them), in pair order; if a mark was lost (the bitmap could not grow: out of memory),
+     * by reading the records. */
+    dictionary_plan dp = {c, pairs, npairs, pair_name, pair_cat, str_name_idx, str_cat_idx, name_ids, cat_ids};
+    for (uint32_t w = 0; w < used_words; w++)
+        for (uint64_t bits = used[w]; bits; bits &= bits - 1) plan_pair(&dp, w * 64 + (uint32_t)__builtin_ctzll(bits));
     if (used_incomplete) {
         for (hs_segment *s = segs; s; s = s->next)
             for (uint64_t i = 0; i < s->nslots;) {
@@ -707,20 +713,11 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
                 if (hs_rec_flags(r) & HS_F_EXT) {
                     const hs_record_ext *x = (const hs_record_ext *)(const void *)&s->recs[i + 1];
                     pair = x->pair;
+                    i += 2;
+                } else {
+                    i += 1;
                 }
-                i += (hs_rec_flags(r) & HS_F_EXT) ? 2 : 1;
-                if (pair >= npairs || pair_name[pair] != -2) continue;
-                uint32_t nm = pairs[pair].name, pt = pairs[pair].path;
-                if (str_name_idx[nm] < 0) {
-                    str_name_idx[nm] = (int32_t)c->n_names;
-                    name_ids[c->n_names++] = nm;
-                }
-                pair_name[pair] = str_name_idx[nm];
-                if (pt && str_cat_idx[pt] < 0) {
-                    str_cat_idx[pt] = (int32_t)c->n_categories;
-                    cat_ids[c->n_categories++] = pt;
-                }
-                pair_cat[pair] = pt ? str_cat_idx[pt] : -1;
+                plan_pair(&dp, pair);
             }
     }
 

@@ -775,11 +775,6 @@ static PyObject *py_set_real_clock(PyObject *m, PyObject *a) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_ticks(PyObject *m, PyObject *a) {
-    (void)m; (void)a;
-    return PyLong_FromUnsignedLongLong(hs_ticks());
-}
-
 /* ---- hooks ---------------------------------------------------------------------------- */
 
 static char *call_thread_name_hook(void) {
@@ -812,11 +807,6 @@ static PyObject *py_after_fork_child(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     if (hs_tls) hs_drainer_ensure(); /* the forking thread records on: it needs a drainer */
     Py_RETURN_NONE;
-}
-
-static PyObject *py_thread_registered(PyObject *m, PyObject *a) {
-    (void)m; (void)a;
-    return PyBool_FromLong(hs_tls != NULL);
 }
 
 /* ---- live log feed -------------------------------------------------------------------- */
@@ -1044,10 +1034,8 @@ static PyMethodDef module_methods[] = {
     {"_clock_info", py_clock_info, METH_NOARGS, NULL},
     {"_set_fake_clock", py_set_fake_clock, METH_VARARGS, NULL},
     {"_set_real_clock", py_set_real_clock, METH_NOARGS, NULL},
-    {"_ticks", py_ticks, METH_NOARGS, NULL},
     {"_set_hooks", py_set_hooks, METH_VARARGS, NULL},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
-    {"_thread_registered", py_thread_registered, METH_NOARGS, NULL},
     {"_live_start", py_live_start, METH_VARARGS, NULL},
     {"_live_stop", py_live_stop, METH_NOARGS, NULL},
     {"_sweep", py_sweep, METH_NOARGS, NULL},

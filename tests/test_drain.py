@@ -205,3 +205,8 @@ def test_span_ids_carry_the_rank_so_ranks_never_collide():
         ids[rank] = {int(child_id), int(parent_id)}
         assert all(i >> 48 == rank for i in ids[rank])
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[7]) and not (ids[1] & ids[7])
+
+
+def test_records_are_32_bytes():
+    # the contract of the rings: fixed-size records of at most 32 bytes
+    assert _native.RECORD_BYTES == 32

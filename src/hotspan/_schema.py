@@ -43,8 +43,3 @@ META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"
-
-
-def empty_table() -> pa.Table:
-    """A table with the span schema and no rows."""
-    return SPAN_SCHEMA.empty_table()
