@@ -287,35 +287,42 @@ class _Interning:
 # --------------------------------------------------------------------------- reading
 
 
-def _frame(data: bytes, path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of every TracePacket (field 1 of the Trace message)."""
+def _packet_bounds(data: bytes, size: int) -> tuple[list[int], list[int], int, str | None]:
+    """The TracePackets (field 1 of the Trace message) whole within ``data[:size]``: their
+    starts and ends, where the scan stopped, and what stopped it when not a packet cut off
+    by the end (None)."""
     starts: list[int] = []
     ends: list[int] = []
-    append_start, append_end = starts.append, ends.append
-    pos, n = 0, len(data)
-    try:
-        while pos < n:
-            if data[pos] != 0x0A:
-                raise TraceFileError(path, f"byte {pos}: not a TracePacket (not a Perfetto trace?)")
-            length = data[pos + 1]
-            pos += 2
-            if length >= 0x80:
-                length, shift = length & 0x7F, 7
-                while True:
-                    byte = data[pos]
-                    pos += 1
-                    length |= (byte & 0x7F) << shift
-                    if byte < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise TraceFileError(path, f"byte {pos}: packet length is not a varint")
-            append_start(pos)
-            pos += length
-            append_end(pos)
-    except IndexError as exc:
-        raise TraceFileError(path, "truncated: the last packet's length runs past the end of the file") from exc
-    if pos > n:
+    pos = 0
+    while pos < size:
+        if data[pos] != 0x0A:
+            return starts, ends, pos, "not a TracePacket (not a Perfetto trace?)"
+        length, shift, at = 0, 0, pos + 1
+        while True:
+            if at >= size:
+                return starts, ends, pos, None
+            byte = data[at]
+            at += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                return starts, ends, pos, "packet length is not a varint"
+        if at + length > size:
+            break
+        starts.append(at)
+        ends.append(at + length)
+        pos = at + length
+    return starts, ends, pos, None
+
+
+def _frame(data: bytes, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every TracePacket of a whole trace."""
+    starts, ends, pos, problem = _packet_bounds(data, len(data))
+    if problem is not None:
+        raise TraceFileError(path, f"byte {pos}: {problem}")
+    if pos < len(data):
         raise TraceFileError(path, "truncated: the last packet runs past the end of the file")
     return np.array(starts, np.int64), np.array(ends, np.int64)
 
@@ -627,30 +634,9 @@ def _frame_block(buffer: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray,
 
 def _frame_block_slowly(buffer: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`_frame_block` one packet at a time (when misaligned candidates keep linking up)."""
-    data = buffer[:size].tobytes()
-    starts: list[int] = []
-    ends: list[int] = []
-    pos = 0
-    while pos < size:
-        if data[pos] != 0x0A:
-            raise _NotOurs("not a TracePacket")
-        length, shift, at = 0, 0, pos + 1
-        while True:
-            if at >= size:
-                return np.array(starts, np.int64), np.array(ends, np.int64), pos
-            byte = data[at]
-            at += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise _NotOurs("packet length is not a varint")
-        if at + length > size:
-            break
-        starts.append(at)
-        ends.append(at + length)
-        pos = at + length
+    starts, ends, pos, problem = _packet_bounds(buffer[:size].tobytes(), size)
+    if problem is not None:
+        raise _NotOurs(problem)
     return np.array(starts, np.int64), np.array(ends, np.int64), pos
 
 
