@@ -5,14 +5,15 @@ Row groups hold a million rows: large enough for good compression and fast scans
 """
 from __future__ import annotations
 
+import collections
+import itertools
+import os
+import struct
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-import os
-import struct
-from concurrent.futures import ThreadPoolExecutor
 
 from . import _thrift
 from ._base import Exporter, Progress
@@ -23,8 +24,10 @@ ROW_GROUP_ROWS = 1 << 20
 # the columns of a row group one after another): dictionaries only on the strings (the
 # integer columns cost 10-40 ms each as dictionaries, and zstd squeezes their runs as
 # well); DELTA_BINARY_PACKED on the increasing ids and times (and the sparse args).
-# zstd level 1: LZ4 (LZ4_RAW to pyarrow) measured ~8% faster, but older Parquet readers
-# cannot open LZ4_RAW files, and zstd is what every reader (DuckDB, Spark, pandas) takes.
+# zstd at level -1 (zstd's first "fast" level; the stream is plain zstd, any reader opens
+# it): ~4% faster end to end than level 1 for a 3% larger file, over 30 interleaved runs.
+# LZ4 (LZ4_RAW to pyarrow) measured ~8% faster still, but older Parquet readers cannot open
+# LZ4_RAW files, and zstd is what every reader (DuckDB, Spark, pandas) takes.
 _DICTIONARY_COLUMNS = ["name", "category", "thread_name"]
 _COLUMN_ENCODINGS = {
     **{name: "DELTA_BINARY_PACKED" for name in ("span_id", "parent_id", "start_ns", "end_ns", "arg")},
@@ -36,7 +39,7 @@ _COLUMN_ENCODINGS = {
 
 
 _WRITER_OPTIONS = dict(
-    compression="zstd", compression_level=1,
+    compression="zstd", compression_level=-1,
     use_dictionary=_DICTIONARY_COLUMNS,
     column_encoding=_COLUMN_ENCODINGS,
     # Statistics on the times only: what a reader prunes row groups by.
@@ -76,17 +79,24 @@ class ParquetExporter(Exporter):
             pq.write_table(part, sink, row_group_size=PARALLEL_ROWS, **_WRITER_OPTIONS)  # releases the GIL
             return sink.getvalue()
 
+        starts = iter(range(0, table.num_rows, PARALLEL_ROWS))
         joined = _JoinedFile()
         with Progress(table.num_rows, f"writing {path.name}") as progress, open(path, "wb") as out, \
                 ThreadPoolExecutor(workers) as pool:
+            # A sliding window of row groups in flight, taken in file order: every core stays
+            # busy while the earliest is joined, and memory stays at about `workers + 1`
+            # compressed row groups whatever the table's size.
+            in_flight = collections.deque(
+                pool.submit(one_file, table.slice(start, PARALLEL_ROWS))
+                for start in itertools.islice(starts, workers + 1))
             out.write(b"PAR1")
-            round_rows = PARALLEL_ROWS * workers
-            for start in range(0, table.num_rows, round_rows):
-                parts = [table.slice(at, PARALLEL_ROWS)
-                         for at in range(start, min(start + round_rows, table.num_rows), PARALLEL_ROWS)]
-                for part, written in zip(parts, pool.map(one_file, parts)):
-                    joined.add(written, out)
-                    progress.advance(part.num_rows)
+            while in_flight:
+                written = in_flight.popleft().result()
+                next_start = next(starts, None)
+                if next_start is not None:
+                    in_flight.append(pool.submit(one_file, table.slice(next_start, PARALLEL_ROWS)))
+                joined.add(written, out)
+                progress.advance(joined.last_rows)
             joined.finish(out)
 
     def _read(self, path: Path) -> pa.Table:
@@ -110,6 +120,7 @@ class _JoinedFile:
         self.footer: list | None = None
         self.row_groups: list = []
         self.rows = 0
+        self.last_rows = 0
 
     def add(self, data: pa.Buffer, out) -> None:
         view = memoryview(data)
@@ -123,7 +134,8 @@ class _JoinedFile:
             if ordinal is not None:
                 ordinal[2] = len(self.row_groups)
             self.row_groups.append(row_group)
-        self.rows += _thrift.field(footer, 3)[2]
+        self.last_rows = _thrift.field(footer, 3)[2]
+        self.rows += self.last_rows
         if self.footer is None:
             self.footer = footer
         out.write(body)
