@@ -64,6 +64,8 @@ void hs_buf_free(void *p);
 void hs_columns_free(hs_columns *c);
 /* Bytes and spans held in segments, not yet collected. */
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments);
+/* Bytes of freed segment memory kept for reuse (returned to the system after a second idle). */
+uint64_t hs_drain_pool_bytes(void);
 uint64_t hs_drain_period_us(void);
 void hs_drain_set_period_us(uint64_t us);
 /* Paused: the drain thread idles and only hs_drain_collect() moves records. */

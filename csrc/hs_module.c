@@ -740,8 +740,9 @@ static PyObject *py_pending(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     uint64_t bytes, spans, segments;
     hs_drain_pending(&bytes, &spans, &segments);
-    return Py_BuildValue("{sKsKsKsKsKsKsN}", "bytes", (unsigned long long)bytes, "spans", (unsigned long long)spans,
-                         "segments", (unsigned long long)segments, "capacity",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsN}", "bytes", (unsigned long long)bytes, "spans", (unsigned long long)spans,
+                         "segments", (unsigned long long)segments, "pool_bytes",
+                         (unsigned long long)hs_drain_pool_bytes(), "capacity",
                          (unsigned long long)hs_get_capacity(), "memory_cap",
                          (unsigned long long)hs_get_memory_cap(), "drain_period_us",
                          (unsigned long long)hs_drain_period_us(), "drain_thread", PyBool_FromLong(!hs_drain_paused()));

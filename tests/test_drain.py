@@ -210,3 +210,46 @@ def test_span_ids_carry_the_rank_so_ranks_never_collide():
 def test_records_are_32_bytes():
     # the contract of the rings: fixed-size records of at most 32 bytes
     assert _native.RECORD_BYTES == 32
+
+
+def test_segment_memory_is_reused_then_given_back_when_idle():
+    # The drain thread's segments come back to a bounded pool when drain() frees them, the
+    # next burst takes its memory from there (warm pages: no fault per 128 records), and a
+    # second of idleness hands the pool back to the system. A forked child inherits the pool
+    # and records through it exactly.
+    proc = run_python(
+        """
+        import os, time, hotspan
+        from hotspan import _native
+        outer, inner = hotspan.span("outer"), hotspan.span("inner")
+
+        def burst(n):
+            for _ in range(n // 2):
+                with outer:
+                    with inner:
+                        pass
+            time.sleep(0.1)  # the drain thread moves the records into segments
+
+        burst(400_000)
+        assert hotspan.drain().num_rows == 400_000
+        pooled = _native._pending()["pool_bytes"]
+        assert 2 << 20 <= pooled <= 64 << 20, pooled
+
+        pid = os.fork()
+        if pid == 0:
+            burst(100_000)
+            os._exit(0 if hotspan.drain().num_rows == 100_000 and hotspan.dropped() == 0 else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+
+        burst(200_000)
+        assert _native._pending()["pool_bytes"] < pooled  # taken back out of the pool
+        assert hotspan.drain().num_rows == 200_000
+        assert _native._pending()["pool_bytes"] > 0
+        time.sleep(2.0)
+        assert _native._pending()["pool_bytes"] == 0  # idle: given back
+        assert hotspan.dropped() == 0
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
