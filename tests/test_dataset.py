@@ -165,6 +165,25 @@ def test_record_to_a_directory_and_a_file(fresh, tmp_path):
         assert hotspan.load(target).num_rows == 50
 
 
+def test_record_flushes_early_when_the_core_nears_its_memory_cap(fresh, tmp_path):
+    # A long interval and a small cap: 1.2 M spans at about 1 M/s would overflow the 256 K-span
+    # cap several times over between interval flushes; the flusher sees the core's memory pass
+    # half the cap and flushes early, so nothing is dropped.
+    hotspan.configure(memory_cap=256 * 1024 * 32)
+    span = hotspan.span("work", "c")
+    dropped_before = hotspan.dropped()
+    with hotspan.record(tmp_path / "run", flush_interval=60) as rec:
+        for _ in range(120):
+            for _ in range(10_000):
+                with span:
+                    pass
+            time.sleep(0.005)
+    assert hotspan.dropped() == dropped_before
+    assert rec.dropped == 0 and rec.spans == 1_200_000
+    assert rec.flushes >= 4  # early flushes, and the final one at stop
+    assert hotspan.load(tmp_path / "run").num_rows == 1_200_000
+
+
 def test_record_start_stop_and_one_at_a_time(fresh, tmp_path):
     rec = hotspan.record(tmp_path / "a", flush_interval=10).start()
     try:

@@ -34,6 +34,12 @@ ENV_OUT = "HOTSPAN_OUT"
 ENV_INTERVAL = "HOTSPAN_FLUSH_INTERVAL"
 ENV_TOKEN = "HOTSPAN_TOKEN"
 
+#: How often the flusher looks at the recorder's memory between flushes: once the spans
+#: waiting in the core pass half its memory cap (``configure(memory_cap=...)``), it flushes
+#: early rather than let the cap drop the newest (a rank recording millions of spans a
+#: second fills the default 64 MiB in well under the default interval).
+PRESSURE_POLL_S = 0.05
+
 _active: "Recorder | None" = None
 _active_lock = threading.Lock()
 _env_recorder: "Recorder | None" = None
@@ -222,14 +228,14 @@ class Recorder:
     def _loop(self) -> None:
         next_flush = time.monotonic() + self.flush_interval
         while True:
-            wait = next_flush - time.monotonic()
+            wait = min(next_flush - time.monotonic(), PRESSURE_POLL_S)
             retry = getattr(self._sink, "client", None)
             if retry is not None and retry.queue and not retry.refused:
                 wait = min(wait, max(retry.wait_retry(), 0.01))
             if self._stop.wait(max(wait, 0.0)):
                 return
             try:
-                if time.monotonic() >= next_flush:
+                if time.monotonic() >= next_flush or _under_memory_pressure():
                     next_flush = time.monotonic() + self.flush_interval
                     self.flush()
                 elif retry is not None:
@@ -311,6 +317,13 @@ class Recorder:
     def __repr__(self) -> str:
         state = "recording" if self.running else "stopped"
         return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
+
+
+def _under_memory_pressure() -> bool:
+    from . import _native
+
+    pending = _native._pending()
+    return pending["bytes"] * 2 >= pending["memory_cap"]
 
 
 def _warm_up(kind: str) -> None:
