@@ -93,11 +93,14 @@ def read_line(proc: subprocess.Popen, pattern: str, timeout: float = DEADLINE_S)
         sel.close()
 
 
-def start_collector(out: Path, *, port: int = 0, token: str | None = None) -> tuple[subprocess.Popen, int]:
+def start_collector(out: Path, *, port: int = 0, token: str | None = None,
+                    nice: int | None = None) -> tuple[subprocess.Popen, int]:
     args = [sys.executable, "-m", "hotspan", "collect", "--listen", f"grpc://127.0.0.1:{port}", "--out", str(out),
             "--duration", "120"]
     if token is not None:
         args += ["--token", token]
+    if nice is not None:
+        args += ["--nice", str(nice)]
     proc = subprocess.Popen(args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         match = read_line(proc, r"listening on grpc://127\.0\.0\.1:(\d+)")

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -256,3 +257,31 @@ def test_collect_cli_errors_and_help(tmp_path):
     (tmp_path / "f").write_text("")
     assert main(["collect", "--out", str(tmp_path / "f")]) == 2
     assert main(["collect", "--help"]) == 0
+    assert main(["collect", "--nice", "20", "--out", str(tmp_path / "o")]) == 2
+    assert main(["collect", "--nice", "-1", "--out", str(tmp_path / "o")]) == 2
+
+
+def _thread_nice_values(pid: int) -> set[int]:
+    values = set()
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        text = stat.read_text()
+        values.add(int(text[text.rindex(")") + 2:].split()[16]))  # field 19 of proc(5): nice
+    return values
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread priorities from /proc")
+def test_collect_nice_lowers_every_thread_and_still_collects(tmp_path):
+    # --nice on a host shared with ranks: the collector's threads (gRPC's and Arrow's
+    # included, started after it) all run that much lower, and spans still arrive.
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    collector, port = start_collector(tmp_path / "run", nice=7)
+    rank = start_rank(0, f"grpc://127.0.0.1:{port}")
+    try:
+        code, _out, err = finish(rank)
+        assert code == 0, err
+        assert _thread_nice_values(collector.pid) == {min(base + 7, 19)}
+        code, _out, err = stop(collector)
+        assert code == 0, err
+    finally:
+        kill(collector, rank)
+    assert hotspan.load(tmp_path / "run").num_rows == spans_per_rank()
