@@ -1,7 +1,8 @@
 """Parquet: the span table as it is (dictionary columns, schema metadata), zstd-compressed.
 
-Row groups hold a million rows: large enough for good compression and fast scans of
-10 M-span traces, small enough that the writer's buffer stays bounded.
+Row groups hold a million rows (half a million for tables large enough to be written on
+several cores, below): large enough for good compression and fast scans of 10 M-span
+traces, small enough that the writer's buffer stays bounded.
 """
 from __future__ import annotations
 
