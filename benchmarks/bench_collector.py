@@ -179,13 +179,6 @@ def measure_overhead(n: int, rounds: int, paired_n: int, paired_rounds: int, blo
     }
 
 
-def _ok(value: float, target: str | None) -> str:
-    if not target:
-        return ""
-    op, goal = target.split()
-    return "ok" if (value <= float(goal) if op == "<=" else value >= float(goal)) else "MISS"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=4)
@@ -220,13 +213,15 @@ def main() -> int:
         figures["overhead"] = overhead
         plain, streaming = overhead["plain"]["ratios"], overhead["streaming"]["ratios"]
         plain_p, streaming_p = overhead["plain"]["paired_ratios"], overhead["streaming"]["paired_ratios"]
-        print(f"{'':32s} {'best of':^25s} {'paired median':^25s}")
-        print(f"{'ratio':32s} {'alone':>12s} {'streaming':>12s} {'alone':>12s} {'streaming':>12s}  target")
+        print(f"{'':32s} {'best of':^27s} {'paired median':^27s}")
+        print(f"{'ratio':32s} {'alone':>13s} {'streaming':>13s} {'alone':>13s} {'streaming':>13s}  target")
+        from bench_overhead import verdict
+
         for name in plain:
             target = overhead["targets"].get(name)
 
             def cell(value: float) -> str:
-                return f"{value:6.2f} {_ok(value, target):>5s}"
+                return f"{value:6.2f} {verdict(name, value):>6s}"
 
             print(f"{name:32s} {cell(plain[name])} {cell(streaming.get(name, float('nan')))} "
                   f"{cell(plain_p.get(name, float('nan')))} {cell(streaming_p.get(name, float('nan')))}  {target or ''}")
