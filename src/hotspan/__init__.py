@@ -5,6 +5,10 @@ Python as Arrow tables.
     with hotspan.span("forward", "compute"):
         ...
     table = hotspan.drain()
+
+``import hotspan`` loads the recorder alone: pyarrow, numpy and the exporters, statistics
+and reports load on first use (the first ``drain()``, ``export``, ``load``, ``stats``...),
+so a program that only records, on every rank of a job, pays nothing for them.
 """
 from __future__ import annotations
 
@@ -23,11 +27,36 @@ from ._native import (  # noqa: E402
     traced_function,
 )
 from ._api import configure, drain, rank, traced  # noqa: E402
-from ._schema import SPAN_SCHEMA  # noqa: E402
-from .export import export, load  # noqa: E402
-from .live import live  # noqa: E402
-from .record import Recorder, record  # noqa: E402
-from .stats import phases, stats  # noqa: E402
+
+# Public names that live in modules loaded on first use: name -> (module, attribute).
+# Each is a function (or class) named differently from every submodule, so that
+# ``import hotspan.X`` always gives a module and ``hotspan.X`` stays the same object.
+_LAZY = {
+    "export": ("hotspan.formats", "export"),
+    "load": ("hotspan.formats", "load"),
+    "stats": ("hotspan.analysis", "stats"),
+    "phases": ("hotspan.analysis", "phases"),
+    "compare": ("hotspan.analysis", "compare"),
+    "live": ("hotspan.recording.live_log", "live"),
+    "record": ("hotspan.recording.recorder", "record"),
+    "Recorder": ("hotspan.recording.recorder", "Recorder"),
+    "SPAN_SCHEMA": ("hotspan._schema", "SPAN_SCHEMA"),
+}
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'hotspan' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def get_include() -> str:
@@ -40,11 +69,13 @@ def get_include() -> str:
             return str(candidate)
     raise FileNotFoundError("hotspan.h is not installed beside the hotspan package")
 
+
 __all__ = [
     "Recorder",
     "SPAN_SCHEMA",
     "__version__",
     "begin",
+    "compare",
     "configure",
     "disable",
     "drain",
@@ -67,8 +98,11 @@ __all__ = [
     "traced_function",
 ]
 
-# HOTSPAN_OUT=dest: record from import to exit (launchers need no code change). Last, so
-# that everything it needs is imported.
-from .record import start_from_env as _start_from_env  # noqa: E402
+# HOTSPAN_OUT=dest: record from import to exit (launchers need no code change). The
+# recorder module (no pyarrow at import) loads only when asked for.
+import os as _os  # noqa: E402
 
-_start_from_env()
+if _os.environ.get("HOTSPAN_OUT", "").strip():
+    from .recording.recorder import start_from_env as _start_from_env
+
+    _start_from_env()

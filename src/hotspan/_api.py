@@ -5,12 +5,12 @@ import functools
 import inspect
 import os
 import threading
-from typing import Any, Callable, TypeVar, overload
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, overload
 
 from . import _native
-from ._table import metadata, table_from_raw
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,8 +89,12 @@ def configure(
     )
 
 
-def drain() -> pa.Table:
+def drain() -> "pa.Table":
     """Every span completed since the last drain, from all threads (exited ones too)."""
+    # pyarrow and numpy load here, on the first drain: a program that only records never
+    # pays for them (import hotspan loads the recorder alone).
+    from ._table import metadata, table_from_raw
+
     with _drain_lock:
         r = rank()
         raw = _native._drain(r)

@@ -5,6 +5,9 @@ contract; ``drain()`` produces them because names repeat millions of times.
 """
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pyarrow as pa
 
 #: Column name -> Arrow type, in table order.
@@ -43,3 +46,34 @@ META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"
+
+
+# --------------------------------------------------------------------------- reading metadata
+# The one parser of the metadata above: tolerant (a foreign or damaged file gives None,
+# never an exception), so every reader treats a missing and an unreadable value alike.
+
+
+def meta_json(meta: dict[bytes, bytes] | None, key: bytes) -> Any:
+    """The JSON value stored under ``key``, or None when absent or not valid JSON."""
+    raw = (meta or {}).get(key)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def meta_int(meta: dict[bytes, bytes] | None, key: bytes) -> int | None:
+    """The integer stored under ``key``, or None when absent or not an integer."""
+    raw = (meta or {}).get(key)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def meta_dict(meta: dict[bytes, bytes] | None, key: bytes) -> dict | None:
+    """The JSON object stored under ``key``, or None when absent or not an object."""
+    value = meta_json(meta, key)
+    return value if isinstance(value, dict) else None

@@ -12,7 +12,7 @@ import pytest
 
 import hotspan
 from hotspan.cli import main
-from hotspan.export import export
+from hotspan.formats import export
 from hotspan.report.html import PALETTE
 
 

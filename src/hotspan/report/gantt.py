@@ -13,7 +13,8 @@ import pyarrow.compute as pc
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ._layout import Layout, cell_coverage, error_cells, human_ns, layout
+from ..units import human_ns
+from .layout import Layout, cell_coverage, error_cells, layout
 
 #: Glyphs for categories, most time first; "!" is kept for errors.
 GLYPHS = "█▓▒░#=+*%@&o~^:"

@@ -18,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 
 from .._schema import META_ARGV, META_DROPPED, META_ENV, META_HOST, META_PYTHON, META_START, META_VERSION
-from ..stats import _codes, _numpy, phases, stats
-from ._layout import human_ns, layout
+from ..analysis.statistics import column_codes, to_numpy, phases, stats
+from ..units import human_ns
+from .layout import layout
 
 #: Timeline width in SVG units (the SVG scales to the page).
 TIMELINE_WIDTH = 1200
@@ -68,7 +69,7 @@ def _summary(table: pa.Table, lay) -> str:
     n = table.num_rows
     items: list[tuple[str, str]] = [("spans", f"{n:,}")]
     if n:
-        ranks = sorted(set(_numpy(table.column("rank"), np.int64).tolist()))
+        ranks = sorted(set(to_numpy(table.column("rank"), np.int64).tolist()))
         items += [
             ("threads", f"{len(lay.lane_labels):,}"),
             ("ranks", ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")),
@@ -136,11 +137,11 @@ def _timeline(table: pa.Table, lay) -> tuple[str, str]:
     x = (lay.start - t0) * scale
     px = lay.duration * scale
     depth = np.minimum(lay.depth, MAX_DEPTH_ROWS - 1)
-    name_code, name_values = _codes(table.column("name"))
+    name_code, name_values = column_codes(table.column("name"))
     names = ["" if v is None else str(v) for v in name_values.to_pylist()]
     arg_column = table.column("arg")
-    has_arg = _numpy(arg_column.is_valid(), np.bool_)
-    arg = _numpy(arg_column.fill_null(0), np.int64)
+    has_arg = to_numpy(arg_column.is_valid(), np.bool_)
+    arg = to_numpy(arg_column.fill_null(0), np.int64)
 
     # One by one: spans a pixel wide or more, the widest first when there are too many.
     threshold = 1.0

@@ -1,0 +1,12 @@
+"""Analysis of span tables: statistics, phases and comparisons of two runs.
+
+    hotspan.stats(table)            # per (category, name): count, total, self, percentiles, ...
+    hotspan.phases(table)           # each top-level category per rank and its sub-categories
+    hotspan.compare(base, new)      # per span group: before, after, change, verdict
+"""
+from __future__ import annotations
+
+from .comparison import compare
+from .statistics import PERCENTILES, PHASE_COLUMNS, STAT_COLUMNS, phases, stats
+
+__all__ = ["PERCENTILES", "PHASE_COLUMNS", "STAT_COLUMNS", "compare", "phases", "stats"]

@@ -1,0 +1,391 @@
+"""Statistics over a span table: per-group times with exact percentiles, and phases.
+
+    hotspan.stats(table)                          # by (category, name)
+    hotspan.stats(table, by=("rank", "name"))     # any columns
+    hotspan.phases(table)                         # sync -> sync/compute 71%, sync/comms 24%
+
+Everything is computed with whole-column numpy / pyarrow operations: the only Python loops
+run over groups or distinct categories, never over spans.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["PHASE_COLUMNS", "STAT_COLUMNS", "phases", "stats"]
+
+#: The statistics columns of ``stats()``, after the ``by`` keys.
+STAT_COLUMNS = (
+    "count", "total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns",
+    "share", "errors", "arg_sum", "arg_per_s",
+)
+PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
+
+_STAT_TYPES = {
+    "count": pa.int64(), "total_ns": pa.int64(), "self_ns": pa.int64(), "mean_ns": pa.float64(),
+    "min_ns": pa.int64(), "p50_ns": pa.float64(), "p90_ns": pa.float64(), "p99_ns": pa.float64(),
+    "max_ns": pa.int64(), "share": pa.float64(), "errors": pa.int64(), "arg_sum": pa.int64(),
+    "arg_per_s": pa.float64(),
+}
+
+#: The columns of ``phases()``.
+PHASE_COLUMNS = ("rank", "category", "phase", "time_ns", "steps", "per_step_ns", "share")
+_PHASE_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32()),  # null: the mean over ranks
+        pa.field("category", pa.string()),  # the top-level category
+        pa.field("phase", pa.string()),  # the category itself, or one of its sub-categories
+        pa.field("time_ns", pa.float64()),
+        pa.field("steps", pa.float64()),
+        pa.field("per_step_ns", pa.float64()),
+        pa.field("share", pa.float64()),  # of the top-level category's time
+    ]
+)
+
+_NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
+
+
+# --------------------------------------------------------------------------- stats
+
+
+def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
+    """Per group of spans (the distinct values of the ``by`` columns): ``count``,
+    ``total_ns``, ``self_ns`` (total minus the time of direct children), ``mean_ns``,
+    ``min_ns``, ``p50_ns``, ``p90_ns``, ``p99_ns`` (exact, linear interpolation as numpy's
+    default), ``max_ns``, ``share`` (total over the trace's wall time, from the first start
+    to the last end; spans running on several threads at once can add up to more than 1),
+    ``errors``, ``arg_sum`` and ``arg_per_s`` (the args summed, per second of the time of the
+    spans that carry one; both null where no span of the group has an arg).
+
+    Rows come largest ``total_ns`` first. Null keys form their own group.
+    """
+    by = _check_columns(table, by, _NEEDED)
+    n = table.num_rows
+    if n == 0:
+        return _empty_stats(table, by)
+
+    group, representative = _group_codes(table, by)
+    groups = len(representative)
+    duration = to_numpy(table.column("duration_ns"), np.int64)
+    counts = np.bincount(group, minlength=groups).astype(np.int64)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    ends = starts + counts
+
+    sorted_duration = _sort_within_groups(group, duration, groups)
+    total = np.add.reduceat(sorted_duration, starts)
+    columns: dict[str, np.ndarray | pa.Array] = {
+        "count": counts,
+        "total_ns": total,
+        "self_ns": total - _child_time(table, group, duration, groups),
+        "mean_ns": total / counts,
+        "min_ns": sorted_duration[starts],
+    }
+    for column, q in PERCENTILES:
+        columns[column] = _percentile(sorted_duration, starts, counts, q)
+    columns["max_ns"] = sorted_duration[ends - 1]
+
+    wall = int(pc.max(table.column("end_ns")).as_py()) - int(pc.min(table.column("start_ns")).as_py())
+    columns["share"] = total / wall if wall > 0 else np.full(groups, np.nan)
+
+    error = to_numpy(table.column("error").fill_null(False), np.bool_)
+    columns["errors"] = np.bincount(group, weights=error, minlength=groups).astype(np.int64)
+
+    arg_column = table.column("arg")
+    has_arg = to_numpy(arg_column.is_valid(), np.bool_)
+    arg = to_numpy(arg_column.fill_null(0), np.int64)
+    arg_count = np.bincount(group, weights=has_arg, minlength=groups)
+    arg_sum = np.zeros(groups, np.int64)
+    np.add.at(arg_sum, group, arg)  # exact integer sums (bincount would go through float64)
+    arg_time = np.zeros(groups, np.int64)
+    np.add.at(arg_time, group[has_arg], duration[has_arg])
+    no_arg = arg_count == 0
+    columns["arg_sum"] = pa.array(arg_sum, pa.int64(), mask=no_arg)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_s = arg_sum / (arg_time / 1e9)
+    columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
+
+    order = np.argsort(-total, kind="stable")
+    keys = [_plain(table.column(name).take(pa.array(representative[order]))) for name in by]
+    stat_arrays = [
+        (columns[name].take(pa.array(order)) if isinstance(columns[name], pa.Array)
+         else pa.array(np.asarray(columns[name])[order], _STAT_TYPES[name]))
+        for name in STAT_COLUMNS
+    ]
+    return pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS))
+
+
+def _empty_stats(table: pa.Table, by: Sequence[str]) -> pa.Table:
+    fields = [pa.field(name, _plain_type(table.schema.field(name).type)) for name in by]
+    fields += [pa.field(name, _STAT_TYPES[name]) for name in STAT_COLUMNS]
+    return pa.schema(fields).empty_table()
+
+
+def _percentile(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+    """numpy.percentile(..., method="linear") of every group at once, computed the way
+    numpy computes it (same virtual index, same two-sided interpolation), so results agree
+    to the last bit."""
+    virtual = (counts - 1) * q
+    below = np.floor(virtual).astype(np.int64)
+    above = np.minimum(below + 1, counts - 1)
+    gamma = virtual - below
+    a = sorted_values[starts + below].astype(np.float64)
+    b = sorted_values[starts + above].astype(np.float64)
+    diff = b - a
+    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+
+
+def _sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """``values`` ordered by (group, value).
+
+    When group and value fit together in 63 bits they are packed into one int64 and sorted
+    by value alone: numpy's SIMD sort of plain int64s is several times faster than an
+    argsort or a lexsort, which matters at a million spans.
+    """
+    low = int(values.min())
+    value_bits = (int(values.max()) - low).bit_length()
+    if (groups - 1).bit_length() + value_bits <= 63:
+        packed = (group.astype(np.int64) << value_bits) | (values - low)
+        packed.sort()
+        return (packed & ((1 << value_bits) - 1)) + low
+    return values[np.lexsort((values, group))]
+
+
+def _child_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, the summed durations of the direct children of its spans."""
+    parent = parent_rows(table)
+    child = parent >= 0
+    out = np.zeros(groups, np.int64)
+    np.add.at(out, group[parent[child]], duration[child])
+    return out
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def phases(table: pa.Table) -> pa.Table:
+    """Where each top-level category's time goes, per rank.
+
+    For each rank and top-level category (the first part of the category path, ``sync`` in
+    ``sync/compute``): a row with ``phase`` = the category, its time (the outermost spans of
+    the category: a ``sync`` span inside another ``sync`` span is not counted twice), its
+    number of ``steps`` (those outermost spans, instants excluded) and ``per_step_ns``; then
+    a row per sub-category (``sync/compute``: its outermost spans, deeper levels included)
+    with its time, time per step of the category and ``share`` of the category's time.
+
+    When the trace holds several ranks, rows with ``rank`` null follow: the mean over the
+    ranks that have the category (``share`` is then the ratio of the means).
+    """
+    _check_columns(table, (), _NEEDED + ("category", "rank"))
+    if table.num_rows == 0:
+        return _PHASE_SCHEMA.empty_table()
+    category_code, category_values = column_codes(table.column("category"))
+    tops: dict[str, int] = {}
+    subs: dict[str, int] = {}
+    top_of_value = np.full(len(category_values), -1, np.int64)
+    sub_of_value = np.full(len(category_values), -1, np.int64)
+    for i, path in enumerate(category_values.to_pylist()):  # distinct categories only
+        if not path:
+            continue
+        parts = path.split("/")
+        top_of_value[i] = tops.setdefault(parts[0], len(tops))
+        if len(parts) > 1 and parts[1]:
+            sub_of_value[i] = subs.setdefault(parts[0] + "/" + parts[1], len(subs))
+    top = top_of_value[category_code]
+    sub = sub_of_value[category_code]
+    parent = parent_rows(table)
+    has_parent = parent >= 0
+    # A span opens a (sub-)category when its parent is not already in it.
+    opens_top = (top >= 0) & ~(has_parent & (top[np.where(has_parent, parent, 0)] == top))
+    opens_sub = (sub >= 0) & ~(has_parent & (sub[np.where(has_parent, parent, 0)] == sub))
+
+    duration = to_numpy(table.column("duration_ns"), np.int64)
+    rank_values, rank_code = np.unique(to_numpy(table.column("rank"), np.int64), return_inverse=True)
+    n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
+    top_time = _sum_by(rank_code[opens_top] * n_tops + top[opens_top], duration[opens_top], n_ranks * n_tops)
+    stepping = opens_top & (duration > 0)
+    top_steps = np.bincount(rank_code[stepping] * n_tops + top[stepping], minlength=n_ranks * n_tops)
+    sub_time = _sum_by(rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs)
+    top_time = top_time.reshape(n_ranks, n_tops).astype(np.float64)
+    top_steps = top_steps.reshape(n_ranks, n_tops).astype(np.float64)
+    sub_time = sub_time.reshape(n_ranks, n_subs).astype(np.float64)
+
+    top_names = list(tops)
+    sub_names = list(subs)
+    sub_top = np.array([tops[name.split("/", 1)[0]] for name in sub_names], np.int64)
+
+    rows: list[tuple] = []
+
+    def emit(rank: int | None, times: np.ndarray, steps: np.ndarray, subs_time: np.ndarray) -> None:
+        for t in np.argsort(-times, kind="stable"):
+            if times[t] <= 0 and steps[t] <= 0:
+                continue
+            name = top_names[t]
+            per_step = times[t] / steps[t] if steps[t] else np.nan
+            rows.append((rank, name, name, times[t], steps[t], per_step, 1.0 if times[t] else np.nan))
+            mine = np.flatnonzero((sub_top == t) & (subs_time > 0))
+            for s in mine[np.argsort(-subs_time[mine], kind="stable")]:
+                rows.append((
+                    rank, name, sub_names[s], subs_time[s], steps[t],
+                    subs_time[s] / steps[t] if steps[t] else np.nan,
+                    subs_time[s] / times[t] if times[t] else np.nan,
+                ))
+
+    for r in range(n_ranks):
+        emit(int(rank_values[r]), top_time[r], top_steps[r], sub_time[r])
+    if n_ranks > 1:
+        present = (top_time > 0) | (top_steps > 0)  # ranks x tops
+        ranks_with = np.maximum(present.sum(axis=0), 1)
+        mean_time = top_time.sum(axis=0) / ranks_with
+        mean_steps = top_steps.sum(axis=0) / ranks_with
+        mean_sub = (sub_time * present[:, sub_top]).sum(axis=0) / ranks_with[sub_top] if n_subs else sub_time[0]
+        emit(None, mean_time, mean_steps, mean_sub)
+
+    if not rows:
+        return _PHASE_SCHEMA.empty_table()
+    columns = list(zip(*rows))
+    return pa.Table.from_arrays(
+        [pa.array(list(col), type=field.type, from_pandas=True) for col, field in zip(columns, _PHASE_SCHEMA)],
+        schema=_PHASE_SCHEMA,
+    )
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def parent_rows(table: pa.Table) -> np.ndarray:
+    """For each row, the row index of its parent span in ``table``, or -1 (a root, or a
+    parent that is not in the table, drained later or filtered out).
+
+    Span ids are unique within one trace; when they repeat (traces of several processes
+    concatenated) a parent is looked up among the spans of its child's own thread, where it
+    always is.
+    """
+    n = table.num_rows
+    span_id = to_numpy(table.column("span_id"), np.uint64).view(np.int64)
+    parent_column = table.column("parent_id")
+    valid = to_numpy(parent_column.is_valid(), np.bool_)
+    parent = to_numpy(parent_column.fill_null(0), np.uint64).view(np.int64)
+    # Stable argsort: drained span ids come in long ascending runs, which timsort eats fast.
+    order = np.argsort(span_id, kind="stable")
+    keys = span_id[order]
+    if n > 1 and bool((keys[1:] == keys[:-1]).any()):
+        distinct = np.unique(keys)
+        lane, _ = combined_codes(table, ("rank", "pid", "thread_id"))
+        found = np.minimum(np.searchsorted(distinct, parent), len(distinct) - 1)
+        valid &= distinct[found] == parent
+        span_key = lane * len(distinct) + np.searchsorted(distinct, span_id)
+        parent = lane * len(distinct) + found
+        order = np.argsort(span_key, kind="stable")
+        keys = span_key[order]
+    if n == 0:
+        return np.zeros(0, np.int64)
+    position = np.minimum(np.searchsorted(keys, parent), n - 1)
+    hit = valid & (keys[position] == parent)
+    return np.where(hit, order[position], -1)
+
+
+def _check_columns(table: pa.Table, by: str | Iterable[str], needed: Iterable[str]) -> tuple[str, ...]:
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"expected a pyarrow.Table of spans, not {type(table).__name__}")
+    if isinstance(by, str):
+        by = (by,)
+    by = tuple(by)
+    for name in by:
+        if not isinstance(name, str):
+            raise TypeError(f"by: column names must be str, not {type(name).__name__}")
+    if len(set(by)) != len(by):
+        raise ValueError(f"by: a column is named twice in {', '.join(by)}")
+    missing = [name for name in (*by, *needed) if name not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"no column {', '.join(repr(m) for m in dict.fromkeys(missing))} in the span table "
+            f"(columns: {', '.join(table.column_names)})"
+        )
+    return by
+
+
+def to_numpy(column: pa.ChunkedArray | pa.Array, dtype: type) -> np.ndarray:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _sum_by(code: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, np.int64)
+    np.add.at(out, code, values)
+    return out
+
+
+def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Per row a code in [0, K), and the K values in code order (a null among them if any
+    row is null), so that ``values[codes[i]] == column[i]``."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(array.type):
+        # Re-encode the (small) dictionary: it may repeat a value, or hold a null.
+        encoded = pc.dictionary_encode(array.dictionary, null_encoding="encode")
+        remap = to_numpy(encoded.indices, np.int64)
+        values = encoded.dictionary
+        indices = array.indices
+    else:
+        encoded = pc.dictionary_encode(array, null_encoding="encode")
+        remap = None
+        values = encoded.dictionary
+        indices = encoded.indices
+    codes = to_numpy(indices.fill_null(0), np.int64)
+    if remap is not None:
+        codes = remap[codes] if len(remap) else codes
+    if indices.null_count:
+        null_code = len(values)
+        values = pa.concat_arrays([values, pa.nulls(1, values.type)])
+        codes[~to_numpy(indices.is_valid(), np.bool_)] = null_code
+    return codes, values
+
+
+def combined_codes(table: pa.Table, columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Dense group ids over the distinct combinations of ``columns`` (0 .. G-1, per row) and,
+    per group, the index of one row holding it."""
+    n = table.num_rows
+    code = np.zeros(n, np.int64)
+    size = 1
+    for name in columns:
+        column_code, values = column_codes(table.column(name))
+        k = max(len(values), 1)
+        if size * k >= 1 << 62:
+            code, size = _densify(code, size)
+        code = code * k + column_code
+        size *= k
+    code, _ = _densify(code, size)
+    representative = np.empty(code.max() + 1 if n else 0, np.int64)
+    representative[code] = np.arange(n)  # any row of a group will do: they share its keys
+    return code, representative
+
+
+def _group_codes(table: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    return combined_codes(table, by)
+
+
+def _densify(code: np.ndarray, size: int) -> tuple[np.ndarray, int]:
+    """Renumber codes 0 .. G-1 over the values present."""
+    if size <= max(4 * len(code), 1 << 22):
+        present = np.zeros(size, np.bool_)
+        present[code] = True
+        remap = np.cumsum(present) - 1
+        return remap[code], int(present.sum())
+    distinct, inverse = np.unique(code, return_inverse=True)
+    return inverse.reshape(-1), len(distinct)
+
+
+def _plain_type(type_: pa.DataType) -> pa.DataType:
+    return type_.value_type if pa.types.is_dictionary(type_) else type_
+
+
+def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Keys as plain values (not dictionary-encoded): friendlier to JSON, CSV and joins."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return column

@@ -1,0 +1,6 @@
+"""The ``hotspan`` command: a parser and thin commands over the library."""
+from __future__ import annotations
+
+from .commands import build_parser, main
+
+__all__ = ["build_parser", "main"]

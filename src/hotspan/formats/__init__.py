@@ -1,0 +1,55 @@
+"""Exports of a span table to files, and loaders back to tables.
+
+    export(table, "trace.parquet")      # the format from the extension
+    table = load("trace.json")          # any format we write, and foreign Chrome JSON
+
+Every format is an :class:`Exporter` (``write(table, path)``, ``read(path)``) registered
+here by file extension. This package works on plain pyarrow tables: it never needs the
+compiled recorder.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .registry import EXTENSIONS, FORMATS, exporter_for, format_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["EXTENSIONS", "FORMATS", "TraceFileError", "export", "exporter_for", "format_of", "load"]
+
+
+def __getattr__(name: str):
+    # TraceFileError lives with the base class; loading it loads pyarrow, so only on demand.
+    if name == "TraceFileError":
+        from .base import TraceFileError
+
+        return TraceFileError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def export(table: "pa.Table", path: str | os.PathLike, format: str | None = None) -> Path:
+    """Write a span table to ``path`` in the format its extension names (or ``format``).
+
+    The file appears under its name only once complete (written beside it, then renamed).
+    Returns the path written.
+    """
+    exporter = exporter_for(path, format)
+    exporter.write(table, path)
+    return Path(path)
+
+
+def load(path: str | os.PathLike, format: str | None = None) -> "pa.Table":
+    """Read a file written by :func:`export` (or a foreign Chrome JSON trace) as a span table.
+
+    Raises ``OSError`` (missing file, ...) or :class:`TraceFileError` (a ``ValueError``)
+    naming the file and what is wrong with it. A directory is read as a dataset of Parquet
+    parts (``hotspan.record("dir/")``, ``hotspan collect``): see ``hotspan.formats.dataset``.
+    """
+    if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
+        from .dataset import load_dataset
+
+        return load_dataset(path)
+    return exporter_for(path, format).read(path)

@@ -1,0 +1,30 @@
+"""Arrow IPC file (Feather v2): the span table as it is, uncompressed, batch by batch.
+
+The file format allows one dictionary per column for the whole file, so the chunks'
+dictionaries are unified first (a cheap pass over the int32 indices).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from . import base
+from .base import Exporter, Progress
+
+
+class ArrowIpcExporter(Exporter):
+
+    def _write(self, table: pa.Table, path: Path) -> None:
+        table = table.unify_dictionaries()
+        with Progress(table.num_rows, f"writing {path.name}") as progress, pa.OSFile(str(path), "wb") as sink, \
+                pa.ipc.new_file(sink, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=base.BATCH_ROWS):
+                writer.write_batch(batch)
+                progress.advance(batch.num_rows)
+
+    def _read(self, path: Path) -> pa.Table:
+        # Read into memory rather than memory-map: a mapped file truncated later by
+        # another process would crash the interpreter with SIGBUS on access.
+        with pa.OSFile(str(path), "rb") as source:
+            return pa.ipc.open_file(source).read_all()

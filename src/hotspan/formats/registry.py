@@ -1,0 +1,99 @@
+"""Which format a path or a name is, and the exporter for it, each loaded on first use.
+
+Free of pyarrow: recording to a path checks its extension at start without importing any
+codec.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Mapping
+
+if TYPE_CHECKING:
+    from .base import Exporter
+
+__all__ = ["EXTENSIONS", "FORMATS", "exporter_for", "format_of"]
+
+# The registry: (name, module, class, extensions) in the order a format name is looked up.
+# Extensions live here alone (the classes get theirs from it): the registry answers "which
+# format is this path?" without importing pyarrow or any codec, so recording to a path
+# costs no import until the first write.
+_REGISTRY: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("parquet", "parquet", "ParquetExporter", (".parquet",)),
+    ("arrow", "arrow_ipc", "ArrowIpcExporter", (".arrow", ".feather")),
+    ("chrome-json", "chrome_json", "ChromeJsonExporter", (".json",)),
+    ("chrome-json-gz", "chrome_json", "ChromeJsonGzExporter", (".json.gz",)),
+    ("perfetto", "perfetto", "PerfettoExporter", (".pftrace", ".perfetto-trace")),
+    ("csv", "csv", "CsvExporter", (".csv",)),
+)
+
+#: Every file extension a trace can have (lower case, with the dot).
+EXTENSIONS: tuple[str, ...] = tuple(ext for *_, exts in _REGISTRY for ext in exts)
+
+# Longest first, so ".json.gz" wins over ".json".
+_BY_LENGTH = sorted(EXTENSIONS, key=len, reverse=True)
+_loaded: dict[str, "Exporter"] = {}
+
+
+def _exporter(name: str) -> "Exporter":
+    exporter = _loaded.get(name)
+    if exporter is None:
+        for entry_name, module, cls, extensions in _REGISTRY:
+            if entry_name == name:
+                exporter = getattr(importlib.import_module(f"{__package__}.{module}"), cls)()
+                exporter.name, exporter.extensions = entry_name, extensions
+                _loaded[name] = exporter
+                break
+    return exporter
+
+
+class _Formats(Mapping):
+    """File extension -> its exporter, each imported on first use."""
+
+    def __getitem__(self, extension: str) -> "Exporter":
+        for name, _module, _cls, extensions in _REGISTRY:
+            if extension in extensions:
+                return _exporter(name)
+        raise KeyError(extension)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(EXTENSIONS)
+
+    def __len__(self) -> int:
+        return len(EXTENSIONS)
+
+
+#: File extension -> the exporter that writes and reads it.
+FORMATS: Mapping[str, "Exporter"] = _Formats()
+
+
+def _supported() -> str:
+    return ", ".join(EXTENSIONS)
+
+
+def format_of(path: str | os.PathLike) -> str | None:
+    """The extension of ``path`` that names its format, or None (no pyarrow needed)."""
+    name = Path(path).name.lower()
+    for extension in _BY_LENGTH:
+        if name.endswith(extension):
+            return extension
+    return None
+
+
+def exporter_for(path: str | os.PathLike, format: str | None = None) -> "Exporter":
+    """The exporter for ``format`` (a name like ``"parquet"`` or an extension like
+    ``".json.gz"``) or, without one, for the file name's extension."""
+    if format is not None:
+        wanted = format.lower()
+        for name, _module, _cls, extensions in _REGISTRY:
+            if wanted == name or wanted in extensions or "." + wanted in extensions:
+                return _exporter(name)
+        raise ValueError(
+            f"unknown export format {format!r}; supported: {', '.join(e[0] for e in _REGISTRY)} "
+            f"(or an extension: {_supported()})"
+        )
+    extension = format_of(path)
+    if extension is None:
+        raise ValueError(f"{os.fspath(path)}: unknown file extension; supported: {_supported()}")
+    return FORMATS[extension]

@@ -1,0 +1,418 @@
+"""The collector: an Arrow Flight server that many ranks stream their spans to, and its client.
+
+    hotspan collect --listen grpc://127.0.0.1:8815 --out run/     # the server (CLI)
+    hotspan.record("grpc://127.0.0.1:8815")                        # each rank (the client)
+
+Protocol (all on one Flight service):
+
+* ``do_action("clock")``: the server's ``time.time_ns()`` as 8 little-endian bytes. A
+  client makes a few round trips when it connects and keeps the one with the smallest round
+  trip time: ``offset = server_time - (t_send + t_receive) / 2``, uncertainty = RTT / 2.
+* ``do_put`` with a descriptor command (JSON: rank, pid, host, seq, offset_ns,
+  offset_uncertainty_ns, rtt_ns, sink_dropped) and one batch of spans (a drained table).
+  The server checks it, shifts its times onto the collector's clock (when the offset is
+  larger than its uncertainty), and writes it as ``rank=R/part-<pid>-<seq>.parquet`` before
+  the call returns: a completed put is on disk. A resent batch has the same seq and simply
+  replaces its part.
+* With a token, every call must carry ``authorization: Bearer <token>``; any other call is
+  refused (``FlightUnauthenticatedError``) to that client only.
+
+A client that cannot reach the collector keeps its batches (up to ``buffer_spans``; beyond
+that the newest are dropped and counted) and retries with exponential backoff, on a fresh
+connection each time.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+
+__all__ = ["CollectorClient", "CollectorServer", "parse_url"]
+
+DEFAULT_PORT = 8815
+#: Largest put the server accepts (rows); a bigger one is refused, nothing written.
+MAX_PUT_ROWS = 1 << 24
+#: Largest descriptor command (bytes).
+MAX_COMMAND = 4096
+_CLOCK_ROUNDS = 8
+
+
+def parse_url(url: str, *, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """``grpc://HOST:PORT`` (or ``HOST:PORT``, ``:PORT``) -> (host, port)."""
+    text = url.strip()
+    if "://" not in text:
+        text = "grpc://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("grpc", "grpc+tcp"):
+        raise ValueError(f"{url!r}: expected grpc://HOST:PORT")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url!r}: the port must be a number in 0-65535") from None
+    if port is None:
+        raise ValueError(f"{url!r}: no port (expected grpc://HOST:PORT)")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{url!r}: expected grpc://HOST:PORT and nothing after it")
+    return parts.hostname or default_host, port
+
+
+def _bearer(token: str | None) -> bytes | None:
+    return None if not token else b"Bearer " + token.encode()
+
+
+# --------------------------------------------------------------------------- server
+
+
+def _server_classes():
+    import pyarrow.flight as flight
+
+    class TokenMiddlewareFactory(flight.ServerMiddlewareFactory):
+        def __init__(self, expected: bytes):
+            super().__init__()
+            self.expected = expected
+
+        def start_call(self, info, headers):
+            for value in headers.get("authorization", []):
+                if isinstance(value, str):
+                    value = value.encode()
+                if hmac.compare_digest(value, self.expected):
+                    return None
+            raise flight.FlightUnauthenticatedError("hotspan collector: missing or wrong token")
+
+    return flight, TokenMiddlewareFactory
+
+
+class CollectorServer:
+    """The Flight server writing every rank's puts into a dataset directory.
+
+    Starts listening on construction; ``port`` is the one bound (useful with port 0).
+    ``shutdown()`` waits for the puts in flight (each is written before its call returns).
+    """
+
+    def __init__(self, out: str | os.PathLike, listen: str = f"grpc://127.0.0.1:{DEFAULT_PORT}",
+                 token: str | None = None, log=None):
+        flight, TokenMiddlewareFactory = _server_classes()
+        host, port = parse_url(listen)
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log = log
+        self.lock = threading.Lock()
+        self.spans = 0
+        self.parts = 0
+        self.refused = 0
+        self.ranks: set[int] = set()
+        middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
+        owner = self
+
+        class _Service(flight.FlightServerBase):
+            def do_action(self, context, action):
+                return owner._do_action(action)
+
+            def list_actions(self, context):
+                return [("clock", "the server's time.time_ns(), 8 bytes little-endian")]
+
+            def do_put(self, context, descriptor, reader, writer):
+                owner._do_put(descriptor, reader)
+
+        self._flight = flight
+        self._service = _Service(f"grpc://{host}:{port}", middleware=middleware)
+        self.host = host
+        self.port = self._service.port
+
+    @property
+    def url(self) -> str:
+        return f"grpc://{self.host}:{self.port}"
+
+    def _say(self, message: str) -> None:
+        if self.log is not None:
+            try:
+                print(message, file=self.log, flush=True)
+            except (OSError, ValueError):
+                pass
+
+    def _do_action(self, action):
+        if action.type == "clock":
+            return [struct.pack("<q", time.time_ns())]
+        raise self._flight.FlightServerError(f"unknown action {action.type!r}")
+
+    def _refuse(self, message: str):
+        with self.lock:
+            self.refused += 1
+        self._say(f"hotspan collect: refused a put: {message}")
+        return self._flight.FlightServerError(f"hotspan collector: {message}")
+
+    def _do_put(self, descriptor, reader) -> None:
+        from ..formats.dataset import write_part
+        from ..formats.base import check_span_table
+
+        command = descriptor.command or b""
+        if len(command) > MAX_COMMAND:
+            raise self._refuse("descriptor too long")
+        try:
+            info = json.loads(command)
+            if not isinstance(info, dict):
+                raise ValueError("not an object")
+            rank, pid, seq = (_bounded_int(info, key, 0, limit) for key, limit in
+                              (("rank", 2**31 - 1), ("pid", 2**31 - 1), ("seq", 2**40)))
+            offset = _bounded_int(info, "offset_ns", -(2**62), 2**62, default=0)
+            uncertainty = _bounded_int(info, "offset_uncertainty_ns", 0, 2**62, default=0)
+            rtt = _bounded_int(info, "rtt_ns", 0, 2**62, default=0)
+            sink_dropped = _bounded_int(info, "sink_dropped", 0, 2**62, default=0)
+            client_host = str(info.get("host", ""))[:256]
+        except (ValueError, TypeError) as exc:
+            raise self._refuse(f"bad descriptor: {exc}") from None
+        batches, rows = [], 0
+        try:
+            for chunk in reader:
+                if chunk.data is None:
+                    continue
+                rows += chunk.data.num_rows
+                if rows > MAX_PUT_ROWS:
+                    raise self._refuse(f"more than {MAX_PUT_ROWS} rows in one put")
+                batches.append(chunk.data)
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+            table = check_span_table(table)
+        except self._flight.FlightServerError:
+            raise
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise self._refuse(f"rank {rank} pid {pid}: not a span batch: {exc}") from None
+        if table.num_rows:
+            import pyarrow.compute as pc
+
+            lo, hi = pc.min_max(table.column("rank")).values()
+            if lo.as_py() != rank or hi.as_py() != rank:
+                raise self._refuse(f"rank {rank} pid {pid}: rows of rank {lo}..{hi} in a put for rank {rank}")
+        applied = offset if abs(offset) > uncertainty else 0
+        if applied and table.num_rows:
+            import pyarrow.compute as pc
+
+            shift = pa.scalar(applied, pa.int64())
+            for name in ("start_ns", "end_ns"):
+                index = table.schema.get_field_index(name)
+                table = table.set_column(index, table.schema.field(index), pc.add(table.column(name), shift))
+        part_meta = {
+            "sink_dropped": sink_dropped, "offset_ns": offset, "offset_uncertainty_ns": uncertainty,
+            "offset_applied_ns": applied, "rtt_ns": rtt, "client_host": client_host,
+            "received_ns": time.time_ns(), "collector_host": socket.gethostname(),
+        }
+        try:
+            write_part(table, self.out, rank=rank, pid=pid, seq=seq, part_meta=part_meta)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            self._say(f"hotspan collect: could not write a part of rank {rank}: {exc}")
+            raise self._flight.FlightServerError(f"hotspan collector: could not write: {exc}") from None
+        with self.lock:
+            self.spans += table.num_rows
+            self.parts += 1
+            self.ranks.add(rank)
+
+    def shutdown(self) -> None:
+        """Stop accepting calls; return once the calls in flight have finished."""
+        self._service.shutdown()
+        self._service.wait()
+
+    def __enter__(self) -> "CollectorServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _bounded_int(info: dict, key: str, lo: int, hi: int, default: int | None = None) -> int:
+    value = info.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} must be an integer")
+    if not lo <= value <= hi:
+        raise ValueError(f"{key} out of range")
+    return value
+
+
+# --------------------------------------------------------------------------- client
+
+
+class CollectorClient:
+    """Sends span tables to a collector: buffered, retried with backoff, at-least-once with
+    idempotent parts (a resent batch replaces its own part).
+
+    Not thread-safe: one thread (the recorder's flusher) calls ``send``/``pump``/``close``.
+    """
+
+    def __init__(self, url: str, *, token: str | None = None, buffer_spans: int = 1 << 21,
+                 timeout: float = 10.0, backoff: tuple[float, float] = (0.05, 2.0)):
+        host, port = parse_url(url)
+        self.url = f"grpc://{host}:{port}"
+        self.token = token
+        self.buffer_spans = buffer_spans
+        self.timeout = timeout
+        self.backoff_min, self.backoff_max = backoff
+        self.queue: deque[tuple[int, pa.Table]] = deque()
+        self.queued_spans = 0
+        self.seq = 0
+        self.sent_spans = 0
+        self.sent_parts = 0
+        self.dropped = 0  # spans dropped here: over the buffer cap, refused, or undelivered at close
+        self.failures = 0
+        self.refused = False  # the collector refused our token: no point retrying
+        self.last_error: str | None = None
+        self.offset_ns = 0
+        self.uncertainty_ns = 0
+        self.rtt_ns = 0
+        self._client = None
+        self._backoff = self.backoff_min
+        self._next_try = 0.0
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+
+    # -- connection
+
+    def _options(self):
+        import pyarrow.flight as flight
+
+        headers = [(b"authorization", _bearer(self.token))] if self.token else []
+        return flight.FlightCallOptions(timeout=self.timeout, headers=headers)
+
+    def _connect(self) -> None:
+        import pyarrow.flight as flight
+
+        client = flight.FlightClient(self.url)
+        try:
+            best = None
+            for _ in range(_CLOCK_ROUNDS):
+                t0 = time.time_ns()
+                results = list(client.do_action(flight.Action("clock", b""), options=self._options()))
+                t1 = time.time_ns()
+                (server_ns,) = struct.unpack("<q", results[0].body.to_pybytes()[:8])
+                rtt = t1 - t0
+                if best is None or rtt < best[0]:
+                    best = (rtt, server_ns - (t0 + t1) // 2)
+            self.rtt_ns, self.offset_ns = best
+            self.uncertainty_ns = (self.rtt_ns + 1) // 2
+        except BaseException:
+            client.close()
+            raise
+        self._client = client
+
+    def _disconnect(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - a broken connection closes as it can
+                pass
+            self._client = None
+
+    # -- sending
+
+    def send(self, table: pa.Table) -> None:
+        """Queue one batch (a drained table of one rank) and try to deliver what is queued."""
+        if table.num_rows == 0:
+            return
+        if self.refused or self.queued_spans + table.num_rows > self.buffer_spans:
+            self.dropped += table.num_rows
+        else:
+            self.queue.append((self.seq, table))
+            self.seq += 1
+            self.queued_spans += table.num_rows
+        self.pump()
+
+    def pump(self, now: float | None = None) -> bool:
+        """Deliver queued batches unless backing off; True when the queue is empty."""
+        import pyarrow.flight as flight
+
+        if not self.queue:
+            return True
+        now = time.monotonic() if now is None else now
+        if now < self._next_try or self.refused:
+            return False
+        try:
+            if self._client is None:
+                self._connect()
+            while self.queue:
+                seq, table = self.queue[0]
+                self._put(seq, table)
+                self.queue.popleft()
+                self.queued_spans -= table.num_rows
+                self.sent_spans += table.num_rows
+                self.sent_parts += 1
+            self._backoff = self.backoff_min
+            return True
+        except flight.FlightUnauthenticatedError as exc:
+            self.refused = True
+            self.last_error = f"the collector at {self.url} refused the token: {exc}"
+            print(f"hotspan: {self.last_error}; spans will be dropped", file=sys.stderr)
+            self._drop_queue()
+        except flight.FlightServerError as exc:  # the collector refused this batch: it won't take it later
+            seq, table = self.queue.popleft()
+            self.queued_spans -= table.num_rows
+            self.dropped += table.num_rows
+            self.last_error = f"the collector refused a batch: {exc}"
+        except (flight.FlightError, pa.ArrowException, OSError) as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._disconnect()
+            self._next_try = now + self._backoff
+            self._backoff = min(self._backoff * 2, self.backoff_max)
+        return not self.queue
+
+    def _put(self, seq: int, table: pa.Table) -> None:
+        import pyarrow.flight as flight
+
+        rank = table.column("rank")[0].as_py() if table.num_rows else 0
+        command = json.dumps({
+            "v": 1, "rank": rank, "pid": self._pid, "host": self._host[:256], "seq": seq,
+            "offset_ns": self.offset_ns, "offset_uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
+            "sink_dropped": self.dropped,
+        }).encode()
+        descriptor = flight.FlightDescriptor.for_command(command)
+        writer, _reader = self._client.do_put(descriptor, table.schema, options=self._options())
+        try:
+            writer.write_table(table, max_chunksize=1 << 16)
+            writer.done_writing()
+        finally:
+            writer.close()  # raises the server's error, if any: the put is on disk only when this returns
+
+    def _drop_queue(self) -> None:
+        self.dropped += self.queued_spans
+        self.queue.clear()
+        self.queued_spans = 0
+
+    def wait_retry(self) -> float:
+        """Seconds until the next retry is due (0 when it is)."""
+        return max(0.0, self._next_try - time.monotonic())
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued, retrying for at most ``timeout`` seconds; count the rest as dropped."""
+        deadline = time.monotonic() + timeout
+        while self.queue and not self.refused:
+            if self.pump():
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            time.sleep(min(max(self.wait_retry(), 0.01), remaining))
+        if self.queue:
+            self._drop_queue()
+        self._disconnect()
+
+
+def serve(out: str | os.PathLike, listen: str, token: str | None, *, ready=None, stop: threading.Event,
+          log=sys.stderr) -> CollectorServer:
+    """Run a collector until ``stop`` is set; return it (shut down) for its counts."""
+    server = CollectorServer(out, listen, token=token, log=log)
+    if ready is not None:
+        ready(server)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+    return server

@@ -1,0 +1,478 @@
+"""Recording to a destination: a background thread drains the recorder every interval and
+streams the spans to a file, a dataset directory or a collector.
+
+    with hotspan.record("run/", flush_interval=1.0):     # rank=R/part-<pid>-<n>.parquet
+        train()
+    rec = hotspan.record("grpc://127.0.0.1:8815").start(); ...; rec.stop()
+    hotspan.record("trace.parquet")                      # any export format, written at stop
+
+``HOTSPAN_OUT=dest`` in the environment starts recording when hotspan is imported and
+flushes at exit (normal exit, and SIGTERM when the program has no handler of its own), so a
+launcher (torchrun, mpirun, multiprocessing) needs no code change. ``HOTSPAN_FLUSH_INTERVAL``
+(seconds) and ``HOTSPAN_TOKEN`` (for a collector) go with it.
+
+Parts reach the disk (or the collector) every interval: a process killed with SIGKILL loses
+at most its last interval. The recorder drains with ``hotspan.drain()``: while one records,
+don't call ``drain()`` yourself, or those spans go to you instead of the destination.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["Recorder", "record"]
+
+ENV_OUT = "HOTSPAN_OUT"
+ENV_INTERVAL = "HOTSPAN_FLUSH_INTERVAL"
+ENV_TOKEN = "HOTSPAN_TOKEN"
+
+#: How often the flusher looks at the recorder's memory between flushes: once the spans
+#: waiting in the core pass half its memory cap (``configure(memory_cap=...)``), it flushes
+#: early rather than let the cap drop the newest (a rank recording millions of spans a
+#: second fills the default 64 MiB in well under the default interval).
+PRESSURE_POLL_S = 0.05
+
+_active: "Recorder | None" = None
+_active_lock = threading.Lock()
+_env_recorder: "Recorder | None" = None
+
+
+def _warn(message: str) -> None:
+    try:
+        print(f"hotspan: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+# --------------------------------------------------------------------------- sinks
+
+
+class _FileSink:
+    """Any export format: batches kept in memory, the file written (atomically) at close."""
+
+    kind = "file"
+
+    def __init__(self, path: Path):
+        from ..formats import exporter_for
+
+        exporter_for(path)  # unknown extension: fail now, not at exit
+        if path.is_dir():
+            raise IsADirectoryError(f"{path}: is a directory")
+        self.path = path
+        self.tables: list[pa.Table] = []
+        self.dropped = 0
+        self.spans = 0
+
+    def write(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.spans += table.num_rows
+
+    def close(self, last: pa.Table, timeout: float) -> None:
+        from ..formats import export
+
+        tables = [t for t in self.tables if t.num_rows] or [last]
+        meta = last.schema.metadata  # the latest: dropped counts only grow
+        import pyarrow as pa
+
+        table = pa.concat_tables([t.replace_schema_metadata(meta) for t in tables])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        export(table, self.path)
+        self.tables = []
+
+
+class _DatasetSink:
+    """A hive-partitioned Parquet dataset: one part per flush, written atomically."""
+
+    kind = "directory"
+
+    def __init__(self, directory: Path):
+        if directory.exists() and not directory.is_dir():
+            raise NotADirectoryError(f"{directory}: exists and is not a directory")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.seq = 0
+        self.dropped = 0
+        self.spans = 0
+        self.parts = 0
+
+    def write(self, table: pa.Table) -> None:
+        from ..formats.dataset import write_part
+
+        rank = table.column("rank")[0].as_py()
+        write_part(table, self.directory, rank=rank, pid=os.getpid(), seq=self.seq,
+                   part_meta={"sink_dropped": self.dropped})
+        self.seq += 1
+        self.spans += table.num_rows
+        self.parts += 1
+
+    def close(self, last: pa.Table, timeout: float) -> None:
+        pass
+
+
+class _CollectorSink:
+    kind = "collector"
+
+    def __init__(self, url: str, token: str | None, buffer_spans: int):
+        from .collector import CollectorClient
+
+        self.client = CollectorClient(url, token=token, buffer_spans=buffer_spans)
+
+    @property
+    def dropped(self) -> int:
+        return self.client.dropped
+
+    @property
+    def spans(self) -> int:
+        return self.client.sent_spans
+
+    def write(self, table: pa.Table) -> None:
+        self.client.send(table)
+
+    def idle(self) -> None:
+        self.client.pump()
+
+    def close(self, last: pa.Table, timeout: float) -> None:
+        self.client.close(timeout)
+
+
+def _sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
+    text = os.fspath(dest)
+    if isinstance(text, bytes):
+        text = text.decode()
+    if text.startswith(("grpc://", "grpc+tcp://")):
+        return _CollectorSink(text, token, buffer_spans)
+    if "://" in text:
+        raise ValueError(f"{text}: unknown destination scheme (expected a file, a directory or grpc://HOST:PORT)")
+    path = Path(text)
+    from ..formats import format_of
+
+    looks_like_file = format_of(path) is not None
+    if path.is_dir() or text.endswith(("/", os.sep)) or not looks_like_file:
+        return _DatasetSink(path)
+    return _FileSink(path)
+
+
+# --------------------------------------------------------------------------- recorder
+
+
+class Recorder:
+    """Streams drained spans to a destination every ``flush_interval`` seconds.
+
+    A context manager; or ``start()`` / ``stop()``. Counts: ``spans`` (delivered or
+    kept for the file), ``dropped`` (lost on the way: collector buffer over its cap, a write
+    that failed, or still undelivered at ``stop``), and ``errors`` (failed flushes).
+    """
+
+    def __init__(self, dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
+                 buffer_spans: int = 1 << 21, stop_timeout: float = 5.0):
+        if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)):
+            raise TypeError(f"record(): flush_interval must be a number of seconds, not {type(flush_interval).__name__}")
+        if not 0 < flush_interval <= 3600:
+            raise ValueError(f"record(): flush_interval must be in (0, 3600] seconds, not {flush_interval}")
+        if isinstance(buffer_spans, bool) or not isinstance(buffer_spans, int) or buffer_spans < 0:
+            raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
+        self.dest = os.fspath(dest)
+        self.flush_interval = float(flush_interval)
+        self.stop_timeout = float(stop_timeout)
+        self._token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
+        self._buffer_spans = buffer_spans
+        self._sink = _sink_for(dest, self._token, buffer_spans)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._last: pa.Table | None = None
+        self.write_errors = 0
+        self._write_dropped = 0
+        self.flushes = 0
+
+    @property
+    def kind(self) -> str:
+        """``"file"``, ``"directory"`` or ``"collector"``."""
+        return self._sink.kind
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._pid == os.getpid()
+
+    @property
+    def spans(self) -> int:
+        return self._sink.spans
+
+    @property
+    def dropped(self) -> int:
+        return self._sink.dropped + self._write_dropped
+
+    def start(self) -> "Recorder":
+        global _active
+        with _active_lock:
+            if self.running:
+                return self
+            if _active is not None and _active.running:
+                raise RuntimeError(f"hotspan is already recording to {_active.dest}; stop() it first")
+            # The flusher imports pyarrow; that import chain reaches concurrent.futures,
+            # which registers a threading atexit hook and fails once the interpreter is
+            # shutting down (a short program's exit can race the flusher's first import).
+            # Importing that one module here (~1 ms, no pyarrow) takes the race away.
+            import concurrent.futures.thread  # noqa: F401
+
+            _active = self
+            self._pid = os.getpid()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
+            self._thread.start()
+        atexit.register(self._atexit)
+        return self
+
+    def _loop(self) -> None:
+        # pyarrow loads here, on the flusher, not in the recording program's thread: a
+        # program that only records (HOTSPAN_OUT at import) starts as fast as without it.
+        # stop() joins this thread, so the imports are done before any flush at exit.
+        try:
+            _warm_up(self.kind)
+        finally:
+            _warmed.set()
+        next_flush = time.monotonic() + self.flush_interval
+        while True:
+            wait = min(next_flush - time.monotonic(), PRESSURE_POLL_S)
+            retry = getattr(self._sink, "client", None)
+            if retry is not None and retry.queue and not retry.refused:
+                wait = min(wait, max(retry.wait_retry(), 0.01))
+            if self._stop.wait(max(wait, 0.0)):
+                return
+            try:
+                if time.monotonic() >= next_flush or _under_memory_pressure():
+                    next_flush = time.monotonic() + self.flush_interval
+                    self.flush()
+                elif retry is not None:
+                    with self._lock:
+                        self._sink.idle()
+            except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
+                self.write_errors += 1
+                if self.write_errors == 1:
+                    _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
+
+    def flush(self, *, lock_timeout: float = -1) -> None:
+        """Drain now and hand the spans to the destination (the flusher does this every interval)."""
+        from .._api import drain
+
+        if not self._lock.acquire(timeout=lock_timeout):
+            return
+        try:
+            table = drain()
+            self._last = table
+            self.flushes += 1
+            if table.num_rows == 0:
+                if hasattr(self._sink, "idle"):
+                    self._sink.idle()
+                return
+            try:
+                self._sink.write(table)
+            except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
+                self.write_errors += 1
+                self._write_dropped += table.num_rows
+                if self.write_errors == 1:
+                    _warn(f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
+                          f"(recording goes on; {table.num_rows} spans dropped)")
+        finally:
+            self._lock.release()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Final drain and flush; then close the destination (write the file, deliver what a
+        collector has not yet taken, for at most ``timeout`` seconds: default ``stop_timeout``)."""
+        global _active
+        if not self.running:
+            return
+        timeout = self.stop_timeout if timeout is None else timeout
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(timeout, 1.0))
+        self.flush(lock_timeout=timeout)
+        try:
+            if self._lock.acquire(timeout=timeout):
+                try:
+                    last = self._last if self._last is not None else _empty_drained()
+                    self._sink.close(last, timeout)
+                finally:
+                    self._lock.release()
+        except Exception as exc:  # noqa: BLE001
+            _warn(f"could not finish writing spans to {self.dest}: {type(exc).__name__}: {exc}")
+        finally:
+            self._thread = None
+            with _active_lock:
+                if _active is self:
+                    _active = None
+            try:
+                atexit.unregister(self._atexit)
+            except Exception:  # noqa: BLE001
+                pass
+        if self.dropped:
+            _warn(f"{self.dropped:,} spans could not be delivered to {self.dest}")
+
+    def _atexit(self) -> None:
+        if self.running:
+            self.stop()
+
+    def __enter__(self) -> "Recorder":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "recording" if self.running else "stopped"
+        return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
+
+
+def _under_memory_pressure() -> bool:
+    from .. import _native
+
+    pending = _native._pending()
+    return pending["bytes"] * 2 >= pending["memory_cap"]
+
+
+# Set once the flusher has imported what flushing needs. A fork while another thread is
+# half-way through importing pyarrow would hand the child a partially initialised module,
+# so fork waits for it (bounded: a wedged import must not hang the program).
+_warmed = threading.Event()
+
+
+def _before_fork() -> None:
+    if _active is not None and _active.running and not _warmed.is_set():
+        _warmed.wait(30)
+
+
+def _warm_up(kind: str) -> None:
+    """Import here, on the starting thread, what the flusher will need: a first import on the
+    flusher thread during interpreter shutdown (a short program) fails ("can't register
+    atexit after shutdown"). pyarrow imports pandas on its first ``pa.array(list)``."""
+    import pyarrow as pa
+
+    pa.array([""], pa.string())
+    import pyarrow.parquet  # noqa: F401
+
+    if kind == "collector":
+        import pyarrow.flight  # noqa: F401
+
+
+def _empty_drained() -> pa.Table:
+    from .._api import drain
+
+    return drain()
+
+
+def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
+           buffer_spans: int = 1 << 21, stop_timeout: float = 5.0) -> Recorder:
+    """A recorder streaming drained spans to ``dest`` every ``flush_interval`` seconds.
+
+    ``dest``: a file (``.parquet``, ``.arrow``, ``.json``, ... : written at ``stop()``), a
+    directory (a Parquet dataset ``dest/rank=R/part-<pid>-<n>.parquet``, a part per
+    flush; a path without a known trace extension counts as one), or ``grpc://HOST:PORT``
+    (a ``hotspan collect`` server; ``token`` or ``HOTSPAN_TOKEN`` if it wants one; up to
+    ``buffer_spans`` spans wait for it while it is away).
+
+    Use it as a context manager, or call ``start()`` / ``stop()``; one recorder at a time.
+    """
+    return Recorder(dest, flush_interval, token=token, buffer_spans=buffer_spans, stop_timeout=stop_timeout)
+
+
+def active() -> Recorder | None:
+    """The recorder running in this process, if any."""
+    return _active if _active is not None and _active.running else None
+
+
+# --------------------------------------------------------------------------- HOTSPAN_OUT
+
+
+def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
+    try:
+        recorder = _env_recorder
+        if recorder is not None and recorder.running:
+            recorder.stop()
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def start_from_env() -> Recorder | None:
+    """If ``HOTSPAN_OUT`` is set, start recording to it (called when hotspan is imported).
+
+    A bad destination is reported on stderr and the program runs on unrecorded. A SIGTERM
+    handler (flush, then die of SIGTERM as before) is installed only where the program has
+    none.
+    """
+    global _env_recorder
+    dest = os.environ.get(ENV_OUT, "").strip()
+    if not dest or active() is not None:
+        return None
+    try:
+        interval = float(os.environ.get(ENV_INTERVAL, "") or 1.0)
+        recorder = record(dest, interval).start()
+    except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
+        _warn(f"{ENV_OUT}={dest}: not recording: {type(exc).__name__}: {exc}")
+        return None
+    _env_recorder = recorder
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass
+    return recorder
+
+
+def stop_env_recorder() -> None:
+    """Stop recording started by ``HOTSPAN_OUT`` (the collector does, for itself)."""
+    global _env_recorder
+    if _env_recorder is not None:
+        _env_recorder.stop()
+        _env_recorder = None
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _after_fork_child() -> None:
+    """A forked child has no flusher thread: forget the parent's recorder, and for
+    ``HOTSPAN_OUT`` pointing at a directory, record the child's own spans there too."""
+    global _active, _env_recorder, _active_lock
+    _active_lock = threading.Lock()
+    parent, _active = _active, None
+    was_env = parent is not None and parent is _env_recorder
+    _env_recorder = None
+    if parent is None:
+        return
+    parent._thread = None
+    parent._lock = threading.Lock()
+    if not was_env or parent.kind != "directory":
+        return  # a file would be overwritten, and gRPC must not be used across fork
+    try:
+        child = record(parent.dest, parent.flush_interval).start()
+    except Exception as exc:  # noqa: BLE001
+        _warn(f"{ENV_OUT}: not recording in forked child {os.getpid()}: {exc}")
+        return
+    _env_recorder = child
+    mp = sys.modules.get("multiprocessing.util")
+    if mp is not None:
+        # multiprocessing's children leave through os._exit (no atexit) after running its
+        # finalizers; it clears those it inherited first, then runs the after-fork hooks.
+        mp.register_after_fork(child, _finalize_with_multiprocessing)
+
+
+def _finalize_with_multiprocessing(recorder: Recorder) -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(recorder, recorder.stop, exitpriority=100)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)

@@ -1,0 +1,122 @@
+"""What the terminal Gantt and the HTML timeline share: lanes (one per rank/thread),
+categories in a stable order, and the time each category holds in each cell of a lane."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..analysis.statistics import column_codes, combined_codes, to_numpy, parent_rows
+
+
+@dataclass
+class Layout:
+    """The columns of a span table as numpy arrays, plus lanes and category codes."""
+
+    start: np.ndarray  # int64 ns
+    end: np.ndarray
+    duration: np.ndarray
+    depth: np.ndarray
+    error: np.ndarray  # bool
+    lane: np.ndarray  # per row: 0 .. len(lane_labels) - 1, ordered by rank then first span
+    lane_labels: list[str]
+    category: np.ndarray  # per row: 0 .. len(categories) - 1, largest total time first
+    categories: list[str]  # a null category shows as "(none)"
+    parent: np.ndarray  # row of the parent span, -1 for none
+
+    @property
+    def t0(self) -> int:
+        return int(self.start.min()) if len(self.start) else 0
+
+    @property
+    def t1(self) -> int:
+        return int(self.end.max()) if len(self.end) else 0
+
+
+def layout(table: pa.Table) -> Layout:
+    start = to_numpy(table.column("start_ns"), np.int64)
+    end = to_numpy(table.column("end_ns"), np.int64)
+    duration = end - start
+    lane, representative = combined_codes(table, ("rank", "pid", "thread_id"))
+    n_lanes = len(representative)
+    first_start = np.full(n_lanes, np.iinfo(np.int64).max)
+    np.minimum.at(first_start, lane, start)
+    ranks = to_numpy(table.column("rank"), np.int64)[representative]
+    order = np.lexsort((first_start, ranks))  # lanes by rank, then by when they started
+    position = np.empty(n_lanes, np.int64)
+    position[order] = np.arange(n_lanes)
+    names = table.column("thread_name").take(pa.array(representative)).to_pylist()
+    tids = table.column("thread_id").take(pa.array(representative)).to_pylist()
+    pids = table.column("pid").take(pa.array(representative)).to_pylist()
+    one_pid_per_rank = len(set(zip(ranks.tolist(), pids))) == len(set(ranks.tolist()))
+    labels = []
+    for i in order:
+        label = f"r{ranks[i]} {names[i] or tids[i]}"
+        if not one_pid_per_rank:
+            label += f" pid {pids[i]}"
+        labels.append(label)
+    if len(set(labels)) != len(labels):  # two threads of one name: tell them apart by id
+        labels = [f"{label} ({tids[i]})" for label, i in zip(labels, order)]
+
+    code, values = column_codes(table.column("category"))
+    time_per_value = np.zeros(len(values), np.int64)
+    np.add.at(time_per_value, code, duration)
+    value_order = np.argsort(-time_per_value, kind="stable")
+    rename = np.empty(len(values), np.int64)
+    rename[value_order] = np.arange(len(values))
+    value_list = values.to_pylist()
+    categories = ["(none)" if value_list[i] is None else value_list[i] for i in value_order]
+    return Layout(
+        start=start, end=end, duration=duration,
+        depth=to_numpy(table.column("depth"), np.int64),
+        error=to_numpy(table.column("error").fill_null(False), np.bool_),
+        lane=position[lane], lane_labels=labels,
+        category=rename[code] if len(code) else code, categories=categories,
+        parent=parent_rows(table),
+    )
+
+
+def cell_coverage(lay: Layout, w0: int, w1: int, width: int, n_categories: int) -> np.ndarray:
+    """Self time (ns) of each category in each cell: an array (lanes, width, categories).
+
+    A cell's time goes to the innermost span running in it: every span adds its overlap
+    with the cell to its own category and takes its overlap back from its parent's, so
+    the sum over categories is the time the lane was inside any span. Categories from
+    ``n_categories - 1`` on are folded into the last one.
+    """
+    n_lanes = len(lay.lane_labels)
+    out = np.zeros(n_lanes * width * n_categories, np.float64)
+    span = max(w1 - w0, 1)
+    keep = (lay.duration > 0) & (lay.end > w0) & (lay.start < w1)
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return out.reshape(n_lanes, width, n_categories)
+    cell_ns = span / width
+    s = (np.clip(lay.start[rows], w0, w1) - w0).astype(np.float64)
+    e = (np.clip(lay.end[rows], w0, w1) - w0).astype(np.float64)
+    first = np.clip(np.floor(s / cell_ns), 0, width - 1).astype(np.int64)
+    last = np.clip(np.ceil(e / cell_ns) - 1, first, width - 1).astype(np.int64)
+    cells = last - first + 1
+    which = np.repeat(np.arange(len(rows)), cells)
+    cell = first[which] + np.arange(cells.sum()) - np.repeat(np.cumsum(cells) - cells, cells)
+    overlap = np.minimum(e[which], (cell + 1) * cell_ns) - np.maximum(s[which], cell * cell_ns)
+    overlap = np.maximum(overlap, 0.0)
+    own = np.minimum(lay.category[rows], n_categories - 1)[which]
+    base = lay.lane[rows][which] * width + cell
+    np.add.at(out, base * n_categories + own, overlap)
+    parent = lay.parent[rows][which]
+    nested = parent >= 0
+    parent_category = np.minimum(lay.category[parent[nested]], n_categories - 1)
+    np.add.at(out, base[nested] * n_categories + parent_category, -overlap[nested])
+    return out.reshape(n_lanes, width, n_categories)
+
+
+def error_cells(lay: Layout, w0: int, w1: int, width: int) -> np.ndarray:
+    """(lanes, width) bool: a span ended with an error in that cell."""
+    marks = np.zeros((len(lay.lane_labels), width), np.bool_)
+    hit = lay.error & (lay.end >= w0) & (lay.end <= w1)
+    if hit.any():
+        cell = np.clip(((lay.end[hit] - w0) * width) // max(w1 - w0, 1), 0, width - 1)
+        marks[lay.lane[hit], cell] = True
+    return marks
