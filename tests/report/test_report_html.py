@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -69,13 +70,21 @@ def test_report_is_self_contained_and_holds_every_span(trace, tmp_path, capsys):
     assert [p.name for p in out.parent.iterdir()] == ["report.html"]
 
 
+#: Set by .ci/run (which installs Chromium): there a missing browser fails the run.
+REQUIRE_BROWSER = "HOTSPAN_REQUIRE_BROWSER"
+
+
 def chromium() -> str:
+    """The headless browser: pip cannot install one, so a machine without it skips the
+    rendering test with one line naming the package, unless HOTSPAN_REQUIRE_BROWSER=1."""
     for name in ("chromium", "chromium-browser", "google-chrome"):
         found = shutil.which(name)
         if found:
             return found
-    pytest.fail("headless Chromium is needed to check the HTML report and is not installed: "
-                "apt-get install chromium (Debian; .ci/run installs it)")
+    reason = "headless Chromium not on PATH: apt-get install chromium"
+    if os.environ.get(REQUIRE_BROWSER) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_BROWSER}=1 requires it)")
+    pytest.skip(reason)
 
 
 def run_chromium(tmp_path, *args) -> subprocess.CompletedProcess:
