@@ -1,25 +1,29 @@
 """The Python side of the public API: policy around the C core in ``_native``."""
 from __future__ import annotations
 
-import functools
-import inspect
+import _thread
 import os
-import threading
-from typing import TYPE_CHECKING, Any, Callable, TypeVar, overload
 
 from . import _native
 
+# typing, inspect, functools and threading are imported only where needed (type
+# checkers, the decorators, a thread's name): together they were most of what
+# ``import hotspan`` cost (~30 ms on a loaded 2-core machine), paid by every rank that
+# only records. _thread (built in) gives the lock.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar, overload
+
     import pyarrow as pa
 
-F = TypeVar("F", bound=Callable[..., Any])
+    F = TypeVar("F", bound=Callable[..., Any])
 
 #: Environment variables read for the rank, in order (launchers set one of these).
 RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 _configured_rank: int | None = None
 # Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
-_drain_lock = threading.RLock()
+_drain_lock = _thread.RLock()
 
 
 def _version() -> str:
@@ -105,6 +109,7 @@ def drain() -> "pa.Table":
 
 def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
     """A coroutine function's span covers the awaited body, not the coroutine's creation."""
+    import functools
 
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -114,12 +119,13 @@ def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@overload
-def traced(fn: F, /) -> F: ...
-@overload
-def traced(
-    fn: str | None = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None
-) -> Callable[[F], F]: ...
+if TYPE_CHECKING:
+    @overload
+    def traced(fn: F, /) -> F: ...
+    @overload
+    def traced(
+        fn: str | None = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None
+    ) -> Callable[[F], F]: ...
 
 
 def traced(fn: Any = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None) -> Any:
@@ -146,6 +152,9 @@ def _decorate(func: Any, name: str | None, category: str | None, arg: int | None
         raise TypeError(f"traced(): expected a callable, not {type(func).__name__}")
     if name is None:
         name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    import functools
+    import inspect
+
     if inspect.iscoroutinefunction(func):
         return _wrap_async(_native.span(name, category, arg=arg), func)
     wrapper = _native._wrap(func, name, category, arg=arg)
@@ -159,6 +168,10 @@ def _decorate_with(span_obj: Any, func: Any) -> Any:
 
 
 def _thread_name() -> str:
+    # Called by the core once per thread, for its first span; any program with threads
+    # has imported threading already.
+    import threading
+
     return threading.current_thread().name
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 if TYPE_CHECKING:
     from .base import Exporter
 
-__all__ = ["EXTENSIONS", "FORMATS", "exporter_for", "format_of"]
+__all__ = ["EXTENSIONS", "FORMATS", "exporter_for", "format_of", "known_format"]
 
 # The registry: (name, module, class, extensions) in the order a format name is looked up.
 # Extensions live here alone (the classes get theirs from it): the registry answers "which
@@ -93,7 +93,13 @@ def exporter_for(path: str | os.PathLike, format: str | None = None) -> "Exporte
             f"unknown export format {format!r}; supported: {', '.join(e[0] for e in _REGISTRY)} "
             f"(or an extension: {_supported()})"
         )
+    return FORMATS[known_format(path)]
+
+
+def known_format(path: str | os.PathLike) -> str:
+    """The extension of ``path`` that names its format; ``ValueError`` when none does.
+    Imports no codec: a recorder checks its destination with this at start."""
     extension = format_of(path)
     if extension is None:
         raise ValueError(f"{os.fspath(path)}: unknown file extension; supported: {_supported()}")
-    return FORMATS[extension]
+    return extension

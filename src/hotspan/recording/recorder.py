@@ -62,9 +62,11 @@ class _FileSink:
     kind = "file"
 
     def __init__(self, path: Path):
-        from ..formats import exporter_for
+        from ..formats.registry import known_format
 
-        exporter_for(path)  # unknown extension: fail now, not at exit
+        # Unknown extension: fail now, not at exit; without importing the codec (and
+        # pyarrow with it) on the recording program's thread.
+        known_format(path)
         if path.is_dir():
             raise IsADirectoryError(f"{path}: is a directory")
         self.path = path

@@ -1,0 +1,150 @@
+"""``import hotspan`` loads the recorder alone: pyarrow and numpy load on first use, never
+at import (each check in a fresh interpreter, since this one has them loaded already)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HEAVY = ("pyarrow", "numpy")
+
+#: Prints which of HEAVY are loaded, as JSON, under a label.
+PRELUDE = textwrap.dedent(
+    """
+    import json, sys
+    def loaded(label):
+        print(label, json.dumps(sorted(m for m in %r if m in sys.modules)))
+    """ % (HEAVY,)
+)
+
+
+def run(code: str, env: dict | None = None, timeout: float = 120) -> dict[str, list[str]]:
+    """Run ``code`` (after PRELUDE) in a fresh interpreter; ``{label: [heavy modules loaded]}``."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("HOTSPAN_")}
+    environment.update(env or {})
+    result = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        capture_output=True, text=True, env=environment, timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = {}
+    for line in result.stdout.splitlines():
+        label, _, value = line.partition(" ")
+        found[label] = json.loads(value)
+    return found
+
+
+def test_import_and_spans_load_neither_pyarrow_nor_numpy():
+    found = run(
+        """
+        import hotspan
+        loaded("import")
+        with hotspan.span("step", "train"):
+            with hotspan.span("forward", "compute", arg=3):
+                hotspan.instant("mark")
+        hotspan.end(hotspan.begin("io"))
+        @hotspan.traced
+        def f():
+            return 1
+        f()
+        hotspan.set_thread_name("main")
+        hotspan.configure(capacity=1 << 12)
+        hotspan.dropped(); hotspan.enabled(); hotspan.rank()
+        loaded("spans")
+        """
+    )
+    assert found == {"import": [], "spans": []}
+
+
+@pytest.mark.parametrize(
+    "first_use",
+    [
+        "hotspan.drain()",
+        "hotspan.export(hotspan.drain(), os.path.join(tmp, 't.parquet'))",
+        "hotspan.stats(hotspan.drain())",
+        "hotspan.load(os.path.join(tmp, 'x.parquet'))",
+    ],
+)
+def test_first_drain_export_load_stats_loads_them(first_use, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hotspan._schema import SPAN_SCHEMA
+
+    pq.write_table(pa.Table.from_pylist([], schema=SPAN_SCHEMA), tmp_path / "x.parquet")
+    found = run(
+        f"""
+        import os
+        tmp = {str(tmp_path)!r}
+        import hotspan
+        with hotspan.span("step"):
+            pass
+        loaded("before")
+        {first_use}
+        loaded("after")
+        """
+    )
+    assert found == {"before": [], "after": ["numpy", "pyarrow"]}
+
+
+def test_hotspan_out_records_from_import_and_loads_pyarrow_on_its_flush_thread(tmp_path):
+    out = tmp_path / "run.parquet"
+    found = run(
+        """
+        import sys, threading, time
+        # Which thread imports pyarrow first: a finder that only watches, never finds.
+        class Watch:
+            thread = None
+            def find_spec(self, name, path=None, target=None):
+                if name == "pyarrow" and Watch.thread is None:
+                    Watch.thread = threading.current_thread().name
+                return None
+        sys.meta_path.insert(0, Watch())
+        import hotspan
+        from hotspan.recording import recorder
+        assert recorder.active() is not None, "HOTSPAN_OUT did not start recording at import"
+        with hotspan.span("step"):
+            pass
+        deadline = time.monotonic() + 60
+        while "pyarrow" not in sys.modules and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loaded("flushed")
+        print("thread", json.dumps(Watch.thread))
+        """,
+        env={"HOTSPAN_OUT": str(out), "HOTSPAN_FLUSH_INTERVAL": "0.05"},
+    )
+    # (whether the flusher has loaded it by the time import returns is a race: who loads
+    # it is not)
+    assert "pyarrow" in found["flushed"]
+    assert found["thread"] == "hotspan-record"
+    import pyarrow.parquet as pq
+
+    assert "step" in pq.read_table(out).column("name").to_pylist()
+
+
+SUBMODULES = ["analysis", "cli", "formats", "recording", "report", "units", "demo"]
+FUNCTIONS = ["stats", "live", "record", "export", "load", "phases", "compare"]
+
+
+def test_every_subpackage_imports_as_a_module_and_the_functions_stay_functions():
+    found = run(
+        f"""
+        import importlib, types
+        import hotspan
+        kinds = {{}}
+        for name in {FUNCTIONS!r}:
+            kinds[name] = callable(getattr(hotspan, name)) and not isinstance(getattr(hotspan, name), types.ModuleType)
+        for name in {SUBMODULES!r}:
+            module = importlib.import_module("hotspan." + name)
+            kinds[name] = isinstance(module, types.ModuleType) and module.__name__ == "hotspan." + name
+        # after every subpackage is loaded, the public functions are still the functions
+        for name in {FUNCTIONS!r}:
+            kinds[name] = kinds[name] and callable(getattr(hotspan, name)) and not isinstance(getattr(hotspan, name), types.ModuleType)
+        print("kinds", json.dumps(kinds))
+        """
+    )
+    assert found["kinds"] == {name: True for name in FUNCTIONS + SUBMODULES}
