@@ -46,6 +46,9 @@ META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"
+# JSON: {"total": n, "reasons": {why: n}}: rows a loader left out of a damaged file
+# (a truncated last line, ...), set by formats.base.note_skipped; absent when none were.
+META_SKIPPED_ON_LOAD = b"hotspan.skipped_on_load"
 
 
 # --------------------------------------------------------------------------- reading metadata

@@ -41,15 +41,19 @@ def export(table: "pa.Table", path: str | os.PathLike, format: str | None = None
     return Path(path)
 
 
-def load(path: str | os.PathLike, format: str | None = None) -> "pa.Table":
+def load(path: str | os.PathLike, format: str | None = None, *, check: bool = True) -> "pa.Table":
     """Read a file written by :func:`export` (or a foreign Chrome JSON trace) as a span table.
 
     Raises ``OSError`` (missing file, ...) or :class:`TraceFileError` (a ``ValueError``)
     naming the file and what is wrong with it. A directory is read as a dataset of Parquet
     parts (``hotspan.record("dir/")``, ``hotspan collect``): see ``hotspan.formats.dataset``.
+
+    ``check``: refuse a table that breaks the schema's rules (negative durations or depths,
+    ``end_ns != start_ns + duration_ns``, a span id twice), naming the row; ``False`` reads
+    a file the caller chooses to trust as it is.
     """
     if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
         from .dataset import load_dataset
 
-        return load_dataset(path)
-    return exporter_for(path, format).read(path)
+        return load_dataset(path, check=check)
+    return exporter_for(path, format).read(path, check=check)

@@ -27,4 +27,11 @@ class ArrowIpcExporter(Exporter):
         # Read into memory rather than memory-map: a mapped file truncated later by
         # another process would crash the interpreter with SIGBUS on access.
         with pa.OSFile(str(path), "rb") as source:
-            return pa.ipc.open_file(source).read_all()
+            table = pa.ipc.open_file(source).read_all()
+        # The IPC reader checks the framing, not the data: flipped bytes can leave dictionary
+        # indices or string offsets out of range, and the first to_pylist(), cast or export
+        # of such a table reads outside its buffers (SIGSEGV). A full validation (every
+        # offset and index, ~N ms a million rows: tests/formats/test_span_rules.py) turns
+        # that into ArrowInvalid, which read() reports as a bad file.
+        table.validate(full=True)
+        return table

@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .base import TraceFileError
+from .base import TraceFileError, check_span_rules, conform_to_schema
 from .._schema import meta_int, meta_json, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
 __all__ = ["META_PART", "META_RANKS", "NoPartsError", "is_dataset", "load_dataset", "part_path", "write_part"]
@@ -156,13 +156,11 @@ class NoPartsError(TraceFileError, IsADirectoryError):
     where a trace file was expected (an ``IsADirectoryError``, as the file loaders have it)."""
 
 
-def load_dataset(directory: str | os.PathLike) -> pa.Table:
+def load_dataset(directory: str | os.PathLike, *, check: bool = True) -> pa.Table:
     """Every part of a dataset directory (all ranks, all processes) as one table with
     exactly ``SPAN_SCHEMA``, ordered by rank, process and part; metadata merged (see
-    :func:`merge_metadata`)."""
+    :func:`merge_metadata`). ``check``: as for :func:`hotspan.formats.load`."""
     import pyarrow.dataset as ds
-
-    from .base import conform_to_schema
 
     directory = Path(directory)
     if not directory.is_dir():
@@ -193,5 +191,7 @@ def load_dataset(directory: str | os.PathLike) -> pa.Table:
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFileError(directory, f"not a readable span dataset: {type(exc).__name__}: {exc}") from exc
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if check:
+        check_span_rules(table, directory)
     return table.replace_schema_metadata(merge_metadata(parts_meta))
 
