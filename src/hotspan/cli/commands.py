@@ -89,10 +89,21 @@ def _export(table: pa.Table, path: Path) -> None:
 
 
 def _load_one(path: str) -> pa.Table:
+    import warnings
+
     from ..formats import load
+    from ..formats.base import TraceFileWarning
 
     try:
-        return load(path)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", TraceFileWarning)
+            table = load(path)
+        for warning in said:  # rows left out of a damaged file: one line each, no source line
+            if issubclass(warning.category, TraceFileWarning):
+                print(f"hotspan: warning: {warning.message}", file=sys.stderr)
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        return table
     except ValueError as exc:  # TraceFileError and unknown extensions name the file already
         message = str(exc)
         raise CliError(message if path in message else f"{path}: {message}") from None

@@ -10,7 +10,7 @@ import pyarrow.csv as pacsv
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import Exporter, Progress
+from .base import Exporter, Progress, TraceFileError, note_skipped
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -35,11 +35,51 @@ class CsvExporter(Exporter):
                 progress.advance(batch.num_rows)
 
     def _read(self, path: Path) -> pa.Table:
+        with pa.OSFile(str(path), "rb") as source:
+            data = source.read_buffer()
+        header = data.slice(0, min(data.size, 4096)).to_pybytes().split(b"\n", 1)[0]
+        columns = {field.strip().strip(b'"').decode("utf-8", "replace") for field in header.split(b",")}
+        missing = [name for name in _CSV_SCHEMA.names if name not in columns]
+        if len(missing) > 3:
+            raise TraceFileError(path, f"not a hotspan CSV: its first line is not the span table's header "
+                                       f"({','.join(_CSV_SCHEMA.names)})")
+        if missing:
+            raise TraceFileError(path, f"not a hotspan CSV: its header has no {', '.join(missing)} column")
+        # A file cut short (a copy interrupted, a disk full) ends inside a row: that row is
+        # left out, counted, and said, rather than the whole file refused.
+        cut = 0
+        if data.size and data.slice(data.size - 1).to_pybytes() != b"\n":
+            cut, data = 1, data.slice(0, _last_line_end(data))
+        malformed = 0
+
+        def skip(row) -> str:  # a row with the wrong number of fields: counted, left out
+            nonlocal malformed
+            malformed += 1
+            return "skip"
+
         convert = pacsv.ConvertOptions(
             column_types=_CSV_SCHEMA,
             strings_can_be_null=True,
             quoted_strings_can_be_null=False,
             include_columns=_CSV_SCHEMA.names,
         )
-        with pacsv.open_csv(path, convert_options=convert) as reader:
-            return reader.read_all()
+        parse = pacsv.ParseOptions(invalid_row_handler=skip)
+        with pacsv.open_csv(pa.BufferReader(data), convert_options=convert, parse_options=parse) as reader:
+            table = reader.read_all()
+        return note_skipped(table, path, {
+            "incomplete last row (the file ends mid-row: truncated?)": cut,
+            "row(s) with the wrong number of fields": malformed,
+        })
+
+
+def _last_line_end(data: pa.Buffer) -> int:
+    """Offset just past the last newline of ``data`` (0 if none), looked for from the end
+    a megabyte at a time rather than by copying the whole file."""
+    end = data.size
+    while end > 0:
+        start = max(0, end - (1 << 20))
+        found = data.slice(start, end - start).to_pybytes().rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
