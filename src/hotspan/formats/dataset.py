@@ -180,6 +180,7 @@ def load_dataset(directory: str | os.PathLike, *, check: bool = True) -> pa.Tabl
         tables = []
         for fragment in dataset.get_fragments():
             table = fragment.to_table(schema=fragment.physical_schema)
+            table.validate(full=True)  # as parquet.py's reader does, before any cast or copy
             if "rank" not in table.column_names:  # a part written without its rank column
                 partition = ds.get_partition_keys(fragment.partition_expression)
                 if "rank" not in partition:
