@@ -1,0 +1,165 @@
+"""Every loader is total on bad bytes: a mutation fuzz over valid files of every registered
+format (truncation, flipped bytes, huge lengths, wrong JSON/CSV types), seeded, a few
+hundred files a format. A load may succeed or raise TraceFileError or OSError; anything
+else (another exception, a crash, a hang) fails the test and names the file.
+
+Each format's files are loaded in a worker interpreter: a SIGSEGV (or a sanitizer's abort
+under .ci/sanitize, which preloads its runtime into the workers too) ends the worker, not
+pytest; the worker restarts after the file that killed it. What loads is also touched
+(every value read back, a sort), as a caller would, since broken buffers crash only then.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hotspan.formats import EXTENSIONS, FORMATS, export
+
+from conftest import build_spans
+
+#: Mutated files a format (each run of the suite the same ones: the seed is fixed).
+PER_FORMAT = int(os.environ.get("HOTSPAN_FUZZ_FILES", "250"))
+SEED = 20261130
+#: A worker that takes longer than this on one batch is hung.
+BATCH_TIMEOUT_S = 240
+
+WORKER = textwrap.dedent(
+    """
+    import sys, warnings
+    warnings.simplefilter("ignore")
+    from hotspan.formats import TraceFileError, load
+    for line in sys.stdin:
+        index, path = line.rstrip("\\n").split(" ", 1)
+        print("start", index, flush=True)
+        try:
+            table = load(path)
+            table.to_pylist()  # every buffer read: where invalid offsets or indices crash
+            table.sort_by([("span_id", "ascending")])
+            outcome = "ok"
+        except TraceFileError:
+            outcome = "refused"
+        except OSError:
+            outcome = "oserror"
+        except BaseException as exc:  # what the test is looking for
+            outcome = "other " + type(exc).__name__ + ": " + str(exc).replace("\\n", " ")[:300]
+        print("done", index, outcome, flush=True)
+    """
+)
+
+HUGE = [0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFFFFFFFFFF, 1 << 40]
+WRONG_TYPES = [b'"x"', b"null", b"[]", b"{}", b"-1", b"1e400", b"99999999999999999999999", b"true", b'""', b"[[[[[[[[[["]
+
+
+def mutate(data: bytes, rng: random.Random, gz: bool) -> bytes:
+    """One mutation of ``data``; for a gzip file, half the time of its inflated content."""
+    if gz and rng.random() < 0.5:
+        return gzip.compress(mutate(gzip.decompress(data), rng, gz=False), mtime=0)
+    kind = rng.choice(["truncate", "flip", "flip", "huge", "wrong_type", "splice", "zero_run", "duplicate"])
+    data = bytearray(data)
+    n = len(data)
+    if kind == "truncate":
+        return bytes(data[: rng.randrange(n)])
+    if kind == "flip":
+        for _ in range(rng.choice([1, 1, 2, 4, 16])):
+            data[rng.randrange(n)] ^= 1 << rng.randrange(8)
+        return bytes(data)
+    if kind == "huge":  # a length, count or offset made enormous (a varint too, for protobuf)
+        at = rng.randrange(max(1, n - 8))
+        value = rng.choice(HUGE)
+        if rng.random() < 0.3:
+            data[at:at + 1] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"  # a 10-byte varint
+        else:
+            size = rng.choice([4, 8])
+            data[at:at + size] = struct.pack("<Q", value)[:size]
+        return bytes(data)
+    if kind == "wrong_type":  # a number (or a token) replaced by another JSON/CSV type
+        digits = [i for i in range(0, n, max(1, n // 4096)) if chr(data[i]).isdigit()]
+        if not digits:
+            return bytes(data[: n // 2])
+        at = rng.choice(digits)
+        end = at
+        while end < n and chr(data[end]).isdigit():
+            end += 1
+        data[at:end] = rng.choice(WRONG_TYPES)
+        return bytes(data)
+    if kind == "splice":  # a piece of the file copied over another place
+        start, length = rng.randrange(n), rng.randrange(1, 256)
+        at = rng.randrange(n)
+        data[at:at + length] = data[start:start + length]
+        return bytes(data)
+    if kind == "zero_run":
+        at = rng.randrange(n)
+        data[at:at + rng.randrange(1, 64)] = bytes(rng.randrange(1, 64))
+        return bytes(data)
+    at = rng.randrange(n)  # duplicate: a piece repeated in place
+    return bytes(data[:at] + data[at:at + rng.randrange(1, 512)] + data[at:])
+
+
+def one_extension_per_format() -> dict[str, str]:
+    """name -> its first extension, for every format of the registry (those added later
+    included: the fuzz covers whatever is registered)."""
+    chosen: dict[str, str] = {}
+    for extension in EXTENSIONS:
+        chosen.setdefault(FORMATS[extension].name, extension)
+    return chosen
+
+
+def run_worker(paths: list[Path], env: dict) -> tuple[dict[int, str], list[tuple[int, str]]]:
+    """Load ``paths`` in worker interpreters: ({index: outcome}, [(index, crash report)])."""
+    outcomes: dict[int, str] = {}
+    crashes: list[tuple[int, str]] = []
+    todo = list(range(len(paths)))
+    while todo:
+        feed = "".join(f"{i} {paths[i]}\n" for i in todo)
+        proc = subprocess.run([sys.executable, "-c", WORKER], input=feed, capture_output=True, text=True,
+                              env=env, timeout=BATCH_TIMEOUT_S)
+        started = None
+        for line in proc.stdout.splitlines():
+            word, index, *rest = line.split(" ", 2)
+            if word == "start":
+                started = int(index)
+            else:
+                outcomes[int(index)] = rest[0] if rest else ""
+                started = None
+        if proc.returncode == 0 and started is None:
+            break
+        if started is None:  # died between files: nothing to blame, report as is
+            raise AssertionError(f"fuzz worker exited {proc.returncode}: {proc.stderr[-3000:]}")
+        crashes.append((started, f"exit status {proc.returncode}: {proc.stderr[-1500:]}"))
+        if len(crashes) >= 5:
+            break
+        todo = [i for i in todo if i > started]
+    return outcomes, crashes
+
+
+@pytest.mark.parametrize("format_name", list(one_extension_per_format()))
+def test_mutated_files_are_loaded_or_refused_never_crash(format_name, tmp_path):
+    extension = one_extension_per_format()[format_name]
+    seed_file = tmp_path / f"seed{extension}"
+    export(build_spans(seed=3, roots_per_thread=1, longest_root_ns=1500), seed_file)
+    data = seed_file.read_bytes()
+    rng = random.Random(f"{SEED}-{format_name}")
+    paths = []
+    for i in range(PER_FORMAT):
+        path = tmp_path / f"m{i:04d}{extension}"
+        path.write_bytes(mutate(data, rng, gz=extension.endswith(".gz")))
+        paths.append(path)
+    env = dict(os.environ)
+    outcomes, crashes = run_worker(paths, env)
+    problems = [f"{paths[i].name}: crashed, {report}" for i, report in crashes]
+    problems += [f"{paths[i].name}: {outcome}" for i, outcome in sorted(outcomes.items()) if outcome.startswith("other")]
+    if problems:
+        keep = Path(os.environ.get("HOTSPAN_FUZZ_KEEP", tmp_path))  # the files stay in tmp_path to replay
+        raise AssertionError(f"{len(problems)} of {len(paths)} mutated {format_name} files (kept in {keep}):\n"
+                             + "\n".join(problems[:20]))
+    counts = {kind: sum(1 for o in outcomes.values() if o == kind) for kind in ("ok", "refused", "oserror")}
+    assert sum(counts.values()) == len(paths), counts
+    assert counts["refused"] > 0, counts  # the mutations do break files
