@@ -12,7 +12,7 @@ so a program that only records, on every rank of a job, pays nothing for them.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 from ._native import (  # noqa: E402
     begin,

@@ -5,6 +5,7 @@ import _thread
 import os
 
 from . import _native
+from ._version import __version__
 
 # typing, inspect, functools and threading are imported only where needed (type
 # checkers, the decorators, a thread's name): together they were most of what
@@ -24,12 +25,6 @@ RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SL
 _configured_rank: int | None = None
 # Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
 _drain_lock = _thread.RLock()
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def rank() -> int:
@@ -103,7 +98,7 @@ def drain() -> "pa.Table":
         r = rank()
         raw = _native._drain(r)
         clock = _native._clock_info()
-        meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=_version())
+        meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__)
         return table_from_raw(raw, meta=meta)
 
 
