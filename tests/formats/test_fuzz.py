@@ -33,7 +33,13 @@ BATCH_TIMEOUT_S = 240
 
 WORKER = textwrap.dedent(
     """
-    import sys, warnings
+    import os, resource, sys, warnings
+    # A bounded address space: a loader that allocates without bound (a huge length taken
+    # at its word) fails with MemoryError here instead of taking the machine. Not under
+    # ASan, whose shadow memory reserves terabytes of address space up front.
+    if "asan" not in os.environ.get("LD_PRELOAD", ""):
+        limit = int(os.environ.get("HOTSPAN_FUZZ_MEMORY", str(4 << 30)))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     warnings.simplefilter("ignore")
     from hotspan.formats import TraceFileError, load
     for line in sys.stdin:
@@ -119,8 +125,14 @@ def run_worker(paths: list[Path], env: dict) -> tuple[dict[int, str], list[tuple
     todo = list(range(len(paths)))
     while todo:
         feed = "".join(f"{i} {paths[i]}\n" for i in todo)
-        proc = subprocess.run([sys.executable, "-c", WORKER], input=feed, capture_output=True, text=True,
-                              env=env, timeout=BATCH_TIMEOUT_S)
+        try:
+            proc = subprocess.run([sys.executable, "-c", WORKER], input=feed, capture_output=True, text=True,
+                                  env=env, timeout=BATCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            last = [line for line in out.splitlines() if line.startswith("start ")]
+            hung = paths[int(last[-1].split()[1])].name if last else "?"
+            raise AssertionError(f"fuzz worker hung (over {BATCH_TIMEOUT_S} s), last on {hung}") from None
         started = None
         for line in proc.stdout.splitlines():
             word, index, *rest = line.split(" ", 2)
