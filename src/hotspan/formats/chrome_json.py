@@ -360,8 +360,14 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     start_ns = start + threads.origin
     end_ns = end + threads.origin
     rank = threads.rank(thread, take(column(reader.c_rank, np.int32)))
-    thread_name_codes = take(column(reader.c_thread_name, np.int32))
-    thread_name_codes = np.where(thread_name_codes >= 0, thread_name_codes, threads.name_code[thread]) if m else thread_name_codes
+    # A span's own thread name (a thread renamed mid-trace) or its thread's.
+    renamed = take(column(reader.c_thread_name, np.int32))
+    if m:
+        known = threads.name_codes
+        remap = np.array([known.setdefault(name, len(known)) for name in reader.thread_names.values] or [0], np.int32)
+        thread_name_codes = np.where(renamed >= 0, remap[np.maximum(renamed, 0)], threads.name_code[thread])
+    else:
+        thread_name_codes = renamed
 
     def bits(mask: int) -> pa.Buffer:
         return pa.py_buffer(np.packbits((flags & mask) != 0, bitorder="little"))
@@ -380,7 +386,7 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         pa.array(end - start, pa.int64()),
         pa.array(depth, pa.int32()),
         pa.array(threads.tid[thread] if m else np.empty(0, np.int64), pa.int64()),
-        dictionary(thread_name_codes, threads.thread_names),
+        dictionary(thread_name_codes, list(threads.name_codes)),
         pa.array(threads.pid[thread] if m else np.empty(0, np.int64), pa.int64()),
         pa.array(rank, pa.int32()),
         pa.Array.from_buffers(pa.int64(), m, [bits(codec.FLAG_ARG), pa.py_buffer(take(column(reader.c_arg, np.int64)))]),
@@ -391,7 +397,7 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         metadata[META_SOURCE] = _source(top, own).encode()
     if sum(counts.values()):
         metadata[META_LOAD_DROPPED] = _dumps(counts).encode()
-        warnings.warn(f"{path}: loaded {m:,} spans; left out {_describe(counts)}", stacklevel=4)
+        warnings.warn(f"{path}: loaded {m:,} spans; left out {_describe(counts)}", stacklevel=6)
     return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(metadata or None))
 
 
@@ -440,7 +446,6 @@ class _Threads:
 
         self.pid = np.array([numeric(k[0], k[1]) for k in self.keys] or [0], np.int64)
         self.tid = np.array([numeric(k[2], k[3]) for k in self.keys] or [0], np.int64)
-        self.thread_names: list[str] = []
         name_codes: dict[str, int] = {}
         codes = []
         for key in self.keys:
@@ -448,7 +453,7 @@ class _Threads:
             if name is None:
                 name = ids[key[3]] if key[2] == 1 else f"thread {key[3]}"
             codes.append(name_codes.setdefault(name, len(name_codes)))
-        self.thread_names = list(name_codes)
+        self.name_codes = name_codes
         self.name_code = np.array(codes or [0], np.int32)
         self.thread_rank = None
         self.own = own
