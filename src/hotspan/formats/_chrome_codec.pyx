@@ -330,6 +330,40 @@ cdef struct Num:
     bint is_int
 
 
+cdef struct Event:
+    # One event's fields, as the parser found them (text: pointers into the buffer).
+    char ph
+    const char* first
+    Num ts
+    Num dur
+    int ts_kind, dur_kind
+    const char* ts_raw
+    const char* dur_raw
+    Py_ssize_t ts_len, dur_len
+    int pk, tk
+    int64_t pv, tv
+    const char* pid_text
+    const char* tid_text
+    Py_ssize_t pid_len, tid_len
+    bint pid_esc, tid_esc
+    const char* name_text
+    Py_ssize_t name_len
+    bint name_esc
+    const char* cat_text
+    Py_ssize_t cat_len
+    bint cat_esc
+    const char* id_text
+    Py_ssize_t id_len
+    uint8_t flags
+    uint64_t a_span_id, a_parent
+    int64_t a_depth, a_arg, a_rank
+    const char* tn_text
+    Py_ssize_t tn_len
+    bint tn_esc
+    bint exact  # ts_ns, dur_ns hold the times (our own lines: no Num to convert)
+    int64_t ts_ns, dur_ns
+
+
 # Value types, as the event parser records them.
 DEF T_MISSING = 0
 DEF T_STRING = 1
@@ -812,8 +846,164 @@ cdef class Reader:
     cdef void count(self, str cause):
         self.counts[cause] = self.counts.get(cause, 0) + 1
 
+    cdef inline const char* own_uint(self, const char* p, uint64_t* out) noexcept nogil:
+        """An integer of up to 18 digits as our writer spells it (NULL otherwise: the
+        general scanner then decides); one multiply-add a digit, no checks needed."""
+        cdef const char* first = p
+        cdef uint64_t v = 0
+        if p[0] == b'0':
+            p += 1
+        else:
+            while IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+        if p == first or p - first > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
+                or p[0] == b'E' or p >= self.stop:
+            return NULL
+        out[0] = v
+        return p
+
+    cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
+        """Microseconds with exactly three decimals (how we write ts and dur) as ns."""
+        cdef const char* first = p
+        cdef uint64_t v = 0
+        if p[0] == b'0':
+            p += 1
+        else:
+            while IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+        if p == first or p - first > 15 or p[0] != b'.' or not IS_DIGIT[<uint8_t>p[1]] \
+                or not IS_DIGIT[<uint8_t>p[2]] or not IS_DIGIT[<uint8_t>p[3]]:
+            return NULL
+        v = v * 1000 + (<uint8_t>p[1] - 48) * 100 + (<uint8_t>p[2] - 48) * 10 + (<uint8_t>p[3] - 48)
+        p += 4
+        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+            return NULL
+        ns[0] = <int64_t>v
+        return p
+
+    cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
+        return self.stop - p >= n and memcmp(p, text, n) == 0
+
+    cdef const char* parse_own(self, const char* p) except? NULL:
+        """An event spelled exactly as encode_rows writes it, read field after field with
+        no key lookups (most events a load sees are ours, and keys are most of their
+        bytes); NULL as soon as the spelling differs: the general path then reads the
+        event from its start. Numbers and strings go through the same scanners, so both
+        paths accept and refuse the same bytes."""
+        cdef Event e
+        cdef Num number
+        cdef int ok
+        cdef uint64_t value
+        cdef const char* v
+        memset(&e, 0, sizeof(Event))
+        e.first = p
+        e.a_rank = I32_MIN
+        if self.lit(p, b'{"ph":"X","ts":', 15):
+            e.ph = b'X'
+            p += 15
+        elif self.lit(p, b'{"ph":"i","s":"t","ts":', 23):
+            e.ph = b'i'
+            p += 23
+        else:
+            return NULL
+        e.exact = 1
+        e.ts_kind = T_NUMBER
+        p = self.own_us(p, &e.ts_ns)
+        if p == NULL:
+            return NULL
+        if e.ph == b'X':
+            if not self.lit(p, b',"dur":', 7):
+                return NULL
+            p = self.own_us(p + 7, &e.dur_ns)
+            if p == NULL:
+                return NULL
+            e.dur_kind = T_NUMBER
+        if not self.lit(p, b',"pid":', 7):
+            return NULL
+        p = self.own_uint(p + 7, &value)
+        if p == NULL or not self.lit(p, b',"tid":', 7):
+            return NULL
+        e.pv = <int64_t>value
+        p = self.own_uint(p + 7, &value)
+        if p == NULL or not self.lit(p, b',"name":"', 9):
+            return NULL
+        e.tv = <int64_t>value
+        v = p + 8
+        p = self.scan_string(v)
+        if p == NULL:
+            return NULL
+        e.name_text, e.name_len, e.name_esc = v + 1, p - v - 2, self.s_esc
+        if self.lit(p, b',"cat":"', 8):
+            v = p + 7
+            p = self.scan_string(v)
+            if p == NULL:
+                return NULL
+            e.cat_text, e.cat_len, e.cat_esc = v + 1, p - v - 2, self.s_esc
+        if not self.lit(p, b',"args":{"span_id":', 19):
+            return NULL
+        p = self.own_uint(p + 19, &e.a_span_id)
+        if p == NULL or not self.lit(p, b',"parent_id":', 13):
+            return NULL
+        e.flags = F_SPAN_ID
+        p += 13
+        if self.lit(p, b'null', 4):
+            p += 4
+        else:
+            p = self.own_uint(p, &e.a_parent)
+            if p == NULL:
+                return NULL
+            e.flags |= F_PARENT
+        if not self.lit(p, b',"depth":', 9):
+            return NULL
+        p = self.own_uint(p + 9, &value)
+        if p == NULL or value > 0x7FFFFFFF or not self.lit(p, b',"arg":', 7):
+            return NULL
+        e.a_depth = <int64_t>value
+        p += 7
+        if self.lit(p, b'null', 4):
+            p += 4
+        elif p[0] == b'-':
+            p = self.scan_number(p, &number)
+            if p == NULL:
+                return NULL
+            e.a_arg = self.int_of(&number, &ok)
+            if not ok:
+                return NULL
+            e.flags |= F_ARG
+        else:
+            p = self.own_uint(p, &value)
+            if p == NULL:
+                return NULL
+            e.a_arg = <int64_t>value
+            e.flags |= F_ARG
+        if self.lit(p, b',"error":false', 14):
+            p += 14
+        elif self.lit(p, b',"error":true', 13):
+            p += 13
+            e.flags |= F_ERROR
+        else:
+            return NULL
+        if self.lit(p, b',"thread_name":"', 16):
+            v = p + 15
+            p = self.scan_string(v)
+            if p == NULL:
+                return NULL
+            e.tn_text, e.tn_len, e.tn_esc = v + 1, p - v - 2, self.s_esc
+        if not self.lit(p, b'}}', 2):
+            return NULL
+        return self.commit(&e, p + 2)
+
     cdef const char* parse_event(self, const char* p) except? NULL:
         """One event object (p at its brace): its fields, then what it means."""
+        cdef const char* fast = self.parse_own(p)
+        if fast != NULL:
+            return fast
+        return self.parse_any(p)
+
+    cdef const char* parse_any(self, const char* p) except? NULL:
+        """One event object, any spelling (p at its brace)."""
         cdef const char* first = p
         cdef const char* k
         cdef const char* v
@@ -1082,37 +1272,55 @@ cdef class Reader:
                 raise self.unexpected(p, "',' or '}' in an event")
 
         # ------------------------------------------------ what the event means
-        if ph == b'M':
-            self.metadata_events.append((self.events, first[:p - first]))
+        cdef Event e
+        e.ph, e.first = ph, first
+        e.ts, e.ts_kind, e.ts_raw, e.ts_len = ts, ts_kind, ts_raw, ts_len
+        e.dur, e.dur_kind, e.dur_raw, e.dur_len = dur, dur_kind, dur_raw, dur_len
+        e.pk, e.pv, e.pid_text, e.pid_len, e.pid_esc = pk, pv, pid_text, pid_len, pid_esc
+        e.tk, e.tv, e.tid_text, e.tid_len, e.tid_esc = tk, tv, tid_text, tid_len, tid_esc
+        e.name_text, e.name_len, e.name_esc = name_text, name_len, name_esc
+        e.cat_text, e.cat_len, e.cat_esc = cat_text, cat_len, cat_esc
+        e.id_text, e.id_len = id_text, id_len
+        e.flags, e.a_span_id, e.a_parent, e.a_depth, e.a_arg, e.a_rank = flags, a_span_id, a_parent, a_depth, a_arg, a_rank
+        e.tn_text, e.tn_len, e.tn_esc = tn_text, tn_len, tn_esc
+        return self.commit(&e, p)
+
+    cdef const char* commit(self, Event* e, const char* p) except? NULL:
+        """What a parsed event means: a row, the end of one, a thread name, or nothing."""
+        if e.ph == b'M':
+            self.metadata_events.append((self.events, e.first[:p - e.first]))
             return p
-        if ph != b'X' and ph != b'B' and ph != b'E' and ph != b'i' and ph != b'I' \
-                and ph != b'b' and ph != b'e' and ph != b'n':
+        if e.ph != b'X' and e.ph != b'B' and e.ph != b'E' and e.ph != b'i' and e.ph != b'I' \
+                and e.ph != b'b' and e.ph != b'e' and e.ph != b'n':
             return p  # counters, flows, samples, objects: no spans
         cdef int64_t start_ns, start_sub, dur_ns = 0, dur_sub = 0, end_ns, total_sub
-        if ts_kind != T_NUMBER:
-            if ts_kind == T_MISSING:
+        if e.ts_kind != T_NUMBER:
+            if e.ts_kind == T_MISSING:
                 raise self.event_fail("no 'ts'")
-            raise self.event_fail(f"'ts' is not a finite number: {ts_raw[:min(ts_len, 40)].decode('utf-8', 'replace')}")
-        self.time_of(&ts, &start_ns, &start_sub, "ts")
-        if pk == ID_BAD or tk == ID_BAD:
-            raise self.event_fail(f"{'pid' if pk == ID_BAD else 'tid'} is neither an integer nor a string")
-        if pk == ID_RANGE or tk == ID_RANGE:
-            raise self.event_fail(f"{'pid' if pk == ID_RANGE else 'tid'} out of range")
-        if pk == ID_STR:
-            pv = self.string_code(self.ids, pid_text, pid_len, pid_esc)
-        if tk == ID_STR:
-            tv = self.string_code(self.ids, tid_text, tid_len, tid_esc)
+            raise self.event_fail(f"'ts' is not a finite number: {e.ts_raw[:min(e.ts_len, 40)].decode('utf-8', 'replace')}")
+        if e.exact:
+            start_ns, start_sub = e.ts_ns, 0
+        else:
+            self.time_of(&e.ts, &start_ns, &start_sub, "ts")
+        if e.pk == ID_BAD or e.tk == ID_BAD:
+            raise self.event_fail(f"{'pid' if e.pk == ID_BAD else 'tid'} is neither an integer nor a string")
+        if e.pk == ID_RANGE or e.tk == ID_RANGE:
+            raise self.event_fail(f"{'pid' if e.pk == ID_RANGE else 'tid'} out of range")
+        if e.pk == ID_STR:
+            e.pv = self.string_code(self.ids, e.pid_text, e.pid_len, e.pid_esc)
+        if e.tk == ID_STR:
+            e.tv = self.string_code(self.ids, e.tid_text, e.tid_len, e.tid_esc)
         cdef int32_t t, name_code, cat_code, tn_code = -1
         cdef Py_ssize_t row
-        if ph == b'b' or ph == b'e' or ph == b'n':
+        if e.ph == b'b' or e.ph == b'e' or e.ph == b'n':
             # Async events: on a track of their own per process and category ("async
             # <cat>"), matched by (process, category, id).
-            cat = cat_text[:cat_len].decode("utf-8", "replace") if cat_text != NULL else ""
-            tv = self.ids.code_of(f"async {cat}".rstrip())
-            tk = ID_STR
-            self.async_tracks.add(tv)
-            key = (pk, pv, cat, id_text[:id_len] if id_text != NULL else b"")
-            if ph == b'e':
+            cat = e.cat_text[:e.cat_len].decode("utf-8", "replace") if e.cat_text != NULL else ""
+            e.tv = self.ids.code_of(f"async {cat}".rstrip())
+            e.tk = ID_STR
+            self.async_tracks.add(e.tv)
+            key = (e.pk, e.pv, cat, e.id_text[:e.id_len] if e.id_text != NULL else b"")
+            if e.ph == b'e':
                 opened = self.async_open.get(key)
                 if not opened:
                     self.count("async_end_without_begin")
@@ -1120,29 +1328,31 @@ cdef class Reader:
                 row = opened.pop()
                 if not opened:
                     del self.async_open[key]
-                self.close_row(row, start_ns, start_sub, flags, a_arg, a_rank)
+                self.close_row(row, start_ns, start_sub, e.flags, e.a_arg, e.a_rank)
                 return p
-        t = self.thread_of(pk, pv, tk, tv)
-        if ph == b'E':
+        t = self.thread_of(e.pk, e.pv, e.tk, e.tv)
+        if e.ph == b'E':
             stack = <list>self.stacks[t]
             if not stack:
                 self.count("E_without_B")
                 return p
-            self.close_row(stack.pop(), start_ns, start_sub, flags, a_arg, a_rank)
+            self.close_row(stack.pop(), start_ns, start_sub, e.flags, e.a_arg, e.a_rank)
             return p
 
-        name_code = self.string_code(self.names, name_text, name_len, name_esc) if name_text != NULL \
+        name_code = self.string_code(self.names, e.name_text, e.name_len, e.name_esc) if e.name_text != NULL \
             else self.names.code(b"", 0)
-        cat_code = self.string_code(self.categories, cat_text, cat_len, cat_esc) if cat_text != NULL else -1
-        if tn_text != NULL:
-            tn_code = self.string_code(self.thread_names, tn_text, tn_len, tn_esc)
-        if ph == b'X':
-            if dur_kind == T_NUMBER:
-                self.time_of(&dur, &dur_ns, &dur_sub, "dur")
+        cat_code = self.string_code(self.categories, e.cat_text, e.cat_len, e.cat_esc) if e.cat_text != NULL else -1
+        if e.tn_text != NULL:
+            tn_code = self.string_code(self.thread_names, e.tn_text, e.tn_len, e.tn_esc)
+        if e.ph == b'X':
+            if e.exact:
+                dur_ns = e.dur_ns
+            elif e.dur_kind == T_NUMBER:
+                self.time_of(&e.dur, &dur_ns, &dur_sub, "dur")
                 if dur_ns < 0:
-                    raise self.event_fail(f"negative duration {self.raw_number(&dur)}")
-            elif dur_kind != T_MISSING and dur_kind != T_NULL:
-                raise self.event_fail(f"'dur' is not a finite number: {dur_raw[:min(dur_len, 40)].decode('utf-8', 'replace')}")
+                    raise self.event_fail(f"negative duration {self.raw_number(&e.dur)}")
+            elif e.dur_kind != T_MISSING and e.dur_kind != T_NULL:
+                raise self.event_fail(f"'dur' is not a finite number: {e.dur_raw[:min(e.dur_len, 40)].decode('utf-8', 'replace')}")
             if dur_ns > 0 and start_ns > I64_MAX - dur_ns - 1:
                 raise self.event_fail("'ts' + 'dur' out of range")
             # Round the end itself, not start and duration apart: a child that ends with
@@ -1152,7 +1362,7 @@ cdef class Reader:
             total_sub = total_sub % 1000000
             end_ns += 1 if total_sub >= 500000 else 0
         else:
-            end_ns = OPEN if (ph == b'B' or ph == b'b') else start_ns + (1 if start_sub >= 500000 else 0)
+            end_ns = OPEN if (e.ph == b'B' or e.ph == b'b') else start_ns + (1 if start_sub >= 500000 else 0)
         start_ns += 1 if start_sub >= 500000 else 0
         if end_ns != OPEN and end_ns < start_ns:
             end_ns = start_ns
@@ -1164,16 +1374,16 @@ cdef class Reader:
         self.name[row] = name_code
         self.category[row] = cat_code
         self.thread_name[row] = tn_code
-        self.span_id[row] = a_span_id
-        self.parent_id[row] = a_parent
-        self.depth[row] = <int32_t>a_depth
-        self.arg[row] = a_arg
-        self.rank[row] = <int32_t>a_rank
-        self.flags[row] = flags
+        self.span_id[row] = e.a_span_id
+        self.parent_id[row] = e.a_parent
+        self.depth[row] = <int32_t>e.a_depth
+        self.arg[row] = e.a_arg
+        self.rank[row] = <int32_t>e.a_rank
+        self.flags[row] = e.flags
         self.n += 1
-        if ph == b'B':
+        if e.ph == b'B':
             (<list>self.stacks[t]).append(row)
-        elif ph == b'b':
+        elif e.ph == b'b':
             self.async_open.setdefault(key, []).append(row)
         return p
 
