@@ -28,23 +28,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 
-def _import_export():
-    module = importlib.import_module("hotspan.export")
-    if getattr(module, "__file__", None) is None:
-        # An editable install made before export/__init__.py existed maps the package
-        # to a bare namespace: load the real one from the same directory.
-        directory = Path(list(module.__path__)[0])
-        for name in [m for m in sys.modules if m.startswith("hotspan.export")]:
-            del sys.modules[name]
-        spec = importlib.util.spec_from_file_location(
-            "hotspan.export", directory / "__init__.py", submodule_search_locations=[str(directory)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["hotspan.export"] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-hotspan_export = _import_export()
+from hotspan import formats as hotspan_export  # noqa: E402
 from hotspan._schema import META_HOST, META_START, SPAN_SCHEMA  # noqa: E402
 
 # One training step: (name, category, depth, offset, duration, arg kind) in ticks of a

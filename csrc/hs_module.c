@@ -15,7 +15,6 @@
 
 #include "hs_live.h"
 #include "hs_recorder.h"
-#include "hs_scan.h"
 #include "include/hotspan.h"
 
 #ifdef Py_GIL_DISABLED
@@ -915,64 +914,6 @@ done:
     return out;
 }
 
-/* ---- the Chrome JSON loader's fast path ------------------------------------------------ */
-
-/* _scan_heads(data, starts, template, mask, fields) -> (values, nulls) or None.
- * fields: a sequence of (offset, width, kind, nullable); values: int64[len(fields) * n]
- * (uint64 bit patterns for unsigned fields), nulls: uint8[len(fields) * n]. */
-static PyObject *py_scan_heads(PyObject *m, PyObject *args) {
-    (void)m;
-    Py_buffer data = {0}, starts = {0}, templ = {0}, mask = {0};
-    PyObject *fields_obj, *out = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*O:_scan_heads", &data, &starts, &templ, &mask, &fields_obj)) return NULL;
-    hs_scan_field fields[32];
-    Py_ssize_t nfields = PySequence_Size(fields_obj);
-    size_t n = (size_t)starts.len / sizeof(int64_t);
-    if (nfields < 0) goto done;
-    if (nfields > 32 || templ.len != mask.len) {
-        PyErr_SetString(PyExc_ValueError, "_scan_heads: at most 32 fields, template and mask of one width");
-        goto done;
-    }
-    for (Py_ssize_t f = 0; f < nfields; f++) {
-        PyObject *item = PySequence_GetItem(fields_obj, f);
-        if (!item) goto done;
-        unsigned int offset, width;
-        int kind, nullable;
-        int ok = PyArg_ParseTuple(item, "IIip", &offset, &width, &kind, &nullable);
-        Py_DECREF(item);
-        if (!ok) goto done;
-        fields[f].offset = offset;
-        fields[f].width = width;
-        fields[f].kind = kind;
-        fields[f].nullable = nullable;
-    }
-    PyObject *values = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * (size_t)nfields * sizeof(int64_t)));
-    PyObject *nulls = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * (size_t)nfields));
-    if (!values || !nulls) {
-        Py_XDECREF(values);
-        Py_XDECREF(nulls);
-        goto done;
-    }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hs_scan_heads(data.buf, (size_t)data.len, starts.buf, n, templ.buf, mask.buf, (size_t)templ.len, fields,
-                       (size_t)nfields, (int64_t *)PyBytes_AS_STRING(values), (uint8_t *)PyBytes_AS_STRING(nulls));
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        Py_DECREF(values);
-        Py_DECREF(nulls);
-        out = Py_NewRef(Py_None);
-    } else {
-        out = Py_BuildValue("(NN)", values, nulls);
-    }
-done:
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&templ);
-    PyBuffer_Release(&mask);
-    return out;
-}
-
 /* ---- the benchmark floor -------------------------------------------------------------- */
 
 /* A context manager whose __enter__/__exit__ do nothing, built exactly like span's
@@ -1040,7 +981,6 @@ static PyMethodDef module_methods[] = {
     {"_live_start", py_live_start, METH_VARARGS, NULL},
     {"_live_stop", py_live_stop, METH_NOARGS, NULL},
     {"_sweep", py_sweep, METH_NOARGS, NULL},
-    {"_scan_heads", py_scan_heads, METH_VARARGS, NULL},
     {"_live_take", py_live_take, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -1,0 +1,1582 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The Chrome JSON codec: one writer and one reader, typed loops over buffers.
+
+Writer: :func:`encode_rows` formats one batch of rows (columns as buffers, strings
+pre-encoded once per distinct value) into event lines.
+
+Reader: :class:`Reader` is one streaming JSON parser for every Chrome trace, ours and
+foreign (VizTracer, torch.profiler, B/E pairs, X events, instants, async b/e, M events, the
+array form with or without its closing bracket). It is fed bounded blocks of the file and
+keeps only a partial event between them; it appends each span to growable column buffers
+(no Python object per event: names and categories are interned to codes in C hash
+tables) and leaves the assembly of the table (thread map, order, nesting) to
+``chrome_json.py``. It is a strict JSON parser (everything it skips is validated too), so
+bad bytes are reported with their offset, never half-read.
+"""
+from libc.stdint cimport int64_t, uint64_t, int32_t, uint8_t, uint32_t
+from libc.string cimport memcpy, memcmp, memmove, memset
+from libc.stdlib cimport strtod, malloc, calloc, free
+from libc.math cimport isfinite, llround
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+import json
+
+from .base import TraceFileError
+
+cdef int64_t I64_MAX = 0x7FFFFFFFFFFFFFFF
+cdef int64_t I64_MIN = -0x7FFFFFFFFFFFFFFF - 1
+cdef uint64_t U64_MAX = 0xFFFFFFFFFFFFFFFF
+cdef int32_t I32_MIN = -0x7FFFFFFF - 1
+#: A B event's end until its E arrives.
+cdef int64_t OPEN = -0x7FFFFFFFFFFFFFFF - 1
+#: Nesting of skipped values: a bound, so that "[[[[..." is an error, not a deep recursion.
+DEF MAX_DEPTH = 256
+
+# Row flags (one byte a row).
+FLAG_PARENT = 1
+FLAG_ARG = 2
+FLAG_ERROR = 4
+FLAG_SPAN_ID = 8
+cdef uint8_t F_PARENT = 1, F_ARG = 2, F_ERROR = 4, F_SPAN_ID = 8
+
+
+# =========================================================================== writer
+
+cdef char DIGITS[200]
+for _i in range(100):
+    DIGITS[2 * _i] = 48 + _i // 10
+    DIGITS[2 * _i + 1] = 48 + _i % 10
+
+
+cdef inline char* put_u64(char* p, uint64_t v) noexcept nogil:
+    """Decimal digits of v at p; two digits a step from a table (a division per digit
+    pair is what makes integer formatting slow)."""
+    cdef char tmp[24]
+    cdef int k = 24
+    cdef uint64_t q
+    cdef int r
+    while v >= 100:
+        q = v // 100
+        r = <int>(v - q * 100)
+        v = q
+        k -= 2
+        tmp[k] = DIGITS[2 * r]
+        tmp[k + 1] = DIGITS[2 * r + 1]
+    if v >= 10:
+        k -= 2
+        tmp[k] = DIGITS[2 * v]
+        tmp[k + 1] = DIGITS[2 * v + 1]
+    else:
+        k -= 1
+        tmp[k] = <char>(48 + v)
+    memcpy(p, &tmp[k], 24 - k)
+    return p + 24 - k
+
+
+cdef inline char* put_i64(char* p, int64_t v) noexcept nogil:
+    if v < 0:
+        p[0] = b'-'
+        return put_u64(p + 1, <uint64_t>0 - <uint64_t>v)
+    return put_u64(p, <uint64_t>v)
+
+
+cdef inline char* put_us(char* p, int64_t ns) noexcept nogil:
+    """Nanoseconds as microseconds with three decimals (exact)."""
+    cdef uint64_t mag
+    cdef uint64_t whole
+    cdef int frac
+    if ns < 0:
+        p[0] = b'-'
+        p += 1
+        mag = <uint64_t>0 - <uint64_t>ns
+    else:
+        mag = <uint64_t>ns
+    whole = mag // 1000
+    frac = <int>(mag - whole * 1000)
+    p = put_u64(p, whole)
+    p[0] = b'.'
+    p[1] = <char>(48 + frac // 100)
+    p[2] = DIGITS[2 * (frac % 100)]
+    p[3] = DIGITS[2 * (frac % 100) + 1]
+    return p + 4
+
+
+cdef inline char* put(char* p, const char* text, Py_ssize_t n) noexcept nogil:
+    memcpy(p, text, n)
+    return p + n
+
+
+cdef class _Texts:
+    """A list of bytes as C pointers and lengths (the list is kept alive)."""
+    cdef list items
+    cdef const char** ptr
+    cdef Py_ssize_t* length
+    cdef Py_ssize_t longest
+
+    def __cinit__(self, list items):
+        cdef Py_ssize_t i, n = len(items)
+        self.items = items
+        self.ptr = <const char**>malloc((n + 1) * sizeof(char*))
+        self.length = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
+        if self.ptr == NULL or self.length == NULL:
+            raise MemoryError()
+        self.longest = 0
+        for i in range(n):
+            item = items[i]
+            if not isinstance(item, bytes):
+                raise TypeError("texts must be bytes")
+            self.ptr[i] = PyBytes_AS_STRING(item)
+            self.length[i] = PyBytes_GET_SIZE(item)
+            if self.length[i] > self.longest:
+                self.longest = self.length[i]
+
+    def __dealloc__(self):
+        free(self.ptr)
+        free(self.length)
+
+
+def encode_rows(bytearray out, const int64_t[::1] start, const int64_t[::1] duration,
+                const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] parent_valid,
+                const int32_t[::1] depth, const int64_t[::1] arg, const uint8_t[::1] arg_valid,
+                const uint8_t[::1] error, const int32_t[::1] thread, const int32_t[::1] name,
+                const int32_t[::1] category, const int32_t[::1] thread_name,
+                list thread_texts, list name_texts, list category_texts, list thread_name_texts,
+                int64_t origin):
+    """Event lines for one batch of rows (in trace order) into ``out``; returns the length.
+
+    One event a line, each after ",\\n" (the header ends with an event): an ``X`` event a
+    span, an ``i`` event (thread scope) an instant. ``*_texts`` are the pre-encoded pieces
+    per code: ``,"pid":P,"tid":T`` per thread, ``,"name":...`` per name, ``,"cat":...``
+    per category, ``,"thread_name":...`` per renamed thread (a code of -1: none).
+    """
+    cdef _Texts threads = _Texts(thread_texts)
+    cdef _Texts names = _Texts(name_texts)
+    cdef _Texts categories = _Texts(category_texts)
+    cdef _Texts thread_names = _Texts(thread_name_texts)
+    cdef Py_ssize_t n = start.shape[0], i
+    # Fixed text and numbers of a line come to under 260 bytes: a bound, so that the loop
+    # below checks no space.
+    cdef Py_ssize_t bound = n * (260 + threads.longest + names.longest + categories.longest + thread_names.longest)
+    if PyByteArray_GET_SIZE(out) < bound:
+        PyByteArray_Resize(out, bound)
+    cdef char* base = PyByteArray_AS_STRING(out)
+    cdef char* p = base
+    cdef int32_t code
+    with nogil:
+        for i in range(n):
+            if duration[i] == 0:
+                p = put(p, b',\n{"ph":"i","s":"t","ts":', 25)
+                p = put_us(p, start[i] - origin)
+            else:
+                p = put(p, b',\n{"ph":"X","ts":', 17)
+                p = put_us(p, start[i] - origin)
+                p = put(p, b',"dur":', 7)
+                p = put_us(p, duration[i])
+            code = thread[i]
+            p = put(p, threads.ptr[code], threads.length[code])
+            code = name[i]
+            p = put(p, names.ptr[code], names.length[code])
+            code = category[i]
+            if code >= 0:
+                p = put(p, categories.ptr[code], categories.length[code])
+            p = put(p, b',"args":{"span_id":', 19)
+            p = put_u64(p, span_id[i])
+            p = put(p, b',"parent_id":', 13)
+            if parent_valid[i]:
+                p = put_u64(p, parent_id[i])
+            else:
+                p = put(p, b'null', 4)
+            p = put(p, b',"depth":', 9)
+            p = put_i64(p, depth[i])
+            p = put(p, b',"arg":', 7)
+            if arg_valid[i]:
+                p = put_i64(p, arg[i])
+            else:
+                p = put(p, b'null', 4)
+            if error[i]:
+                p = put(p, b',"error":true', 13)
+            else:
+                p = put(p, b',"error":false', 14)
+            code = thread_name[i]
+            if code >= 0:
+                p = put(p, thread_names.ptr[code], thread_names.length[code])
+            p = put(p, b'}}', 2)
+    return p - base
+
+
+# =========================================================================== reader: strings
+
+
+cdef inline uint64_t hash_bytes(const char* p, Py_ssize_t n) noexcept nogil:
+    # Eight bytes a step (memcpy: unaligned loads), mixed by multiplication; the tail
+    # byte by byte. Collisions only cost a compare: the table checks the bytes.
+    cdef uint64_t h = 0x9E3779B97F4A7C15ULL ^ <uint64_t>n
+    cdef uint64_t w
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL
+        h ^= h >> 32
+        i += 8
+    while i < n:
+        h = (h ^ <uint8_t>p[i]) * 0x100000001B3ULL
+        i += 1
+    return h ^ (h >> 29)
+
+
+cdef class Strings:
+    """Distinct strings and their codes, looked up by their UTF-8 bytes (an open-addressing
+    table in C, so a repeated name costs a hash and a compare, no Python object)."""
+    cdef public list values  # str, index = code
+    cdef list keys  # bytes, index = code
+    cdef int32_t* slots
+    cdef uint64_t* slot_hash
+    cdef Py_ssize_t mask
+
+    def __cinit__(self):
+        self.values = []
+        self.keys = []
+        self.mask = 63
+        self.slots = <int32_t*>malloc(64 * sizeof(int32_t))
+        self.slot_hash = <uint64_t*>malloc(64 * sizeof(uint64_t))
+        if self.slots == NULL or self.slot_hash == NULL:
+            raise MemoryError()
+        memset(self.slots, 0xFF, 64 * sizeof(int32_t))
+
+    def __dealloc__(self):
+        free(self.slots)
+        free(self.slot_hash)
+
+    cdef int grow(self) except -1:
+        cdef Py_ssize_t size = (self.mask + 1) * 2, i, j
+        cdef int32_t* slots = <int32_t*>malloc(size * sizeof(int32_t))
+        cdef uint64_t* hashes = <uint64_t*>malloc(size * sizeof(uint64_t))
+        if slots == NULL or hashes == NULL:
+            free(slots)
+            free(hashes)
+            raise MemoryError()
+        memset(slots, 0xFF, size * sizeof(int32_t))
+        for i in range(self.mask + 1):
+            if self.slots[i] >= 0:
+                j = self.slot_hash[i] & (size - 1)
+                while slots[j] >= 0:
+                    j = (j + 1) & (size - 1)
+                slots[j] = self.slots[i]
+                hashes[j] = self.slot_hash[i]
+        free(self.slots)
+        free(self.slot_hash)
+        self.slots = slots
+        self.slot_hash = hashes
+        self.mask = size - 1
+        return 0
+
+    cdef int32_t code(self, const char* p, Py_ssize_t n) except -1:
+        """The code of the UTF-8 text p[:n], added when new (UnicodeDecodeError if not UTF-8)."""
+        cdef uint64_t h = hash_bytes(p, n)
+        cdef Py_ssize_t j = h & self.mask
+        cdef int32_t c
+        cdef bytes key
+        while True:
+            c = self.slots[j]
+            if c < 0:
+                break
+            if self.slot_hash[j] == h:
+                key = <bytes>self.keys[c]
+                if PyBytes_GET_SIZE(key) == n and memcmp(PyBytes_AS_STRING(key), p, n) == 0:
+                    return c
+            j = (j + 1) & self.mask
+        value = PyUnicode_DecodeUTF8(p, n, NULL)
+        c = <int32_t>len(self.values)
+        self.values.append(value)
+        self.keys.append(p[:n])
+        self.slots[j] = c
+        self.slot_hash[j] = h
+        if 2 * len(self.values) > self.mask:
+            self.grow()
+        return c
+
+    def code_of(self, str text):
+        encoded = text.encode("utf-8", "surrogatepass")
+        return self.code(encoded, len(encoded))
+
+
+# =========================================================================== reader: columns
+
+
+cdef class Column:
+    """A growable buffer of fixed-size items (a bytearray: grown by realloc, which moves
+    pages rather than copying them for large buffers), handed to numpy without a copy."""
+    cdef public bytearray data
+    cdef Py_ssize_t itemsize
+
+    def __cinit__(self, Py_ssize_t itemsize):
+        self.itemsize = itemsize
+        self.data = bytearray()
+
+    cdef char* resize(self, Py_ssize_t n) except NULL:
+        PyByteArray_Resize(self.data, n * self.itemsize + 1)
+        return PyByteArray_AS_STRING(self.data)
+
+
+cdef struct Num:
+    const char* start
+    uint64_t ip      # integer part (when not overflow)
+    uint64_t frac9   # the first nine fraction digits, as a nine-digit integer
+    bint neg
+    bint overflow
+    bint has_exp
+    bint is_int
+
+
+cdef struct Event:
+    # One event's fields, as the parser found them (text: pointers into the buffer).
+    char ph
+    const char* first
+    Num ts
+    Num dur
+    int ts_kind, dur_kind
+    const char* ts_raw
+    const char* dur_raw
+    Py_ssize_t ts_len, dur_len
+    int pk, tk
+    int64_t pv, tv
+    const char* pid_text
+    const char* tid_text
+    Py_ssize_t pid_len, tid_len
+    bint pid_esc, tid_esc
+    const char* name_text
+    Py_ssize_t name_len
+    bint name_esc
+    const char* cat_text
+    Py_ssize_t cat_len
+    bint cat_esc
+    const char* id_text
+    Py_ssize_t id_len
+    uint8_t flags
+    uint64_t a_span_id, a_parent
+    int64_t a_depth, a_arg, a_rank
+    const char* tn_text
+    Py_ssize_t tn_len
+    bint tn_esc
+    bint exact  # ts_ns, dur_ns hold the times (our own lines: no Num to convert)
+    int64_t ts_ns, dur_ns
+
+
+# Value types, as the event parser records them.
+DEF T_MISSING = 0
+DEF T_STRING = 1
+DEF T_NUMBER = 2
+DEF T_TRUE = 3
+DEF T_FALSE = 4
+DEF T_NULL = 5
+DEF T_OTHER = 6
+
+# Identifier kinds (pid, tid).
+DEF ID_INT = 0
+DEF ID_STR = 1
+DEF ID_BAD = 2
+DEF ID_RANGE = 3
+
+cdef uint64_t POW10[10]
+POW10[:] = [1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000]
+cdef uint8_t WS[256]
+cdef uint8_t STR_CLASS[256]  # 0 plain, 1 quote, 2 backslash, 3 control, 4 non-ASCII
+cdef uint8_t IS_DIGIT[256]
+cdef uint8_t KEY_CHAR[256]
+for _i in range(256):
+    KEY_CHAR[_i] = (0x30 <= _i <= 0x39) or (0x41 <= _i <= 0x5A) or (0x61 <= _i <= 0x7A) or _i == 0x5F
+    WS[_i] = _i in (0x20, 0x09, 0x0A, 0x0D)
+    STR_CLASS[_i] = 1 if _i == 0x22 else 2 if _i == 0x5C else 3 if _i < 0x20 else 4 if _i >= 0x80 else 0
+    IS_DIGIT[_i] = 0x30 <= _i <= 0x39
+
+
+# Reader states (where in the document the next bytes go).
+DEF S_START = 0
+DEF S_KEY = 1        # in the top-level object, before a key (or the closing brace)
+DEF S_KEY_NEXT = 2   # after a top-level value: ',' or '}'
+DEF S_EVENT = 3      # in the events array, before an event (or ']', when allowed)
+DEF S_EVENT_NEXT = 4 # after an event: ',' or ']'
+DEF S_END = 5        # after the document: only blanks
+
+# step() results
+DEF NEED_MORE = 0
+DEF DONE = 1
+
+
+cdef class Reader:
+    """Streaming parser of one Chrome JSON document (see the module docstring).
+
+    Usage: ``feed(buffer, length, eof)`` with the unconsumed bytes first; it returns how
+    many bytes it consumed (the rest must be fed again, with more after them).
+    """
+    # Columns (collection phase) and their typed pointers, refreshed when they grow.
+    cdef public Column c_thread, c_start, c_end, c_name, c_category, c_thread_name
+    cdef public Column c_span_id, c_parent_id, c_depth, c_arg, c_rank, c_flags
+    cdef int32_t* thread
+    cdef int64_t* start
+    cdef int64_t* end
+    cdef int32_t* name
+    cdef int32_t* category
+    cdef int32_t* thread_name
+    cdef uint64_t* span_id
+    cdef uint64_t* parent_id
+    cdef int32_t* depth
+    cdef int64_t* arg
+    cdef int32_t* rank
+    cdef uint8_t* flags
+    cdef public Py_ssize_t n
+    cdef Py_ssize_t capacity
+
+    cdef public Strings names, categories, thread_names, ids
+    # Threads: key (pid kind, pid, tid kind, tid) -> index; the last one looked up cached.
+    cdef public dict thread_index
+    cdef public list thread_keys
+    cdef list stacks  # per thread: rows of open B events
+    cdef public dict async_open  # (pid kind, pid, cat, id) -> rows of open b events
+    cdef public set async_tracks  # codes (in ids) of the "async <cat>" track names
+    cdef int last_pk, last_tk
+    cdef int64_t last_pv, last_tv
+    cdef int32_t last_thread
+
+    # Document state.
+    cdef int state
+    cdef public bint array_form
+    cdef public bint saw_events
+    cdef public Py_ssize_t events  # events seen in traceEvents
+    cdef public dict top  # top-level key -> decoded value (the few we use), or True
+    cdef public list metadata_events  # decoded M events
+    cdef public dict counts  # what was dropped, by cause
+    cdef public object first_bad  # (event index, problem) of the first row a hotspan file cannot have
+    cdef public object path
+
+    # The buffer being parsed.
+    cdef const char* buf
+    cdef const char* stop
+    cdef int64_t offset  # file offset of buf[0]
+    cdef bint s_esc, s_high  # what the last scanned string held
+
+    def __cinit__(self, path):
+        self.path = path
+        self.c_thread, self.c_start, self.c_end = Column(4), Column(8), Column(8)
+        self.c_name, self.c_category, self.c_thread_name = Column(4), Column(4), Column(4)
+        self.c_span_id, self.c_parent_id, self.c_depth = Column(8), Column(8), Column(4)
+        self.c_arg, self.c_rank, self.c_flags = Column(8), Column(4), Column(1)
+        self.n = 0
+        self.capacity = 0
+        self.grow(4096)
+        self.names, self.categories, self.thread_names, self.ids = Strings(), Strings(), Strings(), Strings()
+        self.thread_index = {}
+        self.thread_keys = []
+        self.stacks = []
+        self.async_open = {}
+        self.async_tracks = set()
+        self.last_thread = -1
+        self.state = S_START
+        self.top = {}
+        self.metadata_events = []
+        self.counts = {}
+        self.first_bad = None
+
+    # ------------------------------------------------------------------ columns
+
+    cdef int grow(self, Py_ssize_t capacity) except -1:
+        self.thread = <int32_t*>self.c_thread.resize(capacity)
+        self.start = <int64_t*>self.c_start.resize(capacity)
+        self.end = <int64_t*>self.c_end.resize(capacity)
+        self.name = <int32_t*>self.c_name.resize(capacity)
+        self.category = <int32_t*>self.c_category.resize(capacity)
+        self.thread_name = <int32_t*>self.c_thread_name.resize(capacity)
+        self.span_id = <uint64_t*>self.c_span_id.resize(capacity)
+        self.parent_id = <uint64_t*>self.c_parent_id.resize(capacity)
+        self.depth = <int32_t*>self.c_depth.resize(capacity)
+        self.arg = <int64_t*>self.c_arg.resize(capacity)
+        self.rank = <int32_t*>self.c_rank.resize(capacity)
+        self.flags = <uint8_t*>self.c_flags.resize(capacity)
+        self.capacity = capacity
+        return 0
+
+    def finish(self):
+        """Shrink the columns to the rows read."""
+        self.grow(self.n)
+
+    # ------------------------------------------------------------------ errors
+
+    cdef object fail(self, const char* p, str problem):
+        return TraceFileError(self.path, f"not valid JSON at byte {self.offset + (p - self.buf)}: {problem}")
+
+    cdef object event_fail(self, str problem):
+        return TraceFileError(self.path, f"event {self.events}: {problem}")
+
+    cdef object unexpected(self, const char* p, str expected):
+        cdef uint8_t c = <uint8_t>p[0]
+        if c >= 0x80:
+            return self.fail(p, f"byte 0x{c:02x} where {expected} belongs (not UTF-8 text?)")
+        if c < 0x20 or c == 0x7F:
+            return self.fail(p, f"byte 0x{c:02x} where {expected} belongs")
+        return self.fail(p, f"{chr(c)!r} where {expected} belongs")
+
+    # ------------------------------------------------------------------ scanning
+    # Each returns the position after what it scanned, or NULL (no exception set) when the
+    # buffer ends first: the caller then waits for more bytes. The buffer has a NUL after
+    # its last byte, which stops every loop.
+
+    cdef inline const char* ws(self, const char* p) noexcept nogil:
+        while WS[<uint8_t>p[0]]:
+            p += 1
+        return p
+
+    cdef const char* scan_string(self, const char* p) except? NULL:
+        """p at the opening quote; validates escapes and (when non-ASCII) UTF-8."""
+        cdef const char* first = p + 1
+        cdef uint8_t cls, c
+        cdef int k
+        self.s_esc = 0
+        self.s_high = 0
+        p += 1
+        while True:
+            cls = STR_CLASS[<uint8_t>p[0]]
+            if cls == 0:
+                p += 1
+                continue
+            if cls == 1:
+                break
+            if cls == 4:
+                self.s_high = 1
+                p += 1
+                continue
+            if cls == 3:
+                if p >= self.stop:
+                    return NULL
+                raise self.fail(p, f"control character 0x{<uint8_t>p[0]:02x} inside a string")
+            # backslash
+            self.s_esc = 1
+            if p + 1 >= self.stop:
+                return NULL
+            c = <uint8_t>p[1]
+            if c == b'u':
+                if p + 6 > self.stop:
+                    return NULL
+                for k in range(2, 6):
+                    c = <uint8_t>p[k]
+                    if not (IS_DIGIT[c] or (c | 0x20) >= b'a' and (c | 0x20) <= b'f'):
+                        raise self.fail(p, "invalid \\u escape")
+                p += 6
+            elif c == b'"' or c == b'\\' or c == b'/' or c == b'b' or c == b'f' or c == b'n' or c == b'r' or c == b't':
+                p += 2
+            else:
+                raise self.fail(p, "invalid escape in a string")
+        if self.s_high:
+            try:
+                PyUnicode_DecodeUTF8(first, p - first, NULL)
+            except UnicodeDecodeError as exc:
+                raise self.fail(first + <Py_ssize_t>exc.start, "not UTF-8 text inside a string") from None
+        return p + 1
+
+    cdef inline const char* plain_key(self, const char* p) noexcept nogil:
+        """The position after ``"key":`` when p starts a key of letters, digits and
+        underscores followed right away by its colon (as writers spell them); else NULL,
+        and the general path (escapes, blanks, errors) takes it. A shortcut: most of an
+        event's bytes are such keys."""
+        cdef const char* q = p + 1
+        if p[0] != b'"' or self.stop - p < 40:
+            return NULL
+        while KEY_CHAR[<uint8_t>q[0]]:
+            q += 1
+        if q[0] == b'"' and q[1] == b':':
+            return q + 2
+        return NULL
+
+    cdef const char* scan_number(self, const char* p, Num* num) except? NULL:
+        cdef int nfrac = 0
+        num.start = p
+        num.ip = 0
+        num.frac9 = 0
+        num.neg = 0
+        num.overflow = 0
+        num.has_exp = 0
+        num.is_int = 1
+        if p[0] == b'-':
+            num.neg = 1
+            p += 1
+        cdef const char* digits = p
+        if p[0] == b'0':
+            p += 1
+        elif IS_DIGIT[<uint8_t>p[0]]:
+            # Accumulate without a check per digit (a division each would cost more than
+            # the parse); only 20 digits can overflow, and then the text itself tells.
+            while IS_DIGIT[<uint8_t>p[0]]:
+                num.ip = num.ip * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+            if p - digits > 19:
+                if p - digits > 20 or memcmp(digits, b"18446744073709551615", 20) > 0:
+                    num.overflow = 1
+        else:
+            if p >= self.stop:
+                return NULL
+            if p[0] == b'I':
+                raise self.fail(p, "-Infinity is not a finite number (nor JSON)")
+            raise self.unexpected(p, "a digit")
+        if p[0] == b'.':
+            num.is_int = 0
+            p += 1
+            if not IS_DIGIT[<uint8_t>p[0]]:
+                if p >= self.stop:
+                    return NULL
+                raise self.unexpected(p, "a digit after the decimal point")
+            while IS_DIGIT[<uint8_t>p[0]]:
+                if nfrac < 9:
+                    num.frac9 = num.frac9 * 10 + (<uint8_t>p[0] - 48)
+                    nfrac += 1
+                p += 1
+            num.frac9 *= POW10[9 - nfrac]
+        if p[0] == b'e' or p[0] == b'E':
+            num.is_int = 0
+            num.has_exp = 1
+            p += 1
+            if p[0] == b'+' or p[0] == b'-':
+                p += 1
+            if not IS_DIGIT[<uint8_t>p[0]]:
+                if p >= self.stop:
+                    return NULL
+                raise self.unexpected(p, "a digit in the exponent")
+            while IS_DIGIT[<uint8_t>p[0]]:
+                p += 1
+        if p >= self.stop:
+            return NULL  # the number may go on in the next block
+        return p
+
+    cdef const char* scan_literal(self, const char* p, const char* word, Py_ssize_t n) except? NULL:
+        cdef Py_ssize_t have = self.stop - p
+        if have < n:
+            if memcmp(p, word, have) == 0:
+                return NULL
+            raise self.unexpected(p, "a JSON value")
+        if memcmp(p, word, n) != 0:
+            raise self.unexpected(p, "a JSON value")
+        return p + n
+
+    cdef const char* scan_scalar(self, const char* p, int* kind) except? NULL:
+        """A string, number or literal at p (not an object or array)."""
+        cdef Num num
+        cdef uint8_t c = <uint8_t>p[0]
+        if c == b'"':
+            kind[0] = T_STRING
+            return self.scan_string(p)
+        if c == b'-' or IS_DIGIT[c]:
+            kind[0] = T_NUMBER
+            return self.scan_number(p, &num)
+        if c == b't':
+            kind[0] = T_TRUE
+            return self.scan_literal(p, b"true", 4)
+        if c == b'f':
+            kind[0] = T_FALSE
+            return self.scan_literal(p, b"false", 5)
+        if c == b'n':
+            kind[0] = T_NULL
+            return self.scan_literal(p, b"null", 4)
+        if p >= self.stop:
+            return NULL
+        if c == b'N' or c == b'I':
+            raise self.fail(p, "NaN and Infinity are not finite numbers (nor JSON)")
+        raise self.unexpected(p, "a JSON value")
+
+    cdef const char* key(self, const char* p) except? NULL:
+        """A key and its colon; p at the key's quote (after blanks)."""
+        if p[0] != b'"':
+            if p >= self.stop:
+                return NULL
+            raise self.unexpected(p, "a key")
+        p = self.scan_string(p)
+        if p == NULL:
+            return NULL
+        p = self.ws(p)
+        if p[0] != b':':
+            if p >= self.stop:
+                return NULL
+            raise self.unexpected(p, "':'")
+        return self.ws(p + 1)
+
+    cdef const char* skip_value(self, const char* p, int* kind) except? NULL:
+        """Any JSON value (validated, not kept); nesting bounded by MAX_DEPTH."""
+        cdef char stack[MAX_DEPTH]
+        cdef int level = 0
+        cdef uint8_t c
+        cdef char top
+        cdef int ignored
+        p = self.ws(p)
+        c = <uint8_t>p[0]
+        if c == b'{' or c == b'[':
+            kind[0] = T_OTHER
+        while True:
+            # A value at p.
+            p = self.ws(p)
+            c = <uint8_t>p[0]
+            if c == b'{' or c == b'[':
+                if level >= MAX_DEPTH:
+                    raise self.fail(p, f"nested deeper than {MAX_DEPTH} levels")
+                stack[level] = <char>c
+                level += 1
+                p = self.ws(p + 1)
+                if p >= self.stop:
+                    return NULL
+                if (c == b'{' and p[0] == b'}') or (c == b'[' and p[0] == b']'):
+                    level -= 1
+                    p += 1
+                else:
+                    if c == b'{':
+                        p = self.key(p)
+                        if p == NULL:
+                            return NULL
+                    continue
+            else:
+                if p >= self.stop:
+                    return NULL
+                p = self.scan_scalar(p, &ignored if level else kind)
+                if p == NULL:
+                    return NULL
+            # After a value: commas and closing brackets.
+            while True:
+                if level == 0:
+                    return p
+                p = self.ws(p)
+                if p >= self.stop:
+                    return NULL
+                top = stack[level - 1]
+                c = <uint8_t>p[0]
+                if c == b',':
+                    p = self.ws(p + 1)
+                    if top == b'{':
+                        p = self.key(p)
+                        if p == NULL:
+                            return NULL
+                    break
+                if (c == b'}' and top == b'{') or (c == b']' and top == b'['):
+                    level -= 1
+                    p += 1
+                    continue
+                raise self.unexpected(p, "',' or a closing bracket")
+
+    cdef int64_t int_of(self, Num* num, int* ok) noexcept nogil:
+        """The int64 value of an integer number; ok = 0 when not an integer in range."""
+        if not num.is_int or num.overflow:
+            ok[0] = 0
+            return 0
+        if num.neg:
+            if num.ip > <uint64_t>I64_MAX + 1:
+                ok[0] = 0
+                return 0
+            ok[0] = 1
+            return <int64_t>(<uint64_t>0 - num.ip)
+        if num.ip > <uint64_t>I64_MAX:
+            ok[0] = 0
+            return 0
+        ok[0] = 1
+        return <int64_t>num.ip
+
+    cdef int time_of(self, Num* num, int64_t* ns, int64_t* sub, str key) except -1:
+        """Microseconds as nanoseconds, floored, and the rest in millionths of a
+        nanosecond (exact for up to nine decimals, so that start + duration rounds once)."""
+        cdef double d
+        cdef uint64_t mag, rest
+        if num.has_exp or num.overflow or num.ip > <uint64_t>9223372036854775:
+            d = strtod(num.start, NULL) * 1000.0
+            if not isfinite(d) or d >= 9.2233720368547e18 or d <= -9.2233720368547e18:
+                raise self.event_fail(f"{key!r} out of range: {self.raw_number(num)}")
+            ns[0] = llround(d)
+            sub[0] = 0
+            return 0
+        mag = num.ip * 1000 + num.frac9 // 1000000
+        rest = num.frac9 % 1000000
+        if num.neg:
+            if rest:
+                ns[0] = -<int64_t>mag - 1
+                sub[0] = 1000000 - <int64_t>rest
+            else:
+                ns[0] = -<int64_t>mag
+                sub[0] = 0
+        else:
+            ns[0] = <int64_t>mag
+            sub[0] = <int64_t>rest
+        return 0
+
+    cdef str raw_number(self, Num* num):
+        cdef const char* p = num.start
+        while p < self.stop and (IS_DIGIT[<uint8_t>p[0]] or p[0] in b'-+.eE'):
+            p += 1
+        return num.start[:min(p - num.start, 40)].decode("ascii", "replace")
+
+    # ------------------------------------------------------------------ events
+
+    cdef int32_t thread_of(self, int pk, int64_t pv, int tk, int64_t tv) except -1:
+        cdef int32_t t
+        if self.last_thread >= 0 and pk == self.last_pk and pv == self.last_pv and tk == self.last_tk and tv == self.last_tv:
+            return self.last_thread
+        key = (pk, pv, tk, tv)
+        found = self.thread_index.get(key)
+        if found is None:
+            t = <int32_t>len(self.thread_keys)
+            self.thread_index[key] = t
+            self.thread_keys.append(key)
+            self.stacks.append([])
+        else:
+            t = found
+        self.last_pk, self.last_pv, self.last_tk, self.last_tv, self.last_thread = pk, pv, tk, tv, t
+        return t
+
+    cdef int32_t string_code(self, Strings table, const char* p, Py_ssize_t n, bint esc) except -2:
+        """The code of a JSON string's text (p[:n], between its quotes)."""
+        if not esc:
+            return table.code(p, n)
+        text = json.loads((p - 1)[:n + 2])
+        encoded = text.encode("utf-8", "replace")
+        return table.code(encoded, len(encoded))
+
+    cdef int add_row(self) except -1:
+        if self.n == self.capacity:
+            self.grow(self.capacity * 2)
+        return 0
+
+    cdef int bad(self, str problem) except -1:
+        if self.first_bad is None:
+            self.first_bad = (self.events, problem)
+        return 0
+
+    cdef void count(self, str cause):
+        self.counts[cause] = self.counts.get(cause, 0) + 1
+
+    cdef inline const char* own_uint(self, const char* p, uint64_t* out) noexcept nogil:
+        """An integer of up to 18 digits as our writer spells it (NULL otherwise: the
+        general scanner then decides); one multiply-add a digit, no checks needed."""
+        cdef const char* first = p
+        cdef uint64_t v = 0
+        if p[0] == b'0':
+            p += 1
+        else:
+            while IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+        if p == first or p - first > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
+                or p[0] == b'E' or p >= self.stop:
+            return NULL
+        out[0] = v
+        return p
+
+    cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
+        """Microseconds with exactly three decimals (how we write ts and dur) as ns."""
+        cdef const char* first = p
+        cdef uint64_t v = 0
+        if p[0] == b'0':
+            p += 1
+        else:
+            while IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+        if p == first or p - first > 15 or p[0] != b'.' or not IS_DIGIT[<uint8_t>p[1]] \
+                or not IS_DIGIT[<uint8_t>p[2]] or not IS_DIGIT[<uint8_t>p[3]]:
+            return NULL
+        v = v * 1000 + (<uint8_t>p[1] - 48) * 100 + (<uint8_t>p[2] - 48) * 10 + (<uint8_t>p[3] - 48)
+        p += 4
+        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+            return NULL
+        ns[0] = <int64_t>v
+        return p
+
+    cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
+        return self.stop - p >= n and memcmp(p, text, n) == 0
+
+    cdef const char* parse_own(self, const char* p) except? NULL:
+        """An event spelled exactly as encode_rows writes it, read field after field with
+        no key lookups (most events a load sees are ours, and keys are most of their
+        bytes); NULL as soon as the spelling differs: the general path then reads the
+        event from its start. Numbers and strings go through the same scanners, so both
+        paths accept and refuse the same bytes."""
+        cdef Event e
+        cdef Num number
+        cdef int ok
+        cdef uint64_t value
+        cdef const char* v
+        memset(&e, 0, sizeof(Event))
+        e.first = p
+        e.a_rank = I32_MIN
+        if self.lit(p, b'{"ph":"X","ts":', 15):
+            e.ph = b'X'
+            p += 15
+        elif self.lit(p, b'{"ph":"i","s":"t","ts":', 23):
+            e.ph = b'i'
+            p += 23
+        else:
+            return NULL
+        e.exact = 1
+        e.ts_kind = T_NUMBER
+        p = self.own_us(p, &e.ts_ns)
+        if p == NULL:
+            return NULL
+        if e.ph == b'X':
+            if not self.lit(p, b',"dur":', 7):
+                return NULL
+            p = self.own_us(p + 7, &e.dur_ns)
+            if p == NULL:
+                return NULL
+            e.dur_kind = T_NUMBER
+        if not self.lit(p, b',"pid":', 7):
+            return NULL
+        p = self.own_uint(p + 7, &value)
+        if p == NULL or not self.lit(p, b',"tid":', 7):
+            return NULL
+        e.pv = <int64_t>value
+        p = self.own_uint(p + 7, &value)
+        if p == NULL or not self.lit(p, b',"name":"', 9):
+            return NULL
+        e.tv = <int64_t>value
+        v = p + 8
+        p = self.scan_string(v)
+        if p == NULL:
+            return NULL
+        e.name_text, e.name_len, e.name_esc = v + 1, p - v - 2, self.s_esc
+        if self.lit(p, b',"cat":"', 8):
+            v = p + 7
+            p = self.scan_string(v)
+            if p == NULL:
+                return NULL
+            e.cat_text, e.cat_len, e.cat_esc = v + 1, p - v - 2, self.s_esc
+        if not self.lit(p, b',"args":{"span_id":', 19):
+            return NULL
+        p = self.own_uint(p + 19, &e.a_span_id)
+        if p == NULL or not self.lit(p, b',"parent_id":', 13):
+            return NULL
+        e.flags = F_SPAN_ID
+        p += 13
+        if self.lit(p, b'null', 4):
+            p += 4
+        else:
+            p = self.own_uint(p, &e.a_parent)
+            if p == NULL:
+                return NULL
+            e.flags |= F_PARENT
+        if not self.lit(p, b',"depth":', 9):
+            return NULL
+        p = self.own_uint(p + 9, &value)
+        if p == NULL or value > 0x7FFFFFFF or not self.lit(p, b',"arg":', 7):
+            return NULL
+        e.a_depth = <int64_t>value
+        p += 7
+        if self.lit(p, b'null', 4):
+            p += 4
+        elif p[0] == b'-':
+            p = self.scan_number(p, &number)
+            if p == NULL:
+                return NULL
+            e.a_arg = self.int_of(&number, &ok)
+            if not ok:
+                return NULL
+            e.flags |= F_ARG
+        else:
+            p = self.own_uint(p, &value)
+            if p == NULL:
+                return NULL
+            e.a_arg = <int64_t>value
+            e.flags |= F_ARG
+        if self.lit(p, b',"error":false', 14):
+            p += 14
+        elif self.lit(p, b',"error":true', 13):
+            p += 13
+            e.flags |= F_ERROR
+        else:
+            return NULL
+        if self.lit(p, b',"thread_name":"', 16):
+            v = p + 15
+            p = self.scan_string(v)
+            if p == NULL:
+                return NULL
+            e.tn_text, e.tn_len, e.tn_esc = v + 1, p - v - 2, self.s_esc
+        if not self.lit(p, b'}}', 2):
+            return NULL
+        return self.commit(&e, p + 2)
+
+    cdef const char* parse_event(self, const char* p) except? NULL:
+        """One event object (p at its brace): its fields, then what it means."""
+        cdef const char* fast = self.parse_own(p)
+        if fast != NULL:
+            return fast
+        return self.parse_any(p)
+
+    cdef const char* parse_any(self, const char* p) except? NULL:
+        """One event object, any spelling (p at its brace)."""
+        cdef const char* first = p
+        cdef const char* k
+        cdef const char* v
+        cdef const char* q
+        cdef Py_ssize_t klen
+        cdef int kind
+        cdef char ph = 0
+        cdef Num ts, dur, number
+        cdef int ts_kind = T_MISSING, dur_kind = T_MISSING
+        cdef const char* ts_raw = NULL
+        cdef const char* dur_raw = NULL
+        cdef Py_ssize_t ts_len = 0, dur_len = 0
+        cdef int pk = ID_INT, tk = ID_INT
+        cdef int64_t pv = 0, tv = 0
+        cdef const char* pid_text = NULL
+        cdef const char* tid_text = NULL
+        cdef Py_ssize_t pid_len = 0, tid_len = 0
+        cdef bint pid_esc = 0, tid_esc = 0
+        cdef const char* name_text = NULL
+        cdef Py_ssize_t name_len = 0
+        cdef bint name_esc = 0
+        cdef const char* cat_text = NULL
+        cdef Py_ssize_t cat_len = 0
+        cdef bint cat_esc = 0
+        cdef const char* id_text = NULL
+        cdef Py_ssize_t id_len = 0
+        # args
+        cdef uint8_t flags = 0
+        cdef uint64_t a_span_id = 0, a_parent = 0
+        cdef int64_t a_depth = 0, a_arg = 0, a_rank = I32_MIN
+        cdef bint has_depth = 0
+        cdef const char* tn_text = NULL
+        cdef Py_ssize_t tn_len = 0
+        cdef bint tn_esc = 0
+        cdef int ok
+
+        p = self.ws(p + 1)
+        if p >= self.stop:
+            return NULL
+        if p[0] == b'}':
+            p += 1
+        else:
+            while True:
+                k = p + 1
+                q = self.plain_key(p)
+                if q != NULL:
+                    klen = q - 2 - k
+                    p = q
+                else:
+                    if p[0] != b'"':
+                        if p >= self.stop:
+                            return NULL
+                        raise self.unexpected(p, "a key")
+                    p = self.scan_string(p)
+                    if p == NULL:
+                        return NULL
+                    klen = p - 1 - k
+                    p = self.ws(p)
+                    if p[0] != b':':
+                        if p >= self.stop:
+                            return NULL
+                        raise self.unexpected(p, "':'")
+                    p = p + 1
+                p = self.ws(p)
+                if p >= self.stop:
+                    return NULL
+                v = p
+                if klen == 2 and k[0] == b'p' and k[1] == b'h':
+                    if p[0] == b'"':
+                        p = self.scan_string(p)
+                        if p == NULL:
+                            return NULL
+                        if p - v == 3:
+                            ph = v[1]
+                        else:
+                            ph = 63  # '?': no phase we read
+                    else:
+                        p = self.skip_value(p, &kind)
+                        ph = 63
+                elif klen == 2 and k[0] == b't' and k[1] == b's':
+                    if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
+                        p = self.scan_number(p, &ts)
+                        ts_kind = T_NUMBER
+                    else:
+                        p = self.skip_value(p, &ts_kind)
+                        ts_raw = v
+                        ts_len = p - v if p != NULL else 0
+                elif klen == 3 and memcmp(k, b"dur", 3) == 0:
+                    if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
+                        p = self.scan_number(p, &dur)
+                        dur_kind = T_NUMBER
+                    else:
+                        p = self.skip_value(p, &dur_kind)
+                        dur_raw = v
+                        dur_len = p - v if p != NULL else 0
+                elif klen == 3 and (memcmp(k, b"pid", 3) == 0 or memcmp(k, b"tid", 3) == 0):
+                    if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
+                        p = self.scan_number(p, &number)
+                        if p == NULL:
+                            return NULL
+                        if k[0] == b'p':
+                            pv = self.int_of(&number, &ok)
+                            pk = ID_INT if ok else ID_RANGE if number.is_int else ID_BAD
+                        else:
+                            tv = self.int_of(&number, &ok)
+                            tk = ID_INT if ok else ID_RANGE if number.is_int else ID_BAD
+                    elif p[0] == b'"':
+                        p = self.scan_string(p)
+                        if p == NULL:
+                            return NULL
+                        if k[0] == b'p':
+                            pk, pid_text, pid_len, pid_esc = ID_STR, v + 1, p - v - 2, self.s_esc
+                        else:
+                            tk, tid_text, tid_len, tid_esc = ID_STR, v + 1, p - v - 2, self.s_esc
+                    else:
+                        p = self.skip_value(p, &kind)
+                        if p == NULL:
+                            return NULL
+                        if k[0] == b'p':
+                            pk, pv = (ID_INT, 0) if kind == T_NULL else (ID_BAD, 0)
+                        else:
+                            tk, tv = (ID_INT, 0) if kind == T_NULL else (ID_BAD, 0)
+                elif klen == 4 and memcmp(k, b"name", 4) == 0:
+                    if p[0] == b'"':
+                        p = self.scan_string(p)
+                        if p == NULL:
+                            return NULL
+                        name_text, name_len, name_esc = v + 1, p - v - 2, self.s_esc
+                    else:  # not a string: its JSON text is the name
+                        p = self.skip_value(p, &kind)
+                        if p == NULL:
+                            return NULL
+                        name_text, name_len, name_esc = v, p - v, 0
+                elif klen == 3 and memcmp(k, b"cat", 3) == 0:
+                    if p[0] == b'"':
+                        p = self.scan_string(p)
+                        if p == NULL:
+                            return NULL
+                        cat_text, cat_len, cat_esc = v + 1, p - v - 2, self.s_esc
+                    else:
+                        p = self.skip_value(p, &kind)
+                        if p == NULL:
+                            return NULL
+                        if kind != T_NULL:
+                            cat_text, cat_len, cat_esc = v, p - v, 0
+                elif klen == 4 and memcmp(k, b"args", 4) == 0 and p[0] == b'{':
+                    # The args hotspan writes; everything else in them is skipped.
+                    p = self.ws(p + 1)
+                    if p >= self.stop:
+                        return NULL
+                    if p[0] == b'}':
+                        p += 1
+                    else:
+                        while True:
+                            k = p + 1
+                            q = self.plain_key(p)
+                            if q != NULL:
+                                klen = q - 2 - k
+                                p = q
+                            else:
+                                if p[0] != b'"':
+                                    if p >= self.stop:
+                                        return NULL
+                                    raise self.unexpected(p, "a key")
+                                p = self.scan_string(p)
+                                if p == NULL:
+                                    return NULL
+                                klen = p - 1 - k
+                                p = self.ws(p)
+                                if p[0] != b':':
+                                    if p >= self.stop:
+                                        return NULL
+                                    raise self.unexpected(p, "':'")
+                                p = p + 1
+                            p = self.ws(p)
+                            if p >= self.stop:
+                                return NULL
+                            v = p
+                            if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
+                                p = self.scan_number(p, &number)
+                                if p == NULL:
+                                    return NULL
+                                kind = T_NUMBER
+                            elif p[0] == b'"':
+                                p = self.scan_string(p)
+                                kind = T_STRING
+                            else:
+                                kind = T_OTHER
+                                p = self.skip_value(p, &kind)
+                            if p == NULL:
+                                return NULL
+                            if klen == 7 and memcmp(k, b"span_id", 7) == 0:
+                                if kind == T_NUMBER and number.is_int and not number.neg and not number.overflow:
+                                    a_span_id = number.ip
+                                    flags |= F_SPAN_ID
+                                else:
+                                    self.bad(f"args.span_id is not a span id: {v[:min(p - v, 40)]!r}")
+                            elif klen == 9 and memcmp(k, b"parent_id", 9) == 0:
+                                if kind == T_NUMBER and number.is_int and not number.neg and not number.overflow:
+                                    a_parent = number.ip
+                                    flags |= F_PARENT
+                                elif kind == T_NULL:
+                                    flags &= ~F_PARENT
+                                else:
+                                    self.bad(f"args.parent_id is not a span id: {v[:min(p - v, 40)]!r}")
+                            elif klen == 5 and memcmp(k, b"depth", 5) == 0:
+                                a_depth = self.int_of(&number, &ok) if kind == T_NUMBER else 0
+                                if kind == T_NUMBER and ok and -0x80000000 <= a_depth <= 0x7FFFFFFF:
+                                    has_depth = 1
+                                else:
+                                    a_depth = 0
+                                    self.bad(f"args.depth is not an int32: {v[:min(p - v, 40)]!r}")
+                            elif klen == 3 and memcmp(k, b"arg", 3) == 0:
+                                ok = 0
+                                if kind == T_NUMBER:
+                                    a_arg = self.int_of(&number, &ok)
+                                if ok:
+                                    flags |= F_ARG
+                                else:
+                                    flags &= ~F_ARG
+                                    if kind != T_NULL:
+                                        self.bad(f"args.arg is not an int64: {v[:min(p - v, 40)]!r}")
+                            elif klen == 5 and memcmp(k, b"error", 5) == 0:
+                                if kind == T_TRUE:
+                                    flags |= F_ERROR
+                                else:
+                                    flags &= ~F_ERROR
+                            elif klen == 4 and memcmp(k, b"rank", 4) == 0:
+                                if kind == T_NUMBER:
+                                    a_rank = self.int_of(&number, &ok)
+                                    if not ok or not (-0x80000000 <= a_rank <= 0x7FFFFFFF):
+                                        a_rank = I32_MIN
+                            elif klen == 11 and memcmp(k, b"thread_name", 11) == 0:
+                                if kind == T_STRING:
+                                    tn_text, tn_len, tn_esc = v + 1, p - v - 2, self.s_esc
+                            p = self.ws(p)
+                            if p[0] == b',':
+                                p = self.ws(p + 1)
+                                continue
+                            if p[0] == b'}':
+                                p += 1
+                                break
+                            if p >= self.stop:
+                                return NULL
+                            raise self.unexpected(p, "',' or '}'")
+                elif (klen == 2 and k[0] == b'i' and k[1] == b'd') or (klen == 3 and memcmp(k, b"id2", 3) == 0):
+                    p = self.skip_value(p, &kind)
+                    if p != NULL and (id_text == NULL or klen == 2):
+                        id_text = v
+                        id_len = p - v
+                else:
+                    p = self.skip_value(p, &kind)
+                if p == NULL:
+                    return NULL
+                p = self.ws(p)
+                if p[0] == b',':
+                    p = self.ws(p + 1)
+                    if p >= self.stop:
+                        return NULL
+                    continue
+                if p[0] == b'}':
+                    p += 1
+                    break
+                if p >= self.stop:
+                    return NULL
+                raise self.unexpected(p, "',' or '}' in an event")
+
+        # ------------------------------------------------ what the event means
+        cdef Event e
+        e.ph, e.first = ph, first
+        e.ts, e.ts_kind, e.ts_raw, e.ts_len = ts, ts_kind, ts_raw, ts_len
+        e.dur, e.dur_kind, e.dur_raw, e.dur_len = dur, dur_kind, dur_raw, dur_len
+        e.pk, e.pv, e.pid_text, e.pid_len, e.pid_esc = pk, pv, pid_text, pid_len, pid_esc
+        e.tk, e.tv, e.tid_text, e.tid_len, e.tid_esc = tk, tv, tid_text, tid_len, tid_esc
+        e.name_text, e.name_len, e.name_esc = name_text, name_len, name_esc
+        e.cat_text, e.cat_len, e.cat_esc = cat_text, cat_len, cat_esc
+        e.id_text, e.id_len = id_text, id_len
+        e.flags, e.a_span_id, e.a_parent, e.a_depth, e.a_arg, e.a_rank = flags, a_span_id, a_parent, a_depth, a_arg, a_rank
+        e.tn_text, e.tn_len, e.tn_esc = tn_text, tn_len, tn_esc
+        return self.commit(&e, p)
+
+    cdef const char* commit(self, Event* e, const char* p) except? NULL:
+        """What a parsed event means: a row, the end of one, a thread name, or nothing."""
+        if e.ph == b'M':
+            self.metadata_events.append((self.events, e.first[:p - e.first]))
+            return p
+        if e.ph != b'X' and e.ph != b'B' and e.ph != b'E' and e.ph != b'i' and e.ph != b'I' \
+                and e.ph != b'b' and e.ph != b'e' and e.ph != b'n':
+            return p  # counters, flows, samples, objects: no spans
+        cdef int64_t start_ns, start_sub, dur_ns = 0, dur_sub = 0, end_ns, total_sub
+        if e.ts_kind != T_NUMBER:
+            if e.ts_kind == T_MISSING:
+                raise self.event_fail("no 'ts'")
+            raise self.event_fail(f"'ts' is not a finite number: {e.ts_raw[:min(e.ts_len, 40)].decode('utf-8', 'replace')}")
+        if e.exact:
+            start_ns, start_sub = e.ts_ns, 0
+        else:
+            self.time_of(&e.ts, &start_ns, &start_sub, "ts")
+        if e.pk == ID_BAD or e.tk == ID_BAD:
+            raise self.event_fail(f"{'pid' if e.pk == ID_BAD else 'tid'} is neither an integer nor a string")
+        if e.pk == ID_RANGE or e.tk == ID_RANGE:
+            raise self.event_fail(f"{'pid' if e.pk == ID_RANGE else 'tid'} out of range")
+        if e.pk == ID_STR:
+            e.pv = self.string_code(self.ids, e.pid_text, e.pid_len, e.pid_esc)
+        if e.tk == ID_STR:
+            e.tv = self.string_code(self.ids, e.tid_text, e.tid_len, e.tid_esc)
+        cdef int32_t t, name_code, cat_code, tn_code = -1
+        cdef Py_ssize_t row
+        if e.ph == b'b' or e.ph == b'e' or e.ph == b'n':
+            # Async events: on a track of their own per process and category ("async
+            # <cat>"), matched by (process, category, id).
+            cat = e.cat_text[:e.cat_len].decode("utf-8", "replace") if e.cat_text != NULL else ""
+            e.tv = self.ids.code_of(f"async {cat}".rstrip())
+            e.tk = ID_STR
+            self.async_tracks.add(e.tv)
+            key = (e.pk, e.pv, cat, e.id_text[:e.id_len] if e.id_text != NULL else b"")
+            if e.ph == b'e':
+                opened = self.async_open.get(key)
+                if not opened:
+                    self.count("async_end_without_begin")
+                    return p
+                row = opened.pop()
+                if not opened:
+                    del self.async_open[key]
+                self.close_row(row, start_ns, start_sub, e.flags, e.a_arg, e.a_rank)
+                return p
+        t = self.thread_of(e.pk, e.pv, e.tk, e.tv)
+        if e.ph == b'E':
+            stack = <list>self.stacks[t]
+            if not stack:
+                self.count("E_without_B")
+                return p
+            self.close_row(stack.pop(), start_ns, start_sub, e.flags, e.a_arg, e.a_rank)
+            return p
+
+        name_code = self.string_code(self.names, e.name_text, e.name_len, e.name_esc) if e.name_text != NULL \
+            else self.names.code(b"", 0)
+        cat_code = self.string_code(self.categories, e.cat_text, e.cat_len, e.cat_esc) if e.cat_text != NULL else -1
+        if e.tn_text != NULL:
+            tn_code = self.string_code(self.thread_names, e.tn_text, e.tn_len, e.tn_esc)
+        if e.ph == b'X':
+            if e.exact:
+                dur_ns = e.dur_ns
+            elif e.dur_kind == T_NUMBER:
+                self.time_of(&e.dur, &dur_ns, &dur_sub, "dur")
+                if dur_ns < 0:
+                    raise self.event_fail(f"negative duration {self.raw_number(&e.dur)}")
+            elif e.dur_kind != T_MISSING and e.dur_kind != T_NULL:
+                raise self.event_fail(f"'dur' is not a finite number: {e.dur_raw[:min(e.dur_len, 40)].decode('utf-8', 'replace')}")
+            if dur_ns > 0 and start_ns > I64_MAX - dur_ns - 1:
+                raise self.event_fail("'ts' + 'dur' out of range")
+            # Round the end itself, not start and duration apart: a child that ends with
+            # its parent must not end a nanosecond after it.
+            total_sub = start_sub + dur_sub
+            end_ns = start_ns + dur_ns + (1 if total_sub >= 1000000 else 0)
+            total_sub = total_sub % 1000000
+            end_ns += 1 if total_sub >= 500000 else 0
+        else:
+            end_ns = OPEN if (e.ph == b'B' or e.ph == b'b') else start_ns + (1 if start_sub >= 500000 else 0)
+        start_ns += 1 if start_sub >= 500000 else 0
+        if end_ns != OPEN and end_ns < start_ns:
+            end_ns = start_ns
+        self.add_row()
+        row = self.n
+        self.thread[row] = t
+        self.start[row] = start_ns
+        self.end[row] = end_ns
+        self.name[row] = name_code
+        self.category[row] = cat_code
+        self.thread_name[row] = tn_code
+        self.span_id[row] = e.a_span_id
+        self.parent_id[row] = e.a_parent
+        self.depth[row] = <int32_t>e.a_depth
+        self.arg[row] = e.a_arg
+        self.rank[row] = <int32_t>e.a_rank
+        self.flags[row] = e.flags
+        self.n += 1
+        if e.ph == b'B':
+            (<list>self.stacks[t]).append(row)
+        elif e.ph == b'b':
+            self.async_open.setdefault(key, []).append(row)
+        return p
+
+    cdef int close_row(self, Py_ssize_t row, int64_t ts, int64_t sub, uint8_t flags,
+                       int64_t a_arg, int64_t a_rank) except -1:
+        """An E (or e) event closes its row; its args add to the B's."""
+        cdef int64_t end_ns = ts + (1 if sub >= 500000 else 0)
+        if end_ns < self.start[row]:
+            raise self.event_fail("an 'E' event earlier than its 'B'")
+        self.end[row] = end_ns
+        if flags & F_ARG:
+            self.arg[row] = a_arg
+            self.flags[row] |= F_ARG
+        if flags & F_ERROR:
+            self.flags[row] |= F_ERROR
+        if a_rank != I32_MIN:
+            self.rank[row] = <int32_t>a_rank
+        return 0
+
+    # ------------------------------------------------------------------ the document
+
+    def feed(self, bytearray data, Py_ssize_t length, Py_ssize_t offset, bint eof):
+        """Parse data[:length] (file offset ``offset``); returns the bytes consumed.
+
+        data must have a NUL byte at data[length]. At eof, what is left must complete the
+        document (the array form may stop after any event: the format allows it).
+        """
+        self.buf = PyByteArray_AS_STRING(data)
+        self.stop = self.buf + length
+        self.offset = offset
+        cdef const char* p = self.buf
+        cdef const char* q
+        cdef const char* k
+        cdef Py_ssize_t klen
+        cdef int kind
+        cdef uint8_t c
+        if self.state == S_START and offset == 0 and length >= 3 and memcmp(p, b"\xef\xbb\xbf", 3) == 0:
+            p += 3  # a UTF-8 byte order mark
+        while True:
+            p = self.ws(p)
+            c = <uint8_t>p[0]
+            if p >= self.stop:
+                break
+            if self.state == S_EVENT:
+                if c == b'{':
+                    q = self.parse_event(p)
+                    if q == NULL:
+                        break
+                    self.events += 1
+                    p = q
+                    self.state = S_EVENT_NEXT
+                    continue
+                if c == b']' and self.events == 0:
+                    p += 1
+                    self.state = S_END if self.array_form else S_KEY_NEXT
+                    continue
+                # Not an object: valid JSON (then the complaint is the type) or not.
+                q = self.skip_value(p, &kind)
+                if q == NULL:
+                    break
+                raise self.event_fail(f"not an object: {p[:min(q - p, 60)].decode('utf-8', 'replace')}")
+            elif self.state == S_EVENT_NEXT:
+                if c == b',':
+                    p += 1
+                    self.state = S_EVENT
+                    continue
+                if c == b']':
+                    p += 1
+                    self.state = S_END if self.array_form else S_KEY_NEXT
+                    continue
+                raise self.unexpected(p, "',' or ']' after an event")
+            elif self.state == S_KEY:
+                if c == b'}' and not self.top and not self.saw_events:
+                    p += 1
+                    self.state = S_END
+                    continue
+                k = p + 1
+                q = self.key(p)
+                if q == NULL:
+                    break
+                klen = q - k
+                while klen > 0 and k[klen - 1] != b'"':
+                    klen -= 1
+                klen -= 1
+                if klen == 11 and memcmp(k, b"traceEvents", 11) == 0:
+                    if q[0] != b'[':
+                        if q >= self.stop:
+                            break
+                        raise TraceFileError(self.path, "'traceEvents' is not a list of events")
+                    self.saw_events = 1
+                    self.state = S_EVENT
+                    p = q + 1
+                    continue
+                q = self.skip_value(q, &kind)
+                if q == NULL:
+                    break  # p is still at the key: the next block starts there
+                p = self.ws(k + klen + 1)
+                p = self.ws(p + 1)  # the colon
+                name = k[:klen].decode("utf-8", "replace")
+                if name in ("otherData", "baseTimeNanoseconds", "viztracer_metadata", "distributedInfo"):
+                    self.top[name] = json.loads(p[:q - p])
+                else:
+                    self.top[name] = True
+                p = q
+                self.state = S_KEY_NEXT
+            elif self.state == S_KEY_NEXT:
+                if c == b',':
+                    p += 1
+                    self.state = S_KEY
+                    continue
+                if c == b'}':
+                    p += 1
+                    self.state = S_END
+                    continue
+                raise self.unexpected(p, "',' or '}'")
+            elif self.state == S_START:
+                if c == b'{':
+                    p += 1
+                    self.state = S_KEY
+                    continue
+                if c == b'[':
+                    p += 1
+                    self.array_form = 1
+                    self.saw_events = 1
+                    self.state = S_EVENT
+                    continue
+                q = self.skip_value(p, &kind)
+                if q == NULL:
+                    break
+                what = {T_STRING: "string (str)", T_NUMBER: "number", T_TRUE: "boolean", T_FALSE: "boolean",
+                        T_NULL: "null"}.get(kind, "value")
+                raise TraceFileError(self.path, f"a JSON {what}, not a Chrome trace (an object or an array of events)")
+            else:  # S_END
+                raise self.unexpected(p, "nothing more after the end of the document")
+        if eof:
+            self.end_of_file(p)
+        return p - self.buf
+
+    cdef int end_of_file(self, const char* p) except -1:
+        cdef const char* rest
+        if self.state == S_START:
+            if self.ws(p) < self.stop:
+                raise self.fail(p, "the file ends early (truncated?), and a bare value is not a Chrome trace")
+            raise TraceFileError(self.path, "empty file, not a Chrome JSON trace")
+        if self.state == S_END:
+            if not self.saw_events:
+                raise TraceFileError(self.path, "a JSON object without 'traceEvents', not a Chrome trace")
+            return 0
+        if self.array_form and self.state in (S_EVENT, S_EVENT_NEXT):
+            # The array form may end without its bracket (tracers killed mid-run); an event
+            # cut in the middle is dropped, and said so.
+            rest = self.ws(p)
+            if rest < self.stop:
+                self.count("event_cut_at_end_of_file")
+            return 0
+        raise self.fail(self.stop, "the file ends early (truncated?)")
+
+
+# =========================================================================== nesting
+
+
+def nest(const int32_t[::1] thread, const int64_t[::1] start, const int64_t[::1] end,
+         uint64_t[::1] parent_id, int32_t[::1] depth, uint8_t[::1] has_parent):
+    """Parent (as its span id, row + 1) and depth of each row, rows in trace order.
+
+    A span is the child of the innermost open span that contains it; one that starts
+    exactly when another ends is its sibling; one that overlaps without being contained
+    closes the spans it outlives (a viewer would not nest it either).
+    """
+    cdef Py_ssize_t n = thread.shape[0], i, top
+    cdef Py_ssize_t* stack = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t size = 0
+    cdef int32_t current = -1
+    if stack == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            for i in range(n):
+                if thread[i] != current:
+                    size = 0
+                    current = thread[i]
+                while size:
+                    top = stack[size - 1]
+                    if end[top] <= start[i] or end[top] < end[i]:
+                        size -= 1
+                    else:
+                        break
+                if size:
+                    parent_id[i] = <uint64_t>(stack[size - 1] + 1)
+                    has_parent[i] = 1
+                depth[i] = <int32_t>size
+                if end[i] > start[i]:
+                    stack[size] = i
+                    size += 1
+    finally:
+        free(stack)

@@ -1,0 +1,346 @@
+"""The Chrome JSON codec's reader: bounded blocks and bounded inflation, foreign clocks and
+sources, what a load leaves out (said, counted, or refused), and a mutation fuzz."""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import time
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from conftest import assert_same_spans, build_spans
+
+from hotspan._schema import SPAN_SCHEMA
+from hotspan.formats import TraceFileError, chrome_json, export, load
+
+
+def _write(path: Path, document) -> Path:
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _load_quietly(path: Path) -> pa.Table:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load(path)
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1000])
+def test_events_cut_by_every_block_boundary(spans, tmp_path, monkeypatch, block):
+    """Fed a few bytes at a time, every event (and number, string, key) straddles a block
+    boundary somewhere: the reader must carry the partial event over and read the same."""
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    expected = load(path)
+    monkeypatch.setattr(chrome_json, "READ_BLOCK", block)
+    assert_same_spans(expected, load(path))
+    gz = tmp_path / "trace.json.gz"
+    export(spans, gz)
+    assert_same_spans(expected, load(gz))
+
+
+def test_a_gzip_bomb_is_refused_at_the_limit(tmp_path, monkeypatch):
+    """64 MiB of blanks in a 64 KiB gzip: refused once the inflated bytes pass the limit,
+    in bounded memory (the old loader inflated everything: GBs for a 2.4 MB file)."""
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb", compresslevel=9) as sink:
+        sink.write(b"[")
+        block = b" " * (1 << 20)
+        for _ in range(64):
+            sink.write(block)
+        sink.write(b"]")
+    assert path.stat().st_size < 1 << 20
+    monkeypatch.setenv("HOTSPAN_MAX_INFLATED_BYTES", str(8 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceFileError) as error:
+            load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(error.value) and "inflates to more than 8,388,608 bytes" in str(error.value)
+    assert "HOTSPAN_MAX_INFLATED_BYTES" in str(error.value)
+    assert peak < 32 << 20
+    # The limit per call, and a limit above the size: the blanks load as an empty trace.
+    exporter = chrome_json.ChromeJsonGzExporter()
+    with pytest.raises(TraceFileError):
+        exporter.read(path, max_inflated_bytes=1 << 20)
+    monkeypatch.delenv("HOTSPAN_MAX_INFLATED_BYTES")
+    started = time.perf_counter()
+    assert load(path).num_rows == 0
+    assert time.perf_counter() - started < 30
+
+
+def test_a_bad_limit_in_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b"[]"))
+    monkeypatch.setenv("HOTSPAN_MAX_INFLATED_BYTES", "lots")
+    with pytest.raises(ValueError, match="HOTSPAN_MAX_INFLATED_BYTES"):
+        load(path)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"[" * 100_000, "nested deeper than 256"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "args": ' + b"[" * 5000 + b"]" * 5000 + b"}]}", "nested deeper"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1e400}]}', "out of range"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 99999999999999999999999}]}', "out of range"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "pid": 99999999999999999999}]}', "pid out of range"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "tid": 1.5}]}', "tid is neither"),
+    (b'{"traceEvents": [{"ph": "X", "ts": true}]}', "'ts' is not a finite number: true"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": "long"}]}', "'dur' is not a finite number"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "a\x01b"}]}', "control character"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "\\q"}]}', "invalid escape"),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "\xc3("}]}', "utf-8"),
+    (b'{"traceEvents": []} {}', "nothing more"),
+    (b'{"traceEvents": [], }', "a key"),
+    (b'{"traceEvents": [{"ph": "B", "ts": 5}, {"ph": "E", "ts": 4}]}', "earlier than its 'b'"),
+    (b"7", "not a chrome trace"),
+    (b"   \n\t ", "empty file"),
+])
+def test_bad_documents_are_refused_clearly(tmp_path, content, problem):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceFileError) as error:
+        load(path)
+    assert str(path) in str(error.value)
+    assert problem.lower() in str(error.value).lower()
+
+
+# --------------------------------------------------------------------------- foreign clocks and sources
+
+
+def _torch_trace(base_ns: int = 1_732_000_000_123_456_000, rank: int = 3) -> dict:
+    """A torch.profiler (Kineto) trace as its chrome exporter lays it out: schemaVersion,
+    deviceProperties and distributedInfo first, ts in microseconds (three decimals) since
+    baseTimeNanoseconds (written last), CPU ops on the host thread, kernels on a stream,
+    flow events (ac2g) between them."""
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85_000_000_000}],
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 8},
+        "record_shapes": 0,
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 4242, "tid": 4242,
+             "ts": 10.500, "dur": 1000.250, "args": {"External id": 1, "Record shapes": []}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242,
+             "ts": 20.125, "dur": 50.000, "args": {"External id": 2, "Sequence number": 7, "Fwd thread id": 0}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242,
+             "ts": 30.000, "dur": 5.001, "args": {"correlation": 11, "cbid": 211}},
+            {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
+             "ts": 40.000, "dur": 20.002, "args": {"device": 0, "stream": 7, "correlation": 11,
+                                                    "grid": [1, 1, 1], "block": [256, 1, 1]}},
+            {"ph": "s", "id": 11, "pid": 4242, "tid": 4242, "ts": 30.000, "cat": "ac2g", "name": "ac2g"},
+            {"ph": "f", "id": 11, "pid": 0, "tid": 7, "ts": 40.000, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+            {"name": "process_name", "ph": "M", "ts": 0, "pid": 4242, "tid": 0, "args": {"name": "python3"}},
+            {"name": "thread_name", "ph": "M", "ts": 0, "pid": 4242, "tid": 4242, "args": {"name": "thread 4242 (python3)"}},
+            {"name": "process_name", "ph": "M", "ts": 0, "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+            {"name": "thread_name", "ph": "M", "ts": 0, "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
+            {"ph": "i", "s": "t", "name": "Iteration Start: PyTorch Profiler", "pid": 4242, "tid": 4242, "ts": 10.500},
+        ],
+        "traceName": "/tmp/rank3.pt.trace.json",
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": base_ns,
+    }
+
+
+def test_a_torch_profiler_trace_lands_on_the_epoch(tmp_path):
+    base = 1_732_000_000_123_456_000
+    path = _write(tmp_path / "rank3.pt.trace.json", _torch_trace(base))
+    table = load(path)
+    assert table.schema.metadata[b"hotspan.source"] == b"torch.profiler"
+    rows = {row["name"]: row for row in table.to_pylist()}
+    assert set(rows) == {"ProfilerStep#2", "aten::mm", "cudaLaunchKernel", "ampere_sgemm_128x64_nn",
+                         "Iteration Start: PyTorch Profiler"}
+    step = rows["ProfilerStep#2"]
+    assert (step["start_ns"], step["duration_ns"]) == (base + 10_500, 1_000_250)
+    assert rows["aten::mm"]["parent_id"] == step["span_id"] and rows["aten::mm"]["depth"] == 1
+    assert rows["cudaLaunchKernel"]["duration_ns"] == 5_001
+    kernel = rows["ampere_sgemm_128x64_nn"]
+    assert (kernel["pid"], kernel["thread_id"], kernel["thread_name"]) == (0, 7, "stream 7 ")
+    assert kernel["start_ns"] == base + 40_000 and kernel["depth"] == 0
+    assert {row["rank"] for row in rows.values()} == {3}  # distributedInfo.rank
+    assert rows["Iteration Start: PyTorch Profiler"]["duration_ns"] == 0
+
+
+def test_plain_chrome_traces_say_so(tmp_path):
+    path = _write(tmp_path / "plain.json", [{"ph": "X", "ts": 1, "dur": 2, "name": "a"}])
+    assert load(path).schema.metadata[b"hotspan.source"] == b"chrome"
+    ours = tmp_path / "ours.json"
+    export(build_spans(roots_per_thread=1), ours)
+    assert b"hotspan.source" not in load(ours).schema.metadata
+
+
+def test_async_events_load_as_spans_on_their_own_track(tmp_path):
+    events = [
+        {"ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 1, "name": "main"},
+        {"ph": "b", "ts": 10, "pid": 1, "tid": 1, "cat": "net", "id": "0x1", "name": "request"},
+        {"ph": "b", "ts": 15, "pid": 1, "tid": 1, "cat": "net", "id": "0x2", "name": "request"},
+        {"ph": "n", "ts": 20, "pid": 1, "tid": 1, "cat": "net", "id": "0x1", "name": "headers"},
+        {"ph": "e", "ts": 150, "pid": 1, "tid": 2, "cat": "net", "id": "0x1", "name": "request", "args": {"arg": 512}},
+        {"ph": "e", "ts": 30, "pid": 1, "tid": 2, "cat": "net", "id": "0x2", "name": "request"},
+        {"ph": "b", "ts": 40, "pid": 1, "tid": 1, "cat": "net", "id": "0x3", "name": "never answered"},
+        {"ph": "e", "ts": 50, "pid": 1, "tid": 1, "cat": "net", "id": "0x9", "name": "stray"},
+    ]
+    path = _write(tmp_path / "async.json", {"traceEvents": events})
+    with pytest.warns(UserWarning, match="async 'b' event.s. never closed") as caught:
+        table = load(path)
+    assert str(path) in str(caught[0].message)
+    rows = table.to_pylist()
+    main = next(r for r in rows if r["name"] == "main")
+    assert main["thread_name"] == "thread 1" and main["depth"] == 0
+    requests = sorted((r for r in rows if r["name"] == "request"), key=lambda r: r["start_ns"])
+    assert [(r["start_ns"], r["end_ns"]) for r in requests] == [(10_000, 150_000), (15_000, 30_000)]
+    assert {r["thread_name"] for r in requests} == {"async net"}
+    assert requests[0]["arg"] == 512 and requests[1]["parent_id"] == requests[0]["span_id"]
+    assert requests[0]["thread_id"] != main["thread_id"]
+    dropped = json.loads(table.schema.metadata[b"hotspan.load_dropped"])
+    assert dropped == {"async_begin_without_end": 1, "async_end_without_begin": 1}
+
+
+# --------------------------------------------------------------------------- what a load leaves out
+
+
+def test_b_events_never_closed_are_said_and_counted(tmp_path):
+    events = [{"ph": "X", "ts": 0, "dur": 10, "name": "done"}]
+    events += [{"ph": "B", "ts": i, "name": "open"} for i in range(1000)]
+    events += [{"ph": "E", "ts": 5000, "tid": 9}]
+    path = _write(tmp_path / "open.json", events)
+    with pytest.warns(UserWarning) as caught:
+        table = load(path)
+    message = str(caught[0].message)
+    assert "1,000 'B' event(s) never closed" in message and "1 'E' event(s) closing no 'B'" in message
+    assert table.num_rows == 1
+    assert json.loads(table.schema.metadata[b"hotspan.load_dropped"]) == {"B_without_E": 1000, "E_without_B": 1}
+
+
+def test_nothing_but_unclosed_b_events_is_refused(tmp_path):
+    path = _write(tmp_path / "open.json", [{"ph": "B", "ts": i, "name": "open"} for i in range(10_000)])
+    with pytest.raises(TraceFileError, match="no complete span.*10,000 'B' event"):
+        load(path)
+
+
+def test_event_lines_cut_out_of_our_file_are_said(spans, tmp_path):
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    lines = path.read_bytes().split(b"\n")
+    events = [i for i, line in enumerate(lines) if line.startswith(b'{"ph":"X"')]
+    for i in sorted(events[10:15], reverse=True):
+        del lines[i]
+    path.write_bytes(b"\n".join(lines))
+    with pytest.warns(UserWarning, match="5 span event.s. missing"):
+        table = load(path)
+    assert table.num_rows == spans.num_rows - 5
+    assert json.loads(table.schema.metadata[b"hotspan.load_dropped"]) == {"events_missing": 5}
+    # The metadata of the file is still there.
+    assert table.schema.metadata[b"hotspan.host"] == b"node-07.example"
+
+
+def test_an_array_form_trace_cut_mid_event(tmp_path):
+    text = json.dumps([{"ph": "X", "ts": i, "dur": 1, "name": "x"} for i in range(10)])
+    path = tmp_path / "cut.json"
+    path.write_text(text[: text.rindex("{") + 12])  # a tracer killed while writing
+    with pytest.warns(UserWarning, match="1 event cut by the end of the file"):
+        table = load(path)
+    assert table.num_rows == 9
+
+
+def test_a_complete_load_says_nothing(spans, tmp_path):
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = load(path)
+    assert b"hotspan.load_dropped" not in table.schema.metadata
+
+
+# --------------------------------------------------------------------------- mutation fuzz
+
+
+def _seeds(tmp_path: Path) -> dict[str, bytes]:
+    ours = tmp_path / "ours.json"
+    export(build_spans(seed=5, roots_per_thread=1, longest_root_ns=2000), ours)
+    multi = []
+    for rank in range(2):
+        multi.append({"ph": "M", "pid": 0, "tid": rank, "name": "thread_name", "args": {"name": f"Rank {rank}"}})
+        for step in range(4):
+            t = 1000.5 + 200 * step + rank
+            multi += [
+                {"ph": "X", "pid": 0, "tid": rank, "ts": t, "dur": 100.25, "name": "step", "args": {"rank": rank}},
+                {"ph": "B", "pid": 0, "tid": rank, "ts": t + 1, "name": "compute", "cat": "c"},
+                {"ph": "E", "pid": 0, "tid": rank, "ts": t + 50},
+                {"ph": "i", "s": "t", "pid": 0, "tid": rank, "ts": t + 60, "name": "mark"},
+            ]
+    return {
+        "ours": ours.read_bytes(),
+        "multi-rank": json.dumps({"traceEvents": multi, "displayTimeUnit": "ms"}).encode(),
+        "torch": json.dumps(_torch_trace(), indent=1).encode(),
+        "array": json.dumps(multi).encode(),
+    }
+
+
+_WRONG = [b'"x"', b"[]", b"{}", b"true", b"null", b"1e999", b"-1", b"18446744073709551616", b"0.5", b'"\\ud800"']
+
+
+def _mutate(data: bytes, rng: random.Random) -> bytes:
+    how = rng.choice(["cut", "flip", "delete", "nest", "wrong type", "duplicate"])
+    at = rng.randrange(len(data))
+    if how == "cut":
+        return data[:at]
+    if how == "flip":
+        return data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1:]
+    if how == "delete":
+        return data[:at] + data[at + rng.randrange(1, 40):]
+    if how == "nest":
+        depth = rng.choice([10, 300, 5000])
+        return data[:at] + b"[" * depth + b"]" * depth + data[at:]
+    if how == "duplicate":
+        return data[:at] + data[at: at + rng.randrange(1, 200)] + data[at:]
+    # A value of the wrong type after some colon.
+    colons = [i for i in range(len(data)) if data[i] == ord(":")]
+    if not colons:
+        return data
+    start = rng.choice(colons) + 1
+    end = start
+    while end < len(data) and data[end] not in b",}]":
+        end += 1
+    return data[:start] + rng.choice(_WRONG) + data[end:]
+
+
+def test_mutation_fuzz(tmp_path):
+    """Hundreds of damaged files (cut, flipped, deleted, nested, wrong types; plain and
+    gzip): each loads as a valid span table or is refused with a ValueError/OSError naming
+    the file; never a crash, a hang or another exception."""
+    rng = random.Random(20261130)
+    seeds = _seeds(tmp_path)
+    started = time.perf_counter()
+    outcomes = {"loaded": 0, "refused": 0}
+    for i in range(400):
+        kind = rng.choice(list(seeds))
+        data = _mutate(seeds[kind], rng)
+        gz = rng.random() < 0.2
+        path = tmp_path / (f"m{i}.json.gz" if gz else f"m{i}.json")
+        if gz:
+            data = gzip.compress(data)
+            if rng.random() < 0.3:
+                data = data[: rng.randrange(len(data))]
+        path.write_bytes(data)
+        try:
+            table = _load_quietly(path)
+        except (ValueError, OSError) as error:
+            assert str(path) in str(error), (kind, str(error))
+            outcomes["refused"] += 1
+        else:
+            assert table.schema.remove_metadata() == SPAN_SCHEMA.remove_metadata()
+            table.validate(full=True)
+            outcomes["loaded"] += 1
+        path.unlink()
+    assert outcomes["loaded"] > 20 and outcomes["refused"] > 100, outcomes
+    assert time.perf_counter() - started < 60
