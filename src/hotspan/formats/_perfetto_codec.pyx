@@ -716,6 +716,9 @@ cdef inline const uint8_t* get_varint(const uint8_t* p, const uint8_t* end, uint
     cdef uint64_t v = 0
     cdef int shift = 0
     cdef uint8_t b
+    if p < end and p[0] < 0x80:  # most varints in a trace are one byte (tags, small ids)
+        out[0] = p[0]
+        return p + 1
     while p < end and shift < 70:
         b = p[0]
         p += 1
@@ -1346,6 +1349,31 @@ cdef class Decoder:
         slot[0] = NULL
         column.size = size
         return column
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+def lookup_codes(uint32_t[::1] iids, const int32_t[::1] lookup, const uint8_t[::1] flags, int flag):
+    """Replace each interned id by ``lookup[iid]`` in place (the buffer becomes the int32
+    dictionary codes; ids past the table map to its last slot, -1). Rows whose flags lack
+    ``flag`` (when nonzero) get 0. Returns the first row whose id was never defined, or -1."""
+    cdef Py_ssize_t n = iids.shape[0], i
+    cdef uint32_t top = lookup.shape[0] - 1
+    cdef uint32_t v
+    cdef int32_t c
+    cdef Py_ssize_t missing = -1
+    with nogil:
+        for i in range(n):
+            if flag and not (flags[i] & flag):
+                iids[i] = 0
+                continue
+            v = iids[i]
+            c = lookup[v if v < top else top]
+            if c < 0 and missing < 0:
+                missing = i
+            iids[i] = <uint32_t>c
+    return missing
 
 
 # --------------------------------------------------------------------------- generic fields

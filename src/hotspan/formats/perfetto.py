@@ -215,8 +215,8 @@ def _table(decoder, path: Path) -> pa.Table:
     arrays = {
         "span_id": pa.array(columns.pop("span_id"), pa.uint64()),
         "parent_id": pa.array(columns.pop("parent_id"), pa.uint64(), mask=~has_parent),
-        "name": _strings(columns.pop("name"), decoder.names, None, "name", fail),
-        "category": _strings(columns.pop("category"), decoder.categories, (flags & _HAS_CATEGORY) != 0, "category", fail),
+        "name": _strings(columns.pop("name"), decoder.names, flags, 0, "name", fail),
+        "category": _strings(columns.pop("category"), decoder.categories, flags, _HAS_CATEGORY, "category", fail),
         "start_ns": pa.array(start, pa.int64()),
         "end_ns": pa.array(end, pa.int64()),
         "duration_ns": pa.array(end - start, pa.int64()),
@@ -271,23 +271,23 @@ def _thread_columns(decoder, track_uuids: np.ndarray, track: np.ndarray, fail) -
     }
 
 
-def _strings(iids: np.ndarray, table: dict, present: np.ndarray | None, what: str, fail) -> pa.Array:
-    """Interned ids as a dictionary array (null where not ``present``; None: all are)."""
+def _strings(iids: np.ndarray, table: dict, flags: np.ndarray, flag: int, what: str, fail) -> pa.Array:
+    """Interned ids as a dictionary array, mapped in place (null where the row's flags
+    lack ``flag``; 0: none is null)."""
     keys = np.array(sorted(table), np.int64)
     dictionary = pa.array([table[k] for k in keys.tolist()], pa.string())
-    # A lookup table from iid to dictionary index, one slot past the largest for ids
-    # never interned (our iids are dense: code + 1).
-    top = int(keys[-1]) + 1 if len(keys) else 0
-    if top > 4 * len(keys) + (1 << 20):
-        at = np.searchsorted(keys, iids)
-        codes = np.where(keys[np.minimum(at, len(keys) - 1)] == iids, at, -1).astype(np.int32)
-    else:
-        lookup = np.full(top + 1, -1, np.int32)
-        lookup[keys] = np.arange(len(keys), dtype=np.int32)
-        codes = lookup[np.minimum(iids, top)]
-    missing = codes < 0 if present is None else (codes < 0) & present
-    if missing.any():
-        iid = int(iids[np.flatnonzero(missing)[0]])
-        raise fail(f"an event's {what} is interned id {iid}, never defined")
-    mask = None if present is None else ~present
+    # iid -> dictionary index, one slot past the largest for ids never interned. Our iids
+    # are dense (code + 1); a sparse table (someone else's ids) maps through searchsorted.
+    if len(keys) and keys[-1] > 4 * len(keys) + (1 << 20):
+        dense = np.searchsorted(keys, iids.astype(np.int64))
+        found = keys[np.minimum(dense, len(keys) - 1)] == iids
+        iids[:] = np.where(found, dense + 1, 0)  # dense ids now: 1..len(keys), 0 never defined
+        keys = np.arange(1, len(keys) + 1)
+    lookup = np.full(int(keys[-1]) + 2 if len(keys) else 1, -1, np.int32)
+    lookup[keys] = np.arange(len(keys), dtype=np.int32)
+    missing = codec.lookup_codes(iids, lookup, flags, flag)
+    if missing >= 0:
+        raise fail(f"an event's {what} is an interned id never defined")
+    codes = iids.view(np.int32)
+    mask = None if not flag else (flags & flag) == 0
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=mask), dictionary)
