@@ -920,7 +920,7 @@ cdef class Decoder:
                             self.fail("a packet length that is not a varint", buf + pos, buf)
                         break  # the length continues in the next block
                     header = p - (buf + pos)
-                    if <uint64_t>(self.offset + pos + header) + length > <uint64_t>file_size:
+                    if length > <uint64_t>(file_size - (self.offset + pos + header)):
                         self.fail(f"truncated: a packet of {length} bytes runs past the end of the file",
                                   buf + pos, buf)
                     if length > MAX_PACKET_BYTES:
