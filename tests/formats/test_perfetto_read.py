@@ -246,7 +246,9 @@ FUZZ_CHILD = textwrap.dedent("""
             table.validate(full=True)
             outcome["loaded"] += 1
         path.unlink()
-    outcome["peak_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # VmHWM: this process's own peak (ru_maxrss would keep the parent's across exec).
+    hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM")] if sys.platform == "linux" else []
+    outcome["peak_kib"] = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps(outcome))
 """)
 
