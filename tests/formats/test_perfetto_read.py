@@ -268,3 +268,19 @@ def test_mutation_fuzz_of_the_loader(tmp_path):
     assert outcome["loaded"] + outcome["refused"] == count
     assert outcome["refused"] > count // 2
     assert outcome["peak_kib"] < 1 << 20, f"the fuzz child peaked at {outcome['peak_kib']} KiB"
+
+
+def test_start_times_too_spread_for_the_radix_key_still_round_trip(tmp_path):
+    """Thread, start and tie bits past 64: the encoder orders rows with numpy's lexsort."""
+    import pyarrow as pa
+
+    rows = []
+    for thread in range(5):
+        for k, start in enumerate((1 << 62, 0, 1 << 61)):
+            rows.append({"span_id": 10 * thread + k + 1, "parent_id": None, "name": "x", "category": None,
+                         "start_ns": start, "end_ns": start + 5, "duration_ns": 5, "depth": 0,
+                         "thread_id": thread, "thread_name": "t", "pid": 1, "rank": 0, "arg": None, "error": False})
+    table = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+    path = tmp_path / "wide.pftrace"
+    export(table, path)
+    assert_same_spans(table, load(path), keep_order=False)
