@@ -1,0 +1,1426 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The Perfetto protobuf (TrackEvent) codec: one encoder, one streaming decoder.
+
+Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field order):
+
+* ``TrackDescriptor`` packets on sequence 1: per process (pid, cmdline, name, labels
+  ``hotspan.rank=N``, ``hotspan.pid=P`` and, on the first one, ``hotspan.meta=<JSON of the
+  table's schema metadata>``), per thread (parent process track, pid, tid, name);
+* per thread one trusted packet sequence (2 + thread index) whose first packet clears the
+  incremental state and interns the debug annotation names; a name or category is interned
+  on a sequence just before the first event that uses it there;
+* per span a ``SLICE_BEGIN``/``SLICE_END`` pair, per instant (``duration_ns == 0``) an
+  ``INSTANT``, on the thread's track, in the order a viewer replays them (by start time;
+  at one time, instants that close their parent first, ends before the spans opening then,
+  a parent before its children); each opening carries debug annotations ``span_id``,
+  ``parent_id``, ``depth``, ``arg``, ``error`` (only when true) and ``thread_name`` (only for
+  the rare span whose thread was renamed mid-trace).
+
+The codec only receives buffers: the caller (``formats/perfetto.py``) turns the table's
+columns into contiguous numpy arrays and back. Every read is bounds-checked: a bad file is a
+:class:`CodecError` (a ``ValueError``) with the byte offset, never a crash.
+"""
+from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t, INT64_MIN
+from libc.string cimport memcpy, memmove, memset
+from libc.stdlib cimport malloc, realloc, free, calloc
+from libc.errno cimport errno, EINTR
+from posix.unistd cimport read as c_read, write as c_write
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+
+import json
+import os
+
+import numpy as np
+
+
+class CodecError(ValueError):
+    """A byte stream that is not a Perfetto trace this codec reads."""
+
+
+# Field numbers and constants of the wire format (TracePacket, TrackEvent, DebugAnnotation,
+# InternedData), the debug annotation ids we write (A_*), and the decoder's row flags.
+cdef enum:
+    F_TIMESTAMP = 8
+    F_SEQUENCE_ID = 10
+    F_TRACK_EVENT = 11
+    F_INTERNED_DATA = 12
+    F_SEQUENCE_FLAGS = 13
+    F_TRACK_DESCRIPTOR = 60
+    STATE_CLEARED = 1
+    NEEDS_STATE = 2
+    F_EVENT_CATEGORY_IIDS = 3
+    F_EVENT_ANNOTATIONS = 4
+    F_EVENT_TYPE = 9
+    F_EVENT_NAME_IID = 10
+    F_EVENT_TRACK_UUID = 11
+    SLICE_BEGIN = 1
+    SLICE_END = 2
+    INSTANT = 3
+    F_ANNOTATION_NAME_IID = 1
+    F_ANNOTATION_BOOL = 2
+    F_ANNOTATION_UINT = 3
+    F_ANNOTATION_INT = 4
+    F_ANNOTATION_STRING = 6
+    F_INTERNED_CATEGORIES = 1
+    F_INTERNED_NAMES = 2
+    F_INTERNED_ANNOTATION_NAMES = 3
+    A_SPAN_ID = 1
+    A_PARENT_ID = 2
+    A_DEPTH = 3
+    A_ARG = 4
+    A_ERROR = 5
+    A_THREAD_NAME = 6
+    HAS_PARENT = 1
+    HAS_ARG = 2
+    HAS_CATEGORY = 4
+    ERROR = 8
+    HAS_SPAN_ID = 16
+    HAS_DEPTH = 32
+    MAX_PACKET_BYTES = 64 << 20
+
+# TrackEvent
+# DebugAnnotation
+# InternedData
+# Debug annotation names (their iids on every sequence we write) and their meaning.
+ANNOTATIONS = ("span_id", "parent_id", "depth", "arg", "error", "thread_name")
+
+# Track/Process/Thread descriptor fields
+TRACK_UUID, TRACK_PARENT_UUID, TRACK_PROCESS, TRACK_THREAD = 1, 5, 3, 4
+PROCESS_PID, PROCESS_CMDLINE, PROCESS_NAME, PROCESS_LABELS = 1, 2, 6, 8
+THREAD_PID, THREAD_TID, THREAD_NAME = 1, 2, 5
+DESCRIPTOR_SEQUENCE = 1
+
+#: MAX_PACKET_BYTES: no packet we write comes near it; a larger one is refused rather than
+#: buffered, so a corrupt length never makes the reader hold more than this beside its block.
+
+
+# =========================================================================== varints
+
+
+cdef inline int varint_size(uint64_t v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline uint8_t* put_varint(uint8_t* p, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        p[0] = <uint8_t>(v | 0x80)
+        v >>= 7
+        p += 1
+    p[0] = <uint8_t>v
+    return p + 1
+
+
+cdef inline uint8_t* close_len(uint8_t* lenpos, uint8_t* end) noexcept nogil:
+    """A length-delimited field whose body was written after one reserved length byte at
+    ``lenpos``: fill the length in (moving the body when it needs more than one byte)."""
+    cdef uint64_t n = end - (lenpos + 1)
+    cdef int k
+    if n < 0x80:
+        lenpos[0] = <uint8_t>n
+        return end
+    k = varint_size(n)
+    memmove(lenpos + k, lenpos + 1, n)
+    put_varint(lenpos, n)
+    return end + k - 1
+
+
+# Python-level helpers for the few descriptor packets.
+
+
+def field_varint(int number, value) -> bytes:
+    cdef uint8_t tmp[24]
+    cdef uint8_t* p = put_varint(tmp, <uint64_t>(number << 3))
+    p = put_varint(p, <uint64_t>(int(value) & 0xFFFFFFFFFFFFFFFF))
+    return PyBytes_FromStringAndSize(<char*>tmp, p - tmp)
+
+
+def field_bytes(int number, data) -> bytes:
+    if isinstance(data, str):
+        data = data.encode()
+    cdef uint8_t tmp[24]
+    cdef uint8_t* p = put_varint(tmp, <uint64_t>((number << 3) | 2))
+    p = put_varint(p, <uint64_t>len(data))
+    return PyBytes_FromStringAndSize(<char*>tmp, p - tmp) + data
+
+
+def packet(bytes body) -> bytes:
+    return field_bytes(1, body)
+
+
+# =========================================================================== encoder
+
+
+cdef class _Out:
+    """A byte buffer flushed to a file descriptor with write(2)."""
+    cdef uint8_t* buf
+    cdef Py_ssize_t pos, cap
+    cdef int fd
+
+    def __cinit__(self, int fd, Py_ssize_t cap):
+        self.fd = fd
+        self.cap = cap
+        self.pos = 0
+        self.buf = <uint8_t*>malloc(cap)
+        if self.buf == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.buf)
+
+    cdef int flush(self) except -1:
+        cdef Py_ssize_t done = 0
+        cdef Py_ssize_t r
+        while done < self.pos:
+            with nogil:
+                r = c_write(self.fd, self.buf + done, self.pos - done)
+            if r < 0:
+                if errno == EINTR:
+                    continue
+                raise OSError(errno, os.strerror(errno))
+            done += r
+        self.pos = 0
+        return 0
+
+    cdef inline uint8_t* room(self, Py_ssize_t n) except NULL:
+        """A pointer where ``n`` bytes may be written (flushing or growing first)."""
+        if self.pos + n > self.cap:
+            self.flush()
+            if n > self.cap:
+                free(self.buf)
+                self.buf = <uint8_t*>malloc(n)
+                if self.buf == NULL:
+                    raise MemoryError()
+                self.cap = n
+        return self.buf + self.pos
+
+    cdef inline void done(self, uint8_t* p) noexcept:
+        self.pos = p - self.buf
+
+    def write(self, bytes data):
+        cdef Py_ssize_t n = len(data)
+        cdef uint8_t* p = self.room(n)
+        memcpy(p, PyBytes_AS_STRING(data), n)
+        self.done(p + n)
+
+
+cdef inline uint8_t* put_interned(uint8_t* p, int field, uint64_t iid, bytes text) noexcept:
+    """One InternedString/EventName/EventCategory entry (iid = 1, the string = 2)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(text)
+    cdef uint8_t* lenpos
+    p[0] = <uint8_t>((field << 3) | 2)
+    lenpos = p + 1
+    p += 2
+    p[0] = 0x08
+    p = put_varint(p + 1, iid)
+    p[0] = 0x12
+    p = put_varint(p + 1, <uint64_t>n)
+    memcpy(p, PyBytes_AS_STRING(text), n)
+    return close_len(lenpos, p + n)
+
+
+cdef inline uint8_t* put_annotation(uint8_t* p, uint8_t iid, uint8_t tag, uint64_t value) noexcept nogil:
+    cdef uint8_t* q
+    p[0] = (F_EVENT_ANNOTATIONS << 3) | 2
+    p[2] = (F_ANNOTATION_NAME_IID << 3)
+    p[3] = iid
+    p[4] = tag
+    q = put_varint(p + 5, value)
+    p[1] = <uint8_t>(q - (p + 2))  # at most 14 bytes
+    return q
+
+
+cdef int interned_packet(_Out out, int64_t sequence, int flags, list categories, list names, bint annotation_names) except -1:
+    """A packet on ``sequence`` interning the given (iid, bytes) categories and names."""
+    cdef Py_ssize_t need = 64
+    cdef uint8_t* p
+    cdef uint8_t* start
+    cdef uint8_t* lp1
+    cdef uint8_t* lp2
+    cdef int i
+    for iid, text in categories:
+        need += len(text) + 32
+    for iid, text in names:
+        need += len(text) + 32
+    if annotation_names:
+        need += 6 * 32
+    p = out.room(need)
+    p[0] = 0x0A
+    lp1 = p + 1
+    p += 2
+    p[0] = F_SEQUENCE_ID << 3
+    p = put_varint(p + 1, <uint64_t>sequence)
+    p[0] = F_SEQUENCE_FLAGS << 3
+    p[1] = <uint8_t>flags
+    p += 2
+    p[0] = (F_INTERNED_DATA << 3) | 2
+    lp2 = p + 1
+    p += 2
+    for iid, text in categories:
+        p = put_interned(p, F_INTERNED_CATEGORIES, iid, text)
+    for iid, text in names:
+        p = put_interned(p, F_INTERNED_NAMES, iid, text)
+    if annotation_names:
+        for i in range(6):
+            p = put_interned(p, F_INTERNED_ANNOTATION_NAMES, i + 1, ANNOTATIONS[i].encode())
+    p = close_len(lp2, p)
+    p = close_len(lp1, p)
+    out.done(p)
+    return 0
+
+
+# --------------------------------------------------------------------------- threads
+
+
+def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[::1] tid):
+    """Per row the index of its (pid, rank, tid) in ``keys`` (first-seen order), and keys."""
+    cdef Py_ssize_t n = pid.shape[0], i
+    codes = np.empty(n, np.int32)
+    cdef int32_t[::1] c = codes
+    cdef int64_t lp = 0, lt = 0
+    cdef int32_t lr = 0, last = -1
+    seen = {}
+    for i in range(n):
+        if last < 0 or pid[i] != lp or rank[i] != lr or tid[i] != lt:
+            lp, lr, lt = pid[i], rank[i], tid[i]
+            last = seen.setdefault((lp, lr, lt), len(seen))
+        c[i] = last
+    return codes, list(seen)
+
+
+# --------------------------------------------------------------------------- closing instants
+
+
+cdef inline uint64_t _hash(uint64_t key, int bits) noexcept nogil:
+    return (key * <uint64_t>0x9E3779B97F4A7C15) >> (64 - bits)
+
+
+cdef uint8_t* closing_instants(Py_ssize_t n, const int64_t[::1] start, const int64_t[::1] duration,
+                               const uint64_t[::1] span_id, const uint64_t[::1] parent_id,
+                               const uint8_t[::1] has_parent) except? NULL:
+    """Per row 1 for an instant whose parent ends at the instant's own time (it must come
+    before that end), else 0; NULL when there is none. The parents are found with a hash
+    table of the instants' parent ids only (instants are few)."""
+    cdef Py_ssize_t i, m = 0
+    cdef int bits = 1
+    cdef uint64_t size, h, mask
+    cdef uint64_t* keys
+    cdef int64_t* ends
+    cdef uint8_t* used
+    cdef uint8_t* result
+    for i in range(n):
+        if duration[i] == 0 and has_parent[i]:
+            m += 1
+    if m == 0:
+        return NULL
+    while (<uint64_t>1 << bits) < <uint64_t>(2 * m):
+        bits += 1
+    size = <uint64_t>1 << bits
+    mask = size - 1
+    keys = <uint64_t*>malloc(size * sizeof(uint64_t))
+    ends = <int64_t*>malloc(size * sizeof(int64_t))
+    used = <uint8_t*>calloc(size, 1)
+    result = <uint8_t*>calloc(n, 1)
+    if keys == NULL or ends == NULL or used == NULL or result == NULL:
+        free(keys); free(ends); free(used); free(result)
+        raise MemoryError()
+    for i in range(n):
+        if duration[i] == 0 and has_parent[i]:
+            h = _hash(parent_id[i], bits)
+            while used[h] and keys[h] != parent_id[i]:
+                h = (h + 1) & mask
+            used[h] = 1
+            keys[h] = parent_id[i]
+            ends[h] = INT64_MIN
+    for i in range(n):
+        h = _hash(span_id[i], bits)
+        while used[h]:
+            if keys[h] == span_id[i]:
+                ends[h] = start[i] + duration[i]
+                break
+            h = (h + 1) & mask
+    for i in range(n):
+        if duration[i] == 0 and has_parent[i]:
+            h = _hash(parent_id[i], bits)
+            while keys[h] != parent_id[i]:
+                h = (h + 1) & mask
+            result[i] = ends[h] == start[i]
+    free(keys); free(ends); free(used)
+    return result
+
+
+# --------------------------------------------------------------------------- order
+
+
+cdef int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) except -1:
+    """Sort ``index`` (initially 0..n-1) by ``key``, stably: LSD radix on 11-bit digits,
+    skipping digits every key shares. ``key`` is permuted along."""
+    cdef uint64_t* k2 = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
+    cdef uint32_t* i2 = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
+    cdef Py_ssize_t count[2048]
+    cdef Py_ssize_t i, total, c
+    cdef int shift, d
+    cdef uint64_t* tk
+    cdef uint32_t* ti
+    cdef bint swapped = False
+    if k2 == NULL or i2 == NULL:
+        free(k2); free(i2)
+        raise MemoryError()
+    with nogil:
+        shift = 0
+        while shift < bits:
+            memset(count, 0, sizeof(count))
+            for i in range(n):
+                count[(key[i] >> shift) & 2047] += 1
+            d = (key[0] >> shift) & 2047
+            if count[d] != n:
+                total = 0
+                for d in range(2048):
+                    c = count[d]
+                    count[d] = total
+                    total += c
+                for i in range(n):
+                    d = (key[i] >> shift) & 2047
+                    k2[count[d]] = key[i]
+                    i2[count[d]] = index[i]
+                    count[d] += 1
+                tk = key; key = k2; k2 = tk
+                ti = index; index = i2; i2 = ti
+                swapped = not swapped
+            shift += 11
+        if swapped:  # the result is in the scratch arrays: copy it back
+            memcpy(k2, key, n * sizeof(uint64_t))
+            memcpy(i2, index, n * sizeof(uint32_t))
+            tk = key; key = k2; k2 = tk
+            ti = index; index = i2; i2 = ti
+    free(k2)
+    free(i2)
+    return 0
+
+
+cdef inline int bit_length(uint64_t v) noexcept nogil:
+    cdef int b = 0
+    while v:
+        b += 1
+        v >>= 1
+    return b
+
+
+# --------------------------------------------------------------------------- heap of ends
+
+
+cdef struct End:
+    int64_t time
+    int64_t rank
+    int64_t seq
+    int64_t row
+
+
+cdef inline bint end_before(End* a, End* b) noexcept nogil:
+    if a.time != b.time:
+        return a.time < b.time
+    if a.rank != b.rank:
+        return a.rank < b.rank
+    return a.seq < b.seq
+
+
+cdef inline void heap_push(End* heap, Py_ssize_t n, End e) noexcept nogil:
+    cdef Py_ssize_t i = n, parent
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not end_before(&e, &heap[parent]):
+            break
+        heap[i] = heap[parent]
+        i = parent
+    heap[i] = e
+
+
+cdef inline End heap_pop(End* heap, Py_ssize_t n) noexcept nogil:
+    """Remove and return the smallest of ``n`` (> 0) entries."""
+    cdef End top = heap[0]
+    cdef End last = heap[n - 1]
+    cdef Py_ssize_t i = 0, child
+    n -= 1
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and end_before(&heap[child + 1], &heap[child]):
+            child += 1
+        if not end_before(&heap[child], &last):
+            break
+        heap[i] = heap[child]
+        i = child
+    if n > 0:
+        heap[i] = last
+    return top
+
+
+# --------------------------------------------------------------------------- the encoder
+
+
+cdef inline uint8_t* put_end(uint8_t* p, int64_t time, uint64_t track, uint64_t sequence) noexcept nogil:
+    cdef uint8_t* lp1
+    cdef uint8_t* lp2
+    p[0] = 0x0A
+    lp1 = p + 1
+    p[2] = F_TIMESTAMP << 3
+    p = put_varint(p + 3, <uint64_t>time)
+    p[0] = (F_TRACK_EVENT << 3) | 2
+    lp2 = p + 1
+    p[2] = F_EVENT_TYPE << 3
+    p[3] = SLICE_END
+    p[4] = F_EVENT_TRACK_UUID << 3
+    p = put_varint(p + 5, track)
+    lp2[0] = <uint8_t>(p - (lp2 + 1))
+    p[0] = F_SEQUENCE_ID << 3
+    p = put_varint(p + 1, sequence)
+    p[0] = F_SEQUENCE_FLAGS << 3
+    p[1] = NEEDS_STATE
+    p += 2
+    lp1[0] = <uint8_t>(p - (lp1 + 1))
+    return p
+
+
+def encode(int fd, bytes header, Py_ssize_t buffer_size,
+           const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
+           const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
+           const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
+           const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
+           const int32_t[::1] renamed, list names, list categories, list thread_names,
+           int64_t first_thread_uuid, progress=None):
+    """Write the header (descriptor packets) and every span's events to ``fd``.
+
+    Rows may come in any order: they are put in trace order here (per thread by start time,
+    see the module's docstring) with one radix sort, and each span's end is emitted from a
+    heap of open ends when the next opening comes after it. ``thread`` holds indices in
+    trace order of the threads (rank, pid, tid); ``name``/``category``/``renamed`` codes
+    into ``names``/``categories``/``thread_names`` (bytes; -1: none or the thread's own).
+    """
+    cdef Py_ssize_t n = start.shape[0], i, k, j
+    cdef _Out out = _Out(fd, buffer_size)
+    out.write(header)
+    if n == 0:
+        out.flush()
+        return
+    if n >= 0xFFFFFFFF:
+        raise ValueError("a Perfetto export holds at most 4,294,967,294 spans")
+
+    cdef uint8_t* closing = closing_instants(n, start, duration, span_id, parent_id, has_parent)
+    cdef int64_t min_start = start[0], max_start = start[0], min_depth = depth[0], max_depth = depth[0]
+    cdef int32_t max_thread = 0
+    for i in range(n):
+        if start[i] < min_start: min_start = start[i]
+        if start[i] > max_start: max_start = start[i]
+        if depth[i] < min_depth: min_depth = depth[i]
+        if depth[i] > max_depth: max_depth = depth[i]
+        if thread[i] > max_thread: max_thread = thread[i]
+    # The order of events at one time on one thread, as a rank: instants closing their
+    # parent and ends, deepest first (max_depth - depth); then openings, shallowest first,
+    # an instant before a span of its own depth (D + 1 + 2 * (depth - min_depth) + is_span).
+    cdef int64_t D = max_depth - min_depth
+    cdef int bits_rank = bit_length(<uint64_t>(2 * D + 3))
+    cdef int bits_start = bit_length(<uint64_t>(max_start - min_start))
+    cdef int bits_thread = bit_length(<uint64_t>max_thread)
+    cdef uint64_t* key = NULL
+    cdef uint32_t* order = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
+    cdef int64_t* rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
+    cdef End* heap = NULL
+    cdef Py_ssize_t heap_n = 0, heap_cap = 64
+    cdef bint sorted_already = True
+    cdef uint64_t prev = 0, kv
+    cdef bint fits = bits_thread + bits_start + bits_rank <= 64
+    try:
+        if order == NULL or rank == NULL:
+            raise MemoryError()
+        for i in range(n):
+            if closing != NULL and closing[i]:
+                rank[i] = max_depth - depth[i]
+            else:
+                rank[i] = D + 1 + 2 * (depth[i] - min_depth) + (duration[i] > 0)
+            order[i] = <uint32_t>i
+        if fits:
+            key = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
+            if key == NULL:
+                raise MemoryError()
+            for i in range(n):
+                kv = ((<uint64_t>thread[i] << bits_start) | <uint64_t>(start[i] - min_start)) << bits_rank | <uint64_t>rank[i]
+                key[i] = kv
+                if kv < prev:
+                    sorted_already = False
+                prev = kv
+            if not sorted_already:
+                radix_argsort(key, order, n, bits_thread + bits_start + bits_rank)
+            free(key)
+            key = NULL
+        else:
+            # Start times spread over more than 2^64 ns with thread and rank bits: rare
+            # enough for numpy's general sort.
+            ranks = np.asarray(<int64_t[:n]>rank)
+            by = np.lexsort((ranks, np.asarray(start), np.asarray(thread))).astype(np.uint32)
+            for i in range(n):
+                order[i] = by[i]
+
+        heap = <End*>malloc(heap_cap * sizeof(End))
+        if heap == NULL:
+            raise MemoryError()
+        encode_events(out, n, order, rank, closing, start, duration, depth, span_id, parent_id, has_parent,
+                      arg, has_arg, error, name, category, thread, renamed, names, categories, thread_names,
+                      first_thread_uuid, max_depth, &heap, &heap_cap, progress)
+        out.flush()
+    finally:
+        free(order)
+        free(rank)
+        free(closing)
+        free(key)
+        free(heap)
+
+
+cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, uint8_t* closing,
+                       const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
+                       const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
+                       const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
+                       const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
+                       const int32_t[::1] renamed, list names, list categories, list thread_names,
+                       int64_t first_thread_uuid, int64_t max_depth, End** heap_p, Py_ssize_t* heap_cap_p,
+                       progress) except -1:
+    cdef Py_ssize_t k, i, heap_n = 0, extra
+    cdef int32_t t = -1, c, nm
+    cdef uint64_t track = 0, sequence = 0
+    cdef End e
+    cdef End* heap = heap_p[0]
+    cdef uint8_t* p
+    cdef uint8_t* lp1
+    cdef uint8_t* lp2
+    cdef uint8_t* lp
+    cdef bytes text = None
+    # Which thread each name/category was last interned on: a thread's events are
+    # contiguous, so "interned on this sequence" is "last interned on this thread".
+    cdef int32_t* name_sent = <int32_t*>malloc((len(names) + 1) * sizeof(int32_t))
+    cdef int32_t* category_sent = <int32_t*>malloc((len(categories) + 1) * sizeof(int32_t))
+    if name_sent == NULL or category_sent == NULL:
+        free(name_sent); free(category_sent)
+        raise MemoryError()
+    for k in range(len(names)):
+        name_sent[k] = -1
+    for k in range(len(categories)):
+        category_sent[k] = -1
+    try:
+        for k in range(n + 1):
+            if k < n:
+                i = order[k]
+            if k == n or thread[i] != t:
+                # The previous thread's open ends, then the next thread's sequence start.
+                p = out.room(heap_n * 48 + 64)
+                while heap_n:
+                    e = heap_pop(heap, heap_n)
+                    heap_n -= 1
+                    p = put_end(p, e.time, track, sequence)
+                out.done(p)
+                if k == n:
+                    break
+                t = thread[i]
+                track = <uint64_t>(first_thread_uuid + t)
+                sequence = <uint64_t>(DESCRIPTOR_SEQUENCE + 1 + t)
+                interned_packet(out, sequence, STATE_CLEARED, [], [], True)
+            # Ends due before this opening: (time, rank) strictly smaller.
+            p = out.room(heap_n * 48 + 64)
+            while heap_n and (heap[0].time < start[i] or (heap[0].time == start[i] and heap[0].rank < rank[i])):
+                e = heap_pop(heap, heap_n)
+                heap_n -= 1
+                p = put_end(p, e.time, track, sequence)
+            out.done(p)
+            nm = name[i]
+            c = category[i]
+            if name_sent[nm] != t or (c >= 0 and category_sent[c] != t):
+                interned_packet(
+                    out, sequence, NEEDS_STATE,
+                    [(c + 1, categories[c])] if c >= 0 and category_sent[c] != t else [],
+                    [(nm + 1, names[nm])] if name_sent[nm] != t else [], False)
+                name_sent[nm] = t
+                if c >= 0:
+                    category_sent[c] = t
+            extra = 0
+            if renamed[i] >= 0:
+                text = thread_names[renamed[i]]
+                extra = len(text) + 16
+            p = out.room(160 + extra)
+            p[0] = 0x0A
+            lp1 = p + 1
+            p[2] = F_TIMESTAMP << 3
+            p = put_varint(p + 3, <uint64_t>start[i])
+            p[0] = (F_TRACK_EVENT << 3) | 2
+            lp2 = p + 1
+            p[2] = F_EVENT_TYPE << 3
+            p[3] = SLICE_BEGIN if duration[i] > 0 else INSTANT
+            p[4] = F_EVENT_TRACK_UUID << 3
+            p = put_varint(p + 5, track)
+            if c >= 0:
+                p[0] = F_EVENT_CATEGORY_IIDS << 3
+                p = put_varint(p + 1, <uint64_t>(c + 1))
+            p[0] = F_EVENT_NAME_IID << 3
+            p = put_varint(p + 1, <uint64_t>(nm + 1))
+            p = put_annotation(p, A_SPAN_ID, F_ANNOTATION_UINT << 3, span_id[i])
+            if has_parent[i]:
+                p = put_annotation(p, A_PARENT_ID, F_ANNOTATION_UINT << 3, parent_id[i])
+            p = put_annotation(p, A_DEPTH, F_ANNOTATION_INT << 3, <uint64_t><int64_t>depth[i])
+            if has_arg[i]:
+                p = put_annotation(p, A_ARG, F_ANNOTATION_INT << 3, <uint64_t>arg[i])
+            if error[i]:
+                p = put_annotation(p, A_ERROR, F_ANNOTATION_BOOL << 3, 1)
+            if extra:
+                p[0] = (F_EVENT_ANNOTATIONS << 3) | 2
+                lp = p + 1
+                p[2] = F_ANNOTATION_NAME_IID << 3
+                p[3] = A_THREAD_NAME
+                p[4] = (F_ANNOTATION_STRING << 3) | 2
+                p = put_varint(p + 5, <uint64_t>len(text))
+                memcpy(p, PyBytes_AS_STRING(text), len(text))
+                p = close_len(lp, p + len(text))
+            p = close_len(lp2, p)
+            p[0] = F_SEQUENCE_ID << 3
+            p = put_varint(p + 1, sequence)
+            p[0] = F_SEQUENCE_FLAGS << 3
+            p[1] = NEEDS_STATE
+            p = close_len(lp1, p + 2)
+            out.done(p)
+            if duration[i] > 0:
+                if heap_n == heap_cap_p[0]:
+                    heap_cap_p[0] *= 2
+                    heap = <End*>realloc(heap, heap_cap_p[0] * sizeof(End))
+                    if heap == NULL:
+                        raise MemoryError()
+                    heap_p[0] = heap
+                e.time = start[i] + duration[i]
+                e.rank = max_depth - depth[i]
+                e.seq = k
+                e.row = i
+                heap_push(heap, heap_n, e)
+                heap_n += 1
+            if progress is not None and (k & 0xFFFFF) == 0xFFFFF:
+                progress(0x100000)
+    finally:
+        free(name_sent)
+        free(category_sent)
+    return 0
+
+
+# =========================================================================== decoder
+
+
+cdef inline const uint8_t* get_varint(const uint8_t* p, const uint8_t* end, uint64_t* out) noexcept nogil:
+    """The varint at ``p`` (NULL when it runs past ``end`` or past ten bytes)."""
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    if p < end and p[0] < 0x80:  # most varints in a trace are one byte (tags, small ids)
+        out[0] = p[0]
+        return p + 1
+    while p < end and shift < 70:
+        b = p[0]
+        p += 1
+        v |= <uint64_t>(b & 0x7F) << shift
+        if b < 0x80:
+            out[0] = v
+            return p
+        shift += 7
+    return NULL
+
+
+cdef class _Column:
+    """A malloc'd buffer handed to numpy/pyarrow without a copy (freed with the last user)."""
+    cdef void* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t shape0
+    cdef Py_ssize_t stride0
+
+    def __dealloc__(self):
+        free(self.data)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        self.shape0 = self.size
+        self.stride0 = 1
+        view.buf = self.data
+        view.len = self.size
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = &self.shape0
+        view.strides = &self.stride0
+        view.suboffsets = NULL
+        view.internal = NULL
+        view.obj = self
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+
+cdef struct Track:
+    uint64_t uuid
+    int64_t* stack  # rows of the slices open on this track
+    Py_ssize_t depth, cap
+
+
+# Row flags
+
+
+cdef class Decoder:
+    """Reads a trace block by block (never the whole file) into span columns: each
+    opening event becomes a row when it is read, each SLICE_END closes the last slice open
+    on its track. Descriptors and interned strings are kept as Python objects (few)."""
+    # Row columns (malloc'd, grown by realloc: large blocks move by remapping, not copying)
+    cdef int64_t* start
+    cdef int64_t* end
+    cdef uint64_t* span_id
+    cdef uint64_t* parent_id
+    cdef int64_t* arg
+    cdef int32_t* depth
+    cdef uint32_t* name
+    cdef uint32_t* category
+    cdef int32_t* track
+    cdef uint8_t* flags
+    cdef Py_ssize_t n, cap
+    # Tracks with events: uuid, open slices
+    cdef Track* tracks
+    cdef Py_ssize_t n_tracks, tracks_cap
+    cdef object track_index  # uuid -> index
+    cdef int64_t last_track_index
+    cdef uint64_t last_track_uuid
+    # Annotation iid -> meaning (A_*), 0 unknown; ids beyond the array in a dict.
+    cdef uint8_t annotation_kind[64]
+    cdef public dict names, categories, annotation_names, renamed, processes, threads
+    cdef public int64_t offset
+
+    def __cinit__(self):
+        self.cap = 0
+        self.n = 0
+        self.tracks_cap = 0
+        self.n_tracks = 0
+        self.last_track_index = -1
+        self.track_index = {}
+        memset(self.annotation_kind, 0, 64)
+        self.names, self.categories, self.annotation_names = {}, {}, {}
+        self.renamed, self.processes, self.threads = {}, {}, {}
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        free(self.start); free(self.end); free(self.span_id); free(self.parent_id); free(self.arg)
+        free(self.depth); free(self.name); free(self.category); free(self.track); free(self.flags)
+        for i in range(self.n_tracks):
+            free(self.tracks[i].stack)
+        free(self.tracks)
+
+    cdef fail(self, str problem, const uint8_t* at=NULL, const uint8_t* base=NULL):
+        if at != NULL:
+            raise CodecError(f"byte {self.offset + (at - base)}: {problem}")
+        raise CodecError(problem)
+
+    # ------------------------------------------------------------------ storage
+
+    cdef int grow(self) except -1:
+        cdef Py_ssize_t cap = self.cap * 2 if self.cap else 4096
+        cdef void* q
+        q = realloc(self.start, cap * 8)
+        if q == NULL: raise MemoryError()
+        self.start = <int64_t*>q
+        q = realloc(self.end, cap * 8)
+        if q == NULL: raise MemoryError()
+        self.end = <int64_t*>q
+        q = realloc(self.span_id, cap * 8)
+        if q == NULL: raise MemoryError()
+        self.span_id = <uint64_t*>q
+        q = realloc(self.parent_id, cap * 8)
+        if q == NULL: raise MemoryError()
+        self.parent_id = <uint64_t*>q
+        q = realloc(self.arg, cap * 8)
+        if q == NULL: raise MemoryError()
+        self.arg = <int64_t*>q
+        q = realloc(self.depth, cap * 4)
+        if q == NULL: raise MemoryError()
+        self.depth = <int32_t*>q
+        q = realloc(self.name, cap * 4)
+        if q == NULL: raise MemoryError()
+        self.name = <uint32_t*>q
+        q = realloc(self.category, cap * 4)
+        if q == NULL: raise MemoryError()
+        self.category = <uint32_t*>q
+        q = realloc(self.track, cap * 4)
+        if q == NULL: raise MemoryError()
+        self.track = <int32_t*>q
+        q = realloc(self.flags, cap)
+        if q == NULL: raise MemoryError()
+        self.flags = <uint8_t*>q
+        self.cap = cap
+        return 0
+
+    cdef int64_t track_of(self, uint64_t uuid) except -1:
+        cdef Py_ssize_t index
+        cdef void* q
+        if self.last_track_index >= 0 and uuid == self.last_track_uuid:
+            return self.last_track_index
+        found = self.track_index.get(uuid)
+        if found is None:
+            if self.n_tracks == self.tracks_cap:
+                self.tracks_cap = self.tracks_cap * 2 if self.tracks_cap else 16
+                q = realloc(self.tracks, self.tracks_cap * sizeof(Track))
+                if q == NULL:
+                    raise MemoryError()
+                self.tracks = <Track*>q
+            index = self.n_tracks
+            self.tracks[index].uuid = uuid
+            self.tracks[index].stack = NULL
+            self.tracks[index].depth = 0
+            self.tracks[index].cap = 0
+            self.n_tracks += 1
+            self.track_index[uuid] = index
+        else:
+            index = found
+        self.last_track_uuid = uuid
+        self.last_track_index = index
+        return index
+
+    # ------------------------------------------------------------------ the stream
+
+    def read(self, int fd, Py_ssize_t block_size, int64_t file_size):
+        """Every packet of the file open on ``fd``, ``block_size`` bytes at a time."""
+        cdef Py_ssize_t cap = max(block_size, 64)
+        cdef uint8_t* buf = <uint8_t*>malloc(cap)
+        cdef Py_ssize_t have = 0, pos, r, header
+        cdef const uint8_t* p
+        cdef uint64_t length
+        cdef bint eof = False
+        cdef void* q
+        cdef Py_ssize_t t
+        if buf == NULL:
+            raise MemoryError()
+        self.offset = 0
+        try:
+            while True:
+                while not eof and have < cap:
+                    with nogil:
+                        r = c_read(fd, buf + have, cap - have)
+                    if r < 0:
+                        if errno == EINTR:
+                            continue
+                        raise OSError(errno, os.strerror(errno))
+                    if r == 0:
+                        eof = True
+                    have += r
+                pos = 0
+                while pos < have:
+                    if buf[pos] != 0x0A:
+                        self.fail("not a TracePacket (not a Perfetto trace?)", buf + pos, buf)
+                    p = get_varint(buf + pos + 1, buf + have, &length)
+                    if p == NULL:
+                        if have - pos > 11:
+                            self.fail("a packet length that is not a varint", buf + pos, buf)
+                        break  # the length continues in the next block
+                    header = p - (buf + pos)
+                    if length > <uint64_t>(file_size - (self.offset + pos + header)):
+                        self.fail(f"truncated: a packet of {length} bytes runs past the end of the file",
+                                  buf + pos, buf)
+                    if length > MAX_PACKET_BYTES:
+                        self.fail(f"a packet of {length} bytes (more than {MAX_PACKET_BYTES})", buf + pos, buf)
+                    if pos + header + <Py_ssize_t>length > have:
+                        if pos == 0 and header + <Py_ssize_t>length > cap:
+                            cap = header + <Py_ssize_t>length  # one packet larger than a block
+                            q = realloc(buf, cap)
+                            if q == NULL:
+                                raise MemoryError()
+                            buf = <uint8_t*>q
+                        break
+                    self.packet(p, p + length, buf)
+                    pos += header + <Py_ssize_t>length
+                if pos:
+                    memmove(buf, buf + pos, have - pos)
+                    have -= pos
+                    self.offset += pos
+                if eof and (have == 0 or pos == 0):
+                    if have:
+                        self.fail("truncated: the last packet runs past the end of the file", buf, buf)
+                    break
+        finally:
+            free(buf)
+        for t in range(self.n_tracks):
+            if self.tracks[t].depth:
+                raise CodecError(f"{self.tracks[t].depth} slice(s) on track {self.tracks[t].uuid} begin and never end")
+
+    cdef int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+        cdef uint64_t tag, v, ts = 0
+        cdef bint has_ts = False
+        cdef const uint8_t* event = NULL
+        cdef const uint8_t* event_end = NULL
+        cdef const uint8_t* interned = NULL
+        cdef const uint8_t* interned_end = NULL
+        cdef const uint8_t* descriptor = NULL
+        cdef const uint8_t* descriptor_end = NULL
+        cdef const uint8_t* at
+        cdef int field, wire
+        while p < end:
+            at = p
+            p = get_varint(p, end, &tag)
+            if p == NULL:
+                self.fail("a field tag runs past its packet", at, base)
+            field = <int>(tag >> 3) if tag < (<uint64_t>1 << 32) else -1
+            wire = tag & 7
+            if field == F_TIMESTAMP:
+                if wire != 0:
+                    self.fail("a timestamp that is not a varint", at, base)
+                p = get_varint(p, end, &ts)
+                has_ts = True
+            elif field == F_TRACK_EVENT or field == F_INTERNED_DATA or field == F_TRACK_DESCRIPTOR:
+                if wire != 2:
+                    self.fail(f"packet field {field} with wire type {wire}, not a message", at, base)
+                p = get_varint(p, end, &v)
+                if p == NULL or v > <uint64_t>(end - p):
+                    self.fail("a field runs past the end of its packet", at, base)
+                if field == F_TRACK_EVENT:
+                    event, event_end = p, p + v
+                elif field == F_INTERNED_DATA:
+                    interned, interned_end = p, p + v
+                else:
+                    descriptor, descriptor_end = p, p + v
+                p += v
+            else:
+                p = self.skip(p, end, wire, at, base)
+            if p == NULL:
+                self.fail("a field runs past the end of its packet", at, base)
+        if interned != NULL:
+            self.interned(interned, interned_end, base)
+        if descriptor != NULL:
+            self.descriptor(descriptor, descriptor_end, base)
+        if event != NULL:
+            if not has_ts:
+                self.fail("a track event without a timestamp (not a trace hotspan wrote?)", event, base)
+            if ts > <uint64_t>0x7FFFFFFFFFFFFFFF:
+                self.fail("a timestamp past 2^63 ns", event, base)
+            self.event(event, event_end, <int64_t>ts, base)
+        return 0
+
+    cdef const uint8_t* skip(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
+                             const uint8_t* base) except? NULL:
+        cdef uint64_t v
+        if wire == 0:
+            return get_varint(p, end, &v)
+        if wire == 1:
+            return p + 8 if end - p >= 8 else NULL
+        if wire == 5:
+            return p + 4 if end - p >= 4 else NULL
+        if wire == 2:
+            p = get_varint(p, end, &v)
+            if p == NULL or v > <uint64_t>(end - p):
+                return NULL
+            return p + v
+        # Groups (3, 4) are deprecated and never in a trace; 6 and 7 do not exist.
+        self.fail(f"wire type {wire} (not a Perfetto trace?)", at, base)
+        return NULL
+
+    cdef int event(self, const uint8_t* p, const uint8_t* end, int64_t ts, const uint8_t* base) except -1:
+        cdef uint64_t tag, v, kind = 0, track_uuid = 0, name_iid = 0, category_iid = 0
+        cdef uint64_t a_tag, a_iid, a_value
+        cdef bint has_track = False, has_name = False, has_category = False, a_has_value
+        cdef const uint8_t* at
+        cdef const uint8_t* a
+        cdef const uint8_t* a_end
+        cdef const uint8_t* a_string = NULL
+        cdef uint64_t a_string_len = 0
+        cdef int field, wire, a_field, a_wire, meaning
+        cdef Py_ssize_t row = -1, t
+        cdef uint8_t flags = 0
+        cdef int64_t depth = 0, open_row
+        cdef uint64_t span = 0, parent = 0
+        cdef int64_t argv = 0
+        cdef Track* track
+        cdef void* q
+        cdef const uint8_t* ann[32]
+        cdef const uint8_t* ann_end[32]
+        cdef int n_ann = 0
+        cdef int i
+        cdef bint known
+        cdef str text
+        while p < end:
+            at = p
+            p = get_varint(p, end, &tag)
+            if p == NULL:
+                self.fail("a field tag runs past its track event", at, base)
+            field = <int>(tag >> 3) if tag < (<uint64_t>1 << 32) else -1
+            wire = tag & 7
+            if field == F_EVENT_TYPE or field == F_EVENT_TRACK_UUID or field == F_EVENT_NAME_IID:
+                if wire != 0:
+                    self.fail(f"track event field {field} with wire type {wire}, not a varint", at, base)
+                p = get_varint(p, end, &v)
+                if field == F_EVENT_TYPE:
+                    kind = v
+                elif field == F_EVENT_TRACK_UUID:
+                    track_uuid = v
+                    has_track = True
+                else:
+                    name_iid = v
+                    has_name = True
+            elif field == F_EVENT_CATEGORY_IIDS:
+                if wire == 0:
+                    p = get_varint(p, end, &v)
+                elif wire == 2:  # packed: the first category is the one we keep
+                    p = get_varint(p, end, &v)
+                    if p == NULL or v > <uint64_t>(end - p) or v == 0:
+                        self.fail("a category list runs past its track event", at, base)
+                    a_end = p + v
+                    p = get_varint(p, a_end, &v)
+                    if p != NULL:
+                        p = a_end
+                else:
+                    self.fail(f"category ids with wire type {wire}", at, base)
+                if p != NULL:
+                    category_iid = v
+                    has_category = True
+            elif field == F_EVENT_ANNOTATIONS:
+                if wire != 2:
+                    self.fail(f"a debug annotation with wire type {wire}, not a message", at, base)
+                p = get_varint(p, end, &v)
+                if p == NULL or v > <uint64_t>(end - p):
+                    self.fail("a debug annotation runs past its track event", at, base)
+                if n_ann == 32:
+                    self.fail("more than 32 debug annotations on one event (not a trace hotspan wrote?)", at, base)
+                ann[n_ann] = p
+                ann_end[n_ann] = p + v
+                n_ann += 1
+                p += v
+            else:
+                p = self.skip(p, end, wire, at, base)
+            if p == NULL:
+                self.fail("a field runs past the end of its track event", at, base)
+        if not has_track:
+            self.fail("a track event without a track (not a trace hotspan wrote?)", end, base)
+        t = self.track_of(track_uuid)
+        track = &self.tracks[t]
+        if kind == SLICE_END:
+            if track.depth == 0:
+                self.fail(f"a slice ends on track {track_uuid} that never began", end, base)
+            track.depth -= 1
+            open_row = track.stack[track.depth]
+            if ts < self.start[open_row]:
+                self.fail("a slice ends before it begins", end, base)
+            self.end[open_row] = ts
+            return 0
+        if kind != SLICE_BEGIN and kind != INSTANT:
+            self.fail(f"a track event of type {kind} (not a trace hotspan wrote?)", end, base)
+        if not has_name:
+            self.fail("a slice without an interned name (not a trace hotspan wrote?)", end, base)
+        if name_iid > 0xFFFFFFFF or category_iid > 0xFFFFFFFF:
+            self.fail("an interned id past 2^32 (not a trace hotspan wrote?)", end, base)
+        if has_category:
+            flags |= HAS_CATEGORY
+        for i in range(n_ann):
+            a = ann[i]
+            a_end = ann_end[i]
+            a_iid = 0
+            a_has_value = False
+            a_string = NULL
+            while a < a_end:
+                at = a
+                a = get_varint(a, a_end, &a_tag)
+                if a == NULL:
+                    self.fail("a debug annotation field runs past its end", at, base)
+                a_field = <int>(a_tag >> 3) if a_tag < (<uint64_t>1 << 32) else -1
+                a_wire = a_tag & 7
+                if a_field == F_ANNOTATION_NAME_IID or a_field == F_ANNOTATION_BOOL or a_field == F_ANNOTATION_UINT \
+                        or a_field == F_ANNOTATION_INT:
+                    if a_wire != 0:
+                        self.fail(f"debug annotation field {a_field} with wire type {a_wire}", at, base)
+                    a = get_varint(a, a_end, &v)
+                    if a_field == F_ANNOTATION_NAME_IID:
+                        a_iid = v
+                    else:
+                        a_value = v
+                        a_has_value = True
+                elif a_field == F_ANNOTATION_STRING and a_wire == 2:
+                    a = get_varint(a, a_end, &v)
+                    if a == NULL or v > <uint64_t>(a_end - a):
+                        self.fail("a debug annotation string runs past its end", at, base)
+                    a_string = a
+                    a_string_len = v
+                    a += v
+                else:
+                    a = self.skip(a, a_end, a_wire, at, base)
+                if a == NULL:
+                    self.fail("a debug annotation field runs past its end", at, base)
+            if a_iid < 64:
+                meaning = self.annotation_kind[a_iid]
+                known = meaning != 0 or a_iid in self.annotation_names
+            else:
+                entry = self.annotation_names.get(a_iid)
+                known = entry is not None
+                meaning = entry[0] if known else 0
+            if not known:
+                self.fail(f"a debug annotation names id {a_iid}, never interned", ann[i], base)
+            if meaning == A_THREAD_NAME:
+                if a_string == NULL:
+                    self.fail("a thread_name annotation that is not a string", ann[i], base)
+                text = (<char*>a_string)[:a_string_len].decode("utf-8")
+                self.renamed[self.n] = text
+                continue
+            if meaning == 0:
+                continue  # an annotation of someone else's: not a column
+            if not a_has_value:
+                self.fail(f"a {ANNOTATIONS[meaning - 1]} annotation without an integer value", ann[i], base)
+            if meaning == A_SPAN_ID:
+                span = a_value
+                flags |= HAS_SPAN_ID
+            elif meaning == A_PARENT_ID:
+                parent = a_value
+                flags |= HAS_PARENT
+            elif meaning == A_DEPTH:
+                depth = <int64_t>a_value
+                if depth < -2147483648 or depth > 2147483647:
+                    self.fail(f"a depth of {depth}", ann[i], base)
+                flags |= HAS_DEPTH
+            elif meaning == A_ARG:
+                argv = <int64_t>a_value
+                flags |= HAS_ARG
+            elif meaning == A_ERROR:
+                if a_value:
+                    flags |= ERROR
+        if not (flags & HAS_SPAN_ID):
+            self.fail("a slice without a span_id annotation (not a trace hotspan wrote?)", end, base)
+        if self.n == self.cap:
+            self.grow()
+        row = self.n
+        self.n += 1
+        self.start[row] = ts
+        self.end[row] = ts  # an instant ends where it starts; a slice's end comes later
+        self.span_id[row] = span
+        self.parent_id[row] = parent
+        self.arg[row] = argv
+        self.depth[row] = <int32_t>depth
+        self.name[row] = <uint32_t>name_iid
+        self.category[row] = <uint32_t>category_iid
+        self.track[row] = <int32_t>t
+        self.flags[row] = flags
+        if kind == SLICE_BEGIN:
+            if track.depth == track.cap:
+                track.cap = track.cap * 2 if track.cap else 16
+                q = realloc(track.stack, track.cap * sizeof(int64_t))
+                if q == NULL:
+                    raise MemoryError()
+                track.stack = <int64_t*>q
+            track.stack[track.depth] = row
+            track.depth += 1
+        return 0
+
+    # ------------------------------------------------------------------ rare packets (Python level)
+
+    cdef int interned(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+        cdef uint64_t tag, v, iid
+        cdef const uint8_t* at
+        cdef const uint8_t* e
+        cdef const uint8_t* q
+        cdef const uint8_t* text
+        cdef uint64_t text_len
+        cdef int field, wire, f2
+        cdef bint has_iid
+        while p < end:
+            at = p
+            p = get_varint(p, end, &tag)
+            if p == NULL:
+                self.fail("interned data runs past its packet", at, base)
+            field = <int>(tag >> 3) if tag < (<uint64_t>1 << 32) else -1
+            wire = tag & 7
+            if field != F_INTERNED_NAMES and field != F_INTERNED_CATEGORIES and field != F_INTERNED_ANNOTATION_NAMES:
+                p = self.skip(p, end, wire, at, base)
+                if p == NULL:
+                    self.fail("interned data runs past its packet", at, base)
+                continue
+            if wire != 2:
+                self.fail(f"an interned string with wire type {wire}", at, base)
+            p = get_varint(p, end, &v)
+            if p == NULL or v > <uint64_t>(end - p):
+                self.fail("an interned string runs past its packet", at, base)
+            e = p + v
+            q = p
+            p = e
+            has_iid = False
+            text = NULL
+            text_len = 0
+            iid = 0
+            while q < e:
+                q = get_varint(q, e, &tag)
+                if q == NULL:
+                    break
+                f2 = <int>(tag >> 3) if tag < (<uint64_t>1 << 32) else -1
+                if f2 == 1 and (tag & 7) == 0:
+                    q = get_varint(q, e, &iid)
+                    has_iid = True
+                elif f2 == 2 and (tag & 7) == 2:
+                    q = get_varint(q, e, &v)
+                    if q == NULL or v > <uint64_t>(e - q):
+                        q = NULL
+                        break
+                    text, text_len = q, v
+                    q += v
+                else:
+                    q = self.skip(q, e, tag & 7, at, base)
+                if q == NULL:
+                    break
+            if q == NULL or not has_iid or text == NULL:
+                self.fail("a malformed interned string", at, base)
+            value = (<char*>text)[:text_len].decode("utf-8")
+            if field == F_INTERNED_NAMES:
+                table = self.names
+            elif field == F_INTERNED_CATEGORIES:
+                table = self.categories
+            else:
+                table = self.annotation_names
+                kind = ANNOTATIONS.index(value) + 1 if value in ANNOTATIONS else 0
+                value = (kind, value)
+            if table.setdefault(iid, value) != value:
+                self.fail(f"interned id {iid} means two strings (not a trace hotspan wrote?)", at, base)
+            if table is self.annotation_names and iid < 64:
+                self.annotation_kind[iid] = value[0]
+        return 0
+
+    cdef int descriptor(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+        data = (<char*>p)[:end - p]
+        try:
+            fields = parse_fields(data)
+            uuid = _one(fields, TRACK_UUID, 0, int)
+            process = _one(fields, TRACK_PROCESS, None, bytes)
+            thread = _one(fields, TRACK_THREAD, None, bytes)
+            if process is not None:
+                body = parse_fields(process)
+                labels = {}
+                for number, label in body:
+                    if number == PROCESS_LABELS and isinstance(label, bytes) and b"=" in label:
+                        key, value = label.decode().split("=", 1)
+                        labels[key] = value
+                self.processes[uuid] = {
+                    "pid": int(labels.get("hotspan.pid", _signed(_one(body, PROCESS_PID, 0, int)))),
+                    "rank": int(labels.get("hotspan.rank", 0)),
+                    "meta": labels.get("hotspan.meta"),
+                }
+            elif thread is not None:
+                body = parse_fields(thread)
+                self.threads[uuid] = {
+                    "parent": _one(fields, TRACK_PARENT_UUID, None, int),
+                    "tid": _signed(_one(body, THREAD_TID, 0, int)),
+                    "name": _one(body, THREAD_NAME, b"", bytes).decode(),
+                }
+        except CodecError as exc:
+            self.fail(f"a malformed track descriptor: {exc}", p, base)
+        except ValueError as exc:  # labels that are not numbers, names not UTF-8
+            self.fail(f"a malformed track descriptor: {exc}", p, base)
+        return 0
+
+    # ------------------------------------------------------------------ the result
+
+    def columns(self):
+        """The rows read, as numpy arrays over the decoder's own buffers (no copy), and
+        per row the index of its track in ``track_uuids``."""
+        cdef Py_ssize_t n = self.n
+        result = {}
+        for key, itemsize, dtype in (("start", 8, np.int64), ("end", 8, np.int64), ("span_id", 8, np.uint64),
+                                     ("parent_id", 8, np.uint64), ("arg", 8, np.int64), ("depth", 4, np.int32),
+                                     ("name", 4, np.uint32), ("category", 4, np.uint32), ("track", 4, np.int32),
+                                     ("flags", 1, np.uint8)):
+            result[key] = np.frombuffer(self._take(key, n * itemsize), dtype)
+        result["track_uuids"] = np.array([self.tracks[i].uuid for i in range(self.n_tracks)], np.uint64)
+        self.n = self.cap = 0
+        return result
+
+    cdef _Column _take(self, str key, Py_ssize_t size):
+        cdef _Column column = _Column()
+        cdef void** slot
+        if key == "start": slot = <void**>&self.start
+        elif key == "end": slot = <void**>&self.end
+        elif key == "span_id": slot = <void**>&self.span_id
+        elif key == "parent_id": slot = <void**>&self.parent_id
+        elif key == "arg": slot = <void**>&self.arg
+        elif key == "depth": slot = <void**>&self.depth
+        elif key == "name": slot = <void**>&self.name
+        elif key == "category": slot = <void**>&self.category
+        elif key == "track": slot = <void**>&self.track
+        else: slot = <void**>&self.flags
+        column.data = realloc(slot[0], size if size else 1)  # give back the unused capacity
+        if column.data == NULL:
+            column.data = slot[0]
+        slot[0] = NULL
+        column.size = size
+        return column
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+def lookup_codes(uint32_t[::1] iids, const int32_t[::1] lookup, const uint8_t[::1] flags, int flag):
+    """Replace each interned id by ``lookup[iid]`` in place (the buffer becomes the int32
+    dictionary codes; ids past the table map to its last slot, -1). Rows whose flags lack
+    ``flag`` (when nonzero) get 0. Returns the first row whose id was never defined, or -1."""
+    cdef Py_ssize_t n = iids.shape[0], i
+    cdef uint32_t top = lookup.shape[0] - 1
+    cdef uint32_t v
+    cdef int32_t c
+    cdef Py_ssize_t missing = -1
+    with nogil:
+        for i in range(n):
+            if flag and not (flags[i] & flag):
+                iids[i] = 0
+                continue
+            v = iids[i]
+            c = lookup[v if v < top else top]
+            if c < 0 and missing < 0:
+                missing = i
+            iids[i] = <uint32_t>c
+    return missing
+
+
+# --------------------------------------------------------------------------- generic fields
+
+
+def parse_fields(bytes data):
+    """(field number, value) of a small message: ints for varints and fixed, bytes for
+    length-delimited; bounds-checked (CodecError)."""
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef const uint8_t* end = p + len(data)
+    cdef uint64_t tag, v
+    cdef int wire
+    fields = []
+    while p < end:
+        p = get_varint(p, end, &tag)
+        if p == NULL:
+            raise CodecError("a field tag runs past its message")
+        wire = tag & 7
+        if wire == 0:
+            p = get_varint(p, end, &v)
+            if p == NULL:
+                raise CodecError("a varint runs past its message")
+            fields.append((tag >> 3, v))
+        elif wire == 2:
+            p = get_varint(p, end, &v)
+            if p == NULL or v > <uint64_t>(end - p):
+                raise CodecError("a field runs past its message")
+            fields.append((tag >> 3, (<char*>p)[:v]))
+            p += v
+        elif wire == 1 or wire == 5:
+            if end - p < (8 if wire == 1 else 4):
+                raise CodecError("a field runs past its message")
+            p += 8 if wire == 1 else 4
+        else:
+            raise CodecError(f"wire type {wire}")
+    return fields
+
+
+def _one(fields, int number, default, kind):
+    value = default
+    for field_number, field_value in fields:
+        if field_number == number:
+            if not isinstance(field_value, kind):
+                raise CodecError(f"field {number} has the wrong wire type")
+            value = field_value
+    return value
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
