@@ -1,4 +1,4 @@
-/* hs_drain: the native drain thread and the columnar conversion.
+/* hs_drain: the native drain thread (hs_drain.c) and the columnar conversion (hs_columns.c).
  *
  * The drain thread never takes the GIL: it moves records from every ring into segments
  * (32 bytes a span, plus a small header a batch) so recording threads never wait on
@@ -49,6 +49,30 @@ typedef struct hs_columns {
     uint32_t n_all_threads; /* every thread seen in this process, for drop accounting */
     hs_thread_row *all_threads;
 } hs_columns;
+
+/* Records moved off a thread's ring, waiting for drain(). */
+typedef struct hs_segment {
+    struct hs_segment *next;
+    hs_thread_info *info;
+    uint64_t base_seq; /* info->drain_seq before this segment's first record */
+    uint64_t nslots;
+    uint64_t nspans;
+    uint64_t alloc_class; /* 0: malloc; else a pooled block of 2^alloc_class bytes */
+    hs_record recs[];
+} hs_segment;
+
+/* What drain() takes from the drain side at once: every segment, and the pairs they use. */
+typedef struct hs_drain_batch {
+    hs_segment *segs;
+    uint64_t spans;
+    uint64_t *used_pairs; /* bitmap (malloc'd): pairs the segments use */
+    uint32_t used_words;
+    int used_incomplete;  /* a mark was lost: read the records for the pairs */
+} hs_drain_batch;
+/* Sweep, then take every segment (drain lock taken inside). */
+void hs_drain_take(hs_drain_batch *out);
+/* Give segments back once converted. */
+void hs_drain_release(hs_segment *segs);
 
 /* Start the drain thread if this process has none (after fork, or at first use). */
 void hs_drainer_ensure(void);
