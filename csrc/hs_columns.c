@@ -121,13 +121,8 @@ static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids,
     return 0;
 }
 
-/* span_id = rank (16 bits) | thread index (12 bits) | the thread's sequence number + 1
- * (36 bits): unique across the ranks of a run and the forks of a process (a forked child
- * takes thread indices from a block its parent set aside), so merged traces keep a valid
- * tree. Limits: 65536 ranks, 4095 thread indices per process before they wrap (forked
- * children use blocks of HS_FORK_BLOCK), 2^36 spans per thread. */
-#define HS_SEQ_BITS 36
-#define HS_SEQ_MASK ((1ull << HS_SEQ_BITS) - 1)
+/* span_id: the span's sequence number in its thread's id range, itself unique (see
+ * hs_registry.h); parent_id the parent's. */
 
 typedef struct segment_plan {
     hs_segment *seg;
@@ -214,12 +209,9 @@ static void convert_range(convert_part *part) {
     const int32_t *restrict pair_name = x->pair_name, *restrict pair_cat = x->pair_cat;
     const hs_clock_seg *clk = x->clk;
     const uint32_t nclk = x->nclk, npairs = x->npairs;
-    const int32_t rank = x->rank;
     for (uint64_t k = part->seg_from; k < part->seg_to; k++) {
         const hs_segment *s = x->plan[k].seg;
         const int32_t tix = x->plan[k].tix;
-        const uint64_t id_base =
-            ((uint64_t)(uint16_t)rank << 48) | ((uint64_t)(s->info->index & HS_THREAD_INDEX_MASK) << HS_SEQ_BITS);
         const int64_t tid = s->info->tid;
         uint64_t seq = s->base_seq;
         for (uint64_t i = 0; i < s->nslots; row++) {
@@ -245,8 +237,8 @@ static void convert_range(convert_part *part) {
             }
             if (HS_UNLIKELY(pair >= npairs)) pair = 0;
             uint32_t bit = (uint32_t)(row & 7);
-            span_id[row] = id_base | ((seq + 1) & HS_SEQ_MASK);
-            parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & HS_SEQ_MASK) : 0;
+            span_id[row] = seq;
+            parent_id[row] = parent_plus1 ? parent_plus1 - 1 : 0;
             pbits |= (uint32_t)(parent_plus1 != 0) << bit;
             name_idx[row] = pair_name[pair];
             int32_t ci = pair_cat[pair];
@@ -369,10 +361,13 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
     plan = malloc(sizeof(*plan) * (nsegs ? nsegs : 1));
     if (!plan) goto fail;
     uint64_t row = 0, k = 0;
+    /* A thread's slot is kept on its info, tagged with this batch: one look-up a segment,
+     * however many threads (a batch after 20 K short threads has 20 K). Only drain()
+     * (under its own lock) plans batches. */
+    static uint64_t batch_gen = 0;
+    uint64_t gen = ++batch_gen;
     for (hs_segment *s = segs; s; s = s->next, k++) {
-        int32_t tix = -1;
-        for (uint32_t t = 0; t < c->n_threads; t++)
-            if (tinfos[t] == s->info) tix = (int32_t)t;
+        int32_t tix = s->info->batch_gen == gen ? s->info->batch_tix : -1;
         if (tix < 0) {
             if (c->n_threads == tcap) {
                 tcap *= 2;
@@ -382,6 +377,8 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
             }
             tix = (int32_t)c->n_threads;
             tinfos[c->n_threads++] = s->info;
+            s->info->batch_gen = gen;
+            s->info->batch_tix = tix;
         }
         plan[k].seg = s;
         plan[k].row = row;
@@ -434,9 +431,10 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
     /* thread rows: names and cumulative drops, under the registry lock */
     hs_registry_lock();
     c->threads = calloc(c->n_threads ? c->n_threads : 1, sizeof(hs_thread_row));
-    uint32_t nall = 0;
+    uint32_t nall = 0, nexited = 0;
     for (hs_thread_info *i = hs_registry_infos(); i; i = i->next) nall++;
-    c->all_threads = calloc(nall ? nall : 1, sizeof(hs_thread_row));
+    hs_drop_row *exited = hs_registry_exited_drops(&nexited);
+    c->all_threads = calloc(nall + nexited ? nall + nexited : 1, sizeof(hs_thread_row));
     if (c->threads && c->all_threads) {
         for (uint32_t k = 0; k < c->n_threads; k++) {
             c->threads[k].tid = tinfos[k]->tid;
@@ -446,10 +444,19 @@ int hs_drain_collect(hs_columns *c, int32_t rank) {
             hs_thread_row *t = &c->all_threads[c->n_all_threads++];
             t->tid = i->tid;
             t->name = strdup(i->name ? i->name : "");
-            t->dropped = atomic_load(&i->dropped_full) + atomic_load(&i->dropped_other);
+            t->dropped_cap = atomic_load(&i->dropped_cap);
+            t->dropped = t->dropped_cap + atomic_load(&i->dropped_other);
+        }
+        for (uint32_t k = 0; k < nexited; k++) {
+            hs_thread_row *t = &c->all_threads[c->n_all_threads++];
+            t->tid = exited[k].tid;
+            t->name = strdup(exited[k].name ? exited[k].name : "");
+            t->dropped_cap = exited[k].cap;
+            t->dropped = exited[k].cap + exited[k].other;
         }
     }
     hs_registry_unlock();
+    c->id_base = hs_id_base();
     if (!c->threads || !c->all_threads) goto fail;
     rc = 0;
 fail:
@@ -458,7 +465,7 @@ fail:
         for (hs_segment *s = segs; s; s = s->next)
             atomic_fetch_add_explicit(&s->info->dropped_other, s->nspans, memory_order_relaxed);
     }
-    hs_drain_release(segs);
+    hs_drain_release(&batch);
     free(clk);
     free(pairs);
     hs_string_snapshot_free(&strs);

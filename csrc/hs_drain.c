@@ -21,112 +21,30 @@
 #include "hs_recorder.h"
 
 
-/* ---- segment memory -------------------------------------------------------------------- */
-
-/* Segments are written once by the drain thread and freed by drain() a moment later. Fresh
- * pages cost a fault and a zeroing each: measured, 32 of the drain thread's 45 ns a span
- * (one fault per 4 KiB page, i.e. per 128 records), and that CPU is taken from the
- * recording threads on a small host. So blocks of 64 KiB and up come from mmap in
- * power-of-two sizes, and freed ones wait in a pool (up to SEG_POOL_MAX) for the next
- * sweep: a recorder drained at a steady pace reuses warm pages. The drain thread hands the
- * pool back to the system once recording has been idle for a second. */
-#include <sys/mman.h>
-
-#define SEG_MIN_CLASS 16 /* 64 KiB */
-#define SEG_MAX_CLASS 34 /* 16 GiB: beyond any ring */
-#define SEG_POOL_MAX (64ull << 20)
+/* Segments are small descriptors of records left in place in their blocks (a block is
+ * handed over as it is, never copied): each holds a reference on its block, dropped when
+ * drain() has converted it. */
 #define SEG_IDLE_TRIM_US 1000000
+#define POOL_SPARE_BLOCKS 8 /* kept pooled while recording, so a switch rarely allocates */
 
-static pthread_mutex_t seg_pool_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf lock */
-static void *seg_pool[SEG_MAX_CLASS + 1]; /* free blocks, linked through their first word */
-static uint64_t seg_pool_bytes = 0;
+static hs_segment *seg_new(void) { return malloc(sizeof(hs_segment)); }
 
-static hs_segment *seg_alloc(uint64_t nslots) {
-    size_t bytes = sizeof(hs_segment) + nslots * sizeof(hs_record);
-    unsigned cls = SEG_MIN_CLASS;
-    while (cls <= SEG_MAX_CLASS && ((size_t)1 << cls) < bytes) cls++;
-    if (bytes < ((size_t)1 << SEG_MIN_CLASS) || cls > SEG_MAX_CLASS) {
-        hs_segment *s = malloc(bytes);
-        if (s) s->alloc_class = 0;
-        return s;
-    }
-    /* A warm block up to 4x larger beats a fresh one: sweeps vary in size, and pages never
-     * touched cost nothing. */
-    void *block = NULL;
-    pthread_mutex_lock(&seg_pool_lock);
-    for (unsigned c = cls; c <= cls + 2 && c <= SEG_MAX_CLASS && !block; c++) {
-        block = seg_pool[c];
-        if (block) {
-            memcpy(&seg_pool[c], block, sizeof(void *));
-            seg_pool_bytes -= (uint64_t)1 << c;
-            cls = c;
-        }
-    }
-    pthread_mutex_unlock(&seg_pool_lock);
-    if (!block) {
-        block = mmap(NULL, (size_t)1 << cls, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (block == MAP_FAILED) return NULL;
-    }
-    hs_segment *s = block;
-    s->alloc_class = cls;
-    return s;
-}
-
-static void seg_free(hs_segment *s) {
-    if (!s) return;
-    if (!s->alloc_class) {
-        free(s);
-        return;
-    }
-    unsigned cls = (unsigned)s->alloc_class;
-    uint64_t size = (uint64_t)1 << cls;
-    void *block = s;
-    pthread_mutex_lock(&seg_pool_lock);
-    if (seg_pool_bytes + size <= SEG_POOL_MAX) {
-        memcpy(block, &seg_pool[cls], sizeof(void *));
-        seg_pool[cls] = block;
-        seg_pool_bytes += size;
-        block = NULL;
-    }
-    pthread_mutex_unlock(&seg_pool_lock);
-    if (block) munmap(block, size);
-}
-
-static void seg_pool_trim(void) {
-    void *lists[SEG_MAX_CLASS + 1];
-    pthread_mutex_lock(&seg_pool_lock);
-    memcpy(lists, seg_pool, sizeof lists);
-    memset(seg_pool, 0, sizeof seg_pool);
-    seg_pool_bytes = 0;
-    pthread_mutex_unlock(&seg_pool_lock);
-    for (unsigned cls = SEG_MIN_CLASS; cls <= SEG_MAX_CLASS; cls++) {
-        void *block = lists[cls];
-        while (block) {
-            void *next;
-            memcpy(&next, block, sizeof next);
-            munmap(block, (size_t)1 << cls);
-            block = next;
-        }
-    }
-}
-
-uint64_t hs_drain_pool_bytes(void) {
-    pthread_mutex_lock(&seg_pool_lock);
-    uint64_t bytes = seg_pool_bytes;
-    pthread_mutex_unlock(&seg_pool_lock);
-    return bytes;
-}
+uint64_t hs_drain_pool_bytes(void) { return hs_blocks_pool_bytes(); }
 
 /* The drain lock makes whoever holds it the single consumer of every ring. */
 static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
 static hs_segment *seg_head = NULL, *seg_tail = NULL;
 static uint64_t seg_bytes = 0, seg_spans = 0, seg_count = 0;
+/* Infos of exited threads whose chains are gone (drain lock): freed by the drain() that
+ * takes their last segments. */
+static hs_thread_info *graveyard = NULL;
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic pid_t drainer_pid = 0;
 static _Atomic uint32_t wake_word = 0;
-/* Adaptive: shorter when rings fill up between passes, longer when idle. Producers past
- * half a ring wake it early, so the long idle period never costs records. */
+/* Adaptive: shorter when there is much to walk between passes, longer when idle. Nothing
+ * depends on it being on time any more (threads move on to fresh blocks themselves): it
+ * walks records ahead of drain() and feeds the live log. */
 #define MIN_PERIOD_US 2000
 #define MAX_PERIOD_US 20000
 static _Atomic uint64_t period_us = 5000;
@@ -218,94 +136,55 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
     return spans;
 }
 
-/* The view minus its first k slots. */
-static hs_ring_view view_from(const hs_ring_view *v, uint64_t k) {
-    hs_ring_view out = {NULL, 0, NULL, 0};
-    if (k < v->na) {
-        out.a = v->a + k;
-        out.na = v->na - k;
-        out.b = v->b;
-        out.nb = v->nb;
-    } else {
-        out.a = v->b + (k - v->na);
-        out.na = v->nb - (k - v->na);
-    }
-    return out;
-}
-
-/* The most slots, at most room, that end on a record boundary (an extended record and
- * its extension are kept or dropped together). */
-static uint64_t fit_slots(const hs_ring_view *v, uint64_t room) {
-    uint64_t i = 0, n = v->na + v->nb;
-    while (i < n) {
-        const hs_record *r = i < v->na ? &v->a[i] : &v->b[i - v->na];
-        uint64_t size = (hs_rec_flags(r) & HS_F_EXT) ? 2 : 1;
-        if (i + size > room) break;
-        i += size;
-    }
-    return i;
-}
-
-/* drain lock held */
-static double sweep_locked(void) {
-    double max_fill = 0;
-    hs_ring *dead[64];
-    int ndead = 0;
+/* drain lock held. Each chain's new records become segments that point into its blocks;
+ * a retired chain with nothing left goes, and its info waits in the graveyard for the
+ * drain() that takes its last segments. Returns records walked. */
+static uint64_t sweep_locked(void) {
+    uint64_t moved = 0;
     hs_registry_lock();
-    hs_ring *r = hs_registry_rings();
+    hs_chain *ch = hs_registry_chains();
     hs_registry_unlock();
     /* The list only grows at its tail while we walk (registration), and only this side
      * (under the drain lock) unlinks: reading next under the registry lock is enough. */
-    while (r) {
-        int retired = atomic_load_explicit(&r->retired, memory_order_acquire);
-        hs_thread_info *info = r->owner_info;
-        hs_ring_view v = hs_ring_peek(r);
-        uint64_t n = v.na + v.nb;
-        if (n) {
-            double fill = (double)n / (double)r->limit;
-            if (fill > max_fill) max_fill = fill;
-            /* Keep what fits under the memory cap, oldest first; the rest are the newest
-             * records and are dropped, counted exactly. */
-            uint64_t cap = hs_get_memory_cap();
-            uint64_t room = seg_bytes < cap ? (cap - seg_bytes) / sizeof(hs_record) : 0;
-            uint64_t keep = n <= room ? n : fit_slots(&v, room);
-            hs_segment *s = keep ? seg_alloc(keep) : NULL;
-            if (!s) keep = 0;
-            if (s) {
-                uint64_t ka = keep < v.na ? keep : v.na;
-                s->next = NULL;
-                s->info = info;
-                s->base_seq = info->drain_seq;
-                s->nslots = keep;
-                memcpy(s->recs, v.a, ka * sizeof(hs_record));
-                if (keep > ka) memcpy(s->recs + ka, v.b, (keep - ka) * sizeof(hs_record));
-                s->nspans = walk_records(info, s->recs, keep, NULL, 0, 1);
-                if (seg_tail) seg_tail->next = s;
-                else seg_head = s;
-                seg_tail = s;
-                seg_bytes += keep * sizeof(hs_record);
-                seg_spans += s->nspans;
-                seg_count++;
-            }
-            if (keep < n) {
-                hs_ring_view rest = view_from(&v, keep);
-                uint64_t spans = walk_records(info, rest.a, rest.na, rest.b, rest.nb, 0);
-                atomic_fetch_add_explicit(&info->dropped_other, spans, memory_order_relaxed);
-            }
-            hs_ring_release(r, n);
+    while (ch) {
+        /* retired before walking: everything the thread published is then visible */
+        int retired = atomic_load_explicit(&ch->retired, memory_order_acquire);
+        hs_thread_info *info = ch->owner_info;
+        hs_block *blk;
+        const hs_record *recs;
+        uint64_t n;
+        while ((n = hs_chain_peek(ch, &blk, &recs))) {
+            hs_segment *s = seg_new();
+            if (!s) break; /* out of memory: the records wait in their block */
+            s->next = NULL;
+            s->info = info;
+            s->block = blk;
+            s->recs = recs;
+            s->base_seq = info->drain_seq;
+            s->nslots = n;
+            s->nspans = walk_records(info, recs, n, NULL, 0, 1);
+            blk->refs++;
+            hs_chain_advance(ch, n);
+            if (seg_tail) seg_tail->next = s;
+            else seg_head = s;
+            seg_tail = s;
+            seg_bytes += n * sizeof(hs_record);
+            seg_spans += s->nspans;
+            seg_count++;
+            moved += n;
         }
         hs_registry_lock();
-        hs_ring *next = r->next;
-        if (retired && hs_ring_pending(r) == 0 && ndead < 64) {
-            hs_registry_unlink_ring(r);
-            dead[ndead++] = r;
+        hs_chain *next = ch->next;
+        if (retired && hs_chain_empty(ch)) {
+            hs_registry_retire(ch); /* frees the chain, unlinks the info */
+            info->next = graveyard;
+            graveyard = info;
         }
         hs_registry_unlock();
-        r = next;
+        ch = next;
     }
-    for (int i = 0; i < ndead; i++) hs_ring_destroy(dead[i]);
     if (atomic_load_explicit(&hs_live_on, memory_order_relaxed)) hs_live_flush();
-    return max_fill;
+    return moved;
 }
 
 void hs_drain_sweep(void) {
@@ -316,7 +195,8 @@ void hs_drain_sweep(void) {
 
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments) {
     pthread_mutex_lock(&drain_lock);
-    *bytes = seg_bytes;
+    /* every block in use: the threads' current ones, and those waiting for drain() */
+    *bytes = hs_blocks_held_bytes() - hs_blocks_pool_bytes();
     *spans = seg_spans;
     *segments = seg_count;
     pthread_mutex_unlock(&drain_lock);
@@ -336,12 +216,15 @@ static void *drainer_main(void *arg) {
         if (atomic_load(&drainer_pid) != me) return NULL;
         if (atomic_load(&paused)) continue; /* only drain() moves records now */
         pthread_mutex_lock(&drain_lock);
-        double fill = sweep_locked();
+        uint64_t moved = sweep_locked();
         pthread_mutex_unlock(&drain_lock);
-        if (fill > 0) {
+        /* how busy the pass was, as a fraction of a default block */
+        double fill = (double)moved / 1024.0;
+        if (moved) {
             idle_us = 0;
+            hs_pool_refill(POOL_SPARE_BLOCKS);
         } else if (idle_us < SEG_IDLE_TRIM_US && (idle_us += waited_us) >= SEG_IDLE_TRIM_US) {
-            seg_pool_trim(); /* idle for a second: give the pooled segment memory back */
+            hs_pool_trim(); /* idle for a second: give the pooled blocks back */
         }
         hs_clock_update(0);
         if (!atomic_load(&fixed_period_us)) {
@@ -357,20 +240,16 @@ static void *drainer_main(void *arg) {
 static void atfork_prepare(void) {
     pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&drain_lock);
-    pthread_mutex_lock(&seg_pool_lock);
     hs_registry_lock();
-    hs_registry_before_fork();
     hs_intern_lock();
 }
 static void atfork_parent(void) {
-    pthread_mutex_unlock(&seg_pool_lock);
     hs_intern_unlock();
     hs_registry_unlock();
     pthread_mutex_unlock(&drain_lock);
     pthread_mutex_unlock(&start_lock);
 }
 static void atfork_child(void) {
-    pthread_mutex_unlock(&seg_pool_lock); /* first: the child frees its inherited segments */
     hs_drain_after_fork_child();
     hs_intern_unlock();
     hs_registry_unlock();
@@ -400,14 +279,22 @@ void hs_drainer_ensure(void) {
 
 /* Locks held (see atfork_prepare): only the forking thread exists. */
 void hs_drain_after_fork_child(void) {
+    /* the parent drains what it recorded: the child's copies of its segments go */
     hs_segment *s = seg_head;
     while (s) {
         hs_segment *next = s->next;
-        seg_free(s);
+        hs_block_discard_ref(s->block);
+        free(s);
         s = next;
     }
     seg_head = seg_tail = NULL;
     seg_bytes = seg_spans = seg_count = 0;
+    while (graveyard) {
+        hs_thread_info *next = graveyard->next;
+        free(graveyard->name);
+        free(graveyard);
+        graveyard = next;
+    }
     free(used_pairs);
     used_pairs = NULL;
     used_pairs_words = 0;
@@ -429,13 +316,31 @@ void hs_drain_take(hs_drain_batch *out) {
     used_pairs = NULL;
     used_pairs_words = 0;
     used_pairs_incomplete = 0;
+    /* Every segment of a graveyard info is in this batch (its chain is gone): the infos go
+     * with the batch. While the live log is on, its queue may still point at them. */
+    out->dead = NULL;
+    if (!atomic_load_explicit(&hs_live_on, memory_order_relaxed)) {
+        out->dead = graveyard;
+        graveyard = NULL;
+    }
     pthread_mutex_unlock(&drain_lock);
 }
 
-void hs_drain_release(hs_segment *segs) {
-    while (segs) {
-        hs_segment *next = segs->next;
-        seg_free(segs);
-        segs = next;
+void hs_drain_release(hs_drain_batch *batch) {
+    pthread_mutex_lock(&drain_lock); /* block references are the drain side's */
+    hs_segment *s = batch->segs;
+    while (s) {
+        hs_segment *next = s->next;
+        hs_block_unref(s->block);
+        free(s);
+        s = next;
+    }
+    pthread_mutex_unlock(&drain_lock);
+    batch->segs = NULL;
+    while (batch->dead) {
+        hs_thread_info *next = batch->dead->next;
+        free(batch->dead->name);
+        free(batch->dead);
+        batch->dead = next;
     }
 }

@@ -19,7 +19,8 @@ extern "C" {
 typedef struct hs_thread_row {
     int64_t tid;
     char *name;       /* malloc'd copy */
-    uint64_t dropped; /* cumulative */
+    uint64_t dropped;     /* cumulative, every cause */
+    uint64_t dropped_cap; /* of which at the memory cap */
 } hs_thread_row;
 
 typedef struct hs_columns {
@@ -46,19 +47,21 @@ typedef struct hs_columns {
     int32_t *names_offsets, *categories_offsets;
     uint32_t n_threads;    /* threads that have rows in this batch */
     hs_thread_row *threads;
-    uint32_t n_all_threads; /* every thread seen in this process, for drop accounting */
+    uint32_t n_all_threads; /* threads of this process, for drop accounting: every live one,
+                               and the exited ones that dropped spans */
     hs_thread_row *all_threads;
+    uint64_t id_base;       /* this process's span id base */
 } hs_columns;
 
-/* Records moved off a thread's ring, waiting for drain(). */
+/* Records taken off a thread's chain, left in place in their block, waiting for drain(). */
 typedef struct hs_segment {
     struct hs_segment *next;
     hs_thread_info *info;
-    uint64_t base_seq; /* info->drain_seq before this segment's first record */
+    hs_block *block;       /* holds a reference (drain lock) */
+    const hs_record *recs; /* in block */
+    uint64_t base_seq;     /* info->drain_seq before this segment's first record */
     uint64_t nslots;
     uint64_t nspans;
-    uint64_t alloc_class; /* 0: malloc; else a pooled block of 2^alloc_class bytes */
-    hs_record recs[];
 } hs_segment;
 
 /* What drain() takes from the drain side at once: every segment, and the pairs they use. */
@@ -68,11 +71,12 @@ typedef struct hs_drain_batch {
     uint64_t *used_pairs; /* bitmap (malloc'd): pairs the segments use */
     uint32_t used_words;
     int used_incomplete;  /* a mark was lost: read the records for the pairs */
+    hs_thread_info *dead; /* exited threads' infos, freed with the batch */
 } hs_drain_batch;
 /* Sweep, then take every segment (drain lock taken inside). */
 void hs_drain_take(hs_drain_batch *out);
-/* Give segments back once converted. */
-void hs_drain_release(hs_segment *segs);
+/* Give the batch back once converted (blocks to the pool, dead infos freed). */
+void hs_drain_release(hs_drain_batch *batch);
 
 /* Start the drain thread if this process has none (after fork, or at first use). */
 void hs_drainer_ensure(void);

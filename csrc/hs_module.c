@@ -57,9 +57,53 @@ static PyObject *py_configure(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_dropped(PyObject *m, PyObject *a) {
-    (void)m; (void)a;
-    return PyLong_FromUnsignedLongLong(hs_dropped_total());
+/* dropped(detail=False): the total, or {"total", "memory_cap", "other", "threads": {tid:
+ * {"name", "memory_cap", "other"}}} for the threads that dropped any (exited ones too). */
+static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
+    (void)m;
+    static char *kwlist[] = {"detail", NULL};
+    int detail = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:dropped", kwlist, &detail)) return NULL;
+    if (!detail) return PyLong_FromUnsignedLongLong(hs_dropped_total());
+    PyObject *threads = PyDict_New();
+    if (!threads) return NULL;
+    uint64_t cap = 0, other = 0;
+    int bad = 0;
+    hs_registry_lock(); /* one consistent view: totals and rows together */
+    uint32_t nexited = 0;
+    hs_drop_row *exited = hs_registry_exited_drops(&nexited);
+    for (uint32_t k = 0; k < nexited && !bad; k++) {
+        cap += exited[k].cap;
+        other += exited[k].other;
+        PyObject *row = Py_BuildValue("{sssKsK}", "name", exited[k].name ? exited[k].name : "", "memory_cap",
+                                      (unsigned long long)exited[k].cap, "other", (unsigned long long)exited[k].other);
+        PyObject *key = PyLong_FromLongLong(exited[k].tid);
+        if (!row || !key || PyDict_SetItem(threads, key, row) < 0) bad = 1;
+        Py_XDECREF(row);
+        Py_XDECREF(key);
+    }
+    for (hs_thread_info *i = hs_registry_infos(); i && !bad; i = i->next) {
+        uint64_t c = atomic_load(&i->dropped_cap), o = atomic_load(&i->dropped_other);
+        cap += c;
+        other += o;
+        if (!c && !o) continue;
+        PyObject *row = Py_BuildValue("{sssKsK}", "name", i->name ? i->name : "", "memory_cap", (unsigned long long)c,
+                                      "other", (unsigned long long)o);
+        PyObject *key = PyLong_FromLongLong(i->tid);
+        if (!row || !key || PyDict_SetItem(threads, key, row) < 0) bad = 1;
+        Py_XDECREF(row);
+        Py_XDECREF(key);
+    }
+    hs_registry_unlock();
+    if (bad) {
+        Py_DECREF(threads);
+        return NULL;
+    }
+    /* exited threads beyond the kept rows count in the totals only */
+    uint64_t all_cap, all_other;
+    hs_dropped_by_cause(&all_cap, &all_other);
+    return Py_BuildValue("{sKsKsKsN}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
+                         (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads);
 }
 
 /* ---- drain ---------------------------------------------------------------------------- */
@@ -110,7 +154,8 @@ static PyObject *thread_rows(hs_thread_row *rows, uint32_t n, int with_dropped) 
     if (!list) return NULL;
     for (uint32_t i = 0; i < n; i++) {
         PyObject *row = with_dropped
-                            ? Py_BuildValue("(Lsk)", (long long)rows[i].tid, rows[i].name, (unsigned long)rows[i].dropped)
+                            ? Py_BuildValue("(LsKK)", (long long)rows[i].tid, rows[i].name,
+                                            (unsigned long long)rows[i].dropped, (unsigned long long)rows[i].dropped_cap)
                             : Py_BuildValue("(Ls)", (long long)rows[i].tid, rows[i].name);
         if (!row) {
             Py_DECREF(list);
@@ -199,6 +244,7 @@ static PyObject *py_drain(PyObject *m, PyObject *rank_obj) {
         {"n_categories", PyLong_FromUnsignedLong(c.n_categories)},
         {"threads", thread_rows(c.threads, c.n_threads, 0)},
         {"all_threads", thread_rows(c.all_threads, c.n_all_threads, 1)},
+        {"id_base", PyLong_FromUnsignedLongLong(c.id_base)},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
@@ -218,7 +264,8 @@ static PyObject *py_pending(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     uint64_t bytes, spans, segments;
     hs_drain_pending(&bytes, &spans, &segments);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsN}", "bytes", (unsigned long long)bytes, "spans", (unsigned long long)spans,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsN}", "bytes", (unsigned long long)bytes, "held_bytes",
+                         (unsigned long long)hs_blocks_held_bytes(), "spans", (unsigned long long)spans,
                          "segments", (unsigned long long)segments, "pool_bytes",
                          (unsigned long long)hs_drain_pool_bytes(), "capacity",
                          (unsigned long long)hs_get_capacity(), "memory_cap",
@@ -299,6 +346,13 @@ static PyObject *py_live_start(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "KI:_live_start", &min_ticks, &capacity)) return NULL;
     if (hs_live_start(min_ticks, capacity) < 0) return PyErr_NoMemory();
     hs_drainer_ensure();
+    Py_RETURN_NONE;
+}
+
+/* Hand the pooled blocks back to the system now (tests: an exact budget under the cap). */
+static PyObject *py_trim(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    hs_pool_trim();
     Py_RETURN_NONE;
 }
 
@@ -481,7 +535,9 @@ static PyMethodDef module_methods[] = {
     {"disable", py_disable, METH_NOARGS, "disable()\n--\n\nTurn recording off."},
     {"enabled", py_enabled, METH_NOARGS, "enabled() -> bool\n--\n\nWhether recording is on."},
     {"set_thread_name", py_set_thread_name, METH_O, "set_thread_name(name)\n--\n\nName the calling thread in traces."},
-    {"dropped", py_dropped, METH_NOARGS, "dropped() -> int\n--\n\nSpans dropped so far in this process, exactly."},
+    {"dropped", (PyCFunction)(void (*)(void))py_dropped, METH_VARARGS | METH_KEYWORDS,
+     "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
+     "total, how many at the memory cap and how many for other causes, and the same per thread."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},
     {"_drain", py_drain, METH_O, NULL},
@@ -494,6 +550,7 @@ static PyMethodDef module_methods[] = {
     {"_live_start", py_live_start, METH_VARARGS, NULL},
     {"_live_stop", py_live_stop, METH_NOARGS, NULL},
     {"_sweep", py_sweep, METH_NOARGS, NULL},
+    {"_trim", py_trim, METH_NOARGS, NULL},
     {"_scan_heads", py_scan_heads, METH_VARARGS, NULL},
     {"_live_take", py_live_take, METH_O, NULL},
     {NULL, NULL, 0, NULL},
