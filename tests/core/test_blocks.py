@@ -15,6 +15,13 @@ import pytest
 from _util import run_python
 
 SCALE = float(os.environ.get("HOTSPAN_TEST_SCALE", "1"))
+# Under ASan/TSan (.ci/sanitize preloads the runtime) freed memory sits in the sanitizer's
+# quarantine, so the process's RSS says nothing about what the recorder gave back.
+SANITIZED = any(name in os.environ.get("LD_PRELOAD", "") for name in ("libasan", "libtsan"))
+# TSan cannot start threads in the forked child of a process with threads ("dup thread with
+# used id": its registry keeps the parent's), so there children record on the forking
+# thread alone (still inside the span opened before the fork: the id scheme's fork path).
+TSAN = "libtsan" in os.environ.get("LD_PRELOAD", "")
 
 
 def scaled(n: int, least: int = 1) -> int:
@@ -154,7 +161,8 @@ def test_thread_churn_frees_what_exited_threads_held():
     n, unique, dropped, grown, small, large = out.split()
     spans = (scaled(20_000, 400) + 200) * 4
     assert int(n) == spans and int(unique) == spans and int(dropped) == 0  # every span, ids unique
-    assert int(grown) < 16 << 20, f"RSS grew by {int(grown) / 2**20:.1f} MiB"
+    if not SANITIZED:
+        assert int(grown) < 16 << 20, f"RSS grew by {int(grown) / 2**20:.1f} MiB"
     assert float(large) < 3 * float(small) + 0.002, (small, large)
 
 
@@ -197,9 +205,10 @@ def test_span_ids_unique_across_forks(forks, threads, tmp_path):
     # writes its ids to a file. No id repeats across the parent and all children, and each
     # child's parent ids point at its own spans.
     forks = scaled(forks, 10)
+    threads = 0 if TSAN else threads
     out = _run(
         f"""
-        import os, threading
+        import os, sys, threading
         import numpy as np, pyarrow.compute as pc
         import hotspan
         out = {str(tmp_path)!r}
@@ -220,8 +229,11 @@ def test_span_ids_unique_across_forks(forks, threads, tmp_path):
             if pid == 0:
                 t = hotspan.drain()
                 ids = t.column("span_id")
+                parents = pc.drop_null(t.column("parent_id"))
                 ok = (t.num_rows == 2 * {threads} + 1 and len(pc.unique(ids)) == t.num_rows
-                      and pc.all(pc.is_in(pc.drop_null(t.column("parent_id")), value_set=ids)).as_py())
+                      and (len(parents) == 0 or pc.all(pc.is_in(parents, value_set=ids)).as_py()))
+                if not ok:
+                    print(t.to_pylist(), file=sys.stderr)
                 np.asarray(ids).tofile(os.path.join(out, f"{{i}}.ids"))
                 os._exit(0 if ok else 3)
             _, status = os.waitpid(pid, 0)
