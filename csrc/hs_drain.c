@@ -1,4 +1,5 @@
-/* hs_drain: the native drain thread, the segment store and the columnar conversion. */
+/* hs_drain: the native drain thread and the segment store (the columnar conversion of
+ * what it holds is in hs_columns.c). */
 #define _GNU_SOURCE
 #include "hs_drain.h"
 
@@ -19,122 +20,31 @@
 #include "hs_live.h"
 #include "hs_recorder.h"
 
-typedef struct hs_segment {
-    struct hs_segment *next;
-    hs_thread_info *info;
-    uint64_t base_seq; /* info->drain_seq before this segment's first record */
-    uint64_t nslots;
-    uint64_t nspans;
-    uint64_t alloc_class; /* 0: malloc; else a pooled block of 2^alloc_class bytes */
-    hs_record recs[];
-} hs_segment;
 
-/* ---- segment memory -------------------------------------------------------------------- */
-
-/* Segments are written once by the drain thread and freed by drain() a moment later. Fresh
- * pages cost a fault and a zeroing each: measured, 32 of the drain thread's 45 ns a span
- * (one fault per 4 KiB page, i.e. per 128 records), and that CPU is taken from the
- * recording threads on a small host. So blocks of 64 KiB and up come from mmap in
- * power-of-two sizes, and freed ones wait in a pool (up to SEG_POOL_MAX) for the next
- * sweep: a recorder drained at a steady pace reuses warm pages. The drain thread hands the
- * pool back to the system once recording has been idle for a second. */
-#include <sys/mman.h>
-
-#define SEG_MIN_CLASS 16 /* 64 KiB */
-#define SEG_MAX_CLASS 34 /* 16 GiB: beyond any ring */
-#define SEG_POOL_MAX (64ull << 20)
+/* Segments are small descriptors of records left in place in their blocks (a block is
+ * handed over as it is, never copied): each holds a reference on its block, dropped when
+ * drain() has converted it. */
 #define SEG_IDLE_TRIM_US 1000000
+#define POOL_SPARE_BLOCKS 8 /* kept pooled while recording, so a switch rarely allocates */
 
-static pthread_mutex_t seg_pool_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf lock */
-static void *seg_pool[SEG_MAX_CLASS + 1]; /* free blocks, linked through their first word */
-static uint64_t seg_pool_bytes = 0;
+static hs_segment *seg_new(void) { return malloc(sizeof(hs_segment)); }
 
-static hs_segment *seg_alloc(uint64_t nslots) {
-    size_t bytes = sizeof(hs_segment) + nslots * sizeof(hs_record);
-    unsigned cls = SEG_MIN_CLASS;
-    while (cls <= SEG_MAX_CLASS && ((size_t)1 << cls) < bytes) cls++;
-    if (bytes < ((size_t)1 << SEG_MIN_CLASS) || cls > SEG_MAX_CLASS) {
-        hs_segment *s = malloc(bytes);
-        if (s) s->alloc_class = 0;
-        return s;
-    }
-    /* A warm block up to 4x larger beats a fresh one: sweeps vary in size, and pages never
-     * touched cost nothing. */
-    void *block = NULL;
-    pthread_mutex_lock(&seg_pool_lock);
-    for (unsigned c = cls; c <= cls + 2 && c <= SEG_MAX_CLASS && !block; c++) {
-        block = seg_pool[c];
-        if (block) {
-            memcpy(&seg_pool[c], block, sizeof(void *));
-            seg_pool_bytes -= (uint64_t)1 << c;
-            cls = c;
-        }
-    }
-    pthread_mutex_unlock(&seg_pool_lock);
-    if (!block) {
-        block = mmap(NULL, (size_t)1 << cls, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (block == MAP_FAILED) return NULL;
-    }
-    hs_segment *s = block;
-    s->alloc_class = cls;
-    return s;
-}
-
-static void seg_free(hs_segment *s) {
-    if (!s) return;
-    if (!s->alloc_class) {
-        free(s);
-        return;
-    }
-    unsigned cls = (unsigned)s->alloc_class;
-    uint64_t size = (uint64_t)1 << cls;
-    void *block = s;
-    pthread_mutex_lock(&seg_pool_lock);
-    if (seg_pool_bytes + size <= SEG_POOL_MAX) {
-        memcpy(block, &seg_pool[cls], sizeof(void *));
-        seg_pool[cls] = block;
-        seg_pool_bytes += size;
-        block = NULL;
-    }
-    pthread_mutex_unlock(&seg_pool_lock);
-    if (block) munmap(block, size);
-}
-
-static void seg_pool_trim(void) {
-    void *lists[SEG_MAX_CLASS + 1];
-    pthread_mutex_lock(&seg_pool_lock);
-    memcpy(lists, seg_pool, sizeof lists);
-    memset(seg_pool, 0, sizeof seg_pool);
-    seg_pool_bytes = 0;
-    pthread_mutex_unlock(&seg_pool_lock);
-    for (unsigned cls = SEG_MIN_CLASS; cls <= SEG_MAX_CLASS; cls++) {
-        void *block = lists[cls];
-        while (block) {
-            void *next;
-            memcpy(&next, block, sizeof next);
-            munmap(block, (size_t)1 << cls);
-            block = next;
-        }
-    }
-}
-
-uint64_t hs_drain_pool_bytes(void) {
-    pthread_mutex_lock(&seg_pool_lock);
-    uint64_t bytes = seg_pool_bytes;
-    pthread_mutex_unlock(&seg_pool_lock);
-    return bytes;
-}
+uint64_t hs_drain_pool_bytes(void) { return hs_blocks_pool_bytes(); }
 
 /* The drain lock makes whoever holds it the single consumer of every ring. */
 static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
 static hs_segment *seg_head = NULL, *seg_tail = NULL;
 static uint64_t seg_bytes = 0, seg_spans = 0, seg_count = 0;
+/* Infos of exited threads whose chains are gone (drain lock): freed by the drain() that
+ * takes their last segments. */
+static hs_thread_info *graveyard = NULL;
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic pid_t drainer_pid = 0;
 static _Atomic uint32_t wake_word = 0;
-/* Adaptive: shorter when rings fill up between passes, longer when idle. Producers past
- * half a ring wake it early, so the long idle period never costs records. */
+/* Adaptive: shorter when there is much to walk between passes, longer when idle. Nothing
+ * depends on it being on time any more (threads move on to fresh blocks themselves): it
+ * walks records ahead of drain() and feeds the live log. */
 #define MIN_PERIOD_US 2000
 #define MAX_PERIOD_US 20000
 static _Atomic uint64_t period_us = 5000;
@@ -226,94 +136,55 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
     return spans;
 }
 
-/* The view minus its first k slots. */
-static hs_ring_view view_from(const hs_ring_view *v, uint64_t k) {
-    hs_ring_view out = {NULL, 0, NULL, 0};
-    if (k < v->na) {
-        out.a = v->a + k;
-        out.na = v->na - k;
-        out.b = v->b;
-        out.nb = v->nb;
-    } else {
-        out.a = v->b + (k - v->na);
-        out.na = v->nb - (k - v->na);
-    }
-    return out;
-}
-
-/* The most slots, at most room, that end on a record boundary (an extended record and
- * its extension are kept or dropped together). */
-static uint64_t fit_slots(const hs_ring_view *v, uint64_t room) {
-    uint64_t i = 0, n = v->na + v->nb;
-    while (i < n) {
-        const hs_record *r = i < v->na ? &v->a[i] : &v->b[i - v->na];
-        uint64_t size = (hs_rec_flags(r) & HS_F_EXT) ? 2 : 1;
-        if (i + size > room) break;
-        i += size;
-    }
-    return i;
-}
-
-/* drain lock held */
-static double sweep_locked(void) {
-    double max_fill = 0;
-    hs_ring *dead[64];
-    int ndead = 0;
+/* drain lock held. Each chain's new records become segments that point into its blocks;
+ * a retired chain with nothing left goes, and its info waits in the graveyard for the
+ * drain() that takes its last segments. Returns records walked. */
+static uint64_t sweep_locked(void) {
+    uint64_t moved = 0;
     hs_registry_lock();
-    hs_ring *r = hs_registry_rings();
+    hs_chain *ch = hs_registry_chains();
     hs_registry_unlock();
     /* The list only grows at its tail while we walk (registration), and only this side
      * (under the drain lock) unlinks: reading next under the registry lock is enough. */
-    while (r) {
-        int retired = atomic_load_explicit(&r->retired, memory_order_acquire);
-        hs_thread_info *info = r->owner_info;
-        hs_ring_view v = hs_ring_peek(r);
-        uint64_t n = v.na + v.nb;
-        if (n) {
-            double fill = (double)n / (double)r->limit;
-            if (fill > max_fill) max_fill = fill;
-            /* Keep what fits under the memory cap, oldest first; the rest are the newest
-             * records and are dropped, counted exactly. */
-            uint64_t cap = hs_get_memory_cap();
-            uint64_t room = seg_bytes < cap ? (cap - seg_bytes) / sizeof(hs_record) : 0;
-            uint64_t keep = n <= room ? n : fit_slots(&v, room);
-            hs_segment *s = keep ? seg_alloc(keep) : NULL;
-            if (!s) keep = 0;
-            if (s) {
-                uint64_t ka = keep < v.na ? keep : v.na;
-                s->next = NULL;
-                s->info = info;
-                s->base_seq = info->drain_seq;
-                s->nslots = keep;
-                memcpy(s->recs, v.a, ka * sizeof(hs_record));
-                if (keep > ka) memcpy(s->recs + ka, v.b, (keep - ka) * sizeof(hs_record));
-                s->nspans = walk_records(info, s->recs, keep, NULL, 0, 1);
-                if (seg_tail) seg_tail->next = s;
-                else seg_head = s;
-                seg_tail = s;
-                seg_bytes += keep * sizeof(hs_record);
-                seg_spans += s->nspans;
-                seg_count++;
-            }
-            if (keep < n) {
-                hs_ring_view rest = view_from(&v, keep);
-                uint64_t spans = walk_records(info, rest.a, rest.na, rest.b, rest.nb, 0);
-                atomic_fetch_add_explicit(&info->dropped_other, spans, memory_order_relaxed);
-            }
-            hs_ring_release(r, n);
+    while (ch) {
+        /* retired before walking: everything the thread published is then visible */
+        int retired = atomic_load_explicit(&ch->retired, memory_order_acquire);
+        hs_thread_info *info = ch->owner_info;
+        hs_block *blk;
+        const hs_record *recs;
+        uint64_t n;
+        while ((n = hs_chain_peek(ch, &blk, &recs))) {
+            hs_segment *s = seg_new();
+            if (!s) break; /* out of memory: the records wait in their block */
+            s->next = NULL;
+            s->info = info;
+            s->block = blk;
+            s->recs = recs;
+            s->base_seq = info->drain_seq;
+            s->nslots = n;
+            s->nspans = walk_records(info, recs, n, NULL, 0, 1);
+            blk->refs++;
+            hs_chain_advance(ch, n);
+            if (seg_tail) seg_tail->next = s;
+            else seg_head = s;
+            seg_tail = s;
+            seg_bytes += n * sizeof(hs_record);
+            seg_spans += s->nspans;
+            seg_count++;
+            moved += n;
         }
         hs_registry_lock();
-        hs_ring *next = r->next;
-        if (retired && hs_ring_pending(r) == 0 && ndead < 64) {
-            hs_registry_unlink_ring(r);
-            dead[ndead++] = r;
+        hs_chain *next = ch->next;
+        if (retired && hs_chain_empty(ch)) {
+            hs_registry_retire(ch); /* frees the chain, unlinks the info */
+            info->next = graveyard;
+            graveyard = info;
         }
         hs_registry_unlock();
-        r = next;
+        ch = next;
     }
-    for (int i = 0; i < ndead; i++) hs_ring_destroy(dead[i]);
     if (atomic_load_explicit(&hs_live_on, memory_order_relaxed)) hs_live_flush();
-    return max_fill;
+    return moved;
 }
 
 void hs_drain_sweep(void) {
@@ -324,7 +195,8 @@ void hs_drain_sweep(void) {
 
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments) {
     pthread_mutex_lock(&drain_lock);
-    *bytes = seg_bytes;
+    /* every block in use: the threads' current ones, and those waiting for drain() */
+    *bytes = hs_blocks_held_bytes() - hs_blocks_pool_bytes();
     *spans = seg_spans;
     *segments = seg_count;
     pthread_mutex_unlock(&drain_lock);
@@ -344,12 +216,15 @@ static void *drainer_main(void *arg) {
         if (atomic_load(&drainer_pid) != me) return NULL;
         if (atomic_load(&paused)) continue; /* only drain() moves records now */
         pthread_mutex_lock(&drain_lock);
-        double fill = sweep_locked();
+        uint64_t moved = sweep_locked();
         pthread_mutex_unlock(&drain_lock);
-        if (fill > 0) {
+        /* how busy the pass was, as a fraction of a default block */
+        double fill = (double)moved / 1024.0;
+        if (moved) {
             idle_us = 0;
+            hs_pool_refill(POOL_SPARE_BLOCKS);
         } else if (idle_us < SEG_IDLE_TRIM_US && (idle_us += waited_us) >= SEG_IDLE_TRIM_US) {
-            seg_pool_trim(); /* idle for a second: give the pooled segment memory back */
+            hs_pool_trim(); /* idle for a second: give the pooled blocks back */
         }
         hs_clock_update(0);
         if (!atomic_load(&fixed_period_us)) {
@@ -365,20 +240,16 @@ static void *drainer_main(void *arg) {
 static void atfork_prepare(void) {
     pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&drain_lock);
-    pthread_mutex_lock(&seg_pool_lock);
     hs_registry_lock();
-    hs_registry_before_fork();
     hs_intern_lock();
 }
 static void atfork_parent(void) {
-    pthread_mutex_unlock(&seg_pool_lock);
     hs_intern_unlock();
     hs_registry_unlock();
     pthread_mutex_unlock(&drain_lock);
     pthread_mutex_unlock(&start_lock);
 }
 static void atfork_child(void) {
-    pthread_mutex_unlock(&seg_pool_lock); /* first: the child frees its inherited segments */
     hs_drain_after_fork_child();
     hs_intern_unlock();
     hs_registry_unlock();
@@ -408,14 +279,22 @@ void hs_drainer_ensure(void) {
 
 /* Locks held (see atfork_prepare): only the forking thread exists. */
 void hs_drain_after_fork_child(void) {
+    /* the parent drains what it recorded: the child's copies of its segments go */
     hs_segment *s = seg_head;
     while (s) {
         hs_segment *next = s->next;
-        seg_free(s);
+        hs_block_discard_ref(s->block);
+        free(s);
         s = next;
     }
     seg_head = seg_tail = NULL;
     seg_bytes = seg_spans = seg_count = 0;
+    while (graveyard) {
+        hs_thread_info *next = graveyard->next;
+        free(graveyard->name);
+        free(graveyard);
+        graveyard = next;
+    }
     free(used_pairs);
     used_pairs = NULL;
     used_pairs_words = 0;
@@ -424,492 +303,44 @@ void hs_drain_after_fork_child(void) {
     hs_registry_after_fork_child();
 }
 
-/* ---- column buffers -------------------------------------------------------------------- */
-
-/* Columns are written once, then owned by Arrow until the table goes. Fresh pages cost a
- * fault and a zeroing each (as much as the conversion itself at 90 bytes a span), so large
- * buffers are whole 2 MiB mappings, and freed ones are kept in a small pool (128 MiB) for
- * the next drain. (Advising them as huge pages made the first drain twice as slow here:
- * the kernel compacts memory on the fault.) A 64-byte header before the data says how the
- * buffer was allocated. */
-
-#define BUF_HEADER 64
-#define BUF_LARGE (1u << 20)
-#define BUF_HUGE (2u << 20)
-#define BUF_POOL_MAX (128ull << 20)
-#define BUF_POOL_SLOTS 64
-
-typedef struct { uint64_t size; uint64_t kind; } buf_header;
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *pool_ptr[BUF_POOL_SLOTS];
-static uint64_t pool_size[BUF_POOL_SLOTS];
-static uint32_t pool_count = 0;
-static uint64_t pool_bytes = 0;
-
-void *hs_buf_alloc(size_t bytes) {
-    uint64_t total = (uint64_t)bytes + BUF_HEADER;
-    char *base = NULL;
-    buf_header h;
-    if (total < BUF_LARGE) {
-        total = (total + 63) & ~63ull;
-        base = aligned_alloc(64, total);
-        if (!base) return NULL;
-        h.size = total;
-        h.kind = 0;
-    } else {
-        total = (total + BUF_HUGE - 1) & ~(uint64_t)(BUF_HUGE - 1);
-        pthread_mutex_lock(&pool_lock);
-        for (uint32_t i = 0; i < pool_count; i++) {
-            if (pool_size[i] == total) {
-                base = pool_ptr[i];
-                pool_bytes -= total;
-                pool_ptr[i] = pool_ptr[--pool_count];
-                pool_size[i] = pool_size[pool_count];
-                break;
-            }
-        }
-        pthread_mutex_unlock(&pool_lock);
-        if (!base) {
-            char *raw = mmap(NULL, total + BUF_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (raw == MAP_FAILED) return NULL;
-            uintptr_t aligned = ((uintptr_t)raw + BUF_HUGE - 1) & ~(uintptr_t)(BUF_HUGE - 1);
-            if (aligned > (uintptr_t)raw) munmap(raw, aligned - (uintptr_t)raw);
-            uintptr_t end = (uintptr_t)raw + total + BUF_HUGE;
-            if (end > aligned + total) munmap((void *)(aligned + total), end - (aligned + total));
-            base = (char *)aligned;
-        }
-        h.size = total;
-        h.kind = 1;
-    }
-    memcpy(base, &h, sizeof h);
-    return base + BUF_HEADER;
-}
-
-void *hs_buf_calloc(size_t bytes) {
-    void *p = hs_buf_alloc(bytes);
-    if (p) memset(p, 0, bytes);
-    return p;
-}
-
-void hs_buf_free(void *p) {
-    if (!p) return;
-    char *base = (char *)p - BUF_HEADER;
-    buf_header h;
-    memcpy(&h, base, sizeof h);
-    if (h.kind == 0) {
-        free(base);
-        return;
-    }
-    pthread_mutex_lock(&pool_lock);
-    if (pool_count < BUF_POOL_SLOTS && pool_bytes + h.size <= BUF_POOL_MAX) {
-        pool_ptr[pool_count] = base;
-        pool_size[pool_count++] = h.size;
-        pool_bytes += h.size;
-        base = NULL;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    if (base) munmap(base, h.size);
-}
-
-/* ---- conversion ---------------------------------------------------------------------- */
-
-static int build_dictionary(const hs_string_snapshot *strs, const uint32_t *ids, uint32_t n, char **blob,
-                            int32_t **offsets) {
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n; i++) total += strs->offsets[ids[i] + 1] - strs->offsets[ids[i]];
-    if (total > INT32_MAX) return -1;
-    *blob = hs_buf_alloc(total ? total : 1);
-    *offsets = hs_buf_alloc(sizeof(int32_t) * (n + 1));
-    if (!*blob || !*offsets) return -1;
-    int32_t at = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t len = strs->offsets[ids[i] + 1] - strs->offsets[ids[i]];
-        (*offsets)[i] = at;
-        memcpy(*blob + at, strs->blob + strs->offsets[ids[i]], len);
-        at += (int32_t)len;
-    }
-    (*offsets)[n] = at;
-    return 0;
-}
-
-/* span_id = rank (16 bits) | thread index (12 bits) | the thread's sequence number + 1
- * (36 bits): unique across the ranks of a run and the forks of a process (a forked child
- * takes thread indices from a block its parent set aside), so merged traces keep a valid
- * tree. Limits: 65536 ranks, 4095 thread indices per process before they wrap (forked
- * children use blocks of HS_FORK_BLOCK), 2^36 spans per thread. */
-#define HS_SEQ_BITS 36
-#define HS_SEQ_MASK ((1ull << HS_SEQ_BITS) - 1)
-
-typedef struct segment_plan {
-    hs_segment *seg;
-    uint64_t row; /* its first row in the batch */
-    int32_t tix;  /* its thread's slot in the thread dictionary */
-} segment_plan;
-
-typedef struct convert_ctx {
-    hs_columns *c;
-    const segment_plan *plan;
-    const hs_clock_seg *clk;
-    uint32_t nclk;
-    const int32_t *pair_name, *pair_cat;
-    uint32_t npairs;
-    int32_t rank;
-    int64_t pid;
-} convert_ctx;
-
-/* The validity and error bitmaps of a part's first and last bytes, when another part
- * shares them (parts split at segment boundaries, not at multiples of 8 rows). */
-typedef struct bitmap_edge {
-    uint64_t byte;
-    uint8_t parent, category, arg, error;
-    int used;
-} bitmap_edge;
-
-typedef struct convert_part {
-    const convert_ctx *ctx;
-    uint64_t seg_from, seg_to;
-    bitmap_edge edges[2];
-} convert_part;
-
-#define PARALLEL_MIN_ROWS 200000u
-
-static void put_bits(hs_columns *c, convert_part *part, uint64_t byte, uint64_t first_row, uint64_t end_row,
-                     uint8_t p, uint8_t cat, uint8_t a, uint8_t e) {
-    /* A byte this part covers in full is its own; an edge byte is merged after the join. */
-    if ((byte << 3) >= first_row && (byte << 3) + 8 <= end_row) {
-        c->parent_valid[byte] = p;
-        c->category_valid[byte] = cat;
-        c->arg_valid[byte] = a;
-        c->error[byte] = e;
-        return;
-    }
-    bitmap_edge *edge = part->edges[0].used && part->edges[0].byte != byte ? &part->edges[1] : &part->edges[0];
-    edge->byte = byte;
-    edge->parent |= p;
-    edge->category |= cat;
-    edge->arg |= a;
-    edge->error |= e;
-    edge->used = 1;
-}
-
-static void merge_edges(hs_columns *c, const convert_part *part, uint64_t rows) {
-    for (int i = 0; i < 2; i++) {
-        const bitmap_edge *edge = &part->edges[i];
-        if (!edge->used || (edge->byte << 3) >= rows) continue;
-        c->parent_valid[edge->byte] |= edge->parent;
-        c->category_valid[edge->byte] |= edge->category;
-        c->arg_valid[edge->byte] |= edge->arg;
-        c->error[edge->byte] |= edge->error;
-    }
-}
-
-/* One pass over the part's segments, every column written in order. Validity bits gather
- * in a register and go out a byte at a time (a read-modify-write per row would chain on
- * one byte). The bitmaps were zeroed, so edge bytes only need OR-ing in afterwards. */
-static void convert_range(convert_part *part) {
-    const convert_ctx *x = part->ctx;
-    hs_columns *c = x->c;
-    if (part->seg_from >= part->seg_to) return;
-    const uint64_t first_row = x->plan[part->seg_from].row;
-    uint64_t end_row = first_row;
-    for (uint64_t k = part->seg_from; k < part->seg_to; k++) end_row += x->plan[k].seg->nspans;
-    uint64_t row = first_row;
-    uint32_t pbits = 0, cbits = 0, abits = 0, ebits = 0;
-    /* Columns in restrict locals: through `c` the compiler must assume each store may
-     * change the pointers and reloads all fifteen every row. */
-    uint64_t *restrict span_id = c->span_id, *restrict parent_id = c->parent_id;
-    int32_t *restrict name_idx = c->name_idx, *restrict category_idx = c->category_idx;
-    int64_t *restrict start_ns = c->start_ns, *restrict end_ns = c->end_ns, *restrict duration_ns = c->duration_ns;
-    int32_t *restrict depth_col = c->depth, *restrict thread_idx = c->thread_idx;
-    int64_t *restrict thread_id = c->thread_id, *restrict arg_col = c->arg;
-    const int32_t *restrict pair_name = x->pair_name, *restrict pair_cat = x->pair_cat;
-    const hs_clock_seg *clk = x->clk;
-    const uint32_t nclk = x->nclk, npairs = x->npairs;
-    const int32_t rank = x->rank;
-    for (uint64_t k = part->seg_from; k < part->seg_to; k++) {
-        const hs_segment *s = x->plan[k].seg;
-        const int32_t tix = x->plan[k].tix;
-        const uint64_t id_base =
-            ((uint64_t)(uint16_t)rank << 48) | ((uint64_t)(s->info->index & HS_THREAD_INDEX_MASK) << HS_SEQ_BITS);
-        const int64_t tid = s->info->tid;
-        uint64_t seq = s->base_seq;
-        for (uint64_t i = 0; i < s->nslots; row++) {
-            const hs_record *r = &s->recs[i];
-            uint32_t flags = hs_rec_flags(r), depth, pair;
-            uint64_t dur, parent_plus1;
-            if (HS_LIKELY(!(flags & HS_F_EXT))) {
-                seq = hs_seq_extend(seq, hs_rec_seq32(r));
-                uint32_t pdelta = hs_rec_pdelta(r);
-                parent_plus1 = pdelta ? seq - pdelta + 1 : 0;
-                dur = hs_rec_dur(r);
-                depth = hs_rec_depth(r);
-                pair = hs_rec_pair(r);
-                i += 1;
-            } else {
-                const hs_record_ext *e = (const hs_record_ext *)&s->recs[i + 1];
-                seq = e->seq;
-                parent_plus1 = e->parent_seq_plus1;
-                dur = e->dur;
-                depth = e->depth;
-                pair = e->pair;
-                i += 2;
-            }
-            if (HS_UNLIKELY(pair >= npairs)) pair = 0;
-            uint32_t bit = (uint32_t)(row & 7);
-            span_id[row] = id_base | ((seq + 1) & HS_SEQ_MASK);
-            parent_id[row] = parent_plus1 ? id_base | (parent_plus1 & HS_SEQ_MASK) : 0;
-            pbits |= (uint32_t)(parent_plus1 != 0) << bit;
-            name_idx[row] = pair_name[pair];
-            int32_t ci = pair_cat[pair];
-            category_idx[row] = ci < 0 ? 0 : ci;
-            cbits |= (uint32_t)(ci >= 0) << bit;
-            int64_t st = hs_clock_convert(clk, nclk, r->start);
-            int64_t en = hs_clock_convert(clk, nclk, r->start + dur);
-            start_ns[row] = st;
-            end_ns[row] = en;
-            duration_ns[row] = en - st;
-            depth_col[row] = (int32_t)depth;
-            thread_id[row] = tid;
-            thread_idx[row] = tix;
-            arg_col[row] = (flags & HS_F_ARG) ? r->arg : 0;
-            abits |= (uint32_t)((flags & HS_F_ARG) != 0) << bit;
-            ebits |= (uint32_t)((flags & HS_F_ERROR) != 0) << bit;
-            if (bit == 7) {
-                put_bits(c, part, row >> 3, first_row, end_row, (uint8_t)pbits, (uint8_t)cbits, (uint8_t)abits,
-                         (uint8_t)ebits);
-                pbits = cbits = abits = ebits = 0;
-            }
-        }
-    }
-    if (row & 7)
-        put_bits(c, part, row >> 3, first_row, end_row, (uint8_t)pbits, (uint8_t)cbits, (uint8_t)abits,
-                 (uint8_t)ebits);
-}
-
-static void *convert_thread(void *arg) {
-    convert_range(arg);
-    return NULL;
-}
-
-/* A pair's dictionary indices (name, category path), first seen first. */
-typedef struct dictionary_plan {
-    hs_columns *c;
-    const hs_pair *pairs;
-    uint32_t npairs;
-    int32_t *pair_name, *pair_cat, *str_name_idx, *str_cat_idx;
-    uint32_t *name_ids, *cat_ids;
-} dictionary_plan;
-
-static void plan_pair(dictionary_plan *p, uint32_t pair) {
-    if (pair >= p->npairs || p->pair_name[pair] != -2) return; /* out of range cannot happen */
-    uint32_t nm = p->pairs[pair].name, pt = p->pairs[pair].path;
-    if (p->str_name_idx[nm] < 0) {
-        p->str_name_idx[nm] = (int32_t)p->c->n_names;
-        p->name_ids[p->c->n_names++] = nm;
-    }
-    p->pair_name[pair] = p->str_name_idx[nm];
-    if (pt && p->str_cat_idx[pt] < 0) {
-        p->str_cat_idx[pt] = (int32_t)p->c->n_categories;
-        p->cat_ids[p->c->n_categories++] = pt;
-    }
-    p->pair_cat[pair] = pt ? p->str_cat_idx[pt] : -1;
-}
-
-int hs_drain_collect(hs_columns *c, int32_t rank) {
-    memset(c, 0, sizeof(*c));
+void hs_drain_take(hs_drain_batch *out) {
     pthread_mutex_lock(&drain_lock);
     sweep_locked();
-    hs_segment *segs = seg_head;
-    uint64_t n = seg_spans;
+    out->segs = seg_head;
+    out->spans = seg_spans;
     seg_head = seg_tail = NULL;
     seg_bytes = seg_spans = seg_count = 0;
-    uint64_t *used = used_pairs;
-    uint32_t used_words = used_pairs_words;
-    int used_incomplete = used_pairs_incomplete || (!used && n);
+    out->used_pairs = used_pairs;
+    out->used_words = used_pairs_words;
+    out->used_incomplete = used_pairs_incomplete || (!used_pairs && out->spans);
     used_pairs = NULL;
     used_pairs_words = 0;
     used_pairs_incomplete = 0;
+    /* Every segment of a graveyard info is in this batch (its chain is gone): the infos go
+     * with the batch. While the live log is on, its queue may still point at them. */
+    out->dead = NULL;
+    if (!atomic_load_explicit(&hs_live_on, memory_order_relaxed)) {
+        out->dead = graveyard;
+        graveyard = NULL;
+    }
     pthread_mutex_unlock(&drain_lock);
-
-    int rc = -1;
-    hs_clock_seg *clk = NULL;
-    uint32_t nclk = hs_clock_snapshot(&clk);
-    hs_pair *pairs = NULL;
-    uint32_t npairs = hs_intern_pairs_snapshot(&pairs);
-    hs_string_snapshot strs = {0};
-    int32_t *pair_name = NULL, *pair_cat = NULL, *str_name_idx = NULL, *str_cat_idx = NULL;
-    uint32_t *name_ids = NULL, *cat_ids = NULL;
-    hs_thread_info **tinfos = NULL;
-    segment_plan *plan = NULL;
-    if (!nclk || !pairs || hs_intern_strings_snapshot(&strs) < 0) goto fail;
-
-    c->n = n;
-    size_t rows = n ? n : 1, bits = (rows + 7) / 8;
-    c->span_id = hs_buf_alloc(rows * 8);
-    c->parent_id = hs_buf_alloc(rows * 8);
-    c->parent_valid = hs_buf_calloc(bits);
-    c->name_idx = hs_buf_alloc(rows * 4);
-    c->category_idx = hs_buf_alloc(rows * 4);
-    c->category_valid = hs_buf_calloc(bits);
-    c->start_ns = hs_buf_alloc(rows * 8);
-    c->end_ns = hs_buf_alloc(rows * 8);
-    c->duration_ns = hs_buf_alloc(rows * 8);
-    c->depth = hs_buf_alloc(rows * 4);
-    c->thread_id = hs_buf_alloc(rows * 8);
-    c->thread_idx = hs_buf_alloc(rows * 4);
-    c->arg = hs_buf_alloc(rows * 8);
-    c->arg_valid = hs_buf_calloc(bits);
-    c->error = hs_buf_calloc(bits);
-    /* Dictionaries hold only what this batch uses, in first-use order. */
-    pair_name = malloc(sizeof(int32_t) * (npairs ? npairs : 1));
-    pair_cat = malloc(sizeof(int32_t) * (npairs ? npairs : 1));
-    str_name_idx = malloc(sizeof(int32_t) * strs.count);
-    str_cat_idx = malloc(sizeof(int32_t) * strs.count);
-    name_ids = malloc(sizeof(uint32_t) * strs.count);
-    cat_ids = malloc(sizeof(uint32_t) * strs.count);
-    if (!c->span_id || !c->parent_id || !c->parent_valid || !c->name_idx || !c->category_idx ||
-        !c->category_valid || !c->start_ns || !c->end_ns || !c->duration_ns || !c->depth || !c->thread_id ||
-        !c->thread_idx || !c->arg || !c->arg_valid || !c->error || !pair_name || !pair_cat || !str_name_idx ||
-        !str_cat_idx || !name_ids || !cat_ids)
-        goto fail;
-    for (uint32_t i = 0; i < npairs; i++) pair_name[i] = pair_cat[i] = -2; /* -2: not seen yet */
-    for (uint32_t i = 0; i < strs.count; i++) str_name_idx[i] = str_cat_idx[i] = -1;
-
-    uint32_t tcap = 16;
-    tinfos = malloc(sizeof(*tinfos) * tcap);
-    if (!tinfos) goto fail;
-
-    /* Plan, in one cheap pass: each segment's first row and thread slot, and every pair's
-     * dictionary indices (only what this batch uses, in first-use order). */
-    uint64_t nsegs = 0;
-    for (hs_segment *s = segs; s; s = s->next) nsegs++;
-    plan = malloc(sizeof(*plan) * (nsegs ? nsegs : 1));
-    if (!plan) goto fail;
-    uint64_t row = 0, k = 0;
-    for (hs_segment *s = segs; s; s = s->next, k++) {
-        int32_t tix = -1;
-        for (uint32_t t = 0; t < c->n_threads; t++)
-            if (tinfos[t] == s->info) tix = (int32_t)t;
-        if (tix < 0) {
-            if (c->n_threads == tcap) {
-                tcap *= 2;
-                hs_thread_info **nt = realloc(tinfos, sizeof(*tinfos) * tcap);
-                if (!nt) goto fail;
-                tinfos = nt;
-            }
-            tix = (int32_t)c->n_threads;
-            tinfos[c->n_threads++] = s->info;
-        }
-        plan[k].seg = s;
-        plan[k].row = row;
-        plan[k].tix = tix;
-        row += s->nspans;
-    }
-    /* Dictionaries: only the pairs these segments use (marked as the drain side walked
-     * them), in pair order; if a mark was lost (the bitmap could not grow: out of memory),
-     * by reading the records. */
-    dictionary_plan dp = {c, pairs, npairs, pair_name, pair_cat, str_name_idx, str_cat_idx, name_ids, cat_ids};
-    for (uint32_t w = 0; w < used_words; w++)
-        for (uint64_t bits = used[w]; bits; bits &= bits - 1) plan_pair(&dp, w * 64 + (uint32_t)__builtin_ctzll(bits));
-    if (used_incomplete) {
-        for (hs_segment *s = segs; s; s = s->next)
-            for (uint64_t i = 0; i < s->nslots;) {
-                const hs_record *r = &s->recs[i];
-                uint32_t pair = hs_rec_pair(r);
-                if (hs_rec_flags(r) & HS_F_EXT) {
-                    const hs_record_ext *x = (const hs_record_ext *)(const void *)&s->recs[i + 1];
-                    pair = x->pair;
-                    i += 2;
-                } else {
-                    i += 1;
-                }
-                plan_pair(&dp, pair);
-            }
-    }
-
-    /* Convert: large batches in two halves on two threads (split at a segment boundary),
-     * small ones here. */
-    convert_ctx ctx = {c, plan, clk, nclk, pair_name, pair_cat, npairs, rank, (int64_t)getpid()};
-    uint64_t split = nsegs;
-    if (row >= PARALLEL_MIN_ROWS && nsegs >= 2) {
-        split = 1;
-        while (split < nsegs - 1 && plan[split].row < row / 2) split++;
-    }
-    convert_part second = {&ctx, split, nsegs, {{0}}};
-    pthread_t helper;
-    int threaded = split < nsegs && pthread_create(&helper, NULL, convert_thread, &second) == 0;
-    convert_part first = {&ctx, 0, threaded ? split : nsegs, {{0}}};
-    convert_range(&first);
-    if (threaded) pthread_join(helper, NULL);
-    merge_edges(c, &first, row);
-    if (threaded) merge_edges(c, &second, row);
-    c->n = row;
-    if (build_dictionary(&strs, name_ids, c->n_names, &c->names_blob, &c->names_offsets) < 0) goto fail;
-    if (build_dictionary(&strs, cat_ids, c->n_categories, &c->categories_blob, &c->categories_offsets) < 0)
-        goto fail;
-
-    /* thread rows: names and cumulative drops, under the registry lock */
-    hs_registry_lock();
-    c->threads = calloc(c->n_threads ? c->n_threads : 1, sizeof(hs_thread_row));
-    uint32_t nall = 0;
-    for (hs_thread_info *i = hs_registry_infos(); i; i = i->next) nall++;
-    c->all_threads = calloc(nall ? nall : 1, sizeof(hs_thread_row));
-    if (c->threads && c->all_threads) {
-        for (uint32_t k = 0; k < c->n_threads; k++) {
-            c->threads[k].tid = tinfos[k]->tid;
-            c->threads[k].name = strdup(tinfos[k]->name ? tinfos[k]->name : "");
-        }
-        for (hs_thread_info *i = hs_registry_infos(); i; i = i->next) {
-            hs_thread_row *t = &c->all_threads[c->n_all_threads++];
-            t->tid = i->tid;
-            t->name = strdup(i->name ? i->name : "");
-            t->dropped = atomic_load(&i->dropped_full) + atomic_load(&i->dropped_other);
-        }
-    }
-    hs_registry_unlock();
-    if (!c->threads || !c->all_threads) goto fail;
-    rc = 0;
-fail:
-    if (rc < 0) {
-        /* Out of memory while converting: what was taken is lost, so it is counted. */
-        for (hs_segment *s = segs; s; s = s->next)
-            atomic_fetch_add_explicit(&s->info->dropped_other, s->nspans, memory_order_relaxed);
-    }
-    while (segs) {
-        hs_segment *next = segs->next;
-        seg_free(segs);
-        segs = next;
-    }
-    free(clk);
-    free(pairs);
-    hs_string_snapshot_free(&strs);
-    free(pair_name);
-    free(pair_cat);
-    free(str_name_idx);
-    free(str_cat_idx);
-    free(name_ids);
-    free(cat_ids);
-    free(tinfos);
-    free(plan);
-    free(used);
-    if (rc < 0) hs_columns_free(c);
-    return rc;
 }
 
-void hs_columns_free(hs_columns *c) {
-    void *bufs[] = {c->span_id, c->parent_id, c->parent_valid, c->name_idx, c->category_idx, c->category_valid,
-                    c->start_ns, c->end_ns, c->duration_ns, c->depth, c->thread_id, c->thread_idx,
-                    c->arg, c->arg_valid, c->error};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hs_buf_free(bufs[i]);
-    hs_buf_free(c->names_blob);
-    hs_buf_free(c->names_offsets);
-    hs_buf_free(c->categories_blob);
-    hs_buf_free(c->categories_offsets);
-    if (c->threads)
-        for (uint32_t k = 0; k < c->n_threads; k++) free(c->threads[k].name);
-    if (c->all_threads)
-        for (uint32_t k = 0; k < c->n_all_threads; k++) free(c->all_threads[k].name);
-    free(c->threads);
-    free(c->all_threads);
-    memset(c, 0, sizeof(*c));
+void hs_drain_release(hs_drain_batch *batch) {
+    pthread_mutex_lock(&drain_lock); /* block references are the drain side's */
+    hs_segment *s = batch->segs;
+    while (s) {
+        hs_segment *next = s->next;
+        hs_block_unref(s->block);
+        free(s);
+        s = next;
+    }
+    pthread_mutex_unlock(&drain_lock);
+    batch->segs = NULL;
+    while (batch->dead) {
+        hs_thread_info *next = batch->dead->next;
+        free(batch->dead->name);
+        free(batch->dead);
+        batch->dead = next;
+    }
 }

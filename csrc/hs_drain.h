@@ -1,4 +1,4 @@
-/* hs_drain: the native drain thread and the columnar conversion.
+/* hs_drain: the native drain thread (hs_drain.c) and the columnar conversion (hs_columns.c).
  *
  * The drain thread never takes the GIL: it moves records from every ring into segments
  * (32 bytes a span, plus a small header a batch) so recording threads never wait on
@@ -19,7 +19,8 @@ extern "C" {
 typedef struct hs_thread_row {
     int64_t tid;
     char *name;       /* malloc'd copy */
-    uint64_t dropped; /* cumulative */
+    uint64_t dropped;     /* cumulative, every cause */
+    uint64_t dropped_cap; /* of which at the memory cap */
 } hs_thread_row;
 
 typedef struct hs_columns {
@@ -46,9 +47,36 @@ typedef struct hs_columns {
     int32_t *names_offsets, *categories_offsets;
     uint32_t n_threads;    /* threads that have rows in this batch */
     hs_thread_row *threads;
-    uint32_t n_all_threads; /* every thread seen in this process, for drop accounting */
+    uint32_t n_all_threads; /* threads of this process, for drop accounting: every live one,
+                               and the exited ones that dropped spans */
     hs_thread_row *all_threads;
+    uint64_t id_base;       /* this process's span id base */
 } hs_columns;
+
+/* Records taken off a thread's chain, left in place in their block, waiting for drain(). */
+typedef struct hs_segment {
+    struct hs_segment *next;
+    hs_thread_info *info;
+    hs_block *block;       /* holds a reference (drain lock) */
+    const hs_record *recs; /* in block */
+    uint64_t base_seq;     /* info->drain_seq before this segment's first record */
+    uint64_t nslots;
+    uint64_t nspans;
+} hs_segment;
+
+/* What drain() takes from the drain side at once: every segment, and the pairs they use. */
+typedef struct hs_drain_batch {
+    hs_segment *segs;
+    uint64_t spans;
+    uint64_t *used_pairs; /* bitmap (malloc'd): pairs the segments use */
+    uint32_t used_words;
+    int used_incomplete;  /* a mark was lost: read the records for the pairs */
+    hs_thread_info *dead; /* exited threads' infos, freed with the batch */
+} hs_drain_batch;
+/* Sweep, then take every segment (drain lock taken inside). */
+void hs_drain_take(hs_drain_batch *out);
+/* Give the batch back once converted (blocks to the pool, dead infos freed). */
+void hs_drain_release(hs_drain_batch *batch);
 
 /* Start the drain thread if this process has none (after fork, or at first use). */
 void hs_drainer_ensure(void);

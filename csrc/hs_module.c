@@ -1,11 +1,7 @@
-/* hs_module: the Python glue of hotspan._native, the one compiled module that owns all
- * shared state (rings, registry, intern tables live in the C files beside it).
- *
- * Speed notes (3.11, measured in benchmarks/bench_overhead.py):
- * - `with` costs a bound-method lookup per __enter__/__exit__ whatever we do; we keep each
- *   to one METH_FASTCALL C call (METH_NOARGS costs ~9 ns more) and allocate nothing.
- * - a literal `hotspan.span("x", "c")` goes through the type's vectorcall and a
- *   pointer-keyed cache of interned sites, so it never hashes or encodes the strings.
+/* hs_module: the cold Python glue of hotspan._native, the one compiled module that owns all
+ * shared state (rings, registry, intern tables live in the C files beside it): configuration,
+ * drain, clock, hooks, the live feed, the C API capsule and module init. The hot types a
+ * span goes through (span, traced_function, begin/end/instant) are in hs_types.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -15,526 +11,8 @@
 
 #include "hs_live.h"
 #include "hs_recorder.h"
+#include "hs_types.h"
 #include "include/hotspan.h"
-
-#ifdef Py_GIL_DISABLED
-static PyMutex lit_mutex;
-#define LIT_LOCK() PyMutex_Lock(&lit_mutex)
-#define LIT_UNLOCK() PyMutex_Unlock(&lit_mutex)
-#else
-#define LIT_LOCK()
-#define LIT_UNLOCK()
-#endif
-
-/* ---- sites from Python strings -------------------------------------------------------- */
-
-/* Direct-mapped, keyed by the str objects' addresses. An entry owns references to its
- * keys, so an address in the cache always is that very string; only str objects ever get
- * in, so a hit needs no type checks. An entry also holds the span object for those
- * strings with no arg: spans are immutable and their nesting lives with the thread, so a
- * literal `with hotspan.span("x", "c"):` can hand back that one object instead of
- * allocating (and freeing) one per iteration. */
-typedef struct {
-    PyObject *name;
-    PyObject *category; /* NULL: none */
-    hs_site *site;
-    PyObject *span;     /* span(name, category) with no arg */
-} lit_entry;
-#define LIT_SIZE 2048
-static lit_entry lit_cache[LIT_SIZE];
-
-static inline lit_entry *lit_slot(PyObject *name, PyObject *category) {
-    size_t h = (((uintptr_t)name >> 4) ^ (((uintptr_t)category >> 4) * 0x9e3779b1u)) & (LIT_SIZE - 1);
-    return &lit_cache[h];
-}
-
-static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
-                                 PyObject *arg_obj);
-
-/* name: a str; category: a str or NULL. Returns the (borrowed) entry, or NULL with an
- * exception set. */
-static lit_entry *lit_fill(PyObject *name, PyObject *category) {
-    Py_ssize_t nlen, clen = 0;
-    const char *n = PyUnicode_AsUTF8AndSize(name, &nlen);
-    if (!n) return NULL;
-    const char *c = NULL;
-    if (category) {
-        c = PyUnicode_AsUTF8AndSize(category, &clen);
-        if (!c) return NULL;
-    }
-    hs_site *site = hs_site_create(n, (size_t)nlen, c, (size_t)clen);
-    if (!site) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    PyObject *obj = span_new_object(site, name, category, 0, 0, NULL);
-    if (!obj) return NULL;
-    lit_entry *e = lit_slot(name, category);
-    Py_INCREF(name);
-    Py_XINCREF(category);
-    LIT_LOCK();
-    PyObject *old_name = e->name, *old_category = e->category, *old_span = e->span;
-    e->name = name;
-    e->category = category;
-    e->site = site;
-    e->span = obj;
-    LIT_UNLOCK();
-    Py_XDECREF(old_name);
-    Py_XDECREF(old_category);
-    Py_XDECREF(old_span);
-    return e;
-}
-
-#ifdef Py_GIL_DISABLED
-/* Free-threaded: copy the entry out under the lock. */
-static int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
-    lit_entry *e = lit_slot(name, category);
-    int hit = 0;
-    LIT_LOCK();
-    if (e->name == name && e->category == category && e->site) {
-        *site = e->site;
-        if (span) *span = Py_NewRef(e->span);
-        hit = 1;
-    }
-    LIT_UNLOCK();
-    if (hit) return 0;
-    if (!lit_fill(name, category)) return -1;
-    return lit_get(name, category, site, span);
-}
-#else
-/* With the GIL nothing changes an entry between the check and the use. */
-static inline int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
-    lit_entry *e = lit_slot(name, category);
-    if (HS_UNLIKELY(e->name != name || e->category != category || !e->site)) {
-        e = lit_fill(name, category);
-        if (!e) return -1;
-    }
-    *site = e->site;
-    if (span) *span = Py_NewRef(e->span);
-    return 0;
-}
-#endif
-
-static hs_site *site_for(PyObject *name, PyObject *category) {
-    hs_site *site;
-    return lit_get(name, category, &site, NULL) < 0 ? NULL : site;
-}
-
-/* ---- argument checks ------------------------------------------------------------------ */
-
-typedef struct {
-    PyObject *name;
-    PyObject *category; /* NULL: none */
-    int64_t arg;
-    uint32_t flags;
-    PyObject *arg_obj; /* borrowed; NULL: none */
-} span_args;
-
-static int check_span_args(const char *fn, PyObject *name, PyObject *category, PyObject *arg, span_args *out) {
-    if (!name) {
-        PyErr_Format(PyExc_TypeError, "%s() missing required argument 'name'", fn);
-        return -1;
-    }
-    if (!PyUnicode_Check(name)) {
-        PyErr_Format(PyExc_TypeError, "%s(): name must be a str, not %.100s", fn, Py_TYPE(name)->tp_name);
-        return -1;
-    }
-    if (category == Py_None) category = NULL;
-    if (category && !PyUnicode_Check(category)) {
-        PyErr_Format(PyExc_TypeError, "%s(): category must be a str or None, not %.100s", fn,
-                     Py_TYPE(category)->tp_name);
-        return -1;
-    }
-    out->name = name;
-    out->category = category;
-    out->arg = 0;
-    out->flags = 0;
-    out->arg_obj = NULL;
-    if (arg && arg != Py_None) {
-        if (!PyLong_Check(arg)) {
-            PyErr_Format(PyExc_TypeError, "%s(): arg must be an int or None, not %.100s", fn,
-                         Py_TYPE(arg)->tp_name);
-            return -1;
-        }
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
-        if (overflow) {
-            PyErr_Format(PyExc_OverflowError, "%s(): arg does not fit in a signed 64-bit integer", fn);
-            return -1;
-        }
-        if (v == -1 && PyErr_Occurred()) return -1;
-        out->arg = v;
-        out->flags = HS_F_ARG;
-        out->arg_obj = arg;
-    }
-    return 0;
-}
-
-/* (name, category=None, *, arg=None) from a vectorcall. */
-static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                           span_args *out) {
-    PyObject *name = NULL, *category = NULL, *arg = NULL;
-    if (nargs > 2) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most 2 positional arguments (name, category), %zd given",
-                     fn, nargs);
-        return -1;
-    }
-    if (nargs > 0) name = args[0];
-    if (nargs > 1) category = args[1];
-    if (kwnames) {
-        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
-        for (Py_ssize_t i = 0; i < nk; i++) {
-            PyObject *k = PyTuple_GET_ITEM(kwnames, i);
-            PyObject *v = args[nargs + i];
-            PyObject **slot = NULL;
-            if (PyUnicode_CompareWithASCIIString(k, "arg") == 0) slot = &arg;
-            else if (PyUnicode_CompareWithASCIIString(k, "category") == 0) slot = &category;
-            else if (PyUnicode_CompareWithASCIIString(k, "name") == 0) slot = &name;
-            if (!slot) {
-                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, k);
-                return -1;
-            }
-            if (*slot) {
-                PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%U'", fn, k);
-                return -1;
-            }
-            *slot = v;
-        }
-    }
-    return check_span_args(fn, name, category, arg, out);
-}
-
-/* ---- span ----------------------------------------------------------------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    hs_site *site;
-    int64_t arg;
-    uint32_t flags;
-    PyObject *name;
-    PyObject *category; /* NULL: none */
-    PyObject *arg_obj;  /* NULL: none */
-} SpanObject;
-
-typedef struct {
-    PyObject_HEAD
-    hs_site *site;
-    int64_t arg;
-    uint32_t flags;
-    PyObject *func;
-    vectorcallfunc vectorcall;
-    PyObject *dict;
-    PyObject *weakreflist;
-    PyObject *name;
-    PyObject *category;
-} TracedObject;
-
-static PyTypeObject SpanType;
-static PyTypeObject TracedType;
-static PyObject *decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
-static PyObject *thread_name_hook = NULL;
-
-static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
-                                 PyObject *arg_obj) {
-    SpanObject *o = PyObject_New(SpanObject, &SpanType);
-    if (!o) return NULL;
-    o->site = site;
-    o->arg = arg;
-    o->flags = flags;
-    o->name = Py_NewRef(name);
-    o->category = Py_XNewRef(category);
-    o->arg_obj = Py_XNewRef(arg_obj);
-    return (PyObject *)o;
-}
-
-static PyObject *span_make(span_args *a) {
-    hs_site *site;
-    PyObject *shared;
-    if (!a->arg_obj) return lit_get(a->name, a->category, &site, &shared) < 0 ? NULL : shared;
-    if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
-    return span_new_object(site, a->name, a->category, a->arg, a->flags, a->arg_obj);
-}
-
-/* The common call, span("x") or span("x", "c") with strings already in the cache: a
- * pointer compare stands for all the argument checks. */
-static inline lit_entry *lit_hit_positional(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-#ifdef Py_GIL_DISABLED
-    return NULL;
-#else
-    if (kwnames || nargs < 1 || nargs > 2) return NULL;
-    PyObject *category = nargs == 2 && args[1] != Py_None ? args[1] : NULL;
-    lit_entry *e = lit_slot(args[0], category);
-    return e->name == args[0] && e->category == category && e->site ? e : NULL;
-#endif
-}
-
-static PyObject *span_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    (void)type;
-    lit_entry *hit = lit_hit_positional(args, PyVectorcall_NARGS(nargsf), kwnames);
-    if (HS_LIKELY(hit != NULL)) return Py_NewRef(hit->span);
-    span_args a;
-    if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a) < 0) return NULL;
-    return span_make(&a);
-}
-
-static PyObject *span_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"name", "category", "arg", NULL};
-    PyObject *name = NULL, *category = NULL, *arg = NULL;
-    (void)type;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$O:span", kwlist, &name, &category, &arg)) return NULL;
-    span_args a;
-    if (check_span_args("span", name, category, arg, &a) < 0) return NULL;
-    return span_make(&a);
-}
-
-static void span_dealloc(SpanObject *o) {
-    Py_DECREF(o->name);
-    Py_XDECREF(o->category);
-    Py_XDECREF(o->arg_obj);
-    PyObject_Free(o);
-}
-
-static PyObject *span_enter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)args;
-    (void)nargs;
-    SpanObject *s = (SpanObject *)self;
-    hs_enter(s->site, self, s->arg, s->flags);
-    return Py_NewRef(self);
-}
-
-static PyObject *span_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    hs_exit(self, nargs > 0 && args[0] != Py_None);
-    Py_RETURN_FALSE; /* never swallow the exception */
-}
-
-static PyObject *traced_make(hs_site *site, int64_t arg, uint32_t flags, PyObject *func, PyObject *name,
-                             PyObject *category);
-
-static PyObject *span_call(PyObject *self, PyObject *args, PyObject *kwargs) {
-    SpanObject *s = (SpanObject *)self;
-    if ((kwargs && PyDict_GET_SIZE(kwargs)) || PyTuple_GET_SIZE(args) != 1 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(args, 0))) {
-        PyErr_SetString(PyExc_TypeError, "a hotspan.span used as a decorator takes one callable");
-        return NULL;
-    }
-    PyObject *func = PyTuple_GET_ITEM(args, 0);
-    /* Decoration is rare: the package's hook copies __name__/__doc__ and handles async. */
-    if (decorate_hook) return PyObject_CallFunctionObjArgs(decorate_hook, self, func, NULL);
-    return traced_make(s->site, s->arg, s->flags, func, s->name, s->category);
-}
-
-static PyObject *span_repr(SpanObject *s) {
-    if (s->arg_obj)
-        return PyUnicode_FromFormat("hotspan.span(%R, %R, arg=%R)", s->name, s->category ? s->category : Py_None,
-                                    s->arg_obj);
-    return PyUnicode_FromFormat("hotspan.span(%R, %R)", s->name, s->category ? s->category : Py_None);
-}
-
-static PyObject *span_get_name(SpanObject *s, void *c) { (void)c; return Py_NewRef(s->name); }
-static PyObject *span_get_category(SpanObject *s, void *c) {
-    (void)c;
-    return Py_NewRef(s->category ? s->category : Py_None);
-}
-static PyObject *span_get_arg(SpanObject *s, void *c) {
-    (void)c;
-    return Py_NewRef(s->arg_obj ? s->arg_obj : Py_None);
-}
-
-static PyMethodDef span_methods[] = {
-    {"__enter__", (PyCFunction)(void (*)(void))span_enter, METH_FASTCALL, "Open the span on this thread."},
-    {"__exit__", (PyCFunction)(void (*)(void))span_exit, METH_FASTCALL,
-     "Close the span; an exception marks it error=True and propagates."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef span_getset[] = {
-    {"name", (getter)span_get_name, NULL, "The span's name.", NULL},
-    {"category", (getter)span_get_category, NULL, "The span's own category (None: inherit the parent's path).", NULL},
-    {"arg", (getter)span_get_arg, NULL, "The integer payload, or None.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject SpanType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan.span",
-    .tp_basicsize = sizeof(SpanObject),
-    .tp_dealloc = (destructor)span_dealloc,
-    .tp_repr = (reprfunc)span_repr,
-    .tp_call = span_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "span(name, category=None, *, arg=None)\n--\n\n"
-              "A named, timed interval: a context manager (reusable, re-entrant, usable from many\n"
-              "threads at once) and a decorator.",
-    .tp_methods = span_methods,
-    .tp_getset = span_getset,
-    .tp_new = span_new,
-    .tp_vectorcall = span_vectorcall,
-};
-
-/* ---- traced functions ----------------------------------------------------------------- */
-
-static PyObject *traced_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    TracedObject *t = (TracedObject *)self;
-    int open = hs_enter(t->site, self, t->arg, t->flags);
-    PyObject *res = PyObject_Vectorcall(t->func, args, nargsf, kwnames);
-    if (open) hs_exit(self, res == NULL);
-    return res;
-}
-
-static PyObject *traced_make(hs_site *site, int64_t arg, uint32_t flags, PyObject *func, PyObject *name,
-                             PyObject *category) {
-    TracedObject *t = PyObject_GC_New(TracedObject, &TracedType);
-    if (!t) return NULL;
-    t->site = site;
-    t->arg = arg;
-    t->flags = flags;
-    t->func = Py_NewRef(func);
-    t->vectorcall = traced_vectorcall;
-    t->dict = NULL;
-    t->weakreflist = NULL;
-    t->name = Py_NewRef(name);
-    t->category = Py_XNewRef(category);
-    PyObject_GC_Track(t);
-    return (PyObject *)t;
-}
-
-static int traced_traverse(TracedObject *t, visitproc visit, void *arg) {
-    Py_VISIT(t->func);
-    Py_VISIT(t->dict);
-    return 0;
-}
-
-static int traced_clear(TracedObject *t) {
-    Py_CLEAR(t->func);
-    Py_CLEAR(t->dict);
-    return 0;
-}
-
-static void traced_dealloc(TracedObject *t) {
-    PyObject_GC_UnTrack(t);
-    if (t->weakreflist) PyObject_ClearWeakRefs((PyObject *)t);
-    traced_clear(t);
-    Py_XDECREF(t->name);
-    Py_XDECREF(t->category);
-    PyObject_GC_Del(t);
-}
-
-static PyObject *traced_call(PyObject *self, PyObject *args, PyObject *kwargs) {
-    return PyVectorcall_Call(self, args, kwargs);
-}
-
-static PyObject *traced_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
-    (void)type;
-    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
-    return PyMethod_New(self, obj);
-}
-
-static PyObject *traced_repr(TracedObject *t) {
-    return PyUnicode_FromFormat("<hotspan.traced %R of %R>", t->name, t->func);
-}
-
-static PyObject *traced_get_span_name(TracedObject *t, void *c) { (void)c; return Py_NewRef(t->name); }
-static PyObject *traced_get_span_category(TracedObject *t, void *c) {
-    (void)c;
-    return Py_NewRef(t->category ? t->category : Py_None);
-}
-
-static PyGetSetDef traced_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {"span_name", (getter)traced_get_span_name, NULL, "The name its spans are recorded under.", NULL},
-    {"span_category", (getter)traced_get_span_category, NULL, "The category its spans are recorded under.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject TracedType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan.traced_function",
-    .tp_basicsize = sizeof(TracedObject),
-    .tp_dealloc = (destructor)traced_dealloc,
-    .tp_vectorcall_offset = offsetof(TracedObject, vectorcall),
-    .tp_repr = (reprfunc)traced_repr,
-    .tp_call = traced_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "A function recorded as a span on each call (made by hotspan.traced or a span used as a decorator).",
-    .tp_traverse = (traverseproc)traced_traverse,
-    .tp_clear = (inquiry)traced_clear,
-    .tp_weaklistoffset = offsetof(TracedObject, weakreflist),
-    .tp_getset = traced_getset,
-    .tp_descr_get = traced_descr_get,
-    .tp_dictoffset = offsetof(TracedObject, dict),
-};
-
-/* _wrap(func, name, category=None, arg=None): a C traced function (no async check). */
-static PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    (void)mod;
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "_wrap(func, name, category=None, *, arg=None)");
-        return NULL;
-    }
-    PyObject *func = args[0];
-    if (!PyCallable_Check(func)) {
-        PyErr_Format(PyExc_TypeError, "traced(): expected a callable, not %.100s", Py_TYPE(func)->tp_name);
-        return NULL;
-    }
-    span_args a;
-    if (parse_span_args("traced", args + 1, nargs - 1, kwnames, &a) < 0) return NULL;
-    hs_site *site = site_for(a.name, a.category);
-    if (!site) return NULL;
-    return traced_make(site, a.arg, a.flags, func, a.name, a.category);
-}
-
-/* ---- explicit begin / end, instants ----------------------------------------------------- */
-
-static PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    (void)mod;
-    lit_entry *hit = lit_hit_positional(args, nargs, kwnames);
-    if (HS_LIKELY(hit != NULL)) {
-        if (!hs_enter(hit->site, hs_owner_begin, 0, 0)) return PyLong_FromLong(-1);
-        return PyLong_FromLong((long)hs_tls->depth - 1);
-    }
-    span_args a;
-    if (parse_span_args("begin", args, nargs, kwnames, &a) < 0) return NULL;
-    hs_site *site = site_for(a.name, a.category);
-    if (!site) return NULL;
-    if (!hs_enter(site, hs_owner_begin, a.arg, a.flags)) return PyLong_FromLong(-1);
-    /* the token is the frame's depth: a small int, so no allocation for depth < 257 */
-    return PyLong_FromLong((long)hs_tls->depth - 1);
-}
-
-static PyObject *py_end(PyObject *mod, PyObject *tok) {
-    (void)mod;
-    uint64_t end = hs_ticks();
-    if (!PyLong_Check(tok)) {
-        PyErr_Format(PyExc_TypeError, "end(): token must be the int returned by begin(), not %.100s",
-                     Py_TYPE(tok)->tp_name);
-        return NULL;
-    }
-    long k = PyLong_AsLong(tok);
-    if (k == -1 && PyErr_Occurred()) return NULL;
-    if (k < 0) Py_RETURN_NONE; /* begun while recording was off */
-    hs_tstate *t = hs_tls;
-    if (!t || (unsigned long)k >= t->depth || t->stack[k].owner != hs_owner_begin) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "end(): token %ld does not match a span opened by begin() and still open on this thread", k);
-        return NULL;
-    }
-    /* spans opened after it and left open close with it */
-    while (t->depth > (uint32_t)k) hs_close_top(t, end, 0);
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    (void)mod;
-    lit_entry *hit = lit_hit_positional(args, nargs, kwnames);
-    if (HS_LIKELY(hit != NULL)) {
-        hs_instant(hit->site, 0, 0);
-        Py_RETURN_NONE;
-    }
-    span_args a;
-    if (parse_span_args("instant", args, nargs, kwnames, &a) < 0) return NULL;
-    hs_site *site = site_for(a.name, a.category);
-    if (!site) return NULL;
-    hs_instant(site, a.arg, a.flags);
-    Py_RETURN_NONE;
-}
 
 /* ---- switches and configuration ------------------------------------------------------- */
 
@@ -578,9 +56,53 @@ static PyObject *py_configure(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_dropped(PyObject *m, PyObject *a) {
-    (void)m; (void)a;
-    return PyLong_FromUnsignedLongLong(hs_dropped_total());
+/* dropped(detail=False): the total, or {"total", "memory_cap", "other", "threads": {tid:
+ * {"name", "memory_cap", "other"}}} for the threads that dropped any (exited ones too). */
+static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
+    (void)m;
+    static char *kwlist[] = {"detail", NULL};
+    int detail = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:dropped", kwlist, &detail)) return NULL;
+    if (!detail) return PyLong_FromUnsignedLongLong(hs_dropped_total());
+    PyObject *threads = PyDict_New();
+    if (!threads) return NULL;
+    uint64_t cap = 0, other = 0;
+    int bad = 0;
+    hs_registry_lock(); /* one consistent view: totals and rows together */
+    uint32_t nexited = 0;
+    hs_drop_row *exited = hs_registry_exited_drops(&nexited);
+    for (uint32_t k = 0; k < nexited && !bad; k++) {
+        cap += exited[k].cap;
+        other += exited[k].other;
+        PyObject *row = Py_BuildValue("{sssKsK}", "name", exited[k].name ? exited[k].name : "", "memory_cap",
+                                      (unsigned long long)exited[k].cap, "other", (unsigned long long)exited[k].other);
+        PyObject *key = PyLong_FromLongLong(exited[k].tid);
+        if (!row || !key || PyDict_SetItem(threads, key, row) < 0) bad = 1;
+        Py_XDECREF(row);
+        Py_XDECREF(key);
+    }
+    for (hs_thread_info *i = hs_registry_infos(); i && !bad; i = i->next) {
+        uint64_t c = atomic_load(&i->dropped_cap), o = atomic_load(&i->dropped_other);
+        cap += c;
+        other += o;
+        if (!c && !o) continue;
+        PyObject *row = Py_BuildValue("{sssKsK}", "name", i->name ? i->name : "", "memory_cap", (unsigned long long)c,
+                                      "other", (unsigned long long)o);
+        PyObject *key = PyLong_FromLongLong(i->tid);
+        if (!row || !key || PyDict_SetItem(threads, key, row) < 0) bad = 1;
+        Py_XDECREF(row);
+        Py_XDECREF(key);
+    }
+    hs_registry_unlock();
+    if (bad) {
+        Py_DECREF(threads);
+        return NULL;
+    }
+    /* exited threads beyond the kept rows count in the totals only */
+    uint64_t all_cap, all_other;
+    hs_dropped_by_cause(&all_cap, &all_other);
+    return Py_BuildValue("{sKsKsKsN}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
+                         (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads);
 }
 
 /* ---- drain ---------------------------------------------------------------------------- */
@@ -631,7 +153,8 @@ static PyObject *thread_rows(hs_thread_row *rows, uint32_t n, int with_dropped) 
     if (!list) return NULL;
     for (uint32_t i = 0; i < n; i++) {
         PyObject *row = with_dropped
-                            ? Py_BuildValue("(Lsk)", (long long)rows[i].tid, rows[i].name, (unsigned long)rows[i].dropped)
+                            ? Py_BuildValue("(LsKK)", (long long)rows[i].tid, rows[i].name,
+                                            (unsigned long long)rows[i].dropped, (unsigned long long)rows[i].dropped_cap)
                             : Py_BuildValue("(Ls)", (long long)rows[i].tid, rows[i].name);
         if (!row) {
             Py_DECREF(list);
@@ -720,6 +243,7 @@ static PyObject *py_drain(PyObject *m, PyObject *rank_obj) {
         {"n_categories", PyLong_FromUnsignedLong(c.n_categories)},
         {"threads", thread_rows(c.threads, c.n_threads, 0)},
         {"all_threads", thread_rows(c.all_threads, c.n_all_threads, 1)},
+        {"id_base", PyLong_FromUnsignedLongLong(c.id_base)},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
@@ -739,7 +263,8 @@ static PyObject *py_pending(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     uint64_t bytes, spans, segments;
     hs_drain_pending(&bytes, &spans, &segments);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsN}", "bytes", (unsigned long long)bytes, "spans", (unsigned long long)spans,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsN}", "bytes", (unsigned long long)bytes, "held_bytes",
+                         (unsigned long long)hs_blocks_held_bytes(), "spans", (unsigned long long)spans,
                          "segments", (unsigned long long)segments, "pool_bytes",
                          (unsigned long long)hs_drain_pool_bytes(), "capacity",
                          (unsigned long long)hs_get_capacity(), "memory_cap",
@@ -777,6 +302,8 @@ static PyObject *py_set_real_clock(PyObject *m, PyObject *a) {
 
 /* ---- hooks ---------------------------------------------------------------------------- */
 
+static PyObject *thread_name_hook = NULL;
+
 static char *call_thread_name_hook(void) {
     if (!thread_name_hook || !PyGILState_Check()) return NULL;
     PyObject *type, *value, *tb;
@@ -798,7 +325,7 @@ static PyObject *py_set_hooks(PyObject *m, PyObject *args) {
     PyObject *name_hook, *deco_hook;
     if (!PyArg_ParseTuple(args, "OO:_set_hooks", &name_hook, &deco_hook)) return NULL;
     Py_XSETREF(thread_name_hook, name_hook == Py_None ? NULL : Py_NewRef(name_hook));
-    Py_XSETREF(decorate_hook, deco_hook == Py_None ? NULL : Py_NewRef(deco_hook));
+    Py_XSETREF(hs_decorate_hook, deco_hook == Py_None ? NULL : Py_NewRef(deco_hook));
     hs_thread_name_hook = call_thread_name_hook;
     Py_RETURN_NONE;
 }
@@ -818,6 +345,13 @@ static PyObject *py_live_start(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "KI:_live_start", &min_ticks, &capacity)) return NULL;
     if (hs_live_start(min_ticks, capacity) < 0) return PyErr_NoMemory();
     hs_drainer_ensure();
+    Py_RETURN_NONE;
+}
+
+/* Hand the pooled blocks back to the system now (tests: an exact budget under the cap). */
+static PyObject *py_trim(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    hs_pool_trim();
     Py_RETURN_NONE;
 }
 
@@ -914,31 +448,6 @@ done:
     return out;
 }
 
-/* ---- the benchmark floor -------------------------------------------------------------- */
-
-/* A context manager whose __enter__/__exit__ do nothing, built exactly like span's
- * (METH_FASTCALL, no allocation): what `with` itself costs, the floor benchmarks race. */
-static PyObject *noop_enter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)args; (void)nargs;
-    return Py_NewRef(self);
-}
-static PyObject *noop_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self; (void)args; (void)nargs;
-    Py_RETURN_FALSE;
-}
-static PyMethodDef noop_methods[] = {
-    {"__enter__", (PyCFunction)(void (*)(void))noop_enter, METH_FASTCALL, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))noop_exit, METH_FASTCALL, NULL},
-    {NULL, NULL, 0, NULL},
-};
-static PyTypeObject NoopType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native.NoopContext",
-    .tp_basicsize = sizeof(PyObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A no-op C context manager: the benchmark floor.",
-    .tp_methods = noop_methods,
-    .tp_new = PyType_GenericNew,
-};
 
 /* ---- the C API capsule ----------------------------------------------------------------- */
 
@@ -968,7 +477,9 @@ static PyMethodDef module_methods[] = {
     {"disable", py_disable, METH_NOARGS, "disable()\n--\n\nTurn recording off."},
     {"enabled", py_enabled, METH_NOARGS, "enabled() -> bool\n--\n\nWhether recording is on."},
     {"set_thread_name", py_set_thread_name, METH_O, "set_thread_name(name)\n--\n\nName the calling thread in traces."},
-    {"dropped", py_dropped, METH_NOARGS, "dropped() -> int\n--\n\nSpans dropped so far in this process, exactly."},
+    {"dropped", (PyCFunction)(void (*)(void))py_dropped, METH_VARARGS | METH_KEYWORDS,
+     "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
+     "total, how many at the memory cap and how many for other causes, and the same per thread."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},
     {"_drain", py_drain, METH_O, NULL},
@@ -981,6 +492,7 @@ static PyMethodDef module_methods[] = {
     {"_live_start", py_live_start, METH_VARARGS, NULL},
     {"_live_stop", py_live_stop, METH_NOARGS, NULL},
     {"_sweep", py_sweep, METH_NOARGS, NULL},
+    {"_trim", py_trim, METH_NOARGS, NULL},
     {"_live_take", py_live_take, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };

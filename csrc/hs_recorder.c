@@ -81,6 +81,21 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair) {
     return 0;
 }
 
+/* Out of line: the current block is full. A fresh one from the pool (or allocated under
+ * the memory cap); at the cap the record is dropped and counted as such (the owning
+ * thread is the counter's only writer: no read-modify-write needed). */
+__attribute__((noinline)) hs_record *hs_push_switch(hs_tstate *t, uint64_t n) {
+    int rc = hs_writer_switch(t->chain, &t->w);
+    if (HS_LIKELY(rc == HS_SWITCH_OK)) return hs_writer_reserve(&t->w, n);
+    if (rc == HS_SWITCH_CAP)
+        atomic_store_explicit(&t->info->dropped_cap,
+                              atomic_load_explicit(&t->info->dropped_cap, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    else
+        hs_count_drop(t);
+    return NULL;
+}
+
 void hs_count_drop(hs_tstate *t) {
     atomic_fetch_add_explicit(&t->info->dropped_other, 1, memory_order_relaxed);
 }

@@ -1,7 +1,9 @@
 /* hs_recorder: the hot path. Enter pushes a frame on the thread's own stack; exit pops
- * it and writes one 32-byte record into the thread's ring. No lock, no allocation, no
- * Python: a thread's first span (registration), a stack deeper than ever before, and a
- * site's first use under a new parent path are the only slow paths, each once.
+ * it and writes one 32-byte record into the thread's current block. No lock, no
+ * allocation, no Python: a thread's first span (registration), a stack deeper than ever
+ * before, and a site's first use under a new parent path are slow paths taken once; a
+ * full block (one CAS on the block pool) and a used-up id range (one atomic add) are taken
+ * once every block or 2^20 spans.
  *
  * Free of Python.h.
  */
@@ -31,6 +33,7 @@ extern const char hs_owner_native[1];
 int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair);
 void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error);
 void hs_count_drop(hs_tstate *t);
+hs_record *hs_push_switch(hs_tstate *t, uint64_t n);
 
 HS_HOT hs_tstate *hs_tstate_get(void) {
     hs_tstate *t = hs_tls;
@@ -73,7 +76,10 @@ HS_HOT int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) 
     f->owner = owner;
     f->arg = arg;
     f->flags = flags;
-    f->seq = t->seq++;
+    uint64_t seq = t->seq;
+    if (HS_UNLIKELY(seq == t->seq_end)) seq = hs_seq_refill(t);
+    f->seq = seq;
+    t->seq = seq + 1;
     t->depth = d + 1;
     f->start = hs_ticks(); /* last, so the span measures as little of itself as possible */
     return 1;
@@ -82,29 +88,18 @@ HS_HOT int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) 
 /* Write the record of a frame that has just been popped (depth = its depth). */
 HS_HOT void hs_push(hs_tstate *t, uint64_t start, uint64_t end, uint64_t seq, uint32_t pair,
                            int64_t arg, uint32_t flags, uint32_t depth, uint64_t parent_seq_plus1) {
-    hs_ring *r = t->ring;
-    if (HS_UNLIKELY(t->ring_gen != atomic_load_explicit(&hs_ring_generation, memory_order_relaxed))) {
-        r = hs_ring_renew(t);
-        if (!r) {
-            hs_count_drop(t);
-            return;
-        }
-    }
     uint64_t dur = end > start ? end - start : 0;
     uint64_t pdelta = parent_seq_plus1 ? seq - (parent_seq_plus1 - 1) : 0;
     int64_t jump = (int64_t)(seq - t->last_pushed_seq);
     if (jump < 0) jump = -jump;
     int ext = (dur >> HS_DUR_BITS) | (pair >> HS_PAIR_BITS) | (depth >> HS_DEPTH_BITS) |
               (pdelta >> HS_PDELTA_BITS) | ((uint64_t)jump >= HS_SEQ_WINDOW);
-    uint64_t n = ext ? 2 : 1, pos;
-    if (HS_UNLIKELY(!hs_ring_reserve(r, n, &pos))) {
-        /* full: drop the newest (this one), counted exactly; single writer, so no RMW */
-        atomic_store_explicit(&t->info->dropped_full,
-                              atomic_load_explicit(&t->info->dropped_full, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
-        return;
+    uint64_t n = ext ? 2 : 1;
+    hs_record *rec = hs_writer_reserve(&t->w, n);
+    if (HS_UNLIKELY(!rec)) {
+        rec = hs_push_switch(t, n); /* the block is full: the next one */
+        if (!rec) return;           /* dropped at the memory cap, counted */
     }
-    hs_record *rec = hs_ring_slot(r, pos);
     rec->start = start;
     rec->arg = arg;
     if (HS_LIKELY(!ext)) {
@@ -113,7 +108,7 @@ HS_HOT void hs_push(hs_tstate *t, uint64_t start, uint64_t end, uint64_t seq, ui
     } else {
         rec->w0 = (uint64_t)(flags | HS_F_EXT) << 56;
         rec->w1 = (uint32_t)seq;
-        hs_record_ext *x = (hs_record_ext *)hs_ring_slot(r, pos + 1);
+        hs_record_ext *x = (hs_record_ext *)(rec + 1);
         x->seq = seq;
         x->parent_seq_plus1 = parent_seq_plus1;
         x->dur = dur;
@@ -121,8 +116,7 @@ HS_HOT void hs_push(hs_tstate *t, uint64_t start, uint64_t end, uint64_t seq, ui
         x->pair = pair;
     }
     t->last_pushed_seq = seq;
-    hs_ring_publish(r, pos + n);
-    if (HS_UNLIKELY(hs_ring_wants_wake(r, pos + n))) hs_wake_drainer();
+    hs_writer_publish(&t->w, n);
 }
 
 /* Pop the innermost frame and write its record. */
@@ -156,8 +150,11 @@ HS_HOT void hs_instant(hs_site *s, int64_t arg, uint32_t flags) {
         hs_count_drop(t);
         return;
     }
+    uint64_t seq = t->seq;
+    if (HS_UNLIKELY(seq == t->seq_end)) seq = hs_seq_refill(t);
+    t->seq = seq + 1;
     uint64_t now = hs_ticks();
-    hs_push(t, now, now, t->seq++, pair, arg, flags | HS_F_INSTANT, d, d ? t->stack[d - 1].seq + 1 : 0);
+    hs_push(t, now, now, seq, pair, arg, flags | HS_F_INSTANT, d, d ? t->stack[d - 1].seq + 1 : 0);
 }
 
 /* Sites: interned (name, category); NULL when out of memory. */

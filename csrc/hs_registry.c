@@ -1,4 +1,4 @@
-/* hs_registry: thread registration, ring renewal, thread exit and fork. */
+/* hs_registry: thread registration, span id ranges, thread exit and fork. */
 #define _GNU_SOURCE
 #include "hs_registry.h"
 
@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
+#include <sys/random.h>
 #include <sys/syscall.h>
 #endif
 
@@ -15,35 +17,30 @@
 
 _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec"))) = NULL;
 _Atomic int hs_enabled = 1;
-_Atomic uint64_t hs_ring_generation = 1;
 char *(*hs_thread_name_hook)(void) = NULL;
 
-#define DEFAULT_CAPACITY (1u << 16)          /* 2 MiB of records per thread */
-#define DEFAULT_MEMORY_CAP (64ull << 20)     /* undrained segments */
 #define INITIAL_STACK 64
-
-static _Atomic uint64_t ring_capacity = DEFAULT_CAPACITY;
-static _Atomic uint64_t memory_cap = DEFAULT_MEMORY_CAP;
+#define MAX_EXITED_DROP_ROWS 10000 /* beyond: counted in the totals only */
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static hs_ring *ring_list = NULL, *ring_list_tail = NULL;
+static hs_chain *chain_list = NULL, *chain_list_tail = NULL;
 static hs_thread_info *info_list = NULL, *info_list_tail = NULL;
-static uint32_t next_thread_index = 1;
-static uint32_t fork_block_start = 0; /* the block set aside for the child of a fork in progress */
+/* exited threads whose state is gone: their drops (registry lock) */
+static uint64_t exited_cap = 0, exited_other = 0;
+static hs_drop_row *exited_rows = NULL;
+static uint32_t exited_nrows = 0, exited_rows_cap = 0;
 
-/* registry lock held */
-static uint32_t take_thread_index(void) {
-    uint32_t index = next_thread_index;
-    next_thread_index = next_thread_index % HS_THREAD_INDEX_MASK + 1; /* 1..4095, wrapping */
-    return index;
-}
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
 void hs_registry_lock(void) { pthread_mutex_lock(&registry_lock); }
 void hs_registry_unlock(void) { pthread_mutex_unlock(&registry_lock); }
-hs_ring *hs_registry_rings(void) { return ring_list; }
+hs_chain *hs_registry_chains(void) { return chain_list; }
 hs_thread_info *hs_registry_infos(void) { return info_list; }
+hs_drop_row *hs_registry_exited_drops(uint32_t *n) {
+    *n = exited_nrows;
+    return exited_rows;
+}
 
 static int64_t os_thread_id(void) {
 #if defined(__linux__)
@@ -57,31 +54,77 @@ static int64_t os_thread_id(void) {
 #endif
 }
 
-/* registry lock held */
-static void append_ring(hs_ring *r) {
-    r->next = NULL;
-    if (ring_list_tail) ring_list_tail->next = r;
-    else ring_list = r;
-    ring_list_tail = r;
+/* ---- span ids ------------------------------------------------------------------------------ */
+
+static _Atomic uint64_t id_base = 0;
+static _Atomic uint64_t id_next_range = 0;
+static pthread_once_t id_once = PTHREAD_ONCE_INIT;
+
+static uint64_t random_u64(void) {
+    uint64_t x = 0;
+#if defined(__linux__)
+    if (getrandom(&x, sizeof x, 0) == (ssize_t)sizeof x) return x;
+#endif
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        size_t got = fread(&x, sizeof x, 1, f);
+        fclose(f);
+        if (got == 1) return x;
+    }
+    /* No entropy source: the clock, the pid and an address, mixed (splitmix64). */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 48) ^ (uint64_t)(uintptr_t)&x;
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
 }
 
-void hs_registry_unlink_ring(hs_ring *r) {
-    hs_ring *prev = NULL;
-    for (hs_ring *it = ring_list; it; prev = it, it = it->next) {
-        if (it != r) continue;
-        if (prev) prev->next = it->next;
-        else ring_list = it->next;
-        if (ring_list_tail == it) ring_list_tail = prev;
-        return;
+static void draw_id_base(void) {
+    /* aligned to the range size, so the ranges holding 0 and 2^64 - 1 are whole ranges */
+    atomic_store(&id_base, random_u64() & ~(HS_ID_RANGE - 1));
+    atomic_store(&id_next_range, 0);
+}
+
+uint64_t hs_id_base(void) {
+    pthread_once(&id_once, draw_id_base);
+    return atomic_load(&id_base);
+}
+
+static uint64_t take_id_range(void) {
+    uint64_t base = hs_id_base();
+    for (;;) {
+        uint64_t k = atomic_fetch_add_explicit(&id_next_range, 1, memory_order_relaxed);
+        uint64_t start = base + (k << HS_ID_RANGE_BITS);
+        if (start != 0 && start != (uint64_t)0 - HS_ID_RANGE) return start;
     }
 }
 
-/* Thread exit: the ring is retired, drained and freed by the drain side; the frames
- * still open are lost with the thread (they never completed). */
+uint64_t hs_seq_refill(hs_tstate *t) {
+    uint64_t start = take_id_range();
+    t->seq = start;
+    t->seq_end = start + HS_ID_RANGE;
+    return start;
+}
+
+/* ---- threads ------------------------------------------------------------------------------ */
+
+/* registry lock held */
+static void append_chain(hs_chain *ch) {
+    ch->next = NULL;
+    if (chain_list_tail) chain_list_tail->next = ch;
+    else chain_list = ch;
+    chain_list_tail = ch;
+}
+
+/* Thread exit: the chain is retired; the drain side takes what is left in it, then frees
+ * it and the thread's info. The frames still open are lost with the thread (they never
+ * completed). */
 static void on_thread_exit(void *p) {
     hs_tstate *t = p;
     if (!t) return;
-    atomic_store_explicit(&t->ring->retired, 1, memory_order_release);
+    atomic_store_explicit(&t->chain->retired, 1, memory_order_release);
     atomic_store(&t->info->alive, 0);
     free(t->stack);
     free(t);
@@ -96,13 +139,12 @@ hs_tstate *hs_tstate_register(void) {
     hs_tstate *t = calloc(1, sizeof(*t));
     hs_thread_info *info = calloc(1, sizeof(*info));
     hs_frame *stack = malloc(sizeof(hs_frame) * INITIAL_STACK);
-    uint64_t gen = atomic_load(&hs_ring_generation);
-    hs_ring *ring = hs_ring_create(atomic_load(&ring_capacity));
-    if (!t || !info || !stack || !ring) {
+    hs_chain *chain = hs_chain_create();
+    if (!t || !info || !stack || !chain) {
         free(t);
         free(info);
         free(stack);
-        hs_ring_destroy(ring);
+        free(chain);
         return NULL;
     }
     info->tid = os_thread_id();
@@ -114,19 +156,24 @@ hs_tstate *hs_tstate_register(void) {
         info->name = strdup(buf);
     }
     atomic_init(&info->alive, 1);
+    info->batch_tix = -1;
     t->info = info;
-    t->ring = ring;
-    t->ring_gen = gen;
+    t->chain = chain;
     t->stack = stack;
     t->stack_cap = INITIAL_STACK;
-    ring->owner_info = info;
+    hs_seq_refill(t);
+    t->last_pushed_seq = t->seq;
+    info->drain_seq = t->seq;
+    chain->owner_info = info;
+    /* A first block now, so the first span does not take the slow path; at the cap the
+     * thread has none yet, and its records are dropped (counted) until a block frees up. */
+    hs_writer_switch(chain, &t->w);
 
     pthread_mutex_lock(&registry_lock);
-    info->index = take_thread_index();
     if (info_list_tail) info_list_tail->next = info;
     else info_list = info;
     info_list_tail = info;
-    append_ring(ring);
+    append_chain(chain);
     pthread_mutex_unlock(&registry_lock);
 
     hs_tls = t;
@@ -154,60 +201,88 @@ int hs_stack_grow(hs_tstate *t) {
     return 0;
 }
 
-hs_ring *hs_ring_renew(hs_tstate *t) {
-    uint64_t gen = atomic_load(&hs_ring_generation);
-    hs_ring *ring = hs_ring_create(atomic_load(&ring_capacity));
-    if (!ring) return NULL;
-    ring->owner_info = t->info;
-    hs_ring *old = t->ring;
-    pthread_mutex_lock(&registry_lock);
-    append_ring(ring); /* after the old one: the drain side visits them in this order */
-    pthread_mutex_unlock(&registry_lock);
-    atomic_store_explicit(&old->retired, 1, memory_order_release);
-    t->ring = ring;
-    t->ring_gen = gen;
-    return ring;
+/* registry lock held */
+void hs_registry_retire(hs_chain *ch) {
+    hs_chain *prev = NULL;
+    for (hs_chain *it = chain_list; it; prev = it, it = it->next) {
+        if (it != ch) continue;
+        if (prev) prev->next = it->next;
+        else chain_list = it->next;
+        if (chain_list_tail == it) chain_list_tail = prev;
+        break;
+    }
+    hs_thread_info *info = ch->owner_info;
+    hs_thread_info *iprev = NULL;
+    for (hs_thread_info *it = info_list; it; iprev = it, it = it->next) {
+        if (it != info) continue;
+        if (iprev) iprev->next = it->next;
+        else info_list = it->next;
+        if (info_list_tail == it) info_list_tail = iprev;
+        break;
+    }
+    uint64_t cap = atomic_load(&info->dropped_cap), other = atomic_load(&info->dropped_other);
+    exited_cap += cap;
+    exited_other += other;
+    if ((cap || other) && exited_nrows < MAX_EXITED_DROP_ROWS) {
+        if (exited_nrows == exited_rows_cap) {
+            uint32_t nc = exited_rows_cap ? exited_rows_cap * 2 : 16;
+            hs_drop_row *grown = realloc(exited_rows, sizeof(*grown) * nc);
+            if (grown) {
+                exited_rows = grown;
+                exited_rows_cap = nc;
+            }
+        }
+        if (exited_nrows < exited_rows_cap) {
+            hs_drop_row *row = &exited_rows[exited_nrows++];
+            row->tid = info->tid;
+            row->name = strdup(info->name ? info->name : "");
+            row->cap = cap;
+            row->other = other;
+        }
+    }
+    hs_chain_destroy(ch);
 }
 
 void hs_configure(int64_t capacity, int64_t cap_bytes, int64_t drain_interval_us) {
-    if (capacity > 0) {
-        atomic_store(&ring_capacity, (uint64_t)capacity);
-        /* every thread takes a ring of the new size at its next record */
-        atomic_fetch_add(&hs_ring_generation, 1);
-    }
-    if (cap_bytes > 0) atomic_store(&memory_cap, (uint64_t)cap_bytes);
+    /* every thread takes blocks of the new size from its next switch on */
+    if (capacity > 0) atomic_store(&hs_block_records, (uint64_t)capacity);
+    if (cap_bytes > 0) atomic_store(&hs_memory_cap, (uint64_t)cap_bytes);
     if (drain_interval_us > 0) hs_drain_set_period_us((uint64_t)drain_interval_us);
 }
 
-uint64_t hs_get_capacity(void) { return atomic_load(&ring_capacity); }
-uint64_t hs_get_memory_cap(void) { return atomic_load(&memory_cap); }
+uint64_t hs_get_capacity(void) { return atomic_load(&hs_block_records); }
+uint64_t hs_get_memory_cap(void) { return atomic_load(&hs_memory_cap); }
 
-uint64_t hs_dropped_total(void) {
-    uint64_t total = 0;
+void hs_dropped_by_cause(uint64_t *cap, uint64_t *other) {
     pthread_mutex_lock(&registry_lock);
-    for (hs_thread_info *i = info_list; i; i = i->next)
-        total += atomic_load_explicit(&i->dropped_full, memory_order_relaxed) +
-                 atomic_load_explicit(&i->dropped_other, memory_order_relaxed);
+    uint64_t c = exited_cap, o = exited_other;
+    for (hs_thread_info *i = info_list; i; i = i->next) {
+        c += atomic_load_explicit(&i->dropped_cap, memory_order_relaxed);
+        o += atomic_load_explicit(&i->dropped_other, memory_order_relaxed);
+    }
     pthread_mutex_unlock(&registry_lock);
-    return total;
+    *cap = c;
+    *other = o;
 }
 
-void hs_registry_before_fork(void) {
-    fork_block_start = next_thread_index;
-    for (uint32_t i = 0; i < HS_FORK_BLOCK; i++) take_thread_index();
+uint64_t hs_dropped_total(void) {
+    uint64_t cap, other;
+    hs_dropped_by_cause(&cap, &other);
+    return cap + other;
 }
 
 void hs_registry_after_fork_child(void) {
-    /* Only the forking thread exists now. Its undrained records were the parent's: the
-     * child starts with an empty ring; every other thread's ring and info is dropped. */
+    /* Only the forking thread exists now. Every record not yet drained was the parent's
+     * (the parent drains it): every chain goes, the calling thread's too, and every other
+     * thread's info. */
     hs_tstate *me = hs_tls;
-    hs_ring *r = ring_list;
-    while (r) {
-        hs_ring *next = r->next;
-        if (!me || r != me->ring) hs_ring_destroy(r);
-        r = next;
+    hs_chain *ch = chain_list;
+    while (ch) {
+        hs_chain *next = ch->next;
+        hs_chain_discard(ch);
+        ch = next;
     }
-    ring_list = ring_list_tail = NULL;
+    chain_list = chain_list_tail = NULL;
     hs_thread_info *i = info_list;
     while (i) {
         hs_thread_info *next = i->next;
@@ -218,22 +293,38 @@ void hs_registry_after_fork_child(void) {
         i = next;
     }
     info_list = info_list_tail = NULL;
-    next_thread_index = fork_block_start % HS_THREAD_INDEX_MASK + 1;
-    if (me) {
-        hs_ring *mine = me->ring;
-        atomic_store(&mine->head, 0);
-        atomic_store(&mine->tail, 0);
-        mine->cached_tail = 0;
-        mine->woke_at_tail = 0;
-        append_ring(mine);
-        me->info->next = NULL;
-        me->info->tid = os_thread_id();
-        /* The parent goes on with this thread's index and sequence numbers: the child's
-         * spans take the first index of the block set aside for it. */
-        me->info->index = fork_block_start;
-        atomic_store(&me->info->dropped_full, 0);
-        atomic_store(&me->info->dropped_other, 0);
-        me->info->drain_seq = me->last_pushed_seq;
-        info_list = info_list_tail = me->info;
+    for (uint32_t k = 0; k < exited_nrows; k++) free(exited_rows[k].name);
+    free(exited_rows);
+    exited_rows = NULL;
+    exited_nrows = exited_rows_cap = 0;
+    exited_cap = exited_other = 0;
+    hs_blocks_after_fork_child();
+    /* A fresh id base: the child's ids never meet the parent's, nor a sibling's. (The once
+     * first, so that a base the parent never drew is not drawn again over this one.) */
+    pthread_once(&id_once, draw_id_base);
+    draw_id_base();
+    if (!me) return;
+    me->chain = hs_chain_create();
+    if (!me->chain) { /* out of memory in the child: it records nothing */
+        hs_tls = NULL;
+        return;
     }
+    me->chain->owner_info = me->info;
+    memset(&me->w, 0, sizeof me->w);
+    hs_writer_switch(me->chain, &me->w);
+    append_chain(me->chain);
+    me->info->next = NULL;
+    me->info->tid = os_thread_id();
+    atomic_store(&me->info->dropped_cap, 0);
+    atomic_store(&me->info->dropped_other, 0);
+    me->info->batch_gen = 0;
+    me->info->batch_tix = -1;
+    info_list = info_list_tail = me->info;
+    /* Spans open across the fork close in both processes: in the child they take new ids
+     * (in order, so their nesting holds), or the parent's and the child's records of them
+     * would share ids. */
+    uint64_t seq = hs_seq_refill(me);
+    me->last_pushed_seq = seq;
+    me->info->drain_seq = seq;
+    for (uint32_t d = 0; d < me->depth; d++) me->stack[d].seq = me->seq++;
 }

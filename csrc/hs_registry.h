@@ -1,6 +1,7 @@
-/* hs_registry: per-thread recording state, ring registration (the only lock a recording
- * thread ever takes, once per thread), global switches, and the drain-side bookkeeping
- * that outlives a thread (its id, name and drop counters).
+/* hs_registry: per-thread recording state, chain registration (the only lock a recording
+ * thread ever takes, once per thread), span id ranges, global switches, and the drain-side
+ * bookkeeping of a thread until its last record is drained (its name and drop counters;
+ * an exited thread's drops outlive it in the exited threads' rows).
  *
  * Free of Python.h: native callers record through the same functions.
  */
@@ -16,21 +17,33 @@
 extern "C" {
 #endif
 
-/* Thread indices (part of span ids) are 12 bits, 1..4095; a forked child takes the
- * indices of a block its parent sets aside at the fork. */
-#define HS_THREAD_INDEX_MASK 0xfffu
-#define HS_FORK_BLOCK 8u
+/* Span ids: a process draws a random 64-bit base at its first span (and again in a forked
+ * child) and hands its threads ranges of HS_ID_RANGE consecutive ids (base + k * range,
+ * from a per-process counter) on their slow path. A span's id is its thread's sequence
+ * number itself, so ids are unique across any number of threads of a process, and across
+ * processes (forks, ranks) but for a chance of 2^-64 per pair of ranges. The two ranges
+ * that hold 0 and 2^64 - 1 are never handed out: 0 means "no parent". */
+#define HS_ID_RANGE_BITS 20
+#define HS_ID_RANGE (1ull << HS_ID_RANGE_BITS)
 
 typedef struct hs_thread_info {
-    uint32_t index;                 /* 1..4095: registration order in this process, wrapping */
     int64_t tid;                    /* OS thread id */
     char *name;                     /* registry lock */
-    _Atomic uint64_t dropped_full;  /* written by the owning thread only: its ring was full */
-    _Atomic uint64_t dropped_other; /* drain side (memory cap) or slow-path failures */
-    uint64_t drain_seq;             /* drain lock: last full sequence number seen */
+    _Atomic uint64_t dropped_cap;   /* written by the owning thread only: the memory cap was reached */
+    _Atomic uint64_t dropped_other; /* out of memory, or a slow path failed */
+    uint64_t drain_seq;             /* drain lock: last full id seen */
+    uint64_t batch_gen;             /* drain side: the batch whose thread slot batch_tix is */
+    int32_t batch_tix;
     _Atomic int alive;
-    struct hs_thread_info *next;
+    struct hs_thread_info *next;    /* registry list (registry lock) */
 } hs_thread_info;
+
+/* Drops of threads that exited and whose state was freed (registry lock). */
+typedef struct hs_drop_row {
+    int64_t tid;
+    char *name;
+    uint64_t cap, other;
+} hs_drop_row;
 
 typedef struct hs_frame {
     uint64_t start;
@@ -44,11 +57,12 @@ typedef struct hs_frame {
 } hs_frame;
 
 typedef struct hs_tstate {
-    hs_ring *ring;
-    hs_thread_info *info;
-    uint64_t seq;             /* next span sequence number (pre-order) */
+    hs_writer w;              /* the current block: what the hot path writes through */
+    uint64_t seq;             /* next span id (pre-order) */
+    uint64_t seq_end;         /* end of the thread's id range */
     uint64_t last_pushed_seq; /* for the 2^30 window of hs_seq_extend */
-    uint64_t ring_gen;
+    hs_chain *chain;
+    hs_thread_info *info;
     uint32_t depth;
     uint32_t stack_cap;
     hs_frame *stack;
@@ -68,34 +82,42 @@ typedef struct hs_site {
  * variable is one pointer, well within the static TLS surplus kept for dlopen. */
 extern _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec")));
 extern _Atomic int hs_enabled;
-extern _Atomic uint64_t hs_ring_generation;
 
-/* Register the calling thread (allocates its ring). NULL when out of memory. */
+/* Register the calling thread (its chain, and a first block when under the cap). NULL when
+ * out of memory. */
 hs_tstate *hs_tstate_register(void);
 /* Called once per new thread at registration, outside any lock, to name it; returns a
  * malloc'd string or NULL. Set by the Python glue. */
 extern char *(*hs_thread_name_hook)(void);
 void hs_set_thread_name(hs_tstate *t, const char *name);
 int hs_stack_grow(hs_tstate *t);
-/* The ring generation changed (configure): retire the ring, take a new one. */
-hs_ring *hs_ring_renew(hs_tstate *t);
+/* The thread's id range is used up: take the next one; returns its first id. */
+uint64_t hs_seq_refill(hs_tstate *t);
+/* This process's id base (drawn at the first registration, and again after fork). */
+uint64_t hs_id_base(void);
 
 void hs_configure(int64_t capacity, int64_t memory_cap, int64_t drain_interval_us);
 uint64_t hs_get_capacity(void);
 uint64_t hs_get_memory_cap(void);
 uint64_t hs_dropped_total(void);
+/* Drops by cause, over every thread (exited ones included). */
+void hs_dropped_by_cause(uint64_t *cap, uint64_t *other);
 
 /* Registry walking (drain side). */
 void hs_registry_lock(void);
 void hs_registry_unlock(void);
-hs_ring *hs_registry_rings(void);          /* registry lock held */
-hs_thread_info *hs_registry_infos(void);   /* registry lock held */
-void hs_registry_unlink_ring(hs_ring *r);  /* registry lock held */
+hs_chain *hs_registry_chains(void);         /* registry lock held */
+hs_thread_info *hs_registry_infos(void);    /* registry lock held */
+/* A retired chain fully taken: unlink and free it, and unlink its thread's info, folding
+ * its drop counts into the exited threads' (registry lock held). The info itself is freed
+ * by the caller once nothing refers to it. */
+void hs_registry_retire(hs_chain *ch);
+/* Rows of exited threads that dropped spans (registry lock held). */
+hs_drop_row *hs_registry_exited_drops(uint32_t *n);
 
-/* fork(): the parent sets a block of thread indices aside for the child (registry lock
- * held); in the child, forget everything but the calling thread, which takes the block's
- * first index (hs_drain.c calls both from its atfork handlers). */
-void hs_registry_before_fork(void);
+/* fork(), in the child (locks held, one thread): forget every other thread; the calling
+ * thread gets a fresh chain and the child a fresh id base (hs_drain.c calls it from its
+ * atfork handler once the inherited segments are discarded). */
 void hs_registry_after_fork_child(void);
 
 #ifdef __cplusplus

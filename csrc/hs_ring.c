@@ -1,61 +1,264 @@
-/* hs_ring: allocation and the consumer side. */
+/* hs_ring: block memory, the lock-free block pool, the producer's switch and the
+ * consumer's walk of a chain. */
+#define _GNU_SOURCE
 #include "hs_ring.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-hs_ring *hs_ring_create(uint64_t capacity) {
-    if (capacity < 2) capacity = 2;
-    uint64_t storage = 1;
-    while (storage < capacity) storage <<= 1;
-    hs_ring *r = aligned_alloc(64, (sizeof(hs_ring) + 63) / 64 * 64);
-    if (!r) return NULL;
-    memset(r, 0, sizeof(*r));
-    /* Not zeroed: pages are touched as the ring fills, so an idle thread costs little. */
-    r->slots = aligned_alloc(64, storage * sizeof(hs_record));
-    if (!r->slots) {
-        free(r);
-        return NULL;
+#define DEFAULT_BLOCK_RECORDS 1024u      /* 32 KiB: 2,048 blocks under the default cap */
+#define DEFAULT_MEMORY_CAP (64ull << 20)
+#define MAP_MIN_BYTES (16u << 10)        /* smaller blocks (tests) come from malloc */
+
+_Atomic uint64_t hs_block_records = DEFAULT_BLOCK_RECORDS;
+_Atomic uint64_t hs_memory_cap = DEFAULT_MEMORY_CAP;
+
+static _Atomic uint64_t held_bytes = 0;   /* every block allocated, pooled ones included */
+static _Atomic uint64_t pooled_bytes = 0;
+
+uint64_t hs_blocks_held_bytes(void) { return atomic_load_explicit(&held_bytes, memory_order_relaxed); }
+uint64_t hs_blocks_pool_bytes(void) { return atomic_load_explicit(&pooled_bytes, memory_order_relaxed); }
+
+/* Reserve bytes under the cap, exactly (a CAS loop: two threads near the cap never both
+ * fail where one would fit). */
+static int reserve(uint64_t bytes) {
+    uint64_t cap = atomic_load_explicit(&hs_memory_cap, memory_order_relaxed);
+    uint64_t held = atomic_load_explicit(&held_bytes, memory_order_relaxed);
+    do {
+        if (held + bytes > cap) return 0;
+    } while (!atomic_compare_exchange_weak_explicit(&held_bytes, &held, held + bytes, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    return 1;
+}
+
+/* Blocks of 16 KiB and up are their own mappings, so a trimmed pool really goes back to
+ * the system; pages are touched as a block fills, so a thread that records little costs
+ * little. */
+static hs_block *block_alloc(uint64_t records) {
+    size_t bytes = sizeof(hs_block) + records * sizeof(hs_record);
+    hs_block *b;
+    int mapped = bytes >= MAP_MIN_BYTES;
+    if (mapped) {
+        bytes = (bytes + 4095) & ~(size_t)4095;
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        b = p;
+    } else {
+        bytes = (bytes + 63) & ~(size_t)63;
+        b = aligned_alloc(64, bytes);
+        if (!b) return NULL;
     }
-    r->limit = capacity;
-    r->mask = storage - 1;
-    atomic_init(&r->head, 0);
-    atomic_init(&r->tail, 0);
-    atomic_init(&r->retired, 0);
-    return r;
+    b->cap = records;
+    b->bytes = records * sizeof(hs_record);
+    b->alloc = bytes;
+    b->mapped = (uint32_t)mapped;
+    b->refs = 0;
+    atomic_init(&b->head, 0);
+    atomic_init(&b->next, NULL);
+    return b;
 }
 
-void hs_ring_destroy(hs_ring *r) {
-    if (!r) return;
-    free(r->slots);
-    free(r);
+static void block_release_memory(hs_block *b) {
+    if (b->mapped) munmap(b, b->alloc);
+    else free(b);
 }
 
-hs_ring_view hs_ring_peek(hs_ring *r) {
-    hs_ring_view v = {NULL, 0, NULL, 0};
-    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    uint64_t n = head - tail;
-    if (!n) return v;
-    uint64_t storage = r->mask + 1;
-    uint64_t at = tail & r->mask;
-    uint64_t first = storage - at;
-    if (first > n) first = n;
-    v.a = &r->slots[at];
-    v.na = first;
-    if (n > first) {
-        v.b = &r->slots[0];
-        v.nb = n - first;
+static void block_free(hs_block *b) {
+    atomic_fetch_sub_explicit(&held_bytes, b->bytes, memory_order_relaxed);
+    block_release_memory(b);
+}
+
+/* ---- the pool: a bounded lock-free MPMC queue (D. Vyukov's) ---------------------------------
+ * Recording threads pop (on their switch), the drain side pushes. Each cell's sequence
+ * number says whose turn it is, so there is no ABA and no lock. `turn` holds the sequence
+ * minus the cell's index, so the zero-initialised array is the initial state. */
+#define POOL_SLOTS 4096u
+typedef struct {
+    _Atomic uint64_t turn;
+    hs_block *block;
+} pool_cell;
+static pool_cell pool[POOL_SLOTS];
+static _Alignas(64) _Atomic uint64_t pool_enq = 0;
+static _Alignas(64) _Atomic uint64_t pool_deq = 0;
+
+static inline uint64_t cell_seq(pool_cell *c, uint64_t idx) {
+    return atomic_load_explicit(&c->turn, memory_order_acquire) + idx;
+}
+static inline void cell_set(pool_cell *c, uint64_t idx, uint64_t seq) {
+    atomic_store_explicit(&c->turn, seq - idx, memory_order_release);
+}
+
+static int pool_push(hs_block *b) {
+    uint64_t pos = atomic_load_explicit(&pool_enq, memory_order_relaxed);
+    pool_cell *c;
+    for (;;) {
+        uint64_t idx = pos & (POOL_SLOTS - 1);
+        c = &pool[idx];
+        int64_t dif = (int64_t)(cell_seq(c, idx) - pos);
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&pool_enq, &pos, pos + 1, memory_order_relaxed,
+                                                      memory_order_relaxed))
+                break;
+        } else if (dif < 0) {
+            return 0; /* full */
+        } else {
+            pos = atomic_load_explicit(&pool_enq, memory_order_relaxed);
+        }
     }
-    return v;
+    c->block = b;
+    atomic_fetch_add_explicit(&pooled_bytes, b->bytes, memory_order_relaxed);
+    cell_set(c, pos & (POOL_SLOTS - 1), pos + 1);
+    return 1;
 }
 
-void hs_ring_release(hs_ring *r, uint64_t count) {
-    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    atomic_store_explicit(&r->tail, tail + count, memory_order_release);
+static hs_block *pool_pop(void) {
+    uint64_t pos = atomic_load_explicit(&pool_deq, memory_order_relaxed);
+    pool_cell *c;
+    for (;;) {
+        uint64_t idx = pos & (POOL_SLOTS - 1);
+        c = &pool[idx];
+        int64_t dif = (int64_t)(cell_seq(c, idx) - (pos + 1));
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&pool_deq, &pos, pos + 1, memory_order_relaxed,
+                                                      memory_order_relaxed))
+                break;
+        } else if (dif < 0) {
+            return NULL; /* empty */
+        } else {
+            pos = atomic_load_explicit(&pool_deq, memory_order_relaxed);
+        }
+    }
+    hs_block *b = c->block;
+    atomic_fetch_sub_explicit(&pooled_bytes, b->bytes, memory_order_relaxed);
+    cell_set(c, pos & (POOL_SLOTS - 1), pos + POOL_SLOTS);
+    return b;
 }
 
-uint64_t hs_ring_pending(hs_ring *r) {
-    return atomic_load_explicit(&r->head, memory_order_acquire) -
-           atomic_load_explicit(&r->tail, memory_order_relaxed);
+void hs_block_put(hs_block *b) {
+    if (!pool_push(b)) block_free(b);
+}
+
+void hs_pool_trim(void) {
+    hs_block *b;
+    while ((b = pool_pop())) block_free(b);
+}
+
+void hs_pool_refill(uint32_t n) {
+    uint64_t records = atomic_load_explicit(&hs_block_records, memory_order_relaxed);
+    uint64_t bytes = records * sizeof(hs_record);
+    while (hs_blocks_pool_bytes() < n * bytes) {
+        if (!reserve(bytes)) return;
+        hs_block *b = block_alloc(records);
+        if (!b) {
+            atomic_fetch_sub_explicit(&held_bytes, bytes, memory_order_relaxed);
+            return;
+        }
+        hs_block_put(b);
+    }
+}
+
+void hs_blocks_after_fork_child(void) {
+    /* A recording thread of the parent may have been between its CAS and its cell update
+     * when fork() copied the pool: the cells cannot be trusted, so the child starts with
+     * an empty pool (the parent's pooled blocks stay mapped, shared copy-on-write, unused). */
+    memset(pool, 0, sizeof pool);
+    atomic_store(&pool_enq, 0);
+    atomic_store(&pool_deq, 0);
+    atomic_store(&pooled_bytes, 0);
+    atomic_store(&held_bytes, 0);
+}
+
+/* ---- producer --------------------------------------------------------------------------- */
+
+int hs_writer_switch(hs_chain *ch, hs_writer *w) {
+    uint64_t records = atomic_load_explicit(&hs_block_records, memory_order_relaxed);
+    hs_block *nb = pool_pop();
+    while (nb && nb->cap != records) { /* pooled before configure(capacity=...) changed it */
+        block_free(nb);
+        nb = pool_pop();
+    }
+    if (!nb) {
+        if (!reserve(records * sizeof(hs_record))) return HS_SWITCH_CAP;
+        nb = block_alloc(records);
+        if (!nb) {
+            atomic_fetch_sub_explicit(&held_bytes, records * sizeof(hs_record), memory_order_relaxed);
+            return HS_SWITCH_NOMEM;
+        }
+    }
+    /* The block is ours alone until the release store below publishes it. */
+    atomic_store_explicit(&nb->head, 0, memory_order_relaxed);
+    atomic_store_explicit(&nb->next, NULL, memory_order_relaxed);
+    nb->refs = 1; /* the chain's */
+    if (w->blk) atomic_store_explicit(&w->blk->next, nb, memory_order_release);
+    else atomic_store_explicit(&ch->rd, nb, memory_order_release);
+    w->blk = nb;
+    w->slots = nb->recs;
+    w->pos = 0;
+    w->limit = nb->cap;
+    return HS_SWITCH_OK;
+}
+
+/* ---- consumer --------------------------------------------------------------------------- */
+
+hs_chain *hs_chain_create(void) {
+    hs_chain *ch = calloc(1, sizeof(*ch));
+    if (!ch) return NULL;
+    atomic_init(&ch->rd, NULL);
+    atomic_init(&ch->retired, 0);
+    return ch;
+}
+
+uint64_t hs_chain_peek(hs_chain *ch, hs_block **blk, const hs_record **recs) {
+    for (;;) {
+        hs_block *b = atomic_load_explicit(&ch->rd, memory_order_acquire);
+        if (!b) return 0;
+        /* next before head: once next is set, the head read after it is final */
+        hs_block *nx = atomic_load_explicit(&b->next, memory_order_acquire);
+        uint64_t head = atomic_load_explicit(&b->head, memory_order_acquire);
+        if (head > ch->rd_pos) {
+            *blk = b;
+            *recs = &b->recs[ch->rd_pos];
+            return head - ch->rd_pos;
+        }
+        if (!nx) return 0;
+        atomic_store_explicit(&ch->rd, nx, memory_order_relaxed);
+        ch->rd_pos = 0;
+        hs_block_unref(b); /* sealed and fully taken */
+    }
+}
+
+void hs_chain_advance(hs_chain *ch, uint64_t count) { ch->rd_pos += count; }
+
+int hs_chain_empty(hs_chain *ch) {
+    hs_block *b = atomic_load_explicit(&ch->rd, memory_order_acquire);
+    if (!b) return 1;
+    hs_block *nx = atomic_load_explicit(&b->next, memory_order_acquire);
+    return !nx && atomic_load_explicit(&b->head, memory_order_acquire) == ch->rd_pos;
+}
+
+void hs_block_discard_ref(hs_block *b) {
+    if (--b->refs == 0) block_release_memory(b);
+}
+
+void hs_chain_discard(hs_chain *ch) {
+    if (!ch) return;
+    hs_block *b = atomic_load_explicit(&ch->rd, memory_order_acquire);
+    while (b) {
+        hs_block *nx = atomic_load_explicit(&b->next, memory_order_acquire);
+        hs_block_discard_ref(b);
+        b = nx;
+    }
+    free(ch);
+}
+
+void hs_chain_destroy(hs_chain *ch) {
+    if (!ch) return;
+    hs_block *b = atomic_load_explicit(&ch->rd, memory_order_acquire);
+    while (b) {
+        hs_block *nx = atomic_load_explicit(&b->next, memory_order_acquire);
+        hs_block_unref(b);
+        b = nx;
+    }
+    free(ch);
 }

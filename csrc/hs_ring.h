@@ -1,9 +1,16 @@
-/* hs_ring: one single-producer / single-consumer ring of 32-byte span records.
+/* hs_ring: a thread's records, as a chain of fixed-size blocks (the perf/LTTng sub-buffer
+ * switch; Perfetto's shared-memory chunks).
  *
- * Free of Python.h. The producer (the recording thread) writes records and publishes its
- * head with a release store; the consumer (the drain side) reads the head with acquire,
- * copies, and publishes its tail with release: the perf ring protocol. No lock, no
- * allocation on push.
+ * Free of Python.h. A recording thread (the single producer of its chain) writes records
+ * into its current block and publishes the block's head with a release store. When the
+ * block is full, the thread itself moves on to a fresh block taken from a lock-free pool
+ * (an out-of-line slow path: one CAS, no lock, no system call while the pool has blocks),
+ * links it after the full one with a release store, and never touches the full one again:
+ * the drain side (the single consumer, under its lock) reads each block up to its head,
+ * follows the link once the block is sealed, and gives blocks back to the pool when nothing
+ * refers to them any more. So a thread never waits for the drain side and never drops a
+ * record because the drain thread did not get a core: a record is dropped only when every
+ * block the recorder may hold (the memory cap, counting the pool too) is taken.
  */
 #ifndef HS_RING_H
 #define HS_RING_H
@@ -21,14 +28,14 @@ extern "C" {
  *   start   raw ticks at enter
  *   arg     user payload, meaningful when HS_F_ARG
  *   w0      bits  0..39 duration in ticks | 40..55 pair id | 56..63 flags
- *   w1      bits  0..31 low 32 bits of the thread's span sequence number (taken at enter)
- *           bits 32..55 seq - parent's seq (0: a root) | 56..63 depth
+ *   w1      bits  0..31 low 32 bits of the span's id (its sequence number, taken at enter)
+ *           bits 32..55 id - parent's id (0: a root) | 56..63 depth
  *
  * A field that does not fit (a span over 2^40 ticks, pair id >= 2^16, depth >= 256, a
- * parent more than 2^24 spans back, a sequence jump of 2^30 since the last pushed
- * record) sets HS_F_EXT and is carried in full by an extension record in the next slot,
- * published together with it. The consumer rebuilds the 64-bit sequence from the low bits
- * and the previous record's. Both stay 32 bytes: a cache line holds two records.
+ * parent more than 2^24 ids back, an id jump of 2^30 since the last pushed record, as
+ * when a thread takes a new id range) sets HS_F_EXT and is carried in full by an extension
+ * record in the next slot, published together with it. The consumer rebuilds the 64-bit id
+ * from the low bits and the previous record's. Both stay 32 bytes: a cache line holds two.
  */
 typedef struct hs_record {
     uint64_t start;
@@ -75,61 +82,94 @@ static inline uint64_t hs_seq_extend(uint64_t prev, uint32_t low) {
     return prev + (uint64_t)(int64_t)diff;
 }
 
-typedef struct hs_ring {
-    /* producer side: only the recording thread writes these */
+/* ---- blocks ------------------------------------------------------------------------------ */
+
+typedef struct hs_block {
+    /* producer: slots written so far (release); final once next is set */
     _Alignas(64) _Atomic uint64_t head;
-    uint64_t cached_tail;  /* producer's last view of tail: refreshed only when needed */
-    uint64_t limit;        /* capacity in slots: exact, need not be a power of two */
-    uint64_t mask;         /* storage is a power of two >= limit */
+    /* producer: the block that follows, set (release) once this one is sealed */
+    _Atomic(struct hs_block *) next;
+    uint64_t cap;   /* slots */
+    uint64_t bytes; /* counted against the memory cap: cap * sizeof(hs_record) */
+    uint64_t alloc; /* bytes allocated (header included) */
+    uint32_t refs;  /* consumer side only (under its lock): the chain's + each segment's */
+    uint32_t mapped;
+    _Alignas(64) hs_record recs[];
+} hs_block;
+
+/* Records per block and the memory cap on every block held (in use, waiting for the
+ * drain side, or pooled): set by configure, read on the slow path only. */
+extern _Atomic uint64_t hs_block_records;
+extern _Atomic uint64_t hs_memory_cap;
+
+/* Bytes of blocks held (all of them) and pooled (free, kept for reuse). */
+uint64_t hs_blocks_held_bytes(void);
+uint64_t hs_blocks_pool_bytes(void);
+/* Give a block nothing refers to any more back to the pool (or the system). */
+void hs_block_put(hs_block *b);
+/* Hand every pooled block back to the system. */
+void hs_pool_trim(void);
+/* Keep up to n blocks of the current size pooled while under the memory cap, so that a
+ * recording thread's switch finds one without a system call (drain side). */
+void hs_pool_refill(uint32_t n);
+/* After fork, in the child (one thread), once every inherited chain and segment is
+ * discarded: forget the pool and every count (a pool cell may have been half-updated at
+ * the fork). */
+void hs_blocks_after_fork_child(void);
+
+/* ---- a thread's chain --------------------------------------------------------------------- */
+
+/* The producer's side, kept in the recording thread's own state: the hot path reads only
+ * these four words. */
+typedef struct hs_writer {
     hs_record *slots;
-    uint64_t woke_at_tail; /* tail value at the last wake-up request (one per drain) */
-    /* consumer side */
-    _Alignas(64) _Atomic uint64_t tail;
-    _Atomic int retired;   /* the owning thread exited or replaced this ring */
-    void *owner_info;      /* registry back-pointer (opaque here) */
-    struct hs_ring *next;  /* registry list (registry lock) */
-} hs_ring;
+    uint64_t pos;   /* slots written in the current block */
+    uint64_t limit; /* the current block's capacity (0: no block yet) */
+    hs_block *blk;
+} hs_writer;
 
-/* capacity: records the ring holds (>= 2 so an extended record always fits). */
-hs_ring *hs_ring_create(uint64_t capacity);
-void hs_ring_destroy(hs_ring *r);
+/* The consumer's side. */
+typedef struct hs_chain {
+    _Atomic(hs_block *) rd; /* the block being read; set by the producer only from NULL */
+    uint64_t rd_pos;        /* slots of rd already taken */
+    _Atomic int retired;    /* the owning thread exited (after its last publish) */
+    void *owner_info;       /* registry back-pointer (opaque here) */
+    struct hs_chain *next;  /* registry list (registry lock) */
+} hs_chain;
 
-/* Producer: reserve n (1 or 2) slots; 0 when full (the record is dropped: drop newest). */
-static inline int hs_ring_reserve(hs_ring *r, uint64_t n, uint64_t *pos) {
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    if (head + n - r->cached_tail > r->limit) {
-        r->cached_tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-        if (head + n - r->cached_tail > r->limit) return 0;
-    }
-    *pos = head;
-    return 1;
-}
-static inline hs_record *hs_ring_slot(hs_ring *r, uint64_t pos) { return &r->slots[pos & r->mask]; }
-static inline void hs_ring_publish(hs_ring *r, uint64_t new_head) {
-    atomic_store_explicit(&r->head, new_head, memory_order_release);
-}
-/* Producer: the ring is past half full by its fresh view, and no wake-up was asked for
- * since the consumer last moved: the caller should wake the consumer. */
-static inline int hs_ring_wants_wake(hs_ring *r, uint64_t head) {
-    if (head - r->cached_tail <= r->limit / 2) return 0;
-    r->cached_tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-    if (head - r->cached_tail <= r->limit / 2 || r->woke_at_tail == r->cached_tail + 1) return 0;
-    r->woke_at_tail = r->cached_tail + 1;
-    return 1;
-}
+enum { HS_SWITCH_OK = 0, HS_SWITCH_CAP = 1, HS_SWITCH_NOMEM = 2 };
 
-/* Consumer: the records published so far, as up to two contiguous runs. Call
- * hs_ring_release(r, count) once they are copied. */
-typedef struct hs_ring_view {
-    const hs_record *a;
-    uint64_t na;
-    const hs_record *b;
-    uint64_t nb;
-} hs_ring_view;
-hs_ring_view hs_ring_peek(hs_ring *r);
-void hs_ring_release(hs_ring *r, uint64_t count);
-/* Records waiting (consumer's estimate). */
-uint64_t hs_ring_pending(hs_ring *r);
+/* Producer: room for n (1 or 2) slots in the current block, else NULL (switch first). */
+static inline hs_record *hs_writer_reserve(hs_writer *w, uint64_t n) {
+    return w->pos + n <= w->limit ? &w->slots[w->pos] : NULL;
+}
+static inline void hs_writer_publish(hs_writer *w, uint64_t n) {
+    w->pos += n;
+    atomic_store_explicit(&w->blk->head, w->pos, memory_order_release);
+}
+/* Producer, slow path: move on to a fresh block (pooled, else allocated under the memory
+ * cap) and link it after the current one. HS_SWITCH_CAP: the cap is reached (the record is
+ * dropped; the current block stays). */
+int hs_writer_switch(hs_chain *ch, hs_writer *w);
+
+hs_chain *hs_chain_create(void);
+/* Consumer: the next run of published records not taken yet: returns the slot count (0:
+ * none now) with *blk and *recs; the caller takes a reference on *blk if it keeps the
+ * records, then calls hs_chain_advance. Sealed blocks passed over are unreferenced. */
+uint64_t hs_chain_peek(hs_chain *ch, hs_block **blk, const hs_record **recs);
+void hs_chain_advance(hs_chain *ch, uint64_t count);
+/* Consumer: nothing published is left untaken (after a retire: the chain can go). */
+int hs_chain_empty(hs_chain *ch);
+/* Consumer: drop the chain's reference on its blocks and free it. */
+void hs_chain_destroy(hs_chain *ch);
+/* After fork, in the child: the same, handing memory straight back to the system (the
+ * pool and its counts are reset afterwards). */
+void hs_chain_discard(hs_chain *ch);
+void hs_block_discard_ref(hs_block *b);
+/* Consumer side: a reference is dropped (the block goes back to the pool at 0). */
+static inline void hs_block_unref(hs_block *b) {
+    if (--b->refs == 0) hs_block_put(b);
+}
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@ import pytest
 import hotspan
 from hotspan import _native
 
-DEFAULT_CAPACITY = 1 << 16
+DEFAULT_CAPACITY = 1024  # records per block
 DEFAULT_MEMORY_CAP = 64 << 20
 
 

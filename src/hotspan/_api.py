@@ -52,10 +52,13 @@ def configure(
     """Set recording options; each left as ``None`` keeps its current value.
 
     rank: this process's rank in a multi-process run (default: from the environment, else 0).
-    capacity: records each thread's ring holds before the newest are dropped (default 65536);
-        every thread switches to a ring of this size at its next span.
-    memory_cap: bytes of drained-but-not-collected spans kept before the newest are dropped
-        (default 64 MiB).
+    capacity: records per block (default 1024, 32 KiB). A thread writes into its current
+        block and moves on to a fresh one when it is full; blocks taken from then on have
+        this size.
+    memory_cap: bytes of record blocks the recorder may hold, every block counted (the
+        threads' current ones, those waiting for drain(), the pooled ones); when a thread
+        needs a block and the cap is reached, its newest spans are dropped, counted
+        (``dropped(detail=True)``), until drain() frees blocks (default 64 MiB).
     drain_interval: seconds between passes of the native drain thread (default: adaptive,
         2-20 ms, and woken early by any ring past half full).
     """
@@ -98,7 +101,8 @@ def drain() -> "pa.Table":
         r = rank()
         raw = _native._drain(r)
         clock = _native._clock_info()
-        meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__)
+        meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__,
+                        id_base=raw["id_base"])
         return table_from_raw(raw, meta=meta)
 
 

@@ -41,9 +41,10 @@ META_PYTHON = b"hotspan.python"
 META_CLOCK = b"hotspan.clock"  # JSON: source, ticks_per_ns, anchor
 META_START = b"hotspan.start_ns"  # epoch ns when recording started in this process
 META_ARGV = b"hotspan.argv"  # JSON list
-META_DROPPED = b"hotspan.dropped"  # JSON: {"total": n, "threads": {thread_id: n}}
+META_DROPPED = b"hotspan.dropped"  # JSON: {"total": n, "threads": {thread_id: n}, "names", "memory_cap": n}
 META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
+META_ID_BASE = b"hotspan.id_base"  # the process's random span id base (decimal): ids are base + k
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"
 # JSON: {"total": n, "reasons": {why: n}}: rows a loader left out of a damaged file

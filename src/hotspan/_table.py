@@ -21,6 +21,7 @@ from ._schema import (
     META_DROPPED,
     META_ENV,
     META_HOST,
+    META_ID_BASE,
     META_PID,
     META_PYTHON,
     META_RANK,
@@ -59,10 +60,17 @@ def _dictionary(raw: dict[str, Any], key: str, values: pa.Array, n: int, valid: 
 
 
 def metadata(
-    *, rank: int, pid: int, clock: dict[str, Any], all_threads: list[tuple[int, str, int]], version: str
+    *,
+    rank: int,
+    pid: int,
+    clock: dict[str, Any],
+    all_threads: list[tuple[int, str, int, int]],
+    version: str,
+    id_base: int | None = None,
 ) -> dict[bytes, bytes]:
-    dropped_threads = {str(tid): count for tid, _name, count in all_threads if count}
-    return {
+    """all_threads: (thread id, name, spans dropped, of which at the memory cap) per thread."""
+    dropped_threads = {str(tid): count for tid, _name, count, _cap in all_threads if count}
+    meta = {
         META_HOST: socket.gethostname().encode(),
         META_VERSION: version.encode(),
         META_PYTHON: platform.python_version().encode(),
@@ -70,13 +78,18 @@ def metadata(
         META_START: str(clock.get("anchor_real_ns", 0)).encode(),
         META_ARGV: json.dumps(list(sys.argv)).encode(),
         META_DROPPED: json.dumps(
-            {"total": sum(c for _t, _n, c in all_threads), "threads": dropped_threads,
-             "names": {str(tid): name for tid, name, c in all_threads if c}}
+            {"total": sum(c for _t, _n, c, _m in all_threads), "threads": dropped_threads,
+             "names": {str(tid): name for tid, name, c, _m in all_threads if c},
+             # of the total, those dropped because the memory cap was reached
+             "memory_cap": sum(m for _t, _n, _c, m in all_threads)}
         ).encode(),
         META_RANK: str(rank).encode(),
         META_PID: str(pid).encode(),
         META_ENV: json.dumps(environment(version)).encode(),
     }
+    if id_base is not None:
+        meta[META_ID_BASE] = str(id_base).encode()
+    return meta
 
 
 def environment(version: str) -> dict[str, Any]:

@@ -186,7 +186,7 @@ def test_thread_name_can_be_set():
         hotspan.set_thread_name(3)
 
 
-def test_span_ids_carry_the_rank_so_ranks_never_collide():
+def test_span_ids_come_from_a_random_per_process_base_kept_in_the_metadata():
     code = """
         import hotspan
         hotspan.configure(rank={rank})
@@ -194,16 +194,20 @@ def test_span_ids_carry_the_rank_so_ranks_never_collide():
             with hotspan.span("b"):
                 pass
         t = hotspan.drain()
+        print(t.schema.metadata[b"hotspan.id_base"].decode(), t.schema.metadata[b"hotspan.rank"].decode())
         print(*t.column("span_id").to_pylist(), *t.column("parent_id").to_pylist())
         """
     ids = {}
     for rank in (0, 1, 7):
         proc = run_python(code.format(rank=rank))
         assert proc.returncode == 0, proc.stderr
-        child_id, parent_id, child_parent, parent_parent = proc.stdout.split()
-        assert int(child_parent) == int(parent_id) and parent_parent == "None"
+        head, body = proc.stdout.splitlines()
+        base, meta_rank = (int(x) for x in head.split())
+        child_id, parent_id, child_parent, parent_parent = body.split()
+        assert int(child_parent) == int(parent_id) and parent_parent == "None" and meta_rank == rank
         ids[rank] = {int(child_id), int(parent_id)}
-        assert all(i >> 48 == rank for i in ids[rank])
+        # a thread's ids: a range of 2^20 from the process's base (never 0: 0 is "no parent")
+        assert all(0 < i and (i - base) % 2**64 < 2**20 * 4 for i in ids[rank])
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[7]) and not (ids[1] & ids[7])
 
 

@@ -1,4 +1,4 @@
-"""Build and run the plain C tests of the ring and clock (no Python inside), plain and
+"""Build and run the plain C tests of the block chains and clock (no Python inside), plain and
 under ThreadSanitizer and AddressSanitizer+UBSan."""
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 import hotspan
+from hotspan import _native
 from _util import rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -97,7 +98,8 @@ def _stress(n_threads: int, per_thread: int, drain_every_s: float):
 
 def _check_every_field(names, tables, native_ids):
     """Vectorised checks of every field of every row; returns (roots, children)."""
-    df = pa.concat_tables(tables).to_pandas()
+    # ids use all 64 bits: a uint64 column with nulls would become float64 (inexact) in pandas
+    df = pa.concat_tables(tables).to_pandas(types_mapper={pa.uint64(): pd.UInt64Dtype()}.get)
     for col in ("name", "category", "thread_name"):
         df[col] = df[col].astype(object)
     assert df.span_id.is_unique, "duplicate span id"
@@ -132,10 +134,22 @@ def test_threads_recording_while_main_drains_lose_nothing(n_threads):
     assert sum(1 for t in tables[:-1] if t.num_rows) >= 3  # it really drained while they recorded
 
 
-def test_overflow_with_a_tiny_ring_is_counted_exactly():
-    hotspan.configure(capacity=16, drain_thread=False)  # nothing drains until drain()
+def _budget(records: int) -> int:
+    """A memory cap that leaves room for exactly `records` more record slots: every block
+    the recorder holds now (the main thread's current one) counts; pooled blocks count too,
+    but a thread can take them, so they are part of the room."""
+    hotspan.drain()
+    _native._trim()
+    pending = _native._pending()
+    return pending["held_bytes"] - pending["pool_bytes"] + records * _native.RECORD_BYTES
+
+
+def test_a_thread_at_the_memory_cap_drops_its_newest_counted_exactly():
+    hotspan.configure(capacity=16, drain_thread=False)  # blocks of 16; nothing drains until drain()
     try:
+        hotspan.configure(memory_cap=_budget(16))  # room for the thread's first block only
         before = hotspan.dropped()
+        cap_before = hotspan.dropped(detail=True)["memory_cap"]
 
         def burst():
             s = hotspan.span("burst")
@@ -151,18 +165,24 @@ def test_overflow_with_a_tiny_ring_is_counted_exactly():
         assert t.num_rows == 16 and dropped == 984  # recorded = drained + dropped
         # drop-newest: the 16 kept are the first 16 recorded
         assert t.column("arg").to_pylist() == [None if i % 2 == 0 else i for i in range(16)]
-        per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])["threads"]
-        assert per_thread[str(th.native_id)] == 984
+        meta = json.loads(t.schema.metadata[b"hotspan.dropped"])
+        assert meta["threads"][str(th.native_id)] == 984
+        detail = hotspan.dropped(detail=True)
+        assert detail["memory_cap"] - cap_before == 984  # the cause: the cap
+        assert detail["threads"][th.native_id] == {"name": th.name, "memory_cap": 984, "other": 0}
+        assert detail["total"] == hotspan.dropped()
     finally:
-        hotspan.configure(capacity=1 << 16)
+        hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
-def test_overflow_counts_per_thread():
+def test_drops_at_the_cap_are_counted_per_thread():
     hotspan.configure(capacity=32, drain_thread=False)
     try:
+        hotspan.configure(memory_cap=_budget(32))  # one block of 32, reused by each thread in turn
         before = hotspan.dropped()
         counts = {0: 100, 1: 500, 2: 33}
         ids = {}
+        rows = 0
 
         def burst(k):
             ids[k] = threading.get_native_id()
@@ -171,75 +191,103 @@ def test_overflow_counts_per_thread():
                 with s:
                     pass
 
-        threads = [threading.Thread(target=burst, args=(k,)) for k in counts]
-        for th in threads:
+        in_use = _native._pending()["bytes"]  # the main thread's block
+        for k in counts:  # drain() between threads gives the block back to the pool
+            th = threading.Thread(target=burst, args=(k,))
             th.start()
-        for th in threads:
             th.join()
-        t = hotspan.drain()
-        per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])["threads"]
+            # join() returns before the OS thread's exit handlers run: drain until its chain
+            # is retired and its block is back
+            deadline = time.monotonic() + 10
+            while True:
+                t = hotspan.drain()
+                rows += t.num_rows
+                if _native._pending()["bytes"] <= in_use or time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
+        per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])["threads"]  # exited threads too
         for k, n in counts.items():
             assert per_thread.get(str(ids[k]), 0) == n - 32
         assert hotspan.dropped() - before == sum(n - 32 for n in counts.values())
-        assert t.num_rows == 3 * 32
+        assert rows == 3 * 32
     finally:
-        hotspan.configure(capacity=1 << 16)
+        hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
 def test_memory_cap_keeps_the_oldest_and_counts_the_rest():
-    hotspan.configure(memory_cap=32 * 1000, drain_thread=False)  # room for 1000 records
+    hotspan.configure(capacity=100, drain_thread=False)
     try:
+        hotspan.configure(memory_cap=_budget(1000))  # room for 1000 records: 10 blocks
         before = hotspan.dropped()
-        for i in range(5000):
-            with hotspan.span("capped", arg=i):
-                pass
+
+        def record():
+            for i in range(5000):
+                with hotspan.span("capped", arg=i):
+                    pass
+
+        th = threading.Thread(target=record)
+        th.start()
+        th.join()
         t = hotspan.drain()
         assert t.num_rows == 1000
         assert hotspan.dropped() - before == 4000
         assert t.column("arg").to_pylist() == list(range(1000))
     finally:
-        hotspan.configure(memory_cap=64 << 20, drain_thread=True)
+        hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
-def test_memory_cap_applies_to_what_the_drain_thread_holds():
-    hotspan.configure(memory_cap=32 * 1000)
+def test_memory_cap_counts_what_the_drain_side_holds():
+    # blocks the drain thread has taken (waiting for drain()) still count against the cap
+    hotspan.configure(capacity=100)
     try:
+        hotspan.configure(memory_cap=_budget(1000))
         before = hotspan.dropped()
-        s = hotspan.span("capped")
-        for _ in range(5):
-            for _ in range(2000):
-                with s:
-                    pass
-            time.sleep(0.05)  # the drain thread moves them (and caps them) meanwhile
+
+        def record():
+            s = hotspan.span("capped")
+            for _ in range(5):
+                for _ in range(2000):
+                    with s:
+                        pass
+                time.sleep(0.05)  # the drain thread takes the full blocks meanwhile
+
+        th = threading.Thread(target=record)
+        th.start()
+        th.join()
         t = hotspan.drain()
         dropped = hotspan.dropped() - before
         assert t.num_rows + dropped == 10_000
-        assert t.num_rows <= 1000 + 2000 and dropped >= 7000
+        # the drain thread keeps a few spare blocks pooled (under the cap too)
+        assert t.num_rows <= 1000 + 8 * 100 and dropped >= 10_000 - 1800
     finally:
-        hotspan.configure(memory_cap=64 << 20)
+        hotspan.configure(capacity=1024, memory_cap=64 << 20)
 
 
-def test_configure_capacity_applies_to_threads_that_already_record():
-    with hotspan.span("before"):
-        pass
+def test_capacity_is_the_block_size():
     hotspan.configure(capacity=8, drain_thread=False)
     try:
+        hotspan.configure(memory_cap=_budget(16))  # two blocks of 8
+
+        def record():
+            s = hotspan.span("after")
+            for _ in range(100):
+                with s:
+                    pass
+
         before = hotspan.dropped()
-        s = hotspan.span("after")
-        for _ in range(100):
-            with s:
-                pass
+        th = threading.Thread(target=record)
+        th.start()
+        th.join()
         t = hotspan.drain()
-        assert t.column("name").to_pylist() == ["before"] + ["after"] * 8
-        assert hotspan.dropped() - before == 92
+        assert t.num_rows == 16 and hotspan.dropped() - before == 84
     finally:
-        hotspan.configure(capacity=1 << 16)
+        hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
 def test_large_batches_keep_every_validity_and_error_bit():
     # big enough that drain() converts on two threads, split at a segment boundary that is
     # rarely a multiple of 8 rows: bitmap bytes at the split are shared by both halves
-    hotspan.configure(capacity=1000)  # the drain thread sweeps often: many odd-sized segments
+    hotspan.configure(capacity=1000)  # many blocks of an odd size: many odd-sized segments
     try:
         before = hotspan.dropped()
         n = 70_000
@@ -277,4 +325,4 @@ def test_large_batches_keep_every_validity_and_error_bit():
         assert (rich.error.to_numpy() == (i % 7 == 1)).all()
         assert plain.parent_id.isna().all()
     finally:
-        hotspan.configure(capacity=1 << 16)
+        hotspan.configure(capacity=1024)

@@ -1,0 +1,557 @@
+/* hs_types: the hot Python types of hotspan._native: span (and its literal cache),
+ * traced_function, begin/end/instant, and the benchmark floor (NoopContext). Everything a
+ * recorded span goes through from Python lives here; the module glue (configuration,
+ * drain, clock, hooks, live feed, module init) is in hs_module.c, which only runs cold.
+ *
+ * Speed notes (3.11, measured in benchmarks/bench_overhead.py):
+ * - `with` costs a bound-method lookup per __enter__/__exit__ whatever we do; we keep each
+ *   to one METH_FASTCALL C call (METH_NOARGS costs ~9 ns more) and allocate nothing.
+ * - a literal `hotspan.span("x", "c")` goes through the type's vectorcall and a
+ *   pointer-keyed cache of interned sites, so it never hashes or encodes the strings.
+ */
+#include "hs_types.h"
+
+#include "hs_recorder.h"
+
+
+#ifdef Py_GIL_DISABLED
+static PyMutex lit_mutex;
+#define LIT_LOCK() PyMutex_Lock(&lit_mutex)
+#define LIT_UNLOCK() PyMutex_Unlock(&lit_mutex)
+#else
+#define LIT_LOCK()
+#define LIT_UNLOCK()
+#endif
+
+/* ---- sites from Python strings -------------------------------------------------------- */
+
+/* Direct-mapped, keyed by the str objects' addresses. An entry owns references to its
+ * keys, so an address in the cache always is that very string; only str objects ever get
+ * in, so a hit needs no type checks. An entry also holds the span object for those
+ * strings with no arg: spans are immutable and their nesting lives with the thread, so a
+ * literal `with hotspan.span("x", "c"):` can hand back that one object instead of
+ * allocating (and freeing) one per iteration. */
+typedef struct {
+    PyObject *name;
+    PyObject *category; /* NULL: none */
+    hs_site *site;
+    PyObject *span;     /* span(name, category) with no arg */
+} lit_entry;
+#define LIT_SIZE 2048
+static lit_entry lit_cache[LIT_SIZE];
+
+static inline lit_entry *lit_slot(PyObject *name, PyObject *category) {
+    size_t h = (((uintptr_t)name >> 4) ^ (((uintptr_t)category >> 4) * 0x9e3779b1u)) & (LIT_SIZE - 1);
+    return &lit_cache[h];
+}
+
+static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
+                                 PyObject *arg_obj);
+
+/* name: a str; category: a str or NULL. Returns the (borrowed) entry, or NULL with an
+ * exception set. */
+static lit_entry *lit_fill(PyObject *name, PyObject *category) {
+    Py_ssize_t nlen, clen = 0;
+    const char *n = PyUnicode_AsUTF8AndSize(name, &nlen);
+    if (!n) return NULL;
+    const char *c = NULL;
+    if (category) {
+        c = PyUnicode_AsUTF8AndSize(category, &clen);
+        if (!c) return NULL;
+    }
+    hs_site *site = hs_site_create(n, (size_t)nlen, c, (size_t)clen);
+    if (!site) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *obj = span_new_object(site, name, category, 0, 0, NULL);
+    if (!obj) return NULL;
+    lit_entry *e = lit_slot(name, category);
+    Py_INCREF(name);
+    Py_XINCREF(category);
+    LIT_LOCK();
+    PyObject *old_name = e->name, *old_category = e->category, *old_span = e->span;
+    e->name = name;
+    e->category = category;
+    e->site = site;
+    e->span = obj;
+    LIT_UNLOCK();
+    Py_XDECREF(old_name);
+    Py_XDECREF(old_category);
+    Py_XDECREF(old_span);
+    return e;
+}
+
+#ifdef Py_GIL_DISABLED
+/* Free-threaded: copy the entry out under the lock. */
+static int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+    lit_entry *e = lit_slot(name, category);
+    int hit = 0;
+    LIT_LOCK();
+    if (e->name == name && e->category == category && e->site) {
+        *site = e->site;
+        if (span) *span = Py_NewRef(e->span);
+        hit = 1;
+    }
+    LIT_UNLOCK();
+    if (hit) return 0;
+    if (!lit_fill(name, category)) return -1;
+    return lit_get(name, category, site, span);
+}
+#else
+/* With the GIL nothing changes an entry between the check and the use. */
+static inline int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+    lit_entry *e = lit_slot(name, category);
+    if (HS_UNLIKELY(e->name != name || e->category != category || !e->site)) {
+        e = lit_fill(name, category);
+        if (!e) return -1;
+    }
+    *site = e->site;
+    if (span) *span = Py_NewRef(e->span);
+    return 0;
+}
+#endif
+
+static hs_site *site_for(PyObject *name, PyObject *category) {
+    hs_site *site;
+    return lit_get(name, category, &site, NULL) < 0 ? NULL : site;
+}
+
+/* ---- argument checks ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject *name;
+    PyObject *category; /* NULL: none */
+    int64_t arg;
+    uint32_t flags;
+    PyObject *arg_obj; /* borrowed; NULL: none */
+} span_args;
+
+static int check_span_args(const char *fn, PyObject *name, PyObject *category, PyObject *arg, span_args *out) {
+    if (!name) {
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument 'name'", fn);
+        return -1;
+    }
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "%s(): name must be a str, not %.100s", fn, Py_TYPE(name)->tp_name);
+        return -1;
+    }
+    if (category == Py_None) category = NULL;
+    if (category && !PyUnicode_Check(category)) {
+        PyErr_Format(PyExc_TypeError, "%s(): category must be a str or None, not %.100s", fn,
+                     Py_TYPE(category)->tp_name);
+        return -1;
+    }
+    out->name = name;
+    out->category = category;
+    out->arg = 0;
+    out->flags = 0;
+    out->arg_obj = NULL;
+    if (arg && arg != Py_None) {
+        if (!PyLong_Check(arg)) {
+            PyErr_Format(PyExc_TypeError, "%s(): arg must be an int or None, not %.100s", fn,
+                         Py_TYPE(arg)->tp_name);
+            return -1;
+        }
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+        if (overflow) {
+            PyErr_Format(PyExc_OverflowError, "%s(): arg does not fit in a signed 64-bit integer", fn);
+            return -1;
+        }
+        if (v == -1 && PyErr_Occurred()) return -1;
+        out->arg = v;
+        out->flags = HS_F_ARG;
+        out->arg_obj = arg;
+    }
+    return 0;
+}
+
+/* (name, category=None, *, arg=None) from a vectorcall. */
+static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                           span_args *out) {
+    PyObject *name = NULL, *category = NULL, *arg = NULL;
+    if (nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most 2 positional arguments (name, category), %zd given",
+                     fn, nargs);
+        return -1;
+    }
+    if (nargs > 0) name = args[0];
+    if (nargs > 1) category = args[1];
+    if (kwnames) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < nk; i++) {
+            PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+            PyObject *v = args[nargs + i];
+            PyObject **slot = NULL;
+            if (PyUnicode_CompareWithASCIIString(k, "arg") == 0) slot = &arg;
+            else if (PyUnicode_CompareWithASCIIString(k, "category") == 0) slot = &category;
+            else if (PyUnicode_CompareWithASCIIString(k, "name") == 0) slot = &name;
+            if (!slot) {
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, k);
+                return -1;
+            }
+            if (*slot) {
+                PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%U'", fn, k);
+                return -1;
+            }
+            *slot = v;
+        }
+    }
+    return check_span_args(fn, name, category, arg, out);
+}
+
+/* ---- span ----------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    hs_site *site;
+    int64_t arg;
+    uint32_t flags;
+    PyObject *name;
+    PyObject *category; /* NULL: none */
+    PyObject *arg_obj;  /* NULL: none */
+} SpanObject;
+
+typedef struct {
+    PyObject_HEAD
+    hs_site *site;
+    int64_t arg;
+    uint32_t flags;
+    PyObject *func;
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *weakreflist;
+    PyObject *name;
+    PyObject *category;
+} TracedObject;
+
+PyObject *hs_decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
+
+static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
+                                 PyObject *arg_obj) {
+    SpanObject *o = PyObject_New(SpanObject, &SpanType);
+    if (!o) return NULL;
+    o->site = site;
+    o->arg = arg;
+    o->flags = flags;
+    o->name = Py_NewRef(name);
+    o->category = Py_XNewRef(category);
+    o->arg_obj = Py_XNewRef(arg_obj);
+    return (PyObject *)o;
+}
+
+static PyObject *span_make(span_args *a) {
+    hs_site *site;
+    PyObject *shared;
+    if (!a->arg_obj) return lit_get(a->name, a->category, &site, &shared) < 0 ? NULL : shared;
+    if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
+    return span_new_object(site, a->name, a->category, a->arg, a->flags, a->arg_obj);
+}
+
+/* The common call, span("x") or span("x", "c") with strings already in the cache: a
+ * pointer compare stands for all the argument checks. */
+static inline lit_entry *lit_hit_positional(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+#ifdef Py_GIL_DISABLED
+    return NULL;
+#else
+    if (kwnames || nargs < 1 || nargs > 2) return NULL;
+    PyObject *category = nargs == 2 && args[1] != Py_None ? args[1] : NULL;
+    lit_entry *e = lit_slot(args[0], category);
+    return e->name == args[0] && e->category == category && e->site ? e : NULL;
+#endif
+}
+
+static PyObject *span_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    (void)type;
+    lit_entry *hit = lit_hit_positional(args, PyVectorcall_NARGS(nargsf), kwnames);
+    if (HS_LIKELY(hit != NULL)) return Py_NewRef(hit->span);
+    span_args a;
+    if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a) < 0) return NULL;
+    return span_make(&a);
+}
+
+static PyObject *span_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"name", "category", "arg", NULL};
+    PyObject *name = NULL, *category = NULL, *arg = NULL;
+    (void)type;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$O:span", kwlist, &name, &category, &arg)) return NULL;
+    span_args a;
+    if (check_span_args("span", name, category, arg, &a) < 0) return NULL;
+    return span_make(&a);
+}
+
+static void span_dealloc(SpanObject *o) {
+    Py_DECREF(o->name);
+    Py_XDECREF(o->category);
+    Py_XDECREF(o->arg_obj);
+    PyObject_Free(o);
+}
+
+static PyObject *span_enter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    (void)nargs;
+    SpanObject *s = (SpanObject *)self;
+    hs_enter(s->site, self, s->arg, s->flags);
+    return Py_NewRef(self);
+}
+
+static PyObject *span_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    hs_exit(self, nargs > 0 && args[0] != Py_None);
+    Py_RETURN_FALSE; /* never swallow the exception */
+}
+
+static PyObject *traced_make(hs_site *site, int64_t arg, uint32_t flags, PyObject *func, PyObject *name,
+                             PyObject *category);
+
+static PyObject *span_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    SpanObject *s = (SpanObject *)self;
+    if ((kwargs && PyDict_GET_SIZE(kwargs)) || PyTuple_GET_SIZE(args) != 1 ||
+        !PyCallable_Check(PyTuple_GET_ITEM(args, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a hotspan.span used as a decorator takes one callable");
+        return NULL;
+    }
+    PyObject *func = PyTuple_GET_ITEM(args, 0);
+    /* Decoration is rare: the package's hook copies __name__/__doc__ and handles async. */
+    if (hs_decorate_hook) return PyObject_CallFunctionObjArgs(hs_decorate_hook, self, func, NULL);
+    return traced_make(s->site, s->arg, s->flags, func, s->name, s->category);
+}
+
+static PyObject *span_repr(SpanObject *s) {
+    if (s->arg_obj)
+        return PyUnicode_FromFormat("hotspan.span(%R, %R, arg=%R)", s->name, s->category ? s->category : Py_None,
+                                    s->arg_obj);
+    return PyUnicode_FromFormat("hotspan.span(%R, %R)", s->name, s->category ? s->category : Py_None);
+}
+
+static PyObject *span_get_name(SpanObject *s, void *c) { (void)c; return Py_NewRef(s->name); }
+static PyObject *span_get_category(SpanObject *s, void *c) {
+    (void)c;
+    return Py_NewRef(s->category ? s->category : Py_None);
+}
+static PyObject *span_get_arg(SpanObject *s, void *c) {
+    (void)c;
+    return Py_NewRef(s->arg_obj ? s->arg_obj : Py_None);
+}
+
+static PyMethodDef span_methods[] = {
+    {"__enter__", (PyCFunction)(void (*)(void))span_enter, METH_FASTCALL, "Open the span on this thread."},
+    {"__exit__", (PyCFunction)(void (*)(void))span_exit, METH_FASTCALL,
+     "Close the span; an exception marks it error=True and propagates."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef span_getset[] = {
+    {"name", (getter)span_get_name, NULL, "The span's name.", NULL},
+    {"category", (getter)span_get_category, NULL, "The span's own category (None: inherit the parent's path).", NULL},
+    {"arg", (getter)span_get_arg, NULL, "The integer payload, or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject SpanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan.span",
+    .tp_basicsize = sizeof(SpanObject),
+    .tp_dealloc = (destructor)span_dealloc,
+    .tp_repr = (reprfunc)span_repr,
+    .tp_call = span_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "span(name, category=None, *, arg=None)\n--\n\n"
+              "A named, timed interval: a context manager (reusable, re-entrant, usable from many\n"
+              "threads at once) and a decorator.",
+    .tp_methods = span_methods,
+    .tp_getset = span_getset,
+    .tp_new = span_new,
+    .tp_vectorcall = span_vectorcall,
+};
+
+/* ---- traced functions ----------------------------------------------------------------- */
+
+static PyObject *traced_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    TracedObject *t = (TracedObject *)self;
+    int open = hs_enter(t->site, self, t->arg, t->flags);
+    PyObject *res = PyObject_Vectorcall(t->func, args, nargsf, kwnames);
+    if (open) hs_exit(self, res == NULL);
+    return res;
+}
+
+static PyObject *traced_make(hs_site *site, int64_t arg, uint32_t flags, PyObject *func, PyObject *name,
+                             PyObject *category) {
+    TracedObject *t = PyObject_GC_New(TracedObject, &TracedType);
+    if (!t) return NULL;
+    t->site = site;
+    t->arg = arg;
+    t->flags = flags;
+    t->func = Py_NewRef(func);
+    t->vectorcall = traced_vectorcall;
+    t->dict = NULL;
+    t->weakreflist = NULL;
+    t->name = Py_NewRef(name);
+    t->category = Py_XNewRef(category);
+    PyObject_GC_Track(t);
+    return (PyObject *)t;
+}
+
+static int traced_traverse(TracedObject *t, visitproc visit, void *arg) {
+    Py_VISIT(t->func);
+    Py_VISIT(t->dict);
+    return 0;
+}
+
+static int traced_clear(TracedObject *t) {
+    Py_CLEAR(t->func);
+    Py_CLEAR(t->dict);
+    return 0;
+}
+
+static void traced_dealloc(TracedObject *t) {
+    PyObject_GC_UnTrack(t);
+    if (t->weakreflist) PyObject_ClearWeakRefs((PyObject *)t);
+    traced_clear(t);
+    Py_XDECREF(t->name);
+    Py_XDECREF(t->category);
+    PyObject_GC_Del(t);
+}
+
+static PyObject *traced_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    return PyVectorcall_Call(self, args, kwargs);
+}
+
+static PyObject *traced_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *traced_repr(TracedObject *t) {
+    return PyUnicode_FromFormat("<hotspan.traced %R of %R>", t->name, t->func);
+}
+
+static PyObject *traced_get_span_name(TracedObject *t, void *c) { (void)c; return Py_NewRef(t->name); }
+static PyObject *traced_get_span_category(TracedObject *t, void *c) {
+    (void)c;
+    return Py_NewRef(t->category ? t->category : Py_None);
+}
+
+static PyGetSetDef traced_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {"span_name", (getter)traced_get_span_name, NULL, "The name its spans are recorded under.", NULL},
+    {"span_category", (getter)traced_get_span_category, NULL, "The category its spans are recorded under.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject TracedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan.traced_function",
+    .tp_basicsize = sizeof(TracedObject),
+    .tp_dealloc = (destructor)traced_dealloc,
+    .tp_vectorcall_offset = offsetof(TracedObject, vectorcall),
+    .tp_repr = (reprfunc)traced_repr,
+    .tp_call = traced_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "A function recorded as a span on each call (made by hotspan.traced or a span used as a decorator).",
+    .tp_traverse = (traverseproc)traced_traverse,
+    .tp_clear = (inquiry)traced_clear,
+    .tp_weaklistoffset = offsetof(TracedObject, weakreflist),
+    .tp_getset = traced_getset,
+    .tp_descr_get = traced_descr_get,
+    .tp_dictoffset = offsetof(TracedObject, dict),
+};
+
+/* _wrap(func, name, category=None, arg=None): a C traced function (no async check). */
+PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    (void)mod;
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "_wrap(func, name, category=None, *, arg=None)");
+        return NULL;
+    }
+    PyObject *func = args[0];
+    if (!PyCallable_Check(func)) {
+        PyErr_Format(PyExc_TypeError, "traced(): expected a callable, not %.100s", Py_TYPE(func)->tp_name);
+        return NULL;
+    }
+    span_args a;
+    if (parse_span_args("traced", args + 1, nargs - 1, kwnames, &a) < 0) return NULL;
+    hs_site *site = site_for(a.name, a.category);
+    if (!site) return NULL;
+    return traced_make(site, a.arg, a.flags, func, a.name, a.category);
+}
+
+/* ---- explicit begin / end, instants ----------------------------------------------------- */
+
+PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    (void)mod;
+    lit_entry *hit = lit_hit_positional(args, nargs, kwnames);
+    if (HS_LIKELY(hit != NULL)) {
+        if (!hs_enter(hit->site, hs_owner_begin, 0, 0)) return PyLong_FromLong(-1);
+        return PyLong_FromLong((long)hs_tls->depth - 1);
+    }
+    span_args a;
+    if (parse_span_args("begin", args, nargs, kwnames, &a) < 0) return NULL;
+    hs_site *site = site_for(a.name, a.category);
+    if (!site) return NULL;
+    if (!hs_enter(site, hs_owner_begin, a.arg, a.flags)) return PyLong_FromLong(-1);
+    /* the token is the frame's depth: a small int, so no allocation for depth < 257 */
+    return PyLong_FromLong((long)hs_tls->depth - 1);
+}
+
+PyObject *py_end(PyObject *mod, PyObject *tok) {
+    (void)mod;
+    uint64_t end = hs_ticks();
+    if (!PyLong_Check(tok)) {
+        PyErr_Format(PyExc_TypeError, "end(): token must be the int returned by begin(), not %.100s",
+                     Py_TYPE(tok)->tp_name);
+        return NULL;
+    }
+    long k = PyLong_AsLong(tok);
+    if (k == -1 && PyErr_Occurred()) return NULL;
+    if (k < 0) Py_RETURN_NONE; /* begun while recording was off */
+    hs_tstate *t = hs_tls;
+    if (!t || (unsigned long)k >= t->depth || t->stack[k].owner != hs_owner_begin) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "end(): token %ld does not match a span opened by begin() and still open on this thread", k);
+        return NULL;
+    }
+    /* spans opened after it and left open close with it */
+    while (t->depth > (uint32_t)k) hs_close_top(t, end, 0);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    (void)mod;
+    lit_entry *hit = lit_hit_positional(args, nargs, kwnames);
+    if (HS_LIKELY(hit != NULL)) {
+        hs_instant(hit->site, 0, 0);
+        Py_RETURN_NONE;
+    }
+    span_args a;
+    if (parse_span_args("instant", args, nargs, kwnames, &a) < 0) return NULL;
+    hs_site *site = site_for(a.name, a.category);
+    if (!site) return NULL;
+    hs_instant(site, a.arg, a.flags);
+    Py_RETURN_NONE;
+}
+
+/* ---- the benchmark floor -------------------------------------------------------------- */
+
+/* A context manager whose __enter__/__exit__ do nothing, built exactly like span's
+ * (METH_FASTCALL, no allocation): what `with` itself costs, the floor benchmarks race. */
+static PyObject *noop_enter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args; (void)nargs;
+    return Py_NewRef(self);
+}
+static PyObject *noop_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self; (void)args; (void)nargs;
+    Py_RETURN_FALSE;
+}
+static PyMethodDef noop_methods[] = {
+    {"__enter__", (PyCFunction)(void (*)(void))noop_enter, METH_FASTCALL, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))noop_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+PyTypeObject NoopType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native.NoopContext",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A no-op C context manager: the benchmark floor.",
+    .tp_methods = noop_methods,
+    .tp_new = PyType_GenericNew,
+};

@@ -1,0 +1,20 @@
+/* hs_types: the hot Python types (hs_types.c), as the module glue (hs_module.c) sees them. */
+#ifndef HS_TYPES_H
+#define HS_TYPES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+extern PyTypeObject SpanType;       /* hotspan.span */
+extern PyTypeObject TracedType;     /* hotspan.traced_function */
+extern PyTypeObject NoopType;       /* hotspan._native.NoopContext: the benchmark floor */
+/* hotspan._api._decorate_with(span, func), set by _set_hooks; NULL: decorate in C. */
+extern PyObject *hs_decorate_hook;
+
+/* Module functions of the hot path (their entries are in hs_module.c's method table). */
+PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *py_end(PyObject *mod, PyObject *tok);
+PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+#endif
