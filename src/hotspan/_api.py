@@ -17,6 +17,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Environment variables read for the rank, in order (launchers set one of these).
 RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
+#: The largest rank a span id can hold (16 bits of it name the rank).
+RANK_MAX = (1 << 16) - 1
+#: The largest ring: 2**24 records (512 MiB a thread at 32 bytes a record). A ring that
+#: cannot be allocated would drop every span, so larger is refused, not attempted.
+CAPACITY_MAX = 1 << 24
+
 _configured_rank: int | None = None
 # Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
 _drain_lock = threading.RLock()
@@ -64,10 +70,19 @@ def configure(
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise TypeError(f"configure(): {label} must be an int, not {type(value).__name__}")
+    # Out of range is refused, naming the range: a rank past 16 bits would wrap in the span
+    # ids, and a ring too large to allocate would lose every span.
+    ranks, capacities = f"0..{RANK_MAX}", f"2..{CAPACITY_MAX:,} records"
     if rank is not None and rank < 0:
-        raise ValueError(f"configure(): rank must be >= 0, not {rank}")
+        raise ValueError(f"configure(): rank must be >= 0 ({ranks}), not {rank}")
+    if rank is not None and rank > RANK_MAX:
+        raise ValueError(f"configure(): rank must be at most {RANK_MAX} ({ranks}: span ids hold 16 bits of rank), "
+                         f"not {rank}")
     if capacity is not None and capacity < 2:
-        raise ValueError(f"configure(): capacity must be at least 2 records, not {capacity}")
+        raise ValueError(f"configure(): capacity must be at least 2 records ({capacities}), not {capacity}")
+    if capacity is not None and capacity > CAPACITY_MAX:
+        raise ValueError(f"configure(): capacity must be at most {CAPACITY_MAX:,} records ({capacities}; 512 MiB "
+                         f"a thread), not {capacity:,}")
     if memory_cap is not None and memory_cap < 1:
         raise ValueError(f"configure(): memory_cap must be a positive number of bytes, not {memory_cap}")
     interval_us = -1
@@ -158,10 +173,28 @@ def _decorate_with(span_obj: Any, func: Any) -> Any:
     return _decorate(func, span_obj.name, span_obj.category, span_obj.arg)
 
 
+#: HOTSPAN's words (any case): the C core turns recording off at import for the second set.
+HOTSPAN_ON = ("1", "true", "on", "yes")
+HOTSPAN_OFF = ("0", "false", "off", "no")
+
+
+def _check_hotspan_env() -> None:
+    """``HOTSPAN=bogus`` is said once on stderr (recording stays on, the default), not taken
+    silently as "on"."""
+    value = os.environ.get("HOTSPAN")
+    if not value or value.lower() in HOTSPAN_ON + HOTSPAN_OFF:
+        return
+    import sys
+
+    print(f"hotspan: HOTSPAN={value!r} is not understood (use {'/'.join(HOTSPAN_OFF)} to turn recording off, "
+          f"{'/'.join(HOTSPAN_ON)} for on); recording is on", file=sys.stderr)
+
+
 def _thread_name() -> str:
     return threading.current_thread().name
 
 
 _native._set_hooks(_thread_name, _decorate_with)
+_check_hotspan_env()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_native._after_fork_child)

@@ -160,7 +160,7 @@ _STAT_PRIORITY = ("count", "total", "mean", "p50", "p99", "share", "self", "p90"
                   "busy", "arg sum")
 #: Shown unless --all or --columns says otherwise (when the width allows).
 _STAT_DEFAULT = ("count", "total", "self", "mean", "p50", "p90", "p99", "max", "share", "errors", "arg/s")
-_KEY_MIN_WIDTH = 12  # a name column is never squeezed below this (longer names end in "…")
+_KEY_MIN_WIDTH = 10  # a name column is never squeezed below this (longer names end in "…")
 
 
 def _stat_column(head: str) -> str:
@@ -180,13 +180,17 @@ def _stat_head(column: str) -> str:
 
 
 def _ellipsize(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+    """A key cut to ``width`` in its middle: ``train/compute`` and ``train/comms`` stay apart
+    (``tr…compute``, ``trai…comms``) where cutting the end would make both ``train/com…``."""
+    from ..report.gantt import fit_label
+
+    return fit_label(text, width)
 
 
 def _fitted_table(keys: list[tuple[str, list[str]]], values: list[tuple[str, list[str]]], width: int,
                   title: str | None = None, order: Sequence[str] | None = None):
     """A table of text columns that fits ``width``: the key columns (left) shrink down to
-    ``_KEY_MIN_WIDTH`` with an ellipsis; the value columns (right-aligned numbers, in
+    ``_KEY_MIN_WIDTH`` with an ellipsis in the middle; the value columns (right-aligned numbers, in
     priority order) are dropped from the last while they do not fit, and never cut; those
     kept are shown in ``order`` (their heads; default: as given). Returns the rich table and
     the value heads left out."""
