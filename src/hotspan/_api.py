@@ -129,6 +129,63 @@ def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _wrap_generator(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
+    """A generator function's span covers each step of the iteration: every ``next``,
+    ``send`` or ``throw`` that runs the generator's body is one span (so a generator that
+    yields n items gives n + 1 spans, the last one the step that finishes it). Each step,
+    not the whole consumption: the consumer's own work between two items is not counted as
+    the generator's, and a generator handed to another thread records there."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gen = func(*args, **kwargs)
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            with span_obj:
+                try:
+                    item = gen.send(sent) if thrown is None else gen.throw(thrown)
+                except StopIteration as stop:
+                    return stop.value
+            sent, thrown = None, None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                gen.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer: pass it on
+                thrown = exc
+
+    return wrapper
+
+
+def _wrap_async_generator(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
+    """An async generator function: one span per step (``__anext__``/``asend``/``athrow``),
+    each covering the awaited body of that step, as for generators."""
+
+    @functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        agen = func(*args, **kwargs)
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            with span_obj:
+                try:
+                    item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+                except StopAsyncIteration:
+                    return
+            sent, thrown = None, None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                await agen.aclose()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer: pass it on
+                thrown = exc
+
+    return wrapper
+
+
 @overload
 def traced(fn: F, /) -> F: ...
 @overload
@@ -142,7 +199,9 @@ def traced(fn: Any = None, /, category: str | None = None, *, name: str | None =
 
     ``@traced`` names the span after the function's ``__qualname__``; ``@traced("name")``,
     ``@traced("name", "category")`` or ``@traced(name=..., category=..., arg=...)`` choose.
-    Works on functions, methods and coroutine functions (the span covers the awaited body).
+    Works on functions, methods and coroutine functions (the span covers the awaited body),
+    and on generator and async generator functions: one span per step of the iteration
+    (each ``next``), not one for the whole consumption, nor only the generator's creation.
     """
     if fn is None or isinstance(fn, str):
         chosen = fn if isinstance(fn, str) else name
@@ -161,6 +220,10 @@ def _decorate(func: Any, name: str | None, category: str | None, arg: int | None
         raise TypeError(f"traced(): expected a callable, not {type(func).__name__}")
     if name is None:
         name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if inspect.isasyncgenfunction(func):
+        return _wrap_async_generator(_native.span(name, category, arg=arg), func)
+    if inspect.isgeneratorfunction(func):
+        return _wrap_generator(_native.span(name, category, arg=arg), func)
     if inspect.iscoroutinefunction(func):
         return _wrap_async(_native.span(name, category, arg=arg), func)
     wrapper = _native._wrap(func, name, category, arg=arg)

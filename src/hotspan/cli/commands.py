@@ -642,8 +642,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.module is None and not program:
         raise CliError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
     out = _check_output(args.output)
-    if args.live_min_ms < 0:
+    if args.live_min_ms is not None and args.live_min_ms < 0:
         raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
+    if args.live_min_ms is not None:
+        args.live = True  # a threshold for the live log asks for the live log
     if args.module is not None:
         try:
             found = importlib.util.find_spec(args.module)
@@ -664,7 +666,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     hotspan.enable()
     hotspan.drain()  # only the program's spans
     dropped_before = hotspan.dropped()
-    live_log = hotspan.live(min_ns=int(args.live_min_ms * 1e6)) if args.live else None
+    live_log = hotspan.live(min_ns=int((args.live_min_ms or 0) * 1e6)) if args.live else None
     status = 0
     start = time.perf_counter()
     sys.argv[:] = run_argv
@@ -922,8 +924,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", default="hotspan-trace.parquet", help="default hotspan-trace.parquet")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     run.add_argument("--live", action="store_true", help="print a line per finished span on stderr while it runs")
-    run.add_argument("--live-min-ms", type=float, default=0.0, metavar="MS",
-                     help="with --live: only spans of at least MS milliseconds (errors always)")
+    run.add_argument("--live-min-ms", type=float, metavar="MS",
+                     help="live log of the spans of at least MS milliseconds (errors always); implies --live")
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]")
 
     collect = _add(sub, "collect", "receive spans from many ranks (Arrow Flight) into a dataset directory",
