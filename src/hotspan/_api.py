@@ -1,6 +1,7 @@
 """The Python side of the public API: policy around the C core in ``_native``."""
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import os
@@ -257,7 +258,28 @@ def _thread_name() -> str:
     return threading.current_thread().name
 
 
+def _warn_dropped_at_exit() -> None:
+    """At exit: one line on stderr when this process dropped spans, with what to change.
+    Reads two counters from the C core: no pyarrow, nothing else loaded."""
+    try:
+        dropped = _native.dropped()
+        if not dropped:
+            return
+        import sys
+
+        from .units import human_bytes
+
+        limits = _native._pending()
+        print(f"hotspan: {dropped:,} spans dropped (ring capacity {limits['capacity']:,} records a thread, memory "
+              f"cap {human_bytes(limits['memory_cap'])}); see configure(capacity=, memory_cap=), or drain more "
+              f"often", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - an exit hook must not add a traceback to a dying process
+        pass
+
+
 _native._set_hooks(_thread_name, _decorate_with)
 _check_hotspan_env()
+# Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
+atexit.register(_warn_dropped_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_native._after_fork_child)

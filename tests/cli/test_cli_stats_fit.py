@@ -152,3 +152,18 @@ def test_instants_apart_and_phases_only_with_steps(cli, trace, tmp_path):
     assert code == 0 and "phases" not in out
     code, out, _ = cli("stats", tmp_path / "flat.parquet", "--phases")
     assert "phases" in out
+
+
+def test_stats_say_how_many_spans_were_dropped(cli, tmp_path):
+    hotspan.drain()
+    with hotspan.span("x"):
+        pass
+    table = hotspan.drain()
+    meta = dict(table.schema.metadata)
+    meta[b"hotspan.dropped"] = json.dumps({"total": 25576, "threads": {}}).encode()
+    export(table.replace_schema_metadata(meta), tmp_path / "t.parquet")
+    code, out, _ = cli("stats", tmp_path / "t.parquet", columns=120)
+    assert code == 0 and "25,576 spans were dropped" in out
+    export(table, tmp_path / "clean.parquet")
+    code, out, _ = cli("stats", tmp_path / "clean.parquet", columns=120)
+    assert code == 0 and "dropped" not in out
