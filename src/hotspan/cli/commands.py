@@ -104,7 +104,7 @@ def _load(paths: Sequence[str]) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
     # The first file's metadata stands for the whole (concat_tables keeps it).
-    return pa.concat_tables([t.cast(tables[0].schema) for t in tables])
+    return pa.concat_tables([t.cast(tables[0].schema) for t in tables]).unify_dictionaries()
 
 
 def _by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str, ...]:
