@@ -815,7 +815,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hotspan",
         description="Record spans in hot loops; inspect the traces. A TRACE is any format hotspan "
-        "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv), a Chrome JSON trace, or a "
+        "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv .jsonl), a Chrome JSON trace, or a "
         "directory of Parquet parts (hotspan.record(\"run/\"), hotspan collect --out run/).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  hotspan demo --threads 4 --steps 50\n  hotspan stats hotspan-demo.parquet --top 10",
