@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
-import importlib.util
 import os
 import sys
 import tempfile
@@ -25,26 +23,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-
-def _import_export():
-    module = importlib.import_module("hotspan.export")
-    if getattr(module, "__file__", None) is None:
-        # An editable install made before export/__init__.py existed maps the package
-        # to a bare namespace: load the real one from the same directory.
-        directory = Path(list(module.__path__)[0])
-        for name in [m for m in sys.modules if m.startswith("hotspan.export")]:
-            del sys.modules[name]
-        spec = importlib.util.spec_from_file_location(
-            "hotspan.export", directory / "__init__.py", submodule_search_locations=[str(directory)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["hotspan.export"] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-hotspan_export = _import_export()
+# The installed package (pip install -e . or a wheel): what users run, not src/ by path.
+import hotspan.formats as hotspan_export  # noqa: E402
 from hotspan._schema import META_HOST, META_START, SPAN_SCHEMA  # noqa: E402
 
 # One training step: (name, category, depth, offset, duration, arg kind) in ticks of a
@@ -183,7 +163,7 @@ def main() -> int:
 
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
-        for extension in (".parquet", ".arrow", ".json", ".json.gz", ".pftrace", ".csv"):
+        for extension in (".parquet", ".arrow", ".json", ".json.gz", ".pftrace", ".csv", ".jsonl"):
             path = Path(directory) / f"bench{extension}"
             export_s = best_of(args.repeat, lambda: hotspan_export.export(table, path))
             size = path.stat().st_size
