@@ -116,3 +116,16 @@ def test_bad_parameters():
         hotspan.compare(t, t, alpha=2)
     with pytest.raises(ValueError, match="resamples"):
         hotspan.compare(t, t, resamples=5)
+
+
+def test_a_median_past_the_threshold_whose_interval_is_not_is_same():
+    """Significant, the point estimate +6.4%, but the interval reaches down to +4.6%: not surely
+    past the 5% threshold, so not called slower (a noisy run does not cry wolf)."""
+    rng = np.random.default_rng(2)
+    base = rng.normal(1_000_000, 60_000, 300).astype(int)
+    new = (rng.normal(1_000_000, 60_000, 300) * 1.065).astype(int)
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}))
+    assert row["p_value"] < 1e-6 and row["p50_ns_change"] > 0.05 and row["change_low"] < 0.05
+    assert row["verdict"] == "same"
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}), threshold=0.03)
+    assert row["verdict"] == "slower"

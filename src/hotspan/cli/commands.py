@@ -486,7 +486,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.min_count < 1:
         raise CliError(f"--min-count must be at least 1, not {args.min_count}")
     if not 0 < args.alpha < 1:
-        raise CliError(f"--alpha must be between 0 and 1 (0.01 is 1%), not {args.alpha}")
+        raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
     base, new = _load([args.base]), _load([args.new])
     env_base, env_new = _environment(base), _environment(new)
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
@@ -529,8 +529,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])
         console.print(out)
-        console.print(f"{len(slower)} of {len(rows)} slower: median up by more than {args.threshold * 100:g}% "
-                      f"and significant (Mann-Whitney U p < {args.alpha:g}, bootstrap interval above 0)")
+        console.print(f"{len(slower)} of {len(rows)} slower: median up significantly (Mann-Whitney U p < "
+                      f"{args.alpha:g}) and its whole 95% interval above +{args.threshold * 100:g}%")
         if missing:
             console.print(f"{sum(r['verdict'] == 'gone' for r in rows)} gone, "
                           f"{sum(r['verdict'] == 'new' for r in rows)} new"
@@ -896,8 +896,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare = _add(sub, "compare", "compare two traces span by span; exit 1 on a slowdown",
                    "For each span group: the median (p50) before and after, its change with a 95%% bootstrap "
                    "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
-                   "when its median rose by more than --threshold and the shift is significant (p < --alpha and "
-                   "the whole interval above 0): one outlier moving a mean is noise, not a regression. Exit "
+                   "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
+                   "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "
                    "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
                    "when the traces have no group in common, else 0. "
                    "Warns when the traces were recorded in different environments (host, Python, hotspan, "
@@ -910,8 +910,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
     compare.add_argument("--min-count", type=int, default=1, metavar="N",
                          help="groups with fewer spans on either side are shown but not judged (default 1)")
-    compare.add_argument("--alpha", type=float, default=0.01,
-                         help="significance level of the rank test (default 0.01)")
+    compare.add_argument("--alpha", type=float, default=0.05,
+                         help="significance level of the rank test (default 0.05)")
     compare.add_argument("--fail-on-missing", action="store_true",
                          help="exit 1 when a span group is in one trace only")
     compare.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
