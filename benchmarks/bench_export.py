@@ -23,10 +23,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-
-from hotspan import formats as hotspan_export  # noqa: E402
+# The installed package (pip install -e . or a wheel): what users run, not src/ by path.
+import hotspan.formats as hotspan_export  # noqa: E402
 from hotspan._schema import META_HOST, META_START, SPAN_SCHEMA  # noqa: E402
 
 # One training step: (name, category, depth, offset, duration, arg kind) in ticks of a
@@ -145,7 +143,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--dir", default=None, help="where to write the files (default: a temporary folder)")
-    parser.add_argument("--formats", default=".parquet,.arrow,.json,.json.gz,.pftrace,.csv",
+    parser.add_argument("--formats", default=".parquet,.arrow,.json,.json.gz,.pftrace,.csv,.jsonl",
                         help="comma-separated extensions to time (default: all)")
     args = parser.parse_args()
 

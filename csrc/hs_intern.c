@@ -126,15 +126,24 @@ static kv_slot *kv_find(kv_map *m, uint64_t key) {
 
 uint32_t hs_intern_path(uint32_t parent_path, uint32_t category) {
     if (category == 0) return parent_path;
-    if (parent_path == 0) return category;
+    if (parent_path == 0 || parent_path == category) return category;
     pthread_mutex_lock(&intern_lock);
     uint32_t out = UINT32_MAX;
     uint64_t key = ((uint64_t)parent_path << 32) | category;
     kv_slot *slot = kv_find(&path_map, key);
+    size_t a = str_len[parent_path], b = str_len[category];
     if (slot && slot->used) {
         out = slot->val;
+    } else if (slot && a > b && str_text[parent_path][a - b - 1] == '/' &&
+               !memcmp(str_text[parent_path] + a - b, str_text[category], b)) {
+        /* The category is the parent's own (its last part): recursion stays in one
+         * category, "a/cat", instead of growing "a/cat/cat/cat" level by level. */
+        out = parent_path;
+        slot->key = key;
+        slot->val = out;
+        slot->used = 1;
+        path_map.count++;
     } else if (slot) {
-        size_t a = str_len[parent_path], b = str_len[category];
         char *buf = malloc(a + b + 1);
         if (buf) {
             memcpy(buf, str_text[parent_path], a);

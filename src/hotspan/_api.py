@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import _thread
+import atexit
 import os
 
 from . import _native
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
 
 #: Environment variables read for the rank, in order (launchers set one of these).
 RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+#: The largest rank a span id can hold (16 bits of it name the rank).
+RANK_MAX = (1 << 16) - 1
+#: The largest ring: 2**24 records (512 MiB a thread at 32 bytes a record). A ring that
+#: cannot be allocated would drop every span, so larger is refused, not attempted.
+CAPACITY_MAX = 1 << 24
 
 _configured_rank: int | None = None
 # Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
@@ -66,10 +73,19 @@ def configure(
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise TypeError(f"configure(): {label} must be an int, not {type(value).__name__}")
+    # Out of range is refused, naming the range: a rank past 16 bits would wrap in the span
+    # ids, and a ring too large to allocate would lose every span.
+    ranks, capacities = f"0..{RANK_MAX}", f"2..{CAPACITY_MAX:,} records"
     if rank is not None and rank < 0:
-        raise ValueError(f"configure(): rank must be >= 0, not {rank}")
+        raise ValueError(f"configure(): rank must be >= 0 ({ranks}), not {rank}")
+    if rank is not None and rank > RANK_MAX:
+        raise ValueError(f"configure(): rank must be at most {RANK_MAX} ({ranks}: span ids hold 16 bits of rank), "
+                         f"not {rank}")
     if capacity is not None and capacity < 2:
-        raise ValueError(f"configure(): capacity must be at least 2 records, not {capacity}")
+        raise ValueError(f"configure(): capacity must be at least 2 records ({capacities}), not {capacity}")
+    if capacity is not None and capacity > CAPACITY_MAX:
+        raise ValueError(f"configure(): capacity must be at most {CAPACITY_MAX:,} records ({capacities}; 512 MiB "
+                         f"a thread), not {capacity:,}")
     if memory_cap is not None and memory_cap < 1:
         raise ValueError(f"configure(): memory_cap must be a positive number of bytes, not {memory_cap}")
     interval_us = -1
@@ -118,6 +134,67 @@ def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _wrap_generator(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
+    """A generator function's span covers each step of the iteration: every ``next``,
+    ``send`` or ``throw`` that runs the generator's body is one span (so a generator that
+    yields n items gives n + 1 spans, the last one the step that finishes it). Each step,
+    not the whole consumption: the consumer's own work between two items is not counted as
+    the generator's, and a generator handed to another thread records there."""
+
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gen = func(*args, **kwargs)
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            with span_obj:
+                try:
+                    item = gen.send(sent) if thrown is None else gen.throw(thrown)
+                except StopIteration as stop:
+                    return stop.value
+            sent, thrown = None, None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                gen.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer: pass it on
+                thrown = exc
+
+    return wrapper
+
+
+def _wrap_async_generator(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
+    """An async generator function: one span per step (``__anext__``/``asend``/``athrow``),
+    each covering the awaited body of that step, as for generators."""
+
+    import functools
+
+    @functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        agen = func(*args, **kwargs)
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            with span_obj:
+                try:
+                    item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+                except StopAsyncIteration:
+                    return
+            sent, thrown = None, None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                await agen.aclose()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer: pass it on
+                thrown = exc
+
+    return wrapper
+
+
 if TYPE_CHECKING:
     @overload
     def traced(fn: F, /) -> F: ...
@@ -132,7 +209,9 @@ def traced(fn: Any = None, /, category: str | None = None, *, name: str | None =
 
     ``@traced`` names the span after the function's ``__qualname__``; ``@traced("name")``,
     ``@traced("name", "category")`` or ``@traced(name=..., category=..., arg=...)`` choose.
-    Works on functions, methods and coroutine functions (the span covers the awaited body).
+    Works on functions, methods and coroutine functions (the span covers the awaited body),
+    and on generator and async generator functions: one span per step of the iteration
+    (each ``next``), not one for the whole consumption, nor only the generator's creation.
     """
     if fn is None or isinstance(fn, str):
         chosen = fn if isinstance(fn, str) else name
@@ -154,6 +233,10 @@ def _decorate(func: Any, name: str | None, category: str | None, arg: int | None
     import functools
     import inspect
 
+    if inspect.isasyncgenfunction(func):
+        return _wrap_async_generator(_native.span(name, category, arg=arg), func)
+    if inspect.isgeneratorfunction(func):
+        return _wrap_generator(_native.span(name, category, arg=arg), func)
     if inspect.iscoroutinefunction(func):
         return _wrap_async(_native.span(name, category, arg=arg), func)
     wrapper = _native._wrap(func, name, category, arg=arg)
@@ -166,6 +249,23 @@ def _decorate_with(span_obj: Any, func: Any) -> Any:
     return _decorate(func, span_obj.name, span_obj.category, span_obj.arg)
 
 
+#: HOTSPAN's words (any case): the C core turns recording off at import for the second set.
+HOTSPAN_ON = ("1", "true", "on", "yes")
+HOTSPAN_OFF = ("0", "false", "off", "no")
+
+
+def _check_hotspan_env() -> None:
+    """``HOTSPAN=bogus`` is said once on stderr (recording stays on, the default), not taken
+    silently as "on"."""
+    value = os.environ.get("HOTSPAN")
+    if not value or value.lower() in HOTSPAN_ON + HOTSPAN_OFF:
+        return
+    import sys
+
+    print(f"hotspan: HOTSPAN={value!r} is not understood (use {'/'.join(HOTSPAN_OFF)} to turn recording off, "
+          f"{'/'.join(HOTSPAN_ON)} for on); recording is on", file=sys.stderr)
+
+
 def _thread_name() -> str:
     # Called by the core once per thread, for its first span; any program with threads
     # has imported threading already.
@@ -174,6 +274,27 @@ def _thread_name() -> str:
     return threading.current_thread().name
 
 
+def _warn_dropped_at_exit() -> None:
+    """At exit: one line on stderr when this process dropped spans, with what to change.
+    Reads two counters from the C core: no pyarrow, nothing else loaded."""
+    try:
+        dropped = _native.dropped()
+        if not dropped:
+            return
+        import sys
+
+        from .units import human_bytes
+
+        limits = _native._pending()
+        print(f"hotspan: {dropped:,} spans dropped (memory cap {human_bytes(limits['memory_cap'])}); "
+              f"see configure(memory_cap=), or drain more often", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - an exit hook must not add a traceback to a dying process
+        pass
+
+
 _native._set_hooks(_thread_name, _decorate_with)
+_check_hotspan_env()
+# Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
+atexit.register(_warn_dropped_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_native._after_fork_child)

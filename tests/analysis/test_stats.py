@@ -91,11 +91,18 @@ def reference_stats(table: pa.Table, by) -> dict[tuple, dict]:
             "count": len(members), "total_ns": total, "self_ns": total - child_time[key],
             "mean_ns": durations.mean(), "min_ns": int(durations.min()), "max_ns": int(durations.max()),
             "p50_ns": np.percentile(durations, 50), "p90_ns": np.percentile(durations, 90),
-            "p99_ns": np.percentile(durations, 99), "share": total / wall,
+            "p99_ns": np.percentile(durations, 99), "busy": total / wall,
             "errors": sum(m["error"] for m in members),
             "arg_sum": sum(m["arg"] for m in with_arg) if with_arg else None,
             "arg_per_s": (sum(m["arg"] for m in with_arg) / (arg_time / 1e9)) if with_arg and arg_time else None,
         }
+    # share: self time over the summed self time of the rows with the same lane keys.
+    lanes = [i for i, k in enumerate(by) if k in ("rank", "pid", "thread_id", "thread_name")]
+    lane_self = defaultdict(int)
+    for key, row in out.items():
+        lane_self[tuple(key[i] for i in lanes)] += row["self_ns"]
+    for key, row in out.items():
+        row["share"] = row["self_ns"] / lane_self[tuple(key[i] for i in lanes)]
     return out
 
 
@@ -191,7 +198,19 @@ def test_percentiles_of_one_and_two_values():
     rows = {r["name"]: r for r in hotspan.stats(table, by="name").to_pylist()}
     assert rows["x"]["p50_ns"] == 20.0 and rows["x"]["p99_ns"] == pytest.approx(29.8)
     assert rows["y"]["p50_ns"] == rows["y"]["p99_ns"] == 7.0
-    assert rows["x"]["share"] == pytest.approx(40 / 50)
+    assert rows["x"]["busy"] == pytest.approx(40 / 50)
+    assert rows["x"]["share"] == pytest.approx(40 / 47) and rows["y"]["share"] == pytest.approx(7 / 47)
+
+
+def test_share_adds_up_to_one_per_rank_and_over_the_table():
+    table = random_tree_table(3)
+    overall = hotspan.stats(table)
+    assert sum(overall.column("share").to_pylist()) == pytest.approx(1.0)
+    per_rank = hotspan.stats(table, by=("rank", "name"))
+    sums = defaultdict(float)
+    for row in per_rank.to_pylist():
+        sums[row["rank"]] += row["share"]
+    assert len(sums) > 1 and all(v == pytest.approx(1.0) for v in sums.values())
 
 
 def phase_trace() -> pa.Table:

@@ -12,15 +12,19 @@ import pytest
 from hotspan._schema import SPAN_SCHEMA
 
 
-def hotspan_cli(*args, cwd=None):
+def hotspan_cli(*args, cwd=None, columns=None):
+    env = dict(os.environ)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     return subprocess.run(
-        [sys.executable, "-m", "hotspan", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+        [sys.executable, "-m", "hotspan", *args], capture_output=True, text=True, cwd=cwd, timeout=300, env=env
     )
 
 
 def test_demo_writes_parquet_and_prints_a_summary(tmp_path):
-    proc = hotspan_cli("demo", "--threads", "3", "--steps", "10", cwd=tmp_path)
+    proc = hotspan_cli("demo", "--threads", "3", "--steps", "10", cwd=tmp_path, columns=160)
     assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 160
     out = tmp_path / "hotspan-demo.parquet"
     assert out.exists()
     assert stat.S_IMODE(out.stat().st_mode) & 0o044  # readable by others, like any file written
@@ -40,7 +44,7 @@ def test_demo_writes_parquet_and_prints_a_summary(tmp_path):
     assert f"{t.num_rows:,} spans" in proc.stdout and "4 threads" in proc.stdout and "0 dropped" in proc.stdout
     assert "allreduce" in proc.stdout and "mean" in proc.stdout
     # the stats table and the Gantt chart, one row per worker
-    assert "p99" in proc.stdout and "self" in proc.stdout
+    assert "p99" in proc.stdout and "self" in proc.stdout and "share" in proc.stdout
     assert sum(1 for line in proc.stdout.splitlines() if line.startswith("r0 worker-")) == 3
     # a Chrome JSON copy beside the Parquet, for Perfetto UI, with the same spans
     beside = tmp_path / "hotspan-demo.json"

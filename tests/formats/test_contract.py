@@ -198,6 +198,9 @@ def test_directory_instead_of_a_file(extension, tmp_path):
 def test_empty_file(extension, tmp_path):
     path = tmp_path / f"empty{extension}"
     path.write_bytes(b"")
+    if extension == ".jsonl":  # zero lines are zero spans (as jq reads it): what an empty table writes
+        assert load(path).num_rows == 0
+        return
     assert isinstance(_check_bad_file(path), TraceFileError)
 
 

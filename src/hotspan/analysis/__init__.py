@@ -2,7 +2,8 @@
 
     hotspan.stats(table)            # per (category, name): count, total, self, percentiles, ...
     hotspan.phases(table)           # each top-level category per rank and its sub-categories
-    hotspan.compare(base, new)      # per span group: before, after, change, verdict
+    hotspan.compare(base, new)      # per span group: medians, their change with a bootstrap interval,
+                                    # a Mann-Whitney U p-value, and a verdict
 """
 from __future__ import annotations
 

@@ -20,14 +20,14 @@ __all__ = ["PHASE_COLUMNS", "STAT_COLUMNS", "phases", "stats"]
 #: The statistics columns of ``stats()``, after the ``by`` keys.
 STAT_COLUMNS = (
     "count", "total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns",
-    "share", "errors", "arg_sum", "arg_per_s",
+    "share", "busy", "errors", "arg_sum", "arg_per_s",
 )
 PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
 _STAT_TYPES = {
     "count": pa.int64(), "total_ns": pa.int64(), "self_ns": pa.int64(), "mean_ns": pa.float64(),
     "min_ns": pa.int64(), "p50_ns": pa.float64(), "p90_ns": pa.float64(), "p99_ns": pa.float64(),
-    "max_ns": pa.int64(), "share": pa.float64(), "errors": pa.int64(), "arg_sum": pa.int64(),
+    "max_ns": pa.int64(), "share": pa.float64(), "busy": pa.float64(), "errors": pa.int64(), "arg_sum": pa.int64(),
     "arg_per_s": pa.float64(),
 }
 
@@ -55,9 +55,12 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
     """Per group of spans (the distinct values of the ``by`` columns): ``count``,
     ``total_ns``, ``self_ns`` (total minus the time of direct children), ``mean_ns``,
     ``min_ns``, ``p50_ns``, ``p90_ns``, ``p99_ns`` (exact, linear interpolation as numpy's
-    default), ``max_ns``, ``share`` (total over the trace's wall time, from the first start
-    to the last end; spans running on several threads at once can add up to more than 1),
-    ``errors``, ``arg_sum`` and ``arg_per_s`` (the args summed, per second of the time of the
+    default), ``max_ns``, ``share`` (the group's self time over the summed self time of all
+    spans of its rank/thread: of the lane columns ``rank``, ``pid``, ``thread_id`` and
+    ``thread_name``, those in ``by`` say which spans count; with none of them, the whole
+    table's; so the column adds up to 1 per rank/thread, or over the table), ``busy`` (total
+    over the trace's wall time, from the first start to the last end; nested spans and spans
+    on several threads at once make it add up to more than 1), ``errors``, ``arg_sum`` and ``arg_per_s`` (the args summed, per second of the time of the
     spans that carry one; both null where no span of the group has an arg).
 
     Rows come largest ``total_ns`` first. Null keys form their own group.
@@ -87,8 +90,9 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
         columns[column] = _percentile(sorted_duration, starts, counts, q)
     columns["max_ns"] = sorted_duration[ends - 1]
 
+    columns["share"] = _self_share(table, by, columns["self_ns"], representative)
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(pc.min(table.column("start_ns")).as_py())
-    columns["share"] = total / wall if wall > 0 else np.full(groups, np.nan)
+    columns["busy"] = total / wall if wall > 0 else np.full(groups, np.nan)
 
     error = to_numpy(table.column("error").fill_null(False), np.bool_)
     columns["errors"] = np.bincount(group, weights=error, minlength=groups).astype(np.int64)
@@ -115,6 +119,27 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
         for name in STAT_COLUMNS
     ]
     return pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS))
+
+
+#: Columns that name a rank or thread: ``share`` is taken within the values of those in ``by``.
+LANE_COLUMNS = ("rank", "pid", "thread_id", "thread_name")
+
+
+def _self_share(table: pa.Table, by: Sequence[str], self_ns: np.ndarray, representative: np.ndarray) -> np.ndarray:
+    """Each group's self time over the summed self time of its lane (see ``stats``). Self
+    times of a lane's spans add up to the time its outermost spans cover, so the shares of a
+    lane add up to 1."""
+    lanes = [name for name in by if name in LANE_COLUMNS]
+    self_ns = np.asarray(self_ns, np.float64)
+    if not lanes:
+        denominator = np.full(len(self_ns), self_ns.sum())
+    else:
+        lane, _ = combined_codes(table, lanes)
+        group_lane = lane[representative]
+        per_lane = np.bincount(group_lane, weights=self_ns)
+        denominator = per_lane[group_lane]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denominator > 0, self_ns / denominator, np.nan)
 
 
 def _empty_stats(table: pa.Table, by: Sequence[str]) -> pa.Table:

@@ -115,7 +115,7 @@ def _load(paths: Sequence[str]) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
     # The first file's metadata stands for the whole (concat_tables keeps it).
-    return pa.concat_tables([t.cast(tables[0].schema) for t in tables])
+    return pa.concat_tables([t.cast(tables[0].schema) for t in tables]).unify_dictionaries()
 
 
 def _by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str, ...]:
@@ -137,36 +137,124 @@ def _by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str, ...
 # --------------------------------------------------------------------------- rendering
 
 
-def _console(stderr: bool = False, min_width: int = 220):
+def _console(stderr: bool = False):
+    """A console as wide as the terminal; piped or captured, as wide as ``COLUMNS`` says
+    (80 when unset), so that ``COLUMNS=200 hotspan stats t.parquet | less`` is wide."""
     from rich.console import Console
 
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:  # piped or captured: don't squeeze the tables into 80 columns
-        console = Console(stderr=stderr, highlight=False, width=max(min_width, console.width))
-    return console
+    return Console(stderr=stderr, highlight=False)
 
 
-def _stats_renderable(result: pa.Table, by: Sequence[str], title: str | None = None):
+def _percent(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value * 100:.1f}%"
+
+
+#: The columns of the stats table: header -> (stats column, formatter). Their order on screen.
+_STAT_HEADS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "count": ("count", lambda v: f"{v:,}"),
+    "total": ("total_ns", human_ns),
+    "self": ("self_ns", human_ns),
+    "mean": ("mean_ns", human_ns),
+    "min": ("min_ns", human_ns),
+    "p50": ("p50_ns", human_ns),
+    "p90": ("p90_ns", human_ns),
+    "p99": ("p99_ns", human_ns),
+    "max": ("max_ns", human_ns),
+    "share": ("share", _percent),
+    "busy": ("busy", _percent),
+    "errors": ("errors", lambda v: f"{v:,}"),
+    "arg sum": ("arg_sum", human_count),
+    "arg/s": ("arg_per_s", human_rate),
+}
+#: Which columns come first when the width is short: the rest only while they fit.
+_STAT_PRIORITY = ("count", "total", "mean", "p50", "p99", "share", "self", "p90", "max", "min", "errors", "arg/s",
+                  "busy", "arg sum")
+#: Shown unless --all or --columns says otherwise (when the width allows).
+_STAT_DEFAULT = ("count", "total", "self", "mean", "p50", "p90", "p99", "max", "share", "errors", "arg/s")
+_KEY_MIN_WIDTH = 10  # a name column is never squeezed below this (longer names end in "…")
+
+
+def _stat_column(head: str) -> str:
+    """A stats column from what the user typed: a header (``p99``, ``arg/s``) or a column
+    name (``p99_ns``, ``arg_per_s``)."""
+    head = head.strip()
+    if head in _STAT_HEADS:
+        return _STAT_HEADS[head][0]
+    for column, _ in _STAT_HEADS.values():
+        if head == column:
+            return column
+    raise KeyError(head)
+
+
+def _stat_head(column: str) -> str:
+    return next(head for head, (col, _) in _STAT_HEADS.items() if col == column)
+
+
+def _ellipsize(text: str, width: int) -> str:
+    """A key cut to ``width`` in its middle: ``train/compute`` and ``train/comms`` stay apart
+    (``tr…compute``, ``trai…comms``) where cutting the end would make both ``train/com…``."""
+    from ..report.gantt import fit_label
+
+    return fit_label(text, width)
+
+
+def _fitted_table(keys: list[tuple[str, list[str]]], values: list[tuple[str, list[str]]], width: int,
+                  title: str | None = None, order: Sequence[str] | None = None):
+    """A table of text columns that fits ``width``: the key columns (left) shrink down to
+    ``_KEY_MIN_WIDTH`` with an ellipsis in the middle; the value columns (right-aligned numbers, in
+    priority order) are dropped from the last while they do not fit, and never cut; those
+    kept are shown in ``order`` (their heads; default: as given). Returns the rich table and
+    the value heads left out."""
+    from rich import box
     from rich.table import Table
 
-    out = Table(show_header=True, header_style="bold", title=title, title_justify="left")
-    for key in by:
-        out.add_column(key)
-    heads = ("count", "total", "self", "mean", "min", "p50", "p90", "p99", "max", "share", "errors", "arg/s")
-    for head in heads:
-        out.add_column(head, justify="right")
-    for row in result.to_pylist():
-        share = row["share"]
-        out.add_row(
-            *("-" if row[k] is None else str(row[k]) for k in by),
-            f"{row['count']:,}",
-            *(human_ns(row[c]) for c in ("total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns",
-                                            "p99_ns", "max_ns")),
-            "-" if share is None or math.isnan(share) else f"{share * 100:.1f}%",
-            f"{row['errors']:,}" if row["errors"] else "0",
-            human_rate(row["arg_per_s"]),
-        )
-    return out
+    gap = 2  # a padding space and the (blank) divider between two columns; no outer edge
+
+    def need(column: tuple[str, list[str]]) -> int:
+        head, cells = column
+        return max([len(head), *(len(c) for c in cells)])
+
+    key_need = [need(c) for c in keys]
+    key_min = [min(w, _KEY_MIN_WIDTH) for w in key_need]
+    chosen = list(values)
+    while chosen:
+        total = sum(key_min) + sum(need(c) for c in chosen) + gap * (len(keys) + len(chosen) - 1)
+        if total <= width:
+            break
+        chosen.pop()
+    left_out = [head for head, _ in values[len(chosen):]]
+    room = width - sum(need(c) for c in chosen) - gap * (len(keys) + len(chosen) - 1)
+    # The key columns get their natural width when it fits, else the room shared out.
+    key_width = list(key_min)
+    spare = max(room - sum(key_min), 0)
+    for i, natural in enumerate(key_need):
+        extra = min(natural - key_width[i], spare)
+        key_width[i] += extra
+        spare -= extra
+    out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", title=title,
+                title_justify="left")
+    for (head, _), w in zip(keys, key_width):
+        out.add_column(_ellipsize(head, w), width=w, no_wrap=True, overflow="ellipsis")
+    if order is not None:
+        chosen.sort(key=lambda column: list(order).index(column[0]))
+    for column in chosen:
+        out.add_column(column[0], justify="right", width=need(column), no_wrap=True)
+    rows = len(keys[0][1]) if keys else (len(chosen[0][1]) if chosen else 0)
+    for i in range(rows):
+        out.add_row(*(_ellipsize(cells[i], w) for (_, cells), w in zip(keys, key_width)),
+                    *(cells[i] for _, cells in chosen))
+    return out, left_out
+
+
+def _stats_renderable(result: pa.Table, by: Sequence[str], width: int, heads: Sequence[str] = _STAT_DEFAULT,
+                      title: str | None = None):
+    """The stats rows as a table that fits ``width``: ``heads`` in screen order, dropped from
+    the least important (see ``_STAT_PRIORITY``) while they do not fit."""
+    rows = result.to_pylist()
+    keys = [(key, ["-" if r[key] is None else str(r[key]) for r in rows]) for key in by]
+    ranked = sorted(heads, key=lambda h: _STAT_PRIORITY.index(h) if h in _STAT_PRIORITY else len(_STAT_PRIORITY))
+    values = [(head, [_STAT_HEADS[head][1](r[_STAT_HEADS[head][0]]) for r in rows]) for head in ranked]
+    return _fitted_table(keys, values, width, title=title, order=heads)
 
 
 def _phases_renderable(result: pa.Table):
@@ -191,9 +279,11 @@ def _phases_renderable(result: pa.Table):
     return out
 
 
-def _sorted(result: pa.Table, column: str, by: Sequence[str]) -> pa.Table:
-    # Keys read best A to Z; numbers biggest first.
-    order = "ascending" if column in by else "descending"
+def _sorted(result: pa.Table, column: str, by: Sequence[str], ascending: bool | None = None) -> pa.Table:
+    # Keys read best A to Z; numbers biggest first (unless --asc).
+    if ascending is None:
+        ascending = column in by
+    order = "ascending" if ascending else "descending"
     return result.take(pc.sort_indices(result, sort_keys=[(column, order)]))  # nulls last
 
 
@@ -205,21 +295,118 @@ def _json_rows(result: pa.Table) -> str:
     return json.dumps(rows, indent=1, default=str)
 
 
+def _filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> pa.Table:
+    """The spans that pass every --filter COLUMN~REGEX / COLUMN=VALUE, --category and --rank."""
+    import re
+
+    from .._schema import SPAN_SCHEMA
+
+    mask = None
+
+    def both(m):
+        return m if mask is None else pc.and_(mask, m)
+
+    for text in filters:
+        for op in ("~", "="):
+            column, sep, value = text.partition(op)
+            if sep:
+                break
+        else:
+            raise CliError(f"--filter: expected COLUMN~REGEX or COLUMN=VALUE, not {text!r}")
+        column = column.strip()
+        if column not in SPAN_SCHEMA.names:
+            raise CliError(f"--filter: no column {column!r}; columns: {', '.join(SPAN_SCHEMA.names)}")
+        values = table.column(column).cast(pa.string())
+        if op == "~":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise CliError(f"--filter: bad regular expression {value!r}: {exc}") from None
+            mask = both(pc.match_substring_regex(values, value).fill_null(False))
+        else:
+            mask = both(pc.equal(values, value).fill_null(False))
+    if categories:
+        category = table.column("category").cast(pa.string())
+        hit = None
+        for c in categories:
+            c = c.strip("/")
+            # The category itself or any category below it (sync matches sync/compute).
+            m = pc.or_(pc.equal(category, c), pc.starts_with(category, c + "/")).fill_null(False)
+            hit = m if hit is None else pc.or_(hit, m)
+        mask = both(hit)
+    if ranks is not None:
+        try:
+            wanted = [int(r) for r in ranks.split(",") if r.strip()]
+        except ValueError:
+            raise CliError(f"--rank: expected rank numbers, comma-separated, not {ranks!r}") from None
+        mask = both(pc.is_in(table.column("rank"), value_set=pa.array(wanted, pa.int32())))
+    return table if mask is None else table.filter(mask)
+
+
+def _stat_heads(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.columns:
+        heads = []
+        for text in args.columns.split(","):
+            if not text.strip():
+                continue
+            try:
+                heads.append(_stat_head(_stat_column(text)))
+            except KeyError:
+                raise CliError(f"--columns: no column {text.strip()!r}; choose from {', '.join(_STAT_HEADS)}") from None
+        return tuple(dict.fromkeys(heads))
+    return tuple(_STAT_HEADS) if args.all else _STAT_DEFAULT
+
+
+def _has_steps(phase_rows: pa.Table) -> bool:
+    """A step structure: some top-level category ran more than once and holds sub-categories."""
+    return any(r["phase"] != r["category"] and (r["steps"] or 0) > 1 for r in phase_rows.to_pylist())
+
+
+def _dropped_note(table: pa.Table) -> str | None:
+    from .._schema import META_DROPPED, meta_dict
+
+    dropped = meta_dict(table.schema.metadata, META_DROPPED)
+    total = dropped.get("total") if dropped else None
+    if isinstance(total, int) and total > 0:
+        return f"{total:,} spans were dropped while recording: these statistics miss them"
+    return None
+
+
 # --------------------------------------------------------------------------- commands
 
 
+def _print_stats(console, result: pa.Table, by: Sequence[str], heads: Sequence[str] = _STAT_DEFAULT) -> None:
+    """The stats table fitted to the console, then the instants (spans of no duration: counts,
+    not times) in a table of their own."""
+    instant = pc.equal(result.column("max_ns"), 0)
+    timed, instants = result.filter(pc.invert(instant)), result.filter(instant)
+    if timed.num_rows or not instants.num_rows:
+        rendered, left_out = _stats_renderable(timed, by, console.width, heads)
+        console.print(rendered)
+        if left_out:
+            console.print(f"[dim]({', '.join(left_out)} left out to fit {console.width} columns: "
+                          f"--columns, --all, or a wider COLUMNS)[/dim]")
+    if instants.num_rows:
+        rendered, _ = _stats_renderable(instants, by, console.width, ("count", "errors", "arg sum"), title="instants")
+        console.print(rendered)
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
-    from ..analysis import STAT_COLUMNS, phases, stats
+    from ..analysis import phases, stats
 
     by = _by(args.by)
     sort = args.sort or "total_ns"
-    if sort not in (*by, *STAT_COLUMNS):
-        raise CliError(f"--sort: no column {sort!r}; choose from {', '.join((*by, *STAT_COLUMNS))}")
+    if sort not in by:
+        try:
+            sort = _stat_column(sort)
+        except KeyError:
+            raise CliError(f"--sort: no column {sort!r}; choose from {', '.join((*by, *_STAT_HEADS))}") from None
     if args.top is not None and args.top < 1:
         raise CliError(f"--top must be at least 1, not {args.top}")
+    heads = _stat_heads(args)
     csv_path = _check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
-    table = _load(args.traces)
-    result = _sorted(stats(table, by=by), sort, by)
+    table = _filter_spans(_load(args.traces), args.filter, args.category, args.rank)
+    result = _sorted(stats(table, by=by), sort, by, True if args.asc else None)
     if args.top is not None:
         result = result.slice(0, args.top)
     if csv_path is not None:
@@ -229,11 +416,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_rows(result))
         return 0
+    if args.jsonl:
+        for row in json.loads(_json_rows(result)):
+            print(json.dumps(row, default=str))
+        return 0
     console = _console()
-    console.print(_stats_renderable(result, by))
-    phase_rows = phases(table)
-    if phase_rows.num_rows:
-        console.print(_phases_renderable(phase_rows))
+    _print_stats(console, result, by, heads)
+    if args.phases or table.num_rows:
+        phase_rows = phases(table)
+        if phase_rows.num_rows and (args.phases or _has_steps(phase_rows)):
+            console.print(_phases_renderable(phase_rows))
+    note = _dropped_note(table)
+    if note:
+        console.print(f"[yellow]note: {note}[/yellow]")
     if csv_path is not None:
         console.print(f"wrote {result.num_rows} rows to [cyan]{csv_path}[/cyan]")
     return 0
@@ -249,11 +444,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_gantt(args: argparse.Namespace) -> int:
     from ..report import gantt, step_gantts
+    from ..report.gantt import LABEL_WIDTH
 
-    if args.width < 10:
+    if args.width is not None and args.width < 10:
         raise CliError(f"--width must be at least 10, not {args.width}")
     table = _load([args.trace])
-    console = _console(min_width=args.width + 50)
+    console = _console()
+    # Beside the timeline: the labels, two borders, and with --step each lane's duration.
+    beside = LABEL_WIDTH + 3 + (12 if args.step is not None else 0)
+    if args.width is None:
+        args.width = max(console.width - beside, 10)  # the terminal's width (COLUMNS when piped)
+    elif args.width + beside > console.width:
+        from rich.console import Console
+
+        # An explicit --width is honoured whole, wider than the terminal if need be.
+        console = Console(highlight=False, width=args.width + beside)
     if args.step is None:
         console.print(gantt(table, width=args.width))
         return 0
@@ -284,8 +489,6 @@ def _environment(table: pa.Table) -> dict | None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from ..analysis import compare
 
     by = _by(args.by)
@@ -293,6 +496,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--threshold must be a fraction >= 0 (0.05 is 5%), not {args.threshold}")
     if args.min_count < 1:
         raise CliError(f"--min-count must be at least 1, not {args.min_count}")
+    if not 0 < args.alpha < 1:
+        raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
     base, new = _load([args.base]), _load([args.new])
     env_base, env_new = _environment(base), _environment(new)
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
@@ -306,32 +511,42 @@ def cmd_compare(args: argparse.Namespace) -> int:
         missing = args.base if not env_base else args.new
         print(f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
               f"environments match", file=sys.stderr)
-    rows = compare(base, new, by=by, threshold=args.threshold, min_count=args.min_count)
+    rows = compare(base, new, by=by, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha)
+    if not any(r["verdict"] not in ("new", "gone") for r in rows):
+        raise CliError(f"nothing to compare: {args.base} and {args.new} have no span group "
+                       f"({', '.join(by)}) in common")
     slower = [r for r in rows if r["verdict"] == "slower"]
+    missing = [r for r in rows if r["verdict"] in ("new", "gone")]
     if args.json:
         print(json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
                           for r in rows], indent=1, default=str))
     else:
-        out = Table(show_header=True, header_style="bold")
-        for key in by:
-            out.add_column(key)
-        for head in ("count", "p50", "Δp50", "mean", "Δmean", "p99", "Δp99", "verdict"):
-            out.add_column(head, justify="left" if head == "verdict" else "right")
-        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim"}
-        for r in rows:
-            out.add_row(
-                *("-" if r[k] is None else str(r[k]) for k in by),
-                f"{r['count_base']:,} → {r['count_new']:,}",
-                *(cell for column in ("p50_ns", "mean_ns", "p99_ns") for cell in (
-                    f"{human_ns(r[column + '_base'])} → {human_ns(r[column + '_new'])}",
-                    _fmt_change(r[column + "_change"]))),
-                r["verdict"],
-                style=styles.get(r["verdict"]),
-            )
         console = _console()
+        keys = [(key, ["-" if r[key] is None else str(r[key]) for r in rows]) for key in by]
+        values = [
+            ("verdict", [r["verdict"] for r in rows]),
+            ("p50 base", [human_ns(r["p50_ns_base"]) for r in rows]),
+            ("p50 new", [human_ns(r["p50_ns_new"]) for r in rows]),
+            ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in rows]),
+            ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in rows]),
+            ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in rows]),
+            ("p", [_fmt_p(r["p_value"]) for r in rows]),
+            ("Δmean", [_fmt_change(r["mean_ns_change"]) for r in rows]),
+        ]
+        # Fitted in priority order (the verdict first), shown in reading order (the verdict last).
+        out, _ = _fitted_table(keys, values, console.width, order=[
+            "count", "p50 base", "p50 new", "Δp50", "95% interval", "p", "Δmean", "verdict"])
+        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim"}
+        for i, r in enumerate(rows):
+            out.rows[i].style = styles.get(r["verdict"])
         console.print(out)
-        console.print(f"{len(slower)} of {len(rows)} slower by more than {args.threshold * 100:g}% (p50 or mean)")
-    return 1 if slower else 0
+        console.print(f"{len(slower)} of {len(rows)} slower: median up significantly (Mann-Whitney U p < "
+                      f"{args.alpha:g}) and its whole 95% interval above +{args.threshold * 100:g}%")
+        if missing:
+            console.print(f"{sum(r['verdict'] == 'gone' for r in rows)} gone, "
+                          f"{sum(r['verdict'] == 'new' for r in rows)} new"
+                          + (" (--fail-on-missing: failing)" if args.fail_on_missing else ""))
+    return 1 if slower or (missing and args.fail_on_missing) else 0
 
 
 def _fmt_change(change: float | None) -> str:
@@ -340,6 +555,18 @@ def _fmt_change(change: float | None) -> str:
     if math.isinf(change):
         return "+inf%"
     return f"{change * 100:+.1f}%"
+
+
+def _fmt_interval(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "-"
+    return f"[{_fmt_change(low)}, {_fmt_change(high)}]"
+
+
+def _fmt_p(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped: int, *, label: str,
@@ -356,7 +583,7 @@ def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, droppe
         result = stats(table)
         if top is not None:
             result = result.slice(0, top)
-        console.print(_stats_renderable(result, DEFAULT_BY))
+        _print_stats(console, result, DEFAULT_BY)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -382,7 +609,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _export(table, perfetto_json)
     _print_recording_summary(table, out, elapsed, hotspan.dropped() - before, label="demo")
     console = _console()
-    console.print(gantt(table, width=100))
+    console.print(gantt(table, width=max(min(100, console.width - 26), 10)))
     if perfetto_json is not None:
         console.print(f"open [cyan]{perfetto_json}[/cyan] in https://ui.perfetto.dev to explore the timeline")
     return 0
@@ -426,8 +653,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.module is None and not program:
         raise CliError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
     out = _check_output(args.output)
-    if args.live_min_ms < 0:
+    if args.live_min_ms is not None and args.live_min_ms < 0:
         raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
+    if args.live_min_ms is not None:
+        args.live = True  # a threshold for the live log asks for the live log
     if args.module is not None:
         try:
             found = importlib.util.find_spec(args.module)
@@ -448,7 +677,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     hotspan.enable()
     hotspan.drain()  # only the program's spans
     dropped_before = hotspan.dropped()
-    live_log = hotspan.live(min_ns=int(args.live_min_ms * 1e6)) if args.live else None
+    live_log = hotspan.live(min_ns=int((args.live_min_ms or 0) * 1e6)) if args.live else None
     status = 0
     start = time.perf_counter()
     sys.argv[:] = run_argv
@@ -597,7 +826,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hotspan",
         description="Record spans in hot loops; inspect the traces. A TRACE is any format hotspan "
-        "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv), a Chrome JSON trace, or a "
+        "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv .jsonl), a Chrome JSON trace, or a "
         "directory of Parquet parts (hotspan.record(\"run/\"), hotspan collect --out run/).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  hotspan demo --threads 4 --steps 50\n  hotspan stats hotspan-demo.parquet --top 10",
@@ -616,18 +845,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = _add(sub, "stats", "statistics per span: count, total, self, percentiles, share, args",
                  "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
-                 "(total minus direct children), mean, min, p50, p90, p99 (exact), max, share of the wall time, "
-                 "errors, arg sum and arg per second; then the phases (each top-level category's time, steps, "
-                 "and its sub-categories' shares). Several traces (one per rank, say) are taken together.",
+                 "(total minus direct children), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
+                 "sum and arg per second. share is the group's self time over the summed self time of its "
+                 "rank/thread (of the whole trace unless --by names rank, pid, thread_id or thread_name), so the "
+                 "column adds up to 100%%; busy is total over the trace's wall time (nested spans count twice). "
+                 "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
+                 "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
+                 "duration) are counted in a table of their own. Then the phases (each top-level category's "
+                 "time per step and its sub-categories' shares) when the trace has steps. Several traces (one "
+                 "per rank, say) are taken together.",
                  "hotspan stats trace.parquet --top 10\n"
-                 "hotspan stats rank*.parquet --by rank,name --sort p99_ns --json\n"
+                 "hotspan stats rank*.parquet --by rank,name --sort p99 --json\n"
+                 "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
                  "hotspan stats trace.json --csv out/stats.csv", cmd_stats)
     stats.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format")
     stats.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
     stats.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
     stats.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
-    stats.add_argument("--sort", metavar="COL", help="column to sort by (default total_ns; numbers biggest first)")
+    stats.add_argument("--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)")
+    stats.add_argument("--sort", metavar="COL",
+                       help="column to sort by, as in the header (p99) or the JSON (p99_ns); default total; "
+                            "numbers biggest first, names A to Z")
+    stats.add_argument("--asc", action="store_true", help="sort ascending")
     stats.add_argument("--top", type=int, metavar="N", help="only the first N rows")
+    stats.add_argument("--filter", action="append", default=[], metavar="COL~REGEX",
+                       help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
+                            "name~^fwd; repeat to require several")
+    stats.add_argument("--category", action="append", default=[], metavar="CAT",
+                       help="only spans of category CAT or below it (sync takes sync/compute); repeat for several")
+    stats.add_argument("--rank", metavar="R[,R...]", help="only spans of these ranks")
+    stats.add_argument("--columns", metavar="COLS",
+                       help=f"the columns to show, comma-separated, from: {', '.join(_STAT_HEADS)}")
+    stats.add_argument("--all", action="store_true", help="show every column (as the width allows)")
+    stats.add_argument("--phases", action="store_true",
+                       help="print the phases even when the trace has no step structure")
 
     export = _add(sub, "export", "convert a trace from any supported format to any other",
                   "Read TRACE and write it to OUT in the format OUT's extension names.",
@@ -641,7 +892,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "chart per occurrence of that span (the n-th on every thread together), each with its duration.",
                  "hotspan gantt trace.parquet --width 120\nhotspan gantt trace.parquet --step step", cmd_gantt)
     gantt.add_argument("trace", metavar="TRACE")
-    gantt.add_argument("--width", type=int, default=100, help="characters of timeline (default 100)")
+    gantt.add_argument("--width", type=int, help="characters of timeline (default: what the terminal, or COLUMNS, "
+                                                "leaves beside the labels)")
     gantt.add_argument("--step", metavar="NAME", help="one chart per occurrence of the span NAME")
 
     report = _add(sub, "report", "a self-contained HTML report (summary, stats, phases, timeline)",
@@ -653,8 +905,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--title", help="page title (default: from the trace's file name)")
 
     compare = _add(sub, "compare", "compare two traces span by span; exit 1 on a slowdown",
-                   "For each span group: count, p50, mean and p99 before and after, the change, and a verdict. "
-                   "Exit status 1 when any group's p50 or mean got slower by more than the threshold, else 0. "
+                   "For each span group: the median (p50) before and after, its change with a 95%% bootstrap "
+                   "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
+                   "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
+                   "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "
+                   "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
+                   "when the traces have no group in common, else 0. "
                    "Warns when the traces were recorded in different environments (host, Python, hotspan, "
                    "configuration).",
                    "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20", cmd_compare)
@@ -665,6 +921,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
     compare.add_argument("--min-count", type=int, default=1, metavar="N",
                          help="groups with fewer spans on either side are shown but not judged (default 1)")
+    compare.add_argument("--alpha", type=float, default=0.05,
+                         help="significance level of the rank test (default 0.05)")
+    compare.add_argument("--fail-on-missing", action="store_true",
+                         help="exit 1 when a span group is in one trace only")
     compare.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
 
     run = _add(sub, "run", "run a Python script or module with recording on, then write its trace",
@@ -675,8 +935,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", default="hotspan-trace.parquet", help="default hotspan-trace.parquet")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     run.add_argument("--live", action="store_true", help="print a line per finished span on stderr while it runs")
-    run.add_argument("--live-min-ms", type=float, default=0.0, metavar="MS",
-                     help="with --live: only spans of at least MS milliseconds (errors always)")
+    run.add_argument("--live-min-ms", type=float, metavar="MS",
+                     help="live log of the spans of at least MS milliseconds (errors always); implies --live")
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]")
 
     collect = _add(sub, "collect", "receive spans from many ranks (Arrow Flight) into a dataset directory",

@@ -192,7 +192,8 @@ def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
 
 
 def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict | None = None) -> pa.Table:
-    """``table`` cast to ``SPAN_SCHEMA`` exactly (dictionary-encoded strings), metadata kept.
+    """``table`` cast to ``SPAN_SCHEMA`` exactly (dictionary-encoded strings, one dictionary
+    per column across chunks), metadata kept.
 
     ``metadata`` (bytes -> bytes) replaces the table's own schema metadata when given.
     """
@@ -219,7 +220,10 @@ def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict |
     if metadata is None:
         metadata = table.schema.metadata
     schema = SPAN_SCHEMA.with_metadata(metadata) if metadata else SPAN_SCHEMA
-    return pa.Table.from_arrays(columns, schema=schema)
+    # One dictionary per string column across its chunks (row groups, record batches):
+    # pyarrow's group_by, joins and compute kernels refuse differing ones ("Unifying
+    # differing dictionaries"). The dictionaries are small: this costs little.
+    return pa.Table.from_arrays(columns, schema=schema).unify_dictionaries()
 
 
 def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:

@@ -26,6 +26,7 @@ _REGISTRY: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("chrome-json-gz", "chrome_json", "ChromeJsonGzExporter", (".json.gz",)),
     ("perfetto", "perfetto", "PerfettoExporter", (".pftrace", ".perfetto-trace")),
     ("csv", "csv", "CsvExporter", (".csv",)),
+    ("jsonl", "jsonl", "JsonlExporter", (".jsonl",)),
 )
 
 #: Every file extension a trace can have (lower case, with the dot).

@@ -13,7 +13,7 @@ import threading
 from typing import IO
 
 from .. import _native
-from ..units import human_bytes, human_ns
+from ..units import human_ns
 
 _QUEUE_ENTRIES = 1 << 16
 _current: "LiveLog | None" = None
@@ -27,7 +27,8 @@ def format_line(row: tuple, start_ns: int, rank: int) -> str:
     indent = "  " * min(depth, 8)
     return (
         f"{mark} {(start - start_ns) / 1e9:11.6f}s r{rank} {thread[:16]:<16} {indent}{name} "
-        f"[{category or '-'}] {human_bytes(arg):>10} {human_ns(duration):>11}\n"
+        # arg is whatever the caller counts (bytes, items, tokens): shown as the number it is.
+        f"[{category or '-'}] {'' if arg is None else f'arg={arg}':>14} {human_ns(duration):>11}\n"
     )
 
 

@@ -77,6 +77,15 @@ def legend(lay: Layout) -> Text:
     return text
 
 
+def fit_label(label: str, width: int) -> str:
+    """``label`` in ``width`` characters: a long one loses its middle, not its end, where the
+    pid or thread id that tells two lanes apart is written."""
+    if len(label) <= width:
+        return label
+    head = (width - 1) // 2
+    return label[:head] + "…" + label[len(label) - (width - 1 - head):]
+
+
 def _chart(lay: Layout, w0: int, w1: int, width: int, durations: dict[int, int] | None = None) -> Text:
     n_categories = min(len(lay.categories), len(GLYPHS) + 1)
     coverage = cell_coverage(lay, w0, w1, width, n_categories)
@@ -86,7 +95,7 @@ def _chart(lay: Layout, w0: int, w1: int, width: int, durations: dict[int, int] 
     cell_ns = max(w1 - w0, 1) / width
     out = Text(no_wrap=True, overflow="crop")
     for lane, label in enumerate(lay.lane_labels):
-        out.append(label[:LABEL_WIDTH].ljust(LABEL_WIDTH) + " │")
+        out.append(fit_label(label, LABEL_WIDTH).ljust(LABEL_WIDTH) + " │")
         for cell in range(width):
             if errors[lane, cell]:
                 out.append(ERROR_GLYPH, style="bold red")

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from .._schema import META_ARGV, META_DROPPED, META_ENV, META_HOST, META_PYTHON, META_START, META_VERSION
 from ..analysis.statistics import column_codes, to_numpy, phases, stats
-from ..units import human_ns
+from ..units import human_bytes, human_count, human_ns, human_rate
 from .layout import layout
 
 #: Timeline width in SVG units (the SVG scales to the page).
@@ -82,20 +82,31 @@ def _summary(table: pa.Table, lay) -> str:
             items.append(("dropped", f"{int(json.loads(dropped).get('total', 0)):,}"))
         except (ValueError, AttributeError, TypeError):
             pass
+    # The environment it was recorded in, in words (not its digest): host, Python, hotspan
+    # and the recorder's configuration; the separate keys first, the env record for the rest.
+    try:
+        env = json.loads(_meta(table, META_ENV) or "{}")
+    except ValueError:
+        env = {}
+    env = env if isinstance(env, dict) else {}
     for label, key in (("host", META_HOST), ("hotspan", META_VERSION), ("python", META_PYTHON)):
-        value = _meta(table, key)
+        value = _meta(table, key) or (str(env[label]) if env.get(label) else None)
         if value:
             items.append((label, value))
+    config = env.get("config")
+    if isinstance(config, dict) and config:
+        words = []
+        for name, value in config.items():
+            if name == "memory_cap" and isinstance(value, int):
+                value = human_bytes(value)
+            elif isinstance(value, int) and not isinstance(value, bool):
+                value = f"{value:,}"
+            words.append(f"{name} {value}")
+        items.append(("configuration", ", ".join(words)))
     start = _meta(table, META_START)
     if start and start.isdigit() and int(start) > 0:
         when = _dt.datetime.fromtimestamp(int(start) / 1e9, _dt.timezone.utc)
         items.append(("recorded", when.strftime("%Y-%m-%d %H:%M:%S UTC")))
-    env = _meta(table, META_ENV)
-    if env:
-        try:
-            items.append(("environment", str(json.loads(env).get("digest", ""))))
-        except (ValueError, AttributeError):
-            pass
     argv = _meta(table, META_ARGV)
     if argv:
         try:
@@ -229,27 +240,31 @@ def _timeline(table: pa.Table, lay) -> tuple[str, str]:
 # --------------------------------------------------------------------------- tables
 
 
-def _number(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        value = int(value)
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+def _percent(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value * 100:.1f}%"
+
+
+#: Header tooltips: what the less obvious columns mean.
+_HEAD_TITLES = {
+    "self": "total minus the time of direct children",
+    "share": "self time over the summed self time of the trace: the column adds up to 100%",
+    "busy": "total over the trace's wall time (nested spans count twice)",
+}
 
 
 def _stats_table(table: pa.Table) -> str:
     result = stats(table)
     head = ("category", "name", "count", "total", "self", "mean", "min", "p50", "p90", "p99", "max", "share",
-            "errors", "arg sum", "arg/s")
+            "busy", "errors", "arg sum", "arg/s")
     rows = []
     for r in result.slice(0, MAX_STAT_ROWS).to_pylist():
         cells = [
             (r["category"] or "", None), (r["name"], None), (f"{r['count']:,}", r["count"]),
             *((human_ns(r[c]), r[c]) for c in ("total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns",
                                                 "p99_ns", "max_ns")),
-            (f"{r['share'] * 100:.1f}%" if r["share"] is not None else "-", r["share"]),
-            (f"{r['errors']:,}", r["errors"]), (_number(r["arg_sum"]), r["arg_sum"]),
-            (_number(r["arg_per_s"]), r["arg_per_s"]),
+            (_percent(r["share"]), r["share"]), (_percent(r["busy"]), r["busy"]),
+            (f"{r['errors']:,}", r["errors"]), (human_count(r["arg_sum"]), r["arg_sum"]),
+            (human_rate(r["arg_per_s"]), r["arg_per_s"]),  # as the CLI writes it: 2.76 k/s
         ]
         rows.append("<tr>" + "".join(
             f"<td>{html.escape(str(text))}</td>" if sort is None else f'<td class="n" data-v="{sort}">{html.escape(text)}</td>'
@@ -257,7 +272,8 @@ def _stats_table(table: pa.Table) -> str:
     more = ""
     if result.num_rows > MAX_STAT_ROWS:
         more = f'<p class="note">The {MAX_STAT_ROWS} largest of {result.num_rows:,} groups.</p>'
-    header = "".join(f"<th>{h}</th>" for h in head)
+    header = "".join(f'<th title="{html.escape(_HEAD_TITLES[h])}">{h}</th>' if h in _HEAD_TITLES else f"<th>{h}</th>"
+                     for h in head)
     return (f'<table class="stats sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
             f"{more}")
 
@@ -274,7 +290,7 @@ def _phases_table(table: pa.Table) -> str:
         bar = f'<span class="bar" style="width:{min(share, 1.0) * 100:.1f}%"></span>' if sub else ""
         rows.append(
             f'<tr class="{"sub" if sub else "top"}"><td>{rank}</td><td>{html.escape(r["phase"])}</td>'
-            f'<td class="n">{human_ns(r["time_ns"])}</td><td class="n">{_number(r["steps"])}</td>'
+            f'<td class="n">{human_ns(r["time_ns"])}</td><td class="n">{human_count(r["steps"])}</td>'
             f'<td class="n">{human_ns(r["per_step_ns"])}</td>'
             f'<td class="share">{bar}<span>{share * 100:.1f}%</span></td></tr>'
         )
