@@ -20,6 +20,9 @@ RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SL
 _configured_rank: int | None = None
 # Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
 _drain_lock = threading.RLock()
+# While a streaming consumer (record(), subscribe()) exists, recording/hub.py owns the
+# native drain and drain() reads its own cursor there; None otherwise (one global lookup).
+_hub: Any = None
 
 
 def _version() -> str:
@@ -93,9 +96,15 @@ def drain() -> "pa.Table":
     """Every span completed since the last drain, from all threads (exited ones too)."""
     # pyarrow and numpy load here, on the first drain: a program that only records never
     # pays for them (import hotspan loads the recorder alone).
+    hub = _hub
+    if hub is not None:
+        return hub.drain()
     from ._table import metadata, table_from_raw
 
     with _drain_lock:
+        hub = _hub  # attached while this thread waited for the lock
+        if hub is not None:
+            return hub.drain()
         r = rank()
         raw = _native._drain(r)
         clock = _native._clock_info()
