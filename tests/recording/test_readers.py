@@ -271,3 +271,33 @@ def test_bad_arguments():
         hotspan.subscribe(print, names=[1])
     with pytest.raises(TypeError, match="callable"):
         hotspan.on_event("nope")
+
+
+def test_collector_lost_and_restored_are_events(tmp_path, caplog):
+    import socket
+
+    from hotspan.recording.collector import CollectorClient, CollectorServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens here yet
+    seen: list[events.Event] = []
+    with hotspan.span("x"):
+        pass
+    table = hotspan.drain()
+    with caplog.at_level(logging.INFO, logger="hotspan"), hotspan.on_event(seen.append):
+        client = CollectorClient(f"grpc://127.0.0.1:{port}", timeout=2, backoff=(0.01, 0.05))
+        client.send(table)
+        client.send(table)  # a second failure in the same outage: no second event
+        server = CollectorServer(tmp_path, f"grpc://127.0.0.1:{port}")
+        try:
+            client.close(timeout=10)
+        finally:
+            server.shutdown()
+        time.sleep(0.05)
+    lost = [e for e in seen if isinstance(e, events.CollectorLost)]
+    restored = [e for e in seen if isinstance(e, events.CollectorRestored)]
+    assert len(lost) == 1 and lost[0].url == f"grpc://127.0.0.1:{port}" and isinstance(lost[0].error, Exception)
+    assert len(restored) == 1 and restored[0].seconds_lost > 0
+    assert client.sent_spans == 2
+    assert any(r.levelno == logging.ERROR and "lost the collector" in r.getMessage() for r in caplog.records)
