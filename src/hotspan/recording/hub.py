@@ -252,7 +252,10 @@ def _pump_loop() -> None:
                 _pump_thread = None
                 return
             try:
-                _pump_locked()
+                # Nothing moved out of the rings since the last pass: building an empty
+                # table (metadata and all, ~0.2 ms with the GIL held) is skipped.
+                if _native._pending()["spans"]:
+                    _pump_locked()
             except Exception as exc:  # noqa: BLE001 - the pump must outlive one bad drain
                 from ..events import FlushFailed
 
