@@ -301,3 +301,44 @@ def test_collector_lost_and_restored_are_events(tmp_path, caplog):
     assert len(restored) == 1 and restored[0].seconds_lost > 0
     assert client.sent_spans == 2
     assert any(r.levelno == logging.ERROR and "lost the collector" in r.getMessage() for r in caplog.records)
+
+
+def test_a_drain_cursor_left_unread_keeps_the_newest_and_reports_at_drain(tmp_path, caplog):
+    hotspan.configure(memory_cap=256 << 10)
+    dropped_before = hotspan.dropped()
+    with caplog.at_level(logging.WARNING, logger="hotspan"):
+        with hotspan.record(tmp_path / "run", flush_interval=0.01) as rec:
+            recorded = 0
+            for _round in range(40):
+                for i in range(500):
+                    with hotspan.span("x", arg=recorded + i):
+                        pass
+                recorded += 500
+                time.sleep(0.02)
+            assert not [r for r in caplog.records if "drain()" in r.getMessage()]  # nobody asked yet
+            table = hotspan.drain()
+    core_dropped = hotspan.dropped() - dropped_before  # the tiny cap may make the core drop too
+    written = set(hotspan.load(tmp_path / "run").column("arg").to_pylist())
+    assert rec.dropped == 0 and len(written) == recorded - core_dropped
+    args = table.column("arg").to_pylist()
+    warned = [r.getMessage() for r in caplog.records if "drain() fell behind" in r.getMessage()]
+    lost = sum(int(re.search(r"([\d,]+) spans", m).group(1).replace(",", "")) for m in warned)
+    assert lost > 0 and len(args) + lost == len(written)
+    assert set(args) <= written and max(written - set(args)) < min(args)  # the oldest went
+
+
+def test_import_hotspan_with_events_loads_no_pyarrow():
+    from _util import run_python
+
+    proc = run_python("""
+        import sys, hotspan
+        seen = []
+        h = hotspan.on_event(seen.append)
+        hotspan.events.emit(hotspan.events.CollectorRestored("grpc://h:1", 1.0))
+        h.close()
+        assert type(seen[0]).__name__ == "CollectorRestored", seen
+        assert callable(hotspan.subscribe) and callable(hotspan.wrap)
+        print(sorted(m for m in ("pyarrow", "numpy") if m in sys.modules))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

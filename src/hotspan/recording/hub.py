@@ -53,7 +53,8 @@ class Reader:
         self._tables: deque[pa.Table] = deque()
         self._bytes = 0
         self._unreported: Counter[str] = Counter()
-        self._cond = threading.Condition(threading.Lock())
+        # Re-entrant: a SIGTERM handler that flushes may interrupt this thread inside it.
+        self._cond = threading.Condition(threading.RLock())
 
     @property
     def backlog_bytes(self) -> int:
@@ -112,8 +113,13 @@ class Reader:
 def _threads_of(table: pa.Table) -> Counter[str]:
     import pyarrow.compute as pc
 
-    counts = pc.value_counts(table.column("thread_name").combine_chunks().dictionary_decode())
-    return Counter({str(v["values"]): int(v["counts"]) for v in counts.to_pylist()})
+    out: Counter[str] = Counter()
+    for chunk in table.column("thread_name").chunks:
+        # Counted on the indices, named through the (small) dictionary: no string per row.
+        names = chunk.dictionary.to_pylist()
+        for v in pc.value_counts(chunk.indices).to_pylist():
+            out[names[v["values"]]] += v["counts"]
+    return out
 
 
 def _joined(tables: list[pa.Table], latest: pa.Table) -> pa.Table:
