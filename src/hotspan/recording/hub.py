@@ -179,17 +179,17 @@ def streaming() -> bool:
 
 
 def attach(name: str, *, pumped: bool = False) -> Reader:
-    """A new reader that gets every span drained from now on. ``pumped``: it wants spans
+    """A new reader that gets every span drained from now on (and what the core holds
+    now, undrained). ``pumped``: it wants spans
     every pump period (a subscriber), not only when it takes them (a recorder)."""
     global _user, _pumped_by_thread
     reader = Reader(name)
     with _lock:
         if _user is None:
             _user = Reader("drain()")
-        # What the core holds now was recorded while drain()'s cursor alone was active:
-        # hand it to that cursor before the new reader starts.
-        if not _streaming:
-            _pump_locked()
+        # Not drained here: what the core holds now goes to the new reader too (a recorder
+        # started late still writes the spans nobody drained), and the caller's thread
+        # never imports pyarrow for it (HOTSPAN_OUT starts a recorder inside import hotspan).
         _streaming.append(reader)
         _api._hub = _HUB
         if pumped:
