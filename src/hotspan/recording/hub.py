@@ -127,7 +127,7 @@ def _joined(tables: list[pa.Table], latest: pa.Table) -> pa.Table:
     only grow)."""
     tables = [t for t in tables if t.num_rows]
     if not tables:
-        return latest
+        return latest.slice(0, 0)  # a detached reader was not offered ``latest``
     if len(tables) == 1:
         return tables[0].replace_schema_metadata(latest.schema.metadata)
     import pyarrow as pa

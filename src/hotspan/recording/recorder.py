@@ -297,6 +297,10 @@ class Recorder:
     def _take(self) -> pa.Table:
         """The spans since this recorder last took them (its own cursor: a user's drain()
         takes nothing from it)."""
+        if self._reader is None:  # flush() before start(): no cursor of its own yet
+            from .._api import drain
+
+            return drain()
         return self._reader.take()
 
     def stop(self, timeout: float | None = None) -> None:
