@@ -197,8 +197,8 @@ class CallbackRunner(Generic[T]):
             items = self._source(0.0 if closing else 0.1)
             return items, closing and not items
         with self._cond:
-            if not self._items and not self._closing:
-                self._cond.wait(0.1)
+            while not self._items and not self._closing:
+                self._cond.wait()  # put() and close() notify: no idle wake-ups
             items = list(self._items)
             self._items.clear()
             return items, self._closing and not items
