@@ -110,8 +110,7 @@ class Subscription:
             table = table.filter(mask)
         if table.num_rows == 0:
             return None
-        batches = table.to_batches()
-        return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+        return table.combine_chunks().to_batches()[0]  # one chunk: one batch
 
     def close(self, timeout: float | None = None) -> None:
         """Stop: the spans recorded until now are delivered first, then the thread ends."""
