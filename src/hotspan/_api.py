@@ -93,7 +93,10 @@ def configure(
 
 
 def drain() -> "pa.Table":
-    """Every span completed since the last drain, from all threads (exited ones too)."""
+    """Every span completed since the last ``drain()``, from all threads (exited ones too).
+
+    ``record()`` and subscribers read cursors of their own: they never take spans from it.
+    """
     # pyarrow and numpy load here, on the first drain: a program that only records never
     # pays for them (import hotspan loads the recorder alone).
     hub = _hub
