@@ -41,6 +41,10 @@ _LAZY = {
     "record": ("hotspan.recording.recorder", "record"),
     "Recorder": ("hotspan.recording.recorder", "Recorder"),
     "SPAN_SCHEMA": ("hotspan._schema", "SPAN_SCHEMA"),
+    "subscribe": ("hotspan.recording.subscribers", "subscribe"),
+    "on_event": ("hotspan.events", "on_event"),
+    "wrap": ("hotspan.proxy", "wrap"),
+    "events": ("hotspan.events", None),  # a submodule: hotspan.events.Flushed after import hotspan
 }
 
 
@@ -50,7 +54,8 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'hotspan' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(target[0]), target[1])
+    module = importlib.import_module(target[0])
+    value = module if target[1] is None else getattr(module, target[1])
     globals()[name] = value  # later lookups skip this function
     return value
 
@@ -83,19 +88,23 @@ __all__ = [
     "enable",
     "enabled",
     "end",
+    "events",
     "export",
     "get_include",
     "instant",
     "live",
     "load",
+    "on_event",
     "phases",
     "rank",
     "record",
     "set_thread_name",
     "span",
     "stats",
+    "subscribe",
     "traced",
     "traced_function",
+    "wrap",
 ]
 
 # HOTSPAN_OUT=dest: record from import to exit (launchers need no code change). The

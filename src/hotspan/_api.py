@@ -30,8 +30,25 @@ RANK_MAX = (1 << 16) - 1
 CAPACITY_MAX = 1 << 24
 
 _configured_rank: int | None = None
-# Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
-_drain_lock = _thread.RLock()
+#: The one lock of every drain of the core (re-entrant: a SIGTERM handler that flushes,
+#: record(), may run while this thread drains). recording/hub.py takes it too.
+drain_lock = _thread.RLock()
+# While a streaming consumer (record(), subscribe()) exists, recording/hub.py owns the
+# native drain and drain() reads its own cursor there; None otherwise (one global lookup).
+_hub: Any = None
+
+
+def set_hub(hub: Any) -> None:
+    """Route drain() through ``hub.drain()`` (None: back to the core directly)."""
+    global _hub
+    _hub = hub
+
+
+def renew_drain_lock() -> Any:
+    """A fresh drain lock, in a forked child (a parent's thread may have held it)."""
+    global drain_lock
+    drain_lock = _thread.RLock()
+    return drain_lock
 
 
 def rank() -> int:
@@ -107,19 +124,32 @@ def configure(
     )
 
 
-def drain() -> "pa.Table":
-    """Every span completed since the last drain, from all threads (exited ones too)."""
+def native_table() -> "pa.Table":
+    """One drain of the C core as a table (the caller holds ``drain_lock``)."""
     # pyarrow and numpy load here, on the first drain: a program that only records never
     # pays for them (import hotspan loads the recorder alone).
     from ._table import metadata, table_from_raw
 
-    with _drain_lock:
-        r = rank()
-        raw = _native._drain(r)
-        clock = _native._clock_info()
-        meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__,
-                        id_base=raw["id_base"])
-        return table_from_raw(raw, meta=meta)
+    r = rank()
+    raw = _native._drain(r)
+    meta = metadata(rank=r, pid=os.getpid(), clock=_native._clock_info(), all_threads=raw["all_threads"],
+                    version=__version__, id_base=raw["id_base"])
+    return table_from_raw(raw, meta=meta)
+
+
+def drain() -> "pa.Table":
+    """Every span completed since the last ``drain()``, from all threads (exited ones too).
+
+    ``record()`` and subscribers read cursors of their own: they never take spans from it.
+    """
+    hub = _hub
+    if hub is not None:
+        return hub.drain()
+    with drain_lock:
+        hub = _hub  # attached while this thread waited for the lock
+        if hub is not None:
+            return hub.drain()
+        return native_table()
 
 
 def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,7 +1,10 @@
 """Recording to destinations while a program runs: ``record()`` (a file, a dataset
-directory, a collector), the Arrow Flight collector, and the live log.
+directory, a collector), the Arrow Flight collector, the live log and subscribers, each
+with its own cursor (the hub).
 
     with hotspan.record("run/"): ...        # hotspan.recording.recorder
     with hotspan.live(min_ns=10**6): ...     # hotspan.recording.live_log
     hotspan collect --out run/               # hotspan.recording.collector
+    with hotspan.subscribe(callback): ...    # hotspan.recording.subscribers
+                                             # hotspan.recording.hub: every reader's cursor
 """

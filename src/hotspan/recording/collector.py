@@ -38,6 +38,8 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from ..events import CollectorLost, CollectorRestored, emit
+
 __all__ = ["CollectorClient", "CollectorServer", "parse_url"]
 
 DEFAULT_PORT = 8815
@@ -270,6 +272,7 @@ class CollectorClient:
         self._client = None
         self._backoff = self.backoff_min
         self._next_try = 0.0
+        self._lost_since: float | None = None  # monotonic time of the first failure in a row
         self._host = socket.gethostname()
         self._pid = os.getpid()
 
@@ -344,6 +347,9 @@ class CollectorClient:
                 self.sent_spans += table.num_rows
                 self.sent_parts += 1
             self._backoff = self.backoff_min
+            if self._lost_since is not None:
+                emit(CollectorRestored(self.url, time.monotonic() - self._lost_since))
+                self._lost_since = None
             return True
         except flight.FlightUnauthenticatedError as exc:
             self.refused = True
@@ -358,6 +364,9 @@ class CollectorClient:
         except (flight.FlightError, pa.ArrowException, OSError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
+            if self._lost_since is None:  # once per outage, not once per retry
+                self._lost_since = now
+                emit(CollectorLost(self.url, exc))
             self._disconnect()
             self._next_try = now + self._backoff
             self._backoff = min(self._backoff * 2, self.backoff_max)

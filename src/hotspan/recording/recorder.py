@@ -12,8 +12,8 @@ launcher (torchrun, mpirun, multiprocessing) needs no code change. ``HOTSPAN_FLU
 (seconds) and ``HOTSPAN_TOKEN`` (for a collector) go with it.
 
 Parts reach the disk (or the collector) every interval: a process killed with SIGKILL loses
-at most its last interval. The recorder drains with ``hotspan.drain()``: while one records,
-don't call ``drain()`` yourself, or those spans go to you instead of the destination.
+at most its last interval. The recorder reads its own cursor of the hub (recording/hub.py):
+``drain()``, ``live()`` and subscribers still get every span while it records.
 """
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from . import hub  # before this module's fork hook: the hub resets first in a child
+from ..events import FlushFailed, Flushed, RecordingStarted, emit
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -193,6 +196,7 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._last: pa.Table | None = None
+        self._reader: hub.Reader | None = None  # this recorder's cursor, while it runs
         self.write_errors = 0
         self._write_dropped = 0
         self.flushes = 0
@@ -212,7 +216,8 @@ class Recorder:
 
     @property
     def dropped(self) -> int:
-        return self._sink.dropped + self._write_dropped
+        reader_dropped = self._reader.dropped if self._reader is not None else 0
+        return self._sink.dropped + self._write_dropped + reader_dropped
 
     def start(self) -> "Recorder":
         global _active
@@ -228,11 +233,13 @@ class Recorder:
             import concurrent.futures.thread  # noqa: F401
 
             _active = self
+            self._reader = hub.attach(f"record({self.dest})")
             self._pid = os.getpid()
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             self._thread.start()
         atexit.register(self._atexit)
+        emit(RecordingStarted(self.dest, self.kind))
         return self
 
     def _loop(self) -> None:
@@ -252,7 +259,7 @@ class Recorder:
             if self._stop.wait(max(wait, 0.0)):
                 return
             try:
-                if time.monotonic() >= next_flush or _under_memory_pressure():
+                if time.monotonic() >= next_flush or _under_memory_pressure() or self._reader.under_pressure():
                     next_flush = time.monotonic() + self.flush_interval
                     self.flush()
                 elif retry is not None:
@@ -265,12 +272,10 @@ class Recorder:
 
     def flush(self, *, lock_timeout: float = -1) -> None:
         """Drain now and hand the spans to the destination (the flusher does this every interval)."""
-        from .._api import drain
-
         if not self._lock.acquire(timeout=lock_timeout):
             return
         try:
-            table = drain()
+            table = self._take()
             self._last = table
             self.flushes += 1
             if table.num_rows == 0:
@@ -278,8 +283,11 @@ class Recorder:
                     self._sink.idle()
                 return
             try:
+                began = time.perf_counter()
                 self._sink.write(table)
+                emit(Flushed(self.dest, table.num_rows, table.nbytes, time.perf_counter() - began))
             except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
+                emit(FlushFailed(self.dest, exc))
                 self.write_errors += 1
                 self._write_dropped += table.num_rows
                 if self.write_errors == 1:
@@ -287,6 +295,15 @@ class Recorder:
                           f"(recording goes on; {table.num_rows} spans dropped)")
         finally:
             self._lock.release()
+
+    def _take(self) -> pa.Table:
+        """The spans since this recorder last took them (its own cursor: a user's drain()
+        takes nothing from it)."""
+        if self._reader is None:  # flush() before start(): no cursor of its own yet
+            from .._api import drain
+
+            return drain()
+        return self._reader.take()
 
     def stop(self, timeout: float | None = None) -> None:
         """Final drain and flush; then close the destination (write the file, deliver what a
@@ -303,7 +320,7 @@ class Recorder:
         try:
             if self._lock.acquire(timeout=timeout):
                 try:
-                    last = self._last if self._last is not None else _empty_drained()
+                    last = self._last if self._last is not None else self._take()
                     self._sink.close(last, timeout)
                 finally:
                     self._lock.release()
@@ -311,6 +328,8 @@ class Recorder:
             _warn(f"could not finish writing spans to {self.dest}: {type(exc).__name__}: {exc}")
         finally:
             self._thread = None
+            if self._reader is not None:
+                hub.detach(self._reader)
             with _active_lock:
                 if _active is self:
                     _active = None
@@ -365,12 +384,6 @@ def _warm_up(kind: str) -> None:
 
     if kind == "collector":
         import pyarrow.flight  # noqa: F401
-
-
-def _empty_drained() -> pa.Table:
-    from .._api import drain
-
-    return drain()
 
 
 def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
