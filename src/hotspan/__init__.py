@@ -41,6 +41,10 @@ _LAZY = {
     "record": ("hotspan.recording.recorder", "record"),
     "Recorder": ("hotspan.recording.recorder", "Recorder"),
     "SPAN_SCHEMA": ("hotspan._schema", "SPAN_SCHEMA"),
+    "instrument": ("hotspan.instrumentation", "instrument"),
+    "uninstrument": ("hotspan.instrumentation", "uninstrument"),
+    # A submodule (attribute None): ``hotspan.sync.mlx`` works without ``import hotspan.sync``.
+    "sync": ("hotspan.sync", None),
 }
 
 
@@ -50,7 +54,8 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'hotspan' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(target[0]), target[1])
+    module = importlib.import_module(target[0])
+    value = module if target[1] is None else getattr(module, target[1])
     globals()[name] = value  # later lookups skip this function
     return value
 
@@ -86,6 +91,7 @@ __all__ = [
     "export",
     "get_include",
     "instant",
+    "instrument",
     "live",
     "load",
     "phases",
@@ -94,8 +100,10 @@ __all__ = [
     "set_thread_name",
     "span",
     "stats",
+    "sync",
     "traced",
     "traced_function",
+    "uninstrument",
 ]
 
 # HOTSPAN_OUT=dest: record from import to exit (launchers need no code change). The
