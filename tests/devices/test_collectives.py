@@ -167,3 +167,59 @@ def test_every_rank_records_each_collective_with_its_bytes(world, tmp_path):
     st = hotspan.stats(table, by="name").to_pylist()
     ar = next(r for r in st if r["name"] == "all_reduce")
     assert ar["arg_sum"] == world * (4000 + 512) and ar["arg_per_s"] > 0
+
+
+@pytest.fixture
+def one_rank(fresh):
+    """A one-rank gloo group in this process, instrumented."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    hotspan.instrument("torch.distributed")
+    yield
+    hotspan.uninstrument("torch.distributed")
+    dist.destroy_process_group()
+    hotspan.drain()
+
+
+def _comms(table):
+    return [r for r in table.to_pylist() if r["category"].split("/")[-1] == "comms"]
+
+
+def test_handle_waited_on_another_thread_closes_at_the_next_call(one_rank):
+    import threading
+
+    w = dist.all_reduce(torch.ones(8), async_op=True)
+    t = threading.Thread(target=w.wait)
+    t.start()
+    t.join()
+    assert _comms(hotspan.drain()) == []  # still open: only its own thread can close it
+    dist.barrier()                        # the next instrumented call closes it first
+    rs = _comms(hotspan.drain())
+    assert [(r["name"], r["arg"], r["depth"]) for r in rs] == [("all_reduce", 32, 0), ("barrier", 0, 0)]
+
+
+def test_handle_dropped_unwaited_does_not_stay_open(one_rank):
+    w = dist.all_reduce(torch.ones(4, dtype=torch.float64), async_op=True)
+    w.unwrap().wait()
+    del w
+    with hotspan.span("after"):
+        pass
+    rs = hotspan.drain().to_pylist()
+    by = {r["name"]: r for r in rs}
+    assert by["all_reduce"]["arg"] == 32 and by["after"]["parent_id"] is None
+
+
+def test_is_completed_ends_the_span_and_torch_still_accepts_the_wrapped_ops(one_rank):
+    w = dist.broadcast(torch.arange(3), src=0, async_op=True)
+    while not w.is_completed():
+        pass
+    assert [(r["name"], r["arg"]) for r in _comms(hotspan.drain())] == [("broadcast", 24)]
+    # torch validates op in [isend, irecv]: the recording stand-ins compare equal
+    op = dist.P2POp(dist.isend, torch.ones(2), 0)
+    assert op.op == dist.distributed_c10d.isend
+
+
+def test_a_failing_collective_records_an_error_span(one_rank):
+    with pytest.raises(Exception):
+        dist.broadcast(torch.ones(2), src=5)  # no rank 5 in a one-rank group
+    rs = _comms(hotspan.drain())
+    assert [(r["name"], r["error"]) for r in rs] == [("broadcast", True)]
