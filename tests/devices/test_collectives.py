@@ -223,3 +223,11 @@ def test_a_failing_collective_records_an_error_span(one_rank):
         dist.broadcast(torch.ones(2), src=5)  # no rank 5 in a one-rank group
     rs = _comms(hotspan.drain())
     assert [(r["name"], r["error"]) for r in rs] == [("broadcast", True)]
+
+
+def test_bad_arguments_get_torchs_own_error_not_ours(one_rank):
+    with pytest.raises(Exception) as info:
+        dist.all_reduce("not a tensor")
+    assert "hotspan" not in str(info.value) and "nbytes" not in str(info.value)
+    rs = _comms(hotspan.drain())
+    assert [(r["name"], r["arg"], r["error"]) for r in rs] == [("all_reduce", None, True)]

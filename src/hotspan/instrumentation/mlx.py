@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _native
+from .._api import traced
 
 CATEGORY = "mlx"
 FUNCTIONS = ("eval", "async_eval", "synchronize")
@@ -26,9 +26,9 @@ def install() -> None:
         original = getattr(mx, fname, None)
         if original is None:  # an older MLX without async_eval
             continue
-        # The C wrapper of @traced: the span costs what any traced call costs, with no
-        # Python frame of ours between the caller and MLX.
-        wrapper = _native._wrap(original, fname, CATEGORY)
+        # @traced's C wrapper: the span costs what any traced call costs, with no Python
+        # frame of ours between the caller and MLX.
+        wrapper = traced(fname, CATEGORY)(original)
         try:
             wrapper._hotspan_original = original  # hotspan.sync.mlx() calls this directly
         except AttributeError:

@@ -21,7 +21,7 @@ each way; the count here does not depend on the backend):
 ``barrier``                0
 =========================  ======================================================
 
-A tensor's bytes are ``numel() * element_size()``.
+A tensor's bytes are ``numel() * element_size()`` (``Tensor.nbytes``).
 
 A call with ``async_op=True`` (and every ``isend``/``irecv``) returns a handle whose span
 ends when the handle's ``wait()`` or ``synchronize()`` returns, or when ``is_completed()``
@@ -39,7 +39,7 @@ import inspect
 import threading
 from typing import Any, Callable
 
-from .. import _native
+from .._native import span as _span
 
 CATEGORY = "comms"
 
@@ -74,9 +74,10 @@ _orphans_lock = threading.Lock()
 
 
 def _nbytes(value: Any) -> int:
+    # Tensor.nbytes is numel() * element_size() in one call (half the cost of the two)
     if isinstance(value, (list, tuple)):
-        return sum(_nbytes(v) for v in value)
-    return int(value.numel()) * int(value.element_size())
+        return sum(v.nbytes for v in value)
+    return value.nbytes
 
 
 class _Param:
@@ -171,7 +172,7 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
     payload = _Param(sig, COLLECTIVES[fname]) if COLLECTIVES[fname] else None
     async_op = _Param(sig, "async_op")
     always_async = fname in ALWAYS_ASYNC
-    span = _native.span
+    span = _span
 
     if fname == "broadcast":
         src, group, group_src = _Param(sig, "src"), _Param(sig, "group"), _Param(sig, "group_src")
@@ -197,7 +198,11 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
     def call(*args: Any, **kwargs: Any) -> Any:
         if _orphans:
             _close_orphans()
-        sp = span(fname, CATEGORY, arg=sent(args, kwargs))
+        try:
+            nbytes = sent(args, kwargs)
+        except Exception:  # arguments torch itself will refuse: let it say why, below
+            nbytes = None
+        sp = span(fname, CATEGORY, arg=nbytes)
         if not (always_async or async_op.get(args, kwargs)):
             with sp:
                 return original(*args, **kwargs)
