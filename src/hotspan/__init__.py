@@ -45,6 +45,10 @@ _LAZY = {
     "on_event": ("hotspan.events", "on_event"),
     "wrap": ("hotspan.proxy", "wrap"),
     "events": ("hotspan.events", None),  # a submodule: hotspan.events.Flushed after import hotspan
+    "instrument": ("hotspan.instrumentation", "instrument"),
+    "uninstrument": ("hotspan.instrumentation", "uninstrument"),
+    # A submodule (attribute None): ``hotspan.sync.mlx`` works without ``import hotspan.sync``.
+    "sync": ("hotspan.sync", None),
 }
 
 
@@ -92,6 +96,7 @@ __all__ = [
     "export",
     "get_include",
     "instant",
+    "instrument",
     "live",
     "load",
     "on_event",
@@ -102,8 +107,10 @@ __all__ = [
     "span",
     "stats",
     "subscribe",
+    "sync",
     "traced",
     "traced_function",
+    "uninstrument",
     "wrap",
 ]
 

@@ -213,7 +213,7 @@ def drain_for_user() -> pa.Table:
     with _lock:
         user = _user
         if user is None:
-            return _native_table()
+            return _api.native_table()
         table = user.take()
         _maybe_deactivate()
         return table

@@ -1,0 +1,179 @@
+"""Device spans checked against torch.profiler on a machine with a CUDA GPU.
+
+    python benchmarks/gpu_check.py [--spans 1000] [--host-n 100000]
+
+1. Records --spans device spans (``hotspan.span(name, "gpu", device="cuda")``), each
+   around one ``torch.mm`` of a known size (256 to 4096, round robin), under
+   ``torch.profiler``; drains with ``hotspan.drain(wait_device=True)``.
+2. Matches each device row (``thread_id < 0``, documented as never an OS id) with the
+   kernels the profiler saw for the same matmul (in launch order: both lists are in
+   stream order on one stream) and checks its duration against the kernels' span, from
+   the first kernel's start to the last one's end: within 5% or 5 us.
+3. Times the host cost of an empty device span against an empty host span and the floor
+   (a C no-op context manager), best of several rounds.
+
+Prints one JSON line. Where it cannot run (no torch, no CUDA, or a hotspan without device
+spans) the line is ``{"ran": false, "reason": ...}`` and the exit status 0: it is never
+run by pytest, only by hand or on a lent GPU machine.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+import time
+
+SIZES = (256, 512, 1024, 2048, 4096)
+REL_TOL, ABS_TOL_US = 0.05, 5.0
+
+
+def _not_run(reason: str) -> int:
+    print(json.dumps({"ran": False, "reason": reason}))
+    return 0
+
+
+def _api_missing(hotspan) -> str | None:
+    try:
+        hotspan.span("probe", "gpu", device="cuda")
+    except TypeError as err:
+        return f"this hotspan has no device spans: span(..., device='cuda') is not accepted ({err})"
+    except RuntimeError as err:  # the documented error without a usable CUDA
+        return f"device spans unavailable: {err}"
+    try:
+        params = inspect.signature(hotspan.drain).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "wait_device" not in params:
+        return "this hotspan's drain() has no wait_device parameter"
+    return None
+
+
+def _best_per_iter(fn, n: int, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        fn(n)
+        best = min(best, (time.perf_counter_ns() - t0) / n)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spans", type=int, default=1000)
+    parser.add_argument("--host-n", type=int, default=100_000, help="spans per round of the host-cost timing")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    try:
+        import torch
+    except ImportError as err:
+        return _not_run(f"torch is not installed ({err})")
+    if not torch.cuda.is_available():
+        return _not_run("no CUDA device: torch.cuda.is_available() is False")
+    import hotspan
+    from hotspan import _native
+
+    missing = _api_missing(hotspan)
+    if missing:
+        return _not_run(missing)
+
+    dev = torch.device("cuda")
+    mats = {n: (torch.randn(n, n, device=dev), torch.randn(n, n, device=dev), torch.empty(n, n, device=dev)) for n in SIZES}
+    for n, (a, b, c) in mats.items():  # warm-up: cuBLAS handles, kernel selection, the event pool
+        for _ in range(3):
+            with hotspan.span(f"mm{n}", "gpu", device="cuda"):
+                torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    hotspan.drain(wait_device=True)
+
+    from torch.profiler import ProfilerActivity, profile
+
+    order = [SIZES[i % len(SIZES)] for i in range(args.spans)]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for n in order:
+            a, b, c = mats[n]
+            with hotspan.span(f"mm{n}", "gpu", device="cuda"):
+                torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+    table = hotspan.drain(wait_device=True)
+    rows = table.to_pylist()
+    device_rows = sorted((r for r in rows if r["thread_id"] < 0), key=lambda r: r["start_ns"])
+    host_rows = [r for r in rows if r["thread_id"] >= 0 and r["name"].startswith("mm")]
+
+    kernels = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+         and not e.name.startswith(("Memcpy", "Memset"))),
+        key=lambda e: e.time_range.start,
+    )
+    result: dict = {
+        "ran": True,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "spans": args.spans,
+        "device_rows": len(device_rows),
+        "host_rows": len(host_rows),
+        "kernels": len(kernels),
+    }
+    problems = []
+    if len(device_rows) != args.spans:
+        problems.append(f"{len(device_rows)} device rows for {args.spans} device spans")
+    if [r["name"] for r in device_rows] != [f"mm{n}" for n in order]:
+        problems.append("device rows' names are not the spans' names in launch order")
+    per_span = len(kernels) // args.spans if args.spans else 0
+    if per_span == 0 or len(kernels) % args.spans:
+        problems.append(f"{len(kernels)} kernels for {args.spans} matmuls: can't pair them")
+    else:
+        rel_errors, abs_errors_us, worst = [], [], None
+        within = 0
+        for i, row in enumerate(device_rows[: args.spans]):
+            group = kernels[i * per_span:(i + 1) * per_span]
+            kernel_us = group[-1].time_range.end - group[0].time_range.start
+            span_us = row["duration_ns"] / 1000
+            diff = abs(span_us - kernel_us)
+            rel = diff / kernel_us if kernel_us > 0 else float("inf")
+            rel_errors.append(rel)
+            abs_errors_us.append(diff)
+            ok = rel <= REL_TOL or diff <= ABS_TOL_US
+            within += ok
+            if not ok and worst is None:
+                worst = {"span": row["name"], "span_us": round(span_us, 2), "kernel_us": round(kernel_us, 2)}
+        rel_errors.sort()
+        result.update(
+            kernels_per_span=per_span,
+            within_tolerance=within,
+            median_rel_error=round(rel_errors[len(rel_errors) // 2], 4),
+            max_abs_error_us=round(max(abs_errors_us), 2),
+            first_outside=worst,
+        )
+        if within != args.spans:
+            problems.append(f"{args.spans - within} device spans outside 5% / 5 us of the profiler's kernels")
+
+    # host cost: an empty device span against an empty host span and the floor
+    noop, host, device = _native.NoopContext(), hotspan.span("h", "gpu"), hotspan.span("d", "gpu", device="cuda")
+
+    def loop(cm):
+        def run(n):
+            for _ in range(n):
+                with cm:
+                    pass
+        return run
+
+    costs = {}
+    for label, cm in (("floor", noop), ("host_span", host), ("device_span", device)):
+        costs[label] = _best_per_iter(loop(cm), args.host_n, args.rounds)
+        hotspan.drain(wait_device=True)
+    result.update(
+        floor_ns=round(costs["floor"], 1),
+        host_span_ns=round(costs["host_span"], 1),
+        device_span_ns=round(costs["device_span"], 1),
+        device_over_host_ns=round(costs["device_span"] - costs["host_span"], 1),
+    )
+    result["problems"] = problems
+    result["ok"] = not problems
+    print(json.dumps(result))
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
