@@ -69,10 +69,11 @@ class Exporter(abc.ABC):
     #: Whether a read gives back the rows in the order they were written.
     keeps_row_order: bool = True
 
-    def write(self, table: pa.Table, path: str | os.PathLike) -> None:
-        """Write ``table`` to ``path`` atomically."""
+    def write(self, table: pa.Table, path: str | os.PathLike, *, replace: bool = True) -> None:
+        """Write ``table`` to ``path`` atomically (``replace=False``: never over an existing
+        file, ``FileExistsError`` instead)."""
         table = check_span_table(table)
-        with atomic_path(path) as tmp_path:
+        with atomic_path(path, replace=replace) as tmp_path:
             self._write(table, tmp_path)
 
     def read(self, path: str | os.PathLike, *, check: bool = True) -> pa.Table:
@@ -116,8 +117,12 @@ class Exporter(abc.ABC):
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` on success only.
+
+    ``replace=False``: never over an existing file (``FileExistsError``, the temporary file
+    removed): the name is taken with ``link()``, which fails where the name exists, as
+    ``O_EXCL`` does for ``open()`` (``rename()`` would replace it silently).
 
     The temporary file is created with ``0o666`` so the umask applies as it would to a
     plain ``open(path, "w")`` (``mkstemp`` would leave the export readable by its owner only).
@@ -137,7 +142,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         # whose blocks never reached the disk.
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp_path, path)
+        if replace:
+            os.replace(tmp_path, path)
+        else:
+            os.link(tmp_path, path)
+            os.unlink(tmp_path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_path)

@@ -1,8 +1,14 @@
 """A run as a directory: a hive-partitioned Parquet dataset, one part per flush.
 
-    run/rank=0/part-<pid>-<n>.parquet
-    run/rank=1/part-<pid>-<n>.parquet
+    run/rank=0/part-<pid>-<token>-<n>.parquet
+    run/rank=1/part-<pid>-<token>-<n>.parquet
     ...
+
+``token`` is drawn by each writer when it starts (``new_token()``: its start time and 32
+random bits, in hex): part names never repeat, within a process (several recordings one
+after another), across processes whose pid repeats (a restarted container) and across
+hosts. A part is never written over an existing one (``write_part`` takes its name with
+``link()``). Names without a token (``part-<pid>-<n>.parquet``, older runs) still read.
 
 Written by ``hotspan.record("run/")`` in every process and by ``hotspan collect --out run/``;
 read back whole by ``hotspan.load("run/")`` (``pyarrow.dataset``), by every CLI command, and
@@ -21,6 +27,8 @@ import errno
 import json
 import os
 import re
+import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +37,8 @@ import pyarrow as pa
 from .base import TraceFileError, check_span_rules, conform_to_schema
 from .._schema import meta_int, meta_json, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
-__all__ = ["META_PART", "META_RANKS", "NoPartsError", "is_dataset", "load_dataset", "part_path", "write_part"]
+__all__ = ["META_PART", "META_RANKS", "NoPartsError", "is_dataset", "load_dataset", "new_token", "part_path",
+           "sweep_temporaries", "write_part"]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
 #: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}.
@@ -38,31 +47,112 @@ META_PART = b"hotspan.part"
 #: "dropped", "sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns"}, ...]}.
 META_RANKS = b"hotspan.ranks"
 
-_PART_RE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
+_PART_RE = re.compile(r"^part-(\d+)-(?:([0-9a-f]+)-)?(\d+)\.parquet$")
+#: What ``atomic_path`` leaves behind a writer killed mid-part: ``.<part name>.<8 hex>.part``.
+_TEMP_RE = re.compile(r"^\.(part-(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9a-f]{8}\.part$")
+#: A temporary part untouched this long is stale whoever wrote it (a part is written in
+#: well under a second; on a shared file system its writer may be on another host).
+STALE_TEMP_S = 600.0
 _RANK_DIR_RE = re.compile(r"^rank=(\d+)$")
 _PARTITIONING_SCHEMA = pa.schema([("rank", pa.int32())])
 
 
-def part_path(directory: str | os.PathLike, rank: int, pid: int, seq: int) -> Path:
-    """Where part ``seq`` of process ``pid`` of ``rank`` lives in a dataset directory."""
-    return Path(directory) / f"rank={int(rank)}" / f"part-{int(pid)}-{int(seq):06d}.parquet"
+def new_token() -> str:
+    """A writer's part-name token: its start time (seconds, so a directory listing sorts a
+    process's recordings in order) and 32 random bits, 16 hex digits."""
+    return f"{int(time.time()) & 0xFFFFFFFF:08x}{secrets.token_hex(4)}"
+
+
+def part_path(directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None) -> Path:
+    """Where part ``seq`` of writer ``token`` (process ``pid`` of ``rank``) lives in a dataset
+    directory; without a token, the older ``part-<pid>-<seq>`` name."""
+    middle = "" if token is None else f"{_check_token(token)}-"
+    return Path(directory) / f"rank={int(rank)}" / f"part-{int(pid)}-{middle}{int(seq):06d}.parquet"
+
+
+def _check_token(token: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{1,64}", token):
+        raise ValueError(f"part token {token!r}: expected 1-64 lower-case hex digits")
+    return token
 
 
 def write_part(table: pa.Table, directory: str | os.PathLike, *, rank: int, pid: int, seq: int,
-               part_meta: dict[str, Any] | None = None) -> Path:
-    """Write one part atomically (temporary ``.``-name, fsync, rename); return its path.
+               token: str | None = None, part_meta: dict[str, Any] | None = None) -> Path:
+    """Write one part atomically (temporary ``.``-name, fsync, then the name taken with
+    ``link()``); return its path.
 
     ``table`` keeps its schema metadata; ``part_meta`` is added under ``hotspan.part``.
-    Writing the same (rank, pid, seq) again replaces the part (a resent batch is idempotent).
+    A part is never written over: where the name exists already, ``FileExistsError`` (the
+    caller decides whether that is the same batch again or a new name is needed).
     """
     from .registry import exporter_for
 
-    path = part_path(directory, rank, pid, seq)
+    path = part_path(directory, rank, pid, seq, token)
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(table.schema.metadata or {})
-    meta[META_PART] = json.dumps({"rank": int(rank), "pid": int(pid), "seq": int(seq), **(part_meta or {})}).encode()
-    exporter_for(path).write(table.replace_schema_metadata(meta), path)
+    own = {"rank": int(rank), "pid": int(pid), "seq": int(seq)}
+    if token is not None:
+        own["token"] = token
+    meta[META_PART] = json.dumps({**own, **(part_meta or {})}).encode()
+    exporter_for(path).write(table.replace_schema_metadata(meta), path, replace=False)
     return path
+
+
+def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``hotspan.part`` metadata of one written part (its footer only is read)."""
+    import pyarrow.parquet as pq
+
+    return meta_json(pq.read_schema(path).metadata or {}, META_PART) or {}
+
+
+def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TEMP_S) -> int:
+    """Remove what writers killed mid-part left in ``directory`` (hidden temporary parts);
+    return how many. A temporary part goes when its writer is a process of this host that no
+    longer runs, or when nothing has touched it for ``stale_s`` seconds; one being written
+    now stays. Nothing else is touched (temporaries are never counted as parts anyway)."""
+    directory = Path(directory)
+    removed = 0
+    try:
+        rank_dirs = [d for d in directory.iterdir() if _RANK_DIR_RE.match(d.name) and d.is_dir()]
+    except OSError:
+        return 0
+    now = time.time()
+    for rank_dir in rank_dirs:
+        try:
+            names = os.listdir(rank_dir)
+        except OSError:
+            continue
+        for name in names:
+            match = _TEMP_RE.match(name)
+            if match is None:
+                continue
+            path = rank_dir / name
+            try:
+                age = now - path.stat().st_mtime
+            except OSError:
+                continue
+            if age < stale_s and _alive(int(match.group(2))):
+                continue
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (a pid of another host may look dead:
+    the age rule in ``sweep_temporaries`` covers those only when the pid is in use here)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, not ours
+    return True
 
 
 def is_dataset(path: str | os.PathLike) -> bool:
@@ -87,7 +177,8 @@ def _part_files(directory: Path) -> list[Path]:
             int(rank_dir.group(1)) if rank_dir else -1,
             str(path.parent),
             int(part.group(1)) if part else -1,
-            int(part.group(2)) if part else -1,
+            part.group(2) or "" if part else "",
+            int(part.group(3)) if part else -1,
             path.name,
         )
 
@@ -98,7 +189,7 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     """One schema metadata for a dataset from its parts' (metadata, rows), in part order.
 
     The first part's metadata (lowest rank) stands for the whole; the start time is the
-    earliest of all; dropped counts are summed over processes (each process's latest count,
+    earliest of all; dropped counts are summed over processes (each process's largest count,
     as its counts only grow); ``hotspan.ranks`` keeps each process's own figures.
     """
     if not parts:
@@ -121,8 +212,8 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
         if clock is not None:
             proc["clock"] = clock  # the latest part's calibration
         dropped = meta_json(meta, META_DROPPED)
-        if isinstance(dropped, dict):
-            proc["dropped"] = dropped
+        if isinstance(dropped, dict) and _dropped_total(dropped) >= _dropped_total(proc.get("dropped")):
+            proc["dropped"] = dropped  # the largest: a process's counts only grow
         for key in ("sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns"):
             if key in part:
                 proc[key] = part[key]
@@ -149,6 +240,13 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged[META_PID] = ",".join(map(str, pids)).encode()
     merged[META_RANKS] = json.dumps(ranks).encode()
     return merged
+
+
+def _dropped_total(dropped: Any) -> int:
+    try:
+        return int(dropped.get("total", 0))
+    except (AttributeError, TypeError, ValueError):
+        return -1
 
 
 class NoPartsError(TraceFileError, IsADirectoryError):

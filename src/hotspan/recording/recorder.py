@@ -18,6 +18,7 @@ at most its last interval. The recorder reads its own cursor of the hub (recordi
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -95,7 +96,9 @@ class _FileSink:
 
 
 class _DatasetSink:
-    """A hive-partitioned Parquet dataset: one part per flush, written atomically."""
+    """A hive-partitioned Parquet dataset: one part per flush, written atomically, under a
+    name drawn when the recording starts (``part-<pid>-<token>-<n>``) that no other
+    recording uses, and never over an existing part."""
 
     kind = "directory"
 
@@ -104,23 +107,53 @@ class _DatasetSink:
             raise NotADirectoryError(f"{directory}: exists and is not a directory")
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
+        self.token: str | None = None
         self.seq = 0
         self.dropped = 0
         self.spans = 0
         self.parts = 0
 
+    def open(self) -> None:
+        """On the flusher, once pyarrow is loaded: sweep what killed writers left, draw this
+        recording's token, and write its metadata part (no rows), so that a run killed
+        before its first flush still loads, as an empty table with its metadata."""
+        if self.token is not None:
+            return
+        from ..formats.dataset import new_token, sweep_temporaries
+
+        sweep_temporaries(self.directory)
+        self.token = new_token()
+        self._write(_metadata_table(), kind="start")
+
     def write(self, table: pa.Table) -> None:
+        self.open()
+        self._write(table)
+        self.spans += table.num_rows
+
+    def _write(self, table: pa.Table, **part_meta: Any) -> None:
+        from .._api import rank as current_rank
         from ..formats.dataset import write_part
 
-        rank = table.column("rank")[0].as_py()
-        write_part(table, self.directory, rank=rank, pid=os.getpid(), seq=self.seq,
-                   part_meta={"sink_dropped": self.dropped})
+        rank = table.column("rank")[0].as_py() if table.num_rows else current_rank()
+        write_part(table, self.directory, rank=rank, pid=os.getpid(), seq=self.seq, token=self.token,
+                   part_meta={"sink_dropped": self.dropped, **part_meta})
         self.seq += 1
-        self.spans += table.num_rows
         self.parts += 1
 
     def close(self, last: pa.Table, timeout: float) -> None:
         pass
+
+
+def _metadata_table() -> pa.Table:
+    """No spans, and this process's metadata as a drain would give it (without draining)."""
+    from .. import __version__, _native
+    from .._api import rank as current_rank
+    from .._schema import SPAN_SCHEMA
+    from .._table import metadata
+
+    meta = metadata(rank=current_rank(), pid=os.getpid(), clock=_native._clock_info(), all_threads=[],
+                    version=__version__)
+    return SPAN_SCHEMA.empty_table().replace_schema_metadata(meta)
 
 
 class _CollectorSink:
@@ -192,6 +225,13 @@ class Recorder:
         self._buffer_spans = buffer_spans
         self._sink = _sink_for(dest, self._token, buffer_spans)
         self._lock = threading.Lock()
+        # Who holds _lock, and which thread is inside stop(): a SIGTERM handler runs on the
+        # main thread between two bytecodes, possibly in the middle of a flush or a stop of
+        # that same thread. It must never wait for a lock its own thread holds (that waits
+        # forever): it sees it is nested and leaves the work to the outer call.
+        self._lock_owner: int | None = None
+        self._stopping: int | None = None
+        self._sigterm_deferred = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
@@ -248,6 +288,12 @@ class Recorder:
         # stop() joins this thread, so the imports are done before any flush at exit.
         try:
             _warm_up(self.kind)
+            with self._locked() as acquired:
+                if acquired and hasattr(self._sink, "open"):
+                    self._sink.open()
+        except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad start
+            self.write_errors += 1
+            _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
         finally:
             _warmed.set()
         next_flush = time.monotonic() + self.flush_interval
@@ -263,38 +309,58 @@ class Recorder:
                     next_flush = time.monotonic() + self.flush_interval
                     self.flush()
                 elif retry is not None:
-                    with self._lock:
-                        self._sink.idle()
+                    with self._locked() as acquired:
+                        if acquired:
+                            self._sink.idle()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
                     _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
 
+    @contextlib.contextmanager
+    def _locked(self, timeout: float = -1):
+        """``_lock``, noting its owner; yields False (not acquired) when this thread holds it
+        already (a signal handler nested in a flush) or when ``timeout`` passed."""
+        me = threading.get_ident()
+        if self._lock_owner == me or not self._lock.acquire(timeout=timeout):
+            yield False
+            return
+        self._lock_owner = me
+        try:
+            yield True
+        finally:
+            self._lock_owner = None
+            self._lock.release()
+
+    def _nested_here(self) -> bool:
+        """Whether this thread is inside a flush or a stop of this recorder right now."""
+        me = threading.get_ident()
+        return self._lock_owner == me or self._stopping == me
+
     def flush(self, *, lock_timeout: float = -1) -> None:
         """Drain now and hand the spans to the destination (the flusher does this every interval)."""
-        if not self._lock.acquire(timeout=lock_timeout):
-            return
-        try:
+        with self._locked(lock_timeout) as acquired:
+            if not acquired:
+                return
             table = self._take()
             self._last = table
             self.flushes += 1
             if table.num_rows == 0:
                 if hasattr(self._sink, "idle"):
                     self._sink.idle()
-                return
-            try:
-                began = time.perf_counter()
-                self._sink.write(table)
-                emit(Flushed(self.dest, table.num_rows, table.nbytes, time.perf_counter() - began))
-            except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
-                emit(FlushFailed(self.dest, exc))
-                self.write_errors += 1
-                self._write_dropped += table.num_rows
-                if self.write_errors == 1:
-                    _warn(f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
-                          f"(recording goes on; {table.num_rows} spans dropped)")
-        finally:
-            self._lock.release()
+            else:
+                try:
+                    began = time.perf_counter()
+                    self._sink.write(table)
+                    emit(Flushed(self.dest, table.num_rows, table.nbytes, time.perf_counter() - began))
+                except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
+                    emit(FlushFailed(self.dest, exc))
+                    self.write_errors += 1
+                    self._write_dropped += table.num_rows
+                    if self.write_errors == 1:
+                        _warn(f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
+                              f"(recording goes on; {table.num_rows} spans dropped)")
+        self._after_nested_signal()
 
     def _take(self) -> pa.Table:
         """The spans since this recorder last took them (its own cursor: a user's drain()
@@ -307,23 +373,31 @@ class Recorder:
 
     def stop(self, timeout: float | None = None) -> None:
         """Final drain and flush; then close the destination (write the file, deliver what a
-        collector has not yet taken, for at most ``timeout`` seconds: default ``stop_timeout``)."""
-        global _active
-        if not self.running:
+        collector has not yet taken, for at most ``timeout`` seconds: default ``stop_timeout``).
+
+        Safe to enter again while it runs (from a signal handler, or from a finalizer and
+        ``atexit`` both): the nested call returns at once, the outer one does the work."""
+        if not self.running or self._stopping is not None:
             return
-        timeout = self.stop_timeout if timeout is None else timeout
+        self._stopping = threading.get_ident()
+        try:
+            self._stop_now(self.stop_timeout if timeout is None else timeout)
+        finally:
+            self._stopping = None
+        self._after_nested_signal()
+
+    def _stop_now(self, timeout: float) -> None:
+        global _active
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=max(timeout, 1.0))
         self.flush(lock_timeout=timeout)
         try:
-            if self._lock.acquire(timeout=timeout):
-                try:
+            with self._locked(timeout) as acquired:
+                if acquired:
                     last = self._last if self._last is not None else self._take()
                     self._sink.close(last, timeout)
-                finally:
-                    self._lock.release()
         except Exception as exc:  # noqa: BLE001
             _warn(f"could not finish writing spans to {self.dest}: {type(exc).__name__}: {exc}")
         finally:
@@ -339,6 +413,16 @@ class Recorder:
                 pass
         if self.dropped:
             _warn(f"{self.dropped:,} spans could not be delivered to {self.dest}")
+
+    def _after_nested_signal(self) -> None:
+        """A SIGTERM that arrived while this thread was flushing or stopping was left to us:
+        once the outermost call is done, stop (flushing everything) and die of it."""
+        if (not self._sigterm_deferred or self._nested_here()
+                or threading.current_thread() is not threading.main_thread()):
+            return
+        self._sigterm_deferred = False
+        self.stop()
+        _die_of_sigterm()
 
     def _atexit(self) -> None:
         if self.running:
@@ -368,9 +452,29 @@ def _under_memory_pressure() -> bool:
 _warmed = threading.Event()
 
 
+_fork_held: "threading.Lock | None" = None
+
+
 def _before_fork() -> None:
-    if _active is not None and _active.running and not _warmed.is_set():
+    """Fork only between two flushes: a child forked while the flusher is half-way through
+    an import or a Parquet write inherits that import's lock (or pyarrow's) held by a thread
+    it does not have, and its own flusher waits on it forever (a forked worker then loses
+    everything it recorded). Bounded: a wedged flush must not hang the program."""
+    global _fork_held
+    recorder = _active
+    if recorder is None or not recorder.running:
+        return
+    if not _warmed.is_set():
         _warmed.wait(30)
+    if recorder._lock_owner != threading.get_ident() and recorder._lock.acquire(timeout=10):
+        _fork_held = recorder._lock
+
+
+def _after_fork_parent() -> None:
+    global _fork_held
+    held, _fork_held = _fork_held, None
+    if held is not None:
+        held.release()
 
 
 def _warm_up(kind: str) -> None:
@@ -384,6 +488,11 @@ def _warm_up(kind: str) -> None:
 
     if kind == "collector":
         import pyarrow.flight  # noqa: F401
+    if kind == "directory":
+        from ..formats import dataset  # noqa: F401  (and the Parquet exporter it writes with)
+        from ..formats.registry import exporter_for
+
+        exporter_for("x.parquet")
 
 
 def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
@@ -410,13 +519,24 @@ def active() -> Recorder | None:
 
 
 def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
+    """Flush, then die of SIGTERM as without hotspan. Runs on the main thread between two
+    bytecodes: if that thread is itself inside a flush or a stop (a pool worker finishing
+    when the pool's terminate() arrives), waiting for it here would wait forever; the outer
+    call finishes the work and dies then."""
+    recorder = _env_recorder
+    if recorder is not None and recorder.running and recorder._nested_here():
+        recorder._sigterm_deferred = True
+        return
     try:
-        recorder = _env_recorder
         if recorder is not None and recorder.running:
             recorder.stop()
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        _die_of_sigterm()
+
+
+def _die_of_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def start_from_env() -> Recorder | None:
@@ -426,16 +546,24 @@ def start_from_env() -> Recorder | None:
     handler (flush, then die of SIGTERM as before) is installed only where the program has
     none.
     """
-    global _env_recorder
     dest = os.environ.get(ENV_OUT, "").strip()
     if not dest or active() is not None:
         return None
     try:
         interval = float(os.environ.get(ENV_INTERVAL, "") or 1.0)
-        recorder = record(dest, interval).start()
+        return start_env_recorder(dest, interval)
     except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
         _warn(f"{ENV_OUT}={dest}: not recording: {type(exc).__name__}: {exc}")
         return None
+
+
+def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> Recorder:
+    """Record this process to ``dest`` the way ``HOTSPAN_OUT`` does: until exit (``atexit``,
+    SIGTERM where the program has no handler of its own, and ``multiprocessing``'s exit of
+    its children, which skips ``atexit``), with every forked child recording to the same
+    directory. ``hotspan run`` uses it for the process it runs the program in."""
+    global _env_recorder
+    recorder = record(dest, flush_interval).start()
     _env_recorder = recorder
     if threading.current_thread() is threading.main_thread():
         try:
@@ -443,6 +571,7 @@ def start_from_env() -> Recorder | None:
                 signal.signal(signal.SIGTERM, _on_sigterm)
         except (ValueError, OSError):
             pass
+    _stop_with_multiprocessing(recorder)
     return recorder
 
 
@@ -458,9 +587,12 @@ def stop_env_recorder() -> None:
 
 def _after_fork_child() -> None:
     """A forked child has no flusher thread: forget the parent's recorder, and for
-    ``HOTSPAN_OUT`` pointing at a directory, record the child's own spans there too."""
+    ``HOTSPAN_OUT`` pointing at a directory, record the child's own spans there too (under
+    its own part names: its pid, and a token of its own)."""
     global _active, _env_recorder, _active_lock
+    global _fork_held
     _active_lock = threading.Lock()
+    _fork_held = None  # the child's copy of the parent's recorder is replaced below
     parent, _active = _active, None
     was_env = parent is not None and parent is _env_recorder
     _env_recorder = None
@@ -468,6 +600,8 @@ def _after_fork_child() -> None:
         return
     parent._thread = None
     parent._lock = threading.Lock()
+    parent._lock_owner = parent._stopping = None
+    parent._sigterm_deferred = False
     if not was_env or parent.kind != "directory":
         return  # a file would be overwritten, and gRPC must not be used across fork
     try:
@@ -476,18 +610,28 @@ def _after_fork_child() -> None:
         _warn(f"{ENV_OUT}: not recording in forked child {os.getpid()}: {exc}")
         return
     _env_recorder = child
+    _stop_with_multiprocessing(child)
+
+
+def _stop_with_multiprocessing(recorder: Recorder) -> None:
+    """``multiprocessing``'s children (fork, spawn, forkserver; pool workers too) leave
+    through ``os._exit`` (no ``atexit``) after running its finalizers. A child clears the
+    finalizers it inherited, then runs the after-fork hooks: register the finalizer now (a
+    process importing hotspan after that point) and again from the hook (a process that
+    imported it before, or forked from one that did)."""
     mp = sys.modules.get("multiprocessing.util")
-    if mp is not None:
-        # multiprocessing's children leave through os._exit (no atexit) after running its
-        # finalizers; it clears those it inherited first, then runs the after-fork hooks.
-        mp.register_after_fork(child, _finalize_with_multiprocessing)
+    if mp is None:
+        return
+    mp.register_after_fork(recorder, _finalize_with_multiprocessing)
+    _finalize_with_multiprocessing(recorder)
 
 
 def _finalize_with_multiprocessing(recorder: Recorder) -> None:
     import multiprocessing.util
 
-    multiprocessing.util.Finalize(recorder, recorder.stop, exitpriority=100)
+    if recorder.running:
+        multiprocessing.util.Finalize(recorder, recorder.stop, exitpriority=100)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
