@@ -18,11 +18,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 _configured_rank: int | None = None
-# Re-entrant: a SIGTERM handler that flushes (record()) may run while this thread drains.
-_drain_lock = threading.RLock()
+#: The lock of every pass of the core's drain (drain(), recording/hub.py). Re-entrant: a
+#: SIGTERM handler that flushes (record()) may run while this thread drains.
+drain_lock = threading.RLock()
 # While a streaming consumer (record(), subscribe()) exists, recording/hub.py owns the
 # native drain and drain() reads its own cursor there; None otherwise (one global lookup).
 _hub: Any = None
+
+
+def set_drain_hook(hub: Any) -> None:
+    """Route ``drain()`` to ``hub.drain()`` (``None``: back to the core). recording/hub.py
+    sets it while it owns the core's drain."""
+    global _hub
+    _hub = hub
+
+
+def drain_hook() -> Any:
+    """What ``drain()`` is routed to now (``None``: the core)."""
+    return _hub
 
 
 def _version() -> str:
@@ -102,17 +115,22 @@ def drain() -> "pa.Table":
     hub = _hub
     if hub is not None:
         return hub.drain()
-    from ._table import metadata, table_from_raw
-
-    with _drain_lock:
+    with drain_lock:
         hub = _hub  # attached while this thread waited for the lock
         if hub is not None:
             return hub.drain()
-        r = rank()
-        raw = _native._drain(r)
-        clock = _native._clock_info()
-        meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=_version())
-        return table_from_raw(raw, meta=meta)
+        return core_table()
+
+
+def core_table() -> "pa.Table":
+    """One pass of the core's drain as a span table (the caller holds ``drain_lock``)."""
+    from ._table import metadata, table_from_raw
+
+    r = rank()
+    raw = _native._drain(r)
+    clock = _native._clock_info()
+    meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=_version())
+    return table_from_raw(raw, meta=meta)
 
 
 def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -174,6 +192,15 @@ def _thread_name() -> str:
     return threading.current_thread().name
 
 
+def _after_fork_child() -> None:
+    global drain_lock, _hub
+    _native._after_fork_child()
+    # A thread of the parent may have held the lock at the fork; the child has none of the
+    # parent's streaming consumers (recording/hub.py resets its own state after this).
+    drain_lock = threading.RLock()
+    _hub = None
+
+
 _native._set_hooks(_thread_name, _decorate_with)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_native._after_fork_child)
+    os.register_at_fork(after_in_child=_after_fork_child)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan import events
+from hotspan import _api, events
 from hotspan.recording import hub
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -79,7 +79,7 @@ def test_every_consumer_gets_every_span_once(tmp_path):
         assert dropped == 0, label
         assert set(got) == expected, f"{label}: {len(expected - set(got))} missing"
         assert len(expected) == len(got) + dropped
-    assert hub._api._hub is None  # nothing streams any more: drain() reads the core directly
+    assert _api.drain_hook() is None  # nothing streams any more: drain() reads the core directly
 
 
 def test_drain_while_recording_returns_spans_since_the_previous_drain(tmp_path):
@@ -99,7 +99,7 @@ def test_drain_while_recording_returns_spans_since_the_previous_drain(tmp_path):
 def test_drain_without_streaming_consumers_is_the_core_drain():
     with hotspan.span("x"):
         pass
-    assert hub._api._hub is None
+    assert _api.drain_hook() is None
     assert _names(hotspan.drain()) == ["x"]
 
 
