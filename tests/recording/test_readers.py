@@ -342,3 +342,25 @@ def test_import_hotspan_with_events_loads_no_pyarrow():
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_forked_child_drains_its_own_spans_while_the_parent_subscribes():
+    from _util import run_python
+
+    proc = run_python("""
+        import os, time, hotspan
+        got = []
+        with hotspan.subscribe(lambda b: got.extend(b.column("name").to_pylist())):
+            pid = os.fork()
+            if pid == 0:  # the child has no subscriber, no pump thread: drain() is the core's
+                with hotspan.span("child"):
+                    pass
+                names = hotspan.drain().column("name").to_pylist()
+                os._exit(0 if names == ["child"] else 3)
+            with hotspan.span("parent"):
+                pass
+            _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), got)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0 ['parent']"
