@@ -364,3 +364,15 @@ def test_a_forked_child_drains_its_own_spans_while_the_parent_subscribes():
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0 ['parent']"
+
+
+def test_subscriber_hears_spans_without_the_native_drain_thread():
+    hotspan.configure(drain_thread=False)
+    got: list[str] = []
+    with hotspan.subscribe(lambda b: got.extend(b.column("name").to_pylist())):
+        with hotspan.span("x"):
+            pass
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == ["x"]  # delivered while open, not only at close

@@ -245,8 +245,10 @@ def _pump_loop() -> None:
                 return
             try:
                 # Nothing moved out of the rings since the last pass: building an empty
-                # table (metadata and all, ~0.2 ms with the GIL held) is skipped.
-                if _native._pending()["spans"]:
+                # table (metadata and all, ~0.2 ms with the GIL held) is skipped. Without
+                # the native drain thread, only a drain moves spans out of the rings.
+                pending = _native._pending()
+                if pending["spans"] or not pending["drain_thread"]:
                     _pump_locked()
             except Exception as exc:  # noqa: BLE001 - the pump must outlive one bad drain
                 from ..events import FlushFailed
