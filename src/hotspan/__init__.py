@@ -30,7 +30,8 @@ from ._api import configure, drain, rank, traced  # noqa: E402
 
 # Public names that live in modules loaded on first use: name -> (module, attribute).
 # Each is a function (or class) named differently from every submodule, so that
-# ``import hotspan.X`` always gives a module and ``hotspan.X`` stays the same object.
+# ``import hotspan.X`` always gives a module and ``hotspan.X`` stays the same object; an
+# attribute of None names the submodule itself (``hotspan.events``).
 _LAZY = {
     "export": ("hotspan.formats", "export"),
     "load": ("hotspan.formats", "load"),

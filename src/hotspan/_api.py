@@ -30,25 +30,26 @@ RANK_MAX = (1 << 16) - 1
 CAPACITY_MAX = 1 << 24
 
 _configured_rank: int | None = None
-#: The one lock of every drain of the core (re-entrant: a SIGTERM handler that flushes,
-#: record(), may run while this thread drains). recording/hub.py takes it too.
+#: The lock of every pass of the core's drain (drain(), recording/hub.py). Re-entrant: a
+#: SIGTERM handler that flushes (record()) may run while this thread drains.
 drain_lock = _thread.RLock()
 # While a streaming consumer (record(), subscribe()) exists, recording/hub.py owns the
 # native drain and drain() reads its own cursor there; None otherwise (one global lookup).
 _hub: Any = None
 
 
-def set_hub(hub: Any) -> None:
-    """Route drain() through ``hub.drain()`` (None: back to the core directly)."""
+def set_drain_hook(hub: Any) -> None:
+    """Route ``drain()`` to ``hub.drain()`` (``None``: back to the core). recording/hub.py
+    sets it while it owns the core's drain."""
     global _hub
     _hub = hub
 
 
-def renew_drain_lock() -> Any:
-    """A fresh drain lock, in a forked child (a parent's thread may have held it)."""
-    global drain_lock
-    drain_lock = _thread.RLock()
-    return drain_lock
+def drain_hook() -> Any:
+    """What ``drain()`` is routed to now (``None``: the core)."""
+    return _hub
+
+
 
 
 def rank() -> int:
@@ -124,19 +125,6 @@ def configure(
     )
 
 
-def native_table() -> "pa.Table":
-    """One drain of the C core as a table (the caller holds ``drain_lock``)."""
-    # pyarrow and numpy load here, on the first drain: a program that only records never
-    # pays for them (import hotspan loads the recorder alone).
-    from ._table import metadata, table_from_raw
-
-    r = rank()
-    raw = _native._drain(r)
-    meta = metadata(rank=r, pid=os.getpid(), clock=_native._clock_info(), all_threads=raw["all_threads"],
-                    version=__version__, id_base=raw["id_base"])
-    return table_from_raw(raw, meta=meta)
-
-
 def drain() -> "pa.Table":
     """Every span completed since the last ``drain()``, from all threads (exited ones too).
 
@@ -149,7 +137,19 @@ def drain() -> "pa.Table":
         hub = _hub  # attached while this thread waited for the lock
         if hub is not None:
             return hub.drain()
-        return native_table()
+        return core_table()
+
+
+def core_table() -> "pa.Table":
+    """One pass of the core's drain as a span table (the caller holds ``drain_lock``)."""
+    from ._table import metadata, table_from_raw
+
+    r = rank()
+    raw = _native._drain(r)
+    clock = _native._clock_info()
+    meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__,
+                    id_base=raw["id_base"])
+    return table_from_raw(raw, meta=meta)
 
 
 def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -322,9 +322,18 @@ def _warn_dropped_at_exit() -> None:
         pass
 
 
+def _after_fork_child() -> None:
+    global drain_lock, _hub
+    _native._after_fork_child()
+    # A thread of the parent may have held the lock at the fork; the child has none of the
+    # parent's streaming consumers (recording/hub.py resets its own state after this).
+    drain_lock = _thread.RLock()
+    _hub = None
+
+
 _native._set_hooks(_thread_name, _decorate_with)
 _check_hotspan_env()
 # Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
 atexit.register(_warn_dropped_at_exit)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_native._after_fork_child)
+    os.register_at_fork(after_in_child=_after_fork_child)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan import events
+from hotspan import _api, events
 from hotspan.recording import hub
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -79,7 +79,7 @@ def test_every_consumer_gets_every_span_once(tmp_path):
         assert dropped == 0, label
         assert set(got) == expected, f"{label}: {len(expected - set(got))} missing"
         assert len(expected) == len(got) + dropped
-    assert hub._api._hub is None  # nothing streams any more: drain() reads the core directly
+    assert _api.drain_hook() is None  # nothing streams any more: drain() reads the core directly
 
 
 def test_drain_while_recording_returns_spans_since_the_previous_drain(tmp_path):
@@ -99,7 +99,7 @@ def test_drain_while_recording_returns_spans_since_the_previous_drain(tmp_path):
 def test_drain_without_streaming_consumers_is_the_core_drain():
     with hotspan.span("x"):
         pass
-    assert hub._api._hub is None
+    assert _api.drain_hook() is None
     assert _names(hotspan.drain()) == ["x"]
 
 
@@ -342,3 +342,37 @@ def test_import_hotspan_with_events_loads_no_pyarrow():
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_forked_child_drains_its_own_spans_while_the_parent_subscribes():
+    from _util import run_python
+
+    proc = run_python("""
+        import os, time, hotspan
+        got = []
+        with hotspan.subscribe(lambda b: got.extend(b.column("name").to_pylist())):
+            pid = os.fork()
+            if pid == 0:  # the child has no subscriber, no pump thread: drain() is the core's
+                with hotspan.span("child"):
+                    pass
+                names = hotspan.drain().column("name").to_pylist()
+                os._exit(0 if names == ["child"] else 3)
+            with hotspan.span("parent"):
+                pass
+            _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), got)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0 ['parent']"
+
+
+def test_subscriber_hears_spans_without_the_native_drain_thread():
+    hotspan.configure(drain_thread=False)
+    got: list[str] = []
+    with hotspan.subscribe(lambda b: got.extend(b.column("name").to_pylist())):
+        with hotspan.span("x"):
+            pass
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == ["x"]  # delivered while open, not only at close

@@ -38,10 +38,6 @@ __all__ = ["Reader", "attach", "detach", "drain_for_user", "pump", "streaming"]
 PUMP_MIN_S = 0.01
 PUMP_MAX_S = 1.0
 
-# The one lock of every drain, the user's included (re-entrant: a SIGTERM handler that
-# flushes may run while this thread drains).
-_lock = _api.drain_lock
-
 
 class Reader:
     """One consumer's cursor: the tables drained since it last took them."""
@@ -102,7 +98,7 @@ class Reader:
     def take(self) -> pa.Table:
         """Everything since this reader last took: its queue plus a drain of the core now
         (fanned out to every other reader too), as one table with the latest metadata."""
-        with _lock:
+        with _api.drain_lock:
             latest = _pump_locked()
             return _joined(self._take_all(), latest)
 
@@ -146,7 +142,7 @@ _wake = threading.Event()
 
 
 def _pump_locked() -> pa.Table:
-    table = _api.native_table()
+    table = _api.core_table()
     if table.num_rows:
         nbytes = table.nbytes
         cap = int(_native._pending()["memory_cap"])
@@ -159,7 +155,7 @@ def _pump_locked() -> pa.Table:
 
 def pump() -> pa.Table:
     """Drain the core now and hand the spans to every reader; returns that drain's table."""
-    with _lock:
+    with _api.drain_lock:
         return _pump_locked()
 
 
@@ -174,14 +170,14 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
     every pump period (a subscriber), not only when it takes them (a recorder)."""
     global _user, _pumped_by_thread
     reader = Reader(name)
-    with _lock:
+    with _api.drain_lock:
         if _user is None:
             _user = Reader("drain()")
         # Not drained here: what the core holds now goes to the new reader too (a recorder
         # started late still writes the spans nobody drained), and the caller's thread
         # never imports pyarrow for it (HOTSPAN_OUT starts a recorder inside import hotspan).
         _streaming.append(reader)
-        _api.set_hub(_HUB)
+        _api.set_drain_hook(_HUB)
         if pumped:
             _pumped_by_thread += 1
             _start_pump_thread()
@@ -191,7 +187,7 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
 def detach(reader: Reader, *, pumped: bool = False) -> None:
     """Stop feeding ``reader`` (what it has queued stays for it to take)."""
     global _pumped_by_thread
-    with _lock:
+    with _api.drain_lock:
         if reader in _streaming:
             _streaming.remove(reader)
             if pumped:
@@ -205,15 +201,15 @@ def _maybe_deactivate() -> None:
     # directly again.
     if not _streaming and (_user is None or not _user._tables):
         _user = None
-        _api.set_hub(None)
+        _api.set_drain_hook(None)
 
 
 def drain_for_user() -> pa.Table:
     """``hotspan.drain()`` while the hub is active: the user's queue plus a drain now."""
-    with _lock:
+    with _api.drain_lock:
         user = _user
         if user is None:
-            return _api.native_table()
+            return _api.core_table()
         table = user.take()
         _maybe_deactivate()
         return table
@@ -242,15 +238,17 @@ def _pump_loop() -> None:
     while True:
         _wake.wait(_pump_period())
         _wake.clear()
-        with _lock:
+        with _api.drain_lock:
             if _pumped_by_thread <= 0:
                 global _pump_thread
                 _pump_thread = None
                 return
             try:
                 # Nothing moved out of the rings since the last pass: building an empty
-                # table (metadata and all, ~0.2 ms with the GIL held) is skipped.
-                if _native._pending()["spans"]:
+                # table (metadata and all, ~0.2 ms with the GIL held) is skipped. Without
+                # the native drain thread, only a drain moves spans out of the rings.
+                pending = _native._pending()
+                if pending["spans"] or not pending["drain_thread"]:
                     _pump_locked()
             except Exception as exc:  # noqa: BLE001 - the pump must outlive one bad drain
                 from ..events import FlushFailed
@@ -260,7 +258,7 @@ def _pump_loop() -> None:
 
 
 class _Hub:
-    """What ``_api.drain`` sees while the hub is active (``_api.set_hub``)."""
+    """What ``drain()`` is routed to while the hub is active (``_api.set_drain_hook``)."""
 
     drain = staticmethod(drain_for_user)
 
@@ -271,15 +269,12 @@ _HUB = _Hub()
 def _after_fork_child() -> None:
     """The child has no pump thread and none of the parent's consumers: the core's drain
     is the user's again until something attaches."""
-    global _streaming, _user, _pump_thread, _pumped_by_thread, _wake, _lock
-    # A thread of the parent may have held the drain lock at the fork.
-    _lock = _api.renew_drain_lock()
+    global _streaming, _user, _pump_thread, _pumped_by_thread, _wake
     _streaming = []
     _user = None
     _pump_thread = None
     _pumped_by_thread = 0
     _wake = threading.Event()
-    _api.set_hub(None)
 
 
 if hasattr(os, "register_at_fork"):
@@ -288,7 +283,7 @@ if hasattr(os, "register_at_fork"):
 
 def stats() -> dict[str, Any]:
     """Per reader: spans received and dropped, bytes queued (for tests and diagnostics)."""
-    with _lock:
+    with _api.drain_lock:
         readers = ([_user] if _user is not None else []) + list(_streaming)
         return {r.name: {"received": r.received, "dropped": r.dropped, "queued_bytes": r.backlog_bytes}
                 for r in readers}
