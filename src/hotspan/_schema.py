@@ -81,3 +81,26 @@ def meta_dict(meta: dict[bytes, bytes] | None, key: bytes) -> dict | None:
     """The JSON object stored under ``key``, or None when absent or not an object."""
     value = meta_json(meta, key)
     return value if isinstance(value, dict) else None
+
+
+# --------------------------------------------------------------------------- pandas dtypes
+#: pandas' own schema-metadata key. ``table.to_pandas()`` (and pandas' ``read_parquet``, and
+#: DuckDB's ``.df()``) read it to choose dtypes: with it, the nullable ``parent_id`` and
+#: ``arg`` become pandas' nullable ``UInt64``/``Int64`` instead of float64, so ids above
+#: 2**53 (any rank >= 32) and payloads stay exact and merges on ids match the right rows.
+META_PANDAS = b"pandas"
+_PANDAS_DTYPES = json.dumps({
+    "index_columns": [], "column_indexes": [],
+    "columns": [
+        {"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": dtype, "metadata": None}
+        for name, pandas_type, dtype in (("parent_id", "uint64", "UInt64"), ("arg", "int64", "Int64"))
+    ],
+    "creator": {"library": "hotspan"}, "pandas_version": "2.0.0",
+}).encode()
+
+
+def with_pandas_dtypes(meta: dict[bytes, bytes] | None) -> dict[bytes, bytes]:
+    """``meta`` plus the pandas dtypes of the span table's nullable integer columns."""
+    out = dict(meta or {})
+    out[META_PANDAS] = _PANDAS_DTYPES
+    return out

@@ -28,6 +28,7 @@ from ._schema import (
     META_START,
     META_VERSION,
     SPAN_SCHEMA,
+    with_pandas_dtypes,
 )
 
 
@@ -89,7 +90,7 @@ def metadata(
     }
     if id_base is not None:
         meta[META_ID_BASE] = str(id_base).encode()
-    return meta
+    return with_pandas_dtypes(meta)
 
 
 def environment(version: str) -> dict[str, Any]:

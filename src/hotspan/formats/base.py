@@ -32,7 +32,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA
+from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA, with_pandas_dtypes
 
 #: Rows per batch when a format streams the table to a file: memory held by an export
 #: is proportional to this, not to the table or the document.
@@ -228,7 +228,7 @@ def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict |
         columns.append(column)
     if metadata is None:
         metadata = table.schema.metadata
-    schema = SPAN_SCHEMA.with_metadata(metadata) if metadata else SPAN_SCHEMA
+    schema = SPAN_SCHEMA.with_metadata(with_pandas_dtypes(metadata))
     # One dictionary per string column across its chunks (row groups, record batches):
     # pyarrow's group_by, joins and compute kernels refuse differing ones ("Unifying
     # differing dictionaries"). The dictionaries are small: this costs little.
