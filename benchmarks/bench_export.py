@@ -193,10 +193,10 @@ def main() -> int:
 
     by_format = {extension: (export_s, load_s) for extension, export_s, _, load_s in rows}
     targets = [
-        ("Chrome JSON export >= 3x faster than the reference", reference_s / by_format[".json"][0], 3.0, "x"),
+        ("Chrome JSON export >= 4 M spans/s", n / by_format[".json"][0] / 1e6, 4.0, " M spans/s"),
+        ("Chrome JSON load >= 4 M spans/s", n / by_format[".json"][1] / 1e6, 4.0, " M spans/s"),
         ("Perfetto export >= 3x faster than the reference", reference_s / by_format[".pftrace"][0], 3.0, "x"),
         ("Parquet export >= 10 M spans/s", n / by_format[".parquet"][0] / 1e6, 10.0, " M spans/s"),
-        ("load() of our Chrome JSON >= 1 M spans/s", n / by_format[".json"][1] / 1e6, 1.0, " M spans/s"),
     ]
     print()
     failed = 0
