@@ -344,3 +344,14 @@ def test_mutation_fuzz(tmp_path):
         path.unlink()
     assert outcomes["loaded"] > 20 and outcomes["refused"] > 100, outcomes
     assert time.perf_counter() - started < 60
+
+
+def test_lone_surrogate_escapes_become_replacement_text(tmp_path):
+    """JSON allows "\\ud800"; Arrow strings must be UTF-8: such text loads as "?"."""
+    path = tmp_path / "surrogates.json"
+    path.write_text('[{"ph":"M","name":"thread_name","pid":"\\ud800","tid":1,"args":{"name":"x"}},'
+                    '{"ph":"X","ts":1,"dur":1,"pid":"\\ud800","tid":1,"name":"a\\udc00b"}]')
+    table = load(path)
+    table.validate(full=True)
+    row = table.to_pylist()[0]
+    assert (row["name"], row["thread_name"]) == ("a?b", "x")

@@ -298,7 +298,7 @@ cdef class Strings:
         return c
 
     def code_of(self, str text):
-        encoded = text.encode("utf-8", "surrogatepass")
+        encoded = text.encode("utf-8", "replace")  # a lone surrogate (\\ud800) becomes "?"
         return self.code(encoded, len(encoded))
 
 

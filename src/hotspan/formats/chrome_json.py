@@ -35,6 +35,7 @@ module prepares the writer's inputs and turns the reader's columns into the span
 """
 from __future__ import annotations
 
+import contextvars
 import gzip
 import json
 import os
@@ -61,6 +62,8 @@ READ_BLOCK = 4 << 20
 MAX_VALUE_BYTES = 256 << 20
 #: Default bound on what a ``.json.gz`` may inflate to (env: HOTSPAN_MAX_INFLATED_BYTES).
 MAX_INFLATED_BYTES = 16 << 30
+
+_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("max_inflated_bytes")
 
 META_SOURCE = b"hotspan.source"
 META_LOAD_DROPPED = b"hotspan.load_dropped"
@@ -187,17 +190,19 @@ class ChromeJsonExporter(Exporter):
 
     # ------------------------------------------------------------------ read
 
-    def read(self, path, max_inflated_bytes: int | None = None) -> pa.Table:
+    def read(self, path, *, check: bool = True, max_inflated_bytes: int | None = None) -> pa.Table:
         """Read ``path``; a gzip file may inflate to at most ``max_inflated_bytes``
-        (default: ``HOTSPAN_MAX_INFLATED_BYTES`` or 16 GiB)."""
-        self._limit = _max_inflated_bytes(max_inflated_bytes)
+        (default: ``HOTSPAN_MAX_INFLATED_BYTES`` or 16 GiB). ``check`` as for every format."""
+        # A context variable, not an attribute: the registry shares one exporter between
+        # threads.
+        token = _LIMIT.set(_max_inflated_bytes(max_inflated_bytes))
         try:
-            return super().read(path)
+            return super().read(path, check=check)
         finally:
-            del self._limit
+            _LIMIT.reset(token)
 
     def _read(self, path: Path) -> pa.Table:
-        limit = getattr(self, "_limit", None) or _max_inflated_bytes(None)
+        limit = _LIMIT.get()
         reader = codec.Reader(path)
         with open(path, "rb") as raw:
             gzipped = raw.read(2) == _GZIP_MAGIC
