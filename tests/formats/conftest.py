@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 from hotspan._schema import (
-    META_ARGV, META_DROPPED, META_HOST, META_START, META_VERSION, SPAN_SCHEMA,
+    META_ARGV, META_DROPPED, META_HOST, META_START, META_VERSION, SPAN_SCHEMA, with_pandas_dtypes,
 )
 
 
@@ -92,7 +92,8 @@ def build_spans(seed: int = 7, roots_per_thread: int = 3, longest_root_ns: int =
         META_ARGV: json.dumps(["train.py", "--epochs", "1"]).encode(),
         META_DROPPED: json.dumps({"total": 0, "threads": {}}).encode(),
     }
-    return pa.Table.from_pylist(rows, schema=SPAN_SCHEMA.with_metadata(metadata))
+    # As drain() makes it: the pandas dtypes of the nullable integer columns included.
+    return pa.Table.from_pylist(rows, schema=SPAN_SCHEMA.with_metadata(with_pandas_dtypes(metadata)))
 
 
 @pytest.fixture(scope="session")

@@ -69,4 +69,8 @@ class JsonlExporter(Exporter):
             return JSONL_SCHEMA.empty_table()
         options = pajson.ParseOptions(explicit_schema=JSONL_SCHEMA, unexpected_field_behavior="ignore",
                                       newlines_in_values=False)
-        return pajson.read_json(path, parse_options=options)
+        table = pajson.read_json(path, parse_options=options)
+        # pyarrow's JSON reader passes invalid UTF-8 inside strings through: checked here,
+        # or the damage surfaces later as a UnicodeDecodeError far from the file's name.
+        table.validate(full=True)
+        return table
