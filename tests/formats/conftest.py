@@ -13,7 +13,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 from hotspan._schema import (

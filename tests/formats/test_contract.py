@@ -216,13 +216,12 @@ def test_truncated_file(extension, spans, tmp_path, keep):
         path.write_bytes(data[: int(len(data) * keep)])
     if extension == ".csv":
         # CSV has no end marker: a cut at a line break is a shorter valid file; a cut
-        # inside a line must still be reported, never a garbled row.
-        try:
+        # inside a line leaves that row out, said in a warning, never a garbled row.
+        from hotspan.formats.base import TraceFileWarning
+
+        with pytest.warns(TraceFileWarning, match=f"^{path}: 1 row.s. left out: 1 incomplete last row"):
             table = load(path)
-        except (ValueError, OSError) as error:
-            assert str(path) in str(error)
-        else:
-            assert table.num_rows < spans.num_rows
+        assert 0 < table.num_rows < spans.num_rows
         return
     _check_bad_file(path)
 

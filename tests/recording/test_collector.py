@@ -2,6 +2,7 @@
 and hostile or broken clients that must not harm it."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -31,14 +32,21 @@ def _rank_counts(table: pa.Table) -> dict[int, int]:
     return dict(zip(ranks.to_pylist(), counts.to_pylist()))
 
 
+_NEXT_ID = itertools.count(1)
+
+
 def _span_table(rank: int, n: int = 10) -> pa.Table:
-    """A small drained-like table of ``rank`` (built from real spans)."""
+    """A small drained-like table of ``rank`` (built from real spans). Ids never repeat
+    across tables, as the recorder's do: load() refuses a trace with an id twice."""
     from hotspan._schema import SPAN_SCHEMA
 
+    first = next(_NEXT_ID)
+    for _ in range(n - 1):
+        next(_NEXT_ID)
     t = SPAN_SCHEMA.empty_table()
     starts = pa.array(range(1_000, 1_000 + n), pa.int64())
     cols = {
-        "span_id": pa.array(range(1, n + 1), pa.uint64()), "parent_id": pa.nulls(n, pa.uint64()),
+        "span_id": pa.array(range(first, first + n), pa.uint64()), "parent_id": pa.nulls(n, pa.uint64()),
         "name": pa.array(["x"] * n).dictionary_encode(), "category": pa.nulls(n, pa.string()).dictionary_encode(),
         "start_ns": starts, "end_ns": pc.add(starts, 7), "duration_ns": pa.array([7] * n, pa.int64()),
         "depth": pa.array([0] * n, pa.int32()), "thread_id": pa.array([1] * n, pa.int64()),

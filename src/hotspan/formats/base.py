@@ -18,9 +18,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import errno
+import json
 import os
 import secrets
-import json
 import struct
 import sys
 import time

@@ -125,7 +125,17 @@ def open_trace(path, verbose: bool = False):
             if time.monotonic() > deadline:
                 raise RuntimeError("the trace processor's server did not start within 30 s")
             time.sleep(0.05)
-        loader = _rpc_loader()(UnixTransport(sock), ProtoFactory(PlatformDelegate()))
+        # The socket file appears at bind(), a moment before listen(): a connect in
+        # between is refused (seen on a loaded machine), so try again until it listens.
+        while True:
+            try:
+                transport = UnixTransport(sock)
+                break
+            except ConnectionRefusedError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        loader = _rpc_loader()(transport, ProtoFactory(PlatformDelegate()))
         loader.load(path)
         loader.close()
         tp = TraceProcessor(remote=sock)
