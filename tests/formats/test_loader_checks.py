@@ -194,4 +194,4 @@ def test_cli_says_the_csv_warning_in_one_line(one_line_rows, csv_bytes, tmp_path
     assert result.returncode == 0, result.stderr
     loaded = one_line_rows.num_rows - 1
     assert result.stderr.strip() == (f"hotspan: warning: {path}: 1 row(s) left out: 1 incomplete last row "
-                                     f"(the file ends mid-row: truncated?); {loaded} loaded")
+                                     f"(the file ends mid-row: truncated?); {loaded:,} loaded")

@@ -301,10 +301,10 @@ def note_skipped(table: pa.Table, path: str | os.PathLike, reasons: dict[str, in
     if not reasons:
         return table
     total = sum(reasons.values())
-    said = "; ".join(f"{count} {why}" for why, count in reasons.items())
+    said = "; ".join(f"{count:,} {why}" for why, count in reasons.items())
     if table.num_rows == 0:
         raise TraceFileError(path, f"no valid span left: {said}")
-    warnings.warn(f"{os.fspath(path)}: {total} row(s) left out: {said}; {table.num_rows} loaded",
+    warnings.warn(f"{os.fspath(path)}: {total:,} row(s) left out: {said}; {table.num_rows:,} loaded",
                   TraceFileWarning, stacklevel=3)
     metadata = dict(table.schema.metadata or {})
     metadata[META_SKIPPED_ON_LOAD] = json.dumps({"total": total, "reasons": reasons}).encode()

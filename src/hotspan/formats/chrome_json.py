@@ -27,7 +27,7 @@ module prepares the writer's inputs and turns the reader's columns into the span
   metadata says which tool wrote the file;
 * what a load leaves out (a ``B`` never closed, an ``E`` closing nothing, event lines cut
   out of our file, an event cut by the end of an array-form file) is counted in the
-  metadata (``hotspan.load_dropped``) and said in a warning; a file with nothing but such
+  metadata (``hotspan.skipped_on_load``) and said in a warning; a file with nothing but such
   events is refused.
 
 ``.json.gz`` is inflated block by block, at most ``HOTSPAN_MAX_INFLATED_BYTES`` bytes
@@ -39,7 +39,6 @@ import contextvars
 import gzip
 import json
 import os
-import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,7 @@ import pyarrow.compute as pc
 
 from .._schema import SPAN_SCHEMA
 from . import _chrome_codec as codec
-from .base import Exporter, Progress, TraceFileError
+from .base import Exporter, Progress, TraceFileError, note_skipped
 from ._spans import UINT32_MAX, TraceLayout
 
 FORMAT_MARK = "hotspan-chrome-json/1"
@@ -66,7 +65,6 @@ MAX_INFLATED_BYTES = 16 << 30
 _LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("max_inflated_bytes")
 
 META_SOURCE = b"hotspan.source"
-META_LOAD_DROPPED = b"hotspan.load_dropped"
 
 _DROPPED_WORDS = {
     "B_without_E": "'B' event(s) never closed by an 'E'",
@@ -400,10 +398,9 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     metadata = _metadata_from(other) if own else {}
     if not own:
         metadata[META_SOURCE] = _source(top, own).encode()
-    if sum(counts.values()):
-        metadata[META_LOAD_DROPPED] = _dumps(counts).encode()
-        warnings.warn(f"{path}: loaded {m:,} spans; left out {_describe(counts)}", stacklevel=6)
-    return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(metadata or None))
+    table = pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(metadata or None))
+    # The one way a loader says what it left out: a warning, and the counts in the metadata.
+    return note_skipped(table, path, {_DROPPED_WORDS.get(cause, cause): n for cause, n in counts.items()})
 
 
 def _describe(counts: dict[str, int]) -> str:
