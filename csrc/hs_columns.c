@@ -296,7 +296,21 @@ static void plan_pair(dictionary_plan *p, uint32_t pair) {
     p->pair_cat[pair] = pt ? p->str_cat_idx[pt] : -1;
 }
 
+/* One collect at a time: a batch frees the infos of exited threads it took, which an
+ * earlier batch still converting may point at, and thread slots are tagged per batch. */
+static pthread_mutex_t collect_lock = PTHREAD_MUTEX_INITIALIZER;
+static int drain_collect_locked(hs_columns *c, int32_t rank);
+void hs_collect_lock(void) { pthread_mutex_lock(&collect_lock); }
+void hs_collect_unlock(void) { pthread_mutex_unlock(&collect_lock); }
+
 int hs_drain_collect(hs_columns *c, int32_t rank) {
+    pthread_mutex_lock(&collect_lock);
+    int rc = drain_collect_locked(c, rank);
+    pthread_mutex_unlock(&collect_lock);
+    return rc;
+}
+
+static int drain_collect_locked(hs_columns *c, int32_t rank) {
     memset(c, 0, sizeof(*c));
     hs_drain_batch batch;
     hs_drain_take(&batch);

@@ -238,6 +238,7 @@ static void *drainer_main(void *arg) {
 }
 
 static void atfork_prepare(void) {
+    hs_collect_lock(); /* first: a drain() in progress finishes before the fork */
     pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&drain_lock);
     hs_registry_lock();
@@ -248,6 +249,7 @@ static void atfork_parent(void) {
     hs_registry_unlock();
     pthread_mutex_unlock(&drain_lock);
     pthread_mutex_unlock(&start_lock);
+    hs_collect_unlock();
 }
 static void atfork_child(void) {
     hs_drain_after_fork_child();
@@ -255,6 +257,7 @@ static void atfork_child(void) {
     hs_registry_unlock();
     pthread_mutex_unlock(&drain_lock);
     pthread_mutex_unlock(&start_lock);
+    hs_collect_unlock();
 }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }

@@ -90,6 +90,9 @@ void *hs_buf_alloc(size_t bytes);
 void *hs_buf_calloc(size_t bytes);
 void hs_buf_free(void *p);
 void hs_columns_free(hs_columns *c);
+/* Held by hs_drain_collect (taken before the drain lock; the atfork handlers take it too). */
+void hs_collect_lock(void);
+void hs_collect_unlock(void);
 /* Bytes and spans held in segments, not yet collected. */
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments);
 /* Bytes of freed segment memory kept for reuse (returned to the system after a second idle). */

@@ -124,11 +124,14 @@ static void append_chain(hs_chain *ch) {
 static void on_thread_exit(void *p) {
     hs_tstate *t = p;
     if (!t) return;
-    atomic_store_explicit(&t->chain->retired, 1, memory_order_release);
+    hs_chain *chain = t->chain;
     atomic_store(&t->info->alive, 0);
     free(t->stack);
     free(t);
     hs_tls = NULL;
+    /* Last: once retired, the drain side may free the chain and (after a drain()) the
+     * info at any moment. */
+    atomic_store_explicit(&chain->retired, 1, memory_order_release);
     hs_wake_drainer();
 }
 

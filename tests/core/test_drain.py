@@ -217,10 +217,10 @@ def test_records_are_32_bytes():
 
 
 def test_segment_memory_is_reused_then_given_back_when_idle():
-    # The drain thread's segments come back to a bounded pool when drain() frees them, the
-    # next burst takes its memory from there (warm pages: no fault per 128 records), and a
-    # second of idleness hands the pool back to the system. A forked child inherits the pool
-    # and records through it exactly.
+    # Blocks come back to a bounded pool when drain() has converted them, the next burst
+    # takes its blocks from there (warm pages: no fault per 128 records), and a second of
+    # idleness hands the pool back to the system. A forked child starts with its own pool
+    # and records exactly.
     proc = run_python(
         """
         import os, time, hotspan
