@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 #: Environment variables read for the rank, in order (launchers set one of these).
 RANK_ENV_VARS = ("HOTSPAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
-#: The largest rank a span id can hold (16 bits of it name the rank).
-RANK_MAX = (1 << 16) - 1
-#: The largest ring: 2**24 records (512 MiB a thread at 32 bytes a record). A ring that
-#: cannot be allocated would drop every span, so larger is refused, not attempted.
+#: The largest rank: the schema's rank column is int32.
+RANK_MAX = (1 << 31) - 1
+#: The largest block: 2**24 records (512 MiB at 32 bytes a record). A block that cannot be
+#: allocated would drop every span, so larger is refused, not attempted.
 CAPACITY_MAX = 1 << 24
 
 _configured_rank: int | None = None
@@ -85,25 +85,25 @@ def configure(
         needs a block and the cap is reached, its newest spans are dropped, counted
         (``dropped(detail=True)``), until drain() frees blocks (default 64 MiB).
     drain_interval: seconds between passes of the native drain thread (default: adaptive,
-        2-20 ms, and woken early by any ring past half full).
+        2-20 ms, and woken early when a thread fills a block).
     """
     global _configured_rank
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise TypeError(f"configure(): {label} must be an int, not {type(value).__name__}")
-    # Out of range is refused, naming the range: a rank past 16 bits would wrap in the span
-    # ids, and a ring too large to allocate would lose every span.
+    # Out of range is refused, naming the range: a rank past int32 would wrap in the rank
+    # column, and a block too large to allocate would lose every span.
     ranks, capacities = f"0..{RANK_MAX}", f"2..{CAPACITY_MAX:,} records"
     if rank is not None and rank < 0:
         raise ValueError(f"configure(): rank must be >= 0 ({ranks}), not {rank}")
     if rank is not None and rank > RANK_MAX:
-        raise ValueError(f"configure(): rank must be at most {RANK_MAX} ({ranks}: span ids hold 16 bits of rank), "
+        raise ValueError(f"configure(): rank must be at most {RANK_MAX} ({ranks}: the rank column is int32), "
                          f"not {rank}")
     if capacity is not None and capacity < 2:
         raise ValueError(f"configure(): capacity must be at least 2 records ({capacities}), not {capacity}")
     if capacity is not None and capacity > CAPACITY_MAX:
         raise ValueError(f"configure(): capacity must be at most {CAPACITY_MAX:,} records ({capacities}; 512 MiB "
-                         f"a thread), not {capacity:,}")
+                         f"a block), not {capacity:,}")
     if memory_cap is not None and memory_cap < 1:
         raise ValueError(f"configure(): memory_cap must be a positive number of bytes, not {memory_cap}")
     interval_us = -1

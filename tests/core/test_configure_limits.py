@@ -10,8 +10,8 @@ import hotspan
 @pytest.mark.parametrize("kwargs, words", [
     (dict(capacity=2 ** 30), ["capacity", "2..16,777,216"]),
     (dict(capacity=1), ["capacity", "2..16,777,216"]),
-    (dict(rank=70000), ["rank", "0..65535"]),
-    (dict(rank=-1), ["rank", "0..65535"]),
+    (dict(rank=2 ** 31), ["rank", "0..2147483647"]),
+    (dict(rank=-1), ["rank", "0..2147483647"]),
 ])
 def test_out_of_range_values_are_refused_with_the_range(kwargs, words):
     before = hotspan.rank()
@@ -22,11 +22,15 @@ def test_out_of_range_values_are_refused_with_the_range(kwargs, words):
 
 
 def test_the_ends_of_the_ranges_are_taken(fresh):
-    hotspan.configure(rank=65535)
+    hotspan.configure(rank=2 ** 31 - 1)  # and 70000, which was once stored as 4464
     try:
         with hotspan.span("x"):
             pass
-        assert hotspan.drain().column("rank").to_pylist() == [65535]
+        assert hotspan.drain().column("rank").to_pylist() == [2 ** 31 - 1]
+        hotspan.configure(rank=70000)
+        with hotspan.span("x"):
+            pass
+        assert hotspan.drain().column("rank").to_pylist() == [70000]
     finally:
         hotspan.configure(rank=0)
 
