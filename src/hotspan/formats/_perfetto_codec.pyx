@@ -356,41 +356,45 @@ cdef uint8_t* closing_instants(Py_ssize_t n, const int64_t[::1] start, const int
 
 
 cdef int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) except -1:
-    """Sort ``index`` (initially 0..n-1) by ``key``, stably: LSD radix on 11-bit digits,
-    skipping digits every key shares. ``key`` is permuted along."""
+    """Sort ``index`` (initially 0..n-1) by ``key``, stably: LSD radix on bytes (256
+    buckets: the scatter's write positions stay in L1), every digit's histogram from one
+    read of the keys, digits every key shares skipped. ``key`` is permuted along."""
     cdef uint64_t* k2 = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
     cdef uint32_t* i2 = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
-    cdef Py_ssize_t count[2048]
+    cdef Py_ssize_t (*count)[256]
     cdef Py_ssize_t i, total, c
-    cdef int shift, d
+    cdef int digits = (bits + 7) // 8, shift, d, v
+    cdef uint64_t kv
     cdef uint64_t* tk
     cdef uint32_t* ti
     cdef bint swapped = False
-    if k2 == NULL or i2 == NULL:
-        free(k2); free(i2)
+    count = <Py_ssize_t (*)[256]>calloc(8 * 256, sizeof(Py_ssize_t))
+    if k2 == NULL or i2 == NULL or count == NULL:
+        free(k2); free(i2); free(count)
         raise MemoryError()
     with nogil:
-        shift = 0
-        while shift < bits:
-            memset(count, 0, sizeof(count))
+        for i in range(n):
+            kv = key[i]
+            for d in range(digits):
+                count[d][(kv >> (8 * d)) & 255] += 1
+        for d in range(digits):
+            shift = 8 * d
+            if count[d][(key[0] >> shift) & 255] == n:
+                continue  # every key has this byte: nothing moves
+            total = 0
+            for v in range(256):
+                c = count[d][v]
+                count[d][v] = total
+                total += c
             for i in range(n):
-                count[(key[i] >> shift) & 2047] += 1
-            d = (key[0] >> shift) & 2047
-            if count[d] != n:
-                total = 0
-                for d in range(2048):
-                    c = count[d]
-                    count[d] = total
-                    total += c
-                for i in range(n):
-                    d = (key[i] >> shift) & 2047
-                    k2[count[d]] = key[i]
-                    i2[count[d]] = index[i]
-                    count[d] += 1
-                tk = key; key = k2; k2 = tk
-                ti = index; index = i2; i2 = ti
-                swapped = not swapped
-            shift += 11
+                kv = key[i]
+                v = (kv >> shift) & 255
+                k2[count[d][v]] = kv
+                i2[count[d][v]] = index[i]
+                count[d][v] += 1
+            tk = key; key = k2; k2 = tk
+            ti = index; index = i2; i2 = ti
+            swapped = not swapped
         if swapped:  # the result is in the scratch arrays: copy it back
             memcpy(k2, key, n * sizeof(uint64_t))
             memcpy(i2, index, n * sizeof(uint32_t))
@@ -398,6 +402,7 @@ cdef int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) e
             ti = index; index = i2; i2 = ti
     free(k2)
     free(i2)
+    free(count)
     return 0
 
 
