@@ -527,7 +527,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     # parent and ends, deepest first (max_depth - depth); then openings, shallowest first,
     # an instant before a span of its own depth (D + 1 + 2 * (depth - min_depth) + is_span).
     cdef int64_t D = max_depth - min_depth
-    cdef int bits_rank = bit_length(<uint64_t>(2 * D + 3))
+    cdef int bits_rank = bit_length(<uint64_t>(3 * D + 2))  # the largest rank
     cdef int bits_start = bit_length(<uint64_t>(max_start - min_start))
     cdef int bits_thread = bit_length(<uint64_t>max_thread)
     cdef uint64_t* key = NULL
