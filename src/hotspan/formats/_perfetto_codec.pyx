@@ -764,6 +764,14 @@ cdef class _Column:
         pass
 
 
+cdef void* _realloc(void* p, size_t size) except NULL:
+    """realloc, or MemoryError (``p`` stays valid and owned by the caller)."""
+    cdef void* q = realloc(p, size)
+    if q == NULL:
+        raise MemoryError()
+    return q
+
+
 cdef struct Track:
     uint64_t uuid
     int64_t* stack  # rows of the slices open on this track
@@ -828,37 +836,16 @@ cdef class Decoder:
 
     cdef int grow(self) except -1:
         cdef Py_ssize_t cap = self.cap * 2 if self.cap else 4096
-        cdef void* q
-        q = realloc(self.start, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.start = <int64_t*>q
-        q = realloc(self.end, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.end = <int64_t*>q
-        q = realloc(self.span_id, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.span_id = <uint64_t*>q
-        q = realloc(self.parent_id, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.parent_id = <uint64_t*>q
-        q = realloc(self.arg, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.arg = <int64_t*>q
-        q = realloc(self.depth, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.depth = <int32_t*>q
-        q = realloc(self.name, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.name = <uint32_t*>q
-        q = realloc(self.category, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.category = <uint32_t*>q
-        q = realloc(self.track, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.track = <int32_t*>q
-        q = realloc(self.flags, cap)
-        if q == NULL: raise MemoryError()
-        self.flags = <uint8_t*>q
+        self.start = <int64_t*>_realloc(self.start, cap * 8)
+        self.end = <int64_t*>_realloc(self.end, cap * 8)
+        self.span_id = <uint64_t*>_realloc(self.span_id, cap * 8)
+        self.parent_id = <uint64_t*>_realloc(self.parent_id, cap * 8)
+        self.arg = <int64_t*>_realloc(self.arg, cap * 8)
+        self.depth = <int32_t*>_realloc(self.depth, cap * 4)
+        self.name = <uint32_t*>_realloc(self.name, cap * 4)
+        self.category = <uint32_t*>_realloc(self.category, cap * 4)
+        self.track = <int32_t*>_realloc(self.track, cap * 4)
+        self.flags = <uint8_t*>_realloc(self.flags, cap)
         self.cap = cap
         return 0
 
