@@ -275,20 +275,30 @@ cdef int interned_packet(_Out out, int64_t sequence, int flags, list categories,
 # --------------------------------------------------------------------------- threads
 
 
-def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[::1] tid):
-    """Per row the index of its (pid, rank, tid) in ``keys`` (first-seen order), and keys."""
-    cdef Py_ssize_t n = pid.shape[0], i
+def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[::1] tid,
+                 const int32_t[::1] thread_name):
+    """Per row the index of its (pid, rank, tid) in ``keys`` (first-seen order), keys, and
+    how many rows of each thread carry each thread name: {(thread, name code): rows},
+    counted in runs (rows of a thread come in long runs), so Python sees only the changes."""
+    cdef Py_ssize_t n = pid.shape[0], i, run = 0
     codes = np.empty(n, np.int32)
     cdef int32_t[::1] c = codes
     cdef int64_t lp = 0, lt = 0
-    cdef int32_t lr = 0, last = -1
+    cdef int32_t lr = 0, last = -1, last_name = -1
     seen = {}
+    names = {}
     for i in range(n):
-        if last < 0 or pid[i] != lp or rank[i] != lr or tid[i] != lt:
-            lp, lr, lt = pid[i], rank[i], tid[i]
+        if last < 0 or pid[i] != lp or rank[i] != lr or tid[i] != lt or thread_name[i] != last_name:
+            if run:
+                names[last, last_name] = names.get((last, last_name), 0) + run
+            lp, lr, lt, last_name = pid[i], rank[i], tid[i], thread_name[i]
             last = seen.setdefault((lp, lr, lt), len(seen))
+            run = 0
         c[i] = last
-    return codes, list(seen)
+        run += 1
+    if run:
+        names[last, last_name] = names.get((last, last_name), 0) + run
+    return codes, list(seen), names
 
 
 # --------------------------------------------------------------------------- closing instants
@@ -495,15 +505,16 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
            const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
            const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
            const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
-           const int32_t[::1] renamed, list names, list categories, list thread_names,
-           int64_t first_thread_uuid, progress=None):
+           const int32_t[::1] thread_name, const int32_t[::1] own_name, list names, list categories,
+           list thread_names, int64_t first_thread_uuid, progress=None):
     """Write the header (descriptor packets) and every span's events to ``fd``.
 
     Rows may come in any order: they are put in trace order here (per thread by start time,
     see the module's docstring) with one radix sort, and each span's end is emitted from a
     heap of open ends when the next opening comes after it. ``thread`` holds indices in
-    trace order of the threads (rank, pid, tid); ``name``/``category``/``renamed`` codes
-    into ``names``/``categories``/``thread_names`` (bytes; -1: none or the thread's own).
+    trace order of the threads (rank, pid, tid); ``name``/``category``/``thread_name``
+    codes into ``names``/``categories``/``thread_names`` (bytes; category -1: none), and
+    ``own_name`` per thread its name (a row with another carries it as an annotation).
     """
     cdef Py_ssize_t n = start.shape[0], i, k, j
     cdef _Out out = _Out(fd, buffer_size)
@@ -573,7 +584,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
         if heap == NULL:
             raise MemoryError()
         encode_events(out, n, order, rank, closing, start, duration, depth, span_id, parent_id, has_parent,
-                      arg, has_arg, error, name, category, thread, renamed, names, categories, thread_names,
+                      arg, has_arg, error, name, category, thread, thread_name, own_name, names, categories, thread_names,
                       first_thread_uuid, max_depth, &heap, &heap_cap, progress)
         out.flush()
     finally:
@@ -589,7 +600,8 @@ cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, u
                        const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
                        const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
                        const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
-                       const int32_t[::1] renamed, list names, list categories, list thread_names,
+                       const int32_t[::1] thread_name, const int32_t[::1] own_name, list names,
+                       list categories, list thread_names,
                        int64_t first_thread_uuid, int64_t max_depth, End** heap_p, Py_ssize_t* heap_cap_p,
                        progress) except -1:
     cdef Py_ssize_t k, i, heap_n = 0, extra
@@ -649,8 +661,8 @@ cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, u
                 if c >= 0:
                     category_sent[c] = t
             extra = 0
-            if renamed[i] >= 0:
-                text = thread_names[renamed[i]]
+            if thread_name[i] != own_name[t]:
+                text = thread_names[thread_name[i]]
                 extra = len(text) + 16
             p = out.room(160 + extra)
             p[0] = 0x0A
