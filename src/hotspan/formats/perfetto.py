@@ -29,8 +29,6 @@ _WRITE_BUFFER = 4 << 20
 _INT32_MAX = (1 << 31) - 1
 #: The process label that carries the table's schema metadata (JSON, on the first process).
 _META_LABEL = "hotspan.meta"
-# Flags of a decoded row (see Decoder in the codec).
-_HAS_PARENT, _HAS_ARG, _HAS_CATEGORY, _ERROR = 1, 2, 4, 8
 
 
 class PerfettoExporter(Exporter):
@@ -198,13 +196,13 @@ def _table(decoder, path: Path) -> pa.Table:
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
     start, end = columns.pop("start"), columns.pop("end")
-    has_parent = (flags & _HAS_PARENT) != 0
-    has_arg = (flags & _HAS_ARG) != 0
+    has_parent = (flags & codec.ROW_HAS_PARENT) != 0
+    has_arg = (flags & codec.ROW_HAS_ARG) != 0
     arrays = {
         "span_id": pa.array(columns.pop("span_id"), pa.uint64()),
         "parent_id": pa.array(columns.pop("parent_id"), pa.uint64(), mask=~has_parent),
         "name": _strings(columns.pop("name"), decoder.names, flags, 0, "name", fail),
-        "category": _strings(columns.pop("category"), decoder.categories, flags, _HAS_CATEGORY, "category", fail),
+        "category": _strings(columns.pop("category"), decoder.categories, flags, codec.ROW_HAS_CATEGORY, "category", fail),
         "start_ns": pa.array(start, pa.int64()),
         "end_ns": pa.array(end, pa.int64()),
         "duration_ns": pa.array(end - start, pa.int64()),
@@ -214,7 +212,7 @@ def _table(decoder, path: Path) -> pa.Table:
         "pid": pa.array(thread["pid"], pa.int64()),
         "rank": pa.array(thread["rank"], pa.int32()),
         "arg": pa.array(columns.pop("arg"), pa.int64(), mask=~has_arg),
-        "error": pa.array((flags & _ERROR) != 0, pa.bool_()),
+        "error": pa.array((flags & codec.ROW_ERROR) != 0, pa.bool_()),
     }
     return pa.table(arrays, schema=schema)
 
