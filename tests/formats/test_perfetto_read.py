@@ -285,3 +285,32 @@ def test_start_times_too_spread_for_the_radix_key_still_round_trip(tmp_path):
     path = tmp_path / "wide.pftrace"
     export(table, path)
     assert_same_spans(table, load(path), keep_order=False)
+
+
+@pytest.mark.parametrize("deepest", [10, 22, 41])
+def test_deep_nesting_keeps_every_span_paired_with_its_own_end(tmp_path, deepest):
+    """Depths 0..deepest on each thread (the tie rank needs more bits than shallow traces),
+    in drain order: each span comes back with its own start and end."""
+    import pyarrow as pa
+
+    rows, next_id = [], 1
+    for thread in range(3):
+        base = 1_000_000 * (thread + 1)
+        parent = None
+        chain = []
+        for depth in range(deepest):  # nested: [base + depth, base + 1000 - depth)
+            chain.append({"span_id": next_id, "parent_id": parent, "name": f"d{depth}", "category": None,
+                          "start_ns": base + depth, "end_ns": base + 1000 - depth, "duration_ns": 1000 - 2 * depth,
+                          "depth": depth, "thread_id": thread, "thread_name": "t", "pid": 1, "rank": 0,
+                          "arg": None, "error": False})
+            parent = next_id
+            next_id += 1
+        last = chain[-1]
+        chain.append({**last, "span_id": next_id, "parent_id": parent, "name": "mark", "depth": deepest,
+                      "start_ns": last["end_ns"], "end_ns": last["end_ns"], "duration_ns": 0})
+        next_id += 1
+        rows += reversed(chain)  # drain order: a span is recorded when it ends
+    table = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+    path = tmp_path / "deep.pftrace"
+    export(table, path)
+    assert_same_spans(table, load(path), keep_order=False)

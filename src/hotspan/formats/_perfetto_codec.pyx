@@ -83,6 +83,8 @@ cdef enum:
 # InternedData
 # Debug annotation names (their iids on every sequence we write) and their meaning.
 ANNOTATIONS = ("span_id", "parent_id", "depth", "arg", "error", "thread_name")
+#: Bits of a decoded row's flags (Decoder.columns()["flags"]).
+ROW_HAS_PARENT, ROW_HAS_ARG, ROW_HAS_CATEGORY, ROW_ERROR = HAS_PARENT, HAS_ARG, HAS_CATEGORY, ERROR
 
 # Track/Process/Thread descriptor fields
 TRACK_UUID, TRACK_PARENT_UUID, TRACK_PROCESS, TRACK_THREAD = 1, 5, 3, 4
@@ -275,20 +277,30 @@ cdef int interned_packet(_Out out, int64_t sequence, int flags, list categories,
 # --------------------------------------------------------------------------- threads
 
 
-def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[::1] tid):
-    """Per row the index of its (pid, rank, tid) in ``keys`` (first-seen order), and keys."""
-    cdef Py_ssize_t n = pid.shape[0], i
+def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[::1] tid,
+                 const int32_t[::1] thread_name):
+    """Per row the index of its (pid, rank, tid) in ``keys`` (first-seen order), keys, and
+    how many rows of each thread carry each thread name: {(thread, name code): rows},
+    counted in runs (rows of a thread come in long runs), so Python sees only the changes."""
+    cdef Py_ssize_t n = pid.shape[0], i, run = 0
     codes = np.empty(n, np.int32)
     cdef int32_t[::1] c = codes
     cdef int64_t lp = 0, lt = 0
-    cdef int32_t lr = 0, last = -1
+    cdef int32_t lr = 0, last = -1, last_name = -1
     seen = {}
+    names = {}
     for i in range(n):
-        if last < 0 or pid[i] != lp or rank[i] != lr or tid[i] != lt:
-            lp, lr, lt = pid[i], rank[i], tid[i]
+        if last < 0 or pid[i] != lp or rank[i] != lr or tid[i] != lt or thread_name[i] != last_name:
+            if run:
+                names[last, last_name] = names.get((last, last_name), 0) + run
+            lp, lr, lt, last_name = pid[i], rank[i], tid[i], thread_name[i]
             last = seen.setdefault((lp, lr, lt), len(seen))
+            run = 0
         c[i] = last
-    return codes, list(seen)
+        run += 1
+    if run:
+        names[last, last_name] = names.get((last, last_name), 0) + run
+    return codes, list(seen), names
 
 
 # --------------------------------------------------------------------------- closing instants
@@ -356,41 +368,45 @@ cdef uint8_t* closing_instants(Py_ssize_t n, const int64_t[::1] start, const int
 
 
 cdef int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) except -1:
-    """Sort ``index`` (initially 0..n-1) by ``key``, stably: LSD radix on 11-bit digits,
-    skipping digits every key shares. ``key`` is permuted along."""
+    """Sort ``index`` (initially 0..n-1) by ``key``, stably: LSD radix on bytes (256
+    buckets: the scatter's write positions stay in L1), every digit's histogram from one
+    read of the keys, digits every key shares skipped. ``key`` is permuted along."""
     cdef uint64_t* k2 = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
     cdef uint32_t* i2 = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
-    cdef Py_ssize_t count[2048]
+    cdef Py_ssize_t (*count)[256]
     cdef Py_ssize_t i, total, c
-    cdef int shift, d
+    cdef int digits = (bits + 7) // 8, shift, d, v
+    cdef uint64_t kv
     cdef uint64_t* tk
     cdef uint32_t* ti
     cdef bint swapped = False
-    if k2 == NULL or i2 == NULL:
-        free(k2); free(i2)
+    count = <Py_ssize_t (*)[256]>calloc(8 * 256, sizeof(Py_ssize_t))
+    if k2 == NULL or i2 == NULL or count == NULL:
+        free(k2); free(i2); free(count)
         raise MemoryError()
     with nogil:
-        shift = 0
-        while shift < bits:
-            memset(count, 0, sizeof(count))
+        for i in range(n):
+            kv = key[i]
+            for d in range(digits):
+                count[d][(kv >> (8 * d)) & 255] += 1
+        for d in range(digits):
+            shift = 8 * d
+            if count[d][(key[0] >> shift) & 255] == n:
+                continue  # every key has this byte: nothing moves
+            total = 0
+            for v in range(256):
+                c = count[d][v]
+                count[d][v] = total
+                total += c
             for i in range(n):
-                count[(key[i] >> shift) & 2047] += 1
-            d = (key[0] >> shift) & 2047
-            if count[d] != n:
-                total = 0
-                for d in range(2048):
-                    c = count[d]
-                    count[d] = total
-                    total += c
-                for i in range(n):
-                    d = (key[i] >> shift) & 2047
-                    k2[count[d]] = key[i]
-                    i2[count[d]] = index[i]
-                    count[d] += 1
-                tk = key; key = k2; k2 = tk
-                ti = index; index = i2; i2 = ti
-                swapped = not swapped
-            shift += 11
+                kv = key[i]
+                v = (kv >> shift) & 255
+                k2[count[d][v]] = kv
+                i2[count[d][v]] = index[i]
+                count[d][v] += 1
+            tk = key; key = k2; k2 = tk
+            ti = index; index = i2; i2 = ti
+            swapped = not swapped
         if swapped:  # the result is in the scratch arrays: copy it back
             memcpy(k2, key, n * sizeof(uint64_t))
             memcpy(i2, index, n * sizeof(uint32_t))
@@ -398,6 +414,7 @@ cdef int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) e
             ti = index; index = i2; i2 = ti
     free(k2)
     free(i2)
+    free(count)
     return 0
 
 
@@ -490,15 +507,16 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
            const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
            const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
            const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
-           const int32_t[::1] renamed, list names, list categories, list thread_names,
-           int64_t first_thread_uuid, progress=None):
+           const int32_t[::1] thread_name, const int32_t[::1] own_name, list names, list categories,
+           list thread_names, int64_t first_thread_uuid, progress=None):
     """Write the header (descriptor packets) and every span's events to ``fd``.
 
     Rows may come in any order: they are put in trace order here (per thread by start time,
     see the module's docstring) with one radix sort, and each span's end is emitted from a
     heap of open ends when the next opening comes after it. ``thread`` holds indices in
-    trace order of the threads (rank, pid, tid); ``name``/``category``/``renamed`` codes
-    into ``names``/``categories``/``thread_names`` (bytes; -1: none or the thread's own).
+    trace order of the threads (rank, pid, tid); ``name``/``category``/``thread_name``
+    codes into ``names``/``categories``/``thread_names`` (bytes; category -1: none), and
+    ``own_name`` per thread its name (a row with another carries it as an annotation).
     """
     cdef Py_ssize_t n = start.shape[0], i, k, j
     cdef _Out out = _Out(fd, buffer_size)
@@ -522,7 +540,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     # parent and ends, deepest first (max_depth - depth); then openings, shallowest first,
     # an instant before a span of its own depth (D + 1 + 2 * (depth - min_depth) + is_span).
     cdef int64_t D = max_depth - min_depth
-    cdef int bits_rank = bit_length(<uint64_t>(2 * D + 3))
+    cdef int bits_rank = bit_length(<uint64_t>(3 * D + 2))  # the largest rank
     cdef int bits_start = bit_length(<uint64_t>(max_start - min_start))
     cdef int bits_thread = bit_length(<uint64_t>max_thread)
     cdef uint64_t* key = NULL
@@ -568,7 +586,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
         if heap == NULL:
             raise MemoryError()
         encode_events(out, n, order, rank, closing, start, duration, depth, span_id, parent_id, has_parent,
-                      arg, has_arg, error, name, category, thread, renamed, names, categories, thread_names,
+                      arg, has_arg, error, name, category, thread, thread_name, own_name, names, categories, thread_names,
                       first_thread_uuid, max_depth, &heap, &heap_cap, progress)
         out.flush()
     finally:
@@ -584,7 +602,8 @@ cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, u
                        const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
                        const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
                        const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
-                       const int32_t[::1] renamed, list names, list categories, list thread_names,
+                       const int32_t[::1] thread_name, const int32_t[::1] own_name, list names,
+                       list categories, list thread_names,
                        int64_t first_thread_uuid, int64_t max_depth, End** heap_p, Py_ssize_t* heap_cap_p,
                        progress) except -1:
     cdef Py_ssize_t k, i, heap_n = 0, extra
@@ -644,8 +663,8 @@ cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, u
                 if c >= 0:
                     category_sent[c] = t
             extra = 0
-            if renamed[i] >= 0:
-                text = thread_names[renamed[i]]
+            if thread_name[i] != own_name[t]:
+                text = thread_names[thread_name[i]]
                 extra = len(text) + 16
             p = out.room(160 + extra)
             p[0] = 0x0A
@@ -759,6 +778,14 @@ cdef class _Column:
         pass
 
 
+cdef void* _realloc(void* p, size_t size) except NULL:
+    """realloc, or MemoryError (``p`` stays valid and owned by the caller)."""
+    cdef void* q = realloc(p, size)
+    if q == NULL:
+        raise MemoryError()
+    return q
+
+
 cdef struct Track:
     uint64_t uuid
     int64_t* stack  # rows of the slices open on this track
@@ -823,37 +850,16 @@ cdef class Decoder:
 
     cdef int grow(self) except -1:
         cdef Py_ssize_t cap = self.cap * 2 if self.cap else 4096
-        cdef void* q
-        q = realloc(self.start, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.start = <int64_t*>q
-        q = realloc(self.end, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.end = <int64_t*>q
-        q = realloc(self.span_id, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.span_id = <uint64_t*>q
-        q = realloc(self.parent_id, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.parent_id = <uint64_t*>q
-        q = realloc(self.arg, cap * 8)
-        if q == NULL: raise MemoryError()
-        self.arg = <int64_t*>q
-        q = realloc(self.depth, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.depth = <int32_t*>q
-        q = realloc(self.name, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.name = <uint32_t*>q
-        q = realloc(self.category, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.category = <uint32_t*>q
-        q = realloc(self.track, cap * 4)
-        if q == NULL: raise MemoryError()
-        self.track = <int32_t*>q
-        q = realloc(self.flags, cap)
-        if q == NULL: raise MemoryError()
-        self.flags = <uint8_t*>q
+        self.start = <int64_t*>_realloc(self.start, cap * 8)
+        self.end = <int64_t*>_realloc(self.end, cap * 8)
+        self.span_id = <uint64_t*>_realloc(self.span_id, cap * 8)
+        self.parent_id = <uint64_t*>_realloc(self.parent_id, cap * 8)
+        self.arg = <int64_t*>_realloc(self.arg, cap * 8)
+        self.depth = <int32_t*>_realloc(self.depth, cap * 4)
+        self.name = <uint32_t*>_realloc(self.name, cap * 4)
+        self.category = <uint32_t*>_realloc(self.category, cap * 4)
+        self.track = <int32_t*>_realloc(self.track, cap * 4)
+        self.flags = <uint8_t*>_realloc(self.flags, cap)
         self.cap = cap
         return 0
 

@@ -29,8 +29,6 @@ _WRITE_BUFFER = 4 << 20
 _INT32_MAX = (1 << 31) - 1
 #: The process label that carries the table's schema metadata (JSON, on the first process).
 _META_LABEL = "hotspan.meta"
-# Flags of a decoded row (see Decoder in the codec).
-_HAS_PARENT, _HAS_ARG, _HAS_CATEGORY, _ERROR = 1, 2, 4, 8
 
 
 class PerfettoExporter(Exporter):
@@ -51,8 +49,7 @@ class PerfettoExporter(Exporter):
         name, names = _dictionary_codes(table.column("name"))
         category, categories = _dictionary_codes(table.column("category"))
         thread_name, thread_names = _dictionary_codes(table.column("thread_name"))
-        thread, threads = _threads(table)
-        own_name, renamed = _thread_names(thread, len(threads), thread_name, len(thread_names))
+        thread, threads, own_name = _threads(table, thread_name)
         processes = list(dict.fromkeys((pid, rank) for pid, rank, _ in threads))
         metadata = dict(table.schema.metadata or {})
         header = _descriptors(threads, processes, own_name, thread_names, metadata)
@@ -63,7 +60,7 @@ class PerfettoExporter(Exporter):
                 sink.fileno(), header, _WRITE_BUFFER,
                 start, duration, _values(table, "depth", np.int32), _values(table, "span_id", np.uint64),
                 parent_id, has_parent, arg, has_arg, _values(table, "error", np.bool_).view(np.uint8),
-                name, category, thread, renamed,
+                name, category, thread, thread_name, own_name,
                 [s.encode() for s in names], [s.encode() for s in categories], [s.encode() for s in thread_names],
                 1 + len(processes), progress.advance)
 
@@ -114,35 +111,24 @@ def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return np.ascontiguousarray(np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32), dictionary
 
 
-def _threads(table: pa.Table) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """Per row the index of its thread, and the threads (pid, rank, tid) in trace order:
-    by rank, then pid, then thread id."""
-    codes, keys = codec.thread_codes(_values(table, "pid", np.int64), _values(table, "rank", np.int32),
-                                     _values(table, "thread_id", np.int64))
+def _threads(table: pa.Table, thread_name: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]], np.ndarray]:
+    """Per row the index of its thread; the threads (pid, rank, tid) in trace order (by
+    rank, then pid, then thread id); and each thread's name: the one most of its rows carry
+    (ties: the smaller code), the others kept per span (a thread renamed mid-trace)."""
+    codes, keys, name_rows = codec.thread_codes(
+        _values(table, "pid", np.int64), _values(table, "rank", np.int32), _values(table, "thread_id", np.int64),
+        thread_name)
     order = sorted(range(len(keys)), key=lambda k: (keys[k][1], keys[k][0], keys[k][2]))
     remap = np.empty(len(keys), np.int32)
     remap[order] = np.arange(len(keys), dtype=np.int32)
-    return np.ascontiguousarray(remap[codes] if len(codes) else codes), [keys[k] for k in order]
-
-
-def _thread_names(thread: np.ndarray, n_threads: int, codes: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each thread's name (its most frequent one, ties to the smaller code); per row -1 or
-    the other name it had (a thread renamed mid-trace)."""
-    n_names = max(n_names, 1)
-    own = np.zeros(n_threads, np.int64)
-    if n_threads:
-        pairs = thread.astype(np.int64) * n_names + codes
-        if n_threads * n_names <= 1 << 24:
-            own = np.bincount(pairs, minlength=n_threads * n_names).reshape(n_threads, n_names).argmax(axis=1)
-        else:
-            counts = pc.value_counts(pa.array(pairs, pa.int64()))
-            values = counts.field("values").to_numpy()
-            frequencies = counts.field("counts").to_numpy()
-            order = np.lexsort((values % n_names, -frequencies, values // n_names))
-            top = order[np.r_[True, np.diff(values[order] // n_names) != 0]]
-            own[values[top] // n_names] = values[top] % n_names
-    renamed = np.where(codes == own[thread], -1, codes) if len(thread) else codes
-    return own, np.ascontiguousarray(renamed, np.int32)
+    best: dict[int, tuple[int, int]] = {}
+    for (thread, name), rows in name_rows.items():
+        if thread not in best or (-rows, name) < (-best[thread][0], best[thread][1]):
+            best[thread] = (rows, name)
+    own = np.zeros(len(keys), np.int32)
+    for thread, (_, name) in best.items():
+        own[remap[thread]] = name
+    return np.ascontiguousarray(remap[codes] if len(codes) else codes), [keys[k] for k in order], own
 
 
 def _descriptors(threads, processes, own_name, thread_names, metadata: dict) -> bytes:
@@ -210,13 +196,13 @@ def _table(decoder, path: Path) -> pa.Table:
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
     start, end = columns.pop("start"), columns.pop("end")
-    has_parent = (flags & _HAS_PARENT) != 0
-    has_arg = (flags & _HAS_ARG) != 0
+    has_parent = (flags & codec.ROW_HAS_PARENT) != 0
+    has_arg = (flags & codec.ROW_HAS_ARG) != 0
     arrays = {
         "span_id": pa.array(columns.pop("span_id"), pa.uint64()),
         "parent_id": pa.array(columns.pop("parent_id"), pa.uint64(), mask=~has_parent),
         "name": _strings(columns.pop("name"), decoder.names, flags, 0, "name", fail),
-        "category": _strings(columns.pop("category"), decoder.categories, flags, _HAS_CATEGORY, "category", fail),
+        "category": _strings(columns.pop("category"), decoder.categories, flags, codec.ROW_HAS_CATEGORY, "category", fail),
         "start_ns": pa.array(start, pa.int64()),
         "end_ns": pa.array(end, pa.int64()),
         "duration_ns": pa.array(end - start, pa.int64()),
@@ -226,7 +212,7 @@ def _table(decoder, path: Path) -> pa.Table:
         "pid": pa.array(thread["pid"], pa.int64()),
         "rank": pa.array(thread["rank"], pa.int32()),
         "arg": pa.array(columns.pop("arg"), pa.int64(), mask=~has_arg),
-        "error": pa.array((flags & _ERROR) != 0, pa.bool_()),
+        "error": pa.array((flags & codec.ROW_ERROR) != 0, pa.bool_()),
     }
     return pa.table(arrays, schema=schema)
 
