@@ -20,7 +20,9 @@ def module_name(path: Path) -> str:
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 # Compiled modules (no .py): importable as modules, never cycles (they import no Python of ours).
-NATIVE = {module_name(p.with_name(p.name.split(".")[0] + ".py")) for p in PACKAGE.rglob("*.pyi")}
+# Compiled modules: the core (a .pyi stub beside it) and the Cython codecs (their .pyx).
+NATIVE = {module_name(p.with_name(p.name.split(".")[0] + ".py")) for p in PACKAGE.rglob("*.pyi")} | {
+    module_name(p.with_suffix(".py")) for p in PACKAGE.rglob("*.pyx")}
 PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
 
 

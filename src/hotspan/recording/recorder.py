@@ -146,8 +146,9 @@ class _DatasetSink:
 
 def _metadata_table() -> pa.Table:
     """No spans, and this process's metadata as a drain would give it (without draining)."""
-    from .. import __version__, _native
+    from .. import _native
     from .._api import rank as current_rank
+    from .._version import __version__
     from .._schema import SPAN_SCHEMA
     from .._table import metadata
 
