@@ -521,6 +521,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from ..recording.recorder import stop_env_recorder
 
     stop_env_recorder()  # HOTSPAN_OUT inherited from a launcher is for the ranks, not for us
+    if not args.max_put_mb > 0:
+        raise CliError(f"--max-put-mb: expected a size in MiB above 0, not {args.max_put_mb}")
     if not 0 <= args.nice <= 19:
         raise CliError(f"--nice: expected 0-19 (how much lower than now to run), not {args.nice}")
     if args.nice:
@@ -547,7 +549,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            server = collector.CollectorServer(out, f"grpc://{host}:{port}", token=token, log=sys.stderr)
+            server = collector.CollectorServer(out, f"grpc://{host}:{port}", token=token, log=sys.stderr,
+                                               max_put_bytes=int(args.max_put_mb * (1 << 20)))
         except Exception as exc:  # noqa: BLE001 - pyarrow.flight says what: port in use, bad address
             raise CliError(f"cannot listen on grpc://{host}:{port}: {exc}") from None
         if host not in ("127.0.0.1", "localhost", "::1") and not token:
@@ -566,7 +569,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(f"hotspan collect: {server.spans:,} spans from {len(server.ranks)} rank(s) in {server.parts:,} parts "
-          f"-> {out}" + (f"; {server.refused} put(s) refused" if server.refused else ""), flush=True)
+          f"-> {out}" + (f"; {server.refused} put(s) refused" if server.refused else "")
+          + (f"; {server.duplicates} resent batch(es) kept once" if server.duplicates else "")
+          + (f"; {server.swept} temporary part(s) of a killed collector removed" if server.swept else ""), flush=True)
     return 0
 
 
@@ -681,6 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="address to listen on (default grpc://127.0.0.1:8815; port 0 picks a free one)")
     collect.add_argument("--out", required=True, metavar="DIR", help="dataset directory to write (made if missing)")
     collect.add_argument("--token", help="clients must present this token (default: $HOTSPAN_TOKEN, if set)")
+    collect.add_argument("--max-put-mb", type=float, default=256.0, metavar="MB",
+                         help="refuse a put past this many MiB of spans, as it arrives (default 256)")
     collect.add_argument("--duration", type=float, metavar="S", help="stop by itself after S seconds")
     collect.add_argument("--nice", type=int, default=0, metavar="N",
                          help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
