@@ -404,79 +404,21 @@ def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import importlib.util
-    import runpy
-    import threading
-    import traceback
+    from ..recording.supervisor import ProgramError, resolve_program, run_program
 
-    import hotspan
-
-    program: list[str] = args.program
-    if args.module is None and not program:
-        raise CliError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
     out = _check_output(args.output)
     if args.live_min_ms < 0:
         raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
-    if args.module is not None:
-        try:
-            found = importlib.util.find_spec(args.module)
-        except (ImportError, ValueError) as exc:
-            raise CliError(f"{args.module}: cannot import: {exc}") from None
-        if found is None:
-            raise CliError(f"{args.module}: no module of that name")
-        run_argv = [found.origin or args.module, *program]
-        path_entry = os.getcwd()
-    else:
-        script = Path(program[0])
-        if not script.is_file():
-            raise CliError(f"{script}: no such script" if not script.exists() else f"{script}: not a file")
-        run_argv = [str(script), *program[1:]]
-        path_entry = str(script.resolve().parent)
-
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    hotspan.enable()
-    hotspan.drain()  # only the program's spans
-    dropped_before = hotspan.dropped()
-    live_log = hotspan.live(min_ns=int(args.live_min_ms * 1e6)) if args.live else None
-    status = 0
-    start = time.perf_counter()
-    sys.argv[:] = run_argv
-    sys.path.insert(0, path_entry)
     try:
-        if args.module is not None:
-            runpy.run_module(args.module, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(run_argv[0], run_name="__main__")
-    except SystemExit as exc:  # the program's own exit status passes through
-        if exc.code is None:
-            status = 0
-        elif isinstance(exc.code, int):
-            status = exc.code
-        else:
-            print(exc.code, file=sys.stderr)
-            status = 1
-    except BaseException as exc:  # the program failed: report it as Python would, keep its spans
-        tb = exc.__traceback__
-        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
-            tb = tb.tb_next  # hotspan's and runpy's own frames are noise to the program's author
-        traceback.print_exception(type(exc), exc, tb)
-        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
-    finally:
-        sys.argv[:] = saved_argv
-        sys.path[:] = saved_path
-        if live_log is not None:
-            live_log.stop()
-    # As the interpreter would at exit: let the program's non-daemon threads finish.
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    elapsed = time.perf_counter() - start
-    table = hotspan.drain()
-    _export(table, out)
+        resolve_program(args.program, args.module)  # a missing program: exit 2 before anything runs
+    except ProgramError as exc:
+        raise CliError(str(exc)) from None
+    result = run_program(args.program, out, module=args.module,
+                         live_min_ns=int(args.live_min_ms * 1e6) if args.live else None)
     # The summary goes to stderr: the program's stdout stays the program's.
-    _print_recording_summary(table, out, elapsed, hotspan.dropped() - dropped_before, label="run", stderr=True,
-                             top=20)
-    return status
+    label = "run" if result.processes <= 1 else f"run ({result.processes} processes)"
+    _print_recording_summary(result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20)
+    return result.status
 
 
 def _check_port_free(host: str, port: int) -> None:
