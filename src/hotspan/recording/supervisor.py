@@ -79,7 +79,7 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
     from . import recorder as recording
     from .live_log import live
 
-    output = Path(output)
+    output = Path(output).absolute()  # the program may chdir
     run_argv, path_entry = resolve_program(program, module)
     output.parent.mkdir(parents=True, exist_ok=True)
     # Beside the output: the same file system, and found there if this process is killed.
@@ -90,7 +90,7 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
     _native.enable()
     _api.drain()  # only the program's spans
     os.environ[recording.ENV_OUT] = str(parts) + os.sep
-    rec = recording.start_env_recorder(parts, flush_interval)
+    recording.start_env_recorder(parts, flush_interval)
     live_log = live(min_ns=live_min_ns) if live_min_ns is not None else None
     status = 0
     start = time.perf_counter()
@@ -113,7 +113,6 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
             os.environ.pop(recording.ENV_OUT, None)
         else:
             os.environ[recording.ENV_OUT] = saved_env
-    del rec
     try:
         table = load_dataset(parts)
     except NoPartsError:  # nothing was flushed at all (the flusher never started)
