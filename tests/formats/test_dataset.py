@@ -208,3 +208,18 @@ def test_record_bad_arguments(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError):
         hotspan.record(tmp_path / "file")
+
+
+def test_token_names_never_overwrite_and_read_beside_old_names(tmp_path):
+    run = tmp_path / "run"
+    write_part(_spans(3, 0, 100), run, rank=0, pid=100, seq=0)  # an older run's name
+    path = write_part(_spans(2, 0, 100, first=10), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
+    assert path.name == "part-100-6b0d0000aaaa0001-000000.parquet"
+    with pytest.raises(FileExistsError):  # never over an acknowledged part
+        write_part(_spans(1, 0, 100, first=20), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
+    assert not [p for p in (run / "rank=0").iterdir() if p.name.startswith(".")]  # its temporary file went
+    with pytest.raises(ValueError, match="hex"):
+        part_path(run, 0, 100, 0, token="../x")
+    table = hotspan.load(run)
+    assert table.num_rows == 5
+    assert json.loads(hotspan.load(path).schema.metadata[META_PART])["token"] == "6b0d0000aaaa0001"

@@ -209,7 +209,8 @@ def test_clock_offset_is_applied_and_kept(tmp_path):
     assert loaded.column("duration_ns").equals(table.column("duration_ns"))
     (proc,) = json.loads(loaded.schema.metadata[META_RANKS])["5"]
     assert (proc["offset_ns"], proc["offset_applied_ns"], proc["offset_uncertainty_ns"]) == (5_000_000, 5_000_000, 20_000)
-    assert (tmp_path / "rank=5" / "part-42-000003.parquet").is_file()
+    # An older client (no batch token): the part is named from its content's digest.
+    assert len(list((tmp_path / "rank=5").glob("part-42-*-000003.parquet"))) == 1
 
 
 def test_client_buffers_up_to_a_cap_then_drops_and_counts(tmp_path):
@@ -293,3 +294,103 @@ def test_collect_nice_lowers_every_thread_and_still_collects(tmp_path):
     finally:
         kill(collector, rank)
     assert hotspan.load(tmp_path / "run").num_rows == spans_per_rank()
+
+
+# --------------------------------------------------------------------------- never loses what it acknowledged
+
+
+def _put(url: str, table: pa.Table, **info) -> None:
+    client = flight.FlightClient(url)
+    try:
+        writer, _ = client.do_put(flight.FlightDescriptor.for_command(json.dumps(info).encode()), table.schema)
+        writer.write_table(table)
+        writer.close()
+    finally:
+        client.close()
+
+
+def test_a_resent_batch_is_kept_once_and_another_never_replaces_it(tmp_path):
+    server = CollectorServer(tmp_path, "grpc://127.0.0.1:0")
+    try:
+        hundred = _span_table(1, n=100)
+        _put(server.url, hundred, rank=1, pid=7, batch="ab12", seq=0)
+        _put(server.url, hundred, rank=1, pid=7, batch="ab12", seq=0)  # a retry: same name, same content
+        _put(server.url, _span_table(1, n=3), rank=1, pid=7, batch="ab12", seq=0)  # another batch, same name
+        _put(server.url, hundred, rank=1, pid=7, seq=0)  # an older client, no token
+        _put(server.url, hundred, rank=1, pid=7, seq=0)  # ... resending
+        spans, parts, duplicates = server.spans, server.parts, server.duplicates
+    finally:
+        server.shutdown()
+    assert (spans, parts, duplicates) == (203, 3, 2)  # the summary counts what is on disk
+    table = hotspan.load(tmp_path)
+    assert table.num_rows == 203  # the 100 acknowledged rows are all there
+    assert len(list((tmp_path / "rank=1").glob("part-7-*-000000.parquet"))) == 3
+
+
+def test_a_restarted_client_whose_pid_repeats_keeps_its_earlier_parts(tmp_path):
+    server = CollectorServer(tmp_path, "grpc://127.0.0.1:0")
+    try:
+        for n in (4, 6):  # two lives of one rank, the same pid (a container), seq from 0 each time
+            client = CollectorClient(server.url)
+            client.send(_span_table(2, n=n))
+            client.close()
+            assert client.sent_spans == n and client.dropped == 0
+    finally:
+        server.shutdown()
+    assert hotspan.load(tmp_path).num_rows == 10
+    assert len(list((tmp_path / "rank=2").glob(f"part-{os.getpid()}-*-000000.parquet"))) == 2
+
+
+def test_a_collector_sweeps_what_a_killed_one_left(tmp_path):
+    (tmp_path / "rank=0").mkdir()
+    torn = tmp_path / "rank=0" / ".part-123-6b0d0000aaaa0000-000004.parquet.1a2b3c4d.part"
+    torn.write_bytes(b"PAR1 torn")
+    keep = tmp_path / "rank=0" / "notes.txt"
+    keep.write_text("mine")
+    server = CollectorServer(tmp_path, "grpc://127.0.0.1:0")
+    server.shutdown()
+    assert server.swept == 1 and not torn.exists() and keep.exists()
+
+
+def _vm_hwm_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the collector's peak memory in /proc")
+def test_a_client_sending_too_much_is_refused_at_once_and_harms_no_one(tmp_path):
+    out = tmp_path / "run"
+    port = _free_port()
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "hotspan", "collect", "--listen", f"grpc://127.0.0.1:{port}", "--out", str(out),
+         "--max-put-mb", "16"], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_line(collector, "listening")
+        url = f"grpc://127.0.0.1:{port}"
+        _put(url, _span_table(0, n=10), rank=0, pid=1, batch="a", seq=0)  # warm: the baseline includes a put
+        before = _vm_hwm_kb(collector.pid)
+        # 64 K rows a chunk (about 5 MB of Arrow data), up to 2 GB in all: the collector must
+        # stop it after about 16 MB, not buffer it.
+        chunk = _span_table(3, n=1 << 16).combine_chunks().to_batches()[0]
+        client = flight.FlightClient(url)
+        writer, _ = client.do_put(flight.FlightDescriptor.for_command(
+            json.dumps({"rank": 3, "pid": 9, "batch": "b", "seq": 0}).encode()), chunk.schema)
+        sent = 0
+        with pytest.raises(flight.FlightError, match="bytes in one put"):
+            for _ in range(400):
+                writer.write_batch(chunk)
+                sent += chunk.nbytes
+            writer.close()
+        client.close()
+        grown_mb = (_vm_hwm_kb(collector.pid) - before) / 1024
+        assert sent < 400 * chunk.nbytes  # refused while sending, not at the end
+        assert grown_mb < 150, f"the collector grew by {grown_mb:.0f} MB"
+        _put(url, _span_table(1, n=50), rank=1, pid=2, batch="c", seq=0)  # another rank: unharmed
+        code, stdout, err = stop(collector, signal.SIGINT)
+        assert code == 0, err
+        assert "1 put(s) refused" in stdout
+    finally:
+        kill(collector)
+    assert _rank_counts(hotspan.load(out)) == {0: 10, 1: 50}

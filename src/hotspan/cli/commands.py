@@ -642,81 +642,23 @@ def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import importlib.util
-    import runpy
-    import threading
-    import traceback
+    from ..recording.supervisor import ProgramError, resolve_program, run_program
 
-    import hotspan
-
-    program: list[str] = args.program
-    if args.module is None and not program:
-        raise CliError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
     out = _check_output(args.output)
     if args.live_min_ms is not None and args.live_min_ms < 0:
         raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
     if args.live_min_ms is not None:
         args.live = True  # a threshold for the live log asks for the live log
-    if args.module is not None:
-        try:
-            found = importlib.util.find_spec(args.module)
-        except (ImportError, ValueError) as exc:
-            raise CliError(f"{args.module}: cannot import: {exc}") from None
-        if found is None:
-            raise CliError(f"{args.module}: no module of that name")
-        run_argv = [found.origin or args.module, *program]
-        path_entry = os.getcwd()
-    else:
-        script = Path(program[0])
-        if not script.is_file():
-            raise CliError(f"{script}: no such script" if not script.exists() else f"{script}: not a file")
-        run_argv = [str(script), *program[1:]]
-        path_entry = str(script.resolve().parent)
-
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    hotspan.enable()
-    hotspan.drain()  # only the program's spans
-    dropped_before = hotspan.dropped()
-    live_log = hotspan.live(min_ns=int((args.live_min_ms or 0) * 1e6)) if args.live else None
-    status = 0
-    start = time.perf_counter()
-    sys.argv[:] = run_argv
-    sys.path.insert(0, path_entry)
     try:
-        if args.module is not None:
-            runpy.run_module(args.module, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(run_argv[0], run_name="__main__")
-    except SystemExit as exc:  # the program's own exit status passes through
-        if exc.code is None:
-            status = 0
-        elif isinstance(exc.code, int):
-            status = exc.code
-        else:
-            print(exc.code, file=sys.stderr)
-            status = 1
-    except BaseException as exc:  # the program failed: report it as Python would, keep its spans
-        tb = exc.__traceback__
-        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
-            tb = tb.tb_next  # hotspan's and runpy's own frames are noise to the program's author
-        traceback.print_exception(type(exc), exc, tb)
-        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
-    finally:
-        sys.argv[:] = saved_argv
-        sys.path[:] = saved_path
-        if live_log is not None:
-            live_log.stop()
-    # As the interpreter would at exit: let the program's non-daemon threads finish.
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    elapsed = time.perf_counter() - start
-    table = hotspan.drain()
-    _export(table, out)
+        resolve_program(args.program, args.module)  # a missing program: exit 2 before anything runs
+    except ProgramError as exc:
+        raise CliError(str(exc)) from None
+    result = run_program(args.program, out, module=args.module,
+                         live_min_ns=int((args.live_min_ms or 0) * 1e6) if args.live else None)
     # The summary goes to stderr: the program's stdout stays the program's.
-    _print_recording_summary(table, out, elapsed, hotspan.dropped() - dropped_before, label="run", stderr=True,
-                             top=20)
-    return status
+    label = "run" if result.processes <= 1 else f"run ({result.processes} processes)"
+    _print_recording_summary(result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20)
+    return result.status
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -761,6 +703,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from ..recording.recorder import stop_env_recorder
 
     stop_env_recorder()  # HOTSPAN_OUT inherited from a launcher is for the ranks, not for us
+    if not args.max_put_mb > 0:
+        raise CliError(f"--max-put-mb: expected a size in MiB above 0, not {args.max_put_mb}")
     if not 0 <= args.nice <= 19:
         raise CliError(f"--nice: expected 0-19 (how much lower than now to run), not {args.nice}")
     if args.nice:
@@ -787,7 +731,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            server = collector.CollectorServer(out, f"grpc://{host}:{port}", token=token, log=sys.stderr)
+            server = collector.CollectorServer(out, f"grpc://{host}:{port}", token=token, log=sys.stderr,
+                                               max_put_bytes=int(args.max_put_mb * (1 << 20)))
         except Exception as exc:  # noqa: BLE001 - pyarrow.flight says what: port in use, bad address
             raise CliError(f"cannot listen on grpc://{host}:{port}: {exc}") from None
         if host not in ("127.0.0.1", "localhost", "::1") and not token:
@@ -806,7 +751,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(f"hotspan collect: {server.spans:,} spans from {len(server.ranks)} rank(s) in {server.parts:,} parts "
-          f"-> {out}" + (f"; {server.refused} put(s) refused" if server.refused else ""), flush=True)
+          f"-> {out}" + (f"; {server.refused} put(s) refused" if server.refused else "")
+          + (f"; {server.duplicates} resent batch(es) kept once" if server.duplicates else "")
+          + (f"; {server.swept} temporary part(s) of a killed collector removed" if server.swept else ""), flush=True)
     return 0
 
 
@@ -942,7 +889,7 @@ def build_parser() -> argparse.ArgumentParser:
     collect = _add(sub, "collect", "receive spans from many ranks (Arrow Flight) into a dataset directory",
                    "Run a collector: an Arrow Flight server that takes the spans of many ranks at once "
                    "(hotspan.record(\"grpc://HOST:PORT\") or HOTSPAN_OUT=grpc://HOST:PORT in each rank) and writes "
-                   "them to DIR/rank=R/part-<pid>-<n>.parquet as they arrive, each client's times corrected by its "
+                   "them to DIR/rank=R/part-<pid>-<token>-<n>.parquet as they arrive, each client's times corrected by its "
                    "measured clock offset. Binds to 127.0.0.1 unless told otherwise. SIGINT/SIGTERM: finish the "
                    "puts in flight, then exit 0. Read the result with `hotspan stats DIR` or hotspan.load(DIR).",
                    "hotspan collect --listen grpc://127.0.0.1:8815 --out run/\n"
@@ -952,6 +899,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="address to listen on (default grpc://127.0.0.1:8815; port 0 picks a free one)")
     collect.add_argument("--out", required=True, metavar="DIR", help="dataset directory to write (made if missing)")
     collect.add_argument("--token", help="clients must present this token (default: $HOTSPAN_TOKEN, if set)")
+    collect.add_argument("--max-put-mb", type=float, default=256.0, metavar="MB",
+                         help="refuse a put past this many MiB of spans, as it arrives (default 256)")
     collect.add_argument("--duration", type=float, metavar="S", help="stop by itself after S seconds")
     collect.add_argument("--nice", type=int, default=0, metavar="N",
                          help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "

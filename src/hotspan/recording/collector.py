@@ -8,12 +8,17 @@ Protocol (all on one Flight service):
 * ``do_action("clock")``: the server's ``time.time_ns()`` as 8 little-endian bytes. A
   client makes a few round trips when it connects and keeps the one with the smallest round
   trip time: ``offset = server_time - (t_send + t_receive) / 2``, uncertainty = RTT / 2.
-* ``do_put`` with a descriptor command (JSON: rank, pid, host, seq, offset_ns,
+* ``do_put`` with a descriptor command (JSON: rank, pid, host, batch, seq, offset_ns,
   offset_uncertainty_ns, rtt_ns, sink_dropped) and one batch of spans (a drained table).
-  The server checks it, shifts its times onto the collector's clock (when the offset is
-  larger than its uncertainty), and writes it as ``rank=R/part-<pid>-<seq>.parquet`` before
-  the call returns: a completed put is on disk. A resent batch has the same seq and simply
-  replaces its part.
+  ``batch`` is a token the client draws when it starts (hex); with ``seq`` it names the
+  batch. The server checks each chunk as it arrives (rows and bytes of the put, and of all
+  puts in flight: refused at once past a limit, so its memory stays bounded whatever clients
+  send), shifts the times onto the collector's clock (when the offset is larger than its
+  uncertainty), and writes the batch as ``rank=R/part-<pid>-<batch>-<seq>.parquet`` before
+  the call returns: a completed put is on disk. Parts are never written over: a resent batch
+  (same name, same content digest) is acknowledged without writing it twice; a different
+  batch under a name already taken (a client without a token, a restarted one whose pid
+  repeats) gets a new name from its digest.
 * With a token, every call must carry ``authorization: Bearer <token>``; any other call is
   refused (``FlightUnauthenticatedError``) to that client only.
 
@@ -23,8 +28,10 @@ connection each time.
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
+import re
 import os
 import socket
 import struct
@@ -43,8 +50,13 @@ from ..events import CollectorLost, CollectorRestored, emit
 __all__ = ["CollectorClient", "CollectorServer", "parse_url"]
 
 DEFAULT_PORT = 8815
-#: Largest put the server accepts (rows); a bigger one is refused, nothing written.
+#: Largest put the server accepts (rows, and bytes of Arrow data); past either, the put is
+#: refused as the chunk that crosses it arrives, nothing written.
 MAX_PUT_ROWS = 1 << 24
+MAX_PUT_BYTES = 256 << 20
+#: All puts in flight together (bytes): past it a put is refused as "busy" (the client keeps
+#: the batch and retries later), so many clients at once cannot take the memory either.
+MAX_INFLIGHT_BYTES = 1 << 30
 #: Largest descriptor command (bytes).
 MAX_COMMAND = 4096
 _CLOCK_ROUNDS = 8
@@ -103,15 +115,26 @@ class CollectorServer:
     """
 
     def __init__(self, out: str | os.PathLike, listen: str = f"grpc://127.0.0.1:{DEFAULT_PORT}",
-                 token: str | None = None, log=None):
+                 token: str | None = None, log=None, *, max_put_rows: int = MAX_PUT_ROWS,
+                 max_put_bytes: int = MAX_PUT_BYTES, max_inflight_bytes: int = MAX_INFLIGHT_BYTES):
+        from ..formats.dataset import sweep_temporaries
+
         flight, TokenMiddlewareFactory = _server_classes()
         host, port = parse_url(listen)
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = log
+        self.max_put_rows = max_put_rows
+        self.max_put_bytes = max_put_bytes
+        self.max_inflight_bytes = max(max_inflight_bytes, max_put_bytes)
+        # The collector is the only writer of its directory: whatever temporary part is there
+        # now, a collector killed mid-write left it.
+        self.swept = sweep_temporaries(self.out, stale_s=0)
         self.lock = threading.Lock()
+        self.inflight_bytes = 0
         self.spans = 0
         self.parts = 0
+        self.duplicates = 0
         self.refused = 0
         self.ranks: set[int] = set()
         middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
@@ -155,7 +178,6 @@ class CollectorServer:
         return self._flight.FlightServerError(f"hotspan collector: {message}")
 
     def _do_put(self, descriptor, reader) -> None:
-        from ..formats.dataset import write_part
         from ..formats.base import check_span_table
 
         command = descriptor.command or b""
@@ -172,23 +194,59 @@ class CollectorServer:
             rtt = _bounded_int(info, "rtt_ns", 0, 2**62, default=0)
             sink_dropped = _bounded_int(info, "sink_dropped", 0, 2**62, default=0)
             client_host = str(info.get("host", ""))[:256]
+            batch = info.get("batch")
+            if batch is not None and not (isinstance(batch, str) and _is_token(batch)):
+                raise ValueError("batch must be 1-32 lower-case hex digits")
         except (ValueError, TypeError) as exc:
             raise self._refuse(f"bad descriptor: {exc}") from None
-        batches, rows = [], 0
+        digest = hashlib.blake2b(digest_size=16)
+        batches, rows, size, reserved = [], 0, 0, 0
         try:
-            for chunk in reader:
-                if chunk.data is None:
-                    continue
-                rows += chunk.data.num_rows
-                if rows > MAX_PUT_ROWS:
-                    raise self._refuse(f"more than {MAX_PUT_ROWS} rows in one put")
-                batches.append(chunk.data)
-            table = pa.Table.from_batches(batches, schema=reader.schema)
-            table = check_span_table(table)
-        except self._flight.FlightServerError:
-            raise
-        except (pa.ArrowException, ValueError, TypeError) as exc:
-            raise self._refuse(f"rank {rank} pid {pid}: not a span batch: {exc}") from None
+            try:
+                for chunk in reader:
+                    if chunk.data is None:
+                        continue
+                    # Each chunk is checked as it arrives, before the next is read: a put past
+                    # a limit is refused at once, and at most one put's limit is held for it.
+                    rows += chunk.data.num_rows
+                    nbytes = chunk.data.nbytes
+                    size += nbytes
+                    if rows > self.max_put_rows:
+                        raise self._refuse(f"rank {rank} pid {pid}: more than {self.max_put_rows:,} rows in one put")
+                    if size > self.max_put_bytes:
+                        raise self._refuse(f"rank {rank} pid {pid}: more than {self.max_put_bytes:,} bytes in one put")
+                    with self.lock:
+                        if self.inflight_bytes + nbytes > self.max_inflight_bytes:
+                            busy = True
+                        else:
+                            busy = False
+                            self.inflight_bytes += nbytes
+                            reserved += nbytes
+                    if busy:
+                        self._say(f"hotspan collect: busy ({self.max_inflight_bytes:,} bytes in flight): "
+                                  f"rank {rank} pid {pid} will retry")
+                        raise self._flight.FlightUnavailableError("hotspan collector: busy, retry later")
+                    _digest_batch(digest, chunk.data)
+                    batches.append(chunk.data)
+                table = pa.Table.from_batches(batches, schema=reader.schema)
+                table = check_span_table(table)
+            except self._flight.FlightError:
+                raise
+            except (pa.ArrowException, ValueError, TypeError) as exc:
+                raise self._refuse(f"rank {rank} pid {pid}: not a span batch: {exc}") from None
+            self._write(table, rank=rank, pid=pid, seq=seq, batch=batch, digest=digest.hexdigest(),
+                        offset=offset, uncertainty=uncertainty, rtt=rtt, sink_dropped=sink_dropped,
+                        client_host=client_host)
+        finally:
+            batches.clear()
+            if reserved:
+                with self.lock:
+                    self.inflight_bytes -= reserved
+
+    def _write(self, table: pa.Table, *, rank: int, pid: int, seq: int, batch: str | None, digest: str,
+               offset: int, uncertainty: int, rtt: int, sink_dropped: int, client_host: str) -> None:
+        from ..formats.dataset import part_metadata, part_path, write_part
+
         if table.num_rows:
             import pyarrow.compute as pc
 
@@ -206,17 +264,44 @@ class CollectorServer:
         part_meta = {
             "sink_dropped": sink_dropped, "offset_ns": offset, "offset_uncertainty_ns": uncertainty,
             "offset_applied_ns": applied, "rtt_ns": rtt, "client_host": client_host,
-            "received_ns": time.time_ns(), "collector_host": socket.gethostname(),
+            "received_ns": time.time_ns(), "collector_host": socket.gethostname(), "digest": digest,
         }
+        # The client's name for the batch; failing that (an older client) or where that name
+        # holds another batch already, one from the content.
+        candidates = ([batch] if batch else []) + [(batch or "") + digest[:16]]
+        for token in candidates:
+            path = part_path(self.out, rank, pid, seq, token)
+            try:
+                if path.exists():
+                    raise FileExistsError(path)
+                # No lock: write_part takes the name with link(), which one of two puts of the
+                # same batch at once wins; the other finds the part complete and compares.
+                write_part(table, self.out, rank=rank, pid=pid, seq=seq, token=token, part_meta=part_meta)
+            except FileExistsError:
+                if self._same_batch(path, digest):
+                    with self.lock:
+                        self.duplicates += 1
+                    self._say(f"hotspan collect: rank {rank} pid {pid} sent batch {seq} again: kept once")
+                    return
+                continue
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                self._say(f"hotspan collect: could not write a part of rank {rank}: {exc}")
+                raise self._flight.FlightServerError(f"hotspan collector: could not write: {exc}") from None
+            with self.lock:
+                self.spans += table.num_rows
+                self.parts += 1
+                self.ranks.add(rank)
+            return
+        raise self._refuse(f"rank {rank} pid {pid}: batch {seq}: its names are taken by other batches")
+
+    @staticmethod
+    def _same_batch(path: Path, digest: str) -> bool:
+        from ..formats.dataset import part_metadata
+
         try:
-            write_part(table, self.out, rank=rank, pid=pid, seq=seq, part_meta=part_meta)
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            self._say(f"hotspan collect: could not write a part of rank {rank}: {exc}")
-            raise self._flight.FlightServerError(f"hotspan collector: could not write: {exc}") from None
-        with self.lock:
-            self.spans += table.num_rows
-            self.parts += 1
-            self.ranks.add(rank)
+            return part_metadata(path).get("digest") == digest
+        except (OSError, ValueError, pa.ArrowException):
+            return False  # unreadable: certainly not to be taken for this batch
 
     def shutdown(self) -> None:
         """Stop accepting calls; return once the calls in flight have finished."""
@@ -228,6 +313,23 @@ class CollectorServer:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _is_token(text: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{1,32}", text) is not None
+
+
+def _digest_batch(digest, batch: pa.RecordBatch) -> None:
+    """Feed a record batch's data to ``digest``: a resent batch arrives as the same buffers."""
+    for column in batch.columns:
+        arrays = [column]
+        if pa.types.is_dictionary(column.type):
+            arrays.append(column.dictionary)
+        for array in arrays:
+            for buffer in array.buffers():
+                if buffer is not None:
+                    digest.update(buffer)
+        digest.update(b"|")
 
 
 def _bounded_int(info: dict, key: str, lo: int, hi: int, default: int | None = None) -> int:
@@ -244,7 +346,7 @@ def _bounded_int(info: dict, key: str, lo: int, hi: int, default: int | None = N
 
 class CollectorClient:
     """Sends span tables to a collector: buffered, retried with backoff, at-least-once with
-    idempotent parts (a resent batch replaces its own part).
+    idempotent parts (a resent batch is kept once).
 
     Not thread-safe: one thread (the recorder's flusher) calls ``send``/``pump``/``close``.
     """
@@ -260,6 +362,11 @@ class CollectorClient:
         self.queue: deque[tuple[int, pa.Table]] = deque()
         self.queued_spans = 0
         self.seq = 0
+        # Names this client's batches, with seq: a resent batch is recognised by the collector,
+        # and a restarted client whose pid repeats (a container) never reuses a name.
+        from ..formats.dataset import new_token
+
+        self.batch_token = new_token()
         self.sent_spans = 0
         self.sent_parts = 0
         self.dropped = 0  # spans dropped here: over the buffer cap, refused, or undelivered at close
@@ -377,7 +484,7 @@ class CollectorClient:
 
         rank = table.column("rank")[0].as_py() if table.num_rows else 0
         command = json.dumps({
-            "v": 1, "rank": rank, "pid": self._pid, "host": self._host[:256], "seq": seq,
+            "v": 1, "rank": rank, "pid": self._pid, "host": self._host[:256], "batch": self.batch_token, "seq": seq,
             "offset_ns": self.offset_ns, "offset_uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
             "sink_dropped": self.dropped,
         }).encode()

@@ -1,14 +1,16 @@
 """Recording to a destination: a background thread drains the recorder every interval and
 streams the spans to a file, a dataset directory or a collector.
 
-    with hotspan.record("run/", flush_interval=1.0):     # rank=R/part-<pid>-<n>.parquet
+    with hotspan.record("run/", flush_interval=1.0):     # rank=R/part-<pid>-<token>-<n>.parquet
         train()
     rec = hotspan.record("grpc://127.0.0.1:8815").start(); ...; rec.stop()
     hotspan.record("trace.parquet")                      # any export format, written at stop
 
 ``HOTSPAN_OUT=dest`` in the environment starts recording when hotspan is imported and
-flushes at exit (normal exit, and SIGTERM when the program has no handler of its own), so a
-launcher (torchrun, mpirun, multiprocessing) needs no code change. ``HOTSPAN_FLUSH_INTERVAL``
+flushes at exit (normal exit, ``multiprocessing``'s exit of its children, and SIGTERM when
+the program has no handler of its own), so a launcher (torchrun, mpirun, multiprocessing)
+needs no code change. Children follow a directory: forked ones through the at-fork hook,
+spawn and forkserver ones (which inherit ``HOTSPAN_OUT``) when they import hotspan. ``HOTSPAN_FLUSH_INTERVAL``
 (seconds) and ``HOTSPAN_TOKEN`` (for a collector) go with it.
 
 Parts reach the disk (or the collector) every interval: a process killed with SIGKILL loses
@@ -501,7 +503,7 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
     """A recorder streaming drained spans to ``dest`` every ``flush_interval`` seconds.
 
     ``dest``: a file (``.parquet``, ``.arrow``, ``.json``, ... : written at ``stop()``), a
-    directory (a Parquet dataset ``dest/rank=R/part-<pid>-<n>.parquet``, a part per
+    directory (a Parquet dataset ``dest/rank=R/part-<pid>-<token>-<n>.parquet``, a part per
     flush; a path without a known trace extension counts as one), or ``grpc://HOST:PORT``
     (a ``hotspan collect`` server; ``token`` or ``HOTSPAN_TOKEN`` if it wants one; up to
     ``buffer_spans`` spans wait for it while it is away).
