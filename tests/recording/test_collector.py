@@ -316,8 +316,9 @@ def test_a_resent_batch_is_kept_once_and_another_never_replaces_it(tmp_path):
         _put(server.url, hundred, rank=1, pid=7, batch="ab12", seq=0)
         _put(server.url, hundred, rank=1, pid=7, batch="ab12", seq=0)  # a retry: same name, same content
         _put(server.url, _span_table(1, n=3), rank=1, pid=7, batch="ab12", seq=0)  # another batch, same name
-        _put(server.url, hundred, rank=1, pid=7, seq=0)  # an older client, no token
-        _put(server.url, hundred, rank=1, pid=7, seq=0)  # ... resending
+        older = _span_table(1, n=100)  # its own spans (load() refuses an id twice)
+        _put(server.url, older, rank=1, pid=7, seq=0)  # an older client, no token
+        _put(server.url, older, rank=1, pid=7, seq=0)  # ... resending
         spans, parts, duplicates = server.spans, server.parts, server.duplicates
     finally:
         server.shutdown()

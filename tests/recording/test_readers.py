@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import logging
+import shutil
 import re
 import threading
 import time
@@ -233,9 +234,11 @@ def test_flush_failure_is_an_event_at_error(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="hotspan"), hotspan.on_event(seen.append):
         rec = hotspan.record(target, flush_interval=60).start()
         try:
+            rec.flush()  # the run's metadata part is written at start: let it land first
             with hotspan.span("x"):
                 pass
             # A regular file where the rank's partition directory goes: the write fails.
+            shutil.rmtree(target / "rank=0", ignore_errors=True)
             (target / "rank=0").write_text("in the way")
             rec.flush()
         finally:
