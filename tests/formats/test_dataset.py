@@ -223,3 +223,19 @@ def test_token_names_never_overwrite_and_read_beside_old_names(tmp_path):
     table = hotspan.load(run)
     assert table.num_rows == 5
     assert json.loads(hotspan.load(path).schema.metadata[META_PART])["token"] == "6b0d0000aaaa0001"
+
+
+def test_a_loaded_run_is_one_table_pyarrow_can_group(tmp_path):
+    # Issue 11 item 7: parts with their own dictionaries loaded as one table whose string
+    # columns have one dictionary each, so group_by/joins work ("Unifying differing
+    # dictionaries" otherwise).
+    for i in range(3):
+        with hotspan.record(tmp_path / "run"):
+            with hotspan.span("same", "x"):
+                pass
+            with hotspan.span(f"only{i}", f"cat{i}"):
+                pass
+    table = hotspan.load(tmp_path / "run")
+    grouped = table.group_by(["name", "category"]).aggregate([("duration_ns", "count")])
+    assert sorted(grouped.column("name").to_pylist()) == ["only0", "only1", "only2", "same"]
+    assert dict(zip(grouped.column("name").to_pylist(), grouped.column("duration_ns_count").to_pylist()))["same"] == 3

@@ -379,3 +379,15 @@ def test_subscriber_hears_spans_without_the_native_drain_thread():
         while not got and time.monotonic() < deadline:
             time.sleep(0.01)
         assert got == ["x"]  # delivered while open, not only at close
+
+
+def test_drain_while_streaming_gives_a_table_pyarrow_can_group(tmp_path):
+    # The user's cursor joins several passes of the core's drain: one dictionary per column.
+    with hotspan.record(tmp_path / "run", flush_interval=60) as rec:
+        for i in range(3):
+            with hotspan.span(f"name{i}", f"cat{i}"):
+                pass
+            rec.flush()  # one more pass of the core's drain queued for drain()
+        table = hotspan.drain()
+    grouped = table.group_by("name").aggregate([("duration_ns", "count")])
+    assert sorted(grouped.column("name").to_pylist()) == ["name0", "name1", "name2"]

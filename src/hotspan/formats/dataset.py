@@ -289,7 +289,9 @@ def load_dataset(directory: str | os.PathLike, *, check: bool = True) -> pa.Tabl
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFileError(directory, f"not a readable span dataset: {type(exc).__name__}: {exc}") from exc
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    # One dictionary per string column across the parts: pyarrow's group_by and joins
+    # refuse differing ones ("Unifying differing dictionaries").
+    table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     if check:
         check_span_rules(table, directory)
     return table.replace_schema_metadata(merge_metadata(parts_meta))

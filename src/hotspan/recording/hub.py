@@ -129,7 +129,8 @@ def _joined(tables: list[pa.Table], latest: pa.Table) -> pa.Table:
     import pyarrow as pa
 
     meta = latest.schema.metadata
-    return pa.concat_tables([t.replace_schema_metadata(meta) for t in tables])
+    # One dictionary per string column, as a single drain gives (group_by refuses differing).
+    return pa.concat_tables([t.replace_schema_metadata(meta) for t in tables]).unify_dictionaries()
 
 
 # --------------------------------------------------------------------------- the hub
