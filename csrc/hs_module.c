@@ -11,6 +11,7 @@
 
 #include "hs_live.h"
 #include "hs_recorder.h"
+#include "hs_tasks.h"
 #include "hs_types.h"
 #include "include/hotspan.h"
 
@@ -512,6 +513,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
 #endif
     hs_clock_init();
+    if (hs_tasks_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     const char *env = getenv("HOTSPAN");
     if (env && (!strcmp(env, "0") || !strcasecmp(env, "false") || !strcasecmp(env, "off") || !strcasecmp(env, "no")))
         atomic_store(&hs_enabled, 0);

@@ -505,6 +505,7 @@ PyObject *py_end(PyObject *mod, PyObject *tok) {
     if (k == -1 && PyErr_Occurred()) return NULL;
     if (k < 0) Py_RETURN_NONE; /* begun while recording was off */
     hs_tstate *t = hs_tls;
+    if (t) hs_ctx_check(t); /* the token is a depth in this task's stack */
     if (!t || (unsigned long)k >= t->depth || t->stack[k].owner != hs_owner_begin) {
         PyErr_Format(PyExc_RuntimeError,
                      "end(): token %ld does not match a span opened by begin() and still open on this thread", k);
