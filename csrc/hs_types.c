@@ -516,6 +516,32 @@ PyObject *py_end(PyObject *mod, PyObject *tok) {
     Py_RETURN_NONE;
 }
 
+/* _set_arg(n): the arg of the calling task's innermost open span (for proxies' size=,
+ * known only once the call returned). No open span: nothing to set. */
+PyObject *py_set_arg(PyObject *mod, PyObject *v) {
+    (void)mod;
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "_set_arg(): n must be an int, not %.100s", Py_TYPE(v)->tp_name);
+        return NULL;
+    }
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "_set_arg(): n does not fit in a signed 64-bit integer");
+        return NULL;
+    }
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    hs_tstate *t = hs_tls;
+    if (!t) Py_RETURN_NONE;
+    hs_ctx_check(t);
+    if (!t->depth) Py_RETURN_NONE;
+    hs_frame *f = &t->stack[t->depth - 1];
+    if (!f->owner) Py_RETURN_NONE; /* the creator's span under a task's roots: not this task's */
+    f->arg = n;
+    f->flags |= HS_F_ARG;
+    Py_RETURN_NONE;
+}
+
 PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)mod;
     lit_entry *hit = lit_hit_positional(args, nargs, kwnames);

@@ -15,6 +15,7 @@ extern PyObject *hs_decorate_hook;
 PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *py_end(PyObject *mod, PyObject *tok);
+PyObject *py_set_arg(PyObject *mod, PyObject *v);
 PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 #endif
