@@ -301,6 +301,17 @@ static PyObject *py_set_real_clock(PyObject *m, PyObject *a) {
     Py_RETURN_NONE;
 }
 
+/* _set_default_sync(fn or None): what spans opened with sync=True call. */
+static PyObject *py_set_default_sync(PyObject *m, PyObject *fn) {
+    (void)m;
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "configure(): sync must be a callable or None, not %.100s", Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    Py_XSETREF(hs_default_sync, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
 /* ---- hooks ---------------------------------------------------------------------------- */
 
 static PyObject *thread_name_hook = NULL;
@@ -483,6 +494,7 @@ static PyMethodDef module_methods[] = {
      "total, how many at the memory cap and how many for other causes, and the same per thread."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},
+    {"_set_default_sync", py_set_default_sync, METH_O, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},
     {"_drain", py_drain, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},
@@ -505,7 +517,7 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
+    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&SyncSpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
         PyType_Ready(&NoopType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
