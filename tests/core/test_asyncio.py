@@ -161,3 +161,98 @@ def test_begin_end_tokens_inside_tasks():
     assert len(rs) == 41
     by_id = _check_tree(rs, concurrent={"explicit"})
     assert all(by_id[r["parent_id"]]["name"] == "explicit" for r in rs if r["name"] == "child")
+
+
+def test_tasks_creating_tasks_nest_through_every_level():
+    async def leaf(i):
+        with hotspan.span("leaf"):
+            await asyncio.sleep(0.0002 * (i % 3))
+
+    async def mid(i):
+        with hotspan.span("mid"):
+            await asyncio.sleep(0)
+            await asyncio.gather(*(leaf(j) for j in range(5)))
+
+    async def main():
+        with hotspan.span("top"):
+            await asyncio.gather(*(mid(i) for i in range(10)))
+
+    asyncio.run(main())
+    rs = rows(hotspan.drain())
+    assert len(rs) == 1 + 10 + 50
+    by_id = _check_tree(rs, concurrent={"mid", "leaf"})
+    for r in rs:
+        if r["name"] == "leaf":
+            assert by_id[r["parent_id"]]["name"] == "mid" and r["depth"] == 2
+        if r["name"] == "mid":
+            assert by_id[r["parent_id"]]["name"] == "top" and r["depth"] == 1
+
+
+def test_an_event_loop_on_another_thread_nests_by_task_and_the_thread_exits_cleanly():
+    async def worker(i):
+        with hotspan.span("w"):
+            await asyncio.sleep(0.0003 * (i % 4))
+            with hotspan.span("x"):
+                await asyncio.sleep(0)
+
+    async def main():
+        await asyncio.gather(*(worker(i) for i in range(30)))
+
+    def run():
+        with hotspan.span("thread_root"):
+            asyncio.run(main())
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    rs = rows(hotspan.drain())
+    assert len(rs) == 3 * 61
+    by_id = _check_tree(rs, concurrent={"w"})
+    for r in rs:
+        if r["name"] == "w":
+            parent = by_id[r["parent_id"]]
+            assert parent["name"] == "thread_root" and parent["thread_id"] == r["thread_id"]
+
+
+def test_stacks_of_finished_tasks_are_freed():
+    import gc
+
+    async def worker():
+        with hotspan.span("w"):
+            await asyncio.sleep(0)
+
+    async def main():
+        for _ in range(5):
+            await asyncio.gather(*(worker() for _ in range(200)))
+
+    def stacks():
+        return sum(1 for o in gc.get_objects() if type(o).__name__ == "_TaskStack")
+
+    gc.collect()
+    before = stacks()
+    asyncio.run(main())
+    gc.collect()
+    assert stacks() - before < 20
+    assert hotspan.drain().num_rows == 1000
+
+
+def test_set_arg_and_instants_follow_the_task():
+    async def worker(i):
+        with hotspan.span("w"):
+            await asyncio.sleep(0.0002 * (i % 3))
+            hotspan.instant("mark")
+            hotspan._native._set_arg(i)
+
+    async def main():
+        await asyncio.gather(*(worker(i) for i in range(20)))
+
+    asyncio.run(main())
+    rs = rows(hotspan.drain())
+    by_id = {r["span_id"]: r for r in rs}
+    ws = [r for r in rs if r["name"] == "w"]
+    assert sorted(r["arg"] for r in ws) == list(range(20))
+    marks = [r for r in rs if r["name"] == "mark"]
+    assert len(marks) == 20 and {m["parent_id"] for m in marks} == {w["span_id"] for w in ws}
+    assert all(by_id[m["parent_id"]]["start_ns"] <= m["start_ns"] <= by_id[m["parent_id"]]["end_ns"] for m in marks)
