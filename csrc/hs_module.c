@@ -481,7 +481,7 @@ static const hotspan_api capi = {HOTSPAN_API_VERSION, capi_site, capi_begin, cap
 
 static PyMethodDef module_methods[] = {
     {"begin", (PyCFunction)(void (*)(void))py_begin, METH_FASTCALL | METH_KEYWORDS,
-     "begin(name, category=None, *, arg=None) -> int\n--\n\nOpen a span on this thread; pass the token to end()."},
+     "begin(name, category=None, *, arg=None, sync=None) -> int\n--\n\nOpen a span on this thread (task); pass the token to end(), which calls sync first."},
     {"end", (PyCFunction)py_end, METH_O, "end(token)\n--\n\nClose the span begin() opened (and any left open inside it)."},
     {"instant", (PyCFunction)(void (*)(void))py_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, category=None, *, arg=None)\n--\n\nRecord a zero-duration marker."},
