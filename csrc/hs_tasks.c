@@ -204,17 +204,21 @@ static void link_thread(hs_tstate *t) {
     PyObject *et, *ev, *etb;
     PyErr_Fetch(&et, &ev, &etb);
     StackObject *base = PyObject_GC_New(StackObject, &StackType);
+    if (base) { /* every field set before anything can fail (the failure path frees it) */
+        base->frames = NULL;
+        base->depth = base->cap = 0;
+        base->serial = t->serial;
+        base->ctx = NULL;
+        base->is_base = 1;
+        PyObject_GC_Track(base);
+    }
     LinkObject *link = PyObject_New(LinkObject, &LinkType);
+    if (link) {
+        link->t = t;
+        link->serial = t->serial;
+    }
     PyObject *dict = PyThreadState_GetDict();
     if (!base || !link || !dict) goto fail;
-    base->frames = NULL;
-    base->depth = base->cap = 0;
-    base->serial = t->serial;
-    base->ctx = NULL;
-    base->is_base = 1;
-    PyObject_GC_Track(base);
-    link->t = t;
-    link->serial = t->serial;
     if (PyDict_SetItemString(dict, "hotspan._native._ThreadLink", (PyObject *)link) < 0) goto fail;
     /* Sets the variable in the thread's current context, making one if it has none yet:
      * from then on this context is the one of the thread's own stack. */
