@@ -11,6 +11,7 @@
 
 #include "hs_live.h"
 #include "hs_recorder.h"
+#include "hs_tasks.h"
 #include "hs_types.h"
 #include "include/hotspan.h"
 
@@ -300,6 +301,17 @@ static PyObject *py_set_real_clock(PyObject *m, PyObject *a) {
     Py_RETURN_NONE;
 }
 
+/* _set_default_sync(fn or None): what spans opened with sync=True call. */
+static PyObject *py_set_default_sync(PyObject *m, PyObject *fn) {
+    (void)m;
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "configure(): sync must be a callable or None, not %.100s", Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    Py_XSETREF(hs_default_sync, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
 /* ---- hooks ---------------------------------------------------------------------------- */
 
 static PyObject *thread_name_hook = NULL;
@@ -469,7 +481,7 @@ static const hotspan_api capi = {HOTSPAN_API_VERSION, capi_site, capi_begin, cap
 
 static PyMethodDef module_methods[] = {
     {"begin", (PyCFunction)(void (*)(void))py_begin, METH_FASTCALL | METH_KEYWORDS,
-     "begin(name, category=None, *, arg=None) -> int\n--\n\nOpen a span on this thread; pass the token to end()."},
+     "begin(name, category=None, *, arg=None, sync=None) -> int\n--\n\nOpen a span on this thread (task); pass the token to end(), which calls sync first."},
     {"end", (PyCFunction)py_end, METH_O, "end(token)\n--\n\nClose the span begin() opened (and any left open inside it)."},
     {"instant", (PyCFunction)(void (*)(void))py_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, category=None, *, arg=None)\n--\n\nRecord a zero-duration marker."},
@@ -481,6 +493,8 @@ static PyMethodDef module_methods[] = {
      "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
      "total, how many at the memory cap and how many for other causes, and the same per thread."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},
+    {"_set_default_sync", py_set_default_sync, METH_O, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},
     {"_drain", py_drain, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},
@@ -503,7 +517,7 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
+    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&SyncSpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
         PyType_Ready(&NoopType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
@@ -512,6 +526,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
 #endif
     hs_clock_init();
+    if (hs_tasks_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     const char *env = getenv("HOTSPAN");
     if (env && (!strcmp(env, "0") || !strcasecmp(env, "false") || !strcasecmp(env, "off") || !strcasecmp(env, "no")))
         atomic_store(&hs_enabled, 0);

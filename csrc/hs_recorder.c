@@ -114,3 +114,11 @@ void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error) {
     hs_push(t, f.start, end, f.seq, f.pair, f.arg, f.flags | (error ? HS_F_ERROR : 0), k,
             k ? t->stack[k - 1].seq + 1 : 0);
 }
+
+/* Out of line: the thread's context changed since its stack was made current (a task
+ * step began or ended). The glue switches stacks; whatever it could not do, the current
+ * stack is adopted for the new context, as before tasks had stacks of their own. */
+__attribute__((noinline)) void hs_ctx_switch(hs_tstate *t) {
+    if (hs_ctx_switch_hook) hs_ctx_switch_hook(t);
+    if (*t->ctx_slot != t->ctx) t->ctx = *t->ctx_slot;
+}

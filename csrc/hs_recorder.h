@@ -34,6 +34,13 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair);
 void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error);
 void hs_count_drop(hs_tstate *t);
 hs_record *hs_push_switch(hs_tstate *t, uint64_t n);
+void hs_ctx_switch(hs_tstate *t);
+
+/* The current stack must be the current context's (see hs_tstate.ctx_slot): a pointer
+ * compare; sync code never takes the branch. */
+HS_HOT void hs_ctx_check(hs_tstate *t) {
+    if (HS_UNLIKELY(*t->ctx_slot != t->ctx)) hs_ctx_switch(t);
+}
 
 HS_HOT hs_tstate *hs_tstate_get(void) {
     hs_tstate *t = hs_tls;
@@ -62,6 +69,7 @@ HS_HOT int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) 
     if (HS_UNLIKELY(!atomic_load_explicit(&hs_enabled, memory_order_relaxed))) return 0;
     hs_tstate *t = hs_tstate_get();
     if (HS_UNLIKELY(!t)) return 0;
+    hs_ctx_check(t);
     uint32_t d = t->depth;
     if (HS_UNLIKELY(d == t->stack_cap) && hs_stack_grow(t) < 0) {
         hs_count_drop(t);
@@ -131,7 +139,9 @@ HS_HOT void hs_close_top(hs_tstate *t, uint64_t end, int error) {
 HS_HOT void hs_exit(const void *owner, int error) {
     uint64_t end = hs_ticks(); /* first, for the same reason as in hs_enter */
     hs_tstate *t = hs_tls;
-    if (HS_UNLIKELY(!t || !t->depth)) return;
+    if (HS_UNLIKELY(!t)) return;
+    hs_ctx_check(t);
+    if (HS_UNLIKELY(!t->depth)) return;
     if (HS_UNLIKELY(t->stack[t->depth - 1].owner != owner)) {
         hs_exit_slow(t, owner, end, error);
         return;
@@ -144,6 +154,7 @@ HS_HOT void hs_instant(hs_site *s, int64_t arg, uint32_t flags) {
     if (HS_UNLIKELY(!atomic_load_explicit(&hs_enabled, memory_order_relaxed))) return;
     hs_tstate *t = hs_tstate_get();
     if (HS_UNLIKELY(!t)) return;
+    hs_ctx_check(t);
     uint32_t d = t->depth;
     uint32_t pair, path;
     if (HS_UNLIKELY(hs_site_resolve(s, d ? t->stack[d - 1].path : 0, &pair, &path) < 0)) {

@@ -18,6 +18,9 @@
 _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec"))) = NULL;
 _Atomic int hs_enabled = 1;
 char *(*hs_thread_name_hook)(void) = NULL;
+void (*hs_thread_link_hook)(hs_tstate *t) = NULL;
+void (*hs_ctx_switch_hook)(hs_tstate *t) = NULL;
+static _Atomic uint64_t next_serial = 1;
 
 #define INITIAL_STACK 64
 #define MAX_EXITED_DROP_ROWS 10000 /* beyond: counted in the totals only */
@@ -126,7 +129,8 @@ static void on_thread_exit(void *p) {
     if (!t) return;
     hs_chain *chain = t->chain;
     atomic_store(&t->info->alive, 0);
-    free(t->stack);
+    /* Another context's stack (owned by its stack object) may be current: free our own. */
+    free(t->stack_owner ? t->own_stack : t->stack);
     free(t);
     hs_tls = NULL;
     /* Last: once retired, the drain side may free the chain and (after a drain()) the
@@ -164,6 +168,8 @@ hs_tstate *hs_tstate_register(void) {
     t->chain = chain;
     t->stack = stack;
     t->stack_cap = INITIAL_STACK;
+    t->ctx_slot = (void *const *)&t->ctx_none; /* until the glue links a Python thread */
+    t->serial = atomic_fetch_add(&next_serial, 1);
     hs_seq_refill(t);
     t->last_pushed_seq = t->seq;
     info->drain_seq = t->seq;
@@ -182,6 +188,7 @@ hs_tstate *hs_tstate_register(void) {
     hs_tls = t;
     pthread_setspecific(exit_key, t);
     hs_drainer_ensure();
+    if (hs_thread_link_hook) hs_thread_link_hook(t);
     return t;
 }
 

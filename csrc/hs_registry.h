@@ -66,6 +66,20 @@ typedef struct hs_tstate {
     uint32_t depth;
     uint32_t stack_cap;
     hs_frame *stack;
+    /* Coroutines interleaving on one thread (asyncio tasks) each nest in a stack of their
+     * own: the stack above is the one of the Python context `ctx` (each Task runs its steps
+     * in its own contextvars context). ctx_slot points at the word that holds the thread's
+     * current context (its PyThreadState's `context`), or at ctx_none (always NULL) on a
+     * thread Python does not run on, so the hot path tells tasks apart with two loads and
+     * one compare, and switches stacks (hs_ctx_switch, out of line) when they differ. */
+    void *const *ctx_slot;
+    void *ctx;
+    void *ctx_none;
+    void *stack_owner; /* NULL: the thread's own stack is current; else the glue's stack object */
+    hs_frame *own_stack; /* the thread's own stack while another one is current */
+    uint32_t own_depth;
+    uint32_t own_cap;
+    uint64_t serial; /* unique per registration: stack objects name their thread by it */
 } hs_tstate;
 
 /* A span site: a (name, category) with its interned ids and a one-entry cache of the
@@ -89,6 +103,12 @@ hs_tstate *hs_tstate_register(void);
 /* Called once per new thread at registration, outside any lock, to name it; returns a
  * malloc'd string or NULL. Set by the Python glue. */
 extern char *(*hs_thread_name_hook)(void);
+/* Called once per new thread at registration, after hs_tls is set: the Python glue points
+ * ctx_slot at the thread's context (when Python runs on it). */
+extern void (*hs_thread_link_hook)(hs_tstate *t);
+/* The thread's current context is not its stack's (ctx_slot != ctx): the glue makes the
+ * context's own stack current. Unset, or when it cannot, the current stack is kept. */
+extern void (*hs_ctx_switch_hook)(hs_tstate *t);
 void hs_set_thread_name(hs_tstate *t, const char *name);
 int hs_stack_grow(hs_tstate *t);
 /* The thread's id range is used up: take the next one; returns its first id. */

@@ -125,7 +125,15 @@ typedef struct {
     int64_t arg;
     uint32_t flags;
     PyObject *arg_obj; /* borrowed; NULL: none */
+    PyObject *sync;    /* borrowed; NULL: none (None and False are none); Py_True: configure(sync=)'s */
+    PyObject *device;  /* borrowed; NULL: none */
 } span_args;
+
+/* Keywords beyond (name, category, arg) a function takes. */
+enum { KW_SYNC = 1, KW_DEVICE = 2 };
+
+/* configure(sync=fn): what spans opened with sync=True call (NULL: none configured). */
+PyObject *hs_default_sync = NULL;
 
 static int check_span_args(const char *fn, PyObject *name, PyObject *category, PyObject *arg, span_args *out) {
     if (!name) {
@@ -147,6 +155,8 @@ static int check_span_args(const char *fn, PyObject *name, PyObject *category, P
     out->arg = 0;
     out->flags = 0;
     out->arg_obj = NULL;
+    out->sync = NULL;
+    out->device = NULL;
     if (arg && arg != Py_None) {
         if (!PyLong_Check(arg)) {
             PyErr_Format(PyExc_TypeError, "%s(): arg must be an int or None, not %.100s", fn,
@@ -167,10 +177,41 @@ static int check_span_args(const char *fn, PyObject *name, PyObject *category, P
     return 0;
 }
 
+/* sync: a callable, True (configure(sync=)'s), or None/False (none). device: None, or
+ * checked by hotspan._api._check_device, which raises (CUDA missing, or device spans not
+ * built yet): at the span object's creation, never at enter or drain. */
+static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, span_args *out) {
+    if (sync && sync != Py_None && sync != Py_False) {
+        if (sync == Py_True) {
+            if (!hs_default_sync) {
+                PyErr_Format(PyExc_RuntimeError,
+                             "%s(sync=True) needs a sync function: hotspan.configure(sync=fn) first "
+                             "(e.g. hotspan.sync.mlx), or pass sync=fn", fn);
+                return -1;
+            }
+        } else if (!PyCallable_Check(sync)) {
+            PyErr_Format(PyExc_TypeError, "%s(): sync must be a callable, True or None, not %.100s", fn,
+                         Py_TYPE(sync)->tp_name);
+            return -1;
+        }
+        out->sync = sync;
+    }
+    if (device && device != Py_None) {
+        PyObject *api = PyImport_ImportModule("hotspan._api");
+        if (!api) return -1;
+        PyObject *r = PyObject_CallMethod(api, "_check_device", "sO", fn, device);
+        Py_DECREF(api);
+        if (!r) return -1;
+        Py_DECREF(r);
+        out->device = device;
+    }
+    return 0;
+}
+
 /* (name, category=None, *, arg=None) from a vectorcall. */
 static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                           span_args *out) {
-    PyObject *name = NULL, *category = NULL, *arg = NULL;
+                           span_args *out, int extra) {
+    PyObject *name = NULL, *category = NULL, *arg = NULL, *sync = NULL, *device = NULL;
     if (nargs > 2) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most 2 positional arguments (name, category), %zd given",
                      fn, nargs);
@@ -187,6 +228,8 @@ static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nar
             if (PyUnicode_CompareWithASCIIString(k, "arg") == 0) slot = &arg;
             else if (PyUnicode_CompareWithASCIIString(k, "category") == 0) slot = &category;
             else if (PyUnicode_CompareWithASCIIString(k, "name") == 0) slot = &name;
+            else if ((extra & KW_SYNC) && PyUnicode_CompareWithASCIIString(k, "sync") == 0) slot = &sync;
+            else if ((extra & KW_DEVICE) && PyUnicode_CompareWithASCIIString(k, "device") == 0) slot = &device;
             if (!slot) {
                 PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, k);
                 return -1;
@@ -198,7 +241,8 @@ static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nar
             *slot = v;
         }
     }
-    return check_span_args(fn, name, category, arg, out);
+    if (check_span_args(fn, name, category, arg, out) < 0) return -1;
+    return check_sync_device(fn, sync, device, out);
 }
 
 /* ---- span ----------------------------------------------------------------------------- */
@@ -226,6 +270,13 @@ typedef struct {
     PyObject *category;
 } TracedObject;
 
+/* A span with sync=: a subtype whose __exit__ calls the sync function first, so the plain
+ * span's exit (the hot path) has no test for it at all. */
+typedef struct {
+    SpanObject base;
+    PyObject *sync; /* a callable, or Py_True: hs_default_sync at exit */
+} SyncSpanObject;
+
 PyObject *hs_decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
 
 static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
@@ -241,9 +292,26 @@ static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *catego
     return (PyObject *)o;
 }
 
+static PyObject *sync_span_new(hs_site *site, span_args *a) {
+    SyncSpanObject *o = PyObject_New(SyncSpanObject, &SyncSpanType);
+    if (!o) return NULL;
+    o->base.site = site;
+    o->base.arg = a->arg;
+    o->base.flags = a->flags;
+    o->base.name = Py_NewRef(a->name);
+    o->base.category = Py_XNewRef(a->category);
+    o->base.arg_obj = Py_XNewRef(a->arg_obj);
+    o->sync = Py_NewRef(a->sync);
+    return (PyObject *)o;
+}
+
 static PyObject *span_make(span_args *a) {
     hs_site *site;
     PyObject *shared;
+    if (a->sync) {
+        if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
+        return sync_span_new(site, a);
+    }
     if (!a->arg_obj) return lit_get(a->name, a->category, &site, &shared) < 0 ? NULL : shared;
     if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
     return span_new_object(site, a->name, a->category, a->arg, a->flags, a->arg_obj);
@@ -267,17 +335,19 @@ static PyObject *span_vectorcall(PyObject *type, PyObject *const *args, size_t n
     lit_entry *hit = lit_hit_positional(args, PyVectorcall_NARGS(nargsf), kwnames);
     if (HS_LIKELY(hit != NULL)) return Py_NewRef(hit->span);
     span_args a;
-    if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a) < 0) return NULL;
+    if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a, KW_SYNC | KW_DEVICE) < 0) return NULL;
     return span_make(&a);
 }
 
 static PyObject *span_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"name", "category", "arg", NULL};
-    PyObject *name = NULL, *category = NULL, *arg = NULL;
+    static char *kwlist[] = {"name", "category", "arg", "sync", "device", NULL};
+    PyObject *name = NULL, *category = NULL, *arg = NULL, *sync = NULL, *device = NULL;
     (void)type;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$O:span", kwlist, &name, &category, &arg)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$OOO:span", kwlist, &name, &category, &arg, &sync, &device))
+        return NULL;
     span_args a;
-    if (check_span_args("span", name, category, arg, &a) < 0) return NULL;
+    if (check_span_args("span", name, category, arg, &a) < 0 || check_sync_device("span", sync, device, &a) < 0)
+        return NULL;
     return span_make(&a);
 }
 
@@ -355,13 +425,74 @@ PyTypeObject SpanType = {
     .tp_repr = (reprfunc)span_repr,
     .tp_call = span_call,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "span(name, category=None, *, arg=None)\n--\n\n"
+    .tp_doc = "span(name, category=None, *, arg=None, sync=None, device=None)\n--\n\n"
               "A named, timed interval: a context manager (reusable, re-entrant, usable from many\n"
-              "threads at once) and a decorator.",
+              "threads at once) and a decorator.\n\n"
+              "sync: a function called right before the span ends, while recording is on (e.g.\n"
+              "hotspan.sync.mlx, so the span covers device work its body started); True: the one\n"
+              "set by configure(sync=). An exception from it marks the span as an error and\n"
+              "propagates.\n"
+              "device: 'cuda' asks for device spans: without CUDA (no torch, or no GPU) a\n"
+              "RuntimeError naming CUDA is raised here; with CUDA, NotImplementedError: device\n"
+              "spans are not built yet.",
     .tp_methods = span_methods,
     .tp_getset = span_getset,
     .tp_new = span_new,
     .tp_vectorcall = span_vectorcall,
+};
+
+/* The sync function of a span (NULL: none now: sync=True with configure(sync=None)). */
+static inline PyObject *sync_fn(PyObject *sync) { return sync == Py_True ? hs_default_sync : sync; }
+
+static PyObject *sync_span_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *fn = sync_fn(((SyncSpanObject *)self)->sync);
+    /* disabled: no sync runs (the span was not recorded: nothing to wait for) */
+    if (fn && atomic_load_explicit(&hs_enabled, memory_order_relaxed)) {
+        PyObject *r = PyObject_CallNoArgs(fn);
+        if (!r) {
+            hs_exit(self, 1); /* the sync's exception propagates (chained to the body's) */
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    hs_exit(self, nargs > 0 && args[0] != Py_None); /* the end timestamp: after the sync */
+    Py_RETURN_FALSE;
+}
+
+static void sync_span_dealloc(SyncSpanObject *o) {
+    Py_DECREF(o->sync);
+    span_dealloc(&o->base);
+}
+
+static PyObject *sync_span_get_sync(SyncSpanObject *s, void *c) { (void)c; return Py_NewRef(s->sync); }
+
+static PyObject *sync_span_repr(SyncSpanObject *s) {
+    return PyUnicode_FromFormat("hotspan.span(%R, %R, arg=%R, sync=%R)", s->base.name,
+                                s->base.category ? s->base.category : Py_None,
+                                s->base.arg_obj ? s->base.arg_obj : Py_None, s->sync);
+}
+
+static PyMethodDef sync_span_methods[] = {
+    {"__exit__", (PyCFunction)(void (*)(void))sync_span_exit, METH_FASTCALL,
+     "Call the sync function (recording on), then close the span."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef sync_span_getset[] = {
+    {"sync", (getter)sync_span_get_sync, NULL, "The sync function (True: configure(sync=)'s).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject SyncSpanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native.sync_span",
+    .tp_basicsize = sizeof(SyncSpanObject),
+    .tp_dealloc = (destructor)sync_span_dealloc,
+    .tp_repr = (reprfunc)sync_span_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A hotspan.span made with sync=: calls its sync function right before it ends.",
+    .tp_methods = sync_span_methods,
+    .tp_getset = sync_span_getset,
+    .tp_base = &SpanType,
 };
 
 /* ---- traced functions ----------------------------------------------------------------- */
@@ -469,13 +600,40 @@ PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObje
         return NULL;
     }
     span_args a;
-    if (parse_span_args("traced", args + 1, nargs - 1, kwnames, &a) < 0) return NULL;
+    if (parse_span_args("traced", args + 1, nargs - 1, kwnames, &a, 0) < 0) return NULL;
     hs_site *site = site_for(a.name, a.category);
     if (!site) return NULL;
     return traced_make(site, a.arg, a.flags, func, a.name, a.category);
 }
 
 /* ---- explicit begin / end, instants ----------------------------------------------------- */
+
+/* Frames begun with sync=: their sync functions by span id (frame bit HS_FRAME_SYNC, never
+ * written to a record). */
+static PyObject *begin_syncs = NULL;
+#define HS_FRAME_SYNC 0x100u
+
+/* end(): the sync of a begun frame about to close (consumed); 0, or -1 with the sync's
+ * exception set. */
+static int run_begin_sync(hs_frame *f) {
+    f->flags &= ~HS_FRAME_SYNC;
+    PyObject *key = PyLong_FromUnsignedLongLong(f->seq);
+    if (!key) return -1;
+    PyObject *fn = begin_syncs ? PyDict_GetItemWithError(begin_syncs, key) : NULL;
+    Py_XINCREF(fn);
+    if (fn && PyDict_DelItem(begin_syncs, key) < 0) PyErr_Clear();
+    Py_DECREF(key);
+    if (!fn) return PyErr_Occurred() ? -1 : 0;
+    PyObject *call = sync_fn(fn);
+    int rc = 0;
+    if (call && atomic_load_explicit(&hs_enabled, memory_order_relaxed)) {
+        PyObject *r = PyObject_CallNoArgs(call);
+        if (!r) rc = -1;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(fn);
+    return rc;
+}
 
 PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)mod;
@@ -485,10 +643,23 @@ PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObj
         return PyLong_FromLong((long)hs_tls->depth - 1);
     }
     span_args a;
-    if (parse_span_args("begin", args, nargs, kwnames, &a) < 0) return NULL;
+    if (parse_span_args("begin", args, nargs, kwnames, &a, KW_SYNC) < 0) return NULL;
     hs_site *site = site_for(a.name, a.category);
     if (!site) return NULL;
     if (!hs_enter(site, hs_owner_begin, a.arg, a.flags)) return PyLong_FromLong(-1);
+    if (a.sync) {
+        /* end() calls it: kept by the frame's id (unique), the frame marked for end(). */
+        hs_frame *f = &hs_tls->stack[hs_tls->depth - 1];
+        PyObject *key = PyLong_FromUnsignedLongLong(f->seq);
+        if (!key || (!begin_syncs && !(begin_syncs = PyDict_New())) ||
+            PyDict_SetItem(begin_syncs, key, a.sync) < 0) {
+            Py_XDECREF(key);
+            hs_close_top(hs_tls, hs_ticks(), 1);
+            return NULL;
+        }
+        Py_DECREF(key);
+        f->flags |= HS_FRAME_SYNC;
+    }
     /* the token is the frame's depth: a small int, so no allocation for depth < 257 */
     return PyLong_FromLong((long)hs_tls->depth - 1);
 }
@@ -505,13 +676,52 @@ PyObject *py_end(PyObject *mod, PyObject *tok) {
     if (k == -1 && PyErr_Occurred()) return NULL;
     if (k < 0) Py_RETURN_NONE; /* begun while recording was off */
     hs_tstate *t = hs_tls;
+    if (t) hs_ctx_check(t); /* the token is a depth in this task's stack */
     if (!t || (unsigned long)k >= t->depth || t->stack[k].owner != hs_owner_begin) {
         PyErr_Format(PyExc_RuntimeError,
                      "end(): token %ld does not match a span opened by begin() and still open on this thread", k);
         return NULL;
     }
     /* spans opened after it and left open close with it */
-    while (t->depth > (uint32_t)k) hs_close_top(t, end, 0);
+    int failed = 0;
+    while (t->depth > (uint32_t)k) {
+        hs_frame *f = &t->stack[t->depth - 1];
+        if (HS_UNLIKELY(f->flags & HS_FRAME_SYNC)) {
+            int err = run_begin_sync(f) < 0;
+            if (err && !failed) failed = 1; /* the first sync's exception is raised */
+            else if (err) PyErr_Clear();
+            hs_close_top(t, hs_ticks(), err);
+            continue;
+        }
+        hs_close_top(t, end, 0);
+    }
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _set_arg(n): the arg of the calling task's innermost open span (for proxies' size=,
+ * known only once the call returned). No open span: nothing to set. */
+PyObject *py_set_arg(PyObject *mod, PyObject *v) {
+    (void)mod;
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "_set_arg(): n must be an int, not %.100s", Py_TYPE(v)->tp_name);
+        return NULL;
+    }
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "_set_arg(): n does not fit in a signed 64-bit integer");
+        return NULL;
+    }
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    hs_tstate *t = hs_tls;
+    if (!t) Py_RETURN_NONE;
+    hs_ctx_check(t);
+    if (!t->depth) Py_RETURN_NONE;
+    hs_frame *f = &t->stack[t->depth - 1];
+    if (!f->owner) Py_RETURN_NONE; /* the creator's span under a task's roots: not this task's */
+    f->arg = n;
+    f->flags |= HS_F_ARG;
     Py_RETURN_NONE;
 }
 
@@ -523,7 +733,7 @@ PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyO
         Py_RETURN_NONE;
     }
     span_args a;
-    if (parse_span_args("instant", args, nargs, kwnames, &a) < 0) return NULL;
+    if (parse_span_args("instant", args, nargs, kwnames, &a, 0) < 0) return NULL;
     hs_site *site = site_for(a.name, a.category);
     if (!site) return NULL;
     hs_instant(site, a.arg, a.flags);

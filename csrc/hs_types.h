@@ -7,14 +7,18 @@
 
 extern PyTypeObject SpanType;       /* hotspan.span */
 extern PyTypeObject TracedType;     /* hotspan.traced_function */
+extern PyTypeObject SyncSpanType;   /* hotspan.span(..., sync=fn) */
 extern PyTypeObject NoopType;       /* hotspan._native.NoopContext: the benchmark floor */
 /* hotspan._api._decorate_with(span, func), set by _set_hooks; NULL: decorate in C. */
 extern PyObject *hs_decorate_hook;
+/* configure(sync=fn): the function spans opened with sync=True call (NULL: none). */
+extern PyObject *hs_default_sync;
 
 /* Module functions of the hot path (their entries are in hs_module.c's method table). */
 PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *py_end(PyObject *mod, PyObject *tok);
+PyObject *py_set_arg(PyObject *mod, PyObject *v);
 PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 #endif

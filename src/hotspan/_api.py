@@ -73,6 +73,7 @@ def configure(
     memory_cap: int | None = None,
     drain_interval: float | None = None,
     drain_thread: bool | None = None,
+    sync: Callable[[], Any] | None | object = ...,
 ) -> None:
     """Set recording options; each left as ``None`` keeps its current value.
 
@@ -86,6 +87,9 @@ def configure(
         (``dropped(detail=True)``), until drain() frees blocks (default 64 MiB).
     drain_interval: seconds between passes of the native drain thread (default: adaptive,
         2-20 ms, and woken early when a thread fills a block).
+    sync: the function spans opened with ``sync=True`` call right before they end (e.g.
+        ``hotspan.sync.mlx``); ``None`` unsets it (those spans then sync nothing). Left out:
+        unchanged.
     """
     global _configured_rank
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
@@ -113,10 +117,15 @@ def configure(
         if not 0 < drain_interval <= 60:
             raise ValueError(f"configure(): drain_interval must be in (0, 60] seconds, not {drain_interval}")
         interval_us = max(1, int(drain_interval * 1e6))
+    if sync is not ...:
+        if sync is not None and not callable(sync):
+            raise TypeError(f"configure(): sync must be a callable or None, not {type(sync).__name__}")
     if rank is not None:
         _configured_rank = rank
     if drain_thread is not None and not isinstance(drain_thread, bool):
         raise TypeError(f"configure(): drain_thread must be a bool, not {type(drain_thread).__name__}")
+    if sync is not ...:
+        _native._set_default_sync(sync)
     _native._configure(
         capacity if capacity is not None else -1,
         memory_cap if memory_cap is not None else -1,
@@ -230,11 +239,13 @@ if TYPE_CHECKING:
     def traced(fn: F, /) -> F: ...
     @overload
     def traced(
-        fn: str | None = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None
+        fn: str | None = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None,
+        sync: Any = None,
     ) -> Callable[[F], F]: ...
 
 
-def traced(fn: Any = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None) -> Any:
+def traced(fn: Any = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None,
+           sync: Any = None) -> Any:
     """Record every call of a function as a span.
 
     ``@traced`` names the span after the function's ``__qualname__``; ``@traced("name")``,
@@ -242,20 +253,35 @@ def traced(fn: Any = None, /, category: str | None = None, *, name: str | None =
     Works on functions, methods and coroutine functions (the span covers the awaited body),
     and on generator and async generator functions: one span per step of the iteration
     (each ``next``), not one for the whole consumption, nor only the generator's creation.
+    ``sync=fn`` (or ``True``: ``configure(sync=)``'s) calls ``fn()`` right before each span
+    ends, as ``span(..., sync=)`` does.
     """
     if fn is None or isinstance(fn, str):
         chosen = fn if isinstance(fn, str) else name
 
         def decorate(func: F) -> F:
-            return _decorate(func, chosen, category, arg)
+            return _decorate(func, chosen, category, arg, sync)
 
         return decorate
     if not callable(fn):
         raise TypeError(f"traced(): expected a function or a name, not {type(fn).__name__}")
-    return _decorate(fn, name, category, arg)
+    return _decorate(fn, name, category, arg, sync)
 
 
-def _decorate(func: Any, name: str | None, category: str | None, arg: int | None) -> Any:
+def _wrap_sync(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function with a sync span: the C traced wrapper has no sync call, so a
+    ``with`` around the call (the sync itself costs far more than this frame)."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with span_obj:
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _decorate(func: Any, name: str | None, category: str | None, arg: int | None, sync: Any = None) -> Any:
     if not callable(func):
         raise TypeError(f"traced(): expected a callable, not {type(func).__name__}")
     if name is None:
@@ -264,11 +290,13 @@ def _decorate(func: Any, name: str | None, category: str | None, arg: int | None
     import inspect
 
     if inspect.isasyncgenfunction(func):
-        return _wrap_async_generator(_native.span(name, category, arg=arg), func)
+        return _wrap_async_generator(_native.span(name, category, arg=arg, sync=sync), func)
     if inspect.isgeneratorfunction(func):
-        return _wrap_generator(_native.span(name, category, arg=arg), func)
+        return _wrap_generator(_native.span(name, category, arg=arg, sync=sync), func)
     if inspect.iscoroutinefunction(func):
-        return _wrap_async(_native.span(name, category, arg=arg), func)
+        return _wrap_async(_native.span(name, category, arg=arg, sync=sync), func)
+    if sync is not None and sync is not False:
+        return _wrap_sync(_native.span(name, category, arg=arg, sync=sync), func)
     wrapper = _native._wrap(func, name, category, arg=arg)
     functools.update_wrapper(wrapper, func)
     return wrapper
@@ -276,7 +304,25 @@ def _decorate(func: Any, name: str | None, category: str | None, arg: int | None
 
 def _decorate_with(span_obj: Any, func: Any) -> Any:
     """``@hotspan.span(...)`` on a function (called by the C type)."""
-    return _decorate(func, span_obj.name, span_obj.category, span_obj.arg)
+    return _decorate(func, span_obj.name, span_obj.category, span_obj.arg, getattr(span_obj, "sync", None))
+
+
+def _check_device(fn: str, device: Any) -> None:
+    """``span(..., device=...)`` (called by the C core when the span object is made): raises,
+    now, never at enter or drain. Without CUDA a RuntimeError naming it; with CUDA,
+    NotImplementedError: device spans (CUDA event pairs resolved at drain) are not built yet."""
+    if device != "cuda":
+        raise ValueError(f"{fn}(): device must be 'cuda' or None, not {device!r}")
+    try:
+        import torch
+    except ImportError:
+        raise RuntimeError(f"{fn}(device='cuda'): CUDA is not available (torch is not installed); device "
+                           f"spans need PyTorch with a CUDA GPU") from None
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{fn}(device='cuda'): CUDA is not available (torch.cuda.is_available() is False: no "
+                           f"CUDA GPU or driver here)")
+    raise NotImplementedError(f"{fn}(device='cuda'): device spans are not built yet in this hotspan; use "
+                              f"sync=hotspan.sync.cuda to make a host span cover the device work")
 
 
 #: HOTSPAN's words (any case): the C core turns recording off at import for the second set.

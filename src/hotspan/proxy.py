@@ -179,10 +179,6 @@ def wrap(obj: Any, category: str | None = "db", size: SizeFn | None = None,
         raise TypeError(f"wrap(): category must be a str or None, not {type(category).__name__}")
     if size is not None and not callable(size):
         raise TypeError(f"wrap(): size must be callable(args, kwargs, result), not {type(size).__name__}")
-    if size is not None and not hasattr(_native, "_set_arg"):
-        raise NotImplementedError(
-            "wrap(size=...): this build's C core cannot set a span's arg at exit "
-            "(hotspan._native._set_arg is missing)")
     chosen: frozenset[str] | None = None
     if methods is not None:
         if isinstance(methods, str):

@@ -161,7 +161,6 @@ def test_python_object_properties_async_and_special_methods():
     assert not hasattr(hotspan.wrap(socket.socket()), "__len__")  # only what the object has
 
 
-@pytest.mark.skipif(not hasattr(_native, "_set_arg"), reason="size= needs the C core's _set_arg hook")
 def test_size_sets_the_arg():
     a, b = socket.socketpair()
     with a, b:
@@ -198,3 +197,15 @@ def test_per_call_cost_is_a_span_not_an_allocation():
         best_traced = min(best_traced, time.perf_counter() - t0)
         hotspan.drain()
     assert best_proxy < best_traced * 2 + 0.01, (best_proxy, best_traced)
+
+
+def test_set_arg_sets_the_innermost_open_span_only():
+    _native._set_arg(7)  # nothing open: nothing to set, no error
+    with hotspan.span("outer"):
+        with hotspan.span("inner"):
+            _native._set_arg(1 << 40)
+    with pytest.raises(TypeError, match="int"):
+        _native._set_arg("x")
+    with pytest.raises(OverflowError):
+        _native._set_arg(1 << 70)
+    assert {r["name"]: r["arg"] for r in _rows()} == {"outer": None, "inner": 1 << 40}

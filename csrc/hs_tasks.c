@@ -1,0 +1,253 @@
+/* hs_tasks: one span stack per Python context, so coroutines interleaving on one thread
+ * (asyncio tasks: each runs its steps in its own contextvars context) nest in their own
+ * task, never in another's.
+ *
+ * The hot path compares the thread's current context with its stack's (hs_ctx_check, two
+ * loads and a compare); this file is the slow path behind it, run when a task step begins
+ * or ends, and the thread's linking at registration. Sync code never comes here.
+ *
+ * A context's stack is a stack object stored in the context itself, in a ContextVar. A
+ * context copied from another (a Task's context is a copy of its creator's) inherits the
+ * creator's stack object, which names a different context: so the first span of the copy
+ * makes it a stack of its own whose first slot below the roots is the creator's innermost
+ * open span at that moment, and the task's root spans get it as their parent (and its
+ * depth + 1), with no change to the hot path: roots of a task stack are pushed at depth
+ * b, the creator's depth, and read their parent from frame b - 1 as any nested span does.
+ * Frames below that hold no owner, so nothing ever closes them from the task.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "hs_recorder.h"
+#include "hs_tasks.h"
+
+typedef struct {
+    PyObject_HEAD
+    hs_frame *frames; /* owned, except for a thread's own stack (is_base): hs_tstate's */
+    uint32_t depth;
+    uint32_t cap;
+    uint64_t serial;  /* the thread it belongs to (hs_tstate.serial) */
+    PyObject *ctx;    /* the context it is the stack of (a strong reference: no reuse of
+                         the address while the object lives; the cycle through the
+                         context's variables is the collector's) */
+    int is_base;      /* the thread's own stack (frames in hs_tstate.own_*) */
+} StackObject;
+
+static int stack_traverse(StackObject *s, visitproc visit, void *arg) {
+    Py_VISIT(s->ctx);
+    return 0;
+}
+static int stack_clear(StackObject *s) {
+    Py_CLEAR(s->ctx);
+    return 0;
+}
+static void stack_dealloc(StackObject *s) {
+    PyObject_GC_UnTrack(s);
+    stack_clear(s);
+    if (!s->is_base) free(s->frames);
+    PyObject_GC_Del(s);
+}
+
+static PyTypeObject StackType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native._TaskStack",
+    .tp_basicsize = sizeof(StackObject),
+    .tp_dealloc = (destructor)stack_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The open spans of one contextvars context on one thread (internal).",
+    .tp_traverse = (traverseproc)stack_traverse,
+    .tp_clear = (inquiry)stack_clear,
+};
+
+/* Kept in the thread's dict: when Python deletes the thread state (a foreign thread's
+ * PyGILState_Release, a thread's exit), the thread is unlinked before ctx_slot dangles. */
+typedef struct {
+    PyObject_HEAD
+    hs_tstate *t; /* compared with hs_tls before any use: may be gone */
+    uint64_t serial;
+} LinkObject;
+
+static PyObject *stack_var = NULL; /* ContextVar: the context's StackObject */
+
+/* Make `target` (NULL: the thread's own stack) current, saving the current one. Pure C
+ * but for the final release of the previous owner (which may run Python: everything is
+ * consistent by then). */
+static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
+    StackObject *old = t->stack_owner;
+    if (old) {
+        old->frames = t->stack;
+        old->depth = t->depth;
+        old->cap = t->stack_cap;
+    } else {
+        t->own_stack = t->stack;
+        t->own_depth = t->depth;
+        t->own_cap = t->stack_cap;
+    }
+    if (target && !target->is_base) {
+        t->stack = target->frames;
+        t->depth = target->depth;
+        t->stack_cap = target->cap;
+        t->stack_owner = Py_NewRef(target);
+    } else {
+        t->stack = t->own_stack;
+        t->depth = t->own_depth;
+        t->stack_cap = t->own_cap;
+        t->stack_owner = NULL;
+    }
+    t->ctx = ctx;
+    Py_XDECREF(old);
+}
+
+/* A new stack for ctx, its roots under the innermost open span of creator (a stack of
+ * this thread, or NULL). */
+static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx) {
+    const hs_frame *cf = NULL;
+    uint32_t cd = 0;
+    if (creator) {
+        if ((creator->is_base && !t->stack_owner) || (void *)creator == t->stack_owner) {
+            cf = t->stack; /* current: its live state */
+            cd = t->depth;
+        } else if (creator->is_base) {
+            cf = t->own_stack;
+            cd = t->own_depth;
+        } else {
+            cf = creator->frames;
+            cd = creator->depth;
+        }
+    }
+    uint32_t cap = cd + 16;
+    hs_frame *frames = calloc(cap, sizeof(hs_frame));
+    if (!frames) return NULL;
+    if (cd) {
+        frames[cd - 1] = cf[cd - 1];
+        frames[cd - 1].owner = NULL; /* the creator's to close, never this task's */
+    }
+    StackObject *s = PyObject_GC_New(StackObject, &StackType);
+    if (!s) {
+        free(frames);
+        return NULL;
+    }
+    s->frames = frames;
+    s->depth = cd;
+    s->cap = cap;
+    s->serial = t->serial;
+    s->ctx = Py_NewRef(ctx);
+    s->is_base = 0;
+    PyObject_GC_Track(s);
+    return s;
+}
+
+static void ctx_switch(hs_tstate *t) {
+    if (!PyGILState_Check()) return; /* a native thread without the GIL: keep the stack */
+    PyObject *ctx = (PyObject *)*t->ctx_slot;
+    if (!ctx) { /* no context (left by a Context.run entered before the link): our own */
+        swap_to(t, NULL, NULL);
+        return;
+    }
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb); /* a traced call may be exiting with an exception set */
+    PyObject *val = NULL;
+    StackObject *target = NULL, *made = NULL;
+    if (PyContextVar_Get(stack_var, NULL, &val) < 0) goto fail;
+    StackObject *so = val && Py_IS_TYPE(val, &StackType) ? (StackObject *)val : NULL;
+    if (so && so->serial != t->serial) so = NULL; /* another thread's: roots here */
+    if (so && so->ctx == ctx) {
+        target = so;
+    } else {
+        made = stack_new(t, so, ctx);
+        if (!made) goto fail;
+        PyObject *tok = PyContextVar_Set(stack_var, (PyObject *)made);
+        if (!tok) goto fail;
+        Py_DECREF(tok);
+        target = made;
+    }
+    /* The calls above may have run a finalizer that recorded spans (and switched): the
+     * swap saves whatever is current now. The context pointer is unchanged by them. */
+    swap_to(t, target, ctx);
+    Py_XDECREF(made);
+    Py_XDECREF(val);
+    PyErr_Restore(et, ev, etb);
+    return;
+fail:
+    /* out of memory: stay on the current stack (hs_ctx_switch adopts it) */
+    Py_XDECREF(made);
+    Py_XDECREF(val);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, etb);
+}
+
+static void link_dealloc(LinkObject *o) {
+    hs_tstate *t = hs_tls;
+    /* On the thread itself (Python deletes a thread state on its own thread, but at
+     * finalization): back to its own stack, and no context to follow any more. */
+    if (t && t == o->t && t->serial == o->serial) {
+        swap_to(t, NULL, NULL);
+        t->ctx_slot = (void *const *)&t->ctx_none;
+        t->ctx = NULL;
+    }
+    PyObject_Free(o);
+}
+
+static PyTypeObject LinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native._ThreadLink",
+    .tp_basicsize = sizeof(LinkObject),
+    .tp_dealloc = (destructor)link_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Unlinks hotspan's thread state from Python's when Python deletes it (internal).",
+};
+
+static void link_thread(hs_tstate *t) {
+    if (!PyGILState_Check()) return; /* a native thread: no contexts, one stack */
+    PyThreadState *ts = PyThreadState_Get();
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    StackObject *base = PyObject_GC_New(StackObject, &StackType);
+    if (base) { /* every field set before anything can fail (the failure path frees it) */
+        base->frames = NULL;
+        base->depth = base->cap = 0;
+        base->serial = t->serial;
+        base->ctx = NULL;
+        base->is_base = 1;
+        PyObject_GC_Track(base);
+    }
+    LinkObject *link = PyObject_New(LinkObject, &LinkType);
+    if (link) {
+        link->t = t;
+        link->serial = t->serial;
+    }
+    PyObject *dict = PyThreadState_GetDict();
+    if (!base || !link || !dict) goto fail;
+    if (PyDict_SetItemString(dict, "hotspan._native._ThreadLink", (PyObject *)link) < 0) goto fail;
+    /* Sets the variable in the thread's current context, making one if it has none yet:
+     * from then on this context is the one of the thread's own stack. */
+    PyObject *tok = PyContextVar_Set(stack_var, (PyObject *)base);
+    if (!tok) goto fail;
+    Py_DECREF(tok);
+    base->ctx = Py_XNewRef(ts->context);
+    t->ctx = ts->context;
+    t->ctx_slot = (void *const *)&ts->context; /* last: switching starts here */
+    Py_DECREF(base);
+    Py_DECREF(link);
+    PyErr_Restore(et, ev, etb);
+    return;
+fail:
+    Py_XDECREF(base);
+    if (link) {
+        link->t = NULL; /* never unlinks anything */
+        Py_DECREF(link);
+    }
+    PyErr_Clear();
+    PyErr_Restore(et, ev, etb);
+}
+
+int hs_tasks_init(PyObject *m) {
+    (void)m;
+    if (PyType_Ready(&StackType) < 0 || PyType_Ready(&LinkType) < 0) return -1;
+    stack_var = PyContextVar_New("hotspan.task_stack", NULL);
+    if (!stack_var) return -1;
+    hs_ctx_switch_hook = ctx_switch;
+    hs_thread_link_hook = link_thread;
+    return 0;
+}
