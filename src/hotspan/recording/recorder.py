@@ -286,6 +286,7 @@ class Recorder:
         return self
 
     def _loop(self) -> None:
+        _leave_signals_to_the_program()
         # pyarrow loads here, on the flusher, not in the recording program's thread: a
         # program that only records (HOTSPAN_OUT at import) starts as fast as without it.
         # stop() joins this thread, so the imports are done before any flush at exit.
@@ -442,6 +443,26 @@ class Recorder:
         return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
 
 
+#: Signals a process receives from outside (kill, a pool's terminate(), a terminal).
+_ASYNC_SIGNALS = tuple(getattr(signal, name) for name in (
+    "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGWINCH")
+    if hasattr(signal, name))
+
+
+def _leave_signals_to_the_program() -> None:
+    """Block the program's signals on this (the flusher's) thread, and on the threads it
+    starts (pyarrow's pools inherit the mask). The kernel hands a process-directed signal to
+    any thread that does not block it; Python runs the handler only on the main thread, and
+    only once that thread wakes up. A pool worker's SIGTERM taken by the flusher left the
+    main thread asleep in the pool's queue with the handler pending: hung forever. The native
+    drain thread blocks every signal for the same reason."""
+    if hasattr(signal, "pthread_sigmask"):
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+        except (OSError, ValueError):
+            pass
+
+
 def _under_memory_pressure() -> bool:
     from .. import _native
 
@@ -456,6 +477,26 @@ _warmed = threading.Event()
 
 
 _fork_held: "threading.Lock | None" = None
+_fork_sigmask: "set | None" = None
+
+
+def _hold_sigterm_over_fork() -> None:
+    """Block SIGTERM in the forking thread while our handler is installed; the child inherits
+    the mask. CPython forgets, in the child, a signal that arrives before it has reset its
+    signal state after fork: a pool terminated while a worker was still starting sent a
+    SIGTERM that vanished, and with a handler installed (no default action to kill it) the
+    worker slept in the pool's queue forever. Blocked, the signal stays pending instead, and
+    is delivered when the mask is restored (in the child, after that reset)."""
+    global _fork_sigmask
+    if hasattr(signal, "pthread_sigmask") and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        _fork_sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _release_sigterm_after_fork() -> None:
+    global _fork_sigmask
+    mask, _fork_sigmask = _fork_sigmask, None
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _before_fork() -> None:
@@ -464,6 +505,7 @@ def _before_fork() -> None:
     it does not have, and its own flusher waits on it forever (a forked worker then loses
     everything it recorded). Bounded: a wedged flush must not hang the program."""
     global _fork_held
+    _hold_sigterm_over_fork()
     recorder = _active
     if recorder is None or not recorder.running:
         return
@@ -478,6 +520,7 @@ def _after_fork_parent() -> None:
     held, _fork_held = _fork_held, None
     if held is not None:
         held.release()
+    _release_sigterm_after_fork()
 
 
 def _warm_up(kind: str) -> None:
@@ -591,7 +634,15 @@ def stop_env_recorder() -> None:
 def _after_fork_child() -> None:
     """A forked child has no flusher thread: forget the parent's recorder, and for
     ``HOTSPAN_OUT`` pointing at a directory, record the child's own spans there too (under
-    its own part names: its pid, and a token of its own)."""
+    its own part names: its pid, and a token of its own). Then take a SIGTERM held over the
+    fork (the handler finds the child's recorder, flushes it and dies)."""
+    try:
+        _follow_into_child()
+    finally:
+        _release_sigterm_after_fork()
+
+
+def _follow_into_child() -> None:
     global _active, _env_recorder, _active_lock
     global _fork_held
     _active_lock = threading.Lock()
