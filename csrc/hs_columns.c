@@ -431,7 +431,7 @@ static int drain_collect_locked(hs_columns *c, int32_t rank) {
     }
     convert_part second = {&ctx, split, nsegs, {{0}}};
     pthread_t helper;
-    int threaded = split < nsegs && pthread_create(&helper, NULL, convert_thread, &second) == 0;
+    int threaded = split < nsegs && hs_thread_create_quiet(&helper, NULL, convert_thread, &second) == 0;
     convert_part first = {&ctx, 0, threaded ? split : nsegs, {{0}}};
     convert_range(&first);
     if (threaded) pthread_join(helper, NULL);

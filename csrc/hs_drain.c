@@ -203,10 +203,7 @@ void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments) {
 }
 
 static void *drainer_main(void *arg) {
-    (void)arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals belong to the program's threads */
+    (void)arg; /* started with every signal blocked: see hs_thread_create_quiet */
     pid_t me = getpid();
     uint64_t idle_us = 0;
     for (;;) {
@@ -235,6 +232,21 @@ static void *drainer_main(void *arg) {
         }
     }
     return NULL;
+}
+
+/* Signals belong to the program's own threads. A process-directed signal (a pool's
+ * SIGTERM) goes to any thread that does not block it; one taken by a hotspan thread only
+ * sets CPython's flag, and a main thread asleep in sem_wait (a pool worker waiting for a
+ * task) is never woken to run its handler: the worker hangs. Blocking inside the new
+ * thread leaves a window between its creation and that call, so the thread is created
+ * with everything blocked (it inherits the mask) and the caller's mask is put back. */
+int hs_thread_create_quiet(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(th, attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 static void atfork_prepare(void) {
@@ -274,7 +286,7 @@ void hs_drainer_ensure(void) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&attr, 256 * 1024);
         atomic_store(&drainer_pid, me);
-        if (pthread_create(&th, &attr, drainer_main, NULL) != 0) atomic_store(&drainer_pid, 0);
+        if (hs_thread_create_quiet(&th, &attr, drainer_main, NULL) != 0) atomic_store(&drainer_pid, 0);
         pthread_attr_destroy(&attr);
     }
     pthread_mutex_unlock(&start_lock);

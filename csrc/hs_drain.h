@@ -8,6 +8,7 @@
 #ifndef HS_DRAIN_H
 #define HS_DRAIN_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "hs_registry.h"
@@ -106,6 +107,9 @@ int hs_drain_paused(void);
 void hs_drain_lock(void);
 void hs_drain_unlock(void);
 void hs_drain_after_fork_child(void);
+/* pthread_create for hotspan's own threads: the new thread starts with every signal
+ * blocked, so signals reach the program's threads (see hs_drain.c). */
+int hs_thread_create_quiet(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
+from .quiet_threads import start_quiet
+
 __all__ = [
     "CallbackFailed",
     "CollectorLost",
@@ -175,7 +177,7 @@ class CallbackRunner(Generic[T]):
         self._cond = threading.Condition(threading.Lock())
         self._closing = False
         self._thread = threading.Thread(target=self._run, name=f"hotspan-{name}", daemon=True)
-        self._thread.start()
+        start_quiet(self._thread)
 
     def put(self, item: T) -> None:
         with self._cond:

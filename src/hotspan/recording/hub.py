@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _api, _native
 from ..events import SpansDropped, emit
+from ..quiet_threads import start_quiet
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -232,7 +233,7 @@ def _start_pump_thread() -> None:
     from .. import _table  # noqa: F401
 
     _pump_thread = threading.Thread(target=_pump_loop, name="hotspan-hub", daemon=True)
-    _pump_thread.start()
+    start_quiet(_pump_thread)
 
 
 def _pump_loop() -> None:

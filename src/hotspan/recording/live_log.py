@@ -13,6 +13,7 @@ import threading
 from typing import IO
 
 from .. import _native
+from ..quiet_threads import start_quiet
 from ..units import human_ns
 
 _QUEUE_ENTRIES = 1 << 16
@@ -54,7 +55,7 @@ class LiveLog:
         _native._live_start(min_ticks, _QUEUE_ENTRIES)
         self._running.set()
         self._thread = threading.Thread(target=self._write_loop, name="hotspan-live", daemon=True)
-        self._thread.start()
+        start_quiet(self._thread)
         return self
 
     def stop(self) -> None:

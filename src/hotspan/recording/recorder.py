@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hub  # before this module's fork hook: the hub resets first in a child
+from ..quiet_threads import start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
 
 if TYPE_CHECKING:
@@ -280,13 +281,12 @@ class Recorder:
             self._pid = os.getpid()
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
-            self._thread.start()
+            start_quiet(self._thread)  # signals stay with the program's threads
         atexit.register(self._atexit)
         emit(RecordingStarted(self.dest, self.kind))
         return self
 
     def _loop(self) -> None:
-        _leave_signals_to_the_program()
         # pyarrow loads here, on the flusher, not in the recording program's thread: a
         # program that only records (HOTSPAN_OUT at import) starts as fast as without it.
         # stop() joins this thread, so the imports are done before any flush at exit.
@@ -441,26 +441,6 @@ class Recorder:
     def __repr__(self) -> str:
         state = "recording" if self.running else "stopped"
         return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
-
-
-#: Signals a process receives from outside (kill, a pool's terminate(), a terminal).
-_ASYNC_SIGNALS = tuple(getattr(signal, name) for name in (
-    "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGWINCH")
-    if hasattr(signal, name))
-
-
-def _leave_signals_to_the_program() -> None:
-    """Block the program's signals on this (the flusher's) thread, and on the threads it
-    starts (pyarrow's pools inherit the mask). The kernel hands a process-directed signal to
-    any thread that does not block it; Python runs the handler only on the main thread, and
-    only once that thread wakes up. A pool worker's SIGTERM taken by the flusher left the
-    main thread asleep in the pool's queue with the handler pending: hung forever. The native
-    drain thread blocks every signal for the same reason."""
-    if hasattr(signal, "pthread_sigmask"):
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
-        except (OSError, ValueError):
-            pass
 
 
 def _under_memory_pressure() -> bool:

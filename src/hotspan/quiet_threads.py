@@ -1,0 +1,35 @@
+"""hotspan's own Python threads start with the program's signals blocked.
+
+The kernel hands a process-directed signal (kill, a pool's ``terminate()``, Ctrl-C) to any
+thread that does not block it. Python runs the handler on the main thread only, and only
+once that thread wakes: a pool worker whose SIGTERM was taken by a hotspan thread slept in
+the pool's queue forever, its handler pending. Blocking from inside the new thread leaves a
+window between its start and that call, so the thread is started with the signals blocked
+(it inherits the mask) and the caller's mask is put back at once: a signal arriving
+meanwhile stays pending and goes to the caller. The C core's threads do the same
+(hs_thread_create_quiet).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+
+__all__ = ["ASYNC_SIGNALS", "start_quiet"]
+
+#: Signals a process receives from outside (kill, a pool's terminate(), a terminal).
+ASYNC_SIGNALS = tuple(getattr(signal, name) for name in (
+    "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGWINCH")
+    if hasattr(signal, name))
+
+
+def start_quiet(thread: threading.Thread) -> threading.Thread:
+    """``thread.start()``, the new thread blocking ASYNC_SIGNALS from its first instruction."""
+    if not hasattr(signal, "pthread_sigmask"):
+        thread.start()
+        return thread
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return thread

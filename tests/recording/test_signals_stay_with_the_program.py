@@ -1,0 +1,58 @@
+"""Every thread hotspan starts blocks the program's signals, so a process-directed signal
+(a pool's terminate()) reaches a thread that runs the handler: one taken by a hotspan
+thread left a pool worker asleep in the queue, its handler pending, forever."""
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+import hotspan
+from _util import run_python
+from hotspan.quiet_threads import start_quiet
+
+
+def test_start_quiet_thread_blocks_signals_from_its_first_instruction():
+    seen = {}
+
+    def body():
+        seen["mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    thread = start_quiet(threading.Thread(target=body))
+    thread.join()
+    assert signal.SIGTERM in seen["mask"] and signal.SIGINT in seen["mask"]
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before  # the caller's mask is back
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX threads only")
+def test_no_thread_but_the_programs_takes_sigterm(tmp_path):
+    # The main thread (and the program's own) may take SIGTERM; every other thread of the
+    # process (hotspan's native drain thread, its flusher, hub, live log, event handler,
+    # pyarrow's threads started from them) blocks it.
+    proc = run_python(f"""
+        import os, threading, time, hotspan
+        rec = hotspan.record({str(tmp_path / "run")!r}, flush_interval=0.05).start()
+        sub = hotspan.subscribe(lambda batch: None)
+        handle = hotspan.on_event(lambda event: None)
+        log = hotspan.live(min_ns=10**12)
+        for _ in range(1000):
+            with hotspan.span("x"):
+                pass
+        time.sleep(0.5)
+        main = threading.get_native_id()
+        open_to_sigterm = []
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{{tid}}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            blocked = int(fields["SigBlk"].strip(), 16)
+            if int(tid) != main and not blocked & (1 << (15 - 1)):
+                open_to_sigterm.append((tid, fields["Name"].strip()))
+        print(len(os.listdir("/proc/self/task")), open_to_sigterm)
+        log.stop(); handle.close(); sub.close(); rec.stop()
+    """)
+    assert proc.returncode == 0, proc.stderr
+    threads, open_to_sigterm = proc.stdout.split(" ", 1)
+    assert int(threads) >= 5
+    assert open_to_sigterm.strip() == "[]"
