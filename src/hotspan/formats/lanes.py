@@ -34,26 +34,45 @@ def _nests(start: np.ndarray, end: np.ndarray) -> bool:
 
     Vectorised: in the time-ordered sequence of opens and closes (closes first at equal
     times, inner before outer), the intervals nest exactly when each one's close brings
-    the open count back to what it was just before its open. Both counts come from two
-    sorts and two binary searches; no Python loop over spans. Instants cannot overlap
+    the open count back to what it was just before its open. Instants cannot overlap
     anything (a point either lies inside an interval or touches it), so they are left out.
+
+    Cost: a few stable sorts, which are near-linear here because a drained table is in end
+    order per thread (timsort finds the runs), so starts are nearly sorted too; ties that
+    need the second key fall back to lexsort. No Python loop over spans.
     """
     keep = end > start
-    start, end = start[keep], end[keep]
+    if not keep.all():
+        start, end = start[keep], end[keep]
     n = len(start)
     if n < 2:
         return True
-    order = np.lexsort((-end, start))  # preorder: by start, outer (longer) first
-    start, end = start[order], end[order]
     rank = np.arange(n)
-    # Closes by time, the later-opened (inner) first at equal times.
-    close_order = np.lexsort((-rank, end))
-    close_pos = np.empty(n, np.int64)
-    close_pos[close_order] = rank
-    # Open count just before each open: opens before it minus closes at or before its time.
-    before_open = rank - np.searchsorted(end[close_order], start, "right")
-    # Open count just after each close: opens strictly before its time minus closes so far.
-    after_close = np.searchsorted(start, end, "left") - close_pos - 1
+    # Preorder: by start, the outer (later-ending) first at equal starts.
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    if np.any((s[1:] == s[:-1]) & (e[1:] > e[:-1])):
+        order = np.lexsort((-end, start))
+        s, e = start[order], end[order]
+    # Closes: by end, the later-opened (inner) first at equal ends; in preorder ranks.
+    preorder_rank = np.empty(n, np.int64)
+    preorder_rank[order] = rank
+    close_order = preorder_rank[np.argsort(end, kind="stable")]
+    close_end = e[close_order]
+    if np.any((close_end[1:] == close_end[:-1]) & (close_order[1:] > close_order[:-1])):
+        close_order = np.lexsort((-rank, e))
+        close_end = e[close_order]
+    # One stable merge of the two sorted sequences, closes first at equal times: a
+    # start's merged position counts the closes at or before it, a close's the opens
+    # strictly before it.
+    merged = np.argsort(np.concatenate((close_end, s)), kind="stable")
+    position = np.empty(2 * n, np.int64)
+    position[merged] = np.arange(2 * n)
+    # Open count just before each open: opens before it minus closes so far.
+    before_open = rank - (position[n:] - rank)
+    # Open count just after each close: opens before it minus closes up to it.
+    after_close = np.empty(n, np.int64)
+    after_close[close_order] = (position[:n] - rank) - (rank + 1)
     return bool(np.array_equal(before_open, after_close))
 
 
