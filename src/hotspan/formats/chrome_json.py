@@ -51,6 +51,7 @@ from .._schema import SPAN_SCHEMA
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped
 from ._spans import UINT32_MAX, TraceLayout
+from .lanes import assign_lanes, restore_lanes
 
 FORMAT_MARK = "hotspan-chrome-json/1"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -99,6 +100,7 @@ class ChromeJsonExporter(Exporter):
     # ------------------------------------------------------------------ write
 
     def _write(self, table: pa.Table, path: Path) -> None:
+        table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         layout = TraceLayout(table)
         with open(path, "wb") as raw:
             if self.compress:
@@ -213,7 +215,7 @@ class ChromeJsonExporter(Exporter):
             finally:
                 if gzipped:
                     stream.close()
-        return _assemble(reader, path)
+        return restore_lanes(_assemble(reader, path))
 
 
 class ChromeJsonGzExporter(ChromeJsonExporter):

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError
+from .lanes import assign_lanes, restore_lanes
 
 #: Bytes read per block: the decoder never holds more of the file than this (plus one
 #: packet, which is small in our traces and refused past 64 MiB in any).
@@ -38,6 +39,7 @@ class PerfettoExporter(Exporter):
     # ------------------------------------------------------------------ write
 
     def _write(self, table: pa.Table, path: Path) -> None:
+        table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         n = table.num_rows
         duration = _values(table, "duration_ns", np.int64)
         start = _values(table, "start_ns", np.int64)
@@ -76,7 +78,7 @@ class PerfettoExporter(Exporter):
                 decoder.read(stream.fileno(), _READ_BLOCK, size)
             except codec.CodecError as exc:
                 raise TraceFileError(path, f"malformed Perfetto trace: {exc}") from exc
-        return _table(decoder, path)
+        return restore_lanes(_table(decoder, path))
 
 
 # --------------------------------------------------------------------------- columns to the codec
