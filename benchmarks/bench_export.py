@@ -25,7 +25,7 @@ import pyarrow as pa
 
 # The installed package (pip install -e . or a wheel): what users run, not src/ by path.
 import hotspan.formats as hotspan_export  # noqa: E402
-from hotspan._schema import META_HOST, META_START, SPAN_SCHEMA  # noqa: E402
+from hotspan._schema import META_HOST, META_START, META_VERSION, SPAN_SCHEMA  # noqa: E402
 
 # One training step: (name, category, depth, offset, duration, arg kind) in ticks of a
 # step scaled per step; children nest inside their parent by construction.
@@ -106,7 +106,8 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
     c = {key: value[order] for key, value in columns.items()}
     thread_names = [f"worker-{i}" for i in range(n_threads)]
     thread_names[0] = "MainThread"
-    metadata = {META_HOST: b"bench-host", META_START: str(base).encode()}
+    # As a drained table: META_VERSION says hotspan recorded it (and no asyncio tasks did).
+    metadata = {META_HOST: b"bench-host", META_START: str(base).encode(), META_VERSION: b"bench"}
     return pa.table({
         "span_id": pa.array(c["span_id"], pa.uint64()),
         "parent_id": pa.array(c["parent_id"], pa.uint64(), mask=c["parent_id"] < 0),

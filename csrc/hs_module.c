@@ -479,6 +479,12 @@ static const hotspan_api capi = {HOTSPAN_API_VERSION, capi_site, capi_begin, cap
 
 /* ---- module --------------------------------------------------------------------------- */
 
+static PyObject *py_tasks_seen(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    return PyBool_FromLong(hs_tasks_seen());
+}
+
 static PyMethodDef module_methods[] = {
     {"begin", (PyCFunction)(void (*)(void))py_begin, METH_FASTCALL | METH_KEYWORDS,
      "begin(name, category=None, *, arg=None, sync=None) -> int\n--\n\nOpen a span on this thread (task); pass the token to end(), which calls sync first."},
@@ -493,6 +499,7 @@ static PyMethodDef module_methods[] = {
      "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
      "total, how many at the memory cap and how many for other causes, and the same per thread."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"_tasks_seen", py_tasks_seen, METH_NOARGS, NULL},
     {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},
     {"_set_default_sync", py_set_default_sync, METH_O, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},

@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,12 @@ typedef struct {
 } LinkObject;
 
 static PyObject *stack_var = NULL; /* ContextVar: the context's StackObject */
+/* Set once spans ran in a context copied from one that had spans (asyncio tasks,
+ * Context.run): only then can span trees overlap on one thread. The exports lay such
+ * trees on lanes of their own (formats/lanes.py) and skip that work for every other
+ * table; the drain puts this in the table's metadata. */
+static _Atomic int tasks_seen = 0;
+int hs_tasks_seen(void) { return atomic_load_explicit(&tasks_seen, memory_order_relaxed); }
 
 /* Make `target` (NULL: the thread's own stack) current, saving the current one. Pure C
  * but for the final release of the previous owner (which may run Python: everything is
@@ -156,6 +163,8 @@ static void ctx_switch(hs_tstate *t) {
     if (so && so->ctx == ctx) {
         target = so;
     } else {
+        /* a second context on this thread, or one copied from a context with spans */
+        if (so || t->stack_owner) atomic_store_explicit(&tasks_seen, 1, memory_order_relaxed);
         made = stack_new(t, so, ctx);
         if (!made) goto fail;
         PyObject *tok = PyContextVar_Set(stack_var, (PyObject *)made);

@@ -7,5 +7,7 @@
 
 /* Sets the core's link and switch hooks; 0, or -1 with an exception set. */
 int hs_tasks_init(PyObject *m);
+/* Whether spans ran in a task's (a copied context's) own stack: trees may overlap. */
+int hs_tasks_seen(void);
 
 #endif

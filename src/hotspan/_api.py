@@ -157,7 +157,7 @@ def core_table() -> "pa.Table":
     raw = _native._drain(r)
     clock = _native._clock_info()
     meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__,
-                    id_base=raw["id_base"])
+                    id_base=raw["id_base"], tasks=_native._tasks_seen())
     return table_from_raw(raw, meta=meta)
 
 

@@ -44,6 +44,9 @@ META_ARGV = b"hotspan.argv"  # JSON list
 META_DROPPED = b"hotspan.dropped"  # JSON: {"total": n, "threads": {thread_id: n}, "names", "memory_cap": n}
 META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
+#: "1" when spans ran in asyncio tasks (copied contexts): trees may overlap on a thread, and
+#: the trace exports lay them on lanes (formats/lanes.py); absent otherwise.
+META_TASKS = b"hotspan.tasks"
 META_ID_BASE = b"hotspan.id_base"  # the process's random span id base (decimal): ids are base + k
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"

@@ -22,6 +22,7 @@ from ._schema import (
     META_ENV,
     META_HOST,
     META_ID_BASE,
+    META_TASKS,
     META_PID,
     META_PYTHON,
     META_RANK,
@@ -68,6 +69,7 @@ def metadata(
     all_threads: list[tuple[int, str, int, int]],
     version: str,
     id_base: int | None = None,
+    tasks: bool = False,
 ) -> dict[bytes, bytes]:
     """all_threads: (thread id, name, spans dropped, of which at the memory cap) per thread."""
     dropped_threads = {str(tid): count for tid, _name, count, _cap in all_threads if count}
@@ -90,6 +92,8 @@ def metadata(
     }
     if id_base is not None:
         meta[META_ID_BASE] = str(id_base).encode()
+    if tasks:
+        meta[META_TASKS] = b"1"
     return with_pandas_dtypes(meta)
 
 

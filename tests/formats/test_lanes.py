@@ -228,3 +228,32 @@ def test_many_threads_only_the_overlapping_one_moves():
     moved = laned.filter(pc.equal(laned.column("thread_id"), LANE_BASE))
     assert moved.column("span_id").to_pylist() == [99_001]  # the first lane free at its start
     assert restore_lanes(laned).equals(table)
+
+
+def test_only_tables_with_tasks_are_searched(fresh):
+    # A recording without asyncio tasks nests on every thread: its metadata says so and the
+    # exports skip the search; one with tasks says "hotspan.tasks" (sticky in the process).
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import asyncio, hotspan
+        from hotspan.formats.lanes import may_overlap
+        for _ in range(3):
+            with hotspan.span("sync"):
+                pass
+        table = hotspan.drain()
+        print(may_overlap(table), b"hotspan.tasks" in table.schema.metadata)
+        async def task(i):
+            with hotspan.span("t"):
+                await asyncio.sleep(0.001)
+        async def main():
+            await asyncio.gather(*(task(i) for i in range(3)))
+        asyncio.run(main())
+        table = hotspan.drain()
+        print(may_overlap(table), b"hotspan.tasks" in table.schema.metadata)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "True", "True"]

@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from .base import TraceFileError, check_span_rules, conform_to_schema
-from .._schema import meta_int, meta_json, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
+from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
 __all__ = ["META_PART", "META_RANKS", "NoPartsError", "is_dataset", "load_dataset", "new_token", "part_path",
            "sweep_temporaries", "write_part"]
@@ -232,6 +232,8 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
         if "start_ns" in proc:
             starts.append(proc["start_ns"])
     merged[META_DROPPED] = json.dumps({"total": total_dropped, "threads": threads, "names": names}).encode()
+    if any(META_TASKS in meta for meta, _rows in parts):
+        merged[META_TASKS] = b"1"  # a part with task spans: the whole may overlap on a thread
     if starts:
         merged[META_START] = str(min(starts)).encode()
     rank_ids = sorted({r for r, _p, _h in processes})

@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._schema import META_TASKS, META_VERSION
+
 #: Schema metadata key: JSON ``{"synthetic thread id": real thread id}``.
 LANES_KEY = b"hotspan.lanes"
 #: First synthetic thread id: above any Linux thread id (at most 2**22) and within int32,
@@ -144,13 +146,23 @@ def _walk(start, end, depth, span_id, parent_id, has_parent) -> np.ndarray:
     return lanes
 
 
+def may_overlap(table: pa.Table) -> bool:
+    """Whether ``table`` can hold span trees that overlap on a thread. A table hotspan
+    recorded says so in its metadata (the core notes spans run in asyncio tasks): one
+    without tasks nests on every thread, and its export skips the search (it costs sorts,
+    ~0.1 s a million spans). A foreign table, or one whose metadata was lost (CSV), is
+    searched."""
+    meta = table.schema.metadata or {}
+    return META_TASKS in meta or META_VERSION not in meta
+
+
 def assign_lanes(table: pa.Table) -> tuple[pa.Table, dict[int, int]]:
     """``table`` with the span trees that overlap on a thread moved to extra lanes, and
     the mapping ``{synthetic thread id: real thread id}`` (empty, and the table returned
     as it is, when nothing overlaps). The mapping is also in the schema metadata."""
     if LANES_KEY in (table.schema.metadata or {}):
         table = restore_lanes(table)  # a table laned before: start from its real threads
-    if table.num_rows < 2:
+    if table.num_rows < 2 or not may_overlap(table):
         return table, {}
     start = table.column("start_ns").to_numpy()
     end = table.column("end_ns").to_numpy()
