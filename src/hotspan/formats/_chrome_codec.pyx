@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The Chrome JSON codec: one writer and one reader, typed loops over buffers.
 
-Writer: :func:`encode_rows` formats one batch of rows (columns as buffers, strings
-pre-encoded once per distinct value) into event lines.
+Writer: :func:`encode` puts the rows in trace order (a radix sort shared with the Perfetto
+codec, ``_trace_order.pxd``) and formats them (columns as buffers, strings pre-encoded once
+per distinct value) into event lines, a bounded buffer at a time.
 
 Reader: :class:`Reader` is one streaming JSON parser for every Chrome trace, ours and
 foreign (VizTracer, torch.profiler, B/E pairs, X events, instants, async b/e, M events, the
@@ -20,6 +21,10 @@ from libc.math cimport isfinite, llround
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.buffer cimport PyBUF_READ
+
+from ._trace_order cimport trace_order, thread_codes_of
 
 import json
 
@@ -137,73 +142,119 @@ cdef class _Texts:
         free(self.length)
 
 
-def encode_rows(bytearray out, const int64_t[::1] start, const int64_t[::1] duration,
-                const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] parent_valid,
-                const int32_t[::1] depth, const int64_t[::1] arg, const uint8_t[::1] arg_valid,
-                const uint8_t[::1] error, const int32_t[::1] thread, const int32_t[::1] name,
-                const int32_t[::1] category, const int32_t[::1] thread_name,
-                list thread_texts, list name_texts, list category_texts, list thread_name_texts,
-                int64_t origin):
-    """Event lines for one batch of rows (in trace order) into ``out``; returns the length.
+def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[::1] tid,
+                 const int32_t[::1] thread_name):
+    """Per row its thread's index, the threads (pid, rank, tid) and their names' row
+    counts: see ``_trace_order.thread_codes_of``."""
+    cdef Py_ssize_t n = pid.shape[0]
+    if n == 0:
+        import numpy as np
+        return np.empty(0, np.int32), [], {}
+    return thread_codes_of(n, &pid[0], &rank[0], &tid[0], &thread_name[0])
 
-    One event a line, each after ",\\n" (the header ends with an event): an ``X`` event a
-    span, an ``i`` event (thread scope) an instant. ``*_texts`` are the pre-encoded pieces
-    per code: ``,"pid":P,"tid":T`` per thread, ``,"name":...`` per name, ``,"cat":...``
-    per category, ``,"thread_name":...`` per renamed thread (a code of -1: none).
+
+cdef int _drain(object sink, char* base, Py_ssize_t length) except -1:
+    """``length`` bytes at ``base`` to ``sink.write`` (a raw file writes directly; a short
+    write is retried with the rest)."""
+    cdef Py_ssize_t done = 0
+    cdef object wrote
+    view = memoryview(PyMemoryView_FromMemory(base, length, PyBUF_READ))
+    while done < length:
+        wrote = sink.write(view[done:])
+        done += length - done if wrote is None else <Py_ssize_t>wrote
+    return 0
+
+
+def encode(sink, Py_ssize_t buffer_size,
+           const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
+           const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] parent_valid,
+           const int64_t[::1] arg, const uint8_t[::1] arg_valid, const uint8_t[::1] error,
+           const int32_t[::1] thread, const int32_t[::1] name, const int32_t[::1] category,
+           const int32_t[::1] thread_name, list thread_texts, list name_texts, list category_texts,
+           list thread_name_texts, int64_t origin, progress=None):
+    """Every row's event line to ``sink`` (``write(bytes-like)``), in trace order.
+
+    Rows may come in any order: they are put in trace order here with the radix sort the
+    Perfetto codec uses too (``_trace_order.pxd``). One event a line, each after ",\\n"
+    (the header ends with an event): an ``X`` event a span, an ``i`` event (thread scope)
+    an instant. ``*_texts`` are the pre-encoded pieces per code: ``,"pid":P,"tid":T`` per
+    thread, ``,"name":...`` per name, ``,"cat":...`` per category, ``,"thread_name":...``
+    per renamed thread (a code of -1: none). Lines go out ``buffer_size`` bytes at a time.
     """
     cdef _Texts threads = _Texts(thread_texts)
     cdef _Texts names = _Texts(name_texts)
     cdef _Texts categories = _Texts(category_texts)
     cdef _Texts thread_names = _Texts(thread_name_texts)
-    cdef Py_ssize_t n = start.shape[0], i
-    # Fixed text and numbers of a line come to under 260 bytes: a bound, so that the loop
-    # below checks no space.
-    cdef Py_ssize_t bound = n * (260 + threads.longest + names.longest + categories.longest + thread_names.longest)
-    if PyByteArray_GET_SIZE(out) < bound:
-        PyByteArray_Resize(out, bound)
-    cdef char* base = PyByteArray_AS_STRING(out)
+    cdef Py_ssize_t n = start.shape[0], i, k, done = 0
+    if n == 0:
+        return
+    if n >= 0xFFFFFFFF:
+        raise ValueError("a Chrome JSON export holds at most 4,294,967,294 spans")
+    # Fixed text and numbers of a line come to under 260 bytes: with the longest texts a
+    # bound on one line, so the loop checks space once a line, not once a field.
+    cdef Py_ssize_t line = 260 + threads.longest + names.longest + categories.longest + thread_names.longest
+    cdef Py_ssize_t cap = max(buffer_size, 2 * line)
+    cdef char* base = <char*>malloc(cap)
     cdef char* p = base
+    cdef char* limit = base + cap - line
     cdef int32_t code
-    with nogil:
-        for i in range(n):
-            if duration[i] == 0:
-                p = put(p, b',\n{"ph":"i","s":"t","ts":', 25)
-                p = put_us(p, start[i] - origin)
-            else:
-                p = put(p, b',\n{"ph":"X","ts":', 17)
-                p = put_us(p, start[i] - origin)
-                p = put(p, b',"dur":', 7)
-                p = put_us(p, duration[i])
-            code = thread[i]
-            p = put(p, threads.ptr[code], threads.length[code])
-            code = name[i]
-            p = put(p, names.ptr[code], names.length[code])
-            code = category[i]
-            if code >= 0:
-                p = put(p, categories.ptr[code], categories.length[code])
-            p = put(p, b',"args":{"span_id":', 19)
-            p = put_u64(p, span_id[i])
-            p = put(p, b',"parent_id":', 13)
-            if parent_valid[i]:
-                p = put_u64(p, parent_id[i])
-            else:
-                p = put(p, b'null', 4)
-            p = put(p, b',"depth":', 9)
-            p = put_i64(p, depth[i])
-            p = put(p, b',"arg":', 7)
-            if arg_valid[i]:
-                p = put_i64(p, arg[i])
-            else:
-                p = put(p, b'null', 4)
-            if error[i]:
-                p = put(p, b',"error":true', 13)
-            else:
-                p = put(p, b',"error":false', 14)
-            code = thread_name[i]
-            if code >= 0:
-                p = put(p, thread_names.ptr[code], thread_names.length[code])
-            p = put(p, b'}}', 2)
-    return p - base
+    cdef uint32_t* order = NULL
+    if base == NULL:
+        raise MemoryError()
+    try:
+        order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
+                            &parent_valid[0], &thread[0], NULL, NULL, NULL)
+        k = 0
+        while k < n:
+            with nogil:
+                while k < n and p < limit:
+                    i = order[k]
+                    k += 1
+                    if duration[i] == 0:
+                        p = put(p, b',\n{"ph":"i","s":"t","ts":', 25)
+                        p = put_us(p, start[i] - origin)
+                    else:
+                        p = put(p, b',\n{"ph":"X","ts":', 17)
+                        p = put_us(p, start[i] - origin)
+                        p = put(p, b',"dur":', 7)
+                        p = put_us(p, duration[i])
+                    code = thread[i]
+                    p = put(p, threads.ptr[code], threads.length[code])
+                    code = name[i]
+                    p = put(p, names.ptr[code], names.length[code])
+                    code = category[i]
+                    if code >= 0:
+                        p = put(p, categories.ptr[code], categories.length[code])
+                    p = put(p, b',"args":{"span_id":', 19)
+                    p = put_u64(p, span_id[i])
+                    p = put(p, b',"parent_id":', 13)
+                    if parent_valid[i]:
+                        p = put_u64(p, parent_id[i])
+                    else:
+                        p = put(p, b'null', 4)
+                    p = put(p, b',"depth":', 9)
+                    p = put_i64(p, depth[i])
+                    p = put(p, b',"arg":', 7)
+                    if arg_valid[i]:
+                        p = put_i64(p, arg[i])
+                    else:
+                        p = put(p, b'null', 4)
+                    if error[i]:
+                        p = put(p, b',"error":true', 13)
+                    else:
+                        p = put(p, b',"error":false', 14)
+                    code = thread_name[i]
+                    if code >= 0:
+                        p = put(p, thread_names.ptr[code], thread_names.length[code])
+                    p = put(p, b'}}', 2)
+            _drain(sink, base, p - base)
+            p = base
+            if progress is not None:
+                progress(k - done)
+                done = k
+    finally:
+        free(order)
+        free(base)
 
 
 # =========================================================================== reader: strings
@@ -887,7 +938,7 @@ cdef class Reader:
         return self.stop - p >= n and memcmp(p, text, n) == 0
 
     cdef const char* parse_own(self, const char* p) except? NULL:
-        """An event spelled exactly as encode_rows writes it, read field after field with
+        """An event spelled exactly as encode writes it, read field after field with
         no key lookups (most events a load sees are ours, and keys are most of their
         bytes); NULL as soon as the spelling differs: the general path then reads the
         event from its start. Numbers and strings go through the same scanners, so both
