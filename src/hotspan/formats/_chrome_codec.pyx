@@ -23,6 +23,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport PyBUF_READ
+from cpython.exc cimport PyErr_SetFromErrno
+from posix.unistd cimport lseek, SEEK_CUR
 
 from ._trace_order cimport trace_order, thread_codes_of
 
@@ -153,11 +155,54 @@ def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[
     return thread_codes_of(n, &pid[0], &rank[0], &tid[0], &thread_name[0])
 
 
-cdef int _drain(object sink, char* base, Py_ssize_t length) except -1:
-    """``length`` bytes at ``base`` to ``sink.write`` (a raw file writes directly; a short
-    write is retried with the rest)."""
+cdef extern from *:
+    """
+    #include <fcntl.h>
+    #include <unistd.h>
+    #include <errno.h>
+    /* Start the disk write of a block just written (Linux; elsewhere nothing), so that the
+       writeback overlaps the formatting of the next blocks and the exporter's final
+       fsync() finds little left to do. Only a hint: errors are left to that fsync(). */
+    #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+    static void hs_start_writeback(int fd, long long offset, long long n) {
+        (void)sync_file_range(fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
+    }
+    #else
+    static void hs_start_writeback(int fd, long long offset, long long n) { (void)fd; (void)offset; (void)n; }
+    #endif
+    /* All n bytes to fd (short writes and EINTR retried); -1 with errno on failure. */
+    static int hs_write_all(int fd, const char* p, long long n) {
+        while (n > 0) {
+            ssize_t w = write(fd, p, (size_t)n);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return -1;
+            }
+            p += w;
+            n -= w;
+        }
+        return 0;
+    }
+    """
+    void hs_start_writeback(int fd, long long offset, long long n) nogil
+    int hs_write_all(int fd, const char* p, long long n) nogil
+
+
+cdef int _drain(object sink, int fd, long long* offset, char* base, Py_ssize_t length) except -1:
+    """``length`` bytes at ``base`` to the file descriptor ``fd`` (>= 0; its writeback
+    started at once), else to ``sink.write`` (a short write is retried with the rest)."""
     cdef Py_ssize_t done = 0
     cdef object wrote
+    cdef int rc
+    if fd >= 0:
+        with nogil:
+            rc = hs_write_all(fd, base, length)
+            if rc == 0:
+                hs_start_writeback(fd, offset[0], length)
+        if rc != 0:
+            PyErr_SetFromErrno(OSError)
+        offset[0] += length
+        return 0
     view = memoryview(PyMemoryView_FromMemory(base, length, PyBUF_READ))
     while done < length:
         wrote = sink.write(view[done:])
@@ -172,7 +217,8 @@ def encode(sink, Py_ssize_t buffer_size,
            const int32_t[::1] thread, const int32_t[::1] name, const int32_t[::1] category,
            const int32_t[::1] thread_name, list thread_texts, list name_texts, list category_texts,
            list thread_name_texts, int64_t origin, progress=None):
-    """Every row's event line to ``sink`` (``write(bytes-like)``), in trace order.
+    """Every row's event line to ``sink`` (an int: a file descriptor open for writing,
+    else an object with ``write(bytes-like)``), in trace order.
 
     Rows may come in any order: they are put in trace order here with the radix sort the
     Perfetto codec uses too (``_trace_order.pxd``). One event a line, each after ",\\n"
@@ -199,6 +245,13 @@ def encode(sink, Py_ssize_t buffer_size,
     cdef char* limit = base + cap - line
     cdef int32_t code
     cdef uint32_t* order = NULL
+    cdef int fd = -1
+    cdef long long offset = 0
+    if isinstance(sink, int):
+        fd = sink
+        offset = lseek(fd, 0, SEEK_CUR)
+        if offset < 0:
+            offset = 0  # not seekable (a pipe): the writeback hint does not apply anyway
     if base == NULL:
         raise MemoryError()
     try:
@@ -247,7 +300,7 @@ def encode(sink, Py_ssize_t buffer_size,
                     if code >= 0:
                         p = put(p, thread_names.ptr[code], thread_names.length[code])
                     p = put(p, b'}}', 2)
-            _drain(sink, base, p - base)
+            _drain(sink, fd, &offset, base, p - base)
             p = base
             if progress is not None:
                 progress(k - done)

@@ -109,9 +109,12 @@ class ChromeJsonExporter(Exporter):
                 with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as sink:
                     self._write_events(layout, sink, path)
             else:
-                self._write_events(layout, raw, path)
+                self._write_events(layout, raw, path, fd=raw.fileno())
 
-    def _write_events(self, layout: _Layout, sink, path: Path) -> None:
+    def _write_events(self, layout: _Layout, sink, path: Path, fd: int | None = None) -> None:
+        """The header, the event lines and the tail to ``sink``; ``fd`` (the same unbuffered
+        file's descriptor): the codec writes the lines there itself, and starts their
+        writeback as it goes."""
         json_pid, json_tid = self._json_ids(layout)
         sink.write(self._header(layout, json_pid, json_tid).encode())
         thread_texts = [
@@ -123,7 +126,7 @@ class ChromeJsonExporter(Exporter):
         thread_name_texts = [f',"thread_name":{_dumps(name)}'.encode() for name in layout.thread_names]
         with Progress(layout.num_rows, f"writing {path.name}") as progress:
             codec.encode(
-                sink, WRITE_BLOCK, layout.start, layout.duration, layout.depth, layout.span_id,
+                sink if fd is None else fd, WRITE_BLOCK, layout.start, layout.duration, layout.depth, layout.span_id,
                 layout.parent_id, layout.has_parent, layout.arg, layout.has_arg, layout.error,
                 layout.thread, layout.name, layout.category, layout.renamed,
                 thread_texts, name_texts, category_texts, thread_name_texts, layout.start_ns, progress.advance,
