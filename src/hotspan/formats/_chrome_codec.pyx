@@ -23,12 +23,12 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport PyBUF_READ
-from cpython.exc cimport PyErr_SetFromErrno
 from posix.unistd cimport lseek, SEEK_CUR
 
 from ._trace_order cimport trace_order, thread_codes_of
 
 import json
+import os
 
 from .base import TraceFileError
 
@@ -160,6 +160,7 @@ cdef extern from *:
     #include <fcntl.h>
     #include <unistd.h>
     #include <errno.h>
+    #include <pthread.h>
     /* Start the disk write of a block just written (Linux; elsewhere nothing), so that the
        writeback overlaps the formatting of the next blocks and the exporter's final
        fsync() finds little left to do. Only a hint: errors are left to that fsync(). */
@@ -183,26 +184,101 @@ cdef extern from *:
         }
         return 0;
     }
+    /* One background thread that writes the block the formatter hands it (one at a time)
+       while the formatter fills the other of two buffers: the kernel's copy into the page
+       cache (about as long as the formatting) overlaps it instead of following it. */
+    typedef struct {
+        pthread_t thread;
+        pthread_mutex_t mutex;
+        pthread_cond_t cond;
+        int fd, busy, stop, error, started;
+        const char* data;
+        long long length, offset;
+    } hs_writer;
+    static void* hs_writer_main(void* arg) {
+        hs_writer* w = (hs_writer*)arg;
+        pthread_mutex_lock(&w->mutex);
+        for (;;) {
+            while (!w->busy && !w->stop) pthread_cond_wait(&w->cond, &w->mutex);
+            if (!w->busy) break;
+            const char* data = w->data;
+            long long length = w->length, offset = w->offset;
+            pthread_mutex_unlock(&w->mutex);
+            int error = hs_write_all(w->fd, data, length) ? errno : 0;
+            if (!error) hs_start_writeback(w->fd, offset, length);
+            pthread_mutex_lock(&w->mutex);
+            if (error && !w->error) w->error = error;
+            w->offset += length;
+            w->busy = 0;
+            pthread_cond_broadcast(&w->cond);
+        }
+        pthread_mutex_unlock(&w->mutex);
+        return NULL;
+    }
+    /* 0, or an errno (the thread could not start). */
+    static int hs_writer_start(hs_writer* w, int fd, long long offset) {
+        w->fd = fd; w->busy = 0; w->stop = 0; w->error = 0; w->offset = offset; w->started = 0;
+        pthread_mutex_init(&w->mutex, NULL);
+        pthread_cond_init(&w->cond, NULL);
+        int rc = pthread_create(&w->thread, NULL, hs_writer_main, w);
+        if (rc) {
+            pthread_mutex_destroy(&w->mutex);
+            pthread_cond_destroy(&w->cond);
+            return rc;
+        }
+        w->started = 1;
+        return 0;
+    }
+    /* Wait for the block being written; returns the first write error (an errno) or 0. */
+    static int hs_writer_wait(hs_writer* w) {
+        pthread_mutex_lock(&w->mutex);
+        while (w->busy) pthread_cond_wait(&w->cond, &w->mutex);
+        int error = w->error;
+        pthread_mutex_unlock(&w->mutex);
+        return error;
+    }
+    /* Hand over a block (after the previous one is written); an errno if one failed. */
+    static int hs_writer_submit(hs_writer* w, const char* data, long long length) {
+        pthread_mutex_lock(&w->mutex);
+        while (w->busy) pthread_cond_wait(&w->cond, &w->mutex);
+        int error = w->error;
+        if (!error) {
+            w->data = data; w->length = length; w->busy = 1;
+            pthread_cond_broadcast(&w->cond);
+        }
+        pthread_mutex_unlock(&w->mutex);
+        return error;
+    }
+    /* Finish the last block, end the thread; the first write error or 0. */
+    static int hs_writer_stop(hs_writer* w) {
+        if (!w->started) return 0;
+        int error = hs_writer_wait(w);
+        pthread_mutex_lock(&w->mutex);
+        w->stop = 1;
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->mutex);
+        pthread_join(w->thread, NULL);
+        pthread_mutex_destroy(&w->mutex);
+        pthread_cond_destroy(&w->cond);
+        w->started = 0;
+        return error;
+    }
     """
-    void hs_start_writeback(int fd, long long offset, long long n) nogil
-    int hs_write_all(int fd, const char* p, long long n) nogil
+    ctypedef struct hs_writer:
+        pass
+    int hs_writer_start(hs_writer* w, int fd, long long offset) nogil
+    int hs_writer_submit(hs_writer* w, const char* data, long long length) nogil
+    int hs_writer_stop(hs_writer* w) nogil
 
 
-cdef int _drain(object sink, int fd, long long* offset, char* base, Py_ssize_t length) except -1:
-    """``length`` bytes at ``base`` to the file descriptor ``fd`` (>= 0; its writeback
-    started at once), else to ``sink.write`` (a short write is retried with the rest)."""
+cdef int _raise_errno(int error) except -1:
+    raise OSError(error, os.strerror(error))
+
+
+cdef int _drain(object sink, char* base, Py_ssize_t length) except -1:
+    """``length`` bytes at ``base`` to ``sink.write`` (a short write is retried with the rest)."""
     cdef Py_ssize_t done = 0
     cdef object wrote
-    cdef int rc
-    if fd >= 0:
-        with nogil:
-            rc = hs_write_all(fd, base, length)
-            if rc == 0:
-                hs_start_writeback(fd, offset[0], length)
-        if rc != 0:
-            PyErr_SetFromErrno(OSError)
-        offset[0] += length
-        return 0
     view = memoryview(PyMemoryView_FromMemory(base, length, PyBUF_READ))
     while done < length:
         wrote = sink.write(view[done:])
@@ -225,7 +301,9 @@ def encode(sink, Py_ssize_t buffer_size,
     (the header ends with an event): an ``X`` event a span, an ``i`` event (thread scope)
     an instant. ``*_texts`` are the pre-encoded pieces per code: ``,"pid":P,"tid":T`` per
     thread, ``,"name":...`` per name, ``,"cat":...`` per category, ``,"thread_name":...``
-    per renamed thread (a code of -1: none). Lines go out ``buffer_size`` bytes at a time.
+    per renamed thread (a code of -1: none). Lines go out ``buffer_size`` bytes at a time;
+    to a file descriptor from a writer thread (``hs_writer``) while the next block is
+    formatted, each block's writeback started as soon as it is written.
     """
     cdef _Texts threads = _Texts(thread_texts)
     cdef _Texts names = _Texts(name_texts)
@@ -240,23 +318,35 @@ def encode(sink, Py_ssize_t buffer_size,
     # bound on one line, so the loop checks space once a line, not once a field.
     cdef Py_ssize_t line = 260 + threads.longest + names.longest + categories.longest + thread_names.longest
     cdef Py_ssize_t cap = max(buffer_size, 2 * line)
-    cdef char* base = <char*>malloc(cap)
+    # Two buffers: one formatted while the writer thread writes the other (fd sinks only).
+    cdef char* buffers[2]
+    buffers[0] = <char*>malloc(cap)
+    buffers[1] = <char*>malloc(cap)
+    cdef int current = 0
+    cdef char* base = buffers[0]
     cdef char* p = base
     cdef char* limit = base + cap - line
     cdef int32_t code
     cdef uint32_t* order = NULL
-    cdef int fd = -1
+    cdef int fd = -1, failed = 0
     cdef long long offset = 0
+    cdef hs_writer writer
+    cdef bint writing = False
     if isinstance(sink, int):
         fd = sink
         offset = lseek(fd, 0, SEEK_CUR)
         if offset < 0:
             offset = 0  # not seekable (a pipe): the writeback hint does not apply anyway
-    if base == NULL:
-        raise MemoryError()
     try:
+        if buffers[0] == NULL or buffers[1] == NULL:
+            raise MemoryError()
         order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
                             &parent_valid[0], &thread[0], NULL, NULL, NULL)
+        if fd >= 0:
+            failed = hs_writer_start(&writer, fd, offset)
+            if failed:
+                _raise_errno(failed)
+            writing = True
         k = 0
         while k < n:
             with nogil:
@@ -300,14 +390,33 @@ def encode(sink, Py_ssize_t buffer_size,
                     if code >= 0:
                         p = put(p, thread_names.ptr[code], thread_names.length[code])
                     p = put(p, b'}}', 2)
-            _drain(sink, fd, &offset, base, p - base)
+                if writing:
+                    failed = hs_writer_submit(&writer, base, p - base)
+            if writing:
+                if failed:
+                    _raise_errno(failed)
+                current ^= 1
+                base = buffers[current]
+                limit = base + cap - line
+            else:
+                _drain(sink, base, p - base)
             p = base
             if progress is not None:
                 progress(k - done)
                 done = k
+        if writing:
+            writing = False
+            with nogil:
+                failed = hs_writer_stop(&writer)
+            if failed:
+                _raise_errno(failed)
     finally:
+        if writing:
+            with nogil:
+                hs_writer_stop(&writer)
         free(order)
-        free(base)
+        free(buffers[0])
+        free(buffers[1])
 
 
 # =========================================================================== reader: strings
@@ -1377,6 +1486,10 @@ cdef class Reader:
 
         # ------------------------------------------------ what the event means
         cdef Event e
+        # Zeroed: a C struct local is not, and fields this path does not set (``exact``)
+        # would otherwise hold what parse_own left in the same stack slot (an event whose
+        # own spelling broke after ``exact`` was set took that event's unread dur of 0).
+        memset(&e, 0, sizeof(Event))
         e.ph, e.first = ph, first
         e.ts, e.ts_kind, e.ts_raw, e.ts_len = ts, ts_kind, ts_raw, ts_len
         e.dur, e.dur_kind, e.dur_raw, e.dur_len = dur, dur_kind, dur_raw, dur_len
