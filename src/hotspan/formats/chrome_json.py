@@ -14,8 +14,11 @@ What the file holds:
   (and ``thread_name`` for the rare span whose thread was renamed mid-trace).
 
 The compiled codec (``_chrome_codec.pyx``) writes the event lines and reads every Chrome
-trace, ours and foreign, with one streaming parser over bounded blocks of the file. This
-module prepares the writer's inputs and turns the reader's columns into the span table:
+trace, ours and foreign, with one streaming parser over bounded blocks of the file. The
+writer takes the table's columns in any row order and sorts them into trace order itself
+(the radix sort the Perfetto codec shares, ``_trace_order.pxd``). This module prepares the
+writer's inputs (contiguous columns, dictionary codes, the thread and process tables) and
+turns the reader's columns into the span table:
 
 * our own files keep their ids, nesting and metadata;
 * foreign files (VizTracer, torch.profiler, multi-rank tracers, hand-written ones: object
