@@ -359,3 +359,45 @@ def test_lone_surrogate_escapes_become_replacement_text(tmp_path):
     table.validate(full=True)
     row = table.to_pylist()[0]
     assert (row["name"], row["thread_name"]) == ("a?b", "x")
+
+
+# --------------------------------------------------------------------------- writer
+
+
+@pytest.mark.parametrize("block", [1, 300, 1 << 20])
+def test_the_writer_gives_the_same_bytes_in_any_block_size_and_through_gzip(spans, tmp_path, monkeypatch, block):
+    """The lines go straight to the file descriptor a block at a time (two buffers, a
+    writer thread); through gzip they go to a Python stream: the same bytes either way,
+    however many blocks (a tiny block: one line a block)."""
+    monkeypatch.setattr(chrome_json, "WRITE_BLOCK", block)
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    export(spans, plain)
+    export(spans, packed)
+    assert plain.read_bytes() == gzip.decompress(packed.read_bytes())
+    assert plain.read_bytes().count(b'\n{"ph":"') == spans.num_rows
+    assert_same_spans(spans, load(plain), keep_order=False)
+
+
+def test_the_row_order_of_the_table_does_not_change_the_file(spans, tmp_path):
+    """The codec sorts the rows into trace order itself: any permutation of the table's
+    rows writes the same file."""
+    export(spans, tmp_path / "a.json")
+    shuffled = spans.take(pa.array(random.Random(4).sample(range(spans.num_rows), spans.num_rows)))
+    export(shuffled, tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_failed_write_is_an_os_error(spans):
+    """A write that fails (the disk is full) reaches the caller as OSError, from the writer
+    thread, and nothing hangs."""
+    import numpy as np
+
+    from hotspan.formats import _chrome_codec as codec
+
+    n = 1000
+    i64, u64, u8, i32 = (np.arange(n, dtype=t) for t in (np.int64, np.uint64, np.uint8, np.int32))
+    with open("/dev/full", "wb", buffering=0) as full, pytest.raises(OSError) as caught:
+        codec.encode(full.fileno(), 4096, i64, i64 + 1, i32 * 0, u64 + 1, u64, u8 * 0, i64, u8 * 0, u8 * 0,
+                     i32 * 0, i32 * 0, i32 * 0 - 1, i32 * 0 - 1, [b',"pid":1,"tid":1'], [b',"name":"x"'], [], [], 0)
+    assert caught.value.errno == 28  # ENOSPC

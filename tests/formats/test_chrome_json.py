@@ -413,3 +413,17 @@ def test_ids_and_args_of_twenty_digits(spans, tmp_path):
     export(big, path)
     assert_same_spans(big, load(path), keep_order=False)
     assert_same_spans(load(path), _load_general(path))
+
+
+def test_our_line_with_a_fourth_decimal_is_read_by_the_general_path(tmp_path):
+    """``"ts":0.0000`` is valid JSON but not our spelling: the general path reads the
+    event, with its duration (found by the fuzz above: the fast path's half-filled event
+    leaked its ``exact`` flag and a duration of 0 into the general path's)."""
+    from conftest import build_spans
+
+    path = tmp_path / "ours.json"
+    export(build_spans(seed=3, roots_per_thread=1, longest_root_ns=3000), path)
+    text = path.read_bytes()
+    at = text.index(b'"ts":0.000,') + len(b'"ts":0.000')
+    path.write_bytes(text[:at] + b"0" + text[at:])
+    assert_same_spans(_load_general(path), load(path))

@@ -27,6 +27,8 @@ from libc.errno cimport errno, EINTR
 from posix.unistd cimport read as c_read, write as c_write
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 
+from ._trace_order cimport trace_order, thread_codes_of
+
 import json
 import os
 
@@ -279,151 +281,12 @@ cdef int interned_packet(_Out out, int64_t sequence, int flags, list categories,
 
 def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[::1] tid,
                  const int32_t[::1] thread_name):
-    """Per row the index of its (pid, rank, tid) in ``keys`` (first-seen order), keys, and
-    how many rows of each thread carry each thread name: {(thread, name code): rows},
-    counted in runs (rows of a thread come in long runs), so Python sees only the changes."""
-    cdef Py_ssize_t n = pid.shape[0], i, run = 0
-    codes = np.empty(n, np.int32)
-    cdef int32_t[::1] c = codes
-    cdef int64_t lp = 0, lt = 0
-    cdef int32_t lr = 0, last = -1, last_name = -1
-    seen = {}
-    names = {}
-    for i in range(n):
-        if last < 0 or pid[i] != lp or rank[i] != lr or tid[i] != lt or thread_name[i] != last_name:
-            if run:
-                names[last, last_name] = names.get((last, last_name), 0) + run
-            lp, lr, lt, last_name = pid[i], rank[i], tid[i], thread_name[i]
-            last = seen.setdefault((lp, lr, lt), len(seen))
-            run = 0
-        c[i] = last
-        run += 1
-    if run:
-        names[last, last_name] = names.get((last, last_name), 0) + run
-    return codes, list(seen), names
-
-
-# --------------------------------------------------------------------------- closing instants
-
-
-cdef inline uint64_t _hash(uint64_t key, int bits) noexcept nogil:
-    return (key * <uint64_t>0x9E3779B97F4A7C15) >> (64 - bits)
-
-
-cdef uint8_t* closing_instants(Py_ssize_t n, const int64_t[::1] start, const int64_t[::1] duration,
-                               const uint64_t[::1] span_id, const uint64_t[::1] parent_id,
-                               const uint8_t[::1] has_parent) except? NULL:
-    """Per row 1 for an instant whose parent ends at the instant's own time (it must come
-    before that end), else 0; NULL when there is none. The parents are found with a hash
-    table of the instants' parent ids only (instants are few)."""
-    cdef Py_ssize_t i, m = 0
-    cdef int bits = 1
-    cdef uint64_t size, h, mask
-    cdef uint64_t* keys
-    cdef int64_t* ends
-    cdef uint8_t* used
-    cdef uint8_t* result
-    for i in range(n):
-        if duration[i] == 0 and has_parent[i]:
-            m += 1
-    if m == 0:
-        return NULL
-    while (<uint64_t>1 << bits) < <uint64_t>(2 * m):
-        bits += 1
-    size = <uint64_t>1 << bits
-    mask = size - 1
-    keys = <uint64_t*>malloc(size * sizeof(uint64_t))
-    ends = <int64_t*>malloc(size * sizeof(int64_t))
-    used = <uint8_t*>calloc(size, 1)
-    result = <uint8_t*>calloc(n, 1)
-    if keys == NULL or ends == NULL or used == NULL or result == NULL:
-        free(keys); free(ends); free(used); free(result)
-        raise MemoryError()
-    for i in range(n):
-        if duration[i] == 0 and has_parent[i]:
-            h = _hash(parent_id[i], bits)
-            while used[h] and keys[h] != parent_id[i]:
-                h = (h + 1) & mask
-            used[h] = 1
-            keys[h] = parent_id[i]
-            ends[h] = INT64_MIN
-    for i in range(n):
-        h = _hash(span_id[i], bits)
-        while used[h]:
-            if keys[h] == span_id[i]:
-                ends[h] = start[i] + duration[i]
-                break
-            h = (h + 1) & mask
-    for i in range(n):
-        if duration[i] == 0 and has_parent[i]:
-            h = _hash(parent_id[i], bits)
-            while keys[h] != parent_id[i]:
-                h = (h + 1) & mask
-            result[i] = ends[h] == start[i]
-    free(keys); free(ends); free(used)
-    return result
-
-
-# --------------------------------------------------------------------------- order
-
-
-cdef int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) except -1:
-    """Sort ``index`` (initially 0..n-1) by ``key``, stably: LSD radix on bytes (256
-    buckets: the scatter's write positions stay in L1), every digit's histogram from one
-    read of the keys, digits every key shares skipped. ``key`` is permuted along."""
-    cdef uint64_t* k2 = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
-    cdef uint32_t* i2 = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
-    cdef Py_ssize_t (*count)[256]
-    cdef Py_ssize_t i, total, c
-    cdef int digits = (bits + 7) // 8, shift, d, v
-    cdef uint64_t kv
-    cdef uint64_t* tk
-    cdef uint32_t* ti
-    cdef bint swapped = False
-    count = <Py_ssize_t (*)[256]>calloc(8 * 256, sizeof(Py_ssize_t))
-    if k2 == NULL or i2 == NULL or count == NULL:
-        free(k2); free(i2); free(count)
-        raise MemoryError()
-    with nogil:
-        for i in range(n):
-            kv = key[i]
-            for d in range(digits):
-                count[d][(kv >> (8 * d)) & 255] += 1
-        for d in range(digits):
-            shift = 8 * d
-            if count[d][(key[0] >> shift) & 255] == n:
-                continue  # every key has this byte: nothing moves
-            total = 0
-            for v in range(256):
-                c = count[d][v]
-                count[d][v] = total
-                total += c
-            for i in range(n):
-                kv = key[i]
-                v = (kv >> shift) & 255
-                k2[count[d][v]] = kv
-                i2[count[d][v]] = index[i]
-                count[d][v] += 1
-            tk = key; key = k2; k2 = tk
-            ti = index; index = i2; i2 = ti
-            swapped = not swapped
-        if swapped:  # the result is in the scratch arrays: copy it back
-            memcpy(k2, key, n * sizeof(uint64_t))
-            memcpy(i2, index, n * sizeof(uint32_t))
-            tk = key; key = k2; k2 = tk
-            ti = index; index = i2; i2 = ti
-    free(k2)
-    free(i2)
-    free(count)
-    return 0
-
-
-cdef inline int bit_length(uint64_t v) noexcept nogil:
-    cdef int b = 0
-    while v:
-        b += 1
-        v >>= 1
-    return b
+    """Per row its thread's index, the threads (pid, rank, tid) and their names' row
+    counts: see ``_trace_order.thread_codes_of`` (shared with the Chrome JSON codec)."""
+    cdef Py_ssize_t n = pid.shape[0]
+    if n == 0:
+        return np.empty(0, np.int32), [], {}
+    return thread_codes_of(n, &pid[0], &rank[0], &tid[0], &thread_name[0])
 
 
 # --------------------------------------------------------------------------- heap of ends
@@ -527,61 +390,17 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     if n >= 0xFFFFFFFF:
         raise ValueError("a Perfetto export holds at most 4,294,967,294 spans")
 
-    cdef uint8_t* closing = closing_instants(n, start, duration, span_id, parent_id, has_parent)
-    cdef int64_t min_start = start[0], max_start = start[0], min_depth = depth[0], max_depth = depth[0]
-    cdef int32_t max_thread = 0
-    for i in range(n):
-        if start[i] < min_start: min_start = start[i]
-        if start[i] > max_start: max_start = start[i]
-        if depth[i] < min_depth: min_depth = depth[i]
-        if depth[i] > max_depth: max_depth = depth[i]
-        if thread[i] > max_thread: max_thread = thread[i]
-    # The order of events at one time on one thread, as a rank: instants closing their
-    # parent and ends, deepest first (max_depth - depth); then openings, shallowest first,
-    # an instant before a span of its own depth (D + 1 + 2 * (depth - min_depth) + is_span).
-    cdef int64_t D = max_depth - min_depth
-    cdef int bits_rank = bit_length(<uint64_t>(3 * D + 2))  # the largest rank
-    cdef int bits_start = bit_length(<uint64_t>(max_start - min_start))
-    cdef int bits_thread = bit_length(<uint64_t>max_thread)
-    cdef uint64_t* key = NULL
-    cdef uint32_t* order = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
-    cdef int64_t* rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
+    # Trace order (shared with the Chrome JSON codec, ``_trace_order.pxd``): the
+    # permutation, each row's rank at its time and the instants closing their parent.
+    cdef int64_t* rank = NULL
+    cdef uint8_t* closing = NULL
+    cdef int64_t max_depth = 0
+    cdef uint32_t* order = NULL
     cdef End* heap = NULL
-    cdef Py_ssize_t heap_n = 0, heap_cap = 64
-    cdef bint sorted_already = True
-    cdef uint64_t prev = 0, kv
-    cdef bint fits = bits_thread + bits_start + bits_rank <= 64
+    cdef Py_ssize_t heap_cap = 64
     try:
-        if order == NULL or rank == NULL:
-            raise MemoryError()
-        for i in range(n):
-            if closing != NULL and closing[i]:
-                rank[i] = max_depth - depth[i]
-            else:
-                rank[i] = D + 1 + 2 * (depth[i] - min_depth) + (duration[i] > 0)
-            order[i] = <uint32_t>i
-        if fits:
-            key = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
-            if key == NULL:
-                raise MemoryError()
-            for i in range(n):
-                kv = ((<uint64_t>thread[i] << bits_start) | <uint64_t>(start[i] - min_start)) << bits_rank | <uint64_t>rank[i]
-                key[i] = kv
-                if kv < prev:
-                    sorted_already = False
-                prev = kv
-            if not sorted_already:
-                radix_argsort(key, order, n, bits_thread + bits_start + bits_rank)
-            free(key)
-            key = NULL
-        else:
-            # Start times spread over more than 2^64 ns with thread and rank bits: rare
-            # enough for numpy's general sort.
-            ranks = np.asarray(<int64_t[:n]>rank)
-            by = np.lexsort((ranks, np.asarray(start), np.asarray(thread))).astype(np.uint32)
-            for i in range(n):
-                order[i] = by[i]
-
+        order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &has_parent[0],
+                            &thread[0], &rank, &closing, &max_depth)
         heap = <End*>malloc(heap_cap * sizeof(End))
         if heap == NULL:
             raise MemoryError()
@@ -593,7 +412,6 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
         free(order)
         free(rank)
         free(closing)
-        free(key)
         free(heap)
 
 

@@ -14,8 +14,11 @@ What the file holds:
   (and ``thread_name`` for the rare span whose thread was renamed mid-trace).
 
 The compiled codec (``_chrome_codec.pyx``) writes the event lines and reads every Chrome
-trace, ours and foreign, with one streaming parser over bounded blocks of the file. This
-module prepares the writer's inputs and turns the reader's columns into the span table:
+trace, ours and foreign, with one streaming parser over bounded blocks of the file. The
+writer takes the table's columns in any row order and sorts them into trace order itself
+(the radix sort the Perfetto codec shares, ``_trace_order.pxd``). This module prepares the
+writer's inputs (contiguous columns, dictionary codes, the thread and process tables) and
+turns the reader's columns into the span table:
 
 * our own files keep their ids, nesting and metadata;
 * foreign files (VizTracer, torch.profiler, multi-rank tracers, hand-written ones: object
@@ -47,15 +50,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._schema import SPAN_SCHEMA
+from .._schema import META_HOST, SPAN_SCHEMA
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped
-from ._spans import UINT32_MAX, TraceLayout
 from .lanes import assign_lanes, restore_lanes
 
 FORMAT_MARK = "hotspan-chrome-json/1"
+UINT32_MAX = (1 << 32) - 1
 _GZIP_MAGIC = b"\x1f\x8b"
 
+#: Bytes of event lines the writer hands to the file at a time.
+WRITE_BLOCK = 4 << 20
 #: Bytes read a block: the reader holds one block (and the event cut at its end) at a time.
 READ_BLOCK = 4 << 20
 #: The largest single value (an event, ``otherData``) the reader takes.
@@ -101,16 +106,20 @@ class ChromeJsonExporter(Exporter):
 
     def _write(self, table: pa.Table, path: Path) -> None:
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
-        layout = TraceLayout(table)
-        with open(path, "wb") as raw:
+        layout = _Layout(table)
+        # Unbuffered: the codec hands over WRITE_BLOCK bytes at a time, nothing to gather.
+        with open(path, "wb", buffering=0) as raw:
             if self.compress:
                 # mtime=0: the same table gives the same bytes.
                 with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as sink:
                     self._write_events(layout, sink, path)
             else:
-                self._write_events(layout, raw, path)
+                self._write_events(layout, raw, path, fd=raw.fileno())
 
-    def _write_events(self, layout: TraceLayout, sink, path: Path) -> None:
+    def _write_events(self, layout: _Layout, sink, path: Path, fd: int | None = None) -> None:
+        """The header, the event lines and the tail to ``sink``; ``fd`` (the same unbuffered
+        file's descriptor): the codec writes the lines there itself, and starts their
+        writeback as it goes."""
         json_pid, json_tid = self._json_ids(layout)
         sink.write(self._header(layout, json_pid, json_tid).encode())
         thread_texts = [
@@ -120,35 +129,17 @@ class ChromeJsonExporter(Exporter):
         name_texts = [f',"name":{_dumps(name)}'.encode() for name in layout.names]
         category_texts = [f',"cat":{_dumps(category)}'.encode() for category in layout.categories]
         thread_name_texts = [f',"thread_name":{_dumps(name)}'.encode() for name in layout.thread_names]
-        out = bytearray()
         with Progress(layout.num_rows, f"writing {path.name}") as progress:
-            for batch in layout.batches():
-                rows = batch.rows
-
-                def values(key: str, dtype) -> np.ndarray:
-                    column = rows.column(key)
-                    if column.null_count:
-                        column = pc.fill_null(column, 0)
-                    return np.ascontiguousarray(column.to_numpy(), dtype)
-
-                def valid(key: str) -> np.ndarray:
-                    return np.ascontiguousarray(rows.column(key).is_valid().to_numpy(zero_copy_only=False), np.uint8)
-
-                length = codec.encode_rows(
-                    out, values("start_ns", np.int64), values("duration_ns", np.int64),
-                    values("span_id", np.uint64), values("parent_id", np.uint64), valid("parent_id"),
-                    values("depth", np.int32), values("arg", np.int64), valid("arg"),
-                    np.ascontiguousarray(rows.column("error").to_numpy(), np.uint8),
-                    np.ascontiguousarray(batch.thread, np.int32), np.ascontiguousarray(batch.name, np.int32),
-                    np.ascontiguousarray(batch.category, np.int32), np.ascontiguousarray(batch.thread_name, np.int32),
-                    thread_texts, name_texts, category_texts, thread_name_texts, layout.start_ns,
-                )
-                sink.write(memoryview(out)[:length])
-                progress.advance(rows.num_rows)
+            codec.encode(
+                sink if fd is None else fd, WRITE_BLOCK, layout.start, layout.duration, layout.depth, layout.span_id,
+                layout.parent_id, layout.has_parent, layout.arg, layout.has_arg, layout.error,
+                layout.thread, layout.name, layout.category, layout.renamed,
+                thread_texts, name_texts, category_texts, thread_name_texts, layout.start_ns, progress.advance,
+            )
         sink.write(b"\n]}\n")
 
     @staticmethod
-    def _json_ids(layout: TraceLayout) -> tuple[np.ndarray, np.ndarray]:
+    def _json_ids(layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
         """Event pid per process and tid per thread: the real ones when they fit in uint32
         (and pids are not shared by two ranks), else 1, 2, ..."""
         pids = layout.process_pid
@@ -164,7 +155,7 @@ class ChromeJsonExporter(Exporter):
         return json_pid, json_tid
 
     @staticmethod
-    def _header(layout: TraceLayout, json_pid: np.ndarray, json_tid: np.ndarray) -> str:
+    def _header(layout: _Layout, json_pid: np.ndarray, json_tid: np.ndarray) -> str:
         other = {
             "hotspan.format": FORMAT_MARK,
             "hotspan.trace_start_ns": layout.start_ns,
@@ -254,6 +245,101 @@ def _feed(reader: codec.Reader, stream, path: Path, limit: int | None) -> None:
             buffer[: filled - used] = buffer[used:filled]
             offset += used
             filled -= used
+
+
+# --------------------------------------------------------------------------- the writer's inputs
+
+
+def _values(table: pa.Table, name: str, dtype) -> np.ndarray:
+    """A non-null column as one contiguous array (no copy for a single chunk)."""
+    column = table.column(name)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
+
+
+def _nullable(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A nullable column's values (0 where null) and validity (uint8)."""
+    column = table.column(name)
+    if column.null_count == 0:
+        return _values(table, name, dtype), np.ones(table.num_rows, np.uint8)
+    values = np.ascontiguousarray(pc.fill_null(column, 0).combine_chunks().to_numpy(), dtype)
+    valid = column.is_valid().combine_chunks().to_numpy(zero_copy_only=False).view(np.uint8)
+    return values, np.ascontiguousarray(valid)
+
+
+def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Per-row int32 codes (-1 for null) into one dictionary of distinct strings."""
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    column = pa.table({"c": column}).unify_dictionaries().column("c")
+    if column.num_chunks == 0:
+        return np.empty(0, np.int32), []
+    dictionary = column.chunk(0).dictionary.to_pylist()
+    codes = [pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks]
+    return np.ascontiguousarray(np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32), dictionary
+
+
+class _Layout:
+    """A span table as the writer takes it: contiguous columns, dictionary codes, the
+    threads in trace order (by rank, pid, thread id) with each one's name (the one most of
+    its rows carry, ties: the smaller code; rows with another keep it per span) and the
+    processes (pid, rank). The rows stay in table order: the codec sorts them."""
+
+    def __init__(self, table: pa.Table):
+        self.num_rows = n = table.num_rows
+        self.metadata = dict(table.schema.metadata or {})
+        self.host = self.metadata.get(META_HOST, b"").decode("utf-8", "replace")
+        self.duration = _values(table, "duration_ns", np.int64)
+        self.start = _values(table, "start_ns", np.int64)
+        if n and self.duration.min() < 0:
+            bad = int((self.duration < 0).sum())
+            raise ValueError(f"{bad} span(s) have a negative duration_ns; a trace cannot show them")
+        self.start_ns = int(self.start.min()) if n else 0
+        self.depth = _values(table, "depth", np.int32)
+        self.span_id = _values(table, "span_id", np.uint64)
+        self.parent_id, self.has_parent = _nullable(table, "parent_id", np.uint64)
+        self.arg, self.has_arg = _nullable(table, "arg", np.int64)
+        self.error = _values(table, "error", np.bool_).view(np.uint8)
+        self.name, self.names = _dictionary_codes(table.column("name"))
+        self.category, self.categories = _dictionary_codes(table.column("category"))
+        thread_name, self.thread_names = _dictionary_codes(table.column("thread_name"))
+        codes, keys, name_rows = codec.thread_codes(
+            _values(table, "pid", np.int64), _values(table, "rank", np.int32), _values(table, "thread_id", np.int64),
+            thread_name)
+        order = sorted(range(len(keys)), key=lambda k: (keys[k][1], keys[k][0], keys[k][2]))
+        remap = np.empty(len(keys), np.int32)
+        remap[order] = np.arange(len(keys), dtype=np.int32)
+        best: dict[int, tuple[int, int]] = {}
+        for (thread, code), rows in name_rows.items():
+            if thread not in best or (-rows, code) < (-best[thread][0], best[thread][1]):
+                best[thread] = (rows, code)
+        self.thread_name = np.zeros(len(keys), np.int32)
+        for thread, (_, code) in best.items():
+            self.thread_name[remap[thread]] = code
+        self.thread = np.ascontiguousarray(remap[codes] if n else codes, np.int32)
+        threads = [keys[k] for k in order]
+        self.thread_pid = np.array([pid for pid, _, _ in threads], np.int64)
+        self.thread_tid = np.array([tid for _, _, tid in threads], np.int64)
+        processes = list(dict.fromkeys((pid, rank) for pid, rank, _ in threads))
+        self.process_pid = np.array([pid for pid, _ in processes], np.int64)
+        self.process_rank = np.array([rank for _, rank in processes], np.int64)
+        process_index = {key: i for i, key in enumerate(processes)}
+        self.thread_process = np.array([process_index[(pid, rank)] for pid, rank, _ in threads], np.int32)
+        # Per row -1 (its thread's own name) or the other name it carries.
+        own = self.thread_name[self.thread] if n else np.empty(0, np.int32)
+        self.renamed = np.ascontiguousarray(np.where(thread_name == own, -1, thread_name), np.int32)
+
+    def process_name(self, process: int) -> str:
+        rank = int(self.process_rank[process])
+        return f"rank {rank} @ {self.host}" if self.host else f"rank {rank}"
+
+    @property
+    def num_threads(self) -> int:
+        return len(self.thread_pid)
+
+    @property
+    def num_processes(self) -> int:
+        return len(self.process_pid)
 
 
 # --------------------------------------------------------------------------- assembly

@@ -552,6 +552,14 @@ def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
     recorder = _env_recorder
     if recorder is not None and recorder.running and recorder._nested_here():
         recorder._sigterm_deferred = True
+        # The outer call dies once it is done. Should it never be done, or never reach that
+        # point, the process must still die: a pool's terminate() sends one SIGTERM and then
+        # waits for the worker forever. A second SIGTERM now kills at once, and a watchdog
+        # kills after the time a stop may take.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        watchdog = threading.Timer(recorder.stop_timeout + 2.0, _die_of_sigterm)
+        watchdog.daemon = True
+        watchdog.start()
         return
     try:
         if recorder is not None and recorder.running:

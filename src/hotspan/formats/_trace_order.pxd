@@ -1,0 +1,235 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Trace order, shared by both trace codecs (``_chrome_codec``, ``_perfetto_codec``).
+
+Both formats replay a thread's events in the same order: per thread (index in trace order
+of the threads), by start time; at one time, first instants that close their parent (they
+are recorded at the parent's last tick), deepest first; then openings, shallowest first,
+an instant before a span of its own depth. :func:`trace_order` computes that permutation.
+
+Only ``cdef inline`` functions live here: each codec compiles its own copy (a ``.pxd``
+used as a header), so there is one implementation and no extra module to import.
+"""
+from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t, INT64_MIN
+from libc.string cimport memcpy
+from libc.stdlib cimport malloc, calloc, free
+
+
+cdef inline int bit_length(uint64_t v) noexcept nogil:
+    cdef int b = 0
+    while v:
+        b += 1
+        v >>= 1
+    return b
+
+
+cdef inline uint64_t _hash(uint64_t key, int bits) noexcept nogil:
+    return (key * <uint64_t>0x9E3779B97F4A7C15) >> (64 - bits)
+
+
+cdef inline uint8_t* closing_instants(Py_ssize_t n, const int64_t* start, const int64_t* duration,
+                                      const uint64_t* span_id, const uint64_t* parent_id,
+                                      const uint8_t* has_parent) except? NULL:
+    """Per row 1 for an instant whose parent ends at the instant's own time (it must come
+    before that end), else 0; NULL when there is none. The parents are found with a hash
+    table of the instants' parent ids only (instants are few)."""
+    cdef Py_ssize_t i, m = 0
+    cdef int bits = 1
+    cdef uint64_t size, h, mask
+    cdef uint64_t* keys
+    cdef int64_t* ends
+    cdef uint8_t* used
+    cdef uint8_t* result
+    for i in range(n):
+        if duration[i] == 0 and has_parent[i]:
+            m += 1
+    if m == 0:
+        return NULL
+    while (<uint64_t>1 << bits) < <uint64_t>(2 * m):
+        bits += 1
+    size = <uint64_t>1 << bits
+    mask = size - 1
+    keys = <uint64_t*>malloc(size * sizeof(uint64_t))
+    ends = <int64_t*>malloc(size * sizeof(int64_t))
+    used = <uint8_t*>calloc(size, 1)
+    result = <uint8_t*>calloc(n, 1)
+    if keys == NULL or ends == NULL or used == NULL or result == NULL:
+        free(keys); free(ends); free(used); free(result)
+        raise MemoryError()
+    for i in range(n):
+        if duration[i] == 0 and has_parent[i]:
+            h = _hash(parent_id[i], bits)
+            while used[h] and keys[h] != parent_id[i]:
+                h = (h + 1) & mask
+            used[h] = 1
+            keys[h] = parent_id[i]
+            ends[h] = INT64_MIN
+    for i in range(n):
+        h = _hash(span_id[i], bits)
+        while used[h]:
+            if keys[h] == span_id[i]:
+                ends[h] = start[i] + duration[i]
+                break
+            h = (h + 1) & mask
+    for i in range(n):
+        if duration[i] == 0 and has_parent[i]:
+            h = _hash(parent_id[i], bits)
+            while keys[h] != parent_id[i]:
+                h = (h + 1) & mask
+            result[i] = ends[h] == start[i]
+    free(keys); free(ends); free(used)
+    return result
+
+
+cdef inline int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) except -1:
+    """Sort ``index`` (initially 0..n-1) by ``key``, stably: LSD radix on bytes (256
+    buckets: the scatter's write positions stay in L1), every digit's histogram from one
+    read of the keys, digits every key shares skipped. ``key`` is permuted along."""
+    cdef uint64_t* k2 = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
+    cdef uint32_t* i2 = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
+    cdef Py_ssize_t (*count)[256]
+    cdef Py_ssize_t i, total, c
+    cdef int digits = (bits + 7) // 8, shift, d, v
+    cdef uint64_t kv
+    cdef uint64_t* tk
+    cdef uint32_t* ti
+    cdef bint swapped = False
+    count = <Py_ssize_t (*)[256]>calloc(8 * 256, sizeof(Py_ssize_t))
+    if k2 == NULL or i2 == NULL or count == NULL:
+        free(k2); free(i2); free(count)
+        raise MemoryError()
+    with nogil:
+        for i in range(n):
+            kv = key[i]
+            for d in range(digits):
+                count[d][(kv >> (8 * d)) & 255] += 1
+        for d in range(digits):
+            shift = 8 * d
+            if count[d][(key[0] >> shift) & 255] == n:
+                continue  # every key has this byte: nothing moves
+            total = 0
+            for v in range(256):
+                c = count[d][v]
+                count[d][v] = total
+                total += c
+            for i in range(n):
+                kv = key[i]
+                v = (kv >> shift) & 255
+                k2[count[d][v]] = kv
+                i2[count[d][v]] = index[i]
+                count[d][v] += 1
+            tk = key; key = k2; k2 = tk
+            ti = index; index = i2; i2 = ti
+            swapped = not swapped
+        if swapped:  # the result is in the scratch arrays: copy it back
+            memcpy(k2, key, n * sizeof(uint64_t))
+            memcpy(i2, index, n * sizeof(uint32_t))
+            tk = key; key = k2; k2 = tk
+            ti = index; index = i2; i2 = ti
+    free(k2)
+    free(i2)
+    free(count)
+    return 0
+
+
+cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int64_t* duration,
+                                  const int32_t* depth, const uint64_t* span_id, const uint64_t* parent_id,
+                                  const uint8_t* has_parent, const int32_t* thread,
+                                  int64_t** rank_out, uint8_t** closing_out, int64_t* max_depth_out) except NULL:
+    """The permutation (malloc'd, the caller frees it) putting ``n`` (1 .. 2^32 - 2) rows
+    in trace order (see the module's docstring), with one radix sort over a key packing
+    (thread, start - min start, rank); ``thread`` holds indices in trace order of the
+    threads. Optionally also hands out (malloc'd) each row's rank at its time (instants
+    closing their parent: max depth - depth; openings: D + 1 + 2 * (depth - min depth) +
+    is_span), the closing-instant flags (NULL: none) and the largest depth."""
+    cdef Py_ssize_t i
+    cdef int64_t min_start = start[0], max_start = start[0], min_depth = depth[0], max_depth = depth[0]
+    cdef int32_t max_thread = 0
+    cdef uint8_t* closing = closing_instants(n, start, duration, span_id, parent_id, has_parent)
+    cdef uint32_t* order = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
+    cdef int64_t* rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
+    cdef uint64_t* key = NULL
+    cdef uint64_t prev = 0, kv
+    cdef bint sorted_already = True
+    cdef int64_t D
+    cdef int bits_rank, bits_start, bits_thread
+    try:
+        if order == NULL or rank == NULL:
+            raise MemoryError()
+        for i in range(n):
+            if start[i] < min_start: min_start = start[i]
+            if start[i] > max_start: max_start = start[i]
+            if depth[i] < min_depth: min_depth = depth[i]
+            if depth[i] > max_depth: max_depth = depth[i]
+            if thread[i] > max_thread: max_thread = thread[i]
+        D = max_depth - min_depth
+        bits_rank = bit_length(<uint64_t>(3 * D + 2))  # the largest rank
+        bits_start = bit_length(<uint64_t>(max_start - min_start))
+        bits_thread = bit_length(<uint64_t>max_thread)
+        for i in range(n):
+            if closing != NULL and closing[i]:
+                rank[i] = max_depth - depth[i]
+            else:
+                rank[i] = D + 1 + 2 * (depth[i] - min_depth) + (duration[i] > 0)
+            order[i] = <uint32_t>i
+        if bits_thread + bits_start + bits_rank <= 64:
+            key = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
+            if key == NULL:
+                raise MemoryError()
+            for i in range(n):
+                kv = ((<uint64_t>thread[i] << bits_start) | <uint64_t>(start[i] - min_start)) << bits_rank | <uint64_t>rank[i]
+                key[i] = kv
+                if kv < prev:
+                    sorted_already = False
+                prev = kv
+            if not sorted_already:
+                radix_argsort(key, order, n, bits_thread + bits_start + bits_rank)
+        else:
+            # Start times spread over more than 2^64 ns with thread and rank bits: rare
+            # enough for numpy's general sort.
+            import numpy as np
+            by = np.lexsort((np.asarray(<int64_t[:n]>rank), np.asarray(<int64_t[:n]><int64_t*>start),
+                             np.asarray(<int32_t[:n]><int32_t*>thread))).astype(np.uint32)
+            for i in range(n):
+                order[i] = by[i]
+    except BaseException:
+        free(order); free(rank); free(closing); free(key)
+        raise
+    free(key)
+    if rank_out != NULL:
+        rank_out[0] = rank
+    else:
+        free(rank)
+    if closing_out != NULL:
+        closing_out[0] = closing
+    else:
+        free(closing)
+    if max_depth_out != NULL:
+        max_depth_out[0] = max_depth
+    return order
+
+
+cdef inline tuple thread_codes_of(Py_ssize_t n, const int64_t* pid, const int32_t* rank, const int64_t* tid,
+                                  const int32_t* thread_name):
+    """Per row the index of its (pid, rank, tid) in ``keys`` (first-seen order), keys, and
+    how many rows of each thread carry each thread name: {(thread, name code): rows},
+    counted in runs (rows of a thread come in long runs), so Python sees only the changes."""
+    import numpy as np
+    cdef Py_ssize_t i, run = 0
+    codes = np.empty(n, np.int32)
+    cdef int32_t[::1] c = codes
+    cdef int64_t lp = 0, lt = 0
+    cdef int32_t lr = 0, last = -1, last_name = -1
+    seen = {}
+    names = {}
+    for i in range(n):
+        if last < 0 or pid[i] != lp or rank[i] != lr or tid[i] != lt or thread_name[i] != last_name:
+            if run:
+                names[last, last_name] = names.get((last, last_name), 0) + run
+            lp, lr, lt, last_name = pid[i], rank[i], tid[i], thread_name[i]
+            last = seen.setdefault((lp, lr, lt), len(seen))
+            run = 0
+        c[i] = last
+        run += 1
+    if run:
+        names[last, last_name] = names.get((last, last_name), 0) + run
+    return codes, list(seen), names
