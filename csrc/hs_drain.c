@@ -274,6 +274,12 @@ static void atfork_child(void) {
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
 
+/* At import, not at the first span: a process that forks before it records anything (a
+ * DataLoader's parent) has drawn its span id base already (the first drain reports it),
+ * and children forked without these handlers kept that base: two workers wrote the same
+ * ids. */
+void hs_drain_init_atfork(void) { pthread_once(&atfork_once, register_atfork); }
+
 void hs_drainer_ensure(void) {
     pthread_once(&atfork_once, register_atfork);
     pid_t me = getpid();

@@ -107,6 +107,8 @@ int hs_drain_paused(void);
 void hs_drain_lock(void);
 void hs_drain_unlock(void);
 void hs_drain_after_fork_child(void);
+/* Register the fork handlers (idempotent): a child gets its own span id base and state. */
+void hs_drain_init_atfork(void);
 /* pthread_create for hotspan's own threads: the new thread starts with every signal
  * blocked, so signals reach the program's threads (see hs_drain.c). */
 int hs_thread_create_quiet(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
