@@ -235,6 +235,22 @@ def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict |
     return pa.Table.from_arrays(columns, schema=schema).unify_dictionaries()
 
 
+def dictionary_batches(reader, schema: pa.Schema) -> pa.Table:
+    """The record batches of a streaming reader (CSV, JSON lines) as one table whose string
+    columns are dictionary-encoded batch by batch: the plain strings of one batch are held
+    at a time, never those of the whole file."""
+    strings = [i for i, field in enumerate(schema) if pa.types.is_string(field.type)]
+    batches = []
+    for batch in reader:
+        columns = list(batch.columns)
+        for i in strings:
+            columns[i] = pc.dictionary_encode(columns[i])
+        batches.append(pa.RecordBatch.from_arrays(columns, names=batch.schema.names))
+    if not batches:
+        return schema.empty_table()
+    return pa.Table.from_batches(batches).unify_dictionaries()
+
+
 def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:
     """Refuse (``TraceFileError``, the first offending row named) a table that breaks the
     schema's own rules: ``duration_ns < 0``, ``end_ns != start_ns + duration_ns``,

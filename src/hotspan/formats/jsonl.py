@@ -17,7 +17,7 @@ import pyarrow.json as pajson
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import Exporter, Progress
+from .base import Exporter, Progress, dictionary_batches
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -69,7 +69,10 @@ class JsonlExporter(Exporter):
             return JSONL_SCHEMA.empty_table()
         options = pajson.ParseOptions(explicit_schema=JSONL_SCHEMA, unexpected_field_behavior="ignore",
                                       newlines_in_values=False)
-        table = pajson.read_json(path, parse_options=options)
+        # Streamed a block at a time, each block's strings dictionary-encoded as it comes: a
+        # load peaks near the table's own size, not at the plain strings of the whole file.
+        with pajson.open_json(path, parse_options=options) as reader:
+            table = dictionary_batches(reader, JSONL_SCHEMA)
         # pyarrow's JSON reader passes invalid UTF-8 inside strings through: checked here,
         # or the damage surfaces later as a UnicodeDecodeError far from the file's name.
         table.validate(full=True)
