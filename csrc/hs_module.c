@@ -533,7 +533,6 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
 #endif
     hs_clock_init();
-    hs_drain_init_atfork();
     if (hs_tasks_init(m) < 0) {
         Py_DECREF(m);
         return NULL;

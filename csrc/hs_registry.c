@@ -84,14 +84,22 @@ static uint64_t random_u64(void) {
     return x ^ (x >> 31);
 }
 
+static _Atomic pid_t id_pid = 0; /* the process that drew id_base */
+
 static void draw_id_base(void) {
     /* aligned to the range size, so the ranges holding 0 and 2^64 - 1 are whole ranges */
     atomic_store(&id_base, random_u64() & ~(HS_ID_RANGE - 1));
     atomic_store(&id_next_range, 0);
+    atomic_store(&id_pid, getpid());
 }
 
 uint64_t hs_id_base(void) {
     pthread_once(&id_once, draw_id_base);
+    /* A child forked before this process's fork handlers were registered (they are, at its
+     * first span): a DataLoader parent that drained, and so drew its base, before recording
+     * anything handed that base to every worker, and two workers wrote the same ids. Called
+     * on slow paths only (a thread's next id range, a drain): the getpid() costs nothing. */
+    if (atomic_load(&id_pid) != getpid()) draw_id_base();
     return atomic_load(&id_base);
 }
 
