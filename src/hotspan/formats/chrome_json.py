@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 from .._schema import META_HOST, SPAN_SCHEMA
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped
+from .codec_inputs import column_values, dictionary_codes, nullable_values
 from .lanes import assign_lanes, restore_lanes
 
 FORMAT_MARK = "hotspan-chrome-json/1"
@@ -250,35 +251,6 @@ def _feed(reader: codec.Reader, stream, path: Path, limit: int | None) -> None:
 # --------------------------------------------------------------------------- the writer's inputs
 
 
-def _values(table: pa.Table, name: str, dtype) -> np.ndarray:
-    """A non-null column as one contiguous array (no copy for a single chunk)."""
-    column = table.column(name)
-    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
-
-
-def _nullable(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """A nullable column's values (0 where null) and validity (uint8)."""
-    column = table.column(name)
-    if column.null_count == 0:
-        return _values(table, name, dtype), np.ones(table.num_rows, np.uint8)
-    values = np.ascontiguousarray(pc.fill_null(column, 0).combine_chunks().to_numpy(), dtype)
-    valid = column.is_valid().combine_chunks().to_numpy(zero_copy_only=False).view(np.uint8)
-    return values, np.ascontiguousarray(valid)
-
-
-def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """Per-row int32 codes (-1 for null) into one dictionary of distinct strings."""
-    if not pa.types.is_dictionary(column.type):
-        column = pc.dictionary_encode(column)
-    column = pa.table({"c": column}).unify_dictionaries().column("c")
-    if column.num_chunks == 0:
-        return np.empty(0, np.int32), []
-    dictionary = column.chunk(0).dictionary.to_pylist()
-    codes = [pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks]
-    return np.ascontiguousarray(np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32), dictionary
-
-
 class _Layout:
     """A span table as the writer takes it: contiguous columns, dictionary codes, the
     threads in trace order (by rank, pid, thread id) with each one's name (the one most of
@@ -289,22 +261,22 @@ class _Layout:
         self.num_rows = n = table.num_rows
         self.metadata = dict(table.schema.metadata or {})
         self.host = self.metadata.get(META_HOST, b"").decode("utf-8", "replace")
-        self.duration = _values(table, "duration_ns", np.int64)
-        self.start = _values(table, "start_ns", np.int64)
+        self.duration = column_values(table, "duration_ns", np.int64)
+        self.start = column_values(table, "start_ns", np.int64)
         if n and self.duration.min() < 0:
             bad = int((self.duration < 0).sum())
             raise ValueError(f"{bad} span(s) have a negative duration_ns; a trace cannot show them")
         self.start_ns = int(self.start.min()) if n else 0
-        self.depth = _values(table, "depth", np.int32)
-        self.span_id = _values(table, "span_id", np.uint64)
-        self.parent_id, self.has_parent = _nullable(table, "parent_id", np.uint64)
-        self.arg, self.has_arg = _nullable(table, "arg", np.int64)
-        self.error = _values(table, "error", np.bool_).view(np.uint8)
-        self.name, self.names = _dictionary_codes(table.column("name"))
-        self.category, self.categories = _dictionary_codes(table.column("category"))
-        thread_name, self.thread_names = _dictionary_codes(table.column("thread_name"))
+        self.depth = column_values(table, "depth", np.int32)
+        self.span_id = column_values(table, "span_id", np.uint64)
+        self.parent_id, self.has_parent = nullable_values(table, "parent_id", np.uint64)
+        self.arg, self.has_arg = nullable_values(table, "arg", np.int64)
+        self.error = column_values(table, "error", np.bool_).view(np.uint8)
+        self.name, self.names = dictionary_codes(table.column("name"))
+        self.category, self.categories = dictionary_codes(table.column("category"))
+        thread_name, self.thread_names = dictionary_codes(table.column("thread_name"))
         codes, keys, name_rows = codec.thread_codes(
-            _values(table, "pid", np.int64), _values(table, "rank", np.int32), _values(table, "thread_id", np.int64),
+            column_values(table, "pid", np.int64), column_values(table, "rank", np.int32), column_values(table, "thread_id", np.int64),
             thread_name)
         order = sorted(range(len(keys)), key=lambda k: (keys[k][1], keys[k][0], keys[k][2]))
         remap = np.empty(len(keys), np.int32)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError
+from .codec_inputs import column_values, dictionary_codes, nullable_values
 from .lanes import assign_lanes, restore_lanes
 
 #: Bytes read per block: the decoder never holds more of the file than this (plus one
@@ -41,27 +42,27 @@ class PerfettoExporter(Exporter):
     def _write(self, table: pa.Table, path: Path) -> None:
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         n = table.num_rows
-        duration = _values(table, "duration_ns", np.int64)
-        start = _values(table, "start_ns", np.int64)
+        duration = column_values(table, "duration_ns", np.int64)
+        start = column_values(table, "start_ns", np.int64)
         if n and duration.min() < 0:
             bad = int((duration < 0).sum())
             raise ValueError(f"{bad} span(s) have a negative duration_ns; a trace cannot show them")
         if n and start.min() < 0:
             raise ValueError("Perfetto timestamps cannot be negative; start_ns must be >= 0")
-        name, names = _dictionary_codes(table.column("name"))
-        category, categories = _dictionary_codes(table.column("category"))
-        thread_name, thread_names = _dictionary_codes(table.column("thread_name"))
+        name, names = dictionary_codes(table.column("name"))
+        category, categories = dictionary_codes(table.column("category"))
+        thread_name, thread_names = dictionary_codes(table.column("thread_name"))
         thread, threads, own_name = _threads(table, thread_name)
         processes = list(dict.fromkeys((pid, rank) for pid, rank, _ in threads))
         metadata = dict(table.schema.metadata or {})
         header = _descriptors(threads, processes, own_name, thread_names, metadata)
-        parent_id, has_parent = _nullable(table, "parent_id", np.uint64)
-        arg, has_arg = _nullable(table, "arg", np.int64)
+        parent_id, has_parent = nullable_values(table, "parent_id", np.uint64)
+        arg, has_arg = nullable_values(table, "arg", np.int64)
         with open(path, "wb") as sink, Progress(n, f"writing {path.name}") as progress:
             codec.encode(
                 sink.fileno(), header, _WRITE_BUFFER,
-                start, duration, _values(table, "depth", np.int32), _values(table, "span_id", np.uint64),
-                parent_id, has_parent, arg, has_arg, _values(table, "error", np.bool_).view(np.uint8),
+                start, duration, column_values(table, "depth", np.int32), column_values(table, "span_id", np.uint64),
+                parent_id, has_parent, arg, has_arg, column_values(table, "error", np.bool_).view(np.uint8),
                 name, category, thread, thread_name, own_name,
                 [s.encode() for s in names], [s.encode() for s in categories], [s.encode() for s in thread_names],
                 1 + len(processes), progress.advance)
@@ -84,41 +85,12 @@ class PerfettoExporter(Exporter):
 # --------------------------------------------------------------------------- columns to the codec
 
 
-def _values(table: pa.Table, name: str, dtype) -> np.ndarray:
-    """A non-null column as one contiguous array (no copy for a single chunk)."""
-    column = table.column(name)
-    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
-
-
-def _nullable(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """A nullable column's values (0 where null) and validity (uint8)."""
-    column = table.column(name)
-    if column.null_count == 0:
-        return _values(table, name, dtype), np.ones(table.num_rows, np.uint8)
-    values = np.ascontiguousarray(pc.fill_null(column, 0).combine_chunks().to_numpy(), dtype)
-    valid = column.is_valid().combine_chunks().to_numpy(zero_copy_only=False).view(np.uint8)
-    return values, np.ascontiguousarray(valid)
-
-
-def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """Per-row int32 codes (-1 for null) into one dictionary of distinct strings."""
-    if not pa.types.is_dictionary(column.type):
-        column = pc.dictionary_encode(column)
-    column = pa.table({"c": column}).unify_dictionaries().column("c")
-    if column.num_chunks == 0:
-        return np.empty(0, np.int32), []
-    dictionary = column.chunk(0).dictionary.to_pylist()
-    codes = [pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks]
-    return np.ascontiguousarray(np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32), dictionary
-
-
 def _threads(table: pa.Table, thread_name: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]], np.ndarray]:
     """Per row the index of its thread; the threads (pid, rank, tid) in trace order (by
     rank, then pid, then thread id); and each thread's name: the one most of its rows carry
     (ties: the smaller code), the others kept per span (a thread renamed mid-trace)."""
     codes, keys, name_rows = codec.thread_codes(
-        _values(table, "pid", np.int64), _values(table, "rank", np.int32), _values(table, "thread_id", np.int64),
+        column_values(table, "pid", np.int64), column_values(table, "rank", np.int32), column_values(table, "thread_id", np.int64),
         thread_name)
     order = sorted(range(len(keys)), key=lambda k: (keys[k][1], keys[k][0], keys[k][2]))
     remap = np.empty(len(keys), np.int32)

@@ -1,0 +1,39 @@
+"""Span-table columns as the trace codecs take them: contiguous numpy arrays, validity as
+uint8, strings as int32 codes into one dictionary. Shared by the Chrome JSON and Perfetto
+writers."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["column_values", "dictionary_codes", "nullable_values"]
+
+
+def column_values(table: pa.Table, name: str, dtype) -> np.ndarray:
+    """A non-null column as one contiguous array (no copy for a single chunk)."""
+    column = table.column(name)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
+
+
+def nullable_values(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A nullable column's values (0 where null) and validity (uint8)."""
+    column = table.column(name)
+    if column.null_count == 0:
+        return column_values(table, name, dtype), np.ones(table.num_rows, np.uint8)
+    values = np.ascontiguousarray(pc.fill_null(column, 0).combine_chunks().to_numpy(), dtype)
+    valid = column.is_valid().combine_chunks().to_numpy(zero_copy_only=False).view(np.uint8)
+    return values, np.ascontiguousarray(valid)
+
+
+def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Per-row int32 codes (-1 for null) into one dictionary of distinct strings."""
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    column = pa.table({"c": column}).unify_dictionaries().column("c")
+    if column.num_chunks == 0:
+        return np.empty(0, np.int32), []
+    dictionary = column.chunk(0).dictionary.to_pylist()
+    codes = [pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks]
+    return np.ascontiguousarray(np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32), dictionary
