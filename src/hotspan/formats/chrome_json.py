@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 from .._schema import META_HOST, SPAN_SCHEMA
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped
-from .codec_inputs import column_values, dictionary_codes, nullable_values
+from .codec_inputs import column_values, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
 FORMAT_MARK = "hotspan-chrome-json/1"
@@ -278,18 +278,7 @@ class _Layout:
         codes, keys, name_rows = codec.thread_codes(
             column_values(table, "pid", np.int64), column_values(table, "rank", np.int32), column_values(table, "thread_id", np.int64),
             thread_name)
-        order = sorted(range(len(keys)), key=lambda k: (keys[k][1], keys[k][0], keys[k][2]))
-        remap = np.empty(len(keys), np.int32)
-        remap[order] = np.arange(len(keys), dtype=np.int32)
-        best: dict[int, tuple[int, int]] = {}
-        for (thread, code), rows in name_rows.items():
-            if thread not in best or (-rows, code) < (-best[thread][0], best[thread][1]):
-                best[thread] = (rows, code)
-        self.thread_name = np.zeros(len(keys), np.int32)
-        for thread, (_, code) in best.items():
-            self.thread_name[remap[thread]] = code
-        self.thread = np.ascontiguousarray(remap[codes] if n else codes, np.int32)
-        threads = [keys[k] for k in order]
+        self.thread, threads, self.thread_name = thread_table(codes, keys, name_rows)
         self.thread_pid = np.array([pid for pid, _, _ in threads], np.int64)
         self.thread_tid = np.array([tid for _, _, tid in threads], np.int64)
         processes = list(dict.fromkeys((pid, rank) for pid, rank, _ in threads))

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["column_values", "dictionary_codes", "nullable_values"]
+__all__ = ["column_values", "dictionary_codes", "nullable_values", "thread_table"]
 
 
 def column_values(table: pa.Table, name: str, dtype) -> np.ndarray:
@@ -37,3 +37,22 @@ def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     dictionary = column.chunk(0).dictionary.to_pylist()
     codes = [pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks]
     return np.ascontiguousarray(np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32), dictionary
+
+
+def thread_table(codes: np.ndarray, keys: list, name_rows: dict) -> tuple[np.ndarray, list, np.ndarray]:
+    """From a codec's ``thread_codes`` (per-row thread codes, the (pid, rank, tid) keys,
+    rows per (thread, name code)): per row its thread's index in trace order (by rank, then
+    pid, then thread id), the keys in that order, and each thread's own name: the one most
+    of its rows carry (ties: the smaller code)."""
+    order = sorted(range(len(keys)), key=lambda k: (keys[k][1], keys[k][0], keys[k][2]))
+    remap = np.empty(len(keys), np.int32)
+    remap[order] = np.arange(len(keys), dtype=np.int32)
+    best: dict[int, tuple[int, int]] = {}
+    for (thread, name), rows in name_rows.items():
+        if thread not in best or (-rows, name) < (-best[thread][0], best[thread][1]):
+            best[thread] = (rows, name)
+    own = np.zeros(len(keys), np.int32)
+    for thread, (_, name) in best.items():
+        own[remap[thread]] = name
+    row_thread = np.ascontiguousarray(remap[codes] if len(codes) else codes, np.int32)
+    return row_thread, [keys[k] for k in order], own

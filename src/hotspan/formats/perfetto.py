@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError
-from .codec_inputs import column_values, dictionary_codes, nullable_values
+from .codec_inputs import column_values, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
 #: Bytes read per block: the decoder never holds more of the file than this (plus one
@@ -92,17 +92,7 @@ def _threads(table: pa.Table, thread_name: np.ndarray) -> tuple[np.ndarray, list
     codes, keys, name_rows = codec.thread_codes(
         column_values(table, "pid", np.int64), column_values(table, "rank", np.int32), column_values(table, "thread_id", np.int64),
         thread_name)
-    order = sorted(range(len(keys)), key=lambda k: (keys[k][1], keys[k][0], keys[k][2]))
-    remap = np.empty(len(keys), np.int32)
-    remap[order] = np.arange(len(keys), dtype=np.int32)
-    best: dict[int, tuple[int, int]] = {}
-    for (thread, name), rows in name_rows.items():
-        if thread not in best or (-rows, name) < (-best[thread][0], best[thread][1]):
-            best[thread] = (rows, name)
-    own = np.zeros(len(keys), np.int32)
-    for thread, (_, name) in best.items():
-        own[remap[thread]] = name
-    return np.ascontiguousarray(remap[codes] if len(codes) else codes), [keys[k] for k in order], own
+    return thread_table(codes, keys, name_rows)
 
 
 def _descriptors(threads, processes, own_name, thread_names, metadata: dict) -> bytes:
