@@ -11,6 +11,7 @@
 
 #include "hs_live.h"
 #include "hs_recorder.h"
+#include "hs_signals.h"
 #include "hs_tasks.h"
 #include "hs_types.h"
 #include "include/hotspan.h"
@@ -348,6 +349,49 @@ static PyObject *py_after_fork_child(PyObject *m, PyObject *a) {
     Py_RETURN_NONE;
 }
 
+/* ---- SIGTERM under HOTSPAN_OUT (hs_signals.h says why it is C) ------------------------ */
+
+static PyObject *py_sigterm_install(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    int rc = hs_sigterm_install();
+    if (rc < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    return PyBool_FromLong(rc);
+}
+
+static PyObject *py_sigterm_uninstall(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    hs_sigterm_uninstall();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_sigterm_installed(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    return PyBool_FromLong(hs_sigterm_installed());
+}
+
+static PyObject *py_sigterm_wait(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    int got;
+    Py_BEGIN_ALLOW_THREADS
+    got = hs_sigterm_wait();
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(got);
+}
+
+static PyObject *py_sigterm_die(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    Py_BEGIN_ALLOW_THREADS
+    hs_sigterm_die();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_sigterm_after_fork_child(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    if (hs_sigterm_after_fork_child() < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 /* ---- live log feed -------------------------------------------------------------------- */
 
 static PyObject *py_live_start(PyObject *m, PyObject *args) {
@@ -510,6 +554,12 @@ static PyMethodDef module_methods[] = {
     {"_set_real_clock", py_set_real_clock, METH_NOARGS, NULL},
     {"_set_hooks", py_set_hooks, METH_VARARGS, NULL},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
+    {"_sigterm_install", py_sigterm_install, METH_NOARGS, NULL},
+    {"_sigterm_uninstall", py_sigterm_uninstall, METH_NOARGS, NULL},
+    {"_sigterm_installed", py_sigterm_installed, METH_NOARGS, NULL},
+    {"_sigterm_wait", py_sigterm_wait, METH_NOARGS, NULL},
+    {"_sigterm_die", py_sigterm_die, METH_NOARGS, NULL},
+    {"_sigterm_after_fork_child", py_sigterm_after_fork_child, METH_NOARGS, NULL},
     {"_live_start", py_live_start, METH_VARARGS, NULL},
     {"_live_stop", py_live_stop, METH_NOARGS, NULL},
     {"_sweep", py_sweep, METH_NOARGS, NULL},

@@ -56,3 +56,47 @@ def test_no_thread_but_the_programs_takes_sigterm(tmp_path):
     threads, open_to_sigterm = proc.stdout.split(" ", 1)
     assert int(threads) >= 5
     assert open_to_sigterm.strip() == "[]"
+
+
+SIGTERM_WHILE_BLOCKED_IN_C = """
+import ctypes, os, sys, hotspan
+for i in range(50):
+    with hotspan.span("work", "w", arg=i):
+        pass
+# A main thread that never returns to Python until its lock is free, as a pool worker asleep
+# in its queue's lock when the SIGTERM lands just before the futex wait: a relocked normal
+# pthread mutex (glibc's initializer is all zero bytes) waits through every signal.
+mutex = ctypes.create_string_buffer(64)
+libc = ctypes.CDLL(None)
+libc.pthread_mutex_lock(mutex)
+print("blocked", flush=True)
+libc.pthread_mutex_lock(mutex)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signals only")
+def test_sigterm_flushes_and_kills_a_process_whose_main_thread_never_returns_to_python(tmp_path):
+    # With HOTSPAN_OUT, SIGTERM means: flush, then die of SIGTERM. A Python-level handler
+    # runs only when the main thread next executes bytecode, which this one never does:
+    # the process hung forever, as a pool worker did in about one terminate() in 20-40.
+    import subprocess
+    import sys
+    import time
+
+    from _procs import env
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_WHILE_BLOCKED_IN_C], env=env(HOTSPAN_OUT=str(out) + "/"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "blocked"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("SIGTERM did not end a process whose main thread was blocked in C: hung")
+    assert rc == -signal.SIGTERM, proc.stderr.read()
+    table = hotspan.load(out)
+    assert sorted(table.column("arg").to_pylist()) == list(range(50))  # flushed before dying

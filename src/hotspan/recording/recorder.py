@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hub  # before this module's fork hook: the hub resets first in a child
+from .. import _native
 from ..quiet_threads import start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
 
@@ -229,13 +230,13 @@ class Recorder:
         self._buffer_spans = buffer_spans
         self._sink = _sink_for(dest, self._token, buffer_spans)
         self._lock = threading.Lock()
-        # Who holds _lock, and which thread is inside stop(): a SIGTERM handler runs on the
-        # main thread between two bytecodes, possibly in the middle of a flush or a stop of
-        # that same thread. It must never wait for a lock its own thread holds (that waits
-        # forever): it sees it is nested and leaves the work to the outer call.
+        # Who holds _lock, and which thread is inside stop(): a finalizer and atexit may both
+        # stop the recorder on one thread (the nested call returns at once), and the SIGTERM
+        # thread may stop it while another thread is (it waits for that stop to end).
         self._lock_owner: int | None = None
         self._stopping: int | None = None
-        self._sigterm_deferred = False
+        self._stop_guard = threading.Lock()
+        self._stopped = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
@@ -336,11 +337,6 @@ class Recorder:
             self._lock_owner = None
             self._lock.release()
 
-    def _nested_here(self) -> bool:
-        """Whether this thread is inside a flush or a stop of this recorder right now."""
-        me = threading.get_ident()
-        return self._lock_owner == me or self._stopping == me
-
     def flush(self, *, lock_timeout: float = -1) -> None:
         """Drain now and hand the spans to the destination (the flusher does this every interval)."""
         with self._locked(lock_timeout) as acquired:
@@ -364,7 +360,6 @@ class Recorder:
                     if self.write_errors == 1:
                         _warn(f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
                               f"(recording goes on; {table.num_rows} spans dropped)")
-        self._after_nested_signal()
 
     def _take(self) -> pa.Table:
         """The spans since this recorder last took them (its own cursor: a user's drain()
@@ -379,16 +374,27 @@ class Recorder:
         """Final drain and flush; then close the destination (write the file, deliver what a
         collector has not yet taken, for at most ``timeout`` seconds: default ``stop_timeout``).
 
-        Safe to enter again while it runs (from a signal handler, or from a finalizer and
-        ``atexit`` both): the nested call returns at once, the outer one does the work."""
-        if not self.running or self._stopping is not None:
+        Safe to enter again while it runs: a nested call on the same thread (a finalizer and
+        ``atexit`` both) returns at once, the outer one does the work; a call from another
+        thread (the SIGTERM thread) waits for that stop to end, at most the time it may take."""
+        timeout = self.stop_timeout if timeout is None else timeout
+        me = threading.get_ident()
+        with self._stop_guard:
+            if not self.running:
+                return
+            stopping = self._stopping
+            if stopping is None:
+                self._stopping = me
+                self._stopped.clear()
+        if stopping is not None:
+            if stopping != me:
+                self._stopped.wait(timeout + 2.0)
             return
-        self._stopping = threading.get_ident()
         try:
-            self._stop_now(self.stop_timeout if timeout is None else timeout)
+            self._stop_now(timeout)
         finally:
             self._stopping = None
-        self._after_nested_signal()
+            self._stopped.set()
 
     def _stop_now(self, timeout: float) -> None:
         global _active
@@ -417,16 +423,6 @@ class Recorder:
                 pass
         if self.dropped:
             _warn(f"{self.dropped:,} spans could not be delivered to {self.dest}")
-
-    def _after_nested_signal(self) -> None:
-        """A SIGTERM that arrived while this thread was flushing or stopping was left to us:
-        once the outermost call is done, stop (flushing everything) and die of it."""
-        if (not self._sigterm_deferred or self._nested_here()
-                or threading.current_thread() is not threading.main_thread()):
-            return
-        self._sigterm_deferred = False
-        self.stop()
-        _die_of_sigterm()
 
     def _atexit(self) -> None:
         if self.running:
@@ -468,7 +464,7 @@ def _hold_sigterm_over_fork() -> None:
     worker slept in the pool's queue forever. Blocked, the signal stays pending instead, and
     is delivered when the mask is restored (in the child, after that reset)."""
     global _fork_sigmask
-    if hasattr(signal, "pthread_sigmask") and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+    if hasattr(signal, "pthread_sigmask") and _native._sigterm_installed():
         _fork_sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
@@ -544,33 +540,31 @@ def active() -> Recorder | None:
 # --------------------------------------------------------------------------- HOTSPAN_OUT
 
 
-def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
-    """Flush, then die of SIGTERM as without hotspan. Runs on the main thread between two
-    bytecodes: if that thread is itself inside a flush or a stop (a pool worker finishing
-    when the pool's terminate() arrives), waiting for it here would wait forever; the outer
-    call finishes the work and dies then."""
+def _flush_on_sigterm() -> None:
+    """SIGTERM (where the program has no handler of its own): flush, then die of SIGTERM as
+    without hotspan. The handler is C and only wakes a hotspan thread, which stops the
+    recorder and kills the process, whatever the main thread is blocked in: a Python handler
+    may never run in a pool worker asleep in its queue's lock (hs_signals.h says why), and
+    the pool's terminate() then waits for that worker forever."""
+    if not _native._sigterm_install():
+        return  # the program has a handler of its own
+    start_quiet(threading.Thread(target=_sigterm_thread, name="hotspan-sigterm", daemon=True))
+
+
+def _sigterm_thread() -> None:
+    if not _native._sigterm_wait():
+        return  # uninstalled: recording stopped
     recorder = _env_recorder
-    if recorder is not None and recorder.running and recorder._nested_here():
-        recorder._sigterm_deferred = True
-        # The outer call dies once it is done. Should it never be done, or never reach that
-        # point, the process must still die: a pool's terminate() sends one SIGTERM and then
-        # waits for the worker forever. A second SIGTERM now kills at once, and a watchdog
-        # kills after the time a stop may take.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        watchdog = threading.Timer(recorder.stop_timeout + 2.0, _die_of_sigterm)
-        watchdog.daemon = True
-        watchdog.start()
-        return
+    # Should the stop never end (a wedged destination), the process must still die: a
+    # pool's terminate() sends one SIGTERM, then waits. A second SIGTERM kills at once (C).
+    watchdog = threading.Timer((recorder.stop_timeout if recorder is not None else 0.0) + 2.0, _native._sigterm_die)
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        if recorder is not None and recorder.running:
+        if recorder is not None:
             recorder.stop()
     finally:
-        _die_of_sigterm()
-
-
-def _die_of_sigterm() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+        _native._sigterm_die()
 
 
 def start_from_env() -> Recorder | None:
@@ -599,12 +593,8 @@ def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> 
     global _env_recorder
     recorder = record(dest, flush_interval).start()
     _env_recorder = recorder
-    if threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):
-            pass
+    if not _native._sigterm_installed():
+        _flush_on_sigterm()
     _stop_with_multiprocessing(recorder)
     return recorder
 
@@ -615,19 +605,34 @@ def stop_env_recorder() -> None:
     if _env_recorder is not None:
         _env_recorder.stop()
         _env_recorder = None
-    if signal.getsignal(signal.SIGTERM) is _on_sigterm and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _native._sigterm_uninstall()
 
 
 def _after_fork_child() -> None:
     """A forked child has no flusher thread: forget the parent's recorder, and for
     ``HOTSPAN_OUT`` pointing at a directory, record the child's own spans there too (under
-    its own part names: its pid, and a token of its own). Then take a SIGTERM held over the
-    fork (the handler finds the child's recorder, flushes it and dies)."""
+    its own part names: its pid, and a token of its own), with a SIGTERM thread of its own
+    (the parent's is not in the child). Then take a SIGTERM held over the fork."""
     try:
         _follow_into_child()
     finally:
-        _release_sigterm_after_fork()
+        try:
+            _sigterm_after_fork()
+        finally:
+            _release_sigterm_after_fork()
+
+
+def _sigterm_after_fork() -> None:
+    """The child inherits the C handler but not the thread that acts on it: start one where
+    the child records, or give SIGTERM back its default action where it does not (nothing
+    would act on it: the child could never be terminated)."""
+    if not _native._sigterm_installed():
+        return
+    _native._sigterm_after_fork_child()
+    if _env_recorder is not None and _env_recorder.running:
+        start_quiet(threading.Thread(target=_sigterm_thread, name="hotspan-sigterm", daemon=True))
+    else:
+        _native._sigterm_uninstall()
 
 
 def _follow_into_child() -> None:
@@ -643,7 +648,7 @@ def _follow_into_child() -> None:
     parent._thread = None
     parent._lock = threading.Lock()
     parent._lock_owner = parent._stopping = None
-    parent._sigterm_deferred = False
+    parent._stop_guard = threading.Lock()
     if not was_env or parent.kind != "directory":
         return  # a file would be overwritten, and gRPC must not be used across fork
     try:
