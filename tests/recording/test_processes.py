@@ -70,15 +70,7 @@ def _spans_by_arg(table) -> dict[int, int]:
     return dict(zip(args.to_pylist(), counts.to_pylist()))
 
 
-# Known, not fixed (issue 10 stays open): with HOTSPAN_OUT, about one pool in 20-40 ended by
-# terminate() keeps one worker asleep in the pool's queue (SemLock.__enter__), no signal
-# pending or blocked, its SIGTERM handler never run, and terminate() waits for it forever.
-# Seen with every start method. Not strict: it passes most runs, and runs every time.
-TERMINATE_HANG = pytest.mark.xfail(strict=False, reason="known: ~1 pool in 20-40 hangs in terminate() with "
-                                   "HOTSPAN_OUT (a worker's SIGTERM never handled); issue 10")
-
-
-@pytest.mark.parametrize("end", ["close_join", pytest.param("terminate", marks=TERMINATE_HANG)])
+@pytest.mark.parametrize("end", ["close_join", "terminate"])
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_pool_workers_are_all_recorded_and_none_hangs(tmp_path, method, end):
     out = tmp_path / "run"
