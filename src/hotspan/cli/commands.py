@@ -490,6 +490,7 @@ def _environment(table: pa.Table) -> dict | None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis import compare
+    from .compare_benchmarks import benchmark_files, cmd_compare_benchmarks
 
     by = _by(args.by)
     if args.threshold < 0 or not math.isfinite(args.threshold):
@@ -498,6 +499,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--min-count must be at least 1, not {args.min_count}")
     if not 0 < args.alpha < 1:
         raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
+    if benchmark_files(args.base, args.new):  # two pytest-benchmark JSON files, told by their content
+        return cmd_compare_benchmarks(args)
     base, new = _load([args.base]), _load([args.new])
     env_base, env_new = _environment(base), _environment(new)
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
@@ -567,6 +570,10 @@ def _fmt_p(p: float | None) -> str:
     if p is None:
         return "-"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+# Shared with cli/compare_benchmarks.py (compare on pytest-benchmark files), which prints alike.
+console, fitted_table, fmt_change, fmt_interval = _console, _fitted_table, _fmt_change, _fmt_interval
 
 
 def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped: int, *, label: str,
@@ -859,8 +866,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
                    "when the traces have no group in common, else 0. "
                    "Warns when the traces were recorded in different environments (host, Python, hotspan, "
-                   "configuration).",
-                   "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20", cmd_compare)
+                   "configuration). Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
+                   "compared per benchmark and per span, by the same rule and exit status.",
+                   "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20\n"
+                   "hotspan compare .benchmarks/*/0001_base.json .benchmarks/*/0002_new.json", cmd_compare)
     compare.add_argument("base", metavar="BASE")
     compare.add_argument("new", metavar="NEW")
     compare.add_argument("--threshold", type=float, default=0.05,
