@@ -124,8 +124,15 @@ class _Recorder:
 
         return _native.dropped(), self.reader.dropped
 
-    def _take(self) -> pa.Table:
-        return self.reader.take()
+    def _take(self) -> pa.Table | None:
+        """The spans since the last take; None (said once) when the drain fails: the run
+        goes on without them rather than fail over its spans."""
+        try:
+            return self.reader.take()
+        except Exception as exc:  # noqa: BLE001
+            if not self.errors:
+                self._error(f"could not drain the spans: {type(exc).__name__}: {exc}")
+            return None
 
     # ------------------------------------------------------------------ hooks
 
@@ -145,7 +152,7 @@ class _Recorder:
         call = self._take()
         self._tables.append(call)
         benchmark = _benchmark_fixture(item)
-        if benchmark is not None:
+        if benchmark is not None and call is not None:
             try:
                 benchmark.extra_info[EXTRA_INFO_KEY] = summary(call, dropped=self._dropped_now())
             except Exception as exc:  # noqa: BLE001 - never fail a test over its spans
@@ -161,7 +168,7 @@ class _Recorder:
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         # Written here, after the reports: the write is not counted in the test's durations.
         self._tables.append(self._take())
-        tables, self._tables = [t for t in self._tables if t.num_rows], []
+        tables, self._tables = [t for t in self._tables if t is not None and t.num_rows], []
         dropped = self._dropped_now()
         self.dropped += dropped
         if not tables:
