@@ -490,6 +490,7 @@ def _environment(table: pa.Table) -> dict | None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis import compare
+    from ..analysis.benchmark_comparison import is_benchmark_json
 
     by = _by(args.by)
     if args.threshold < 0 or not math.isfinite(args.threshold):
@@ -498,6 +499,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--min-count must be at least 1, not {args.min_count}")
     if not 0 < args.alpha < 1:
         raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
+    if is_benchmark_json(args.base) or is_benchmark_json(args.new):  # pytest-benchmark JSON, told by content
+        return _compare_benchmark_files(args)
     base, new = _load([args.base]), _load([args.new])
     env_base, env_new = _environment(base), _environment(new)
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
@@ -567,6 +570,101 @@ def _fmt_p(p: float | None) -> str:
     if p is None:
         return "-"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+_VERDICT_STYLES = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim"}
+
+
+def _compare_benchmark_files(args: argparse.Namespace) -> int:
+    """``compare`` on two pytest-benchmark JSON files (analysis/benchmark_comparison.py): per
+    benchmark and per span, compare's rule and exit status."""
+    from ..analysis.benchmark_comparison import (BenchmarkFileError, compare_benchmarks, is_benchmark_json,
+                                                 load_benchmark_json)
+
+    kinds = [is_benchmark_json(args.base), is_benchmark_json(args.new)]
+    if kinds[0] != kinds[1]:
+        which, other = (args.base, args.new) if kinds[0] else (args.new, args.base)
+        raise CliError(f"{which} is a pytest-benchmark file and {other} is not: compare two traces or two "
+                       f"pytest-benchmark files")
+    if args.by is not None:
+        raise CliError("--by applies to traces; pytest-benchmark files are compared per benchmark and per span "
+                       "(category, name)")
+    try:
+        base, new = load_benchmark_json(args.base), load_benchmark_json(args.new)
+    except BenchmarkFileError as exc:
+        raise CliError(str(exc)) from None
+    result = compare_benchmarks(base, new, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha)
+    benches, spans = result["benchmarks"], result["spans"]
+    if not any(r["verdict"] not in ("new", "gone") for r in benches):
+        raise CliError(f"nothing to compare: {args.base} and {args.new} have no benchmark in common")
+    rows = benches + spans
+    slower = [r for r in rows if r["verdict"] == "slower"]
+    missing = [r for r in rows if r["verdict"] in ("new", "gone")]
+    if args.json:
+        print(json.dumps({key: [_finite_values(r) for r in value] for key, value in result.items()}, indent=1))
+    else:
+        _print_benchmark_comparison(args, benches, spans, slower, missing)
+    return 1 if slower or (missing and args.fail_on_missing) else 0
+
+
+def _finite_values(row: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def _print_benchmark_comparison(args: argparse.Namespace, benches: list[dict], spans: list[dict], slower: list[dict],
+                                missing: list[dict]) -> None:
+    out = _console()
+    keys = [("benchmark", [r["benchmark"] for r in benches])]
+    values = [  # in priority order: the last ones go first when the terminal is narrow
+        ("verdict", [r["verdict"] for r in benches]),
+        ("Δmedian", [_fmt_change(r["median_s_change"]) for r in benches]),
+        ("median base", [_human_seconds(r["median_s_base"]) for r in benches]),
+        ("median new", [_human_seconds(r["median_s_new"]) for r in benches]),
+        ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in benches]),
+        ("Δmean", [_fmt_change(r["mean_s_change"]) for r in benches]),
+        ("rounds", [f"{_count_or_dash(r['rounds_base'])} → {_count_or_dash(r['rounds_new'])}" for r in benches]),
+    ]
+    table, _ = _fitted_table(keys, values, out.width, title="benchmarks (pytest-benchmark's timings)", order=[
+        "median base", "median new", "Δmedian", "95% interval", "Δmean", "rounds", "verdict"])
+    _style_verdicts(table, benches)
+    out.print(table)
+    if spans:
+        keys = [("benchmark", [r["benchmark"] for r in spans]),
+                ("span", [f"{r['category']}/{r['name']}" if r["category"] else r["name"] for r in spans])]
+        values = [
+            ("verdict", [r["verdict"] for r in spans]),
+            ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in spans]),
+            ("p50 base", [human_ns(r["p50_ns_base"]) for r in spans]),
+            ("p50 new", [human_ns(r["p50_ns_new"]) for r in spans]),
+            ("Δp99", [_fmt_change(r["p99_ns_change"]) for r in spans]),
+            ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in spans]),
+        ]
+        table, _ = _fitted_table(keys, values, out.width, title="spans (pytest --hotspan's summaries)", order=[
+            "p50 base", "p50 new", "Δp50", "Δp99", "count", "verdict"])
+        _style_verdicts(table, spans)
+        out.print(table)
+    else:
+        out.print("no span summaries in these files (record them with pytest --hotspan)")
+    out.print(f"{len(slower)} of {len(benches) + len(spans)} slower: a benchmark whose median rose significantly "
+              f"(rank test p < {args.alpha:g}, or interquartile ranges apart where the rounds were not saved) by "
+              f"more than +{args.threshold * 100:g}%; a span whose p50 rose by more than +{args.threshold * 100:g}%")
+    if missing:
+        out.print(f"{sum(r['verdict'] == 'gone' for r in missing)} gone, "
+                  f"{sum(r['verdict'] == 'new' for r in missing)} new"
+                  + (" (--fail-on-missing: failing)" if args.fail_on_missing else ""))
+
+
+def _style_verdicts(table, rows: list[dict]) -> None:
+    for i, r in enumerate(rows):
+        table.rows[i].style = _VERDICT_STYLES.get(r["verdict"])
+
+
+def _human_seconds(value: float | None) -> str:
+    return human_ns(None if value is None else value * 1e9)
+
+
+def _count_or_dash(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
 
 
 def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped: int, *, label: str,
@@ -859,8 +957,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
                    "when the traces have no group in common, else 0. "
                    "Warns when the traces were recorded in different environments (host, Python, hotspan, "
-                   "configuration).",
-                   "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20", cmd_compare)
+                   "configuration). Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
+                   "compared per benchmark and per span, by the same rule and exit status.",
+                   "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20\n"
+                   "hotspan compare .benchmarks/*/0001_base.json .benchmarks/*/0002_new.json", cmd_compare)
     compare.add_argument("base", metavar="BASE")
     compare.add_argument("new", metavar="NEW")
     compare.add_argument("--threshold", type=float, default=0.05,
