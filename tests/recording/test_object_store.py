@@ -136,3 +136,50 @@ def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
     assert "no-such-bucket" in err and SECRET not in err
     assert hotspan.formats.uri.redact_uri(f"s3://bucket/x?secret_key={SECRET}&region=eu") == \
         "s3://bucket/x?secret_key=***&region=eu"
+
+
+def test_compaction_in_s3_while_a_reader_loads(s3, fresh):
+    import threading
+
+    from hotspan.formats.dataset import write_part
+    from hotspan.recording.compaction import compact
+
+    uri = "s3://bucket/compact"
+    for pid in (2001, 2002):
+        for i in range(120):
+            with hotspan.span("work", arg=i):
+                pass
+        table = hotspan.drain()
+        for seq in range(8):
+            write_part(table.slice(seq * 15, 15), uri, rank=0, pid=pid, seq=seq, token="cafe")
+    expected = sorted(hotspan.load(uri).column("span_id").to_pylist())
+    assert len(expected) == 240
+    stop, seen, errors = threading.Event(), [], []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                ids = sorted(hotspan.load(uri).column("span_id").to_pylist())
+            except Exception as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+                return
+            if ids != expected:
+                errors.append(f"saw {len(ids)} spans, {len(set(ids))} distinct")
+                return
+            seen.append(1)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        done = compact(uri, target_bytes=1 << 30, grace_s=0)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    assert seen
+    assert (done.parts_before, done.parts_after, done.deleted) == (16, 2, 16)
+    keys = sorted(info.path.rpartition("/")[2] for info in s3.get_file_info(pafs.FileSelector("bucket/compact",
+                                                                                             recursive=True))
+                  if info.type == pafs.FileType.File)
+    assert keys == ["part-2001-cafe-000000-000007.parquet", "part-2002-cafe-000000-000007.parquet"]
+    assert sorted(hotspan.load(uri).column("span_id").to_pylist()) == expected

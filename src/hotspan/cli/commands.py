@@ -906,6 +906,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
                               "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
                               "(the clients buffer meanwhile)")
+    from . import compact as _compact
+    _compact.add_arguments(_add(sub, "compact", _compact.HELP, _compact.DESCRIPTION, _compact.EXAMPLE,
+                                _compact.cmd_compact))
     return parser
 
 

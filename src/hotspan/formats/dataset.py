@@ -47,8 +47,9 @@ from .uri import is_uri, redact_uri
 from .base import TraceFileError, check_span_rules, conform_to_schema
 from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
-__all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "location",
-           "new_token", "part_files", "part_path", "redact_uri", "sweep_temporaries", "write_part"]
+__all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
+           "location", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "redact_uri",
+           "replaced_by", "sweep_temporaries", "write_part"]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
 #: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}.
@@ -275,6 +276,18 @@ def _alive(pid: int) -> bool:
 def is_dataset(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory or a file system URI (``load()`` reads both as datasets)."""
     return is_uri(path) or Path(path).is_dir()
+
+
+def part_key(path: str) -> dict[str, Any] | None:
+    """What a part's path says: ``rank`` (from its ``rank=R`` directory), ``pid``, ``token``
+    (None in older names), ``seq`` and, for a compacted part, ``last``; None for another name."""
+    parent, _, name = path.replace(os.sep, "/").rpartition("/")
+    rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
+    part = _PART_RE.match(name)
+    if rank_dir is None or part is None:
+        return None
+    return {"rank": int(rank_dir.group(1)), "pid": int(part.group(1)), "token": part.group(2),
+            "seq": int(part.group(3)), "last": int(part.group(4)) if part.group(4) else None}
 
 
 def _part_key(path: str) -> tuple:
