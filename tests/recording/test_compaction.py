@@ -143,3 +143,29 @@ def test_span_ids_unique_in_fixture(tmp_path, fresh_table):
     expected = _make_dataset(tmp_path / "run", fresh_table)
     assert len(set(expected)) == len(expected) == len(WRITERS) * PARTS * ROWS
     assert pc.count_distinct(hotspan.load(tmp_path / "run").column("rank")).as_py() == 2
+
+
+def test_the_collector_compacts_a_writer_when_it_closes(tmp_path, fresh_table):
+    from hotspan.recording.collector import CollectorClient, CollectorServer
+
+    tables = [fresh_table(3, 40) for _ in range(6)]
+    other = fresh_table(4, 40)
+    server = CollectorServer(tmp_path, "grpc://127.0.0.1:0")
+    try:
+        staying = CollectorClient(server.url)  # another rank, still connected: left alone
+        staying.send(other.slice(0, 20))
+        staying.send(other.slice(20, 20))
+        client = CollectorClient(server.url)
+        for table in tables:
+            client.send(table)
+        assert len(list((tmp_path / "rank=3").glob("part-*.parquet"))) == 6
+        client.close()
+    finally:
+        server.shutdown()  # waits for the compaction the close started
+    assert client.sent_spans == 240 and client.dropped == 0
+    (merged,) = (tmp_path / "rank=3").glob("part-*.parquet")
+    assert merged.name == f"part-{os.getpid()}-{client.batch_token}-000000-000005.parquet"
+    assert len(list((tmp_path / "rank=4").glob("part-*.parquet"))) == 2
+    loaded = hotspan.load(tmp_path)
+    expected = sorted(sum((t.column("span_id").to_pylist() for t in tables + [other]), []))
+    assert sorted(loaded.column("span_id").to_pylist()) == expected
