@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..units import human_bytes, human_ns
-from .commands import CliError, EXIT_BAD_INPUT  # noqa: F401  (EXIT_BAD_INPUT: the status CliError gives)
+from .errors import CliError
 
 HELP = "merge a dataset's small parts into parts of about 128 MiB, readers reading on"
 DESCRIPTION = (
