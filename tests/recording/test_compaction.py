@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan.formats.dataset import META_RANKS, location, part_files, write_part
+from hotspan.formats.dataset import META_RANKS, location, list_parts, write_part
 from hotspan.recording.compaction import compact
 
 from _procs import env
@@ -78,7 +78,7 @@ def test_compaction_merges_each_writer_and_readers_see_every_span_once(tmp_path,
     run = tmp_path / "run"
     expected = _make_dataset(run, fresh_table)
     loc = location(run)
-    size = max(s for _p, s in part_files(loc))
+    size = max(s for _p, s in list_parts(loc))
     before = hotspan.load(run)
     # Pass 1: groups of about 6 parts (several per writer), inputs deleted at once (the
     # hardest case for a reader: a listed part may vanish before it is read). Pass 2: the
@@ -89,7 +89,7 @@ def test_compaction_merges_each_writer_and_readers_see_every_span_once(tmp_path,
     assert first.parts_before == len(WRITERS) * PARTS and first.written >= len(WRITERS) * 3
     assert second.parts_after == len(WRITERS) and second.ranks == {0, 1}
     assert len(seen) >= 3, "the reader hardly ran while compaction did"
-    names = sorted(os.path.relpath(p, run) for p, _s in part_files(loc))
+    names = sorted(os.path.relpath(p, run) for p, _s in list_parts(loc))
     assert names == [f"rank={r}/part-{p}-{t}-000000-{PARTS - 1:06d}.parquet" for r, p, t in WRITERS]
     after = hotspan.load(run)
     # Same spans, same order, same per-process metadata (the latest part's dropped counts).
@@ -110,7 +110,7 @@ def test_only_the_named_writer_is_compacted_and_an_interrupted_one_is_finished(t
     # An interrupted compaction (merged part published, inputs never deleted): readers see
     # each span once, and the next compaction deletes the leftovers.
     loc = location(run)
-    rank1 = [p for p, _s in part_files(loc) if "/rank=1/" in p]
+    rank1 = [p for p, _s in list_parts(loc) if "/rank=1/" in p]
     saved = {p: open(p, "rb").read() for p in rank1}
     compact(run, rank=1, grace_s=0)
     for path, data in saved.items():  # the inputs come back, as if never deleted

@@ -48,7 +48,7 @@ from .base import TraceFileError, check_span_rules, conform_to_schema
 from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
 __all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
-           "location", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "redact_uri",
+           "list_parts", "location", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
            "replaced_by", "sweep_temporaries", "write_part"]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
@@ -305,11 +305,11 @@ def _part_key(path: str) -> tuple:
     )
 
 
-def part_files(loc: Location) -> list[tuple[str, int]]:
+def list_parts(loc: Location) -> list[tuple[str, int]]:
     """Every visible ``*.parquet`` under ``loc`` as (path on ``loc.fs``, size in bytes):
     names beginning with ``.`` or ``_`` (and everything below such a directory) skipped, as
     ``pyarrow.dataset`` does; ordered by rank, pid, writer and part number. Parts replaced by
-    a compacted part are still listed: :func:`visible_parts` leaves them out."""
+    a compacted part are still listed: :func:`current_parts` leaves them out."""
     import pyarrow.fs as pafs
 
     found = []
@@ -320,6 +320,28 @@ def part_files(loc: Location) -> list[tuple[str, int]]:
             continue
         found.append((info.path, info.size or 0))
     return sorted(found, key=lambda item: _part_key(item[0]))
+
+
+def part_files(directory: str | os.PathLike) -> list[Path]:
+    """The parts of a local dataset directory, as paths, in :func:`list_parts`'s order (parts
+    that a compacted part replaces included: see :func:`current_parts`)."""
+    return [Path(path) for path, _size in list_parts(location(directory))]
+
+
+def current_parts(dest: str | os.PathLike | Location) -> tuple[Location, list[tuple[str, int, dict[bytes, bytes]]]]:
+    """Where ``dest`` lives, and the parts a reader should read now: (path, size, schema
+    metadata), parts replaced by a visible compacted part left out. Reads every footer."""
+    import pyarrow.parquet as pq
+
+    loc = dest if isinstance(dest, Location) else location(dest)
+    found = []
+    for path, size in list_parts(loc):
+        try:
+            found.append((path, size, dict(pq.read_schema(path, filesystem=loc.fs).metadata or {})))
+        except FileNotFoundError:
+            continue  # deleted since the listing: a compaction's input, hidden already
+    replaced = replaced_by([(path, meta) for path, _size, meta in found])
+    return loc, [item for item in found if item[0] not in replaced]
 
 
 def replaced_by(metas: list[tuple[str, dict[bytes, bytes]]]) -> set[str]:
@@ -464,7 +486,7 @@ def _load_once(loc: Location, check: bool) -> pa.Table:
     if loc.local and not os.path.isdir(loc.root):
         raise FileNotFoundError(errno.ENOENT, "no such dataset directory", loc.shown)
     try:
-        files = part_files(loc)
+        files = list_parts(loc)
     except (pa.ArrowException, OSError) as exc:
         raise TraceFileError(loc.shown, f"cannot list the dataset: {type(exc).__name__}: {exc}") from None
     if not files:

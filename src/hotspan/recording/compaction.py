@@ -26,8 +26,10 @@ Readers see every span exactly once at every moment; the steps, and what a reade
 
 Readers that do not know about ``replaces`` (DuckDB, Spark, Trino reading the Parquet files
 as they are) see inputs and merged part together between steps 2 and 3: give them a dataset
-that is not being compacted, or count distinct ``span_id``. Run one compactor per dataset at a
-time (the collector compacts only the writers it received, when each says it is done).
+that is not being compacted, or count distinct ``span_id``. Run one compactor per writer at a
+time: two merging the same parts at once would publish them twice (the collector compacts
+each writer it received once, when that writer says it is done; ``hotspan compact`` on a
+dataset a collector is still writing may meet one of those).
 """
 from __future__ import annotations
 
@@ -71,7 +73,7 @@ def compact(dest: Any, *, target_bytes: int = DEFAULT_TARGET_BYTES, grace_s: flo
 
     import pyarrow.fs as pafs
 
-    from ..formats.dataset import Location, location, part_files
+    from ..formats.dataset import Location, current_parts, list_parts, location, replaced_by
 
     if isinstance(target_bytes, bool) or not isinstance(target_bytes, int) or target_bytes < 1:
         raise ValueError(f"compact(): target_bytes must be a positive int, not {target_bytes!r}")
@@ -80,16 +82,16 @@ def compact(dest: Any, *, target_bytes: int = DEFAULT_TARGET_BYTES, grace_s: flo
     if loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
         raise FileNotFoundError(errno.ENOENT, "no such dataset", loc.shown)
     result = Compaction()
-    files = part_files(loc)
+    files = list_parts(loc)
     metas = _footers(loc, files)
-    from ..formats.dataset import replaced_by
-
     replaced = replaced_by([(path, meta) for path, (meta, _size) in metas.items()])
     live = [(path, size) for path, size in files if path in metas and path not in replaced]
     result.parts_before = len(live)
     result.bytes_before = sum(size for _path, size in live)
     groups = _groups(live, metas, target_bytes, rank=rank, pid=pid, token=token)
-    doomed = [path for path in replaced if path in metas]  # an interrupted compaction's inputs
+    # An interrupted compaction's inputs (replaced, never deleted): deleted now. Only parts
+    # seen replaced: a part written since the listing is never touched.
+    doomed = sorted(path for path in replaced if path in metas and _wanted(path, rank, pid, token))
     for writer, members in groups:
         _merge(loc, writer, members, metas)
         result.written += 1
@@ -106,15 +108,19 @@ def compact(dest: Any, *, target_bytes: int = DEFAULT_TARGET_BYTES, grace_s: flo
             result.deleted += 1
         except FileNotFoundError:
             pass
-    after = [(path, size) for path, size in part_files(loc)]
-    # Counted as a reader counts them: the parts no visible compacted part replaces.
-    after_metas = _footers(loc, after)
-    hidden = replaced_by([(path, meta) for path, (meta, _size) in after_metas.items()])
-    visible = [(path, size) for path, size in after if path not in hidden]
-    result.parts_after = len(visible)
-    result.bytes_after = sum(size for _path, size in visible)
+    _loc, after = current_parts(loc)  # counted as a reader counts them
+    result.parts_after = len(after)
+    result.bytes_after = sum(size for _path, size, _meta in after)
     result.seconds = time.monotonic() - began
     return result
+
+
+def _wanted(path: str, rank, pid, token) -> bool:
+    from ..formats.dataset import part_key
+
+    key = part_key(path)
+    return key is not None and all(want is None or key[name] == want
+                                   for name, want in (("rank", rank), ("pid", pid), ("token", token)))
 
 
 def _footers(loc, files: list[tuple[str, int]]) -> dict[str, tuple[dict, int]]:
@@ -142,8 +148,7 @@ def _groups(live, metas, target_bytes: int, *, rank, pid, token):
         if key is None or key["token"] is None:
             continue  # not a part name of ours, or an older run's name without a token
         writer = (key["rank"], key["pid"], key["token"])
-        if (rank is not None and writer[0] != rank) or (pid is not None and writer[1] != pid) \
-                or (token is not None and writer[2] != token):
+        if not _wanted(path, rank, pid, token):
             continue
         writers.setdefault(writer, []).append((path, size))
     groups = []
