@@ -543,8 +543,6 @@ def _warm_up(kind: str) -> None:
     if kind == "collector":
         import pyarrow.flight  # noqa: F401
     if kind == "directory":
-        import pyarrow.fs  # noqa: F401  (object stores: its finalizer registers at import)
-
         from ..formats import dataset  # noqa: F401  (and the Parquet exporter it writes with)
         from ..formats.registry import exporter_for
 
