@@ -103,6 +103,7 @@ def _check_token(token: str) -> str:
 #: its upload completes, so a part is put in one piece instead of renamed into place.
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 
+
 class Location:
     """A dataset's root on a file system: ``fs`` (a ``pyarrow.fs.FileSystem``), ``root`` (its
     path there, no trailing ``/``), ``shown`` (the name to print) and ``local`` (a local
@@ -147,18 +148,17 @@ def location(dest: str | os.PathLike) -> Location:
 
 
 def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str:
-    """Publish a complete local file as ``relative`` under ``loc``, never over an existing
-    one (``FileExistsError``); return its path on ``loc.fs``.
+    """Publish a complete local file as ``relative`` under ``loc`` (not a local directory:
+    ``write_part`` writes those in place, with ``atomic_path``), never over an existing one
+    (``FileExistsError``); return its path on ``loc.fs``.
 
-    Local: ``link()`` (atomic, fails where the name exists; ``local_file`` must be on the
-    same file system). Object store: one put of the whole file (read into memory first, so
-    that nothing can stop the upload half-way between two writes and leave the close to
-    publish a torn object). Other file systems: a hidden temporary name, then a move."""
-    target = loc.join(relative)
+    Object store: one put of the whole file (read into memory first, so that nothing can stop
+    the upload half-way between two writes and leave the close to publish a torn object; a
+    process killed mid-upload never completes it, and the object never appears). Other file
+    systems (HDFS): a hidden temporary name, then a move."""
     if loc.local:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        os.link(local_file, target)
-        return target
+        raise ValueError(f"{loc.shown}: put_file publishes to a remote store; write local parts in place")
+    target = loc.join(relative)
     import pyarrow.fs as pafs
 
     # Object stores have no create-if-absent here: names are unique by construction (pid,
