@@ -21,12 +21,9 @@ import pyarrow.compute as pc
 
 from ..units import human_count, human_ns, human_rate
 
-EXIT_BAD_INPUT = 2
+from .errors import EXIT_BAD_INPUT, CliError  # noqa: F401  (here too: command modules' old home)
+
 DEFAULT_BY = ("category", "name")
-
-
-class CliError(Exception):
-    """Bad input: reported as one line on stderr, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -1006,6 +1003,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
                               "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
                               "(the clients buffer meanwhile)")
+    from . import compact as _compact
+    _compact.add_arguments(_add(sub, "compact", _compact.HELP, _compact.DESCRIPTION, _compact.EXAMPLE,
+                                _compact.cmd_compact))
     return parser
 
 

@@ -46,12 +46,21 @@ def load(path: str | os.PathLike, format: str | None = None, *, check: bool = Tr
 
     Raises ``OSError`` (missing file, ...) or :class:`TraceFileError` (a ``ValueError``)
     naming the file and what is wrong with it. A directory is read as a dataset of Parquet
-    parts (``hotspan.record("dir/")``, ``hotspan collect``): see ``hotspan.formats.dataset``.
+    parts (``hotspan.record("dir/")``, ``hotspan collect``): see ``hotspan.formats.dataset``;
+    so is a URI (``s3://bucket/run``, any that ``pyarrow.fs.FileSystem.from_uri`` accepts),
+    unless it names one trace file.
 
     ``check``: refuse a table that breaks the schema's rules (negative durations or depths,
     ``end_ns != start_ns + duration_ns``, a span id twice), naming the row; ``False`` reads
     a file the caller chooses to trust as it is.
     """
+    if not isinstance(path, Path) and "://" in str(os.fspath(path)):
+        from .uri import is_uri
+
+        if is_uri(path):
+            from .dataset import load_uri
+  # s3://, gs://, hdfs://, file://: a dataset or one file there
+            return load_uri(os.fspath(path), format, check=check)
     if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
         from .dataset import load_dataset
 

@@ -10,6 +10,15 @@ after another), across processes whose pid repeats (a restarted container) and a
 hosts. A part is never written over an existing one (``write_part`` takes its name with
 ``link()``). Names without a token (``part-<pid>-<n>.parquet``, older runs) still read.
 
+The same layout lives in object storage and other file systems: ``run`` may be any URI
+``pyarrow.fs.FileSystem.from_uri`` accepts (``s3://bucket/run``, ``gs://...``,
+``hdfs://...``), with credentials from each store's standard environment and config (never
+printed: URIs are shown with their user info and secret-looking query values blanked).
+Object stores have no rename: there a part is written to a local temporary file and then
+put whole (one write, one close: an upload cut short is never completed, so the object is
+complete or absent); file systems with a rename (HDFS) take a hidden temporary name and a
+move, as a local directory does.
+
 Written by ``hotspan.record("run/")`` in every process and by ``hotspan collect --out run/``;
 read back whole by ``hotspan.load("run/")`` (``pyarrow.dataset``), by every CLI command, and
 by anything that reads Parquet (DuckDB: ``SELECT ... FROM 'run/**/*.parquet'``).
@@ -34,11 +43,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from .uri import is_uri, redact_uri
 from .base import TraceFileError, check_span_rules, conform_to_schema
 from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
-__all__ = ["META_PART", "META_RANKS", "NoPartsError", "is_dataset", "load_dataset", "new_token", "part_path",
-           "sweep_temporaries", "write_part"]
+__all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
+           "list_parts", "location", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
+           "replaced_by", "sweep_temporaries", "write_part"]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
 #: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}.
@@ -47,7 +58,9 @@ META_PART = b"hotspan.part"
 #: "dropped", "sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns"}, ...]}.
 META_RANKS = b"hotspan.ranks"
 
-_PART_RE = re.compile(r"^part-(\d+)-(?:([0-9a-f]+)-)?(\d+)\.parquet$")
+#: ``part-<pid>-<token>-<seq>``, older ``part-<pid>-<seq>``, and a compacted part
+#: ``part-<pid>-<token>-<first seq>-<last seq>`` (its writer's parts first..last, merged).
+_PART_RE = re.compile(r"^part-(\d+)-(?:([0-9a-f]+)-)?(\d+)(?:-(\d+))?\.parquet$")
 #: What ``atomic_path`` leaves behind a writer killed mid-part: ``.<part name>.<8 hex>.part``.
 _TEMP_RE = re.compile(r"^\.(part-(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9a-f]{8}\.part$")
 #: A temporary part untouched this long is stale whoever wrote it (a part is written in
@@ -63,11 +76,19 @@ def new_token() -> str:
     return f"{int(time.time()) & 0xFFFFFFFF:08x}{secrets.token_hex(4)}"
 
 
-def part_path(directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None) -> Path:
-    """Where part ``seq`` of writer ``token`` (process ``pid`` of ``rank``) lives in a dataset
-    directory; without a token, the older ``part-<pid>-<seq>`` name."""
+def part_name(rank: int, pid: int, seq: int, token: str | None = None, last: int | None = None) -> str:
+    """A part's name relative to the dataset's root: ``rank=R/part-<pid>-<token>-<seq>.parquet``;
+    without a token, the older ``part-<pid>-<seq>``; with ``last``, a compacted part holding
+    its writer's parts ``seq`` to ``last``."""
     middle = "" if token is None else f"{_check_token(token)}-"
-    return Path(directory) / f"rank={int(rank)}" / f"part-{int(pid)}-{middle}{int(seq):06d}.parquet"
+    tail = "" if last is None else f"-{int(last):06d}"
+    return f"rank={int(rank)}/part-{int(pid)}-{middle}{int(seq):06d}{tail}.parquet"
+
+
+def part_path(directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None) -> Path:
+    """Where part ``seq`` of writer ``token`` (process ``pid`` of ``rank``) lives in a local
+    dataset directory; without a token, the older ``part-<pid>-<seq>`` name."""
+    return Path(directory) / part_name(rank, pid, seq, token)
 
 
 def _check_token(token: str) -> str:
@@ -76,26 +97,123 @@ def _check_token(token: str) -> str:
     return token
 
 
-def write_part(table: pa.Table, directory: str | os.PathLike, *, rank: int, pid: int, seq: int,
-               token: str | None = None, part_meta: dict[str, Any] | None = None) -> Path:
-    """Write one part atomically (temporary ``.``-name, fsync, then the name taken with
-    ``link()``); return its path.
+# --------------------------------------------------------------------------- where a dataset lives
+
+#: File systems without a rename (or whose rename is a copy): an object appears whole when
+#: its upload completes, so a part is put in one piece instead of renamed into place.
+OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
+
+
+class Location:
+    """A dataset's root on a file system: ``fs`` (a ``pyarrow.fs.FileSystem``), ``root`` (its
+    path there, no trailing ``/``), ``shown`` (the name to print) and ``local`` (a local
+    directory, written with ``os`` calls: an atomic rename, fsync)."""
+
+    def __init__(self, fs, root: str, shown: str, local: bool):
+        self.fs, self.root, self.shown, self.local = fs, root.rstrip("/") or root, shown, local
+
+    @property
+    def object_store(self) -> bool:
+        return self.fs.type_name in OBJECT_STORES
+
+    def join(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def relative(self, path: str) -> str:
+        return path[len(self.root) + 1:] if path.startswith(self.root + "/") else path
+
+    def __repr__(self) -> str:
+        return f"<Location {self.shown}>"
+
+
+def location(dest: str | os.PathLike) -> Location:
+    """Where ``dest`` (a local path, or any URI ``pyarrow.fs.FileSystem.from_uri`` accepts)
+    lives. A bad URI is a ``ValueError`` that names it without its credentials."""
+    import pyarrow.fs as pafs
+
+    text = os.fspath(dest)
+    if isinstance(text, bytes):
+        text = text.decode()
+    if not is_uri(text):
+        return Location(pafs.LocalFileSystem(), os.path.abspath(text), str(text), True)
+    shown = redact_uri(text)
+    try:
+        fs, root = pafs.FileSystem.from_uri(text)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        # pyarrow's message may quote the URI, credentials and all: not shown.
+        raise ValueError(f"{shown}: not a file system URI that pyarrow can open ({type(exc).__name__})") from None
+    if isinstance(fs, pafs.LocalFileSystem):  # file:///path
+        return Location(fs, root, shown, True)
+    return Location(fs, root, shown, False)
+
+
+def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str:
+    """Publish a complete local file as ``relative`` under ``loc`` (not a local directory:
+    ``write_part`` writes those in place, with ``atomic_path``), never over an existing one
+    (``FileExistsError``); return its path on ``loc.fs``.
+
+    Object store: one put of the whole file (read into memory first, so that nothing can stop
+    the upload half-way between two writes and leave the close to publish a torn object; a
+    process killed mid-upload never completes it, and the object never appears). Other file
+    systems (HDFS): a hidden temporary name, then a move."""
+    if loc.local:
+        raise ValueError(f"{loc.shown}: put_file publishes to a remote store; write local parts in place")
+    target = loc.join(relative)
+    import pyarrow.fs as pafs
+
+    # Object stores have no create-if-absent here: names are unique by construction (pid,
+    # a random token, a sequence number); this check catches a reused name.
+    if loc.fs.get_file_info(target).type != pafs.FileType.NotFound:
+        raise FileExistsError(errno.EEXIST, "part exists already", f"{loc.shown}/{relative}")
+    with open(local_file, "rb") as f:
+        data = f.read()
+    if loc.object_store:
+        with loc.fs.open_output_stream(target) as out:
+            out.write(data)
+        return target
+    parent, name = target.rsplit("/", 1)
+    loc.fs.create_dir(parent, recursive=True)
+    temporary = f"{parent}/.{name}.{secrets.token_hex(4)}.part"
+    with loc.fs.open_output_stream(temporary) as out:
+        out.write(data)
+    loc.fs.move(temporary, target)
+    return target
+
+
+def write_part(table: pa.Table, directory: str | os.PathLike | Location, *, rank: int, pid: int, seq: int,
+               token: str | None = None, part_meta: dict[str, Any] | None = None,
+               last: int | None = None) -> Path | str:
+    """Write one part atomically; return its path (local) or its path on the store.
+
+    Local: a temporary ``.``-name, fsync, then the name taken with ``link()``. Elsewhere:
+    written to a local temporary file, then :func:`put_file`.
 
     ``table`` keeps its schema metadata; ``part_meta`` is added under ``hotspan.part``.
     A part is never written over: where the name exists already, ``FileExistsError`` (the
     caller decides whether that is the same batch again or a new name is needed).
     """
+    import tempfile
+
     from .registry import exporter_for
 
-    path = part_path(directory, rank, pid, seq, token)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    loc = directory if isinstance(directory, Location) else (
+        None if not is_uri(directory) else location(directory))
+    relative = part_name(rank, pid, seq, token, last)
     meta = dict(table.schema.metadata or {})
     own = {"rank": int(rank), "pid": int(pid), "seq": int(seq)}
     if token is not None:
         own["token"] = token
     meta[META_PART] = json.dumps({**own, **(part_meta or {})}).encode()
-    exporter_for(path).write(table.replace_schema_metadata(meta), path, replace=False)
-    return path
+    table = table.replace_schema_metadata(meta)
+    if loc is None or loc.local:
+        path = Path(loc.root if loc is not None else directory) / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        exporter_for(path).write(table, path, replace=False)
+        return path
+    with tempfile.TemporaryDirectory(prefix="hotspan-part-") as tmp:
+        staged = Path(tmp) / relative.rsplit("/", 1)[1]
+        exporter_for(staged).write(table, staged)
+        return put_file(loc, staged, relative)
 
 
 def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -156,33 +274,87 @@ def _alive(pid: int) -> bool:
 
 
 def is_dataset(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a directory (``load()`` reads directories as datasets)."""
-    return Path(path).is_dir()
+    """Whether ``path`` is a directory or a file system URI (``load()`` reads both as datasets)."""
+    return is_uri(path) or Path(path).is_dir()
 
 
-def _part_files(directory: Path) -> list[Path]:
-    """Every visible ``*.parquet`` under ``directory`` (hidden / ``_`` names skipped, as
-    ``pyarrow.dataset`` does), ordered by rank, pid and part number."""
+def part_key(path: str) -> dict[str, Any] | None:
+    """What a part's path says: ``rank`` (from its ``rank=R`` directory), ``pid``, ``token``
+    (None in older names), ``seq`` and, for a compacted part, ``last``; None for another name."""
+    parent, _, name = path.replace(os.sep, "/").rpartition("/")
+    rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
+    part = _PART_RE.match(name)
+    if rank_dir is None or part is None:
+        return None
+    return {"rank": int(rank_dir.group(1)), "pid": int(part.group(1)), "token": part.group(2),
+            "seq": int(part.group(3)), "last": int(part.group(4)) if part.group(4) else None}
+
+
+def _part_key(path: str) -> tuple:
+    """Order parts by rank, directory, pid, writer token and part number."""
+    parent, _, name = path.rpartition("/")
+    rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
+    part = _PART_RE.match(name)
+    return (
+        int(rank_dir.group(1)) if rank_dir else -1,
+        parent,
+        int(part.group(1)) if part else -1,
+        part.group(2) or "" if part else "",
+        int(part.group(3)) if part else -1,
+        name,
+    )
+
+
+def list_parts(loc: Location) -> list[tuple[str, int]]:
+    """Every visible ``*.parquet`` under ``loc`` as (path on ``loc.fs``, size in bytes):
+    names beginning with ``.`` or ``_`` (and everything below such a directory) skipped, as
+    ``pyarrow.dataset`` does; ordered by rank, pid, writer and part number. Parts replaced by
+    a compacted part are still listed: :func:`current_parts` leaves them out."""
+    import pyarrow.fs as pafs
+
     found = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
-        for name in files:
-            if name.endswith(".parquet") and not name.startswith((".", "_")):
-                found.append(Path(root) / name)
+    for info in loc.fs.get_file_info(pafs.FileSelector(loc.root, recursive=True, allow_not_found=True)):
+        if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
+            continue
+        if any(piece.startswith((".", "_")) for piece in loc.relative(info.path).split("/")):
+            continue
+        found.append((info.path, info.size or 0))
+    return sorted(found, key=lambda item: _part_key(item[0]))
 
-    def key(path: Path) -> tuple:
-        rank_dir = _RANK_DIR_RE.match(path.parent.name)
-        part = _PART_RE.match(path.name)
-        return (
-            int(rank_dir.group(1)) if rank_dir else -1,
-            str(path.parent),
-            int(part.group(1)) if part else -1,
-            part.group(2) or "" if part else "",
-            int(part.group(3)) if part else -1,
-            path.name,
-        )
 
-    return sorted(found, key=key)
+def part_files(directory: str | os.PathLike) -> list[Path]:
+    """The parts of a local dataset directory, as paths, in :func:`list_parts`'s order (parts
+    that a compacted part replaces included: see :func:`current_parts`)."""
+    return [Path(path) for path, _size in list_parts(location(directory))]
+
+
+def current_parts(dest: str | os.PathLike | Location) -> tuple[Location, list[tuple[str, int, dict[bytes, bytes]]]]:
+    """Where ``dest`` lives, and the parts a reader should read now: (path, size, schema
+    metadata), parts replaced by a visible compacted part left out. Reads every footer."""
+    import pyarrow.parquet as pq
+
+    loc = dest if isinstance(dest, Location) else location(dest)
+    found = []
+    for path, size in list_parts(loc):
+        try:
+            found.append((path, size, dict(pq.read_schema(path, filesystem=loc.fs).metadata or {})))
+        except FileNotFoundError:
+            continue  # deleted since the listing: a compaction's input, hidden already
+    replaced = replaced_by([(path, meta) for path, _size, meta in found])
+    return loc, [item for item in found if item[0] not in replaced]
+
+
+def replaced_by(metas: list[tuple[str, dict[bytes, bytes]]]) -> set[str]:
+    """The paths that compacted parts among ``metas`` (path, schema metadata) replace: a
+    compacted part lists its inputs (``hotspan.part`` key ``replaces``, names in its own
+    directory). Applied transitively by taking the union: a part compacted again is itself
+    replaced, and its inputs with it."""
+    replaced = set()
+    for path, meta in metas:
+        names = (meta_json(meta, META_PART) or {}).get("replaces") or ()
+        parent = path.rpartition("/")[0]
+        replaced.update(f"{parent}/{name}" for name in names if isinstance(name, str) and "/" not in name)
+    return replaced
 
 
 def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, bytes]:
@@ -256,45 +428,113 @@ class NoPartsError(TraceFileError, IsADirectoryError):
     where a trace file was expected (an ``IsADirectoryError``, as the file loaders have it)."""
 
 
-def load_dataset(directory: str | os.PathLike, *, check: bool = True) -> pa.Table:
-    """Every part of a dataset directory (all ranks, all processes) as one table with
-    exactly ``SPAN_SCHEMA``, ordered by rank, process and part; metadata merged (see
-    :func:`merge_metadata`). ``check``: as for :func:`hotspan.formats.load`."""
-    import pyarrow.dataset as ds
+#: How many times a load starts again when a part it listed vanished before it was read (a
+#: compaction deleting the parts its merged part replaced): each new listing sees the merged part.
+LOAD_ATTEMPTS = 8
 
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(errno.ENOENT, "no such dataset directory", str(directory))
-    files = _part_files(directory)
-    if not files:
-        raise NoPartsError(directory, "no span parts in this directory (expected rank=R/part-*.parquet)")
+
+class _PartVanished(Exception):
+    pass
+
+
+def load_uri(uri: str, format: str | None = None, *, check: bool = True) -> pa.Table:
+    """A trace named by URI: a dataset (a prefix holding ``rank=R/`` parts), or one trace file
+    (fetched to a local temporary file and read by its format's exporter)."""
+    import tempfile
+
+    import pyarrow.fs as pafs
+
+    from .registry import exporter_for
+
+    loc = location(uri)
+    if not loc.local and loc.fs.get_file_info(loc.root).type == pafs.FileType.File:
+        exporter = exporter_for(loc.root, format)
+        with tempfile.TemporaryDirectory(prefix="hotspan-fetch-") as tmp:
+            local = Path(tmp) / loc.root.rpartition("/")[2]
+            pafs.copy_files(loc.root, str(local), source_filesystem=loc.fs, destination_filesystem=pafs.LocalFileSystem())
+            try:
+                return exporter.read(local, check=check)
+            except TraceFileError as exc:
+                raise TraceFileError(loc.shown, exc.problem) from None
+    if loc.local and os.path.isfile(loc.root):
+        return exporter_for(loc.root, format).read(loc.root, check=check)
+    return load_dataset(loc, check=check)
+
+
+def load_dataset(directory: str | os.PathLike | Location, *, check: bool = True) -> pa.Table:
+    """Every part of a dataset (a directory, or a URI: all ranks, all processes) as one table
+    with exactly ``SPAN_SCHEMA``, ordered by rank, process and part; metadata merged (see
+    :func:`merge_metadata`). ``check``: as for :func:`hotspan.formats.load`.
+
+    Each span is read exactly once while a compaction runs: parts that a visible compacted
+    part replaces are left out, and a load whose listed part vanished before it was read
+    (deleted by the compaction after its merged part appeared) lists again."""
+    loc = directory if isinstance(directory, Location) else location(directory)
+    for _attempt in range(LOAD_ATTEMPTS):
+        try:
+            return _load_once(loc, check)
+        except _PartVanished:
+            time.sleep(0.01)
+    raise TraceFileError(loc.shown, f"parts kept vanishing while being read ({LOAD_ATTEMPTS} listings): "
+                                    "is something deleting them?")
+
+
+def _load_once(loc: Location, check: bool) -> pa.Table:
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+
+    if loc.local and not os.path.isdir(loc.root):
+        raise FileNotFoundError(errno.ENOENT, "no such dataset directory", loc.shown)
     try:
-        dataset = ds.dataset(
-            [str(f) for f in files], format="parquet", partition_base_dir=str(directory),
-            partitioning=ds.partitioning(_PARTITIONING_SCHEMA, flavor="hive"),
-        )
-        parts_meta = []
-        for fragment in dataset.get_fragments():
-            parts_meta.append((dict(fragment.physical_schema.metadata or {}), fragment.count_rows()))
-        # Each file's own schema, not the first file's: dictionary and plain strings may mix.
-        tables = []
-        for fragment in dataset.get_fragments():
-            table = fragment.to_table(schema=fragment.physical_schema)
-            table.validate(full=True)  # as parquet.py's reader does, before any cast or copy
-            if "rank" not in table.column_names:  # a part written without its rank column
-                partition = ds.get_partition_keys(fragment.partition_expression)
-                if "rank" not in partition:
-                    raise TraceFileError(fragment.path, "no rank column and no rank=R directory")
-                table = table.append_column("rank", pa.array([partition["rank"]] * table.num_rows, pa.int32()))
-            tables.append(conform_to_schema(table, fragment.path, metadata={}))
-    except TraceFileError:
+        files = list_parts(loc)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFileError(loc.shown, f"cannot list the dataset: {type(exc).__name__}: {exc}") from None
+    if not files:
+        if not loc.local and loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
+            raise FileNotFoundError(errno.ENOENT, "no such dataset", loc.shown)
+        raise NoPartsError(loc.shown, "no span parts in this directory (expected rank=R/part-*.parquet)")
+    try:
+        try:
+            dataset = ds.dataset(
+                [path for path, _size in files], format="parquet", filesystem=loc.fs, partition_base_dir=loc.root,
+                partitioning=ds.partitioning(_PARTITIONING_SCHEMA, flavor="hive"),
+            )
+            fragments = list(dataset.get_fragments())
+            metas = [(fragment.path, dict(fragment.physical_schema.metadata or {})) for fragment in fragments]
+            replaced = replaced_by(metas)
+            kept = [(fragment, meta) for fragment, (path, meta) in zip(fragments, metas) if path not in replaced]
+            parts_meta = [(meta, fragment.count_rows()) for fragment, meta in kept]
+            # Each file's own schema, not the first file's: dictionary and plain strings may mix.
+            tables = []
+            for fragment, _meta in kept:
+                table = fragment.to_table(schema=fragment.physical_schema)
+                table.validate(full=True)  # as parquet.py's reader does, before any cast or copy
+                if "rank" not in table.column_names:  # a part written without its rank column
+                    partition = ds.get_partition_keys(fragment.partition_expression)
+                    if "rank" not in partition:
+                        raise TraceFileError(fragment.path, "no rank column and no rank=R directory")
+                    table = table.append_column("rank", pa.array([partition["rank"]] * table.num_rows, pa.int32()))
+                tables.append(conform_to_schema(table, fragment.path, metadata={}))
+        except (pa.ArrowException, OSError) as exc:
+            if _any_vanished(loc, [path for path, _size in files]):
+                raise _PartVanished() from exc
+            raise
+    except (TraceFileError, _PartVanished):
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise TraceFileError(directory, f"not a readable span dataset: {type(exc).__name__}: {exc}") from exc
+        raise TraceFileError(loc.shown, f"not a readable span dataset: {type(exc).__name__}: {exc}") from exc
     # One dictionary per string column across the parts: pyarrow's group_by and joins
     # refuse differing ones ("Unifying differing dictionaries").
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     if check:
-        check_span_rules(table, directory)
+        check_span_rules(table, loc.shown)
     return table.replace_schema_metadata(merge_metadata(parts_meta))
 
+
+def _any_vanished(loc: Location, paths: list[str]) -> bool:
+    import pyarrow.fs as pafs
+
+    try:
+        return any(info.type == pafs.FileType.NotFound for info in loc.fs.get_file_info(paths))
+    except (pa.ArrowException, OSError):
+        return False

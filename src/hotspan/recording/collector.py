@@ -19,6 +19,9 @@ Protocol (all on one Flight service):
   (same name, same content digest) is acknowledged without writing it twice; a different
   batch under a name already taken (a client without a token, a restarted one whose pid
   repeats) gets a new name from its digest.
+* ``do_action("done")`` with JSON ``{"pid", "batch"}``: the client is closing. The server
+  compacts the parts that writer sent (per rank, on a thread of its own: see
+  ``recording/compaction.py``; readers see each span once throughout).
 * With a token, every call must carry ``authorization: Bearer <token>``; any other call is
   refused (``FlightUnauthenticatedError``) to that client only.
 
@@ -116,7 +119,8 @@ class CollectorServer:
 
     def __init__(self, out: str | os.PathLike, listen: str = f"grpc://127.0.0.1:{DEFAULT_PORT}",
                  token: str | None = None, log=None, *, max_put_rows: int = MAX_PUT_ROWS,
-                 max_put_bytes: int = MAX_PUT_BYTES, max_inflight_bytes: int = MAX_INFLIGHT_BYTES):
+                 max_put_bytes: int = MAX_PUT_BYTES, max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+                 compact_on_done: bool = True):
         from ..formats.dataset import sweep_temporaries
 
         flight, TokenMiddlewareFactory = _server_classes()
@@ -137,6 +141,11 @@ class CollectorServer:
         self.duplicates = 0
         self.refused = 0
         self.ranks: set[int] = set()
+        # Compaction when a writer says it is done (action "done"): which ranks each
+        # (pid, batch) wrote, and the compactions running (shutdown waits for them).
+        self.compact_on_done = compact_on_done
+        self.writers: dict[tuple[int, str], set[int]] = {}
+        self.compactions: list[threading.Thread] = []
         middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
         owner = self
 
@@ -145,7 +154,8 @@ class CollectorServer:
                 return owner._do_action(action)
 
             def list_actions(self, context):
-                return [("clock", "the server's time.time_ns(), 8 bytes little-endian")]
+                return [("clock", "the server's time.time_ns(), 8 bytes little-endian"),
+                    ("done", "a client is done (JSON pid, batch): its parts are compacted")]
 
             def do_put(self, context, descriptor, reader, writer):
                 owner._do_put(descriptor, reader)
@@ -169,6 +179,8 @@ class CollectorServer:
     def _do_action(self, action):
         if action.type == "clock":
             return [struct.pack("<q", time.time_ns())]
+        if action.type == "done":
+            return self._writer_done(action.body.to_pybytes())
         raise self._flight.FlightServerError(f"unknown action {action.type!r}")
 
     def _refuse(self, message: str):
@@ -291,6 +303,8 @@ class CollectorServer:
                 self.spans += table.num_rows
                 self.parts += 1
                 self.ranks.add(rank)
+                if batch and token == batch:
+                    self.writers.setdefault((pid, batch), set()).add(rank)
             return
         raise self._refuse(f"rank {rank} pid {pid}: batch {seq}: its names are taken by other batches")
 
@@ -303,10 +317,44 @@ class CollectorServer:
         except (OSError, ValueError, pa.ArrowException):
             return False  # unreadable: certainly not to be taken for this batch
 
+    def _writer_done(self, body: bytes) -> list:
+        """A client closing (``{"pid", "batch"}``): compact the parts it sent, per rank, on a
+        thread of their own (the client does not wait; readers see each span once throughout)."""
+        try:
+            info = json.loads(body[:MAX_COMMAND])
+            pid, batch = _bounded_int(info, "pid", 0, 2**31 - 1), info.get("batch")
+            if not (isinstance(batch, str) and _is_token(batch)):
+                raise ValueError("batch must be 1-32 lower-case hex digits")
+        except (ValueError, TypeError) as exc:
+            raise self._refuse(f"bad done action: {exc}") from None
+        with self.lock:
+            ranks = sorted(self.writers.pop((pid, batch), ()))
+        if self.compact_on_done:
+            for rank in ranks:
+                thread = threading.Thread(target=self._compact, args=(rank, pid, batch), daemon=True,
+                                          name=f"hotspan-compact-{rank}")
+                thread.start()
+                with self.lock:
+                    self.compactions = [t for t in self.compactions if t.is_alive()] + [thread]
+        return []
+
+    def _compact(self, rank: int, pid: int, batch: str) -> None:
+        from .compaction import compact
+
+        try:
+            done = compact(self.out, rank=rank, pid=pid, token=batch)
+            if done.written:
+                self._say(f"hotspan collect: rank {rank} pid {pid} done: {done.merged} parts merged into {done.written}")
+        except Exception as exc:  # noqa: BLE001 - the parts stay as they are, all readable
+            self._say(f"hotspan collect: could not compact rank {rank} pid {pid}: {type(exc).__name__}: {exc}")
+
     def shutdown(self) -> None:
-        """Stop accepting calls; return once the calls in flight have finished."""
+        """Stop accepting calls; return once the calls in flight have finished (and the
+        compactions they started)."""
         self._service.shutdown()
         self._service.wait()
+        for thread in list(self.compactions):
+            thread.join(60)
 
     def __enter__(self) -> "CollectorServer":
         return self
@@ -517,7 +565,20 @@ class CollectorClient:
             time.sleep(min(max(self.wait_retry(), 0.01), remaining))
         if self.queue:
             self._drop_queue()
+        self._say_done()
         self._disconnect()
+
+    def _say_done(self) -> None:
+        """Tell the collector this writer is done, so it compacts our parts (best effort)."""
+        if self._client is None or not self.sent_parts:
+            return
+        import pyarrow.flight as flight
+
+        body = json.dumps({"pid": self._pid, "batch": self.batch_token}).encode()
+        try:
+            list(self._client.do_action(flight.Action("done", body), options=self._options()))
+        except (flight.FlightError, pa.ArrowException, OSError):
+            pass  # an older collector, or gone: the parts stay as they are
 
 
 def serve(out: str | os.PathLike, listen: str, token: str | None, *, ready=None, stop: threading.Event,

@@ -102,15 +102,26 @@ class _FileSink:
 class _DatasetSink:
     """A hive-partitioned Parquet dataset: one part per flush, written atomically, under a
     name drawn when the recording starts (``part-<pid>-<token>-<n>``) that no other
-    recording uses, and never over an existing part."""
+    recording uses, and never over an existing part. A local directory, or any file system
+    URI (``s3://bucket/run``: each part put whole, see ``formats/dataset.py``)."""
 
     kind = "directory"
 
-    def __init__(self, directory: Path):
-        if directory.exists() and not directory.is_dir():
-            raise NotADirectoryError(f"{directory}: exists and is not a directory")
-        directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: Path | str):
+        from ..formats.uri import is_uri, redact_uri
+
+        self.remote = is_uri(directory)
+        if self.remote:
+            self.target = str(directory)  # opened on the flusher, where pyarrow loads
+            self.shown = redact_uri(directory)
+        else:
+            directory = Path(directory)
+            if directory.exists() and not directory.is_dir():
+                raise NotADirectoryError(f"{directory}: exists and is not a directory")
+            directory.mkdir(parents=True, exist_ok=True)
+            self.target = self.shown = str(directory)
         self.directory = directory
+        self.location = None
         self.token: str | None = None
         self.seq = 0
         self.dropped = 0
@@ -123,9 +134,11 @@ class _DatasetSink:
         before its first flush still loads, as an empty table with its metadata."""
         if self.token is not None:
             return
-        from ..formats.dataset import new_token, sweep_temporaries
+        from ..formats.dataset import location, new_token, sweep_temporaries
 
-        sweep_temporaries(self.directory)
+        self.location = location(self.target)
+        if self.location.local:
+            sweep_temporaries(self.location.root)
         self.token = new_token()
         self._write(_metadata_table(), kind="start")
 
@@ -139,7 +152,7 @@ class _DatasetSink:
         from ..formats.dataset import write_part
 
         rank = table.column("rank")[0].as_py() if table.num_rows else current_rank()
-        write_part(table, self.directory, rank=rank, pid=os.getpid(), seq=self.seq, token=self.token,
+        write_part(table, self.location, rank=rank, pid=os.getpid(), seq=self.seq, token=self.token,
                    part_meta={"sink_dropped": self.dropped, **part_meta})
         self.seq += 1
         self.parts += 1
@@ -194,7 +207,12 @@ def _sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
     if text.startswith(("grpc://", "grpc+tcp://")):
         return _CollectorSink(text, token, buffer_spans)
     if "://" in text:
-        raise ValueError(f"{text}: unknown destination scheme (expected a file, a directory or grpc://HOST:PORT)")
+        from ..formats.uri import FS_SCHEMES, redact_uri, scheme_of
+
+        if scheme_of(text) not in FS_SCHEMES:
+            raise ValueError(f"{redact_uri(text)}: unknown destination scheme (expected a file, a directory, "
+                             f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})")
+        return _DatasetSink(text)  # s3://bucket/run: a dataset there, a part per flush
     path = Path(text)
     from ..formats import format_of
 
@@ -223,7 +241,10 @@ class Recorder:
             raise ValueError(f"record(): flush_interval must be in (0, 3600] seconds, not {flush_interval}")
         if isinstance(buffer_spans, bool) or not isinstance(buffer_spans, int) or buffer_spans < 0:
             raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
-        self.dest = os.fspath(dest)
+        from ..formats.uri import redact_uri
+
+        self._target = os.fspath(dest)  # as given: a forked child records to it too
+        self.dest = redact_uri(self._target)  # shown in messages and events: no credentials
         self.flush_interval = float(flush_interval)
         self.stop_timeout = float(stop_timeout)
         self._token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
@@ -283,6 +304,13 @@ class Recorder:
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             start_quiet(self._thread)  # signals stay with the program's threads
+        if getattr(self._sink, "remote", False):
+            # pyarrow.fs registers its S3 finalizer with atexit when first imported, and atexit
+            # runs the last registered first: imported on the flusher, after us, it would
+            # finalize S3 before our final flush, which would then start S3 again and crash
+            # the exit. So for an object-store destination (only) the program's thread pays
+            # for pyarrow's import now, before our hook is registered.
+            import pyarrow.fs  # noqa: F401
         atexit.register(self._atexit)
         emit(RecordingStarted(self.dest, self.kind))
         return self
@@ -523,7 +551,10 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
 
     ``dest``: a file (``.parquet``, ``.arrow``, ``.json``, ... : written at ``stop()``), a
     directory (a Parquet dataset ``dest/rank=R/part-<pid>-<token>-<n>.parquet``, a part per
-    flush; a path without a known trace extension counts as one), or ``grpc://HOST:PORT``
+    flush; a path without a known trace extension counts as one), the same dataset in object
+    storage or another file system (``s3://bucket/run``, ``gs://...``, ``hdfs://...``: any
+    URI ``pyarrow.fs.FileSystem.from_uri`` accepts; credentials from the store's usual
+    environment and config; each part put whole), or ``grpc://HOST:PORT``
     (a ``hotspan collect`` server; ``token`` or ``HOTSPAN_TOKEN`` if it wants one; up to
     ``buffer_spans`` spans wait for it while it is away).
 
@@ -652,7 +683,7 @@ def _follow_into_child() -> None:
     if not was_env or parent.kind != "directory":
         return  # a file would be overwritten, and gRPC must not be used across fork
     try:
-        child = record(parent.dest, parent.flush_interval).start()
+        child = record(parent._target, parent.flush_interval).start()
     except Exception as exc:  # noqa: BLE001
         _warn(f"{ENV_OUT}: not recording in forked child {os.getpid()}: {exc}")
         return
