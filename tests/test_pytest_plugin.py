@@ -11,6 +11,14 @@ import pytest
 import hotspan
 from hotspan.formats.dataset import part_metadata
 
+# pytester restores sys.modules after each test: a module first imported inside one (pandas
+# through to_pandas, a hotspan module through load() or the CLI) would be dropped, and the
+# next test would meet a second copy of its classes (pandas' isinstance checks then fail).
+# Imported here, before any pytester, they stay.
+import pandas  # noqa: E402,F401
+import pyarrow.dataset  # noqa: E402,F401
+import hotspan.cli.commands  # noqa: E402,F401
+
 pytest_plugins = ["pytester"]
 
 PROJECT = '''
