@@ -160,7 +160,7 @@ def is_dataset(path: str | os.PathLike) -> bool:
     return Path(path).is_dir()
 
 
-def _part_files(directory: Path) -> list[Path]:
+def part_files(directory: Path) -> list[Path]:
     """Every visible ``*.parquet`` under ``directory`` (hidden / ``_`` names skipped, as
     ``pyarrow.dataset`` does), ordered by rank, pid and part number."""
     found = []
@@ -265,7 +265,7 @@ def load_dataset(directory: str | os.PathLike, *, check: bool = True) -> pa.Tabl
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(errno.ENOENT, "no such dataset directory", str(directory))
-    files = _part_files(directory)
+    files = part_files(directory)
     if not files:
         raise NoPartsError(directory, "no span parts in this directory (expected rank=R/part-*.parquet)")
     try:
