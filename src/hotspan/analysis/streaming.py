@@ -36,10 +36,12 @@ temporary directory, removed afterwards).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -92,17 +94,22 @@ def _same(columns: Sequence[str], left: str, right: str) -> str:
     return " AND ".join(f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns)
 
 
-# A duration's bucket: the value itself below 2048, else 1024 buckets per power of two
-# (e = the exact index of the highest set bit: log2 in floating point can be one off near a
-# power of two, corrected by two integer comparisons). Monotone in the duration, which is
-# all that locating an order statistic by cumulative counts needs.
+# A duration's bucket: 1024 a power of two (floor(1024 log2(d + 1))), so a bucket holds
+# distinct values only within 0.07% of each other. Locating an order statistic by cumulative
+# counts needs the bucket to be monotone in the duration: log2 in floating point is (glibc's
+# is within 0.502 ulp), and each run checks it (``_check_buckets``: per group, every
+# bucket's largest value at most the next one's smallest), falling back to an exact integer
+# version (the highest set bit, corrected by two comparisons, then the next 10 bits), three
+# times slower, should it ever not be.
 _MACROS = """
+CREATE OR REPLACE TEMP MACRO hs_bucket(d) AS
+    CASE WHEN d < 0 THEN d ELSE floor(log2(d + 1.0) * 1024)::BIGINT END;
 CREATE OR REPLACE TEMP MACRO hs_msb2(d, f) AS
     f - (d < (1::BIGINT << f))::INT + (f < 62 AND d >= (1::BIGINT << least(f + 1, 62)))::INT;
 CREATE OR REPLACE TEMP MACRO hs_msb(d) AS hs_msb2(d, least(floor(log2(greatest(d, 1)::DOUBLE))::INT, 62));
-CREATE OR REPLACE TEMP MACRO hs_bucket2(d, e) AS
+CREATE OR REPLACE TEMP MACRO hs_bucket_exact2(d, e) AS
     CASE WHEN d < 2048 THEN d ELSE (e - 10)::BIGINT * 1024 + (d >> (e - 10)) END;
-CREATE OR REPLACE TEMP MACRO hs_bucket(d) AS hs_bucket2(d, hs_msb(d));
+CREATE OR REPLACE TEMP MACRO hs_bucket_exact(d) AS hs_bucket_exact2(d, hs_msb(d));
 """
 
 
@@ -110,22 +117,26 @@ class SpanSource:
     """A span table in Parquet (one file, or a dataset directory of parts) as the DuckDB view
     ``spans``, optionally filtered by a SQL condition (``where``)."""
 
-    def __init__(self, path: str | os.PathLike, *, where: str | None = None, memory_limit: str | None = None,
-                 temp_directory: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, where: str | None = None,
+                 memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None):
         import duckdb
 
         from ..formats.base import TraceFileError
         from ..formats.dataset import NoPartsError, part_files
 
-        self.path = Path(path)
-        if self.path.is_dir():
-            files = part_files(self.path)
-            if not files:
-                raise NoPartsError(self.path, "no span parts in this directory (expected rank=R/part-*.parquet)")
-        elif self.path.is_file():
-            files = [self.path]
-        else:
-            raise FileNotFoundError(2, "no such trace file or dataset directory", str(self.path))
+        paths = [Path(p) for p in ([path] if is_path(path) else path)]
+        self.path = paths[0] if len(paths) == 1 else Path(", ".join(map(str, paths)))
+        files: list[Path] = []
+        for one in paths:
+            if one.is_dir():
+                found = part_files(one)
+                if not found:
+                    raise NoPartsError(one, "no span parts in this directory (expected rank=R/part-*.parquet)")
+                files += found
+            elif one.is_file():
+                files.append(one)
+            else:
+                raise FileNotFoundError(2, "no such trace file or dataset directory", str(one))
         self.files = files
         self._own_temp = temp_directory is None and not os.environ.get("HOTSPAN_TEMP_DIR")
         temp = temp_directory or os.environ.get("HOTSPAN_TEMP_DIR") or tempfile.mkdtemp(prefix="hotspan-duckdb-")
@@ -172,13 +183,26 @@ class SpanSource:
         result = self.con.execute(query)
         # DuckDB 1.4 calls it fetch_arrow_table, 1.5 and later to_arrow_table.
         fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
-        return fetch()
+        with warnings.catch_warnings():  # "an extra copy of the rows": small results only come here
+            warnings.simplefilter("ignore")
+            return fetch()
 
     def batches(self, query: str, rows: int = 1 << 20) -> pa.RecordBatchReader:
         """The result of ``query`` as a stream of Arrow batches (nothing held whole)."""
         result = self.con.execute(query)
         reader = getattr(result, "to_arrow_reader", None) or result.fetch_record_batch
         return reader(rows)
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """The schema metadata ``load()`` would give the whole (the parts' footers merged)."""
+        import pyarrow.parquet as pq
+
+        from ..formats.dataset import merge_metadata
+
+        footers = [pq.ParquetFile(f) for f in self.files]
+        if len(footers) == 1 and not self.path.is_dir():
+            return dict(footers[0].schema_arrow.metadata or {})
+        return merge_metadata([(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers])
 
     def check_columns(self, by: Sequence[str], needed: Sequence[str]) -> None:
         missing = [name for name in (*by, *needed) if name not in self.columns]
@@ -207,10 +231,37 @@ class SpanSource:
                 f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}")
 
 
+def _other_format(path: Any) -> bool:
+    """A trace file of a format other than Parquet (JSON, Perfetto, ...): loaded in memory."""
+    return is_path(path) and Path(path).is_file() and not str(path).lower().endswith(".parquet")
+
+
+def _load(path: str | os.PathLike) -> pa.Table:
+    from ..formats import load
+
+    return load(path)
+
+
 def _open(path: str | os.PathLike | SpanSource) -> tuple[SpanSource, bool]:
     if isinstance(path, SpanSource):
         return path, False
     return SpanSource(path), True
+
+
+@contextlib.contextmanager
+def _reading(source: SpanSource) -> Iterator[None]:
+    """DuckDB's errors while reading (a damaged part found mid-scan) as ``TraceFileError``
+    naming the trace."""
+    import duckdb
+
+    from ..formats.base import TraceFileError
+
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        raise MemoryError(f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)") from exc
+    except duckdb.Error as exc:
+        raise TraceFileError(source.path, f"not a readable span table: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- stats
@@ -220,9 +271,14 @@ def stream_stats(path: str | os.PathLike | SpanSource, by: str | Sequence[str] =
     """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
     an open ``SpanSource``), streamed: see the module doc."""
     by = _check_by(by)
+    if _other_format(path):
+        from .statistics import stats
+
+        return stats(_load(path), by)
     source, owned = _open(path)
     try:
-        return _stats(source, by)
+        with _reading(source):
+            return _stats(source, by)
     finally:
         if owned:
             source.close()
@@ -243,15 +299,18 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
     keys = ", ".join(_quote(k) for k in by)
     keys_comma = keys + ", " if by else ""
     # 1. Per group and duration bucket: counts and sums (a small table: groups x buckets).
-    source.sql("DROP TABLE IF EXISTS hs_h")
-    source.sql(f"""
-        CREATE TEMP TABLE hs_h AS
-        SELECT {keys_comma} hs_bucket(duration_ns) AS b, count(*) AS n, sum(duration_ns) AS total,
-               min(duration_ns) AS lo, max(duration_ns) AS hi, count_if(error) AS errors,
-               count(arg) AS args, sum(arg) AS arg_sum,
-               sum(CASE WHEN arg IS NOT NULL THEN duration_ns END) AS arg_time,
-               min(start_ns) AS first_start, max(end_ns) AS last_end
-        FROM spans GROUP BY ALL""")
+    for bucket in ("hs_bucket", "hs_bucket_exact"):
+        source.sql("DROP TABLE IF EXISTS hs_h")
+        source.sql(f"""
+            CREATE TEMP TABLE hs_h AS
+            SELECT {keys_comma} {bucket}(duration_ns) AS b, count(*) AS n, sum(duration_ns) AS total,
+                   min(duration_ns) AS lo, max(duration_ns) AS hi, count_if(error) AS errors,
+                   count(arg) AS args, sum(arg) AS arg_sum,
+                   sum(CASE WHEN arg IS NOT NULL THEN duration_ns END) AS arg_time,
+                   min(start_ns) AS first_start, max(end_ns) AS last_end
+            FROM spans GROUP BY ALL""")
+        if _check_buckets(source, by):
+            break
     wall_row = source.sql("SELECT max(last_end) - min(first_start), count(*) FROM hs_h").fetchone()
     if not wall_row[1]:
         return _empty_stats(source, by)
@@ -286,7 +345,7 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
         "mean_ns": total / count,
         "min_ns": groups.column("lo").to_numpy(),
     }
-    columns.update(_percentiles(source, by, count))
+    columns.update(_percentiles(source, by, count, bucket))
     columns["max_ns"] = groups.column("hi").to_numpy()
     key_table = pa.table({k: groups.column(k) for k in by}) if by else pa.table({"_": pa.nulls(len(count))})
     columns["share"] = self_share(key_table, by, columns["self_ns"], np.arange(len(count)))
@@ -309,7 +368,18 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
     return pa.Table.from_arrays(key_arrays + stat_arrays, names=list(by) + list(STAT_COLUMNS))
 
 
-def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray) -> dict[str, np.ndarray]:
+def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
+    """Whether the buckets of ``hs_h`` are monotone: per group, each one's largest duration
+    below the next one's smallest."""
+    keys = ", ".join(_quote(k) for k in by)
+    (broken,) = source.sql(f"""
+        SELECT count(*) FROM (
+            SELECT hi, lead(lo) OVER ({'PARTITION BY ' + keys if by else ''} ORDER BY b) AS next_lo FROM hs_h)
+        WHERE next_lo <= hi""").fetchone()
+    return broken == 0
+
+
+def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, bucket: str) -> dict[str, np.ndarray]:
     """p50/p90/p99 per group (in ``gid`` order), exact: the two order statistics of each
     fetched from the buckets that hold them (see the module doc)."""
     wanted: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
@@ -337,7 +407,7 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray) -> 
             WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + ',' if by else ''} 0 AS _
                        FROM hs_target AS t JOIN hs_g AS g ON t.gid = g.gid)
             SELECT t.gid, t.b, s.duration_ns AS d, count(*) AS c
-            FROM spans AS s JOIN t ON {_same(by, 's', 't')} AND hs_bucket(s.duration_ns) = t.b
+            FROM spans AS s JOIN t ON {_same(by, 's', 't')} AND {bucket}(s.duration_ns) = t.b
             GROUP BY ALL ORDER BY t.gid, t.b, d""")
         targets = source.arrow("SELECT gid, b, before, pos FROM hs_target")
     finally:
@@ -399,9 +469,14 @@ def _empty_stats(source: SpanSource, by: Sequence[str]) -> pa.Table:
 
 def stream_phases(path: str | os.PathLike | SpanSource) -> pa.Table:
     """``statistics.phases`` of the spans in ``path``, streamed (see the module doc)."""
+    if _other_format(path):
+        from .statistics import phases
+
+        return phases(_load(path))
     source, owned = _open(path)
     try:
-        return _phases(source)
+        with _reading(source):
+            return _phases(source)
     finally:
         if owned:
             source.close()
@@ -501,15 +576,24 @@ def stream_compare(base: str | os.PathLike | SpanSource, new: str | os.PathLike 
                    resamples: int, seed: int) -> list[dict]:
     """``comparison.compare`` of two traces given as paths (or open sources): see the
     module doc."""
-    from .comparison import judge_rows
+    from .comparison import compare, judge_rows
 
     by = _check_by(by)
+    if _other_format(base) or _other_format(new) or isinstance(base, pa.Table) or isinstance(new, pa.Table):
+        # One side held in memory anyway (a table, or a format DuckDB does not read): both are.
+        def table(side):
+            return side if isinstance(side, pa.Table) else _load(side)
+
+        return compare(table(base), table(new), by=by, threshold=threshold, min_count=min_count, alpha=alpha,
+                       confidence=confidence, resamples=resamples, seed=seed)
     base_source, base_owned = _open(base)
     try:
         new_source, new_owned = _open(new)
         try:
-            before = _stats(base_source, by)
-            after = _stats(new_source, by)
+            with _reading(base_source):
+                before = _stats(base_source, by)
+            with _reading(new_source):
+                after = _stats(new_source, by)
 
             def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
                 """Per group of ``keys``: (key, base durations, new durations), in order."""
@@ -526,8 +610,9 @@ def stream_compare(base: str | os.PathLike | SpanSource, new: str | os.PathLike 
                         y, a_next = a_next[1], next(a_stream, None)
                     yield tuple(key[k] for k in by), x, y
 
-            return judge_rows(before, after, by, durations, threshold=threshold, min_count=min_count, alpha=alpha,
-                              confidence=confidence, resamples=resamples, seed=seed)
+            with _reading(base_source), _reading(new_source):
+                return judge_rows(before, after, by, durations, threshold=threshold, min_count=min_count, alpha=alpha,
+                                  confidence=confidence, resamples=resamples, seed=seed)
         finally:
             if new_owned:
                 new_source.close()
