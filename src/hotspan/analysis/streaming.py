@@ -157,6 +157,9 @@ class SpanSource:
             self.columns = [row[0] for row in self.con.execute("DESCRIBE all_spans").fetchall()]
             self.con.execute(f"CREATE TEMP VIEW spans AS SELECT * FROM all_spans WHERE {where or 'TRUE'}")
             self.con.execute(_MACROS)
+        except pa.ArrowException as exc:
+            self.close()
+            raise TraceFileError(files[0], f"not a readable Parquet file: {exc}") from exc
         except duckdb.Error as exc:
             self.close()
             raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
@@ -189,8 +192,8 @@ class SpanSource:
 
     def batches(self, query: str, rows: int = 1 << 20) -> pa.RecordBatchReader:
         """The result of ``query`` as a stream of Arrow batches (nothing held whole)."""
-        result = self.con.execute(query)
-        reader = getattr(result, "to_arrow_reader", None) or result.fetch_record_batch
+        result = self.con.sql(query)
+        reader = getattr(result, "to_arrow_reader", None) or result.fetch_arrow_reader
         return reader(rows)
 
     def metadata(self) -> dict[bytes, bytes]:
@@ -335,7 +338,8 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
         {'GROUP BY ' + parent_keys if by else ''}""")
     groups = source.arrow(f"""
         SELECT g.*, coalesce(ch.child, 0)::BIGINT AS child FROM hs_g AS g
-        LEFT JOIN hs_child AS ch ON {_same(by, 'g', 'ch')} ORDER BY g.gid""")
+        LEFT JOIN hs_child AS ch ON {_same(by, 'g', 'ch')}""")
+    groups = groups.take(np.argsort(groups.column("gid").to_numpy()))  # (see _percentiles on ORDER BY)
     count = groups.column("n").to_numpy()
     total = groups.column("total").to_numpy()
     columns: dict[str, Any] = {
@@ -412,10 +416,14 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, buc
         targets = source.arrow("SELECT gid, b, before, pos FROM hs_target")
     finally:
         source.con.unregister("hs_want")
+    # In (gid, b, d) order (sorted here too: DuckDB keeps ORDER BY's order only while
+    # preserve_insertion_order is on, off here for memory's sake).
+    values = values.take(np.lexsort((values.column("d").to_numpy(), values.column("b").to_numpy(),
+                                     values.column("gid").to_numpy())))
     v_gid = values.column("gid").to_numpy()
     v_b = values.column("b").to_numpy()
     v_d = values.column("d").to_numpy()
-    cum = np.cumsum(values.column("c").to_numpy())  # over all blocks, in (gid, b, d) order
+    cum = np.cumsum(values.column("c").to_numpy())  # over all blocks
     # Each (gid, b) block's first row, and the cumulative count before it.
     block_start = np.flatnonzero(np.r_[True, (v_gid[1:] != v_gid[:-1]) | (v_b[1:] != v_b[:-1])])
     block_gid, block_b = v_gid[block_start], v_b[block_start]
@@ -536,6 +544,9 @@ def group_durations(source: SpanSource, by: Sequence[str], keys: pa.Table, count
     spans, streamed from a query sorted by group (and duration: a group of more than
     ``max_values`` spans, ``counts[i]``, is thinned to every k-th of its sorted values)."""
     source.con.register("hs_order", keys.append_column("hs_i", pa.array(np.arange(keys.num_rows), pa.int64())))
+    # Without it DuckDB may hand the sorted rows out of order, a batch of one thread then another's.
+    source.sql("SET preserve_insertion_order = true")
+    reader = None
     try:
         reader = source.batches(f"""
             SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, 's', 'o')}
@@ -568,6 +579,9 @@ def group_durations(source: SpanSource, by: Sequence[str], keys: pa.Table, count
         if current >= 0:
             yield flush()
     finally:
+        if reader is not None:
+            reader.close()
+        source.sql("SET preserve_insertion_order = false")
         source.con.unregister("hs_order")
 
 
