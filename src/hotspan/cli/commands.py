@@ -889,7 +889,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
                  "duration) are counted in a table of their own. Then the phases (each top-level category's "
                  "time per step and its sub-categories' shares) when the trace has steps. Several traces (one "
-                 "per rank, say) are taken together.",
+                 "per rank, say) are taken together. A dataset directory, or Parquet of 64 MiB or more "
+                 "($HOTSPAN_STREAM_MIN_BYTES), is streamed through DuckDB with bounded memory "
+                 "($HOTSPAN_MEMORY_LIMIT, default 1GB), to the same result.",
                  "hotspan stats trace.parquet --top 10\n"
                  "hotspan stats rank*.parquet --by rank,name --sort p99 --json\n"
                  "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
@@ -948,7 +950,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
                    "when the traces have no group in common, else 0. "
                    "Warns when the traces were recorded in different environments (host, Python, hotspan, "
-                   "configuration).",
+                   "configuration). Two dataset directories (or large Parquet files) are streamed, as for stats.",
                    "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20", cmd_compare)
     compare.add_argument("base", metavar="BASE")
     compare.add_argument("new", metavar="NEW")
