@@ -121,6 +121,20 @@ def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by):
     assert any(r["self_ns"] < r["total_ns"] for r in in_memory.to_pylist())  # nesting
 
 
+def test_a_uri_is_read_through_pyarrow_fs(runs):
+    """file:// here; s3://, gs://, hdfs:// go the same way (pyarrow.fs.FileSystem.from_uri)."""
+    table, run, one = runs[1]
+    by = ("rank", "category", "name")
+    for uri in (run.as_uri(), one.as_uri()):
+        streamed = hotspan.stats(uri, by=by)
+        assert streamed.schema == hotspan.stats(table, by=by).schema
+        assert canonical_rows(streamed, by) == canonical_rows(hotspan.stats(table, by=by), by)
+        assert clean(hotspan.phases(uri).to_pylist()) == clean(hotspan.phases(table).to_pylist())
+    result = cli("stats", run.as_uri(), "--by", "rank,category,name", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(cli("stats", run, "--by", "rank,category,name", "--json").stdout)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_phases_of_a_dataset_equal_the_in_memory_phases(runs, seed):
     table, run, one = runs[seed]

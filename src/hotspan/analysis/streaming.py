@@ -114,8 +114,9 @@ CREATE OR REPLACE TEMP MACRO hs_bucket_exact(d) AS hs_bucket_exact2(d, hs_msb(d)
 
 
 class SpanSource:
-    """A span table in Parquet (one file, or a dataset directory of parts) as the DuckDB view
-    ``spans``, optionally filtered by a SQL condition (``where``)."""
+    """A span table in Parquet (one file, a dataset directory of parts, or several of those;
+    local paths or URIs) as the DuckDB view ``spans``, optionally filtered by a SQL condition
+    (``where``)."""
 
     def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, where: str | None = None,
                  memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None):
@@ -124,17 +125,24 @@ class SpanSource:
         from ..formats.base import TraceFileError
         from ..formats.dataset import NoPartsError, part_files
 
-        paths = [Path(p) for p in ([path] if is_path(path) else path)]
-        self.path = paths[0] if len(paths) == 1 else Path(", ".join(map(str, paths)))
-        files: list[Path] = []
+        paths = [path] if is_path(path) else list(path)
+        self.path = Path(paths[0]) if len(paths) == 1 else Path(", ".join(map(str, paths)))
+        #: Set for a URI (s3://, gs://, hdfs://, file://: any that pyarrow.fs reads): the files
+        #: are then scanned through pyarrow.dataset on that filesystem, else by DuckDB itself.
+        self.filesystem = None
+        files: list[str] = []
         for one in paths:
+            if isinstance(one, str) and "://" in one:
+                files += self._remote_files(one)
+                continue
+            one = Path(one)
             if one.is_dir():
                 found = part_files(one)
                 if not found:
                     raise NoPartsError(one, "no span parts in this directory (expected rank=R/part-*.parquet)")
-                files += found
+                files += map(str, found)
             elif one.is_file():
-                files.append(one)
+                files.append(str(one))
             else:
                 raise FileNotFoundError(2, "no such trace file or dataset directory", str(one))
         self.files = files
@@ -149,11 +157,15 @@ class SpanSource:
         try:
             import pyarrow.parquet as pq
 
-            schema = pq.read_schema(files[0])
-            hive = "rank" not in schema.names  # a part written without its rank column: from rank=R
-            listing = ", ".join(sql_literal(str(f)) for f in files)
-            self.con.execute(f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
-                             f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)")
+            self.schema = pq.read_schema(files[0], filesystem=self.filesystem)
+            hive = "rank" not in self.schema.names  # a part written without its rank column: from rank=R
+            if self.filesystem is None:
+                listing = ", ".join(sql_literal(f) for f in files)
+                self.con.execute(f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
+                                 f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)")
+            else:
+                self.con.register("hs_dataset", self._dataset(hive))
+                self.con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
             self.columns = [row[0] for row in self.con.execute("DESCRIBE all_spans").fetchall()]
             self.con.execute(f"CREATE TEMP VIEW spans AS SELECT * FROM all_spans WHERE {where or 'TRUE'}")
             self.con.execute(_MACROS)
@@ -164,6 +176,44 @@ class SpanSource:
             self.close()
             raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
         self._unique_ids: bool | None = None
+
+    def _remote_files(self, uri: str) -> list[str]:
+        """The Parquet parts under (or at) ``uri``, as ``part_files`` finds them locally."""
+        import pyarrow.fs as pafs
+
+        from ..formats.dataset import NoPartsError
+
+        filesystem, root = pafs.FileSystem.from_uri(uri)
+        if self.filesystem is not None and filesystem.type_name != self.filesystem.type_name:
+            raise ValueError(f"{uri}: traces on different filesystems cannot be streamed together")
+        self.filesystem = filesystem
+        info = filesystem.get_file_info(root)
+        if info.type == pafs.FileType.File:
+            return [root]
+        if info.type != pafs.FileType.Directory:
+            raise FileNotFoundError(2, "no such trace file or dataset directory", uri)
+        found = []
+        for entry in filesystem.get_file_info(pafs.FileSelector(root, recursive=True)):
+            parts = entry.path[len(root):].strip("/").split("/")
+            if (entry.type == pafs.FileType.File and entry.path.endswith(".parquet")
+                    and not any(p.startswith((".", "_")) for p in parts)):
+                found.append(entry.path)
+        if not found:
+            raise NoPartsError(uri, "no span parts under this URI (expected rank=R/part-*.parquet)")
+        return sorted(found)
+
+    def _dataset(self, hive: bool):
+        """The files as one pyarrow dataset on ``self.filesystem`` (DuckDB scans it as it
+        streams: batches, only the columns a query reads). Strings plain: parts may hold
+        them as dictionaries or not."""
+        import pyarrow.dataset as ds
+
+        fields = [pa.field(f.name, plain_type(f.type)) for f in self.schema]
+        if hive:
+            fields.append(pa.field("rank", pa.int32()))
+        return ds.dataset(self.files, schema=pa.schema(fields), format="parquet", filesystem=self.filesystem,
+                          partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive") if hive
+                          else None)
 
     def __enter__(self) -> SpanSource:
         return self
@@ -202,8 +252,8 @@ class SpanSource:
 
         from ..formats.dataset import merge_metadata
 
-        footers = [pq.ParquetFile(f) for f in self.files]
-        if len(footers) == 1 and not self.path.is_dir():
+        footers = [pq.ParquetFile(f, filesystem=self.filesystem) for f in self.files]
+        if len(footers) == 1 and self.files[0] == str(self.path):  # one file, not a directory of one
             return dict(footers[0].schema_arrow.metadata or {})
         return merge_metadata([(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers])
 
@@ -451,11 +501,9 @@ def _find_pairs(sorted_a: np.ndarray, sorted_b: np.ndarray, a: np.ndarray, b: np
 
 def _key_types(source: SpanSource, by: Sequence[str]) -> dict[str, pa.DataType]:
     """The in-memory path's key types: the span table's own (strings plain, not dictionaries)."""
-    import pyarrow.parquet as pq
-
     from .._schema import SPAN_SCHEMA
 
-    schema = pq.read_schema(source.files[0])
+    schema = source.schema
     types = {}
     for name in by:
         if name in SPAN_SCHEMA.names:

@@ -380,13 +380,16 @@ STREAM_MIN_BYTES = 64 << 20
 
 
 def _streamable(paths: Sequence[str]) -> bool:
-    """Whether to stream ``paths`` (``stats``/``compare``): all Parquet files or dataset
-    directories, and a directory among them or at least $HOTSPAN_STREAM_MIN_BYTES
-    (default 64 MiB) of Parquet."""
+    """Whether to stream ``paths`` (``stats``/``compare``): all Parquet files, dataset
+    directories or URIs, and a directory or URI among them or at least
+    $HOTSPAN_STREAM_MIN_BYTES (default 64 MiB) of Parquet."""
     threshold = int(os.environ.get("HOTSPAN_STREAM_MIN_BYTES") or STREAM_MIN_BYTES)
     size = 0
-    for path in map(Path, paths):
-        if path.is_dir():
+    for text in paths:
+        path = Path(text)
+        if "://" in text:  # object storage (s3://, gs://, ...) through pyarrow.fs: a run, streamed
+            size = max(size, threshold)
+        elif path.is_dir():
             size = max(size, threshold)
         elif path.is_file() and path.name.lower().endswith(".parquet"):
             size += path.stat().st_size
