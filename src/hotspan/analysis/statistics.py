@@ -16,11 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-def is_path(value: object) -> bool:
-    """Whether ``value`` names a trace to stream (a file or dataset directory) rather than a table."""
-    return isinstance(value, (str, os.PathLike))
-
-
 __all__ = ["PHASE_COLUMNS", "STAT_COLUMNS", "phases", "stats"]
 
 #: The statistics columns of ``stats()``, after the ``by`` keys.
@@ -52,6 +47,12 @@ PHASE_SCHEMA = pa.schema(
 )
 
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
+
+
+def is_path(value: object) -> bool:
+    """Whether ``value`` names a trace to stream (a file, a dataset directory, a URI) rather
+    than a table."""
+    return isinstance(value, (str, os.PathLike))
 
 
 # --------------------------------------------------------------------------- stats
