@@ -67,7 +67,7 @@ __all__ = ["COMPARE_MAX_VALUES", "SpanSource", "canonical_rows", "is_path", "str
            "stream_stats"]
 
 #: Above this many spans of one group on one side, compare thins the group (see the module doc).
-COMPARE_MAX_VALUES = 20_000_000
+COMPARE_MAX_VALUES = 5_000_000  # x 2 sides x ~40 bytes of working copies: ~400 MB at most
 DEFAULT_MEMORY_LIMIT = "1GB"
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
 
