@@ -79,7 +79,6 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
             duration[:, j] = duration[:, kids].sum(axis=1) + gaps
     # Starts: the step after the previous one; a child after its earlier siblings.
     start = np.zeros((steps, T), np.int64)
-    roots = [j for j in range(T) if PARENT[j] < 0]
     step_len = duration[:, _step] + rng.integers(1_000, 50_000, steps)
     start[:, _step] = t0 + np.concatenate(([0], np.cumsum(step_len)[:-1]))
     start[:, _fetch] = start[:, _step] + rng.integers(0, 100_000, steps)
@@ -90,7 +89,6 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
         for k in kids:
             start[:, k] = offset
             offset = offset + duration[:, k] + rng.integers(10, 150, steps)
-    del roots
     # One checkpoint instant every 50 steps (the others are cut out below).
     keep = np.ones((steps, T), bool)
     keep[:, T - 1] = (np.arange(step0, step0 + steps) % 50) == 49

@@ -14,7 +14,7 @@ How, with bounded memory (DuckDB's ``memory_limit``, spilling to ``temp_director
 
 - Counts, sums, min, max, errors and args: one grouped scan. It also counts the spans of
   each group per *bucket* of durations (log-spaced: 1024 a power of two, so a bucket
-  spans less than 0.1% of its values; an exact integer function of the duration, monotone).
+  spans less than 0.1% of its values; monotone in the duration, checked: see ``_MACROS``).
 - Exact percentiles: DuckDB's own ``quantile_cont`` keeps every value of a group in memory
   (it does not spill: 100 M values under a 400 MB limit fail), so instead the order
   statistics that numpy's linear interpolation needs (ranks ``floor((n-1)q)`` and the next
@@ -28,7 +28,9 @@ How, with bounded memory (DuckDB's ``memory_limit``, spilling to ``temp_director
   spills), one group at a time, into the in-memory path's own test and bootstrap; a group
   of more than ``COMPARE_MAX_VALUES`` spans on a side is thinned to that many, evenly over
   its sorted values (so its quantiles are kept), and only there do p-value and interval
-  differ from the in-memory path's (see ``compare``).
+  differ from the in-memory path's (see ``group_durations``). The seeded bootstrap draws
+  follow the order of the groups (largest base total first): groups whose base totals tie
+  may come in another order, and then their intervals differ too.
 
 Settings: ``HOTSPAN_MEMORY_LIMIT`` (DuckDB's memory limit, default 1GB) and
 ``HOTSPAN_TEMP_DIR`` (where it spills; default a fresh directory under the system's
@@ -49,7 +51,6 @@ import numpy as np
 import pyarrow as pa
 
 from .statistics import (
-    LANE_COLUMNS,
     PERCENTILES,
     PHASE_SCHEMA,
     STAT_COLUMNS,
