@@ -13,13 +13,12 @@ runs on the same files are the same.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from .statistics import combined_codes, is_path, stats, to_numpy
+from .statistics import combined_codes, stats, to_numpy
 
 __all__ = ["compare", "mann_whitney_u", "median_ratio_interval"]
 
@@ -27,7 +26,7 @@ __all__ = ["compare", "mann_whitney_u", "median_ratio_interval"]
 VERDICTS = ("slower", "faster", "same", "new", "gone", "few")
 
 
-def compare(base: pa.Table | str | os.PathLike, new: pa.Table | str | os.PathLike, *, by: Sequence[str] = ("category", "name"), threshold: float = 0.05,
+def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "name"), threshold: float = 0.05,
             min_count: int = 1, alpha: float = 0.05, confidence: float = 0.95, resamples: int = 2000,
             seed: int = 0) -> list[dict]:
     """Per span group (the distinct values of ``by`` in either table): counts, p50, mean and
@@ -40,19 +39,11 @@ def compare(base: pa.Table | str | os.PathLike, new: pa.Table | str | os.PathLik
     ``gone``: the group is on one side only; ``few``: fewer than ``min_count`` spans on a
     side (not judged). A mean or p99 moved by one outlier does not make a verdict; their
     changes are reported for information.
-    """
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), not {alpha}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), not {confidence}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be at least 100, not {resamples}")
-    by = tuple((by,) if isinstance(by, str) else by)
-    if is_path(base) or is_path(new):  # a file or dataset larger than memory: streamed through DuckDB
-        from .streaming import stream_compare
 
-        return stream_compare(base, new, by=by, threshold=threshold, min_count=min_count, alpha=alpha,
-                              confidence=confidence, resamples=resamples, seed=seed)
+    ``hotspan.compare`` also takes paths (analysis/api.py): streamed, to the same result.
+    """
+    check_options(alpha, confidence, resamples)
+    by = tuple((by,) if isinstance(by, str) else by)
     before = _durations_by_group(base, by)
     after = _durations_by_group(new, by)
     empty = np.zeros(0, np.int64)
@@ -64,6 +55,15 @@ def compare(base: pa.Table | str | os.PathLike, new: pa.Table | str | os.PathLik
 
     return judge_rows(stats(base, by=by), stats(new, by=by), by, durations, threshold=threshold,
                       min_count=min_count, alpha=alpha, confidence=confidence, resamples=resamples, seed=seed)
+
+
+def check_options(alpha: float, confidence: float, resamples: int) -> None:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), not {alpha}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), not {confidence}")
+    if resamples < 100:
+        raise ValueError(f"resamples must be at least 100, not {resamples}")
 
 
 def judge_rows(base_stats: pa.Table, new_stats: pa.Table, by: Sequence[str],

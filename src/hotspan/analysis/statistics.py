@@ -58,7 +58,7 @@ def is_path(value: object) -> bool:
 # --------------------------------------------------------------------------- stats
 
 
-def stats(table: pa.Table | str | os.PathLike, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
+def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
     """Per group of spans (the distinct values of the ``by`` columns): ``count``,
     ``total_ns``, ``self_ns`` (total minus the time of direct children), ``mean_ns``,
     ``min_ns``, ``p50_ns``, ``p90_ns``, ``p99_ns`` (exact, linear interpolation as numpy's
@@ -72,13 +72,8 @@ def stats(table: pa.Table | str | os.PathLike, by: str | Sequence[str] = ("categ
 
     Rows come largest ``total_ns`` first. Null keys form their own group.
 
-    ``table`` may also be a path (a Parquet file or a dataset directory): it is then
-    streamed through DuckDB with bounded memory, to the same result (analysis/streaming.py).
+    ``hotspan.stats`` also takes a path (analysis/api.py): streamed, to the same result.
     """
-    if not isinstance(table, pa.Table) and is_path(table):
-        from .streaming import stream_stats
-
-        return stream_stats(table, by)
     by = _check_columns(table, by, _NEEDED)
     n = table.num_rows
     if n == 0:
@@ -215,7 +210,7 @@ def _child_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups
 # --------------------------------------------------------------------------- phases
 
 
-def phases(table: pa.Table | str | os.PathLike) -> pa.Table:
+def phases(table: pa.Table) -> pa.Table:
     """Where each top-level category's time goes, per rank.
 
     For each rank and top-level category (the first part of the category path, ``sync`` in
@@ -228,12 +223,8 @@ def phases(table: pa.Table | str | os.PathLike) -> pa.Table:
     When the trace holds several ranks, rows with ``rank`` null follow: the mean over the
     ranks that have the category (``share`` is then the ratio of the means).
 
-    ``table`` may also be a path, streamed as for ``stats``.
+    ``hotspan.phases`` also takes a path (analysis/api.py): streamed, to the same result.
     """
-    if not isinstance(table, pa.Table) and is_path(table):
-        from .streaming import stream_phases
-
-        return stream_phases(table)
     _check_columns(table, (), _NEEDED + ("category", "rank"))
     if table.num_rows == 0:
         return PHASE_SCHEMA.empty_table()
