@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from .comparison import compare
-from .statistics import PERCENTILES, PHASE_COLUMNS, STAT_COLUMNS, phases, stats
+from .api import compare, phases, stats
+from .statistics import PERCENTILES, PHASE_COLUMNS, STAT_COLUMNS
 
 __all__ = ["PERCENTILES", "PHASE_COLUMNS", "STAT_COLUMNS", "compare", "phases", "stats"]

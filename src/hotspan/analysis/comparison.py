@@ -13,7 +13,7 @@ runs on the same files are the same.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,20 +39,45 @@ def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "
     ``gone``: the group is on one side only; ``few``: fewer than ``min_count`` spans on a
     side (not judged). A mean or p99 moved by one outlier does not make a verdict; their
     changes are reported for information.
+
+    ``hotspan.compare`` also takes paths (analysis/api.py): streamed, to the same result.
     """
+    check_options(alpha, confidence, resamples)
+    by = tuple((by,) if isinstance(by, str) else by)
+    before = _durations_by_group(base, by)
+    after = _durations_by_group(new, by)
+    empty = np.zeros(0, np.int64)
+
+    def durations(keys: pa.Table):
+        for row in keys.to_pylist():
+            key = tuple(row[k] for k in by)
+            yield key, before.get(key, empty), after.get(key, empty)
+
+    return judge_rows(stats(base, by=by), stats(new, by=by), by, durations, threshold=threshold,
+                      min_count=min_count, alpha=alpha, confidence=confidence, resamples=resamples, seed=seed)
+
+
+def check_options(alpha: float, confidence: float, resamples: int) -> None:
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), not {alpha}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), not {confidence}")
     if resamples < 100:
         raise ValueError(f"resamples must be at least 100, not {resamples}")
-    by = tuple((by,) if isinstance(by, str) else by)
-    before_stats = {tuple(r[k] for k in by): r for r in stats(base, by=by).to_pylist()}
-    after_stats = {tuple(r[k] for k in by): r for r in stats(new, by=by).to_pylist()}
-    before = _durations_by_group(base, by)
-    after = _durations_by_group(new, by)
+
+
+def judge_rows(base_stats: pa.Table, new_stats: pa.Table, by: Sequence[str],
+               durations: Callable[[pa.Table], Iterator[tuple[tuple, np.ndarray, np.ndarray]]], *,
+               threshold: float, min_count: int, alpha: float, confidence: float, resamples: int,
+               seed: int) -> list[dict]:
+    """``compare``'s rows from the two sides' ``stats`` and ``durations(keys)``, which yields
+    (key, base durations, new durations) for each row of ``keys`` (the groups to judge, in
+    order: the draws of the seeded bootstrap follow it)."""
+    before_stats = {tuple(r[k] for k in by): r for r in base_stats.to_pylist()}
+    after_stats = {tuple(r[k] for k in by): r for r in new_stats.to_pylist()}
     rng = np.random.default_rng(seed)
     rows = []
+    judged = []
     for key in list(before_stats) + [k for k in after_stats if k not in before_stats]:
         b, a = before_stats.get(key), after_stats.get(key)
         row: dict[str, Any] = dict(zip(by, key))
@@ -64,25 +89,27 @@ def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "
             row[f"{column}_change"] = _change(row[f"{column}_base"], row[f"{column}_new"])
         row["change_low"] = row["change_high"] = row["p_value"] = None
         if b is None:
-            verdict = "new"
+            row["verdict"] = "new"
         elif a is None:
-            verdict = "gone"
+            row["verdict"] = "gone"
         elif min(b["count"], a["count"]) < min_count:
-            verdict = "few"
+            row["verdict"] = "few"
         else:
-            x, y = before[key], after[key]
-            p = mann_whitney_u(x, y)
-            low, high = median_ratio_interval(x, y, confidence=confidence, resamples=resamples, rng=rng)
-            row["p_value"], row["change_low"], row["change_high"] = p, low, high
-            significant = p < alpha
-            if significant and low > threshold:
-                verdict = "slower"
-            elif significant and high < -threshold:
-                verdict = "faster"
-            else:
-                verdict = "same"
-        row["verdict"] = verdict
+            judged.append(row)
         rows.append(row)
+    keys = pa.table({k: pa.array([row[k] for row in judged], base_stats.schema.field(k).type) for k in by})
+    for row, (_key, x, y) in zip(judged, durations(keys)):
+        p = mann_whitney_u(x, y)
+        low, high = median_ratio_interval(x, y, confidence=confidence, resamples=resamples, rng=rng)
+        row["p_value"], row["change_low"], row["change_high"] = p, low, high
+        significant = p < alpha
+        if significant and low > threshold:
+            verdict = "slower"
+        elif significant and high < -threshold:
+            verdict = "faster"
+        else:
+            verdict = "same"
+        row["verdict"] = verdict
     return rows
 
 

@@ -9,6 +9,7 @@ run over groups or distinct categories, never over spans.
 """
 from __future__ import annotations
 
+import os
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ STAT_COLUMNS = (
 )
 PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
-_STAT_TYPES = {
+STAT_TYPES = {
     "count": pa.int64(), "total_ns": pa.int64(), "self_ns": pa.int64(), "mean_ns": pa.float64(),
     "min_ns": pa.int64(), "p50_ns": pa.float64(), "p90_ns": pa.float64(), "p99_ns": pa.float64(),
     "max_ns": pa.int64(), "share": pa.float64(), "busy": pa.float64(), "errors": pa.int64(), "arg_sum": pa.int64(),
@@ -33,7 +34,7 @@ _STAT_TYPES = {
 
 #: The columns of ``phases()``.
 PHASE_COLUMNS = ("rank", "category", "phase", "time_ns", "steps", "per_step_ns", "share")
-_PHASE_SCHEMA = pa.schema(
+PHASE_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32()),  # null: the mean over ranks
         pa.field("category", pa.string()),  # the top-level category
@@ -46,6 +47,12 @@ _PHASE_SCHEMA = pa.schema(
 )
 
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
+
+
+def is_path(value: object) -> bool:
+    """Whether ``value`` names a trace to stream (a file, a dataset directory, a URI) rather
+    than a table."""
+    return isinstance(value, (str, os.PathLike))
 
 
 # --------------------------------------------------------------------------- stats
@@ -64,6 +71,8 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
     spans that carry one; both null where no span of the group has an arg).
 
     Rows come largest ``total_ns`` first. Null keys form their own group.
+
+    ``hotspan.stats`` also takes a path (analysis/api.py): streamed, to the same result.
     """
     by = _check_columns(table, by, _NEEDED)
     n = table.num_rows
@@ -90,7 +99,7 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
         columns[column] = _percentile(sorted_duration, starts, counts, q)
     columns["max_ns"] = sorted_duration[ends - 1]
 
-    columns["share"] = _self_share(table, by, columns["self_ns"], representative)
+    columns["share"] = self_share(table, by, columns["self_ns"], representative)
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(pc.min(table.column("start_ns")).as_py())
     columns["busy"] = total / wall if wall > 0 else np.full(groups, np.nan)
 
@@ -115,7 +124,7 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
     keys = [_plain(table.column(name).take(pa.array(representative[order]))) for name in by]
     stat_arrays = [
         (columns[name].take(pa.array(order)) if isinstance(columns[name], pa.Array)
-         else pa.array(np.asarray(columns[name])[order], _STAT_TYPES[name]))
+         else pa.array(np.asarray(columns[name])[order], STAT_TYPES[name]))
         for name in STAT_COLUMNS
     ]
     return pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS))
@@ -125,7 +134,7 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
 LANE_COLUMNS = ("rank", "pid", "thread_id", "thread_name")
 
 
-def _self_share(table: pa.Table, by: Sequence[str], self_ns: np.ndarray, representative: np.ndarray) -> np.ndarray:
+def self_share(table: pa.Table, by: Sequence[str], self_ns: np.ndarray, representative: np.ndarray) -> np.ndarray:
     """Each group's self time over the summed self time of its lane (see ``stats``). Self
     times of a lane's spans add up to the time its outermost spans cover, so the shares of a
     lane add up to 1."""
@@ -143,8 +152,8 @@ def _self_share(table: pa.Table, by: Sequence[str], self_ns: np.ndarray, represe
 
 
 def _empty_stats(table: pa.Table, by: Sequence[str]) -> pa.Table:
-    fields = [pa.field(name, _plain_type(table.schema.field(name).type)) for name in by]
-    fields += [pa.field(name, _STAT_TYPES[name]) for name in STAT_COLUMNS]
+    fields = [pa.field(name, plain_type(table.schema.field(name).type)) for name in by]
+    fields += [pa.field(name, STAT_TYPES[name]) for name in STAT_COLUMNS]
     return pa.schema(fields).empty_table()
 
 
@@ -152,12 +161,23 @@ def _percentile(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarra
     """numpy.percentile(..., method="linear") of every group at once, computed the way
     numpy computes it (same virtual index, same two-sided interpolation), so results agree
     to the last bit."""
+    below, above, gamma = percentile_ranks(counts, q)
+    return interpolate(sorted_values[starts + below], sorted_values[starts + above], gamma)
+
+
+def percentile_ranks(counts: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy's linear percentile of groups of ``counts`` values: the 0-based ranks of the two
+    order statistics it interpolates between (``below``, ``above``), and the weight ``gamma``."""
     virtual = (counts - 1) * q
     below = np.floor(virtual).astype(np.int64)
     above = np.minimum(below + 1, counts - 1)
-    gamma = virtual - below
-    a = sorted_values[starts + below].astype(np.float64)
-    b = sorted_values[starts + above].astype(np.float64)
+    return below, above, virtual - below
+
+
+def interpolate(below: np.ndarray, above: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """numpy's two-sided linear interpolation between the order statistics ``below`` and ``above``."""
+    a = below.astype(np.float64)
+    b = above.astype(np.float64)
     diff = b - a
     return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
 
@@ -202,22 +222,14 @@ def phases(table: pa.Table) -> pa.Table:
 
     When the trace holds several ranks, rows with ``rank`` null follow: the mean over the
     ranks that have the category (``share`` is then the ratio of the means).
+
+    ``hotspan.phases`` also takes a path (analysis/api.py): streamed, to the same result.
     """
     _check_columns(table, (), _NEEDED + ("category", "rank"))
     if table.num_rows == 0:
-        return _PHASE_SCHEMA.empty_table()
+        return PHASE_SCHEMA.empty_table()
     category_code, category_values = column_codes(table.column("category"))
-    tops: dict[str, int] = {}
-    subs: dict[str, int] = {}
-    top_of_value = np.full(len(category_values), -1, np.int64)
-    sub_of_value = np.full(len(category_values), -1, np.int64)
-    for i, path in enumerate(category_values.to_pylist()):  # distinct categories only
-        if not path:
-            continue
-        parts = path.split("/")
-        top_of_value[i] = tops.setdefault(parts[0], len(tops))
-        if len(parts) > 1 and parts[1]:
-            sub_of_value[i] = subs.setdefault(parts[0] + "/" + parts[1], len(subs))
+    tops, subs, top_of_value, sub_of_value = category_levels(category_values.to_pylist())
     top = top_of_value[category_code]
     sub = sub_of_value[category_code]
     parent = parent_rows(table)
@@ -233,9 +245,36 @@ def phases(table: pa.Table) -> pa.Table:
     stepping = opens_top & (duration > 0)
     top_steps = np.bincount(rank_code[stepping] * n_tops + top[stepping], minlength=n_ranks * n_tops)
     sub_time = _sum_by(rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs)
-    top_time = top_time.reshape(n_ranks, n_tops).astype(np.float64)
-    top_steps = top_steps.reshape(n_ranks, n_tops).astype(np.float64)
-    sub_time = sub_time.reshape(n_ranks, n_subs).astype(np.float64)
+    return phase_table(rank_values, tops, subs, top_time.reshape(n_ranks, n_tops),
+                       top_steps.reshape(n_ranks, n_tops), sub_time.reshape(n_ranks, n_subs))
+
+
+def category_levels(categories: Sequence[str | None]) -> tuple[dict[str, int], dict[str, int], np.ndarray, np.ndarray]:
+    """The top-level categories (``sync``) and sub-categories (``sync/compute``) of distinct
+    category paths, each numbered in order of appearance, and per path its top and sub
+    number (-1: none)."""
+    tops: dict[str, int] = {}
+    subs: dict[str, int] = {}
+    top_of_value = np.full(len(categories), -1, np.int64)
+    sub_of_value = np.full(len(categories), -1, np.int64)
+    for i, path in enumerate(categories):  # distinct categories only
+        if not path:
+            continue
+        parts = path.split("/")
+        top_of_value[i] = tops.setdefault(parts[0], len(tops))
+        if len(parts) > 1 and parts[1]:
+            sub_of_value[i] = subs.setdefault(parts[0] + "/" + parts[1], len(subs))
+    return tops, subs, top_of_value, sub_of_value
+
+
+def phase_table(rank_values: np.ndarray, tops: dict[str, int], subs: dict[str, int], top_time: np.ndarray,
+                top_steps: np.ndarray, sub_time: np.ndarray) -> pa.Table:
+    """The rows of ``phases()`` from, per rank (``rank_values``, ascending) and top-level
+    category, its time and steps, and per rank and sub-category its time (integer sums)."""
+    n_ranks, n_subs = len(rank_values), len(subs)
+    top_time = top_time.astype(np.float64)
+    top_steps = top_steps.astype(np.float64)
+    sub_time = sub_time.astype(np.float64)
 
     top_names = list(tops)
     sub_names = list(subs)
@@ -269,11 +308,11 @@ def phases(table: pa.Table) -> pa.Table:
         emit(None, mean_time, mean_steps, mean_sub)
 
     if not rows:
-        return _PHASE_SCHEMA.empty_table()
+        return PHASE_SCHEMA.empty_table()
     columns = list(zip(*rows))
     return pa.Table.from_arrays(
-        [pa.array(list(col), type=field.type, from_pandas=True) for col, field in zip(columns, _PHASE_SCHEMA)],
-        schema=_PHASE_SCHEMA,
+        [pa.array(list(col), type=field.type, from_pandas=True) for col, field in zip(columns, PHASE_SCHEMA)],
+        schema=PHASE_SCHEMA,
     )
 
 
@@ -403,7 +442,7 @@ def _densify(code: np.ndarray, size: int) -> tuple[np.ndarray, int]:
     return inverse.reshape(-1), len(distinct)
 
 
-def _plain_type(type_: pa.DataType) -> pa.DataType:
+def plain_type(type_: pa.DataType) -> pa.DataType:
     return type_.value_type if pa.types.is_dictionary(type_) else type_
 
 

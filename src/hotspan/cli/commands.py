@@ -292,17 +292,13 @@ def _json_rows(result: pa.Table) -> str:
     return json.dumps(rows, indent=1, default=str)
 
 
-def _filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> pa.Table:
-    """The spans that pass every --filter COLUMN~REGEX / COLUMN=VALUE, --category and --rank."""
+def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tuple[str, str, str]], list[int] | None]:
+    """--filter COLUMN~REGEX / COLUMN=VALUE as (column, op, value), checked; --rank as a list."""
     import re
 
     from .._schema import SPAN_SCHEMA
 
-    mask = None
-
-    def both(m):
-        return m if mask is None else pc.and_(mask, m)
-
+    parsed = []
     for text in filters:
         for op in ("~", "="):
             column, sep, value = text.partition(op)
@@ -313,12 +309,32 @@ def _filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[
         column = column.strip()
         if column not in SPAN_SCHEMA.names:
             raise CliError(f"--filter: no column {column!r}; columns: {', '.join(SPAN_SCHEMA.names)}")
-        values = table.column(column).cast(pa.string())
         if op == "~":
             try:
                 re.compile(value)
             except re.error as exc:
                 raise CliError(f"--filter: bad regular expression {value!r}: {exc}") from None
+        parsed.append((column, op, value))
+    wanted = None
+    if ranks is not None:
+        try:
+            wanted = [int(r) for r in ranks.split(",") if r.strip()]
+        except ValueError:
+            raise CliError(f"--rank: expected rank numbers, comma-separated, not {ranks!r}") from None
+    return parsed, wanted
+
+
+def _filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> pa.Table:
+    """The spans that pass every --filter COLUMN~REGEX / COLUMN=VALUE, --category and --rank."""
+    parsed, wanted = _parse_filters(filters, ranks)
+    mask = None
+
+    def both(m):
+        return m if mask is None else pc.and_(mask, m)
+
+    for column, op, value in parsed:
+        values = table.column(column).cast(pa.string())
+        if op == "~":
             mask = both(pc.match_substring_regex(values, value).fill_null(False))
         else:
             mask = both(pc.equal(values, value).fill_null(False))
@@ -331,13 +347,61 @@ def _filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[
             m = pc.or_(pc.equal(category, c), pc.starts_with(category, c + "/")).fill_null(False)
             hit = m if hit is None else pc.or_(hit, m)
         mask = both(hit)
-    if ranks is not None:
-        try:
-            wanted = [int(r) for r in ranks.split(",") if r.strip()]
-        except ValueError:
-            raise CliError(f"--rank: expected rank numbers, comma-separated, not {ranks!r}") from None
+    if wanted is not None:
         mask = both(pc.is_in(table.column("rank"), value_set=pa.array(wanted, pa.int32())))
     return table if mask is None else table.filter(mask)
+
+
+def _filter_sql(filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> str | None:
+    """The same filters as a SQL condition for the streaming path (DuckDB's regular
+    expressions are RE2, as pyarrow's are)."""
+    from ..analysis.streaming import sql_literal
+
+    parsed, wanted = _parse_filters(filters, ranks)
+    terms = []
+    for column, op, value in parsed:
+        text = f'CAST("{column}" AS VARCHAR)'
+        terms.append(f"regexp_matches({text}, {sql_literal(value)})" if op == "~" else f"{text} = {sql_literal(value)}")
+    if categories:
+        terms.append("(" + " OR ".join(
+            f"category = {sql_literal(c.strip('/'))} OR starts_with(category, {sql_literal(c.strip('/') + '/')})"
+            for c in categories) + ")")
+    if wanted is not None:
+        terms.append(f"rank IN ({', '.join(str(r) for r in wanted) or 'NULL'})")
+    return " AND ".join(f"coalesce({t}, FALSE)" for t in terms) or None
+
+
+#: Parquet traces at least this large (all together) are streamed through DuckDB rather than
+#: loaded; dataset directories always are.
+STREAM_MIN_BYTES = 64 << 20
+
+
+def _streamable(paths: Sequence[str]) -> bool:
+    """Whether to stream ``paths`` (``stats``/``compare``): all Parquet files, dataset
+    directories or URIs, and a directory or URI among them or at least
+    $HOTSPAN_STREAM_MIN_BYTES (default 64 MiB) of Parquet."""
+    threshold = int(os.environ.get("HOTSPAN_STREAM_MIN_BYTES") or STREAM_MIN_BYTES)
+    size = 0
+    for text in paths:
+        path = Path(text)
+        if "://" in text:  # object storage (s3://, gs://, ...) through pyarrow.fs: a run, streamed
+            size = max(size, threshold)
+        elif path.is_dir():
+            size = max(size, threshold)
+        elif path.is_file() and path.name.lower().endswith(".parquet"):
+            size += path.stat().st_size
+        else:
+            return False
+    return size >= threshold
+
+
+def _span_source(paths: Sequence[str], where: str | None = None):
+    from ..analysis.streaming import SpanSource
+
+    try:
+        return SpanSource(paths if len(paths) > 1 else paths[0], where=where)
+    except ValueError as exc:  # TraceFileError names the file
+        raise CliError(str(exc)) from None
 
 
 def _stat_heads(args: argparse.Namespace) -> tuple[str, ...]:
@@ -359,10 +423,10 @@ def _has_steps(phase_rows: pa.Table) -> bool:
     return any(r["phase"] != r["category"] and (r["steps"] or 0) > 1 for r in phase_rows.to_pylist())
 
 
-def _dropped_note(table: pa.Table) -> str | None:
+def _dropped_note(meta: dict[bytes, bytes] | None) -> str | None:
     from .._schema import META_DROPPED, meta_dict
 
-    dropped = meta_dict(table.schema.metadata, META_DROPPED)
+    dropped = meta_dict(meta, META_DROPPED)
     total = dropped.get("total") if dropped else None
     if isinstance(total, int) and total > 0:
         return f"{total:,} spans were dropped while recording: these statistics miss them"
@@ -402,8 +466,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
         raise CliError(f"--top must be at least 1, not {args.top}")
     heads = _stat_heads(args)
     csv_path = _check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
-    table = _filter_spans(_load(args.traces), args.filter, args.category, args.rank)
-    result = _sorted(stats(table, by=by), sort, by, True if args.asc else None)
+    if _streamable(args.traces):  # larger than memory, maybe: DuckDB over the Parquet files
+        from ..analysis.streaming import stream_phases, stream_stats
+
+        source = _span_source(args.traces, _filter_sql(args.filter, args.category, args.rank))
+        with source:
+            result = stream_stats(source, by)
+            all_phases = stream_phases(source) if args.phases or result.num_rows else None
+            meta = source.metadata()
+    else:
+        table = _filter_spans(_load(args.traces), args.filter, args.category, args.rank)
+        result = stats(table, by=by)
+        all_phases = phases(table) if args.phases or table.num_rows else None
+        meta = table.schema.metadata
+    result = _sorted(result, sort, by, True if args.asc else None)
     if args.top is not None:
         result = result.slice(0, args.top)
     if csv_path is not None:
@@ -419,11 +495,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     console = _console()
     _print_stats(console, result, by, heads)
-    if args.phases or table.num_rows:
-        phase_rows = phases(table)
-        if phase_rows.num_rows and (args.phases or _has_steps(phase_rows)):
-            console.print(_phases_renderable(phase_rows))
-    note = _dropped_note(table)
+    if all_phases is not None and all_phases.num_rows and (args.phases or _has_steps(all_phases)):
+        console.print(_phases_renderable(all_phases))
+    note = _dropped_note(meta)
     if note:
         console.print(f"[yellow]note: {note}[/yellow]")
     if csv_path is not None:
@@ -479,14 +553,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _environment(table: pa.Table) -> dict | None:
+def _environment(meta: dict[bytes, bytes] | None) -> dict | None:
     from .._schema import META_ENV, meta_dict
 
-    return meta_dict(table.schema.metadata, META_ENV)
+    return meta_dict(meta, META_ENV)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..analysis import compare
     from ..analysis.benchmark_comparison import is_benchmark_json
 
     by = _by(args.by)
@@ -498,8 +571,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
     if is_benchmark_json(args.base) or is_benchmark_json(args.new):  # pytest-benchmark JSON, told by content
         return _compare_benchmark_files(args)
-    base, new = _load([args.base]), _load([args.new])
-    env_base, env_new = _environment(base), _environment(new)
+    if _streamable([args.base]) and _streamable([args.new]):  # DuckDB over the Parquet files
+        with _span_source([args.base]) as base, _span_source([args.new]) as new:
+            env_base, env_new = _environment(base.metadata()), _environment(new.metadata())
+            rows = _compare_rows(args, base, new, by, env_base, env_new)
+    else:
+        base, new = _load([args.base]), _load([args.new])
+        rows = _compare_rows(args, base, new, by, _environment(base.schema.metadata), _environment(new.schema.metadata))
+    return _print_comparison(args, rows, by)
+
+
+def _compare_rows(args: argparse.Namespace, base, new, by: Sequence[str], env_base: dict | None,
+                  env_new: dict | None) -> list[dict]:
+    """compare's rows, after the warning when the environments differ."""
+    from ..analysis import compare
+    from ..analysis.streaming import SpanSource, stream_compare
+
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
         differences = [
             f"{key} {env_base.get(key)!s} -> {env_new.get(key)!s}"
@@ -511,7 +598,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         missing = args.base if not env_base else args.new
         print(f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
               f"environments match", file=sys.stderr)
-    rows = compare(base, new, by=by, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha)
+    options = dict(by=by, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha)
+    if isinstance(base, SpanSource):
+        return stream_compare(base, new, confidence=0.95, resamples=2000, seed=0, **options)
+    return compare(base, new, **options)
+
+
+def _print_comparison(args: argparse.Namespace, rows: list[dict], by: Sequence[str]) -> int:
     if not any(r["verdict"] not in ("new", "gone") for r in rows):
         raise CliError(f"nothing to compare: {args.base} and {args.new} have no span group "
                        f"({', '.join(by)}) in common")
@@ -895,7 +988,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
                  "duration) are counted in a table of their own. Then the phases (each top-level category's "
                  "time per step and its sub-categories' shares) when the trace has steps. Several traces (one "
-                 "per rank, say) are taken together.",
+                 "per rank, say) are taken together. A dataset directory, or Parquet of 64 MiB or more "
+                 "($HOTSPAN_STREAM_MIN_BYTES), is streamed through DuckDB with bounded memory "
+                 "($HOTSPAN_MEMORY_LIMIT, default 1GB), to the same result.",
                  "hotspan stats trace.parquet --top 10\n"
                  "hotspan stats rank*.parquet --by rank,name --sort p99 --json\n"
                  "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
@@ -954,7 +1049,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
                    "when the traces have no group in common, else 0. "
                    "Warns when the traces were recorded in different environments (host, Python, hotspan, "
-                   "configuration). Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
+                   "configuration). Two dataset directories (or large Parquet files) are streamed, as for stats. "
+                   "Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
                    "compared per benchmark and per span, by the same rule and exit status.",
                    "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20\n"
                    "hotspan compare .benchmarks/*/0001_base.json .benchmarks/*/0002_new.json", cmd_compare)

@@ -1,0 +1,243 @@
+"""Analysis larger than memory: `hotspan stats` on a generated run of 200 M spans over 64 ranks.
+
+    python benchmarks/bench_big.py [--spans 200000000] [--ranks 64] [--dir /tmp/hotspan-big]
+                                   [--keep] [--check-spans 2000000] [--max-gib 2]
+
+1. Generates a run (a hive dataset, rank=R/part-<pid>-<token>-<n>.parquet, as
+   hotspan.record("dir/") and the collector write it) straight with pyarrow, no recording:
+   per rank a training loop (step > load / forward > layers > matmul, backward, allreduce,
+   optimizer on the main thread; fetch / decode on a data-loader thread; now and then a
+   checkpoint instant and a failed span), log-normal leaf durations, parents as long as
+   their children plus gaps, ids base + k per rank as the recorder draws them.
+2. Runs `hotspan stats DIR --json` as a subprocess, printing its elapsed time and peak
+   memory (ru_maxrss of the child, from getrusage(RUSAGE_CHILDREN)), and asserts the peak
+   is at most --max-gib.
+3. Checks that the streaming path's result equals the in-memory path's
+   (hotspan.stats(hotspan.load(subset))) on a subset of the run of about --check-spans
+   spans (the parts of the first ranks, linked into a directory of their own); phases too.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# The step: (name, category, parent index or -1, thread, mean leaf ns, repeats). Parents'
+# durations are their children's plus gaps; leaves draw log-normal durations.
+LAYERS = 6
+TEMPLATE: list[tuple[str, str | None, int, int, float]] = []
+
+
+def _node(name, category, parent, thread, mean_ns):
+    TEMPLATE.append((name, category, parent, thread, mean_ns))
+    return len(TEMPLATE) - 1
+
+
+_step = _node("step", "train", -1, 0, 0)
+_node("load", "train/data", _step, 0, 40_000)
+_forward = _node("forward", "train/compute", _step, 0, 0)
+for _i in range(LAYERS):
+    _layer = _node(f"layer{_i}", "train/compute", _forward, 0, 0)
+    _node("matmul", "train/compute/gemm", _layer, 0, 300_000 * (1 + _i % 3))
+    _node("activation", "train/compute", _layer, 0, 20_000)
+_node("backward", "train/compute", _step, 0, 2_500_000)
+_node("allreduce", "train/comms", _step, 0, 900_000)
+_node("optimizer", "train/compute", _step, 0, 150_000)
+_fetch = _node("fetch", "data", -1, 1, 0)
+_node("read", "data/io", _fetch, 1, 500_000)
+_node("decode", "data/cpu", _fetch, 1, 700_000)
+_node("checkpoint", None, -1, 0, 0)  # an instant: no duration
+T = len(TEMPLATE)
+PARENT = np.array([p for _, _, p, _, _ in TEMPLATE])
+ARG_BYTES = {"load": 1 << 20, "allreduce": 64 << 20, "read": 4 << 20}
+
+
+def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, base: int, t0: int) -> pa.Table:
+    """``steps`` steps of one rank as a span table (rows in step order, template order)."""
+    n_children = np.bincount(PARENT[PARENT >= 0], minlength=T)
+    duration = np.zeros((steps, T), np.int64)
+    for j in reversed(range(T)):  # children come after their parents in the template
+        name, _, _, _, mean = TEMPLATE[j]
+        if name == "checkpoint":
+            continue
+        if n_children[j] == 0:
+            sigma = 0.35
+            duration[:, j] = np.maximum(rng.lognormal(np.log(mean) - sigma**2 / 2, sigma, steps), 1).astype(np.int64)
+        kids = np.flatnonzero(PARENT == j)
+        if len(kids):
+            gaps = rng.integers(200, 3_000, (steps, len(kids) + 1)).sum(axis=1)
+            duration[:, j] = duration[:, kids].sum(axis=1) + gaps
+    # Starts: the step after the previous one; a child after its earlier siblings.
+    start = np.zeros((steps, T), np.int64)
+    step_len = duration[:, _step] + rng.integers(1_000, 50_000, steps)
+    start[:, _step] = t0 + np.concatenate(([0], np.cumsum(step_len)[:-1]))
+    start[:, _fetch] = start[:, _step] + rng.integers(0, 100_000, steps)
+    start[:, T - 1] = start[:, _step] + duration[:, _step]
+    for j in range(T):
+        kids = np.flatnonzero(PARENT == j)
+        offset = start[:, j] + rng.integers(10, 150, steps)
+        for k in kids:
+            start[:, k] = offset
+            offset = offset + duration[:, k] + rng.integers(10, 150, steps)
+    # One checkpoint instant every 50 steps (the others are cut out below).
+    keep = np.ones((steps, T), bool)
+    keep[:, T - 1] = (np.arange(step0, step0 + steps) % 50) == 49
+    ids = base + (np.arange(step0, step0 + steps)[:, None] * T + np.arange(T)[None, :])
+    parent_ids = np.where(PARENT[None, :] >= 0, base + np.arange(step0, step0 + steps)[:, None] * T + PARENT[None, :], 0)
+    depth = np.zeros(T, np.int32)
+    for j in range(T):
+        depth[j] = depth[PARENT[j]] + 1 if PARENT[j] >= 0 else 0
+    flat = keep.ravel()
+    n = int(flat.sum())
+    name_codes = np.broadcast_to(np.arange(T, dtype=np.int32), (steps, T)).ravel()[flat]
+    names = pa.array([t[0] for t in TEMPLATE])
+    categories = pa.array([t[1] or "" for t in TEMPLATE], pa.string())  # "" unused: null indices below
+    no_category = np.array([t[1] is None for t in TEMPLATE])[name_codes]
+    thread = np.array([t[3] for t in TEMPLATE])[name_codes]
+    arg_of = np.array([ARG_BYTES.get(t[0], -1) for t in TEMPLATE], np.int64)[name_codes]
+    error = rng.random(n) < 1e-4
+    has_parent = PARENT[name_codes] >= 0
+    s = start.ravel()[flat]
+    d = duration.ravel()[flat]
+    thread_names = pa.array(["MainThread", "loader"])
+    columns = {
+        "span_id": pa.array(ids.ravel()[flat].astype(np.uint64)),
+        "parent_id": pa.array(parent_ids.ravel()[flat].astype(np.uint64), mask=~has_parent),
+        "name": pa.DictionaryArray.from_arrays(pa.array(name_codes), names),
+        "category": pa.DictionaryArray.from_arrays(pa.array(name_codes, mask=no_category), categories),
+        "start_ns": pa.array(s),
+        "end_ns": pa.array(s + d),
+        "duration_ns": pa.array(d),
+        "depth": pa.array(depth[name_codes]),
+        "thread_id": pa.array(np.where(thread == 0, 1000 + rank, 2000 + rank).astype(np.int64)),
+        "thread_name": pa.DictionaryArray.from_arrays(pa.array(thread.astype(np.int32)), thread_names),
+        "pid": pa.array(np.full(n, 40_000 + rank, np.int64)),
+        "rank": pa.array(np.full(n, rank, np.int32)),
+        "arg": pa.array(arg_of, mask=arg_of < 0),
+        "error": pa.array(error),
+    }
+    from hotspan._schema import SPAN_SCHEMA
+
+    return pa.Table.from_pydict(columns, schema=SPAN_SCHEMA)
+
+
+def generate(directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20, seed: int = 0) -> int:
+    """Write a run of about ``spans`` spans over ``ranks`` ranks into ``directory``; return
+    the number of spans written. Memory: one part at a time."""
+    per_step = T - 1 + 1 / 50  # the checkpoint instant every 50 steps
+    steps_per_rank = max(int(spans / ranks / per_step), 1)
+    steps_per_part = max(int(part_spans / per_step), 50)
+    written = 0
+    rng = np.random.default_rng(seed)
+    for rank in range(ranks):
+        base = int(rng.integers(1, 1 << 20)) << 40  # as the recorder: a random base per process, ids base + k
+        pid, token = 40_000 + rank, f"{0x65000000 + rank:08x}{rank:08x}"
+        out = directory / f"rank={rank}"
+        out.mkdir(parents=True, exist_ok=True)
+        t0 = 1_700_000_000_000_000_000 + int(rng.integers(0, 1_000_000))
+        for seq, step0 in enumerate(range(0, steps_per_rank, steps_per_part)):
+            steps = min(steps_per_part, steps_per_rank - step0)
+            table = _rank_table(rank, steps, step0, rng, base, t0)
+            t0 = int(table.column("end_ns").to_numpy().max()) + 10_000
+            pq.write_table(table, out / f"part-{pid}-{token}-{seq:06d}.parquet", compression="zstd",
+                           row_group_size=1 << 20)
+            written += table.num_rows
+    return written
+
+
+def subset(directory: Path, target: Path, spans: int) -> int:
+    """Link the parts of the first ranks, about ``spans`` spans, into ``target``."""
+    shutil.rmtree(target, ignore_errors=True)
+    total = 0
+    for rank_dir in sorted(directory.glob("rank=*"), key=lambda p: int(p.name.split("=")[1])):
+        if total >= spans:
+            break
+        (target / rank_dir.name).mkdir(parents=True)
+        for part in sorted(rank_dir.glob("part-*.parquet")):
+            os.symlink(part.resolve(), target / rank_dir.name / part.name)
+            total += pq.ParquetFile(part).metadata.num_rows
+    return total
+
+
+def run_stats(directory: Path) -> tuple[list[dict], float, float, float]:
+    """``hotspan stats DIR`` in a child (the table, then the phases, as a user sees them), and
+    ``--json`` for the rows: (rows, seconds, CPU seconds, peak RSS in GiB) of the first.
+    The peak is the child's ru_maxrss (getrusage(RUSAGE_CHILDREN): the largest of the
+    children waited for, and this process has waited for none before)."""
+    start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(directory), "--phases"],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"})
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise SystemExit(f"hotspan stats failed ({done.returncode}): {done.stderr}")
+    print(done.stdout[:4000])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    peak = after.ru_maxrss / (1 << 20)  # KiB on Linux
+    rows = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
+                          capture_output=True, text=True, check=True).stdout
+    return json.loads(rows), elapsed, cpu, peak
+
+
+def check_subset(directory: Path) -> None:
+    """The streaming path equals the in-memory path on ``directory``: stats by the default
+    and by lane keys, and phases."""
+    import hotspan
+    from hotspan.analysis.streaming import canonical_rows
+
+    table = hotspan.load(directory)
+    for by in (("category", "name"), ("rank", "thread_name", "name")):
+        streamed, in_memory = hotspan.stats(directory, by=by), hotspan.stats(table, by=by)
+        assert streamed.schema == in_memory.schema, (streamed.schema, in_memory.schema)
+        assert canonical_rows(streamed, by) == canonical_rows(in_memory, by), by
+    assert hotspan.phases(directory).to_pylist() == hotspan.phases(table).to_pylist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=float, default=200e6)
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/hotspan-big"))
+    parser.add_argument("--keep", action="store_true", help="reuse (and keep) an existing run in --dir")
+    parser.add_argument("--check-spans", type=float, default=2e6)
+    parser.add_argument("--max-gib", type=float, default=2.0)
+    args = parser.parse_args()
+    run = args.dir / "run"
+    if not (args.keep and run.is_dir()):
+        shutil.rmtree(run, ignore_errors=True)
+        start = time.perf_counter()
+        n = generate(run, int(args.spans), args.ranks)
+        size = sum(p.stat().st_size for p in run.rglob("*.parquet"))
+        print(f"generated {n:,} spans over {args.ranks} ranks in {time.perf_counter() - start:.1f} s "
+              f"({size / 2**30:.2f} GiB of Parquet) -> {run}", flush=True)
+    else:
+        n = sum(pq.ParquetFile(p).metadata.num_rows for p in run.rglob("*.parquet"))
+        print(f"reusing {n:,} spans in {run}", flush=True)
+    rows, elapsed, cpu, peak = run_stats(run)
+    print(f"hotspan stats (and phases): {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
+          f"({n / elapsed / 1e6:.2f} M spans/s; {cpu:.1f} s of CPU on {os.cpu_count()} cores), "
+          f"peak memory {peak:.2f} GiB", flush=True)
+    assert peak <= args.max_gib, f"peak memory {peak:.2f} GiB > {args.max_gib} GiB"
+    sub = args.dir / "subset"
+    m = subset(run, sub, int(args.check_spans))
+    start = time.perf_counter()
+    check_subset(sub)
+    print(f"subset of {m:,} spans: streaming == in-memory (stats, phases), checked in "
+          f"{time.perf_counter() - start:.1f} s", flush=True)
+    if not args.keep:
+        shutil.rmtree(args.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

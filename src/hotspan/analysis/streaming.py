@@ -1,0 +1,700 @@
+"""``stats``, ``phases`` and ``compare`` over runs larger than memory: DuckDB over the Parquet files.
+
+    hotspan.stats("run/")                 # a dataset directory (rank=R/part-*.parquet)
+    hotspan.stats("big.parquet", by="name")
+    hotspan.compare("base/", "new/")
+
+The results equal the in-memory path's (``stats(load(path))``): same columns, types and
+values, percentiles to the last bit. Rows whose sort key ties (``total_ns`` for stats, a
+phase's time) may come in another order: the in-memory path breaks ties by the order in
+which values first appear in the table, which a streaming scan does not know; here they
+come in key order.
+
+How, with bounded memory (DuckDB's ``memory_limit``, spilling to ``temp_directory``):
+
+- Counts, sums, min, max, errors and args: one grouped scan. It also counts the spans of
+  each group per *bucket* of durations (log-spaced: 1024 a power of two, so a bucket
+  spans less than 0.1% of its values; monotone in the duration, checked: see ``_MACROS``).
+- Exact percentiles: DuckDB's own ``quantile_cont`` keeps every value of a group in memory
+  (it does not spill: 100 M values under a 400 MB limit fail), so instead the order
+  statistics that numpy's linear interpolation needs (ranks ``floor((n-1)q)`` and the next
+  one) are located in their buckets from the cumulative counts, and a second scan fetches
+  only the durations of those few buckets (as distinct values with counts). The
+  interpolation is then numpy's own formula (``statistics.interpolate``).
+- Self time and phases: a join of each span's ``parent_id`` on ``span_id`` (DuckDB's hash
+  join spills), keyed as the in-memory path keys it (by ``span_id`` alone; when an id
+  repeats, within the span's rank, pid and thread).
+- compare: per group the durations stream in group order from a sorted query (the sort
+  spills), one group at a time, into the in-memory path's own test and bootstrap; a group
+  of more than ``COMPARE_MAX_VALUES`` spans on a side is thinned to that many, evenly over
+  its sorted values (so its quantiles are kept), and only there do p-value and interval
+  differ from the in-memory path's (see ``group_durations``). The seeded bootstrap draws
+  follow the order of the groups (largest base total first): groups whose base totals tie
+  may come in another order, and then their intervals differ too.
+
+Settings: ``HOTSPAN_MEMORY_LIMIT`` (DuckDB's memory limit, default 1GB) and
+``HOTSPAN_TEMP_DIR`` (where it spills; default a fresh directory under the system's
+temporary directory, removed afterwards).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from .statistics import (
+    PERCENTILES,
+    PHASE_SCHEMA,
+    STAT_COLUMNS,
+    STAT_TYPES,
+    category_levels,
+    is_path,
+    interpolate,
+    percentile_ranks,
+    phase_table,
+    plain_type,
+    self_share,
+)
+
+__all__ = ["COMPARE_MAX_VALUES", "SpanSource", "canonical_rows", "is_path", "stream_compare", "stream_phases",
+           "stream_stats"]
+
+#: Above this many spans of one group on one side, compare thins the group (see the module doc).
+COMPARE_MAX_VALUES = 5_000_000  # x 2 sides x ~40 bytes of working copies: ~400 MB at most
+DEFAULT_MEMORY_LIMIT = "1GB"
+_NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_literal(value: Any) -> str:
+    """``value`` as a SQL literal (str, int, float, bool, None)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _same(columns: Sequence[str], left: str, right: str) -> str:
+    """Null-safe equality of ``columns`` between two relations (null keys form a group)."""
+    if not columns:
+        return "TRUE"
+    return " AND ".join(f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns)
+
+
+# A duration's bucket: 1024 a power of two (floor(1024 log2(d + 1))), so a bucket holds
+# distinct values only within 0.07% of each other. Locating an order statistic by cumulative
+# counts needs the bucket to be monotone in the duration: log2 in floating point is (glibc's
+# is within 0.502 ulp), and each run checks it (``_check_buckets``: per group, every
+# bucket's largest value at most the next one's smallest), falling back to an exact integer
+# version (the highest set bit, corrected by two comparisons, then the next 10 bits), three
+# times slower, should it ever not be.
+_MACROS = """
+CREATE OR REPLACE TEMP MACRO hs_bucket(d) AS
+    CASE WHEN d < 0 THEN d ELSE floor(log2(d + 1.0) * 1024)::BIGINT END;
+CREATE OR REPLACE TEMP MACRO hs_msb2(d, f) AS
+    f - (d < (1::BIGINT << f))::INT + (f < 62 AND d >= (1::BIGINT << least(f + 1, 62)))::INT;
+CREATE OR REPLACE TEMP MACRO hs_msb(d) AS hs_msb2(d, least(floor(log2(greatest(d, 1)::DOUBLE))::INT, 62));
+CREATE OR REPLACE TEMP MACRO hs_bucket_exact2(d, e) AS
+    CASE WHEN d < 2048 THEN d ELSE (e - 10)::BIGINT * 1024 + (d >> (e - 10)) END;
+CREATE OR REPLACE TEMP MACRO hs_bucket_exact(d) AS hs_bucket_exact2(d, hs_msb(d));
+"""
+
+
+class SpanSource:
+    """A span table in Parquet (one file, a dataset directory of parts, or several of those;
+    local paths or URIs) as the DuckDB view ``spans``, optionally filtered by a SQL condition
+    (``where``)."""
+
+    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, where: str | None = None,
+                 memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None):
+        import duckdb
+
+        from ..formats.base import TraceFileError
+        from ..formats.dataset import NoPartsError, current_parts
+
+        paths = [path] if is_path(path) else list(path)
+        self.path = Path(paths[0]) if len(paths) == 1 else Path(", ".join(map(str, paths)))
+        #: Set for a URI (s3://, gs://, hdfs://, file://: any that pyarrow.fs reads): the files
+        #: are then scanned through pyarrow.dataset on that filesystem, else by DuckDB itself.
+        self.filesystem = None
+        files: list[str] = []
+        for one in paths:
+            if isinstance(one, str) and "://" in one:
+                files += self._remote_files(one)
+                continue
+            one = Path(one)
+            if one.is_dir():
+                # the parts a reader reads now: those a compacted part replaces left out
+                found = [path for path, _size, _meta in current_parts(one)[1]]
+                if not found:
+                    raise NoPartsError(one, "no span parts in this directory (expected rank=R/part-*.parquet)")
+                files += found
+            elif one.is_file():
+                files.append(str(one))
+            else:
+                raise FileNotFoundError(2, "no such trace file or dataset directory", str(one))
+        self.files = files
+        self._own_temp = temp_directory is None and not os.environ.get("HOTSPAN_TEMP_DIR")
+        temp = temp_directory or os.environ.get("HOTSPAN_TEMP_DIR") or tempfile.mkdtemp(prefix="hotspan-duckdb-")
+        self.temp_directory = str(temp)
+        limit = memory_limit or os.environ.get("HOTSPAN_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
+        self.con = duckdb.connect(config={"memory_limit": limit, "temp_directory": self.temp_directory,
+                                          # no order to keep: lets DuckDB stream and spill more freely
+                                          "preserve_insertion_order": False})
+        self.con.execute("SET enable_progress_bar = false")  # not on the caller's stderr
+        try:
+            import pyarrow.parquet as pq
+
+            self.schema = pq.read_schema(files[0], filesystem=self.filesystem)
+            hive = "rank" not in self.schema.names  # a part written without its rank column: from rank=R
+            if self.filesystem is None:
+                listing = ", ".join(sql_literal(f) for f in files)
+                self.con.execute(f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
+                                 f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)")
+            else:
+                self.con.register("hs_dataset", self._dataset(hive))
+                self.con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
+            self.columns = [row[0] for row in self.con.execute("DESCRIBE all_spans").fetchall()]
+            self.con.execute(f"CREATE TEMP VIEW spans AS SELECT * FROM all_spans WHERE {where or 'TRUE'}")
+            self.con.execute(_MACROS)
+        except pa.ArrowException as exc:
+            self.close()
+            raise TraceFileError(files[0], f"not a readable Parquet file: {exc}") from exc
+        except duckdb.Error as exc:
+            self.close()
+            raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
+        self._unique_ids: bool | None = None
+
+    def _remote_files(self, uri: str) -> list[str]:
+        """The Parquet parts under (or at) ``uri``, as ``current_parts`` finds them locally."""
+        import pyarrow.fs as pafs
+
+        from ..formats.dataset import NoPartsError, current_parts
+
+        filesystem, root = pafs.FileSystem.from_uri(uri)
+        if self.filesystem is not None and filesystem.type_name != self.filesystem.type_name:
+            raise ValueError(f"{uri}: traces on different filesystems cannot be streamed together")
+        self.filesystem = filesystem
+        info = filesystem.get_file_info(root)
+        if info.type == pafs.FileType.File:
+            return [root]
+        if info.type != pafs.FileType.Directory:
+            raise FileNotFoundError(2, "no such trace file or dataset directory", uri)
+        found = [path for path, _size, _meta in current_parts(uri)[1]]  # compacted inputs left out
+        if not found:
+            raise NoPartsError(uri, "no span parts under this URI (expected rank=R/part-*.parquet)")
+        return sorted(found)
+
+    def _dataset(self, hive: bool):
+        """The files as one pyarrow dataset on ``self.filesystem`` (DuckDB scans it as it
+        streams: batches, only the columns a query reads). Strings plain: parts may hold
+        them as dictionaries or not."""
+        import pyarrow.dataset as ds
+
+        fields = [pa.field(f.name, plain_type(f.type)) for f in self.schema]
+        if hive:
+            fields.append(pa.field("rank", pa.int32()))
+        return ds.dataset(self.files, schema=pa.schema(fields), format="parquet", filesystem=self.filesystem,
+                          partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive") if hive
+                          else None)
+
+    def __enter__(self) -> SpanSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        con = getattr(self, "con", None)
+        if con is not None:
+            con.close()
+            self.con = None
+        if self._own_temp:
+            shutil.rmtree(self.temp_directory, ignore_errors=True)
+
+    def sql(self, query: str, *args: Any) -> Any:
+        return self.con.execute(query, *args)
+
+    def arrow(self, query: str) -> pa.Table:
+        result = self.con.execute(query)
+        # DuckDB 1.4 calls it fetch_arrow_table, 1.5 and later to_arrow_table.
+        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+        with warnings.catch_warnings():  # "an extra copy of the rows": small results only come here
+            warnings.simplefilter("ignore")
+            return fetch()
+
+    def batches(self, query: str, rows: int = 1 << 20) -> pa.RecordBatchReader:
+        """The result of ``query`` as a stream of Arrow batches (nothing held whole)."""
+        result = self.con.sql(query)
+        reader = getattr(result, "to_arrow_reader", None) or result.fetch_arrow_reader
+        return reader(rows)
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """The schema metadata ``load()`` would give the whole (the parts' footers merged)."""
+        import pyarrow.parquet as pq
+
+        from ..formats.dataset import merge_metadata
+
+        footers = [pq.ParquetFile(f, filesystem=self.filesystem) for f in self.files]
+        if len(footers) == 1 and self.files[0] == str(self.path):  # one file, not a directory of one
+            return dict(footers[0].schema_arrow.metadata or {})
+        return merge_metadata([(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers])
+
+    def check_columns(self, by: Sequence[str], needed: Sequence[str]) -> None:
+        missing = [name for name in (*by, *needed) if name not in self.columns]
+        if missing:
+            raise ValueError(
+                f"no column {', '.join(repr(m) for m in dict.fromkeys(missing))} in the span table {self.path} "
+                f"(columns: {', '.join(self.columns)})"
+            )
+
+    def unique_ids(self) -> bool:
+        """Whether no span id repeats (then a parent is looked up by id alone, as in memory)."""
+        if self._unique_ids is None:
+            # A grouped aggregate (which spills), not count(DISTINCT ...).
+            (repeated,) = self.sql("SELECT count(*) FROM (SELECT span_id FROM spans GROUP BY span_id "
+                                   "HAVING count(*) > 1)").fetchone()
+            self._unique_ids = repeated == 0
+        return self._unique_ids
+
+    def parent_join(self, child: str, parent: str) -> str:
+        """``JOIN <parents> AS parent ON ...``: each span's parent, found as ``parent_rows``
+        finds it: by id; where ids repeat, among the spans of the child's own rank, pid and
+        thread (one of them, should an id repeat within a thread too)."""
+        if self.unique_ids():
+            return f"JOIN spans AS {parent} ON {parent}.span_id = {child}.parent_id"
+        lane = ("rank", "pid", "thread_id")
+        keys = ", ".join(_quote(c) for c in (*lane, "span_id"))
+        return (f"JOIN (SELECT * FROM spans QUALIFY row_number() OVER (PARTITION BY {keys}) = 1) AS {parent} "
+                f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}")
+
+
+def _other_format(path: Any) -> bool:
+    """A trace file of a format other than Parquet (JSON, Perfetto, ...): loaded in memory."""
+    return is_path(path) and Path(path).is_file() and not str(path).lower().endswith(".parquet")
+
+
+def _load(path: str | os.PathLike) -> pa.Table:
+    from ..formats import load
+
+    return load(path)
+
+
+def _open(path: str | os.PathLike | SpanSource) -> tuple[SpanSource, bool]:
+    if isinstance(path, SpanSource):
+        return path, False
+    return SpanSource(path), True
+
+
+@contextlib.contextmanager
+def _reading(source: SpanSource) -> Iterator[None]:
+    """DuckDB's errors while reading (a damaged part found mid-scan) as ``TraceFileError``
+    naming the trace."""
+    import duckdb
+
+    from ..formats.base import TraceFileError
+
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        raise MemoryError(f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)") from exc
+    except duckdb.Error as exc:
+        raise TraceFileError(source.path, f"not a readable span table: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- stats
+
+
+def stream_stats(path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
+    """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
+    an open ``SpanSource``), streamed: see the module doc."""
+    by = _check_by(by)
+    if _other_format(path):
+        from .statistics import stats
+
+        return stats(_load(path), by)
+    source, owned = _open(path)
+    try:
+        with _reading(source):
+            return _stats(source, by)
+    finally:
+        if owned:
+            source.close()
+
+
+def _check_by(by: str | Sequence[str]) -> tuple[str, ...]:
+    by = (by,) if isinstance(by, str) else tuple(by)
+    for name in by:
+        if not isinstance(name, str):
+            raise TypeError(f"by: column names must be str, not {type(name).__name__}")
+    if len(set(by)) != len(by):
+        raise ValueError(f"by: a column is named twice in {', '.join(by)}")
+    return by
+
+
+def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
+    source.check_columns(by, _NEEDED)
+    keys = ", ".join(_quote(k) for k in by)
+    keys_comma = keys + ", " if by else ""
+    # 1. Per group and duration bucket: counts and sums (a small table: groups x buckets).
+    for bucket in ("hs_bucket", "hs_bucket_exact"):
+        source.sql("DROP TABLE IF EXISTS hs_h")
+        source.sql(f"""
+            CREATE TEMP TABLE hs_h AS
+            SELECT {keys_comma} {bucket}(duration_ns) AS b, count(*) AS n, sum(duration_ns) AS total,
+                   min(duration_ns) AS lo, max(duration_ns) AS hi, count_if(error) AS errors,
+                   count(arg) AS args, sum(arg) AS arg_sum,
+                   sum(CASE WHEN arg IS NOT NULL THEN duration_ns END) AS arg_time,
+                   min(start_ns) AS first_start, max(end_ns) AS last_end
+            FROM spans GROUP BY ALL""")
+        if _check_buckets(source, by):
+            break
+    wall_row = source.sql("SELECT max(last_end) - min(first_start), count(*) FROM hs_h").fetchone()
+    if not wall_row[1]:
+        return _empty_stats(source, by)
+    # 2. Per group, numbered largest total first (keys in order among equal totals).
+    order = ", ".join(f"{_quote(k)} ASC NULLS LAST" for k in by)
+    source.sql("DROP TABLE IF EXISTS hs_g")
+    source.sql(f"""
+        CREATE TEMP TABLE hs_g AS
+        SELECT {keys_comma} sum(n)::BIGINT AS n, sum(total)::BIGINT AS total, min(lo) AS lo, max(hi) AS hi,
+               sum(errors)::BIGINT AS errors, sum(args)::BIGINT AS args, sum(arg_sum)::BIGINT AS arg_sum,
+               sum(arg_time)::BIGINT AS arg_time
+        FROM hs_h GROUP BY ALL""")
+    source.sql(f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
+               f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g")
+    # 3. Child time per parent group: the spans whose parent is in the group.
+    parent_keys = ", ".join(f"p.{_quote(k)}" for k in by)
+    source.sql("DROP TABLE IF EXISTS hs_child")
+    source.sql(f"""
+        CREATE TEMP TABLE hs_child AS
+        SELECT {parent_keys + ',' if by else ''} sum(c.duration_ns)::BIGINT AS child
+        FROM spans AS c {source.parent_join('c', 'p')}
+        {'GROUP BY ' + parent_keys if by else ''}""")
+    groups = source.arrow(f"""
+        SELECT g.*, coalesce(ch.child, 0)::BIGINT AS child FROM hs_g AS g
+        LEFT JOIN hs_child AS ch ON {_same(by, 'g', 'ch')}""")
+    groups = groups.take(np.argsort(groups.column("gid").to_numpy()))  # (see _percentiles on ORDER BY)
+    count = groups.column("n").to_numpy()
+    total = groups.column("total").to_numpy()
+    columns: dict[str, Any] = {
+        "count": count,
+        "total_ns": total,
+        "self_ns": total - groups.column("child").to_numpy(),
+        "mean_ns": total / count,
+        "min_ns": groups.column("lo").to_numpy(),
+    }
+    columns.update(_percentiles(source, by, count, bucket))
+    columns["max_ns"] = groups.column("hi").to_numpy()
+    key_table = pa.table({k: groups.column(k) for k in by}) if by else pa.table({"_": pa.nulls(len(count))})
+    columns["share"] = self_share(key_table, by, columns["self_ns"], np.arange(len(count)))
+    wall = int(wall_row[0])
+    columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
+    columns["errors"] = groups.column("errors").to_numpy()
+    no_arg = groups.column("args").to_numpy() == 0
+    arg_sum = groups.column("arg_sum").fill_null(0).to_numpy().astype(np.int64)
+    arg_time = groups.column("arg_time").fill_null(0).to_numpy().astype(np.int64)
+    columns["arg_sum"] = pa.array(arg_sum, pa.int64(), mask=no_arg)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_s = arg_sum / (arg_time / 1e9)
+    columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
+    key_types = _key_types(source, by)
+    key_arrays = [groups.column(k).combine_chunks().cast(key_types[k]) for k in by]
+    stat_arrays = [
+        columns[name] if isinstance(columns[name], pa.Array) else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
+        for name in STAT_COLUMNS
+    ]
+    return pa.Table.from_arrays(key_arrays + stat_arrays, names=list(by) + list(STAT_COLUMNS))
+
+
+def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
+    """Whether the buckets of ``hs_h`` are monotone: per group, each one's largest duration
+    below the next one's smallest."""
+    keys = ", ".join(_quote(k) for k in by)
+    (broken,) = source.sql(f"""
+        SELECT count(*) FROM (
+            SELECT hi, lead(lo) OVER ({'PARTITION BY ' + keys if by else ''} ORDER BY b) AS next_lo FROM hs_h)
+        WHERE next_lo <= hi""").fetchone()
+    return broken == 0
+
+
+def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, bucket: str) -> dict[str, np.ndarray]:
+    """p50/p90/p99 per group (in ``gid`` order), exact: the two order statistics of each
+    fetched from the buckets that hold them (see the module doc)."""
+    wanted: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+        column: percentile_ranks(count, q) for column, q in PERCENTILES
+    }
+    gid = np.arange(len(count), dtype=np.int64)
+    ranks = np.concatenate([np.concatenate((below, above)) for below, above, _ in wanted.values()])
+    ranks_gid = np.tile(gid, 2 * len(wanted))
+    want = pa.table({"gid": ranks_gid, "pos": ranks})
+    source.con.register("hs_want", want)
+    try:
+        keys_g = ", ".join(f"g.{_quote(k)}" for k in by)
+        # Each wanted rank's bucket: where the cumulative count passes it.
+        source.sql("DROP TABLE IF EXISTS hs_target")
+        source.sql(f"""
+            CREATE TEMP TABLE hs_target AS
+            WITH cum AS (
+                SELECT g.gid, h.b, h.n, sum(h.n) OVER (PARTITION BY g.gid ORDER BY h.b) - h.n AS before
+                FROM hs_h AS h JOIN hs_g AS g ON {_same(by, 'h', 'g')})
+            SELECT DISTINCT w.gid, cum.b, cum.before::BIGINT AS before, w.pos
+            FROM (SELECT DISTINCT gid, pos FROM hs_want) AS w JOIN cum ON w.gid = cum.gid
+            WHERE w.pos >= cum.before AND w.pos < cum.before + cum.n""")
+        # The distinct durations (with counts) of those buckets only, in order.
+        values = source.arrow(f"""
+            WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + ',' if by else ''} 0 AS _
+                       FROM hs_target AS t JOIN hs_g AS g ON t.gid = g.gid)
+            SELECT t.gid, t.b, s.duration_ns AS d, count(*) AS c
+            FROM spans AS s JOIN t ON {_same(by, 's', 't')} AND {bucket}(s.duration_ns) = t.b
+            GROUP BY ALL ORDER BY t.gid, t.b, d""")
+        targets = source.arrow("SELECT gid, b, before, pos FROM hs_target")
+    finally:
+        source.con.unregister("hs_want")
+    # In (gid, b, d) order (sorted here too: DuckDB keeps ORDER BY's order only while
+    # preserve_insertion_order is on, off here for memory's sake).
+    values = values.take(np.lexsort((values.column("d").to_numpy(), values.column("b").to_numpy(),
+                                     values.column("gid").to_numpy())))
+    v_gid = values.column("gid").to_numpy()
+    v_b = values.column("b").to_numpy()
+    v_d = values.column("d").to_numpy()
+    cum = np.cumsum(values.column("c").to_numpy())  # over all blocks
+    # Each (gid, b) block's first row, and the cumulative count before it.
+    block_start = np.flatnonzero(np.r_[True, (v_gid[1:] != v_gid[:-1]) | (v_b[1:] != v_b[:-1])])
+    block_gid, block_b = v_gid[block_start], v_b[block_start]
+    block_before = np.where(block_start > 0, cum[block_start - 1], 0)
+    t_gid, t_b = targets.column("gid").to_numpy(), targets.column("b").to_numpy()
+    t_before, t_pos = targets.column("before").to_numpy(), targets.column("pos").to_numpy()
+    block = np.lexsort((block_b, block_gid))  # blocks are in (gid, b) order already; searched as pairs
+    found = _find_pairs(block_gid[block], block_b[block], t_gid, t_b)
+    # The value at rank pos: the first row of its block whose cumulative count passes it.
+    row = np.searchsorted(cum, block_before[block][found] + (t_pos - t_before), side="right")
+    value_at = {(int(g), int(p)): int(v) for g, p, v in zip(t_gid, t_pos, v_d[row])}
+    out = {}
+    for column, (below, above, gamma) in wanted.items():
+        a = np.array([value_at[(int(g), int(p))] for g, p in zip(gid, below)], np.int64)
+        b = np.array([value_at[(int(g), int(p))] for g, p in zip(gid, above)], np.int64)
+        out[column] = interpolate(a, b, gamma)
+    return out
+
+
+def _find_pairs(sorted_a: np.ndarray, sorted_b: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Indices into the (a, b)-sorted pairs of the pairs (a[i], b[i]) (each present)."""
+    lookup = {(int(x), int(y)): i for i, (x, y) in enumerate(zip(sorted_a, sorted_b))}
+    return np.array([lookup[(int(x), int(y))] for x, y in zip(a, b)], np.int64)
+
+
+def _key_types(source: SpanSource, by: Sequence[str]) -> dict[str, pa.DataType]:
+    """The in-memory path's key types: the span table's own (strings plain, not dictionaries)."""
+    from .._schema import SPAN_SCHEMA
+
+    schema = source.schema
+    types = {}
+    for name in by:
+        if name in SPAN_SCHEMA.names:
+            types[name] = plain_type(SPAN_SCHEMA.field(name).type)
+        else:
+            types[name] = plain_type(schema.field(name).type)
+    return types
+
+
+def _empty_stats(source: SpanSource, by: Sequence[str]) -> pa.Table:
+    types = _key_types(source, by)
+    fields = [pa.field(name, types[name]) for name in by]
+    fields += [pa.field(name, STAT_TYPES[name]) for name in STAT_COLUMNS]
+    return pa.schema(fields).empty_table()
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def stream_phases(path: str | os.PathLike | SpanSource) -> pa.Table:
+    """``statistics.phases`` of the spans in ``path``, streamed (see the module doc)."""
+    if _other_format(path):
+        from .statistics import phases
+
+        return phases(_load(path))
+    source, owned = _open(path)
+    try:
+        with _reading(source):
+            return _phases(source)
+    finally:
+        if owned:
+            source.close()
+
+
+def _phases(source: SpanSource) -> pa.Table:
+    source.check_columns((), _NEEDED + ("category", "rank"))
+    categories = [row[0] for row in source.sql(
+        "SELECT DISTINCT category FROM spans WHERE category IS NOT NULL ORDER BY category").fetchall()]
+    tops, subs, top_of_value, sub_of_value = category_levels(categories)
+    levels = pa.table({"category": pa.array(categories, pa.string()), "top": top_of_value, "sub": sub_of_value})
+    source.con.register("hs_levels", levels)
+    try:
+        sums = source.arrow(f"""
+            WITH s AS (
+                SELECT s.rank AS rank, s.duration_ns AS d, coalesce(l.top, -1) AS top, coalesce(l.sub, -1) AS sub,
+                       coalesce(pl.top, -1) AS ptop, coalesce(pl.sub, -1) AS psub, p.span_id IS NOT NULL AS has_parent
+                FROM spans AS s LEFT JOIN hs_levels AS l ON s.category = l.category
+                LEFT {source.parent_join('s', 'p')}
+                LEFT JOIN hs_levels AS pl ON p.category = pl.category),
+            o AS (
+                SELECT rank, d, top, sub,
+                       top >= 0 AND NOT (has_parent AND ptop = top) AS opens_top,
+                       sub >= 0 AND NOT (has_parent AND psub = sub) AS opens_sub
+                FROM s)
+            SELECT rank, 0 AS kind, top AS level, sum(d)::BIGINT AS time, count_if(d > 0) AS steps
+            FROM o WHERE opens_top GROUP BY rank, top
+            UNION ALL
+            SELECT rank, 1 AS kind, sub AS level, sum(d)::BIGINT AS time, 0 AS steps
+            FROM o WHERE opens_sub GROUP BY rank, sub""")
+        rank_values = np.array(sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()),
+                               np.int64)
+    finally:
+        source.con.unregister("hs_levels")
+    if len(rank_values) == 0:
+        return PHASE_SCHEMA.empty_table()
+    n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
+    top_time = np.zeros((n_ranks, n_tops), np.int64)
+    top_steps = np.zeros((n_ranks, n_tops), np.int64)
+    sub_time = np.zeros((n_ranks, n_subs), np.int64)
+    rank = np.searchsorted(rank_values, sums.column("rank").to_numpy().astype(np.int64))
+    kind, level = sums.column("kind").to_numpy(), sums.column("level").to_numpy().astype(np.int64)
+    time, steps = sums.column("time").to_numpy(), sums.column("steps").to_numpy()
+    top_rows, sub_rows = kind == 0, kind == 1
+    top_time[rank[top_rows], level[top_rows]] = time[top_rows]
+    top_steps[rank[top_rows], level[top_rows]] = steps[top_rows]
+    sub_time[rank[sub_rows], level[sub_rows]] = time[sub_rows]
+    return phase_table(rank_values, tops, subs, top_time, top_steps, sub_time)
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def group_durations(source: SpanSource, by: Sequence[str], keys: pa.Table, counts: Sequence[int],
+                    max_values: int = COMPARE_MAX_VALUES) -> Iterator[tuple[int, np.ndarray]]:
+    """(i, durations) for the groups of ``keys`` (one row per group) in row order: each group's
+    spans, streamed from a query sorted by group (and duration: a group of more than
+    ``max_values`` spans, ``counts[i]``, is thinned to every k-th of its sorted values)."""
+    source.con.register("hs_order", keys.append_column("hs_i", pa.array(np.arange(keys.num_rows), pa.int64())))
+    # Without it DuckDB may hand the sorted rows out of order, a batch of one thread then another's.
+    source.sql("SET preserve_insertion_order = true")
+    reader = None
+    try:
+        reader = source.batches(f"""
+            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, 's', 'o')}
+            ORDER BY o.hs_i, s.duration_ns""")
+        current, parts, seen = -1, [], 0
+
+        def flush():
+            values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            return current, values
+
+        for batch in reader:
+            i = batch.column(0).to_numpy()
+            d = batch.column(1).to_numpy()
+            bounds = np.flatnonzero(np.r_[True, i[1:] != i[:-1], True])
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                gi = int(i[lo])
+                if gi != current:
+                    if current >= 0:
+                        yield flush()
+                    current, parts, seen = gi, [], 0
+                chunk = d[lo:hi]
+                n = counts[gi]
+                if n > max_values:
+                    # Keep ranks 0, k, 2k, ... of the sorted group: its quantiles survive.
+                    k = math.ceil(n / max_values)
+                    first = (-seen) % k
+                    seen += len(chunk)
+                    chunk = chunk[first::k]
+                parts.append(np.asarray(chunk, np.int64))
+        if current >= 0:
+            yield flush()
+    finally:
+        if reader is not None:
+            reader.close()
+        source.sql("SET preserve_insertion_order = false")
+        source.con.unregister("hs_order")
+
+
+def stream_compare(base: str | os.PathLike | SpanSource, new: str | os.PathLike | SpanSource, *,
+                   by: Sequence[str], threshold: float, min_count: int, alpha: float, confidence: float,
+                   resamples: int, seed: int) -> list[dict]:
+    """``comparison.compare`` of two traces given as paths (or open sources): see the
+    module doc."""
+    from .comparison import compare, judge_rows
+
+    by = _check_by(by)
+    if _other_format(base) or _other_format(new) or isinstance(base, pa.Table) or isinstance(new, pa.Table):
+        # One side held in memory anyway (a table, or a format DuckDB does not read): both are.
+        def table(side):
+            return side if isinstance(side, pa.Table) else _load(side)
+
+        return compare(table(base), table(new), by=by, threshold=threshold, min_count=min_count, alpha=alpha,
+                       confidence=confidence, resamples=resamples, seed=seed)
+    base_source, base_owned = _open(base)
+    try:
+        new_source, new_owned = _open(new)
+        try:
+            with _reading(base_source):
+                before = _stats(base_source, by)
+            with _reading(new_source):
+                after = _stats(new_source, by)
+
+            def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+                """Per group of ``keys``: (key, base durations, new durations), in order."""
+                b_counts = _counts_for(before, by, keys)
+                a_counts = _counts_for(after, by, keys)
+                b_stream = group_durations(base_source, by, keys, b_counts)
+                a_stream = group_durations(new_source, by, keys, a_counts)
+                b_next, a_next = next(b_stream, None), next(a_stream, None)
+                for i, key in enumerate(keys.to_pylist()):
+                    x = y = np.zeros(0, np.int64)
+                    if b_next is not None and b_next[0] == i:
+                        x, b_next = b_next[1], next(b_stream, None)
+                    if a_next is not None and a_next[0] == i:
+                        y, a_next = a_next[1], next(a_stream, None)
+                    yield tuple(key[k] for k in by), x, y
+
+            with _reading(base_source), _reading(new_source):
+                return judge_rows(before, after, by, durations, threshold=threshold, min_count=min_count, alpha=alpha,
+                                  confidence=confidence, resamples=resamples, seed=seed)
+        finally:
+            if new_owned:
+                new_source.close()
+    finally:
+        if base_owned:
+            base_source.close()
+
+
+def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int]:
+    count = {tuple(r[k] for k in by): r["count"] for r in result.select([*by, "count"]).to_pylist()}
+    return [count.get(tuple(r[k] for k in by), 0) for r in keys.to_pylist()]
+
+
+# --------------------------------------------------------------------------- comparing results
+
+
+def canonical_rows(result: pa.Table, by: Sequence[str]) -> list[dict]:
+    """The rows of a ``stats`` result in key order, NaN as None: what "equal" means between
+    the streaming and the in-memory paths (whose order may differ among equal totals)."""
+    def clean(value: Any) -> Any:
+        return None if isinstance(value, float) and math.isnan(value) else value
+
+    rows = [{k: clean(v) for k, v in row.items()} for row in result.to_pylist()]
+    return sorted(rows, key=lambda r: tuple((r[k] is None, r[k] if r[k] is not None else 0) for k in by))

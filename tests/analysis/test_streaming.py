@@ -1,0 +1,326 @@
+"""stats, phases and compare on a path (a dataset directory or a Parquet file), streamed through
+DuckDB: the same results as the in-memory path on tables that fit."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import hotspan
+from hotspan._schema import SPAN_SCHEMA
+from hotspan.analysis.streaming import SpanSource, canonical_rows, group_durations
+from hotspan.formats.base import TraceFileError
+from hotspan.formats.dataset import write_part
+
+duckdb = pytest.importorskip("duckdb")  # a runtime dependency: installed with hotspan
+
+
+def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0, id_base: int | None = None) -> pa.Table:
+    """Nested spans on several ranks and threads: categories with sub-categories (and null
+    ones), instants, errors, args (some null), repeated durations (ties), a parent on another
+    thread, and spans whose parent is missing (drained later)."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict] = []
+    next_id = [(id_base if id_base is not None else int(rng.integers(1, 1 << 20)) << 30)]
+
+    def add(parent, category, start, budget, depth, thread, rank):
+        sid = next_id[0]
+        next_id[0] += 1
+        name = str(rng.choice(["fwd", "bwd", "io", "step"]))
+        sub = str(rng.choice(["compute", "comms", "x/y"]))
+        path = category if rng.random() < 0.4 else (f"{category}/{sub}" if category else str(rng.choice(["train", "data"])))
+        if rng.random() < 0.08:
+            path = None
+        duration = 0 if rng.random() < 0.05 else (int(rng.choice([100, 250, 1000])) if rng.random() < 0.2
+                                                  else int(rng.integers(1, budget + 1)))
+        t = start
+        if depth < 3:
+            for _ in range(int(rng.integers(0, 4))):
+                room = start + duration - t
+                if room <= 1:
+                    break
+                length = int(rng.integers(1, room + 1))
+                add(sid, path, t, length, depth + 1, thread, rank)
+                t += length
+        orphan = parent is not None and rng.random() < 0.02  # its parent drained later: not in the table
+        rows.append(dict(span_id=sid, parent_id=(parent + (1 << 50) if orphan else parent), name=name, category=path,
+                         start_ns=start, duration_ns=duration, depth=depth, thread_id=thread, thread_name=f"t{thread}",
+                         rank=rank, pid=1000 + rank + pid_offset,
+                         arg=int(rng.integers(0, 1 << 40)) if rng.random() < 0.3 else None,
+                         error=bool(rng.random() < 0.1)))
+
+    for i in range(roots):
+        add(None, None, 10_000_000 * i + int(rng.integers(0, 1000)), int(rng.integers(1, 9_000_000)), 0,
+            thread=int(rng.integers(1, 4)), rank=int(rng.integers(0, ranks)))
+    # One child whose parent runs on another thread (an executor under a copied context).
+    rows[0]["thread_id"] = rows[0]["thread_id"] + 10
+    for r in rows:
+        r["end_ns"] = r["start_ns"] + r["duration_ns"]
+    arrays = []
+    for field in SPAN_SCHEMA:
+        values = [r[field.name] for r in rows]
+        if pa.types.is_dictionary(field.type):
+            arrays.append(pa.array(values, pa.string()).dictionary_encode())
+        else:
+            arrays.append(pa.array(values, field.type))
+    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+
+
+def as_dataset(table: pa.Table, directory, parts_per_rank: int = 2):
+    """``table`` as a run directory (rank=R/part-*.parquet), each rank cut into parts."""
+    for rank in sorted(set(table.column("rank").to_pylist())):
+        mine = table.filter(pa.compute.equal(table.column("rank"), rank))
+        step = max(math.ceil(mine.num_rows / parts_per_rank), 1)
+        for seq, start in enumerate(range(0, mine.num_rows, step)):
+            write_part(mine.slice(start, step), directory, rank=rank, pid=1000 + rank, seq=seq, token="ab12")
+    return directory
+
+
+def clean(rows: list[dict]) -> list[dict]:
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+
+
+BYS = [("category", "name"), ("name",), ("rank", "thread_name"), ("rank", "thread_id", "name"), ("error", "category"),
+       ("pid",), ("depth", "name"), ("thread_name", "category", "name")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = {}
+    for seed in range(3):
+        table = tree_table(seed)
+        base = tmp_path_factory.mktemp(f"run{seed}")
+        as_dataset(table, base / "run")
+        pq.write_table(table, base / "one.parquet")
+        out[seed] = (table, base / "run", base / "one.parquet")
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("by", BYS)
+def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by):
+    table, run, one = runs[seed]
+    in_memory = hotspan.stats(table, by=by)
+    loaded = hotspan.stats(hotspan.load(run), by=by)
+    for path in (run, str(one)):
+        streamed = hotspan.stats(path, by=by)
+        assert streamed.schema == in_memory.schema
+        assert canonical_rows(streamed, by) == canonical_rows(in_memory, by) == canonical_rows(loaded, by)
+        totals = streamed.column("total_ns").to_pylist()
+        assert totals == sorted(totals, reverse=True)
+    # The table really holds what the test is about.
+    assert pa.compute.sum(pa.compute.equal(table.column("duration_ns"), 0)).as_py() > 0  # instants
+    assert table.column("arg").null_count and table.column("category").null_count
+    assert any(r["self_ns"] < r["total_ns"] for r in in_memory.to_pylist())  # nesting
+
+
+def test_a_uri_is_read_through_pyarrow_fs(runs):
+    """file:// here; s3://, gs://, hdfs:// go the same way (pyarrow.fs.FileSystem.from_uri)."""
+    table, run, one = runs[1]
+    by = ("rank", "category", "name")
+    for uri in (run.as_uri(), one.as_uri()):
+        streamed = hotspan.stats(uri, by=by)
+        assert streamed.schema == hotspan.stats(table, by=by).schema
+        assert canonical_rows(streamed, by) == canonical_rows(hotspan.stats(table, by=by), by)
+        assert clean(hotspan.phases(uri).to_pylist()) == clean(hotspan.phases(table).to_pylist())
+    result = cli("stats", run.as_uri(), "--by", "rank,category,name", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(cli("stats", run, "--by", "rank,category,name", "--json").stdout)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_phases_of_a_dataset_equal_the_in_memory_phases(runs, seed):
+    table, run, one = runs[seed]
+    expected = clean(hotspan.phases(table).to_pylist())
+    assert len(expected) > 5 and any(r["rank"] is None for r in expected)
+    assert clean(hotspan.phases(run).to_pylist()) == expected
+    assert clean(hotspan.phases(one).to_pylist()) == expected
+
+
+def test_repeated_span_ids_are_looked_up_within_their_thread(tmp_path):
+    """Two processes' traces in one file with the same ids: as parent_rows does in memory."""
+    first = tree_table(7, id_base=1 << 30)
+    second = tree_table(8, id_base=1 << 30, pid_offset=7)
+    both = pa.concat_tables([first, second]).unify_dictionaries()
+    path = tmp_path / "both.parquet"
+    pq.write_table(both, path)
+    with SpanSource(path) as source:
+        assert not source.unique_ids()
+    for by in (("category", "name"), ("rank", "thread_id")):
+        assert canonical_rows(hotspan.stats(path, by=by), by) == canonical_rows(hotspan.stats(both, by=by), by)
+    assert clean(hotspan.phases(path).to_pylist()) == clean(hotspan.phases(both).to_pylist())
+
+
+def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path):
+    """Huge durations, many ties, powers of two and their neighbours, one-value groups."""
+    rng = np.random.default_rng(3)
+    edges = [(1 << k) + e for k in range(10, 58) for e in (-1, 0, 1)]  # sums still within int64
+    groups = {
+        "edges": edges * 3,
+        "huge": list(rng.integers(1 << 54, 1 << 55, 200)),
+        "ties": list(rng.choice([7, 7, 7, 8, 1 << 20], 3001)),
+        "one": [12345],
+        "two": [0, 1],
+    }
+    rows, sid, t = [], 1, 0
+    for name, values in groups.items():
+        for d in values:
+            rows.append(dict(span_id=sid, name=name, start_ns=t, duration_ns=int(d)))
+            sid += 1
+    n = len(rows)
+    table = pa.table({
+        "span_id": pa.array([r["span_id"] for r in rows], pa.uint64()), "parent_id": pa.nulls(n, pa.uint64()),
+        "name": pa.array([r["name"] for r in rows]).dictionary_encode(), "category": pa.nulls(n, pa.string()),
+        "start_ns": pa.array([0] * n, pa.int64()), "end_ns": pa.array([r["duration_ns"] for r in rows], pa.int64()),
+        "duration_ns": pa.array([r["duration_ns"] for r in rows], pa.int64()), "depth": pa.array([0] * n, pa.int32()),
+        "thread_id": pa.array([1] * n, pa.int64()), "thread_name": pa.array(["m"] * n).dictionary_encode(),
+        "pid": pa.array([1] * n, pa.int64()), "rank": pa.array([0] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()),
+        "error": pa.array([False] * n),
+    })
+    path = tmp_path / "awkward.parquet"
+    pq.write_table(table, path)
+    streamed = {r["name"]: r for r in hotspan.stats(path, by="name").to_pylist()}
+    for name, values in groups.items():
+        values = np.array(values, np.int64)
+        for column, q in (("p50_ns", 50), ("p90_ns", 90), ("p99_ns", 99)):
+            assert streamed[name][column] == np.percentile(values, q), (name, column)  # numpy's own, exactly
+        assert streamed[name]["min_ns"] == values.min() and streamed[name]["max_ns"] == values.max()
+
+
+def test_the_duration_buckets_are_monotone_and_the_exact_one_is_exact():
+    """Percentiles rely on buckets that never put a larger duration before a smaller one."""
+    from hotspan.analysis.streaming import _MACROS
+
+    con = duckdb.connect()
+    con.execute(_MACROS)
+    values = sorted({v for k in range(0, 63) for v in ((1 << k) - 2, (1 << k) - 1, 1 << k, (1 << k) + 1)
+                     if 0 <= v < (1 << 63)} | {(1 << 63) - 1})
+    rows = con.execute("SELECT d, hs_bucket(d), hs_bucket_exact(d) FROM unnest(?::BIGINT[]) AS t(d) ORDER BY d",
+                       [values]).fetchall()
+    fast = [r[1] for r in rows]
+    exact = [r[2] for r in rows]
+    assert fast == sorted(fast) and exact == sorted(exact)
+    for d, _, bucket in rows:  # below 2048 the value itself; above, its top 11 bits
+        e = d.bit_length() - 1
+        assert bucket == (d if d < 2048 else (e - 10) * 1024 + (d >> (e - 10)))
+
+
+def durations_run(directory, groups: dict[str, np.ndarray]):
+    rows, sid, t = [], 1, 0
+    for name, values in groups.items():
+        for d in values:
+            rows.append((sid, name, t, int(d)))
+            sid += 1
+            t += int(d) + 5
+    n = len(rows)
+    table = pa.Table.from_arrays([
+        pa.array([r[0] for r in rows], pa.uint64()), pa.nulls(n, pa.uint64()),
+        pa.array([r[1] for r in rows]).dictionary_encode(), pa.array(["c"] * n).dictionary_encode(),
+        pa.array([r[2] for r in rows], pa.int64()), pa.array([r[2] + r[3] for r in rows], pa.int64()),
+        pa.array([r[3] for r in rows], pa.int64()), pa.array([0] * n, pa.int32()), pa.array([1] * n, pa.int64()),
+        pa.array(["m"] * n).dictionary_encode(), pa.array([1] * n, pa.int64()), pa.array([0] * n, pa.int32()),
+        pa.nulls(n, pa.int64()), pa.array([False] * n)], schema=SPAN_SCHEMA)
+    as_dataset(table, directory, parts_per_rank=3)
+    return table
+
+
+def test_compare_of_two_datasets_equals_the_in_memory_compare(tmp_path):
+    rng = np.random.default_rng(5)
+    base = durations_run(tmp_path / "base", {
+        "same": rng.normal(1e6, 1e5, 3000), "slow": rng.normal(1e6, 1e5, 2000), "fast": rng.normal(2e6, 1e5, 1000),
+        "few": [5, 6], "gone": rng.normal(1e5, 1e3, 100)})
+    new = durations_run(tmp_path / "new", {
+        "same": rng.normal(1e6, 1e5, 2500), "slow": rng.normal(1.3e6, 1e5, 2100), "fast": rng.normal(1e6, 1e5, 900),
+        "few": [5], "new": rng.normal(1e5, 1e3, 100)})
+    for options in ({}, {"min_count": 2, "by": ("name",)}):
+        in_memory = hotspan.compare(base, new, **options)
+        streamed = hotspan.compare(tmp_path / "base", str(tmp_path / "new"), **options)
+        assert clean(streamed) == clean(in_memory)
+    verdicts = {r["name"]: r["verdict"] for r in streamed}
+    assert verdicts == {"same": "same", "slow": "slower", "fast": "faster", "few": "few", "gone": "gone", "new": "new"}
+
+
+def test_a_group_larger_than_the_cap_is_thinned_evenly(tmp_path):
+    values = np.random.default_rng(2).integers(0, 10**6, 10_001)
+    durations_run(tmp_path / "run", {"big": values, "small": np.arange(10)})
+    with SpanSource(tmp_path / "run") as source:
+        keys = pa.table({"name": ["small", "big"]})
+        got = dict(group_durations(source, ("name",), keys, [10, len(values)], max_values=1000))
+    assert list(got[0]) == list(range(10))
+    assert list(got[1]) == list(np.sort(values)[::11])  # every 11th of the sorted values: its quantiles kept
+
+
+def test_bad_paths_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        hotspan.stats(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no span parts"):
+        hotspan.stats(tmp_path / "empty")
+    (tmp_path / "run" / "rank=0").mkdir(parents=True)
+    (tmp_path / "run" / "rank=0" / "part-1-000001.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(TraceFileError, match="run"):
+        hotspan.stats(tmp_path / "run")
+    pq.write_table(tree_table(1, roots=5), tmp_path / "ok.parquet")
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        hotspan.stats(tmp_path / "ok.parquet", by="nope")
+
+
+def test_other_formats_are_loaded_in_memory(tmp_path):
+    table = tree_table(4, roots=20)
+    hotspan.export(table, tmp_path / "t.json")
+    loaded = hotspan.load(tmp_path / "t.json")
+    by = ("category", "name")
+    assert canonical_rows(hotspan.stats(tmp_path / "t.json"), by) == canonical_rows(hotspan.stats(loaded), by)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "hotspan", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+
+
+def test_cli_stats_streams_a_directory_and_a_large_file_to_the_same_rows(runs, tmp_path):
+    table, run, one = runs[0]
+    options = ("--by", "rank,name", "--filter", "name~^(fwd|io)", "--category", "train", "--rank", "0,2", "--json")
+    in_memory = cli("stats", one, *options)  # a small file: loaded
+    assert in_memory.returncode == 0, in_memory.stderr
+    streamed_file = cli("stats", one, *options, env={"HOTSPAN_STREAM_MIN_BYTES": "1"})
+    streamed_dir = cli("stats", run, *options)
+    assert streamed_file.returncode == streamed_dir.returncode == 0, streamed_dir.stderr
+    rows = json.loads(in_memory.stdout)
+    assert rows and {r["rank"] for r in rows} == {0, 2}
+    assert json.loads(streamed_file.stdout) == rows == json.loads(streamed_dir.stdout)
+    shown = cli("stats", run, "--phases")
+    assert shown.returncode == 0 and "phases" in shown.stdout and "train/compute" in shown.stdout
+
+
+def test_cli_compare_streams_two_directories(tmp_path):
+    rng = np.random.default_rng(9)
+    base = durations_run(tmp_path / "base", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(1e6, 1e4, 500)})
+    new = durations_run(tmp_path / "new", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(2e6, 1e4, 500)})
+    result = cli("compare", tmp_path / "base", tmp_path / "new", "--json")
+    assert result.returncode == 1, result.stderr  # b is slower
+    assert clean(json.loads(result.stdout)) == clean(json.loads(json.dumps(hotspan.compare(base, new))))
+
+
+def test_cli_names_a_damaged_part_in_one_line(tmp_path):
+    bad = tmp_path / "run" / "rank=0"
+    bad.mkdir(parents=True)
+    (bad / "part-1-000001.parquet").write_bytes(b"PAR1 torn")
+    result = cli("stats", tmp_path / "run")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "run" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_import_hotspan_loads_no_duckdb():
+    code = "import sys, hotspan; hotspan.stats; print('duckdb' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
