@@ -183,20 +183,21 @@ class SpanSource:
         """The Parquet parts under (or at) ``uri``, as ``current_parts`` finds them locally."""
         import pyarrow.fs as pafs
 
-        from ..formats.dataset import NoPartsError, current_parts
+        from ..formats.dataset import NoPartsError, current_parts, location
 
-        filesystem, root = pafs.FileSystem.from_uri(uri)
+        loc = location(uri)  # errors name the URI without its credentials (loc.shown)
+        filesystem, root = loc.fs, loc.root
         if self.filesystem is not None and filesystem.type_name != self.filesystem.type_name:
-            raise ValueError(f"{uri}: traces on different filesystems cannot be streamed together")
+            raise ValueError(f"{loc.shown}: traces on different filesystems cannot be streamed together")
         self.filesystem = filesystem
         info = filesystem.get_file_info(root)
         if info.type == pafs.FileType.File:
             return [root]
         if info.type != pafs.FileType.Directory:
-            raise FileNotFoundError(2, "no such trace file or dataset directory", uri)
-        found = [path for path, _size, _meta in current_parts(uri)[1]]  # compacted inputs left out
+            raise FileNotFoundError(2, "no such trace file or dataset directory", loc.shown)
+        found = [path for path, _size, _meta in current_parts(loc)[1]]  # compacted inputs left out
         if not found:
-            raise NoPartsError(uri, "no span parts under this URI (expected rank=R/part-*.parquet)")
+            raise NoPartsError(loc.shown, "no span parts under this URI (expected rank=R/part-*.parquet)")
         return sorted(found)
 
     def _dataset(self, hive: bool):

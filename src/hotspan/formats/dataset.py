@@ -340,6 +340,9 @@ def current_parts(dest: str | os.PathLike | Location) -> tuple[Location, list[tu
             found.append((path, size, dict(pq.read_schema(path, filesystem=loc.fs).metadata or {})))
         except FileNotFoundError:
             continue  # deleted since the listing: a compaction's input, hidden already
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceFileError(redact_uri(path) if not loc.local else path,
+                                 f"not a readable Parquet part: {exc}") from None
     replaced = replaced_by([(path, meta) for path, _size, meta in found])
     return loc, [item for item in found if item[0] not in replaced]
 
