@@ -41,6 +41,8 @@ __all__ = ["Recorder", "record"]
 ENV_OUT = "HOTSPAN_OUT"
 ENV_INTERVAL = "HOTSPAN_FLUSH_INTERVAL"
 ENV_TOKEN = "HOTSPAN_TOKEN"
+#: Seconds between two measurements of a collector client's clock offset (default 60).
+ENV_CLOCK_INTERVAL = "HOTSPAN_CLOCK_INTERVAL"
 
 #: How often the flusher looks at the recorder's memory between flushes: once the spans
 #: waiting in the core pass half its memory cap (``configure(memory_cap=...)``), it flushes
@@ -164,9 +166,12 @@ class _CollectorSink:
     kind = "collector"
 
     def __init__(self, url: str, token: str | None, buffer_spans: int):
-        from .collector import CollectorClient
+        from .collector import CLOCK_INTERVAL_S, CollectorClient
 
-        self.client = CollectorClient(url, token=token, buffer_spans=buffer_spans)
+        clock_interval = float(os.environ.get(ENV_CLOCK_INTERVAL, "") or CLOCK_INTERVAL_S)
+        if not clock_interval > 0:
+            raise ValueError(f"{ENV_CLOCK_INTERVAL}={clock_interval:g}: expected seconds above 0")
+        self.client = CollectorClient(url, token=token, buffer_spans=buffer_spans, clock_interval=clock_interval)
 
     @property
     def dropped(self) -> int:
@@ -529,7 +534,9 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
     directory (a Parquet dataset ``dest/rank=R/part-<pid>-<token>-<n>.parquet``, a part per
     flush; a path without a known trace extension counts as one), or ``grpc://HOST:PORT``
     (a ``hotspan collect`` server; ``token`` or ``HOTSPAN_TOKEN`` if it wants one; up to
-    ``buffer_spans`` spans wait for it while it is away).
+    ``buffer_spans`` spans wait for it while it is away). Several collectors,
+    ``grpc://a:1,grpc://b:2``: the rank sends to collector ``rank % N`` and fails over to the
+    next one of the list when that one is down.
 
     Use it as a context manager, or call ``start()`` / ``stop()``; one recorder at a time.
     """
