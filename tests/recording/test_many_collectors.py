@@ -93,7 +93,7 @@ def test_eight_ranks_into_two_collectors_of_one_dataset_exactly(tmp_path):
     ranks = []
     try:
         dest = f"grpc://127.0.0.1:{pa_},grpc://127.0.0.1:{pb}"
-        ranks = [start_rank(r, dest, HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.002", T_STEPS="200")
+        ranks = [start_rank(r, dest, HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.003", T_STEPS="1000")
                  for r in range(8)]
         for proc in ranks:
             code, _out, err = finish(proc, timeout=120)
@@ -101,7 +101,7 @@ def test_eight_ranks_into_two_collectors_of_one_dataset_exactly(tmp_path):
         summaries = [stop(c, signal.SIGINT)[1] for c in (ca, cb)]
     finally:
         kill(ca, cb, *ranks)
-    each = spans_per_rank(steps=200)
+    each = spans_per_rank(steps=1000)
     assert f"{4 * each:,} spans from 4 rank(s)" in summaries[0], summaries
     assert f"{4 * each:,} spans from 4 rank(s)" in summaries[1], summaries
     assert all("kept once" not in s for s in summaries)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hub  # before this module's fork hook: the hub resets first in a child
-from ..quiet_threads import start_quiet
+from ..quiet_threads import lower_this_thread, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
 
 if TYPE_CHECKING:
@@ -49,6 +49,13 @@ ENV_CLOCK_INTERVAL = "HOTSPAN_CLOCK_INTERVAL"
 #: early rather than let the cap drop the newest (a rank recording millions of spans a
 #: second fills the default 64 MiB in well under the default interval).
 PRESSURE_POLL_S = 0.05
+
+#: How much lower than the program the flusher runs (its nice value added; Linux). A flush
+#: (the drain's conversion, encoding, sending or writing) is work the program does not wait
+#: for: on a host whose cores the program's threads keep busy, it takes what they leave, so
+#: the recording threads keep their speed while a rank streams (issue 16). It may then flush
+#: later, and the core's memory cap (counted drops) bounds what waits meanwhile.
+FLUSHER_NICE = 10
 
 _active: "Recorder | None" = None
 _active_lock = threading.Lock()
@@ -295,6 +302,7 @@ class Recorder:
         # pyarrow loads here, on the flusher, not in the recording program's thread: a
         # program that only records (HOTSPAN_OUT at import) starts as fast as without it.
         # stop() joins this thread, so the imports are done before any flush at exit.
+        lower_this_thread(FLUSHER_NICE)
         try:
             _warm_up(self.kind)
             with self._locked() as acquired:
@@ -514,11 +522,17 @@ def _warm_up(kind: str) -> None:
     atexit after shutdown"). pyarrow imports pandas on its first ``pa.array(list)``."""
     import pyarrow as pa
 
+    if kind == "collector":
+        # Nothing on a collector client's path builds an array from Python objects or writes
+        # Parquet: pandas and pyarrow.parquet stay unloaded (importing pandas is a second or
+        # more of bytecode holding the GIL, taken from the program's threads as it records).
+        import pyarrow.flight  # noqa: F401
+
+        from .. import _table  # noqa: F401  (the drain's table builder, and numpy)
+        return
     pa.array([""], pa.string())
     import pyarrow.parquet  # noqa: F401
 
-    if kind == "collector":
-        import pyarrow.flight  # noqa: F401
     if kind == "directory":
         from ..formats import dataset  # noqa: F401  (and the Parquet exporter it writes with)
         from ..formats.registry import exporter_for
