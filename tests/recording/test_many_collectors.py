@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 
 import pyarrow as pa
@@ -150,3 +151,45 @@ def test_a_killed_collectors_ranks_fail_over_nothing_lost_or_twice(tmp_path):
     assert "lost the collector" not in errs[1]
     for r in (0, 2):
         assert len(list(out.glob(f"rank={r}/part-*.parquet"))) > before[r]
+
+
+CLIENT_ONLY = """
+import sys, hotspan
+s = hotspan.span("x", "c")
+with hotspan.record(sys.argv[1], flush_interval=0.05) as rec:
+    for _ in range(20):
+        for _ in range(1000):
+            with s:
+                pass
+        rec.flush()
+print(rec.spans, "pandas" in sys.modules, "pyarrow.parquet" in sys.modules)
+"""
+
+
+def test_a_streaming_client_stays_light(tmp_path):
+    """A rank streaming to a collector never imports pandas or pyarrow.parquet: seconds of
+    bytecode holding the GIL, taken from the program's threads while they record."""
+    import subprocess
+
+    from _procs import env
+
+    with CollectorServer(tmp_path, "grpc://127.0.0.1:0") as server:
+        out = subprocess.run([sys.executable, "-c", CLIENT_ONLY, server.url], env=env(), capture_output=True,
+                             text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["20000", "False", "False"]
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority") or not sys.platform.startswith("linux"),
+                    reason="per-thread nice values are Linux's")
+def test_the_flusher_runs_below_the_program(tmp_path):
+    from hotspan.recording.recorder import FLUSHER_NICE
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with hotspan.record(tmp_path / "run", flush_interval=0.05) as rec:
+        deadline = time.monotonic() + 30
+        tid = rec._thread.native_id
+        while os.getpriority(os.PRIO_PROCESS, tid) == base and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, base + FLUSHER_NICE)
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the program's thread is untouched
