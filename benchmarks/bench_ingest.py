@@ -32,6 +32,7 @@ RANK = textwrap.dedent(
     import sys, time
     import hotspan
 
+    print("imported", flush=True)
     url, rank, seconds, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
     hotspan.configure(rank=rank)
     step, fwd = hotspan.span("step", "train"), hotspan.span("fwd", "compute")
@@ -88,9 +89,13 @@ def measure(ranks: int, seconds: float, rate: float, collectors: int = 1, nice: 
         env = {k: v for k, v in os.environ.items() if k not in ("HOTSPAN_OUT", "RANK", "HOTSPAN_RANK")}
         procs = []
         try:
-            procs = [subprocess.Popen([sys.executable, "-c", RANK, url, str(r), str(seconds), str(rate)], env=env,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                     for r in range(ranks)]
+            for r in range(ranks):
+                procs.append(subprocess.Popen([sys.executable, "-c", RANK, url, str(r), str(seconds), str(rate)],
+                                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+                # One import at a time: an editable install (-Ceditable.rebuild) runs its build
+                # check on import, and dozens of those at once in one build directory collide.
+                if procs[-1].stdout.readline().strip() != "imported":
+                    raise SystemExit(f"rank {r} did not start")
             for r, p in enumerate(procs):
                 if p.stdout.readline().strip() != "ready":
                     raise SystemExit(f"rank {r} did not start")

@@ -63,6 +63,11 @@ SWEEP_STALE_S = 120.0
 #: Largest descriptor command (bytes).
 MAX_COMMAND = 4096
 _CLOCK_ROUNDS = 8
+#: How long a put may take before the client gives it up (and sends it again, or to the next
+#: collector). A collector down or unreachable fails a call at once (connection refused);
+#: this bounds a busy one, which goes on writing a put its client gave up: a short deadline
+#: had 64 ranks resend to an overloaded collector every 10 s, adding to its load each time.
+PUT_TIMEOUT_S = 60.0
 #: How often a client measures its clock offset to the collector again (seconds).
 CLOCK_INTERVAL_S = 60.0
 
@@ -377,13 +382,14 @@ class CollectorClient:
 
     def __init__(self, url: "str | list[str] | tuple[str, ...]", *, token: str | None = None,
                  buffer_spans: int = 1 << 21, timeout: float = 10.0, backoff: tuple[float, float] = (0.05, 2.0),
-                 clock_interval: float = CLOCK_INTERVAL_S):
+                 clock_interval: float = CLOCK_INTERVAL_S, put_timeout: float = PUT_TIMEOUT_S):
         self.urls = parse_urls(url)
         self.url = self.urls[0]  # the collector in use (chosen by rank at the first send)
         self._index: int | None = None
         self.token = token
         self.buffer_spans = buffer_spans
         self.timeout = timeout
+        self.put_timeout = max(float(put_timeout), self.timeout)
         self.backoff_min, self.backoff_max = backoff
         self.clock_interval = float(clock_interval)
         self.queue: deque[tuple[int, pa.Table]] = deque()
@@ -423,11 +429,11 @@ class CollectorClient:
 
     # -- connection
 
-    def _options(self):
+    def _options(self, timeout: float | None = None):
         import pyarrow.flight as flight
 
         headers = [(b"authorization", _bearer(self.token))] if self.token else []
-        return flight.FlightCallOptions(timeout=self.timeout, headers=headers)
+        return flight.FlightCallOptions(timeout=self.timeout if timeout is None else timeout, headers=headers)
 
     def _connect(self) -> None:
         import pyarrow.flight as flight
@@ -554,7 +560,7 @@ class CollectorClient:
             "sink_dropped": self.dropped, "clock_measured_ns": self.clock_measured_ns,
         }).encode()
         descriptor = flight.FlightDescriptor.for_command(command)
-        writer, _reader = self._client.do_put(descriptor, table.schema, options=self._options())
+        writer, _reader = self._client.do_put(descriptor, table.schema, options=self._options(self.put_timeout))
         try:
             writer.write_table(table, max_chunksize=1 << 16)
             writer.done_writing()
