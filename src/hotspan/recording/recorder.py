@@ -11,7 +11,10 @@ flushes at exit (normal exit, ``multiprocessing``'s exit of its children, and SI
 the program has no handler of its own), so a launcher (torchrun, mpirun, multiprocessing)
 needs no code change. Children follow a directory: forked ones through the at-fork hook,
 spawn and forkserver ones (which inherit ``HOTSPAN_OUT``) when they import hotspan. ``HOTSPAN_FLUSH_INTERVAL``
-(seconds) and ``HOTSPAN_TOKEN`` (for a collector) go with it.
+(seconds), ``HOTSPAN_TOKEN`` and ``HOTSPAN_CLOCK_INTERVAL`` (for a collector: its token, and
+how often the clock offset to it is measured again, default 60 s) go with it.
+``HOTSPAN_OUT=grpc://a:1,grpc://b:2`` names several collectors: rank R sends to R % N and
+fails over to the next when that one is down.
 
 Parts reach the disk (or the collector) every interval: a process killed with SIGKILL loses
 at most its last interval. The recorder reads its own cursor of the hub (recording/hub.py):
