@@ -38,9 +38,10 @@ def start_quiet(thread: threading.Thread) -> threading.Thread:
 
 def lower_this_thread(nice: int) -> bool:
     """Raise the calling thread's nice value by ``nice`` (Linux: niceness is per thread, and
-    the threads it starts later inherit it: the drain's conversion helper, gRPC's threads).
-    Background work (the recorder's flusher) then yields its core to the program's threads
-    when both want it, and takes what is idle. False where the platform cannot."""
+    the threads it starts later inherit it, gRPC's for one). Background work (a collector
+    sink's sender) then yields its core to the program's threads when both want it, and
+    takes what is idle. It cannot be raised back without privileges: only for threads whose
+    work may wait. False where the platform cannot."""
     import os
 
     native_id = getattr(threading, "get_native_id", None)
