@@ -12,9 +12,10 @@ meanwhile stays pending and goes to the caller. The C core's threads do the same
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 
-__all__ = ["ASYNC_SIGNALS", "start_quiet"]
+__all__ = ["ASYNC_SIGNALS", "lower_this_thread", "start_quiet"]
 
 #: Signals a process receives from outside (kill, a pool's terminate(), a terminal).
 ASYNC_SIGNALS = tuple(getattr(signal, name) for name in (
@@ -33,3 +34,22 @@ def start_quiet(thread: threading.Thread) -> threading.Thread:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return thread
+
+
+def lower_this_thread(nice: int) -> bool:
+    """Raise the calling thread's nice value by ``nice`` (Linux: niceness is per thread, and
+    the threads it starts later inherit it, gRPC's for one). Background work (a collector
+    sink's sender) then yields its core to the program's threads when both want it, and
+    takes what is idle. It cannot be raised back without privileges: only for threads whose
+    work may wait. False where the platform cannot."""
+    import os
+
+    native_id = getattr(threading, "get_native_id", None)
+    if not nice or native_id is None or not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        tid = native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError:
+        return False
+    return True

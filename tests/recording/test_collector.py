@@ -346,11 +346,17 @@ def test_a_collector_sweeps_what_a_killed_one_left(tmp_path):
     (tmp_path / "rank=0").mkdir()
     torn = tmp_path / "rank=0" / ".part-123-6b0d0000aaaa0000-000004.parquet.1a2b3c4d.part"
     torn.write_bytes(b"PAR1 torn")
+    old = time.time() - 3600
+    os.utime(torn, (old, old))
+    # Another collector writing into the same dataset right now, for a rank whose pid means
+    # nothing on this host: its temporary part stays.
+    inflight = tmp_path / "rank=0" / ".part-123-6b0d0000bbbb0000-000001.parquet.0a0b0c0d.part"
+    inflight.write_bytes(b"PAR1 being written")
     keep = tmp_path / "rank=0" / "notes.txt"
     keep.write_text("mine")
     server = CollectorServer(tmp_path, "grpc://127.0.0.1:0")
     server.shutdown()
-    assert server.swept == 1 and not torn.exists() and keep.exists()
+    assert server.swept == 1 and not torn.exists() and keep.exists() and inflight.exists()
 
 
 def _vm_hwm_kb(pid: int) -> int:

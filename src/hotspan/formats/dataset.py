@@ -223,11 +223,13 @@ def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
     return meta_json(pq.read_schema(path).metadata or {}, META_PART) or {}
 
 
-def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TEMP_S) -> int:
+def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TEMP_S, by_pid: bool = True) -> int:
     """Remove what writers killed mid-part left in ``directory`` (hidden temporary parts);
     return how many. A temporary part goes when its writer is a process of this host that no
     longer runs, or when nothing has touched it for ``stale_s`` seconds; one being written
-    now stays. Nothing else is touched (temporaries are never counted as parts anyway)."""
+    now stays. ``by_pid=False``: by age alone (a collector: the pid in a part's name is its
+    rank's, not the writer's, and another collector may be writing into the same dataset).
+    Nothing else is touched (temporaries are never counted as parts anyway)."""
     directory = Path(directory)
     removed = 0
     try:
@@ -249,7 +251,7 @@ def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TE
                 age = now - path.stat().st_mtime
             except OSError:
                 continue
-            if age < stale_s and _alive(int(match.group(2))):
+            if age < stale_s and (not by_pid or _alive(int(match.group(2)))):
                 continue
             try:
                 path.unlink()

@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from ..events import CollectorLost, CollectorRestored, emit
 
-__all__ = ["CollectorClient", "CollectorServer", "parse_url"]
+__all__ = ["CollectorClient", "CollectorServer", "parse_url", "parse_urls"]
 
 DEFAULT_PORT = 8815
 #: Largest put the server accepts (rows, and bytes of Arrow data); past either, the put is
@@ -60,9 +60,19 @@ MAX_PUT_BYTES = 256 << 20
 #: All puts in flight together (bytes): past it a put is refused as "busy" (the client keeps
 #: the batch and retries later), so many clients at once cannot take the memory either.
 MAX_INFLIGHT_BYTES = 1 << 30
+#: A temporary part untouched this long at a collector's start was left by a killed one
+#: (a put of MAX_PUT_BYTES is written in seconds; younger ones may be another collector's).
+SWEEP_STALE_S = 120.0
 #: Largest descriptor command (bytes).
 MAX_COMMAND = 4096
 _CLOCK_ROUNDS = 8
+#: How long a put may take before the client gives it up (and sends it again, or to the next
+#: collector). A collector down or unreachable fails a call at once (connection refused);
+#: this bounds a busy one, which goes on writing a put its client gave up: a short deadline
+#: had 64 ranks resend to an overloaded collector every 10 s, adding to its load each time.
+PUT_TIMEOUT_S = 60.0
+#: How often a client measures its clock offset to the collector again (seconds).
+CLOCK_INTERVAL_S = 60.0
 
 
 def parse_url(url: str, *, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -82,6 +92,21 @@ def parse_url(url: str, *, default_host: str = "127.0.0.1") -> tuple[str, int]:
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"{url!r}: expected grpc://HOST:PORT and nothing after it")
     return parts.hostname or default_host, port
+
+
+def parse_urls(urls: "str | list[str] | tuple[str, ...]") -> list[str]:
+    """One collector URL, a comma-separated list (``grpc://a:1,grpc://b:2``) or a list of them
+    -> ``["grpc://HOST:PORT", ...]`` (ValueError naming the bad one)."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    out = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"{urls!r}: an empty collector address in the list")
+        host, port = parse_url(item)
+        out.append(f"grpc://{host}:{port}")
+    if not out:
+        raise ValueError(f"{urls!r}: no collector address")
+    return out
 
 
 def _bearer(token: str | None) -> bytes | None:
@@ -120,7 +145,7 @@ class CollectorServer:
     def __init__(self, out: str | os.PathLike, listen: str = f"grpc://127.0.0.1:{DEFAULT_PORT}",
                  token: str | None = None, log=None, *, max_put_rows: int = MAX_PUT_ROWS,
                  max_put_bytes: int = MAX_PUT_BYTES, max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
-                 compact_on_done: bool = True):
+                 compact_on_done: bool = True, sweep_stale_s: float = SWEEP_STALE_S):
         from ..formats.dataset import sweep_temporaries
 
         flight, TokenMiddlewareFactory = _server_classes()
@@ -131,9 +156,10 @@ class CollectorServer:
         self.max_put_rows = max_put_rows
         self.max_put_bytes = max_put_bytes
         self.max_inflight_bytes = max(max_inflight_bytes, max_put_bytes)
-        # The collector is the only writer of its directory: whatever temporary part is there
-        # now, a collector killed mid-write left it.
-        self.swept = sweep_temporaries(self.out, stale_s=0)
+        # Several collectors may write into one dataset (each rank's parts have names of their
+        # own): a temporary part is another collector's write in flight unless it is older than
+        # any write takes, and only then a killed collector's leftover.
+        self.swept = sweep_temporaries(self.out, stale_s=sweep_stale_s, by_pid=False)
         self.lock = threading.Lock()
         self.inflight_bytes = 0
         self.spans = 0
@@ -204,6 +230,7 @@ class CollectorServer:
             offset = _bounded_int(info, "offset_ns", -(2**62), 2**62, default=0)
             uncertainty = _bounded_int(info, "offset_uncertainty_ns", 0, 2**62, default=0)
             rtt = _bounded_int(info, "rtt_ns", 0, 2**62, default=0)
+            measured = _bounded_int(info, "clock_measured_ns", 0, 2**63 - 1, default=0)
             sink_dropped = _bounded_int(info, "sink_dropped", 0, 2**62, default=0)
             client_host = str(info.get("host", ""))[:256]
             batch = info.get("batch")
@@ -248,7 +275,7 @@ class CollectorServer:
                 raise self._refuse(f"rank {rank} pid {pid}: not a span batch: {exc}") from None
             self._write(table, rank=rank, pid=pid, seq=seq, batch=batch, digest=digest.hexdigest(),
                         offset=offset, uncertainty=uncertainty, rtt=rtt, sink_dropped=sink_dropped,
-                        client_host=client_host)
+                        client_host=client_host, measured=measured)
         finally:
             batches.clear()
             if reserved:
@@ -256,7 +283,8 @@ class CollectorServer:
                     self.inflight_bytes -= reserved
 
     def _write(self, table: pa.Table, *, rank: int, pid: int, seq: int, batch: str | None, digest: str,
-               offset: int, uncertainty: int, rtt: int, sink_dropped: int, client_host: str) -> None:
+               offset: int, uncertainty: int, rtt: int, sink_dropped: int, client_host: str,
+               measured: int = 0) -> None:
         from ..formats.dataset import part_metadata, part_path, write_part
 
         if table.num_rows:
@@ -275,7 +303,7 @@ class CollectorServer:
                 table = table.set_column(index, table.schema.field(index), pc.add(table.column(name), shift))
         part_meta = {
             "sink_dropped": sink_dropped, "offset_ns": offset, "offset_uncertainty_ns": uncertainty,
-            "offset_applied_ns": applied, "rtt_ns": rtt, "client_host": client_host,
+            "offset_applied_ns": applied, "rtt_ns": rtt, "clock_measured_ns": measured, "client_host": client_host,
             "received_ns": time.time_ns(), "collector_host": socket.gethostname(), "digest": digest,
         }
         # The client's name for the batch; failing that (an older client) or where that name
@@ -399,14 +427,18 @@ class CollectorClient:
     Not thread-safe: one thread (the recorder's flusher) calls ``send``/``pump``/``close``.
     """
 
-    def __init__(self, url: str, *, token: str | None = None, buffer_spans: int = 1 << 21,
-                 timeout: float = 10.0, backoff: tuple[float, float] = (0.05, 2.0)):
-        host, port = parse_url(url)
-        self.url = f"grpc://{host}:{port}"
+    def __init__(self, url: "str | list[str] | tuple[str, ...]", *, token: str | None = None,
+                 buffer_spans: int = 1 << 21, timeout: float = 10.0, backoff: tuple[float, float] = (0.05, 2.0),
+                 clock_interval: float = CLOCK_INTERVAL_S, put_timeout: float = PUT_TIMEOUT_S):
+        self.urls = parse_urls(url)
+        self.url = self.urls[0]  # the collector in use (chosen by rank at the first send)
+        self._index: int | None = None
         self.token = token
         self.buffer_spans = buffer_spans
         self.timeout = timeout
+        self.put_timeout = max(float(put_timeout), self.timeout)
         self.backoff_min, self.backoff_max = backoff
+        self.clock_interval = float(clock_interval)
         self.queue: deque[tuple[int, pa.Table]] = deque()
         self.queued_spans = 0
         self.seq = 0
@@ -419,46 +451,67 @@ class CollectorClient:
         self.sent_parts = 0
         self.dropped = 0  # spans dropped here: over the buffer cap, refused, or undelivered at close
         self.failures = 0
+        self.failovers = 0  # moves to the next collector of the list after a failure
+        self.clock_measurements = 0
         self.refused = False  # the collector refused our token: no point retrying
         self.last_error: str | None = None
         self.offset_ns = 0
         self.uncertainty_ns = 0
         self.rtt_ns = 0
+        self.clock_measured_ns = 0  # time.time_ns() of the measurement in use
+        self._clock_at = 0.0  # its time.monotonic()
         self._client = None
         self._backoff = self.backoff_min
         self._next_try = 0.0
+        self._tried = 0  # collectors tried in a row without success (a full round: back off)
         self._lost_since: float | None = None  # monotonic time of the first failure in a row
         self._host = socket.gethostname()
         self._pid = os.getpid()
 
+    def _pick(self, rank: int) -> None:
+        """The first collector: rank % N, so that the ranks of a job spread over the list."""
+        if self._index is None:
+            self._index = rank % len(self.urls)
+            self.url = self.urls[self._index]
+
     # -- connection
 
-    def _options(self):
+    def _options(self, timeout: float | None = None):
         import pyarrow.flight as flight
 
         headers = [(b"authorization", _bearer(self.token))] if self.token else []
-        return flight.FlightCallOptions(timeout=self.timeout, headers=headers)
+        return flight.FlightCallOptions(timeout=self.timeout if timeout is None else timeout, headers=headers)
 
     def _connect(self) -> None:
         import pyarrow.flight as flight
 
         client = flight.FlightClient(self.url)
         try:
-            best = None
-            for _ in range(_CLOCK_ROUNDS):
-                t0 = time.time_ns()
-                results = list(client.do_action(flight.Action("clock", b""), options=self._options()))
-                t1 = time.time_ns()
-                (server_ns,) = struct.unpack("<q", results[0].body.to_pybytes()[:8])
-                rtt = t1 - t0
-                if best is None or rtt < best[0]:
-                    best = (rtt, server_ns - (t0 + t1) // 2)
-            self.rtt_ns, self.offset_ns = best
-            self.uncertainty_ns = (self.rtt_ns + 1) // 2
+            self._measure_clock(client)
         except BaseException:
             client.close()
             raise
         self._client = client
+
+    def _measure_clock(self, client) -> None:
+        """A few round trips; keep the one with the smallest round trip time. Done at connect
+        and again every ``clock_interval`` seconds (clocks drift: an offset measured at the
+        start of a long run is off by the end); each put carries the offset it was shifted by."""
+        import pyarrow.flight as flight
+
+        best = None
+        for _ in range(_CLOCK_ROUNDS):
+            t0 = time.time_ns()
+            results = list(client.do_action(flight.Action("clock", b""), options=self._options()))
+            t1 = time.time_ns()
+            (server_ns,) = struct.unpack("<q", results[0].body.to_pybytes()[:8])
+            rtt = t1 - t0
+            if best is None or rtt < best[0]:
+                best = (rtt, server_ns - (t0 + t1) // 2, t1)
+        self.rtt_ns, self.offset_ns, self.clock_measured_ns = best
+        self.uncertainty_ns = (self.rtt_ns + 1) // 2
+        self._clock_at = time.monotonic()
+        self.clock_measurements += 1
 
     def _disconnect(self) -> None:
         if self._client is not None:
@@ -474,6 +527,8 @@ class CollectorClient:
         """Queue one batch (a drained table of one rank) and try to deliver what is queued."""
         if table.num_rows == 0:
             return
+        if self._index is None:
+            self._pick(table.column("rank")[0].as_py())
         if self.refused or self.queued_spans + table.num_rows > self.buffer_spans:
             self.dropped += table.num_rows
         else:
@@ -491,9 +546,13 @@ class CollectorClient:
         now = time.monotonic() if now is None else now
         if now < self._next_try or self.refused:
             return False
+        if self._index is None:
+            self._pick(self.queue[0][1].column("rank")[0].as_py())
         try:
             if self._client is None:
                 self._connect()
+            elif time.monotonic() - self._clock_at >= self.clock_interval:
+                self._measure_clock(self._client)
             while self.queue:
                 seq, table = self.queue[0]
                 self._put(seq, table)
@@ -502,6 +561,7 @@ class CollectorClient:
                 self.sent_spans += table.num_rows
                 self.sent_parts += 1
             self._backoff = self.backoff_min
+            self._tried = 0
             if self._lost_since is not None:
                 emit(CollectorRestored(self.url, time.monotonic() - self._lost_since))
                 self._lost_since = None
@@ -518,13 +578,23 @@ class CollectorClient:
             self.last_error = f"the collector refused a batch: {exc}"
         except (flight.FlightError, pa.ArrowException, OSError) as exc:
             self.failures += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.last_error = f"{self.url}: {type(exc).__name__}: {exc}"
             if self._lost_since is None:  # once per outage, not once per retry
                 self._lost_since = now
                 emit(CollectorLost(self.url, exc))
             self._disconnect()
-            self._next_try = now + self._backoff
-            self._backoff = min(self._backoff * 2, self.backoff_max)
+            self._tried += 1
+            if len(self.urls) > 1:
+                # Fail over: the next collector of the list, at once; a batch whose put may
+                # have reached the one that failed keeps its name (token, seq), so where both
+                # write the same dataset the second write is recognised and kept once.
+                self._index = (self._index + 1) % len(self.urls)
+                self.url = self.urls[self._index]
+                self.failovers += 1
+            if self._tried >= len(self.urls):  # every collector failed in a row: back off
+                self._tried = 0
+                self._next_try = now + self._backoff
+                self._backoff = min(self._backoff * 2, self.backoff_max)
         return not self.queue
 
     def _put(self, seq: int, table: pa.Table) -> None:
@@ -534,10 +604,10 @@ class CollectorClient:
         command = json.dumps({
             "v": 1, "rank": rank, "pid": self._pid, "host": self._host[:256], "batch": self.batch_token, "seq": seq,
             "offset_ns": self.offset_ns, "offset_uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
-            "sink_dropped": self.dropped,
+            "sink_dropped": self.dropped, "clock_measured_ns": self.clock_measured_ns,
         }).encode()
         descriptor = flight.FlightDescriptor.for_command(command)
-        writer, _reader = self._client.do_put(descriptor, table.schema, options=self._options())
+        writer, _reader = self._client.do_put(descriptor, table.schema, options=self._options(self.put_timeout))
         try:
             writer.write_table(table, max_chunksize=1 << 16)
             writer.done_writing()

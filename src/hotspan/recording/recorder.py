@@ -11,7 +11,10 @@ flushes at exit (normal exit, ``multiprocessing``'s exit of its children, and SI
 the program has no handler of its own), so a launcher (torchrun, mpirun, multiprocessing)
 needs no code change. Children follow a directory: forked ones through the at-fork hook,
 spawn and forkserver ones (which inherit ``HOTSPAN_OUT``) when they import hotspan. ``HOTSPAN_FLUSH_INTERVAL``
-(seconds) and ``HOTSPAN_TOKEN`` (for a collector) go with it.
+(seconds), ``HOTSPAN_TOKEN`` and ``HOTSPAN_CLOCK_INTERVAL`` (for a collector: its token, and
+how often the clock offset to it is measured again, default 60 s) go with it.
+``HOTSPAN_OUT=grpc://a:1,grpc://b:2`` names several collectors: rank R sends to R % N and
+fails over to the next when that one is down.
 
 Parts reach the disk (or the collector) every interval: a process killed with SIGKILL loses
 at most its last interval. The recorder reads its own cursor of the hub (recording/hub.py):
@@ -26,12 +29,13 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hub  # before this module's fork hook: the hub resets first in a child
 from .. import _native
-from ..quiet_threads import start_quiet
+from ..quiet_threads import lower_this_thread, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
 
 if TYPE_CHECKING:
@@ -42,12 +46,22 @@ __all__ = ["Recorder", "record"]
 ENV_OUT = "HOTSPAN_OUT"
 ENV_INTERVAL = "HOTSPAN_FLUSH_INTERVAL"
 ENV_TOKEN = "HOTSPAN_TOKEN"
+#: Seconds between two measurements of a collector client's clock offset (default 60).
+ENV_CLOCK_INTERVAL = "HOTSPAN_CLOCK_INTERVAL"
 
 #: How often the flusher looks at the recorder's memory between flushes: once the spans
 #: waiting in the core pass half its memory cap (``configure(memory_cap=...)``), it flushes
 #: early rather than let the cap drop the newest (a rank recording millions of spans a
 #: second fills the default 64 MiB in well under the default interval).
 PRESSURE_POLL_S = 0.05
+
+#: How much lower than the program a collector sink's sender thread runs (its nice value
+#: added; Linux). Encoding and sending a batch is work the program does not wait for: on a host
+#: whose cores the program's threads keep busy, it takes what they leave, so the recording
+#: threads keep their speed while a rank streams (issue 16). The flusher itself (the drain,
+#: which frees the core's memory) keeps the program's priority: niced, a loaded host starved
+#: it and the core dropped spans at its memory cap.
+SENDER_NICE = 10
 
 _active: "Recorder | None" = None
 _active_lock = threading.Lock()
@@ -175,29 +189,93 @@ def _metadata_table() -> pa.Table:
 
 
 class _CollectorSink:
+    """Batches handed to a sender thread of lower priority (nice +``SENDER_NICE``), which
+    encodes and puts them: the flusher only drains (the core's memory is freed on time, never
+    waiting on a put), and the gRPC work yields its core to the program's threads. Batches
+    waiting for the sender count against ``buffer_spans`` with the client's queue: past it the
+    newest are dropped, and counted."""
+
     kind = "collector"
 
     def __init__(self, url: str, token: str | None, buffer_spans: int):
-        from .collector import CollectorClient
+        from .collector import CLOCK_INTERVAL_S, CollectorClient
 
-        self.client = CollectorClient(url, token=token, buffer_spans=buffer_spans)
+        clock_interval = float(os.environ.get(ENV_CLOCK_INTERVAL, "") or CLOCK_INTERVAL_S)
+        if not clock_interval > 0:
+            raise ValueError(f"{ENV_CLOCK_INTERVAL}={clock_interval:g}: expected seconds above 0")
+        self.client = CollectorClient(url, token=token, buffer_spans=buffer_spans, clock_interval=clock_interval)
+        self.buffer_spans = buffer_spans
+        self._cond = threading.Condition()
+        self._pending: deque = deque()
+        self._pending_spans = 0
+        self._dropped = 0  # over the cap before reaching the client, or never sent at close
+        self._closing = False
+        self._thread: threading.Thread | None = None
 
     @property
     def dropped(self) -> int:
-        return self.client.dropped
+        return self.client.dropped + self._dropped
 
     @property
     def spans(self) -> int:
         return self.client.sent_spans
 
     def write(self, table: pa.Table) -> None:
-        self.client.send(table)
+        with self._cond:
+            if self._pending_spans + self.client.queued_spans + table.num_rows > self.buffer_spans:
+                self._dropped += table.num_rows
+                return
+            self._pending.append(table)
+            self._pending_spans += table.num_rows
+            self._cond.notify()
+            if self._thread is None or not self._thread.is_alive():  # the first batch, or a restart
+                self._closing = False
+                self._thread = threading.Thread(target=self._send_loop, name="hotspan-send", daemon=True)
+                start_quiet(self._thread)
 
     def idle(self) -> None:
-        self.client.pump()
+        pass  # the sender retries by itself
+
+    def _send_loop(self) -> None:
+        lower_this_thread(SENDER_NICE)
+        client = self.client
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    # Queued in the client (the collector away): wake for the next retry.
+                    self._cond.wait(max(client.wait_retry(), 0.01) if client.queue and not client.refused else None)
+                    if client.queue and client.wait_retry() <= 0:
+                        break
+                tables = list(self._pending)
+                self._pending.clear()
+                self._pending_spans = 0
+                closing = self._closing
+            try:
+                for table in tables:
+                    client.send(table)
+                if not tables:
+                    client.pump()
+            except Exception as exc:  # noqa: BLE001 - the sender must outlive one bad batch
+                self._dropped += sum(t.num_rows for t in tables)
+                _warn(f"sending spans to {client.url}: {type(exc).__name__}: {exc}")
+            if closing:
+                return
 
     def close(self, last: pa.Table, timeout: float) -> None:
-        self.client.close(timeout)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():  # a put outlasting the stop's time: what waits is lost
+                with self._cond:
+                    self._dropped += self._pending_spans + self.client.queued_spans
+                    self._pending.clear()
+                    self._pending_spans = 0
+                return
+        self.client.close(max(deadline - time.monotonic(), 0.0))
 
 
 def _sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
@@ -332,19 +410,12 @@ class Recorder:
         next_flush = time.monotonic() + self.flush_interval
         while True:
             wait = min(next_flush - time.monotonic(), PRESSURE_POLL_S)
-            retry = getattr(self._sink, "client", None)
-            if retry is not None and retry.queue and not retry.refused:
-                wait = min(wait, max(retry.wait_retry(), 0.01))
             if self._stop.wait(max(wait, 0.0)):
                 return
             try:
                 if time.monotonic() >= next_flush or _under_memory_pressure() or self._reader.under_pressure():
                     next_flush = time.monotonic() + self.flush_interval
                     self.flush()
-                elif retry is not None:
-                    with self._locked() as acquired:
-                        if acquired:
-                            self._sink.idle()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
@@ -533,11 +604,17 @@ def _warm_up(kind: str) -> None:
     atexit after shutdown"). pyarrow imports pandas on its first ``pa.array(list)``."""
     import pyarrow as pa
 
+    if kind == "collector":
+        # Nothing on a collector client's path builds an array from Python objects or writes
+        # Parquet: pandas and pyarrow.parquet stay unloaded (importing pandas is a second or
+        # more of bytecode holding the GIL, taken from the program's threads as it records).
+        import pyarrow.flight  # noqa: F401
+
+        from .. import _table  # noqa: F401  (the drain's table builder, and numpy)
+        return
     pa.array([""], pa.string())
     import pyarrow.parquet  # noqa: F401
 
-    if kind == "collector":
-        import pyarrow.flight  # noqa: F401
     if kind == "directory":
         from ..formats import dataset  # noqa: F401  (and the Parquet exporter it writes with)
         from ..formats.registry import exporter_for
@@ -556,7 +633,9 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
     URI ``pyarrow.fs.FileSystem.from_uri`` accepts; credentials from the store's usual
     environment and config; each part put whole), or ``grpc://HOST:PORT``
     (a ``hotspan collect`` server; ``token`` or ``HOTSPAN_TOKEN`` if it wants one; up to
-    ``buffer_spans`` spans wait for it while it is away).
+    ``buffer_spans`` spans wait for it while it is away). Several collectors,
+    ``grpc://a:1,grpc://b:2``: the rank sends to collector ``rank % N`` and fails over to the
+    next one of the list when that one is down.
 
     Use it as a context manager, or call ``start()`` / ``stop()``; one recorder at a time.
     """
