@@ -906,6 +906,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
                               "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
                               "(the clients buffer meanwhile)")
+    from . import recover as _recover_cmd
+    from . import top as _top_cmd
+
+    _top_cmd.add_arguments(_add(sub, "top", _top_cmd.HELP, _top_cmd.DESCRIPTION, _top_cmd.EXAMPLE,
+                                _top_cmd.cmd_top))
+
+    _recover_cmd.add_arguments(_add(sub, "recover", _recover_cmd.HELP, _recover_cmd.DESCRIPTION,
+                                    _recover_cmd.EXAMPLE, _recover_cmd.cmd_recover))
     return parser
 
 

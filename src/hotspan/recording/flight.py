@@ -512,3 +512,95 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         return table
     finally:
         f.close()
+
+
+# --------------------------------------------------------------------------- finding files
+
+
+def is_flight_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == MAGIC
+    except OSError:
+        return False
+
+
+def mapped_flight_files(pid: int) -> list[str]:
+    """The flight files process pid maps (wherever HOTSPAN_FLIGHT put them)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    seen: list[str] = []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith(b"/") or b"rw-s" not in parts[1]:
+            continue  # flight files are shared writable mappings
+        path = os.fsdecode(parts[5])
+        if path not in seen and is_flight_file(path):
+            seen.append(path)
+    return seen
+
+
+def flight_processes() -> dict[int, list[str]]:
+    """Every process of this user (whose maps it can read) with a flight file mapped."""
+    out: dict[int, list[str]] = {}
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        files = mapped_flight_files(int(entry))
+        if files:
+            out[int(entry)] = files
+    return out
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+def snapshot() -> "pa.Table":
+    """The spans open now in this process, per thread (outermost first): pid, rank,
+    thread_id, thread_name, depth, name, category, start_ns, elapsed_ns, span_id. Read from
+    the flight file, as ``hotspan top`` reads it from outside."""
+    import pyarrow as pa
+
+    from .. import _native
+
+    path = _native._flight_path()
+    if path is None:
+        raise RuntimeError("snapshot() reads the flight file: configure(flight=PATH) (or HOTSPAN_FLIGHT=PATH) "
+                           "before the first span")
+    proc = stacks(path)
+    now = time.time_ns()
+    schema = __getattr__("SNAPSHOT_SCHEMA")
+    rows: dict[str, list] = {k: [] for k in schema.names}
+    for t in proc.threads:
+        for fr in t.stack:
+            for k, v in (("pid", proc.pid), ("rank", proc.rank), ("thread_id", t.thread_id),
+                         ("thread_name", t.thread_name), ("depth", fr.depth), ("name", fr.name),
+                         ("category", fr.category), ("start_ns", fr.start_ns),
+                         ("elapsed_ns", max(0, now - fr.start_ns)), ("span_id", fr.span_id)):
+                rows[k].append(v)
+    return pa.table(rows, schema=schema)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SNAPSHOT_SCHEMA":  # pyarrow on first use only
+        import pyarrow as pa
+
+        schema = pa.schema([("pid", pa.int64()), ("rank", pa.int32()), ("thread_id", pa.int64()),
+                            ("thread_name", pa.string()), ("depth", pa.int32()), ("name", pa.string()),
+                            ("category", pa.string()), ("start_ns", pa.int64()), ("elapsed_ns", pa.int64()),
+                            ("span_id", pa.uint64())])
+        globals()["SNAPSHOT_SCHEMA"] = schema
+        return schema
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["FlightFileError", "META_OPEN_SPANS", "recover", "stacks", "snapshot", "flight_processes",
+           "mapped_flight_files", "is_flight_file", "pid_alive"]
