@@ -201,7 +201,8 @@ class _File:
             gen2 = struct.unpack_from("<Q", self.mm, _CLOCK_AT)[0]
             if gen1 == gen2 and not gen1 & 1:
                 break
-        if not (npt == npt and 0 < npt < 1e6):  # NaN or absurd: damage
+        # NaN, absurd rates or anchors: damage (and no conversion may leave int64)
+        if not (npt == npt and 1e-6 < npt < 1e6) or not -(1 << 62) < n0 < (1 << 62):
             raise self._bad("clock calibration")
         return t0, n0, npt, last
 
@@ -301,8 +302,13 @@ def _converter(t0: int, n0: int, npt: float):
         d = ticks - t0
         if d >= 1 << 63:
             d -= 1 << 64
-        return n0 + (d if npt == 1.0 else int(d * npt))
+        return _clamp(n0 + (d if npt == 1.0 else int(d * npt)))
     return convert
+
+
+def _clamp(ns: int) -> int:
+    """Into int64 (a damaged tick converts to an absurd time, never to an overflow)."""
+    return min(max(ns, -(1 << 62)), 1 << 62)
 
 
 def pid_alive(pid: int) -> bool:
@@ -440,12 +446,18 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         convert = _converter(t0, n0, npt)
 
         def convert_arrays(ticks, dur):
+            # in float64, clamped: damaged ticks give absurd times, never int64 overflow
+            # (exact where it matters: ns offsets below 2^53 from the anchor)
             d = (ticks - np.uint64(t0)).view(np.int64)
-            if npt == 1.0:
+            small = not len(d) or (float(np.abs(d.astype(np.float64)).max()) < 2.0**60 and int(dur.max()) < (1 << 60))
+            if npt == 1.0 and small:  # ticks are ns: exact integers
                 start = d + np.int64(n0)
                 return start, start + dur.view(np.int64)
-            start = np.int64(n0) + (d.astype(np.float64) * npt).astype(np.int64)
-            return start, start + (dur.astype(np.float64) * npt).astype(np.int64)
+            lim = float(1 << 61)
+            off = np.clip(d.astype(np.float64) * npt, -lim, lim).astype(np.int64)
+            span = np.clip(dur.astype(np.float64) * npt, 0, lim).astype(np.int64)
+            start = np.clip(np.int64(n0) + off, -(1 << 62), 1 << 62)
+            return start, np.clip(start + span, -(1 << 62), 1 << 62)
 
         names, pairs = f.strings()
         thread_names = f.thread_names()
@@ -495,7 +507,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
             "category": pa.array(category, pa.string()).dictionary_encode(),
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
-            "duration_ns": pa.array([e - s for s, e in zip(start, end)], pa.int64()),
+            "duration_ns": pa.array([max(0, e - s) for s, e in zip(start, end)], pa.int64()),
             "depth": pa.array(depth, pa.int32()),
             "thread_id": pa.array(tids, pa.int64()),
             "thread_name": pa.array(tnames, pa.string()).dictionary_encode(),
