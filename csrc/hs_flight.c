@@ -39,7 +39,11 @@ static void on_exit_clean(void) {
     }
 }
 
-static void mirror_on(void) { atomic_store(&hs_flight_on, 1); }
+static void mirror_on(void) {
+    hs_block_free_hook = hs_flight_block_free;
+    hs_block_alloc_hook = hs_flight_block_alloc;
+    atomic_store(&hs_flight_on, 1);
+}
 
 int hs_flight_open(const char *path, int32_t rank, const char *version) {
     pthread_mutex_lock(&flight_lock);
@@ -239,15 +243,14 @@ void hs_flight_gen_end(hs_tstate *t) {
 
 /* ---- blocks ------------------------------------------------------------------------------ */
 
-uint64_t hs_flight_block_bytes(void) { return hdr ? hdr->block_bytes : 0; }
-
-hs_block *hs_flight_block_alloc(uint64_t records) {
+hs_block *hs_flight_block_alloc(uint64_t records, uint64_t *bytes) {
     if (!atomic_load_explicit(&hs_flight_on, memory_order_relaxed) || records != hdr->block_records) return NULL;
     hs_block *b = NULL;
     pthread_mutex_lock(&flight_lock);
     if (nfree) b = (hs_block *)(blocks + (uint64_t)free_idx[--nfree] * hdr->block_bytes);
     else if (fresh < hdr->nblocks) b = (hs_block *)(blocks + (uint64_t)fresh++ * hdr->block_bytes);
     pthread_mutex_unlock(&flight_lock);
+    *bytes = hdr->block_bytes;
     return b;
 }
 
@@ -319,6 +322,7 @@ void hs_flight_after_fork_child(void) {
     /* The file and every block in it stay the parent's: the child records into memory of
      * its own (hs_block_discard_ref leaves flight blocks alone). */
     atomic_store(&hs_flight_on, 0);
+    hs_block_alloc_hook = NULL; /* the free hook stays: never called for flight blocks here */
     hs_tstate *t = hs_tls;
     hs_flight_slot *s = t ? slot_of(t) : NULL;
     if (s) {

@@ -110,9 +110,9 @@ void hs_flight_set_name(hs_tstate *t, const char *name);
 void hs_flight_gen_begin(hs_tstate *t);
 void hs_flight_gen_end(hs_tstate *t);
 
-/* Blocks: a free block of `records` records from the file (NULL: none of that size). */
-hs_block *hs_flight_block_alloc(uint64_t records);
-uint64_t hs_flight_block_bytes(void);
+/* Blocks (hs_block_alloc_hook / hs_block_free_hook while the file is open): a free block of
+ * `records` records from the file (NULL: none of that size left). */
+hs_block *hs_flight_block_alloc(uint64_t records, uint64_t *bytes);
 void hs_flight_block_free(hs_block *b);
 /* drain() converted the block's slots up to `upto`. */
 void hs_flight_block_drained(hs_block *b, uint64_t upto);

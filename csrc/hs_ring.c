@@ -4,7 +4,6 @@
 #include "hs_ring.h"
 
 #include <stdlib.h>
-#include "hs_flight.h"
 #include <string.h>
 #include <sys/mman.h>
 
@@ -13,6 +12,8 @@
 #define MAP_MIN_BYTES (16u << 10)        /* smaller blocks (tests) come from malloc */
 
 _Atomic uint64_t hs_block_records = DEFAULT_BLOCK_RECORDS;
+hs_block *(*hs_block_alloc_hook)(uint64_t records, uint64_t *bytes) = NULL;
+void (*hs_block_free_hook)(hs_block *b) = NULL;
 _Atomic uint64_t hs_memory_cap = DEFAULT_MEMORY_CAP;
 
 static _Atomic uint64_t held_bytes = 0;   /* every block allocated, pooled ones included */
@@ -42,10 +43,11 @@ static hs_block *block_alloc(uint64_t records) {
     int mapped = bytes >= MAP_MIN_BYTES;
     /* With a flight file, blocks of its size are carved from it (MAP_SHARED: the kernel
      * keeps their records when the process dies); others, or when it is full, as usual. */
-    hs_block *fb = hs_flight_block_alloc(records);
+    uint64_t fbytes = 0;
+    hs_block *fb = hs_block_alloc_hook ? hs_block_alloc_hook(records, &fbytes) : NULL;
     if (fb) {
         b = fb;
-        bytes = hs_flight_block_bytes();
+        bytes = fbytes;
         mapped = HS_BLOCK_FLIGHT;
     } else if (mapped) {
         bytes = (bytes + 4095) & ~(size_t)4095;
@@ -72,7 +74,7 @@ static hs_block *block_alloc(uint64_t records) {
 }
 
 static void block_release_memory(hs_block *b) {
-    if (b->mapped == HS_BLOCK_FLIGHT) hs_flight_block_free(b);
+    if (b->mapped == HS_BLOCK_FLIGHT) hs_block_free_hook(b);
     else if (b->mapped) munmap(b, b->alloc);
     else free(b);
 }

@@ -106,6 +106,12 @@ typedef struct hs_block {
 
 #define HS_BLOCK_FLIGHT 2u
 
+/* Set while a flight file is open (hs_flight.c; the ring stays free of it): blocks of its
+ * size come from the file (NULL: none left, allocate as usual; *bytes: the block's size in
+ * it), and go back to it. */
+extern hs_block *(*hs_block_alloc_hook)(uint64_t records, uint64_t *bytes);
+extern void (*hs_block_free_hook)(hs_block *b);
+
 /* A block taken by the thread tid whose last pushed id is base_seq (slow path: after a
  * switch, before its first record is published). Only flight file blocks keep it. */
 static inline void hs_block_claim(hs_block *b, int64_t tid, uint64_t base_seq) {
