@@ -87,8 +87,13 @@ def _run_child(tmp_path: Path, death: str) -> tuple[Path, int, int]:
     script.write_text(CHILD)
     r, w = os.pipe()
     flight = tmp_path / "run-{pid}.flight"
+    # Under .ci/sanitize the child inherits the sanitizer, whose own SIGSEGV handler would
+    # turn the death into a report and exit(1): let the signal kill it, as in production.
+    env = dict(os.environ)
+    for var in ("ASAN_OPTIONS", "TSAN_OPTIONS"):
+        env[var] = env.get(var, "") + ":handle_segv=0"
     proc = subprocess.Popen([sys.executable, str(script), str(flight), death, str(w)], pass_fds=(w,),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     os.close(w)
     with os.fdopen(r, "rb") as pipe:
         said = pipe.read()
