@@ -302,8 +302,12 @@ void hs_flight_note_pair(uint32_t id, uint32_t name, uint32_t path) {
 
 /* ---- clock, exit, fork ------------------------------------------------------------------- */
 
+/* The drain thread and the exit handler both tick: one at a time. */
+static pthread_mutex_t tick_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void hs_flight_tick(void) {
     if (!hdr) return;
+    pthread_mutex_lock(&tick_lock);
     hs_clock_seg seg;
     if (hs_clock_last_seg(&seg) == 0) {
         atomic_fetch_add_explicit(&hdr->clock_gen, 1, memory_order_relaxed);
@@ -315,6 +319,7 @@ void hs_flight_tick(void) {
         atomic_fetch_add_explicit(&hdr->clock_gen, 1, memory_order_release);
     }
     atomic_store_explicit(&hdr->last_seen_ticks, hs_ticks(), memory_order_release);
+    pthread_mutex_unlock(&tick_lock);
 }
 
 void hs_flight_after_fork_child(void) {

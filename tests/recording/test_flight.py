@@ -352,3 +352,37 @@ def test_recover_is_total_on_damaged_flight_files(tmp_path, flight_bytes, data):
         except FlightFileError:
             pass
         assert time.monotonic() - started < 30
+
+
+def test_a_forked_child_writes_nothing_to_its_parents_file(tmp_path):
+    code = textwrap.dedent(
+        """
+        import os, resource, signal, sys, hotspan
+        hotspan.configure(flight=sys.argv[1])
+        with hotspan.span("before"):
+            pass
+        with hotspan.span("open across fork"):
+            pid = os.fork()
+            if pid == 0:  # the child records (its thread state was in the parent's file)
+                for _ in range(3000):
+                    with hotspan.span("child"):
+                        pass
+                names = set(hotspan.drain().column("name").to_pylist())
+                os._exit(0 if names == {"child"} else 3)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, status
+            for _ in range(5):
+                with hotspan.span("parent after"):
+                    pass
+            print("killing", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    flight = tmp_path / "fork.flight"
+    done = subprocess.run([sys.executable, "-c", code, str(flight)], capture_output=True, text=True,
+                          timeout=DEADLINE_S)
+    assert done.stdout.strip() == "killing", done.stderr
+    rows = recover(flight).to_pylist()
+    assert sorted(r["name"] for r in rows) == ["before", "open across fork"] + ["parent after"] * 5
+    (opened,) = [r for r in rows if r["name"] == "open across fork"]
+    assert all(r["parent_id"] == opened["span_id"] for r in rows if r["name"] == "parent after")
