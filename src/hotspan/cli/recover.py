@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .commands import CliError
+from .errors import CliError
 
 HELP = "rebuild the spans a crashed process left in its flight file (HOTSPAN_FLIGHT)"
 DESCRIPTION = (

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .commands import CliError
+from .errors import CliError
 
 HELP = "the open spans of running processes, per rank and thread, from their flight files"
 DESCRIPTION = (
