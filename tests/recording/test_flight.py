@@ -367,8 +367,8 @@ def test_a_forked_child_writes_nothing_to_its_parents_file(tmp_path):
                 for _ in range(3000):
                     with hotspan.span("child"):
                         pass
-                names = set(hotspan.drain().column("name").to_pylist())
-                os._exit(0 if names == {"child"} else 3)
+                # the child's own spans, drained without pyarrow (slow to load in a fork)
+                os._exit(0 if hotspan._native._drain(0)["n"] == 3000 else 3)
             _, status = os.waitpid(pid, 0)
             assert os.waitstatus_to_exitcode(status) == 0, status
             for _ in range(5):
@@ -380,7 +380,7 @@ def test_a_forked_child_writes_nothing_to_its_parents_file(tmp_path):
     )
     flight = tmp_path / "fork.flight"
     done = subprocess.run([sys.executable, "-c", code, str(flight)], capture_output=True, text=True,
-                          timeout=DEADLINE_S)
+                          timeout=3 * DEADLINE_S)
     assert done.stdout.strip() == "killing", done.stderr
     rows = recover(flight).to_pylist()
     assert sorted(r["name"] for r in rows) == ["before", "open across fork"] + ["parent after"] * 5
