@@ -332,7 +332,6 @@ void hs_flight_after_fork_child(void) {
     hs_flight_slot *s = t ? slot_of(t) : NULL;
     if (s) {
         hs_tstate *mine = malloc(sizeof *mine);
-        uint32_t cap = t->stack_cap;
         hs_frame *frames = NULL;
         int inline_stack = t->stack == s->frames;
         int inline_own = t->own_stack == s->frames;
@@ -345,7 +344,6 @@ void hs_flight_after_fork_child(void) {
             if (inline_stack) mine->stack = frames;
             if (inline_own) mine->own_stack = frames;
             if (t->ctx_slot == (void *const *)&t->ctx_none) mine->ctx_slot = (void *const *)&mine->ctx_none;
-            (void)cap;
             hs_tls = mine;
         } else { /* out of memory in the child: it records nothing */
             free(mine);
