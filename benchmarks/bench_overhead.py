@@ -1,6 +1,7 @@
 """Side-by-side cost of one span: the floor, hotspan's ways of recording, and its peers.
 
     python benchmarks/bench_overhead.py [--n 1000000] [--rounds 7] [--paired-rounds 60] [--json out.json]
+    python benchmarks/bench_overhead.py --flight-only     # the flight file off vs on alone
 
 Every case runs the same `for` loop. Two estimates of each ratio, from one run:
 
@@ -13,6 +14,10 @@ Every case runs the same `for` loop. Two estimates of each ratio, from one run:
   VM wanders by up to 2x within a second.
 
 Ratios, not absolute times, are the result.
+
+The flight file (configure(flight=...)) is once a process: its off/on pair runs the paired
+ratios in child processes, off and on alternating (--flight-reps each), and reports each
+ratio's on/off quotient (target <= 1.10).
 
 The floor is hotspan._native.NoopContext: a C context manager whose __enter__/__exit__
 do nothing, built exactly like hotspan.span. Peers run when installed: nvtx,
@@ -323,7 +328,59 @@ def report(best: dict[str, float], drain: dict[str, float] | None,
     return ratios
 
 
+#: The hot path's ratios compared with the flight file off and on (target: on / off <= 1.10).
+FLIGHT_RATIOS = ("reused / floor", "literal / floor", "begin+end / floor", "traced added / with added")
+
+
+def flight_worker(mode: str, n: int, rounds: int) -> None:
+    """In a child process: the paired ratios with the flight file off or on, as JSON."""
+    import os
+
+    path = None
+    if mode == "on":
+        path = f"hotspan-bench-{os.getpid()}.flight"
+        hotspan.configure(flight=path)  # before the first span: this thread's state is in it
+    try:
+        ratios = paired_ratios(measure_paired(n, rounds, peers=False))
+    finally:
+        if path:
+            from hotspan._api import flight_path
+
+            os.unlink(flight_path(path))
+    print(json.dumps(ratios))
+
+
+def measure_flight(n: int, rounds: int, reps: int) -> dict[str, dict[str, float]]:
+    """The flight file is once a process: each side runs in a child of its own, off and on
+    alternating reps times; each ratio's median over the children of a side."""
+    import subprocess
+
+    got: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    for _ in range(reps):
+        for mode in ("off", "on"):
+            out = subprocess.run([sys.executable, __file__, "--_flight-worker", mode, "--paired-n", str(n),
+                                  "--paired-rounds", str(rounds)], capture_output=True, text=True, check=True)
+            got[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {mode: {name: statistics.median(r[name] for r in runs) for name in FLIGHT_RATIOS}
+            for mode, runs in got.items()}
+
+
+def report_flight(flight: dict[str, dict[str, float]]) -> None:
+    print(f"{'flight file':32s} {'off':>8s} {'on':>8s} {'on/off':>8s}  target")
+    for name in FLIGHT_RATIOS:
+        off, on = flight["off"][name], flight["on"][name]
+        q = on / off if off else float("nan")
+        print(f"{name:32s} {off:8.2f} {on:8.2f} {q:8.2f}  <= 1.10 {'ok' if q <= 1.10 else 'MISSED'}")
+    print()
+
+
 def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--_flight-worker":
+        args = sys.argv[3:]
+        n = int(args[args.index("--paired-n") + 1])
+        rounds = int(args[args.index("--paired-rounds") + 1])
+        flight_worker(sys.argv[2], n, rounds)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000, help="iterations per case and round")
     parser.add_argument("--rounds", type=int, default=7)
@@ -332,7 +389,13 @@ def main() -> int:
     parser.add_argument("--drain-spans", type=int, default=1_000_000)
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--no-peers", action="store_true", help="skip nvtx, VizTracer and torch")
+    parser.add_argument("--flight-reps", type=int, default=3,
+                        help="child processes a side for the flight file off/on pair (0: skip)")
+    parser.add_argument("--flight-only", action="store_true", help="only the flight file off/on pair")
     args = parser.parse_args()
+    if args.flight_only:
+        report_flight(measure_flight(args.paired_n, max(args.paired_rounds, 1), max(args.flight_reps, 1)))
+        return 0
     print(f"python {sys.version.split()[0]}, hotspan {hotspan.__version__}, clock {_native._clock_info()['source']}, "
           f"n={args.n:,}, best of {args.rounds} interleaved rounds; paired: {args.paired_rounds} rounds of "
           f"{args.paired_n:,}\n")
@@ -342,9 +405,14 @@ def main() -> int:
         paired = paired_ratios(measure_paired(args.paired_n, args.paired_rounds, peers=not args.no_peers))
     drain = measure_drain(args.drain_spans)
     ratios = report(best, drain, paired)
+    flight = None
+    if args.flight_reps > 0 and args.paired_rounds > 0:
+        flight = measure_flight(args.paired_n, args.paired_rounds, args.flight_reps)
+        report_flight(flight)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"ns_per_iter": best, "ratios": ratios, "paired_ratios": paired, "drain": drain}, f, indent=1)
+            json.dump({"ns_per_iter": best, "ratios": ratios, "paired_ratios": paired, "drain": drain,
+                       "flight": flight}, f, indent=1)
     return 0
 
 

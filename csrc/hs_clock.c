@@ -209,3 +209,28 @@ void hs_clock_get_info(hs_clock_info *out) {
     pthread_mutex_unlock(&clock_lock);
 }
 
+
+int hs_clock_last_seg(hs_clock_seg *out) {
+    if (atomic_load(&hs_clock_kind) == HS_CLOCK_FAKE) {
+        out->t0 = 0; out->n0 = 0; out->ns_per_tick = 1.0; /* fake ticks are epoch ns */
+        return 0;
+    }
+    hs_clock_update(0);
+    pthread_mutex_lock(&clock_lock);
+    int rc = -1;
+    if (nsegs) {
+        *out = segs[nsegs - 1];
+        rc = 0;
+    }
+    pthread_mutex_unlock(&clock_lock);
+    if (rc < 0) {
+        hs_clock_update(1);
+        pthread_mutex_lock(&clock_lock);
+        if (nsegs) {
+            *out = segs[nsegs - 1];
+            rc = 0;
+        }
+        pthread_mutex_unlock(&clock_lock);
+    }
+    return rc;
+}

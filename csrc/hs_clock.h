@@ -112,6 +112,8 @@ static inline int64_t hs_clock_convert(const hs_clock_seg *segs, uint32_t n, uin
     return s->n0 + (int64_t)((double)d * s->ns_per_tick);
 }
 void hs_clock_get_info(hs_clock_info *out);
+/* The newest segment of the map (the flight file keeps it): 0, or -1 when there is none. */
+int hs_clock_last_seg(hs_clock_seg *out);
 
 #ifdef __cplusplus
 }

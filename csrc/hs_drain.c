@@ -16,6 +16,7 @@
 #endif
 
 #include "hs_clock.h"
+#include "hs_flight.h"
 #include "hs_intern.h"
 #include "hs_live.h"
 #include "hs_recorder.h"
@@ -211,6 +212,8 @@ static void *drainer_main(void *arg) {
         uint64_t waited_us = atomic_load(&period_us);
         wait_for_wake(seen, waited_us);
         if (atomic_load(&drainer_pid) != me) return NULL;
+        /* the flight file's "last seen" (the end of spans open at a crash) and clock */
+        if (atomic_load_explicit(&hs_flight_on, memory_order_relaxed)) hs_flight_tick();
         if (atomic_load(&paused)) continue; /* only drain() moves records now */
         pthread_mutex_lock(&drain_lock);
         uint64_t moved = sweep_locked();
@@ -352,6 +355,8 @@ void hs_drain_release(hs_drain_batch *batch) {
     hs_segment *s = batch->segs;
     while (s) {
         hs_segment *next = s->next;
+        /* converted: a recovery of the flight file must not give these spans again */
+        hs_flight_block_drained(s->block, (uint64_t)(s->recs - s->block->recs) + s->nslots);
         hs_block_unref(s->block);
         free(s);
         s = next;

@@ -1,6 +1,7 @@
 /* hs_intern: the intern tables, behind one mutex (only taken when a new combination
  * appears: at span-object creation or a cache miss on a new parent path). */
 #include "hs_intern.h"
+#include "hs_flight.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -90,6 +91,7 @@ static uint32_t intern_string_locked(const char *s, size_t len) {
     str_text[id] = copy;
     str_len[id] = (uint32_t)len;
     str_slots[i] = id;
+    hs_flight_note_string(id, copy, (uint32_t)len);
     return id;
 }
 
@@ -183,6 +185,7 @@ uint32_t hs_intern_pair(uint32_t name, uint32_t path) {
             chunk[id & (HS_PAIR_CHUNK - 1)].name = name;
             chunk[id & (HS_PAIR_CHUNK - 1)].path = path;
             pair_count++;
+            hs_flight_note_pair(id, name, path);
             slot->key = key;
             slot->val = id;
             slot->used = 1;
@@ -256,4 +259,15 @@ char *hs_intern_string_dup(uint32_t id, size_t *len) {
     }
     pthread_mutex_unlock(&intern_lock);
     return out;
+}
+
+void hs_intern_mirror(void (*start)(void)) {
+    pthread_mutex_lock(&intern_lock);
+    start(); /* from here on, each new string and pair is mirrored as it is interned */
+    for (uint32_t id = 1; id < str_count; id++) hs_flight_note_string(id, str_text[id], str_len[id]);
+    for (uint32_t id = 0; id < pair_count; id++) {
+        hs_pair *chunk = hs_pair_chunks[id >> HS_PAIR_CHUNK_BITS];
+        hs_flight_note_pair(id, chunk[id & (HS_PAIR_CHUNK - 1)].name, chunk[id & (HS_PAIR_CHUNK - 1)].path);
+    }
+    pthread_mutex_unlock(&intern_lock);
 }

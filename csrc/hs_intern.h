@@ -54,6 +54,10 @@ void hs_string_snapshot_free(hs_string_snapshot *s);
 /* A malloc'd copy of one string (NULL for id 0 or out of memory). */
 char *hs_intern_string_dup(uint32_t id, size_t *len);
 
+/* Under the intern lock: start() (the flight file turns its mirror on), then every string
+ * and pair so far goes to the flight file (hs_flight.h); new ones follow as interned. */
+void hs_intern_mirror(void (*start)(void));
+
 /* Lock-order participation for fork (see hs_registry.c). */
 void hs_intern_lock(void);
 void hs_intern_unlock(void);

@@ -5,10 +5,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
+#include "hs_flight.h"
 #include "hs_live.h"
 #include "hs_recorder.h"
 #include "hs_signals.h"
@@ -55,6 +57,48 @@ static PyObject *py_configure(PyObject *m, PyObject *args) {
         return NULL;
     hs_configure(capacity, memory_cap, interval_us);
     if (drain_thread >= 0) hs_drain_set_paused(!drain_thread);
+    Py_RETURN_NONE;
+}
+
+/* _flight_open(path, rank, version): the flight file (hs_flight.h); OSError naming the path. */
+static PyObject *py_flight_open(PyObject *m, PyObject *args) {
+    (void)m;
+    PyObject *path_obj;
+    int rank;
+    const char *version;
+    if (!PyArg_ParseTuple(args, "O&is:_flight_open", PyUnicode_FSConverter, &path_obj, &rank, &version)) return NULL;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hs_flight_open(path, rank, version);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        if (errno == EEXIST) {
+            const char *cur = hs_flight_path();
+            PyErr_Format(PyExc_ValueError, "configure(): the flight file is %s already; one a process", cur ? cur : "?");
+        } else {
+            PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        }
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    Py_DECREF(path_obj);
+    hs_drainer_ensure(); /* it keeps the file's "last seen" time */
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_flight_path(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    const char *p = hs_flight_path();
+    if (!p) Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(p);
+}
+
+static PyObject *py_flight_set_rank(PyObject *m, PyObject *arg) {
+    (void)m;
+    long rank = PyLong_AsLong(arg);
+    if (rank == -1 && PyErr_Occurred()) return NULL;
+    hs_flight_set_rank((int32_t)rank);
     Py_RETURN_NONE;
 }
 
@@ -548,6 +592,9 @@ static PyMethodDef module_methods[] = {
     {"_set_default_sync", py_set_default_sync, METH_O, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},
     {"_drain", py_drain, METH_O, NULL},
+    {"_flight_open", py_flight_open, METH_VARARGS, NULL},
+    {"_flight_path", py_flight_path, METH_NOARGS, NULL},
+    {"_flight_set_rank", py_flight_set_rank, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},
     {"_clock_info", py_clock_info, METH_NOARGS, NULL},
     {"_set_fake_clock", py_set_fake_clock, METH_VARARGS, NULL},

@@ -1,5 +1,6 @@
 /* hs_recorder: the slow paths of the hot path, and span sites. */
 #include "hs_recorder.h"
+#include "hs_flight.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -86,7 +87,10 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair) {
  * thread is the counter's only writer: no read-modify-write needed). */
 __attribute__((noinline)) hs_record *hs_push_switch(hs_tstate *t, uint64_t n) {
     int rc = hs_writer_switch(t->chain, &t->w);
-    if (HS_LIKELY(rc == HS_SWITCH_OK)) return hs_writer_reserve(&t->w, n);
+    if (HS_LIKELY(rc == HS_SWITCH_OK)) {
+        hs_block_claim(t->w.blk, t->info->tid, t->last_pushed_seq);
+        return hs_writer_reserve(&t->w, n);
+    }
     if (rc == HS_SWITCH_CAP)
         atomic_store_explicit(&t->info->dropped_cap,
                               atomic_load_explicit(&t->info->dropped_cap, memory_order_relaxed) + 1,
@@ -109,8 +113,10 @@ void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error) {
     if (k == 0) return; /* opened while recording was off: nothing to close */
     k--;
     hs_frame f = t->stack[k];
+    hs_flight_gen_begin(t); /* frames move under a reader's feet: it retries */
     memmove(&t->stack[k], &t->stack[k + 1], sizeof(hs_frame) * (t->depth - k - 1));
     t->depth--;
+    hs_flight_gen_end(t);
     hs_push(t, f.start, end, f.seq, f.pair, f.arg, f.flags | (error ? HS_F_ERROR : 0), k,
             k ? t->stack[k - 1].seq + 1 : 0);
 }

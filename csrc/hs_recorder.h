@@ -81,15 +81,22 @@ HS_HOT int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) 
         hs_count_drop(t);
         return 0;
     }
+    uint64_t seq = t->seq;
+    if (HS_UNLIKELY(seq == t->seq_end)) seq = hs_seq_refill(t);
+    /* For a reader of the stack in another process (the flight file, `hotspan top`): the
+     * thread's next id changes before the frame is written and the depth after it, so a
+     * reader that sees the same next id before and after copying the frames below the depth
+     * it read copied no frame while it was rewritten (a seqlock whose counter is the id the
+     * hot path bumps anyway: no extra store). The fence orders stores only: free on x86
+     * (TSO; it just keeps the compiler from sinking the id's store), a dmb ishst on arm64. */
+    t->seq = seq + 1;
+    atomic_thread_fence(memory_order_release);
     f->owner = owner;
     f->arg = arg;
     f->flags = flags;
-    uint64_t seq = t->seq;
-    if (HS_UNLIKELY(seq == t->seq_end)) seq = hs_seq_refill(t);
     f->seq = seq;
-    t->seq = seq + 1;
-    t->depth = d + 1;
-    f->start = hs_ticks(); /* last, so the span measures as little of itself as possible */
+    f->start = hs_ticks(); /* last but the depth, so the span measures little of itself */
+    __atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
     return 1;
 }
 

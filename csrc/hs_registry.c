@@ -14,6 +14,7 @@
 #endif
 
 #include "hs_drain.h"
+#include "hs_flight.h"
 
 _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec"))) = NULL;
 _Atomic int hs_enabled = 1;
@@ -137,9 +138,11 @@ static void on_thread_exit(void *p) {
     if (!t) return;
     hs_chain *chain = t->chain;
     atomic_store(&t->info->alive, 0);
-    /* Another context's stack (owned by its stack object) may be current: free our own. */
-    free(t->stack_owner ? t->own_stack : t->stack);
-    free(t);
+    /* Another context's stack (owned by its stack object) may be current: free our own
+     * (unless it is a flight file slot's, which stays with the slot). */
+    hs_frame *own = t->stack_owner ? t->own_stack : t->stack;
+    if (!hs_flight_owns(own)) free(own);
+    if (!hs_flight_tstate_release(t)) free(t);
     hs_tls = NULL;
     /* Last: once retired, the drain side may free the chain and (after a drain()) the
      * info at any moment. */
@@ -151,14 +154,10 @@ static void make_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
 
 hs_tstate *hs_tstate_register(void) {
     pthread_once(&key_once, make_key);
-    hs_tstate *t = calloc(1, sizeof(*t));
     hs_thread_info *info = calloc(1, sizeof(*info));
-    hs_frame *stack = malloc(sizeof(hs_frame) * INITIAL_STACK);
     hs_chain *chain = hs_chain_create();
-    if (!t || !info || !stack || !chain) {
-        free(t);
+    if (!info || !chain) {
         free(info);
-        free(stack);
         free(chain);
         return NULL;
     }
@@ -170,12 +169,30 @@ hs_tstate *hs_tstate_register(void) {
         snprintf(buf, sizeof buf, "Thread-%lld", (long long)info->tid);
         info->name = strdup(buf);
     }
+    /* With a flight file, the thread's state and first frames live in a slot of it, so
+     * its open spans outlive the process and can be read from outside. */
+    hs_frame *stack = NULL;
+    uint32_t stack_cap = INITIAL_STACK;
+    hs_tstate *t = hs_flight_tstate_alloc(info->tid, info->name, &stack, &stack_cap);
+    if (!t) {
+        t = calloc(1, sizeof(*t));
+        stack = malloc(sizeof(hs_frame) * INITIAL_STACK);
+        stack_cap = INITIAL_STACK;
+        if (!t || !stack) {
+            free(t);
+            free(stack);
+            free(info->name);
+            free(info);
+            free(chain);
+            return NULL;
+        }
+    }
     atomic_init(&info->alive, 1);
     info->batch_tix = -1;
     t->info = info;
     t->chain = chain;
     t->stack = stack;
-    t->stack_cap = INITIAL_STACK;
+    t->stack_cap = stack_cap;
     t->ctx_slot = (void *const *)&t->ctx_none; /* until the glue links a Python thread */
     t->serial = atomic_fetch_add(&next_serial, 1);
     hs_seq_refill(t);
@@ -185,6 +202,7 @@ hs_tstate *hs_tstate_register(void) {
     /* A first block now, so the first span does not take the slow path; at the cap the
      * thread has none yet, and its records are dropped (counted) until a block frees up. */
     hs_writer_switch(chain, &t->w);
+    hs_block_claim(t->w.blk, info->tid, t->last_pushed_seq);
 
     pthread_mutex_lock(&registry_lock);
     if (info_list_tail) info_list_tail->next = info;
@@ -208,11 +226,20 @@ void hs_set_thread_name(hs_tstate *t, const char *name) {
     t->info->name = copy;
     pthread_mutex_unlock(&registry_lock);
     free(old);
+    hs_flight_set_name(t, name);
 }
 
 int hs_stack_grow(hs_tstate *t) {
     uint32_t nc = t->stack_cap * 2;
-    hs_frame *ns = realloc(t->stack, sizeof(hs_frame) * nc);
+    hs_frame *ns;
+    if (hs_flight_owns(t->stack)) {
+        /* A flight slot's frames stay in place (the slot keeps them): deeper stacks move to
+         * memory of their own, and the file shows the thread's stack as too deep. */
+        ns = malloc(sizeof(hs_frame) * nc);
+        if (ns) memcpy(ns, t->stack, sizeof(hs_frame) * t->stack_cap);
+    } else {
+        ns = realloc(t->stack, sizeof(hs_frame) * nc);
+    }
     if (!ns) return -1;
     t->stack = ns;
     t->stack_cap = nc;
@@ -293,7 +320,9 @@ void hs_registry_after_fork_child(void) {
     /* Only the forking thread exists now. Every record not yet drained was the parent's
      * (the parent drains it): every chain goes, the calling thread's too, and every other
      * thread's info. */
+    hs_flight_after_fork_child(); /* first: the thread's state may be in the parent's file */
     hs_tstate *me = hs_tls;
+    if (me) pthread_setspecific(exit_key, me);
     hs_chain *ch = chain_list;
     while (ch) {
         hs_chain *next = ch->next;
@@ -330,6 +359,7 @@ void hs_registry_after_fork_child(void) {
     me->chain->owner_info = me->info;
     memset(&me->w, 0, sizeof me->w);
     hs_writer_switch(me->chain, &me->w);
+    hs_block_claim(me->w.blk, os_thread_id(), me->last_pushed_seq);
     append_chain(me->chain);
     me->info->next = NULL;
     me->info->tid = os_thread_id();

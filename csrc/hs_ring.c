@@ -12,6 +12,8 @@
 #define MAP_MIN_BYTES (16u << 10)        /* smaller blocks (tests) come from malloc */
 
 _Atomic uint64_t hs_block_records = DEFAULT_BLOCK_RECORDS;
+hs_block *(*hs_block_alloc_hook)(uint64_t records, uint64_t *bytes) = NULL;
+void (*hs_block_free_hook)(hs_block *b) = NULL;
 _Atomic uint64_t hs_memory_cap = DEFAULT_MEMORY_CAP;
 
 static _Atomic uint64_t held_bytes = 0;   /* every block allocated, pooled ones included */
@@ -39,7 +41,15 @@ static hs_block *block_alloc(uint64_t records) {
     size_t bytes = sizeof(hs_block) + records * sizeof(hs_record);
     hs_block *b;
     int mapped = bytes >= MAP_MIN_BYTES;
-    if (mapped) {
+    /* With a flight file, blocks of its size are carved from it (MAP_SHARED: the kernel
+     * keeps their records when the process dies); others, or when it is full, as usual. */
+    uint64_t fbytes = 0;
+    hs_block *fb = hs_block_alloc_hook ? hs_block_alloc_hook(records, &fbytes) : NULL;
+    if (fb) {
+        b = fb;
+        bytes = fbytes;
+        mapped = HS_BLOCK_FLIGHT;
+    } else if (mapped) {
         bytes = (bytes + 4095) & ~(size_t)4095;
         void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) return NULL;
@@ -56,11 +66,16 @@ static hs_block *block_alloc(uint64_t records) {
     b->refs = 0;
     atomic_init(&b->head, 0);
     atomic_init(&b->next, NULL);
+    atomic_init(&b->flight_state, 0);
+    atomic_init(&b->flight_drained, 0);
+    b->flight_tid = 0;
+    b->flight_base_seq = 0;
     return b;
 }
 
 static void block_release_memory(hs_block *b) {
-    if (b->mapped) munmap(b, b->alloc);
+    if (b->mapped == HS_BLOCK_FLIGHT) hs_block_free_hook(b);
+    else if (b->mapped) munmap(b, b->alloc);
     else free(b);
 }
 
@@ -136,6 +151,8 @@ static hs_block *pool_pop(void) {
 }
 
 void hs_block_put(hs_block *b) {
+    /* nothing refers to it: its records were drained (or discarded), not to be recovered */
+    if (b->mapped == HS_BLOCK_FLIGHT) atomic_store_explicit(&b->flight_state, 0, memory_order_release);
     if (!pool_push(b)) block_free(b);
 }
 
@@ -238,6 +255,8 @@ int hs_chain_empty(hs_chain *ch) {
 }
 
 void hs_block_discard_ref(hs_block *b) {
+    /* After fork, in the child: a flight block is the parent's, shared: never written. */
+    if (b->mapped == HS_BLOCK_FLIGHT) return;
     if (--b->refs == 0) block_release_memory(b);
 }
 

@@ -93,9 +93,34 @@ typedef struct hs_block {
     uint64_t bytes; /* counted against the memory cap: cap * sizeof(hs_record) */
     uint64_t alloc; /* bytes allocated (header included) */
     uint32_t refs;  /* consumer side only (under its lock): the chain's + each segment's */
-    uint32_t mapped;
+    uint32_t mapped; /* 0: malloc'd, 1: its own mapping, HS_BLOCK_FLIGHT: in the flight file */
+    /* The flight file's view of the block (hs_flight.h), for a process that recovers the
+     * file after this one died; never read by this process's drain side. */
+    _Atomic uint32_t flight_state; /* 1 while a thread's chain holds it, 0 in the pool */
+    uint32_t flight_pad;
+    int64_t flight_tid;            /* the OS thread id of the thread writing it */
+    uint64_t flight_base_seq;      /* the full id before the block's first record */
+    _Atomic uint64_t flight_drained; /* slots drain() has converted (the rest is recovered) */
     _Alignas(64) hs_record recs[];
 } hs_block;
+
+#define HS_BLOCK_FLIGHT 2u
+
+/* Set while a flight file is open (hs_flight.c; the ring stays free of it): blocks of its
+ * size come from the file (NULL: none left, allocate as usual; *bytes: the block's size in
+ * it), and go back to it. */
+extern hs_block *(*hs_block_alloc_hook)(uint64_t records, uint64_t *bytes);
+extern void (*hs_block_free_hook)(hs_block *b);
+
+/* A block taken by the thread tid whose last pushed id is base_seq (slow path: after a
+ * switch, before its first record is published). Only flight file blocks keep it. */
+static inline void hs_block_claim(hs_block *b, int64_t tid, uint64_t base_seq) {
+    if (!b || b->mapped != HS_BLOCK_FLIGHT) return;
+    b->flight_tid = tid;
+    b->flight_base_seq = base_seq;
+    atomic_store_explicit(&b->flight_drained, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->flight_state, 1, memory_order_release);
+}
 
 /* Records per block and the memory cap on every block held (in use, waiting for the
  * drain side, or pooled): set by configure, read on the slow path only. */

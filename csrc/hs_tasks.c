@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "hs_recorder.h"
+#include "hs_flight.h"
 #include "hs_tasks.h"
 
 typedef struct {
@@ -83,6 +84,7 @@ int hs_tasks_seen(void) { return atomic_load_explicit(&tasks_seen, memory_order_
  * consistent by then). */
 static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
     StackObject *old = t->stack_owner;
+    hs_flight_gen_begin(t); /* a reader of the flight file retries across the switch */
     if (old) {
         old->frames = t->stack;
         old->depth = t->depth;
@@ -104,6 +106,7 @@ static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
         t->stack_owner = NULL;
     }
     t->ctx = ctx;
+    hs_flight_gen_end(t);
     Py_XDECREF(old);
 }
 

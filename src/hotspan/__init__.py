@@ -50,6 +50,7 @@ _LAZY = {
     "uninstrument": ("hotspan.instrumentation", "uninstrument"),
     # A submodule (attribute None): ``hotspan.sync.mlx`` works without ``import hotspan.sync``.
     "sync": ("hotspan.sync", None),
+    "snapshot": ("hotspan.recording.flight", "snapshot"),
 }
 
 

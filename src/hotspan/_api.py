@@ -52,6 +52,28 @@ def drain_hook() -> Any:
 
 
 
+#: The flight file's name when none is given (configure(flight=True), HOTSPAN_FLIGHT=1).
+FLIGHT_DEFAULT_NAME = "hotspan-{pid}.flight"
+
+
+def flight_dir() -> str:
+    """Where a flight file given as a bare name goes: ``/dev/shm`` (memory, as the blocks
+    were) where it exists, else the temporary directory."""
+    if os.path.isdir("/dev/shm"):
+        return "/dev/shm"
+    return os.environ.get("TMPDIR") or "/tmp"
+
+
+def flight_path(spec: str | None, pid: int | None = None) -> str:
+    """The flight file's path for ``configure(flight=spec)``: ``{pid}`` replaced, a bare
+    name under ``flight_dir()``."""
+    name = spec or FLIGHT_DEFAULT_NAME
+    name = name.replace("{pid}", str(os.getpid() if pid is None else pid))
+    if os.sep not in name:
+        name = os.path.join(flight_dir(), name)
+    return name
+
+
 def rank() -> int:
     """This process's rank: ``configure(rank=...)``, else the launcher's environment, else 0."""
     if _configured_rank is not None:
@@ -74,6 +96,7 @@ def configure(
     drain_interval: float | None = None,
     drain_thread: bool | None = None,
     sync: Callable[[], Any] | None | object = ...,
+    flight: str | os.PathLike[str] | bool | None = None,
 ) -> None:
     """Set recording options; each left as ``None`` keeps its current value.
 
@@ -90,6 +113,13 @@ def configure(
     sync: the function spans opened with ``sync=True`` call right before they end (e.g.
         ``hotspan.sync.mlx``); ``None`` unsets it (those spans then sync nothing). Left out:
         unchanged.
+    flight: keep the blocks, each thread's open spans and the string table in a file
+        mapped ``MAP_SHARED`` (the flight file), so that ``hotspan recover`` rebuilds them
+        after a crash and ``hotspan top`` reads the open spans from outside. A ``{pid}`` in
+        the path is replaced; a bare name goes under ``/dev/shm`` (where it exists, else
+        the temporary directory); ``True``: ``hotspan-{pid}.flight`` there. Once a process;
+        call it before the first span (threads that recorded before keep their stacks out
+        of the file). Also ``HOTSPAN_FLIGHT=PATH`` in the environment.
     """
     global _configured_rank
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
@@ -124,6 +154,9 @@ def configure(
         _configured_rank = rank
     if drain_thread is not None and not isinstance(drain_thread, bool):
         raise TypeError(f"configure(): drain_thread must be a bool, not {type(drain_thread).__name__}")
+    if flight is not None and flight is not False and flight is not True \
+            and not isinstance(flight, (str, os.PathLike)):
+        raise TypeError(f"configure(): flight must be a path or True, not {type(flight).__name__}")
     if sync is not ...:
         _native._set_default_sync(sync)
     _native._configure(
@@ -132,6 +165,12 @@ def configure(
         interval_us,
         -1 if drain_thread is None else int(drain_thread),
     )
+    # After the sizes: the file holds memory_cap of blocks of `capacity` records.
+    if flight is not None and flight is not False:
+        _native._flight_open(flight_path(None if flight is True else os.fspath(flight)), globals()["rank"](),
+                             __version__)
+    elif rank is not None:
+        _native._flight_set_rank(rank)
 
 
 def drain() -> "pa.Table":
@@ -377,8 +416,24 @@ def _after_fork_child() -> None:
     _hub = None
 
 
+def _flight_from_env() -> None:
+    """``HOTSPAN_FLIGHT=PATH`` (``1``/``true``: the default name): the flight file from the
+    start, before any thread records. A path that cannot be made is said once on stderr;
+    recording goes on without it."""
+    value = os.environ.get("HOTSPAN_FLIGHT", "").strip()
+    if not value or value.lower() in HOTSPAN_OFF:
+        return
+    try:
+        configure(flight=True if value.lower() in HOTSPAN_ON else value)
+    except (OSError, ValueError) as exc:
+        import sys
+
+        print(f"hotspan: HOTSPAN_FLIGHT={value!r}: no flight file ({exc})", file=sys.stderr)
+
+
 _native._set_hooks(_thread_name, _decorate_with)
 _check_hotspan_env()
+_flight_from_env()
 # Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
 atexit.register(_warn_dropped_at_exit)
 if hasattr(os, "register_at_fork"):

@@ -1102,6 +1102,14 @@ def build_parser() -> argparse.ArgumentParser:
     from . import compact as _compact
     _compact.add_arguments(_add(sub, "compact", _compact.HELP, _compact.DESCRIPTION, _compact.EXAMPLE,
                                 _compact.cmd_compact))
+    from . import recover as _recover_cmd
+    from . import top as _top_cmd
+
+    _top_cmd.add_arguments(_add(sub, "top", _top_cmd.HELP, _top_cmd.DESCRIPTION, _top_cmd.EXAMPLE,
+                                _top_cmd.cmd_top))
+
+    _recover_cmd.add_arguments(_add(sub, "recover", _recover_cmd.HELP, _recover_cmd.DESCRIPTION,
+                                    _recover_cmd.EXAMPLE, _recover_cmd.cmd_recover))
     return parser
 
 

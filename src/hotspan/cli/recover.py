@@ -1,0 +1,51 @@
+"""``hotspan recover PATH -o OUT``: the spans a crashed process left in its flight file."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import CliError
+
+HELP = "rebuild the spans a crashed process left in its flight file (HOTSPAN_FLIGHT)"
+DESCRIPTION = (
+    "Read the flight file of a process that died (SIGKILL, SIGSEGV, abort(), the OOM killer) and write "
+    "every span it completed and never drained, plus the spans still open at its death (their end_ns is the "
+    "last time the file saw the process; their span_ids are listed in the table's metadata under "
+    "open_spans), to OUT in the format its extension names. A file left by a clean exit holds nothing new. "
+    "A file from another hotspan version, a truncated or a damaged one is refused (exit 2)."
+)
+EXAMPLE = "hotspan recover /dev/shm/hotspan-4242.flight -o crash.parquet"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("flight", metavar="PATH", help="the flight file")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="where to write the spans (any export format, from the extension)")
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from ..formats import exporter_for, export
+    from ..recording.flight import META_OPEN_SPANS, recover
+
+    out = Path(args.output)
+    try:
+        exporter_for(out)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if out.is_dir():
+        raise CliError(f"{out}: is a directory, not a file to write")
+    try:
+        table = recover(args.flight)
+    except ValueError as exc:  # FlightFileError names the file
+        raise CliError(str(exc)) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        export(table, out)
+    except ValueError as exc:
+        raise CliError(f"{out}: {exc}") from None
+    opened = json.loads((table.schema.metadata or {}).get(META_OPEN_SPANS, b"[]"))
+    print(f"{table.num_rows - len(opened):,} completed spans not drained and {len(opened):,} open at the end: "
+          f"{args.flight} -> {out}", file=sys.stderr)
+    return 0

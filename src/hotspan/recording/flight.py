@@ -1,0 +1,618 @@
+"""Reading a flight file (``configure(flight=PATH)``, ``HOTSPAN_FLIGHT``): the spans a dead
+process completed and never drained, and the stacks of open spans of a dead or running one.
+
+The file is written by the C core (csrc/hs_flight.h describes the layout; the header holds
+the offsets of every field read here). It comes from another process and may be truncated,
+damaged or not a flight file at all, so every count and offset is checked against the file
+before it is used: a bad file is a ``FlightFileError`` naming it, never a crash, a hang or
+memory out of proportion to the file.
+
+    recover(path) -> pyarrow.Table     # after a crash: undrained spans + the open ones
+    stacks(path) -> FlightProcess      # open spans now, read without stopping the writer
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._version import __version__
+from ..formats.base import TraceFileError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+MAGIC = b"HSFLIGHT"
+FORMAT = 1
+#: The table metadata key of the span ids that were still open when the process died
+#: (JSON list); their end_ns is the last time the file saw the process.
+META_OPEN_SPANS = b"open_spans"
+
+# hs_flight_header, field by field (csrc/hs_flight.h): little-endian, no padding needed.
+_HEADER = struct.Struct(
+    "<8sII32sqiiQ"      # magic format header_bytes version pid rank clock_source file_bytes
+    "QII" "QQ" "QII"    # slots_off nslots slot_bytes | strings_off strings_cap | pairs_off pairs_cap frames_cap
+    "QIIQ"              # blocks_off nblocks block_records block_bytes
+    "8I" "6I" "6I" "7I" "I"  # slot, tstate, frame, block offsets; pad
+    "QQqdQIIQII"        # clock_gen clock_t0 clock_n0 clock_npt last_seen clean nstrings strings_used npairs lost
+)
+_NAMES = (
+    "magic format header_bytes version pid rank clock_source file_bytes "
+    "slots_off nslots slot_bytes strings_off strings_cap pairs_off pairs_cap frames_cap "
+    "blocks_off nblocks block_records block_bytes "
+    "off_slot_state off_slot_tid off_slot_gen off_slot_name off_slot_name_len off_slot_frames_addr "
+    "off_slot_tstate off_slot_frames "
+    "off_t_depth off_t_stack off_t_seq off_t_own_stack off_t_own_depth off_t_stack_owner "
+    "frame_bytes off_f_start off_f_seq off_f_arg off_f_pair off_f_flags "
+    "off_b_head off_b_cap off_b_state off_b_tid off_b_base off_b_drained off_b_recs pad0 "
+    "clock_gen clock_t0 clock_n0 clock_npt last_seen clean_exit nstrings strings_used npairs lost_strings"
+).split()
+assert len(_NAMES) == len(_HEADER.unpack(bytes(_HEADER.size)))
+_CLOCK_AT = struct.calcsize(_HEADER.format[:_HEADER.format.index("QQqdQ")])  # clock_gen's offset
+
+# Limits far above what the writer makes: a count past them is damage, not a big file.
+_MAX_SLOTS = 1 << 16
+_MAX_FRAMES = 1 << 16
+_MAX_BLOCKS = 1 << 26
+_MAX_RECORDS = 1 << 24
+_RECORD = 32
+_F_ERROR, _F_ARG, _F_EXT = 1, 2, 8
+_SEQLOCK_TRIES = 200
+
+
+class FlightFileError(TraceFileError):
+    """A file that is not a flight file this hotspan can read (the message names it)."""
+
+
+@dataclass
+class Frame:
+    span_id: int
+    parent_id: int | None
+    depth: int
+    name: str
+    category: str | None
+    start_ns: int
+    arg: int | None
+
+
+@dataclass
+class FlightThread:
+    thread_id: int
+    thread_name: str
+    stack: list[Frame] = field(default_factory=list)  # outermost first
+    complete: bool = True  # False: deeper than the file holds, or never read consistently
+
+
+@dataclass
+class FlightProcess:
+    path: str
+    pid: int
+    rank: int
+    alive: bool
+    clean_exit: bool
+    last_seen_ns: int
+    threads: list[FlightThread]
+
+
+class _File:
+    """A flight file mapped read-only, its header checked."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            with open(self.path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size < _HEADER.size:
+                    raise FlightFileError(self.path, f"truncated: {size} bytes, not a hotspan flight file")
+                self.mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except IsADirectoryError:
+            raise FlightFileError(self.path, "is a directory, not a flight file") from None
+        self.size = size
+        h = dict(zip(_NAMES, _HEADER.unpack_from(self.mm, 0)))
+        self.h = h
+        if h["magic"] != MAGIC:
+            raise FlightFileError(self.path, "not a hotspan flight file (no HSFLIGHT magic)")
+        if h["format"] != FORMAT:
+            raise FlightFileError(self.path, f"flight file format {h['format']}, this hotspan reads format {FORMAT}")
+        version = h["version"].split(b"\0", 1)[0].decode("utf-8", "replace")
+        if version != __version__:
+            raise FlightFileError(self.path, f"written by hotspan {version!r}, this is hotspan {__version__}: "
+                                             f"read it with that version")
+        self._check_layout()
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:  # a numpy view still alive (an exception's frames): the GC closes it
+            pass
+
+    def _bad(self, what: str) -> FlightFileError:
+        return FlightFileError(self.path, f"damaged flight file: {what}")
+
+    def _check_layout(self) -> None:
+        h, size = self.h, self.size
+        if h["header_bytes"] != _HEADER.size:
+            raise self._bad(f"header of {h['header_bytes']} bytes, expected {_HEADER.size}")
+        if h["file_bytes"] != size:
+            raise FlightFileError(self.path, f"truncated: {size:,} bytes of the {h['file_bytes']:,} it was made with")
+        if not (0 < h["nslots"] <= _MAX_SLOTS and 0 < h["frames_cap"] <= _MAX_FRAMES
+                and 0 < h["nblocks"] <= _MAX_BLOCKS and 2 <= h["block_records"] <= _MAX_RECORDS):
+            raise self._bad("counts out of range")
+        fb = h["frame_bytes"]
+        if fb < 8 or any(h[k] + 8 > fb for k in ("off_f_start", "off_f_seq", "off_f_arg")) \
+                or any(h[k] + 4 > fb for k in ("off_f_pair", "off_f_flags")):
+            raise self._bad("frame layout")
+        sb = h["slot_bytes"]
+        if h["off_slot_frames"] + h["frames_cap"] * fb > sb or h["off_slot_name"] + 1 > sb \
+                or any(h[k] + 8 > sb for k in ("off_slot_state", "off_slot_tid", "off_slot_gen", "off_slot_name_len",
+                                               "off_slot_frames_addr")):
+            raise self._bad("slot layout")
+        tsize = h["off_slot_frames"] - h["off_slot_tstate"]
+        if tsize <= 0 or any(h[k] + 8 > tsize for k in ("off_t_depth", "off_t_stack", "off_t_seq", "off_t_own_stack",
+                                                         "off_t_own_depth", "off_t_stack_owner")):
+            raise self._bad("thread state layout")
+        bb = h["block_bytes"]
+        if h["off_b_recs"] + h["block_records"] * _RECORD > bb or any(
+                h[k] + 8 > h["off_b_recs"] for k in ("off_b_head", "off_b_cap", "off_b_state", "off_b_tid",
+                                                      "off_b_base", "off_b_drained")):
+            raise self._bad("block layout")
+        regions = [
+            (h["slots_off"], h["nslots"] * sb, "thread slots"),
+            (h["strings_off"], h["strings_cap"], "strings"),
+            (h["pairs_off"], h["pairs_cap"] * 8, "pairs"),
+            (h["blocks_off"], h["nblocks"] * bb, "blocks"),
+        ]
+        for off, length, what in regions:
+            if off < _HEADER.size or off + length > size:
+                raise self._bad(f"the {what} lie outside the file")
+        if h["strings_used"] > h["strings_cap"] or h["npairs"] > h["pairs_cap"]:
+            raise self._bad("string table counts")
+
+    # ---- strings --------------------------------------------------------------------------
+
+    def strings(self) -> tuple[dict[int, str], list[tuple[int, int]]]:
+        """(string id -> text, pair id -> (name id, path id))."""
+        h, mm = self.h, self.mm
+        out: dict[int, str] = {}
+        at, end = h["strings_off"], h["strings_off"] + min(h["strings_used"], h["strings_cap"])
+        while at + 8 <= end:
+            sid, n = struct.unpack_from("<II", mm, at)
+            if at + 8 + n > end:
+                break  # damaged: the rest is unreadable
+            out[sid] = mm[at + 8:at + 8 + n].decode("utf-8", "replace")
+            at += 8 + ((n + 7) & ~7)
+        npairs = min(h["npairs"], h["pairs_cap"])
+        raw = mm[h["pairs_off"]:h["pairs_off"] + 8 * npairs]
+        flat = struct.unpack(f"<{2 * npairs}I", raw)
+        pairs = list(zip(flat[0::2], flat[1::2]))
+        return out, pairs
+
+    # ---- clock ----------------------------------------------------------------------------
+
+    def clock(self) -> tuple[int, int, float, int]:
+        """(t0, n0, ns per tick, last seen ticks), read consistently (the clock's seqlock)."""
+        for _ in range(_SEQLOCK_TRIES):
+            gen1 = struct.unpack_from("<Q", self.mm, _CLOCK_AT)[0]
+            t0, n0, npt, last = struct.unpack_from("<QqdQ", self.mm, _CLOCK_AT + 8)
+            gen2 = struct.unpack_from("<Q", self.mm, _CLOCK_AT)[0]
+            if gen1 == gen2 and not gen1 & 1:
+                break
+        # NaN, absurd rates or anchors: damage (and no conversion may leave int64)
+        if not (npt == npt and 1e-6 < npt < 1e6) or not -(1 << 62) < n0 < (1 << 62):
+            raise self._bad("clock calibration")
+        return t0, n0, npt, last
+
+    # ---- threads --------------------------------------------------------------------------
+
+    def slot(self, i: int) -> int:
+        return self.h["slots_off"] + i * self.h["slot_bytes"]
+
+    def read_thread(self, i: int, names: dict[int, str], pairs: list[tuple[int, int]],
+                    convert, live: bool) -> FlightThread | None:
+        """Slot i's thread and its open spans (None: no live thread there). A running
+        writer is never stopped: the frames are copied between two reads of the thread's
+        next span id (bumped before a frame is written) and of the slot's generation (odd
+        while a slow path rearranges the stack); a copy during which either moved is
+        taken again."""
+        h, mm = self.h, self.mm
+        at = self.slot(i)
+        ts = at + h["off_slot_tstate"]
+        state = struct.unpack_from("<I", mm, at + h["off_slot_state"])[0]
+        if state != 1:
+            return None
+        frames_addr = struct.unpack_from("<Q", mm, at + h["off_slot_frames_addr"])[0]
+        fb, cap = h["frame_bytes"], h["frames_cap"]
+        for _ in range(_SEQLOCK_TRIES if live else 1):
+            gen1 = struct.unpack_from("<Q", mm, at + h["off_slot_gen"])[0]
+            seq1 = struct.unpack_from("<Q", mm, ts + h["off_t_seq"])[0]
+            tid = struct.unpack_from("<q", mm, at + h["off_slot_tid"])[0]
+            nlen = min(struct.unpack_from("<I", mm, at + h["off_slot_name_len"])[0],
+                       h["off_slot_tstate"] - h["off_slot_name"])
+            name = mm[at + h["off_slot_name"]:at + h["off_slot_name"] + nlen]
+            depth = struct.unpack_from("<I", mm, ts + h["off_t_depth"])[0]
+            stack = struct.unpack_from("<Q", mm, ts + h["off_t_stack"])[0]
+            own = struct.unpack_from("<Q", mm, ts + h["off_t_own_stack"])[0]
+            own_depth = struct.unpack_from("<I", mm, ts + h["off_t_own_depth"])[0]
+            if stack != frames_addr and own == frames_addr:
+                depth = own_depth  # an asyncio task's stack is current: the thread's own one
+            complete = stack == frames_addr or own == frames_addr
+            n = min(depth, cap) if complete else 0
+            complete = complete and depth <= cap
+            raw = mm[at + h["off_slot_frames"]:at + h["off_slot_frames"] + n * fb]
+            seq2 = struct.unpack_from("<Q", mm, ts + h["off_t_seq"])[0]
+            gen2 = struct.unpack_from("<Q", mm, at + h["off_slot_gen"])[0]
+            if gen1 == gen2 and not gen1 & 1 and seq1 == seq2:
+                break
+            time.sleep(0)  # let the writer finish what it is doing
+        else:
+            if live:
+                return FlightThread(tid, name.decode("utf-8", "replace"), [], complete=False)
+        thread = FlightThread(tid, name.decode("utf-8", "replace"), [], complete=complete)
+        parent = None
+        for d in range(n):
+            o = d * fb
+            start, = struct.unpack_from("<Q", raw, o + h["off_f_start"])
+            seq, = struct.unpack_from("<Q", raw, o + h["off_f_seq"])
+            arg, = struct.unpack_from("<q", raw, o + h["off_f_arg"])
+            pair, = struct.unpack_from("<I", raw, o + h["off_f_pair"])
+            flags, = struct.unpack_from("<I", raw, o + h["off_f_flags"])
+            nm, cat = _pair_strings(pair, names, pairs)
+            thread.stack.append(Frame(seq, parent, d, nm, cat, convert(start), arg if flags & _F_ARG else None))
+            parent = seq
+        return thread
+
+    def threads(self, names, pairs, convert, live: bool) -> list[FlightThread]:
+        out = []
+        for i in range(self.h["nslots"]):
+            t = self.read_thread(i, names, pairs, convert, live)
+            if t is not None:
+                out.append(t)
+        return out
+
+    def thread_names(self) -> dict[int, str]:
+        """Every slot's thread id -> name (exited threads too, while their slot is kept)."""
+        h, mm = self.h, self.mm
+        out = {}
+        for i in range(h["nslots"]):
+            at = self.slot(i)
+            if struct.unpack_from("<I", mm, at + h["off_slot_state"])[0] == 0:
+                continue
+            tid = struct.unpack_from("<q", mm, at + h["off_slot_tid"])[0]
+            nlen = min(struct.unpack_from("<I", mm, at + h["off_slot_name_len"])[0],
+                       h["off_slot_tstate"] - h["off_slot_name"])
+            out[tid] = mm[at + h["off_slot_name"]:at + h["off_slot_name"] + nlen].decode("utf-8", "replace")
+        return out
+
+
+def _pair_strings(pair: int, names: dict[int, str], pairs: list[tuple[int, int]]) -> tuple[str, str | None]:
+    if pair >= len(pairs):
+        return f"<unknown span {pair}>", None
+    name_id, path_id = pairs[pair]
+    name = names.get(name_id, f"<unknown name {name_id}>")
+    return name, (names.get(path_id, f"<unknown category {path_id}>") if path_id else None)
+
+
+def _converter(t0: int, n0: int, npt: float):
+    """ticks -> epoch ns with the file's newest clock segment (ticks are unsigned 64-bit)."""
+    def convert(ticks: int) -> int:
+        d = ticks - t0
+        if d >= 1 << 63:
+            d -= 1 << 64
+        return _clamp(n0 + (d if npt == 1.0 else int(d * npt)))
+    return convert
+
+
+def _clamp(ns: int) -> int:
+    """Into int64 (a damaged tick converts to an absurd time, never to an overflow)."""
+    return min(max(ns, -(1 << 62)), 1 << 62)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (killed, not yet reaped) is gone for our purpose.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _maps_file(pid: int, path: str) -> bool:
+    """Whether process pid maps path (a reused pid does not)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            target = os.path.realpath(path).encode()
+            return any(line.rstrip(b"\n").endswith(b" " + target) for line in fh)
+    except OSError:
+        return pid_alive(pid)
+
+
+def stacks(path: str | os.PathLike) -> FlightProcess:
+    """The open spans of the process that writes (or wrote) the flight file at path, per
+    thread, read without stopping it."""
+    f = _File(path)
+    try:
+        h = f.h
+        t0, n0, npt, last = f.clock()
+        convert = _converter(t0, n0, npt)
+        alive = not h["clean_exit"] and pid_alive(h["pid"]) and _maps_file(h["pid"], f.path)
+        names, pairs = f.strings()
+        threads = [] if h["clean_exit"] else f.threads(names, pairs, convert, live=alive)
+        return FlightProcess(f.path, h["pid"], h["rank"], alive, bool(h["clean_exit"]), convert(last), threads)
+    finally:
+        f.close()
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def _decode_block(f: _File, i: int, convert_arrays) -> dict[str, Any] | None:
+    """The records of block i not drained yet, as numpy columns (None: nothing there)."""
+    import numpy as np
+
+    h, mm = f.h, f.mm
+    at = h["blocks_off"] + i * h["block_bytes"]
+    state = struct.unpack_from("<I", mm, at + h["off_b_state"])[0]
+    if state != 1:
+        return None
+    head = struct.unpack_from("<Q", mm, at + h["off_b_head"])[0]
+    drained = struct.unpack_from("<Q", mm, at + h["off_b_drained"])[0]
+    tid = struct.unpack_from("<q", mm, at + h["off_b_tid"])[0]
+    base = struct.unpack_from("<Q", mm, at + h["off_b_base"])[0]
+    head = min(head, h["block_records"])  # damage never reads past the block
+    if drained >= head:
+        return None
+    recs = np.frombuffer(mm, dtype=np.uint64, count=4 * head, offset=at + h["off_b_recs"]).reshape(head, 4)
+    w0, w1 = recs[:, 2], recs[:, 3]
+    flags = (w0 >> np.uint64(56)).astype(np.uint32)
+    # Which slots are records: the slot after a record flagged EXT holds its extension.
+    is_ext_data = np.zeros(head, dtype=bool)
+    ext_primary = np.zeros(head, dtype=bool)
+    for k in np.flatnonzero(flags & _F_EXT):
+        if not is_ext_data[k]:
+            if k + 1 >= head:
+                is_ext_data[k] = True  # damaged: an extension that is not there
+                continue
+            ext_primary[k] = True
+            is_ext_data[k + 1] = True
+    prim = np.flatnonzero(~is_ext_data)
+    if not len(prim):
+        return None
+    low = (w1[prim] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    # span ids: each record's low 32 bits against the previous id (hs_seq_extend), the
+    # block's base id before the first; an extension record carries the full id.
+    prev_low = np.empty_like(low)
+    prev_low[0] = np.uint32(base & 0xFFFFFFFF)
+    prev_low[1:] = low[:-1]
+    delta = (low - prev_low).astype(np.int32).astype(np.int64).astype(np.uint64)
+    seq = np.cumsum(delta, dtype=np.uint64) + np.uint64(base)
+    ext_rows = np.flatnonzero(ext_primary[prim])
+    for r in ext_rows:
+        full = recs[prim[r] + 1, 0]
+        seq[r:] += full - seq[r]  # uint64: wraps as the ids do
+    pdelta = ((w1[prim] >> np.uint64(32)) & np.uint64(0xFFFFFF))
+    depth = (w1[prim] >> np.uint64(56)).astype(np.int32)
+    dur = w0[prim] & np.uint64((1 << 40) - 1)
+    pair = ((w0[prim] >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.uint32)
+    parent = seq - pdelta
+    has_parent = pdelta != 0
+    if len(ext_rows):
+        x = recs[prim[ext_rows] + 1]
+        parent_p1 = x[:, 1]
+        parent[ext_rows] = parent_p1 - np.uint64(1)
+        has_parent[ext_rows] = parent_p1 != 0
+        dur[ext_rows] = x[:, 2]
+        depth[ext_rows] = (x[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.int32)
+        pair[ext_rows] = (x[:, 3] >> np.uint64(32)).astype(np.uint32)
+    keep = prim >= drained
+    fl = flags[prim]
+    start_ticks = recs[prim, 0]
+    start_ns, end_ns = convert_arrays(start_ticks, dur)
+    arg = recs[prim, 1].view(np.int64)
+    return {
+        "span_id": seq[keep], "parent_id": parent[keep], "has_parent": has_parent[keep],
+        "pair": pair[keep], "start_ns": start_ns[keep], "end_ns": end_ns[keep], "depth": depth[keep],
+        "arg": arg[keep], "has_arg": (fl[keep] & _F_ARG) != 0, "error": (fl[keep] & _F_ERROR) != 0,
+        "thread_id": np.full(int(keep.sum()), tid, dtype=np.int64),
+    }
+
+
+def recover(path: str | os.PathLike) -> "pa.Table":
+    """The spans a process that died left in its flight file: every span completed and not
+    yet drained, and the spans still open at its death, whose ``end_ns`` is the last time
+    the file saw the process and whose ids are listed (JSON) in the table's metadata under
+    ``open_spans``. A file left by a clean exit gives an empty table. Raises
+    ``FlightFileError`` for a file that is not a readable flight file of this version."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .._schema import META_PID, META_RANK, META_VERSION, SPAN_SCHEMA
+
+    f = _File(path)
+    try:
+        h = f.h
+        t0, n0, npt, last = f.clock()
+        convert = _converter(t0, n0, npt)
+
+        def convert_arrays(ticks, dur):
+            # in float64, clamped: damaged ticks give absurd times, never int64 overflow
+            # (exact where it matters: ns offsets below 2^53 from the anchor)
+            d = (ticks - np.uint64(t0)).view(np.int64)
+            small = not len(d) or (float(np.abs(d.astype(np.float64)).max()) < 2.0**60 and int(dur.max()) < (1 << 60))
+            if npt == 1.0 and small:  # ticks are ns: exact integers
+                start = d + np.int64(n0)
+                return start, start + dur.view(np.int64)
+            lim = float(1 << 61)
+            off = np.clip(d.astype(np.float64) * npt, -lim, lim).astype(np.int64)
+            span = np.clip(dur.astype(np.float64) * npt, 0, lim).astype(np.int64)
+            start = np.clip(np.int64(n0) + off, -(1 << 62), 1 << 62)
+            return start, np.clip(start + span, -(1 << 62), 1 << 62)
+
+        names, pairs = f.strings()
+        thread_names = f.thread_names()
+        parts = []
+        open_rows: list[tuple] = []
+        end_open = convert(last)
+        if not h["clean_exit"]:
+            for i in range(h["nblocks"]):
+                part = _decode_block(f, i, convert_arrays)
+                if part is not None and len(part["span_id"]):
+                    parts.append(part)
+            for t in f.threads(names, pairs, convert, live=False):
+                for fr in t.stack:
+                    open_rows.append((t, fr))
+        meta = {META_VERSION: __version__.encode(), META_PID: str(h["pid"]).encode(),
+                META_RANK: str(h["rank"]).encode(),
+                META_OPEN_SPANS: json.dumps([fr.span_id for _t, fr in open_rows]).encode(),
+                b"hotspan.recovered_from": f.path.encode()}
+        cols: dict[str, list] = {k: [] for k in ("span_id", "parent_id", "has_parent", "pair", "start_ns", "end_ns",
+                                                 "depth", "arg", "has_arg", "error", "thread_id")}
+        for part in parts:
+            for k in cols:
+                cols[k].append(part[k])
+        arrays = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
+        n_closed = len(arrays["span_id"])
+        # name and category per pair, once
+        pair_ids = arrays["pair"].astype(np.int64) if n_closed else np.empty(0, dtype=np.int64)
+        span_names = [_pair_strings(int(p), names, pairs) for p in pair_ids]
+        span_id = [int(x) for x in arrays["span_id"]] + [fr.span_id for _t, fr in open_rows]
+        parent = [int(p) if hp else None for p, hp in zip(arrays["parent_id"], arrays["has_parent"])] + \
+                 [fr.parent_id for _t, fr in open_rows]
+        name = [n for n, _c in span_names] + [fr.name for _t, fr in open_rows]
+        category = [c for _n, c in span_names] + [fr.category for _t, fr in open_rows]
+        start = [int(x) for x in arrays["start_ns"]] + [fr.start_ns for _t, fr in open_rows]
+        end = [int(x) for x in arrays["end_ns"]] + [max(end_open, fr.start_ns) for _t, fr in open_rows]
+        depth = [int(x) for x in arrays["depth"]] + [fr.depth for _t, fr in open_rows]
+        tids = [int(x) for x in arrays["thread_id"]] + [t.thread_id for t, _fr in open_rows]
+        arg = [int(a) if ha else None for a, ha in zip(arrays["arg"], arrays["has_arg"])] + \
+              [fr.arg for _t, fr in open_rows]
+        error = [bool(e) for e in arrays["error"]] + [False] * len(open_rows)
+        tnames = [thread_names.get(t, f"Thread-{t}") for t in tids]
+        n = len(span_id)
+        table = pa.table({
+            "span_id": pa.array(span_id, pa.uint64()),
+            "parent_id": pa.array(parent, pa.uint64()),
+            "name": pa.array(name, pa.string()).dictionary_encode(),
+            "category": pa.array(category, pa.string()).dictionary_encode(),
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(end, pa.int64()),
+            "duration_ns": pa.array([max(0, e - s) for s, e in zip(start, end)], pa.int64()),
+            "depth": pa.array(depth, pa.int32()),
+            "thread_id": pa.array(tids, pa.int64()),
+            "thread_name": pa.array(tnames, pa.string()).dictionary_encode(),
+            "pid": pa.array([h["pid"]] * n, pa.int64()),
+            "rank": pa.array([h["rank"]] * n, pa.int32()),
+            "arg": pa.array(arg, pa.int64()),
+            "error": pa.array(error, pa.bool_()),
+        })
+        table = table.cast(SPAN_SCHEMA.with_metadata(meta))
+        if n:
+            import pyarrow.compute as pc
+
+            table = table.take(pc.sort_indices(table, [("thread_id", "ascending"), ("start_ns", "ascending")]))
+        return table
+    finally:
+        f.close()
+
+
+# --------------------------------------------------------------------------- finding files
+
+
+def is_flight_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == MAGIC
+    except OSError:
+        return False
+
+
+def mapped_flight_files(pid: int) -> list[str]:
+    """The flight files process pid maps (wherever HOTSPAN_FLIGHT put them)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    seen: list[str] = []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith(b"/") or b"rw-s" not in parts[1]:
+            continue  # flight files are shared writable mappings
+        path = os.fsdecode(parts[5])
+        if path not in seen and is_flight_file(path):
+            seen.append(path)
+    return seen
+
+
+def flight_processes() -> dict[int, list[str]]:
+    """Every process of this user (whose maps it can read) with a flight file mapped."""
+    out: dict[int, list[str]] = {}
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        files = mapped_flight_files(int(entry))
+        if files:
+            out[int(entry)] = files
+    return out
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+def snapshot() -> "pa.Table":
+    """The spans open now in this process, per thread (outermost first): pid, rank,
+    thread_id, thread_name, depth, name, category, start_ns, elapsed_ns, span_id. Read from
+    the flight file, as ``hotspan top`` reads it from outside."""
+    import pyarrow as pa
+
+    from .. import _native
+
+    path = _native._flight_path()
+    if path is None:
+        raise RuntimeError("snapshot() reads the flight file: configure(flight=PATH) (or HOTSPAN_FLIGHT=PATH) "
+                           "before the first span")
+    proc = stacks(path)
+    now = time.time_ns()
+    schema = __getattr__("SNAPSHOT_SCHEMA")
+    rows: dict[str, list] = {k: [] for k in schema.names}
+    for t in proc.threads:
+        for fr in t.stack:
+            for k, v in (("pid", proc.pid), ("rank", proc.rank), ("thread_id", t.thread_id),
+                         ("thread_name", t.thread_name), ("depth", fr.depth), ("name", fr.name),
+                         ("category", fr.category), ("start_ns", fr.start_ns),
+                         ("elapsed_ns", max(0, now - fr.start_ns)), ("span_id", fr.span_id)):
+                rows[k].append(v)
+    return pa.table(rows, schema=schema)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SNAPSHOT_SCHEMA":  # pyarrow on first use only
+        import pyarrow as pa
+
+        schema = pa.schema([("pid", pa.int64()), ("rank", pa.int32()), ("thread_id", pa.int64()),
+                            ("thread_name", pa.string()), ("depth", pa.int32()), ("name", pa.string()),
+                            ("category", pa.string()), ("start_ns", pa.int64()), ("elapsed_ns", pa.int64()),
+                            ("span_id", pa.uint64())])
+        globals()["SNAPSHOT_SCHEMA"] = schema
+        return schema
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["FlightFileError", "META_OPEN_SPANS", "recover", "stacks", "snapshot", "flight_processes",
+           "mapped_flight_files", "is_flight_file", "pid_alive"]
