@@ -74,6 +74,7 @@ def configure(
     drain_interval: float | None = None,
     drain_thread: bool | None = None,
     sync: Callable[[], Any] | None | object = ...,
+    nvtx: bool | None = None,
 ) -> None:
     """Set recording options; each left as ``None`` keeps its current value.
 
@@ -90,6 +91,13 @@ def configure(
     sync: the function spans opened with ``sync=True`` call right before they end (e.g.
         ``hotspan.sync.mlx``); ``None`` unsets it (those spans then sync nothing). Left out:
         unchanged.
+    nvtx: ``True``: every span is also an NVTX push/pop range (domain ``hotspan``, message:
+        the span's name, category: its category path, payload: its arg) and every instant
+        an NVTX mark, so Nsight Systems (``nsys profile``) shows hotspan's spans beside the
+        kernels; ``False`` stops it (spans open then still pop their ranges). Without a
+        tool attached the NVTX calls do nothing but return. ``HOTSPAN_NVTX=1`` in the
+        environment turns it on at import. Off (the default), a span pays one predictable
+        branch for it.
     """
     global _configured_rank
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
@@ -124,8 +132,12 @@ def configure(
         _configured_rank = rank
     if drain_thread is not None and not isinstance(drain_thread, bool):
         raise TypeError(f"configure(): drain_thread must be a bool, not {type(drain_thread).__name__}")
+    if nvtx is not None and not isinstance(nvtx, bool):
+        raise TypeError(f"configure(): nvtx must be a bool, not {type(nvtx).__name__}")
     if sync is not ...:
         _native._set_default_sync(sync)
+    if nvtx is not None:
+        _native._set_nvtx(nvtx)
     _native._configure(
         capacity if capacity is not None else -1,
         memory_cap if memory_cap is not None else -1,
