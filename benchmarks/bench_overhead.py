@@ -21,7 +21,9 @@ ratio's on/off quotient (target <= 1.10).
 
 The floor is hotspan._native.NoopContext: a C context manager whose __enter__/__exit__
 do nothing, built exactly like hotspan.span. Peers run when installed: nvtx,
-viztracer, torch.
+viztracer, torch. "reused / floor" is a span with the NVTX passthrough off (the default: one
+branch); "reused nvtx on / floor" the same span with configure(nvtx=True) and no NVTX tool
+attached.
 """
 from __future__ import annotations
 
@@ -107,6 +109,17 @@ def make_cases(n: int, peers: bool = True) -> dict[str, Callable[[], None]]:
                 pass
         _naive_log.clear()
 
+    def hotspan_reused_nvtx():
+        # configure(nvtx=True) with no NVTX tool attached: what the passthrough costs a span
+        # when nobody listens (the NVTX calls find null function pointers and return).
+        _native._set_nvtx(True)
+        try:
+            for _ in range(n):
+                with reused:
+                    pass
+        finally:
+            _native._set_nvtx(False)
+
     cases = {
         "empty loop": empty_loop,
         "floor: no-op C context manager": floor,
@@ -117,6 +130,8 @@ def make_cases(n: int, peers: bool = True) -> dict[str, Callable[[], None]]:
         "hotspan: @traced call": traced_call,
         "naive contextmanager tracer": naive,
     }
+    if hasattr(_native, "_set_nvtx"):  # absent from builds before the NVTX passthrough
+        cases[NVTX_ON] = hotspan_reused_nvtx
     if not peers:
         return cases
     try:
@@ -227,6 +242,7 @@ TARGETS = {
     "nvtx reused / hotspan reused": (">=", 1.5),
 }
 FLOOR = "floor: no-op C context manager"
+NVTX_ON = "hotspan: reused span, nvtx on (no tool)"
 
 
 def ratios_from(times: dict[str, float]) -> dict[str, float]:
@@ -240,6 +256,9 @@ def ratios_from(times: dict[str, float]) -> dict[str, float]:
         "traced added / with added": (times["hotspan: @traced call"] - times["bare call"]) / (floor - empty),
         "naive / reused": times["naive contextmanager tracer"] / reused,
     }
+    if NVTX_ON in times:
+        # beside "reused / floor" (nvtx off, the default): the same span with the passthrough on
+        ratios["reused nvtx on / floor"] = times[NVTX_ON] / floor
     if "nvtx.annotate (reused)" in times:
         ratios["nvtx reused / hotspan reused"] = times["nvtx.annotate (reused)"] / reused
     if "viztracer log_event" in times:

@@ -102,6 +102,20 @@ static PyObject *py_flight_set_rank(PyObject *m, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* _set_nvtx(on): NVTX passthrough (configure(nvtx=)). */
+static PyObject *py_set_nvtx(PyObject *m, PyObject *on) {
+    (void)m;
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    if (hs_nvtx_set(v) < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_nvtx(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    return PyBool_FromLong(atomic_load(&hs_nvtx_on));
+}
+
 /* dropped(detail=False): the total, or {"total", "memory_cap", "other", "threads": {tid:
  * {"name", "memory_cap", "other"}}} for the threads that dropped any (exited ones too). */
 static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
@@ -591,6 +605,8 @@ static PyMethodDef module_methods[] = {
     {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},
     {"_set_default_sync", py_set_default_sync, METH_O, NULL},
     {"_configure", py_configure, METH_VARARGS, NULL},
+    {"_set_nvtx", py_set_nvtx, METH_O, NULL},
+    {"_nvtx", py_nvtx, METH_NOARGS, NULL},
     {"_drain", py_drain, METH_O, NULL},
     {"_flight_open", py_flight_open, METH_VARARGS, NULL},
     {"_flight_path", py_flight_path, METH_NOARGS, NULL},
@@ -637,6 +653,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     const char *env = getenv("HOTSPAN");
     if (env && (!strcmp(env, "0") || !strcasecmp(env, "false") || !strcasecmp(env, "off") || !strcasecmp(env, "no")))
         atomic_store(&hs_enabled, 0);
+    hs_nvtx_init_from_env(); /* HOTSPAN_NVTX=1 */
     PyObject *capsule = PyCapsule_New((void *)&capi, HOTSPAN_CAPSULE_NAME, NULL);
     if (PyModule_AddObjectRef(m, "span", (PyObject *)&SpanType) < 0 ||
         PyModule_AddObjectRef(m, "traced_function", (PyObject *)&TracedType) < 0 ||

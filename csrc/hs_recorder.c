@@ -67,6 +67,8 @@ hs_site *hs_site_create(const char *name, size_t name_len, const char *category,
     site_count++;
 done:
     pthread_mutex_unlock(&site_lock);
+    /* NVTX on: the site's name and category are registered now, never in a span */
+    if (out && atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_seen(pair);
     return out;
 }
 
@@ -76,6 +78,7 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair) {
     uint32_t p = hs_intern_pair(s->name, path);
     if (p == UINT32_MAX) return -1;
     *pair = p;
+    if (atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_seen(p); /* a new path: named now */
     /* One entry: a site nested under alternating parents pays this lock each time; the
      * common case (a site always under the same parent path) pays it once. */
     atomic_store_explicit(&s->nested, ((uint64_t)parent_path << 32) | p, memory_order_release);
@@ -119,6 +122,10 @@ void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error) {
     hs_flight_gen_end(t);
     hs_push(t, f.start, end, f.seq, f.pair, f.arg, f.flags | (error ? HS_F_ERROR : 0), k,
             k ? t->stack[k - 1].seq + 1 : 0);
+    /* NVTX ranges are a per-thread stack: this pops the innermost one, whichever span it
+     * belongs to (pushes and pops stay balanced; the names of ranges closed out of order
+     * are NVTX's innermost, not these). */
+    if (f.flags & HS_FRAME_NVTX) hs_nvtx_pop();
 }
 
 /* Out of line: the thread's context changed since its stack was made current (a task

@@ -13,6 +13,7 @@
 #include "hs_clock.h"
 #include "hs_drain.h"
 #include "hs_intern.h"
+#include "hs_nvtx.h"
 #include "hs_registry.h"
 #include "hs_ring.h"
 
@@ -95,6 +96,10 @@ HS_HOT int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) 
     f->arg = arg;
     f->flags = flags;
     f->seq = seq;
+    /* NVTX passthrough: off, one load of a global and a branch predicted not taken; on, the
+     * range is pushed (out of line) before the start timestamp, so its cost stays outside
+     * the span. */
+    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_enter(f);
     f->start = hs_ticks(); /* last but the depth, so the span measures little of itself */
     __atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
     return 1;
@@ -138,8 +143,11 @@ HS_HOT void hs_push(hs_tstate *t, uint64_t start, uint64_t end, uint64_t seq, ui
 HS_HOT void hs_close_top(hs_tstate *t, uint64_t end, int error) {
     uint32_t d = --t->depth;
     hs_frame *f = &t->stack[d];
-    hs_push(t, f->start, end, f->seq, f->pair, f->arg, f->flags | (error ? HS_F_ERROR : 0), d,
+    uint32_t flags = f->flags;
+    hs_push(t, f->start, end, f->seq, f->pair, f->arg, flags | (error ? HS_F_ERROR : 0), d,
             d ? t->stack[d - 1].seq + 1 : 0);
+    /* the frame's own flag, already loaded: a test and a branch predicted not taken */
+    if (HS_UNLIKELY(flags & HS_FRAME_NVTX)) hs_nvtx_pop();
 }
 
 /* Close the innermost span opened by owner (normally the top frame). */
@@ -171,6 +179,7 @@ HS_HOT void hs_instant(hs_site *s, int64_t arg, uint32_t flags) {
     uint64_t seq = t->seq;
     if (HS_UNLIKELY(seq == t->seq_end)) seq = hs_seq_refill(t);
     t->seq = seq + 1;
+    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_mark(pair, arg, flags);
     uint64_t now = hs_ticks();
     hs_push(t, now, now, seq, pair, arg, flags | HS_F_INSTANT, d, d ? t->stack[d - 1].seq + 1 : 0);
 }

@@ -133,6 +133,7 @@ static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx)
     if (cd) {
         frames[cd - 1] = cf[cd - 1];
         frames[cd - 1].owner = NULL; /* the creator's to close, never this task's */
+        frames[cd - 1].flags &= ~HS_FRAME_NVTX; /* so its NVTX range too */
     }
     StackObject *s = PyObject_GC_New(StackObject, &StackType);
     if (!s) {

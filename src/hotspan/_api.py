@@ -97,6 +97,7 @@ def configure(
     drain_thread: bool | None = None,
     sync: Callable[[], Any] | None | object = ...,
     flight: str | os.PathLike[str] | bool | None = None,
+    nvtx: bool | None = None,
 ) -> None:
     """Set recording options; each left as ``None`` keeps its current value.
 
@@ -120,6 +121,13 @@ def configure(
         the temporary directory); ``True``: ``hotspan-{pid}.flight`` there. Once a process;
         call it before the first span (threads that recorded before keep their stacks out
         of the file). Also ``HOTSPAN_FLIGHT=PATH`` in the environment.
+    nvtx: ``True``: every span is also an NVTX push/pop range (domain ``hotspan``, message:
+        the span's name, category: its category path, payload: its arg) and every instant
+        an NVTX mark, so Nsight Systems (``nsys profile``) shows hotspan's spans beside the
+        kernels; ``False`` stops it (spans open then still pop their ranges). Without a
+        tool attached the NVTX calls do nothing but return. ``HOTSPAN_NVTX=1`` in the
+        environment turns it on at import. Off (the default), a span pays one predictable
+        branch for it.
     """
     global _configured_rank
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
@@ -157,8 +165,12 @@ def configure(
     if flight is not None and flight is not False and flight is not True \
             and not isinstance(flight, (str, os.PathLike)):
         raise TypeError(f"configure(): flight must be a path or True, not {type(flight).__name__}")
+    if nvtx is not None and not isinstance(nvtx, bool):
+        raise TypeError(f"configure(): nvtx must be a bool, not {type(nvtx).__name__}")
     if sync is not ...:
         _native._set_default_sync(sync)
+    if nvtx is not None:
+        _native._set_nvtx(nvtx)
     _native._configure(
         capacity if capacity is not None else -1,
         memory_cap if memory_cap is not None else -1,

@@ -1,0 +1,54 @@
+/* hs_nvtx: NVTX passthrough (configure(nvtx=True), HOTSPAN_NVTX=1). Every recorded span is
+ * also an NVTX push/pop range in the domain "hotspan" (message: the span's name, category:
+ * its category path, payload: its arg), every instant an NVTX mark, so Nsight Systems
+ * shows hotspan's spans beside the kernels.
+ *
+ * The hot path only reads hs_nvtx_on (one predictable branch at enter) and a frame flag at
+ * exit; everything else is out of line in hs_nvtx.c, the one file that includes the NVTX3
+ * headers. Names are registered (nvtxDomainRegisterStringA) and category paths named
+ * (nvtxDomainNameCategoryA) when their (name, path) pair is interned, or all at once when
+ * NVTX is switched on, never per span.
+ *
+ * Free of Python.h.
+ */
+#ifndef HS_NVTX_H
+#define HS_NVTX_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "hs_registry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A frame-only flag (bit 9, beyond the 8 bits of flags a record keeps: hs_push shifts it
+ * out): the frame pushed an NVTX range, so its close pops one. Kept on the frame rather
+ * than read from hs_nvtx_on at exit, so switching NVTX while spans are open never pops a
+ * range that was not pushed. (hs_types.c's HS_FRAME_SYNC is bit 8.) */
+#define HS_FRAME_NVTX 0x200u
+
+/* 1 while NVTX passthrough is on. */
+extern _Atomic int hs_nvtx_on;
+
+/* The frame just opened (pair, arg, flags set): push its range, mark the frame. */
+void hs_nvtx_enter(hs_frame *f);
+/* A frame marked HS_FRAME_NVTX was closed. */
+void hs_nvtx_pop(void);
+/* An instant: an NVTX mark. */
+void hs_nvtx_mark(uint32_t pair, int64_t arg, uint32_t flags);
+/* A (name, path) pair was interned or resolved while NVTX is on: register its strings
+ * now (once each), off the hot path. */
+void hs_nvtx_pair_seen(uint32_t pair);
+/* Switch the passthrough on or off. On: creates the domain (loading the NVTX injection
+ * library a tool such as Nsight Systems names, if any) and registers every pair interned
+ * so far. 0, or -1 when out of memory. */
+int hs_nvtx_set(int on);
+/* HOTSPAN_NVTX=1 (or true/on/yes) in the environment: switch it on. */
+void hs_nvtx_init_from_env(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
