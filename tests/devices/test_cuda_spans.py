@@ -137,19 +137,18 @@ def test_events_are_pooled_no_new_event_once_warm(gpu):
 
 
 def test_thread_ids_are_negative_stable_and_per_stream(gpu):
-    for device, stream in ((0, 0), (0, 7), (1, 0), (0, 123456789)):
+    for device, stream in ((0, 0), (0, 7), (1, 0), (0, 0x7F3A_1234_5600)):  # the last: an external stream
         gpu.current = gpu.stream(device, stream)
         with hotspan.span("k", device="cuda"):
             gpu.current.launch(10)
     device = split(hotspan.drain(wait_device=True))[1]
     ids = {r["thread_name"]: r["thread_id"] for r in device}
-    assert ids == {
-        "cuda:0 stream 0": -1,
-        "cuda:0 stream 7": -8,
-        "cuda:1 stream 0": -1 - (1 << 48),
-        "cuda:0 stream 123456789": -123456790,
-    }
-    assert all(cuda.device_thread_id(d, s) == -1 - ((d << 48) | s) for d, s in ((0, 0), (3, 5)))
+    external = ids.pop(f"cuda:0 stream {0x7F3A_1234_5600}")
+    assert ids == {"cuda:0 stream 0": -1, "cuda:0 stream 7": -8, "cuda:1 stream 0": -1 - (1 << 20)}
+    assert -(1 << 20) <= external < -1 - (1 << 19)  # hashed into the upper half of device 0's ids
+    assert all(cuda.device_thread_id(d, s) == -1 - (d * (1 << 20) + s) for d, s in ((0, 0), (3, 5), (1023, 1000)))
+    assert cuda.device_thread_id(1023, 1 << 40) >= -(1 << 31)  # every id fits in int32 (Perfetto's tid)
+    assert cuda.device_thread_id(0, 1 << 40) == cuda.device_thread_id(0, 1 << 40)  # stable
 
 
 def test_parent_depth_arg_error_follow_the_host_span(gpu):

@@ -25,8 +25,9 @@ A device row has the conventions below (README, "GPU, MLX and collectives"):
 * ``span_id``: a fresh id from the core's id ranges (never one a thread uses);
 * ``thread_name``: ``cuda:<device> stream <stream id>`` (torch's ``Stream.stream_id``; 0
   for the default stream);
-* ``thread_id``: :func:`device_thread_id`, ``-1 - (device << 48 | stream id)``: negative,
-  so never an OS thread id, and the same for a (device, stream) in every run;
+* ``thread_id``: :func:`device_thread_id`, ``-1 - (device * 2**20 + stream id)``:
+  negative, so never an OS thread id, the same for a (device, stream) in every run, and
+  within int32 (Perfetto's thread ids);
 * ``start_ns``/``end_ns``: on the host clock of the table, through a calibration taken at
   the first device span of each device: an event recorded on a side stream (idle, so it
   waits for none of the program's work) and synchronized, then the host clock read right
@@ -58,18 +59,27 @@ __all__ = [
 
 #: A calibration older than this (host monotonic ns) is re-taken at the next device span.
 RECALIBRATE_NS = 10_000_000_000
-#: Bits of the stream id in a device row's thread id (torch stream ids, pointers of
-#: external streams included, fit in 48 bits on x86-64 and arm64).
-STREAM_BITS = 48
-_STREAM_MASK = (1 << STREAM_BITS) - 1
+#: Bits of a device row's thread id given to the stream (torch's own stream ids are small:
+#: 0 for the default stream, pool streams a few bits): ids under 2**19 are kept as they
+#: are, larger ones (external streams: a pointer) are hashed into [2**19, 2**20). The
+#: device gets the bits above, up to 2**10 devices: every id fits in int32, as Perfetto's
+#: thread descriptor needs.
+STREAM_BITS = 20
+_DIRECT = 1 << (STREAM_BITS - 1)
 
 
 def device_thread_id(device: int, stream: int) -> int:
-    """The ``thread_id`` of a device stream's rows: ``-1 - (device << 48 | stream)``.
+    """The ``thread_id`` of a device stream's rows: ``-1 - (device * 2**20 + s)``, where
+    ``s`` is the stream id when under 2**19, else 2**19 + crc32 of its 8 bytes mod 2**19.
 
-    Negative (never an OS thread id), unique per (device, stream), the same in every run;
-    the default stream of ``cuda:0`` is -1."""
-    return -1 - ((int(device) << STREAM_BITS) | (int(stream) & _STREAM_MASK))
+    Negative (never an OS thread id), one per (device, stream), the same in every run,
+    within int32; the default stream of ``cuda:0`` is -1."""
+    stream = int(stream)
+    if not 0 <= stream < _DIRECT:
+        import zlib
+
+        stream = _DIRECT + zlib.crc32((stream & ((1 << 64) - 1)).to_bytes(8, "little")) % _DIRECT
+    return -1 - ((int(device) << STREAM_BITS) | stream)
 
 
 def device_thread_name(device: int, stream: int) -> str:

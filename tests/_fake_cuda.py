@@ -9,6 +9,8 @@ completes when the device clock passes the point where its stream reached it, an
 """
 from __future__ import annotations
 
+import time
+
 
 class FakeStream:
     def __init__(self, gpu: "FakeGpu", device: int, stream_id: int):
@@ -29,6 +31,7 @@ class FakeEvent:
 
     def record(self, stream: FakeStream | None = None) -> None:
         stream = stream or self.gpu.current
+        self.gpu.tick()
         if self.device is not None and self.device != stream.device:
             raise RuntimeError("an event records on the device it was first recorded on")
         self.device = stream.device
@@ -37,6 +40,7 @@ class FakeEvent:
         self.records += 1
 
     def query(self) -> bool:
+        self.gpu.tick()
         self.gpu.queries += 1
         return self.time is not None and self.gpu.now[self.device] >= self.time
 
@@ -51,10 +55,17 @@ class FakeEvent:
 
 
 class FakeGpu:
-    """Devices 0 and 1; device clocks start far from the host's (calibration must map them)."""
+    """Devices 0 and 1; device clocks start far from the host's (calibration must map them).
 
-    def __init__(self):
-        self.now = {0: 5_000_000_000, 1: 9_000_000_000}
+    ``follow_host``: the device clocks also advance as the host's monotonic clock does (a
+    real GPU's clock runs while the host works: an event recorded on an idle stream gets a
+    time after the host recorded it); otherwise they move only by ``advance``."""
+
+    def __init__(self, follow_host: bool = False):
+        self.follow_host = follow_host
+        self._t0 = time.monotonic_ns()
+        self._base = {0: 5_000_000_000, 1: 9_000_000_000}
+        self.now = dict(self._base)
         self.streams: dict[tuple[int, int], FakeStream] = {}
         self.current = self.stream(0, 7)
         self.events: list[FakeEvent] = []
@@ -67,6 +78,12 @@ class FakeGpu:
         if key not in self.streams:
             self.streams[key] = FakeStream(self, device, stream_id)
         return self.streams[key]
+
+    def tick(self) -> None:
+        if self.follow_host:
+            elapsed = time.monotonic_ns() - self._t0
+            for device, base in self._base.items():
+                self.now[device] = max(self.now[device], base + elapsed)
 
     def advance(self, ns: int, device: int = 0) -> None:
         self.now[device] += ns
