@@ -7,6 +7,7 @@ against torch and a real GPU.
 """
 from __future__ import annotations
 
+import pyarrow.compute as pc
 import pytest
 
 import hotspan
@@ -203,3 +204,45 @@ def test_record_writes_device_rows_and_waits_for_them_at_stop(gpu, tmp_path):
     host, device = split(table)
     assert len(host) == 3 and len(device) == 3  # still running at stop: waited for, not lost
     assert {d["parent_id"] for d in device} == {h["span_id"] for h in host}
+
+
+def _stats_table(gpu):
+    for n in range(4):
+        with hotspan.span("mm", "gpu", device="cuda"):
+            gpu.current.launch((n + 1) * MS)
+    return hotspan.drain(wait_device=True)
+
+
+def test_stats_keep_device_time_apart_from_host_time(gpu):
+    table = _stats_table(gpu)
+    result = {(r["name"], r["device"]): r for r in hotspan.stats(table).to_pylist()}  # device: a default key
+    assert set(result) == {("mm", "host"), ("mm", "cuda:0")}
+    host, device = result[("mm", "host")], result[("mm", "cuda:0")]
+    assert device["count"] == 4 and device["total_ns"] == 10 * MS and device["self_ns"] == 10 * MS
+    # The device rows are the host spans' children, but their time is not taken from the
+    # host spans' self time, and each side's shares add up to 1 on their own.
+    assert host["self_ns"] == host["total_ns"] < MS
+    assert host["share"] == device["share"] == 1.0
+    mixed = hotspan.stats(table, by=("name",)).to_pylist()  # asked for: one group, self time intact
+    assert mixed[0]["count"] == 8 and mixed[0]["self_ns"] == mixed[0]["total_ns"]
+    host_only = table.filter(pc.greater_equal(table.column("thread_id"), 0))
+    assert "device" not in hotspan.stats(host_only).column_names  # no device rows: the default as ever
+
+
+def test_cli_stats_groups_device_rows_apart(gpu, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "trace.parquet"
+    hotspan.export(_stats_table(gpu), path)
+    proc = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(path), "--json"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["name"], r["device"]): r["count"] for r in json.loads(proc.stdout)}
+    assert rows == {("mm", "host"): 4, ("mm", "cuda:0"): 4}
+    proc = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(path), "--by", "device"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "160"})
+    assert proc.returncode == 0, proc.stderr
+    assert "cuda:0" in proc.stdout and "host" in proc.stdout

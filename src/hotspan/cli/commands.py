@@ -126,9 +126,10 @@ def _by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str, ...
     keys = tuple(k.strip() for k in text.split(",") if k.strip())
     if not keys:
         raise CliError("--by: give one or more column names, comma-separated")
-    unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+    known = (*SPAN_SCHEMA.names, "device")  # device: derived (analysis.statistics.device_labels)
+    unknown = [k for k in keys if k not in known]
     if unknown:
-        raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+        raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
     if len(set(keys)) != len(keys):
         raise CliError(f"--by: a column is named twice in {text!r}")
     return keys
@@ -406,6 +407,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     heads = _stat_heads(args)
     csv_path = _check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
     table = _filter_spans(_load(args.traces), args.filter, args.category, args.rank)
+    if args.by is None:
+        from ..analysis.statistics import default_by
+
+        by = default_by(table)  # with device rows: device time apart from the host's
     result = _sorted(stats(table, by=by), sort, by, True if args.asc else None)
     if args.top is not None:
         result = result.slice(0, args.top)
@@ -806,7 +811,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
                  "hotspan stats trace.json --csv out/stats.csv", cmd_stats)
     stats.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format")
-    stats.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
+    stats.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name, "
+                       "and device when the trace has device rows; device: host or cuda:N, derived per span)")
     stats.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
     stats.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
     stats.add_argument("--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)")
