@@ -593,7 +593,7 @@ static void device_span_dealloc(DeviceSpanObject *o) {
     span_dealloc(&o->base);
 }
 
-static PyObject *device_span_get_device(DeviceSpanObject *s, void *c) { (void)c; return PyUnicode_FromString("cuda"); }
+static PyObject *device_span_get_device(DeviceSpanObject *s, void *c) { (void)s; (void)c; return PyUnicode_FromString("cuda"); }
 static PyObject *device_span_get_sync(DeviceSpanObject *s, void *c) {
     (void)c;
     return Py_NewRef(s->sync ? s->sync : Py_None);

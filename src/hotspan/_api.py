@@ -179,7 +179,7 @@ def core_table() -> "pa.Table":
 
     cuda = sys.modules.get("hotspan.devices.cuda")  # loaded by the first device span
     if cuda is not None:
-        device_rows = cuda.resolve_table(meta)
+        device_rows = cuda.resolve_table(meta, r)
         if device_rows is not None:
             import pyarrow as pa
 

@@ -237,10 +237,11 @@ class DeviceRecorder:
             self._ids += take
         return out
 
-    def resolve(self) -> dict[str, list]:
-        """The completed pairs as device rows (columns of the span table, as lists); their
-        events go back to the pool. Never waits: an incomplete pair stays queued, and the
-        pairs behind it on its stream (they complete after it) too."""
+    def resolve(self, rank: int = 0) -> dict[str, list]:
+        """The completed pairs as device rows (columns of the span table, as lists; ``rank``
+        for their rank column, the drain's); their events go back to the pool. Never waits:
+        an incomplete pair stays queued, and the pairs behind it on its stream (they
+        complete after it) too."""
         done: list[_Pair] = []
         with self._lock:
             for queue in self._queues.values():
@@ -251,9 +252,7 @@ class DeviceRecorder:
             "thread_name", "pid", "rank", "arg", "error")}
         if not done:
             return columns
-        from .._api import rank
-
-        pid, r = os.getpid(), rank()
+        pid, r = os.getpid(), rank
         ids = self._span_ids(len(done))
         for span_id, p in zip(ids, done):
             cal = p.cal
@@ -342,12 +341,12 @@ def synchronize_pending() -> None:
         _recorder.synchronize()
 
 
-def resolve_table(meta: dict[bytes, bytes] | None):
-    """The completed device pairs as a span table (``SPAN_SCHEMA``, ``meta`` as metadata),
-    or ``None`` when there are none."""
+def resolve_table(meta: dict[bytes, bytes] | None, rank: int = 0):
+    """The completed device pairs as a span table (``SPAN_SCHEMA``, ``meta`` as metadata,
+    ``rank`` in the rank column), or ``None`` when there are none."""
     if _recorder is None:
         return None
-    columns = _recorder.resolve()
+    columns = _recorder.resolve(rank)
     if not columns["span_id"]:
         return None
     import pyarrow as pa
