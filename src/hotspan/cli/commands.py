@@ -577,6 +577,7 @@ def _fmt_p(p: float | None) -> str:
 def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped: int, *, label: str,
                              stderr: bool = False, top: int | None = None) -> None:
     from ..analysis import stats
+    from ..analysis.statistics import default_by
 
     console = _console(stderr=stderr)
     threads = len(pc.unique(table.column("thread_id"))) if table.num_rows else 0
@@ -588,7 +589,7 @@ def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, droppe
         result = stats(table)
         if top is not None:
             result = result.slice(0, top)
-        _print_stats(console, result, DEFAULT_BY)
+        _print_stats(console, result, default_by(table))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -195,6 +195,8 @@ class DeviceRecorder:
     def stop(self, host_id: int, arg: int | None = None, error: bool = False) -> None:
         """The host span ``host_id`` is closing: record its end event on the stream of its
         start, and queue the pair for resolution."""
+        # One lock for all of it, the record included: queued in the order the end events
+        # are recorded, which is the order a stream completes them.
         with self._lock:
             p = self._open.pop(host_id, None)
             if p is None:
@@ -202,9 +204,11 @@ class DeviceRecorder:
             self._open_per_device[p.device] -= 1
             p.end = self._event(p.device)
             p.arg, p.error = arg, error
-        p.end.record(p.stream)
-        with self._lock:
-            self._queues.setdefault((p.device, p.stream_id), deque()).append(p)
+            p.end.record(p.stream)
+            queue = self._queues.get((p.device, p.stream_id))
+            if queue is None:
+                queue = self._queues[(p.device, p.stream_id)] = deque()
+            queue.append(p)
 
     # ------------------------------------------------------------------ drain side
 
