@@ -30,6 +30,9 @@ class FakeEvent:
         self.records = 0
 
     def record(self, stream: FakeStream | None = None) -> None:
+        failure, self.gpu.fail_next_record = self.gpu.fail_next_record, None
+        if failure is not None:
+            raise failure
         stream = stream or self.gpu.current
         self.gpu.tick()
         if self.device is not None and self.device != stream.device:
@@ -72,6 +75,7 @@ class FakeGpu:
         self.device_syncs: list[int] = []
         self.event_syncs = 0
         self.queries = 0
+        self.fail_next_record: BaseException | None = None  # raised by the next record()
 
     def stream(self, device: int, stream_id: int) -> FakeStream:
         key = (device, stream_id)

@@ -246,3 +246,20 @@ def test_cli_stats_groups_device_rows_apart(gpu, tmp_path):
                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "160"})
     assert proc.returncode == 0, proc.stderr
     assert "cuda:0" in proc.stdout and "host" in proc.stdout
+
+
+def test_a_failing_event_record_fails_the_span_and_leaves_nothing_open(gpu, monkeypatch):
+    with hotspan.span("warm", device="cuda"):
+        pass
+    first = gpu.recorder.calibration(0)[0]
+    gpu.fail_next_record = RuntimeError("CUDA error: an illegal memory access was encountered")
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        with hotspan.span("k", device="cuda"):
+            pass
+    k, _warm_device, _warm_host = sorted(rows(hotspan.drain(wait_device=True)), key=lambda r: (r["name"], r["thread_id"]))
+    assert k["name"] == "k" and k["error"] and k["thread_id"] > 0  # the host span, closed as an error
+    assert gpu.recorder.pending() == 0
+    monkeypatch.setattr(cuda, "RECALIBRATE_NS", 0)
+    with hotspan.span("after", device="cuda"):  # no device span left open: it may recalibrate
+        pass
+    assert gpu.recorder.calibration(0)[0] is not first

@@ -190,7 +190,16 @@ class DeviceRecorder:
             p.end = None
             self._open[host_id] = p
             self._open_per_device[device] = self._open_per_device.get(device, 0) + 1
-        p.start.record(stream)
+        try:
+            p.start.record(stream)
+        except BaseException:
+            # The span closes as an error without a stop(): forget the pair, or it would
+            # hold the device "open" (no recalibration) for good.
+            with self._lock:
+                if self._open.pop(host_id, None) is not None:
+                    self._open_per_device[device] -= 1
+                    self._free.setdefault(device, []).append(p.start)
+            raise
 
     def stop(self, host_id: int, arg: int | None = None, error: bool = False) -> None:
         """The host span ``host_id`` is closing: record its end event on the stream of its
