@@ -513,6 +513,54 @@ static PyObject *pair_strings(uint32_t pair, PyObject *cache) {
     return value;
 }
 
+/* _now_ticks() -> the core's clock now, in raw ticks (what a span's start holds), and
+ * _ticks_ns(ticks) -> those ticks on the table's clock (ns since the epoch), through the
+ * same map as drained spans: device rows are placed on the host spans' own clock (the
+ * fake one in tests too). */
+static PyObject *py_now_ticks(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    return PyLong_FromUnsignedLongLong(hs_ticks());
+}
+
+static PyObject *py_ticks_ns(PyObject *m, PyObject *arg) {
+    (void)m;
+    unsigned long long ticks = PyLong_AsUnsignedLongLong(arg);
+    if (ticks == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    hs_clock_update(0);
+    hs_clock_seg *segs = NULL;
+    uint32_t n = hs_clock_snapshot(&segs);
+    if (!n) {
+        free(segs);
+        return PyErr_NoMemory();
+    }
+    int64_t ns = hs_clock_convert(segs, n, ticks);
+    free(segs);
+    return PyLong_FromLongLong(ns);
+}
+
+/* _pair_strings(pair) -> (name, category path or None): what a record's pair id names
+ * (device rows, resolved at drain, carry the pair of their host span's frame). */
+static PyObject *py_pair_strings(PyObject *m, PyObject *arg) {
+    (void)m;
+    unsigned long pair = PyLong_AsUnsignedLong(arg);
+    if (pair == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    if (pair >= (unsigned long)HS_PAIR_CHUNK * HS_PAIR_MAX_CHUNKS) {
+        PyErr_Format(PyExc_ValueError, "_pair_strings(): pair id %lu out of range", pair);
+        return NULL;
+    }
+    PyObject *cache = PyDict_New();
+    if (!cache) return NULL;
+    PyObject *out = pair_strings((uint32_t)pair, cache);
+    Py_DECREF(cache);
+    return out;
+}
+
+/* _take_id_range() -> (first id, count): span ids no thread will use (device rows). */
+static PyObject *py_take_id_range(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    return Py_BuildValue("(KK)", (unsigned long long)hs_take_id_range(), (unsigned long long)HS_ID_RANGE);
+}
+
 /* _live_take(timeout_ms) -> ([(start_ns, duration_ns, thread_id, thread_name, name,
  * category, arg, error, depth), ...], skipped). Waits without the GIL. */
 static PyObject *py_live_take(PyObject *m, PyObject *arg) {
@@ -628,6 +676,10 @@ static PyMethodDef module_methods[] = {
     {"_sweep", py_sweep, METH_NOARGS, NULL},
     {"_trim", py_trim, METH_NOARGS, NULL},
     {"_live_take", py_live_take, METH_O, NULL},
+    {"_pair_strings", py_pair_strings, METH_O, NULL},
+    {"_take_id_range", py_take_id_range, METH_NOARGS, NULL},
+    {"_now_ticks", py_now_ticks, METH_NOARGS, NULL},
+    {"_ticks_ns", py_ticks_ns, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -637,7 +689,7 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&SyncSpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
+    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&SyncSpanType) < 0 || PyType_Ready(&DeviceSpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
         PyType_Ready(&NoopType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);

@@ -113,6 +113,8 @@ static uint64_t take_id_range(void) {
     }
 }
 
+uint64_t hs_take_id_range(void) { return take_id_range(); }
+
 uint64_t hs_seq_refill(hs_tstate *t) {
     uint64_t start = take_id_range();
     t->seq = start;

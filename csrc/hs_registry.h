@@ -115,6 +115,9 @@ int hs_stack_grow(hs_tstate *t);
 uint64_t hs_seq_refill(hs_tstate *t);
 /* This process's id base (drawn at the first registration, and again after fork). */
 uint64_t hs_id_base(void);
+/* A fresh range of HS_ID_RANGE span ids, unique in the process (as a thread's): ids for
+ * rows the rings do not carry (device rows resolved at drain). */
+uint64_t hs_take_id_range(void);
 
 void hs_configure(int64_t capacity, int64_t memory_cap, int64_t drain_interval_us);
 uint64_t hs_get_capacity(void);

@@ -126,7 +126,8 @@ typedef struct {
     uint32_t flags;
     PyObject *arg_obj; /* borrowed; NULL: none */
     PyObject *sync;    /* borrowed; NULL: none (None and False are none); Py_True: configure(sync=)'s */
-    PyObject *device;  /* borrowed; NULL: none */
+    PyObject *device;  /* owned (span_make releases it); NULL: none. The device's recorder,
+                        * from hotspan._api._check_device */
 } span_args;
 
 /* Keywords beyond (name, category, arg) a function takes. */
@@ -178,8 +179,9 @@ static int check_span_args(const char *fn, PyObject *name, PyObject *category, P
 }
 
 /* sync: a callable, True (configure(sync=)'s), or None/False (none). device: None, or
- * checked by hotspan._api._check_device, which raises (CUDA missing, or device spans not
- * built yet): at the span object's creation, never at enter or drain. */
+ * checked by hotspan._api._check_device, which raises (CUDA missing) at the span object's
+ * creation, never at enter or drain, and returns the device's recorder (its start/stop
+ * are called at enter and exit). Last of the checks: nothing fails after it is set. */
 static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, span_args *out) {
     if (sync && sync != Py_None && sync != Py_False) {
         if (sync == Py_True) {
@@ -202,8 +204,7 @@ static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, s
         PyObject *r = PyObject_CallMethod(api, "_check_device", "sO", fn, device);
         Py_DECREF(api);
         if (!r) return -1;
-        Py_DECREF(r);
-        out->device = device;
+        out->device = r;
     }
     return 0;
 }
@@ -305,9 +306,16 @@ static PyObject *sync_span_new(hs_site *site, span_args *a) {
     return (PyObject *)o;
 }
 
+static PyObject *device_span_new(hs_site *site, span_args *a);
+
 static PyObject *span_make(span_args *a) {
     hs_site *site;
     PyObject *shared;
+    if (a->device) {
+        PyObject *o = lit_get(a->name, a->category, &site, NULL) < 0 ? NULL : device_span_new(site, a);
+        Py_CLEAR(a->device);
+        return o;
+    }
     if (a->sync) {
         if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
         return sync_span_new(site, a);
@@ -432,9 +440,9 @@ PyTypeObject SpanType = {
               "hotspan.sync.mlx, so the span covers device work its body started); True: the one\n"
               "set by configure(sync=). An exception from it marks the span as an error and\n"
               "propagates.\n"
-              "device: 'cuda' asks for device spans: without CUDA (no torch, or no GPU) a\n"
-              "RuntimeError naming CUDA is raised here; with CUDA, NotImplementedError: device\n"
-              "spans are not built yet.",
+              "device: 'cuda' also records a CUDA event pair on the current stream around the\n"
+              "body; drain() turns completed pairs into device rows (never waiting for the GPU).\n"
+              "Without CUDA (no torch, or no GPU) a RuntimeError naming CUDA is raised here.",
     .tp_methods = span_methods,
     .tp_getset = span_getset,
     .tp_new = span_new,
@@ -492,6 +500,134 @@ PyTypeObject SyncSpanType = {
     .tp_doc = "A hotspan.span made with sync=: calls its sync function right before it ends.",
     .tp_methods = sync_span_methods,
     .tp_getset = sync_span_getset,
+    .tp_base = &SpanType,
+};
+
+/* ---- device spans ----------------------------------------------------------------------- */
+
+/* A span made with device="cuda": a subtype whose __enter__/__exit__ also call its device
+ * module (hotspan/devices/cuda.py), whose recorder records a CUDA event pair around the body on
+ * the current stream. Recording an event costs microseconds in the driver, so these calls
+ * into Python cost nothing in proportion; the plain span's enter/exit stay untouched. */
+typedef struct {
+    SpanObject base;
+    PyObject *sync;   /* NULL: none; else as SyncSpanObject's */
+    PyObject *device; /* hotspan.devices.cuda: start(span_id, depth, pair), stop(span_id, arg, error) */
+} DeviceSpanObject;
+
+static PyObject *device_span_new(hs_site *site, span_args *a) {
+    DeviceSpanObject *o = PyObject_New(DeviceSpanObject, &DeviceSpanType);
+    if (!o) return NULL;
+    o->base.site = site;
+    o->base.arg = a->arg;
+    o->base.flags = a->flags;
+    o->base.name = Py_NewRef(a->name);
+    o->base.category = Py_XNewRef(a->category);
+    o->base.arg_obj = Py_XNewRef(a->arg_obj);
+    o->sync = Py_XNewRef(a->sync);
+    o->device = Py_NewRef(a->device);
+    return (PyObject *)o;
+}
+
+/* The innermost open frame of this thread (task), if self opened it; NULL otherwise. */
+static hs_frame *own_top_frame(PyObject *self) {
+    hs_tstate *t = hs_tls;
+    if (!t) return NULL;
+    hs_ctx_check(t);
+    if (!t->depth || t->stack[t->depth - 1].owner != self) return NULL;
+    return &t->stack[t->depth - 1];
+}
+
+static PyObject *device_span_enter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    (void)nargs;
+    DeviceSpanObject *s = (DeviceSpanObject *)self;
+    if (!hs_enter(s->base.site, self, s->base.arg, s->base.flags)) return Py_NewRef(self); /* disabled */
+    hs_tstate *t = hs_tls;
+    hs_frame *f = &t->stack[t->depth - 1];
+    /* The host span's id (its seq), depth and (name, category path) pair: the device row
+     * takes them at drain. */
+    PyObject *r = PyObject_CallMethod(s->device, "start", "KIk", (unsigned long long)f->seq, (unsigned)(t->depth - 1),
+                                      (unsigned long)f->pair);
+    if (!r) {
+        hs_exit(self, 1); /* the host span closes as an error; the exception propagates */
+        return NULL;
+    }
+    Py_DECREF(r);
+    return Py_NewRef(self);
+}
+
+static PyObject *device_span_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    DeviceSpanObject *s = (DeviceSpanObject *)self;
+    hs_frame *f = own_top_frame(self);
+    if (f) { /* recorded at enter: the end event, then the sync (if any), then the end */
+        PyObject *arg = (f->flags & HS_F_ARG) ? PyLong_FromLongLong(f->arg) : Py_NewRef(Py_None);
+        if (!arg) {
+            hs_exit(self, 1);
+            return NULL;
+        }
+        PyObject *r = PyObject_CallMethod(s->device, "stop", "KNO", (unsigned long long)f->seq, arg,
+                                          (nargs > 0 && args[0] != Py_None) ? Py_True : Py_False);
+        if (!r) {
+            hs_exit(self, 1);
+            return NULL;
+        }
+        Py_DECREF(r);
+        PyObject *fn = s->sync ? sync_fn(s->sync) : NULL;
+        if (fn && atomic_load_explicit(&hs_enabled, memory_order_relaxed)) {
+            r = PyObject_CallNoArgs(fn);
+            if (!r) {
+                hs_exit(self, 1);
+                return NULL;
+            }
+            Py_DECREF(r);
+        }
+    }
+    hs_exit(self, nargs > 0 && args[0] != Py_None);
+    Py_RETURN_FALSE;
+}
+
+static void device_span_dealloc(DeviceSpanObject *o) {
+    Py_XDECREF(o->sync);
+    Py_DECREF(o->device);
+    span_dealloc(&o->base);
+}
+
+static PyObject *device_span_get_device(DeviceSpanObject *s, void *c) { (void)s; (void)c; return PyUnicode_FromString("cuda"); }
+static PyObject *device_span_get_sync(DeviceSpanObject *s, void *c) {
+    (void)c;
+    return Py_NewRef(s->sync ? s->sync : Py_None);
+}
+
+static PyObject *device_span_repr(DeviceSpanObject *s) {
+    return PyUnicode_FromFormat("hotspan.span(%R, %R, arg=%R, device='cuda')", s->base.name,
+                                s->base.category ? s->base.category : Py_None,
+                                s->base.arg_obj ? s->base.arg_obj : Py_None);
+}
+
+static PyMethodDef device_span_methods[] = {
+    {"__enter__", (PyCFunction)(void (*)(void))device_span_enter, METH_FASTCALL,
+     "Open the span on this thread and record the start event on the current stream."},
+    {"__exit__", (PyCFunction)(void (*)(void))device_span_exit, METH_FASTCALL,
+     "Record the end event, then close the span."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef device_span_getset[] = {
+    {"device", (getter)device_span_get_device, NULL, "The device whose time is recorded ('cuda').", NULL},
+    {"sync", (getter)device_span_get_sync, NULL, "The sync function, or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject DeviceSpanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native.device_span",
+    .tp_basicsize = sizeof(DeviceSpanObject),
+    .tp_dealloc = (destructor)device_span_dealloc,
+    .tp_repr = (reprfunc)device_span_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A hotspan.span made with device='cuda': also records a CUDA event pair, resolved at drain.",
+    .tp_methods = device_span_methods,
+    .tp_getset = device_span_getset,
     .tp_base = &SpanType,
 };
 

@@ -8,6 +8,7 @@
 extern PyTypeObject SpanType;       /* hotspan.span */
 extern PyTypeObject TracedType;     /* hotspan.traced_function */
 extern PyTypeObject SyncSpanType;   /* hotspan.span(..., sync=fn) */
+extern PyTypeObject DeviceSpanType; /* hotspan.span(..., device="cuda") */
 extern PyTypeObject NoopType;       /* hotspan._native.NoopContext: the benchmark floor */
 /* hotspan._api._decorate_with(span, func), set by _set_hooks; NULL: decorate in C. */
 extern PyObject *hs_decorate_hook;

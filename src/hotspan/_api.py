@@ -185,11 +185,17 @@ def configure(
         _native._flight_set_rank(rank)
 
 
-def drain() -> "pa.Table":
+def drain(*, wait_device: bool = False) -> "pa.Table":
     """Every span completed since the last ``drain()``, from all threads (exited ones too).
 
     ``record()`` and subscribers read cursors of their own: they never take spans from it.
+
+    Device spans (``span(..., device="cuda")``) add a device row for each event pair that
+    has completed on the GPU; the others wait for a later drain. ``wait_device=True``
+    first waits (once per device) for the pairs already closed, so all of them are in.
     """
+    if wait_device:
+        wait_for_devices()
     hub = _hub
     if hub is not None:
         return hub.drain()
@@ -198,6 +204,16 @@ def drain() -> "pa.Table":
         if hub is not None:
             return hub.drain()
         return core_table()
+
+
+def wait_for_devices() -> None:
+    """Wait (once per device) for the device spans' event pairs already closed, so the next
+    drain resolves them all: ``drain(wait_device=True)``, and a recorder's final flush."""
+    import sys
+
+    cuda = sys.modules.get("hotspan.devices.cuda")  # loaded by the first device span
+    if cuda is not None:
+        cuda.synchronize_pending()
 
 
 def core_table() -> "pa.Table":
@@ -209,7 +225,18 @@ def core_table() -> "pa.Table":
     clock = _native._clock_info()
     meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__,
                     id_base=raw["id_base"], tasks=_native._tasks_seen())
-    return table_from_raw(raw, meta=meta)
+    table = table_from_raw(raw, meta=meta)
+    import sys
+
+    cuda = sys.modules.get("hotspan.devices.cuda")  # loaded by the first device span
+    if cuda is not None:
+        device_rows = cuda.resolve_table(meta, r)
+        if device_rows is not None:
+            import pyarrow as pa
+
+            # One dictionary per string column, as a drain without device rows gives.
+            table = pa.concat_tables([table, device_rows]).unify_dictionaries().combine_chunks()
+    return table
 
 
 def _wrap_async(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -355,25 +382,36 @@ def _decorate(func: Any, name: str | None, category: str | None, arg: int | None
 
 def _decorate_with(span_obj: Any, func: Any) -> Any:
     """``@hotspan.span(...)`` on a function (called by the C type)."""
+    if getattr(span_obj, "device", None) is not None:
+        return _decorate_device(span_obj, func)
     return _decorate(func, span_obj.name, span_obj.category, span_obj.arg, getattr(span_obj, "sync", None))
 
 
-def _check_device(fn: str, device: Any) -> None:
-    """``span(..., device=...)`` (called by the C core when the span object is made): raises,
-    now, never at enter or drain. Without CUDA a RuntimeError naming it; with CUDA,
-    NotImplementedError: device spans (CUDA event pairs resolved at drain) are not built yet."""
+def _decorate_device(span_obj: Any, func: Any) -> Any:
+    """A function decorated with a device span: each call (each step of a generator, the
+    awaited body of a coroutine) inside the span object itself, so it records its pair."""
+    import inspect
+
+    if inspect.isasyncgenfunction(func):
+        return _wrap_async_generator(span_obj, func)
+    if inspect.isgeneratorfunction(func):
+        return _wrap_generator(span_obj, func)
+    if inspect.iscoroutinefunction(func):
+        return _wrap_async(span_obj, func)
+    return _wrap_sync(span_obj, func)
+
+
+def _check_device(fn: str, device: Any) -> Any:
+    """``span(..., device=...)`` (called by the C core when the span object is made): the
+    module whose ``start``/``stop`` the span calls at enter and exit. Raises now, never at
+    enter or drain: ValueError for a device other than 'cuda', RuntimeError naming CUDA
+    when it is not available (no torch, or no CUDA GPU)."""
     if device != "cuda":
         raise ValueError(f"{fn}(): device must be 'cuda' or None, not {device!r}")
-    try:
-        import torch
-    except ImportError:
-        raise RuntimeError(f"{fn}(device='cuda'): CUDA is not available (torch is not installed); device "
-                           f"spans need PyTorch with a CUDA GPU") from None
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"{fn}(device='cuda'): CUDA is not available (torch.cuda.is_available() is False: no "
-                           f"CUDA GPU or driver here)")
-    raise NotImplementedError(f"{fn}(device='cuda'): device spans are not built yet in this hotspan; use "
-                              f"sync=hotspan.sync.cuda to make a host span cover the device work")
+    from .devices import cuda
+
+    cuda.recorder(fn)
+    return cuda
 
 
 #: HOTSPAN's words (any case): the C core turns recording off at import for the second set.

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["PHASE_COLUMNS", "STAT_COLUMNS", "phases", "stats"]
+__all__ = ["DEVICE_KEY", "PHASE_COLUMNS", "STAT_COLUMNS", "default_by", "device_labels", "phases", "stats"]
 
 #: The statistics columns of ``stats()``, after the ``by`` keys.
 STAT_COLUMNS = (
@@ -58,7 +58,7 @@ def is_path(value: object) -> bool:
 # --------------------------------------------------------------------------- stats
 
 
-def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
+def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     """Per group of spans (the distinct values of the ``by`` columns): ``count``,
     ``total_ns``, ``self_ns`` (total minus the time of direct children), ``mean_ns``,
     ``min_ns``, ``p50_ns``, ``p90_ns``, ``p99_ns`` (exact, linear interpolation as numpy's
@@ -73,7 +73,17 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
     Rows come largest ``total_ns`` first. Null keys form their own group.
 
     ``hotspan.stats`` also takes a path (analysis/api.py): streamed, to the same result.
+    Device rows (``span(..., device="cuda")``: a negative ``thread_id``) are kept apart from
+    host spans: ``by`` may name ``device``, a key derived per row (``host``, or the device of
+    a device row: ``cuda:0``; see :func:`device_labels`), and the default ``by`` is
+    ``(category, name)`` plus ``device`` when the table has device rows (:func:`default_by`).
+    With ``device`` in ``by``, ``share`` is taken per device, like a lane. A host span's
+    ``self_ns`` never loses its device rows' time: they are its children, but on the device,
+    in parallel with it.
     """
+    if by is None:
+        by = default_by(table)
+    table = _with_device_key(table, by)
     by = _check_columns(table, by, _NEEDED)
     n = table.num_rows
     if n == 0:
@@ -130,8 +140,9 @@ def stats(table: pa.Table, by: str | Sequence[str] = ("category", "name")) -> pa
     return pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS))
 
 
-#: Columns that name a rank or thread: ``share`` is taken within the values of those in ``by``.
-LANE_COLUMNS = ("rank", "pid", "thread_id", "thread_name")
+#: Columns that name a rank or thread (or device): ``share`` is taken within the values of
+#: those in ``by``.
+LANE_COLUMNS = ("rank", "pid", "thread_id", "thread_name", "device")
 
 
 def self_share(table: pa.Table, by: Sequence[str], self_ns: np.ndarray, representative: np.ndarray) -> np.ndarray:
@@ -199,12 +210,53 @@ def _sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> n
 
 
 def _child_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
-    """Per group, the summed durations of the direct children of its spans."""
+    """Per group, the summed durations of the direct children of its spans; a device row
+    under a host span is not counted (it runs on the device, beside its parent)."""
     parent = parent_rows(table)
     child = parent >= 0
+    on_device = to_numpy(table.column("thread_id"), np.int64) < 0
+    child &= on_device == on_device[np.where(child, parent, 0)]
     out = np.zeros(groups, np.int64)
     np.add.at(out, group[parent[child]], duration[child])
     return out
+
+
+# --------------------------------------------------------------------------- device rows
+
+#: The key of ``by`` derived per row, not read from the table: where the span ran.
+DEVICE_KEY = "device"
+
+
+def device_labels(table: pa.Table) -> pa.Array:
+    """Per row where it ran: ``host`` for a span of a thread, the device for a device row
+    (a negative ``thread_id``, see ``hotspan.devices.cuda``): its ``thread_name`` up to
+    `` stream `` (``cuda:0`` for ``cuda:0 stream 7``)."""
+    thread_id = table.column("thread_id")
+    names = table.column("thread_name")
+    if pa.types.is_dictionary(names.type):
+        names = names.cast(names.type.value_type)
+    device = pc.replace_substring_regex(names, pattern=" stream .*$", replacement="")
+    labels = pc.if_else(pc.less(thread_id, 0), device, pa.scalar("host"))
+    return labels.combine_chunks() if isinstance(labels, pa.ChunkedArray) else labels
+
+
+def default_by(table: pa.Table) -> tuple[str, ...]:
+    """``stats``' default keys: ``(category, name)``, plus ``device`` when the table has
+    device rows, so their time never mixes with the host spans of the same name."""
+    thread_id = table.column("thread_id") if "thread_id" in table.column_names else None
+    has_device = thread_id is not None and table.num_rows and (pc.min(thread_id).as_py() or 0) < 0
+    return ("category", "name", DEVICE_KEY) if has_device else ("category", "name")
+
+
+def _with_device_key(table: pa.Table, by: str | Sequence[str]) -> pa.Table:
+    """``table`` with the derived ``device`` column when ``by`` names it (and the table has
+    no column of that name of its own)."""
+    keys = (by,) if isinstance(by, str) else tuple(by)
+    if DEVICE_KEY not in keys or DEVICE_KEY in table.column_names or not isinstance(table, pa.Table):
+        return table
+    if not {"thread_id", "thread_name"} <= set(table.column_names):
+        return table  # the missing columns are reported by the usual check
+    return table.append_column(DEVICE_KEY, device_labels(table))
 
 
 # --------------------------------------------------------------------------- phases

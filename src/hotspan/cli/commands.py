@@ -123,9 +123,10 @@ def _by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str, ...
     keys = tuple(k.strip() for k in text.split(",") if k.strip())
     if not keys:
         raise CliError("--by: give one or more column names, comma-separated")
-    unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+    known = (*SPAN_SCHEMA.names, "device")  # device: derived (analysis.statistics.device_labels)
+    unknown = [k for k in keys if k not in known]
     if unknown:
-        raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+        raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
     if len(set(keys)) != len(keys):
         raise CliError(f"--by: a column is named twice in {text!r}")
     return keys
@@ -476,6 +477,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
             meta = source.metadata()
     else:
         table = _filter_spans(_load(args.traces), args.filter, args.category, args.rank)
+        if args.by is None:
+            from ..analysis.statistics import default_by
+
+            by = default_by(table)  # with device rows: device time apart from the host's
         result = stats(table, by=by)
         all_phases = phases(table) if args.phases or table.num_rows else None
         meta = table.schema.metadata
@@ -760,6 +765,7 @@ def _count_or_dash(value: int | None) -> str:
 def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped: int, *, label: str,
                              stderr: bool = False, top: int | None = None) -> None:
     from ..analysis import stats
+    from ..analysis.statistics import default_by
 
     console = _console(stderr=stderr)
     threads = len(pc.unique(table.column("thread_id"))) if table.num_rows else 0
@@ -771,7 +777,7 @@ def _print_recording_summary(table: pa.Table, path: Path, elapsed: float, droppe
         result = stats(table)
         if top is not None:
             result = result.slice(0, top)
-        _print_stats(console, result, DEFAULT_BY)
+        _print_stats(console, result, default_by(table))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -996,7 +1002,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
                  "hotspan stats trace.json --csv out/stats.csv", cmd_stats)
     stats.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format")
-    stats.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
+    stats.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name, "
+                       "and device when the trace has device rows; device: host or cuda:N, derived per span)")
     stats.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
     stats.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
     stats.add_argument("--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)")

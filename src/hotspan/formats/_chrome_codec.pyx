@@ -292,7 +292,7 @@ def encode(sink, Py_ssize_t buffer_size,
            const int64_t[::1] arg, const uint8_t[::1] arg_valid, const uint8_t[::1] error,
            const int32_t[::1] thread, const int32_t[::1] name, const int32_t[::1] category,
            const int32_t[::1] thread_name, list thread_texts, list name_texts, list category_texts,
-           list thread_name_texts, int64_t origin, progress=None):
+           list thread_name_texts, int64_t origin, progress=None, flow_out=None, flow_in=None):
     """Every row's event line to ``sink`` (an int: a file descriptor open for writing,
     else an object with ``write(bytes-like)``), in trace order.
 
@@ -304,7 +304,18 @@ def encode(sink, Py_ssize_t buffer_size,
     per renamed thread (a code of -1: none). Lines go out ``buffer_size`` bytes at a time;
     to a file descriptor from a writer thread (``hs_writer``) while the next block is
     formatted, each block's writeback started as soon as it is written.
+
+    ``flow_out``/``flow_in`` (uint64 per row, 0: none; ``None``: no flows): a row with one
+    also carries ``"bind_id":N,"flow_out":true`` (or ``"flow_in"``) after its args, the
+    flow events v2 that bind to the event itself (Perfetto draws the arrow from the host
+    span to its device row; the reader ignores both keys).
     """
+    cdef const uint64_t[::1] fout
+    cdef const uint64_t[::1] fin
+    cdef bint flows = flow_out is not None
+    if flows:
+        fout = flow_out
+        fin = flow_in
     cdef _Texts threads = _Texts(thread_texts)
     cdef _Texts names = _Texts(name_texts)
     cdef _Texts categories = _Texts(category_texts)
@@ -316,7 +327,7 @@ def encode(sink, Py_ssize_t buffer_size,
         raise ValueError("a Chrome JSON export holds at most 4,294,967,294 spans")
     # Fixed text and numbers of a line come to under 260 bytes: with the longest texts a
     # bound on one line, so the loop checks space once a line, not once a field.
-    cdef Py_ssize_t line = 260 + threads.longest + names.longest + categories.longest + thread_names.longest
+    cdef Py_ssize_t line = 320 + threads.longest + names.longest + categories.longest + thread_names.longest
     cdef Py_ssize_t cap = max(buffer_size, 2 * line)
     # Two buffers: one formatted while the writer thread writes the other (fd sinks only).
     cdef char* buffers[2]
@@ -389,7 +400,16 @@ def encode(sink, Py_ssize_t buffer_size,
                     code = thread_name[i]
                     if code >= 0:
                         p = put(p, thread_names.ptr[code], thread_names.length[code])
-                    p = put(p, b'}}', 2)
+                    if flows and (fout[i] or fin[i]):
+                        p = put(p, b'},"bind_id":', 12)
+                        if fout[i]:
+                            p = put_u64(p, fout[i])
+                            p = put(p, b',"flow_out":true}', 17)
+                        else:
+                            p = put_u64(p, fin[i])
+                            p = put(p, b',"flow_in":true}', 16)
+                    else:
+                        p = put(p, b'}}', 2)
                 if writing:
                     failed = hs_writer_submit(&writer, base, p - base)
             if writing:

@@ -14,7 +14,10 @@ Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field
   at one time, instants that close their parent first, ends before the spans opening then,
   a parent before its children); each opening carries debug annotations ``span_id``,
   ``parent_id``, ``depth``, ``arg``, ``error`` (only when true) and ``thread_name`` (only for
-  the rare span whose thread was renamed mid-trace).
+  the rare span whose thread was renamed mid-trace), and a span with a device row on
+  another track (``codec_inputs.device_flows``) a flow (``flow_ids`` on the host span,
+  ``terminating_flow_ids`` on the device row: Perfetto draws the arrow; the decoder skips
+  both, the rows' ``parent_id`` already says it).
 
 The codec only receives buffers: the caller (``formats/perfetto.py``) turns the table's
 columns into contiguous numpy arrays and back. Every read is bounds-checked: a bad file is a
@@ -369,6 +372,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
            const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
            const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
            const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
+           const uint64_t[::1] flow_out, const uint64_t[::1] flow_in,
            const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
            const int32_t[::1] thread_name, const int32_t[::1] own_name, list names, list categories,
            list thread_names, int64_t first_thread_uuid, progress=None):
@@ -380,6 +384,8 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     trace order of the threads (rank, pid, tid); ``name``/``category``/``thread_name``
     codes into ``names``/``categories``/``thread_names`` (bytes; category -1: none), and
     ``own_name`` per thread its name (a row with another carries it as an annotation).
+    ``flow_out``/``flow_in``: per row the id of a flow that starts / ends at its slice
+    (0: none): the arrow from a host span to its device row.
     """
     cdef Py_ssize_t n = start.shape[0], i, k, j
     cdef _Out out = _Out(fd, buffer_size)
@@ -405,7 +411,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
         if heap == NULL:
             raise MemoryError()
         encode_events(out, n, order, rank, closing, start, duration, depth, span_id, parent_id, has_parent,
-                      arg, has_arg, error, name, category, thread, thread_name, own_name, names, categories, thread_names,
+                      arg, has_arg, error, flow_out, flow_in, name, category, thread, thread_name, own_name, names, categories, thread_names,
                       first_thread_uuid, max_depth, &heap, &heap_cap, progress)
         out.flush()
     finally:
@@ -419,6 +425,7 @@ cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, u
                        const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
                        const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
                        const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
+                       const uint64_t[::1] flow_out, const uint64_t[::1] flow_in,
                        const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
                        const int32_t[::1] thread_name, const int32_t[::1] own_name, list names,
                        list categories, list thread_names,
@@ -484,7 +491,7 @@ cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, u
             if thread_name[i] != own_name[t]:
                 text = thread_names[thread_name[i]]
                 extra = len(text) + 16
-            p = out.room(160 + extra)
+            p = out.room(184 + extra)
             p[0] = 0x0A
             lp1 = p + 1
             p[2] = F_TIMESTAMP << 3
@@ -517,6 +524,19 @@ cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, u
                 p = put_varint(p + 5, <uint64_t>len(text))
                 memcpy(p, PyBytes_AS_STRING(text), len(text))
                 p = close_len(lp, p + len(text))
+            # Flows as TrackEvent.flow_ids (47) / terminating_flow_ids (48), fixed64 (wire
+            # type 1): the two-byte tags precomputed, the id copied little-endian (the
+            # protobuf order, and every platform's we build for).
+            if flow_out[i]:
+                p[0] = 0xF9
+                p[1] = 0x02
+                memcpy(p + 2, &flow_out[i], 8)
+                p += 10
+            if flow_in[i]:
+                p[0] = 0x81
+                p[1] = 0x03
+                memcpy(p + 2, &flow_in[i], 8)
+                p += 10
             p = close_len(lp2, p)
             p[0] = F_SEQUENCE_ID << 3
             p = put_varint(p + 1, sequence)

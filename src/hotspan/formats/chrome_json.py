@@ -11,7 +11,10 @@ What the file holds:
   per thread in start order, parent before child, one a line. ``ts`` is rebased to the
   trace start so nanoseconds survive (microseconds with three decimals); ``cat`` is the
   category path; ``args`` carry ``span_id``, ``parent_id``, ``depth``, ``arg`` and ``error``
-  (and ``thread_name`` for the rare span whose thread was renamed mid-trace).
+  (and ``thread_name`` for the rare span whose thread was renamed mid-trace);
+* a flow from each host span to its device row (``hotspan.devices.cuda``): ``bind_id``
+  with ``flow_out`` on the host span's event, ``flow_in`` on the device row's (flow events
+  v2, bound to the events themselves); a load makes no row of them.
 
 The compiled codec (``_chrome_codec.pyx``) writes the event lines and reads every Chrome
 trace, ours and foreign, with one streaming parser over bounded blocks of the file. The
@@ -53,7 +56,7 @@ import pyarrow.compute as pc
 from .._schema import META_HOST, SPAN_SCHEMA
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped
-from .codec_inputs import column_values, dictionary_codes, nullable_values, thread_table
+from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
 FORMAT_MARK = "hotspan-chrome-json/1"
@@ -108,6 +111,7 @@ class ChromeJsonExporter(Exporter):
     def _write(self, table: pa.Table, path: Path) -> None:
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         layout = _Layout(table)
+        layout.flow_out, layout.flow_in = device_flows(table)  # host span -> its device row
         # Unbuffered: the codec hands over WRITE_BLOCK bytes at a time, nothing to gather.
         with open(path, "wb", buffering=0) as raw:
             if self.compress:
@@ -136,6 +140,7 @@ class ChromeJsonExporter(Exporter):
                 layout.parent_id, layout.has_parent, layout.arg, layout.has_arg, layout.error,
                 layout.thread, layout.name, layout.category, layout.renamed,
                 thread_texts, name_texts, category_texts, thread_name_texts, layout.start_ns, progress.advance,
+                *((layout.flow_out, layout.flow_in) if layout.flow_in.any() else ()),
             )
         sink.write(b"\n]}\n")
 

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["column_values", "dictionary_codes", "nullable_values", "thread_table"]
+__all__ = ["column_values", "device_flows", "dictionary_codes", "nullable_values", "thread_table"]
 
 
 def column_values(table: pa.Table, name: str, dtype) -> np.ndarray:
@@ -56,3 +56,36 @@ def thread_table(codes: np.ndarray, keys: list, name_rows: dict) -> tuple[np.nda
         own[remap[thread]] = name
     row_thread = np.ascontiguousarray(remap[codes] if len(codes) else codes, np.int32)
     return row_thread, [keys[k] for k in order], own
+
+
+def device_flows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The arrows from host spans to their device rows, for the trace writers: per row the
+    id of the flow that starts at it (``flow_out``) and that ends at it (``flow_in``), 0 for
+    none. A device row is one with a negative ``thread_id`` (a device stream's track, see
+    ``hotspan.devices.cuda``) whose parent, in the table, has a non-negative one. Flow ids
+    are 1, 2, ... in row order (small: exact in every reader, JSON numbers included). A
+    host span with several device rows starts the flow of the last one. Loading gives no
+    row for a flow: ``parent_id`` already holds it."""
+    n = table.num_rows
+    flow_out = np.zeros(n, np.uint64)
+    flow_in = np.zeros(n, np.uint64)
+    if n == 0:
+        return flow_out, flow_in
+    tid = column_values(table, "thread_id", np.int64)
+    device = np.flatnonzero(tid < 0)
+    if len(device) == 0:  # the usual table: one vectorised compare
+        return flow_out, flow_in
+    span_id = column_values(table, "span_id", np.uint64)
+    parent_id, has_parent = nullable_values(table, "parent_id", np.uint64)
+    device = device[has_parent[device] != 0]
+    order = np.argsort(span_id, kind="stable")
+    keys = span_id[order]
+    at = np.minimum(np.searchsorted(keys, parent_id[device]), n - 1)
+    found = keys[at] == parent_id[device]
+    device, parent = device[found], order[at[found]]
+    host = tid[parent] >= 0
+    device, parent = device[host], parent[host]
+    ids = np.arange(1, len(device) + 1, dtype=np.uint64)
+    flow_in[device] = ids
+    flow_out[parent] = ids
+    return flow_out, flow_in

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError
-from .codec_inputs import column_values, dictionary_codes, nullable_values, thread_table
+from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
 #: Bytes read per block: the decoder never holds more of the file than this (plus one
@@ -58,12 +58,13 @@ class PerfettoExporter(Exporter):
         header = _descriptors(threads, processes, own_name, thread_names, metadata)
         parent_id, has_parent = nullable_values(table, "parent_id", np.uint64)
         arg, has_arg = nullable_values(table, "arg", np.int64)
+        flow_out, flow_in = device_flows(table)  # host span -> its device row
         with open(path, "wb") as sink, Progress(n, f"writing {path.name}") as progress:
             codec.encode(
                 sink.fileno(), header, _WRITE_BUFFER,
                 start, duration, column_values(table, "depth", np.int32), column_values(table, "span_id", np.uint64),
                 parent_id, has_parent, arg, has_arg, column_values(table, "error", np.bool_).view(np.uint8),
-                name, category, thread, thread_name, own_name,
+                flow_out, flow_in, name, category, thread, thread_name, own_name,
                 [s.encode() for s in names], [s.encode() for s in categories], [s.encode() for s in thread_names],
                 1 + len(processes), progress.advance)
 

@@ -33,6 +33,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import _api
 from . import hub  # before this module's fork hook: the hub resets first in a child
 from .. import _native
 from ..quiet_threads import lower_this_thread, start_quiet
@@ -501,6 +502,11 @@ class Recorder:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=max(timeout, 1.0))
+        try:
+            # The last flush: device spans' pairs still running on the GPU would be lost.
+            _api.wait_for_devices()
+        except Exception as exc:  # noqa: BLE001 - a device error must not lose the host spans
+            _warn(f"could not wait for device spans: {type(exc).__name__}: {exc}")
         self.flush(lock_timeout=timeout)
         try:
             with self._locked(timeout) as acquired:

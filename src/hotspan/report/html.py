@@ -258,8 +258,10 @@ def _stats_table(table: pa.Table) -> str:
             "busy", "errors", "arg sum", "arg/s")
     rows = []
     for r in result.slice(0, MAX_STAT_ROWS).to_pylist():
+        # A device row's group (stats' default key "device" with device rows): named with its device.
+        name = r["name"] if r.get("device", "host") == "host" else f"{r['name']} [{r['device']}]"
         cells = [
-            (r["category"] or "", None), (r["name"], None), (f"{r['count']:,}", r["count"]),
+            (r["category"] or "", None), (name, None), (f"{r['count']:,}", r["count"]),
             *((human_ns(r[c]), r[c]) for c in ("total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns",
                                                 "p99_ns", "max_ns")),
             (_percent(r["share"]), r["share"]), (_percent(r["busy"]), r["busy"]),
