@@ -289,7 +289,9 @@ def emit(event: Event) -> None:
     never waits for a handler."""
     try:
         level, message, error = _describe(event)
-        exc_info = (type(error), error, error.__traceback__) if error is not None else None
+        # A traceback for errors (a callback's bug, a failed write), not for warnings that
+        # say all there is in one line (a collector lost, and retried): stderr stays readable.
+        exc_info = (type(error), error, error.__traceback__) if error is not None and level >= logging.ERROR else None
         logger.log(level, message, exc_info=exc_info)
     except Exception:  # noqa: BLE001 - a broken logging setup must not break recording
         pass

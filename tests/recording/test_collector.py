@@ -151,12 +151,15 @@ def test_a_collector_restarted_mid_run_loses_nothing(tmp_path):
         time.sleep(0.5)  # the rank goes on, buffering and retrying
         collector, _ = start_collector(out, port=port)
         deadline = time.monotonic() + DEADLINE_S
-        while int(read_line(rank, r"recorded (\d+)").group(1)) < recorded + 2 * spans_per_rank(steps=20):
+        last = recorded
+        while last < recorded + 2 * spans_per_rank(steps=20):
             assert time.monotonic() < deadline
-        rank.send_signal(signal.SIGTERM)  # flush at SIGTERM, then die of it
+            last = int(read_line(rank, r"recorded (\d+)").group(1))
+        # Flush at SIGTERM, then die of it: every span recorded before the signal arrives
+        # (the program runs on meanwhile, unrecorded: what it prints after is not counted).
+        rank.send_signal(signal.SIGTERM)
         code, _out, err = finish(rank)
         assert code == -signal.SIGTERM, err
-        last = max(int(x) for x in __import__("re").findall(r"recorded (\d+)", _out) or ["0"])
         code, _stdout, err = stop(collector, signal.SIGINT)
         assert code == 0, err
     finally:
@@ -164,7 +167,7 @@ def test_a_collector_restarted_mid_run_loses_nothing(tmp_path):
     table = hotspan.load(out)
     # Every span the rank recorded arrived once: resent batches replace their own part.
     assert table.num_rows >= max(last, recorded)
-    assert table.num_rows % 3 == 0 and table.num_rows == pc.count_distinct(table.column("span_id")).as_py()
+    assert table.num_rows == pc.count_distinct(table.column("span_id")).as_py()
     check_tree(table)
 
 

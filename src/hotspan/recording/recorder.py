@@ -676,6 +676,11 @@ def _sigterm_thread() -> None:
     watchdog = threading.Timer((recorder.stop_timeout if recorder is not None else 0.0) + 2.0, _native._sigterm_die)
     watchdog.daemon = True
     watchdog.start()
+    # Nothing new starts once the process is told to end: the spans open now finish (their
+    # children not begun are left out) and the final flush finds whole trees, not spans whose
+    # parents close after it. The main thread runs on meanwhile, as it did not under a Python
+    # handler (which held it): what it starts after the signal is not recorded.
+    _native.disable()
     try:
         if recorder is not None:
             recorder.stop()
