@@ -17,11 +17,12 @@ from .statistics import is_path
 __all__ = ["compare", "phases", "stats"]
 
 
-def stats(table: pa.Table | str | os.PathLike, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
+def stats(table: pa.Table | str | os.PathLike, by: str | Sequence[str] | None = None) -> pa.Table:
     if is_path(table):
         from .streaming import stream_stats
 
-        return stream_stats(table, by)
+        # streamed: by (category, name) unless told (device rows are not told apart there)
+        return stream_stats(table, ("category", "name") if by is None else by)
     return statistics.stats(table, by)
 
 
