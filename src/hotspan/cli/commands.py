@@ -906,6 +906,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
                               "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
                               "(the clients buffer meanwhile)")
+
+    from . import serve as serve_command  # hotspan serve: its own module (the serve extra loads on use)
+
+    serve_command.add_arguments(_add(sub, "serve", "a trace API and a dashboard over the runs under a directory",
+                                     serve_command.DESCRIPTION, serve_command.EXAMPLE, serve_command.cmd_serve))
     return parser
 
 
