@@ -194,6 +194,18 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     )
     app.state.catalog = catalog
 
+    # A run that reads as a list entry can still fail a query (a part torn after the scan, a
+    # table breaking the span rules): its message, as for a run listed with an error, never a 500.
+    from ..formats.base import TraceFileError
+    import pyarrow as pa
+
+    @app.exception_handler(TraceFileError)
+    @app.exception_handler(pa.ArrowException)
+    @app.exception_handler(OSError)
+    async def unreadable(request: Request, exc: Exception):
+        text = str(exc).replace(str(catalog.root) + os.sep, "")  # paths relative to the served directory
+        return _problem(409, f"not a readable trace: {text}")
+
     @app.middleware("http")
     async def guard(request: Request, call_next):
         if expected is not None:
