@@ -196,7 +196,7 @@ def test_a_dataset_being_written_grows_in_the_list(tmp_path):
     try:
         with srv.client() as c:
             assert [t["spans"] for t in c.get("/v1/traces").json()["traces"]] == [table.num_rows]
-            write_part(table, root / "live", rank=3, pid=2, seq=0)
+            write_part(with_rank(record_steps(2), 3), root / "live", rank=3, pid=2, seq=0)
             (entry,) = c.get("/v1/traces").json()["traces"]
             assert entry["spans"] == 2 * table.num_rows and entry["ranks"] == [0, 3]
     finally:
