@@ -20,8 +20,8 @@ def runs_dir(tmp_path_factory) -> Path:
     """base/trace.parquet, new/trace.json (slower compute), a two-rank dataset, and a corrupt
     trace (broken/bad.pftrace)."""
     root = tmp_path_factory.mktemp("runs")
-    base = record_steps(6, fail_at=2)
-    new = record_steps(6, work=60_000)
+    base = record_steps(12, fail_at=2)
+    new = record_steps(12, work=100_000)
     for sub in ("base", "new", "broken"):
         (root / sub).mkdir()
     export(base, root / "base" / "trace.parquet")
