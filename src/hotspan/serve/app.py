@@ -298,7 +298,8 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     @app.get("/v1/traces/{id}/download", response_class=FileResponse, tags=["traces"],
              responses={**_ERRORS, **_NOT_FOUND,
                         200: {"description": "the trace, streamed",
-                              "content": {m: {"schema": {"type": "string", "format": "binary"}}
+                              "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
+                                              if m == "application/json" else {"type": "string", "format": "binary"}}
                                           for _e, m in queries.DOWNLOAD_FORMATS.values()}}})
     def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
             "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet")) -> Any:
