@@ -37,7 +37,7 @@ import pyarrow as pa
 from .base import TraceFileError, check_span_rules, conform_to_schema
 from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
-__all__ = ["META_PART", "META_RANKS", "NoPartsError", "is_dataset", "load_dataset", "new_token", "part_files", "part_path",
+__all__ = ["META_PART", "META_RANKS", "NoPartsError", "is_dataset", "load_dataset", "new_token", "part_path",
            "sweep_temporaries", "write_part"]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
@@ -160,11 +160,9 @@ def is_dataset(path: str | os.PathLike) -> bool:
     return Path(path).is_dir()
 
 
-def part_files(directory: str | os.PathLike) -> list[Path]:
+def part_files(directory: Path) -> list[Path]:
     """Every visible ``*.parquet`` under ``directory`` (hidden / ``_`` names skipped, as
-    ``pyarrow.dataset`` does), ordered by rank, pid and part number (``hotspan serve`` lists
-    a run's parts with it too)."""
-    directory = Path(directory)
+    ``pyarrow.dataset`` does), ordered by rank, pid and part number."""
     found = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
