@@ -4,6 +4,7 @@ HOTSPAN_REQUIRE_BROWSER=1, as the report's rendering test)."""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -105,3 +106,68 @@ def test_assets_are_served_by_hotspan(client, asset):
     response = client.get(asset)
     assert response.status_code == 200 and len(response.content) > 500
     assert "http://" not in response.text.replace("https://ui.perfetto.dev", "")
+
+
+FAKE_PERFETTO = b"""<!DOCTYPE html><html><body><p id="state">waiting</p><script>
+// What ui.perfetto.dev does for a page that opened it: PONG to a PING once listening, then
+// open the trace posted as {perfetto: {buffer, title}}. Here the trace goes back to the test.
+window.addEventListener('message', function (e) {
+  if (e.source !== window.opener) return;
+  if (e.data === 'PING') { e.source.postMessage('PONG', '*'); return; }
+  if (e.data && e.data.perfetto) {
+    document.getElementById('state').textContent = 'received';
+    fetch('/received?title=' + encodeURIComponent(e.data.perfetto.title),
+          {method: 'POST', body: e.data.perfetto.buffer});
+  }
+});
+</script></body></html>"""
+
+
+def test_open_in_perfetto_ui_posts_the_trace_after_the_handshake(runs_dir, tmp_path, ids, client):
+    """The button's protocol end to end, in Chromium: the run page opens a Perfetto UI (a
+    stand-in on another origin that answers as ui.perfetto.dev does), PINGs until it answers
+    PONG, and posts it the trace fetched from the server."""
+    import http.server
+    import threading
+
+    from _serving import Server
+
+    received: list[tuple[str, bytes]] = []
+
+    class FakeUI(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(FAKE_PERFETTO)
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    ui = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeUI)
+    threading.Thread(target=ui.serve_forever, daemon=True).start()
+    srv = Server(runs_dir, "--perfetto-ui", f"http://127.0.0.1:{ui.server_address[1]}/")
+    try:
+        rid = ids["job"]
+        result = run_chromium(tmp_path, "--disable-popup-blocking", "--virtual-time-budget=10000", "--dump-dom",
+                              f"{srv.url}runs/{rid}#perfetto")
+        assert result.returncode == 0, result.stderr
+        deadline = time.monotonic() + 20
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        srv.stop()
+        ui.shutdown()
+    assert len(received) == 1, result.stdout[-2000:]
+    path, body = received[0]
+    assert path == "/received?title=job"
+    assert body == client.get(f"/v1/traces/{rid}/download", params={"format": "pftrace"}).content
+    out = tmp_path / "posted.pftrace"
+    out.write_bytes(body)
+    assert hotspan.load(out).num_rows == hotspan.load(runs_dir / "job").num_rows

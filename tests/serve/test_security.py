@@ -126,3 +126,10 @@ def test_cli_refuses_a_port_in_use(runs_dir, server):
     assert result.stderr.startswith(f"hotspan serve: cannot listen on 127.0.0.1:{port}: ")
     assert "Traceback" not in result.stderr
     assert httpx  # the client library the fixtures use
+
+
+def test_cli_refuses_a_perfetto_ui_that_is_not_a_url(runs_dir):
+    result = subprocess.run([sys.executable, "-m", "hotspan", "serve", str(runs_dir), "--perfetto-ui", "file:///x"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "hotspan serve: perfetto_ui: 'file:///x' is not an http(s) URL"

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     parser.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (default: $HOTSPAN_TOKEN, if set)")
+    parser.add_argument("--perfetto-ui", metavar="URL",
+                        help="the Perfetto UI that 'Open in Perfetto UI' opens (default https://ui.perfetto.dev; "
+                             "a self-hosted one where that cannot be reached)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -46,7 +49,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"{' (token required)' if token else ''}", flush=True)
 
     try:
-        serve(args.directory, host=args.host, port=args.port, token=token, announce=announce)
+        serve(args.directory, host=args.host, port=args.port, token=token, perfetto_ui=args.perfetto_ui,
+              announce=announce)
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # an option the application refuses (--perfetto-ui not a URL)
+        raise CliError(str(exc)) from None
     return 0

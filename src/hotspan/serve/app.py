@@ -177,10 +177,18 @@ def _bad_value(parameter: str, message: str, where: str = "query") -> RequestVal
 # --------------------------------------------------------------------------- the application
 
 
-def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None) -> FastAPI:
+PERFETTO_UI = "https://ui.perfetto.dev"
+
+
+def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
+               perfetto_ui: str = PERFETTO_UI) -> FastAPI:
     """The application serving the runs under ``root``. ``token``: required of every
     request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
-    non-Parquet traces and download files go (default: a fresh temporary directory)."""
+    non-Parquet traces and download files go (default: a fresh temporary directory).
+    ``perfetto_ui``: the Perfetto UI that "Open in Perfetto UI" opens (a self-hosted one
+    where ui.perfetto.dev cannot be reached)."""
+    if not re.match(r"^https?://[^/\s]+", perfetto_ui):
+        raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
     if cache is None:
         cache = tempfile.mkdtemp(prefix="hotspan-serve-")
     catalog = Catalog(root, cache)
@@ -335,5 +343,5 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
 
     from .pages import add_pages
 
-    add_pages(app, catalog, run_or_404, by_columns)
+    add_pages(app, catalog, run_or_404, perfetto_ui=perfetto_ui)
     return app

@@ -74,7 +74,7 @@ def phase_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "height": max(len(bars) * 26, 26)}
 
 
-def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, by_columns: Callable) -> None:
+def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_ui: str) -> None:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters.update(ns=human_ns, count=human_count, bytes=human_bytes)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
@@ -106,7 +106,7 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, by_columns: 
         return page(request, "run.html", run=run.entry(), stats=rows, stat_heads=[h for h, _c, _f in STAT_COLUMNS],
                     groups=len(stats), max_rows=MAX_STAT_ROWS, chart=phase_bars(phases), phases=phases,
                     timeline=(run.summary or {}).get("spans", 0) <= queries.TIMELINE_MAX_SPANS,
-                    timeline_max=queries.TIMELINE_MAX_SPANS)
+                    timeline_max=queries.TIMELINE_MAX_SPANS, perfetto_ui=perfetto_ui)
 
     @app.get("/runs/{id}/timeline", response_class=HTMLResponse, include_in_schema=False)
     def timeline_page(request: Request, id: str):

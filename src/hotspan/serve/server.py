@@ -12,7 +12,7 @@ __all__ = ["serve"]
 
 
 def serve(root: str | os.PathLike, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          announce: Callable[[str], None] | None = None) -> None:
+          perfetto_ui: str | None = None, announce: Callable[[str], None] | None = None) -> None:
     """Serve the runs under ``root`` until interrupted (SIGINT/SIGTERM end it cleanly).
     ``announce(url)`` is called once the socket listens."""
     import uvicorn
@@ -20,7 +20,7 @@ def serve(root: str | os.PathLike, *, host: str = "127.0.0.1", port: int = 8765,
     from .app import create_app
 
     with tempfile.TemporaryDirectory(prefix="hotspan-serve-") as cache:
-        app = create_app(root, token=token, cache=cache)
+        app = create_app(root, token=token, cache=cache, **({"perfetto_ui": perfetto_ui} if perfetto_ui else {}))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

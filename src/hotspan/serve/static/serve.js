@@ -50,15 +50,15 @@
     });
   }
 
-  // Open in Perfetto UI.
-  var ORIGIN = 'https://ui.perfetto.dev';
+  // Open in Perfetto UI (ui.perfetto.dev, or the Perfetto UI the server names with --perfetto-ui).
   var button = document.getElementById('perfetto');
   var status = document.getElementById('perfetto-status');
   function say(text) { if (status) status.textContent = text; }
   if (button) {
-    button.addEventListener('click', function () {
+    var UI = button.dataset.ui, ORIGIN = new URL(UI).origin;
+    var open = function () {
       // Open the window first, in the click itself (a popup blocker allows that), then fetch.
-      var ui = window.open(ORIGIN);
+      var ui = window.open(UI);
       if (!ui) { say('the browser blocked the new window: allow pop-ups for this page'); return; }
       say('fetching the trace…');
       var buffer = null, ready = false, timer = null;
@@ -89,6 +89,9 @@
         clearInterval(timer);
         say('could not fetch the trace: ' + error.message);
       });
-    });
+    };
+    button.addEventListener('click', open);
+    // A link to the run page ending in #perfetto opens it there at once (where pop-ups are allowed).
+    if (location.hash === '#perfetto') open();
   }
 })();
