@@ -19,7 +19,8 @@ def test_the_list_holds_every_run_and_the_corrupt_one_as_an_error(client, runs_d
     response = client.get("/v1/traces")
     assert response.status_code == 200
     traces = {t["path"]: t for t in response.json()["traces"]}
-    assert set(traces) == {"base/trace.parquet", "new/trace.json", "job", "broken/bad.pftrace"}
+    assert set(traces) == {"base/trace.parquet", "new/trace.json", "job", "broken/bad.pftrace",
+                           "broken/foreign.parquet", "broken/text_ids.parquet"}
     base = hotspan.load(runs_dir / "base" / "trace.parquet")
     entry = traces["base/trace.parquet"]
     assert entry["spans"] == base.num_rows and entry["ranks"] == [0] and entry["error"] is None
@@ -32,16 +33,19 @@ def test_the_list_holds_every_run_and_the_corrupt_one_as_an_error(client, runs_d
     assert traces["new/trace.json"]["spans"] == hotspan.load(runs_dir / "new" / "trace.json").num_rows
     broken = traces["broken/bad.pftrace"]
     assert broken["error"] and "bad.pftrace" in broken["error"] and broken["spans"] is None
+    assert "missing column(s) span_id" in traces["broken/foreign.parquet"]["error"]
+    assert "'span_id' holds string, not integers" in traces["broken/text_ids.parquet"]["error"]
     # Ids are stable: the same on every listing.
     again = {t["path"]: t["id"] for t in client.get("/v1/traces").json()["traces"]}
     assert again == {p: t["id"] for p, t in traces.items()}
 
 
-def test_a_corrupt_run_answers_409_and_the_others_still_answer(client, ids):
+@pytest.mark.parametrize("broken", ["broken/bad.pftrace", "broken/foreign.parquet", "broken/text_ids.parquet"])
+def test_a_corrupt_run_answers_409_and_the_others_still_answer(client, ids, broken):
     for path in ("/v1/traces/{}", "/v1/traces/{}/stats", "/v1/traces/{}/spans", "/v1/traces/{}/download"):
-        response = client.get(path.format(ids["broken/bad.pftrace"]))
+        response = client.get(path.format(ids[broken]))
         assert response.status_code == 409, path
-        assert "bad.pftrace" in response.json()["detail"]
+        assert broken.split("/")[1] in response.json()["detail"]
     assert client.get(f"/v1/traces/{ids['job']}").status_code == 200
 
 

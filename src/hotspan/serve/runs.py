@@ -241,6 +241,7 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
     try:
         for path, rank in parts:
             pf = pq.ParquetFile(path)
+            _check_schema(pf.schema_arrow, path, has_rank=rank is not None)
             meta = pf.metadata
             schema = pf.schema_arrow
             metas.append((dict(schema.metadata or {}), meta.num_rows))
@@ -248,19 +249,14 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
             if meta.num_rows == 0:
                 continue
             names = schema.names
-            for column in ("start_ns", "end_ns"):
-                if column not in names:
-                    raise RunError(f"{path.name}: no {column} column: not a span table")
             lo = _column_bound(pf, "start_ns", min)
             hi = _column_bound(pf, "end_ns", max)
             start = lo if start is None else min(start, lo)
             end = hi if end is None else max(end, hi)
             if "rank" in names:
                 ranks.update(_column_values(pf, "rank"))
-            elif rank is not None:
+            else:  # checked above: a dataset part whose rank=R directory gives it
                 ranks.add(rank)
-            else:
-                ranks.add(0)
     except RunError:
         raise
     except Exception as exc:  # pyarrow's errors for a torn or foreign file
@@ -291,6 +287,31 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
         "command": command,
         "modified": _iso(modified),
     }
+
+
+def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
+    """Refuse a Parquet file that is not a span table (a foreign file under the directory):
+    every column of the span schema (``rank`` may come from a ``rank=R`` directory), strings
+    where strings belong, integers and booleans where they do; so that every query on it
+    answers, and a foreign file is an error entry."""
+    import pyarrow as pa
+
+    from .._schema import SPAN_SCHEMA
+    from ..formats.base import check_span_table
+
+    present = dict(zip(schema.names, schema.types))
+    if has_rank and "rank" not in present:
+        present["rank"] = pa.int32()
+    try:
+        check_span_table(pa.schema(list(present.items())).empty_table())
+    except ValueError as exc:
+        raise RunError(f"{path.name}: {exc}") from None
+    for field in SPAN_SCHEMA:
+        kind = present[field.name]
+        if pa.types.is_integer(field.type) and not pa.types.is_integer(kind):
+            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not integers")
+        if pa.types.is_boolean(field.type) and not pa.types.is_boolean(kind):
+            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not booleans")
 
 
 def _iso(ns: int | None) -> str | None:
