@@ -21,12 +21,9 @@ import pyarrow.compute as pc
 
 from ..units import human_count, human_ns, human_rate
 
-EXIT_BAD_INPUT = 2
+from .errors import EXIT_BAD_INPUT, CliError  # noqa: F401 - re-exported: commands raise it
+
 DEFAULT_BY = ("category", "name")
-
-
-class CliError(Exception):
-    """Bad input: reported as one line on stderr, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):

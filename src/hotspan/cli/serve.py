@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from .commands import CliError
+from .errors import CliError
 
 DESCRIPTION = (
     "Serve the runs under DIR (every trace file of any format hotspan reads, and every dataset directory "
