@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .runs import Run
+from .runs import HEAVY, Run
 
 __all__ = ["DOWNLOAD_FORMATS", "SPAN_FIELDS", "cached", "compare_rows", "download_path", "phases_rows",
            "plain", "spans_page", "stats_rows", "timeline_html"]
@@ -40,14 +40,25 @@ _cache_lock = threading.Lock()
 _CACHE_ENTRIES = 64
 
 
-def cached(key: tuple, compute: Callable[[], Any]) -> Any:
-    """``compute()``, remembered under ``key`` (which holds the run's signature) among the
-    last ``_CACHE_ENTRIES`` results."""
+def _lookup(key: tuple) -> tuple[bool, Any]:
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
-            return _cache[key]
-    value = compute()
+            return True, _cache[key]
+    return False, None
+
+
+def cached(key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()``, remembered under ``key`` (which holds the run's signature) among the
+    last ``_CACHE_ENTRIES`` results; computed under ``HEAVY``."""
+    found, value = _lookup(key)
+    if found:
+        return value
+    with HEAVY:
+        found, value = _lookup(key)  # computed meanwhile by the request this one waited for
+        if found:
+            return value
+        value = compute()
     with _cache_lock:
         _cache[key] = value
         while len(_cache) > _CACHE_ENTRIES:
@@ -198,20 +209,12 @@ def download_path(run: Run, fmt: str, cache: Path) -> Path:
         return run.source  # the Parquet copy made when the run was listed
     digest = hashlib.sha256(repr(run.signature).encode()).hexdigest()[:16]
     target = cache / f"{run.id}-{digest}-download{extension}"
-    with _download_lock(target):
+    with HEAVY:
         if not target.exists():
             from ..formats import export
 
             export(_table(run.source), target)
     return target
-
-
-_locks: dict[Path, threading.Lock] = {}
-
-
-def _download_lock(target: Path) -> threading.Lock:
-    with _cache_lock:
-        return _locks.setdefault(target, threading.Lock())
 
 
 def timeline_html(run: Run) -> str | None:

@@ -28,9 +28,15 @@ from typing import Any
 
 from ..formats.registry import format_of
 
-__all__ = ["Catalog", "Run", "RunError"]
+__all__ = ["HEAVY", "Catalog", "Run", "RunError"]
 
 _RANK_DIR = re.compile(r"^rank=(-?\d+)$")
+
+#: One heavy computation at a time (statistics, phases, comparisons, timelines, format
+#: conversions): each may read a whole run, so the server's memory is that of one of them
+#: however many requests arrive together; a request for a result being computed waits for
+#: it instead of computing it again.
+HEAVY = threading.Lock()
 
 
 class RunError(Exception):
@@ -204,12 +210,16 @@ class Catalog:
 
     def _converted(self, run: Run, signature: tuple) -> Path:
         """The Parquet copy of a trace in another format, made once per version of it."""
-        from ..formats import export, load
-
         digest = hashlib.sha256(repr(signature).encode()).hexdigest()[:16]
         target = self.cache / f"{run.id}-{digest}.parquet"
-        if target.exists():
-            return target
+        with HEAVY:
+            if not target.exists():
+                self._convert(run, target)
+        return target
+
+    def _convert(self, run: Run, target: Path) -> None:
+        from ..formats import export, load
+
         try:
             table = load(run.location)
         except (ValueError, OSError) as exc:  # TraceFileError names the file and the problem
@@ -219,7 +229,6 @@ class Catalog:
         for stale in self.cache.glob(f"{run.id}-*.parquet"):
             stale.unlink(missing_ok=True)
         export(table, target)
-        return target
 
 
 def _message(exc: BaseException, path: Path) -> str:
