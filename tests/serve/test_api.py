@@ -215,3 +215,23 @@ def test_openapi_document_lists_the_api(client):
     assert limit["schema"]["maximum"] == 10_000
     assert not any(path.startswith(("/runs", "/static")) for path in doc["paths"])
     assert pa  # pyarrow imported for the comparisons above
+
+
+def test_a_part_without_a_rank_column_takes_its_directorys(tmp_path):
+    import pyarrow.parquet as pq
+
+    table = record_steps(2)
+    part = tmp_path / "runs" / "norank" / "rank=2" / "part-1-000000.parquet"
+    part.parent.mkdir(parents=True)
+    pq.write_table(table.drop_columns(["rank"]), part)
+    srv = Server(tmp_path / "runs")
+    try:
+        with srv.client() as c:
+            (entry,) = c.get("/v1/traces").json()["traces"]
+            assert entry["ranks"] == [2] and entry["spans"] == table.num_rows and entry["error"] is None
+            spans = c.get(f"/v1/traces/{entry['id']}/spans", params={"rank": 2, "limit": 10_000}).json()
+            assert len(spans["spans"]) == table.num_rows and {s["rank"] for s in spans["spans"]} == {2}
+            assert c.get(f"/v1/traces/{entry['id']}/spans", params={"rank": 0}).json()["spans"] == []
+            assert c.get(f"/v1/traces/{entry['id']}/stats", params={"by": "rank"}).json()["rows"][0]["rank"] == 2
+    finally:
+        srv.stop()

@@ -173,8 +173,6 @@ def spans_page(run: Run, *, offset: int, limit: int, name: str | None = None, ca
             if count <= skip:
                 skip -= count
                 continue
-        if rank is not None and "rank" not in names and dir_rank is None and rank != 0:
-            continue  # a part without ranks holds rank 0's spans
         columns = [c for c in SPAN_FIELDS if c in names]
         expr = _filter(names, name=name, category=category, rank=rank, min_ns=min_ns)
         for batch in dataset.to_batches(columns=columns, filter=expr, batch_size=16_384, use_threads=False):
@@ -187,10 +185,8 @@ def spans_page(run: Run, *, offset: int, limit: int, name: str | None = None, ca
             need = limit + 1 - len(rows)  # one more than the page: whether another page follows
             batch = batch.slice(0, need)
             table = pa.Table.from_batches([batch])
-            for column in SPAN_FIELDS:
-                if column not in table.column_names:
-                    fill = dir_rank if column == "rank" and dir_rank is not None else (0 if column == "rank" else None)
-                    table = table.append_column(column, pa.array([fill] * table.num_rows, pa.int64()))
+            if "rank" not in table.column_names:  # a part whose rank=R directory gives it (checked at listing)
+                table = table.append_column("rank", pa.array([dir_rank] * table.num_rows, pa.int32()))
             rows.extend(table.select(list(SPAN_FIELDS)).to_pylist())
             if len(rows) > limit:
                 return plain(rows[:limit]), True
