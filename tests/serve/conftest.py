@@ -14,7 +14,7 @@ pytest.importorskip("httpx")
 from hotspan.formats import export  # noqa: E402
 from hotspan.formats.dataset import write_part  # noqa: E402
 
-from _serving import Server, record_steps, with_rank  # noqa: E402
+from ._serving import Server, record_steps, with_rank  # noqa: E402
 
 
 @pytest.fixture(scope="session")

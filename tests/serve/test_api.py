@@ -12,7 +12,7 @@ import pytest
 import hotspan
 from hotspan.formats import export
 
-from _serving import Server, record_steps, with_rank
+from ._serving import Server, record_steps, with_rank
 
 
 def test_the_list_holds_every_run_and_the_corrupt_one_as_an_error(client, runs_dir):

@@ -130,7 +130,7 @@ def test_open_in_perfetto_ui_posts_the_trace_after_the_handshake(runs_dir, tmp_p
     import http.server
     import threading
 
-    from _serving import Server
+    from ._serving import Server
 
     received: list[tuple[str, bytes]] = []
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from _serving import Server
+from ._serving import Server
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_a_link_out_of_the_directory_is_not_served(tmp_path):
     secret = outside / "secret.parquet"
     root = tmp_path / "runs"
     root.mkdir()
-    from _serving import record_steps
+    from ._serving import record_steps
     from hotspan.formats import export
 
     export(record_steps(1), secret)
