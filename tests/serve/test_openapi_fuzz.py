@@ -22,7 +22,12 @@ def real_ids(ids) -> list[str]:
     return sorted(ids.values())
 
 
-def test_api_conforms_to_its_openapi_document(server, real_ids):
+@pytest.fixture(scope="session")
+def readable_ids(ids) -> list[str]:
+    return sorted(rid for path, rid in ids.items() if not path.startswith("broken/"))
+
+
+def test_api_conforms_to_its_openapi_document(server, real_ids, readable_ids):
     from hypothesis import given
 
     schema = schemathesis.openapi.from_url(server.url + "openapi.json")
@@ -42,10 +47,10 @@ def test_api_conforms_to_its_openapi_document(server, real_ids):
         def check(case):
             if case.path_parameters and "id" in case.path_parameters:
                 case.path_parameters["id"] = real(case.path_parameters["id"])
-            if case.query:
+            if case.query:  # a comparison of two readable runs (unknown ids: test_api's 404 tests)
                 for key in ("base", "new"):
                     if isinstance(case.query.get(key), str):
-                        case.query[key] = real(case.query[key])
+                        case.query[key] = readable_ids[hash(case.query[key]) % len(readable_ids)]
             response = case.call_and_validate(checks=CHECKS)
             statuses.setdefault(operation.label, set()).add(response.status_code)
 
