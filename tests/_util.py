@@ -23,3 +23,33 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 12
         env=full_env,
         timeout=timeout,
     )
+
+
+#: Set by .ci/run (which installs Chromium): there a missing browser fails the run.
+REQUIRE_BROWSER = "HOTSPAN_REQUIRE_BROWSER"
+
+
+def chromium() -> str:
+    """The headless browser: pip cannot install one, so a machine without it skips the
+    rendering tests with one line naming the package, unless HOTSPAN_REQUIRE_BROWSER=1."""
+    import shutil
+
+    import pytest
+
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    reason = "headless Chromium not on PATH: apt-get install chromium"
+    if os.environ.get(REQUIRE_BROWSER) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_BROWSER}=1 requires it)")
+    pytest.skip(reason)
+
+
+def run_chromium(tmp_path, *args, timeout: float = 90) -> subprocess.CompletedProcess:
+    """Headless Chromium with a profile of its own under ``tmp_path``."""
+    return subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )

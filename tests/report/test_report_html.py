@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import threading
 
 import numpy as np
@@ -15,6 +13,8 @@ import hotspan
 from hotspan.cli import main
 from hotspan.formats import export
 from hotspan.report.html import PALETTE
+
+from _util import run_chromium
 
 
 @pytest.fixture(scope="module")
@@ -68,31 +68,6 @@ def test_report_is_self_contained_and_holds_every_span(trace, tmp_path, capsys):
     assert sum(m[5] for m in marks) >= 1  # the error, in the tooltip data
     assert 'class="s e"' in page or 'class="m e"' in page  # and drawn in red
     assert [p.name for p in out.parent.iterdir()] == ["report.html"]
-
-
-#: Set by .ci/run (which installs Chromium): there a missing browser fails the run.
-REQUIRE_BROWSER = "HOTSPAN_REQUIRE_BROWSER"
-
-
-def chromium() -> str:
-    """The headless browser: pip cannot install one, so a machine without it skips the
-    rendering test with one line naming the package, unless HOTSPAN_REQUIRE_BROWSER=1."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    reason = "headless Chromium not on PATH: apt-get install chromium"
-    if os.environ.get(REQUIRE_BROWSER) == "1":
-        pytest.fail(f"{reason} ({REQUIRE_BROWSER}=1 requires it)")
-    pytest.skip(reason)
-
-
-def run_chromium(tmp_path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'profile'}", *args],
-        capture_output=True, text=True, timeout=90,
-    )
 
 
 def test_chromium_renders_the_timeline_and_the_hover_details(trace, tmp_path):

@@ -1117,6 +1117,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _recover_cmd.add_arguments(_add(sub, "recover", _recover_cmd.HELP, _recover_cmd.DESCRIPTION,
                                     _recover_cmd.EXAMPLE, _recover_cmd.cmd_recover))
+
+    from . import serve as serve_command  # hotspan serve: its own module (the serve extra loads on use)
+
+    serve_command.add_arguments(_add(sub, "serve", "a trace API and a dashboard over the runs under a directory",
+                                     serve_command.DESCRIPTION, serve_command.EXAMPLE, serve_command.cmd_serve))
     return parser
 
 

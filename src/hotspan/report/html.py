@@ -32,24 +32,36 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#f
            "#86bcb6", "#8cd17d", "#d4a6c8", "#a0cbe8")
 
 
-def html_report(table: pa.Table, *, title: str = "hotspan report") -> str:
-    """The report as one HTML document (a string)."""
+#: The parts of the report, in page order.
+SECTIONS = ("summary", "timeline", "stats", "phases")
+
+
+def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tuple[str, ...] = SECTIONS) -> str:
+    """The report as one HTML document (a string). ``sections``: which parts of it
+    (``hotspan serve`` shows the timeline alone inside its run page)."""
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown report section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     lay = layout(table)
     parts = [_HEAD.replace("@TITLE@", html.escape(title)).replace("@CSS@", _CSS)]
-    parts.append(f"<h1>{html.escape(title)}</h1>")
-    parts.append(_summary(table, lay))
-    if table.num_rows:
-        parts.append("<h2>Timeline</h2>")
-        parts.append(_legend(lay))
-        timeline, spans_json = _timeline(table, lay)
-        parts.append(timeline)
-    else:
-        parts.append("<p>The trace holds no spans.</p>")
-        spans_json = "[]"
-    parts.append("<h2>Statistics</h2>")
-    parts.append(_stats_table(table))
-    parts.append("<h2>Phases</h2>")
-    parts.append(_phases_table(table))
+    spans_json = "[]"
+    if "summary" in sections:
+        parts.append(f"<h1>{html.escape(title)}</h1>")
+        parts.append(_summary(table, lay))
+    if "timeline" in sections:
+        if table.num_rows:
+            parts.append("<h2>Timeline</h2>")
+            parts.append(_legend(lay))
+            timeline, spans_json = _timeline(table, lay)
+            parts.append(timeline)
+        else:
+            parts.append("<p>The trace holds no spans.</p>")
+    if "stats" in sections:
+        parts.append("<h2>Statistics</h2>")
+        parts.append(_stats_table(table))
+    if "phases" in sections:
+        parts.append("<h2>Phases</h2>")
+        parts.append(_phases_table(table))
     parts.append('<div id="tip" role="tooltip"></div>')
     parts.append("<script>const SPANS=" + spans_json + ";\n" + _JS + "</script>")
     parts.append("</body></html>\n")

@@ -1,0 +1,347 @@
+"""The ASGI application of ``hotspan serve``: the JSON API under ``/v1``, its OpenAPI
+document at ``/openapi.json``, and the pages (run list, run, compare).
+
+    from hotspan.serve import create_app
+    app = create_app("runs/", token="s3cret")      # any ASGI server; `hotspan serve` runs uvicorn
+
+Requests are checked before anything else runs: with a token, one without
+``Authorization: Bearer <token>`` gets 401; a parameter (in the query or the path) holding
+``..`` as a path segment or an absolute path gets 400. No parameter is ever used as a file
+path (runs are named by id), and runs reached through a link out of the directory are not
+listed, so no request reads a file outside it.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Literal, Optional
+from urllib.parse import unquote
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from .. import __version__
+from . import queries
+from .runs import Catalog, Run
+
+__all__ = ["create_app"]
+
+_UNKNOWN = "no run with this id under the served directory"
+
+
+# --------------------------------------------------------------------------- response models
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+class TraceEntry(BaseModel):
+    id: str
+    path: str
+    name: str
+    kind: Literal["file", "dataset"]
+    format: str
+    error: Optional[str] = None
+    ranks: Optional[list[int]] = None
+    spans: Optional[int] = None
+    start: Optional[str] = None
+    start_ns: Optional[int] = None
+    duration_ns: Optional[int] = None
+    host: Optional[str] = None
+    command: Optional[str] = None
+    modified: Optional[str] = None
+
+
+class TraceList(BaseModel):
+    traces: list[TraceEntry]
+
+
+class PhaseRow(BaseModel):
+    rank: Optional[int] = None
+    category: str
+    phase: str
+    time_ns: Optional[float] = None
+    steps: Optional[float] = None
+    per_step_ns: Optional[float] = None
+    share: Optional[float] = None
+
+
+class TraceDetail(TraceEntry):
+    phases: list[PhaseRow]
+
+
+class StatsRow(BaseModel):
+    model_config = ConfigDict(extra="allow")  # plus the `by` columns
+    count: int
+    total_ns: int
+    self_ns: int
+    mean_ns: Optional[float] = None
+    min_ns: int
+    p50_ns: Optional[float] = None
+    p90_ns: Optional[float] = None
+    p99_ns: Optional[float] = None
+    max_ns: int
+    share: Optional[float] = None
+    busy: Optional[float] = None
+    errors: int
+    arg_sum: Optional[int] = None
+    arg_per_s: Optional[float] = None
+
+
+class StatsResponse(BaseModel):
+    id: str
+    by: list[str]
+    rows: list[StatsRow]
+
+
+class Span(BaseModel):
+    span_id: int
+    parent_id: Optional[int] = None
+    name: str
+    category: Optional[str] = None
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    depth: int
+    thread_id: int
+    thread_name: Optional[str] = None
+    pid: int
+    rank: int
+    arg: Optional[int] = None
+    error: Optional[bool] = None
+
+
+class SpansPage(BaseModel):
+    id: str
+    offset: int
+    limit: int
+    next_offset: Optional[int] = None
+    spans: list[Span]
+
+
+class CompareRow(BaseModel):
+    model_config = ConfigDict(extra="allow")  # plus the group's key columns
+    count_base: int
+    count_new: int
+    p50_ns_base: Optional[float] = None
+    p50_ns_new: Optional[float] = None
+    p50_ns_change: Optional[float] = None
+    change_low: Optional[float] = None
+    change_high: Optional[float] = None
+    p_value: Optional[float] = None
+    verdict: Literal["slower", "faster", "same", "new", "gone", "few"]
+
+
+class CompareResponse(BaseModel):
+    base: str
+    new: str
+    threshold: float
+    rows: list[CompareRow]
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": Problem, "description": "a parameter names a path outside the directory (`..`, absolute)"},
+    401: {"model": Problem, "description": "the server has a token and the request did not present it"},
+}
+_NOT_FOUND = {404: {"model": Problem, "description": "no run with this id"},
+              409: {"model": Problem, "description": "the run is not a readable trace (see its error in the list)"}}
+
+
+# --------------------------------------------------------------------------- guards
+
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+def escapes(value: str) -> bool:
+    """Whether ``value`` would name a path outside a directory: absolute, or with a ``..``
+    segment (``/`` or ``\\`` separated)."""
+    text = value.replace("\\", "/")
+    return text.startswith("/") or bool(_DRIVE.match(value)) or ".." in text.split("/")
+
+
+def _problem(status: int, detail: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers or None)
+
+
+def _bad_value(parameter: str, message: str, where: str = "query") -> RequestValidationError:
+    """A 422 in FastAPI's own shape (``detail[].loc`` names the parameter)."""
+    return RequestValidationError([{"loc": (where, parameter), "msg": message, "type": "value_error"}])
+
+
+# --------------------------------------------------------------------------- the application
+
+
+PERFETTO_UI = "https://ui.perfetto.dev"
+
+
+def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
+               perfetto_ui: str = PERFETTO_UI) -> FastAPI:
+    """The application serving the runs under ``root``. ``token``: required of every
+    request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
+    non-Parquet traces and download files go (default: a fresh temporary directory).
+    ``perfetto_ui``: the Perfetto UI that "Open in Perfetto UI" opens (a self-hosted one
+    where ui.perfetto.dev cannot be reached)."""
+    if not re.match(r"^https?://[^/\s]+", perfetto_ui):
+        raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
+    if cache is None:
+        cache = tempfile.mkdtemp(prefix="hotspan-serve-")
+    catalog = Catalog(root, cache)
+    cache_dir = Path(cache)
+    expected = f"Bearer {token}".encode() if token else None
+
+    app = FastAPI(
+        title="hotspan serve", version=__version__, docs_url=None, redoc_url=None,  # their pages load from a CDN
+        description="The runs (trace files and dataset directories) under one directory: list them, read "
+                    "their statistics, phases and spans, download them in any format, compare two.",
+    )
+    app.state.catalog = catalog
+
+    # A run that reads as a list entry can still fail a query (a part torn after the scan, a
+    # table breaking the span rules): its message, as for a run listed with an error, never a 500.
+    from ..formats.base import TraceFileError
+    import pyarrow as pa
+
+    @app.exception_handler(TraceFileError)
+    @app.exception_handler(pa.ArrowException)
+    @app.exception_handler(OSError)
+    async def unreadable(request: Request, exc: Exception):
+        text = str(exc).replace(str(catalog.root) + os.sep, "")  # paths relative to the served directory
+        return _problem(409, f"not a readable trace: {text}")
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if expected is not None:
+            given = request.headers.get("authorization", "").encode("latin-1", "replace")
+            # Constant time: how much of the token matched does not show in the timing.
+            if not hmac.compare_digest(given, expected):
+                return _problem(401, "missing or wrong token: send Authorization: Bearer <token>",
+                                **{"WWW-Authenticate": "Bearer"})
+        raw = request.scope.get("raw_path") or request.url.path.encode()
+        for segment in raw.decode("latin-1").split("/"):
+            decoded = unquote(segment)
+            if decoded and (decoded == ".." or escapes(decoded)):
+                return _problem(400, f"path segment {decoded!r}: paths outside the served directory are refused")
+        for key, value in request.query_params.multi_items():
+            if escapes(value):
+                return _problem(400, f"parameter {key!r}: {value!r} names a path outside the served directory")
+        return await call_next(request)
+
+    def run_or_404(rid: str) -> Run | JSONResponse:
+        run = catalog.get(rid)
+        if run is None:
+            return _problem(404, f"{rid}: {_UNKNOWN}")
+        if run.error is not None:
+            return _problem(409, f"{run.path}: {run.error}")
+        return run
+
+    def by_columns(text: str) -> tuple[str, ...]:
+        from .._schema import SPAN_SCHEMA
+
+        keys = tuple(k.strip() for k in text.split(",") if k.strip())
+        if not keys:
+            raise _bad_value("by", "give one or more column names, comma-separated")
+        unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+        if unknown:
+            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+        if len(set(keys)) != len(keys):
+            raise _bad_value("by", "a column is named twice")
+        return keys
+
+    # ------------------------------------------------------------------ the JSON API
+
+    @app.get("/v1/traces", response_model=TraceList, responses=_ERRORS, tags=["traces"])
+    def list_traces() -> Any:
+        """Every run under the directory (scanned on each request: new runs appear). A run
+        that cannot be read is listed with its `error` and no figures."""
+        return {"traces": [run.entry() for run in catalog.scan()]}
+
+    @app.get("/v1/traces/{id}", response_model=TraceDetail, responses={**_ERRORS, **_NOT_FOUND}, tags=["traces"])
+    def get_trace(id: str) -> Any:
+        """The run's summary and its phases per rank (each top-level category's time per step
+        and its sub-categories' shares; rank null: the mean over ranks)."""
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        return {**run.entry(), "phases": queries.phases_rows(run)}
+
+    @app.get("/v1/traces/{id}/stats", response_model=StatsResponse, responses={**_ERRORS, **_NOT_FOUND},
+             tags=["traces"])
+    def get_stats(id: str, by: str = Query("category,name", description="comma-separated span columns to group by",
+                                           max_length=200)) -> Any:
+        """The `hotspan stats` columns per group of spans, largest total first."""
+        keys = by_columns(by)
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        return {"id": run.id, "by": list(keys), "rows": queries.stats_rows(run, keys)}
+
+    @app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses={**_ERRORS, **_NOT_FOUND},
+             tags=["traces"])
+    def get_spans(
+        id: str,
+        offset: int = Query(0, ge=0, le=2**62, description="spans to skip (of those matching)"),
+        limit: int = Query(100, ge=1, le=10_000, description="spans in this page (at most 10 000)"),
+        name: Optional[str] = Query(None, max_length=1000, description="only spans of this name"),
+        category: Optional[str] = Query(None, max_length=1000,
+                                        description="only spans of this category or below it (train takes train/compute)"),
+        rank: Optional[int] = Query(None, ge=-2**31, le=2**31 - 1, description="only spans of this rank"),
+        min_ns: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="only spans at least this long"),
+    ) -> Any:
+        """A page of spans in a stable order (the run's parts in order, rows in file order);
+        `next_offset` is where the next page starts, null on the last."""
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        rows, more = queries.spans_page(run, offset=offset, limit=limit, name=name, category=category, rank=rank,
+                                        min_ns=min_ns)
+        return {"id": run.id, "offset": offset, "limit": limit, "next_offset": offset + len(rows) if more else None,
+                "spans": rows}
+
+    @app.get("/v1/traces/{id}/download", response_class=FileResponse, tags=["traces"],
+             responses={**_ERRORS, **_NOT_FOUND,
+                        200: {"description": "the trace, streamed",
+                              "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
+                                              if m == "application/json" else {"type": "string", "format": "binary"}}
+                                          for _e, m in queries.DOWNLOAD_FORMATS.values()}}})
+    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
+            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet")) -> Any:
+        """The run as one file in `format`, streamed from disk (converted once per version of
+        the run)."""
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        path = queries.download_path(run, format, cache_dir)
+        extension, media = queries.DOWNLOAD_FORMATS[format]
+        stem = run.name
+        if run.kind == "file" and run.format:
+            stem = stem[: -len(run.format)] if stem.lower().endswith(run.format) else stem
+        return FileResponse(path, media_type=media, filename=(stem or run.id) + extension)
+
+    @app.get("/v1/compare", response_model=CompareResponse, responses={**_ERRORS, **_NOT_FOUND}, tags=["compare"])
+    def compare(
+        base: str = Query(..., max_length=64, description="id of the run before"),
+        new: str = Query(..., max_length=64, description="id of the run after"),
+        threshold: float = Query(0.05, ge=0.0, le=100.0, description="slowdown that counts, as a fraction"),
+        min_count: int = Query(1, ge=1, le=2**31, description="groups with fewer spans on a side are not judged"),
+    ) -> Any:
+        """Span group by span group, as `hotspan compare` does: medians, their change with a
+        bootstrap interval, the Mann-Whitney U p-value and a verdict."""
+        runs = []
+        for parameter, rid in (("base", base), ("new", new)):
+            run = run_or_404(rid)
+            if isinstance(run, JSONResponse):
+                return run
+            runs.append(run)
+        return {"base": base, "new": new, "threshold": threshold,
+                "rows": queries.compare_rows(runs[0], runs[1], threshold=threshold, min_count=min_count)}
+
+    from .pages import add_pages
+
+    add_pages(app, catalog, run_or_404, perfetto_ui=perfetto_ui)
+    return app

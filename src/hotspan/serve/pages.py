@@ -1,0 +1,137 @@
+"""The pages of ``hotspan serve``: rendered on the server from the templates in
+``templates/`` with the assets in ``static/`` (no build step, nothing from a CDN).
+
+- ``/``: the runs (sortable columns, a filter by name), and a form to compare two;
+- ``/runs/{id}``: the summary, phases per rank as a stacked bar each, the statistics, the
+  HTML report's timeline (``/runs/{id}/timeline``, in a frame) and "Open in Perfetto UI";
+- ``/compare?base=&new=``: two runs span group by span group.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from ..report.html import PALETTE
+from ..units import human_bytes, human_count, human_ns, human_rate
+from . import queries
+from .runs import Catalog
+
+HERE = Path(__file__).resolve().parent
+
+#: The stats columns the run page shows: heading -> (column, formatter).
+STAT_COLUMNS = (
+    ("count", "count", lambda v: f"{v:,}"), ("total", "total_ns", human_ns), ("self", "self_ns", human_ns),
+    ("mean", "mean_ns", human_ns), ("p50", "p50_ns", human_ns), ("p90", "p90_ns", human_ns),
+    ("p99", "p99_ns", human_ns), ("max", "max_ns", human_ns),
+    ("share", "share", lambda v: "-" if v is None else f"{v * 100:.1f}%"),
+    ("errors", "errors", lambda v: f"{v:,}"), ("arg/s", "arg_per_s", human_rate),
+)
+MAX_STAT_ROWS = 300
+BAR_WIDTH = 900  # the phases chart's bar area, in SVG units
+
+
+def phase_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The phases chart: per rank, a bar stacked from its phases (each top-level category's
+    sub-categories, then the rest of the category's time as "<category> (other)"; a category
+    without sub-categories is one segment), on one scale for all ranks."""
+    ranks: dict[int, list[tuple[str, float]]] = {}
+    tops: dict[tuple[int, str], float] = {}
+    for r in rows:
+        if r["rank"] is None or not r["time_ns"]:
+            continue
+        if r["phase"] == r["category"]:
+            tops[(r["rank"], r["category"])] = r["time_ns"]
+            ranks.setdefault(r["rank"], [])
+    for r in rows:
+        if r["rank"] is None or r["phase"] == r["category"] or not r["time_ns"]:
+            continue
+        ranks[r["rank"]].append((r["phase"], r["time_ns"]))
+        tops[(r["rank"], r["category"])] -= r["time_ns"]
+    for (rank, category), rest in tops.items():
+        subs = [p for p, _ in ranks[rank] if p.split("/", 1)[0] == category]
+        if rest > 0 or not subs:
+            ranks[rank].append((f"{category} (other)" if subs else category, max(rest, 0.0)))
+    phases = sorted({p for segs in ranks.values() for p, _ in segs})
+    colour = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(phases)}
+    widest = max((sum(t for _, t in segs) for segs in ranks.values()), default=0.0) or 1.0
+    bars = []
+    for y, rank in enumerate(sorted(ranks)):
+        x, segments = 0.0, []
+        total = sum(t for _, t in ranks[rank])
+        for phase, time in sorted(ranks[rank]):
+            w = time / widest * BAR_WIDTH
+            segments.append({"phase": phase, "x": round(x, 2), "w": round(w, 2), "colour": colour[phase],
+                             "label": f"rank {rank} · {phase}: {human_ns(time)} ({time / total * 100:.1f}%)"
+                             if total else phase})
+            x += w
+        bars.append({"rank": rank, "y": y * 26, "segments": segments, "total": human_ns(total)})
+    return {"bars": bars, "legend": [(p, colour[p]) for p in phases], "width": BAR_WIDTH,
+            "height": max(len(bars) * 26, 26)}
+
+
+def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_ui: str) -> None:
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters.update(ns=human_ns, count=human_count, bytes=human_bytes)
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+
+    def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return templates.TemplateResponse(request, name, context, status_code=status)
+
+    def problem_page(request: Request, response: JSONResponse) -> HTMLResponse:
+        import json
+
+        detail = json.loads(bytes(response.body))["detail"]
+        return page(request, "problem.html", status=response.status_code, detail=detail)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def runs_page(request: Request, q: str = Query("", max_length=200)):
+        runs = [r.entry() for r in catalog.scan()]
+        return page(request, "runs.html", runs=runs, q=q)
+
+    @app.get("/runs/{id}", response_class=HTMLResponse, include_in_schema=False)
+    def run_page(request: Request, id: str):
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return problem_page(request, run)
+        stats = queries.stats_rows(run, ("category", "name"))
+        phases = queries.phases_rows(run)
+        rows = [{"category": r["category"] or "", "name": r["name"],
+                 "cells": [(fmt(r[col]) if r[col] is not None else "-", r[col]) for _h, col, fmt in STAT_COLUMNS]}
+                for r in stats[:MAX_STAT_ROWS]]
+        return page(request, "run.html", run=run.entry(), stats=rows, stat_heads=[h for h, _c, _f in STAT_COLUMNS],
+                    groups=len(stats), max_rows=MAX_STAT_ROWS, chart=phase_bars(phases), phases=phases,
+                    timeline=(run.summary or {}).get("spans", 0) <= queries.TIMELINE_MAX_SPANS,
+                    timeline_max=queries.TIMELINE_MAX_SPANS, perfetto_ui=perfetto_ui)
+
+    @app.get("/runs/{id}/timeline", response_class=HTMLResponse, include_in_schema=False)
+    def timeline_page(request: Request, id: str):
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return problem_page(request, run)
+        html = queries.timeline_html(run)
+        if html is None:
+            return page(request, "problem.html", status=413,
+                        detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline timeline "
+                               f"(at most {queries.TIMELINE_MAX_SPANS:,}); open it in Perfetto UI")
+        return HTMLResponse(html)
+
+    @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)
+    def compare_page(request: Request, base: str = Query("", max_length=64), new: str = Query("", max_length=64),
+                     threshold: float = Query(0.05, ge=0, le=100)):
+        runs = [r.entry() for r in catalog.scan() if r.error is None]
+        context: dict[str, Any] = {"runs": runs, "base": base, "new": new, "threshold": threshold, "rows": None}
+        if base and new:
+            picked = []
+            for rid in (base, new):
+                run = run_or_404(rid)
+                if isinstance(run, JSONResponse):
+                    return problem_page(request, run)
+                picked.append(run)
+            rows = queries.compare_rows(picked[0], picked[1], threshold=threshold, min_count=1)
+            context.update(rows=rows, base_run=picked[0].entry(), new_run=picked[1].entry())
+        return page(request, "compare.html", **context)

@@ -1,0 +1,230 @@
+"""What the API answers, computed from a run's Parquet files without ever holding the
+whole run for a request of a page of spans; statistics, phases and comparisons come from
+the library (``hotspan.stats``, ``hotspan.phases``, ``hotspan.compare``), given the run's
+path.
+
+Results are cached per run version (its files' sizes and modification times), so a page
+that asks for the same statistics twice computes them once.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .runs import HEAVY, Run
+
+__all__ = ["DOWNLOAD_FORMATS", "SPAN_FIELDS", "cached", "compare_rows", "download_path", "phases_rows",
+           "plain", "spans_page", "stats_rows", "timeline_html"]
+
+#: format parameter -> (file extension, media type).
+DOWNLOAD_FORMATS = {
+    "pftrace": (".pftrace", "application/octet-stream"),
+    "json": (".json", "application/json"),
+    "json.gz": (".json.gz", "application/gzip"),
+    "parquet": (".parquet", "application/vnd.apache.parquet"),
+}
+
+#: The columns of a span as /spans returns it (the span table's, strings plain).
+SPAN_FIELDS = ("span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns", "depth",
+               "thread_id", "thread_name", "pid", "rank", "arg", "error")
+
+#: Runs up to this many spans get the HTML report's timeline on their page (it holds the
+#: run in memory while it is drawn); larger ones point to Perfetto UI instead.
+TIMELINE_MAX_SPANS = 500_000
+
+_cache: "OrderedDict[tuple, Any]" = OrderedDict()
+_cache_lock = threading.Lock()
+_CACHE_ENTRIES = 64
+
+
+def _lookup(key: tuple) -> tuple[bool, Any]:
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return True, _cache[key]
+    return False, None
+
+
+def cached(key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()``, remembered under ``key`` (which holds the run's signature) among the
+    last ``_CACHE_ENTRIES`` results; computed under ``HEAVY``."""
+    found, value = _lookup(key)
+    if found:
+        return value
+    with HEAVY:
+        found, value = _lookup(key)  # computed meanwhile by the request this one waited for
+        if found:
+            return value
+        value = compute()
+    with _cache_lock:
+        _cache[key] = value
+        while len(_cache) > _CACHE_ENTRIES:
+            _cache.popitem(last=False)
+    return value
+
+
+def plain(value: Any) -> Any:
+    """A value JSON can carry: NaN and infinities become null (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- the library, given a path
+# A run up to IN_MEMORY_SPANS is loaded and analysed in memory (a few hundred MB at most,
+# and faster); a larger one is streamed from its Parquet files through DuckDB by the library
+# itself (hotspan.stats(path): bounded memory, the same result).
+IN_MEMORY_SPANS = 2_000_000
+
+
+def _subject(run: Run):
+    spans = (run.summary or {}).get("spans")
+    if isinstance(spans, int) and spans <= IN_MEMORY_SPANS:
+        from ..formats import load
+
+        return load(run.source)
+    return run.source
+
+
+def _stats(run: Run, by: Sequence[str]):
+    import hotspan
+
+    return hotspan.stats(_subject(run), by=tuple(by))
+
+
+def _phases(run: Run):
+    import hotspan
+
+    return hotspan.phases(_subject(run))
+
+
+def _compare(base: Run, new: Run, **options) -> list[dict]:
+    import hotspan
+
+    return hotspan.compare(_subject(base), _subject(new), **options)
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def stats_rows(run: Run, by: Sequence[str]) -> list[dict[str, Any]]:
+    return cached(("stats", run.id, run.signature, tuple(by)),
+                  lambda: plain(_stats(run, by).to_pylist()))
+
+
+def phases_rows(run: Run) -> list[dict[str, Any]]:
+    return cached(("phases", run.id, run.signature), lambda: plain(_phases(run).to_pylist()))
+
+
+def compare_rows(base: Run, new: Run, *, threshold: float, min_count: int) -> list[dict[str, Any]]:
+    return cached(("compare", base.id, base.signature, new.id, new.signature, threshold, min_count),
+                  lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count)))
+
+
+def _filter(names: Sequence[str], *, name: str | None, category: str | None, rank: int | None,
+            min_ns: int | None):
+    """The filter as a pyarrow expression over one part's columns (pushed down to the
+    Parquet reader: row groups whose statistics exclude it are skipped)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    expr = None
+
+    def both(e):
+        nonlocal expr
+        expr = e if expr is None else expr & e
+
+    if name is not None:
+        both(ds.field("name") == name)
+    if category is not None:  # the category or one below it: "train" takes "train/compute"
+        column = ds.field("category")
+        both((column == category) | pc.starts_with(column.cast("string"), category + "/"))
+    if rank is not None and "rank" in names:
+        both(ds.field("rank") == rank)
+    if min_ns is not None:
+        both(ds.field("duration_ns") >= min_ns)
+    return expr
+
+
+def spans_page(run: Run, *, offset: int, limit: int, name: str | None = None, category: str | None = None,
+               rank: int | None = None, min_ns: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Up to ``limit`` spans matching the filters from the ``offset``-th on, in a stable order
+    (the run's parts in order, each part's rows in file order), and whether more follow.
+
+    Reads the parts one after another in batches and stops once the page is full; without a
+    filter, whole parts before ``offset`` are skipped from their row counts alone."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    rows: list[dict[str, Any]] = []
+    skip = offset
+    filtered = any(v is not None for v in (name, category, min_ns)) or rank is not None
+    for path, dir_rank in run.parts:
+        if rank is not None and dir_rank is not None and dir_rank != rank:
+            continue
+        dataset = ds.dataset(str(path), format="parquet")
+        names = dataset.schema.names
+        if not filtered and skip > 0:
+            count = dataset.count_rows()
+            if count <= skip:
+                skip -= count
+                continue
+        columns = [c for c in SPAN_FIELDS if c in names]
+        expr = _filter(names, name=name, category=category, rank=rank, min_ns=min_ns)
+        for batch in dataset.to_batches(columns=columns, filter=expr, batch_size=16_384, use_threads=False):
+            if skip >= batch.num_rows:
+                skip -= batch.num_rows
+                continue
+            if skip:
+                batch = batch.slice(skip)
+                skip = 0
+            need = limit + 1 - len(rows)  # one more than the page: whether another page follows
+            batch = batch.slice(0, need)
+            table = pa.Table.from_batches([batch])
+            if "rank" not in table.column_names:  # a part whose rank=R directory gives it (checked at listing)
+                table = table.append_column("rank", pa.array([dir_rank] * table.num_rows, pa.int32()))
+            rows.extend(table.select(list(SPAN_FIELDS)).to_pylist())
+            if len(rows) > limit:
+                return plain(rows[:limit]), True
+    return plain(rows), False
+
+
+def download_path(run: Run, fmt: str, cache: Path) -> Path:
+    """A file of the run in ``fmt``: the run's own Parquet file when it is one, else a copy
+    written once into the cache (per version of the run) and streamed from there."""
+    import hashlib
+
+    extension = DOWNLOAD_FORMATS[fmt][0]
+    if run.kind == "file" and run.format == extension:
+        return run.location
+    if fmt == "parquet" and run.kind == "file":
+        return run.source  # the Parquet copy made when the run was listed
+    digest = hashlib.sha256(repr(run.signature).encode()).hexdigest()[:16]
+    target = cache / f"{run.id}-{digest}-download{extension}"
+    with HEAVY:
+        if not target.exists():
+            from ..formats import export
+
+            export(_table(run.source), target)
+    return target
+
+
+def timeline_html(run: Run) -> str | None:
+    """The HTML report's timeline of the run, alone (a document of its own, shown in a frame
+    of the run page); None for runs past ``TIMELINE_MAX_SPANS``."""
+    if (run.summary or {}).get("spans", 0) > TIMELINE_MAX_SPANS:
+        return None
+
+    def render() -> str:
+        from ..report.html import html_report
+
+        return html_report(_table(run.source), title=run.path, sections=("timeline",))
+
+    return cached(("timeline", run.id, run.signature), render)

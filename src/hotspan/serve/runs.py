@@ -1,0 +1,378 @@
+"""The runs under a directory: every trace file (any format hotspan reads) and every
+dataset directory (``rank=R/part-*.parquet``, as ``hotspan.record("dir/")`` and
+``hotspan collect`` write them), found anywhere below it.
+
+A scan walks the directory again (runs that appear later show up without a restart), but
+what it knows of a run is kept while the run's files keep their sizes and modification
+times: a scan of an unchanged tree reads no trace, only ``stat``\\ s its files.
+
+Every run ends up as Parquet, which the queries scan with ``pyarrow.dataset`` in batches
+(never the whole run at once): a Parquet file is used where it is, a dataset's parts where
+they are, and a trace in another format is converted once to a Parquet file in the cache
+directory (kept while the trace is unchanged).
+
+A run's id is a hash of its path relative to the directory: stable across restarts and
+scans, and no path ever travels in a URL.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..formats.registry import format_of
+
+__all__ = ["HEAVY", "Catalog", "Run", "RunError"]
+
+_RANK_DIR = re.compile(r"^rank=(-?\d+)$")
+
+#: One heavy computation at a time (statistics, phases, comparisons, timelines, format
+#: conversions): each may read a whole run, so the server's memory is that of one of them
+#: however many requests arrive together; a request for a result being computed waits for
+#: it instead of computing it again.
+HEAVY = threading.Lock()
+
+
+class RunError(Exception):
+    """A run that cannot be read (a corrupt or foreign file): listed with this message."""
+
+
+@dataclass
+class Run:
+    id: str
+    path: str  # relative to the served directory, with "/" separators ("." for the directory itself)
+    location: Path  # absolute
+    kind: str  # "file" or "dataset"
+    format: str  # the extension (".parquet", ".json.gz", ...) or "dataset"
+    signature: tuple = ()
+    #: The Parquet files that hold the run, each with the rank its directory names (or None).
+    parts: list[tuple[Path, int | None]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def source(self) -> Path:
+        """The path the library reads the run from: the dataset directory, the Parquet file,
+        or the Parquet copy of a trace in another format."""
+        if self.kind == "dataset":
+            return self.location
+        return self.parts[0][0] if self.parts else self.location
+
+    @property
+    def name(self) -> str:
+        return self.location.name if self.path != "." else self.location.name or self.path
+
+    def entry(self) -> dict[str, Any]:
+        """The run as ``GET /v1/traces`` lists it."""
+        out: dict[str, Any] = {"id": self.id, "path": self.path, "name": self.name, "kind": self.kind,
+                               "format": self.format, "error": self.error}
+        keys = ("ranks", "spans", "start", "start_ns", "duration_ns", "host", "command", "modified")
+        summary = self.summary or {}
+        out.update({k: summary.get(k) for k in keys})
+        return out
+
+
+def run_id(relative: str) -> str:
+    """A run's id: the first 16 hex digits of the SHA-256 of its relative path."""
+    return hashlib.sha256(relative.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, links resolved, lies within ``root`` (a link out of it is ignored)."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(root)
+    except OSError:
+        return False
+
+
+def _is_dataset(dirnames: list[str], filenames: list[str]) -> bool:
+    return any(_RANK_DIR.match(d) for d in dirnames) or any(
+        n.startswith("part-") and n.endswith(".parquet") for n in filenames)
+
+
+def _signature(paths: list[Path]) -> tuple:
+    out = []
+    for p in paths:
+        st = p.stat()
+        out.append((str(p), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+class Catalog:
+    """The runs under ``root``; ``cache`` holds the Parquet copies of non-Parquet traces."""
+
+    def __init__(self, root: str | os.PathLike, cache: str | os.PathLike):
+        self.root = Path(os.path.realpath(root))
+        if not self.root.is_dir():
+            raise NotADirectoryError(f"{root}: not a directory")
+        self.cache = Path(cache)
+        self.cache.mkdir(parents=True, exist_ok=True)
+        self._runs: dict[str, Run] = {}
+        self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.Lock] = {}
+
+    # ------------------------------------------------------------------ discovery
+
+    def _walk(self) -> list[tuple[str, Path, str]]:
+        found: list[tuple[str, Path, str]] = []
+        for dirpath, dirnames, filenames in os.walk(self.root):  # links to directories are not followed
+            here = Path(dirpath)
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+            if _is_dataset(dirnames, filenames):
+                found.append((here.relative_to(self.root).as_posix(), here, "dataset"))
+                dirnames[:] = []  # its parts are the run, not runs of their own
+                continue
+            for name in sorted(filenames):
+                if name.startswith((".", "_")) or format_of(name) is None:
+                    continue
+                path = here / name
+                if _inside(path, self.root):
+                    found.append((path.relative_to(self.root).as_posix(), path, "file"))
+        return found
+
+    def scan(self) -> list[Run]:
+        """Walk the directory again; runs whose files changed are summarised afresh."""
+        found = self._walk()
+        with self._lock:
+            runs: dict[str, Run] = {}
+            for relative, path, kind in found:
+                rid = run_id(relative)
+                old = self._runs.get(rid)
+                run = old if old is not None and old.location == path else Run(
+                    rid, relative, path, kind, "dataset" if kind == "dataset" else (format_of(path.name) or ""))
+                runs[rid] = run
+            self._runs = runs
+        for run in runs.values():
+            self.refresh(run)
+        return sorted(runs.values(), key=lambda r: r.path)
+
+    def get(self, rid: str) -> Run | None:
+        """The run of id ``rid`` (scanning again when it is not known yet), refreshed."""
+        with self._lock:
+            run = self._runs.get(rid)
+        if run is None:
+            self.scan()
+            with self._lock:
+                run = self._runs.get(rid)
+            return run
+        if not run.location.exists():
+            self.scan()
+            with self._lock:
+                return self._runs.get(rid)
+        self.refresh(run)
+        return run
+
+    # ------------------------------------------------------------------ summaries
+
+    def _run_lock(self, rid: str) -> threading.Lock:
+        with self._lock:
+            return self._run_locks.setdefault(rid, threading.Lock())
+
+    def refresh(self, run: Run) -> None:
+        """Summarise ``run`` unless its files are as they were when it last was."""
+        from ..formats.dataset import part_files
+
+        with self._run_lock(run.id):
+            try:
+                files = part_files(run.location) if run.kind == "dataset" else [run.location]
+                signature = _signature(files)
+            except OSError as exc:
+                run.signature, run.summary, run.error, run.parts = (), None, f"{exc.strerror or exc}", []
+                return
+            if signature == run.signature:
+                return
+            run.signature = signature
+            try:
+                run.parts = self._parts(run, files, signature)
+                run.summary = summarize(run.parts, signature)
+                run.error = None
+            except RunError as exc:
+                run.parts, run.summary, run.error = [], None, str(exc)
+
+    def _parts(self, run: Run, files: list[Path], signature: tuple) -> list[tuple[Path, int | None]]:
+        if run.kind == "dataset":
+            if not files:
+                raise RunError("no span parts in this directory (expected rank=R/part-*.parquet)")
+            parts = []
+            for f in files:
+                match = _RANK_DIR.match(f.parent.name)
+                parts.append((f, int(match.group(1)) if match else None))
+            return parts
+        if run.format == ".parquet":
+            return [(run.location, None)]
+        return [(self._converted(run, signature), None)]
+
+    def _converted(self, run: Run, signature: tuple) -> Path:
+        """The Parquet copy of a trace in another format, made once per version of it."""
+        digest = hashlib.sha256(repr(signature).encode()).hexdigest()[:16]
+        target = self.cache / f"{run.id}-{digest}.parquet"
+        with HEAVY:
+            if not target.exists():
+                self._convert(run, target)
+        return target
+
+    def _convert(self, run: Run, target: Path) -> None:
+        from ..formats import export, load
+
+        try:
+            table = load(run.location)
+        except (ValueError, OSError) as exc:  # TraceFileError names the file and the problem
+            raise RunError(_message(exc, run.location)) from None
+        except Exception as exc:  # a foreign file a reader chokes on: an error entry, never a 500
+            raise RunError(f"not a readable trace: {type(exc).__name__}: {exc}") from None
+        for stale in self.cache.glob(f"{run.id}-*.parquet"):
+            stale.unlink(missing_ok=True)
+        export(table, target)
+
+
+def _message(exc: BaseException, path: Path) -> str:
+    text = str(exc)
+    return text.replace(str(path), os.path.basename(path)) if str(path) in text else text
+
+
+def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[str, Any]:
+    """What the run list shows: spans, ranks, start and duration, host and command, from the
+    Parquet footers (row counts, column statistics, metadata); a column is scanned only
+    where the statistics do not tell."""
+    import pyarrow.parquet as pq
+
+    from .._schema import META_ARGV, META_HOST, META_START
+    from ..formats.dataset import merge_metadata
+
+    metas, spans, ranks = [], 0, set()
+    start = end = None
+    try:
+        for path, rank in parts:
+            pf = pq.ParquetFile(path)
+            _check_schema(pf.schema_arrow, path, has_rank=rank is not None)
+            meta = pf.metadata
+            schema = pf.schema_arrow
+            metas.append((dict(schema.metadata or {}), meta.num_rows))
+            spans += meta.num_rows
+            if meta.num_rows == 0:
+                continue
+            names = schema.names
+            lo = _column_bound(pf, "start_ns", min)
+            hi = _column_bound(pf, "end_ns", max)
+            start = lo if start is None else min(start, lo)
+            end = hi if end is None else max(end, hi)
+            if "rank" in names:
+                ranks.update(_column_values(pf, "rank"))
+            else:  # checked above: a dataset part whose rank=R directory gives it
+                ranks.add(rank)
+    except RunError:
+        raise
+    except Exception as exc:  # pyarrow's errors for a torn or foreign file
+        raise RunError(f"not a readable span table: {type(exc).__name__}: {exc}") from None
+    merged = merge_metadata(metas) if len(metas) > 1 else (metas[0][0] if metas else {})
+
+    def text(key: bytes) -> str | None:
+        value = merged.get(key)
+        return value.decode("utf-8", "replace") if value else None
+
+    command = None
+    argv = text(META_ARGV)
+    if argv:
+        try:
+            command = " ".join(map(str, json.loads(argv)))
+        except (ValueError, TypeError):
+            command = argv
+    recorded = text(META_START)
+    start_ns = start if start is not None else (int(recorded) if recorded and recorded.isdigit() else None)
+    modified = max((m for _p, _s, m in signature), default=None)
+    return {
+        "spans": spans,
+        "ranks": sorted(ranks),
+        "start_ns": start_ns,
+        "start": _iso(start_ns),
+        "duration_ns": (end - start) if start is not None and end is not None else 0,
+        "host": text(META_HOST),
+        "command": command,
+        "modified": _iso(modified),
+    }
+
+
+def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
+    """Refuse a Parquet file that is not a span table (a foreign file under the directory):
+    every column of the span schema (``rank`` may come from a ``rank=R`` directory), strings
+    where strings belong, integers and booleans where they do; so that every query on it
+    answers, and a foreign file is an error entry."""
+    import pyarrow as pa
+
+    from .._schema import SPAN_SCHEMA
+    from ..formats.base import check_span_table
+
+    present = dict(zip(schema.names, schema.types))
+    if has_rank and "rank" not in present:
+        present["rank"] = pa.int32()
+    try:
+        check_span_table(pa.schema(list(present.items())).empty_table())
+    except ValueError as exc:
+        raise RunError(f"{path.name}: {exc}") from None
+    for field in SPAN_SCHEMA:
+        kind = present[field.name]
+        if pa.types.is_integer(field.type) and not pa.types.is_integer(kind):
+            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not integers")
+        if pa.types.is_boolean(field.type) and not pa.types.is_boolean(kind):
+            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not booleans")
+
+
+def _iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _column_bound(pf, column: str, pick) -> int:
+    """The min or max of an integer column: from the row groups' statistics when every one
+    has them (nothing read), else from a scan of that column alone."""
+    meta = pf.metadata
+    index = pf.schema_arrow.get_field_index(column)
+    values = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_rows == 0:
+            continue
+        stats = group.column(index).statistics if index < group.num_columns else None
+        if stats is None or not stats.has_min_max:
+            values = None
+            break
+        values.append(stats.min if pick is min else stats.max)
+    if values:
+        return int(pick(values))
+    import pyarrow.compute as pc
+
+    found = None
+    for batch in pf.iter_batches(columns=[column], batch_size=1 << 20):
+        value = (pc.min if pick is min else pc.max)(batch.column(0)).as_py()
+        if value is not None:
+            found = value if found is None else pick(found, value)
+    return int(found or 0)
+
+
+def _column_values(pf, column: str) -> set[int]:
+    """The distinct values of a small-cardinality integer column (``rank``): the statistics
+    when a row group holds one value, else a scan of that column alone."""
+    meta = pf.metadata
+    index = pf.schema_arrow.get_field_index(column)
+    out: set[int] = set()
+    scan = False
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        stats = group.column(index).statistics
+        if stats is not None and stats.has_min_max and stats.min == stats.max:
+            out.add(int(stats.min))
+        elif group.num_rows:
+            scan = True
+    if scan:
+        import pyarrow.compute as pc
+
+        for batch in pf.iter_batches(columns=[column], batch_size=1 << 20):
+            out.update(v for v in pc.unique(batch.column(0)).to_pylist() if v is not None)
+    return out
