@@ -210,9 +210,9 @@ def download_path(run: Run, fmt: str, cache: Path) -> Path:
     target = cache / f"{run.id}-{digest}-download{extension}"
     with HEAVY:
         if not target.exists():
-            from ..formats import export
+            from ..formats import export, load
 
-            export(_table(run.source), target)
+            export(load(run.source), target)
     return target
 
 
@@ -223,8 +223,9 @@ def timeline_html(run: Run) -> str | None:
         return None
 
     def render() -> str:
+        from ..formats import load
         from ..report.html import html_report
 
-        return html_report(_table(run.source), title=run.path, sections=("timeline",))
+        return html_report(load(run.source), title=run.path, sections=("timeline",))
 
     return cached(("timeline", run.id, run.signature), render)
