@@ -126,7 +126,7 @@ def compare_benchmarks(base: dict[str, Any], new: dict[str, Any], *, threshold: 
     """
     import numpy as np
 
-    from .comparison import mann_whitney_u, median_ratio_interval
+    from .comparison import mann_whitney_u, median_ratio_interval, relative_change
 
     rng = np.random.default_rng(seed)
     before = {_name(b): b for b in base["benchmarks"]}
@@ -142,7 +142,7 @@ def compare_benchmarks(base: dict[str, Any], new: dict[str, Any], *, threshold: 
             row[f"median_s_{side}"] = stats.get("median")
             row[f"mean_s_{side}"] = stats.get("mean")
         for column in ("median_s", "mean_s"):
-            row[f"{column}_change"] = _change(row[f"{column}_base"], row[f"{column}_new"])
+            row[f"{column}_change"] = relative_change(row[f"{column}_base"], row[f"{column}_new"])
         row["change_low"] = row["change_high"] = row["p_value"] = None
         row["rule"] = None
         if b is None or a is None:
@@ -181,6 +181,8 @@ def _quartile_verdict(b: dict, a: dict, change: float | None, threshold: float) 
 
 
 def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, min_count: int) -> list[dict]:
+    from .comparison import relative_change
+
     before = _spans_of(b) if b else {}
     after = _spans_of(a) if a else {}
     if b is None or a is None:
@@ -194,7 +196,7 @@ def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, m
             for column in ("p50_ns", "p99_ns", "total_ns"):
                 row[f"{column}_{side}"] = stat.get(column) if stat else None
         for column in ("p50_ns", "p99_ns"):
-            row[f"{column}_change"] = _change(row[f"{column}_base"], row[f"{column}_new"])
+            row[f"{column}_change"] = relative_change(row[f"{column}_base"], row[f"{column}_new"])
         change = row["p50_ns_change"]
         if sb is None or sa is None:
             verdict = "new" if sb is None else "gone"
@@ -211,9 +213,3 @@ def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, m
     return rows
 
 
-def _change(before: float | None, after: float | None) -> float | None:
-    if before is None or after is None:
-        return None
-    if before == 0:
-        return 0.0 if after == 0 else math.inf
-    return (after - before) / before

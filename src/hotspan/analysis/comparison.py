@@ -86,7 +86,7 @@ def judge_rows(base_stats: pa.Table, new_stats: pa.Table, by: Sequence[str],
             for column in ("p50_ns", "mean_ns", "p99_ns"):
                 row[f"{column}_{side}"] = stat[column] if stat else None
         for column in ("p50_ns", "mean_ns", "p99_ns"):
-            row[f"{column}_change"] = _change(row[f"{column}_base"], row[f"{column}_new"])
+            row[f"{column}_change"] = relative_change(row[f"{column}_base"], row[f"{column}_new"])
         row["change_low"] = row["change_high"] = row["p_value"] = None
         if b is None:
             row["verdict"] = "new"
@@ -192,7 +192,8 @@ def _durations_by_group(table: pa.Table, by: Sequence[str]) -> dict[tuple, np.nd
     return dict(zip(keys, np.split(duration[order], bounds)))
 
 
-def _change(before: float | None, after: float | None) -> float | None:
+def relative_change(before: float | None, after: float | None) -> float | None:
+    """(after - before) / before; 0 for 0 -> 0, inf for 0 -> more, None where one is missing."""
     if before is None or after is None:
         return None
     if before == 0:

@@ -48,7 +48,7 @@ from .base import TraceFileError, check_span_rules, conform_to_schema
 from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
 __all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
-           "list_parts", "location", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
+           "list_parts", "location", "pid_alive", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
            "replaced_by", "sweep_temporaries", "write_part"]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
@@ -251,7 +251,7 @@ def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TE
                 age = now - path.stat().st_mtime
             except OSError:
                 continue
-            if age < stale_s and (not by_pid or _alive(int(match.group(2)))):
+            if age < stale_s and (not by_pid or pid_alive(int(match.group(2)))):
                 continue
             try:
                 path.unlink()
@@ -261,7 +261,7 @@ def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TE
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` runs on this host (a pid of another host may look dead:
     the age rule in ``sweep_temporaries`` covers those only when the pid is in use here)."""
     if pid <= 0:

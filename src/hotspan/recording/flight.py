@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..formats.base import TraceFileError
+from ..formats.dataset import pid_alive
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -309,23 +310,6 @@ def _converter(t0: int, n0: int, npt: float):
 def _clamp(ns: int) -> int:
     """Into int64 (a damaged tick converts to an absurd time, never to an overflow)."""
     return min(max(ns, -(1 << 62)), 1 << 62)
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (killed, not yet reaped) is gone for our purpose.
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _maps_file(pid: int, path: str) -> bool:
