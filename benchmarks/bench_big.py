@@ -170,24 +170,25 @@ def subset(directory: Path, target: Path, spans: int) -> int:
 
 
 def run_stats(directory: Path) -> tuple[list[dict], float, float, float]:
-    """``hotspan stats DIR`` in a child (the table, then the phases, as a user sees them), and
-    ``--json`` for the rows: (rows, seconds, CPU seconds, peak RSS in GiB) of the first.
-    The peak is the child's ru_maxrss (getrusage(RUSAGE_CHILDREN): the largest of the
-    children waited for, and this process has waited for none before)."""
+    """``hotspan stats DIR --json`` in a child (the statistics and, as for a user, the phases
+    it computes beside them), once: (rows, seconds, CPU seconds, peak RSS in GiB). The peak
+    is the child's ru_maxrss (getrusage(RUSAGE_CHILDREN): the largest of the children waited
+    for, and this process has waited for none before)."""
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(directory), "--phases"],
+    done = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"})
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         raise SystemExit(f"hotspan stats failed ({done.returncode}): {done.stderr}")
-    print(done.stdout[:4000])
+    rows = json.loads(done.stdout)
+    for row in rows[:10]:
+        print(f"  {row.get('category')!s:>16} {row.get('name')!s:<16} count {row.get('count'):>12,} "
+              f"p50 {row.get('p50_ns')} ns  p99 {row.get('p99_ns')} ns")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     peak = after.ru_maxrss / (1 << 20)  # KiB on Linux
-    rows = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
-                          capture_output=True, text=True, check=True).stdout
-    return json.loads(rows), elapsed, cpu, peak
+    return rows, elapsed, cpu, peak
 
 
 def check_subset(directory: Path) -> None:
@@ -225,7 +226,7 @@ def main() -> None:
         n = sum(pq.ParquetFile(p).metadata.num_rows for p in run.rglob("*.parquet"))
         print(f"reusing {n:,} spans in {run}", flush=True)
     rows, elapsed, cpu, peak = run_stats(run)
-    print(f"hotspan stats (and phases): {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
+    print(f"hotspan stats --json: {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
           f"({n / elapsed / 1e6:.2f} M spans/s; {cpu:.1f} s of CPU on {os.cpu_count()} cores), "
           f"peak memory {peak:.2f} GiB", flush=True)
     assert peak <= args.max_gib, f"peak memory {peak:.2f} GiB > {args.max_gib} GiB"
