@@ -427,6 +427,11 @@ static PyObject *py_sigterm_installed(PyObject *m, PyObject *a) {
     return PyBool_FromLong(hs_sigterm_installed());
 }
 
+static PyObject *py_sigterm_received(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    return PyBool_FromLong(hs_sigterm_installed() && hs_sigterm_received());
+}
+
 static PyObject *py_sigterm_wait(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     int got;
@@ -669,6 +674,7 @@ static PyMethodDef module_methods[] = {
     {"_sigterm_uninstall", py_sigterm_uninstall, METH_NOARGS, NULL},
     {"_sigterm_installed", py_sigterm_installed, METH_NOARGS, NULL},
     {"_sigterm_wait", py_sigterm_wait, METH_NOARGS, NULL},
+    {"_sigterm_received", py_sigterm_received, METH_NOARGS, NULL},
     {"_sigterm_die", py_sigterm_die, METH_NOARGS, NULL},
     {"_sigterm_after_fork_child", py_sigterm_after_fork_child, METH_NOARGS, NULL},
     {"_live_start", py_live_start, METH_VARARGS, NULL},

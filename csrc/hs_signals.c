@@ -37,6 +37,8 @@ static void on_sigterm(int sig) {
     errno = saved;
 }
 
+int hs_sigterm_received(void) { return received != 0; }
+
 int hs_sigterm_installed(void) {
     struct sigaction now;
     if (sigaction(SIGTERM, NULL, &now) != 0) return 0;

@@ -24,6 +24,8 @@ int hs_sigterm_install(void);
 void hs_sigterm_uninstall(void);
 /* Whether SIGTERM's action is ours right now. */
 int hs_sigterm_installed(void);
+/* Whether our handler has taken a SIGTERM (since it was installed, or since the fork). */
+int hs_sigterm_received(void);
 /* Block until a SIGTERM arrived (1), or the handler was uninstalled (0). Call without the
  * GIL, from a thread that blocks SIGTERM. */
 int hs_sigterm_wait(void);

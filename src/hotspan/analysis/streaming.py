@@ -546,23 +546,40 @@ def _phases(source: SpanSource) -> pa.Table:
     levels = pa.table({"category": pa.array(categories, pa.string()), "top": top_of_value, "sub": sub_of_value})
     source.con.register("hs_levels", levels)
     try:
-        sums = source.arrow(f"""
-            WITH s AS (
-                SELECT s.rank AS rank, s.duration_ns AS d, coalesce(l.top, -1) AS top, coalesce(l.sub, -1) AS sub,
-                       coalesce(pl.top, -1) AS ptop, coalesce(pl.sub, -1) AS psub, p.span_id IS NOT NULL AS has_parent
-                FROM spans AS s LEFT JOIN hs_levels AS l ON s.category = l.category
-                LEFT {source.parent_join('s', 'p')}
-                LEFT JOIN hs_levels AS pl ON p.category = pl.category),
-            o AS (
-                SELECT rank, d, top, sub,
-                       top >= 0 AND NOT (has_parent AND ptop = top) AS opens_top,
-                       sub >= 0 AND NOT (has_parent AND psub = sub) AS opens_sub
-                FROM s)
-            SELECT rank, 0 AS kind, top AS level, sum(d)::BIGINT AS time, count_if(d > 0) AS steps
-            FROM o WHERE opens_top GROUP BY rank, top
-            UNION ALL
-            SELECT rank, 1 AS kind, sub AS level, sum(d)::BIGINT AS time, 0 AS steps
-            FROM o WHERE opens_sub GROUP BY rank, sub""")
+        # Small integers, not category strings, go through the parent join (its hash table
+        # holds a few words a span: at 200 M spans strings ran DuckDB out of its memory
+        # limit), and one aggregation by every flag at once: its result is a few rows a
+        # rank, summed into the two levels below.
+        unique = source.unique_ids()
+        lane = () if unique else ("rank", "pid", "thread_id")
+        lane_cols = "".join(f", s.{_quote(c)}" for c in lane if c != "rank")
+        parents = "lv" if unique else (
+            "(SELECT * FROM lv QUALIFY row_number() OVER (PARTITION BY "
+            + ", ".join(_quote(c) for c in (*lane, "span_id")) + ") = 1)")
+        rows = source.arrow(f"""
+            WITH lv AS NOT MATERIALIZED (
+                SELECT s.span_id, s.parent_id, s.rank, s.duration_ns AS d{lane_cols},
+                       coalesce(l.top, -1)::INTEGER AS top, coalesce(l.sub, -1)::INTEGER AS sub
+                FROM spans AS s LEFT JOIN hs_levels AS l ON s.category = l.category)
+            SELECT c.rank AS rank, c.top AS top, c.sub AS sub,
+                   coalesce(p.span_id IS NOT NULL AND p.top = c.top, FALSE) AS same_top,
+                   coalesce(p.span_id IS NOT NULL AND p.sub = c.sub, FALSE) AS same_sub,
+                   sum(c.d)::BIGINT AS time, count_if(c.d > 0) AS steps
+            FROM lv AS c LEFT JOIN {parents} AS p ON p.span_id = c.parent_id AND {_same(lane, 'p', 'c')}
+            GROUP BY ALL""")
+        top_of, sub_of = rows.column("top").to_numpy(), rows.column("sub").to_numpy()
+        same_top = rows.column("same_top").to_numpy(zero_copy_only=False)
+        same_sub = rows.column("same_sub").to_numpy(zero_copy_only=False)
+        rank_of, time_of = rows.column("rank").to_numpy(), rows.column("time").to_numpy()
+        steps_of = rows.column("steps").to_numpy()
+        opens_top, opens_sub = (top_of >= 0) & ~same_top, (sub_of >= 0) & ~same_sub
+        sums = pa.table({
+            "rank": np.concatenate([rank_of[opens_top], rank_of[opens_sub]]),
+            "kind": np.concatenate([np.zeros(opens_top.sum(), np.int64), np.ones(opens_sub.sum(), np.int64)]),
+            "level": np.concatenate([top_of[opens_top], sub_of[opens_sub]]),
+            "time": np.concatenate([time_of[opens_top], time_of[opens_sub]]),
+            "steps": np.concatenate([steps_of[opens_top], np.zeros(opens_sub.sum(), np.int64)]),
+        })
         rank_values = np.array(sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()),
                                np.int64)
     finally:
@@ -577,9 +594,10 @@ def _phases(source: SpanSource) -> pa.Table:
     kind, level = sums.column("kind").to_numpy(), sums.column("level").to_numpy().astype(np.int64)
     time, steps = sums.column("time").to_numpy(), sums.column("steps").to_numpy()
     top_rows, sub_rows = kind == 0, kind == 1
-    top_time[rank[top_rows], level[top_rows]] = time[top_rows]
-    top_steps[rank[top_rows], level[top_rows]] = steps[top_rows]
-    sub_time[rank[sub_rows], level[sub_rows]] = time[sub_rows]
+    # summed: a (rank, level) comes in several rows (one per combination of the flags)
+    np.add.at(top_time, (rank[top_rows], level[top_rows]), time[top_rows])
+    np.add.at(top_steps, (rank[top_rows], level[top_rows]), steps[top_rows])
+    np.add.at(sub_time, (rank[sub_rows], level[sub_rows]), time[sub_rows])
     return phase_table(rank_values, tops, subs, top_time, top_steps, sub_time)
 
 

@@ -264,7 +264,7 @@ def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TE
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` runs on this host (a pid of another host may look dead:
     the age rule in ``sweep_temporaries`` covers those only when the pid is in use here)."""
-    if pid <= 0:
+    if not 0 < pid < 1 << 31:  # never a process id (a damaged file's): os.kill would overflow
         return False
     try:
         os.kill(pid, 0)

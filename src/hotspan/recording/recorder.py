@@ -495,6 +495,10 @@ class Recorder:
         finally:
             self._stopping = None
             self._stopped.set()
+        if self is _env_recorder and _native._sigterm_received():
+            # A SIGTERM arrived while this thread was stopping (the SIGTERM thread waits for
+            # it): die of it now, before this thread can go on and end the program normally.
+            _native._sigterm_die()
 
     def _stop_now(self, timeout: float) -> None:
         global _active
