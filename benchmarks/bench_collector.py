@@ -72,10 +72,12 @@ STREAMING_GOAL = 1.15
 STREAMING_JUDGED = ("reused / floor", "literal / floor")
 
 
-def start_collector(out: Path, nice: int = 0) -> tuple[subprocess.Popen, str]:
+def start_collector(out: Path, nice: int = 0, duration: float = 600) -> tuple[subprocess.Popen, str]:
+    """``hotspan collect`` on a free loopback port, at ``nice``, stopping by itself after
+    ``duration`` seconds; (the process, its grpc:// address)."""
     env = {k: v for k, v in os.environ.items() if k != "HOTSPAN_OUT"}
     proc = subprocess.Popen([sys.executable, "-m", "hotspan", "collect", "--listen", "grpc://127.0.0.1:0",
-                             "--out", str(out), "--duration", "600", "--nice", str(nice)],
+                             "--out", str(out), "--duration", str(duration), "--nice", str(nice)],
                             stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
     match = re.search(r"(grpc://127\.0\.0\.1:\d+)", line)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 import hotspan
+from bench_collector import start_collector  # the one way the benchmarks start a collector
 
 RANK = textwrap.dedent(
     """
@@ -64,19 +64,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_collector(out: Path, nice: int) -> tuple[subprocess.Popen, str]:
-    env = {k: v for k, v in os.environ.items() if k != "HOTSPAN_OUT"}
-    proc = subprocess.Popen([sys.executable, "-m", "hotspan", "collect", "--listen", "grpc://127.0.0.1:0",
-                             "--out", str(out), "--duration", "3600", "--nice", str(nice)],
-                            stdout=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    match = re.search(r"(grpc://127\.0\.0\.1:\d+)", line)
-    if not match:
-        proc.kill()
-        raise SystemExit(f"the collector did not start: {line!r}")
-    return proc, match.group(1)
-
-
 def measure(ranks: int, seconds: float, rate: float, collectors: int = 1, nice: int = 10,
             out: Path | None = None) -> dict:
     """Run it; return the figures (``exact``: every rank's recorded = delivered = in the dataset)."""
@@ -84,7 +71,7 @@ def measure(ranks: int, seconds: float, rate: float, collectors: int = 1, nice: 
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run" if out is None else out
-        servers = [start_collector(out, nice) for _ in range(collectors)]
+        servers = [start_collector(out, nice, duration=3600) for _ in range(collectors)]
         url = ",".join(u for _p, u in servers)
         env = {k: v for k, v in os.environ.items() if k not in ("HOTSPAN_OUT", "RANK", "HOTSPAN_RANK")}
         procs = []

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from ..units import human_count, human_ns, human_rate
 
-from .errors import EXIT_BAD_INPUT, CliError  # noqa: F401  (here too: command modules' old home)
+from .errors import EXIT_BAD_INPUT, CliError, check_output  # noqa: F401  (CliError here too: command modules' old home)
 
 DEFAULT_BY = ("category", "name")
 
@@ -46,23 +46,6 @@ def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         write(tmp)
-
-
-def _check_output(path: str | os.PathLike, *, trace: bool = True) -> Path:
-    """An output path, checked before any work: known format, not a directory; its missing
-    directories are made now."""
-    path = Path(path)
-    if trace:
-        from ..formats import exporter_for
-
-        try:
-            exporter_for(path)
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
-    if path.is_dir():
-        raise CliError(f"{path}: is a directory, not a file to write")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _beside(path: Path, extension: str) -> Path:
@@ -466,7 +449,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.top is not None and args.top < 1:
         raise CliError(f"--top must be at least 1, not {args.top}")
     heads = _stat_heads(args)
-    csv_path = _check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
+    csv_path = check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
     if _streamable(args.traces):  # larger than memory, maybe: DuckDB over the Parquet files
         from ..analysis.streaming import stream_phases, stream_stats
 
@@ -511,7 +494,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    out = _check_output(args.output)
+    out = check_output(args.output)
     table = _load([args.trace])
     _export(table, out)
     print(f"{table.num_rows:,} spans: {args.trace} -> {out}")
@@ -550,7 +533,7 @@ def cmd_gantt(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from ..report import html_report
 
-    out = _check_output(args.output, trace=False)
+    out = check_output(args.output, trace=False)
     table = _load([args.trace])
     page = html_report(table, title=args.title or f"hotspan report: {Path(args.trace).name}")
     _write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
@@ -788,7 +771,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.threads < 1 or args.steps < 1:
         raise CliError("--threads and --steps must be at least 1")
-    out = _check_output(args.output)
+    out = check_output(args.output)
     # Beside the trace, a Chrome JSON copy that Perfetto UI opens directly.
     perfetto_json = _beside(out, ".json") if not out.name.lower().endswith(".json") else None
     hotspan.enable()
@@ -838,7 +821,7 @@ def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..recording.supervisor import ProgramError, resolve_program, run_program
 
-    out = _check_output(args.output)
+    out = check_output(args.output)
     if args.live_min_ms is not None and args.live_min_ms < 0:
         raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
     if args.live_min_ms is not None:

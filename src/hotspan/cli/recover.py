@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import CliError
+from .errors import CliError, check_output
 
 HELP = "rebuild the spans a crashed process left in its flight file (HOTSPAN_FLIGHT)"
 DESCRIPTION = (
@@ -26,21 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    from ..formats import exporter_for, export
+    from ..formats import export
     from ..recording.flight import META_OPEN_SPANS, recover
 
-    out = Path(args.output)
-    try:
-        exporter_for(out)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    if out.is_dir():
-        raise CliError(f"{out}: is a directory, not a file to write")
+    out = check_output(args.output)  # a known format, not a directory: before any work
     try:
         table = recover(args.flight)
     except ValueError as exc:  # FlightFileError names the file
         raise CliError(str(exc)) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         export(table, out)
     except ValueError as exc:
