@@ -127,7 +127,7 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
         "error": pa.array(error),
     }
     from hotspan._schema import TRACE_SCHEMA
-from hotspan._selftime import with_self_ns
+    from hotspan._selftime import with_self_ns
 
     return with_self_ns(pa.Table.from_pydict(columns, schema=TRACE_SCHEMA))
 
