@@ -718,6 +718,9 @@ def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> 
     its children, which skips ``atexit``), with every forked child recording to the same
     directory. ``hotspan run`` uses it for the process it runs the program in."""
     global _env_recorder
+    from .._run import start_run
+
+    start_run()  # this process is the run's first: its children inherit the id
     recorder = record(dest, flush_interval).start()
     _env_recorder = recorder
     if not _native._sigterm_installed():

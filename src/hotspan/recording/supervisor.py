@@ -95,6 +95,9 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
     _native.enable()
     _api.drain()  # only the program's spans
     os.environ[recording.ENV_OUT] = str(parts) + os.sep
+    from .._run import start_run
+
+    start_run(fresh=True)  # the program's processes and ranks share it; the next run gets its own
     recording.start_env_recorder(parts, flush_interval)
     live_log = live(min_ns=live_min_ns) if live_min_ns is not None else None
     status = 0
