@@ -181,5 +181,5 @@ def test_compaction_in_s3_while_a_reader_loads(s3, fresh):
     keys = sorted(info.path.rpartition("/")[2] for info in s3.get_file_info(pafs.FileSelector("bucket/compact",
                                                                                              recursive=True))
                   if info.type == pafs.FileType.File)
-    assert keys == ["part-2001-cafe-000000-000007.parquet", "part-2002-cafe-000000-000007.parquet"]
+    assert keys == ["part-r0-2001-cafe-000000-000007.parquet", "part-r0-2002-cafe-000000-000007.parquet"]
     assert sorted(hotspan.load(uri).column("span_id").to_pylist()) == expected

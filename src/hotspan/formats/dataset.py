@@ -228,7 +228,7 @@ def write_part(table: pa.Table, directory: str | os.PathLike | Location, *, rank
         exporter_for(path).write(table, path, replace=False)
         return path
     with tempfile.TemporaryDirectory(prefix="hotspan-part-") as tmp:
-        staged = Path(tmp) / relative.rsplit("/", 1)[1]
+        staged = Path(tmp) / relative.rpartition("/")[2]
         exporter_for(staged).write(table, staged)
         return put_file(loc, staged, relative)
 
