@@ -6,6 +6,7 @@ import atexit
 import os
 
 from . import _native
+from .recording import lifecycle
 from ._version import __version__
 
 # typing, inspect, functools and threading are imported only where needed (type
@@ -486,5 +487,4 @@ _check_hotspan_env()
 _flight_from_env()
 # Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
 atexit.register(_warn_dropped_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_child)
+lifecycle.on_fork("core", after_in_child=_after_fork_child)

@@ -51,6 +51,7 @@ from collections import deque
 from typing import Any
 
 from .. import _native
+from ..recording import lifecycle
 
 __all__ = [
     "DeviceRecorder", "RECALIBRATE_NS", "TorchCuda", "device_thread_id", "device_thread_name", "install", "recorder",
@@ -395,5 +396,4 @@ def _after_fork_child() -> None:
         _recorder = DeviceRecorder(_recorder.runtime)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_child)
+lifecycle.on_fork("devices", after_in_child=_after_fork_child)

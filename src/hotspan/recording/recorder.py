@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import _api
-from . import hub  # before this module's fork hook: the hub resets first in a child
+from . import hub, lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
 from .. import _native
 from ..quiet_threads import lower_this_thread, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
@@ -537,6 +537,11 @@ class Recorder:
         if self.running:
             self.stop()
 
+    def close(self, timeout: float | None = None) -> None:
+        """The same as ``stop()``: every handle (recorders, live logs, subscriptions, event
+        handles, collectors) closes with ``close()`` and is a context manager."""
+        self.stop(timeout)
+
     def __enter__(self) -> "Recorder":
         return self.start()
 
@@ -805,5 +810,5 @@ def _finalize_with_multiprocessing(recorder: Recorder) -> None:
         multiprocessing.util.Finalize(recorder, recorder.stop, exitpriority=100)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
+lifecycle.on_fork("recorder", before=_before_fork, after_in_parent=_after_fork_parent,
+                  after_in_child=_after_fork_child)
