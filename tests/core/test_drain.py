@@ -13,6 +13,7 @@ import pytest
 import hotspan
 from hotspan import _native
 from hotspan._schema import SPAN_SCHEMA
+from hotspan.testing import set_fake_clock
 from _util import rows, run_python
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -101,7 +102,7 @@ def test_parent_drained_after_its_children_still_contains_them():
 
 
 def test_fake_clock_gives_exact_durations():
-    _native._set_fake_clock(1_700_000_000_000_000_000, 10)
+    set_fake_clock(1_700_000_000_000_000_000, 10)
     with hotspan.span("a"):  # enter reads t, exit reads t + 10
         pass
     with hotspan.span("b"):

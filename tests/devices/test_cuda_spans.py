@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan import _native
 from hotspan.devices import cuda
+from hotspan.testing import set_fake_clock
 
 from _fake_cuda import FakeGpu
 from _util import rows
@@ -87,7 +87,7 @@ def test_drain_wait_device_synchronizes_once_then_has_every_row(gpu):
 
 
 def test_device_rows_are_on_the_host_clock_through_the_calibration(gpu):
-    _native._set_fake_clock(1_800_000_000_000_000_000, 1000)
+    set_fake_clock(1_800_000_000_000_000_000, 1000)
     gpu.advance(7 * MS)  # idle device time before the first span: must not shift anything
     with hotspan.span("outer", "train"):
         with hotspan.span("mm", "gpu", device="cuda"):
