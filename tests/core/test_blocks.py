@@ -16,6 +16,8 @@ from _util import run_python
 
 from hotspan.testing import run_flat_out_threads
 
+pytestmark = pytest.mark.slow  # subprocess storms and big runs: the slow tier (pytest -m slow)
+
 SCALE = float(os.environ.get("HOTSPAN_TEST_SCALE", "1"))
 # Under ASan/TSan (.ci/sanitize preloads the runtime) freed memory sits in the sanitizer's
 # quarantine, so the process's RSS says nothing about what the recorder gave back.

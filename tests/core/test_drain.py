@@ -143,6 +143,7 @@ def test_metadata_describes_the_run():
     assert int(meta[b"hotspan.pid"]) == os.getpid()
 
 
+@pytest.mark.slow
 def test_rank_from_configure_and_environment():
     proc = run_python(
         """
@@ -187,6 +188,7 @@ def test_thread_name_can_be_set():
         hotspan.set_thread_name(3)
 
 
+@pytest.mark.slow
 def test_span_ids_come_from_a_random_per_process_base_kept_in_the_metadata():
     code = """
         import hotspan
@@ -217,6 +219,7 @@ def test_records_are_32_bytes():
     assert _native.RECORD_BYTES == 32
 
 
+@pytest.mark.slow
 def test_segment_memory_is_reused_then_given_back_when_idle():
     # Blocks come back to a bounded pool when drain() has converted them, the next burst
     # takes its blocks from there (warm pages: no fault per 128 records), and a second of

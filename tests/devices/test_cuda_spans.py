@@ -229,6 +229,7 @@ def test_stats_keep_device_time_apart_from_host_time(gpu):
     assert "device" not in hotspan.stats(host_only).column_names  # no device rows: the default as ever
 
 
+@pytest.mark.slow
 def test_cli_stats_groups_device_rows_apart(gpu, tmp_path):
     import json
     import os
