@@ -196,7 +196,7 @@ def test_a_streaming_client_stays_light(tmp_path):
 def test_the_sender_runs_below_the_program_and_the_flusher_does_not(tmp_path):
     import threading
 
-    from hotspan.recording.recorder import SENDER_NICE
+    from hotspan.recording.sinks import SENDER_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     s = hotspan.span("x", "c")
