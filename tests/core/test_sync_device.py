@@ -109,6 +109,7 @@ def test_sync_argument_checks():
         hotspan.instant("s", sync=print)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("mlx") is None, reason="mlx is not installed (pip install 'mlx[cpu]')")
 def test_sync_mlx_covers_the_work_started_by_async_eval():
     import mlx.core as mx

@@ -68,6 +68,7 @@ def test_exports_keep_device_rows_and_add_none(recorded, extension, tmp_path):
     assert key(back) == key(recorded)  # the flows add no row; device rows come back whole
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extension", [".pftrace", ".json"])
 def test_trace_processor_shows_device_tracks_and_flows(recorded, extension, tmp_path, perfetto_check):
     import trace_processor

@@ -108,6 +108,7 @@ def _run_child(tmp_path: Path, death: str) -> tuple[Path, int, int]:
     return path, int(said), proc.returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("death, rc", [("sigkill", -signal.SIGKILL), ("sigsegv", -signal.SIGSEGV),
                                        ("abort", -signal.SIGABRT)])
 def test_recover_gives_the_undrained_and_the_open_spans_of_a_dead_process(tmp_path, death, rc):
@@ -224,6 +225,7 @@ def _top(*args: str) -> subprocess.CompletedProcess:
                           timeout=DEADLINE_S)
 
 
+@pytest.mark.slow
 def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
     env = dict(os.environ, HOTSPAN_FLIGHT=str(tmp_path / "elsewhere-{pid}"))
     proc = subprocess.Popen([sys.executable, "-c", STUCK], env=env, stdout=subprocess.PIPE, text=True)
@@ -261,6 +263,7 @@ def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
     assert gone_text.returncode == 1 and "gone" in gone_text.stdout
 
 
+@pytest.mark.slow
 def test_snapshot_lists_the_open_spans_of_this_process(tmp_path):
     code = textwrap.dedent(
         """
@@ -324,6 +327,7 @@ def _regions(data: bytes) -> list[tuple[int, int]]:
 _FUZZ_EXAMPLES = int(os.environ.get("HOTSPAN_FLIGHT_FUZZ", "120"))
 
 
+@pytest.mark.slow
 @settings(max_examples=_FUZZ_EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
