@@ -6,11 +6,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from _util import wait_until
 
 import hotspan
 from hotspan.recording.collector import CollectorServer
-
-from _util import wait_until
 
 
 def test_record_closes_with_close_and_its_file_is_then_written(tmp_path):
@@ -26,9 +25,8 @@ def test_live_closes_with_close_and_stop_is_the_same():
     out = io.StringIO()
     log = hotspan.live(file=out)
     assert log.stop == log.close
-    with log:
-        with hotspan.span("seen-live", "c"):
-            pass
+    with log, hotspan.span("seen-live", "c"):
+        pass
     assert "seen-live" in out.getvalue()
     with hotspan.span("after-close", "c"):
         pass

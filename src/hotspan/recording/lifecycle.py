@@ -27,7 +27,7 @@ SIGTERM thread, then kills the process as SIGTERM would have.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["FORK_STEPS", "on_fork"]
 

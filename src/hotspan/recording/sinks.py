@@ -10,7 +10,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..quiet_threads import lower_this_thread, start_quiet
 
@@ -139,9 +139,9 @@ def metadata_table() -> pa.Table:
     """No spans, and this process's metadata as a drain would give it (without draining)."""
     from .. import _native
     from .._api import rank as current_rank
-    from .._version import __version__
     from .._schema import SPAN_SCHEMA
     from .._table import metadata
+    from .._version import __version__
 
     meta = metadata(rank=current_rank(), pid=os.getpid(), clock=_native._clock_info(), all_threads=[],
                     version=__version__)
