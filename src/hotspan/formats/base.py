@@ -21,13 +21,14 @@ import errno
 import json
 import os
 import secrets
+import stat
 import struct
 import sys
 import time
 import warnings
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +51,50 @@ class TraceFileError(ValueError):
 
 class TraceFileWarning(UserWarning):
     """A file was read, but some of its rows were left out (the message says how many and why)."""
+
+
+# --------------------------------------------------------------------------- regular files only
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of this mode is when it is not a regular file, else None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def require_regular_file(path: str | os.PathLike, error: type[TraceFileError] | None = None) -> None:
+    """Refuse (``TraceFileError``, or ``error``, naming the file) anything but a regular
+    file, links followed: every loader calls this before it opens a trace, so that a FIFO,
+    a socket or a device is refused at once instead of blocking the reader forever (a FIFO's
+    open waits for a writer; its read, for data that may never come). ``stat`` opens
+    nothing; a missing file is the caller's ``FileNotFoundError``."""
+    kind = _not_regular(os.stat(path).st_mode)
+    if kind is not None:
+        raise (error or TraceFileError)(path, f"is {kind}, not a trace file: only regular files are read")
+
+
+def open_regular_file(path: str | os.PathLike, error: type[TraceFileError] | None = None) -> BinaryIO:
+    """``open(path, "rb")`` for a regular file only (see :func:`require_regular_file`).
+
+    Checked twice: ``stat`` before opening (a device is never even opened), and ``fstat``
+    of what was opened, with ``O_NONBLOCK`` so that a FIFO swapped in between cannot block
+    the ``open`` itself; the file is made blocking again before it is returned."""
+    require_regular_file(path, error)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kind = _not_regular(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise (error or TraceFileError)(path, f"is {kind}, not a trace file: only regular files are read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class Exporter(abc.ABC):
@@ -86,6 +131,7 @@ class Exporter(abc.ABC):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not a trace file", str(path))
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, "no such trace file", str(path))
+        require_regular_file(path)
         try:
             table = conform_to_schema(self._read(path), path)
         except (TraceFileError, FileNotFoundError, PermissionError, IsADirectoryError, MemoryError):

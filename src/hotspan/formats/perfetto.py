@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
 from . import _perfetto_codec as codec
-from .base import Exporter, Progress, TraceFileError
+from .base import Exporter, Progress, TraceFileError, open_regular_file
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
@@ -72,7 +72,7 @@ class PerfettoExporter(Exporter):
 
     def _read(self, path: Path) -> pa.Table:
         decoder = codec.Decoder()
-        with open(path, "rb") as stream:
+        with open_regular_file(path) as stream:
             size = os.fstat(stream.fileno()).st_size
             if size == 0:
                 raise TraceFileError(path, "empty file, not a Perfetto trace")

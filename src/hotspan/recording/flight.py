@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..formats.base import TraceFileError
+from ..formats.base import TraceFileError, open_regular_file
 from ..formats.dataset import pid_alive
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class _File:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular_file(self.path, FlightFileError) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size < _HEADER.size:
                     raise FlightFileError(self.path, f"truncated: {size} bytes, not a hotspan flight file")
@@ -515,9 +515,9 @@ def recover(path: str | os.PathLike) -> "pa.Table":
 
 def is_flight_file(path: str) -> bool:
     try:
-        with open(path, "rb") as fh:
+        with open_regular_file(path) as fh:  # a FIFO is no flight file: never waited on
             return fh.read(8) == MAGIC
-    except OSError:
+    except (OSError, TraceFileError):
         return False
 
 
