@@ -378,7 +378,7 @@ def _depth_under_parent(table: pa.Table) -> tuple[int, int] | None:
 
 
 #: What a loader that cannot count its rows (CSV, JSON lines) says of those it finds missing.
-MISSING_PARENTS = "span(s) missing: named as a parent, not in the file (rows cut out?)"
+MISSING_PARENTS = "span(s) named as a parent but not in the file (cut out, or still open when drained)"
 
 
 def missing_parents(table: pa.Table) -> int:

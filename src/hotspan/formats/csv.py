@@ -72,8 +72,9 @@ class CsvExporter(Exporter):
             "incomplete last row (the file ends mid-row: truncated?)": cut,
             "row(s) with the wrong number of fields": malformed,
             # CSV cannot say how many rows it holds: a row cut out whole (the last line of a
-            # file cut at a line's end) is seen through the rows that name it as their parent.
-            MISSING_PARENTS: missing_parents(table),
+            # file cut at a line's end) is seen through the rows that name it as their parent;
+            # less the rows left out above, any of which may be such a parent (said once).
+            MISSING_PARENTS: max(0, missing_parents(table) - cut - malformed),
         })
 
 
