@@ -215,7 +215,9 @@ def test_rows_cut_out_are_said_never_lost_silently(extension, tmp_path):
     anywhere: each load is refused, or its rows plus the rows it says it left out
     (``hotspan.skipped_on_load``) are the rows written. CSV cannot say how many rows it
     holds: there only rows that other rows name as their parent are counted when missing,
-    so the CSV case cuts out rows that are parents (and cuts anywhere, mid-row)."""
+    so the CSV case cuts out rows that are parents (each said exactly), and cuts anywhere,
+    where the row cut mid-way is said but the rows after it only through their children
+    (the totals printed count those as lost silently)."""
     import warnings
 
     import pyarrow as pa
