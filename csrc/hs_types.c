@@ -7,7 +7,8 @@
  * - `with` costs a bound-method lookup per __enter__/__exit__ whatever we do; we keep each
  *   to one METH_FASTCALL C call (METH_NOARGS costs ~9 ns more) and allocate nothing.
  * - a literal `hotspan.span("x", "c")` goes through the type's vectorcall and a
- *   pointer-keyed cache of interned sites, so it never hashes or encodes the strings.
+ *   pointer-keyed cache of interned sites, so it never hashes or encodes the strings, and
+ *   takes its (fresh) object from a free list, so a warm loop never calls the allocator.
  */
 #include "hs_types.h"
 
@@ -27,15 +28,12 @@ static PyMutex lit_mutex;
 
 /* Direct-mapped, keyed by the str objects' addresses. An entry owns references to its
  * keys, so an address in the cache always is that very string; only str objects ever get
- * in, so a hit needs no type checks. An entry also holds the span object for those
- * strings with no arg: spans are immutable and their nesting lives with the thread, so a
- * literal `with hotspan.span("x", "c"):` can hand back that one object instead of
- * allocating (and freeing) one per iteration. */
+ * in, so a hit needs no type checks. (A literal's str is the same object on every pass of
+ * a loop: the code object's constant.) */
 typedef struct {
     PyObject *name;
     PyObject *category; /* NULL: none */
     hs_site *site;
-    PyObject *span;     /* span(name, category) with no arg */
 } lit_entry;
 #define LIT_SIZE 2048
 static lit_entry lit_cache[LIT_SIZE];
@@ -44,9 +42,6 @@ static inline lit_entry *lit_slot(PyObject *name, PyObject *category) {
     size_t h = (((uintptr_t)name >> 4) ^ (((uintptr_t)category >> 4) * 0x9e3779b1u)) & (LIT_SIZE - 1);
     return &lit_cache[h];
 }
-
-static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
-                                 PyObject *arg_obj);
 
 /* name: a str; category: a str or NULL. Returns the (borrowed) entry, or NULL with an
  * exception set. */
@@ -64,57 +59,51 @@ static lit_entry *lit_fill(PyObject *name, PyObject *category) {
         PyErr_NoMemory();
         return NULL;
     }
-    PyObject *obj = span_new_object(site, name, category, 0, 0, NULL);
-    if (!obj) return NULL;
     lit_entry *e = lit_slot(name, category);
     Py_INCREF(name);
     Py_XINCREF(category);
     LIT_LOCK();
-    PyObject *old_name = e->name, *old_category = e->category, *old_span = e->span;
+    PyObject *old_name = e->name, *old_category = e->category;
     e->name = name;
     e->category = category;
     e->site = site;
-    e->span = obj;
     LIT_UNLOCK();
     Py_XDECREF(old_name);
     Py_XDECREF(old_category);
-    Py_XDECREF(old_span);
     return e;
 }
 
 #ifdef Py_GIL_DISABLED
 /* Free-threaded: copy the entry out under the lock. */
-static int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+static int lit_get(PyObject *name, PyObject *category, hs_site **site) {
     lit_entry *e = lit_slot(name, category);
     int hit = 0;
     LIT_LOCK();
     if (e->name == name && e->category == category && e->site) {
         *site = e->site;
-        if (span) *span = Py_NewRef(e->span);
         hit = 1;
     }
     LIT_UNLOCK();
     if (hit) return 0;
     if (!lit_fill(name, category)) return -1;
-    return lit_get(name, category, site, span);
+    return lit_get(name, category, site);
 }
 #else
 /* With the GIL nothing changes an entry between the check and the use. */
-static inline int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+static inline int lit_get(PyObject *name, PyObject *category, hs_site **site) {
     lit_entry *e = lit_slot(name, category);
     if (HS_UNLIKELY(e->name != name || e->category != category || !e->site)) {
         e = lit_fill(name, category);
         if (!e) return -1;
     }
     *site = e->site;
-    if (span) *span = Py_NewRef(e->span);
     return 0;
 }
 #endif
 
 static hs_site *site_for(PyObject *name, PyObject *category) {
     hs_site *site;
-    return lit_get(name, category, &site, NULL) < 0 ? NULL : site;
+    return lit_get(name, category, &site) < 0 ? NULL : site;
 }
 
 /* ---- argument checks ------------------------------------------------------------------ */
@@ -280,9 +269,35 @@ typedef struct {
 
 PyObject *hs_decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
 
+/* Plain span objects freed lately, kept for the next span(): a literal
+ * `with hotspan.span("x", "c"):` makes and frees one object per pass, and the free list
+ * turns that into two pointer moves instead of a trip through the allocator each way.
+ * Each object handed out is still a fresh one (its own identity for its lifetime). With
+ * the GIL only: the free-threaded build allocates (a shared list would need a lock). */
+#ifndef Py_GIL_DISABLED
+#define SPAN_FREE_MAX 64
+static SpanObject *span_free_list[SPAN_FREE_MAX];
+static int span_free_count = 0;
+#endif
+
+static inline SpanObject *span_alloc(void) {
+#ifndef Py_GIL_DISABLED
+    if (HS_LIKELY(span_free_count > 0)) {
+        SpanObject *o = span_free_list[--span_free_count];
+#if defined(Py_TRACE_REFS) || defined(Py_REF_DEBUG)
+        (void)PyObject_Init((PyObject *)o, &SpanType); /* debug builds: count it again */
+#else
+        Py_SET_REFCNT(o, 1); /* its type is set already: PyObject_Init's call costs ~30 instructions */
+#endif
+        return o;
+    }
+#endif
+    return PyObject_New(SpanObject, &SpanType);
+}
+
 static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
                                  PyObject *arg_obj) {
-    SpanObject *o = PyObject_New(SpanObject, &SpanType);
+    SpanObject *o = span_alloc();
     if (!o) return NULL;
     o->site = site;
     o->arg = arg;
@@ -310,18 +325,16 @@ static PyObject *device_span_new(hs_site *site, span_args *a);
 
 static PyObject *span_make(span_args *a) {
     hs_site *site;
-    PyObject *shared;
     if (a->device) {
-        PyObject *o = lit_get(a->name, a->category, &site, NULL) < 0 ? NULL : device_span_new(site, a);
+        PyObject *o = lit_get(a->name, a->category, &site) < 0 ? NULL : device_span_new(site, a);
         Py_CLEAR(a->device);
         return o;
     }
     if (a->sync) {
-        if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
+        if (lit_get(a->name, a->category, &site) < 0) return NULL;
         return sync_span_new(site, a);
     }
-    if (!a->arg_obj) return lit_get(a->name, a->category, &site, &shared) < 0 ? NULL : shared;
-    if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
+    if (lit_get(a->name, a->category, &site) < 0) return NULL;
     return span_new_object(site, a->name, a->category, a->arg, a->flags, a->arg_obj);
 }
 
@@ -341,7 +354,7 @@ static inline lit_entry *lit_hit_positional(PyObject *const *args, Py_ssize_t na
 static PyObject *span_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     (void)type;
     lit_entry *hit = lit_hit_positional(args, PyVectorcall_NARGS(nargsf), kwnames);
-    if (HS_LIKELY(hit != NULL)) return Py_NewRef(hit->span);
+    if (HS_LIKELY(hit != NULL)) return span_new_object(hit->site, hit->name, hit->category, 0, 0, NULL);
     span_args a;
     if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a, KW_SYNC | KW_DEVICE) < 0) return NULL;
     return span_make(&a);
@@ -363,6 +376,13 @@ static void span_dealloc(SpanObject *o) {
     Py_DECREF(o->name);
     Py_XDECREF(o->category);
     Py_XDECREF(o->arg_obj);
+#ifndef Py_GIL_DISABLED
+    /* subtypes (sync, device) have their own sizes: only plain spans are kept */
+    if (HS_LIKELY(Py_IS_TYPE(o, &SpanType) && span_free_count < SPAN_FREE_MAX)) {
+        span_free_list[span_free_count++] = o;
+        return;
+    }
+#endif
     PyObject_Free(o);
 }
 
