@@ -393,8 +393,16 @@ enum { TORCH_UNKNOWN, TORCH_ABSENT, TORCH_C, TORCH_CPU, TORCH_PYTHON };
 static int torch_state = TORCH_UNKNOWN;
 
 static void torch_probe(void) {
+    /* Asked at each device span until torch is seen: the interned name keeps its hash, so
+     * the lookup is a probe of sys.modules, not a string built and hashed each time. */
+    static PyObject *torch_name = NULL;
+    if (!torch_name && !(torch_name = PyUnicode_InternFromString("torch"))) {
+        PyErr_Clear();
+        return;
+    }
     PyObject *mods = PyImport_GetModuleDict();
-    PyObject *t = mods ? PyDict_GetItemString(mods, "torch") : NULL; /* borrowed; no import */
+    PyObject *t = mods ? PyDict_GetItemWithError(mods, torch_name) : NULL; /* borrowed; no import */
+    if (!t) PyErr_Clear();
     if (!t || t == Py_None) { /* None: imports of it are blocked */
         torch_state = TORCH_ABSENT; /* asked again at the next span: torch may be imported later */
         return;
