@@ -21,7 +21,7 @@
  * event records (a few hundred ns each in the driver, which locks too) dwarf an
  * uncontended lock. The plain span's hot path never comes here.
  */
-#include "hs_device.h" /* Python.h first */
+#include "hs_cuda.h" /* Python.h first */
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "hs_clock.h"
+#include "hs_device.h"
 
 /* ---- the driver API, as much of it as we use ------------------------------------------ */
 
@@ -665,9 +666,12 @@ static PyObject *py_cuda_synchronize(PyObject *m, PyObject *a) {
             waits[n].ctx = queues[i]->dev->ctx;
             waits[n++].ev = queues[i]->tail->end;
         }
+    pthread_mutex_unlock(&cuda_lock);
     CUresult rc = CUDA_SUCCESS;
-    /* Waited for under the lock (so no drain hands the events back meanwhile), without the
-     * GIL (so other threads run on); spans opening on other threads wait for the lock. */
+    /* Waited for without the lock and without the GIL: spans open and close on other
+     * threads meanwhile (a thread holding the GIL may wait for the lock: holding it here
+     * while taking the GIL back would deadlock). Events are never destroyed, so one handed
+     * back to the pool and recorded again meanwhile only makes this wait a little longer. */
     Py_BEGIN_ALLOW_THREADS
     for (size_t i = 0; i < n && rc == CUDA_SUCCESS; i++) {
         CUcontext prev;
@@ -676,7 +680,6 @@ static PyObject *py_cuda_synchronize(PyObject *m, PyObject *a) {
         if (pushed) cu.CtxPopCurrent(&prev);
     }
     Py_END_ALLOW_THREADS
-    pthread_mutex_unlock(&cuda_lock);
     free(waits);
     if (rc != CUDA_SUCCESS) {
         set_driver_error("cuEventSynchronize", rc);
@@ -810,16 +813,15 @@ static PyMethodDef cuda_methods[] = {
 
 /* Taken across fork so the child never inherits it locked; the child forgets the parent's
  * pairs (its events are not the child's: CUDA contexts do not survive a fork). */
-static void fork_prepare(void) { pthread_mutex_lock(&cuda_lock); }
-static void fork_parent(void) { pthread_mutex_unlock(&cuda_lock); }
-static void fork_child(void) {
+void hs_cuda_fork_prepare(void) { pthread_mutex_lock(&cuda_lock); }
+void hs_cuda_fork_parent(void) { pthread_mutex_unlock(&cuda_lock); }
+void hs_cuda_fork_child(void) {
     forget(0);
     pthread_mutex_unlock(&cuda_lock);
 }
 
 int hs_cuda_install(PyObject *module) {
     if (PyModule_AddFunctions(module, cuda_methods) < 0) return -1;
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
     hs_device_cuda = &cuda_plugin;
     return 0;
 }

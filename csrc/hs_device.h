@@ -1,8 +1,8 @@
 /* hs_device: the hook through which a device span (span(..., device="cuda")) reaches the
  * device plug-in that records its events. The span types (hs_types.c) only call through
  * the table below; the plug-in (hs_cuda.c, the CUDA driver API loaded at run time) fills it
- * in when the module initialises (hs_cuda_install), so nothing below the module glue
- * names the plug-in, and a build or platform without one keeps the table empty (device
+ * in when the module initialises (hs_cuda_install), so nothing below the module glue and
+ * the fork handlers names the plug-in, and a build or platform without one keeps the table empty (device
  * spans then refuse at creation, as without CUDA).
  */
 #ifndef HS_DEVICE_H
@@ -32,11 +32,7 @@ typedef struct {
     int (*stop)(uint64_t host_id, int64_t arg, int has_arg, int error);
 } hs_device_plugin;
 
-/* NULL until a plug-in installs itself (defined in hs_types.c, set by hs_cuda_install). */
+/* NULL until the CUDA plug-in installs itself (hs_cuda_install, from the module's init). */
 extern const hs_device_plugin *hs_device_cuda;
-
-/* The CUDA plug-in: sets hs_device_cuda and adds its drain-side functions (_cuda_*) to the
- * module. 0, or -1 with an exception set. Called once, by the module's init. */
-int hs_cuda_install(PyObject *module);
 
 #endif

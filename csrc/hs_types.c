@@ -15,9 +15,6 @@
 #include "hs_device.h"
 #include "hs_recorder.h"
 
-/* The CUDA plug-in's entry points (hs_device.h), filled in by hs_cuda_install. */
-const hs_device_plugin *hs_device_cuda = NULL;
-
 
 #ifdef Py_GIL_DISABLED
 static PyMutex lit_mutex;
