@@ -156,7 +156,8 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
     if not done:
         return columns
     pid = os.getpid()
-    for span_id, (host_id, depth, pair, device, stream_id, start, end, arg, error) in zip(_Ids.take(len(done)), done):
+    ids = _Ids.take(len(done))
+    for span_id, (host_id, depth, pair, device, stream_id, start, end, arg, error) in zip(ids, done, strict=True):
         strings = _strings.get(pair)
         if strings is None:
             strings = _strings[pair] = _native._pair_strings(pair)
