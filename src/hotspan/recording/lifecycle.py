@@ -15,7 +15,9 @@ The order, and why:
 3. ``recorder`` (``hotspan.recording.recorder``) may start a child's own ``HOTSPAN_OUT``
    recorder on a clean hub, then take a SIGTERM held over the fork (the step before a fork
    holds the flusher's lock and blocks SIGTERM; the parent's step gives both back).
-4. ``devices`` (``hotspan.devices.cuda``): the parent's CUDA events are not the child's.
+
+(The parent's CUDA events are not the child's: the C core's device plug-in, ``csrc/hs_cuda.c``,
+forgets them in its own step of ``csrc/hs_fork.c``.)
 
 At exit, ``atexit`` runs a recorder's stop (registered when it starts, so before the
 warning about dropped spans that ``hotspan._api`` registers at import): spans are written,
@@ -32,7 +34,7 @@ from collections.abc import Callable
 __all__ = ["FORK_STEPS", "on_fork"]
 
 #: The steps around fork, in the order their after-fork parts run (see the module's doc).
-FORK_STEPS = ("core", "hub", "recorder", "devices")
+FORK_STEPS = ("core", "hub", "recorder")
 
 _before: dict[str, Callable[[], None]] = {}
 _parent: dict[str, Callable[[], None]] = {}
