@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
+from hotspan import _native
 from hotspan.devices import cuda
 from hotspan.testing import set_fake_clock
 
