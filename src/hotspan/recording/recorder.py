@@ -381,6 +381,7 @@ class Recorder:
             self._reader = hub.attach(f"record({self.dest})")
             self._pid = os.getpid()
             self._stop.clear()
+            self._open_now()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             start_quiet(self._thread)  # signals stay with the program's threads
         if getattr(self._sink, "remote", False):
@@ -393,6 +394,24 @@ class Recorder:
         atexit.register(self._atexit)
         emit(RecordingStarted(self.dest, self.kind))
         return self
+
+    def _open_now(self) -> None:
+        """A local directory: its metadata part is written before start() returns, so a run
+        killed at any moment after start() (a pool worker terminated at once, a SIGKILL)
+        loads, as an empty table with its metadata, and a parent can tell a worker that
+        started from one that never did. That costs the caller pyarrow's import (~0.2 s on an
+        idle host; a forked child has it already); on the flusher, where it used to happen, a
+        program whose threads hold the interpreter lock delayed it by seconds (issue 21)."""
+        if self.kind != "directory" or getattr(self._sink, "remote", False):
+            return  # a file is written at stop; a store or a collector: the flusher's network
+        try:
+            _warm_up(self.kind)
+            with self._locked() as acquired:
+                if acquired:
+                    self._sink.open()
+        except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
+            self.write_errors += 1
+            _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
 
     def _loop(self) -> None:
         # pyarrow loads here, on the flusher, not in the recording program's thread: a
@@ -416,7 +435,8 @@ class Recorder:
             try:
                 if time.monotonic() >= next_flush or _under_memory_pressure() or self._reader.under_pressure():
                     next_flush = time.monotonic() + self.flush_interval
-                    self.flush()
+                    with _prompt_handoffs():
+                        self.flush()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
@@ -546,6 +566,31 @@ class Recorder:
     def __repr__(self) -> str:
         state = "recording" if self.running else "stopped"
         return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
+
+
+#: The interpreter's switch interval while the flusher flushes (seconds; CPython's default
+#: is 0.005). A flush releases the interpreter lock a dozen times or more (the native drain,
+#: pyarrow's Parquet write, fsync, the rename) and must take it back each time: while the
+#: program's threads run Python flat out, each take waits a whole switch interval, so a
+#: flush that needs 20 ms of work took seconds (issue 21: parts every ~2 s at
+#: flush_interval=0.1). Shorter for the flush alone, the lock comes back within ~0.2 ms; the
+#: program's threads are made to hand it over more often only while a flush runs.
+FLUSH_SWITCH_INTERVAL_S = 0.0002
+
+
+@contextlib.contextmanager
+def _prompt_handoffs():
+    previous = sys.getswitchinterval()
+    if previous <= FLUSH_SWITCH_INTERVAL_S:  # the program's own choice is shorter: keep it
+        yield
+        return
+    sys.setswitchinterval(FLUSH_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        # The program may have set its own meanwhile (only ours is replaced).
+        if sys.getswitchinterval() == FLUSH_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(previous)
 
 
 def _under_memory_pressure() -> bool:
