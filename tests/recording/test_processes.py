@@ -311,3 +311,92 @@ def test_sigterm_arriving_inside_a_flush_neither_hangs_nor_loses(tmp_path):
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert "not reached" not in result.stdout
     assert hotspan.load(out).num_rows == 100
+
+
+#: Rounds of each pool scenario in the slow tier (issue 21: 50 each).
+POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "50"))
+
+COUNTED_POOL_PROGRAM = textwrap.dedent(
+    """
+    import json, multiprocessing as mp, os, sys, time
+    import hotspan
+
+    def init(counts_, rnd_, next_slot):
+        # each worker takes a slot: it counts the spans it has recorded there (after each
+        # span closed), so the parent knows what was recorded before its signal
+        global counts, rnd, slot
+        counts, rnd = counts_, rnd_
+        with next_slot.get_lock():
+            slot = next_slot.value
+            next_slot.value += 1
+
+    def job(n):
+        for _ in range(n):
+            with hotspan.span("job", "w", arg=rnd * 1000 + slot):
+                pass
+            counts[slot] += 1
+        return n
+
+    def forever(_):
+        while True:
+            with hotspan.span("job", "w", arg=rnd * 1000 + slot):
+                time.sleep(0.0005)  # a few thousand spans a second: far from the memory cap
+            counts[slot] += 1
+
+    if __name__ == "__main__":
+        method, end, rounds, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), 4
+        ctx = mp.get_context(method)
+        for rnd in range(rounds):
+            counts = ctx.Array("q", 2 * workers, lock=False)  # room for replaced workers
+            next_slot = ctx.Value("i", 0)
+            pool = ctx.Pool(workers, initializer=init, initargs=(counts, rnd, next_slot))
+            if end == "close_join":
+                assert pool.map(job, [300] * 8, chunksize=1) == [300] * 8
+                pool.close()
+                pool.join()
+                before = list(counts)
+            elif end == "terminate":
+                assert pool.map(job, [300] * 8, chunksize=1) == [300] * 8
+                before = list(counts)
+                pool.terminate()
+                pool.join()
+            else:  # terminate() in the middle of work
+                for i in range(workers):
+                    pool.apply_async(forever, (i,))
+                deadline = time.monotonic() + 60
+                while sorted(counts)[-workers] < 20 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                before = list(counts)
+                pool.terminate()
+                pool.join()
+            print(json.dumps({"round": rnd, "before": before, "after": list(counts)}), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("end", ["close_join", "terminate", "terminate_mid_work"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method, end):
+    # Issue 21: a forkserver pool ended by terminate() lost whole workers (no part at all).
+    # Every span a worker counted before the parent's signal must be in the run; none more
+    # than it counted at the end; and nothing hangs.
+    out = tmp_path / "run"
+    script = tmp_path / "counted_pool.py"
+    script.write_text(COUNTED_POOL_PROGRAM)
+    result = _run([sys.executable, str(script), method, end, str(POOL_RUNS)], out,
+                  timeout=120 + 15 * POOL_RUNS)
+    assert result.returncode == 0, result.stderr
+    rounds = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(rounds) == POOL_RUNS
+    arrived = _spans_by_arg(hotspan.load(out))
+    short, expected = [], 0
+    for r in rounds:
+        for slot, (before, after) in enumerate(zip(r["before"], r["after"])):
+            got = arrived.get(r["round"] * 1000 + slot, 0)
+            expected += before
+            if not before <= got <= after:
+                short.append(f"round {r['round']} worker {slot}: counted {before}..{after}, arrived {got}")
+    total = sum(arrived.values())
+    print(f"pool {method} {end} x{POOL_RUNS}: expected >= {expected}, arrived {total}")
+    assert not short, f"{len(short)} workers short: " + "; ".join(short[:10])
