@@ -400,3 +400,47 @@ def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method,
     total = sum(arrived.values())
     print(f"pool {method} {end} x{POOL_RUNS}: expected >= {expected}, arrived {total}")
     assert not short, f"{len(short)} workers short: " + "; ".join(short[:10])
+
+
+SIGNALLED_PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time
+    import hotspan
+    for n in range(300):
+        with hotspan.span("step", arg=n):
+            pass
+    if sys.argv[1] == "crash":
+        time.sleep(2.5)  # flushed (every second) before the crash
+        os.abort()
+    print("recorded 300", flush=True)
+    while True:
+        with hotspan.span("idle"):
+            time.sleep(0.01)
+    """
+)
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGINT", "crash"])
+def test_hotspan_run_ended_by_a_signal_or_a_crash_still_writes_its_output(tmp_path, ending):
+    # was: SIGTERM made `hotspan run` exit 143 with no output, the spans left in a hidden
+    # `.out.parquet.hotspan-run-*` directory
+    script, target = tmp_path / "prog.py", tmp_path / "out.parquet"
+    script.write_text(SIGNALLED_PROGRAM)
+    proc = subprocess.Popen([sys.executable, "-m", "hotspan", "run", "-o", str(target), str(script), ending],
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        if ending != "crash":
+            read_line(proc, "recorded 300", timeout=TIMEOUT_S)
+            proc.send_signal(getattr(signal, ending))
+        _out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        kill(proc)
+    # the program's status: died of SIGTERM / SIGABRT as it did; SIGINT is Python's 130
+    expected = {"SIGTERM": -signal.SIGTERM, "SIGINT": 130, "crash": -signal.SIGABRT}[ending]
+    assert proc.returncode == expected, err
+    steps = hotspan.load(target).filter(pc.equal(pc.field("name"), "step"))
+    assert sorted(steps.column("arg").to_pylist()) == list(range(300))
+    said = [line for line in err.splitlines() if line.startswith("hotspan run: the program")]
+    assert len(said) == 1 and str(target) in said[0], err
+    assert ("ended by " + ending if ending != "crash" else "died of SIGABRT") in said[0]
+    assert not [p for p in tmp_path.iterdir() if "hotspan-run" in p.name]  # the parts directory went

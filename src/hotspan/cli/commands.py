@@ -819,7 +819,7 @@ def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..recording.supervisor import ProgramError, resolve_program, run_program
+    from ..recording.supervisor import ProgramError, exit_as_program, resolve_program, run_program
 
     out = check_output(args.output)
     if args.live_min_ms is not None and args.live_min_ms < 0:
@@ -835,7 +835,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The summary goes to stderr: the program's stdout stays the program's.
     label = "run" if result.processes <= 1 else f"run ({result.processes} processes)"
     _print_recording_summary(result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20)
-    return result.status
+    if result.ending:
+        print(result.ending, file=sys.stderr)
+    return exit_as_program(result)
 
 
 def _check_port_free(host: str, port: int) -> None:
