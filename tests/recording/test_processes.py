@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan.formats.dataset import META_RANKS, sweep_temporaries
+from hotspan.formats.dataset import META_RANKS, META_UNFLUSHED, sweep_temporaries
 
 from _procs import DEADLINE_S, env, kill, read_line
 
@@ -444,3 +444,37 @@ def test_hotspan_run_ended_by_a_signal_or_a_crash_still_writes_its_output(tmp_pa
     assert len(said) == 1 and str(target) in said[0], err
     assert ("ended by " + ending if ending != "crash" else "died of SIGABRT") in said[0]
     assert not [p for p in tmp_path.iterdir() if "hotspan-run" in p.name]  # the parts directory went
+
+
+UNFLUSHED_PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time
+    if __name__ == "__mp_main__":  # a spawned worker, still importing the program
+        time.sleep(60)
+    import multiprocessing as mp
+    import hotspan
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        pool = ctx.Pool(2)
+        pids = sorted(p.pid for p in pool._pool)
+        time.sleep(0.5)
+        pool.terminate()  # SIGTERM: the workers die of it before their first part
+        pool.join()
+        print("workers", *pids, flush=True)
+    """
+)
+
+
+def test_the_parent_names_workers_killed_before_their_first_part(tmp_path):
+    out = tmp_path / "run"
+    script = tmp_path / "unflushed.py"
+    script.write_text(UNFLUSHED_PROGRAM)
+    result = _run([sys.executable, str(script)], out)
+    assert result.returncode == 0, result.stderr
+    pids = [int(x) for x in result.stdout.split()[1:]]
+    table = hotspan.load(out)
+    named = json.loads(table.schema.metadata[META_UNFLUSHED])
+    assert sorted(child["pid"] for child in named) == pids
+    parent = {p["pid"] for procs in json.loads(table.schema.metadata[META_RANKS]).values() for p in procs}
+    assert all(child["exitcode"] == -signal.SIGTERM and child["parent_pid"] in parent for child in named)

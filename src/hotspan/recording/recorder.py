@@ -173,7 +173,11 @@ class _DatasetSink:
         self.parts += 1
 
     def close(self, last: pa.Table, timeout: float) -> None:
-        pass
+        if self.location is None or not self.location.local:
+            return
+        unflushed = _unflushed_children(Path(self.location.root))
+        if unflushed:  # a part of its own (no spans): the last flush may have had none to carry them
+            self._write(_metadata_table(), kind="stop", unflushed_children=unflushed)
 
 
 def _metadata_table() -> pa.Table:
@@ -404,6 +408,7 @@ class Recorder:
         program whose threads hold the interpreter lock delayed it by seconds (issue 21)."""
         if self.kind != "directory" or getattr(self._sink, "remote", False):
             return  # a file is written at stop; a store or a collector: the flusher's network
+        _track_children()
         try:
             _warm_up(self.kind)
             with self._locked() as acquired:
@@ -465,6 +470,8 @@ class Recorder:
             table = self._take()
             self._last = table
             self.flushes += 1
+            if self.kind == "directory":
+                _track_children()
             if table.num_rows == 0:
                 if hasattr(self._sink, "idle"):
                     self._sink.idle()
@@ -593,6 +600,49 @@ def _prompt_handoffs():
             sys.setswitchinterval(previous)
 
 
+# --------------------------------------------------------------------------- children
+
+#: multiprocessing children started by this process while it recorded to a directory (pid ->
+#: Process), so that its last part can name those that died of a signal before writing any
+#: part of their own (killed before their metadata part: before `import hotspan` ended).
+_children_started: dict[int, Any] = {}
+MAX_CHILDREN_TRACKED = 10_000
+
+
+class _TrackedChildren(set):
+    """``multiprocessing.process._children`` (the set every ``Process.start()`` adds to), noting
+    each child as it is added: multiprocessing offers no hook of its own for it."""
+
+    def add(self, process: Any) -> None:
+        super().add(process)
+        pid = getattr(process, "pid", None)
+        if pid is not None and len(_children_started) < MAX_CHILDREN_TRACKED:
+            _children_started[pid] = process
+
+
+def _track_children() -> None:
+    """Note multiprocessing's children from now on (once multiprocessing is loaded: called at
+    start, at each flush and before each fork)."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    if mp_process is not None and not isinstance(getattr(mp_process, "_children", None), _TrackedChildren):
+        mp_process._children = _TrackedChildren(getattr(mp_process, "_children", ()))
+
+
+def _unflushed_children(root: Path) -> list[dict[str, Any]]:
+    """The children that died of a signal without a part in ``root``: named in the run."""
+    unflushed = []
+    for pid, process in sorted(_children_started.items()):
+        try:
+            code = process.exitcode
+        except ValueError:  # closed: its status is gone with it
+            continue
+        if code is None or code >= 0:
+            continue  # alive (it may still write), or it exited by itself: it recorded nothing
+        if next(root.glob(f"rank=*/part-{pid}-*.parquet"), None) is None:
+            unflushed.append({"pid": pid, "name": getattr(process, "name", ""), "exitcode": code})
+    return unflushed
+
+
 def _under_memory_pressure() -> bool:
     from .. import _native
 
@@ -639,6 +689,8 @@ def _before_fork() -> None:
     recorder = _active
     if recorder is None or not recorder.running:
         return
+    if recorder.kind == "directory":
+        _track_children()  # a fork-started child is added to the set after this fork
     if not _warmed.is_set():
         _warmed.wait(30)
     if recorder._lock_owner != threading.get_ident() and recorder._lock.acquire(timeout=10):
@@ -810,6 +862,7 @@ def _follow_into_child() -> None:
     global _fork_held
     _active_lock = threading.Lock()
     _fork_held = None  # the child's copy of the parent's recorder is replaced below
+    _children_started.clear()  # the parent's children are not this one's to name
     parent, _active = _active, None
     was_env = parent is not None and parent is _env_recorder
     _env_recorder = None
