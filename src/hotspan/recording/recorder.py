@@ -625,7 +625,7 @@ def _track_children() -> None:
     start, at each flush and before each fork)."""
     mp_process = sys.modules.get("multiprocessing.process")
     if mp_process is not None and not isinstance(getattr(mp_process, "_children", None), _TrackedChildren):
-        mp_process._children = _TrackedChildren(getattr(mp_process, "_children", ()))
+        setattr(mp_process, "_children", _TrackedChildren(getattr(mp_process, "_children", ())))
 
 
 def _unflushed_children(root: Path) -> list[dict[str, Any]]:

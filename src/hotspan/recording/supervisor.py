@@ -131,7 +131,10 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
 def _ending(died_of: int | None, spans: int, output: Path, flush_interval: float) -> str | None:
     if died_of is None:
         return None
-    name = signal.Signals(died_of).name if died_of in signal.Signals._value2member_map_ else f"signal {died_of}"
+    try:
+        name = signal.Signals(died_of).name
+    except ValueError:
+        name = f"signal {died_of}"
     if name in FORWARDED_SIGNALS:
         return f"hotspan run: the program was ended by {name}; every span it recorded was flushed: {spans:,} in {output}"
     return (f"hotspan run: the program died of {name}; the {spans:,} spans it had flushed (all but at most its "
