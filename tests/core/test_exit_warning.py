@@ -1,9 +1,12 @@
 """A process that dropped spans says so once at exit, on stderr; one that did not, says nothing."""
 from __future__ import annotations
 
+import pytest
+
 from _util import run_python
 
 
+@pytest.mark.slow
 def test_dropped_spans_are_said_once_at_exit():
     proc = run_python("""
         import sys, hotspan
