@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _api, _native
 from ..events import SpansDropped, emit
 from ..quiet_threads import start_quiet
+from . import lifecycle
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -298,8 +299,7 @@ def _after_fork_child() -> None:
     _wake = threading.Event()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_child)
+lifecycle.on_fork("hub", after_in_child=_after_fork_child)
 
 
 def stats() -> dict[str, Any]:
