@@ -27,7 +27,7 @@ def test_the_metadata_part_is_written_before_start_returns(tmp_path):
     out = run_python(textwrap.dedent(f"""
         import glob, hotspan
         rec = hotspan.record({str(tmp_path / "run")!r}, flush_interval=600).start()
-        print(len(glob.glob({str(tmp_path / "run")!r} + "/rank=0/part-*.parquet")))
+        print(len(glob.glob({str(tmp_path / "run")!r} + "/part-r0-*.parquet")))
         rec.stop()
     """))
     assert out.returncode == 0, out.stderr
