@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..formats.registry import format_of
+from ..formats.registry import READABLE_EXTENSIONS, format_of
 
 __all__ = ["HEAVY", "Catalog", "Run", "RunError"]
 
@@ -129,7 +129,8 @@ class Catalog:
                 dirnames[:] = []  # its parts are the run, not runs of their own
                 continue
             for name in sorted(filenames):
-                if name.startswith((".", "_")) or format_of(name) is None:
+                # Export-only views (.folded, .speedscope.json) hold no spans: not runs.
+                if name.startswith((".", "_")) or format_of(name) not in READABLE_EXTENSIONS:
                     continue
                 path = here / name
                 if _inside(path, self.root):
