@@ -20,6 +20,7 @@ import pyarrow as pa
 from .._schema import META_ARGV, META_DROPPED, META_ENV, META_HOST, META_PYTHON, META_START, META_VERSION
 from ..analysis.statistics import column_codes, to_numpy, phases, stats
 from ..units import human_bytes, human_count, human_ns, human_rate
+from .flame import asset, flame_html
 from .layout import layout
 
 #: Timeline width in SVG units (the SVG scales to the page).
@@ -33,7 +34,7 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#f
 
 
 #: The parts of the report, in page order.
-SECTIONS = ("summary", "timeline", "stats", "phases")
+SECTIONS = ("summary", "timeline", "flame", "stats", "phases")
 
 
 def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tuple[str, ...] = SECTIONS) -> str:
@@ -43,7 +44,8 @@ def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tup
     if unknown:
         raise ValueError(f"unknown report section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     lay = layout(table)
-    parts = [_HEAD.replace("@TITLE@", html.escape(title)).replace("@CSS@", _CSS)]
+    css = _CSS + (asset("flame.css") if "flame" in sections else "")
+    parts = [_HEAD.replace("@TITLE@", html.escape(title)).replace("@CSS@", css)]
     spans_json = "[]"
     if "summary" in sections:
         parts.append(f"<h1>{html.escape(title)}</h1>")
@@ -56,6 +58,12 @@ def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tup
             parts.append(timeline)
         else:
             parts.append("<p>The trace holds no spans.</p>")
+    if "flame" in sections:
+        parts.append("<h2>Flame graph</h2>")
+        if table.num_rows:
+            parts.append(flame_html(table, category_colours(lay), standalone=False))
+        else:
+            parts.append("<p>The trace holds no spans.</p>")
     if "stats" in sections:
         parts.append("<h2>Statistics</h2>")
         parts.append(_stats_table(table))
@@ -64,6 +72,8 @@ def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tup
         parts.append(_phases_table(table))
     parts.append('<div id="tip" role="tooltip"></div>')
     parts.append("<script>const SPANS=" + spans_json + ";\n" + _JS + "</script>")
+    if "flame" in sections and table.num_rows:
+        parts.append("<script>" + asset("flame.js") + "</script>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -135,6 +145,11 @@ def _summary(table: pa.Table, lay) -> str:
 
 def _color(category: int) -> str:
     return PALETTE[category % len(PALETTE)]
+
+
+def category_colours(lay) -> dict[str, str]:
+    """Category path -> its colour in the timeline (and so in the flame view)."""
+    return {name: _color(i) for i, name in enumerate(lay.categories)}
 
 
 def _legend(lay) -> str:
