@@ -309,8 +309,9 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
                               "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
                                               if m == "application/json" else {"type": "string", "format": "binary"}}
                                           for _e, m in queries.DOWNLOAD_FORMATS.values()}}})
-    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
-            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet")) -> Any:
+    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet", "speedscope", "folded"] = Query(
+            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet, speedscope "
+                                   "(speedscope's evented format), folded (collapsed stacks with self time)")) -> Any:
         """The run as one file in `format`, streamed from disk (converted once per version of
         the run)."""
         run = run_or_404(id)

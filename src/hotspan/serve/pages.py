@@ -3,7 +3,8 @@
 
 - ``/``: the runs (sortable columns, a filter by name), and a form to compare two;
 - ``/runs/{id}``: the summary, phases per rank as a stacked bar each, the statistics, the
-  HTML report's timeline (``/runs/{id}/timeline``, in a frame) and "Open in Perfetto UI";
+  HTML report's timeline (``/runs/{id}/timeline``) and flame graph (``/runs/{id}/flame``),
+  each in a frame, and "Open in Perfetto UI";
 - ``/compare?base=&new=``: two runs span group by span group.
 """
 from __future__ import annotations
@@ -118,6 +119,18 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             return page(request, "problem.html", status=413,
                         detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline timeline "
                                f"(at most {queries.TIMELINE_MAX_SPANS:,}); open it in Perfetto UI")
+        return HTMLResponse(html)
+
+    @app.get("/runs/{id}/flame", response_class=HTMLResponse, include_in_schema=False)
+    def flame_page(request: Request, id: str):
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return problem_page(request, run)
+        html = queries.flame_html(run)
+        if html is None:
+            return page(request, "problem.html", status=413,
+                        detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline flame graph "
+                               f"(at most {queries.TIMELINE_MAX_SPANS:,}); download it as .speedscope.json or .folded")
         return HTMLResponse(html)
 
     @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)

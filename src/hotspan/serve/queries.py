@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 from .runs import HEAVY, Run
 
 __all__ = ["DOWNLOAD_FORMATS", "SPAN_FIELDS", "cached", "compare_rows", "download_path", "phases_rows",
-           "plain", "spans_page", "stats_rows", "timeline_html"]
+           "plain", "spans_page", "stats_rows", "timeline_html",
+           "flame_html"]
 
 #: format parameter -> (file extension, media type).
 DOWNLOAD_FORMATS = {
@@ -25,6 +26,8 @@ DOWNLOAD_FORMATS = {
     "json": (".json", "application/json"),
     "json.gz": (".json.gz", "application/gzip"),
     "parquet": (".parquet", "application/vnd.apache.parquet"),
+    "speedscope": (".speedscope.json", "application/json"),
+    "folded": (".folded", "text/plain; charset=utf-8"),
 }
 
 #: The columns of a span as /spans returns it (the span table's, strings plain).
@@ -229,3 +232,18 @@ def timeline_html(run: Run) -> str | None:
         return html_report(load(run.source), title=run.path, sections=("timeline",))
 
     return cached(("timeline", run.id, run.signature), render)
+
+
+def flame_html(run: Run) -> str | None:
+    """The HTML report's flame view of the run, alone (a document of its own, shown in a
+    frame of the run page); None for runs past ``TIMELINE_MAX_SPANS`` (it loads the run)."""
+    if (run.summary or {}).get("spans", 0) > TIMELINE_MAX_SPANS:
+        return None
+
+    def render() -> str:
+        from ..formats import load
+        from ..report.html import html_report
+
+        return html_report(load(run.source), title=run.path, sections=("flame",))
+
+    return cached(("flame", run.id, run.signature), render)
