@@ -51,6 +51,9 @@ _LAZY = {
     # A submodule (attribute None): ``hotspan.sync.mlx`` works without ``import hotspan.sync``.
     "sync": ("hotspan.sync", None),
     "snapshot": ("hotspan.recording.flight", "snapshot"),
+    # Jupyter: results as HTML, and ``%load_ext hotspan`` (IPython looks this name up).
+    "display": ("hotspan.notebook", "display"),
+    "load_ipython_extension": ("hotspan.notebook", "load_ipython_extension"),
 }
 
 
