@@ -21,7 +21,7 @@ from .._schema import META_ARGV, META_DROPPED, META_ENV, META_HOST, META_PYTHON,
 from ..analysis.statistics import column_codes, to_numpy, phases, stats
 from ..units import human_bytes, human_count, human_ns, human_rate
 from .flame import asset, flame_html
-from .layout import layout
+from .layout import category_order, layout
 
 #: Timeline width in SVG units (the SVG scales to the page).
 TIMELINE_WIDTH = 1200
@@ -94,7 +94,8 @@ def _summary(table: pa.Table, lay) -> str:
         ranks = sorted(set(to_numpy(table.column("rank"), np.int64).tolist()))
         items += [
             ("threads", f"{len(lay.lane_labels):,}"),
-            ("ranks", ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")),
+            # A count first, then the ids: "ranks 0" alone read as "no ranks".
+            ("ranks", rank_list(ranks)),
             ("wall time", human_ns(lay.t1 - lay.t0)),
             ("errors", f"{int(lay.error.sum()):,}"),
         ]
@@ -143,6 +144,14 @@ def _summary(table: pa.Table, lay) -> str:
 # --------------------------------------------------------------------------- timeline
 
 
+def rank_list(ranks: list[int]) -> str:
+    """How many ranks, then which: ``1 (rank 0)``, ``4 (ranks 0, 1, 2, 3)``, ``64 (ranks 0, 1, ... 63)``."""
+    if not ranks:
+        return "0"
+    ids = ", ".join(map(str, ranks)) if len(ranks) <= 8 else ", ".join(map(str, ranks[:7])) + f", ... {ranks[-1]}"
+    return f"{len(ranks)} ({'rank' if len(ranks) == 1 else 'ranks'} {ids})"
+
+
 def _color(category: int) -> str:
     return PALETTE[category % len(PALETTE)]
 
@@ -150,6 +159,13 @@ def _color(category: int) -> str:
 def category_colours(lay) -> dict[str, str]:
     """Category path -> its colour in the timeline (and so in the flame view)."""
     return {name: _color(i) for i, name in enumerate(lay.categories)}
+
+
+def colours_by_time(time_per_category: dict[str, int | float]) -> dict[str, str]:
+    """Category path -> colour, from each category's summed span time, as the timeline
+    takes them (:func:`~hotspan.report.layout.category_order`): for views that have the
+    statistics and not the spans (serve's phases bars)."""
+    return {name: _color(i) for i, name in enumerate(category_order(time_per_category))}
 
 
 def _legend(lay) -> str:
