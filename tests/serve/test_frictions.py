@@ -29,3 +29,32 @@ def test_phases_bars_take_the_timelines_colours_and_say_why_they_outlast_the_run
         assert colour == legend[phase.removesuffix(" (other)")], phase
     assert "thread time</text>" in page
     assert "adds up the time of all the rank's threads" in page
+
+
+def test_an_error_names_the_file_once(client, ids):
+    detail = client.get(f"/v1/traces/{ids['broken/bad.pftrace']}/stats").json()["detail"]
+    assert detail.startswith("broken/bad.pftrace: ") and detail.count("bad.pftrace") == 1, detail
+    page = client.get(f"/runs/{ids['broken/bad.pftrace']}").text
+    problem = re.search(r'<p class="problem" id="problem">([^<]*)</p>', page).group(1)
+    assert problem.count("bad.pftrace") == 1, problem
+
+
+def test_create_app_leaves_no_temporary_directory(runs_dir, tmp_path):
+    import gc
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hotspan.serve.app import create_app
+
+    app = create_app(runs_dir)
+    cache = Path(app.state.cache.name)
+    assert cache.is_dir() and cache.name.startswith("hotspan-serve-")
+    del app
+    gc.collect()
+    assert not cache.exists()
+    # Nor at exit, for apps still alive then.
+    code = "from hotspan.serve.app import create_app\napps = [create_app(%r) for _ in range(3)]\n" % str(runs_dir)
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert not list(tmp_path.glob("hotspan-serve-*"))

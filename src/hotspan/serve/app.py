@@ -180,6 +180,16 @@ def _bad_value(parameter: str, message: str, where: str = "query") -> RequestVal
 PERFETTO_UI = "https://ui.perfetto.dev"
 
 
+def run_problem(path: str, name: str, error: str) -> str:
+    """A run's error, named once by its path: a loader's message already starts with the
+    file's name (``bad.json: not valid JSON``), which must not be said twice."""
+    for said in (f"{path}:", f"{name}:"):
+        if error.startswith(said):
+            error = error[len(said):].lstrip()
+            break
+    return f"{path}: {error}"
+
+
 def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
                perfetto_ui: str = PERFETTO_UI) -> FastAPI:
     """The application serving the runs under ``root``. ``token``: required of every
@@ -189,8 +199,12 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     where ui.perfetto.dev cannot be reached)."""
     if not re.match(r"^https?://[^/\s]+", perfetto_ui):
         raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
+    own_cache = None
     if cache is None:
-        cache = tempfile.mkdtemp(prefix="hotspan-serve-")
+        # Removed with the application (when it is collected, or at exit at the latest):
+        # one left behind per app piled up in /tmp.
+        own_cache = tempfile.TemporaryDirectory(prefix="hotspan-serve-", ignore_cleanup_errors=True)
+        cache = own_cache.name
     catalog = Catalog(root, cache)
     cache_dir = Path(cache)
     expected = f"Bearer {token}".encode() if token else None
@@ -201,6 +215,7 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
                     "their statistics, phases and spans, download them in any format, compare two.",
     )
     app.state.catalog = catalog
+    app.state.cache = own_cache  # held by the app: the directory lives as long as it does
 
     # A run that reads as a list entry can still fail a query (a part torn after the scan, a
     # table breaking the span rules): its message, as for a run listed with an error, never a 500.
@@ -237,7 +252,7 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         if run is None:
             return _problem(404, f"{rid}: {_UNKNOWN}")
         if run.error is not None:
-            return _problem(409, f"{run.path}: {run.error}")
+            return _problem(409, run_problem(run.path, run.name, run.error))
         return run
 
     def by_columns(text: str) -> tuple[str, ...]:
