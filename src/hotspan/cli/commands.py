@@ -172,8 +172,9 @@ def _stat_head(column: str) -> str:
 
 
 def _ellipsize(text: str, width: int) -> str:
-    """A key cut to ``width`` in its middle: ``train/compute`` and ``train/comms`` stay apart
-    (``tr…compute``, ``trai…comms``) where cutting the end would make both ``train/com…``."""
+    """A key cut to ``width`` in its middle, between words: ``train/compute`` and
+    ``train/comms`` stay apart (``…/compute``, ``…/comms``) where cutting the end would make
+    both ``train/com…``."""
     from ..report.gantt import fit_label
 
     return fit_label(text, width)
