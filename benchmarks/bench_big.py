@@ -126,9 +126,10 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
         "arg": pa.array(arg_of, mask=arg_of < 0),
         "error": pa.array(error),
     }
-    from hotspan._schema import SPAN_SCHEMA
+    from hotspan._schema import TRACE_SCHEMA
+    from hotspan._selftime import with_self_ns
 
-    return pa.Table.from_pydict(columns, schema=SPAN_SCHEMA)
+    return with_self_ns(pa.Table.from_pydict(columns, schema=TRACE_SCHEMA))
 
 
 def generate(directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20, seed: int = 0) -> int:

@@ -1,8 +1,20 @@
-"""A run as a directory: a hive-partitioned Parquet dataset, one part per flush.
+"""A run as a directory: a flat Parquet dataset, one part per flush.
 
-    run/rank=0/part-<pid>-<token>-<n>.parquet
-    run/rank=1/part-<pid>-<token>-<n>.parquet
+    run/part-r0-<pid>-<token>-<n>.parquet
+    run/part-r1-<pid>-<token>-<n>.parquet
     ...
+
+Flat, with the rank in each part's ``rank`` column and in its name, so that the directory
+reads as it is in every Parquet reader, all giving the rows ``hotspan.load()`` gives:
+``pandas.read_parquet(run)``, ``pyarrow.parquet.read_table(run)``,
+``pyarrow.dataset.dataset(run)``, polars ``scan_parquet(run)`` and ``scan_parquet("run/*.parquet")``,
+DuckDB ``read_parquet('run/*.parquet')`` with or without ``hive_partitioning``, Spark
+``spark.read.parquet(run)`` (tests/formats/test_dataset_readers.py). The older layout,
+``rank=R/part-*.parquet`` (a ``rank=R`` hive directory beside a ``rank`` column in the
+files), broke pandas and pyarrow ("Field rank has incompatible types: int32 vs
+dictionary"), and a hive directory without the column breaks the readers that do not
+infer partitions (pyarrow.dataset, DuckDB with ``hive_partitioning=false``) while Spark
+reads no subdirectory that is not ``key=value``. Directories in the older layout still load.
 
 ``token`` is drawn by each writer when it starts (``new_token()``: its start time and 32
 random bits, in hex): part names never repeat, within a process (several recordings one
@@ -62,11 +74,13 @@ META_RANKS = b"hotspan.ranks"
 #: ``part-<pid>-<token>-<first seq>-<last seq>`` (its writer's parts first..last, merged).
 _PART_RE = re.compile(r"^part-(\d+)-(?:([0-9a-f]+)-)?(\d+)(?:-(\d+))?\.parquet$")
 #: What ``atomic_path`` leaves behind a writer killed mid-part: ``.<part name>.<8 hex>.part``.
-_TEMP_RE = re.compile(r"^\.(part-(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9a-f]{8}\.part$")
+_TEMP_RE = re.compile(r"^\.(part-(?:r-?\d+-)?(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9a-f]{8}\.part$")
 #: A temporary part untouched this long is stale whoever wrote it (a part is written in
 #: well under a second; on a shared file system its writer may be on another host).
 STALE_TEMP_S = 600.0
-_RANK_DIR_RE = re.compile(r"^rank=(\d+)$")
+_RANK_DIR_RE = re.compile(r"^rank=(-?\d+)$")
+#: ``part-r<rank>-<pid>-<token>-<seq>[-<last>].parquet``: a part of the flat layout.
+_FLAT_PART_RE = re.compile(r"^part-r(-?\d+)-(\d+)-(?:([0-9a-f]+)-)?(\d+)(?:-(\d+))?\.parquet$")
 _PARTITIONING_SCHEMA = pa.schema([("rank", pa.int32())])
 
 
@@ -77,12 +91,12 @@ def new_token() -> str:
 
 
 def part_name(rank: int, pid: int, seq: int, token: str | None = None, last: int | None = None) -> str:
-    """A part's name relative to the dataset's root: ``rank=R/part-<pid>-<token>-<seq>.parquet``;
-    without a token, the older ``part-<pid>-<seq>``; with ``last``, a compacted part holding
-    its writer's parts ``seq`` to ``last``."""
+    """A part's name relative to the dataset's root: ``part-r<rank>-<pid>-<token>-<seq>.parquet``
+    (flat: see the module's doc); without a token, ``part-r<rank>-<pid>-<seq>``; with ``last``,
+    a compacted part holding its writer's parts ``seq`` to ``last``."""
     middle = "" if token is None else f"{_check_token(token)}-"
     tail = "" if last is None else f"-{int(last):06d}"
-    return f"rank={int(rank)}/part-{int(pid)}-{middle}{int(seq):06d}{tail}.parquet"
+    return f"part-r{int(rank)}-{int(pid)}-{middle}{int(seq):06d}{tail}.parquet"
 
 
 def part_path(directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None) -> Path:
@@ -233,7 +247,8 @@ def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TE
     directory = Path(directory)
     removed = 0
     try:
-        rank_dirs = [d for d in directory.iterdir() if _RANK_DIR_RE.match(d.name) and d.is_dir()]
+        # the flat layout's parts are in the directory itself; the older layout's in rank=R/
+        rank_dirs = [directory] + [d for d in directory.iterdir() if _RANK_DIR_RE.match(d.name) and d.is_dir()]
     except OSError:
         return 0
     now = time.time()
@@ -281,9 +296,14 @@ def is_dataset(path: str | os.PathLike) -> bool:
 
 
 def part_key(path: str) -> dict[str, Any] | None:
-    """What a part's path says: ``rank`` (from its ``rank=R`` directory), ``pid``, ``token``
-    (None in older names), ``seq`` and, for a compacted part, ``last``; None for another name."""
+    """What a part's path says: ``rank`` (from its name, or in the older layout from its
+    ``rank=R`` directory), ``pid``, ``token`` (None in older names), ``seq`` and, for a
+    compacted part, ``last``; None for another name."""
     parent, _, name = path.replace(os.sep, "/").rpartition("/")
+    flat = _FLAT_PART_RE.match(name)
+    if flat is not None:
+        return {"rank": int(flat.group(1)), "pid": int(flat.group(2)), "token": flat.group(3),
+                "seq": int(flat.group(4)), "last": int(flat.group(5)) if flat.group(5) else None}
     rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
     part = _PART_RE.match(name)
     if rank_dir is None or part is None:
@@ -295,16 +315,10 @@ def part_key(path: str) -> dict[str, Any] | None:
 def _part_key(path: str) -> tuple:
     """Order parts by rank, directory, pid, writer token and part number."""
     parent, _, name = path.rpartition("/")
-    rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
-    part = _PART_RE.match(name)
-    return (
-        int(rank_dir.group(1)) if rank_dir else -1,
-        parent,
-        int(part.group(1)) if part else -1,
-        part.group(2) or "" if part else "",
-        int(part.group(3)) if part else -1,
-        name,
-    )
+    key = part_key(path)
+    if key is None:
+        return (-1, parent, -1, "", -1, name)
+    return (key["rank"], parent, key["pid"], key["token"] or "", key["seq"], name)
 
 
 def list_parts(loc: Location) -> list[tuple[str, int]]:
@@ -497,7 +511,7 @@ def _load_once(loc: Location, check: bool) -> pa.Table:
     if not files:
         if not loc.local and loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
             raise FileNotFoundError(errno.ENOENT, "no such dataset", loc.shown)
-        raise NoPartsError(loc.shown, "no span parts in this directory (expected rank=R/part-*.parquet)")
+        raise NoPartsError(loc.shown, "no span parts in this directory (expected part-*.parquet)")
     try:
         try:
             dataset = ds.dataset(

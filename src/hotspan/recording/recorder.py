@@ -1,7 +1,7 @@
 """Recording to a destination: a background thread drains the recorder every interval and
 streams the spans to a file, a dataset directory or a collector.
 
-    with hotspan.record("run/", flush_interval=1.0):     # rank=R/part-<pid>-<token>-<n>.parquet
+    with hotspan.record("run/", flush_interval=1.0):     # part-r<R>-<pid>-<token>-<n>.parquet
         train()
     rec = hotspan.record("grpc://127.0.0.1:8815").start(); ...; rec.stop()
     hotspan.record("trace.parquet")                      # any export format, written at stop
@@ -637,7 +637,7 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
     """A recorder streaming drained spans to ``dest`` every ``flush_interval`` seconds.
 
     ``dest``: a file (``.parquet``, ``.arrow``, ``.json``, ... : written at ``stop()``), a
-    directory (a Parquet dataset ``dest/rank=R/part-<pid>-<token>-<n>.parquet``, a part per
+    directory (a Parquet dataset ``dest/part-r<R>-<pid>-<token>-<n>.parquet``, a part per
     flush; a path without a known trace extension counts as one), the same dataset in object
     storage or another file system (``s3://bucket/run``, ``gs://...``, ``hdfs://...``: any
     URI ``pyarrow.fs.FileSystem.from_uri`` accepts; credentials from the store's usual
