@@ -31,24 +31,20 @@ Per = Literal["merged", "rank", "thread"]
 
 
 def span_self_ns(table: pa.Table) -> np.ndarray:
-    """Per row, the span's self time in ns.
+    """Per row, the span's self time in ns: its duration minus the time covered by the union
+    of its children's intervals (a device row is not a host span's child in time: it runs
+    beside it), never below zero.
 
-    Taken from the ``self_ns`` column where the table has one (computed where spans become a
-    table); otherwise computed here, as ``stats`` does: the duration minus the summed
-    durations of its direct children on the same side (a device row is not a host span's
-    child in time: it runs beside it), never below zero.
-
-    The one place the flame views, the folded and speedscope exports and the notebook
-    display get self time from.
+    The ``self_ns`` column where the table has one (computed where spans become a table);
+    otherwise computed by the same rule (:func:`hotspan._selftime.self_ns_column`). The one
+    place the flame views, the folded and speedscope exports and the notebook display get
+    self time from, so they agree with ``stats``.
     """
     if "self_ns" in table.column_names and table.column("self_ns").null_count == 0:
         return to_numpy(table.column("self_ns"), np.int64)
-    duration = to_numpy(table.column("duration_ns"), np.int64)
-    parent = parent_rows(table)
-    child = _same_side_children(table, parent)
-    covered = np.zeros(len(duration), np.int64)
-    np.add.at(covered, parent[child], duration[child])
-    return np.maximum(duration - covered, 0)
+    from .._selftime import self_ns_column
+
+    return np.asarray(self_ns_column(table).to_numpy(zero_copy_only=False), np.int64)
 
 
 def _same_side_children(table: pa.Table, parent: np.ndarray) -> np.ndarray:
