@@ -96,7 +96,9 @@ def parse_by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str
     keys = tuple(k.strip() for k in text.split(",") if k.strip())
     if not keys:
         raise CliError("--by: give one or more column names, comma-separated")
-    known = (*SPAN_SCHEMA.names, "device")  # device: derived (analysis.statistics.device_labels)
+    # device: derived (analysis.statistics.device_labels); test: on runs of pytest --hotspan
+    # (formats.dataset.TEST_COLUMN, from each part's metadata)
+    known = (*SPAN_SCHEMA.names, "device", "test")
     unknown = [k for k in keys if k not in known]
     if unknown:
         raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")

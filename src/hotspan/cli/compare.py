@@ -17,7 +17,7 @@ from .tables import fitted_table, new_console
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan compare`` to the subcommands ``sub``."""
     parser = add_command(sub, "compare", "compare two traces span by span; exit 1 on a slowdown",
-                   "For each span group: the median (p50) before and after, its change with a 95%% bootstrap "
+                   "For each span group: the median (p50) before and after, its change with a 95% bootstrap "
                    "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
                    "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
                    "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "

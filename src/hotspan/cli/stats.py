@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                  "(total minus direct children), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
                  "sum and arg per second. share is the group's self time over the summed self time of its "
                  "rank/thread (of the whole trace unless --by names rank, pid, thread_id or thread_name), so the "
-                 "column adds up to 100%%; busy is total over the trace's wall time (nested spans count twice). "
+                 "column adds up to 100%; busy is total over the trace's wall time (nested spans count twice). "
                  "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
                  "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
                  "duration) are counted in a table of their own. Then the phases (each top-level category's "
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                  "hotspan stats trace.json --csv out/stats.csv", cmd_stats)
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format")
     parser.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name, "
-                       "and device when the trace has device rows; device: host or cuda:N, derived per span)")
+                       "and device when the trace has device rows; device: host or cuda:N, derived per span; test: the test of each span, on runs written by pytest --hotspan)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
     parser.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
     parser.add_argument("--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)")
@@ -117,7 +117,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         raise CliError(f"--top must be at least 1, not {args.top}")
     heads = _stat_heads(args)
     csv_path = check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
-    if streamable(args.traces):  # larger than memory, maybe: DuckDB over the Parquet files
+    # larger than memory, maybe: DuckDB over the Parquet files (the test column exists on load only)
+    if streamable(args.traces) and "test" not in by:
         from ..analysis.streaming import stream_phases, stream_stats
 
         source = span_source(args.traces, filter_sql(args.filter, args.category, args.rank))
@@ -127,6 +128,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
             meta = source.metadata()
     else:
         table = filter_spans(load_traces(args.traces), args.filter, args.category, args.rank)
+        if "test" in by and "test" not in table.column_names:
+            raise CliError("--by test: these spans name no test (a run written by pytest --hotspan does: "
+                           "hotspan stats .hotspan/<session> --by test,name)")
         if args.by is None:
             from ..analysis.statistics import default_by
 

@@ -180,7 +180,8 @@ def print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped
     threads = len(pc.unique(table.column("thread_id"))) if table.num_rows else 0
     console.print(
         f"[bold]hotspan {label}[/bold]: {table.num_rows:,} spans on {threads} threads in {elapsed:.2f} s, "
-        f"{dropped:,} dropped -> [cyan]{path}[/cyan]"
+        f"{dropped:,} dropped -> [cyan]{path}[/cyan]",
+        soft_wrap=True,  # one line whatever the width: a terminal wraps it itself, a pipe keeps it whole
     )
     if table.num_rows:
         result = stats(table)
