@@ -3,7 +3,9 @@
 - ``<!-- hotspan:cli-reference -->``: every command's ``--help``, from the argparse parsers
   the ``hotspan`` command itself builds;
 - ``<!-- hotspan:rest-reference -->``: every route of ``hotspan serve``, from the OpenAPI
-  document its FastAPI application publishes at ``/openapi.json``.
+  document its FastAPI application publishes at ``/openapi.json``;
+- the nav's Guides section: every ``docs/guides/*.md`` the nav does not name yet is added to
+  it, titled by its first heading, so a new guide is never left out of the site.
 
 So neither reference can drift from the code: a new option or route appears on the next build.
 """
@@ -69,6 +71,33 @@ def rest_reference() -> str:
                     out.append(f"| {status} | {response.get('description', '').replace('|', '/')} |")
                 out.append("")
     return "\n".join(out)
+
+
+def _nav_paths(nav: Any) -> set[str]:
+    if isinstance(nav, str):
+        return {nav}
+    if isinstance(nav, list):
+        return set().union(*(_nav_paths(item) for item in nav)) if nav else set()
+    if isinstance(nav, dict):
+        return set().union(*(_nav_paths(value) for value in nav.values())) if nav else set()
+    return set()
+
+
+def on_config(config: Any) -> Any:
+    from pathlib import Path
+
+    guides_dir = Path(config["docs_dir"]) / "guides"
+    named = _nav_paths(config["nav"])
+    section = next((item["Guides"] for item in config["nav"] if isinstance(item, dict) and "Guides" in item), None)
+    if section is None or not guides_dir.is_dir():
+        return config
+    for page in sorted(guides_dir.glob("*.md")):
+        relative = f"guides/{page.name}"
+        if relative not in named:
+            title = next((line[2:].strip() for line in page.read_text(encoding="utf-8").splitlines()
+                          if line.startswith("# ")), page.stem.replace("-", " ").capitalize())
+            section.append({title: relative})
+    return config
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
