@@ -73,3 +73,13 @@ def test_examples_run(page, tmp_path):
                             input=json.dumps(run), capture_output=True, text=True, cwd=tmp_path, env=env,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_the_readmes_first_example_needs_only_what_pip_install_brings(tmp_path):
+    """`pip install .` brings pyarrow, numpy, rich and duckdb, not pandas: the README's first
+    example must run without it (``table.to_pandas()`` there failed after the first command)."""
+    first_line, first = examples(ROOT / "README.md")[0][0]
+    blocker = "import sys\nsys.modules['pandas'] = None  # as if not installed: importing it fails\n"
+    result = subprocess.run([sys.executable, "-c", blocker + first], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert result.returncode == 0, f"README.md:{first_line}: {result.stderr[-2000:]}"
