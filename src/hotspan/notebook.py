@@ -139,8 +139,9 @@ def _compare_html(rows: list[dict[str, Any]]) -> str:
     columns = [c for c in columns if c in rows[0]]
     verdicts: dict[str, int] = {}
     for row in rows:
-        verdicts[row.get("verdict")] = verdicts.get(row.get("verdict"), 0) + 1
-    caption = "hotspan compare: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items(), key=lambda x: str(x[0])))
+        verdict = str(row.get("verdict"))
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+    caption = "hotspan compare: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
     return _html_table(rows, columns, caption, lambda row: _VERDICT_COLOURS.get(row.get("verdict")))
 
 

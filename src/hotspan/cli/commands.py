@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
     for command in COMMANDS:
         command.register(sub)
+    # The whole parser, for commands that describe it (completion), without importing this module.
+    parser.set_defaults(root_parser=parser)
     return parser
 
 

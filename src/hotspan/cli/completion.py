@@ -126,9 +126,7 @@ def fish_script(parser: argparse.ArgumentParser) -> str:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from .commands import build_parser
-
-    parser = build_parser()
+    parser = args.root_parser  # set by commands.build_parser
     script = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[args.shell](parser)
     sys.stdout.write(script)
     return 0
