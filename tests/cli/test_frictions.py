@@ -51,3 +51,16 @@ def test_names_at_80_columns_lose_whole_words(tmp_path, capsys, monkeypatch):
         assert not tail or tail[0] in "/_" or original[len(original) - len(tail) - 1] in "/_", cut
         assert not head or head[-1] in "/_" or original[len(head)] in "/_", cut
     assert len({s.split("…")[-1] for s in shown}) == len(shown)  # still told apart
+
+
+def test_the_room_left_is_shared_between_the_key_columns():
+    """At 80 columns the first key column (a long category path) used to take all the room
+    left, squeezing the names to 10 characters."""
+    from hotspan.cli.tables import fitted_table
+
+    keys = [("category", ["training/optimizer_state/compute"]), ("name", ["train_step_with_gradient_accumulation"])]
+    values = [("count", ["3"]), ("total", ["12.64 us"])]
+    table, _left_out = fitted_table(keys, values, 60)
+    category, name = (column.width for column in table.columns[:2])
+    assert category + name == 60 - 1 - 8 - 2 * 3  # all the room the numbers leave
+    assert abs((32 - category) - (37 - name)) <= 1  # each short of its natural width by as much

@@ -103,10 +103,15 @@ def fitted_table(keys: list[tuple[str, list[str]]], values: list[tuple[str, list
     # The key columns get their natural width when it fits, else the room shared out.
     key_width = list(key_min)
     spare = max(room - sum(key_min), 0)
-    for i, natural in enumerate(key_need):
-        extra = min(natural - key_width[i], spare)
-        key_width[i] += extra
-        spare -= extra
+    # Shared out a character at a time to the key column missing the most of its natural width
+    # (not all to the first): at 80 columns a long category path must not starve the names.
+    while spare > 0:
+        missing = [natural - width for natural, width in zip(key_need, key_width)]
+        widest_gap = max(range(len(missing)), key=lambda k: missing[k], default=None)
+        if widest_gap is None or missing[widest_gap] <= 0:
+            break
+        key_width[widest_gap] += 1
+        spare -= 1
     out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", title=title,
                 title_justify="left")
     for (head, _), w in zip(keys, key_width):
