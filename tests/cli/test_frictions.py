@@ -62,5 +62,5 @@ def test_the_room_left_is_shared_between_the_key_columns():
     values = [("count", ["3"]), ("total", ["12.64 us"])]
     table, _left_out = fitted_table(keys, values, 60)
     category, name = (column.width for column in table.columns[:2])
-    assert category + name == 60 - 1 - 8 - 2 * 3  # all the room the numbers leave
+    assert category + name == 60 - len("count") - len("12.64 us") - 2 * 3  # all the room the numbers leave
     assert abs((32 - category) - (37 - name)) <= 1  # each short of its natural width by as much
