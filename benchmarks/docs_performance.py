@@ -90,14 +90,14 @@ def render(figures: dict, host: dict[str, str], command: str) -> str:
     drain = figures.get("drain")
     if drain:
         lines += ["## Drain", "",
-                  f"{drain['spans']:,} spans drained into a `pyarrow.Table` at "
-                  f"{drain['drain_spans_per_s'] / 1e6:.1f} M spans/s (the first drain, on fresh memory: "
-                  f"{drain['drain_spans_per_s_first'] / 1e6:.1f} M spans/s); "
-                  f"{drain['bytes_per_drained_span_native']:.1f} bytes per span held natively until drained.", ""]
+                  (f"{drain['spans']:,} spans drained into a `pyarrow.Table` at "
+                   f"{drain['drain_spans_per_s'] / 1e6:.1f} M spans/s (the first drain, on fresh memory: "
+                   f"{drain['drain_spans_per_s_first'] / 1e6:.1f} M spans/s); "
+                   f"{drain['bytes_per_drained_span_native']:.1f} bytes per span held natively until drained."), ""]
     flight = figures.get("flight")
     if flight:
-        lines += ["## The flight file", "", "Paired medians with the flight file off and on (child processes, "
-                  "alternating):", "", "| ratio | off | on | on ÷ off |", "| --- | ---: | ---: | ---: |"]
+        lines += ["## The flight file", "", ("Paired medians with the flight file off and on (child processes, "
+                                                 "alternating):"), "", "| ratio | off | on | on ÷ off |", "| --- | ---: | ---: | ---: |"]
         lines += [f"| {name} | {off:.2f} | {flight['on'][name]:.2f} | {flight['on'][name] / off:.2f} |"
                   for name, off in flight["off"].items()]
         lines.append("")

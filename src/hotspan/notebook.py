@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,7 +73,7 @@ def display(result: Any, *, title: str = "hotspan") -> HtmlView:
 # --------------------------------------------------------------------------- the views
 
 
-def _run_view(table: "pa.Table", title: str) -> HtmlView:
+def _run_view(table: pa.Table, title: str) -> HtmlView:
     from .report.html import html_report
 
     page = html_report(table, title=title, sections=("summary", "timeline", "flame"))
@@ -124,7 +125,7 @@ def _html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], caption:
             f"{more}")
 
 
-def _stats_html(result: "pa.Table") -> str:
+def _stats_html(result: pa.Table) -> str:
     shown = [c for c in result.column_names if c not in ("mean_ns", "min_ns", "busy", "arg_sum")]
     return _html_table(result.to_pylist(), shown, f"hotspan stats: {result.num_rows:,} groups")
 
@@ -148,7 +149,7 @@ def _compare_html(rows: list[dict[str, Any]]) -> str:
 # --------------------------------------------------------------------------- the cell magic
 
 #: The spans of the last ``%%hotspan`` cell.
-last_table: "pa.Table | None" = None
+last_table: pa.Table | None = None
 
 
 def _record_cell(shell: Any, line: str, cell: str) -> None:
@@ -168,7 +169,8 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
     subscription = hotspan.subscribe(batches.append)
     try:
         with hotspan.span("cell"):
-            exec(compile(cell, "<%%hotspan cell>", "exec"), shell.user_ns)
+            # The user's own cell, in their namespace: what the magic is for.
+            exec(compile(cell, "<%%hotspan cell>", "exec"), shell.user_ns)  # noqa: S102
     finally:
         subscription.close()
     table = pa.Table.from_batches(batches, schema=hotspan.SPAN_SCHEMA) if batches else hotspan.SPAN_SCHEMA.empty_table()

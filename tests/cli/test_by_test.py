@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import json
 
+# As in tests/test_pytest_plugin.py: imported before any pytester run, so they stay.
+import pandas  # noqa: F401
+import pyarrow.dataset  # noqa: F401
 import pytest
 
 import hotspan
+import hotspan.cli.commands
 from hotspan.cli import main
-
-# As in tests/test_pytest_plugin.py: imported before any pytester run, so they stay.
-import pandas  # noqa: E402,F401
-import pyarrow.dataset  # noqa: E402,F401
-import hotspan.cli.commands  # noqa: E402,F401
 
 pytest_plugins = ["pytester"]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+
 import pytest
 
 import hotspan
@@ -15,9 +16,8 @@ pytest.importorskip("ipykernel")
 def test_display_kinds():
     hotspan.drain()
     for _ in range(3):
-        with hotspan.span("step", "train"):
-            with hotspan.span("inner", "compute"):
-                pass
+        with hotspan.span("step", "train"), hotspan.span("inner", "compute"):
+            pass
     table = hotspan.drain()
     stats_view = hotspan.display(hotspan.stats(table))
     assert isinstance(stats_view, HtmlView) and "inner" in stats_view._repr_html_()
@@ -38,15 +38,15 @@ def html_outputs(cell) -> list[str]:
 def test_cell_magic_and_display_in_a_notebook():
     cells = [
         "%load_ext hotspan",
-        "%%hotspan run\n"
-        "import hotspan, threading\n"
-        "def work():\n"
-        "    for _ in range(4):\n"
-        "        with hotspan.span('step', 'train'):\n"
-        "            with hotspan.span('forward', 'compute'):\n"
-        "                sum(range(20_000))\n"
-        "t = threading.Thread(target=work); t.start(); t.join()\n"
-        "work()",
+        ("%%hotspan run\n"
+         "import hotspan, threading\n"
+         "def work():\n"
+         "    for _ in range(4):\n"
+         "        with hotspan.span('step', 'train'):\n"
+         "            with hotspan.span('forward', 'compute'):\n"
+         "                sum(range(20_000))\n"
+         "t = threading.Thread(target=work); t.start(); t.join()\n"
+         "work()"),
         "print(run.num_rows, sorted(set(run.column('name').to_pylist())))",
         "hotspan.display(hotspan.stats(run))",
         "hotspan.display(hotspan.compare(run, run))",

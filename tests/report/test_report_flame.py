@@ -6,13 +6,12 @@ import re
 import threading
 
 import pytest
+from _util import run_chromium
 
 import hotspan
 from hotspan.analysis.flamegraph import flame_tree
 from hotspan.cli import main
 from hotspan.formats import export
-
-from _util import run_chromium
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +42,7 @@ def trace(tmp_path_factory):
 
 
 def flame_data(page: str) -> dict:
-    return json.loads(re.search(r'<script type="application/json" class="fl-data">(.*?)</script>', page, re.S).group(1))
+    return json.loads(re.search(r'<script type="application/json" class="fl-data">(.*?)</script>', page, re.DOTALL).group(1))
 
 
 def frames(dom: str) -> list[tuple[str, float, float]]:
@@ -94,5 +93,5 @@ def test_chromium_draws_the_frames_and_zooms(trace, tmp_path):
     assert width["forward"] == width["all"]
     matmul = tree.label.index("matmul")
     assert width["matmul"] / width["forward"] == pytest.approx(tree.total_ns[matmul] / tree.total_ns[forward], rel=0.01)
-    crumbs = re.search(r'<span class="fl-crumbs">(.*?)</span></div>', dom.stdout, re.S).group(1)
+    crumbs = re.search(r'<span class="fl-crumbs">(.*?)</span></div>', dom.stdout, re.DOTALL).group(1)
     assert re.sub(r"<[^>]+>", "", crumbs) == "all › step › forward"

@@ -5,11 +5,10 @@ import json
 import re
 
 import pytest
+from _util import run_chromium
 
 import hotspan
 from hotspan.analysis.flamegraph import flame_tree
-
-from _util import run_chromium
 
 
 @pytest.mark.slow

@@ -21,8 +21,8 @@ def test_phases_bars_take_the_timelines_colours_and_say_why_they_outlast_the_run
     rid = ids["job"]
     page = client.get(f"/runs/{rid}").text
     timeline = client.get(f"/runs/{rid}/timeline").text
-    legend = dict((name, colour) for colour, name in
-                  re.findall(r'<span class="lg"><i style="background:(#[0-9a-f]+)"></i>([^<]+)</span>', timeline))
+    legend = {name: colour for colour, name in
+              re.findall(r'<span class="lg"><i style="background:(#[0-9a-f]+)"></i>([^<]+)</span>', timeline)}
     segments = re.findall(r'<rect class="segment"[^>]*fill="(#[0-9a-f]+)"\s+data-phase="([^"]+)"', page)
     assert segments
     for colour, phase in segments:
@@ -55,6 +55,6 @@ def test_create_app_leaves_no_temporary_directory(runs_dir, tmp_path):
     gc.collect()
     assert not cache.exists()
     # Nor at exit, for apps still alive then.
-    code = "from hotspan.serve.app import create_app\napps = [create_app(%r) for _ in range(3)]\n" % str(runs_dir)
+    code = f"from hotspan.serve.app import create_app\napps = [create_app({str(runs_dir)!r}) for _ in range(3)]\n"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert not list(tmp_path.glob("hotspan-serve-*"))

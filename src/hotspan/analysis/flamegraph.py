@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from .statistics import column_codes, combined_codes, parent_rows, to_numpy
 
-__all__ = ["FlameTree", "PER", "flame_tree", "folded_stacks", "frame_label", "span_self_ns"]
+__all__ = ["PER", "FlameTree", "flame_tree", "folded_stacks", "frame_label", "span_self_ns"]
 
 #: How the stacks are split at the top: ``merged`` (one tree), ``rank`` (a subtree per
 #: rank), ``thread`` (a subtree per rank and thread).

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.flamegraph import frame_label
-from ..analysis.statistics import combined_codes, column_codes, to_numpy
-from .base import Exporter, TraceFileError
 from .._schema import META_TASKS
+from ..analysis.flamegraph import frame_label
+from ..analysis.statistics import column_codes, combined_codes, to_numpy
+from .base import Exporter, TraceFileError
 from .lanes import LANE_BASE, assign_lanes
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"

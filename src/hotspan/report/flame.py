@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import numpy as np
@@ -26,7 +26,7 @@ MIN_SHARE = 1e-6
 NO_CATEGORY = "#c7c7c7"
 
 
-@lru_cache(maxsize=None)
+@cache
 def asset(name: str) -> str:
     """A file of ``report/assets`` (the flame view's script and style)."""
     return (resources.files(__package__) / "assets" / name).read_text(encoding="utf-8")
