@@ -1,10 +1,13 @@
 """`hotspan run --live-min-ms MS` asks for the live log: --live is implied."""
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 
 
+@pytest.mark.slow
 def test_live_min_ms_implies_live(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(

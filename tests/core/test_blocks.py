@@ -14,6 +14,10 @@ import pytest
 
 from _util import run_python
 
+from hotspan.testing import run_flat_out_threads
+
+pytestmark = pytest.mark.slow  # subprocess storms and big runs: the slow tier (pytest -m slow)
+
 SCALE = float(os.environ.get("HOTSPAN_TEST_SCALE", "1"))
 # Under ASan/TSan (.ci/sanitize preloads the runtime) freed memory sits in the sanitizer's
 # quarantine, so the process's RSS says nothing about what the recorder gave back.
@@ -40,33 +44,9 @@ def test_threads_flat_out_lose_nothing_at_the_defaults(drain_every_s):
     # turns: 8 busy threads hold the GIL), or never until they are done: the threads take
     # fresh blocks themselves, so nothing is dropped, and recorded == drained + dropped.
     n_threads, per_thread = 8, scaled(50_000, 2_000)
-    out = _run(
-        f"""
-        import threading, time
-        import hotspan
-        n_threads, per_thread, every = {n_threads}, {per_thread}, {drain_every_s!r}
-        start = threading.Barrier(n_threads + 1)
-        def work(k):
-            s = hotspan.span(f"t{{k}}")
-            start.wait()
-            for _ in range(per_thread):
-                with s:
-                    pass
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
-        for th in threads:
-            th.start()
-        start.wait()
-        rows = 0
-        while every is not None and any(th.is_alive() for th in threads):
-            rows += hotspan.drain().num_rows
-            time.sleep(every)
-        for th in threads:
-            th.join()
-        rows += hotspan.drain().num_rows
-        print(rows, hotspan.dropped(), hotspan.dropped(detail=True)["memory_cap"])
-        """
-    )
-    rows, dropped, at_cap = (int(x) for x in out.split())
+    # the workload benchmarks/bench_loss.py measures, shared through hotspan.testing
+    out = run_flat_out_threads(n_threads, per_thread, drain_every_s or 0.0)
+    rows, dropped, at_cap = out["rows"], out["dropped"], out["at_cap"]
     assert rows + dropped == n_threads * per_thread
     assert dropped == 0 and at_cap == 0
 
@@ -253,3 +233,88 @@ def test_span_ids_unique_across_forks(forks, threads, tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+_MANY_THREADS = """
+    import threading
+    import hotspan
+    n, per, cap = {n}, 5, {cap}
+    if cap:
+        hotspan.configure(memory_cap=cap)
+    start, done = threading.Barrier(n + 1), threading.Barrier(n + 1)
+    def work():
+        start.wait()
+        for _ in range(per):
+            with hotspan.span("w"):
+                pass
+        done.wait()  # every thread alive, holding its block, until all have recorded
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for th in threads:
+        th.start()
+    start.wait()
+    done.wait()
+    rows = hotspan.drain().num_rows
+    print(rows, hotspan.dropped())
+    for th in threads:
+        th.join()
+"""
+
+
+def test_many_live_threads_fit_a_small_cap():
+    # 500 live threads under a 4 MiB cap: full 32 KiB first blocks would need 16 MiB (128
+    # threads' worth); small first blocks (1 KiB, growing) need 0.5 MiB: nothing dropped
+    out = _run(_MANY_THREADS.format(n=scaled(500, 100), cap=4 << 20))
+    rows, dropped = (int(x) for x in out.split())
+    assert (rows, dropped) == (scaled(500, 100) * 5, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [3_000, 10_000])
+def test_thousands_of_live_threads_drop_nothing_at_the_defaults(n):
+    # was: 3,000 threads dropped 32% (2,048 mostly empty 32 KiB blocks filled the 64 MiB cap)
+    out = _run(_MANY_THREADS.format(n=scaled(n, 300), cap=0))
+    rows, dropped = (int(x) for x in out.split())
+    assert (rows, dropped) == (scaled(n, 300) * 5, 0)
+
+
+def test_a_drop_at_the_cap_says_its_cause_and_what_helps():
+    # 40 threads each hold a block while one more records without drain(): the cap (64 KiB)
+    # is held by the others' blocks, and the advice is a bigger cap or smaller blocks; one
+    # thread alone that never drains is told to drain more often.
+    out = _run(
+        """
+        import json, threading
+        import hotspan
+        hotspan.configure(capacity=64, memory_cap=64 << 10, drain_thread=False)
+        holding, release = threading.Barrier(41), threading.Event()
+        def hold():
+            with hotspan.span("one"):
+                pass
+            holding.wait()
+            release.wait()
+        def busy():
+            for _ in range(2_000):
+                with hotspan.span("busy"):
+                    pass
+        threads = [threading.Thread(target=hold) for _ in range(40)]
+        for th in threads:
+            th.start()
+        holding.wait()
+        th = threading.Thread(target=busy)
+        th.start()
+        th.join()
+        d = hotspan.dropped(detail=True)
+        release.set()
+        for th in threads:
+            th.join()
+        print(json.dumps(d))
+        """
+    )
+    import json
+
+    d = json.loads(out)
+    causes = d["memory_cap_causes"]
+    assert d["memory_cap"] > 0 and causes["thread_blocks"] > causes["undrained"]
+    assert causes["thread_blocks"] + causes["undrained"] == d["memory_cap"]
+    assert "filled by the blocks of 41 live threads" in d["advice"]
+    assert "raise configure(memory_cap=) or lower configure(capacity=)" in d["advice"]

@@ -122,6 +122,7 @@ def test_only_the_named_writer_is_compacted_and_an_interrupted_one_is_finished(t
     assert sorted(hotspan.load(run).column("span_id").to_pylist()) == expected
 
 
+@pytest.mark.slow
 def test_cli_compact(tmp_path, fresh_table):
     run = tmp_path / "run"
     expected = _make_dataset(run, fresh_table)

@@ -74,6 +74,7 @@ def _record_ranks(uri: str, ranks: int = RANKS) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_four_ranks_record_into_s3_and_the_cli_and_duckdb_read_the_objects(s3, tmp_path):
     pids = _record_ranks("s3://bucket/run")
     # The flat layout, in objects: part-r<R>-<pid>-<token>-<n>.parquet, nothing hidden left.
@@ -120,6 +121,7 @@ def test_a_single_trace_file_in_s3_loads_too(s3, tmp_path):
     assert hotspan.load("s3://bucket/files/one.parquet").column("name").to_pylist() == ["only"]
 
 
+@pytest.mark.slow
 def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
     # Credentials in the URI itself: a missing dataset is reported without them.
     uri = f"s3://hotspan-test:{SECRET}@bucket/nothing-here"
@@ -138,6 +140,7 @@ def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
         "s3://bucket/x?secret_key=***&region=eu"
 
 
+@pytest.mark.slow
 def test_compaction_in_s3_while_a_reader_loads(s3, fresh):
     import threading
 
@@ -181,5 +184,5 @@ def test_compaction_in_s3_while_a_reader_loads(s3, fresh):
     keys = sorted(info.path.rpartition("/")[2] for info in s3.get_file_info(pafs.FileSelector("bucket/compact",
                                                                                              recursive=True))
                   if info.type == pafs.FileType.File)
-    assert keys == ["part-2001-cafe-000000-000007.parquet", "part-2002-cafe-000000-000007.parquet"]
+    assert keys == ["part-r0-2001-cafe-000000-000007.parquet", "part-r0-2002-cafe-000000-000007.parquet"]
     assert sorted(hotspan.load(uri).column("span_id").to_pylist()) == expected

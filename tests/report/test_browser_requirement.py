@@ -2,6 +2,8 @@
 install, or, with HOTSPAN_REQUIRE_BROWSER=1 (as in .ci/run), a failure, never a skip."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -40,6 +42,7 @@ def run_without_browser(tmp_path, **env) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_missing_browser_skips_with_the_package_to_install(tmp_path):
     result = run_without_browser(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -48,6 +51,7 @@ def test_missing_browser_skips_with_the_package_to_install(tmp_path):
     assert len(reason) == 1 and reason[0].endswith("headless Chromium not on PATH: apt-get install chromium"), result.stdout
 
 
+@pytest.mark.slow
 def test_missing_browser_fails_when_required(tmp_path):
     result = run_without_browser(tmp_path, HOTSPAN_REQUIRE_BROWSER="1")
     assert result.returncode == 1, result.stdout + result.stderr

@@ -36,6 +36,7 @@ def test_run_list_page(server, tmp_path, ids):
     assert 'src="http' not in page and 'href="http' not in page.replace('href="http://127.0.0.1', "")
 
 
+@pytest.mark.slow
 def test_run_page_has_phases_stats_timeline_and_perfetto_button(server, tmp_path, ids, runs_dir, client):
     from PIL import Image
 
@@ -123,6 +124,7 @@ window.addEventListener('message', function (e) {
 </script></body></html>"""
 
 
+@pytest.mark.slow
 def test_open_in_perfetto_ui_posts_the_trace_after_the_handshake(runs_dir, tmp_path, ids, client):
     """The button's protocol end to end, in Chromium: the run page opens a Perfetto UI (a
     stand-in on another origin that answers as ui.perfetto.dev does), PINGs until it answers

@@ -54,9 +54,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._schema import META_HOST, TRACE_SCHEMA
-from .._selftime import with_self_ns
 from . import _chrome_codec as codec
-from .base import Exporter, Progress, TraceFileError, note_skipped
+from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
@@ -202,7 +201,7 @@ class ChromeJsonExporter(Exporter):
     def _read(self, path: Path) -> pa.Table:
         limit = _LIMIT.get()
         reader = codec.Reader(path)
-        with open(path, "rb") as raw:
+        with open_regular_file(path) as raw:
             gzipped = raw.read(2) == _GZIP_MAGIC
             raw.seek(0)
             stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
@@ -453,7 +452,8 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     metadata = _metadata_from(other) if own else {}
     if not own:
         metadata[META_SOURCE] = _source(top, own).encode()
-    table = with_self_ns(pa.Table.from_arrays(columns, schema=TRACE_SCHEMA.with_metadata(metadata or None)))
+    # self_ns comes in conform_to_schema (Exporter.read), once the lanes are the real threads again
+    table = pa.Table.from_arrays(columns, schema=TRACE_SCHEMA.with_metadata(metadata or None))
     # The one way a loader says what it left out: a warning, and the counts in the metadata.
     return note_skipped(table, path, {_DROPPED_WORDS.get(cause, cause): n for cause, n in counts.items()})
 

@@ -56,11 +56,12 @@ from typing import Any
 import pyarrow as pa
 
 from .uri import is_uri, redact_uri
-from .base import TraceFileError, check_span_rules, conform_to_schema
+from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
 from .._schema import (meta_int, meta_json, META_ARGV, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID,
                        META_RANK, META_RUN, META_START)
 
-__all__ = ["META_PART", "META_RANKS", "META_RUNS", "SeveralRunsWarning", "list_runs", "run_of", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
+__all__ = ["META_PART", "META_RANKS", "META_RUNS", "META_UNFLUSHED", "SeveralRunsWarning", "list_runs", "run_of",
+           "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
            "list_parts", "location", "pid_alive", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
            "replaced_by", "sweep_temporaries", "write_part"]
 
@@ -72,6 +73,10 @@ META_PART = b"hotspan.part"
 META_RANKS = b"hotspan.ranks"
 #: In a loaded dataset holding several runs (JSON list): their ids (``hotspan.run`` is then absent).
 META_RUNS = b"hotspan.runs"
+#: In a loaded dataset (JSON): [{"pid", "name", "exitcode", "parent_pid"}, ...], the
+#: multiprocessing children that died of a signal before writing any part (so before any of
+#: their spans could be kept), as named by the parent that started them.
+META_UNFLUSHED = b"hotspan.unflushed"
 
 #: ``part-<pid>-<token>-<seq>``, older ``part-<pid>-<seq>``, and a compacted part
 #: ``part-<pid>-<token>-<first seq>-<last seq>`` (its writer's parts first..last, merged).
@@ -228,7 +233,7 @@ def write_part(table: pa.Table, directory: str | os.PathLike | Location, *, rank
         exporter_for(path).write(table, path, replace=False)
         return path
     with tempfile.TemporaryDirectory(prefix="hotspan-part-") as tmp:
-        staged = Path(tmp) / relative.rsplit("/", 1)[1]
+        staged = Path(tmp) / relative.rpartition("/")[2]
         exporter_for(staged).write(table, staged)
         return put_file(loc, staged, relative)
 
@@ -333,9 +338,12 @@ def list_parts(loc: Location) -> list[tuple[str, int]]:
 
     found = []
     for info in loc.fs.get_file_info(pafs.FileSelector(loc.root, recursive=True, allow_not_found=True)):
-        if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
+        if info.type not in (pafs.FileType.File, pafs.FileType.Unknown) or not info.path.endswith(".parquet"):
             continue
         if any(piece.startswith((".", "_")) for piece in loc.relative(info.path).split("/")):
+            continue
+        if info.type == pafs.FileType.Unknown:  # a FIFO, a socket, a device named like a part: refused, never opened
+            require_regular_file(info.path)  # raises, naming what it is
             continue
         found.append((info.path, info.size or 0))
     return sorted(found, key=lambda item: _part_key(item[0]))
@@ -391,10 +399,13 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged = dict(parts[0][0])
     merged.pop(META_PART, None)
     processes: dict[tuple[int, int, str], dict[str, Any]] = {}
+    unflushed: list[dict[str, Any]] = []
     for meta, rows in parts:
         part = meta_json(meta, META_PART) or {}
         rank = part.get("rank", meta_int(meta, META_RANK) or 0)
         pid = part.get("pid", meta_int(meta, META_PID) or 0)
+        if isinstance(part.get("unflushed_children"), list):
+            unflushed += [{**child, "parent_pid": pid} for child in part["unflushed_children"] if isinstance(child, dict)]
         host = (meta.get(META_HOST) or b"").decode(errors="replace")
         proc = processes.setdefault((int(rank), int(pid), host), {"pid": pid, "host": host, "parts": 0, "spans": 0})
         if META_RUN in meta:
@@ -441,6 +452,8 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     if len(runs) > 1:  # several runs: no one id stands for the whole; each process keeps its own
         merged.pop(META_RUN, None)
         merged[META_RUNS] = json.dumps(runs).encode()
+    if unflushed:
+        merged[META_UNFLUSHED] = json.dumps(unflushed).encode()
     return merged
 
 

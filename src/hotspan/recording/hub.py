@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _api, _native
 from ..events import SpansDropped, emit
 from ..quiet_threads import start_quiet
+from . import lifecycle
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,6 +51,9 @@ class Reader:
         self._tables: deque[pa.Table] = deque()
         self._bytes = 0
         self._unreported: Counter[str] = Counter()
+        #: Epoch ns: spans that ended before are not this reader's (set when it attaches while
+        #: others stream: a record() nested in another, or in HOTSPAN_OUT's).
+        self.since_ns: int | None = None
         # Re-entrant: a SIGTERM handler that flushes may interrupt this thread inside it.
         self._cond = threading.Condition(threading.RLock())
 
@@ -62,6 +66,16 @@ class Reader:
         return self._bytes * 2 >= _native._pending()["memory_cap"]
 
     def _offer(self, table: pa.Table, nbytes: int, cap: int) -> None:
+        if self.since_ns is not None:
+            # Attached beside other readers: spans that ended before it started are theirs.
+            import pyarrow.compute as pc
+
+            kept = pc.greater_equal(table.column("end_ns"), self.since_ns)
+            if pc.all(kept).as_py():
+                self.since_ns = None  # caught up: from here on every span is this reader's
+            else:
+                table = table.filter(kept)
+                nbytes = table.nbytes
         with self._cond:
             self._tables.append(table)
             self._bytes += nbytes
@@ -178,7 +192,9 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
         if _streaming:
             # Other readers stream already (a record() nested in another, or in HOTSPAN_OUT's):
             # what the core holds now was recorded before this one started, and is theirs.
-            _pump_locked()
+            # Filtered when offered, not drained here: a drain on the caller's thread would start
+            # pyarrow's threads from a thread that takes signals (and import pyarrow there).
+            reader.since_ns = time.time_ns()
         # Not drained here: what the core holds now goes to the new reader too (a recorder
         # started late still writes the spans nobody drained), and the caller's thread
         # never imports pyarrow for it (HOTSPAN_OUT starts a recorder inside import hotspan).
@@ -283,8 +299,7 @@ def _after_fork_child() -> None:
     _wake = threading.Event()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_child)
+lifecycle.on_fork("hub", after_in_child=_after_fork_child)
 
 
 def stats() -> dict[str, Any]:
