@@ -77,6 +77,12 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
         if len(kids):
             gaps = rng.integers(200, 3_000, (steps, len(kids) + 1)).sum(axis=1)
             duration[:, j] = duration[:, kids].sum(axis=1) + gaps
+    # Self time: a parent's duration minus its children's (they run one after another).
+    self_time = duration.copy()
+    for j in range(T):
+        kids = np.flatnonzero(PARENT == j)
+        if len(kids):
+            self_time[:, j] -= duration[:, kids].sum(axis=1)
     # Starts: the step after the previous one; a child after its earlier siblings.
     start = np.zeros((steps, T), np.int64)
     step_len = duration[:, _step] + rng.integers(1_000, 50_000, steps)
@@ -128,7 +134,9 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
     }
     from hotspan._schema import SPAN_SCHEMA
 
-    return pa.Table.from_pydict(columns, schema=SPAN_SCHEMA)
+    columns["self_ns"] = pa.array(self_time.ravel()[flat])
+    schema = SPAN_SCHEMA if "self_ns" in SPAN_SCHEMA.names else SPAN_SCHEMA.append(pa.field("self_ns", pa.int64()))
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 def generate(directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20, seed: int = 0) -> int:
