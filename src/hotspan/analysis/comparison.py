@@ -42,7 +42,7 @@ def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "
     mean or p99 moved by one outlier does not make a verdict; their changes are reported for
     information.
 
-    The machine, not the code: when most groups (three quarters, at least three) moved by
+    The machine, not the code: when most groups (three quarters, at least five) moved by
     about the same factor, past ``threshold``, that shift is the machine's (a loaded or slower
     host), said in the table's metadata (``hotspan.shift``: ``{"shift", "spread", "groups",
     "moved"}``), and each group is judged against it: its new durations divided by the
@@ -96,10 +96,10 @@ def check_options(alpha: float, confidence: float, resamples: int) -> None:
         raise ValueError(f"resamples must be at least 100, not {resamples}")
 
 
-#: A shift is the machine's when at least this share of the judged groups (and 3) moved
+#: A shift is the machine's when at least this share of the judged groups (and 5) moved
 #: together: within the threshold (or 5%) of the median factor.
 SHIFT_SHARE = 0.75
-SHIFT_MIN_GROUPS = 3
+SHIFT_MIN_GROUPS = 5  # fewer: a slower leaf moves its parents too, and three groups would look "shared"
 
 
 def common_shift(ratios: np.ndarray, threshold: float) -> dict[str, Any] | None:

@@ -276,12 +276,8 @@ def _json_rows(result: pa.Table) -> str:
     return json.dumps(rows, indent=1, default=str)
 
 
-def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tuple[str, str, str]], list[int] | None]:
-    """--filter COLUMN~REGEX / COLUMN=VALUE as (column, op, value), checked; --rank as a list."""
-    import re
-
-    from .._schema import SPAN_SCHEMA
-
+def _parse_filters(filters: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    """--filter COLUMN~REGEX / COLUMN=VALUE as (column, op, value)."""
     parsed = []
     for text in filters:
         for op in ("~", "="):
@@ -290,102 +286,104 @@ def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tupl
                 break
         else:
             raise CliError(f"--filter: expected COLUMN~REGEX or COLUMN=VALUE, not {text!r}")
-        column = column.strip()
-        if column not in SPAN_SCHEMA.names:
-            raise CliError(f"--filter: no column {column!r}; columns: {', '.join(SPAN_SCHEMA.names)}")
-        if op == "~":
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise CliError(f"--filter: bad regular expression {value!r}: {exc}") from None
-        parsed.append((column, op, value))
-    wanted = None
-    if ranks is not None:
+        parsed.append((column.strip(), op, value))
+    return tuple(parsed)
+
+
+def _time_bound(text: str | None, option: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise CliError(f"{option}: expected seconds from the run's start (12.5) or epoch nanoseconds, "
+                       f"not {text!r}") from None
+    if value < 0 or value != value:
+        raise CliError(f"{option}: must be >= 0, not {text!r}")
+    return value
+
+
+def add_filter_options(parser: argparse.ArgumentParser) -> None:
+    """The span filter's options (analysis/filters.py), the same on every command that reads spans."""
+    group = parser.add_argument_group("which spans")
+    group.add_argument("--filter", action="append", default=[], metavar="COL~REGEX",
+                       help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
+                            "name~^fwd; repeat to require several")
+    group.add_argument("--category", action="append", default=[], metavar="CAT",
+                       help="only spans of category CAT or below it (sync takes sync/compute); repeat for several")
+    group.add_argument("--rank", metavar="R[,R...]", help="only spans of these ranks")
+    group.add_argument("--thread", action="append", default=[], metavar="NAME|ID",
+                       help="only spans of this thread (name or id); repeat for several")
+    group.add_argument("--since", metavar="T",
+                       help="only spans that start at or after T: seconds from the run's start, or epoch ns")
+    group.add_argument("--until", metavar="T", help="only spans that start before T (as --since)")
+    group.add_argument("--min-ms", type=float, metavar="MS", help="only spans of at least MS milliseconds")
+    group.add_argument("--run", metavar="ID", help="only the run ID of a directory holding several (hotspan runs)")
+
+
+def span_filter(args: argparse.Namespace):
+    """The filter the options of :func:`add_filter_options` ask for."""
+    from ..analysis.filters import FilterError, SpanFilter
+
+    ranks = None
+    if args.rank is not None:
         try:
-            wanted = [int(r) for r in ranks.split(",") if r.strip()]
+            ranks = tuple(int(r) for r in args.rank.split(",") if r.strip())
         except ValueError:
-            raise CliError(f"--rank: expected rank numbers, comma-separated, not {ranks!r}") from None
-    return parsed, wanted
+            raise CliError(f"--rank: expected rank numbers, comma-separated, not {args.rank!r}") from None
+    if args.min_ms is not None and not args.min_ms >= 0:
+        raise CliError(f"--min-ms must be >= 0, not {args.min_ms}")
+    try:
+        return SpanFilter(where=_parse_filters(args.filter), categories=tuple(args.category), ranks=ranks,
+                          threads=tuple(args.thread), since=_time_bound(args.since, "--since"),
+                          until=_time_bound(args.until, "--until"),
+                          min_ns=None if args.min_ms is None else round(args.min_ms * 1e6), run=args.run)
+    except FilterError as exc:
+        raise CliError(f"--filter: {exc}") from None
 
 
-def _filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> pa.Table:
-    """The spans that pass every --filter COLUMN~REGEX / COLUMN=VALUE, --category and --rank."""
-    parsed, wanted = _parse_filters(filters, ranks)
-    mask = None
+def _open_spans(paths: Sequence[str], args: argparse.Namespace, engine: Any = None):
+    """The spans of ``paths`` after the filter options, held by the engine the analysis layer
+    chooses (analysis/engine.py); load errors as one line naming the file."""
+    import warnings
 
-    def both(m):
-        return m if mask is None else pc.and_(mask, m)
-
-    for column, op, value in parsed:
-        values = table.column(column).cast(pa.string())
-        if op == "~":
-            mask = both(pc.match_substring_regex(values, value).fill_null(False))
-        else:
-            mask = both(pc.equal(values, value).fill_null(False))
-    if categories:
-        category = table.column("category").cast(pa.string())
-        hit = None
-        for c in categories:
-            c = c.strip("/")
-            # The category itself or any category below it (sync matches sync/compute).
-            m = pc.or_(pc.equal(category, c), pc.starts_with(category, c + "/")).fill_null(False)
-            hit = m if hit is None else pc.or_(hit, m)
-        mask = both(hit)
-    if wanted is not None:
-        mask = both(pc.is_in(table.column("rank"), value_set=pa.array(wanted, pa.int32())))
-    return table if mask is None else table.filter(mask)
-
-
-def _filter_sql(filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> str | None:
-    """The same filters as a SQL condition for the streaming path (DuckDB's regular
-    expressions are RE2, as pyarrow's are)."""
-    from ..analysis.streaming import sql_literal
-
-    parsed, wanted = _parse_filters(filters, ranks)
-    terms = []
-    for column, op, value in parsed:
-        text = f'CAST("{column}" AS VARCHAR)'
-        terms.append(f"regexp_matches({text}, {sql_literal(value)})" if op == "~" else f"{text} = {sql_literal(value)}")
-    if categories:
-        terms.append("(" + " OR ".join(
-            f"category = {sql_literal(c.strip('/'))} OR starts_with(category, {sql_literal(c.strip('/') + '/')})"
-            for c in categories) + ")")
-    if wanted is not None:
-        terms.append(f"rank IN ({', '.join(str(r) for r in wanted) or 'NULL'})")
-    return " AND ".join(f"coalesce({t}, FALSE)" for t in terms) or None
-
-
-#: Parquet traces at least this large (all together) are streamed through DuckDB rather than
-#: loaded; dataset directories always are.
-STREAM_MIN_BYTES = 64 << 20
-
-
-def _streamable(paths: Sequence[str]) -> bool:
-    """Whether to stream ``paths`` (``stats``/``compare``): all Parquet files, dataset
-    directories or URIs, and a directory or URI among them or at least
-    $HOTSPAN_STREAM_MIN_BYTES (default 64 MiB) of Parquet."""
-    threshold = int(os.environ.get("HOTSPAN_STREAM_MIN_BYTES") or STREAM_MIN_BYTES)
-    size = 0
-    for text in paths:
-        path = Path(text)
-        if "://" in text:  # object storage (s3://, gs://, ...) through pyarrow.fs: a run, streamed
-            size = max(size, threshold)
-        elif path.is_dir():
-            size = max(size, threshold)
-        elif path.is_file() and path.name.lower().endswith(".parquet"):
-            size += path.stat().st_size
-        else:
-            return False
-    return size >= threshold
-
-
-def _span_source(paths: Sequence[str], where: str | None = None):
-    from ..analysis.streaming import SpanSource
+    from ..analysis.engine import open_spans
+    from ..formats.base import TraceFileWarning
 
     try:
-        return SpanSource(paths if len(paths) > 1 else paths[0], where=where)
-    except ValueError as exc:  # TraceFileError names the file
-        raise CliError(str(exc)) from None
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", TraceFileWarning)
+            spans = open_spans(list(paths), span_filter(args), engine)
+        for warning in said:  # rows left out of a damaged file: one line each, no source line
+            if issubclass(warning.category, TraceFileWarning):
+                print(f"hotspan: warning: {warning.message}", file=sys.stderr)
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        return spans
+    except ValueError as exc:  # TraceFileError and unknown extensions name the file already
+        message = str(exc)
+        raise CliError(message if any(p in message for p in paths) else f"{', '.join(paths)}: {message}") from None
+
+
+def _load_filtered(path: str, args: argparse.Namespace) -> pa.Table:
+    """One trace loaded whole (export, gantt, report), after the filter options."""
+    from ..analysis.filters import filter_table
+
+    table = _load([path])
+    return filter_table(table, span_filter(args))
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    name = getattr(args, "engine", None)
+    if name in (None, "auto"):
+        return None
+    if name == "spark":
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError:
+            raise CliError("--engine spark: pyspark is not installed (pip install pyspark)") from None
+        return SparkSession.builder.getOrCreate()  # the user's own Spark settings
+    return name
 
 
 def _stat_heads(args: argparse.Namespace) -> tuple[str, ...]:
@@ -450,23 +448,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
         raise CliError(f"--top must be at least 1, not {args.top}")
     heads = _stat_heads(args)
     csv_path = check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
-    if _streamable(args.traces):  # larger than memory, maybe: DuckDB over the Parquet files
-        from ..analysis.streaming import stream_phases, stream_stats
-
-        source = _span_source(args.traces, _filter_sql(args.filter, args.category, args.rank))
-        with source:
-            result = stream_stats(source, by)
-            all_phases = stream_phases(source) if args.phases or result.num_rows else None
-            meta = source.metadata()
-    else:
-        table = _filter_spans(_load(args.traces), args.filter, args.category, args.rank)
+    with _open_spans(args.traces, args, _engine(args)) as spans:
         if args.by is None:
-            from ..analysis.statistics import default_by
-
-            by = default_by(table)  # with device rows: device time apart from the host's
-        result = stats(table, by=by)
-        all_phases = phases(table) if args.phases or table.num_rows else None
-        meta = table.schema.metadata
+            by = spans.default_by()  # with device rows: device time apart from the host's
+        result = spans.stats(by)
+        # the phases only where they are shown (--json and --jsonl print the rows alone)
+        shown = args.phases or not (args.json or args.jsonl)
+        all_phases = spans.phases() if shown and result.num_rows else None
+        meta = spans.metadata()
     result = _sorted(result, sort, by, True if args.asc else None)
     if args.top is not None:
         result = result.slice(0, args.top)
@@ -495,7 +484,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     out = check_output(args.output)
-    table = _load([args.trace])
+    table = _load_filtered(args.trace, args)
     _export(table, out)
     print(f"{table.num_rows:,} spans: {args.trace} -> {out}")
     return 0
@@ -507,7 +496,7 @@ def cmd_gantt(args: argparse.Namespace) -> int:
 
     if args.width is not None and args.width < 10:
         raise CliError(f"--width must be at least 10, not {args.width}")
-    table = _load([args.trace])
+    table = _load_filtered(args.trace, args)
     console = _console()
     # Beside the timeline: the labels, two borders, and with --step each lane's duration.
     beside = LABEL_WIDTH + 3 + (12 if args.step is not None else 0)
@@ -534,7 +523,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..report import html_report
 
     out = check_output(args.output, trace=False)
-    table = _load([args.trace])
+    table = _load_filtered(args.trace, args)
     page = html_report(table, title=args.title or f"hotspan report: {Path(args.trace).name}")
     _write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     print(f"{table.num_rows:,} spans -> {out}")
@@ -559,22 +548,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
     if is_benchmark_json(args.base) or is_benchmark_json(args.new):  # pytest-benchmark JSON, told by content
         return _compare_benchmark_files(args)
-    if _streamable([args.base]) and _streamable([args.new]):  # DuckDB over the Parquet files
-        with _span_source([args.base]) as base, _span_source([args.new]) as new:
-            env_base, env_new = _environment(base.metadata()), _environment(new.metadata())
-            rows = _compare_rows(args, base, new, by, env_base, env_new)
-    else:
-        base, new = _load([args.base]), _load([args.new])
-        rows = _compare_rows(args, base, new, by, _environment(base.schema.metadata), _environment(new.schema.metadata))
-    return _print_comparison(args, rows, by)
+    engine = _engine(args)
+    with _open_spans([args.base], args, engine) as base, _open_spans([args.new], args, engine) as new:
+        _warn_environments(args, _environment(base.metadata()), _environment(new.metadata()))
+        from ..analysis.api import compare_spans
+
+        try:
+            result = compare_spans(base, new, by=by, threshold=args.threshold, min_count=args.min_count,
+                                   alpha=args.alpha, confidence=0.95, resamples=2000, seed=0,
+                                   normalize=args.normalize, shift=not args.absolute)
+        except ValueError as exc:  # --normalize naming a span a trace lacks
+            raise CliError(str(exc)) from None
+    return _print_comparison(args, result, by)
 
 
-def _compare_rows(args: argparse.Namespace, base, new, by: Sequence[str], env_base: dict | None,
-                  env_new: dict | None) -> list[dict]:
-    """compare's rows, after the warning when the environments differ."""
-    from ..analysis import compare
-    from ..analysis.streaming import SpanSource, stream_compare
-
+def _warn_environments(args: argparse.Namespace, env_base: dict | None, env_new: dict | None) -> None:
+    """A warning when the traces were recorded in different environments."""
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
         differences = [
             f"{key} {env_base.get(key)!s} -> {env_new.get(key)!s}"
@@ -586,13 +575,25 @@ def _compare_rows(args: argparse.Namespace, base, new, by: Sequence[str], env_ba
         missing = args.base if not env_base else args.new
         print(f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
               f"environments match", file=sys.stderr)
-    options = dict(by=by, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha)
-    if isinstance(base, SpanSource):
-        return stream_compare(base, new, confidence=0.95, resamples=2000, seed=0, **options)
-    return compare(base, new, **options)
 
 
-def _print_comparison(args: argparse.Namespace, rows: list[dict], by: Sequence[str]) -> int:
+def shift_line(result: pa.Table) -> str | None:
+    """What ``compare`` judged against, in words: the machine's shift or the reference span."""
+    from ..analysis.comparison import shift_of
+
+    said = shift_of(result)
+    if not said:
+        return None
+    if said.get("normalize"):
+        return (f"normalized by {said['normalize']!r}: its median moved {said['shift'] * 100:+.1f}%; every group "
+                f"is judged against that")
+    return (f"every group moved {said['shift'] * 100:+.0f} ± {said['spread'] * 100:.0f}% ({said['moved']} of "
+            f"{said['groups']}): the machine, not the code; each group is judged against that shift "
+            f"(--absolute: raw times)")
+
+
+def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[str]) -> int:
+    rows = result.to_pylist()
     if not any(r["verdict"] not in ("new", "gone") for r in rows):
         raise CliError(f"nothing to compare: {args.base} and {args.new} have no span group "
                        f"({', '.join(by)}) in common")
@@ -609,6 +610,7 @@ def _print_comparison(args: argparse.Namespace, rows: list[dict], by: Sequence[s
             ("p50 base", [human_ns(r["p50_ns_base"]) for r in rows]),
             ("p50 new", [human_ns(r["p50_ns_new"]) for r in rows]),
             ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in rows]),
+        *([("judged", [_fmt_change(r["judged_change"]) for r in rows])] if shift_line(result) else []),
             ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in rows]),
             ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in rows]),
             ("p", [_fmt_p(r["p_value"]) for r in rows]),
@@ -616,11 +618,15 @@ def _print_comparison(args: argparse.Namespace, rows: list[dict], by: Sequence[s
         ]
         # Fitted in priority order (the verdict first), shown in reading order (the verdict last).
         out, _ = _fitted_table(keys, values, console.width, order=[
-            "count", "p50 base", "p50 new", "Δp50", "95% interval", "p", "Δmean", "verdict"])
-        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim"}
+            "count", "p50 base", "p50 new", "Δp50", "judged", "95% interval", "p", "Δmean", "verdict"])
+        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim",
+                  "instant": "dim"}
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])
         console.print(out)
+        line = shift_line(result)
+        if line:
+            console.print(f"[bold]{line}[/bold]")
         console.print(f"{len(slower)} of {len(rows)} slower: median up significantly (Mann-Whitney U p < "
                       f"{args.alpha:g}) and its whole 95% interval above +{args.threshold * 100:g}%")
         if missing:
@@ -995,12 +1001,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "numbers biggest first, names A to Z")
     stats.add_argument("--asc", action="store_true", help="sort ascending")
     stats.add_argument("--top", type=int, metavar="N", help="only the first N rows")
-    stats.add_argument("--filter", action="append", default=[], metavar="COL~REGEX",
-                       help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
-                            "name~^fwd; repeat to require several")
-    stats.add_argument("--category", action="append", default=[], metavar="CAT",
-                       help="only spans of category CAT or below it (sync takes sync/compute); repeat for several")
-    stats.add_argument("--rank", metavar="R[,R...]", help="only spans of these ranks")
+    add_filter_options(stats)
+    stats.add_argument("--engine", choices=("auto", "memory", "duckdb", "spark"), default="auto",
+                       help="who computes: auto (in memory below $HOTSPAN_STREAM_MIN_BYTES of Parquet, else "
+                            "DuckDB), memory, duckdb, or spark (SparkSession.builder.getOrCreate(): your Spark "
+                            "settings)")
     stats.add_argument("--columns", metavar="COLS",
                        help=f"the columns to show, comma-separated, from: {', '.join(_STAT_HEADS)}")
     stats.add_argument("--all", action="store_true", help="show every column (as the width allows)")
@@ -1012,6 +1017,7 @@ def build_parser() -> argparse.ArgumentParser:
                   "hotspan export trace.parquet trace.pftrace   # for ui.perfetto.dev", cmd_export)
     export.add_argument("trace", metavar="TRACE")
     export.add_argument("output", metavar="OUT")
+    add_filter_options(export)
 
     gantt = _add(sub, "gantt", "a timeline in the terminal, one row per rank/thread",
                  "Draw the trace as a terminal timeline: one row per rank/thread, one glyph per category (the "
@@ -1022,6 +1028,7 @@ def build_parser() -> argparse.ArgumentParser:
     gantt.add_argument("--width", type=int, help="characters of timeline (default: what the terminal, or COLUMNS, "
                                                 "leaves beside the labels)")
     gantt.add_argument("--step", metavar="NAME", help="one chart per occurrence of the span NAME")
+    add_filter_options(gantt)
 
     report = _add(sub, "report", "a self-contained HTML report (summary, stats, phases, timeline)",
                   "Write one HTML file that needs nothing else (no network): summary, statistics, phases, and an "
@@ -1030,6 +1037,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("trace", metavar="TRACE")
     report.add_argument("-o", "--output", default="hotspan-report.html", help="default hotspan-report.html")
     report.add_argument("--title", help="page title (default: from the trace's file name)")
+    add_filter_options(report)
 
     compare = _add(sub, "compare", "compare two traces span by span; exit 1 on a slowdown",
                    "For each span group: the median (p50) before and after, its change with a 95%% bootstrap "
@@ -1056,6 +1064,15 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--fail-on-missing", action="store_true",
                          help="exit 1 when a span group is in one trace only")
     compare.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    compare.add_argument("--normalize", metavar="NAME",
+                         help="judge each group against the reference span NAME: divide each side by NAME's "
+                              "median (a fixed workload timed in both runs)")
+    compare.add_argument("--absolute", action="store_true",
+                         help="judge raw times, even when every group moved together (by default such a shared "
+                              "shift is taken as the machine's and each group judged against it)")
+    compare.add_argument("--engine", choices=("auto", "memory", "duckdb", "spark"), default="auto",
+                         help="who computes (as for stats)")
+    add_filter_options(compare)
 
     run = _add(sub, "run", "run a Python script or module with recording on, then write its trace",
                "Run a program in this process (like python -m cProfile) with hotspan recording, write the spans "
