@@ -142,6 +142,13 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     return order_stats_rows(pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS)), by)
 
 
+def split_instants(result: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """A ``stats`` result as (timed groups, groups of instants only): instants (spans of no
+    duration, ``hotspan.instant``) are counts, not times, and every view shows them apart."""
+    only_instants = pc.equal(result.column("instants"), result.column("count"))
+    return result.filter(pc.invert(only_instants)), result.filter(only_instants)
+
+
 #: Columns that name a rank or thread (or device): ``share`` is taken within the values of
 #: those in ``by``.
 LANE_COLUMNS = ("rank", "pid", "thread_id", "thread_name", "device")
