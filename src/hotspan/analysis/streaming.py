@@ -468,6 +468,7 @@ def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> n
     child = source.arrow(f"""
         SELECT {parent_keys + ',' if by else ''} sum(c.duration_ns)::BIGINT AS child
         FROM spans AS c {source.parent_join('c', 'p')}
+        WHERE (c.thread_id < 0) = (p.thread_id < 0)  -- a device row runs beside its host parent
         {'GROUP BY ' + parent_keys if by else ''}""")
     found = {tuple(r[k] for k in by): r["child"] for r in child.to_pylist()}
     keys = groups.select(list(by)).to_pylist() if by else [{}] * groups.num_rows

@@ -248,9 +248,10 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         keys = tuple(k.strip() for k in text.split(",") if k.strip())
         if not keys:
             raise _bad_value("by", "give one or more column names, comma-separated")
-        unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+        known = (*SPAN_SCHEMA.names, "device")  # device: derived per span, as the library and the CLI take it
+        unknown = [k for k in keys if k not in known]
         if unknown:
-            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
         if len(set(keys)) != len(keys):
             raise _bad_value("by", "a column is named twice")
         return keys
