@@ -140,7 +140,9 @@ def key_sql(dialect: Dialect, key: str) -> str:
 def order_statistic_ranks(q: float) -> tuple[str, str]:
     """The 0-based ranks numpy's linear percentile interpolates between, as SQL over ``n``
     (the group's count): ``floor((n - 1) q)`` and the next one, at most ``n - 1``."""
-    below = f"CAST(floor((n - 1) * {q!r}) AS BIGINT)"
+    # In double precision, as numpy computes it: a decimal literal's exact product can land on
+    # the other side of an integer (0.99 is not 0.99 in binary).
+    below = f"CAST(floor(CAST(n - 1 AS DOUBLE) * CAST({q!r} AS DOUBLE)) AS BIGINT)"
     return below, f"least({below} + 1, n - 1)"
 
 
