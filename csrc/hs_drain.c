@@ -20,6 +20,7 @@
 #include "hs_intern.h"
 #include "hs_live.h"
 #include "hs_recorder.h"
+#include "hs_selftime.h"
 
 
 /* Segments are small descriptors of records left in place in their blocks (a block is
@@ -315,6 +316,7 @@ void hs_drain_after_fork_child(void) {
     seg_bytes = seg_spans = seg_count = 0;
     while (graveyard) {
         hs_thread_info *next = graveyard->next;
+        hs_self_state_free(graveyard->self_state);
         free(graveyard->name);
         free(graveyard);
         graveyard = next;
@@ -365,6 +367,7 @@ void hs_drain_release(hs_drain_batch *batch) {
     batch->segs = NULL;
     while (batch->dead) {
         hs_thread_info *next = batch->dead->next;
+        hs_self_state_free(batch->dead->self_state);
         free(batch->dead->name);
         free(batch->dead);
         batch->dead = next;

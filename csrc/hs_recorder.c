@@ -120,7 +120,8 @@ void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error) {
     memmove(&t->stack[k], &t->stack[k + 1], sizeof(hs_frame) * (t->depth - k - 1));
     t->depth--;
     hs_flight_gen_end(t);
-    hs_push(t, f.start, end, f.seq, f.pair, f.arg, f.flags | (error ? HS_F_ERROR : 0), k,
+    hs_push(t, f.start, end, f.seq, f.pair, f.arg,
+            f.flags | (k ? HS_CHILD_FLAGS(t->stack[k - 1].flags) : 0) | (error ? HS_F_ERROR : 0), k,
             k ? t->stack[k - 1].seq + 1 : 0);
     /* NVTX ranges are a per-thread stack: this pops the innermost one, whichever span it
      * belongs to (pushes and pops stay balanced; the names of ranges closed out of order

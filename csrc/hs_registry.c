@@ -14,6 +14,7 @@
 #endif
 
 #include "hs_drain.h"
+#include "hs_selftime.h"
 #include "hs_flight.h"
 
 _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec"))) = NULL;
@@ -336,6 +337,7 @@ void hs_registry_after_fork_child(void) {
     while (i) {
         hs_thread_info *next = i->next;
         if (!me || i != me->info) {
+            hs_self_state_free(i->self_state);
             free(i->name);
             free(i);
         }
@@ -369,6 +371,9 @@ void hs_registry_after_fork_child(void) {
     atomic_store(&me->info->dropped_other, 0);
     me->info->batch_gen = 0;
     me->info->batch_tix = -1;
+    /* the parent's open spans take new ids here: what their children covered is the parent's */
+    hs_self_state_free(me->info->self_state);
+    me->info->self_state = NULL;
     info_list = info_list_tail = me->info;
     /* Spans open across the fork close in both processes: in the child they take new ids
      * (in order, so their nesting holds), or the parent's and the child's records of them

@@ -60,6 +60,10 @@ enum {
     HS_F_ARG = 2,     /* arg is set */
     HS_F_INSTANT = 4, /* a zero-duration marker */
     HS_F_EXT = 8,     /* an hs_record_ext follows in the next slot */
+    /* The span's parent had created an asyncio task when the span closed (or the span is
+     * the root of such a task): it may overlap its siblings, so drain() merges it into
+     * their union instead of summing it (hs_selftime.h). */
+    HS_F_OVERLAP = 16,
 };
 
 #define HS_DUR_BITS 40

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.analysis.comparison import mann_whitney_u, median_ratio_interval
 
 
@@ -24,10 +25,10 @@ def durations_table(groups: dict[str, list[int]]) -> pa.Table:
                              error=False))
             sid += 1
             t += int(d) + 10
-    columns = {name: [r[name] for r in rows] for name in SPAN_SCHEMA.names}
+    columns = {name: [r[name] for r in rows] for name in TRACE_SCHEMA.names}
     arrays = [pa.array(columns[f.name], pa.string()).dictionary_encode() if pa.types.is_dictionary(f.type)
-              else pa.array(columns[f.name], f.type) for f in SPAN_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+              else pa.array(columns[f.name], f.type) for f in TRACE_SCHEMA]
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def reference_mwu(x, y) -> float:

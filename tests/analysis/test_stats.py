@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.analysis.statistics import STAT_COLUMNS, parent_rows
 
 
@@ -23,14 +24,14 @@ def span_table(rows: list[dict]) -> pa.Table:
         row = {**defaults, **r}
         row.setdefault("end_ns", row["start_ns"] + row["duration_ns"])
         full.append(row)
-    columns = {name: [r[name] for r in full] for name in SPAN_SCHEMA.names}
+    columns = {name: [r[name] for r in full] for name in TRACE_SCHEMA.names}
     arrays = []
-    for field in SPAN_SCHEMA:
+    for field in TRACE_SCHEMA:
         if pa.types.is_dictionary(field.type):
             arrays.append(pa.array(columns[field.name], pa.string()).dictionary_encode())
         else:
             arrays.append(pa.array(columns[field.name], field.type))
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def random_tree_table(seed: int, n_roots: int = 40) -> pa.Table:

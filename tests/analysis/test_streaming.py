@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.analysis.streaming import SpanSource, canonical_rows, group_durations
 from hotspan.formats.base import TraceFileError
 from hotspan.formats.dataset import write_part
@@ -70,13 +71,13 @@ def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0,
     for r in rows:
         r["end_ns"] = r["start_ns"] + r["duration_ns"]
     arrays = []
-    for field in SPAN_SCHEMA:
+    for field in TRACE_SCHEMA:
         values = [r[field.name] for r in rows]
         if pa.types.is_dictionary(field.type):
             arrays.append(pa.array(values, pa.string()).dictionary_encode())
         else:
             arrays.append(pa.array(values, field.type))
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def as_dataset(table: pa.Table, directory, parts_per_rank: int = 2):
@@ -232,7 +233,8 @@ def durations_run(directory, groups: dict[str, np.ndarray]):
         pa.array([r[2] for r in rows], pa.int64()), pa.array([r[2] + r[3] for r in rows], pa.int64()),
         pa.array([r[3] for r in rows], pa.int64()), pa.array([0] * n, pa.int32()), pa.array([1] * n, pa.int64()),
         pa.array(["m"] * n).dictionary_encode(), pa.array([1] * n, pa.int64()), pa.array([0] * n, pa.int32()),
-        pa.nulls(n, pa.int64()), pa.array([False] * n)], schema=SPAN_SCHEMA)
+        pa.nulls(n, pa.int64()), pa.array([False] * n)], schema=TRACE_SCHEMA)
+    table = with_self_ns(table)
     as_dataset(table, directory, parts_per_rank=3)
     return table
 

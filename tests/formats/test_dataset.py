@@ -25,7 +25,7 @@ def _spans(n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, fi
         "depth": pa.array([0] * n, pa.int32()), "thread_id": pa.array([pid] * n, pa.int64()),
         "thread_name": pa.array(["MainThread"] * n).dictionary_encode(), "pid": pa.array([pid] * n, pa.int64()),
         "rank": pa.array([rank] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()),
-        "error": pa.array([False] * n),
+        "error": pa.array([False] * n), "self_ns": pa.array([5] * n, pa.int64()),
     }
     meta = {
         b"hotspan.host": b"h", META_RANK: str(rank).encode(), b"hotspan.pid": str(pid).encode(),

@@ -220,10 +220,15 @@ def _sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> n
 
 def _self_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
     """Per group, its spans' self time: the ``self_ns`` column summed (hotspan computes it where
-    spans become a table); for a table without one, duration minus direct children."""
+    spans become a table: no parent join here); a table built without the column gets it by
+    the same rule (``_selftime.self_ns_column``: duration minus the union of its children)."""
     if "self_ns" in table.column_names:
-        return group_sum(group, to_numpy(table.column("self_ns").fill_null(0), np.int64), groups)
-    return group_sum(group, duration, groups) - _child_time(table, group, duration, groups)
+        column = to_numpy(table.column("self_ns").fill_null(0), np.int64)
+    else:
+        from .._selftime import self_ns_column
+
+        column = to_numpy(self_ns_column(table), np.int64)
+    return group_sum(group, column, groups)
 
 
 def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:

@@ -262,7 +262,7 @@ class DeviceRecorder:
                     done.append(queue.popleft())
         columns: dict[str, list] = {name: [] for name in (
             "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns", "depth", "thread_id",
-            "thread_name", "pid", "rank", "arg", "error")}
+            "thread_name", "pid", "rank", "arg", "error", "self_ns")}
         if not done:
             return columns
         pid, r = os.getpid(), rank
@@ -295,6 +295,7 @@ class DeviceRecorder:
             columns["rank"].append(r)
             columns["arg"].append(p.arg)
             columns["error"].append(bool(p.error))
+            columns["self_ns"].append(end - start)  # a device track's row has no children
         with self._lock:
             for p in done:
                 free = self._free.setdefault(p.device, [])

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
+from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA, TRACE_SCHEMA
+from .._selftime import with_self_ns
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
@@ -155,9 +156,9 @@ def _table(decoder, path: Path) -> pa.Table:
     metadata = _metadata(decoder.processes, fail)
     columns = decoder.columns()
     n = len(columns["start"])
-    schema = SPAN_SCHEMA.with_metadata(metadata) if metadata else SPAN_SCHEMA
     if n == 0:
-        return schema.empty_table()
+        return SPAN_SCHEMA.with_metadata(metadata or None).empty_table()
+    schema = TRACE_SCHEMA.with_metadata(metadata or None)
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
     start, end = columns.pop("start"), columns.pop("end")
@@ -179,7 +180,7 @@ def _table(decoder, path: Path) -> pa.Table:
         "arg": pa.array(columns.pop("arg"), pa.int64(), mask=~has_arg),
         "error": pa.array((flags & codec.ROW_ERROR) != 0, pa.bool_()),
     }
-    return pa.table(arrays, schema=schema)
+    return with_self_ns(pa.table(arrays, schema=schema))
 
 
 def _metadata(processes: dict, fail) -> dict[bytes, bytes]:

@@ -422,6 +422,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
     import pyarrow as pa
 
     from .._schema import META_PID, META_RANK, META_VERSION, SPAN_SCHEMA
+    from .._selftime import with_self_ns
 
     f = _File(path)
     try:
@@ -500,7 +501,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
             "arg": pa.array(arg, pa.int64()),
             "error": pa.array(error, pa.bool_()),
         })
-        table = table.cast(SPAN_SCHEMA.with_metadata(meta))
+        table = with_self_ns(table).cast(SPAN_SCHEMA.with_metadata(meta))
         if n:
             import pyarrow.compute as pc
 
