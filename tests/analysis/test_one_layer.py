@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.analysis.filters import SpanFilter
 from hotspan.formats.dataset import write_part
 
@@ -53,7 +54,7 @@ def spans_with_device_rows(seed: int = 3) -> pa.Table:
                 t += d + int(rng.integers(10, 1_000))
     for r in rows:
         r["end_ns"] = r["start_ns"] + r["duration_ns"]
-    return pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+    return with_self_ns(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA))
 
 
 @pytest.fixture(scope="module")
