@@ -223,6 +223,7 @@ def run_duckdb(directory: Path, memory_limit: str = "1GB") -> tuple[list, float,
     """DuckDB's own GROUP BY (``DUCKDB_QUERY``) in a fresh process, same memory limit, once."""
     code = ("import duckdb, json, sys\n"
             f"con = duckdb.connect(config={{'memory_limit': {memory_limit!r}}})\n"
+            "con.execute('SET enable_progress_bar = false')\n"  # (it draws on stdout)
             f"rows = con.sql({DUCKDB_QUERY.format(dir=directory)!r}).fetchall()\n"
             "print(json.dumps(rows))")
     out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-c", code])
