@@ -201,6 +201,34 @@ def _reaped_timed(command: list[str], env: dict | None = None) -> tuple[str, flo
         return out.read(), elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / (1 << 20)
 
 
+def installed_copy(target: Path) -> dict[str, str]:
+    """hotspan as a wheel installs it (the sources and the built extensions in one package
+    directory), and the environment that imports it from there: a development checkout's
+    editable install checks its CMake build at every import (about a second, more on a loaded
+    machine), which a user's installed hotspan does not."""
+    import hotspan
+
+    source = Path(hotspan.__file__).parent
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target / "hotspan", ignore=shutil.ignore_patterns("__pycache__"))
+    for module in ("hotspan._native", "hotspan.formats._chrome_codec", "hotspan.formats._perfetto_codec"):
+        built = Path(__import__("importlib").util.find_spec(module).origin)
+        relative = Path(*module.split(".")[1:-1], built.name)
+        shutil.copy2(built, target / "hotspan" / relative)
+    include = Path(hotspan.get_include())
+    shutil.copytree(include, target / "hotspan" / "include", dirs_exist_ok=True)
+    build = os.environ.get("SKBUILD_EDITABLE_SKIP", "")
+    finder = next((f for f in sys.meta_path if type(f).__module__.startswith("_editable_skbc")), None)
+    if finder is not None:  # the editable finder stands aside for its own build directory only
+        build = os.pathsep.join(p for p in (build, str(getattr(finder, "path", "") or "")) if p)
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p),
+            "SKBUILD_EDITABLE_SKIP": build}
+
+
+#: The environment hotspan's commands run in (``--as-installed``: ``installed_copy``'s).
+HOTSPAN_ENV: dict[str, str] = {}
+
+
 #: DuckDB's own GROUP BY, the figure to be within 1.5x of (issue 23).
 DUCKDB_QUERY = ("SELECT category, name, count(*), sum(duration_ns), min(duration_ns), max(duration_ns), "
                 "quantile_cont(duration_ns, [0.5, 0.9, 0.99]) FROM read_parquet('{dir}/*/*.parquet', "
@@ -211,7 +239,7 @@ def run_stats(directory: Path, memory_limit: str = "1GB") -> tuple[list[dict], f
     """``hotspan stats DIR --json`` in a fresh process, once: (rows, seconds, CPU seconds,
     peak RSS in GiB)."""
     out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
-                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit})
+                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV})
     rows = json.loads(out)
     for row in rows[:10]:
         print(f"  {row.get('category')!s:>16} {row.get('name')!s:<16} count {row.get('count'):>12,} "
@@ -260,7 +288,7 @@ def compare_with_duckdb(run: Path, repeats: int, memory_limit: str) -> None:
 
 def _quiet(run: Path, memory_limit: str) -> tuple[list, float, float, float]:
     out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-m", "hotspan", "stats", str(run), "--json"],
-                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit})
+                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV})
     return json.loads(out), elapsed, cpu, peak
 
 
@@ -290,6 +318,9 @@ def main() -> None:
                         help="also time DuckDB's own GROUP BY on the same files and print the ratio")
     parser.add_argument("--repeats", type=int, default=3, help="pairs of (hotspan, DuckDB) runs, alternating")
     parser.add_argument("--memory-limit", default="1GB", help="HOTSPAN_MEMORY_LIMIT and DuckDB's memory_limit")
+    parser.add_argument("--as-installed", action="store_true",
+                        help="run hotspan from a copy laid out as a wheel installs it (not through a development "
+                             "checkout's editable install, which checks its build at every import)")
     args = parser.parse_args()
     run = args.dir / "run"
     if not (args.keep and run.is_dir()):
@@ -302,6 +333,11 @@ def main() -> None:
     else:
         n = sum(pq.ParquetFile(p).metadata.num_rows for p in run.rglob("*.parquet"))
         print(f"reusing {n:,} spans in {run}", flush=True)
+    if args.as_installed:
+        HOTSPAN_ENV.update(installed_copy(args.dir / "installed"))
+        check = subprocess.run([sys.executable, "-c", "import hotspan; print(hotspan.__file__)"], capture_output=True,
+                               text=True, env={**os.environ, **HOTSPAN_ENV})
+        print(f"hotspan as installed: {check.stdout.strip() or check.stderr.strip()}", flush=True)
     if args.duckdb:
         compare_with_duckdb(run, args.repeats, args.memory_limit)
     rows, elapsed, cpu, peak = run_stats(run, args.memory_limit)

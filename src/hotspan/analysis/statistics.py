@@ -85,7 +85,9 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     if by is None:
         by = default_by(table)
     table = _with_device_key(table, by)
-    by = _check_columns(table, by, _NEEDED)
+    # with the self_ns column, no parent lookup: the ids are not needed
+    needed = [c for c in _NEEDED if c not in ("span_id", "parent_id")] if "self_ns" in table.column_names else _NEEDED
+    by = _check_columns(table, by, needed)
     n = table.num_rows
     if n == 0:
         return _empty_stats(table, by)
