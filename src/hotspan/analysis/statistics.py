@@ -84,6 +84,8 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     """
     if by is None:
         by = default_by(table)
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"expected a pyarrow.Table of spans (or a path), not {type(table).__name__}")
     table = _with_device_key(table, by)
     # with the self_ns column, no parent lookup: the ids are not needed
     needed = [c for c in _NEEDED if c not in ("span_id", "parent_id")] if "self_ns" in table.column_names else _NEEDED
