@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -335,7 +334,8 @@ def main() -> None:
         print(f"reusing {n:,} spans in {run}", flush=True)
     if args.as_installed:
         HOTSPAN_ENV.update(installed_copy(args.dir / "installed"))
-        check = subprocess.run([sys.executable, "-c", "import hotspan; print(hotspan.__file__)"], capture_output=True,
+        check = subprocess.run([sys.executable, "-c", "import hotspan; print(hotspan.__file__)"], check=False,
+                               capture_output=True,
                                text=True, env={**os.environ, **HOTSPAN_ENV})
         print(f"hotspan as installed: {check.stdout.strip() or check.stderr.strip()}", flush=True)
     if args.duckdb:

@@ -5,7 +5,8 @@ and ``serve`` call these, with these defaults.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,8 +55,9 @@ def compare_spans(before: Spans, after: Spans, *, by: Sequence[str], threshold: 
     if normalize is not None:
         reference = (comparison.reference_median(before.stats(("name",)), normalize, "base"),
                      comparison.reference_median(after.stats(("name",)), normalize, "new"))
-    options = dict(threshold=threshold, min_count=min_count, alpha=alpha, confidence=confidence,
-                   resamples=resamples, seed=seed, normalize=normalize, shift=shift)
+    options: dict[str, Any] = {"threshold": threshold, "min_count": min_count, "alpha": alpha,
+                               "confidence": confidence, "resamples": resamples, "seed": seed,
+                               "normalize": normalize, "shift": shift}
     if before.table is not None and after.table is not None:
         from .statistics import stats as table_stats
 

@@ -119,7 +119,7 @@ def common_shift(ratios: np.ndarray, threshold: float) -> dict[str, Any] | None:
         return None
     moved = ratios[near]
     spread = float(1.4826 * np.median(np.abs(moved - np.median(moved))))
-    return {"shift": factor - 1, "spread": spread, "groups": int(len(ratios)), "moved": int(near.sum())}
+    return {"shift": factor - 1, "spread": spread, "groups": len(ratios), "moved": int(near.sum())}
 
 
 #: The columns of ``compare``'s table after the ``by`` keys.

@@ -17,8 +17,9 @@ same :class:`~hotspan.analysis.filters.SpanFilter` and the same default ``by``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .filters import SpanFilter, filter_table
 

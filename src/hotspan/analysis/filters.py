@@ -14,9 +14,11 @@ window when it *starts* in ``[since, until)``.
 """
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,7 +79,7 @@ class SpanFilter:
                 except re.error as exc:
                     raise FilterError(f"bad regular expression {value!r}: {exc}") from None
         for bound in (self.since, self.until):
-            if bound is not None and (not isinstance(bound, (int, float)) or bound != bound or bound < 0):
+            if bound is not None and (not isinstance(bound, (int, float)) or math.isnan(bound) or bound < 0):
                 raise FilterError(f"since/until: expected seconds from the run's start (>= 0) or epoch ns, not "
                                   f"{bound!r}")
         if self.min_ns is not None and self.min_ns < 0:

@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from .filters import SpanFilter, sql_condition
-from .queries import SPARK, device_sql, finish_phases, finish_stats, phases_sql, sql_order_statistics, stats_sql
+from .queries import (
+    SPARK,
+    device_sql,
+    finish_phases,
+    finish_stats,
+    phases_sql,
+    sql_order_statistics,
+    stats_sql,
+)
 
 __all__ = ["SparkSpans"]
 

@@ -44,24 +44,22 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from .statistics import (
     PERCENTILES,
-    PHASE_SCHEMA,
     STAT_COLUMNS,
     STAT_TYPES,
     category_levels,
-    is_path,
     interpolate,
+    is_path,
     percentile_ranks,
-    phase_table,
     plain_type,
-    self_share,
 )
 
 __all__ = ["COMPARE_MAX_VALUES", "SpanSource", "canonical_rows", "is_path", "stream_compare", "stream_phases",
@@ -477,7 +475,7 @@ def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> n
 
 
 def _bucket_stats(source: SpanSource, by: tuple[str, ...], columns: list[str], wall: int | None) -> pa.Table:
-    from .queries import finish_stats, stats_sql, DUCKDB
+    from .queries import DUCKDB, finish_stats, stats_sql
 
     keys = ", ".join(_quote(k) for k in by)
     keys_comma = keys + ", " if by else ""

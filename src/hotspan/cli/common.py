@@ -4,16 +4,15 @@ files atomically."""
 from __future__ import annotations
 
 import argparse
-import os
+import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, NoReturn
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .errors import EXIT_BAD_INPUT, CliError
-
 
 DEFAULT_BY = ("category", "name")
 
@@ -130,7 +129,7 @@ def _time_bound(text: str | None, option: str) -> float | None:
     except ValueError:
         raise CliError(f"{option}: expected seconds from the run's start (12.5) or epoch nanoseconds, "
                        f"not {text!r}") from None
-    if value < 0 or value != value:
+    if value < 0 or math.isnan(value):
         raise CliError(f"{option}: must be >= 0, not {text!r}")
     return value
 
