@@ -28,6 +28,7 @@ __all__ = ["EPOCH_NS_FROM", "FilterError", "SpanFilter", "arrow_mask", "dataset_
 #: A time-window bound of at least this is nanoseconds since the epoch (1e15 ns is 1970-01-12;
 #: no run lasts 1e15 s), smaller ones are seconds from the run's start.
 EPOCH_NS_FROM = 10**15
+INT64_MAX = 2**63 - 1
 
 
 class FilterError(ValueError):
@@ -116,10 +117,15 @@ class SpanFilter:
             if bound is None:
                 return None
             if bound >= EPOCH_NS_FROM:
-                return int(bound)
-            if self.origin_ns is None:
+                at = int(bound)
+            elif self.origin_ns is None:
                 raise FilterError("since/until in seconds need the run's start (origin_ns)")
-            return self.origin_ns + round(bound * 1e9)
+            else:
+                at = self.origin_ns + round(bound * 1e9)
+            return min(at, INT64_MAX)  # past any span: every engine compares in int64
+
+        if any(b is not None and math.isinf(b) for b in (self.since, self.until)):
+            raise FilterError("since/until: expected a finite time")
 
         return absolute(self.since), absolute(self.until)
 

@@ -295,8 +295,12 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        span_filter = queries.make_filter(name=name, category=category, rank=rank, thread=thread, since=since,
-                                          until=until, min_ns=min_ns)
+        try:
+            span_filter = queries.make_filter(name=name, category=category, rank=rank, thread=thread, since=since,
+                                              until=until, min_ns=min_ns)
+            span_filter.window() if not span_filter.needs_origin else span_filter.with_origin(0).window()
+        except ValueError as exc:  # an infinite time, say
+            raise _bad_value("since", str(exc)) from None
         used, rows = queries.stats_rows(run, keys, span_filter)
         return {"id": run.id, "by": list(used), "rows": rows}
 
