@@ -10,7 +10,12 @@ phase's time) may come in another order: the in-memory path breaks ties by the o
 which values first appear in the table, which a streaming scan does not know; here they
 come in key order.
 
-How, with bounded memory (DuckDB's ``memory_limit``, spilling to ``temp_directory``):
+How: when the run's durations fit in the memory limit (about 24 bytes a span), one scan,
+DuckDB aggregating per group (the query of ``queries.stats_sql``, shared with Spark) and
+collecting each group's durations, of which ``numpy.partition`` takes the two order
+statistics of each percentile; self time is the ``self_ns`` column summed (no parent join).
+Otherwise (or should that run out of memory), with bounded memory (DuckDB's
+``memory_limit``, spilling to ``temp_directory``):
 
 - Counts, sums, min, max, errors and args: one grouped scan. It also counts the spans of
   each group per *bucket* of durations (log-spaced: 1024 a power of two, so a bucket
@@ -21,7 +26,8 @@ How, with bounded memory (DuckDB's ``memory_limit``, spilling to ``temp_director
   one) are located in their buckets from the cumulative counts, and a second scan fetches
   only the durations of those few buckets (as distinct values with counts). The
   interpolation is then numpy's own formula (``statistics.interpolate``).
-- Self time and phases: a join of each span's ``parent_id`` on ``span_id`` (DuckDB's hash
+- Phases (and the self time of older files without a ``self_ns`` column: duration minus
+  direct children there): a join of each span's ``parent_id`` on ``span_id`` (DuckDB's hash
   join spills), keyed as the in-memory path keys it (by ``span_id`` alone; when an id
   repeats, within the span's rank, pid and thread).
 - compare: per group the durations stream in group order from a sorted query (the sort
