@@ -10,8 +10,12 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "hs_columns.h"
+#include "hs_drain.h"
 #include "hs_flight.h"
+#include "hs_fork.h"
 #include "hs_live.h"
+#include "hs_nvtx.h"
 #include "hs_recorder.h"
 #include "hs_signals.h"
 #include "hs_tasks.h"
@@ -392,6 +396,59 @@ static char *call_thread_name_hook(void) {
     return out;
 }
 
+/* Drops said while the program runs: the drain thread (which never takes the GIL) starts a
+ * short-lived thread that takes it and calls hotspan._core_drops.report(), so the drain
+ * thread never waits for the interpreter. One at a time; the drain thread signals at most
+ * every HS_DROPS_SIGNAL_NS. (Py_AddPendingCall would be lighter, but before 3.12 a call
+ * added from a thread other than the main one does not wake the main thread's eval loop:
+ * it ran at exit.) */
+static _Atomic int drops_call_queued = 0;
+
+static int interpreter_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+static void *drops_thread_main(void *arg) {
+    (void)arg;
+    if (Py_IsInitialized() && !interpreter_finalizing()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        if (!interpreter_finalizing()) {
+            PyObject *mod = PyImport_ImportModule("hotspan._core_drops");
+            PyObject *res = mod ? PyObject_CallMethod(mod, "report", NULL) : NULL;
+            if (!res) PyErr_WriteUnraisable(NULL);
+            Py_XDECREF(res);
+            Py_XDECREF(mod);
+        }
+        PyGILState_Release(g);
+    }
+    atomic_store(&drops_call_queued, 0);
+    return NULL;
+}
+
+static void drops_hook(void) {
+    if (atomic_exchange(&drops_call_queued, 1)) return;
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (hs_thread_create_quiet(&th, &attr, drops_thread_main, NULL) != 0) atomic_store(&drops_call_queued, 0);
+    pthread_attr_destroy(&attr);
+}
+
+/* _drops_reported(n): the drops reported so far (the drain thread signals while the total
+ * is above it). */
+static PyObject *py_drops_reported(PyObject *m, PyObject *arg) {
+    (void)m;
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    atomic_store(&hs_drops_reported, (uint64_t)n);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_hooks(PyObject *m, PyObject *args) {
     (void)m;
     PyObject *name_hook, *deco_hook;
@@ -399,11 +456,13 @@ static PyObject *py_set_hooks(PyObject *m, PyObject *args) {
     Py_XSETREF(thread_name_hook, name_hook == Py_None ? NULL : Py_NewRef(name_hook));
     Py_XSETREF(hs_decorate_hook, deco_hook == Py_None ? NULL : Py_NewRef(deco_hook));
     hs_thread_name_hook = call_thread_name_hook;
+    hs_drops_hook = drops_hook;
     Py_RETURN_NONE;
 }
 
 static PyObject *py_after_fork_child(PyObject *m, PyObject *a) {
     (void)m; (void)a;
+    atomic_store(&drops_call_queued, 0); /* a call the parent had queued is the parent's */
     if (hs_tls) hs_drainer_ensure(); /* the forking thread records on: it needs a drainer */
     Py_RETURN_NONE;
 }
@@ -651,6 +710,8 @@ static PyMethodDef module_methods[] = {
     {"disable", py_disable, METH_NOARGS, "disable()\n--\n\nTurn recording off."},
     {"enabled", py_enabled, METH_NOARGS, "enabled() -> bool\n--\n\nWhether recording is on."},
     {"set_thread_name", py_set_thread_name, METH_O, "set_thread_name(name)\n--\n\nName the calling thread in traces."},
+    {"_drops_reported", py_drops_reported, METH_O,
+     "_drops_reported(n)\n--\n\nThe spans dropped that were reported so far (internal: hotspan._core_drops)."},
     {"dropped", (PyCFunction)(void (*)(void))py_dropped, METH_VARARGS | METH_KEYWORDS,
      "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
      "total, how many at the memory cap and how many for other causes, and the same per thread."},
@@ -704,6 +765,12 @@ PyMODINIT_FUNC PyInit__native(void) {
 #ifdef Py_GIL_DISABLED
     PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
 #endif
+    /* The plug-ins and the drain hook into the units below them, once, before any thread
+     * records; then the one set of fork handlers. */
+    hs_drain_install();
+    hs_flight_install();
+    hs_nvtx_install();
+    hs_fork_init();
     hs_clock_init();
     if (hs_tasks_init(m) < 0) {
         Py_DECREF(m);

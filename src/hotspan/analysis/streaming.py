@@ -1,6 +1,6 @@
 """``stats``, ``phases`` and ``compare`` over runs larger than memory: DuckDB over the Parquet files.
 
-    hotspan.stats("run/")                 # a dataset directory (rank=R/part-*.parquet)
+    hotspan.stats("run/")                 # a dataset directory (part-r<R>-*.parquet)
     hotspan.stats("big.parquet", by="name")
     hotspan.compare("base/", "new/")
 
@@ -159,7 +159,7 @@ class SpanSource:
                 # the parts a reader reads now: those a compacted part replaces left out
                 found = [path for path, _size, _meta in current_parts(one)[1]]
                 if not found:
-                    raise NoPartsError(one, "no span parts in this directory (expected rank=R/part-*.parquet)")
+                    raise NoPartsError(one, "no span parts in this directory (expected part-*.parquet)")
                 files += found
             elif one.is_file():
                 files.append(str(one))
@@ -270,7 +270,7 @@ class SpanSource:
             raise FileNotFoundError(2, "no such trace file or dataset directory", loc.shown)
         found = [path for path, _size, _meta in current_parts(loc)[1]]  # compacted inputs left out
         if not found:
-            raise NoPartsError(loc.shown, "no span parts under this URI (expected rank=R/part-*.parquet)")
+            raise NoPartsError(loc.shown, "no span parts under this URI (expected part-*.parquet)")
         return sorted(found)
 
     def _dataset(self, hive: bool):

@@ -3,6 +3,8 @@ its trace written."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from .common import add_command
 from .errors import CliError, check_output
@@ -22,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``run``'s options, named here once: ``split_argv`` reads them back from a parser."""
-    parser.add_argument("-o", "--output", default="hotspan-trace.parquet", help="default hotspan-trace.parquet")
+    parser.add_argument("-o", "--output", default="hotspan-trace.parquet",
+                        help="a trace file (format from the extension), or DIR/ for a run directory of Parquet "
+                             "parts written as the program runs; default hotspan-trace.parquet")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     parser.add_argument("--live", action="store_true", help="print a line per finished span on stderr while it runs")
     parser.add_argument("--live-min-ms", type=float, metavar="MS",
@@ -67,7 +71,11 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..recording.supervisor import ProgramError, resolve_program, run_program
 
-    out = check_output(args.output)
+    # DIR/ (or an existing directory): the run directory itself, part files as they flush
+    as_dir = args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()
+    out = Path(args.output) if as_dir else check_output(args.output)
+    if as_dir:
+        out.mkdir(parents=True, exist_ok=True)
     if args.live_min_ms is not None and args.live_min_ms < 0:
         raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
     if args.live_min_ms is not None:

@@ -54,7 +54,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._schema import META_HOST, TRACE_SCHEMA
-from .._selftime import with_self_ns
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
@@ -453,7 +452,8 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     metadata = _metadata_from(other) if own else {}
     if not own:
         metadata[META_SOURCE] = _source(top, own).encode()
-    table = with_self_ns(pa.Table.from_arrays(columns, schema=TRACE_SCHEMA.with_metadata(metadata or None)))
+    # self_ns comes in conform_to_schema (Exporter.read), once the lanes are the real threads again
+    table = pa.Table.from_arrays(columns, schema=TRACE_SCHEMA.with_metadata(metadata or None))
     # The one way a loader says what it left out: a warning, and the counts in the metadata.
     return note_skipped(table, path, {_DROPPED_WORDS.get(cause, cause): n for cause, n in counts.items()})
 

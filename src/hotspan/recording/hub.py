@@ -167,14 +167,18 @@ def streaming() -> bool:
 
 
 def attach(name: str, *, pumped: bool = False) -> Reader:
-    """A new reader that gets every span drained from now on (and what the core holds
-    now, undrained). ``pumped``: it wants spans
+    """A new reader that gets every span drained from now on (and, the first one, what the
+    core holds now, undrained). ``pumped``: it wants spans
     every pump period (a subscriber), not only when it takes them (a recorder)."""
     global _user, _pumped_by_thread
     reader = Reader(name)
     with _api.drain_lock:
         if _user is None:
             _user = Reader("drain()")
+        if _streaming:
+            # Other readers stream already (a record() nested in another, or in HOTSPAN_OUT's):
+            # what the core holds now was recorded before this one started, and is theirs.
+            _pump_locked()
         # Not drained here: what the core holds now goes to the new reader too (a recorder
         # started late still writes the spans nobody drained), and the caller's thread
         # never imports pyarrow for it (HOTSPAN_OUT starts a recorder inside import hotspan).

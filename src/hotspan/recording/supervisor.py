@@ -79,17 +79,25 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
     from . import recorder as recording
     from .live_log import live
 
+    as_directory = os.fspath(output).endswith(("/", os.sep)) or Path(output).is_dir()
     output = Path(output).absolute()  # the program may chdir
     run_argv, path_entry = resolve_program(program, module)
     output.parent.mkdir(parents=True, exist_ok=True)
-    # Beside the output: the same file system, and found there if this process is killed.
-    parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.hotspan-run-", dir=output.parent))
+    if as_directory:  # the run directory itself: its parts are the output
+        output.mkdir(parents=True, exist_ok=True)
+        parts = output
+    else:
+        # Beside the output: the same file system, and found there if this process is killed.
+        parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.hotspan-run-", dir=output.parent))
     recording.stop_env_recorder()  # a HOTSPAN_OUT given to `hotspan run` itself: the run is its output
     saved_env = os.environ.get(recording.ENV_OUT)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     _native.enable()
     _api.drain()  # only the program's spans
     os.environ[recording.ENV_OUT] = str(parts) + os.sep
+    from .._run import start_run
+
+    start_run(fresh=True)  # the program's processes and ranks share it; the next run gets its own
     recording.start_env_recorder(parts, flush_interval)
     live_log = live(min_ns=live_min_ns) if live_min_ns is not None else None
     status = 0
@@ -117,8 +125,9 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
         table = load_dataset(parts)
     except NoPartsError:  # nothing was flushed at all (the flusher never started)
         table = SPAN_SCHEMA.empty_table()
-    export(table, output)
-    shutil.rmtree(parts, ignore_errors=True)
+    if not as_directory:
+        export(table, output)
+        shutil.rmtree(parts, ignore_errors=True)
     meta = table.schema.metadata or {}
     dropped = meta_json(meta, META_DROPPED) or {}
     ranks = meta_json(meta, META_RANKS) or {}

@@ -1,5 +1,5 @@
 """The runs under a directory: every trace file (any format hotspan reads) and every
-dataset directory (``rank=R/part-*.parquet``, as ``hotspan.record("dir/")`` and
+dataset directory (``part-r<R>-*.parquet``, or the older ``rank=R/part-*.parquet``, as ``hotspan.record("dir/")`` and
 ``hotspan collect`` write them), found anywhere below it.
 
 A scan walks the directory again (runs that appear later show up without a restart), but
@@ -198,7 +198,7 @@ class Catalog:
     def _parts(self, run: Run, files: list[Path], signature: tuple) -> list[tuple[Path, int | None]]:
         if run.kind == "dataset":
             if not files:
-                raise RunError("no span parts in this directory (expected rank=R/part-*.parquet)")
+                raise RunError("no span parts in this directory (expected part-*.parquet)")
             parts = []
             for f in files:
                 match = _RANK_DIR.match(f.parent.name)
