@@ -189,3 +189,26 @@ def test_a_bad_filter_is_one_clear_error(run):
         hotspan.stats(table, filter={"where": [("name", "~", "(")]})
     with pytest.raises(ValueError, match="no column"):
         hotspan.stats(table, filter={"where": [("nope", "=", "x")]})
+
+
+def test_one_run_of_a_directory_on_every_path(tmp_path, monkeypatch):
+    """A directory holding two runs: the filter's run id selects one, in memory and streamed alike."""
+    from hotspan._schema import META_RUN
+
+    table = spans_with_device_rows()
+    for run_id, ranks in (("first", (0,)), ("second", (0, 1))):
+        for rank in ranks:
+            part = table.filter(pa.compute.equal(table.column("rank"), rank))
+            part = part.replace_schema_metadata({**(part.schema.metadata or {}), META_RUN: run_id.encode()})
+            write_part(part, tmp_path / "runs", rank=rank, pid=(100 if run_id == "first" else 200) + rank, seq=0)
+    only = SpanFilter(run="second")
+    expected = hotspan.stats(table, by=("rank", "name"))
+    in_memory = hotspan.stats(tmp_path / "runs", by=("rank", "name"), filter=only, engine="memory")
+    streamed = hotspan.stats(tmp_path / "runs", by=("rank", "name"), filter=only, engine="duckdb")
+    assert clean(in_memory.to_pylist()) == clean(streamed.to_pylist()) == clean(expected.to_pylist())
+    first = hotspan.stats(tmp_path / "runs", by=("rank",), filter={"run": "first"}, engine="duckdb")
+    assert first.column("rank").to_pylist() == [0]
+    below = cli_json(tmp_path / "runs", "--by", "rank,name", "--run", "second",
+                     env={"HOTSPAN_STREAM_MIN_BYTES": str(1 << 40)})
+    above = cli_json(tmp_path / "runs", "--by", "rank,name", "--run", "second", env={"HOTSPAN_STREAM_MIN_BYTES": "0"})
+    assert clean(below) == clean(above) == clean(json.loads(json.dumps(expected.to_pylist())))

@@ -111,8 +111,6 @@ class Spans:
         elif self.kind == "duckdb":
             from .streaming import SpanSource
 
-            if self.span_filter.run is not None:  # parts carry no run id yet (recording/, issue 20 item 4)
-                raise ValueError("run: selecting one run of a directory is not supported on the streamed path yet")
 
             self.source = SpanSource(paths if len(paths) > 1 else paths[0], span_filter=self.span_filter)
             low, _ = self.source.column_range("thread_id")
@@ -199,8 +197,8 @@ def load_paths(paths: Sequence[str], run: str | None = None) -> pa.Table:
 
 
 def _check_run_selection(load: Any) -> None:
-    """Selecting one run of a directory (``--run``) needs run ids in the parts (issue 20 item
-    4, recording/): a clear error until the loader takes ``run=``."""
+    """Selecting one run of a directory (``--run``) needs a loader that takes ``run=``
+    (formats.load: parts carry their run id): a clear error otherwise."""
     import inspect
 
     if "run" not in inspect.signature(load).parameters:

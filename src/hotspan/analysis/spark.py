@@ -56,7 +56,7 @@ class SparkSpans:
             session = SparkSession.builder.getOrCreate()
         self.session = session
         self.paths = list(paths)
-        self.files = _part_files(self.paths)
+        self.files = _part_files(self.paths, span_filter.run)
         frame = session.read.parquet(*self.files)
         if "rank" not in frame.columns:  # parts written without the column: the rank=R directory says it
             from pyspark.sql import functions as F
@@ -179,19 +179,19 @@ def _plain_type(name: str) -> pa.DataType:
     return plain_type(SPAN_SCHEMA.field(name).type) if name in SPAN_SCHEMA.names else pa.string()
 
 
-def _part_files(paths: Sequence[str]) -> list[str]:
+def _part_files(paths: Sequence[str], run: str | None = None) -> list[str]:
     """The Parquet files to read: a run directory's current parts (compacted inputs left out),
     files as they are, URIs as they are (Spark lists them)."""
     from pathlib import Path
 
-    from ..formats.dataset import current_parts
+    from ..formats.dataset import current_parts, run_of
 
     files: list[str] = []
     for path in paths:
         if "://" in path or not Path(path).is_dir():
             files.append(path)
             continue
-        files += [p for p, _size, _meta in current_parts(Path(path))[1]]
+        files += [p for p, _size, meta in current_parts(Path(path))[1] if run in (None, run_of(meta))]
     return files
 
 

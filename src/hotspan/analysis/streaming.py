@@ -142,8 +142,11 @@ class SpanSource:
         import duckdb
 
         from ..formats.base import TraceFileError
-        from ..formats.dataset import NoPartsError, current_parts
+        from ..formats.dataset import NoPartsError, current_parts, run_of
+        from .filters import SpanFilter
 
+        # the parts of one run only, when the filter names one (as load(dir, run=) selects them)
+        wanted_run = SpanFilter.of(span_filter).run
         paths = [path] if is_path(path) else list(path)
         self.path = Path(paths[0]) if len(paths) == 1 else Path(", ".join(map(str, paths)))
         #: Set for a URI (s3://, gs://, hdfs://, file://: any that pyarrow.fs reads): the files
@@ -157,9 +160,10 @@ class SpanSource:
             one = Path(one)
             if one.is_dir():
                 # the parts a reader reads now: those a compacted part replaces left out
-                found = [path for path, _size, _meta in current_parts(one)[1]]
+                found = [path for path, _size, meta in current_parts(one)[1] if wanted_run in (None, run_of(meta))]
                 if not found:
-                    raise NoPartsError(one, "no span parts in this directory (expected part-*.parquet)")
+                    raise NoPartsError(one, "no span parts in this directory (expected part-*.parquet)"
+                                       + (f" of run {wanted_run!r}" if wanted_run is not None else ""))
                 files += found
             elif one.is_file():
                 files.append(str(one))
