@@ -4,7 +4,7 @@
 The rule (:func:`choose`), one for everybody:
 
 - a ``pyarrow.Table`` is analysed in memory (statistics.py, numpy);
-- paths (a Parquet file, a run directory ``rank=R/part-*.parquet``, a URI, or several) are
+- paths (a Parquet file, a run directory, a URI, or several) are
   streamed through DuckDB (streaming.py) when they hold at least ``HOTSPAN_STREAM_MIN_BYTES``
   of Parquet (default 64 MiB; a URI always), else loaded and analysed in memory; traces of
   other formats (JSON, Perfetto, CSV, ...) are loaded;
