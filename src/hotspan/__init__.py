@@ -38,6 +38,7 @@ _LAZY = {
     "stats": ("hotspan.analysis", "stats"),
     "phases": ("hotspan.analysis", "phases"),
     "compare": ("hotspan.analysis", "compare"),
+    "SpanFilter": ("hotspan.analysis.filters", "SpanFilter"),
     "live": ("hotspan.recording.live_log", "live"),
     "record": ("hotspan.recording.recorder", "record"),
     "Recorder": ("hotspan.recording.recorder", "Recorder"),
@@ -87,6 +88,7 @@ def get_include() -> str:
 __all__ = [
     "Recorder",
     "SPAN_SCHEMA",
+    "SpanFilter",
     "__version__",
     "begin",
     "compare",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_command, export_trace, load_traces
+from .common import add_command, add_filter_options, export_trace, load_filtered
 from .errors import check_output
 
 
@@ -19,12 +19,13 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                   cmd_export)
     parser.add_argument("trace", metavar="TRACE")
     parser.add_argument("output", metavar="OUT")
+    add_filter_options(parser)
     return parser
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     out = check_output(args.output)
-    table = load_traces([args.trace])
+    table = load_filtered(args.trace, args)
     export_trace(table, out)
     print(f"{table.num_rows:,} spans: {args.trace} -> {out}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_command, load_traces, write_atomically
+from .common import add_command, add_filter_options, load_filtered, write_atomically
 from .errors import check_output
 
 
@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("trace", metavar="TRACE")
     parser.add_argument("-o", "--output", default="hotspan-report.html", help="default hotspan-report.html")
     parser.add_argument("--title", help="page title (default: from the trace's file name)")
+    add_filter_options(parser)
     return parser
 
 
@@ -25,7 +26,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..report import html_report
 
     out = check_output(args.output, trace=False)
-    table = load_traces([args.trace])
+    table = load_filtered(args.trace, args)
     page = html_report(table, title=args.title or f"hotspan report: {Path(args.trace).name}")
     write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     print(f"{table.num_rows:,} spans -> {out}")

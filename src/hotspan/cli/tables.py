@@ -163,8 +163,9 @@ def phases_renderable(result: pa.Table):
 def print_stats(console, result: pa.Table, by: Sequence[str], heads: Sequence[str] = STAT_DEFAULT) -> None:
     """The stats table fitted to the console, then the instants (spans of no duration: counts,
     not times) in a table of their own."""
-    instant = pc.equal(result.column("max_ns"), 0)
-    timed, instants = result.filter(pc.invert(instant)), result.filter(instant)
+    from ..analysis.statistics import split_instants
+
+    timed, instants = split_instants(result)
     if timed.num_rows or not instants.num_rows:
         rendered, left_out = _stats_renderable(timed, by, console.width, heads)
         console.print(rendered)

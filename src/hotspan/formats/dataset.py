@@ -87,6 +87,8 @@ _TEMP_RE = re.compile(r"^\.(part-(?:r-?\d+-)?(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9
 #: well under a second; on a shared file system its writer may be on another host).
 STALE_TEMP_S = 600.0
 _RANK_DIR_RE = re.compile(r"^rank=(-?\d+)$")
+#: The older layout's rank directory, the one pattern every reader (serve's run listing too) uses.
+RANK_DIR_RE = _RANK_DIR_RE
 #: ``part-r<rank>-<pid>-<token>-<seq>[-<last>].parquet``: a part of the flat layout.
 _FLAT_PART_RE = re.compile(r"^part-r(-?\d+)-(\d+)-(?:([0-9a-f]+)-)?(\d+)(?:-(\d+))?\.parquet$")
 _PARTITIONING_SCHEMA = pa.schema([("rank", pa.int32())])

@@ -296,7 +296,9 @@ _HEAD_TITLES = {
 
 
 def _stats_table(table: pa.Table) -> str:
-    result = stats(table)
+    from ..analysis.statistics import split_instants
+
+    result, instants = split_instants(stats(table))  # instants: counted apart, below the table
     head = ("category", "name", "count", "total", "self", "mean", "min", "p50", "p90", "p99", "max", "share",
             "busy", "errors", "arg sum", "arg/s")
     rows = []
@@ -319,6 +321,9 @@ def _stats_table(table: pa.Table) -> str:
         more = f'<p class="note">The {MAX_STAT_ROWS} largest of {result.num_rows:,} groups.</p>'
     header = "".join(f'<th title="{html.escape(_HEAD_TITLES[h])}">{h}</th>' if h in _HEAD_TITLES else f"<th>{h}</th>"
                      for h in head)
+    if instants.num_rows:
+        listed = ", ".join(f"{html.escape(str(r['name']))} ×{r['count']:,}" for r in instants.to_pylist())
+        more += f'<p class="note instants">Instants (no duration, counted apart): {listed}.</p>'
     return (f'<table class="stats sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
             f"{more}")
 

@@ -66,8 +66,8 @@ class PhaseRow(BaseModel):
     rank: Optional[int] = None
     category: str
     phase: str
-    time_ns: Optional[float] = None
-    steps: Optional[float] = None
+    time_ns: Optional[int] = None
+    steps: Optional[int] = None
     per_step_ns: Optional[float] = None
     share: Optional[float] = None
 
@@ -92,6 +92,7 @@ class StatsRow(BaseModel):
     errors: int
     arg_sum: Optional[int] = None
     arg_per_s: Optional[float] = None
+    instants: int = 0
 
 
 class StatsResponse(BaseModel):
@@ -135,7 +136,8 @@ class CompareRow(BaseModel):
     change_low: Optional[float] = None
     change_high: Optional[float] = None
     p_value: Optional[float] = None
-    verdict: Literal["slower", "faster", "same", "new", "gone", "few"]
+    judged_change: Optional[float] = None
+    verdict: Literal["slower", "faster", "same", "new", "gone", "few", "instant"]
 
 
 class CompareResponse(BaseModel):
@@ -261,9 +263,10 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         keys = tuple(k.strip() for k in text.split(",") if k.strip())
         if not keys:
             raise _bad_value("by", "give one or more column names, comma-separated")
-        unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+        known = (*SPAN_SCHEMA.names, "device")  # device: derived per span, as the library and the CLI take it
+        unknown = [k for k in keys if k not in known]
         if unknown:
-            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
         if len(set(keys)) != len(keys):
             raise _bad_value("by", "a column is named twice")
         return keys
@@ -287,14 +290,34 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
 
     @app.get("/v1/traces/{id}/stats", response_model=StatsResponse, responses={**_ERRORS, **_NOT_FOUND},
              tags=["traces"])
-    def get_stats(id: str, by: str = Query("category,name", description="comma-separated span columns to group by",
-                                           max_length=200)) -> Any:
-        """The `hotspan stats` columns per group of spans, largest total first."""
-        keys = by_columns(by)
+    def get_stats(
+        id: str,
+        by: Optional[str] = Query(None, description="comma-separated span columns to group by (default: "
+                                  "category,name, and device when the run has device rows)", max_length=200),
+        name: Optional[str] = Query(None, max_length=1000, description="only spans of this name"),
+        category: Optional[str] = Query(None, max_length=1000,
+                                        description="only spans of this category or below it"),
+        rank: Optional[int] = Query(None, ge=-2**31, le=2**31 - 1, description="only spans of this rank"),
+        thread: Optional[str] = Query(None, max_length=1000, description="only spans of this thread (name or id)"),
+        since: Optional[float] = Query(None, ge=0, description="only spans starting at or after this: seconds "
+                                       "from the run's start, or epoch ns"),
+        until: Optional[float] = Query(None, ge=0, description="only spans starting before this (as since)"),
+        min_ns: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="only spans at least this long"),
+    ) -> Any:
+        """The `hotspan stats` columns per group of spans, largest total first: the library's
+        `hotspan.stats`, with its defaults and its filter."""
+        keys = by_columns(by) if by is not None else None
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        return {"id": run.id, "by": list(keys), "rows": queries.stats_rows(run, keys)}
+        try:
+            span_filter = queries.make_filter(name=name, category=category, rank=rank, thread=thread, since=since,
+                                              until=until, min_ns=min_ns)
+            span_filter.window() if not span_filter.needs_origin else span_filter.with_origin(0).window()
+        except ValueError as exc:  # an infinite time, say
+            raise _bad_value("since", str(exc)) from None
+        used, rows = queries.stats_rows(run, keys, span_filter)
+        return {"id": run.id, "by": list(used), "rows": rows}
 
     @app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses={**_ERRORS, **_NOT_FOUND},
              tags=["traces"])

@@ -112,14 +112,17 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
-        stats = queries.stats_rows(run, ("category", "name"))
+        _keys, all_stats = queries.stats_rows(run, None)
+        # instants (no duration) counted apart, below the table
+        stats = [r for r in all_stats if r.get("instants") != r["count"]]
+        instants = [r for r in all_stats if r.get("instants") == r["count"]]
         phases = queries.phases_rows(run)
         rows = [{"category": r["category"] or "", "name": r["name"],
                  "cells": [(fmt(r[col]) if r[col] is not None else "-", r[col]) for _h, col, fmt in STAT_COLUMNS]}
                 for r in stats[:MAX_STAT_ROWS]]
         return page(request, "run.html", run=run.entry(), stats=rows, stat_heads=[h for h, _c, _f in STAT_COLUMNS],
                     groups=len(stats), max_rows=MAX_STAT_ROWS, chart=phase_bars(phases, category_colours(stats)),
-                    phases=phases,
+                    phases=phases, instants=instants,
                     timeline=(run.summary or {}).get("spans", 0) <= queries.TIMELINE_MAX_SPANS,
                     timeline_max=queries.TIMELINE_MAX_SPANS, perfetto_ui=perfetto_ui)
 

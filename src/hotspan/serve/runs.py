@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..formats.dataset import (
+    RANK_DIR_RE as _RANK_DIR,  # one pattern for the layout, the loader's
+)
 from ..formats.registry import READABLE_EXTENSIONS, format_of
 
 __all__ = ["HEAVY", "Catalog", "Run", "RunError"]
-
-_RANK_DIR = re.compile(r"^rank=(-?\d+)$")
 
 #: One heavy computation at a time (statistics, phases, comparisons, timelines, format
 #: conversions): each may read a whole run, so the server's memory is that of one of them
