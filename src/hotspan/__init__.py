@@ -38,6 +38,7 @@ _LAZY = {
     "stats": ("hotspan.analysis", "stats"),
     "phases": ("hotspan.analysis", "phases"),
     "compare": ("hotspan.analysis", "compare"),
+    "SpanFilter": ("hotspan.analysis.filters", "SpanFilter"),
     "live": ("hotspan.recording.live_log", "live"),
     "record": ("hotspan.recording.recorder", "record"),
     "Recorder": ("hotspan.recording.recorder", "Recorder"),
@@ -51,6 +52,9 @@ _LAZY = {
     # A submodule (attribute None): ``hotspan.sync.mlx`` works without ``import hotspan.sync``.
     "sync": ("hotspan.sync", None),
     "snapshot": ("hotspan.recording.flight", "snapshot"),
+    # Jupyter: results as HTML, and ``%load_ext hotspan`` (IPython looks this name up).
+    "display": ("hotspan.notebook", "display"),
+    "load_ipython_extension": ("hotspan.notebook", "load_ipython_extension"),
 }
 
 
@@ -84,6 +88,7 @@ def get_include() -> str:
 __all__ = [
     "Recorder",
     "SPAN_SCHEMA",
+    "SpanFilter",
     "__version__",
     "begin",
     "compare",

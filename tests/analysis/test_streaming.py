@@ -23,6 +23,12 @@ from hotspan.formats.dataset import write_part
 duckdb = pytest.importorskip("duckdb")  # a runtime dependency: installed with hotspan
 
 
+@pytest.fixture(autouse=True)
+def _always_stream(monkeypatch):
+    """Paths of any size streamed through DuckDB (the rule loads small ones: analysis/engine.py)."""
+    monkeypatch.setenv("HOTSPAN_STREAM_MIN_BYTES", "0")
+
+
 def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0, id_base: int | None = None) -> pa.Table:
     """Nested spans on several ranks and threads: categories with sub-categories (and null
     ones), instants, errors, args (some null), repeated durations (ties), a parent on another
@@ -243,8 +249,8 @@ def test_compare_of_two_datasets_equals_the_in_memory_compare(tmp_path):
         "same": rng.normal(1e6, 1e5, 2500), "slow": rng.normal(1.3e6, 1e5, 2100), "fast": rng.normal(1e6, 1e5, 900),
         "few": [5], "new": rng.normal(1e5, 1e3, 100)})
     for options in ({}, {"min_count": 2, "by": ("name",)}):
-        in_memory = hotspan.compare(base, new, **options)
-        streamed = hotspan.compare(tmp_path / "base", str(tmp_path / "new"), **options)
+        in_memory = hotspan.compare(base, new, **options).to_pylist()
+        streamed = hotspan.compare(tmp_path / "base", str(tmp_path / "new"), **options).to_pylist()
         assert clean(streamed) == clean(in_memory)
     verdicts = {r["name"]: r["verdict"] for r in streamed}
     assert verdicts == {"same": "same", "slow": "slower", "fast": "faster", "few": "few", "gone": "gone", "new": "new"}
@@ -314,7 +320,7 @@ def test_cli_compare_streams_two_directories(tmp_path):
     new = durations_run(tmp_path / "new", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(2e6, 1e4, 500)})
     result = cli("compare", tmp_path / "base", tmp_path / "new", "--json")
     assert result.returncode == 1, result.stderr  # b is slower
-    assert clean(json.loads(result.stdout)) == clean(json.loads(json.dumps(hotspan.compare(base, new))))
+    assert clean(json.loads(result.stdout)) == clean(json.loads(json.dumps(hotspan.compare(base, new).to_pylist())))
 
 
 def test_cli_names_a_damaged_part_in_one_line(tmp_path):

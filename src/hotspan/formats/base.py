@@ -117,6 +117,9 @@ class Exporter(abc.ABC):
     keeps_metadata: bool = True
     #: Whether a read gives back the rows in the order they were written.
     keeps_row_order: bool = True
+    #: Whether the format can be loaded back as spans (``False``: an export-only view of
+    #: them, such as folded stacks; its ``read`` says so).
+    readable: bool = True
 
     def write(self, table: pa.Table, path: str | os.PathLike, *, replace: bool = True) -> None:
         """Write ``table`` to ``path`` atomically (``replace=False``: never over an existing

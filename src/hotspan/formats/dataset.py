@@ -87,6 +87,8 @@ _TEMP_RE = re.compile(r"^\.(part-(?:r-?\d+-)?(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9
 #: well under a second; on a shared file system its writer may be on another host).
 STALE_TEMP_S = 600.0
 _RANK_DIR_RE = re.compile(r"^rank=(-?\d+)$")
+#: The older layout's rank directory, the one pattern every reader (serve's run listing too) uses.
+RANK_DIR_RE = _RANK_DIR_RE
 #: ``part-r<rank>-<pid>-<token>-<seq>[-<last>].parquet``: a part of the flat layout.
 _FLAT_PART_RE = re.compile(r"^part-r(-?\d+)-(\d+)-(?:([0-9a-f]+)-)?(\d+)(?:-(\d+))?\.parquet$")
 _PARTITIONING_SCHEMA = pa.schema([("rank", pa.int32())])
@@ -619,12 +621,35 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFileError(loc.shown, f"not a readable span dataset: {type(exc).__name__}: {exc}") from exc
+    tables = _with_test_column(tables, [meta for _fragment, meta in kept])
     # One dictionary per string column across the parts: pyarrow's group_by and joins
     # refuse differing ones ("Unifying differing dictionaries").
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     if check:
         check_span_rules(table, loc.shown)
     return table.replace_schema_metadata(merge_metadata(parts_meta))
+
+
+#: The column a run written by ``pytest --hotspan`` gets on load: each span's test (the node
+#: id its part's metadata names), so ``stats(table, by=("test", "name"))`` groups by test.
+TEST_COLUMN = "test"
+
+
+def _with_test_column(tables: list[pa.Table], metas: list[dict]) -> list[pa.Table]:
+    """``tables`` with a ``test`` column when any part names its test (``hotspan.part`` key
+    ``test``, written by the pytest plugin): the part's test id on its rows, null on the rows of
+    parts that name none; the tables as they are otherwise."""
+    tests = [(meta_json(meta, META_PART) or {}).get(TEST_COLUMN) for meta in metas]
+    if not any(isinstance(test, str) for test in tests):
+        return tables
+    out = []
+    for table, test in zip(tables, tests):
+        value = test if isinstance(test, str) else None
+        column = pa.DictionaryArray.from_arrays(pa.array([0] * table.num_rows if value is not None else
+                                                         [None] * table.num_rows, pa.int32()),
+                                                pa.array([value] if value is not None else [], pa.string()))
+        out.append(table.append_column(pa.field(TEST_COLUMN, column.type), column))
+    return out
 
 
 def _any_vanished(loc: Location, paths: list[str]) -> bool:

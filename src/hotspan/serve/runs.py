@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..formats.registry import format_of
+from ..formats.dataset import (
+    RANK_DIR_RE as _RANK_DIR,  # one pattern for the layout, the loader's
+)
+from ..formats.registry import READABLE_EXTENSIONS, format_of
 
 __all__ = ["HEAVY", "Catalog", "Run", "RunError"]
-
-_RANK_DIR = re.compile(r"^rank=(-?\d+)$")
 
 #: One heavy computation at a time (statistics, phases, comparisons, timelines, format
 #: conversions): each may read a whole run, so the server's memory is that of one of them
@@ -142,7 +143,8 @@ class Catalog:
                 dirnames[:] = []  # its parts are the run, not runs of their own
                 continue
             for name in sorted(filenames):
-                if name.startswith((".", "_")) or format_of(name) is None:
+                # Export-only views (.folded, .speedscope.json) hold no spans: not runs.
+                if name.startswith((".", "_")) or format_of(name) not in READABLE_EXTENSIONS:
                     continue
                 path = here / name
                 if _inside(path, self.root) and _regular(path):
