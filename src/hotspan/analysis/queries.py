@@ -25,6 +25,7 @@ from .statistics import (
     STAT_COLUMNS,
     STAT_TYPES,
     interpolate,
+    order_stats_rows,
     percentile_ranks,
     self_share,
 )
@@ -248,14 +249,6 @@ def finish_stats(groups: pa.Table, by: Sequence[str], percentiles: dict[str, np.
     ]
     result = pa.Table.from_arrays(key_arrays + stat_arrays, names=list(by) + list(STAT_COLUMNS))
     return order_stats_rows(result, by)
-
-
-def order_stats_rows(result: pa.Table, by: Sequence[str]) -> pa.Table:
-    """Rows largest ``total_ns`` first; among equal totals, by key (nulls last)."""
-    import pyarrow.compute as pc
-
-    keys = [("total_ns", "descending", "at_end")] + [(k, "ascending", "at_end") for k in by]
-    return result.take(pc.sort_indices(result, sort_keys=keys))
 
 
 # --------------------------------------------------------------------------- phases

@@ -93,9 +93,9 @@ class SparkSpans:
                              f"(columns: {', '.join(self.columns)})")
 
     def stats(self, by: Sequence[str]) -> pa.Table:
-        from .streaming import _check_by
+        from .streaming import check_by
 
-        by = _check_by(by)
+        by = check_by(by)
         self._check(by, _NEEDED)
         if "self_ns" not in self.columns:
             raise ValueError(f"{', '.join(self.paths)}: no self_ns column: the Spark engine reads self time from it "

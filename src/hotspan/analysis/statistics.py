@@ -140,9 +140,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
         columns[name] if isinstance(columns[name], pa.Array) else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
         for name in STAT_COLUMNS
     ]
-    from .queries import order_stats_rows
-
-    # One order for every engine: largest total first, then the keys (queries.order_stats_rows).
+    # One order for every engine: largest total first, then the keys (order_stats_rows).
     return order_stats_rows(pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS)), by)
 
 
@@ -557,3 +555,9 @@ def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     return column
+
+
+def order_stats_rows(result: pa.Table, by: Sequence[str]) -> pa.Table:
+    """Rows largest ``total_ns`` first; among equal totals, by key (nulls last)."""
+    keys = [("total_ns", "descending", "at_end")] + [(k, "ascending", "at_end") for k in by]
+    return result.take(pc.sort_indices(result, sort_keys=keys))

@@ -401,7 +401,7 @@ def _reading(source: SpanSource) -> Iterator[None]:
 def stream_stats(path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
     """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
     an open ``SpanSource``), streamed: see the module doc."""
-    by = _check_by(by)
+    by = check_by(by)
     if _other_format(path):
         from .statistics import stats
 
@@ -415,7 +415,7 @@ def stream_stats(path: str | os.PathLike | SpanSource, by: str | Sequence[str] =
             source.close()
 
 
-def _check_by(by: str | Sequence[str]) -> tuple[str, ...]:
+def check_by(by: str | Sequence[str]) -> tuple[str, ...]:
     by = (by,) if isinstance(by, str) else tuple(by)
     for name in by:
         if not isinstance(name, str):
@@ -710,7 +710,7 @@ def stream_compare(base: SpanSource, new: SpanSource, *, by: Sequence[str], thre
     """``comparison.compare`` of two open sources: see the module doc."""
     from .comparison import judge_rows
 
-    by = _check_by(by)
+    by = check_by(by)
     with _reading(base):
         before = _stats(base, by)
     with _reading(new):
