@@ -260,10 +260,17 @@ static void *drainer_main(void *arg) {
     (void)arg; /* started with every signal blocked: see hs_thread_create_quiet */
     pid_t me = getpid();
     uint64_t idle_us = 0;
+    uint32_t seen = 0;
+    int first = 1;
     for (;;) {
-        uint32_t seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         uint64_t waited_us = atomic_load(&period_us);
-        wait_for_wake(seen, waited_us);
+        /* The first pass at once: a thread that recorded and exited before this thread ran
+         * (its wake came before there was a waiter) is not left for a whole period. */
+        if (!first) wait_for_wake(seen, waited_us);
+        first = 0;
+        /* Read before the pass, not after it: a wake during the pass (a thread exiting
+         * once its chain was walked) makes the next wait return at once. */
+        seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         if (atomic_load(&drainer_pid) != me) return NULL;
         /* the flight file's "last seen" (the end of spans open at a crash) and clock */
         if (atomic_load_explicit(&hs_flight_on, memory_order_relaxed)) hs_flight_tick();

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -12,12 +13,20 @@ def rows(table):
     return table.to_pylist()
 
 
+def python_command() -> list[str]:
+    """How a test starts a fresh interpreter: ``sys.executable``, or HOTSPAN_TEST_PYTHON's
+    command line where that cannot be executed directly (.ci/arm64: an arm64 CPython under
+    qemu-user, whose execve of an arm64 binary the host kernel refuses without binfmt_misc)."""
+    wrapper = os.environ.get("HOTSPAN_TEST_PYTHON")
+    return shlex.split(wrapper) if wrapper else [sys.executable]
+
+
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter (for environment variables read at import, fork...)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [*python_command(), "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         env=full_env,
