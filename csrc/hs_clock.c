@@ -69,13 +69,10 @@ static anchor_t take_anchor(void) {
 }
 
 /* fork(): hold the lock across it so the child never inherits it mid-update. */
-static void atfork_prepare(void) { pthread_mutex_lock(&clock_lock); }
-static void atfork_release(void) { pthread_mutex_unlock(&clock_lock); }
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_release, atfork_release); }
+void hs_clock_fork_prepare(void) { pthread_mutex_lock(&clock_lock); }
+void hs_clock_fork_release(void) { pthread_mutex_unlock(&clock_lock); }
 
 void hs_clock_init(void) {
-    pthread_once(&atfork_once, register_atfork);
     int kind = HS_CLOCK_MONOTONIC;
     const char *forced = getenv("HOTSPAN_CLOCK");
 #if defined(__x86_64__) || defined(_M_X64)

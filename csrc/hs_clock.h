@@ -84,6 +84,10 @@ typedef struct hs_clock_info {
 
 /* Pick the source (env HOTSPAN_CLOCK=tsc|monotonic may force one) and take the anchor. */
 void hs_clock_init(void);
+/* fork() (hs_fork.c): hold the clock's lock across it so the child never inherits it
+ * mid-update. */
+void hs_clock_fork_prepare(void);
+void hs_clock_fork_release(void);
 /* Tests: ticks become epoch ns starting at start_ns, advancing by step_ns per read. */
 void hs_clock_set_fake(int64_t start_ns, uint64_t step_ns);
 /* Back to the real source chosen at init. */

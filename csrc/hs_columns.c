@@ -8,10 +8,12 @@
 #include <unistd.h>
 #include <sys/mman.h>
 
+#include "hs_columns.h"
+
 #include "hs_clock.h"
+#include "hs_compiler.h"
 #include "hs_drain.h"
 #include "hs_intern.h"
-#include "hs_recorder.h"
 
 /* ---- column buffers -------------------------------------------------------------------- */
 

@@ -21,10 +21,9 @@
 #endif
 
 #include "hs_clock.h"
-#include "hs_flight.h"
+#include "hs_compiler.h"
 #include "hs_intern.h"
 #include "hs_live.h"
-#include "hs_recorder.h"
 
 
 /* Segments are small descriptors of records left in place in their blocks (a block is
@@ -56,6 +55,10 @@ static _Atomic uint32_t wake_word = 0;
 static _Atomic uint64_t period_us = 5000;
 static _Atomic uint64_t fixed_period_us = 0; /* configure(drain_interval=...) */
 static _Atomic int paused = 0;                /* configure(drain_thread=False) */
+
+/* The plug-ins' part of a pass and of a release (see hs_drain.h): set once at import. */
+void (*hs_drain_tick_hook)(void) = NULL;
+void (*hs_block_drained_hook)(hs_block *b, uint64_t upto) = NULL;
 
 void hs_drain_lock(void) { pthread_mutex_lock(&drain_lock); }
 void hs_drain_unlock(void) { pthread_mutex_unlock(&drain_lock); }
@@ -273,7 +276,7 @@ static void *drainer_main(void *arg) {
         seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         if (atomic_load(&drainer_pid) != me) return NULL;
         /* the flight file's "last seen" (the end of spans open at a crash) and clock */
-        if (atomic_load_explicit(&hs_flight_on, memory_order_relaxed)) hs_flight_tick();
+        if (hs_drain_tick_hook) hs_drain_tick_hook();
         if (atomic_load(&paused)) continue; /* only drain() moves records now */
         pthread_mutex_lock(&drain_lock);
         uint64_t moved = sweep_locked();
@@ -312,39 +315,29 @@ int hs_thread_create_quiet(pthread_t *th, const pthread_attr_t *attr, void *(*fn
     return rc;
 }
 
-static void atfork_prepare(void) {
-    hs_collect_lock(); /* first: a drain() in progress finishes before the fork */
+/* fork() (hs_fork.c calls these in its order): a drainer start and a pass finish first. */
+void hs_drain_fork_prepare(void) {
     pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&drain_lock);
-    hs_registry_lock();
-    hs_intern_lock();
 }
-static void atfork_parent(void) {
-    hs_intern_unlock();
-    hs_registry_unlock();
+void hs_drain_fork_release(void) {
     pthread_mutex_unlock(&drain_lock);
     pthread_mutex_unlock(&start_lock);
-    hs_collect_unlock();
 }
-static void atfork_child(void) {
-    hs_drain_after_fork_child();
-    hs_intern_unlock();
-    hs_registry_unlock();
-    pthread_mutex_unlock(&drain_lock);
-    pthread_mutex_unlock(&start_lock);
-    hs_collect_unlock();
-}
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
 
-/* At import, not at the first span: a process that forks before it records anything (a
- * DataLoader's parent) has drawn its span id base already (the first drain reports it),
- * and children forked without these handlers kept that base: two workers wrote the same
- * ids. */
-void hs_drain_init_atfork(void) { pthread_once(&atfork_once, register_atfork); }
+void hs_configure(int64_t capacity, int64_t cap_bytes, int64_t drain_interval_us) {
+    /* every thread takes blocks of the new size from its next switch on */
+    if (capacity > 0) atomic_store(&hs_block_records, (uint64_t)capacity);
+    if (cap_bytes > 0) atomic_store(&hs_memory_cap, (uint64_t)cap_bytes);
+    if (drain_interval_us > 0) hs_drain_set_period_us((uint64_t)drain_interval_us);
+}
+
+void hs_drain_install(void) {
+    hs_thread_started_hook = hs_drainer_ensure;
+    hs_thread_exited_hook = hs_wake_drainer;
+}
 
 void hs_drainer_ensure(void) {
-    pthread_once(&atfork_once, register_atfork);
     pid_t me = getpid();
     if (atomic_load(&drainer_pid) == me) return;
     pthread_mutex_lock(&start_lock);
@@ -361,7 +354,7 @@ void hs_drainer_ensure(void) {
     pthread_mutex_unlock(&start_lock);
 }
 
-/* Locks held (see atfork_prepare): only the forking thread exists. */
+/* fork(), in the child, locks held (hs_fork.c): only the forking thread exists. */
 void hs_drain_after_fork_child(void) {
     /* the parent drains what it recorded: the child's copies of its segments go */
     hs_segment *s = seg_head;
@@ -385,7 +378,6 @@ void hs_drain_after_fork_child(void) {
     used_pairs_incomplete = 0;
     atomic_store(&drainer_pid, 0); /* the parent's drain thread does not exist here */
     wake_after_fork_child();
-    hs_registry_after_fork_child();
 }
 
 void hs_drain_take(hs_drain_batch *out) {
@@ -417,7 +409,7 @@ void hs_drain_release(hs_drain_batch *batch) {
     while (s) {
         hs_segment *next = s->next;
         /* converted: a recovery of the flight file must not give these spans again */
-        hs_flight_block_drained(s->block, (uint64_t)(s->recs - s->block->recs) + s->nslots);
+        if (hs_block_drained_hook) hs_block_drained_hook(s->block, (uint64_t)(s->recs - s->block->recs) + s->nslots);
         hs_block_unref(s->block);
         free(s);
         s = next;

@@ -1,9 +1,10 @@
-/* hs_drain: the native drain thread (hs_drain.c) and the columnar conversion (hs_columns.c).
+/* hs_drain: the native drain thread and the segment store (the columnar conversion of
+ * the segments is hs_columns.h's).
  *
  * The drain thread never takes the GIL: it moves records from every ring into segments
  * (32 bytes a span, plus a small header a batch) so recording threads never wait on
  * Python. hs_drain_collect() turns the segments into Arrow-ready column buffers with one
- * pass in C. Free of Python.h.
+ * pass in C (hs_columns.c). Free of Python.h.
  */
 #ifndef HS_DRAIN_H
 #define HS_DRAIN_H
@@ -16,43 +17,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct hs_thread_row {
-    int64_t tid;
-    char *name;       /* malloc'd copy */
-    uint64_t dropped;     /* cumulative, every cause */
-    uint64_t dropped_cap; /* of which at the memory cap */
-} hs_thread_row;
-
-typedef struct hs_columns {
-    uint64_t n;
-    uint64_t *span_id;
-    uint64_t *parent_id;
-    uint8_t *parent_valid; /* Arrow validity bitmaps: bit i set = row i valid */
-    int32_t *name_idx;
-    int32_t *category_idx;
-    uint8_t *category_valid;
-    int64_t *start_ns;
-    int64_t *end_ns;
-    int64_t *duration_ns;
-    int32_t *depth;
-    int64_t *thread_id;
-    int32_t *thread_idx;
-    /* pid and rank are the same on every row: the Python glue hands out one shared buffer */
-    int64_t *arg;
-    uint8_t *arg_valid;
-    uint8_t *error; /* Arrow boolean bitmap */
-    /* dictionaries: UTF-8 strings as (blob, offsets[count + 1]) */
-    uint32_t n_names, n_categories;
-    char *names_blob, *categories_blob;
-    int32_t *names_offsets, *categories_offsets;
-    uint32_t n_threads;    /* threads that have rows in this batch */
-    hs_thread_row *threads;
-    uint32_t n_all_threads; /* threads of this process, for drop accounting: every live one,
-                               and the exited ones that dropped spans */
-    hs_thread_row *all_threads;
-    uint64_t id_base;       /* this process's span id base */
-} hs_columns;
 
 /* Records taken off a thread's chain, left in place in their block, waiting for drain(). */
 typedef struct hs_segment {
@@ -84,16 +48,6 @@ void hs_drainer_ensure(void);
 void hs_wake_drainer(void);
 /* Move everything recorded so far into segments (drain lock taken inside). */
 void hs_drain_sweep(void);
-/* Sweep, then convert every segment into columns (caller frees with hs_columns_free). */
-int hs_drain_collect(hs_columns *out, int32_t rank);
-/* Column buffers (64-byte aligned; large ones huge-page backed and pooled). */
-void *hs_buf_alloc(size_t bytes);
-void *hs_buf_calloc(size_t bytes);
-void hs_buf_free(void *p);
-void hs_columns_free(hs_columns *c);
-/* Held by hs_drain_collect (taken before the drain lock; the atfork handlers take it too). */
-void hs_collect_lock(void);
-void hs_collect_unlock(void);
 /* Bytes and spans held in segments, not yet collected. */
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments);
 /* Bytes of freed segment memory kept for reuse (returned to the system after a second idle). */
@@ -106,9 +60,21 @@ int hs_drain_paused(void);
 
 void hs_drain_lock(void);
 void hs_drain_unlock(void);
+/* fork() (hs_fork.c): the start and drain locks held across it; in the child, the
+ * parent's segments and drain thread forgotten (locks held, one thread). */
+void hs_drain_fork_prepare(void);
+void hs_drain_fork_release(void);
 void hs_drain_after_fork_child(void);
-/* Register the fork handlers (idempotent): a child gets its own span id base and state. */
-void hs_drain_init_atfork(void);
+
+/* Block size, memory cap (the ring's) and the drain thread's period (0 or less: unchanged). */
+void hs_configure(int64_t capacity, int64_t memory_cap, int64_t drain_interval_us);
+/* Point the registry's thread hooks at the drain (a new thread starts the drain thread if
+ * there is none; an exited one wakes it). At import, before any thread registers. */
+void hs_drain_install(void);
+/* Plug-ins (the flight file), set once at import: tick runs on each pass of the drain
+ * thread; drained is told that drain() converted a block's slots up to `upto`. */
+extern void (*hs_drain_tick_hook)(void);
+extern void (*hs_block_drained_hook)(hs_block *b, uint64_t upto);
 /* pthread_create for hotspan's own threads: the new thread starts with every signal
  * blocked, so signals reach the program's threads (see hs_drain.c). */
 int hs_thread_create_quiet(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "hs_clock.h"
+#include "hs_drain.h"
 #include "hs_intern.h"
 
 _Atomic int hs_flight_on = 0;
@@ -40,6 +41,8 @@ static void on_exit_clean(void) {
 }
 
 static void mirror_on(void) {
+    hs_intern_string_hook = hs_flight_note_string; /* intern lock held (hs_intern_mirror) */
+    hs_intern_pair_hook = hs_flight_note_pair;
     hs_block_free_hook = hs_flight_block_free;
     hs_block_alloc_hook = hs_flight_block_alloc;
     atomic_store(&hs_flight_on, 1);
@@ -355,4 +358,20 @@ void hs_flight_after_fork_child(void) {
      * does writes to the parent's file from now on. */
     hdr = NULL;
     slots = NULL;
+}
+
+/* The drain thread's pass: only while a file is open. */
+static void tick_if_on(void) {
+    if (atomic_load_explicit(&hs_flight_on, memory_order_relaxed)) hs_flight_tick();
+}
+
+void hs_flight_install(void) {
+    hs_tstate_alloc_hook = hs_flight_tstate_alloc;
+    hs_tstate_release_hook = hs_flight_tstate_release;
+    hs_stack_kept_hook = hs_flight_owns;
+    hs_thread_renamed_hook = hs_flight_set_name;
+    hs_stack_edit_begin_hook = hs_flight_gen_begin;
+    hs_stack_edit_end_hook = hs_flight_gen_end;
+    hs_drain_tick_hook = tick_if_on;
+    hs_block_drained_hook = hs_flight_block_drained;
 }

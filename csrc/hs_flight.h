@@ -124,6 +124,10 @@ void hs_flight_note_pair(uint32_t id, uint32_t name, uint32_t path);
 /* The drain thread, each pass: the last time the process was seen, and the clock. */
 void hs_flight_tick(void);
 
+/* Point the registry's and the drain's hooks at the functions above (at import, one
+ * thread: each does nothing while no file is open, as they did when called by name). */
+void hs_flight_install(void);
+
 /* fork(), in the child (one thread, locks held): the file stays the parent's. The calling
  * thread's state moves to private memory; the child writes nothing to the file. */
 void hs_flight_after_fork_child(void);

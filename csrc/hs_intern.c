@@ -1,7 +1,6 @@
 /* hs_intern: the intern tables, behind one mutex (only taken when a new combination
  * appears: at span-object creation or a cache miss on a new parent path). */
 #include "hs_intern.h"
-#include "hs_flight.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -10,6 +9,10 @@
 hs_pair *_Atomic hs_pair_chunks[HS_PAIR_MAX_CHUNKS];
 
 static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The flight file's mirror of the tables (see hs_intern.h): set and read under intern_lock. */
+void (*hs_intern_string_hook)(uint32_t id, const char *s, uint32_t len) = NULL;
+void (*hs_intern_pair_hook)(uint32_t id, uint32_t name, uint32_t path) = NULL;
 
 /* strings: id 0 is "none" */
 static char **str_text = NULL;
@@ -91,7 +94,7 @@ static uint32_t intern_string_locked(const char *s, size_t len) {
     str_text[id] = copy;
     str_len[id] = (uint32_t)len;
     str_slots[i] = id;
-    hs_flight_note_string(id, copy, (uint32_t)len);
+    if (hs_intern_string_hook) hs_intern_string_hook(id, copy, (uint32_t)len);
     return id;
 }
 
@@ -185,7 +188,7 @@ uint32_t hs_intern_pair(uint32_t name, uint32_t path) {
             chunk[id & (HS_PAIR_CHUNK - 1)].name = name;
             chunk[id & (HS_PAIR_CHUNK - 1)].path = path;
             pair_count++;
-            hs_flight_note_pair(id, name, path);
+            if (hs_intern_pair_hook) hs_intern_pair_hook(id, name, path);
             slot->key = key;
             slot->val = id;
             slot->used = 1;
@@ -264,10 +267,10 @@ char *hs_intern_string_dup(uint32_t id, size_t *len) {
 void hs_intern_mirror(void (*start)(void)) {
     pthread_mutex_lock(&intern_lock);
     start(); /* from here on, each new string and pair is mirrored as it is interned */
-    for (uint32_t id = 1; id < str_count; id++) hs_flight_note_string(id, str_text[id], str_len[id]);
+    for (uint32_t id = 1; id < str_count && hs_intern_string_hook; id++) hs_intern_string_hook(id, str_text[id], str_len[id]);
     for (uint32_t id = 0; id < pair_count; id++) {
         hs_pair *chunk = hs_pair_chunks[id >> HS_PAIR_CHUNK_BITS];
-        hs_flight_note_pair(id, chunk[id & (HS_PAIR_CHUNK - 1)].name, chunk[id & (HS_PAIR_CHUNK - 1)].path);
+        if (hs_intern_pair_hook) hs_intern_pair_hook(id, chunk[id & (HS_PAIR_CHUNK - 1)].name, chunk[id & (HS_PAIR_CHUNK - 1)].path);
     }
     pthread_mutex_unlock(&intern_lock);
 }

@@ -10,8 +10,12 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "hs_columns.h"
+#include "hs_drain.h"
 #include "hs_flight.h"
+#include "hs_fork.h"
 #include "hs_live.h"
+#include "hs_nvtx.h"
 #include "hs_recorder.h"
 #include "hs_signals.h"
 #include "hs_tasks.h"
@@ -704,6 +708,12 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
+    /* The plug-ins and the drain hook into the units below them, once, before any thread
+     * records; then the one set of fork handlers. */
+    hs_drain_install();
+    hs_flight_install();
+    hs_nvtx_install();
+    hs_fork_init();
     hs_clock_init();
     if (hs_tasks_init(m) < 0) {
         Py_DECREF(m);

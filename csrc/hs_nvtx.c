@@ -26,7 +26,6 @@
 #define NVTX_AS_SYSTEM_HEADER
 #include "third_party/nvtx3/nvToolsExt.h"
 
-_Atomic int hs_nvtx_on = 0;
 
 enum { NAME_DONE = 1, CATEGORY_DONE = 2 };
 
@@ -43,10 +42,11 @@ typedef struct {
 static nvtx_entry *_Atomic chunks[MAX_CHUNKS];
 static nvtxDomainHandle_t _Atomic domain = NULL;
 static pthread_mutex_t nvtx_lock = PTHREAD_MUTEX_INITIALIZER;
-static int atfork_done = 0;
 
-static void fork_prepare(void) { pthread_mutex_lock(&nvtx_lock); }
-static void fork_release(void) { pthread_mutex_unlock(&nvtx_lock); }
+/* fork() (hs_fork.c): a child forked while another thread registered a string would find
+ * the lock held. */
+void hs_nvtx_fork_prepare(void) { pthread_mutex_lock(&nvtx_lock); }
+void hs_nvtx_fork_release(void) { pthread_mutex_unlock(&nvtx_lock); }
 
 /* The entry of a string id, made under the lock when create; NULL past the table or out of
  * memory. */
@@ -151,11 +151,6 @@ int hs_nvtx_set(int on) {
          * at configure time, not in a span. */
         atomic_store(&domain, nvtxDomainCreateA("hotspan"));
     }
-    if (!atfork_done) {
-        /* A child forked while another thread registered a string would find the lock held. */
-        pthread_atfork(fork_prepare, fork_release, fork_release);
-        atfork_done = 1;
-    }
     pthread_mutex_unlock(&nvtx_lock);
     /* Every pair interned so far, so spans never register anything; pairs interned from
      * now on register when they are interned (hs_nvtx_pair_seen). */
@@ -169,6 +164,13 @@ int hs_nvtx_set(int on) {
     free(pairs);
     atomic_store(&hs_nvtx_on, 1);
     return 0;
+}
+
+void hs_nvtx_install(void) {
+    hs_nvtx_enter_hook = hs_nvtx_enter;
+    hs_nvtx_pop_hook = hs_nvtx_pop;
+    hs_nvtx_mark_hook = hs_nvtx_mark;
+    hs_nvtx_pair_hook = hs_nvtx_pair_seen;
 }
 
 void hs_nvtx_init_from_env(void) {

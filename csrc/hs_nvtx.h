@@ -17,21 +17,19 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "hs_registry.h"
+#include "hs_recorder.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A frame-only flag (bit 9, beyond the 8 bits of flags a record keeps: hs_push shifts it
- * out): the frame pushed an NVTX range, so its close pops one. Kept on the frame rather
- * than read from hs_nvtx_on at exit, so switching NVTX while spans are open never pops a
- * range that was not pushed. (hs_types.c's HS_FRAME_SYNC is bit 8.) */
-#define HS_FRAME_NVTX 0x200u
+/* HS_FRAME_NVTX and hs_nvtx_on: hs_recorder.h (the hot path tests them). */
 
-/* 1 while NVTX passthrough is on. */
-extern _Atomic int hs_nvtx_on;
-
+/* Point the recorder's NVTX hooks at the functions below (at import, one thread). */
+void hs_nvtx_install(void);
+/* fork() (hs_fork.c): hold the registration lock across it. */
+void hs_nvtx_fork_prepare(void);
+void hs_nvtx_fork_release(void);
 /* The frame just opened (pair, arg, flags set): push its range, mark the frame. */
 void hs_nvtx_enter(hs_frame *f);
 /* A frame marked HS_FRAME_NVTX was closed. */

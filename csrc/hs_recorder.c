@@ -1,6 +1,5 @@
 /* hs_recorder: the slow paths of the hot path, and span sites. */
 #include "hs_recorder.h"
-#include "hs_flight.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -8,6 +7,13 @@
 
 const char hs_owner_begin[1] = {0};
 const char hs_owner_native[1] = {0};
+
+/* NVTX passthrough's switch and hooks (see hs_recorder.h): set by hs_nvtx.c. */
+_Atomic int hs_nvtx_on = 0;
+void (*hs_nvtx_enter_hook)(hs_frame *f) = NULL;
+void (*hs_nvtx_pop_hook)(void) = NULL;
+void (*hs_nvtx_mark_hook)(uint32_t pair, int64_t arg, uint32_t flags) = NULL;
+void (*hs_nvtx_pair_hook)(uint32_t pair) = NULL;
 
 /* Sites by (name, category) ids, so every object for the same span shares one site and
  * its nested-path cache. */
@@ -68,7 +74,7 @@ hs_site *hs_site_create(const char *name, size_t name_len, const char *category,
 done:
     pthread_mutex_unlock(&site_lock);
     /* NVTX on: the site's name and category are registered now, never in a span */
-    if (out && atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_seen(pair);
+    if (out && atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_hook(pair);
     return out;
 }
 
@@ -78,7 +84,7 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair) {
     uint32_t p = hs_intern_pair(s->name, path);
     if (p == UINT32_MAX) return -1;
     *pair = p;
-    if (atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_seen(p); /* a new path: named now */
+    if (atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_hook(p); /* a new path: named now */
     /* One entry: a site nested under alternating parents pays this lock each time; the
      * common case (a site always under the same parent path) pays it once. */
     atomic_store_explicit(&s->nested, ((uint64_t)parent_path << 32) | p, memory_order_release);
@@ -116,16 +122,16 @@ void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error) {
     if (k == 0) return; /* opened while recording was off: nothing to close */
     k--;
     hs_frame f = t->stack[k];
-    hs_flight_gen_begin(t); /* frames move under a reader's feet: it retries */
+    if (hs_stack_edit_begin_hook) hs_stack_edit_begin_hook(t); /* frames move under a reader's feet: it retries */
     memmove(&t->stack[k], &t->stack[k + 1], sizeof(hs_frame) * (t->depth - k - 1));
     t->depth--;
-    hs_flight_gen_end(t);
+    if (hs_stack_edit_end_hook) hs_stack_edit_end_hook(t);
     hs_push(t, f.start, end, f.seq, f.pair, f.arg, f.flags | (error ? HS_F_ERROR : 0), k,
             k ? t->stack[k - 1].seq + 1 : 0);
     /* NVTX ranges are a per-thread stack: this pops the innermost one, whichever span it
      * belongs to (pushes and pops stay balanced; the names of ranges closed out of order
      * are NVTX's innermost, not these). */
-    if (f.flags & HS_FRAME_NVTX) hs_nvtx_pop();
+    if (f.flags & HS_FRAME_NVTX) hs_nvtx_pop_hook();
 }
 
 /* Out of line: the thread's context changed since its stack was made current (a task

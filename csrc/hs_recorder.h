@@ -11,9 +11,8 @@
 #define HS_RECORDER_H
 
 #include "hs_clock.h"
-#include "hs_drain.h"
+#include "hs_compiler.h"
 #include "hs_intern.h"
-#include "hs_nvtx.h"
 #include "hs_registry.h"
 #include "hs_ring.h"
 
@@ -21,11 +20,25 @@
 extern "C" {
 #endif
 
-#define HS_LIKELY(x) __builtin_expect(!!(x), 1)
-#define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* The hot path is a handful of small functions; inlining them into each caller saves
- * the call, the spills and the argument shuffles (~25 instructions a span). */
-#define HS_HOT static inline __attribute__((always_inline))
+/* A frame-only flag (bit 9, beyond the 8 bits of flags a record keeps: hs_push shifts it
+ * out): the frame pushed an NVTX range, so its close pops one. Kept on the frame rather
+ * than read from hs_nvtx_on at exit, so switching NVTX while spans are open never pops a
+ * range that was not pushed. (hs_types.c's HS_FRAME_SYNC is bit 8.) */
+#define HS_FRAME_NVTX 0x200u
+
+/* NVTX passthrough, a plug-in (hs_nvtx.c installs the hooks at import, before it can set
+ * hs_nvtx_on): 1 while it is on. Off, the hot path pays one load of hs_nvtx_on and a
+ * branch predicted not taken; on, it calls through the hooks, so the recorder never names
+ * the plug-in. */
+extern _Atomic int hs_nvtx_on;
+/* The frame just opened (pair, arg, flags set): push its range, mark the frame. */
+extern void (*hs_nvtx_enter_hook)(hs_frame *f);
+/* A frame marked HS_FRAME_NVTX was closed. */
+extern void (*hs_nvtx_pop_hook)(void);
+/* An instant: an NVTX mark. */
+extern void (*hs_nvtx_mark_hook)(uint32_t pair, int64_t arg, uint32_t flags);
+/* A (name, path) pair was interned or resolved while NVTX is on. */
+extern void (*hs_nvtx_pair_hook)(uint32_t pair);
 
 /* Owners of frames that no span object opened. */
 extern const char hs_owner_begin[1];
@@ -99,7 +112,7 @@ HS_HOT int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) 
     /* NVTX passthrough: off, one load of a global and a branch predicted not taken; on, the
      * range is pushed (out of line) before the start timestamp, so its cost stays outside
      * the span. */
-    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_enter(f);
+    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_enter_hook(f);
     f->start = hs_ticks(); /* last but the depth, so the span measures little of itself */
     __atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
     return 1;
@@ -147,7 +160,7 @@ HS_HOT void hs_close_top(hs_tstate *t, uint64_t end, int error) {
     hs_push(t, f->start, end, f->seq, f->pair, f->arg, flags | (error ? HS_F_ERROR : 0), d,
             d ? t->stack[d - 1].seq + 1 : 0);
     /* the frame's own flag, already loaded: a test and a branch predicted not taken */
-    if (HS_UNLIKELY(flags & HS_FRAME_NVTX)) hs_nvtx_pop();
+    if (HS_UNLIKELY(flags & HS_FRAME_NVTX)) hs_nvtx_pop_hook();
 }
 
 /* Close the innermost span opened by owner (normally the top frame). */
@@ -179,7 +192,7 @@ HS_HOT void hs_instant(hs_site *s, int64_t arg, uint32_t flags) {
     uint64_t seq = t->seq;
     if (HS_UNLIKELY(seq == t->seq_end)) seq = hs_seq_refill(t);
     t->seq = seq + 1;
-    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_mark(pair, arg, flags);
+    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_mark_hook(pair, arg, flags);
     uint64_t now = hs_ticks();
     hs_push(t, now, now, seq, pair, arg, flags | HS_F_INSTANT, d, d ? t->stack[d - 1].seq + 1 : 0);
 }

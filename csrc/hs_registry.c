@@ -13,14 +13,21 @@
 #include <sys/syscall.h>
 #endif
 
-#include "hs_drain.h"
-#include "hs_flight.h"
 
 _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec"))) = NULL;
 _Atomic int hs_enabled = 1;
 char *(*hs_thread_name_hook)(void) = NULL;
 void (*hs_thread_link_hook)(hs_tstate *t) = NULL;
 void (*hs_ctx_switch_hook)(hs_tstate *t) = NULL;
+/* Plug-ins and the units above (see hs_registry.h): set once at import, read after. */
+hs_tstate *(*hs_tstate_alloc_hook)(int64_t tid, const char *name, hs_frame **frames, uint32_t *nframes) = NULL;
+int (*hs_tstate_release_hook)(hs_tstate *t) = NULL;
+int (*hs_stack_kept_hook)(const void *frames) = NULL;
+void (*hs_thread_renamed_hook)(hs_tstate *t, const char *name) = NULL;
+void (*hs_stack_edit_begin_hook)(hs_tstate *t) = NULL;
+void (*hs_stack_edit_end_hook)(hs_tstate *t) = NULL;
+void (*hs_thread_started_hook)(void) = NULL;
+void (*hs_thread_exited_hook)(void) = NULL;
 static _Atomic uint64_t next_serial = 1;
 
 #define INITIAL_STACK 64
@@ -143,13 +150,13 @@ static void on_thread_exit(void *p) {
     /* Another context's stack (owned by its stack object) may be current: free our own
      * (unless it is a flight file slot's, which stays with the slot). */
     hs_frame *own = t->stack_owner ? t->own_stack : t->stack;
-    if (!hs_flight_owns(own)) free(own);
-    if (!hs_flight_tstate_release(t)) free(t);
+    if (!(hs_stack_kept_hook && hs_stack_kept_hook(own))) free(own);
+    if (!(hs_tstate_release_hook && hs_tstate_release_hook(t))) free(t);
     hs_tls = NULL;
     /* Last: once retired, the drain side may free the chain and (after a drain()) the
      * info at any moment. */
     atomic_store_explicit(&chain->retired, 1, memory_order_release);
-    hs_wake_drainer();
+    if (hs_thread_exited_hook) hs_thread_exited_hook();
 }
 
 static void make_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
@@ -175,7 +182,7 @@ hs_tstate *hs_tstate_register(void) {
      * its open spans outlive the process and can be read from outside. */
     hs_frame *stack = NULL;
     uint32_t stack_cap = INITIAL_STACK;
-    hs_tstate *t = hs_flight_tstate_alloc(info->tid, info->name, &stack, &stack_cap);
+    hs_tstate *t = hs_tstate_alloc_hook ? hs_tstate_alloc_hook(info->tid, info->name, &stack, &stack_cap) : NULL;
     if (!t) {
         t = calloc(1, sizeof(*t));
         stack = malloc(sizeof(hs_frame) * INITIAL_STACK);
@@ -215,7 +222,7 @@ hs_tstate *hs_tstate_register(void) {
 
     hs_tls = t;
     pthread_setspecific(exit_key, t);
-    hs_drainer_ensure();
+    if (hs_thread_started_hook) hs_thread_started_hook();
     if (hs_thread_link_hook) hs_thread_link_hook(t);
     return t;
 }
@@ -228,13 +235,13 @@ void hs_set_thread_name(hs_tstate *t, const char *name) {
     t->info->name = copy;
     pthread_mutex_unlock(&registry_lock);
     free(old);
-    hs_flight_set_name(t, name);
+    if (hs_thread_renamed_hook) hs_thread_renamed_hook(t, name);
 }
 
 int hs_stack_grow(hs_tstate *t) {
     uint32_t nc = t->stack_cap * 2;
     hs_frame *ns;
-    if (hs_flight_owns(t->stack)) {
+    if (hs_stack_kept_hook && hs_stack_kept_hook(t->stack)) {
         /* A flight slot's frames stay in place (the slot keeps them): deeper stacks move to
          * memory of their own, and the file shows the thread's stack as too deep. */
         ns = malloc(sizeof(hs_frame) * nc);
@@ -290,13 +297,6 @@ void hs_registry_retire(hs_chain *ch) {
     hs_chain_destroy(ch);
 }
 
-void hs_configure(int64_t capacity, int64_t cap_bytes, int64_t drain_interval_us) {
-    /* every thread takes blocks of the new size from its next switch on */
-    if (capacity > 0) atomic_store(&hs_block_records, (uint64_t)capacity);
-    if (cap_bytes > 0) atomic_store(&hs_memory_cap, (uint64_t)cap_bytes);
-    if (drain_interval_us > 0) hs_drain_set_period_us((uint64_t)drain_interval_us);
-}
-
 uint64_t hs_get_capacity(void) { return atomic_load(&hs_block_records); }
 uint64_t hs_get_memory_cap(void) { return atomic_load(&hs_memory_cap); }
 
@@ -322,7 +322,6 @@ void hs_registry_after_fork_child(void) {
     /* Only the forking thread exists now. Every record not yet drained was the parent's
      * (the parent drains it): every chain goes, the calling thread's too, and every other
      * thread's info. */
-    hs_flight_after_fork_child(); /* first: the thread's state may be in the parent's file */
     hs_tstate *me = hs_tls;
     if (me) pthread_setspecific(exit_key, me);
     hs_chain *ch = chain_list;

@@ -109,6 +109,24 @@ extern void (*hs_thread_link_hook)(hs_tstate *t);
 /* The thread's current context is not its stack's (ctx_slot != ctx): the glue makes the
  * context's own stack current. Unset, or when it cannot, the current stack is kept. */
 extern void (*hs_ctx_switch_hook)(hs_tstate *t);
+/* What the units above and the plug-ins do at a thread's events, through pointers so that
+ * the registry names none of them (NULL: nothing). Set once at import, before any thread
+ * registers. The flight file (hs_flight.c) keeps a thread's state and first frames in a
+ * slot of its file: alloc gives a zeroed state with the slot's frames (NULL: none), release
+ * says whether the state was the file's (then not freed), kept whether frames are a slot's
+ * (never freed nor reallocated); renamed follows hs_set_thread_name. */
+extern hs_tstate *(*hs_tstate_alloc_hook)(int64_t tid, const char *name, hs_frame **frames, uint32_t *nframes);
+extern int (*hs_tstate_release_hook)(hs_tstate *t);
+extern int (*hs_stack_kept_hook)(const void *frames);
+extern void (*hs_thread_renamed_hook)(hs_tstate *t, const char *name);
+/* Around a slow path that rearranges a thread's current stack in place (an out-of-order
+ * exit, an asyncio task's stack switch): the flight file's seqlock, so a reader retries. */
+extern void (*hs_stack_edit_begin_hook)(hs_tstate *t);
+extern void (*hs_stack_edit_end_hook)(hs_tstate *t);
+/* A thread registered (the drain starts its thread if this process has none), and one
+ * exited (the drain is woken to take what it left). */
+extern void (*hs_thread_started_hook)(void);
+extern void (*hs_thread_exited_hook)(void);
 void hs_set_thread_name(hs_tstate *t, const char *name);
 int hs_stack_grow(hs_tstate *t);
 /* The thread's id range is used up: take the next one; returns its first id. */
@@ -119,7 +137,6 @@ uint64_t hs_id_base(void);
  * rows the rings do not carry (device rows resolved at drain). */
 uint64_t hs_take_id_range(void);
 
-void hs_configure(int64_t capacity, int64_t memory_cap, int64_t drain_interval_us);
 uint64_t hs_get_capacity(void);
 uint64_t hs_get_memory_cap(void);
 uint64_t hs_dropped_total(void);
@@ -139,8 +156,8 @@ void hs_registry_retire(hs_chain *ch);
 hs_drop_row *hs_registry_exited_drops(uint32_t *n);
 
 /* fork(), in the child (locks held, one thread): forget every other thread; the calling
- * thread gets a fresh chain and the child a fresh id base (hs_drain.c calls it from its
- * atfork handler once the inherited segments are discarded). */
+ * thread gets a fresh chain and the child a fresh id base (hs_fork.c calls it once the
+ * inherited segments are discarded and the flight file let go). */
 void hs_registry_after_fork_child(void);
 
 #ifdef __cplusplus

@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "hs_recorder.h"
-#include "hs_flight.h"
 #include "hs_tasks.h"
 
 /* link_thread reads PyThreadState.context, a field of CPython's non-limited thread state
@@ -94,7 +93,7 @@ int hs_tasks_seen(void) { return atomic_load_explicit(&tasks_seen, memory_order_
  * consistent by then). */
 static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
     StackObject *old = t->stack_owner;
-    hs_flight_gen_begin(t); /* a reader of the flight file retries across the switch */
+    if (hs_stack_edit_begin_hook) hs_stack_edit_begin_hook(t); /* a reader of the flight file retries across the switch */
     if (old) {
         old->frames = t->stack;
         old->depth = t->depth;
@@ -116,7 +115,7 @@ static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
         t->stack_owner = NULL;
     }
     t->ctx = ctx;
-    hs_flight_gen_end(t);
+    if (hs_stack_edit_end_hook) hs_stack_edit_end_hook(t);
     Py_XDECREF(old);
 }
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hotspan.cli.commands import main
+from hotspan.cli import main
 from hotspan.recording.flight import META_OPEN_SPANS, FlightFileError, recover, stacks
 
 DEADLINE_S = 120

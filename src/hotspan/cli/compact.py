@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..units import human_bytes, human_ns
+from .common import add_command
 from .errors import CliError
 
 HELP = "merge a dataset's small parts into parts of about 128 MiB, readers reading on"
@@ -17,6 +18,13 @@ DESCRIPTION = (
     "raw files, see them twice). Run one compaction per dataset at a time."
 )
 EXAMPLE = "hotspan compact run/\nhotspan compact s3://bucket/run --target-mb 256"
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hotspan compact`` to the subcommands ``sub``."""
+    parser = add_command(sub, "compact", HELP, DESCRIPTION, EXAMPLE, cmd_compact)
+    add_arguments(parser)
+    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

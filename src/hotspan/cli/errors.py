@@ -1,7 +1,7 @@
 """What every command module shares with the parser: bad input is a ``CliError`` (one line
 on stderr, exit status ``EXIT_BAD_INPUT``), and an output path is checked by ``check_output``
-before any work. A module of its own, so that command modules
-(``cli/<command>.py``) which ``commands.py`` registers can raise it without importing
+before any work. A module of its own, so that the command modules (``cli/<command>.py``),
+which ``commands.py`` assembles into the parser, can raise it without importing
 ``commands.py`` back (no import cycle)."""
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from .common import add_command
 from .errors import CliError, check_output
 
 HELP = "rebuild the spans a crashed process left in its flight file (HOTSPAN_FLIGHT)"
@@ -17,6 +18,13 @@ DESCRIPTION = (
     "A file from another hotspan version, a truncated or a damaged one is refused (exit 2)."
 )
 EXAMPLE = "hotspan recover /dev/shm/hotspan-4242.flight -o crash.parquet"
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hotspan recover`` to the subcommands ``sub``."""
+    parser = add_command(sub, "recover", HELP, DESCRIPTION, EXAMPLE, cmd_recover)
+    add_arguments(parser)
+    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

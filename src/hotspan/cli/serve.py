@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from .common import add_command
 from .errors import CliError
 
 DESCRIPTION = (
@@ -15,9 +16,17 @@ DESCRIPTION = (
     "otherwise; with --token (or $HOTSPAN_TOKEN) every request must send 'Authorization: Bearer TOKEN'. "
     "Needs the serve extra: pip install 'hotspan[serve]'."
 )
+HELP = "a trace API and a dashboard over the runs under a directory"
 EXAMPLE = ("hotspan serve runs/                      # then open http://127.0.0.1:8765/\n"
            "curl -s http://127.0.0.1:8765/v1/traces | jq '.traces[].path'\n"
            "HOTSPAN_TOKEN=s3cret hotspan serve runs/ --host 0.0.0.0 --port 9000")
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hotspan serve`` to the subcommands ``sub``."""
+    parser = add_command(sub, "serve", HELP, DESCRIPTION, EXAMPLE, cmd_serve)
+    add_arguments(parser)
+    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .common import add_command
 from .errors import CliError
 
 HELP = "the open spans of running processes, per rank and thread, from their flight files"
@@ -25,6 +26,13 @@ DESCRIPTION = (
 EXAMPLE = ("hotspan top                       # every process of yours with a flight file\n"
            "hotspan top 4242 --once\n"
            "hotspan top /dev/shm/ --json     # every rank's file in a directory")
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hotspan top`` to the subcommands ``sub``."""
+    parser = add_command(sub, "top", HELP, DESCRIPTION, EXAMPLE, cmd_top)
+    add_arguments(parser)
+    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

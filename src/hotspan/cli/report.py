@@ -1,0 +1,31 @@
+"""``hotspan report TRACE``: one self-contained HTML page."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import add_command, load_traces, write_atomically
+from .errors import check_output
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hotspan report`` to the subcommands ``sub``."""
+    parser = add_command(sub, "report", "a self-contained HTML report (summary, stats, phases, timeline)",
+                  "Write one HTML file that needs nothing else (no network): summary, statistics, phases, and an "
+                  "SVG timeline per rank/thread with details on hover (click a span to pin them; the link keeps it).",
+                  "hotspan report trace.parquet -o report.html", cmd_report)
+    parser.add_argument("trace", metavar="TRACE")
+    parser.add_argument("-o", "--output", default="hotspan-report.html", help="default hotspan-report.html")
+    parser.add_argument("--title", help="page title (default: from the trace's file name)")
+    return parser
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..report import html_report
+
+    out = check_output(args.output, trace=False)
+    table = load_traces([args.trace])
+    page = html_report(table, title=args.title or f"hotspan report: {Path(args.trace).name}")
+    write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    print(f"{table.num_rows:,} spans -> {out}")
+    return 0
