@@ -12,6 +12,8 @@ so a program that only records, on every rank of a job, pays nothing for them.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ._version import __version__  # noqa: E402
 
 from ._native import (  # noqa: E402
@@ -54,7 +56,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'hotspan' has no attribute {name!r}")

@@ -338,7 +338,8 @@ def traced(fn: Any = None, /, category: str | None = None, *, name: str | None =
         chosen = fn if isinstance(fn, str) else name
 
         def decorate(func: F) -> F:
-            return _decorate(func, chosen, category, arg, sync)
+            decorated: F = _decorate(func, chosen, category, arg, sync)
+            return decorated
 
         return decorate
     if not callable(fn):

@@ -80,7 +80,7 @@ def meta_int(meta: dict[bytes, bytes] | None, key: bytes) -> int | None:
         return None
 
 
-def meta_dict(meta: dict[bytes, bytes] | None, key: bytes) -> dict | None:
+def meta_dict(meta: dict[bytes, bytes] | None, key: bytes) -> dict[str, Any] | None:
     """The JSON object stored under ``key``, or None when absent or not an object."""
     value = meta_json(meta, key)
     return value if isinstance(value, dict) else None

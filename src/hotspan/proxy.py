@@ -23,7 +23,7 @@ from ._api import traced
 
 __all__ = ["ObjectProxy", "wrap"]
 
-SizeFn = Callable[[tuple, dict, Any], "int | None"]
+SizeFn = Callable[[tuple[Any, ...], dict[str, Any], Any], "int | None"]
 
 # Special methods looked up on the type (so __getattr__ never sees them), forwarded when the
 # wrapped object's type has them. A result that is the object itself (``with conn as c``,
@@ -96,7 +96,7 @@ def _sized(bound: Any, span_name: str, category: str | None, size: SizeFn) -> An
     set_arg = _native._set_arg
     span = _native.span(span_name, category)
 
-    def measured(args: tuple, kwargs: dict, result: Any) -> None:
+    def measured(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         try:
             n = size(args, kwargs, result)
         except Exception:  # noqa: BLE001 - a broken size function must not break the call
@@ -191,7 +191,7 @@ def wrap(obj: Any, category: str | None = "db", size: SizeFn | None = None,
                 raise AttributeError(f"wrap(): {type(obj).__name__} has no method {name!r}")
     if isinstance(obj, ObjectProxy):
         obj = target(obj)
-    proxy = object.__new__(_proxy_type(type(obj)))
+    proxy: ObjectProxy = object.__new__(_proxy_type(type(obj)))
     object.__setattr__(proxy, "_hs_target", obj)
     object.__setattr__(proxy, "_hs_class", type(obj).__name__)
     object.__setattr__(proxy, "_hs_category", category)
