@@ -37,7 +37,10 @@ def test_one_span_a_line_with_the_schema_columns(tmp_path):
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2
     first = json.loads(lines[0])
-    assert list(first) == SPAN_SCHEMA.names
+    # The first line also says how many spans the file holds (a load of a file with lines
+    # cut out says how many): the schema's columns, then that count.
+    assert list(first) == [*SPAN_SCHEMA.names, "hotspan.spans"] and first["hotspan.spans"] == 2
+    assert list(json.loads(lines[1])) == SPAN_SCHEMA.names
     assert first["span_id"] == (1 << 63) + 12345 and first["category"] is None and first["name"] == "step ✓"
     assert json.loads(lines[1])["category"] == "" and json.loads(lines[1])["arg"] is None
 
@@ -50,7 +53,8 @@ def test_lossless_round_trip_and_pyarrow_json_reads_it(tmp_path):
     assert back.schema.remove_metadata() == SPAN_SCHEMA
     assert back.to_pylist() == table.to_pylist()
     plain = pajson.read_json(path)  # no schema given: pyarrow infers one, every column there
-    assert plain.column_names == SPAN_SCHEMA.names and plain.num_rows == 2
+    assert plain.column_names == [*SPAN_SCHEMA.names, "hotspan.spans"] and plain.num_rows == 2
+    assert plain.column("hotspan.spans").to_pylist() == [2, None]
 
 
 def test_recorded_trace_round_trip_and_cli_export(tmp_path, capsys):

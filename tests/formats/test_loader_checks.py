@@ -15,7 +15,7 @@ import pytest
 import hotspan
 from hotspan._schema import META_SKIPPED_ON_LOAD
 from hotspan.formats import TraceFileError, export, load
-from hotspan.formats.base import TraceFileWarning, check_span_rules
+from hotspan.formats.base import MISSING_PARENTS, TraceFileWarning, check_span_rules, missing_parents
 from hotspan.formats.dataset import write_part
 
 from conftest import assert_same_spans
@@ -150,9 +150,13 @@ def test_truncated_csv_loads_the_whole_rows_and_says_what_it_left_out(one_line_r
     cut = len((tmp_path / "first.csv").read_bytes()) + 7  # and 7 bytes of the next
     path = tmp_path / "cut.csv"
     path.write_bytes(csv_bytes[:cut])
-    with pytest.warns(TraceFileWarning, match=r"cut.csv: 1 row\(s\) left out: 1 incomplete last row"):
+    with pytest.warns(TraceFileWarning, match=r"cut.csv: [\d,]+ row\(s\) left out: 1 incomplete last row"):
         table = load(path)
-    assert json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD])["total"] == 1
+    # Also said: the spans the rows kept name as parent that are not in the file (cut away
+    # with the rest, or left out of these synthetic rows).
+    reasons = json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD])["reasons"]
+    assert reasons.pop("incomplete last row (the file ends mid-row: truncated?)") == 1
+    assert list(reasons) == [MISSING_PARENTS] and reasons[MISSING_PARENTS] == missing_parents(table) - 1
     assert_same_spans(one_line_rows.slice(0, rows), table)
 
 
@@ -166,8 +170,9 @@ def test_csv_rows_with_missing_fields_are_counted(one_line_rows, csv_bytes, tmp_
         table = load(path)
     kept = [i for i in range(one_line_rows.num_rows) if i not in (4, 8)]  # lines 5 and 9, past the header
     assert_same_spans(one_line_rows.take(kept), table)
-    assert json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD]) == {
-        "total": 2, "reasons": {"row(s) with the wrong number of fields": 2}}
+    reasons = json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD])["reasons"]
+    assert reasons["row(s) with the wrong number of fields"] == 2
+    assert reasons.get(MISSING_PARENTS, 0) == max(0, missing_parents(table) - 2)  # each left-out row said once
 
 
 def test_csv_with_nothing_valid_left_is_refused(csv_bytes, tmp_path):
@@ -193,5 +198,26 @@ def test_cli_says_the_csv_warning_in_one_line(one_line_rows, csv_bytes, tmp_path
     result = hotspan_cli("stats", path, "--json")
     assert result.returncode == 0, result.stderr
     loaded = one_line_rows.num_rows - 1
-    assert result.stderr.strip() == (f"hotspan: warning: {path}: 1 row(s) left out: 1 incomplete last row "
-                                     f"(the file ends mid-row: truncated?); {loaded:,} loaded")
+    said = result.stderr.strip()
+    assert "\n" not in said and said.startswith(f"hotspan: warning: {path}: ")
+    assert "1 incomplete last row (the file ends mid-row: truncated?)" in said
+    assert said.endswith(f"; {loaded:,} loaded")
+
+
+def test_a_depth_that_is_not_its_parents_plus_one_is_refused(spans, tmp_path):
+    import numpy as np
+
+    ids = spans.column("span_id").to_numpy()
+    parents = spans.column("parent_id").to_pylist()
+    child = next(i for i, p in enumerate(parents) if p is not None)
+    parent_row = int(np.flatnonzero(ids == parents[child])[0])
+    depth = spans.column("depth").to_pylist()
+    depth[child] += 1  # two levels under its parent
+    index = spans.schema.get_field_index("depth")
+    bad = spans.set_column(index, spans.schema.field(index), pa.array(depth, pa.int32()))
+    export(bad, tmp_path / "deep.parquet")
+    with pytest.raises(TraceFileError, match=rf"row {child}: depth {depth[child]} under a parent at depth "
+                                             rf"{depth[parent_row]} \(row {parent_row}\), not one level up"):
+        load(tmp_path / "deep.parquet")
+    assert load(tmp_path / "deep.parquet", check=False).num_rows == spans.num_rows
+    check_span_rules(spans, "fine")  # the unchanged table keeps the rule

@@ -404,3 +404,86 @@ def test_a_client_sending_too_much_is_refused_at_once_and_harms_no_one(tmp_path)
     finally:
         kill(collector)
     assert _rank_counts(hotspan.load(out)) == {0: 10, 1: 50}
+
+
+def _big_span_table(n: int) -> pa.Table:
+    """``n`` spans of rank 0 built from numpy columns (16 M rows in a few seconds)."""
+    import numpy as np
+
+    from hotspan._schema import SPAN_SCHEMA
+
+    zeros = np.zeros(n, np.int64)
+    codes = pa.array(np.zeros(n, np.int32))
+    cols = {
+        "span_id": pa.array(np.arange(1, n + 1, dtype=np.uint64)), "parent_id": pa.nulls(n, pa.uint64()),
+        "name": pa.DictionaryArray.from_arrays(codes, pa.array(["x"])),
+        "category": pa.DictionaryArray.from_arrays(codes, pa.array(["c"])),
+        "start_ns": pa.array(zeros), "end_ns": pa.array(zeros + 7), "duration_ns": pa.array(zeros + 7),
+        "depth": pa.array(np.zeros(n, np.int32)), "thread_id": pa.array(zeros + 1),
+        "thread_name": pa.DictionaryArray.from_arrays(codes, pa.array(["t"])), "pid": pa.array(zeros + 1),
+        "rank": pa.array(np.zeros(n, np.int32)), "arg": pa.nulls(n, pa.int64()), "error": pa.array(np.zeros(n, bool)),
+    }
+    return pa.Table.from_arrays([cols[f.name] for f in SPAN_SCHEMA], schema=SPAN_SCHEMA)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the collector's peak memory in /proc")
+def test_a_16m_row_put_is_refused_from_its_announcement_and_the_collector_stays_small(tmp_path):
+    out = tmp_path / "run"
+    port = _free_port()
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "hotspan", "collect", "--listen", f"grpc://127.0.0.1:{port}", "--out", str(out)],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_line(collector, "listening")
+        url = f"grpc://127.0.0.1:{port}"
+        table = _big_span_table(1 << 24)  # about 1.4 GB of Arrow data, as one message
+        client = flight.FlightClient(url)
+        command = {"rank": 0, "pid": 9, "batch": "b", "seq": 0, "rows": table.num_rows, "bytes": table.nbytes}
+        writer, _ = client.do_put(flight.FlightDescriptor.for_command(json.dumps(command).encode()), table.schema)
+        with pytest.raises(flight.FlightServerError, match=r"bytes announced, more than 268,435,456 in one put"):
+            writer.write_table(table, max_chunksize=table.num_rows)
+            writer.close()
+        client.close()
+        peak_mb = _vm_hwm_kb(collector.pid) / 1024
+        assert peak_mb < 1024, f"the collector peaked at {peak_mb:.0f} MB"
+        code, stdout, err = stop(collector, signal.SIGINT)
+        assert code == 0, err
+        assert "1 put(s) refused" in stdout
+    finally:
+        kill(collector)
+
+
+def test_a_client_that_sends_more_rows_than_it_announced_is_stopped_at_the_first_chunk(tmp_path):
+    server = CollectorServer(tmp_path, "grpc://127.0.0.1:0")
+    try:
+        chunk = _span_table(3, n=1 << 10).combine_chunks().to_batches()[0]
+        client = flight.FlightClient(server.url)
+        command = {"rank": 3, "pid": 9, "batch": "b", "seq": 0, "rows": 10, "bytes": 100}
+        writer, _ = client.do_put(flight.FlightDescriptor.for_command(json.dumps(command).encode()), chunk.schema)
+        with pytest.raises(flight.FlightServerError, match="more rows than the 10 announced"):
+            for _ in range(1000):
+                writer.write_batch(chunk)
+            writer.close()
+        client.close()
+        assert server.refused == 1
+        for bad in ({"rows": -1}, {"rows": "many"}, {"bytes": 2**63}):
+            with pytest.raises(flight.FlightServerError, match="bad descriptor"):
+                _put(server.url, _span_table(3), rank=3, pid=9, batch="c", seq=1, **bad)
+    finally:
+        server.shutdown()
+    assert not list(tmp_path.glob("rank=3/*.parquet"))
+
+
+def test_a_client_sends_a_large_table_as_several_puts_each_announced(tmp_path):
+    server = CollectorServer(tmp_path, "grpc://127.0.0.1:0", max_put_rows=4)
+    try:
+        client = CollectorClient(server.url)
+        client.put_rows = 4
+        client.send(_span_table(2, n=10))  # 4 + 4 + 2 rows: each within the server's limit of 4
+        client.close()
+        assert client.sent_spans == 10 and client.sent_parts == 3 and client.dropped == 0
+    finally:
+        server.shutdown()
+    assert server.refused == 0
+    assert _rank_counts(hotspan.load(tmp_path)) == {2: 10}

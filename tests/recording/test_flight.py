@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+
+import hotspan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -386,3 +388,143 @@ def test_a_forked_child_writes_nothing_to_its_parents_file(tmp_path):
     assert sorted(r["name"] for r in rows) == ["before", "open across fork"] + ["parent after"] * 5
     (opened,) = [r for r in rows if r["name"] == "open across fork"]
     assert all(r["parent_id"] == opened["span_id"] for r in rows if r["name"] == "parent after")
+
+
+# --------------------------------------------------------------------------- damaged blocks
+
+
+def _header(data: bytes) -> dict:
+    from hotspan.recording import flight as fl
+
+    return dict(zip(fl._NAMES, fl._HEADER.unpack_from(data, 0)))
+
+
+def _block_at(h: dict, i: int) -> int:
+    return h["blocks_off"] + i * h["block_bytes"]
+
+
+def _used_blocks(data: bytes) -> list[int]:
+    import struct
+
+    h = _header(data)
+    return [i for i in range(h["nblocks"])
+            if struct.unpack_from("<I", data, _block_at(h, i) + h["off_b_state"])[0] == 1
+            and struct.unpack_from("<Q", data, _block_at(h, i) + h["off_b_head"])[0] > 0]
+
+
+def _rows(table) -> dict[int, tuple]:
+    cols = ("span_id", "parent_id", "name", "category", "start_ns", "end_ns", "depth", "thread_id", "arg", "error")
+    return {r["span_id"]: tuple(r[c] for c in cols) for r in table.select(list(cols)).to_pylist()}
+
+
+def test_every_block_marked_in_use_leaves_out_the_damaged_ones_and_says_how_many(tmp_path, flight_bytes, capsys):
+    """The probe's file: every block marked in use and full (2,048 blocks of 1,024 records,
+    mostly zeros). recover keeps the blocks that are intact, counts the records it left out
+    in one line, and takes bounded time; every span it writes is one the intact file gives."""
+    import struct
+
+    original = tmp_path / "original.flight"
+    original.write_bytes(flight_bytes)
+    intact = _rows(recover(original))
+    buf = bytearray(flight_bytes)
+    h = _header(flight_bytes)
+    for i in range(h["nblocks"]):
+        struct.pack_into("<I", buf, _block_at(h, i) + h["off_b_state"], 1)
+        struct.pack_into("<Q", buf, _block_at(h, i) + h["off_b_cap"], h["block_records"])
+        struct.pack_into("<Q", buf, _block_at(h, i) + h["off_b_head"], h["block_records"])
+    damaged = tmp_path / "all-in-use.flight"
+    damaged.write_bytes(bytes(buf))
+    out = tmp_path / "out.parquet"
+    started = time.monotonic()
+    assert main(["recover", str(damaged), "-o", str(out)]) == 0
+    assert time.monotonic() - started < 20
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err
+    assert err[1].startswith(f"hotspan recover: {damaged}: damaged, left out: ")
+    assert "record(s) of" in err[1] and "damaged block(s)" in err[1]
+    got = _rows(hotspan.load(out))
+    assert got and all(intact.get(span_id) == row for span_id, row in got.items())
+    assert 0 not in got
+
+
+def test_a_file_with_no_intact_block_is_refused_in_one_line(tmp_path, flight_bytes, capsys):
+    import struct
+
+    buf = bytearray(flight_bytes)
+    h = _header(flight_bytes)
+    for i in _used_blocks(flight_bytes):  # every record zeroed: span id 0, repeated
+        at = _block_at(h, i) + h["off_b_recs"]
+        buf[at:at + h["block_records"] * 32] = bytes(h["block_records"] * 32)
+    for i in range(h["nslots"]):  # and no thread: no open span to recover either
+        struct.pack_into("<I", buf, h["slots_off"] + i * h["slot_bytes"] + h["off_slot_state"], 0)
+    path = tmp_path / "zeroed.flight"
+    path.write_bytes(bytes(buf))
+    _refused(path, capsys, "damaged flight file: block", "nothing to recover")
+
+
+_DAMAGE_EXAMPLES = int(os.environ.get("HOTSPAN_FLIGHT_FUZZ", "150"))
+
+
+@pytest.mark.slow
+@settings(max_examples=_DAMAGE_EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(data=st.data())
+def test_recover_never_makes_up_spans_from_damaged_blocks(tmp_path, flight_bytes, data):
+    """Damage aimed at the blocks (their counts, ids, records, state): recover either refuses
+    the file (FlightFileError) or returns spans that keep every rule a recorded span keeps:
+    ids non-zero and distinct, a parent in the table one level up, times inside the
+    process's life, no more rows than the file holds records; and loads back unchanged."""
+    import struct
+    import warnings
+
+    import numpy as np
+
+    from hotspan.formats.base import TraceFileWarning
+
+    h = _header(flight_bytes)
+    used = _used_blocks(flight_bytes)
+    buf = bytearray(flight_bytes)
+    fields = ("off_b_head", "off_b_cap", "off_b_state", "off_b_tid", "off_b_base", "off_b_drained")
+    for _ in range(data.draw(st.integers(1, 6), label="edits")):
+        i = data.draw(st.sampled_from(used) | st.integers(0, h["nblocks"] - 1), label="block")
+        at = _block_at(h, i)
+        if data.draw(st.booleans(), label="a count"):
+            field = data.draw(st.sampled_from(fields), label="field")
+            value = data.draw(st.sampled_from([0, 1, 2, h["block_records"], h["block_records"] + 1, 2**32, 2**63])
+                              | st.integers(0, 2**64 - 1), label="value")
+            struct.pack_into("<Q" if field != "off_b_state" else "<I", buf, at + h[field],
+                             value if field != "off_b_state" else value & 0xFFFFFFFF)
+        else:
+            rec = at + h["off_b_recs"] + 32 * data.draw(st.integers(0, h["block_records"] - 1), label="record")
+            value = data.draw(st.sampled_from([b"\0" * 32, b"\xff" * 8, b"\x08", b"\x01\x00\x00\x00"])
+                              | st.binary(min_size=1, max_size=32), label="bytes")
+            rec += data.draw(st.integers(0, 31), label="byte")
+            buf[rec:rec + len(value)] = value[: max(0, len(buf) - rec)]
+    path = tmp_path / "damaged.flight"
+    path.write_bytes(bytes(buf))
+    started = time.monotonic()
+    try:
+        with warnings.catch_warnings():  # what was left out is said: a warning, not an error
+            warnings.simplefilter("ignore", TraceFileWarning)
+            table = recover(path)
+    except FlightFileError:
+        return
+    finally:
+        assert time.monotonic() - started < 30
+    assert table.num_rows <= h["nblocks"] * h["block_records"] + h["nslots"] * h["frames_cap"]
+    ids = table.column("span_id").to_numpy()
+    assert (ids != 0).all() and len(np.unique(ids)) == len(ids)
+    depth = dict(zip(ids.tolist(), table.column("depth").to_pylist()))
+    for span_id, parent, d in zip(ids.tolist(), table.column("parent_id").to_pylist(), table.column("depth").to_pylist()):
+        assert (parent is not None) == (d > 0)
+        if parent in depth:
+            assert depth[parent] + 1 == d, (span_id, parent)
+    last_seen = max(table.column("end_ns").to_pylist(), default=0)
+    assert all(last_seen - 400 * 86_400 * 10**9 <= s for s in table.column("start_ns").to_pylist())
+    out = tmp_path / "out.parquet"
+    from hotspan.formats import export
+
+    export(table, out)
+    assert hotspan.load(out).num_rows == table.num_rows
+

@@ -47,10 +47,12 @@ def is_benchmark_json(path: str | os.PathLike) -> bool:
     """Whether ``path`` looks like a pytest-benchmark JSON file, from its first bytes (a JSON
     object whose first key is one of pytest-benchmark's): a trace, however large, is not
     read. A missing or unreadable file is not one (its loader says why)."""
+    from ..formats.base import TraceFileError, open_regular_file
+
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:  # a FIFO is not one (and is never waited on)
             head = f.read(_HEAD_BYTES)
-    except OSError:
+    except (OSError, TraceFileError):
         return False
     return _HEAD_RE.match(head.removeprefix(b"\xef\xbb\xbf")) is not None
 
@@ -58,9 +60,13 @@ def is_benchmark_json(path: str | os.PathLike) -> bool:
 def load_benchmark_json(path: str | os.PathLike) -> dict[str, Any]:
     """The file's contents, checked: an object with a ``benchmarks`` list whose entries have a
     name and ``stats`` with ``median`` and ``mean``. ``BenchmarkFileError`` otherwise."""
+    from ..formats.base import TraceFileError, open_regular_file
+
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:
             doc = json.load(f)
+    except TraceFileError as exc:
+        raise BenchmarkFileError(path, exc.problem) from None
     except OSError as exc:
         raise BenchmarkFileError(path, exc.strerror or str(exc)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -123,7 +123,7 @@ class SpanSource:
                  memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None):
         import duckdb
 
-        from ..formats.base import TraceFileError
+        from ..formats.base import TraceFileError, require_regular_file
         from ..formats.dataset import NoPartsError, current_parts
 
         paths = [path] if is_path(path) else list(path)
@@ -143,7 +143,8 @@ class SpanSource:
                 if not found:
                     raise NoPartsError(one, "no span parts in this directory (expected rank=R/part-*.parquet)")
                 files += found
-            elif one.is_file():
+            elif one.exists():
+                require_regular_file(one)  # a FIFO or a device: refused, never waited on
                 files.append(str(one))
             else:
                 raise FileNotFoundError(2, "no such trace file or dataset directory", str(one))

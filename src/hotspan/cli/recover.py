@@ -15,7 +15,9 @@ DESCRIPTION = (
     "every span it completed and never drained, plus the spans still open at its death (their end_ns is the "
     "last time the file saw the process; their span_ids are listed in the table's metadata under "
     "open_spans), to OUT in the format its extension names. A file left by a clean exit holds nothing new. "
-    "A file from another hotspan version, a truncated or a damaged one is refused (exit 2)."
+    "Every block's records are checked (ids, depths, times, counts): damaged blocks are left out and "
+    "counted in one line; a file from another hotspan version, a truncated one, or one with no intact "
+    "block is refused (exit 2)."
 )
 EXAMPLE = "hotspan recover /dev/shm/hotspan-4242.flight -o crash.parquet"
 
@@ -37,9 +39,16 @@ def cmd_recover(args: argparse.Namespace) -> int:
     from ..formats import export
     from ..recording.flight import META_OPEN_SPANS, recover
 
+    import warnings
+
+    from .._schema import META_SKIPPED_ON_LOAD
+    from ..formats.base import TraceFileWarning
+
     out = check_output(args.output)  # a known format, not a directory: before any work
     try:
-        table = recover(args.flight)
+        with warnings.catch_warnings():  # what was left out is said below, in one line
+            warnings.simplefilter("ignore", TraceFileWarning)
+            table = recover(args.flight)
     except ValueError as exc:  # FlightFileError names the file
         raise CliError(str(exc)) from None
     try:
@@ -49,4 +58,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
     opened = json.loads((table.schema.metadata or {}).get(META_OPEN_SPANS, b"[]"))
     print(f"{table.num_rows - len(opened):,} completed spans not drained and {len(opened):,} open at the end: "
           f"{args.flight} -> {out}", file=sys.stderr)
+    skipped = json.loads((table.schema.metadata or {}).get(META_SKIPPED_ON_LOAD, b"{}"))
+    if skipped:  # damaged blocks: the good part was recovered, this much was not
+        said = "; ".join(f"{count:,} {why}" for why, count in skipped["reasons"].items())
+        print(f"hotspan recover: {args.flight}: damaged, left out: {said}", file=sys.stderr)
     return 0

@@ -1144,6 +1144,7 @@ cdef class Decoder:
                     "pid": int(labels.get("hotspan.pid", _signed(_one(body, PROCESS_PID, 0, int)))),
                     "rank": int(labels.get("hotspan.rank", 0)),
                     "meta": labels.get("hotspan.meta"),
+                    "spans": labels.get("hotspan.spans"),
                 }
             elif thread is not None:
                 body = parse_fields(thread)

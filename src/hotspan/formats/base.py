@@ -21,13 +21,14 @@ import errno
 import json
 import os
 import secrets
+import stat
 import struct
 import sys
 import time
 import warnings
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +51,50 @@ class TraceFileError(ValueError):
 
 class TraceFileWarning(UserWarning):
     """A file was read, but some of its rows were left out (the message says how many and why)."""
+
+
+# --------------------------------------------------------------------------- regular files only
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of this mode is when it is not a regular file, else None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def require_regular_file(path: str | os.PathLike, error: type[TraceFileError] | None = None) -> None:
+    """Refuse (``TraceFileError``, or ``error``, naming the file) anything but a regular
+    file, links followed: every loader calls this before it opens a trace, so that a FIFO,
+    a socket or a device is refused at once instead of blocking the reader forever (a FIFO's
+    open waits for a writer; its read, for data that may never come). ``stat`` opens
+    nothing; a missing file is the caller's ``FileNotFoundError``."""
+    kind = _not_regular(os.stat(path).st_mode)
+    if kind is not None:
+        raise (error or TraceFileError)(path, f"is {kind}, not a trace file: only regular files are read")
+
+
+def open_regular_file(path: str | os.PathLike, error: type[TraceFileError] | None = None) -> BinaryIO:
+    """``open(path, "rb")`` for a regular file only (see :func:`require_regular_file`).
+
+    Checked twice: ``stat`` before opening (a device is never even opened), and ``fstat``
+    of what was opened, with ``O_NONBLOCK`` so that a FIFO swapped in between cannot block
+    the ``open`` itself; the file is made blocking again before it is returned."""
+    require_regular_file(path, error)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kind = _not_regular(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise (error or TraceFileError)(path, f"is {kind}, not a trace file: only regular files are read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class Exporter(abc.ABC):
@@ -86,6 +131,7 @@ class Exporter(abc.ABC):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not a trace file", str(path))
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, "no such trace file", str(path))
+        require_regular_file(path)
         try:
             table = conform_to_schema(self._read(path), path)
         except (TraceFileError, FileNotFoundError, PermissionError, IsADirectoryError, MemoryError):
@@ -254,7 +300,8 @@ def dictionary_batches(reader, schema: pa.Schema) -> pa.Table:
 def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:
     """Refuse (``TraceFileError``, the first offending row named) a table that breaks the
     schema's own rules: ``duration_ns < 0``, ``end_ns != start_ns + duration_ns``,
-    ``depth < 0``, a ``span_id`` twice.
+    ``depth < 0``, a ``span_id`` twice, a ``depth`` that is not its parent's + 1 (where the
+    parent is in the table).
 
     Vectorised: a few kernels over the columns, ~20 ms a million rows (one process's
     ids; ~50 ms for ids merged from several ranks); the row is looked for only once a
@@ -286,6 +333,67 @@ def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:
         earlier = pc.index(ids, span_id).as_py()
         raise TraceFileError(path, f"row {row}: span_id {span_id} already used by row {earlier}; "
                                    "load(path, check=False) reads a trusted file anyway")
+    found = _depth_under_parent(table)
+    if found is not None:
+        row, parent_row = found
+        depth = table.column("depth")
+        raise TraceFileError(path, f"row {row}: depth {depth[row].as_py()} under a parent at depth "
+                                   f"{depth[parent_row].as_py()} (row {parent_row}), not one level up; "
+                                   "load(path, check=False) reads a trusted file anyway")
+
+
+def _depth_under_parent(table: pa.Table) -> tuple[int, int] | None:
+    """The first (row, its parent's row) whose depth is not its parent's + 1, among the rows
+    whose parent is in the table (ids distinct: checked before). A process's ids span a
+    narrow range: each id's row is found through an array over that range (linear); ids
+    spread wider are looked up in their sorted order."""
+    import numpy as np
+
+    parents = table.column("parent_id")
+    if parents.null_count == table.num_rows:
+        return None
+    ids = table.column("span_id").to_numpy()
+    has_parent = parents.is_valid().to_numpy(zero_copy_only=False)
+    parent = parents.fill_null(0).to_numpy()
+    depth = table.column("depth").to_numpy()
+    children = np.flatnonzero(has_parent)
+    wanted = parent[children]
+    low, high = int(ids.min()), int(ids.max())
+    if high - low < 8 * len(ids):
+        row_of = np.full(high - low + 1, -1, np.int64)
+        row_of[ids - np.uint64(low)] = np.arange(len(ids))
+        inside = (wanted >= np.uint64(low)) & (wanted <= np.uint64(high))
+        parent_row = np.full(len(children), -1, np.int64)
+        parent_row[inside] = row_of[wanted[inside] - np.uint64(low)]
+    else:
+        order = np.argsort(ids)
+        where = np.minimum(np.searchsorted(ids[order], wanted), len(ids) - 1)
+        parent_row = np.where(ids[order][where] == wanted, order[where], -1)
+    present = parent_row >= 0
+    wrong = present & (depth[children] != depth[np.maximum(parent_row, 0)] + 1)
+    if not wrong.any():
+        return None
+    first = int(np.flatnonzero(wrong)[0])
+    return int(children[first]), int(parent_row[first])
+
+
+#: What a loader that cannot count its rows (CSV, JSON lines) says of those it finds missing.
+MISSING_PARENTS = "span(s) named as a parent but not in the file (cut out, or still open when drained)"
+
+
+def missing_parents(table: pa.Table) -> int:
+    """How many distinct spans the rows name as their parent but the table lacks: rows lost
+    from a file that cannot say its own row count (CSV, JSON lines), seen through the spans
+    that point at them."""
+    import numpy as np
+
+    parents = table.column("parent_id").drop_null()
+    if len(parents) == 0:
+        return 0
+    wanted = np.unique(parents.to_numpy())
+    ids = np.sort(table.column("span_id").to_numpy())
+    where = np.minimum(np.searchsorted(ids, wanted), max(len(ids) - 1, 0))
+    return int(len(wanted) - (ids[where] == wanted).sum()) if len(ids) else len(wanted)
 
 
 def _all_distinct(ids: pa.ChunkedArray) -> bool:

@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 
 from .._schema import META_HOST, SPAN_SCHEMA
 from . import _chrome_codec as codec
-from .base import Exporter, Progress, TraceFileError, note_skipped
+from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
@@ -201,7 +201,7 @@ class ChromeJsonExporter(Exporter):
     def _read(self, path: Path) -> pa.Table:
         limit = _LIMIT.get()
         reader = codec.Reader(path)
-        with open(path, "rb") as raw:
+        with open_regular_file(path) as raw:
             gzipped = raw.read(2) == _GZIP_MAGIC
             raw.seek(0)
             stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw

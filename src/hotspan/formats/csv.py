@@ -10,7 +10,7 @@ import pyarrow.csv as pacsv
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import Exporter, Progress, TraceFileError, dictionary_batches, note_skipped
+from .base import MISSING_PARENTS, Exporter, Progress, TraceFileError, dictionary_batches, missing_parents, note_skipped
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -71,6 +71,10 @@ class CsvExporter(Exporter):
         return note_skipped(table, path, {
             "incomplete last row (the file ends mid-row: truncated?)": cut,
             "row(s) with the wrong number of fields": malformed,
+            # CSV cannot say how many rows it holds: a row cut out whole (the last line of a
+            # file cut at a line's end) is seen through the rows that name it as their parent;
+            # less the rows left out above, any of which may be such a parent (said once).
+            MISSING_PARENTS: max(0, missing_parents(table) - cut - malformed),
         })
 
 

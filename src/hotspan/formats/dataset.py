@@ -44,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from .uri import is_uri, redact_uri
-from .base import TraceFileError, check_span_rules, conform_to_schema
+from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
 from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
 __all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
@@ -316,9 +316,12 @@ def list_parts(loc: Location) -> list[tuple[str, int]]:
 
     found = []
     for info in loc.fs.get_file_info(pafs.FileSelector(loc.root, recursive=True, allow_not_found=True)):
-        if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
+        if info.type not in (pafs.FileType.File, pafs.FileType.Unknown) or not info.path.endswith(".parquet"):
             continue
         if any(piece.startswith((".", "_")) for piece in loc.relative(info.path).split("/")):
+            continue
+        if info.type == pafs.FileType.Unknown:  # a FIFO, a socket, a device named like a part: refused, never opened
+            require_regular_file(info.path)  # raises, naming what it is
             continue
         found.append((info.path, info.size or 0))
     return sorted(found, key=lambda item: _part_key(item[0]))

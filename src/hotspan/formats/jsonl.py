@@ -17,7 +17,7 @@ import pyarrow.json as pajson
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import Exporter, Progress, dictionary_batches
+from .base import MISSING_PARENTS, Exporter, Progress, dictionary_batches, missing_parents, note_skipped
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -55,13 +55,39 @@ def _lines(batch: pa.RecordBatch) -> bytes:
     return lines.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]] if len(lines) else b""
 
 
+#: The key of the first line that holds the file's span count.
+SPANS_KEY = "hotspan.spans"
+
+
+def _spans_written(path: Path) -> int | None:
+    """The span count the first line gives (None: it gives none), read from that line alone."""
+    with open(path, "rb") as f:
+        line = f.readline(1 << 20)
+    if SPANS_KEY.encode() not in line:
+        return None
+    try:
+        value = json.loads(line).get(SPANS_KEY)
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 class JsonlExporter(Exporter):
     keeps_metadata = False
 
     def _write(self, table: pa.Table, path: Path) -> None:
         with Progress(table.num_rows, f"writing {path.name}") as progress, open(path, "wb") as out:
+            first = True
             for batch in table.select(JSONL_SCHEMA.names).to_batches(max_chunksize=base.BATCH_ROWS):
-                out.write(_lines(batch))
+                text = _lines(batch)
+                if first and text:
+                    # The first line also says how many spans the file holds (one key more
+                    # there, which jq and DataFrame readers take as a mostly-null column): a
+                    # load of a file cut at a line's end, or with lines cut out, says how many.
+                    end = text.index(b"}\n")
+                    text = text[:end] + b',"%s":%d' % (SPANS_KEY.encode(), table.num_rows) + text[end:]
+                    first = False
+                out.write(text)
                 progress.advance(batch.num_rows)
 
     def _read(self, path: Path) -> pa.Table:
@@ -76,4 +102,10 @@ class JsonlExporter(Exporter):
         # pyarrow's JSON reader passes invalid UTF-8 inside strings through: checked here,
         # or the damage surfaces later as a UnicodeDecodeError far from the file's name.
         table.validate(full=True)
-        return table
+        written = _spans_written(path)
+        if written is not None:
+            missing = {"span(s) missing: the file was written with more (lines cut out?)": written - table.num_rows}
+        else:  # a file from elsewhere (or whose first line is gone): lines cut out are seen
+            # through the spans that name them as their parent
+            missing = {MISSING_PARENTS: missing_parents(table)}
+        return note_skipped(table, path, missing)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
 from . import _perfetto_codec as codec
-from .base import Exporter, Progress, TraceFileError
+from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
 from .lanes import assign_lanes, restore_lanes
 
@@ -55,7 +55,7 @@ class PerfettoExporter(Exporter):
         thread, threads, own_name = _threads(table, thread_name)
         processes = list(dict.fromkeys((pid, rank) for pid, rank, _ in threads))
         metadata = dict(table.schema.metadata or {})
-        header = _descriptors(threads, processes, own_name, thread_names, metadata)
+        header = _descriptors(threads, processes, own_name, thread_names, metadata, n)
         parent_id, has_parent = nullable_values(table, "parent_id", np.uint64)
         arg, has_arg = nullable_values(table, "arg", np.int64)
         flow_out, flow_in = device_flows(table)  # host span -> its device row
@@ -72,7 +72,7 @@ class PerfettoExporter(Exporter):
 
     def _read(self, path: Path) -> pa.Table:
         decoder = codec.Decoder()
-        with open(path, "rb") as stream:
+        with open_regular_file(path) as stream:
             size = os.fstat(stream.fileno()).st_size
             if size == 0:
                 raise TraceFileError(path, "empty file, not a Perfetto trace")
@@ -96,7 +96,7 @@ def _threads(table: pa.Table, thread_name: np.ndarray) -> tuple[np.ndarray, list
     return thread_table(codes, keys, name_rows)
 
 
-def _descriptors(threads, processes, own_name, thread_names, metadata: dict) -> bytes:
+def _descriptors(threads, processes, own_name, thread_names, metadata: dict, spans: int) -> bytes:
     """The track descriptor packets (sequence 1): processes, then threads. A process's
     pid is an int32 in Perfetto: real pids are renumbered when one does not fit or two
     ranks share one (the labels keep the real ones)."""
@@ -128,6 +128,8 @@ def _descriptors(threads, processes, own_name, thread_names, metadata: dict) -> 
         body += codec.field_bytes(codec.PROCESS_LABELS, f"hotspan.pid={pid}")
         if index == 0 and meta_label is not None:
             body += codec.field_bytes(codec.PROCESS_LABELS, meta_label)
+        if index == 0:  # how many spans the trace holds: a load that finds fewer says so
+            body += codec.field_bytes(codec.PROCESS_LABELS, f"hotspan.spans={spans}")
         track = codec.field_varint(codec.TRACK_UUID, 1 + index) + codec.field_bytes(codec.TRACK_PROCESS, body)
         out.append(codec.packet(codec.field_bytes(60, track) + codec.field_varint(10, codec.DESCRIPTOR_SEQUENCE)))
     process_index = {key: i for i, key in enumerate(processes)}
@@ -156,7 +158,13 @@ def _table(decoder, path: Path) -> pa.Table:
     columns = decoder.columns()
     n = len(columns["start"])
     schema = SPAN_SCHEMA.with_metadata(metadata) if metadata else SPAN_SCHEMA
+    # The span count the writer put in the first process's labels (older files: none).
+    written = sum(int(p["spans"]) for p in decoder.processes.values() if str(p.get("spans") or "").isdigit())
+    missing = {"span(s) missing: the trace was written with more (packets cut out?)": written - n} \
+        if written > n else {}
     if n == 0:
+        if missing:
+            raise fail(f"no span left of the {written:,} it was written with (packets cut out?)")
         return schema.empty_table()
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
@@ -179,7 +187,7 @@ def _table(decoder, path: Path) -> pa.Table:
         "arg": pa.array(columns.pop("arg"), pa.int64(), mask=~has_arg),
         "error": pa.array((flags & codec.ROW_ERROR) != 0, pa.bool_()),
     }
-    return pa.table(arrays, schema=schema)
+    return note_skipped(pa.table(arrays, schema=schema), path, missing)
 
 
 def _metadata(processes: dict, fail) -> dict[bytes, bytes]:

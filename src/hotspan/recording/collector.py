@@ -11,9 +11,11 @@ Protocol (all on one Flight service):
 * ``do_put`` with a descriptor command (JSON: rank, pid, host, batch, seq, offset_ns,
   offset_uncertainty_ns, rtt_ns, sink_dropped) and one batch of spans (a drained table).
   ``batch`` is a token the client draws when it starts (hex); with ``seq`` it names the
-  batch. The server checks each chunk as it arrives (rows and bytes of the put, and of all
-  puts in flight: refused at once past a limit, so its memory stays bounded whatever clients
-  send), shifts the times onto the collector's clock (when the offset is larger than its
+  batch; ``rows`` and ``bytes`` announce the batch's size (its row count and Arrow bytes),
+  so that a put past the server's limits is refused from its descriptor alone, before any
+  data is read. The server checks each chunk as it arrives too (rows and bytes of the put,
+  against the limits and against what was announced, and of all puts in flight: refused at
+  once past a limit, so its memory stays bounded whatever clients send), shifts the times onto the collector's clock (when the offset is larger than its
   uncertainty), and writes the batch as ``rank=R/part-<pid>-<batch>-<seq>.parquet`` before
   the call returns: a completed put is on disk. Parts are never written over: a resent batch
   (same name, same content digest) is acknowledged without writing it twice; a different
@@ -65,6 +67,10 @@ MAX_INFLIGHT_BYTES = 1 << 30
 SWEEP_STALE_S = 120.0
 #: Largest descriptor command (bytes).
 MAX_COMMAND = 4096
+#: Rows a client sends in one put at most: a larger drained table goes as several puts
+#: (each its own part), so no put nears the server's limits (MAX_PUT_ROWS, MAX_PUT_BYTES:
+#: at about 90 bytes a row, 1 Mi rows is some 90 MB) and one put's memory stays small.
+CLIENT_PUT_ROWS = 1 << 20
 _CLOCK_ROUNDS = 8
 #: How long a put may take before the client gives it up (and sends it again, or to the next
 #: collector). A collector down or unreachable fails a call at once (connection refused);
@@ -232,12 +238,22 @@ class CollectorServer:
             rtt = _bounded_int(info, "rtt_ns", 0, 2**62, default=0)
             measured = _bounded_int(info, "clock_measured_ns", 0, 2**63 - 1, default=0)
             sink_dropped = _bounded_int(info, "sink_dropped", 0, 2**62, default=0)
+            # The announced size (clients before it announce nothing): past a limit, the put is
+            # refused before a single chunk is read, so its data never reaches this process.
+            announced_rows = _bounded_int(info, "rows", 0, 2**62) if "rows" in info else -1
+            announced_bytes = _bounded_int(info, "bytes", 0, 2**62) if "bytes" in info else -1
             client_host = str(info.get("host", ""))[:256]
             batch = info.get("batch")
             if batch is not None and not (isinstance(batch, str) and _is_token(batch)):
                 raise ValueError("batch must be 1-32 lower-case hex digits")
         except (ValueError, TypeError) as exc:
             raise self._refuse(f"bad descriptor: {exc}") from None
+        if announced_rows > self.max_put_rows:
+            raise self._refuse(f"rank {rank} pid {pid}: {announced_rows:,} rows announced, more than "
+                               f"{self.max_put_rows:,} in one put")
+        if announced_bytes > self.max_put_bytes:
+            raise self._refuse(f"rank {rank} pid {pid}: {announced_bytes:,} bytes announced, more than "
+                               f"{self.max_put_bytes:,} in one put")
         digest = hashlib.blake2b(digest_size=16)
         batches, rows, size, reserved = [], 0, 0, 0
         try:
@@ -254,6 +270,8 @@ class CollectorServer:
                         raise self._refuse(f"rank {rank} pid {pid}: more than {self.max_put_rows:,} rows in one put")
                     if size > self.max_put_bytes:
                         raise self._refuse(f"rank {rank} pid {pid}: more than {self.max_put_bytes:,} bytes in one put")
+                    if 0 <= announced_rows < rows:  # a client that said less than it sends is stopped at once
+                        raise self._refuse(f"rank {rank} pid {pid}: more rows than the {announced_rows:,} announced")
                     with self.lock:
                         if self.inflight_bytes + nbytes > self.max_inflight_bytes:
                             busy = True
@@ -449,6 +467,7 @@ class CollectorClient:
         self.batch_token = new_token()
         self.sent_spans = 0
         self.sent_parts = 0
+        self.put_rows = CLIENT_PUT_ROWS  # rows per put at most (a larger table goes as several)
         self.dropped = 0  # spans dropped here: over the buffer cap, refused, or undelivered at close
         self.failures = 0
         self.failovers = 0  # moves to the next collector of the list after a failure
@@ -532,9 +551,11 @@ class CollectorClient:
         if self.refused or self.queued_spans + table.num_rows > self.buffer_spans:
             self.dropped += table.num_rows
         else:
-            self.queue.append((self.seq, table))
-            self.seq += 1
-            self.queued_spans += table.num_rows
+            for start in range(0, table.num_rows, self.put_rows):  # each put well within the server's limits
+                piece = table.slice(start, self.put_rows)
+                self.queue.append((self.seq, piece))
+                self.seq += 1
+                self.queued_spans += piece.num_rows
         self.pump()
 
     def pump(self, now: float | None = None) -> bool:
@@ -605,6 +626,7 @@ class CollectorClient:
             "v": 1, "rank": rank, "pid": self._pid, "host": self._host[:256], "batch": self.batch_token, "seq": seq,
             "offset_ns": self.offset_ns, "offset_uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
             "sink_dropped": self.dropped, "clock_measured_ns": self.clock_measured_ns,
+            "rows": table.num_rows, "bytes": table.nbytes,
         }).encode()
         descriptor = flight.FlightDescriptor.for_command(command)
         writer, _reader = self._client.do_put(descriptor, table.schema, options=self._options(self.put_timeout))

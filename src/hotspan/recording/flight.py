@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..formats.base import TraceFileError
+from ..formats.base import TraceFileError, open_regular_file
 from ..formats.dataset import pid_alive
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class _File:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular_file(self.path, FlightFileError) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size < _HEADER.size:
                     raise FlightFileError(self.path, f"truncated: {size} bytes, not a hotspan flight file")
@@ -341,8 +341,27 @@ def stacks(path: str | os.PathLike) -> FlightProcess:
 # --------------------------------------------------------------------------- recovery
 
 
-def _decode_block(f: _File, i: int, convert_arrays) -> dict[str, Any] | None:
-    """The records of block i not drained yet, as numpy columns (None: nothing there)."""
+class _Damaged(Exception):
+    """A block (or a thread's stack) whose records break the writer's invariants: left out."""
+
+
+#: Spans recovered end no later than this after the last time the file saw the process (the
+#: drain thread's last pass; spans completed between it and the death are later than it).
+_LATE_NS = 600 * 10**9
+#: ... and start no earlier than this before it: a process's life, generously (a tick damaged
+#: into an absurd time lands decades away).
+_LIFE_NS = 366 * 86_400 * 10**9
+_KNOWN_FLAGS = 1 | 2 | 4 | 8  # HS_F_ERROR, HS_F_ARG, HS_F_INSTANT, HS_F_EXT (csrc/hs_ring.h)
+_BAD_IDS = (0, (1 << 64) - 1)  # 0 means "no parent"; the writer never hands out either
+
+
+def _decode_block(f: _File, i: int, convert_arrays, life: tuple[int, int], npairs: int) -> dict[str, Any] | None:
+    """The records of block i not drained yet, as numpy columns (None: nothing there).
+    Raises ``_Damaged`` naming what is wrong when the block's counts or records break the
+    writer's invariants (checked on all its records, drained ones included): counts inside
+    the block, span ids non-zero and distinct, a parent exactly when the depth is above 0,
+    a parent in the block one level up, known flags and name pairs, times inside the
+    process's life. Vectorised: a block of any size costs a few numpy passes."""
     import numpy as np
 
     h, mm = f.h, f.mm
@@ -351,44 +370,67 @@ def _decode_block(f: _File, i: int, convert_arrays) -> dict[str, Any] | None:
     if state != 1:
         return None
     head = struct.unpack_from("<Q", mm, at + h["off_b_head"])[0]
+    cap = struct.unpack_from("<Q", mm, at + h["off_b_cap"])[0]
     drained = struct.unpack_from("<Q", mm, at + h["off_b_drained"])[0]
     tid = struct.unpack_from("<q", mm, at + h["off_b_tid"])[0]
     base = struct.unpack_from("<Q", mm, at + h["off_b_base"])[0]
-    head = min(head, h["block_records"])  # damage never reads past the block
-    if drained >= head:
+    if drained > head:
+        raise _Damaged(f"{drained:,} records drained of {head:,} written")
+    if head == 0:
+        return None  # nothing was written there (a block never claimed holds no capacity either)
+    if not 0 < cap <= h["block_records"]:
+        raise _Damaged(f"capacity of {cap:,} records, the file's blocks hold {h['block_records']:,}")
+    if head > cap:
+        raise _Damaged(f"{head:,} records written in {cap:,} slots")
+    if drained == head:
         return None
     recs = np.frombuffer(mm, dtype=np.uint64, count=4 * head, offset=at + h["off_b_recs"]).reshape(head, 4)
     w0, w1 = recs[:, 2], recs[:, 3]
     flags = (w0 >> np.uint64(56)).astype(np.uint32)
-    # Which slots are records: the slot after a record flagged EXT holds its extension.
+    # Which slots are records: the slot after a record flagged EXT holds its extension (whose
+    # own flag byte is the top of a duration: 0). A slot is an extension when an odd number
+    # of EXT-flagged slots run up to the one before it.
+    ext_flag = (flags & _F_EXT) != 0
+    run = np.zeros(head, dtype=np.int64)  # length of the EXT-flagged run ending at each slot
+    if ext_flag.any():
+        idx = np.arange(head)
+        starts = np.where(ext_flag, -1, idx)
+        last_clear = np.maximum.accumulate(starts)
+        run = np.where(ext_flag, idx - last_clear, 0)
     is_ext_data = np.zeros(head, dtype=bool)
-    ext_primary = np.zeros(head, dtype=bool)
-    for k in np.flatnonzero(flags & _F_EXT):
-        if not is_ext_data[k]:
-            if k + 1 >= head:
-                is_ext_data[k] = True  # damaged: an extension that is not there
-                continue
-            ext_primary[k] = True
-            is_ext_data[k + 1] = True
+    is_ext_data[1:] = (run[:-1] % 2) == 1
+    ext_primary = ext_flag & ~is_ext_data
+    if ext_primary[-1]:
+        raise _Damaged("an extended record without its extension")
     prim = np.flatnonzero(~is_ext_data)
     if not len(prim):
         return None
+    fl = flags[prim]
+    if (fl & ~np.uint32(_KNOWN_FLAGS)).any():
+        raise _Damaged(f"unknown record flags 0x{int(fl[(fl & ~np.uint32(_KNOWN_FLAGS)) != 0][0]):x}")
     low = (w1[prim] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     # span ids: each record's low 32 bits against the previous id (hs_seq_extend), the
-    # block's base id before the first; an extension record carries the full id.
+    # block's base id before the first; an extension record carries the full id, and the
+    # records after it extend from that one.
     prev_low = np.empty_like(low)
     prev_low[0] = np.uint32(base & 0xFFFFFFFF)
     prev_low[1:] = low[:-1]
     delta = (low - prev_low).astype(np.int32).astype(np.int64).astype(np.uint64)
-    seq = np.cumsum(delta, dtype=np.uint64) + np.uint64(base)
-    ext_rows = np.flatnonzero(ext_primary[prim])
-    for r in ext_rows:
-        full = recs[prim[r] + 1, 0]
-        seq[r:] += full - seq[r]  # uint64: wraps as the ids do
+    cum = np.cumsum(delta, dtype=np.uint64)
+    ext_row = ext_primary[prim]
+    ext_rows = np.flatnonzero(ext_row)
+    seq = cum + np.uint64(base)
+    if len(ext_rows):
+        full = recs[prim[ext_rows] + 1, 0]
+        # The last extension at or before each row: its full id plus the deltas since.
+        last = np.maximum.accumulate(np.where(ext_row, np.arange(len(prim)), -1))
+        anchored = last >= 0
+        which = np.searchsorted(ext_rows, last[anchored])
+        seq[anchored] = full[which] + (cum[anchored] - cum[last[anchored]])
     pdelta = ((w1[prim] >> np.uint64(32)) & np.uint64(0xFFFFFF))
-    depth = (w1[prim] >> np.uint64(56)).astype(np.int32)
+    depth = (w1[prim] >> np.uint64(56)).astype(np.int64)
     dur = w0[prim] & np.uint64((1 << 40) - 1)
-    pair = ((w0[prim] >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.uint32)
+    pair = ((w0[prim] >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.int64)
     parent = seq - pdelta
     has_parent = pdelta != 0
     if len(ext_rows):
@@ -397,31 +439,98 @@ def _decode_block(f: _File, i: int, convert_arrays) -> dict[str, Any] | None:
         parent[ext_rows] = parent_p1 - np.uint64(1)
         has_parent[ext_rows] = parent_p1 != 0
         dur[ext_rows] = x[:, 2]
-        depth[ext_rows] = (x[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.int32)
-        pair[ext_rows] = (x[:, 3] >> np.uint64(32)).astype(np.uint32)
-    keep = prim >= drained
-    fl = flags[prim]
+        depth[ext_rows] = (x[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        pair[ext_rows] = (x[:, 3] >> np.uint64(32)).astype(np.int64)
+    _check_records(seq, parent, has_parent, depth, pair, npairs)
     start_ticks = recs[prim, 0]
+    if (dur >= np.uint64(1 << 62)).any():
+        raise _Damaged("a duration past 2^62 ticks")
     start_ns, end_ns = convert_arrays(start_ticks, dur)
+    low_ns, high_ns = life
+    outside = (start_ns < low_ns) | (end_ns > high_ns) | (end_ns < start_ns)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        raise _Damaged(f"span {int(seq[row])} at {int(start_ns[row])}..{int(end_ns[row])} ns, outside the "
+                       f"process's life (at most {_LIFE_NS // 86_400 // 10**9} days before {high_ns} ns)")
+    keep = prim >= drained
     arg = recs[prim, 1].view(np.int64)
     return {
         "span_id": seq[keep], "parent_id": parent[keep], "has_parent": has_parent[keep],
         "pair": pair[keep], "start_ns": start_ns[keep], "end_ns": end_ns[keep], "depth": depth[keep],
         "arg": arg[keep], "has_arg": (fl[keep] & _F_ARG) != 0, "error": (fl[keep] & _F_ERROR) != 0,
-        "thread_id": np.full(int(keep.sum()), tid, dtype=np.int64),
+        "thread_id": np.full(int(keep.sum()), tid, dtype=np.int64), "rows": int(keep.sum()),
     }
+
+
+def _check_records(seq, parent, has_parent, depth, pair, npairs: int) -> None:
+    """The invariants of one block's records (see ``_decode_block``); ``_Damaged`` if broken."""
+    import numpy as np
+
+    for bad in _BAD_IDS:
+        if (seq == np.uint64(bad)).any():
+            raise _Damaged(f"span id {bad}")
+    order = np.argsort(seq, kind="stable")
+    ordered = seq[order]
+    repeats = ordered[1:] == ordered[:-1]
+    if repeats.any():
+        raise _Damaged(f"span id {int(ordered[1:][repeats][0])} twice")
+    if (depth > 255 * 256).any() or (depth < 0).any():
+        raise _Damaged(f"depth {int(depth.max())}")
+    mismatch = has_parent != (depth > 0)  # hs_push: a parent exactly when below the top of a stack
+    if mismatch.any():
+        row = int(np.flatnonzero(mismatch)[0])
+        raise _Damaged(f"span {int(seq[row])} at depth {int(depth[row])} "
+                       f"{'with' if has_parent[row] else 'without'} a parent")
+    if (has_parent & (parent >= seq)).any():  # ids are drawn in pre-order: a parent's comes first
+        row = int(np.flatnonzero(has_parent & (parent >= seq))[0])
+        raise _Damaged(f"span {int(seq[row])} has a later span {int(parent[row])} as its parent")
+    if (pair >= npairs).any():
+        raise _Damaged(f"name pair {int(pair.max())} of {npairs:,} known")
+    # A parent in this block sits one level up.
+    where = np.searchsorted(ordered, parent)
+    found = has_parent & (where < len(ordered))
+    found[found] = ordered[where[found]] == parent[found]
+    if found.any():
+        parent_depth = depth[order[where[found]]]
+        wrong = parent_depth + 1 != depth[found]
+        if wrong.any():
+            row = int(np.flatnonzero(found)[np.flatnonzero(wrong)[0]])
+            raise _Damaged(f"span {int(seq[row])} at depth {int(depth[row])} under span {int(parent[row])} "
+                           f"at depth {int(depth[order[where[row]]])}")
+
+
+def _stack_damage(thread: FlightThread, npairs: int, life: tuple[int, int]) -> str | None:
+    """What is wrong with a thread's open frames, or None."""
+    seen = set()
+    for fr in thread.stack:
+        if fr.span_id in _BAD_IDS or fr.span_id in seen:
+            return f"open span id {fr.span_id}"
+        if fr.parent_id is not None and fr.parent_id >= fr.span_id:
+            return f"open span {fr.span_id} under the later span {fr.parent_id}"
+        if not life[0] <= fr.start_ns <= life[1]:
+            return f"open span {fr.span_id} started at {fr.start_ns} ns, outside the process's life"
+        if fr.name.startswith("<unknown span "):
+            return f"open span {fr.span_id}: name pair past the {npairs:,} known"
+        seen.add(fr.span_id)
+    return None
 
 
 def recover(path: str | os.PathLike) -> "pa.Table":
     """The spans a process that died left in its flight file: every span completed and not
     yet drained, and the spans still open at its death, whose ``end_ns`` is the last time
     the file saw the process and whose ids are listed (JSON) in the table's metadata under
-    ``open_spans``. A file left by a clean exit gives an empty table. Raises
-    ``FlightFileError`` for a file that is not a readable flight file of this version."""
+    ``open_spans``. A file left by a clean exit gives an empty table.
+
+    Every block's records are checked against the writer's invariants (see
+    ``_decode_block``); a damaged block, or thread stack, is left out, and what was left out
+    is counted in the table's metadata (``hotspan.skipped_on_load``) and said in a
+    ``TraceFileWarning``. Raises ``FlightFileError`` for a file that is not a readable flight
+    file of this version, and for one whose every block holding spans is damaged."""
     import numpy as np
     import pyarrow as pa
 
     from .._schema import META_PID, META_RANK, META_VERSION, SPAN_SCHEMA
+    from ..formats.base import check_span_rules, note_skipped
 
     f = _File(path)
     try:
@@ -444,70 +553,163 @@ def recover(path: str | os.PathLike) -> "pa.Table":
             return start, np.clip(start + span, -(1 << 62), 1 << 62)
 
         names, pairs = f.strings()
+        npairs = len(pairs)
         thread_names = f.thread_names()
-        parts = []
-        open_rows: list[tuple] = []
         end_open = convert(last)
+        life = (end_open - _LIFE_NS, end_open + _LATE_NS)
+        parts: list[dict[str, Any]] = []
+        damaged: list[tuple[int, str, int]] = []  # (block, what, records left out)
+        open_rows: list[tuple] = []
+        lost_stacks: list[str] = []
         if not h["clean_exit"]:
             for i in range(h["nblocks"]):
-                part = _decode_block(f, i, convert_arrays)
-                if part is not None and len(part["span_id"]):
+                try:
+                    part = _decode_block(f, i, convert_arrays, life, npairs)
+                except _Damaged as exc:
+                    at = h["blocks_off"] + i * h["block_bytes"]
+                    written = struct.unpack_from("<Q", f.mm, at + h["off_b_head"])[0]
+                    done = struct.unpack_from("<Q", f.mm, at + h["off_b_drained"])[0]
+                    damaged.append((i, str(exc), max(0, min(written, h["block_records"]) - min(done, written))))
+                    continue
+                if part is not None and part["rows"]:
+                    part["block"] = i
                     parts.append(part)
             for t in f.threads(names, pairs, convert, live=False):
+                problem = _stack_damage(t, npairs, life)
+                if problem is not None:
+                    lost_stacks.append(f"thread {t.thread_id}: {problem}")
+                    continue
                 for fr in t.stack:
                     open_rows.append((t, fr))
+        parts = _consistent_across_blocks(parts, open_rows, damaged)
+        if damaged and not parts and not open_rows:
+            block, what, _n = damaged[0]
+            raise f._bad(f"block {block}: {what}; no block holding spans is intact "
+                         f"({len(damaged):,} damaged), nothing to recover")
         meta = {META_VERSION: __version__.encode(), META_PID: str(h["pid"]).encode(),
                 META_RANK: str(h["rank"]).encode(),
                 META_OPEN_SPANS: json.dumps([fr.span_id for _t, fr in open_rows]).encode(),
                 b"hotspan.recovered_from": f.path.encode()}
-        cols: dict[str, list] = {k: [] for k in ("span_id", "parent_id", "has_parent", "pair", "start_ns", "end_ns",
-                                                 "depth", "arg", "has_arg", "error", "thread_id")}
-        for part in parts:
-            for k in cols:
-                cols[k].append(part[k])
-        arrays = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
-        n_closed = len(arrays["span_id"])
-        # name and category per pair, once
-        pair_ids = arrays["pair"].astype(np.int64) if n_closed else np.empty(0, dtype=np.int64)
-        span_names = [_pair_strings(int(p), names, pairs) for p in pair_ids]
-        span_id = [int(x) for x in arrays["span_id"]] + [fr.span_id for _t, fr in open_rows]
-        parent = [int(p) if hp else None for p, hp in zip(arrays["parent_id"], arrays["has_parent"])] + \
-                 [fr.parent_id for _t, fr in open_rows]
-        name = [n for n, _c in span_names] + [fr.name for _t, fr in open_rows]
-        category = [c for _n, c in span_names] + [fr.category for _t, fr in open_rows]
-        start = [int(x) for x in arrays["start_ns"]] + [fr.start_ns for _t, fr in open_rows]
-        end = [int(x) for x in arrays["end_ns"]] + [max(end_open, fr.start_ns) for _t, fr in open_rows]
-        depth = [int(x) for x in arrays["depth"]] + [fr.depth for _t, fr in open_rows]
-        tids = [int(x) for x in arrays["thread_id"]] + [t.thread_id for t, _fr in open_rows]
-        arg = [int(a) if ha else None for a, ha in zip(arrays["arg"], arrays["has_arg"])] + \
-              [fr.arg for _t, fr in open_rows]
-        error = [bool(e) for e in arrays["error"]] + [False] * len(open_rows)
-        tnames = [thread_names.get(t, f"Thread-{t}") for t in tids]
-        n = len(span_id)
+        keys = ("span_id", "parent_id", "has_parent", "pair", "start_ns", "end_ns", "depth", "arg", "has_arg",
+                "error", "thread_id")
+        empty = {"span_id": np.uint64, "parent_id": np.uint64, "has_parent": bool, "pair": np.int64,
+                 "start_ns": np.int64, "end_ns": np.int64, "depth": np.int64, "arg": np.int64, "has_arg": bool,
+                 "error": bool, "thread_id": np.int64}
+        arrays = {k: (np.concatenate([p[k] for p in parts]) if parts else np.empty(0, empty[k])) for k in keys}
+        # The open frames after the completed spans, as columns of their own.
+        opened = {
+            "span_id": np.array([fr.span_id for _t, fr in open_rows], np.uint64),
+            "parent_id": np.array([fr.parent_id or 0 for _t, fr in open_rows], np.uint64),
+            "has_parent": np.array([fr.parent_id is not None for _t, fr in open_rows], bool),
+            "start_ns": np.array([fr.start_ns for _t, fr in open_rows], np.int64),
+            "end_ns": np.array([max(end_open, fr.start_ns) for _t, fr in open_rows], np.int64),
+            "depth": np.array([fr.depth for _t, fr in open_rows], np.int64),
+            "arg": np.array([fr.arg or 0 for _t, fr in open_rows], np.int64),
+            "has_arg": np.array([fr.arg is not None for _t, fr in open_rows], bool),
+            "error": np.zeros(len(open_rows), bool),
+            "thread_id": np.array([t.thread_id for t, _fr in open_rows], np.int64),
+        }
+        col = {k: np.concatenate([arrays[k], opened[k]]) for k in opened}
+        n = len(col["span_id"])
+        # Names and categories: per pair once (a dictionary), then indexed by each row's pair.
+        pair_ids = arrays["pair"]
+        uniq, inverse = np.unique(pair_ids, return_inverse=True) if len(pair_ids) else (np.empty(0, np.int64),
+                                                                                         np.empty(0, np.int64))
+        pair_text = [_pair_strings(int(p), names, pairs) for p in uniq]
+        name = pa.DictionaryArray.from_arrays(
+            pa.array(np.concatenate([inverse.astype(np.int32), len(uniq) + np.arange(len(open_rows), dtype=np.int32)])),
+            pa.array([nm for nm, _c in pair_text] + [fr.name for _t, fr in open_rows], pa.string()))
+        category = pa.array([pair_text[k][1] for k in inverse.tolist()] + [fr.category for _t, fr in open_rows],
+                            pa.string()).dictionary_encode()
+        tids = col["thread_id"]
+        tid_values = np.unique(tids)
+        tnames = pa.DictionaryArray.from_arrays(
+            pa.array(np.searchsorted(tid_values, tids).astype(np.int32)),
+            pa.array([thread_names.get(int(t), f"Thread-{int(t)}") for t in tid_values], pa.string()))
+        start, end = col["start_ns"], col["end_ns"]
         table = pa.table({
-            "span_id": pa.array(span_id, pa.uint64()),
-            "parent_id": pa.array(parent, pa.uint64()),
-            "name": pa.array(name, pa.string()).dictionary_encode(),
-            "category": pa.array(category, pa.string()).dictionary_encode(),
+            "span_id": pa.array(col["span_id"], pa.uint64()),
+            "parent_id": pa.array(col["parent_id"], pa.uint64(), mask=~col["has_parent"]),
+            "name": name,
+            "category": category,
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
-            "duration_ns": pa.array([max(0, e - s) for s, e in zip(start, end)], pa.int64()),
-            "depth": pa.array(depth, pa.int32()),
+            "duration_ns": pa.array(end - start, pa.int64()),
+            "depth": pa.array(col["depth"].astype(np.int32), pa.int32()),
             "thread_id": pa.array(tids, pa.int64()),
-            "thread_name": pa.array(tnames, pa.string()).dictionary_encode(),
-            "pid": pa.array([h["pid"]] * n, pa.int64()),
-            "rank": pa.array([h["rank"]] * n, pa.int32()),
-            "arg": pa.array(arg, pa.int64()),
-            "error": pa.array(error, pa.bool_()),
+            "thread_name": tnames,
+            "pid": pa.array(np.full(n, h["pid"], np.int64), pa.int64()),
+            "rank": pa.array(np.full(n, h["rank"], np.int32), pa.int32()),
+            "arg": pa.array(col["arg"], pa.int64(), mask=~col["has_arg"]),
+            "error": pa.array(col["error"], pa.bool_()),
         })
         table = table.cast(SPAN_SCHEMA.with_metadata(meta))
         if n:
             import pyarrow.compute as pc
 
             table = table.take(pc.sort_indices(table, [("thread_id", "ascending"), ("start_ns", "ascending")]))
+        try:  # the invariants checked above imply the span rules; a last guard, never made-up rows
+            check_span_rules(table, f.path)
+        except TraceFileError as exc:
+            raise f._bad(exc.problem) from None
+        reasons: dict[str, int] = {}
+        if damaged:
+            block, what, _n = damaged[0]
+            left_out = sum(count for _b, _w, count in damaged)
+            if left_out:
+                reasons[f"record(s) of {len(damaged):,} damaged block(s) (block {block}: {what})"] = left_out
+            else:
+                reasons[f"damaged block(s) holding no undrained record (block {block}: {what})"] = len(damaged)
+        if lost_stacks:
+            reasons[f"thread stack(s) with damaged open spans ({lost_stacks[0]})"] = len(lost_stacks)
+        if reasons and table.num_rows:
+            table = note_skipped(table, f.path, reasons)
+        elif reasons:
+            raise f._bad("; ".join(reasons) + "; nothing intact to recover")
         return table
     finally:
         f.close()
+
+
+def _consistent_across_blocks(parts: list[dict[str, Any]], open_rows: list[tuple],
+                              damaged: list[tuple[int, str, int]]) -> list[dict[str, Any]]:
+    """The blocks whose spans agree with every other block's and the open frames: a span id
+    in two blocks, or a child whose parent (in another block, or open) is not one level up,
+    leaves its block out (added to ``damaged``)."""
+    import numpy as np
+
+    if not parts:
+        return parts
+    ids = np.concatenate([p["span_id"] for p in parts] + [np.array([fr.span_id for _t, fr in open_rows], np.uint64)])
+    depths = np.concatenate([p["depth"] for p in parts] + [np.array([fr.depth for _t, fr in open_rows], np.int64)])
+    owner = np.concatenate([np.full(p["rows"], k) for k, p in enumerate(parts)] + [np.full(len(open_rows), -1)])
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    bad: dict[int, str] = {}
+    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
+    for r in repeats[:1000]:  # a damaged file may repeat many: the first blocks named are enough
+        for k in (owner[order[r]], owner[order[r + 1]]):
+            if k >= 0:
+                bad.setdefault(int(k), f"span id {int(ordered[r])} also in another block")
+    offset = 0
+    for k, p in enumerate(parts):
+        rows = slice(offset, offset + p["rows"])
+        offset += p["rows"]
+        if k in bad:
+            continue
+        parent, has = p["parent_id"], p["has_parent"]
+        where = np.searchsorted(ordered, parent)
+        found = has & (where < len(ordered))
+        found[found] = ordered[where[found]] == parent[found]
+        if found.any():
+            wrong = depths[order[where[found]]] + 1 != depths[rows][found]
+            if wrong.any():
+                row = int(np.flatnonzero(found)[np.flatnonzero(wrong)[0]])
+                bad[k] = f"span {int(p['span_id'][row])} at depth {int(p['depth'][row])} under span " \
+                         f"{int(parent[row])} at depth {int(depths[order[where[row]]])}"
+    for k in sorted(bad):
+        damaged.append((parts[k]["block"], bad[k], parts[k]["rows"]))
+    return [p for k, p in enumerate(parts) if k not in bad]
 
 
 # --------------------------------------------------------------------------- finding files
@@ -515,9 +717,9 @@ def recover(path: str | os.PathLike) -> "pa.Table":
 
 def is_flight_file(path: str) -> bool:
     try:
-        with open(path, "rb") as fh:
+        with open_regular_file(path) as fh:  # a FIFO is no flight file: never waited on
             return fh.read(8) == MAGIC
-    except OSError:
+    except (OSError, TraceFileError):
         return False
 
 

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,9 @@ class Run:
     parts: list[tuple[Path, int | None]] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     error: str | None = None
+    #: A file of the run resolves outside the served directory (a link out of it, made
+    #: perhaps after the run was first listed): the run is not listed, and its id is a 404.
+    outside: bool = False
 
     @property
     def source(self) -> Path:
@@ -87,6 +91,15 @@ def _inside(path: Path, root: Path) -> bool:
     """Whether ``path``, links resolved, lies within ``root`` (a link out of it is ignored)."""
     try:
         return Path(os.path.realpath(path)).is_relative_to(root)
+    except OSError:
+        return False
+
+
+def _regular(path: Path) -> bool:
+    """Whether ``path`` (links followed) is a regular file: a FIFO, socket or device named
+    like a trace is no run (opening a FIFO would block the request that reads it)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
         return False
 
@@ -132,7 +145,7 @@ class Catalog:
                 if name.startswith((".", "_")) or format_of(name) is None:
                     continue
                 path = here / name
-                if _inside(path, self.root):
+                if _inside(path, self.root) and _regular(path):
                     found.append((path.relative_to(self.root).as_posix(), path, "file"))
         return found
 
@@ -150,23 +163,20 @@ class Catalog:
             self._runs = runs
         for run in runs.values():
             self.refresh(run)
-        return sorted(runs.values(), key=lambda r: r.path)
+        return sorted((r for r in runs.values() if not r.outside), key=lambda r: r.path)
 
     def get(self, rid: str) -> Run | None:
-        """The run of id ``rid`` (scanning again when it is not known yet), refreshed."""
+        """The run of id ``rid`` (scanning again when it is not known yet), refreshed; None
+        for an unknown id and for a run with a file outside the directory."""
         with self._lock:
             run = self._runs.get(rid)
-        if run is None:
+        if run is None or not run.location.exists():
             self.scan()
             with self._lock:
                 run = self._runs.get(rid)
-            return run
-        if not run.location.exists():
-            self.scan()
-            with self._lock:
-                return self._runs.get(rid)
-        self.refresh(run)
-        return run
+        else:
+            self.refresh(run)
+        return None if run is None or run.outside else run
 
     # ------------------------------------------------------------------ summaries
 
@@ -176,12 +186,25 @@ class Catalog:
 
     def refresh(self, run: Run) -> None:
         """Summarise ``run`` unless its files are as they were when it last was."""
+        from ..formats.base import TraceFileError, require_regular_file
         from ..formats.dataset import part_files
 
         with self._run_lock(run.id):
             try:
                 files = part_files(run.location) if run.kind == "dataset" else [run.location]
+                # Every file the run reads, links resolved, lies inside the directory: a
+                # rank=R directory or a part linked out of it hides the run (never served).
+                run.outside = not all(_inside(f, self.root) for f in (run.location, *files))
+                if run.outside:
+                    run.signature, run.summary, run.error, run.parts = (), None, None, []
+                    return
+                for f in files:  # a FIFO swapped in since the scan: refused, never opened
+                    require_regular_file(f)
                 signature = _signature(files)
+            except TraceFileError as exc:  # a part that is not a regular file (a FIFO): never opened
+                text = str(exc).replace(str(self.root) + os.sep, "")  # paths relative to the directory
+                run.signature, run.summary, run.error, run.parts = (), None, text, []
+                return
             except OSError as exc:
                 run.signature, run.summary, run.error, run.parts = (), None, f"{exc.strerror or exc}", []
                 return
