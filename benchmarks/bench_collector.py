@@ -19,8 +19,6 @@ this process streams to a collector.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import re
@@ -231,7 +229,7 @@ def main() -> int:
             target = overhead["targets"].get(name)
 
             def cell(value: float) -> str:
-                return f"{value:6.2f} {verdict(name, value):>6s}"
+                return f"{value:6.2f} {verdict(name, value):>6s}"  # noqa: B023
 
             slower = streaming_p.get(name, float("nan")) / plain_p.get(name, float("nan"))
             judged = f"{slower:6.2f} {'ok' if slower <= STREAMING_GOAL else 'MISSED'}" if name in STREAMING_JUDGED else ""
@@ -243,7 +241,7 @@ def main() -> int:
               f"{s['dropped_by_core']:,} dropped by the core (its memory cap; the recorder flushes every "
               f"{args.flush_interval:g} s, and early past half the cap), {s['dropped_by_client']:,} by the client "
               f"(its buffer cap)")
-        print(f"ns per iteration, alone -> streaming:")
+        print("ns per iteration, alone -> streaming:")
         for name, ns in overhead["plain"]["ns_per_iter"].items():
             print(f"  {name:42s} {ns:8.1f} -> {overhead['streaming']['ns_per_iter'][name]:8.1f}")
     if args.json:

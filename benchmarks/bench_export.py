@@ -55,7 +55,7 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
     name_code = np.array([names.index(s[0]) for s in _STEP], np.int32)
     # Category paths: a span without a category inherits its parent's path.
     paths, stack = [], []
-    for name, category, depth, *_ in _STEP:
+    for _name, category, depth, *_ in _STEP:
         del stack[depth:]
         parent_path = stack[-1] if stack else None
         path = "/".join(p for p in (parent_path, category) if p) or None
@@ -168,13 +168,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         for extension in args.formats.split(","):
             path = Path(directory) / f"bench{extension}"
-            export_s = best_of(args.repeat, lambda: hotspan_export.export(table, path))
+            export_s = best_of(args.repeat, lambda: hotspan_export.export(table, path))  # noqa: B023
             size = path.stat().st_size
             loaded = None
 
             def load():
                 nonlocal loaded
-                loaded = hotspan_export.load(path)
+                loaded = hotspan_export.load(path)  # noqa: B023
 
             load_s = best_of(args.repeat, load)
             assert loaded.num_rows == n, (extension, loaded.num_rows)
@@ -194,11 +194,11 @@ def main() -> int:
     targets = [
         (label, fn(*by_format[extension]), goal, unit)
         for extension, label, fn, goal, unit in (
-            (".json", "Chrome JSON export >= 4 M spans/s", lambda e, _l: n / e / 1e6, 4.0, " M spans/s"),
-            (".json", "Chrome JSON load >= 4 M spans/s", lambda _e, l: n / l / 1e6, 4.0, " M spans/s"),
-            (".pftrace", ".pftrace export >= 6 M spans/s", lambda e, _l: n / e / 1e6, 6.0, " M spans/s"),
-            (".pftrace", ".pftrace load >= 4 M spans/s", lambda _e, l: n / l / 1e6, 4.0, " M spans/s"),
-            (".parquet", "Parquet export >= 10 M spans/s", lambda e, _l: n / e / 1e6, 10.0, " M spans/s"),
+            (".json", "Chrome JSON export >= 4 M spans/s", lambda e, _load: n / e / 1e6, 4.0, " M spans/s"),
+            (".json", "Chrome JSON load >= 4 M spans/s", lambda _e, load: n / load / 1e6, 4.0, " M spans/s"),
+            (".pftrace", ".pftrace export >= 6 M spans/s", lambda e, _load: n / e / 1e6, 6.0, " M spans/s"),
+            (".pftrace", ".pftrace load >= 4 M spans/s", lambda _e, load: n / load / 1e6, 4.0, " M spans/s"),
+            (".parquet", "Parquet export >= 10 M spans/s", lambda e, _load: n / e / 1e6, 10.0, " M spans/s"),
         )
         if extension in by_format
     ]

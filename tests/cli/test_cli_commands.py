@@ -138,7 +138,7 @@ def test_gantt_whole_trace_and_per_step(cli, traces):
     proc = cli("gantt", paths[".parquet"], "--step", "step", "--width", "40")
     assert proc.returncode == 0, proc.stderr
     steps = [r for r in table.to_pylist() if r["name"] == "step"]
-    for k, row in enumerate(sorted(steps, key=lambda r: r["start_ns"])):
+    for k, _row in enumerate(sorted(steps, key=lambda r: r["start_ns"])):
         assert f"step {k + 1}/6: " in proc.stdout
     assert proc.stdout.count("└") == 6
 

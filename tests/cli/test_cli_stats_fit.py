@@ -36,7 +36,7 @@ def trace(tmp_path_factory):
     for rank in (0, 1):
         hotspan.configure(rank=rank)
         hotspan.drain()
-        for i in range(5):
+        for _ in range(5):
             with hotspan.span("training_step_with_a_long_name", "sync"):
                 with hotspan.span("forward", "compute"):
                     sum(range(20_000 * (rank + 1)))

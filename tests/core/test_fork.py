@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-import hotspan
 from _util import run_python
 
 pytestmark = [

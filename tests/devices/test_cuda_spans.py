@@ -72,7 +72,7 @@ def test_pairs_wait_across_drains_in_stream_order(gpu):
 
 def test_drain_wait_device_synchronizes_once_then_has_every_row(gpu):
     other = gpu.stream(1, 0)
-    for n in range(5):
+    for _ in range(5):
         with hotspan.span("k", "gpu", device="cuda"):
             gpu.current.launch(MS)
     gpu.current = other

@@ -358,7 +358,7 @@ def test_fuzz_our_own_file_damaged(data):
         try:
             json.loads(damaged, parse_constant=lambda name: 1 / 0)
         except (ValueError, ZeroDivisionError):
-            raise AssertionError("the loader accepted a file that is not JSON")
+            raise AssertionError("the loader accepted a file that is not JSON") from None
         general = _load_general(path)
         assert_same_spans(general, fast)
 

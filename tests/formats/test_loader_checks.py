@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 
 import pyarrow as pa
 import pyarrow.compute as pc

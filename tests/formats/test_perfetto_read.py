@@ -4,8 +4,6 @@ a hang or unbounded memory)."""
 from __future__ import annotations
 
 import json
-import os
-import random
 import subprocess
 import sys
 import textwrap

@@ -13,7 +13,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pytest
 
 import hotspan

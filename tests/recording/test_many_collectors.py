@@ -2,7 +2,6 @@
 collectors writing one dataset, exact accounting, and the clock offset measured again."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -16,7 +15,7 @@ import hotspan
 from hotspan.formats.dataset import part_metadata
 from hotspan.recording.collector import CollectorClient, CollectorServer, parse_urls
 
-from _procs import check_tree, finish, kill, read_line, spans_per_rank, start_collector, start_rank, stop
+from _procs import check_tree, finish, kill, spans_per_rank, start_collector, start_rank, stop
 
 
 def _rank_counts(table: pa.Table) -> dict[int, int]:

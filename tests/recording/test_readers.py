@@ -13,7 +13,6 @@ import pytest
 
 import hotspan
 from hotspan import _api, events
-from hotspan.recording import hub
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

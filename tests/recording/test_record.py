@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pyarrow.compute as pc
-import pytest
 
 import hotspan
 from hotspan.formats.dataset import META_RANKS

@@ -51,7 +51,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .._schema import META_HOST, SPAN_SCHEMA
 from . import _chrome_codec as codec

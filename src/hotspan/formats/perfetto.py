@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
 from . import _perfetto_codec as codec

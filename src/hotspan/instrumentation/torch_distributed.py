@@ -200,7 +200,7 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
             _close_orphans()
         try:
             nbytes = sent(args, kwargs)
-        except Exception:  # arguments torch itself will refuse: let it say why, below
+        except Exception:  # noqa: BLE001 -- arguments torch itself will refuse: let it say why, below
             nbytes = None
         sp = span(fname, CATEGORY, arg=nbytes)
         if not (always_async or async_op.get(args, kwargs)):

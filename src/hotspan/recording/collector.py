@@ -45,7 +45,6 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -303,7 +302,7 @@ class CollectorServer:
     def _write(self, table: pa.Table, *, rank: int, pid: int, seq: int, batch: str | None, digest: str,
                offset: int, uncertainty: int, rtt: int, sink_dropped: int, client_host: str,
                measured: int = 0) -> None:
-        from ..formats.dataset import part_metadata, part_path, write_part
+        from ..formats.dataset import part_path, write_part
 
         if table.num_rows:
             import pyarrow.compute as pc

@@ -140,7 +140,7 @@ def _run(module: str | None, path: str) -> int:
             return exc.code
         print(exc.code, file=sys.stderr)
         return 1
-    except BaseException as exc:  # the program failed: report it as Python would, keep its spans
+    except BaseException as exc:  # noqa: BLE001 -- the program failed: report it as Python would, keep its spans
         tb = exc.__traceback__
         while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
             tb = tb.tb_next  # hotspan's and runpy's own frames are noise to the program's author

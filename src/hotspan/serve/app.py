@@ -333,7 +333,7 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         """Span group by span group, as `hotspan compare` does: medians, their change with a
         bootstrap interval, the Mann-Whitney U p-value and a verdict."""
         runs = []
-        for parameter, rid in (("base", base), ("new", new)):
+        for _parameter, rid in (("base", base), ("new", new)):
             run = run_or_404(rid)
             if isinstance(run, JSONResponse):
                 return run

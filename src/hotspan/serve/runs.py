@@ -247,7 +247,7 @@ class Catalog:
             table = load(run.location)
         except (ValueError, OSError) as exc:  # TraceFileError names the file and the problem
             raise RunError(_message(exc, run.location)) from None
-        except Exception as exc:  # a foreign file a reader chokes on: an error entry, never a 500
+        except Exception as exc:  # noqa: BLE001 -- a foreign file a reader chokes on: an error entry, never a 500
             raise RunError(f"not a readable trace: {type(exc).__name__}: {exc}") from None
         for stale in self.cache.glob(f"{run.id}-*.parquet"):
             stale.unlink(missing_ok=True)
@@ -291,7 +291,7 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
                 ranks.add(rank)
     except RunError:
         raise
-    except Exception as exc:  # pyarrow's errors for a torn or foreign file
+    except Exception as exc:  # noqa: BLE001 -- pyarrow's errors for a torn or foreign file
         raise RunError(f"not a readable span table: {type(exc).__name__}: {exc}") from None
     merged = merge_metadata(metas) if len(metas) > 1 else (metas[0][0] if metas else {})
 
@@ -338,12 +338,12 @@ def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
         check_span_table(pa.schema(list(present.items())).empty_table())
     except ValueError as exc:
         raise RunError(f"{path.name}: {exc}") from None
-    for field in SPAN_SCHEMA:
-        kind = present[field.name]
-        if pa.types.is_integer(field.type) and not pa.types.is_integer(kind):
-            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not integers")
-        if pa.types.is_boolean(field.type) and not pa.types.is_boolean(kind):
-            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not booleans")
+    for column in SPAN_SCHEMA:
+        kind = present[column.name]
+        if pa.types.is_integer(column.type) and not pa.types.is_integer(kind):
+            raise RunError(f"{path.name}: not a span table: column {column.name!r} holds {kind}, not integers")
+        if pa.types.is_boolean(column.type) and not pa.types.is_boolean(kind):
+            raise RunError(f"{path.name}: not a span table: column {column.name!r} holds {kind}, not booleans")
 
 
 def _iso(ns: int | None) -> str | None:
