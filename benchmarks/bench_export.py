@@ -10,6 +10,7 @@ drain order, i.e. per thread in end order), then times per format ``export`` and
 typical Python exporter does: ``orjson.dumps(table.to_pylist())`` (both steps timed
 together). Prints one table with throughputs and ratios, then the targets.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,18 +85,32 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
         dur = (duration[None, :] * scale[:, None]).ravel()
         ids = next_id + np.arange(steps * per_step, dtype=np.int64)
         next_id += steps * per_step
-        parent = np.where(parent_index[None, :] >= 0,
-                          ids.reshape(steps, per_step)[:, np.maximum(parent_index, 0)], -1).ravel()
+        parent = np.where(
+            parent_index[None, :] >= 0,
+            ids.reshape(steps, per_step)[:, np.maximum(parent_index, 0)],
+            -1,
+        ).ravel()
         kinds = np.tile([s[5] for s in _STEP], steps)
-        arg = np.where(kinds == "bytes", rng.integers(1 << 20, 1 << 28, len(kinds)),
-                       np.where(kinds == "items", 256, 0))
-        tables.append({
-            "span_id": ids, "parent_id": parent, "name": np.tile(name_code, steps),
-            "category": np.tile(category_code, steps), "start_ns": start, "duration_ns": dur,
-            "depth": np.tile(depth, steps), "thread_id": np.full(len(ids), 70000 + thread),
-            "arg": arg, "has_arg": kinds != None,  # noqa: E711
-            "error": (rng.random(len(ids)) < 0.001) & (dur > 0),
-        })
+        arg = np.where(
+            kinds == "bytes",
+            rng.integers(1 << 20, 1 << 28, len(kinds)),
+            np.where(kinds == "items", 256, 0),
+        )
+        tables.append(
+            {
+                "span_id": ids,
+                "parent_id": parent,
+                "name": np.tile(name_code, steps),
+                "category": np.tile(category_code, steps),
+                "start_ns": start,
+                "duration_ns": dur,
+                "depth": np.tile(depth, steps),
+                "thread_id": np.full(len(ids), 70000 + thread),
+                "arg": arg,
+                "has_arg": kinds != None,  # noqa: E711
+                "error": (rng.random(len(ids)) < 0.001) & (dur > 0),
+            }
+        )
     columns = {key: np.concatenate([t[key] for t in tables]) for key in tables[0]}
     # Drain order: per thread by end time, threads taken in rounds of 4096 spans.
     end = columns["start_ns"] + columns["duration_ns"]
@@ -108,24 +123,31 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
     thread_names[0] = "MainThread"
     # As a drained table: META_VERSION says hotspan recorded it (and no asyncio tasks did).
     metadata = {META_HOST: b"bench-host", META_START: str(base).encode(), META_VERSION: b"bench"}
-    return pa.table({
-        "span_id": pa.array(c["span_id"], pa.uint64()),
-        "parent_id": pa.array(c["parent_id"], pa.uint64(), mask=c["parent_id"] < 0),
-        "name": pa.DictionaryArray.from_arrays(pa.array(c["name"], pa.int32()), pa.array(names)),
-        "category": pa.DictionaryArray.from_arrays(
-            pa.array(c["category"], pa.int32(), mask=c["category"] < 0), pa.array(categories)),
-        "start_ns": pa.array(c["start_ns"], pa.int64()),
-        "end_ns": pa.array(c["start_ns"] + c["duration_ns"], pa.int64()),
-        "duration_ns": pa.array(c["duration_ns"], pa.int64()),
-        "depth": pa.array(c["depth"], pa.int32()),
-        "thread_id": pa.array(c["thread_id"], pa.int64()),
-        "thread_name": pa.DictionaryArray.from_arrays(
-            pa.array(c["thread_id"] - 70000, pa.int32()), pa.array(thread_names)),
-        "pid": pa.array(np.full(len(order), 70000), pa.int64()),
-        "rank": pa.array(np.zeros(len(order), np.int32), pa.int32()),
-        "arg": pa.array(c["arg"], pa.int64(), mask=~c["has_arg"]),
-        "error": pa.array(c["error"], pa.bool_()),
-    }, schema=SPAN_SCHEMA.with_metadata(metadata))
+    return pa.table(
+        {
+            "span_id": pa.array(c["span_id"], pa.uint64()),
+            "parent_id": pa.array(c["parent_id"], pa.uint64(), mask=c["parent_id"] < 0),
+            "name": pa.DictionaryArray.from_arrays(
+                pa.array(c["name"], pa.int32()), pa.array(names)
+            ),
+            "category": pa.DictionaryArray.from_arrays(
+                pa.array(c["category"], pa.int32(), mask=c["category"] < 0), pa.array(categories)
+            ),
+            "start_ns": pa.array(c["start_ns"], pa.int64()),
+            "end_ns": pa.array(c["start_ns"] + c["duration_ns"], pa.int64()),
+            "duration_ns": pa.array(c["duration_ns"], pa.int64()),
+            "depth": pa.array(c["depth"], pa.int32()),
+            "thread_id": pa.array(c["thread_id"], pa.int64()),
+            "thread_name": pa.DictionaryArray.from_arrays(
+                pa.array(c["thread_id"] - 70000, pa.int32()), pa.array(thread_names)
+            ),
+            "pid": pa.array(np.full(len(order), 70000), pa.int64()),
+            "rank": pa.array(np.zeros(len(order), np.int32), pa.int32()),
+            "arg": pa.array(c["arg"], pa.int64(), mask=~c["has_arg"]),
+            "error": pa.array(c["error"], pa.bool_()),
+        },
+        schema=SPAN_SCHEMA.with_metadata(metadata),
+    )
 
 
 def best_of(repeat: int, fn) -> float:
@@ -139,20 +161,29 @@ def best_of(repeat: int, fn) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--dir", default=None, help="where to write the files (default: a temporary folder)")
-    parser.add_argument("--formats", default=".parquet,.arrow,.json,.json.gz,.pftrace,.csv,.jsonl",
-                        help="comma-separated extensions to time (default: all)")
+    parser.add_argument(
+        "--dir", default=None, help="where to write the files (default: a temporary folder)"
+    )
+    parser.add_argument(
+        "--formats",
+        default=".parquet,.arrow,.json,.json.gz,.pftrace,.csv,.jsonl",
+        help="comma-separated extensions to time (default: all)",
+    )
     args = parser.parse_args()
 
     t0 = time.perf_counter()
     table = synthetic_table(args.spans, args.threads)
     n = table.num_rows
-    print(f"{n:,} spans over {args.threads} threads, built in {time.perf_counter() - t0:.1f} s; "
-          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, pyarrow {pa.__version__}\n")
+    print(
+        f"{n:,} spans over {args.threads} threads, built in {time.perf_counter() - t0:.1f} s; "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, pyarrow {pa.__version__}\n"
+    )
 
     import orjson
 
@@ -184,21 +215,55 @@ def main() -> int:
     header = f"{'format':<12}{'export s':>10}{'Mspans/s':>10}{'vs ref':>9}{'MB':>9}{'B/span':>8}{'load s':>9}{'Mspans/s':>10}"
     print(header)
     print("-" * len(header))
-    print(f"{'reference':<12}{reference_s:>10.3f}{n / reference_s / 1e6:>10.2f}{1:>8.1f}x"
-          f"{reference_bytes / 1e6:>9.1f}{reference_bytes / n:>8.0f}{'':>9}{'':>10}   orjson.dumps(table.to_pylist())")
+    print(
+        f"{'reference':<12}{reference_s:>10.3f}{n / reference_s / 1e6:>10.2f}{1:>8.1f}x"
+        f"{reference_bytes / 1e6:>9.1f}{reference_bytes / n:>8.0f}{'':>9}{'':>10}   orjson.dumps(table.to_pylist())"
+    )
     for extension, export_s, size, load_s in rows:
-        print(f"{extension:<12}{export_s:>10.3f}{n / export_s / 1e6:>10.2f}{reference_s / export_s:>8.1f}x"
-              f"{size / 1e6:>9.1f}{size / n:>8.0f}{load_s:>9.3f}{n / load_s / 1e6:>10.2f}")
+        print(
+            f"{extension:<12}{export_s:>10.3f}{n / export_s / 1e6:>10.2f}{reference_s / export_s:>8.1f}x"
+            f"{size / 1e6:>9.1f}{size / n:>8.0f}{load_s:>9.3f}{n / load_s / 1e6:>10.2f}"
+        )
 
     by_format = {extension: (export_s, load_s) for extension, export_s, _, load_s in rows}
     targets = [
         (label, fn(*by_format[extension]), goal, unit)
         for extension, label, fn, goal, unit in (
-            (".json", "Chrome JSON export >= 4 M spans/s", lambda e, _load: n / e / 1e6, 4.0, " M spans/s"),
-            (".json", "Chrome JSON load >= 4 M spans/s", lambda _e, load: n / load / 1e6, 4.0, " M spans/s"),
-            (".pftrace", ".pftrace export >= 6 M spans/s", lambda e, _load: n / e / 1e6, 6.0, " M spans/s"),
-            (".pftrace", ".pftrace load >= 4 M spans/s", lambda _e, load: n / load / 1e6, 4.0, " M spans/s"),
-            (".parquet", "Parquet export >= 10 M spans/s", lambda e, _load: n / e / 1e6, 10.0, " M spans/s"),
+            (
+                ".json",
+                "Chrome JSON export >= 4 M spans/s",
+                lambda e, _load: n / e / 1e6,
+                4.0,
+                " M spans/s",
+            ),
+            (
+                ".json",
+                "Chrome JSON load >= 4 M spans/s",
+                lambda _e, load: n / load / 1e6,
+                4.0,
+                " M spans/s",
+            ),
+            (
+                ".pftrace",
+                ".pftrace export >= 6 M spans/s",
+                lambda e, _load: n / e / 1e6,
+                6.0,
+                " M spans/s",
+            ),
+            (
+                ".pftrace",
+                ".pftrace load >= 4 M spans/s",
+                lambda _e, load: n / load / 1e6,
+                4.0,
+                " M spans/s",
+            ),
+            (
+                ".parquet",
+                "Parquet export >= 10 M spans/s",
+                lambda e, _load: n / e / 1e6,
+                10.0,
+                " M spans/s",
+            ),
         )
         if extension in by_format
     ]

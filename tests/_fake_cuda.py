@@ -7,6 +7,7 @@ completes when the device clock passes the point where its stream reached it, an
 ``elapsed_time`` refuses events not completed, as CUDA does. Everything else in the tests
 (spans, drain, exports, Perfetto's trace processor, stats) is the real thing.
 """
+
 from __future__ import annotations
 
 import time
@@ -108,4 +109,6 @@ class FakeGpu:
 
     def synchronize(self, device: int) -> None:
         self.device_syncs.append(device)
-        self.now[device] = max([self.now[device]] + [s.busy_until for s in self.streams.values() if s.device == device])
+        self.now[device] = max(
+            [self.now[device]] + [s.busy_until for s in self.streams.values() if s.device == device]
+        )

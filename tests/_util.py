@@ -1,4 +1,5 @@
 """Helpers shared by the recorder tests."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ def python_command() -> list[str]:
     return shlex.split(wrapper) if wrapper else [sys.executable]
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter (for environment variables read at import, fork...)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -58,7 +61,17 @@ def chromium() -> str:
 def run_chromium(tmp_path, *args, timeout: float = 90) -> subprocess.CompletedProcess:
     """Headless Chromium with a profile of its own under ``tmp_path``."""
     return subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'profile'}", *args],
-        capture_output=True, text=True, timeout=timeout,
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )

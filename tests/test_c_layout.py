@@ -3,6 +3,7 @@ each unit of ``csrc/`` (``hs_x.c`` with its header ``hs_x.h``) depends only on t
 it in ``LAYERS``: through an ``#include``, a call of a function or a use of a global another
 unit defines. Nothing below calls a plug-in by name (they install themselves through hooks),
 and the graph has no loop."""
+
 from __future__ import annotations
 
 import re
@@ -13,18 +14,18 @@ CSRC = Path(__file__).resolve().parents[1] / "csrc"
 #: Bottom first. A unit may use the units of the layers before its own, never those after it
 #: nor those beside it in its own layer (so a layer's units are independent of each other).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("hs_compiler",),             # HS_LIKELY, HS_HOT...: macros only
-    ("hs_clock", "hs_ring"),      # ticks -> ns; blocks and the single-writer rings
-    ("hs_intern",),               # strings, category paths, (name, path) pairs
-    ("hs_registry",),             # per-thread state, chains, span id ranges, switches and hooks
-    ("hs_recorder",),             # the hot path: enter/exit/instant
-    ("hs_live",),                 # the live log's queue, fed by the drain
-    ("hs_drain",),                # the drain thread and the segment store
-    ("hs_columns",),              # segments -> Arrow-ready columns
+    ("hs_compiler",),  # HS_LIKELY, HS_HOT...: macros only
+    ("hs_clock", "hs_ring"),  # ticks -> ns; blocks and the single-writer rings
+    ("hs_intern",),  # strings, category paths, (name, path) pairs
+    ("hs_registry",),  # per-thread state, chains, span id ranges, switches and hooks
+    ("hs_recorder",),  # the hot path: enter/exit/instant
+    ("hs_live",),  # the live log's queue, fed by the drain
+    ("hs_drain",),  # the drain thread and the segment store
+    ("hs_columns",),  # segments -> Arrow-ready columns
     ("hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"),  # plug-ins, installed through hooks
-    ("hs_fork",),                 # the one pthread_atfork: every unit's prepare/parent/child
-    ("hs_types",),                # the Python types
-    ("hs_module",),               # the Python module: installs the plug-ins
+    ("hs_fork",),  # the one pthread_atfork: every unit's prepare/parent/child
+    ("hs_types",),  # the Python types
+    ("hs_module",),  # the Python module: installs the plug-ins
 )
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 PLUG_INS = {"hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"}
@@ -37,8 +38,10 @@ def strip_comments(text: str) -> str:
 
 def strip_strings(text: str) -> str:
     """String literals emptied (no names in them); #include lines kept whole."""
-    return "\n".join(line if line.lstrip().startswith("#") else re.sub(r'"(?:[^"\\]|\\.)*"', '""', line)
-                     for line in text.split("\n"))
+    return "\n".join(
+        line if line.lstrip().startswith("#") else re.sub(r'"(?:[^"\\]|\\.)*"', '""', line)
+        for line in text.split("\n")
+    )
 
 
 def units() -> dict[str, list[Path]]:
@@ -49,14 +52,22 @@ def units() -> dict[str, list[Path]]:
 
 
 UNITS = units()
-SOURCES = {path: strip_strings(strip_comments(path.read_text())) for paths in UNITS.values() for path in paths}
+SOURCES = {
+    path: strip_strings(strip_comments(path.read_text()))
+    for paths in UNITS.values()
+    for path in paths
+}
 
 # A function defined at the top level (in a .c, or static inline in a header), or a global
 # defined in a .c: `type name(args) {`, `type name = ...;`, `type name[...]...;`, `type name;`.
-FUNCTION_DEF = re.compile(r"^[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*\([^;{}]*\)\s*(?:__attribute__\(\([^;{}]*\)\)\s*)?\{",
-                          re.M)
-GLOBAL_DEF = re.compile(r"^(?!static\b|extern\b|typedef\b|return\b)[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*(?:\[[^\]]*\]\s*)*"
-                        r"(?:__attribute__\(\([^;]*\)\)\s*)?(?:=|;)", re.M)
+FUNCTION_DEF = re.compile(
+    r"^[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*\([^;{}]*\)\s*(?:__attribute__\(\([^;{}]*\)\)\s*)?\{", re.M
+)
+GLOBAL_DEF = re.compile(
+    r"^(?!static\b|extern\b|typedef\b|return\b)[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*(?:\[[^\]]*\]\s*)*"
+    r"(?:__attribute__\(\([^;]*\)\)\s*)?(?:=|;)",
+    re.M,
+)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:\./)?(hs_\w+)\.h"', re.M)
 NAME = re.compile(r"\bhs_\w+\b")
 
@@ -68,7 +79,7 @@ def definitions() -> dict[str, str]:
         for path in paths:
             text = SOURCES[path]
             for match in FUNCTION_DEF.finditer(text):
-                line = text[match.start():text.index("(", match.start())]
+                line = text[match.start() : text.index("(", match.start())]
                 if path.suffix == ".c" and re.match(r"\s*static\b", line):
                     continue  # private to its file
                 owner[match.group(1)] = unit
@@ -91,7 +102,9 @@ def edges() -> dict[str, dict[str, str]]:
                 for match in INCLUDE.finditer(line):
                     target = match.group(1)
                     if target != unit:
-                        graph[unit].setdefault(target, f"{path.name}:{lineno} #include \"{target}.h\"")
+                        graph[unit].setdefault(
+                            target, f'{path.name}:{lineno} #include "{target}.h"'
+                        )
                 for match in NAME.finditer(line):
                     target = DEFINED.get(match.group(0))
                     if target is not None and target != unit:
@@ -110,8 +123,14 @@ def test_the_reader_sees_the_core():
 
 
 def test_every_unit_has_a_layer_and_a_header():
-    assert not set(UNITS) - set(RANK), f"units with no place in LAYERS: {sorted(set(UNITS) - set(RANK))}"
-    lonely = [unit for unit, paths in UNITS.items() if unit != "hs_module" and not any(p.suffix == ".h" for p in paths)]
+    assert not set(UNITS) - set(RANK), (
+        f"units with no place in LAYERS: {sorted(set(UNITS) - set(RANK))}"
+    )
+    lonely = [
+        unit
+        for unit, paths in UNITS.items()
+        if unit != "hs_module" and not any(p.suffix == ".h" for p in paths)
+    ]
     assert not lonely, f"units with no header of their own: {lonely}"
 
 
@@ -120,9 +139,18 @@ def test_no_unit_depends_on_a_unit_above_or_beside_it():
     for unit, targets in GRAPH.items():
         for target, why in targets.items():
             if target in RANK and RANK[target] >= RANK.get(unit, -1):
-                kind = "a plug-in, by name" if target in PLUG_INS else "up" if RANK[target] > RANK[unit] else "beside"
+                kind = (
+                    "a plug-in, by name"
+                    if target in PLUG_INS
+                    else "up"
+                    if RANK[target] > RANK[unit]
+                    else "beside"
+                )
                 found.append(f"{why}: {unit} -> {target} ({kind})")
-    assert not found, "dependencies against the layers (use a hook, or move the code down):\n" + "\n".join(sorted(found))
+    assert not found, (
+        "dependencies against the layers (use a hook, or move the code down):\n"
+        + "\n".join(sorted(found))
+    )
 
 
 def test_the_dependency_graph_has_no_loop():
@@ -135,7 +163,7 @@ def test_the_dependency_graph_has_no_loop():
         path.append(node)
         for target in GRAPH.get(node, {}):
             if state.get(target) == 1:
-                loops.append(" -> ".join(path[path.index(target):] + [target]))
+                loops.append(" -> ".join(path[path.index(target) :] + [target]))
             elif target not in state:
                 visit(target)
         path.pop()

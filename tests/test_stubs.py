@@ -1,5 +1,6 @@
 """The type stubs of the compiled modules (.pyi) name exactly what the modules hold, so a
 function added in C or Cython without its stub (or a stub left after a removal) fails here."""
+
 from __future__ import annotations
 
 import ast
@@ -16,7 +17,8 @@ PACKAGE = Path(hotspan.__file__).parent
 #: Names a stub declares for typing only, absent from the module on purpose.
 TYPE_ONLY = {
     # a TypeVar and a buffer alias of the stubs
-    "_F", "_Buffer",
+    "_F",
+    "_Buffer",
     # the class of span(..., device="cuda") objects: returned by span(), never exported
     "device_span",
 }

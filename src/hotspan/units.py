@@ -1,5 +1,6 @@
 """Numbers for people: the one formatter of durations, byte counts, counts and rates that
 the CLI, the live log and the reports share (so a figure reads the same everywhere)."""
+
 from __future__ import annotations
 
 import math

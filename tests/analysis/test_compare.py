@@ -1,5 +1,6 @@
 """hotspan.compare: the rank test and bootstrap interval against plain references, and the
 verdicts on tables whose distributions are known."""
+
 from __future__ import annotations
 
 import math
@@ -19,14 +20,33 @@ def durations_table(groups: dict[str, list[int]]) -> pa.Table:
     rows, t, sid = [], 0, 1
     for name, durations in groups.items():
         for d in durations:
-            rows.append(dict(span_id=sid, parent_id=None, name=name, category="c", start_ns=t, end_ns=t + int(d),
-                             duration_ns=int(d), depth=0, thread_id=1, thread_name="main", pid=1, rank=0, arg=None,
-                             error=False))
+            rows.append(
+                dict(
+                    span_id=sid,
+                    parent_id=None,
+                    name=name,
+                    category="c",
+                    start_ns=t,
+                    end_ns=t + int(d),
+                    duration_ns=int(d),
+                    depth=0,
+                    thread_id=1,
+                    thread_name="main",
+                    pid=1,
+                    rank=0,
+                    arg=None,
+                    error=False,
+                )
+            )
             sid += 1
             t += int(d) + 10
     columns = {name: [r[name] for r in rows] for name in SPAN_SCHEMA.names}
-    arrays = [pa.array(columns[f.name], pa.string()).dictionary_encode() if pa.types.is_dictionary(f.type)
-              else pa.array(columns[f.name], f.type) for f in SPAN_SCHEMA]
+    arrays = [
+        pa.array(columns[f.name], pa.string()).dictionary_encode()
+        if pa.types.is_dictionary(f.type)
+        else pa.array(columns[f.name], f.type)
+        for f in SPAN_SCHEMA
+    ]
     return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
 
 
@@ -35,7 +55,7 @@ def reference_mwu(x, y) -> float:
     u = sum(1.0 if b > a else 0.5 if b == a else 0.0 for a in x for b in y)
     n1, n2 = len(x), len(y)
     n = n1 + n2
-    ties = sum(t ** 3 - t for t in Counter(list(x) + list(y)).values())
+    ties = sum(t**3 - t for t in Counter(list(x) + list(y)).values())
     sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))))
     z = (abs(u - n1 * n2 / 2) - 0.5) / sigma
     return min(1.0, math.erfc(max(z, 0) / math.sqrt(2)))
@@ -84,7 +104,7 @@ def test_an_outlier_moves_the_mean_not_the_verdict():
     base = rng.normal(1_000_000, 20_000, 200).astype(int)
     new = rng.normal(1_000_000, 20_000, 200).astype(int)
     new[0] = 40_000_000  # one stall: the mean moves by ~20%
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}))
+    (row,) = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}))
     assert row["mean_ns_change"] > 0.15
     assert row["verdict"] == "same" and abs(row["p50_ns_change"]) < 0.02
 
@@ -92,13 +112,19 @@ def test_an_outlier_moves_the_mean_not_the_verdict():
 def test_a_shift_above_the_threshold_is_slower_below_it_same():
     rng = np.random.default_rng(5)
     base = rng.normal(1_000_000, 20_000, 100).astype(int)
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 1.10).astype(int)}))
+    (row,) = hotspan.compare(
+        durations_table({"x": base}), durations_table({"x": (base * 1.10).astype(int)})
+    )
     assert row["verdict"] == "slower" and row["p_value"] < 0.01
     assert row["change_low"] > 0 and row["change_low"] < row["p50_ns_change"] < row["change_high"]
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 0.9).astype(int)}))
+    (row,) = hotspan.compare(
+        durations_table({"x": base}), durations_table({"x": (base * 0.9).astype(int)})
+    )
     assert row["verdict"] == "faster"
     # Significant, but 2% is under the 5% threshold: not a regression.
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 1.02).astype(int)}))
+    (row,) = hotspan.compare(
+        durations_table({"x": base}), durations_table({"x": (base * 1.02).astype(int)})
+    )
     assert row["p_value"] < 0.01 and row["verdict"] == "same"
 
 
@@ -124,8 +150,10 @@ def test_a_median_past_the_threshold_whose_interval_is_not_is_same():
     rng = np.random.default_rng(2)
     base = rng.normal(1_000_000, 60_000, 300).astype(int)
     new = (rng.normal(1_000_000, 60_000, 300) * 1.065).astype(int)
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}))
+    (row,) = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}))
     assert row["p_value"] < 1e-6 and row["p50_ns_change"] > 0.05 and row["change_low"] < 0.05
     assert row["verdict"] == "same"
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}), threshold=0.03)
+    (row,) = hotspan.compare(
+        durations_table({"x": base}), durations_table({"x": new}), threshold=0.03
+    )
     assert row["verdict"] == "slower"

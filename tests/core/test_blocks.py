@@ -4,6 +4,7 @@ across any number of threads and forks.
 
 HOTSPAN_TEST_SCALE (default 1) shrinks the counts for the sanitizer builds (.ci/sanitize).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,9 @@ def _run(code: str, timeout: float = 600) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("drain_every_s", [0.002, None], ids=["drain-every-2ms", "drain-at-the-end"])
+@pytest.mark.parametrize(
+    "drain_every_s", [0.002, None], ids=["drain-every-2ms", "drain-at-the-end"]
+)
 def test_threads_flat_out_lose_nothing_at_the_defaults(drain_every_s):
     # 8 threads recording flat out while the main thread drains every 2 ms (it gets few
     # turns: 8 busy threads hold the GIL), or never until they are done: the threads take

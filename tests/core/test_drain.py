@@ -1,4 +1,5 @@
 """drain(): the span table's schema, metadata, timestamps and ids."""
+
 from __future__ import annotations
 
 import json
@@ -38,14 +39,28 @@ def test_schema_is_exactly_the_contract():
         pass
     t = hotspan.drain()
     assert t.schema.names == [
-        "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns",
-        "depth", "thread_id", "thread_name", "pid", "rank", "arg", "error",
+        "span_id",
+        "parent_id",
+        "name",
+        "category",
+        "start_ns",
+        "end_ns",
+        "duration_ns",
+        "depth",
+        "thread_id",
+        "thread_name",
+        "pid",
+        "rank",
+        "arg",
+        "error",
     ]
     for name, typ in EXPECTED_TYPES.items():
         assert t.schema.field(name).type == typ, name
     for name in STRING_COLUMNS:
         typ = t.schema.field(name).type
-        assert typ == pa.string() or (pa.types.is_dictionary(typ) and typ.value_type == pa.string()), name
+        assert typ == pa.string() or (
+            pa.types.is_dictionary(typ) and typ.value_type == pa.string()
+        ), name
     assert t.schema.remove_metadata() == SPAN_SCHEMA
     t.validate(full=True)
 
@@ -158,7 +173,10 @@ def test_rank_from_configure_and_environment():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["7", "3"]
-    proc = run_python("import hotspan; print(hotspan.rank())", env={"SLURM_PROCID": "2", "RANK": "", "HOTSPAN_RANK": ""})
+    proc = run_python(
+        "import hotspan; print(hotspan.rank())",
+        env={"SLURM_PROCID": "2", "RANK": "", "HOTSPAN_RANK": ""},
+    )
     assert proc.stdout.strip() == "2"
 
 

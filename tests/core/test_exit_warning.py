@@ -1,4 +1,5 @@
 """A process that dropped spans says so once at exit, on stderr; one that did not, says nothing."""
+
 from __future__ import annotations
 
 from _util import run_python
@@ -18,8 +19,10 @@ def test_dropped_spans_are_said_once_at_exit():
     dropped = int(proc.stdout.split()[-1])
     assert 0 < dropped < 10000
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hotspan:")]
-    assert lines == [f"hotspan: {dropped:,} spans dropped (memory cap 64.00 KiB); "
-                     "see configure(memory_cap=), or drain more often"]
+    assert lines == [
+        f"hotspan: {dropped:,} spans dropped (memory cap 64.00 KiB); "
+        "see configure(memory_cap=), or drain more often"
+    ]
 
 
 def test_nothing_dropped_nothing_said_and_no_pyarrow_loaded():

@@ -2,6 +2,7 @@
 the drain thread's wake (a futex on Linux, a condition variable elsewhere), the machine the
 tests run on. .ci/arm64 runs this file on arm64 under emulation; .ci/cross runs it against a
 build whose wake is the condition variable macOS uses."""
+
 from __future__ import annotations
 
 import json

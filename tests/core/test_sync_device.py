@@ -1,5 +1,6 @@
 """span(..., sync=fn): the sync runs right before the span ends, only while recording;
 span(..., device="cuda"): refused when the span object is made."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +19,7 @@ def _sleeper(seconds, calls):
     def sync():
         calls.append(1)
         time.sleep(seconds)
+
     return sync
 
 
@@ -67,7 +69,11 @@ def test_configure_sync_for_sync_true():
     with pytest.raises(TypeError, match="sync"):
         hotspan.configure(sync=3)
     rs = {r["name"]: r for r in rows(hotspan.drain())}
-    assert calls == [1, 1] and rs["s"]["duration_ns"] >= 10_000_000 and rs["b"]["duration_ns"] >= 10_000_000
+    assert (
+        calls == [1, 1]
+        and rs["s"]["duration_ns"] >= 10_000_000
+        and rs["b"]["duration_ns"] >= 10_000_000
+    )
 
 
 def test_traced_and_begin_with_sync():
@@ -109,7 +115,9 @@ def test_sync_argument_checks():
         hotspan.instant("s", sync=print)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mlx") is None, reason="mlx is not installed (pip install 'mlx[cpu]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mlx") is None, reason="mlx is not installed (pip install 'mlx[cpu]')"
+)
 def test_sync_mlx_covers_the_work_started_by_async_eval():
     import mlx.core as mx
 
@@ -146,7 +154,9 @@ def test_device_cuda_without_cuda_raises_at_creation():
         has_cuda = torch.cuda.is_available()
     except ImportError:
         has_cuda = False
-    if has_cuda:  # device spans themselves: tests/devices/test_cuda_spans.py, benchmarks/gpu_check.py
+    if (
+        has_cuda
+    ):  # device spans themselves: tests/devices/test_cuda_spans.py, benchmarks/gpu_check.py
         assert hotspan.span("k", "gpu", device="cuda").device == "cuda"
         return
     with pytest.raises(RuntimeError, match="CUDA"):

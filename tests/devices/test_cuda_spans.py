@@ -5,6 +5,7 @@ it (torch.cuda.Event's interface over a device clock the test moves). Spans, the
 drain, record() and the id ranges are real. benchmarks/gpu_check.py runs the same code
 against torch and a real GPU.
 """
+
 from __future__ import annotations
 
 import pyarrow.compute as pc
@@ -52,7 +53,11 @@ def test_a_pair_is_resolved_only_once_its_end_event_completed(gpu):
     assert d["name"] == "matmul" and d["category"] == "gpu"
     assert d["parent_id"] == host[0]["span_id"] and d["depth"] == host[0]["depth"] + 1
     assert d["thread_name"] == "cuda:0 stream 7" and d["thread_id"] == -8
-    assert d["pid"] == host[0]["pid"] and d["rank"] == host[0]["rank"] and d["span_id"] != host[0]["span_id"]
+    assert (
+        d["pid"] == host[0]["pid"]
+        and d["rank"] == host[0]["rank"]
+        and d["span_id"] != host[0]["span_id"]
+    )
     assert gpu.recorder.pending() == 0
 
 
@@ -118,7 +123,9 @@ def test_calibration_is_retaken_after_the_period_but_not_inside_an_open_span(gpu
     assert gpu.recorder.calibration(0)[0] is not first
     device = {r["name"]: r for r in split(hotspan.drain(wait_device=True))[1]}
     outer, inner, nxt = device["outer"], device["inner"], device["next"]
-    assert outer["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= outer["end_ns"]  # nested exactly
+    assert (
+        outer["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= outer["end_ns"]
+    )  # nested exactly
     assert nxt["start_ns"] >= outer["end_ns"]  # never partly over the previous row of its stream
 
 
@@ -138,7 +145,12 @@ def test_events_are_pooled_no_new_event_once_warm(gpu):
 
 
 def test_thread_ids_are_negative_stable_and_per_stream(gpu):
-    for device, stream in ((0, 0), (0, 7), (1, 0), (0, 0x7F3A_1234_5600)):  # the last: an external stream
+    for device, stream in (
+        (0, 0),
+        (0, 7),
+        (1, 0),
+        (0, 0x7F3A_1234_5600),
+    ):  # the last: an external stream
         gpu.current = gpu.stream(device, stream)
         with hotspan.span("k", device="cuda"):
             gpu.current.launch(10)
@@ -147,8 +159,13 @@ def test_thread_ids_are_negative_stable_and_per_stream(gpu):
     external = ids.pop(f"cuda:0 stream {0x7F3A_1234_5600}")
     assert ids == {"cuda:0 stream 0": -1, "cuda:0 stream 7": -8, "cuda:1 stream 0": -1 - (1 << 20)}
     assert -(1 << 20) <= external < -1 - (1 << 19)  # hashed into the upper half of device 0's ids
-    assert all(cuda.device_thread_id(d, s) == -1 - (d * (1 << 20) + s) for d, s in ((0, 0), (3, 5), (1023, 1000)))
-    assert cuda.device_thread_id(1023, 1 << 40) >= -(1 << 31)  # every id fits in int32 (Perfetto's tid)
+    assert all(
+        cuda.device_thread_id(d, s) == -1 - (d * (1 << 20) + s)
+        for d, s in ((0, 0), (3, 5), (1023, 1000))
+    )
+    assert cuda.device_thread_id(1023, 1 << 40) >= -(
+        1 << 31
+    )  # every id fits in int32 (Perfetto's tid)
     assert cuda.device_thread_id(0, 1 << 40) == cuda.device_thread_id(0, 1 << 40)  # stable
 
 
@@ -162,7 +179,12 @@ def test_parent_depth_arg_error_follow_the_host_span(gpu):
     (d,) = device
     fwd = next(r for r in host if r["name"] == "fwd")
     assert (d["parent_id"], d["depth"], d["category"], d["arg"], d["error"]) == (
-        fwd["span_id"], fwd["depth"] + 1, "train", 4096, True)
+        fwd["span_id"],
+        fwd["depth"] + 1,
+        "train",
+        4096,
+        True,
+    )
     assert fwd["error"] and fwd["category"] == "train"
 
 
@@ -189,7 +211,11 @@ def test_device_span_as_decorator_and_reused_object(gpu):
             with s:  # re-entrant, as every span object
                 gpu.current.launch(MS)
     host, device = split(hotspan.drain(wait_device=True))
-    assert sorted(r["name"] for r in device) == sorted(r["name"] for r in host) == ["again"] * 6 + ["step"] * 3
+    assert (
+        sorted(r["name"] for r in device)
+        == sorted(r["name"] for r in host)
+        == ["again"] * 6 + ["step"] * 3
+    )
     by_id = {r["span_id"]: r for r in host}
     assert all(by_id[d["parent_id"]]["name"] == d["name"] for d in device)
 
@@ -215,7 +241,9 @@ def _stats_table(gpu):
 
 def test_stats_keep_device_time_apart_from_host_time(gpu):
     table = _stats_table(gpu)
-    result = {(r["name"], r["device"]): r for r in hotspan.stats(table).to_pylist()}  # device: a default key
+    result = {
+        (r["name"], r["device"]): r for r in hotspan.stats(table).to_pylist()
+    }  # device: a default key
     assert set(result) == {("mm", "host"), ("mm", "cuda:0")}
     host, device = result[("mm", "host")], result[("mm", "cuda:0")]
     assert device["count"] == 4 and device["total_ns"] == 10 * MS and device["self_ns"] == 10 * MS
@@ -226,7 +254,9 @@ def test_stats_keep_device_time_apart_from_host_time(gpu):
     mixed = hotspan.stats(table, by=("name",)).to_pylist()  # asked for: one group, self time intact
     assert mixed[0]["count"] == 8 and mixed[0]["self_ns"] == mixed[0]["total_ns"]
     host_only = table.filter(pc.greater_equal(table.column("thread_id"), 0))
-    assert "device" not in hotspan.stats(host_only).column_names  # no device rows: the default as ever
+    assert (
+        "device" not in hotspan.stats(host_only).column_names
+    )  # no device rows: the default as ever
 
 
 def test_cli_stats_groups_device_rows_apart(gpu, tmp_path):
@@ -237,13 +267,22 @@ def test_cli_stats_groups_device_rows_apart(gpu, tmp_path):
 
     path = tmp_path / "trace.parquet"
     hotspan.export(_stats_table(gpu), path)
-    proc = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(path), "--json"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hotspan", "stats", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {(r["name"], r["device"]): r["count"] for r in json.loads(proc.stdout)}
     assert rows == {("mm", "host"): 4, ("mm", "cuda:0"): 4}
-    proc = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(path), "--by", "device"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "160"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "hotspan", "stats", str(path), "--by", "device"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "160"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "cuda:0" in proc.stdout and "host" in proc.stdout
 
@@ -256,8 +295,12 @@ def test_a_failing_event_record_fails_the_span_and_leaves_nothing_open(gpu, monk
     with pytest.raises(RuntimeError, match="illegal memory access"):
         with hotspan.span("k", device="cuda"):
             pass
-    k, _warm_device, _warm_host = sorted(rows(hotspan.drain(wait_device=True)), key=lambda r: (r["name"], r["thread_id"]))
-    assert k["name"] == "k" and k["error"] and k["thread_id"] > 0  # the host span, closed as an error
+    k, _warm_device, _warm_host = sorted(
+        rows(hotspan.drain(wait_device=True)), key=lambda r: (r["name"], r["thread_id"])
+    )
+    assert (
+        k["name"] == "k" and k["error"] and k["thread_id"] > 0
+    )  # the host span, closed as an error
     assert gpu.recorder.pending() == 0
     monkeypatch.setattr(cuda, "RECALIBRATE_NS", 0)
     with hotspan.span("after", device="cuda"):  # no device span left open: it may recalibrate

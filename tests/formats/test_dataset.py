@@ -1,4 +1,5 @@
 """A run as a directory: parts written atomically, read back whole with exactly the span schema."""
+
 from __future__ import annotations
 
 import json
@@ -14,23 +15,37 @@ from hotspan.formats.dataset import META_PART, META_RANKS, load_dataset, part_pa
 from hotspan.formats import TraceFileError
 
 
-def _spans(n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, first: int = 1) -> pa.Table:
+def _spans(
+    n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, first: int = 1
+) -> pa.Table:
     """A span table of ``n`` roots as one process of ``rank`` would drain it."""
     ids = pa.array([(rank << 48) + (pid << 24) + i + first for i in range(n)], pa.uint64())
     starts = pa.array([start + 10 * i for i in range(n)], pa.int64())
     columns = {
-        "span_id": ids, "parent_id": pa.nulls(n, pa.uint64()),
-        "name": pa.array(["step"] * n).dictionary_encode(), "category": pa.array(["train"] * n).dictionary_encode(),
-        "start_ns": starts, "end_ns": pc.add(starts, 5), "duration_ns": pa.array([5] * n, pa.int64()),
-        "depth": pa.array([0] * n, pa.int32()), "thread_id": pa.array([pid] * n, pa.int64()),
-        "thread_name": pa.array(["MainThread"] * n).dictionary_encode(), "pid": pa.array([pid] * n, pa.int64()),
-        "rank": pa.array([rank] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()),
+        "span_id": ids,
+        "parent_id": pa.nulls(n, pa.uint64()),
+        "name": pa.array(["step"] * n).dictionary_encode(),
+        "category": pa.array(["train"] * n).dictionary_encode(),
+        "start_ns": starts,
+        "end_ns": pc.add(starts, 5),
+        "duration_ns": pa.array([5] * n, pa.int64()),
+        "depth": pa.array([0] * n, pa.int32()),
+        "thread_id": pa.array([pid] * n, pa.int64()),
+        "thread_name": pa.array(["MainThread"] * n).dictionary_encode(),
+        "pid": pa.array([pid] * n, pa.int64()),
+        "rank": pa.array([rank] * n, pa.int32()),
+        "arg": pa.nulls(n, pa.int64()),
         "error": pa.array([False] * n),
     }
     meta = {
-        b"hotspan.host": b"h", META_RANK: str(rank).encode(), b"hotspan.pid": str(pid).encode(),
-        META_START: str(start).encode(), b"hotspan.clock": json.dumps({"anchor_real_ns": start}).encode(),
-        META_DROPPED: json.dumps({"total": dropped, "threads": {str(pid): dropped} if dropped else {}}).encode(),
+        b"hotspan.host": b"h",
+        META_RANK: str(rank).encode(),
+        b"hotspan.pid": str(pid).encode(),
+        META_START: str(start).encode(),
+        b"hotspan.clock": json.dumps({"anchor_real_ns": start}).encode(),
+        META_DROPPED: json.dumps(
+            {"total": dropped, "threads": {str(pid): dropped} if dropped else {}}
+        ).encode(),
     }
     return pa.Table.from_arrays(list(columns.values()), schema=SPAN_SCHEMA.with_metadata(meta))
 
@@ -41,8 +56,14 @@ def run(tmp_path):
     d = tmp_path / "run"
     for rank, pid, start in ((10, 300, 5_000), (2, 200, 3_000), (0, 100, 2_000), (2, 201, 9_000)):
         for seq in range(2):
-            write_part(_spans(3, rank, pid, start + 100 * seq, dropped=seq, first=1 + 3 * seq), d, rank=rank, pid=pid, seq=seq,
-                       part_meta={"sink_dropped": seq})
+            write_part(
+                _spans(3, rank, pid, start + 100 * seq, dropped=seq, first=1 + 3 * seq),
+                d,
+                rank=rank,
+                pid=pid,
+                seq=seq,
+                part_meta={"sink_dropped": seq},
+            )
     return d
 
 
@@ -114,7 +135,11 @@ def test_cli_commands_take_a_directory(run, tmp_path, capsys):
     from hotspan.cli import main
 
     assert main(["stats", str(run), "--by", "rank", "--json"]) == 0
-    assert {r["rank"]: r["count"] for r in json.loads(capsys.readouterr().out)} == {0: 6, 2: 12, 10: 6}
+    assert {r["rank"]: r["count"] for r in json.loads(capsys.readouterr().out)} == {
+        0: 6,
+        2: 12,
+        10: 6,
+    }
     target = tmp_path / "merged.parquet"
     assert main(["export", str(run), str(target)]) == 0
     assert hotspan.load(target).num_rows == 24
@@ -129,6 +154,7 @@ def test_cli_commands_take_a_directory(run, tmp_path, capsys):
 
 def test_duckdb_reads_the_layout(run):
     import duckdb
+
     rows = duckdb.sql(
         f"SELECT rank, count(*) AS spans, sum(duration_ns) AS total FROM '{run}/**/*.parquet' "
         f"GROUP BY rank ORDER BY rank"
@@ -213,11 +239,17 @@ def test_record_bad_arguments(tmp_path):
 def test_token_names_never_overwrite_and_read_beside_old_names(tmp_path):
     run = tmp_path / "run"
     write_part(_spans(3, 0, 100), run, rank=0, pid=100, seq=0)  # an older run's name
-    path = write_part(_spans(2, 0, 100, first=10), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
+    path = write_part(
+        _spans(2, 0, 100, first=10), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001"
+    )
     assert path.name == "part-100-6b0d0000aaaa0001-000000.parquet"
     with pytest.raises(FileExistsError):  # never over an acknowledged part
-        write_part(_spans(1, 0, 100, first=20), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
-    assert not [p for p in (run / "rank=0").iterdir() if p.name.startswith(".")]  # its temporary file went
+        write_part(
+            _spans(1, 0, 100, first=20), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001"
+        )
+    assert not [
+        p for p in (run / "rank=0").iterdir() if p.name.startswith(".")
+    ]  # its temporary file went
     with pytest.raises(ValueError, match="hex"):
         part_path(run, 0, 100, 0, token="../x")
     table = hotspan.load(run)
@@ -238,4 +270,9 @@ def test_a_loaded_run_is_one_table_pyarrow_can_group(tmp_path):
     table = hotspan.load(tmp_path / "run")
     grouped = table.group_by(["name", "category"]).aggregate([("duration_ns", "count")])
     assert sorted(grouped.column("name").to_pylist()) == ["only0", "only1", "only2", "same"]
-    assert dict(zip(grouped.column("name").to_pylist(), grouped.column("duration_ns_count").to_pylist()))["same"] == 3
+    assert (
+        dict(
+            zip(grouped.column("name").to_pylist(), grouped.column("duration_ns_count").to_pylist())
+        )["same"]
+        == 3
+    )

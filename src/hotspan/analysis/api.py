@@ -4,6 +4,7 @@ streamed through DuckDB with bounded memory, to the same result (streaming.py).
 
 The dispatch lives here, above both, so that neither imports the other's module.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,27 @@ def phases(table: pa.Table | str | os.PathLike) -> pa.Table:
     return statistics.phases(table)
 
 
-def compare(base: pa.Table | str | os.PathLike, new: pa.Table | str | os.PathLike, *,
-            by: Sequence[str] = ("category", "name"), threshold: float = 0.05, min_count: int = 1,
-            alpha: float = 0.05, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> list[dict]:
-    options = dict(by=by, threshold=threshold, min_count=min_count, alpha=alpha, confidence=confidence,
-                   resamples=resamples, seed=seed)
+def compare(
+    base: pa.Table | str | os.PathLike,
+    new: pa.Table | str | os.PathLike,
+    *,
+    by: Sequence[str] = ("category", "name"),
+    threshold: float = 0.05,
+    min_count: int = 1,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> list[dict]:
+    options = dict(
+        by=by,
+        threshold=threshold,
+        min_count=min_count,
+        alpha=alpha,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+    )
     if is_path(base) or is_path(new):
         from .streaming import stream_compare
 
@@ -48,7 +65,13 @@ def compare(base: pa.Table | str | os.PathLike, new: pa.Table | str | os.PathLik
     return comparison.compare(base, new, **options)
 
 
-_PATHS = ("\n\n    Also takes a path (a Parquet file, a run directory, or a URI pyarrow.fs reads): "
-          "streamed through DuckDB\n    with bounded memory, to the same result (see analysis/streaming.py).\n")
-for _ours, _theirs in ((stats, statistics.stats), (phases, statistics.phases), (compare, comparison.compare)):
+_PATHS = (
+    "\n\n    Also takes a path (a Parquet file, a run directory, or a URI pyarrow.fs reads): "
+    "streamed through DuckDB\n    with bounded memory, to the same result (see analysis/streaming.py).\n"
+)
+for _ours, _theirs in (
+    (stats, statistics.stats),
+    (phases, statistics.phases),
+    (compare, comparison.compare),
+):
     _ours.__doc__ = (_theirs.__doc__ or "").rstrip() + _PATHS

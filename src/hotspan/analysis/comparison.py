@@ -10,6 +10,7 @@ and the verdict stays ``same``, where a point estimate past the threshold would 
 approximation with the tie correction, the bootstrap is seeded, so the verdicts of two
 runs on the same files are the same.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,9 +27,18 @@ __all__ = ["compare", "mann_whitney_u", "median_ratio_interval"]
 VERDICTS = ("slower", "faster", "same", "new", "gone", "few")
 
 
-def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "name"), threshold: float = 0.05,
-            min_count: int = 1, alpha: float = 0.05, confidence: float = 0.95, resamples: int = 2000,
-            seed: int = 0) -> list[dict]:
+def compare(
+    base: pa.Table,
+    new: pa.Table,
+    *,
+    by: Sequence[str] = ("category", "name"),
+    threshold: float = 0.05,
+    min_count: int = 1,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> list[dict]:
     """Per span group (the distinct values of ``by`` in either table): counts, p50, mean and
     p99 before and after, the median's change (a fraction: ``p50_ns_change``) with its
     bootstrap interval (``change_low``, ``change_high``, at ``confidence``), the two-sided
@@ -53,8 +63,18 @@ def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "
             key = tuple(row[k] for k in by)
             yield key, before.get(key, empty), after.get(key, empty)
 
-    return judge_rows(stats(base, by=by), stats(new, by=by), by, durations, threshold=threshold,
-                      min_count=min_count, alpha=alpha, confidence=confidence, resamples=resamples, seed=seed)
+    return judge_rows(
+        stats(base, by=by),
+        stats(new, by=by),
+        by,
+        durations,
+        threshold=threshold,
+        min_count=min_count,
+        alpha=alpha,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+    )
 
 
 def check_options(alpha: float, confidence: float, resamples: int) -> None:
@@ -66,10 +86,19 @@ def check_options(alpha: float, confidence: float, resamples: int) -> None:
         raise ValueError(f"resamples must be at least 100, not {resamples}")
 
 
-def judge_rows(base_stats: pa.Table, new_stats: pa.Table, by: Sequence[str],
-               durations: Callable[[pa.Table], Iterator[tuple[tuple, np.ndarray, np.ndarray]]], *,
-               threshold: float, min_count: int, alpha: float, confidence: float, resamples: int,
-               seed: int) -> list[dict]:
+def judge_rows(
+    base_stats: pa.Table,
+    new_stats: pa.Table,
+    by: Sequence[str],
+    durations: Callable[[pa.Table], Iterator[tuple[tuple, np.ndarray, np.ndarray]]],
+    *,
+    threshold: float,
+    min_count: int,
+    alpha: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> list[dict]:
     """``compare``'s rows from the two sides' ``stats`` and ``durations(keys)``, which yields
     (key, base durations, new durations) for each row of ``keys`` (the groups to judge, in
     order: the draws of the seeded bootstrap follow it)."""
@@ -97,7 +126,9 @@ def judge_rows(base_stats: pa.Table, new_stats: pa.Table, by: Sequence[str],
         else:
             judged.append(row)
         rows.append(row)
-    keys = pa.table({k: pa.array([row[k] for row in judged], base_stats.schema.field(k).type) for k in by})
+    keys = pa.table(
+        {k: pa.array([row[k] for row in judged], base_stats.schema.field(k).type) for k in by}
+    )
     for row, (_key, x, y) in zip(judged, durations(keys)):
         p = mann_whitney_u(x, y)
         low, high = median_ratio_interval(x, y, confidence=confidence, resamples=resamples, rng=rng)
@@ -140,8 +171,14 @@ def mann_whitney_u(x: np.ndarray, y: np.ndarray) -> float:
     return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0)))
 
 
-def median_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95, resamples: int = 2000,
-                          rng: np.random.Generator | None = None) -> tuple[float, float]:
+def median_ratio_interval(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float]:
     """The percentile bootstrap interval of ``median(y) / median(x) - 1``.
 
     Resampling n values and taking their median costs O(n) per resample, too much at a
@@ -163,7 +200,9 @@ def median_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0
     return float(low), float(high)
 
 
-def _bootstrap_medians(sorted_values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+def _bootstrap_medians(
+    sorted_values: np.ndarray, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     n = len(sorted_values)
     if n == 1:
         return np.full(resamples, sorted_values[0])

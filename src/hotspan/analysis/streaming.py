@@ -36,6 +36,7 @@ Settings: ``HOTSPAN_MEMORY_LIMIT`` (DuckDB's memory limit, default 1GB) and
 ``HOTSPAN_TEMP_DIR`` (where it spills; default a fresh directory under the system's
 temporary directory, removed afterwards).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -64,8 +65,15 @@ from .statistics import (
     self_share,
 )
 
-__all__ = ["COMPARE_MAX_VALUES", "SpanSource", "canonical_rows", "is_path", "stream_compare", "stream_phases",
-           "stream_stats"]
+__all__ = [
+    "COMPARE_MAX_VALUES",
+    "SpanSource",
+    "canonical_rows",
+    "is_path",
+    "stream_compare",
+    "stream_phases",
+    "stream_stats",
+]
 
 #: Above this many spans of one group on one side, compare thins the group (see the module doc).
 COMPARE_MAX_VALUES = 5_000_000  # x 2 sides x ~40 bytes of working copies: ~400 MB at most
@@ -92,7 +100,9 @@ def _same(columns: Sequence[str], left: str, right: str) -> str:
     """Null-safe equality of ``columns`` between two relations (null keys form a group)."""
     if not columns:
         return "TRUE"
-    return " AND ".join(f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns)
+    return " AND ".join(
+        f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns
+    )
 
 
 # A duration's bucket: 1024 a power of two (floor(1024 log2(d + 1))), so a bucket holds
@@ -119,8 +129,14 @@ class SpanSource:
     local paths or URIs) as the DuckDB view ``spans``, optionally filtered by a SQL condition
     (``where``)."""
 
-    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, where: str | None = None,
-                 memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        where: str | None = None,
+        memory_limit: str | None = None,
+        temp_directory: str | os.PathLike | None = None,
+    ):
         import duckdb
 
         from ..formats.base import TraceFileError, require_regular_file
@@ -141,7 +157,9 @@ class SpanSource:
                 # the parts a reader reads now: those a compacted part replaces left out
                 found = [path for path, _size, _meta in current_parts(one)[1]]
                 if not found:
-                    raise NoPartsError(one, "no span parts in this directory (expected rank=R/part-*.parquet)")
+                    raise NoPartsError(
+                        one, "no span parts in this directory (expected rank=R/part-*.parquet)"
+                    )
                 files += found
             elif one.exists():
                 require_regular_file(one)  # a FIFO or a device: refused, never waited on
@@ -150,27 +168,42 @@ class SpanSource:
                 raise FileNotFoundError(2, "no such trace file or dataset directory", str(one))
         self.files = files
         self._own_temp = temp_directory is None and not os.environ.get("HOTSPAN_TEMP_DIR")
-        temp = temp_directory or os.environ.get("HOTSPAN_TEMP_DIR") or tempfile.mkdtemp(prefix="hotspan-duckdb-")
+        temp = (
+            temp_directory
+            or os.environ.get("HOTSPAN_TEMP_DIR")
+            or tempfile.mkdtemp(prefix="hotspan-duckdb-")
+        )
         self.temp_directory = str(temp)
         limit = memory_limit or os.environ.get("HOTSPAN_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
-        self.con = duckdb.connect(config={"memory_limit": limit, "temp_directory": self.temp_directory,
-                                          # no order to keep: lets DuckDB stream and spill more freely
-                                          "preserve_insertion_order": False})
+        self.con = duckdb.connect(
+            config={
+                "memory_limit": limit,
+                "temp_directory": self.temp_directory,
+                # no order to keep: lets DuckDB stream and spill more freely
+                "preserve_insertion_order": False,
+            }
+        )
         self.con.execute("SET enable_progress_bar = false")  # not on the caller's stderr
         try:
             import pyarrow.parquet as pq
 
             self.schema = pq.read_schema(files[0], filesystem=self.filesystem)
-            hive = "rank" not in self.schema.names  # a part written without its rank column: from rank=R
+            hive = (
+                "rank" not in self.schema.names
+            )  # a part written without its rank column: from rank=R
             if self.filesystem is None:
                 listing = ", ".join(sql_literal(f) for f in files)
-                self.con.execute(f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
-                                 f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)")
+                self.con.execute(
+                    f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
+                    f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)"
+                )
             else:
                 self.con.register("hs_dataset", self._dataset(hive))
                 self.con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
             self.columns = [row[0] for row in self.con.execute("DESCRIBE all_spans").fetchall()]
-            self.con.execute(f"CREATE TEMP VIEW spans AS SELECT * FROM all_spans WHERE {where or 'TRUE'}")
+            self.con.execute(
+                f"CREATE TEMP VIEW spans AS SELECT * FROM all_spans WHERE {where or 'TRUE'}"
+            )
             self.con.execute(_MACROS)
         except pa.ArrowException as exc:
             self.close()
@@ -189,7 +222,9 @@ class SpanSource:
         loc = location(uri)  # errors name the URI without its credentials (loc.shown)
         filesystem, root = loc.fs, loc.root
         if self.filesystem is not None and filesystem.type_name != self.filesystem.type_name:
-            raise ValueError(f"{loc.shown}: traces on different filesystems cannot be streamed together")
+            raise ValueError(
+                f"{loc.shown}: traces on different filesystems cannot be streamed together"
+            )
         self.filesystem = filesystem
         info = filesystem.get_file_info(root)
         if info.type == pafs.FileType.File:
@@ -198,7 +233,9 @@ class SpanSource:
             raise FileNotFoundError(2, "no such trace file or dataset directory", loc.shown)
         found = [path for path, _size, _meta in current_parts(loc)[1]]  # compacted inputs left out
         if not found:
-            raise NoPartsError(loc.shown, "no span parts under this URI (expected rank=R/part-*.parquet)")
+            raise NoPartsError(
+                loc.shown, "no span parts under this URI (expected rank=R/part-*.parquet)"
+            )
         return sorted(found)
 
     def _dataset(self, hive: bool):
@@ -210,9 +247,15 @@ class SpanSource:
         fields = [pa.field(f.name, plain_type(f.type)) for f in self.schema]
         if hive:
             fields.append(pa.field("rank", pa.int32()))
-        return ds.dataset(self.files, schema=pa.schema(fields), format="parquet", filesystem=self.filesystem,
-                          partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive") if hive
-                          else None)
+        return ds.dataset(
+            self.files,
+            schema=pa.schema(fields),
+            format="parquet",
+            filesystem=self.filesystem,
+            partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive")
+            if hive
+            else None,
+        )
 
     def __enter__(self) -> SpanSource:
         return self
@@ -252,9 +295,13 @@ class SpanSource:
         from ..formats.dataset import merge_metadata
 
         footers = [pq.ParquetFile(f, filesystem=self.filesystem) for f in self.files]
-        if len(footers) == 1 and self.files[0] == str(self.path):  # one file, not a directory of one
+        if len(footers) == 1 and self.files[0] == str(
+            self.path
+        ):  # one file, not a directory of one
             return dict(footers[0].schema_arrow.metadata or {})
-        return merge_metadata([(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers])
+        return merge_metadata(
+            [(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers]
+        )
 
     def check_columns(self, by: Sequence[str], needed: Sequence[str]) -> None:
         missing = [name for name in (*by, *needed) if name not in self.columns]
@@ -268,8 +315,10 @@ class SpanSource:
         """Whether no span id repeats (then a parent is looked up by id alone, as in memory)."""
         if self._unique_ids is None:
             # A grouped aggregate (which spills), not count(DISTINCT ...).
-            (repeated,) = self.sql("SELECT count(*) FROM (SELECT span_id FROM spans GROUP BY span_id "
-                                   "HAVING count(*) > 1)").fetchone()
+            (repeated,) = self.sql(
+                "SELECT count(*) FROM (SELECT span_id FROM spans GROUP BY span_id "
+                "HAVING count(*) > 1)"
+            ).fetchone()
             self._unique_ids = repeated == 0
         return self._unique_ids
 
@@ -281,8 +330,10 @@ class SpanSource:
             return f"JOIN spans AS {parent} ON {parent}.span_id = {child}.parent_id"
         lane = ("rank", "pid", "thread_id")
         keys = ", ".join(_quote(c) for c in (*lane, "span_id"))
-        return (f"JOIN (SELECT * FROM spans QUALIFY row_number() OVER (PARTITION BY {keys}) = 1) AS {parent} "
-                f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}")
+        return (
+            f"JOIN (SELECT * FROM spans QUALIFY row_number() OVER (PARTITION BY {keys}) = 1) AS {parent} "
+            f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}"
+        )
 
 
 def _other_format(path: Any) -> bool:
@@ -313,7 +364,9 @@ def _reading(source: SpanSource) -> Iterator[None]:
     try:
         yield
     except duckdb.OutOfMemoryException as exc:
-        raise MemoryError(f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)") from exc
+        raise MemoryError(
+            f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)"
+        ) from exc
     except duckdb.Error as exc:
         raise TraceFileError(source.path, f"not a readable span table: {exc}") from exc
 
@@ -321,7 +374,9 @@ def _reading(source: SpanSource) -> Iterator[None]:
 # --------------------------------------------------------------------------- stats
 
 
-def stream_stats(path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
+def stream_stats(
+    path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")
+) -> pa.Table:
     """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
     an open ``SpanSource``), streamed: see the module doc."""
     by = _check_by(by)
@@ -377,20 +432,24 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
                sum(errors)::BIGINT AS errors, sum(args)::BIGINT AS args, sum(arg_sum)::BIGINT AS arg_sum,
                sum(arg_time)::BIGINT AS arg_time
         FROM hs_h GROUP BY ALL""")
-    source.sql(f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
-               f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g")
+    source.sql(
+        f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
+        f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g"
+    )
     # 3. Child time per parent group: the spans whose parent is in the group.
     parent_keys = ", ".join(f"p.{_quote(k)}" for k in by)
     source.sql("DROP TABLE IF EXISTS hs_child")
     source.sql(f"""
         CREATE TEMP TABLE hs_child AS
-        SELECT {parent_keys + ',' if by else ''} sum(c.duration_ns)::BIGINT AS child
-        FROM spans AS c {source.parent_join('c', 'p')}
-        {'GROUP BY ' + parent_keys if by else ''}""")
+        SELECT {parent_keys + "," if by else ""} sum(c.duration_ns)::BIGINT AS child
+        FROM spans AS c {source.parent_join("c", "p")}
+        {"GROUP BY " + parent_keys if by else ""}""")
     groups = source.arrow(f"""
         SELECT g.*, coalesce(ch.child, 0)::BIGINT AS child FROM hs_g AS g
-        LEFT JOIN hs_child AS ch ON {_same(by, 'g', 'ch')}""")
-    groups = groups.take(np.argsort(groups.column("gid").to_numpy()))  # (see _percentiles on ORDER BY)
+        LEFT JOIN hs_child AS ch ON {_same(by, "g", "ch")}""")
+    groups = groups.take(
+        np.argsort(groups.column("gid").to_numpy())
+    )  # (see _percentiles on ORDER BY)
     count = groups.column("n").to_numpy()
     total = groups.column("total").to_numpy()
     columns: dict[str, Any] = {
@@ -402,7 +461,9 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
     }
     columns.update(_percentiles(source, by, count, bucket))
     columns["max_ns"] = groups.column("hi").to_numpy()
-    key_table = pa.table({k: groups.column(k) for k in by}) if by else pa.table({"_": pa.nulls(len(count))})
+    key_table = (
+        pa.table({k: groups.column(k) for k in by}) if by else pa.table({"_": pa.nulls(len(count))})
+    )
     columns["share"] = self_share(key_table, by, columns["self_ns"], np.arange(len(count)))
     wall = int(wall_row[0])
     columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
@@ -417,7 +478,9 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
     key_types = _key_types(source, by)
     key_arrays = [groups.column(k).combine_chunks().cast(key_types[k]) for k in by]
     stat_arrays = [
-        columns[name] if isinstance(columns[name], pa.Array) else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
+        columns[name]
+        if isinstance(columns[name], pa.Array)
+        else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
         for name in STAT_COLUMNS
     ]
     return pa.Table.from_arrays(key_arrays + stat_arrays, names=list(by) + list(STAT_COLUMNS))
@@ -429,12 +492,14 @@ def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
     keys = ", ".join(_quote(k) for k in by)
     (broken,) = source.sql(f"""
         SELECT count(*) FROM (
-            SELECT hi, lead(lo) OVER ({'PARTITION BY ' + keys if by else ''} ORDER BY b) AS next_lo FROM hs_h)
+            SELECT hi, lead(lo) OVER ({"PARTITION BY " + keys if by else ""} ORDER BY b) AS next_lo FROM hs_h)
         WHERE next_lo <= hi""").fetchone()
     return broken == 0
 
 
-def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, bucket: str) -> dict[str, np.ndarray]:
+def _percentiles(
+    source: SpanSource, by: tuple[str, ...], count: np.ndarray, bucket: str
+) -> dict[str, np.ndarray]:
     """p50/p90/p99 per group (in ``gid`` order), exact: the two order statistics of each
     fetched from the buckets that hold them (see the module doc)."""
     wanted: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
@@ -453,24 +518,31 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, buc
             CREATE TEMP TABLE hs_target AS
             WITH cum AS (
                 SELECT g.gid, h.b, h.n, sum(h.n) OVER (PARTITION BY g.gid ORDER BY h.b) - h.n AS before
-                FROM hs_h AS h JOIN hs_g AS g ON {_same(by, 'h', 'g')})
+                FROM hs_h AS h JOIN hs_g AS g ON {_same(by, "h", "g")})
             SELECT DISTINCT w.gid, cum.b, cum.before::BIGINT AS before, w.pos
             FROM (SELECT DISTINCT gid, pos FROM hs_want) AS w JOIN cum ON w.gid = cum.gid
             WHERE w.pos >= cum.before AND w.pos < cum.before + cum.n""")
         # The distinct durations (with counts) of those buckets only, in order.
         values = source.arrow(f"""
-            WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + ',' if by else ''} 0 AS _
+            WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + "," if by else ""} 0 AS _
                        FROM hs_target AS t JOIN hs_g AS g ON t.gid = g.gid)
             SELECT t.gid, t.b, s.duration_ns AS d, count(*) AS c
-            FROM spans AS s JOIN t ON {_same(by, 's', 't')} AND {bucket}(s.duration_ns) = t.b
+            FROM spans AS s JOIN t ON {_same(by, "s", "t")} AND {bucket}(s.duration_ns) = t.b
             GROUP BY ALL ORDER BY t.gid, t.b, d""")
         targets = source.arrow("SELECT gid, b, before, pos FROM hs_target")
     finally:
         source.con.unregister("hs_want")
     # In (gid, b, d) order (sorted here too: DuckDB keeps ORDER BY's order only while
     # preserve_insertion_order is on, off here for memory's sake).
-    values = values.take(np.lexsort((values.column("d").to_numpy(), values.column("b").to_numpy(),
-                                     values.column("gid").to_numpy())))
+    values = values.take(
+        np.lexsort(
+            (
+                values.column("d").to_numpy(),
+                values.column("b").to_numpy(),
+                values.column("gid").to_numpy(),
+            )
+        )
+    )
     v_gid = values.column("gid").to_numpy()
     v_b = values.column("b").to_numpy()
     v_d = values.column("d").to_numpy()
@@ -481,7 +553,9 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, buc
     block_before = np.where(block_start > 0, cum[block_start - 1], 0)
     t_gid, t_b = targets.column("gid").to_numpy(), targets.column("b").to_numpy()
     t_before, t_pos = targets.column("before").to_numpy(), targets.column("pos").to_numpy()
-    block = np.lexsort((block_b, block_gid))  # blocks are in (gid, b) order already; searched as pairs
+    block = np.lexsort(
+        (block_b, block_gid)
+    )  # blocks are in (gid, b) order already; searched as pairs
     found = _find_pairs(block_gid[block], block_b[block], t_gid, t_b)
     # The value at rank pos: the first row of its block whose cumulative count passes it.
     row = np.searchsorted(cum, block_before[block][found] + (t_pos - t_before), side="right")
@@ -494,7 +568,9 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, buc
     return out
 
 
-def _find_pairs(sorted_a: np.ndarray, sorted_b: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _find_pairs(
+    sorted_a: np.ndarray, sorted_b: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> np.ndarray:
     """Indices into the (a, b)-sorted pairs of the pairs (a[i], b[i]) (each present)."""
     lookup = {(int(x), int(y)): i for i, (x, y) in enumerate(zip(sorted_a, sorted_b))}
     return np.array([lookup[(int(x), int(y))] for x, y in zip(a, b)], np.int64)
@@ -541,10 +617,16 @@ def stream_phases(path: str | os.PathLike | SpanSource) -> pa.Table:
 
 def _phases(source: SpanSource) -> pa.Table:
     source.check_columns((), _NEEDED + ("category", "rank"))
-    categories = [row[0] for row in source.sql(
-        "SELECT DISTINCT category FROM spans WHERE category IS NOT NULL ORDER BY category").fetchall()]
+    categories = [
+        row[0]
+        for row in source.sql(
+            "SELECT DISTINCT category FROM spans WHERE category IS NOT NULL ORDER BY category"
+        ).fetchall()
+    ]
     tops, subs, top_of_value, sub_of_value = category_levels(categories)
-    levels = pa.table({"category": pa.array(categories, pa.string()), "top": top_of_value, "sub": sub_of_value})
+    levels = pa.table(
+        {"category": pa.array(categories, pa.string()), "top": top_of_value, "sub": sub_of_value}
+    )
     source.con.register("hs_levels", levels)
     try:
         # Small integers, not category strings, go through the parent join (its hash table
@@ -554,9 +636,15 @@ def _phases(source: SpanSource) -> pa.Table:
         unique = source.unique_ids()
         lane = () if unique else ("rank", "pid", "thread_id")
         lane_cols = "".join(f", s.{_quote(c)}" for c in lane if c != "rank")
-        parents = "lv" if unique else (
-            "(SELECT * FROM lv QUALIFY row_number() OVER (PARTITION BY "
-            + ", ".join(_quote(c) for c in (*lane, "span_id")) + ") = 1)")
+        parents = (
+            "lv"
+            if unique
+            else (
+                "(SELECT * FROM lv QUALIFY row_number() OVER (PARTITION BY "
+                + ", ".join(_quote(c) for c in (*lane, "span_id"))
+                + ") = 1)"
+            )
+        )
         rows = source.arrow(f"""
             WITH lv AS NOT MATERIALIZED (
                 SELECT s.span_id, s.parent_id, s.rank, s.duration_ns AS d{lane_cols},
@@ -566,7 +654,7 @@ def _phases(source: SpanSource) -> pa.Table:
                    coalesce(p.span_id IS NOT NULL AND p.top = c.top, FALSE) AS same_top,
                    coalesce(p.span_id IS NOT NULL AND p.sub = c.sub, FALSE) AS same_sub,
                    sum(c.d)::BIGINT AS time, count_if(c.d > 0) AS steps
-            FROM lv AS c LEFT JOIN {parents} AS p ON p.span_id = c.parent_id AND {_same(lane, 'p', 'c')}
+            FROM lv AS c LEFT JOIN {parents} AS p ON p.span_id = c.parent_id AND {_same(lane, "p", "c")}
             GROUP BY ALL""")
         top_of, sub_of = rows.column("top").to_numpy(), rows.column("sub").to_numpy()
         same_top = rows.column("same_top").to_numpy(zero_copy_only=False)
@@ -574,15 +662,20 @@ def _phases(source: SpanSource) -> pa.Table:
         rank_of, time_of = rows.column("rank").to_numpy(), rows.column("time").to_numpy()
         steps_of = rows.column("steps").to_numpy()
         opens_top, opens_sub = (top_of >= 0) & ~same_top, (sub_of >= 0) & ~same_sub
-        sums = pa.table({
-            "rank": np.concatenate([rank_of[opens_top], rank_of[opens_sub]]),
-            "kind": np.concatenate([np.zeros(opens_top.sum(), np.int64), np.ones(opens_sub.sum(), np.int64)]),
-            "level": np.concatenate([top_of[opens_top], sub_of[opens_sub]]),
-            "time": np.concatenate([time_of[opens_top], time_of[opens_sub]]),
-            "steps": np.concatenate([steps_of[opens_top], np.zeros(opens_sub.sum(), np.int64)]),
-        })
-        rank_values = np.array(sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()),
-                               np.int64)
+        sums = pa.table(
+            {
+                "rank": np.concatenate([rank_of[opens_top], rank_of[opens_sub]]),
+                "kind": np.concatenate(
+                    [np.zeros(opens_top.sum(), np.int64), np.ones(opens_sub.sum(), np.int64)]
+                ),
+                "level": np.concatenate([top_of[opens_top], sub_of[opens_sub]]),
+                "time": np.concatenate([time_of[opens_top], time_of[opens_sub]]),
+                "steps": np.concatenate([steps_of[opens_top], np.zeros(opens_sub.sum(), np.int64)]),
+            }
+        )
+        rank_values = np.array(
+            sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()), np.int64
+        )
     finally:
         source.con.unregister("hs_levels")
     if len(rank_values) == 0:
@@ -605,18 +698,25 @@ def _phases(source: SpanSource) -> pa.Table:
 # --------------------------------------------------------------------------- compare
 
 
-def group_durations(source: SpanSource, by: Sequence[str], keys: pa.Table, counts: Sequence[int],
-                    max_values: int = COMPARE_MAX_VALUES) -> Iterator[tuple[int, np.ndarray]]:
+def group_durations(
+    source: SpanSource,
+    by: Sequence[str],
+    keys: pa.Table,
+    counts: Sequence[int],
+    max_values: int = COMPARE_MAX_VALUES,
+) -> Iterator[tuple[int, np.ndarray]]:
     """(i, durations) for the groups of ``keys`` (one row per group) in row order: each group's
     spans, streamed from a query sorted by group (and duration: a group of more than
     ``max_values`` spans, ``counts[i]``, is thinned to every k-th of its sorted values)."""
-    source.con.register("hs_order", keys.append_column("hs_i", pa.array(np.arange(keys.num_rows), pa.int64())))
+    source.con.register(
+        "hs_order", keys.append_column("hs_i", pa.array(np.arange(keys.num_rows), pa.int64()))
+    )
     # Without it DuckDB may hand the sorted rows out of order, a batch of one thread then another's.
     source.sql("SET preserve_insertion_order = true")
     reader = None
     try:
         reader = source.batches(f"""
-            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, 's', 'o')}
+            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, "s", "o")}
             ORDER BY o.hs_i, s.duration_ns""")
         current, parts, seen = -1, [], 0
 
@@ -652,21 +752,44 @@ def group_durations(source: SpanSource, by: Sequence[str], keys: pa.Table, count
         source.con.unregister("hs_order")
 
 
-def stream_compare(base: str | os.PathLike | SpanSource, new: str | os.PathLike | SpanSource, *,
-                   by: Sequence[str], threshold: float, min_count: int, alpha: float, confidence: float,
-                   resamples: int, seed: int) -> list[dict]:
+def stream_compare(
+    base: str | os.PathLike | SpanSource,
+    new: str | os.PathLike | SpanSource,
+    *,
+    by: Sequence[str],
+    threshold: float,
+    min_count: int,
+    alpha: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> list[dict]:
     """``comparison.compare`` of two traces given as paths (or open sources): see the
     module doc."""
     from .comparison import compare, judge_rows
 
     by = _check_by(by)
-    if _other_format(base) or _other_format(new) or isinstance(base, pa.Table) or isinstance(new, pa.Table):
+    if (
+        _other_format(base)
+        or _other_format(new)
+        or isinstance(base, pa.Table)
+        or isinstance(new, pa.Table)
+    ):
         # One side held in memory anyway (a table, or a format DuckDB does not read): both are.
         def table(side):
             return side if isinstance(side, pa.Table) else _load(side)
 
-        return compare(table(base), table(new), by=by, threshold=threshold, min_count=min_count, alpha=alpha,
-                       confidence=confidence, resamples=resamples, seed=seed)
+        return compare(
+            table(base),
+            table(new),
+            by=by,
+            threshold=threshold,
+            min_count=min_count,
+            alpha=alpha,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+        )
     base_source, base_owned = _open(base)
     try:
         new_source, new_owned = _open(new)
@@ -692,8 +815,18 @@ def stream_compare(base: str | os.PathLike | SpanSource, new: str | os.PathLike 
                     yield tuple(key[k] for k in by), x, y
 
             with _reading(base_source), _reading(new_source):
-                return judge_rows(before, after, by, durations, threshold=threshold, min_count=min_count, alpha=alpha,
-                                  confidence=confidence, resamples=resamples, seed=seed)
+                return judge_rows(
+                    before,
+                    after,
+                    by,
+                    durations,
+                    threshold=threshold,
+                    min_count=min_count,
+                    alpha=alpha,
+                    confidence=confidence,
+                    resamples=resamples,
+                    seed=seed,
+                )
         finally:
             if new_owned:
                 new_source.close()
@@ -713,8 +846,11 @@ def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int
 def canonical_rows(result: pa.Table, by: Sequence[str]) -> list[dict]:
     """The rows of a ``stats`` result in key order, NaN as None: what "equal" means between
     the streaming and the in-memory paths (whose order may differ among equal totals)."""
+
     def clean(value: Any) -> Any:
         return None if isinstance(value, float) and math.isnan(value) else value
 
     rows = [{k: clean(v) for k, v in row.items()} for row in result.to_pylist()]
-    return sorted(rows, key=lambda r: tuple((r[k] is None, r[k] if r[k] is not None else 0) for k in by))
+    return sorted(
+        rows, key=lambda r: tuple((r[k] is None, r[k] if r[k] is not None else 0) for k in by)
+    )

@@ -1,4 +1,5 @@
 """``hotspan collect --out DIR``: an Arrow Flight collector writing many ranks' spans to a dataset directory."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,26 +14,51 @@ from .errors import CliError
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan collect`` to the subcommands ``sub``."""
-    parser = add_command(sub, "collect", "receive spans from many ranks (Arrow Flight) into a dataset directory",
-                   "Run a collector: an Arrow Flight server that takes the spans of many ranks at once "
-                   "(hotspan.record(\"grpc://HOST:PORT\") or HOTSPAN_OUT=grpc://HOST:PORT in each rank) and writes "
-                   "them to DIR/rank=R/part-<pid>-<token>-<n>.parquet as they arrive, each client's times corrected by its "
-                   "measured clock offset. Binds to 127.0.0.1 unless told otherwise. SIGINT/SIGTERM: finish the "
-                   "puts in flight, then exit 0. Read the result with `hotspan stats DIR` or hotspan.load(DIR).",
-                   "hotspan collect --listen grpc://127.0.0.1:8815 --out run/\n"
-                   "HOTSPAN_OUT=grpc://127.0.0.1:8815 torchrun --nproc-per-node 4 train.py   # the ranks\n"
-                   "hotspan stats run/ --by rank,name", cmd_collect)
-    parser.add_argument("--listen", default="grpc://127.0.0.1:8815", metavar="grpc://HOST:PORT",
-                         help="address to listen on (default grpc://127.0.0.1:8815; port 0 picks a free one)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="dataset directory to write (made if missing)")
-    parser.add_argument("--token", help="clients must present this token (default: $HOTSPAN_TOKEN, if set)")
-    parser.add_argument("--max-put-mb", type=float, default=256.0, metavar="MB",
-                         help="refuse a put past this many MiB of spans, as it arrives (default 256)")
-    parser.add_argument("--duration", type=float, metavar="S", help="stop by itself after S seconds")
-    parser.add_argument("--nice", type=int, default=0, metavar="N",
-                         help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
-                              "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
-                              "(the clients buffer meanwhile)")
+    parser = add_command(
+        sub,
+        "collect",
+        "receive spans from many ranks (Arrow Flight) into a dataset directory",
+        "Run a collector: an Arrow Flight server that takes the spans of many ranks at once "
+        '(hotspan.record("grpc://HOST:PORT") or HOTSPAN_OUT=grpc://HOST:PORT in each rank) and writes '
+        "them to DIR/rank=R/part-<pid>-<token>-<n>.parquet as they arrive, each client's times corrected by its "
+        "measured clock offset. Binds to 127.0.0.1 unless told otherwise. SIGINT/SIGTERM: finish the "
+        "puts in flight, then exit 0. Read the result with `hotspan stats DIR` or hotspan.load(DIR).",
+        "hotspan collect --listen grpc://127.0.0.1:8815 --out run/\n"
+        "HOTSPAN_OUT=grpc://127.0.0.1:8815 torchrun --nproc-per-node 4 train.py   # the ranks\n"
+        "hotspan stats run/ --by rank,name",
+        cmd_collect,
+    )
+    parser.add_argument(
+        "--listen",
+        default="grpc://127.0.0.1:8815",
+        metavar="grpc://HOST:PORT",
+        help="address to listen on (default grpc://127.0.0.1:8815; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="dataset directory to write (made if missing)"
+    )
+    parser.add_argument(
+        "--token", help="clients must present this token (default: $HOTSPAN_TOKEN, if set)"
+    )
+    parser.add_argument(
+        "--max-put-mb",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="refuse a put past this many MiB of spans, as it arrives (default 256)",
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="stop by itself after S seconds"
+    )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
+        "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
+        "(the clients buffer meanwhile)",
+    )
     return parser
 
 
@@ -51,7 +77,9 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as exc:
-            raise CliError(f"cannot listen on grpc://{host}:{port}: {exc.strerror or exc}") from None
+            raise CliError(
+                f"cannot listen on grpc://{host}:{port}: {exc.strerror or exc}"
+            ) from None
 
 
 def _lower_priority(steps: int) -> None:
@@ -106,15 +134,26 @@ def cmd_collect(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            server = collector.CollectorServer(out, f"grpc://{host}:{port}", token=token, log=sys.stderr,
-                                               max_put_bytes=int(args.max_put_mb * (1 << 20)))
+            server = collector.CollectorServer(
+                out,
+                f"grpc://{host}:{port}",
+                token=token,
+                log=sys.stderr,
+                max_put_bytes=int(args.max_put_mb * (1 << 20)),
+            )
         except Exception as exc:  # noqa: BLE001 - pyarrow.flight says what: port in use, bad address
             raise CliError(f"cannot listen on grpc://{host}:{port}: {exc}") from None
         if host not in ("127.0.0.1", "localhost", "::1") and not token:
-            print(f"hotspan collect: warning: listening on {host} without --token: anyone who can reach "
-                  f"this port can write spans", file=sys.stderr)
-        print(f"hotspan collect: listening on {server.url}, writing to {out}"
-              f"{' (token required)' if token else ''}", flush=True)
+            print(
+                f"hotspan collect: warning: listening on {host} without --token: anyone who can reach "
+                f"this port can write spans",
+                file=sys.stderr,
+            )
+        print(
+            f"hotspan collect: listening on {server.url}, writing to {out}"
+            f"{' (token required)' if token else ''}",
+            flush=True,
+        )
         start = time.monotonic()
         try:
             while not stop.wait(0.2):
@@ -125,8 +164,16 @@ def cmd_collect(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    print(f"hotspan collect: {server.spans:,} spans from {len(server.ranks)} rank(s) in {server.parts:,} parts "
-          f"-> {out}" + (f"; {server.refused} put(s) refused" if server.refused else "")
-          + (f"; {server.duplicates} resent batch(es) kept once" if server.duplicates else "")
-          + (f"; {server.swept} temporary part(s) of a killed collector removed" if server.swept else ""), flush=True)
+    print(
+        f"hotspan collect: {server.spans:,} spans from {len(server.ranks)} rank(s) in {server.parts:,} parts "
+        f"-> {out}"
+        + (f"; {server.refused} put(s) refused" if server.refused else "")
+        + (f"; {server.duplicates} resent batch(es) kept once" if server.duplicates else "")
+        + (
+            f"; {server.swept} temporary part(s) of a killed collector removed"
+            if server.swept
+            else ""
+        ),
+        flush=True,
+    )
     return 0

@@ -1,6 +1,7 @@
 """What the commands share on the way in: the parser class, loading traces (one or several), --by and the
 span filters (as a pyarrow mask and as SQL for the streaming path), whether to stream, and writing
 files atomically."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,14 @@ class CliParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def add_command(sub, name: str, help: str, description: str, example: str, func) -> argparse.ArgumentParser:
+def add_command(
+    sub, name: str, help: str, description: str, example: str, func
+) -> argparse.ArgumentParser:
     parser = sub.add_parser(
-        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+        name,
+        help=help,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  " + example.replace("\n", "\n  "),
     )
     parser.set_defaults(func=func)
@@ -72,7 +78,9 @@ def _load_one(path: str) -> pa.Table:
             if issubclass(warning.category, TraceFileWarning):
                 print(f"hotspan: warning: {warning.message}", file=sys.stderr)
             else:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+                warnings.warn_explicit(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         return table
     except ValueError as exc:  # TraceFileError and unknown extensions name the file already
         message = str(exc)
@@ -99,7 +107,9 @@ def parse_by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str
     known = (*SPAN_SCHEMA.names, "device")  # device: derived (analysis.statistics.device_labels)
     unknown = [k for k in keys if k not in known]
     if unknown:
-        raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
+        raise CliError(
+            f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}"
+        )
     if len(set(keys)) != len(keys):
         raise CliError(f"--by: a column is named twice in {text!r}")
     return keys
@@ -108,7 +118,9 @@ def parse_by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str
 # --------------------------------------------------------------------------- filters
 
 
-def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tuple[str, str, str]], list[int] | None]:
+def _parse_filters(
+    filters: Sequence[str], ranks: str | None
+) -> tuple[list[tuple[str, str, str]], list[int] | None]:
     """--filter COLUMN~REGEX / COLUMN=VALUE as (column, op, value), checked; --rank as a list."""
     import re
 
@@ -124,7 +136,9 @@ def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tupl
             raise CliError(f"--filter: expected COLUMN~REGEX or COLUMN=VALUE, not {text!r}")
         column = column.strip()
         if column not in SPAN_SCHEMA.names:
-            raise CliError(f"--filter: no column {column!r}; columns: {', '.join(SPAN_SCHEMA.names)}")
+            raise CliError(
+                f"--filter: no column {column!r}; columns: {', '.join(SPAN_SCHEMA.names)}"
+            )
         if op == "~":
             try:
                 re.compile(value)
@@ -136,11 +150,15 @@ def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tupl
         try:
             wanted = [int(r) for r in ranks.split(",") if r.strip()]
         except ValueError:
-            raise CliError(f"--rank: expected rank numbers, comma-separated, not {ranks!r}") from None
+            raise CliError(
+                f"--rank: expected rank numbers, comma-separated, not {ranks!r}"
+            ) from None
     return parsed, wanted
 
 
-def filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> pa.Table:
+def filter_spans(
+    table: pa.Table, filters: Sequence[str], categories: Sequence[str], ranks: str | None
+) -> pa.Table:
     """The spans that pass every --filter COLUMN~REGEX / COLUMN=VALUE, --category and --rank."""
     parsed, wanted = _parse_filters(filters, ranks)
     mask = None
@@ -177,11 +195,20 @@ def filter_sql(filters: Sequence[str], categories: Sequence[str], ranks: str | N
     terms = []
     for column, op, value in parsed:
         text = f'CAST("{column}" AS VARCHAR)'
-        terms.append(f"regexp_matches({text}, {sql_literal(value)})" if op == "~" else f"{text} = {sql_literal(value)}")
+        terms.append(
+            f"regexp_matches({text}, {sql_literal(value)})"
+            if op == "~"
+            else f"{text} = {sql_literal(value)}"
+        )
     if categories:
-        terms.append("(" + " OR ".join(
-            f"category = {sql_literal(c.strip('/'))} OR starts_with(category, {sql_literal(c.strip('/') + '/')})"
-            for c in categories) + ")")
+        terms.append(
+            "("
+            + " OR ".join(
+                f"category = {sql_literal(c.strip('/'))} OR starts_with(category, {sql_literal(c.strip('/') + '/')})"
+                for c in categories
+            )
+            + ")"
+        )
     if wanted is not None:
         terms.append(f"rank IN ({', '.join(str(r) for r in wanted) or 'NULL'})")
     return " AND ".join(f"coalesce({t}, FALSE)" for t in terms) or None

@@ -1,4 +1,5 @@
 """``hotspan export TRACE OUT``: a trace from any format hotspan reads to any it writes."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,14 @@ from .errors import check_output
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan export`` to the subcommands ``sub``."""
-    parser = add_command(sub, "export", "convert a trace from any supported format to any other",
-                  "Read TRACE and write it to OUT in the format OUT's extension names.",
-                  "hotspan export trace.parquet trace.pftrace   # for ui.perfetto.dev", cmd_export)
+    parser = add_command(
+        sub,
+        "export",
+        "convert a trace from any supported format to any other",
+        "Read TRACE and write it to OUT in the format OUT's extension names.",
+        "hotspan export trace.parquet trace.pftrace   # for ui.perfetto.dev",
+        cmd_export,
+    )
     parser.add_argument("trace", metavar="TRACE")
     parser.add_argument("output", metavar="OUT")
     return parser

@@ -1,4 +1,5 @@
 """``hotspan report TRACE``: one self-contained HTML page."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,12 +11,19 @@ from .errors import check_output
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan report`` to the subcommands ``sub``."""
-    parser = add_command(sub, "report", "a self-contained HTML report (summary, stats, phases, timeline)",
-                  "Write one HTML file that needs nothing else (no network): summary, statistics, phases, and an "
-                  "SVG timeline per rank/thread with details on hover (click a span to pin them; the link keeps it).",
-                  "hotspan report trace.parquet -o report.html", cmd_report)
+    parser = add_command(
+        sub,
+        "report",
+        "a self-contained HTML report (summary, stats, phases, timeline)",
+        "Write one HTML file that needs nothing else (no network): summary, statistics, phases, and an "
+        "SVG timeline per rank/thread with details on hover (click a span to pin them; the link keeps it).",
+        "hotspan report trace.parquet -o report.html",
+        cmd_report,
+    )
     parser.add_argument("trace", metavar="TRACE")
-    parser.add_argument("-o", "--output", default="hotspan-report.html", help="default hotspan-report.html")
+    parser.add_argument(
+        "-o", "--output", default="hotspan-report.html", help="default hotspan-report.html"
+    )
     parser.add_argument("--title", help="page title (default: from the trace's file name)")
     return parser
 

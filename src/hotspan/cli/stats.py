@@ -1,4 +1,5 @@
 """``hotspan stats TRACE...``: statistics per span group, then the phases."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,52 +10,105 @@ from typing import Any, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import add_command, filter_spans, filter_sql, load_traces, parse_by, span_source, streamable, write_atomically
+from .common import (
+    add_command,
+    filter_spans,
+    filter_sql,
+    load_traces,
+    parse_by,
+    span_source,
+    streamable,
+    write_atomically,
+)
 from .errors import CliError, check_output
-from .tables import STAT_DEFAULT, STAT_HEADS, new_console, phases_renderable, print_stats, stat_column, stat_head
+from .tables import (
+    STAT_DEFAULT,
+    STAT_HEADS,
+    new_console,
+    phases_renderable,
+    print_stats,
+    stat_column,
+    stat_head,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan stats`` to the subcommands ``sub``."""
-    parser = add_command(sub, "stats", "statistics per span: count, total, self, percentiles, share, args",
-                 "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
-                 "(total minus direct children), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
-                 "sum and arg per second. share is the group's self time over the summed self time of its "
-                 "rank/thread (of the whole trace unless --by names rank, pid, thread_id or thread_name), so the "
-                 "column adds up to 100%%; busy is total over the trace's wall time (nested spans count twice). "
-                 "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
-                 "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
-                 "duration) are counted in a table of their own. Then the phases (each top-level category's "
-                 "time per step and its sub-categories' shares) when the trace has steps. Several traces (one "
-                 "per rank, say) are taken together. A dataset directory, or Parquet of 64 MiB or more "
-                 "($HOTSPAN_STREAM_MIN_BYTES), is streamed through DuckDB with bounded memory "
-                 "($HOTSPAN_MEMORY_LIMIT, default 1GB), to the same result.",
-                 "hotspan stats trace.parquet --top 10\n"
-                 "hotspan stats rank*.parquet --by rank,name --sort p99 --json\n"
-                 "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
-                 "hotspan stats trace.json --csv out/stats.csv", cmd_stats)
-    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format")
-    parser.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name, "
-                       "and device when the trace has device rows; device: host or cuda:N, derived per span)")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
+    parser = add_command(
+        sub,
+        "stats",
+        "statistics per span: count, total, self, percentiles, share, args",
+        "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
+        "(total minus direct children), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
+        "sum and arg per second. share is the group's self time over the summed self time of its "
+        "rank/thread (of the whole trace unless --by names rank, pid, thread_id or thread_name), so the "
+        "column adds up to 100%%; busy is total over the trace's wall time (nested spans count twice). "
+        "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
+        "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
+        "duration) are counted in a table of their own. Then the phases (each top-level category's "
+        "time per step and its sub-categories' shares) when the trace has steps. Several traces (one "
+        "per rank, say) are taken together. A dataset directory, or Parquet of 64 MiB or more "
+        "($HOTSPAN_STREAM_MIN_BYTES), is streamed through DuckDB with bounded memory "
+        "($HOTSPAN_MEMORY_LIMIT, default 1GB), to the same result.",
+        "hotspan stats trace.parquet --top 10\n"
+        "hotspan stats rank*.parquet --by rank,name --sort p99 --json\n"
+        "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
+        "hotspan stats trace.json --csv out/stats.csv",
+        cmd_stats,
+    )
+    parser.add_argument(
+        "traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format"
+    )
+    parser.add_argument(
+        "--by",
+        metavar="KEYS",
+        help="comma-separated columns to group by (default category,name, "
+        "and device when the trace has device rows; device: host or cuda:N, derived per span)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the rows as JSON on stdout instead of a table"
+    )
     parser.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
-    parser.add_argument("--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)")
-    parser.add_argument("--sort", metavar="COL",
-                       help="column to sort by, as in the header (p99) or the JSON (p99_ns); default total; "
-                            "numbers biggest first, names A to Z")
+    parser.add_argument(
+        "--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)"
+    )
+    parser.add_argument(
+        "--sort",
+        metavar="COL",
+        help="column to sort by, as in the header (p99) or the JSON (p99_ns); default total; "
+        "numbers biggest first, names A to Z",
+    )
     parser.add_argument("--asc", action="store_true", help="sort ascending")
     parser.add_argument("--top", type=int, metavar="N", help="only the first N rows")
-    parser.add_argument("--filter", action="append", default=[], metavar="COL~REGEX",
-                       help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
-                            "name~^fwd; repeat to require several")
-    parser.add_argument("--category", action="append", default=[], metavar="CAT",
-                       help="only spans of category CAT or below it (sync takes sync/compute); repeat for several")
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="COL~REGEX",
+        help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
+        "name~^fwd; repeat to require several",
+    )
+    parser.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        metavar="CAT",
+        help="only spans of category CAT or below it (sync takes sync/compute); repeat for several",
+    )
     parser.add_argument("--rank", metavar="R[,R...]", help="only spans of these ranks")
-    parser.add_argument("--columns", metavar="COLS",
-                       help=f"the columns to show, comma-separated, from: {', '.join(STAT_HEADS)}")
-    parser.add_argument("--all", action="store_true", help="show every column (as the width allows)")
-    parser.add_argument("--phases", action="store_true",
-                       help="print the phases even when the trace has no step structure")
+    parser.add_argument(
+        "--columns",
+        metavar="COLS",
+        help=f"the columns to show, comma-separated, from: {', '.join(STAT_HEADS)}",
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="show every column (as the width allows)"
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="print the phases even when the trace has no step structure",
+    )
     return parser
 
 
@@ -67,14 +121,18 @@ def _stat_heads(args: argparse.Namespace) -> tuple[str, ...]:
             try:
                 heads.append(stat_head(stat_column(text)))
             except KeyError:
-                raise CliError(f"--columns: no column {text.strip()!r}; choose from {', '.join(STAT_HEADS)}") from None
+                raise CliError(
+                    f"--columns: no column {text.strip()!r}; choose from {', '.join(STAT_HEADS)}"
+                ) from None
         return tuple(dict.fromkeys(heads))
     return tuple(STAT_HEADS) if args.all else STAT_DEFAULT
 
 
 def _has_steps(phase_rows: pa.Table) -> bool:
     """A step structure: some top-level category ran more than once and holds sub-categories."""
-    return any(r["phase"] != r["category"] and (r["steps"] or 0) > 1 for r in phase_rows.to_pylist())
+    return any(
+        r["phase"] != r["category"] and (r["steps"] or 0) > 1 for r in phase_rows.to_pylist()
+    )
 
 
 def _dropped_note(meta: dict[bytes, bytes] | None) -> str | None:
@@ -87,7 +145,9 @@ def _dropped_note(meta: dict[bytes, bytes] | None) -> str | None:
     return None
 
 
-def _sorted(result: pa.Table, column: str, by: Sequence[str], ascending: bool | None = None) -> pa.Table:
+def _sorted(
+    result: pa.Table, column: str, by: Sequence[str], ascending: bool | None = None
+) -> pa.Table:
     # Keys read best A to Z; numbers biggest first (unless --asc).
     if ascending is None:
         ascending = column in by
@@ -112,11 +172,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
         try:
             sort = stat_column(sort)
         except KeyError:
-            raise CliError(f"--sort: no column {sort!r}; choose from {', '.join((*by, *STAT_HEADS))}") from None
+            raise CliError(
+                f"--sort: no column {sort!r}; choose from {', '.join((*by, *STAT_HEADS))}"
+            ) from None
     if args.top is not None and args.top < 1:
         raise CliError(f"--top must be at least 1, not {args.top}")
     heads = _stat_heads(args)
-    csv_path = check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
+    csv_path = (
+        check_output(args.csv, trace=False) if args.csv else None
+    )  # directories first, then work
     if streamable(args.traces):  # larger than memory, maybe: DuckDB over the Parquet files
         from ..analysis.streaming import stream_phases, stream_stats
 

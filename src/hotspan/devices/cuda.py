@@ -42,6 +42,7 @@ A device row has the conventions below (README, "GPU, MLX and collectives"):
 The CUDA runtime is an object with the ``torch.cuda.Event`` interface behind it
 (:class:`TorchCuda`); tests install another with :func:`install`.
 """
+
 from __future__ import annotations
 
 import _thread
@@ -53,8 +54,18 @@ from typing import Any
 from .. import _native
 
 __all__ = [
-    "DeviceRecorder", "RECALIBRATE_NS", "TorchCuda", "device_thread_id", "device_thread_name", "install", "recorder",
-    "resolve_table", "start", "stop", "synchronize_pending", "uninstall",
+    "DeviceRecorder",
+    "RECALIBRATE_NS",
+    "TorchCuda",
+    "device_thread_id",
+    "device_thread_name",
+    "install",
+    "recorder",
+    "resolve_table",
+    "start",
+    "stop",
+    "synchronize_pending",
+    "uninstall",
 ]
 
 #: A calibration older than this (host monotonic ns) is re-taken at the next device span.
@@ -133,7 +144,19 @@ class _Calibration:
 
 
 class _Pair:
-    __slots__ = ("host_id", "depth", "pair", "device", "stream_id", "stream", "start", "end", "cal", "arg", "error")
+    __slots__ = (
+        "host_id",
+        "depth",
+        "pair",
+        "device",
+        "stream_id",
+        "stream",
+        "start",
+        "end",
+        "cal",
+        "arg",
+        "error",
+    )
 
 
 class DeviceRecorder:
@@ -145,9 +168,13 @@ class DeviceRecorder:
         self._free: dict[int, list[Any]] = {}  # per device: events ready to record again
         self._open: dict[int, _Pair] = {}  # host span id -> pair whose span is still open
         self._open_per_device: dict[int, int] = {}
-        self._queues: dict[tuple[int, int], deque[_Pair]] = {}  # per (device, stream), in stop order
+        self._queues: dict[
+            tuple[int, int], deque[_Pair]
+        ] = {}  # per (device, stream), in stop order
         self._cal: dict[int, _Calibration] = {}
-        self._last: dict[tuple[int, int], tuple[int, int]] = {}  # per stream: the last row's (start, end)
+        self._last: dict[
+            tuple[int, int], tuple[int, int]
+        ] = {}  # per stream: the last row's (start, end)
         self._strings: dict[int, tuple[str, str | None]] = {}
         self._ids = 0
         self._ids_end = 0
@@ -166,7 +193,9 @@ class DeviceRecorder:
     def _calibration(self, device: int) -> _Calibration:
         cal = self._cal.get(device)
         now = time.monotonic_ns()
-        if cal is not None and (now - cal.mono_ns < RECALIBRATE_NS or self._open_per_device.get(device)):
+        if cal is not None and (
+            now - cal.mono_ns < RECALIBRATE_NS or self._open_per_device.get(device)
+        ):
             return cal
         # Taken on a side stream: the event waits for none of the program's queued work,
         # so synchronizing it costs one round trip to the device, not a stall.
@@ -260,9 +289,25 @@ class DeviceRecorder:
             for queue in self._queues.values():
                 while queue and queue[0].end.query():
                     done.append(queue.popleft())
-        columns: dict[str, list] = {name: [] for name in (
-            "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns", "depth", "thread_id",
-            "thread_name", "pid", "rank", "arg", "error")}
+        columns: dict[str, list] = {
+            name: []
+            for name in (
+                "span_id",
+                "parent_id",
+                "name",
+                "category",
+                "start_ns",
+                "end_ns",
+                "duration_ns",
+                "depth",
+                "thread_id",
+                "thread_name",
+                "pid",
+                "rank",
+                "arg",
+                "error",
+            )
+        }
         if not done:
             return columns
         pid, r = os.getpid(), rank
@@ -319,11 +364,15 @@ def recorder(fn: str = "span") -> DeviceRecorder:
     try:
         import torch
     except ImportError:
-        raise RuntimeError(f"{fn}(device='cuda'): CUDA is not available (torch is not installed); device "
-                           f"spans need PyTorch with a CUDA GPU") from None
+        raise RuntimeError(
+            f"{fn}(device='cuda'): CUDA is not available (torch is not installed); device "
+            f"spans need PyTorch with a CUDA GPU"
+        ) from None
     if not torch.cuda.is_available():
-        raise RuntimeError(f"{fn}(device='cuda'): CUDA is not available (torch.cuda.is_available() is False: no "
-                           f"CUDA GPU or driver here)")
+        raise RuntimeError(
+            f"{fn}(device='cuda'): CUDA is not available (torch.cuda.is_available() is False: no "
+            f"CUDA GPU or driver here)"
+        )
     _recorder = DeviceRecorder(TorchCuda(torch))
     return _recorder
 
@@ -373,7 +422,9 @@ def resolve_table(meta: dict[bytes, bytes] | None, rank: int = 0):
             arrays.append(pa.array(values, pa.string()).dictionary_encode().cast(field.type))
         else:
             arrays.append(pa.array(values, field.type))
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA.with_metadata(meta) if meta else SPAN_SCHEMA)
+    return pa.Table.from_arrays(
+        arrays, schema=SPAN_SCHEMA.with_metadata(meta) if meta else SPAN_SCHEMA
+    )
 
 
 def start(host_id: int, depth: int, pair: int) -> None:

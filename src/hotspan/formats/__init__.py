@@ -7,6 +7,7 @@ Every format is an :class:`Exporter` (``write(table, path)``, ``read(path)``) re
 here by file extension. This package works on plain pyarrow tables: it never needs the
 compiled recorder.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,8 @@ def load(path: str | os.PathLike, format: str | None = None, *, check: bool = Tr
 
         if is_uri(path):
             from .dataset import load_uri
-  # s3://, gs://, hdfs://, file://: a dataset or one file there
+
+            # s3://, gs://, hdfs://, file://: a dataset or one file there
             return load_uri(os.fspath(path), format, check=check)
     if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
         from .dataset import load_dataset

@@ -2,6 +2,7 @@
 
 Buffers are typed memoryviews in the .pyx: any object with the buffer protocol and the
 right item type (numpy arrays, pyarrow buffers) is accepted; ``_Buffer`` stands for them."""
+
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,12 @@ def encode(
     flow_in: Any = None,
 ) -> None: ...
 def nest(
-    thread: _Buffer, start: _Buffer, end: _Buffer, parent_id: _Buffer, depth: _Buffer, has_parent: _Buffer
+    thread: _Buffer,
+    start: _Buffer,
+    end: _Buffer,
+    parent_id: _Buffer,
+    depth: _Buffer,
+    has_parent: _Buffer,
 ) -> Any: ...
 
 class _Texts:

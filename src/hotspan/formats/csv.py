@@ -1,6 +1,7 @@
 """CSV: one row a span, a header line, strings quoted (so an empty string and a missing
 category stay apart: ``""`` versus nothing). CSV has no place for the schema metadata.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,15 @@ import pyarrow.csv as pacsv
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import MISSING_PARENTS, Exporter, Progress, TraceFileError, dictionary_batches, missing_parents, note_skipped
+from .base import (
+    MISSING_PARENTS,
+    Exporter,
+    Progress,
+    TraceFileError,
+    dictionary_batches,
+    missing_parents,
+    note_skipped,
+)
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -25,13 +34,20 @@ class CsvExporter(Exporter):
 
     def _write(self, table: pa.Table, path: Path) -> None:
         options = pacsv.WriteOptions(include_header=True, quoting_style="needed")
-        with Progress(table.num_rows, f"writing {path.name}") as progress, \
-                pacsv.CSVWriter(str(path), _CSV_SCHEMA, write_options=options) as writer:
+        with (
+            Progress(table.num_rows, f"writing {path.name}") as progress,
+            pacsv.CSVWriter(str(path), _CSV_SCHEMA, write_options=options) as writer,
+        ):
             for batch in table.to_batches(max_chunksize=base.BATCH_ROWS):
-                writer.write_batch(pa.RecordBatch.from_arrays(
-                    [column.cast(field.type) for column, field in zip(batch.columns, _CSV_SCHEMA)],
-                    schema=_CSV_SCHEMA,
-                ))
+                writer.write_batch(
+                    pa.RecordBatch.from_arrays(
+                        [
+                            column.cast(field.type)
+                            for column, field in zip(batch.columns, _CSV_SCHEMA)
+                        ],
+                        schema=_CSV_SCHEMA,
+                    )
+                )
                 progress.advance(batch.num_rows)
 
     def _read(self, path: Path) -> pa.Table:
@@ -40,13 +56,20 @@ class CsvExporter(Exporter):
         with pa.memory_map(str(path), "r") as source:
             data = source.read_buffer()
         header = data.slice(0, min(data.size, 4096)).to_pybytes().split(b"\n", 1)[0]
-        columns = {field.strip().strip(b'"').decode("utf-8", "replace") for field in header.split(b",")}
+        columns = {
+            field.strip().strip(b'"').decode("utf-8", "replace") for field in header.split(b",")
+        }
         missing = [name for name in _CSV_SCHEMA.names if name not in columns]
         if len(missing) > 3:
-            raise TraceFileError(path, f"not a hotspan CSV: its first line is not the span table's header "
-                                       f"({','.join(_CSV_SCHEMA.names)})")
+            raise TraceFileError(
+                path,
+                f"not a hotspan CSV: its first line is not the span table's header "
+                f"({','.join(_CSV_SCHEMA.names)})",
+            )
         if missing:
-            raise TraceFileError(path, f"not a hotspan CSV: its header has no {', '.join(missing)} column")
+            raise TraceFileError(
+                path, f"not a hotspan CSV: its header has no {', '.join(missing)} column"
+            )
         # A file cut short (a copy interrupted, a disk full) ends inside a row: that row is
         # left out, counted, and said, rather than the whole file refused.
         cut = 0
@@ -66,16 +89,22 @@ class CsvExporter(Exporter):
             include_columns=_CSV_SCHEMA.names,
         )
         parse = pacsv.ParseOptions(invalid_row_handler=skip)
-        with pacsv.open_csv(pa.BufferReader(data), convert_options=convert, parse_options=parse) as reader:
+        with pacsv.open_csv(
+            pa.BufferReader(data), convert_options=convert, parse_options=parse
+        ) as reader:
             table = dictionary_batches(reader, _CSV_SCHEMA)
-        return note_skipped(table, path, {
-            "incomplete last row (the file ends mid-row: truncated?)": cut,
-            "row(s) with the wrong number of fields": malformed,
-            # CSV cannot say how many rows it holds: a row cut out whole (the last line of a
-            # file cut at a line's end) is seen through the rows that name it as their parent;
-            # less the rows left out above, any of which may be such a parent (said once).
-            MISSING_PARENTS: max(0, missing_parents(table) - cut - malformed),
-        })
+        return note_skipped(
+            table,
+            path,
+            {
+                "incomplete last row (the file ends mid-row: truncated?)": cut,
+                "row(s) with the wrong number of fields": malformed,
+                # CSV cannot say how many rows it holds: a row cut out whole (the last line of a
+                # file cut at a line's end) is seen through the rows that name it as their parent;
+                # less the rows left out above, any of which may be such a parent (said once).
+                MISSING_PARENTS: max(0, missing_parents(table) - cut - malformed),
+            },
+        )
 
 
 def _last_line_end(data: pa.Buffer) -> int:

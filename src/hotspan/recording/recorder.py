@@ -20,6 +20,7 @@ Parts reach the disk (or the collector) every interval: a process killed with SI
 at most its last interval. The recorder reads its own cursor of the hub (recording/hub.py):
 ``drain()``, ``live()`` and subscribers still get every span while it records.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -167,8 +168,15 @@ class _DatasetSink:
         from ..formats.dataset import write_part
 
         rank = table.column("rank")[0].as_py() if table.num_rows else current_rank()
-        write_part(table, self.location, rank=rank, pid=os.getpid(), seq=self.seq, token=self.token,
-                   part_meta={"sink_dropped": self.dropped, **part_meta})
+        write_part(
+            table,
+            self.location,
+            rank=rank,
+            pid=os.getpid(),
+            seq=self.seq,
+            token=self.token,
+            part_meta={"sink_dropped": self.dropped, **part_meta},
+        )
         self.seq += 1
         self.parts += 1
 
@@ -184,8 +192,13 @@ def _metadata_table() -> pa.Table:
     from .._schema import SPAN_SCHEMA
     from .._table import metadata
 
-    meta = metadata(rank=current_rank(), pid=os.getpid(), clock=_native._clock_info(), all_threads=[],
-                    version=__version__)
+    meta = metadata(
+        rank=current_rank(),
+        pid=os.getpid(),
+        clock=_native._clock_info(),
+        all_threads=[],
+        version=__version__,
+    )
     return SPAN_SCHEMA.empty_table().replace_schema_metadata(meta)
 
 
@@ -204,7 +217,9 @@ class _CollectorSink:
         clock_interval = float(os.environ.get(ENV_CLOCK_INTERVAL, "") or CLOCK_INTERVAL_S)
         if not clock_interval > 0:
             raise ValueError(f"{ENV_CLOCK_INTERVAL}={clock_interval:g}: expected seconds above 0")
-        self.client = CollectorClient(url, token=token, buffer_spans=buffer_spans, clock_interval=clock_interval)
+        self.client = CollectorClient(
+            url, token=token, buffer_spans=buffer_spans, clock_interval=clock_interval
+        )
         self.buffer_spans = buffer_spans
         self._cond = threading.Condition()
         self._pending: deque = deque()
@@ -231,7 +246,9 @@ class _CollectorSink:
             self._cond.notify()
             if self._thread is None or not self._thread.is_alive():  # the first batch, or a restart
                 self._closing = False
-                self._thread = threading.Thread(target=self._send_loop, name="hotspan-send", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._send_loop, name="hotspan-send", daemon=True
+                )
                 start_quiet(self._thread)
 
     def idle(self) -> None:
@@ -244,7 +261,11 @@ class _CollectorSink:
             with self._cond:
                 while not self._pending and not self._closing:
                     # Queued in the client (the collector away): wake for the next retry.
-                    self._cond.wait(max(client.wait_retry(), 0.01) if client.queue and not client.refused else None)
+                    self._cond.wait(
+                        max(client.wait_retry(), 0.01)
+                        if client.queue and not client.refused
+                        else None
+                    )
                     if client.queue and client.wait_retry() <= 0:
                         break
                 tables = list(self._pending)
@@ -289,8 +310,10 @@ def _sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
         from ..formats.uri import FS_SCHEMES, redact_uri, scheme_of
 
         if scheme_of(text) not in FS_SCHEMES:
-            raise ValueError(f"{redact_uri(text)}: unknown destination scheme (expected a file, a directory, "
-                             f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})")
+            raise ValueError(
+                f"{redact_uri(text)}: unknown destination scheme (expected a file, a directory, "
+                f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})"
+            )
         return _DatasetSink(text)  # s3://bucket/run: a dataset there, a part per flush
     path = Path(text)
     from ..formats import format_of
@@ -312,12 +335,23 @@ class Recorder:
     that failed, or still undelivered at ``stop``), and ``errors`` (failed flushes).
     """
 
-    def __init__(self, dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
-                 buffer_spans: int = 1 << 21, stop_timeout: float = 5.0):
+    def __init__(
+        self,
+        dest: str | os.PathLike,
+        flush_interval: float = 1.0,
+        *,
+        token: str | None = None,
+        buffer_spans: int = 1 << 21,
+        stop_timeout: float = 5.0,
+    ):
         if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)):
-            raise TypeError(f"record(): flush_interval must be a number of seconds, not {type(flush_interval).__name__}")
+            raise TypeError(
+                f"record(): flush_interval must be a number of seconds, not {type(flush_interval).__name__}"
+            )
         if not 0 < flush_interval <= 3600:
-            raise ValueError(f"record(): flush_interval must be in (0, 3600] seconds, not {flush_interval}")
+            raise ValueError(
+                f"record(): flush_interval must be in (0, 3600] seconds, not {flush_interval}"
+            )
         if isinstance(buffer_spans, bool) or not isinstance(buffer_spans, int) or buffer_spans < 0:
             raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
         from ..formats.uri import redact_uri
@@ -370,7 +404,9 @@ class Recorder:
             if self.running:
                 return self
             if _active is not None and _active.running:
-                raise RuntimeError(f"hotspan is already recording to {_active.dest}; stop() it first")
+                raise RuntimeError(
+                    f"hotspan is already recording to {_active.dest}; stop() it first"
+                )
             # The flusher imports pyarrow; that import chain reaches concurrent.futures,
             # which registers a threading atexit hook and fails once the interpreter is
             # shutting down (a short program's exit can race the flusher's first import).
@@ -414,13 +450,19 @@ class Recorder:
             if self._stop.wait(max(wait, 0.0)):
                 return
             try:
-                if time.monotonic() >= next_flush or _under_memory_pressure() or self._reader.under_pressure():
+                if (
+                    time.monotonic() >= next_flush
+                    or _under_memory_pressure()
+                    or self._reader.under_pressure()
+                ):
                     next_flush = time.monotonic() + self.flush_interval
                     self.flush()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
-                    _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
+                    _warn(
+                        f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)"
+                    )
 
     @contextlib.contextmanager
     def _locked(self, timeout: float = -1):
@@ -452,14 +494,20 @@ class Recorder:
                 try:
                     began = time.perf_counter()
                     self._sink.write(table)
-                    emit(Flushed(self.dest, table.num_rows, table.nbytes, time.perf_counter() - began))
+                    emit(
+                        Flushed(
+                            self.dest, table.num_rows, table.nbytes, time.perf_counter() - began
+                        )
+                    )
                 except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
                     emit(FlushFailed(self.dest, exc))
                     self.write_errors += 1
                     self._write_dropped += table.num_rows
                     if self.write_errors == 1:
-                        _warn(f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
-                              f"(recording goes on; {table.num_rows} spans dropped)")
+                        _warn(
+                            f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
+                            f"(recording goes on; {table.num_rows} spans dropped)"
+                        )
 
     def _take(self) -> pa.Table:
         """The spans since this recorder last took them (its own cursor: a user's drain()
@@ -545,7 +593,9 @@ class Recorder:
 
     def __repr__(self) -> str:
         state = "recording" if self.running else "stopped"
-        return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
+        return (
+            f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
+        )
 
 
 def _under_memory_pressure() -> bool:
@@ -621,6 +671,7 @@ def _warm_up(kind: str) -> None:
         import pyarrow.flight  # noqa: F401
 
         from .. import _table  # noqa: F401  (the drain's table builder, and numpy)
+
         return
     pa.array([""], pa.string())
     import pyarrow.parquet  # noqa: F401
@@ -632,8 +683,14 @@ def _warm_up(kind: str) -> None:
         exporter_for("x.parquet")
 
 
-def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
-           buffer_spans: int = 1 << 21, stop_timeout: float = 5.0) -> Recorder:
+def record(
+    dest: str | os.PathLike,
+    flush_interval: float = 1.0,
+    *,
+    token: str | None = None,
+    buffer_spans: int = 1 << 21,
+    stop_timeout: float = 5.0,
+) -> Recorder:
     """A recorder streaming drained spans to ``dest`` every ``flush_interval`` seconds.
 
     ``dest``: a file (``.parquet``, ``.arrow``, ``.json``, ... : written at ``stop()``), a
@@ -649,7 +706,9 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
 
     Use it as a context manager, or call ``start()`` / ``stop()``; one recorder at a time.
     """
-    return Recorder(dest, flush_interval, token=token, buffer_spans=buffer_spans, stop_timeout=stop_timeout)
+    return Recorder(
+        dest, flush_interval, token=token, buffer_spans=buffer_spans, stop_timeout=stop_timeout
+    )
 
 
 def active() -> Recorder | None:
@@ -677,7 +736,9 @@ def _sigterm_thread() -> None:
     recorder = _env_recorder
     # Should the stop never end (a wedged destination), the process must still die: a
     # pool's terminate() sends one SIGTERM, then waits. A second SIGTERM kills at once (C).
-    watchdog = threading.Timer((recorder.stop_timeout if recorder is not None else 0.0) + 2.0, _native._sigterm_die)
+    watchdog = threading.Timer(
+        (recorder.stop_timeout if recorder is not None else 0.0) + 2.0, _native._sigterm_die
+    )
     watchdog.daemon = True
     watchdog.start()
     # Nothing new starts once the process is told to end: the spans open now finish (their
@@ -806,4 +867,6 @@ def _finalize_with_multiprocessing(recorder: Recorder) -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child
+    )

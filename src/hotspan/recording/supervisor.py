@@ -10,6 +10,7 @@ imports hotspan) when they import hotspan. At the end every part is read back, w
 the output as one trace, and the directory removed; a supervisor killed before then leaves
 the directory (``hotspan.load()`` reads it).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -60,15 +61,25 @@ def resolve_program(program: Sequence[str], module: str | None = None) -> tuple[
             raise ProgramError(f"{module}: no module of that name")
         return [found.origin or module, *program], os.getcwd()
     if not program:
-        raise ProgramError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
+        raise ProgramError(
+            "give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)"
+        )
     script = Path(program[0])
     if not script.is_file():
-        raise ProgramError(f"{script}: no such script" if not script.exists() else f"{script}: not a file")
+        raise ProgramError(
+            f"{script}: no such script" if not script.exists() else f"{script}: not a file"
+        )
     return [str(script), *program[1:]], str(script.resolve().parent)
 
 
-def run_program(program: Sequence[str], output: str | os.PathLike, *, module: str | None = None,
-                live_min_ns: int | None = None, flush_interval: float = 1.0) -> RunResult:
+def run_program(
+    program: Sequence[str],
+    output: str | os.PathLike,
+    *,
+    module: str | None = None,
+    live_min_ns: int | None = None,
+    flush_interval: float = 1.0,
+) -> RunResult:
     """Run the program with every process of it recorded; write the trace to ``output``
     (any export format) and return a ``RunResult``. The program's own failure is printed as
     Python would and becomes its exit status; its spans are kept."""
@@ -122,8 +133,13 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
     meta = table.schema.metadata or {}
     dropped = meta_json(meta, META_DROPPED) or {}
     ranks = meta_json(meta, META_RANKS) or {}
-    return RunResult(status=status, table=table, elapsed=elapsed, dropped=int(dropped.get("total", 0)),
-                     processes=sum(len(procs) for procs in ranks.values()))
+    return RunResult(
+        status=status,
+        table=table,
+        elapsed=elapsed,
+        dropped=int(dropped.get("total", 0)),
+        processes=sum(len(procs) for procs in ranks.values()),
+    )
 
 
 def _run(module: str | None, path: str) -> int:
@@ -142,7 +158,9 @@ def _run(module: str | None, path: str) -> int:
         return 1
     except BaseException as exc:  # noqa: BLE001 -- the program failed: report it as Python would, keep its spans
         tb = exc.__traceback__
-        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
+        while tb is not None and (
+            tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
+        ):
             tb = tb.tb_next  # hotspan's and runpy's own frames are noise to the program's author
         traceback.print_exception(type(exc), exc, tb)
         return 130 if isinstance(exc, KeyboardInterrupt) else 1

@@ -10,6 +10,7 @@ Requests are checked before anything else runs: with a token, one without
 path (runs are named by id), and runs reached through a link out of the directory are not
 listed, so no request reads a file outside it.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -146,11 +147,22 @@ class CompareResponse(BaseModel):
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": Problem, "description": "a parameter names a path outside the directory (`..`, absolute)"},
-    401: {"model": Problem, "description": "the server has a token and the request did not present it"},
+    400: {
+        "model": Problem,
+        "description": "a parameter names a path outside the directory (`..`, absolute)",
+    },
+    401: {
+        "model": Problem,
+        "description": "the server has a token and the request did not present it",
+    },
 }
-_NOT_FOUND = {404: {"model": Problem, "description": "no run with this id"},
-              409: {"model": Problem, "description": "the run is not a readable trace (see its error in the list)"}}
+_NOT_FOUND = {
+    404: {"model": Problem, "description": "no run with this id"},
+    409: {
+        "model": Problem,
+        "description": "the run is not a readable trace (see its error in the list)",
+    },
+}
 
 
 # --------------------------------------------------------------------------- guards
@@ -171,7 +183,9 @@ def _problem(status: int, detail: str, **headers: str) -> JSONResponse:
 
 def _bad_value(parameter: str, message: str, where: str = "query") -> RequestValidationError:
     """A 422 in FastAPI's own shape (``detail[].loc`` names the parameter)."""
-    return RequestValidationError([{"loc": (where, parameter), "msg": message, "type": "value_error"}])
+    return RequestValidationError(
+        [{"loc": (where, parameter), "msg": message, "type": "value_error"}]
+    )
 
 
 # --------------------------------------------------------------------------- the application
@@ -180,8 +194,13 @@ def _bad_value(parameter: str, message: str, where: str = "query") -> RequestVal
 PERFETTO_UI = "https://ui.perfetto.dev"
 
 
-def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
-               perfetto_ui: str = PERFETTO_UI) -> FastAPI:
+def create_app(
+    root: str | os.PathLike,
+    *,
+    token: str | None = None,
+    cache: str | os.PathLike | None = None,
+    perfetto_ui: str = PERFETTO_UI,
+) -> FastAPI:
     """The application serving the runs under ``root``. ``token``: required of every
     request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
     non-Parquet traces and download files go (default: a fresh temporary directory).
@@ -196,9 +215,12 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     expected = f"Bearer {token}".encode() if token else None
 
     app = FastAPI(
-        title="hotspan serve", version=__version__, docs_url=None, redoc_url=None,  # their pages load from a CDN
+        title="hotspan serve",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,  # their pages load from a CDN
         description="The runs (trace files and dataset directories) under one directory: list them, read "
-                    "their statistics, phases and spans, download them in any format, compare two.",
+        "their statistics, phases and spans, download them in any format, compare two.",
     )
     app.state.catalog = catalog
 
@@ -211,7 +233,9 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     @app.exception_handler(pa.ArrowException)
     @app.exception_handler(OSError)
     async def unreadable(request: Request, exc: Exception):
-        text = str(exc).replace(str(catalog.root) + os.sep, "")  # paths relative to the served directory
+        text = str(exc).replace(
+            str(catalog.root) + os.sep, ""
+        )  # paths relative to the served directory
         return _problem(409, f"not a readable trace: {text}")
 
     @app.middleware("http")
@@ -220,16 +244,23 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             # Constant time: how much of the token matched does not show in the timing.
             if not hmac.compare_digest(given, expected):
-                return _problem(401, "missing or wrong token: send Authorization: Bearer <token>",
-                                **{"WWW-Authenticate": "Bearer"})
+                return _problem(
+                    401,
+                    "missing or wrong token: send Authorization: Bearer <token>",
+                    **{"WWW-Authenticate": "Bearer"},
+                )
         raw = request.scope.get("raw_path") or request.url.path.encode()
         for segment in raw.decode("latin-1").split("/"):
             decoded = unquote(segment)
             if decoded and (decoded == ".." or escapes(decoded)):
-                return _problem(400, f"path segment {decoded!r}: paths outside the served directory are refused")
+                return _problem(
+                    400, f"path segment {decoded!r}: paths outside the served directory are refused"
+                )
         for key, value in request.query_params.multi_items():
             if escapes(value):
-                return _problem(400, f"parameter {key!r}: {value!r} names a path outside the served directory")
+                return _problem(
+                    400, f"parameter {key!r}: {value!r} names a path outside the served directory"
+                )
         return await call_next(request)
 
     def run_or_404(rid: str) -> Run | JSONResponse:
@@ -248,7 +279,10 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             raise _bad_value("by", "give one or more column names, comma-separated")
         unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
         if unknown:
-            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+            raise _bad_value(
+                "by",
+                f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}",
+            )
         if len(set(keys)) != len(keys):
             raise _bad_value("by", "a column is named twice")
         return keys
@@ -261,7 +295,12 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         that cannot be read is listed with its `error` and no figures."""
         return {"traces": [run.entry() for run in catalog.scan()]}
 
-    @app.get("/v1/traces/{id}", response_model=TraceDetail, responses={**_ERRORS, **_NOT_FOUND}, tags=["traces"])
+    @app.get(
+        "/v1/traces/{id}",
+        response_model=TraceDetail,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["traces"],
+    )
     def get_trace(id: str) -> Any:
         """The run's summary and its phases per rank (each top-level category's time per step
         and its sub-categories' shares; rank null: the mean over ranks)."""
@@ -270,10 +309,18 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             return run
         return {**run.entry(), "phases": queries.phases_rows(run)}
 
-    @app.get("/v1/traces/{id}/stats", response_model=StatsResponse, responses={**_ERRORS, **_NOT_FOUND},
-             tags=["traces"])
-    def get_stats(id: str, by: str = Query("category,name", description="comma-separated span columns to group by",
-                                           max_length=200)) -> Any:
+    @app.get(
+        "/v1/traces/{id}/stats",
+        response_model=StatsResponse,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["traces"],
+    )
+    def get_stats(
+        id: str,
+        by: str = Query(
+            "category,name", description="comma-separated span columns to group by", max_length=200
+        ),
+    ) -> Any:
         """The `hotspan stats` columns per group of spans, largest total first."""
         keys = by_columns(by)
         run = run_or_404(id)
@@ -281,36 +328,71 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             return run
         return {"id": run.id, "by": list(keys), "rows": queries.stats_rows(run, keys)}
 
-    @app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses={**_ERRORS, **_NOT_FOUND},
-             tags=["traces"])
+    @app.get(
+        "/v1/traces/{id}/spans",
+        response_model=SpansPage,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["traces"],
+    )
     def get_spans(
         id: str,
         offset: int = Query(0, ge=0, le=2**62, description="spans to skip (of those matching)"),
         limit: int = Query(100, ge=1, le=10_000, description="spans in this page (at most 10 000)"),
         name: Optional[str] = Query(None, max_length=1000, description="only spans of this name"),
-        category: Optional[str] = Query(None, max_length=1000,
-                                        description="only spans of this category or below it (train takes train/compute)"),
-        rank: Optional[int] = Query(None, ge=-2**31, le=2**31 - 1, description="only spans of this rank"),
-        min_ns: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="only spans at least this long"),
+        category: Optional[str] = Query(
+            None,
+            max_length=1000,
+            description="only spans of this category or below it (train takes train/compute)",
+        ),
+        rank: Optional[int] = Query(
+            None, ge=-(2**31), le=2**31 - 1, description="only spans of this rank"
+        ),
+        min_ns: Optional[int] = Query(
+            None, ge=0, le=2**63 - 1, description="only spans at least this long"
+        ),
     ) -> Any:
         """A page of spans in a stable order (the run's parts in order, rows in file order);
         `next_offset` is where the next page starts, null on the last."""
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        rows, more = queries.spans_page(run, offset=offset, limit=limit, name=name, category=category, rank=rank,
-                                        min_ns=min_ns)
-        return {"id": run.id, "offset": offset, "limit": limit, "next_offset": offset + len(rows) if more else None,
-                "spans": rows}
+        rows, more = queries.spans_page(
+            run, offset=offset, limit=limit, name=name, category=category, rank=rank, min_ns=min_ns
+        )
+        return {
+            "id": run.id,
+            "offset": offset,
+            "limit": limit,
+            "next_offset": offset + len(rows) if more else None,
+            "spans": rows,
+        }
 
-    @app.get("/v1/traces/{id}/download", response_class=FileResponse, tags=["traces"],
-             responses={**_ERRORS, **_NOT_FOUND,
-                        200: {"description": "the trace, streamed",
-                              "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
-                                              if m == "application/json" else {"type": "string", "format": "binary"}}
-                                          for _e, m in queries.DOWNLOAD_FORMATS.values()}}})
-    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
-            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet")) -> Any:
+    @app.get(
+        "/v1/traces/{id}/download",
+        response_class=FileResponse,
+        tags=["traces"],
+        responses={
+            **_ERRORS,
+            **_NOT_FOUND,
+            200: {
+                "description": "the trace, streamed",
+                "content": {
+                    m: {
+                        "schema": {"type": "object", "description": "a Chrome JSON trace"}
+                        if m == "application/json"
+                        else {"type": "string", "format": "binary"}
+                    }
+                    for _e, m in queries.DOWNLOAD_FORMATS.values()
+                },
+            },
+        },
+    )
+    def download(
+        id: str,
+        format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
+            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet"
+        ),
+    ) -> Any:
         """The run as one file in `format`, streamed from disk (converted once per version of
         the run)."""
         run = run_or_404(id)
@@ -323,12 +405,21 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             stem = stem[: -len(run.format)] if stem.lower().endswith(run.format) else stem
         return FileResponse(path, media_type=media, filename=(stem or run.id) + extension)
 
-    @app.get("/v1/compare", response_model=CompareResponse, responses={**_ERRORS, **_NOT_FOUND}, tags=["compare"])
+    @app.get(
+        "/v1/compare",
+        response_model=CompareResponse,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["compare"],
+    )
     def compare(
         base: str = Query(..., max_length=64, description="id of the run before"),
         new: str = Query(..., max_length=64, description="id of the run after"),
-        threshold: float = Query(0.05, ge=0.0, le=100.0, description="slowdown that counts, as a fraction"),
-        min_count: int = Query(1, ge=1, le=2**31, description="groups with fewer spans on a side are not judged"),
+        threshold: float = Query(
+            0.05, ge=0.0, le=100.0, description="slowdown that counts, as a fraction"
+        ),
+        min_count: int = Query(
+            1, ge=1, le=2**31, description="groups with fewer spans on a side are not judged"
+        ),
     ) -> Any:
         """Span group by span group, as `hotspan compare` does: medians, their change with a
         bootstrap interval, the Mann-Whitney U p-value and a verdict."""
@@ -338,8 +429,14 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             if isinstance(run, JSONResponse):
                 return run
             runs.append(run)
-        return {"base": base, "new": new, "threshold": threshold,
-                "rows": queries.compare_rows(runs[0], runs[1], threshold=threshold, min_count=min_count)}
+        return {
+            "base": base,
+            "new": new,
+            "threshold": threshold,
+            "rows": queries.compare_rows(
+                runs[0], runs[1], threshold=threshold, min_count=min_count
+            ),
+        }
 
     from .pages import add_pages
 

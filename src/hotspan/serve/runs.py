@@ -14,6 +14,7 @@ directory (kept while the trace is unchanged).
 A run's id is a hash of its path relative to the directory: stable across restarts and
 scans, and no path ever travels in a URL.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -47,7 +48,9 @@ class RunError(Exception):
 @dataclass
 class Run:
     id: str
-    path: str  # relative to the served directory, with "/" separators ("." for the directory itself)
+    path: (
+        str  # relative to the served directory, with "/" separators ("." for the directory itself)
+    )
     location: Path  # absolute
     kind: str  # "file" or "dataset"
     format: str  # the extension (".parquet", ".json.gz", ...) or "dataset"
@@ -74,8 +77,14 @@ class Run:
 
     def entry(self) -> dict[str, Any]:
         """The run as ``GET /v1/traces`` lists it."""
-        out: dict[str, Any] = {"id": self.id, "path": self.path, "name": self.name, "kind": self.kind,
-                               "format": self.format, "error": self.error}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "path": self.path,
+            "name": self.name,
+            "kind": self.kind,
+            "format": self.format,
+            "error": self.error,
+        }
         keys = ("ranks", "spans", "start", "start_ns", "duration_ns", "host", "command", "modified")
         summary = self.summary or {}
         out.update({k: summary.get(k) for k in keys})
@@ -106,7 +115,8 @@ def _regular(path: Path) -> bool:
 
 def _is_dataset(dirnames: list[str], filenames: list[str]) -> bool:
     return any(_RANK_DIR.match(d) for d in dirnames) or any(
-        n.startswith("part-") and n.endswith(".parquet") for n in filenames)
+        n.startswith("part-") and n.endswith(".parquet") for n in filenames
+    )
 
 
 def _signature(paths: list[Path]) -> tuple:
@@ -134,7 +144,9 @@ class Catalog:
 
     def _walk(self) -> list[tuple[str, Path, str]]:
         found: list[tuple[str, Path, str]] = []
-        for dirpath, dirnames, filenames in os.walk(self.root):  # links to directories are not followed
+        for dirpath, dirnames, filenames in os.walk(
+            self.root
+        ):  # links to directories are not followed
             here = Path(dirpath)
             dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
             if _is_dataset(dirnames, filenames):
@@ -157,8 +169,17 @@ class Catalog:
             for relative, path, kind in found:
                 rid = run_id(relative)
                 old = self._runs.get(rid)
-                run = old if old is not None and old.location == path else Run(
-                    rid, relative, path, kind, "dataset" if kind == "dataset" else (format_of(path.name) or ""))
+                run = (
+                    old
+                    if old is not None and old.location == path
+                    else Run(
+                        rid,
+                        relative,
+                        path,
+                        kind,
+                        "dataset" if kind == "dataset" else (format_of(path.name) or ""),
+                    )
+                )
                 runs[rid] = run
             self._runs = runs
         for run in runs.values():
@@ -201,12 +222,21 @@ class Catalog:
                 for f in files:  # a FIFO swapped in since the scan: refused, never opened
                     require_regular_file(f)
                 signature = _signature(files)
-            except TraceFileError as exc:  # a part that is not a regular file (a FIFO): never opened
-                text = str(exc).replace(str(self.root) + os.sep, "")  # paths relative to the directory
+            except (
+                TraceFileError
+            ) as exc:  # a part that is not a regular file (a FIFO): never opened
+                text = str(exc).replace(
+                    str(self.root) + os.sep, ""
+                )  # paths relative to the directory
                 run.signature, run.summary, run.error, run.parts = (), None, text, []
                 return
             except OSError as exc:
-                run.signature, run.summary, run.error, run.parts = (), None, f"{exc.strerror or exc}", []
+                run.signature, run.summary, run.error, run.parts = (
+                    (),
+                    None,
+                    f"{exc.strerror or exc}",
+                    [],
+                )
                 return
             if signature == run.signature:
                 return
@@ -218,7 +248,9 @@ class Catalog:
             except RunError as exc:
                 run.parts, run.summary, run.error = [], None, str(exc)
 
-    def _parts(self, run: Run, files: list[Path], signature: tuple) -> list[tuple[Path, int | None]]:
+    def _parts(
+        self, run: Run, files: list[Path], signature: tuple
+    ) -> list[tuple[Path, int | None]]:
         if run.kind == "dataset":
             if not files:
                 raise RunError("no span parts in this directory (expected rank=R/part-*.parquet)")
@@ -307,7 +339,9 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
         except (ValueError, TypeError):
             command = argv
     recorded = text(META_START)
-    start_ns = start if start is not None else (int(recorded) if recorded and recorded.isdigit() else None)
+    start_ns = (
+        start if start is not None else (int(recorded) if recorded and recorded.isdigit() else None)
+    )
     modified = max((m for _p, _s, m in signature), default=None)
     return {
         "spans": spans,
@@ -341,9 +375,13 @@ def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
     for column in SPAN_SCHEMA:
         kind = present[column.name]
         if pa.types.is_integer(column.type) and not pa.types.is_integer(kind):
-            raise RunError(f"{path.name}: not a span table: column {column.name!r} holds {kind}, not integers")
+            raise RunError(
+                f"{path.name}: not a span table: column {column.name!r} holds {kind}, not integers"
+            )
         if pa.types.is_boolean(column.type) and not pa.types.is_boolean(kind):
-            raise RunError(f"{path.name}: not a span table: column {column.name!r} holds {kind}, not booleans")
+            raise RunError(
+                f"{path.name}: not a span table: column {column.name!r} holds {kind}, not booleans"
+            )
 
 
 def _iso(ns: int | None) -> str | None:
