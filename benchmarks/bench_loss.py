@@ -18,52 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import textwrap
 
-CHILD = textwrap.dedent(
-    """
-    import json, sys, threading, time
-    import hotspan
-    n_threads, per_thread, every = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-    start = threading.Barrier(n_threads + 1)
-    def work(k):
-        s = hotspan.span(f"t{k}")
-        start.wait()
-        for _ in range(per_thread):
-            with s:
-                pass
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
-    for th in threads:
-        th.start()
-    start.wait()
-    t0 = time.perf_counter()
-    rows = drains = 0
-    while every > 0 and any(th.is_alive() for th in threads):
-        rows += hotspan.drain().num_rows
-        drains += 1
-        time.sleep(every)
-    for th in threads:
-        th.join()
-    rows += hotspan.drain().num_rows
-    d = hotspan.dropped(detail=True)
-    print(json.dumps({"rows": rows, "dropped": d["total"], "at_cap": d["memory_cap"], "drains": drains,
-                      "seconds": time.perf_counter() - t0}))
-    """
-)
+from hotspan.testing import run_flat_out_threads
 
 
 def run_case(n_threads: int, per_thread: int, every: float) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(n_threads), str(per_thread), str(every)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"bench_loss: a run failed:\n{proc.stderr}")
-    return json.loads(proc.stdout)
+    """One run in a fresh interpreter: the same workload as tests/core/test_blocks.py's."""
+    try:
+        return run_flat_out_threads(n_threads, per_thread, every)
+    except RuntimeError as exc:
+        raise SystemExit(f"bench_loss: a run failed:\n{exc}") from None
 
 
 def main() -> int:

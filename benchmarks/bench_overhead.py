@@ -19,7 +19,7 @@ The flight file (configure(flight=...)) is once a process: its off/on pair runs 
 ratios in child processes, off and on alternating (--flight-reps each), and reports each
 ratio's on/off quotient (target <= 1.10).
 
-The floor is hotspan._native.NoopContext: a C context manager whose __enter__/__exit__
+The floor is hotspan.testing.NoopContext: a C context manager whose __enter__/__exit__
 do nothing, built exactly like hotspan.span. Peers run when installed: nvtx,
 viztracer, torch. "reused / floor" is a span with the NVTX passthrough off (the default: one
 branch); "reused nvtx on / floor" the same span with configure(nvtx=True) and no NVTX tool
@@ -40,6 +40,7 @@ from typing import Callable
 
 import hotspan
 from hotspan import _native
+from hotspan.testing import NoopContext
 
 
 @dataclasses.dataclass
@@ -64,7 +65,7 @@ def naive_span(name: str, category: str):
 
 
 def make_cases(n: int, peers: bool = True) -> dict[str, Callable[[], None]]:
-    noop = _native.NoopContext()
+    noop = NoopContext()
     reused = hotspan.span("x", "c")
     begin, end = hotspan.begin, hotspan.end
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 
 import hotspan
-from hotspan import _native
+from hotspan.testing import NoopContext
 
 LOOP = 10_000
 ROUNDS = 100
@@ -52,7 +52,7 @@ def timed(benchmark, run):
 
 @pytest.mark.benchmark(group="with")
 def test_floor_noop_context_manager(benchmark):
-    noop = _native.NoopContext()
+    noop = NoopContext()
 
     def run():
         for _ in range(LOOP):

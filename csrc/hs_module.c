@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hs_columns.h"
+#include "hs_cuda.h"
 #include "hs_drain.h"
 #include "hs_flight.h"
 #include "hs_fork.h"
@@ -723,6 +724,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (env && (!strcmp(env, "0") || !strcasecmp(env, "false") || !strcasecmp(env, "off") || !strcasecmp(env, "no")))
         atomic_store(&hs_enabled, 0);
     hs_nvtx_init_from_env(); /* HOTSPAN_NVTX=1 */
+    if (hs_cuda_install(m) < 0) { /* device spans' plug-in: the driver loads at the first one */
+        Py_DECREF(m);
+        return NULL;
+    }
     PyObject *capsule = PyCapsule_New((void *)&capi, HOTSPAN_CAPSULE_NAME, NULL);
     if (PyModule_AddObjectRef(m, "span", (PyObject *)&SpanType) < 0 ||
         PyModule_AddObjectRef(m, "traced_function", (PyObject *)&TracedType) < 0 ||

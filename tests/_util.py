@@ -75,3 +75,20 @@ def run_chromium(tmp_path, *args, timeout: float = 90) -> subprocess.CompletedPr
         text=True,
         timeout=timeout,
     )
+
+
+def wait_until(
+    condition, timeout: float = 30.0, interval: float = 0.01, what: str = "the condition"
+):
+    """Poll ``condition()`` until it returns something true (returned), failing after
+    ``timeout`` seconds: a test waits for the event it means, never a fixed sleep."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)

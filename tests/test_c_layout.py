@@ -22,17 +22,24 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hs_live",),  # the live log's queue, fed by the drain
     ("hs_drain",),  # the drain thread and the segment store
     ("hs_columns",),  # segments -> Arrow-ready columns
-    ("hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"),  # plug-ins, installed through hooks
+    ("hs_device",),  # the device plug-ins' hook table (device spans call through it)
+    (
+        "hs_cuda",
+        "hs_flight",
+        "hs_nvtx",
+        "hs_signals",
+        "hs_tasks",
+    ),  # plug-ins, installed through hooks
     ("hs_fork",),  # the one pthread_atfork: every unit's prepare/parent/child
     ("hs_types",),  # the Python types
     ("hs_module",),  # the Python module: installs the plug-ins
 )
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
-PLUG_INS = {"hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"}
+PLUG_INS = {"hs_cuda", "hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"}
 
 
 def strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.DOTALL)
     return re.sub(r"//[^\n]*", "", text)
 
 
@@ -61,14 +68,15 @@ SOURCES = {
 # A function defined at the top level (in a .c, or static inline in a header), or a global
 # defined in a .c: `type name(args) {`, `type name = ...;`, `type name[...]...;`, `type name;`.
 FUNCTION_DEF = re.compile(
-    r"^[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*\([^;{}]*\)\s*(?:__attribute__\(\([^;{}]*\)\)\s*)?\{", re.M
+    r"^[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*\([^;{}]*\)\s*(?:__attribute__\(\([^;{}]*\)\)\s*)?\{",
+    re.MULTILINE,
 )
 GLOBAL_DEF = re.compile(
     r"^(?!static\b|extern\b|typedef\b|return\b)[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*(?:\[[^\]]*\]\s*)*"
     r"(?:__attribute__\(\([^;]*\)\)\s*)?(?:=|;)",
-    re.M,
+    re.MULTILINE,
 )
-INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:\./)?(hs_\w+)\.h"', re.M)
+INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:\./)?(hs_\w+)\.h"', re.MULTILINE)
 NAME = re.compile(r"\bhs_\w+\b")
 
 

@@ -86,6 +86,7 @@ def _parts(session: Path) -> dict[str, tuple[dict, list[str]]]:
     return out
 
 
+@pytest.mark.slow
 def test_off_by_default_writes_nothing(pytester):
     pytester.makepyfile(test_project=PROJECT)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
@@ -94,6 +95,7 @@ def test_off_by_default_writes_nothing(pytester):
     assert not list(pytester.path.rglob("*.parquet"))
 
 
+@pytest.mark.slow
 def test_each_test_gets_a_part_named_by_its_node_id_without_pytest_benchmark(pytester):
     pytester.makepyfile(test_project=PROJECT)
     runs = []
@@ -179,6 +181,7 @@ BENCH_ARGS = (
 )
 
 
+@pytest.mark.slow
 def test_benchmark_spans_land_in_the_saved_json_and_compare_names_the_slower_span(
     pytester, monkeypatch, capsys
 ):

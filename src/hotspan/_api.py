@@ -7,6 +7,7 @@ import atexit
 import os
 
 from . import _native
+from .recording import lifecycle
 from ._version import __version__
 
 # typing, inspect, functools and threading are imported only where needed (type
@@ -231,11 +232,8 @@ def drain(*, wait_device: bool = False) -> "pa.Table":
 def wait_for_devices() -> None:
     """Wait (once per device) for the device spans' event pairs already closed, so the next
     drain resolves them all: ``drain(wait_device=True)``, and a recorder's final flush."""
-    import sys
-
-    cuda = sys.modules.get("hotspan.devices.cuda")  # loaded by the first device span
-    if cuda is not None:
-        cuda.synchronize_pending()
+    if _native._cuda_used():  # a device span was entered (C's flag: no import before)
+        _native._cuda_synchronize()
 
 
 def core_table() -> "pa.Table":
@@ -255,10 +253,9 @@ def core_table() -> "pa.Table":
         tasks=_native._tasks_seen(),
     )
     table = table_from_raw(raw, meta=meta)
-    import sys
+    if _native._cuda_used():  # a device span was entered: its completed pairs are rows
+        from .devices import cuda
 
-    cuda = sys.modules.get("hotspan.devices.cuda")  # loaded by the first device span
-    if cuda is not None:
         device_rows = cuda.resolve_table(meta, r)
         if device_rows is not None:
             import pyarrow as pa
@@ -448,19 +445,6 @@ def _decorate_device(span_obj: Any, func: Any) -> Any:
     return _wrap_sync(span_obj, func)
 
 
-def _check_device(fn: str, device: Any) -> Any:
-    """``span(..., device=...)`` (called by the C core when the span object is made): the
-    module whose ``start``/``stop`` the span calls at enter and exit. Raises now, never at
-    enter or drain: ValueError for a device other than 'cuda', RuntimeError naming CUDA
-    when it is not available (no torch, or no CUDA GPU)."""
-    if device != "cuda":
-        raise ValueError(f"{fn}(): device must be 'cuda' or None, not {device!r}")
-    from .devices import cuda
-
-    cuda.recorder(fn)
-    return cuda
-
-
 #: HOTSPAN's words (any case): the C core turns recording off at import for the second set.
 HOTSPAN_ON = ("1", "true", "on", "yes")
 HOTSPAN_OFF = ("0", "false", "off", "no")
@@ -539,5 +523,4 @@ _check_hotspan_env()
 _flight_from_env()
 # Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
 atexit.register(_warn_dropped_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_child)
+lifecycle.on_fork("core", after_in_child=_after_fork_child)

@@ -178,6 +178,7 @@ def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by):
     assert any(r["self_ns"] < r["total_ns"] for r in in_memory.to_pylist())  # nesting
 
 
+@pytest.mark.slow
 def test_a_uri_is_read_through_pyarrow_fs(runs):
     """file:// here; s3://, gs://, hdfs:// go the same way (pyarrow.fs.FileSystem.from_uri)."""
     table, run, one = runs[1]
@@ -411,6 +412,7 @@ def cli(*args, env=None):
     )
 
 
+@pytest.mark.slow
 def test_cli_stats_streams_a_directory_and_a_large_file_to_the_same_rows(runs, tmp_path):
     table, run, one = runs[0]
     options = (
@@ -436,6 +438,7 @@ def test_cli_stats_streams_a_directory_and_a_large_file_to_the_same_rows(runs, t
     assert shown.returncode == 0 and "phases" in shown.stdout and "train/compute" in shown.stdout
 
 
+@pytest.mark.slow
 def test_cli_compare_streams_two_directories(tmp_path):
     rng = np.random.default_rng(9)
     base = durations_run(
@@ -464,6 +467,7 @@ def test_cli_names_a_damaged_part_in_one_line(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_import_hotspan_loads_no_duckdb():
     code = "import sys, hotspan; hotspan.stats; print('duckdb' in sys.modules)"
     assert (

@@ -27,6 +27,7 @@ def hotspan_cli(*args, cwd=None, columns=None):
     )
 
 
+@pytest.mark.slow
 def test_demo_writes_parquet_and_prints_a_summary(tmp_path):
     proc = hotspan_cli("demo", "--threads", "3", "--steps", "10", cwd=tmp_path, columns=160)
     assert proc.returncode == 0, proc.stderr
@@ -64,6 +65,7 @@ def test_demo_writes_parquet_and_prints_a_summary(tmp_path):
     assert sorted(tmp_path.iterdir()) == [beside, out]  # no temporary file left behind
 
 
+@pytest.mark.slow
 def test_demo_output_option(tmp_path):
     target = tmp_path / "sub" / "d.parquet"
     proc = hotspan_cli("demo", "--threads", "1", "--steps", "2", "-o", str(target))
@@ -71,6 +73,7 @@ def test_demo_output_option(tmp_path):
     assert pq.read_table(target).num_rows > 0
 
 
+@pytest.mark.slow
 def test_help_has_examples():
     proc = hotspan_cli("--help")
     assert proc.returncode == 0 and "example" in proc.stdout
@@ -78,6 +81,7 @@ def test_help_has_examples():
     assert proc.returncode == 0 and "example" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -214,6 +214,7 @@ def test_environment_digest_is_recorded():
     )
 
 
+@pytest.mark.slow
 def test_run_script_passes_argv_and_exit_code(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(
@@ -233,6 +234,7 @@ def test_run_script_passes_argv_and_exit_code(tmp_path):
     assert "1 spans" in proc.stderr and "work" in proc.stderr  # the summary, on stderr
 
 
+@pytest.mark.slow
 def test_run_module_default_output_and_a_failing_program(tmp_path):
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")

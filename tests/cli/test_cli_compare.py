@@ -57,6 +57,7 @@ def interleaved_runs(reps: int = 30, stall_at: int | None = None):
     return tuple(pa.concat_tables(tables) for tables in runs)
 
 
+@pytest.mark.slow
 def test_the_same_workload_twice_is_not_slower_in_20_of_20_pairs(cli, tmp_path):
     codes = []
     for pair in range(20):

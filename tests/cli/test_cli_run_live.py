@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 
 
+@pytest.mark.slow
 def test_live_min_ms_implies_live(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(

@@ -15,6 +15,10 @@ import pytest
 
 from _util import run_python
 
+from hotspan.testing import run_flat_out_threads
+
+pytestmark = pytest.mark.slow  # subprocess storms and big runs: the slow tier (pytest -m slow)
+
 SCALE = float(os.environ.get("HOTSPAN_TEST_SCALE", "1"))
 # Under ASan/TSan (.ci/sanitize preloads the runtime) freed memory sits in the sanitizer's
 # quarantine, so the process's RSS says nothing about what the recorder gave back.
@@ -43,33 +47,9 @@ def test_threads_flat_out_lose_nothing_at_the_defaults(drain_every_s):
     # turns: 8 busy threads hold the GIL), or never until they are done: the threads take
     # fresh blocks themselves, so nothing is dropped, and recorded == drained + dropped.
     n_threads, per_thread = 8, scaled(50_000, 2_000)
-    out = _run(
-        f"""
-        import threading, time
-        import hotspan
-        n_threads, per_thread, every = {n_threads}, {per_thread}, {drain_every_s!r}
-        start = threading.Barrier(n_threads + 1)
-        def work(k):
-            s = hotspan.span(f"t{{k}}")
-            start.wait()
-            for _ in range(per_thread):
-                with s:
-                    pass
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
-        for th in threads:
-            th.start()
-        start.wait()
-        rows = 0
-        while every is not None and any(th.is_alive() for th in threads):
-            rows += hotspan.drain().num_rows
-            time.sleep(every)
-        for th in threads:
-            th.join()
-        rows += hotspan.drain().num_rows
-        print(rows, hotspan.dropped(), hotspan.dropped(detail=True)["memory_cap"])
-        """
-    )
-    rows, dropped, at_cap = (int(x) for x in out.split())
+    # the workload benchmarks/bench_loss.py measures, shared through hotspan.testing
+    out = run_flat_out_threads(n_threads, per_thread, drain_every_s or 0.0)
+    rows, dropped, at_cap = out["rows"], out["dropped"], out["at_cap"]
     assert rows + dropped == n_threads * per_thread
     assert dropped == 0 and at_cap == 0
 

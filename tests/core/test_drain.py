@@ -14,6 +14,7 @@ import pytest
 import hotspan
 from hotspan import _native
 from hotspan._schema import SPAN_SCHEMA
+from hotspan.testing import set_fake_clock
 from _util import rows, run_python
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -116,7 +117,7 @@ def test_parent_drained_after_its_children_still_contains_them():
 
 
 def test_fake_clock_gives_exact_durations():
-    _native._set_fake_clock(1_700_000_000_000_000_000, 10)
+    set_fake_clock(1_700_000_000_000_000_000, 10)
     with hotspan.span("a"):  # enter reads t, exit reads t + 10
         pass
     with hotspan.span("b"):
@@ -157,6 +158,7 @@ def test_metadata_describes_the_run():
     assert int(meta[b"hotspan.pid"]) == os.getpid()
 
 
+@pytest.mark.slow
 def test_rank_from_configure_and_environment():
     proc = run_python(
         """
@@ -204,6 +206,7 @@ def test_thread_name_can_be_set():
         hotspan.set_thread_name(3)
 
 
+@pytest.mark.slow
 def test_span_ids_come_from_a_random_per_process_base_kept_in_the_metadata():
     code = """
         import hotspan
@@ -234,6 +237,7 @@ def test_records_are_32_bytes():
     assert _native.RECORD_BYTES == 32
 
 
+@pytest.mark.slow
 def test_segment_memory_is_reused_then_given_back_when_idle():
     # Blocks come back to a bounded pool when drain() has converted them, the next burst
     # takes its blocks from there (warm pages: no fault per 128 records), and a second of

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from _util import run_python
 
 
+@pytest.mark.slow
 def test_dropped_spans_are_said_once_at_exit():
     proc = run_python("""
         import sys, hotspan

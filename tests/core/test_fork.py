@@ -14,6 +14,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 def test_fork_child_starts_empty_and_parent_keeps_its_spans():
     code = r"""
 import json, os, threading, time, warnings
@@ -75,6 +76,7 @@ print(json.dumps({"child": child, "parent_before": names.count("parent_before"),
     assert out["child_in_parent"] == 0 and out["pids"] == [out["pid"]]
 
 
+@pytest.mark.slow
 def test_span_open_across_fork_closes_in_both():
     code = r"""
 import json, os, warnings
@@ -94,6 +96,7 @@ print(os.waitstatus_to_exitcode(status), t.column("name").to_pylist())
     assert proc.stdout.strip() == "0 ['around_fork']"
 
 
+@pytest.mark.slow
 def test_multiprocessing_fork_pool_works():
     code = r"""
 import multiprocessing as mp, warnings

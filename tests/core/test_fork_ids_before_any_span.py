@@ -6,11 +6,14 @@ the first span), kept that base: two workers wrote the same ids."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from _util import run_python
 
 
+@pytest.mark.slow
 def test_children_of_a_parent_that_drained_before_any_span_get_their_own_ids():
     proc = run_python("""
         import json, os, hotspan

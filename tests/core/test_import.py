@@ -74,6 +74,7 @@ def test_import_and_spans_load_neither_pyarrow_nor_numpy():
         "hotspan.load(os.path.join(tmp, 'x.parquet'))",
     ],
 )
+@pytest.mark.slow
 def test_first_drain_export_load_stats_loads_them(first_use, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -96,6 +97,7 @@ def test_first_drain_export_load_stats_loads_them(first_use, tmp_path):
     assert found == {"before": [], "after": ["numpy", "pyarrow"]}
 
 
+@pytest.mark.slow
 def test_hotspan_out_records_from_import_and_loads_pyarrow_on_its_flush_thread(tmp_path):
     out = tmp_path / "run.parquet"
     found = run(

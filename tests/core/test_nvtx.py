@@ -243,12 +243,14 @@ def test_switching_nvtx_while_spans_are_open_keeps_pushes_and_pops_balanced(tmp_
     assert events == [("push", "a"), ("pop",), ("push", "d"), ("pop",)]
 
 
+@pytest.mark.slow
 def test_without_nvtx_the_tool_receives_nothing(tmp_path, tool):
     rows, on, lines = run_child(tmp_path, tool, "env", None)
     assert on is False and len(rows) == 2 * 4 * 8
     assert lines == []  # not even loaded: hotspan made no NVTX call
 
 
+@pytest.mark.slow
 def test_hotspan_nvtx_0_is_off(tmp_path, tool):
     rows, on, lines = run_child(tmp_path, tool, "env", "0")
     assert on is False and lines == []

@@ -23,6 +23,7 @@ SANITIZERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(SANITIZERS))
 def test_ring_and_clock_in_c(variant, tmp_path):
     exe = tmp_path / f"test_ring_{variant}"

@@ -134,6 +134,7 @@ def _check_every_field(names, tables, native_ids):
     return roots, children
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_threads", [4, 6])
 def test_threads_recording_while_main_drains_lose_nothing(n_threads):
     per_thread = 100_000

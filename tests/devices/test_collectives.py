@@ -147,6 +147,7 @@ def _run_ranks(world: int, out) -> list[list]:
     return expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_rank_records_each_collective_with_its_bytes(world, tmp_path):
     out = tmp_path / "run"

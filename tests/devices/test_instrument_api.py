@@ -49,6 +49,7 @@ def test_a_missing_framework_says_what_to_install():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+@pytest.mark.slow
 def test_sync_is_a_lazy_submodule_and_imports_nothing_heavy():
     r = run_python(
         """

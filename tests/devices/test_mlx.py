@@ -68,6 +68,7 @@ def _timed_eval(a, b) -> int:
     return time.perf_counter_ns() - t0
 
 
+@pytest.mark.slow
 def test_span_around_async_eval_measures_the_launch_and_sync_mlx_the_work():
     a, b = _operands()
     _timed_eval(a, b)  # warm-up

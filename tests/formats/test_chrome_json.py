@@ -416,6 +416,7 @@ def _load_or_fail_cleanly(data: bytes, name: str = "fuzz.json") -> None:
             table.validate(full=True)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_documents)
 def test_fuzz_json_documents(document):

@@ -14,6 +14,8 @@ from hotspan._schema import META_DROPPED, META_RANK, META_START, SPAN_SCHEMA
 from hotspan.formats.dataset import META_PART, META_RANKS, load_dataset, part_path, write_part
 from hotspan.formats import TraceFileError
 
+from _util import wait_until
+
 
 def _spans(
     n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, first: int = 1
@@ -167,16 +169,20 @@ def test_duckdb_reads_the_layout(run):
 
 def test_record_to_a_directory_and_a_file(fresh, tmp_path):
     span = hotspan.span("work", "c")
+
+    def parts() -> list:
+        return sorted((tmp_path / "run").glob("rank=*/part-*.parquet"))
+
     with hotspan.record(tmp_path / "run", flush_interval=0.05) as rec:
-        for _ in range(3):
+        for batch in range(3):
             for _ in range(100):
                 with span:
                     pass
-            time.sleep(0.12)  # the flusher runs on its own
+            if batch < 2:  # the flusher runs on its own: a part per batch, while recording
+                wait_until(lambda: len(parts()) > batch, what=f"part {batch + 1} flushed")  # noqa: B023 (waited on within the loop)
     assert rec.kind == "directory" and not rec.running
     assert rec.spans == 300 and rec.dropped == 0
-    parts = sorted((tmp_path / "run").glob("rank=*/part-*.parquet"))
-    assert len(parts) >= 2  # flushed as it went, not only at the end
+    assert len(parts()) >= 2  # flushed as it went, not only at the end
     assert hotspan.load(tmp_path / "run").num_rows == 300
 
     for ext in (".parquet", ".json"):

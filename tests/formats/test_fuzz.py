@@ -174,6 +174,7 @@ def run_worker(paths: list[Path], env: dict) -> tuple[dict[int, str], list[tuple
     return outcomes, crashes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("format_name", list(one_extension_per_format()))
 def test_mutated_files_are_loaded_or_refused_never_crash(format_name, tmp_path):
     extension = one_extension_per_format()[format_name]

@@ -74,6 +74,7 @@ def test_the_recording_overlaps_on_its_thread(recorded):
     assert set(mapping.values()) == {recorded.column("thread_id")[0].as_py()}
 
 
+@pytest.mark.slow
 def test_perfetto_shows_every_span_nested_as_the_table_says(exported, recorded, perfetto_check):
     _, mapping = assign_lanes(recorded)
     result = perfetto_check(

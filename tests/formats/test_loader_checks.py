@@ -139,6 +139,7 @@ def test_arrow_with_indices_out_of_range_is_refused_not_crashed_on(bad_arrow):
         load(bad_arrow)
 
 
+@pytest.mark.slow
 def test_cli_on_a_corrupt_arrow_file_says_one_line_and_exits_2(bad_arrow, tmp_path):
     for args in (("stats", bad_arrow), ("export", bad_arrow, tmp_path / "out.parquet")):
         result = hotspan_cli(*args)
@@ -232,6 +233,7 @@ def test_a_csv_that_is_not_hotspans_says_so_in_one_line(tmp_path):
         load(path)
 
 
+@pytest.mark.slow
 def test_cli_says_the_csv_warning_in_one_line(one_line_rows, csv_bytes, tmp_path):
     path = tmp_path / "cut.csv"
     path.write_bytes(csv_bytes[:-3])

@@ -44,6 +44,7 @@ def report(request, spans, perfetto_check, tmp_path_factory):
     return extension, perfetto_check(path, **expected), expected
 
 
+@pytest.mark.slow
 def test_one_slice_per_span_and_instant(report, spans):
     _, result, expected = report
     instants = pc.sum(pc.equal(spans.column("duration_ns"), 0)).as_py()

@@ -316,6 +316,7 @@ FUZZ_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_mutation_fuzz_of_the_loader(tmp_path):
     """Hundreds of mutated traces, loaded in a child process (a crash or a hang is seen as
     such, not as a dead test run): each loads as a valid table or is refused with the

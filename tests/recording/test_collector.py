@@ -80,6 +80,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_four_ranks_into_a_collector(tmp_path):
     out = tmp_path / "run"
     collector, port = start_collector(out)
@@ -110,6 +111,7 @@ def test_four_ranks_into_a_collector(tmp_path):
         assert proc["offset_applied_ns"] in (0, proc["offset_ns"])
 
 
+@pytest.mark.slow
 def test_random_bytes_and_broken_clients_do_no_harm(tmp_path):
     out = tmp_path / "run"
     collector, port = start_collector(out)
@@ -161,6 +163,7 @@ def test_random_bytes_and_broken_clients_do_no_harm(tmp_path):
     assert not (out / "rank=7").exists() and not (out / "rank=8").exists()
 
 
+@pytest.mark.slow
 def test_a_collector_restarted_mid_run_loses_nothing(tmp_path):
     out = tmp_path / "run"
     port = _free_port()
@@ -205,6 +208,7 @@ def test_a_collector_restarted_mid_run_loses_nothing(tmp_path):
     check_tree(table)
 
 
+@pytest.mark.slow
 def test_a_wrong_token_is_refused(tmp_path):
     out = tmp_path / "run"
     collector, port = start_collector(out, token="s3cret")
@@ -348,6 +352,7 @@ def _thread_nice_values(pid: int) -> set[int]:
     return values
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not Path("/proc/self/task").is_dir(), reason="reads thread priorities from /proc"
 )
@@ -444,6 +449,7 @@ def _vm_hwm_kb(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not Path("/proc/self/status").exists(), reason="reads the collector's peak memory in /proc"
 )

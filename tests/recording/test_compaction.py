@@ -145,6 +145,7 @@ def test_only_the_named_writer_is_compacted_and_an_interrupted_one_is_finished(
     assert sorted(hotspan.load(run).column("span_id").to_pylist()) == expected
 
 
+@pytest.mark.slow
 def test_cli_compact(tmp_path, fresh_table):
     run = tmp_path / "run"
     expected = _make_dataset(run, fresh_table)

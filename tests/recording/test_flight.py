@@ -115,6 +115,7 @@ def _run_child(tmp_path: Path, death: str) -> tuple[Path, int, int]:
     return path, int(said), proc.returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "death, rc",
     [("sigkill", -signal.SIGKILL), ("sigsegv", -signal.SIGSEGV), ("abort", -signal.SIGABRT)],
@@ -239,6 +240,7 @@ def _top(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
     env = dict(os.environ, HOTSPAN_FLIGHT=str(tmp_path / "elsewhere-{pid}"))
     proc = subprocess.Popen(
@@ -284,6 +286,7 @@ def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
     assert gone_text.returncode == 1 and "gone" in gone_text.stdout
 
 
+@pytest.mark.slow
 def test_snapshot_lists_the_open_spans_of_this_process(tmp_path):
     code = textwrap.dedent(
         """
@@ -355,6 +358,7 @@ def _regions(data: bytes) -> list[tuple[int, int]]:
 _FUZZ_EXAMPLES = int(os.environ.get("HOTSPAN_FLIGHT_FUZZ", "120"))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=_FUZZ_EXAMPLES,
     deadline=None,

@@ -121,6 +121,7 @@ def test_human_readable_helpers():
     assert human_ns(999) == "999 ns" and human_ns(1_500_000) == "1.50 ms"
 
 
+@pytest.mark.slow
 def test_hotspan_run_live_prints_lines_on_stderr(tmp_path):
     import subprocess
     import sys

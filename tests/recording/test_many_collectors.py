@@ -87,6 +87,7 @@ def test_the_clock_offset_is_measured_again_and_kept_per_part(tmp_path):
         assert m["offset_applied_ns"] in (0, m["offset_ns"])
 
 
+@pytest.mark.slow
 def test_eight_ranks_into_two_collectors_of_one_dataset_exactly(tmp_path):
     """Every rank's spans recorded = spans in the dataset, each rank once, part names apart;
     the ranks spread over the collectors by rank."""
@@ -118,6 +119,7 @@ def test_eight_ranks_into_two_collectors_of_one_dataset_exactly(tmp_path):
         assert all(part_metadata(out / f"rank={r}" / n)["rank"] == r for n in names)
 
 
+@pytest.mark.slow
 def test_a_killed_collectors_ranks_fail_over_nothing_lost_or_twice(tmp_path):
     out = tmp_path / "run"
     (ca, pa_), (cb, pb) = start_collector(out), start_collector(out)
@@ -183,6 +185,7 @@ print(rec.spans, "pandas" in sys.modules, "pyarrow.parquet" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_a_streaming_client_stays_light(tmp_path):
     """A rank streaming to a collector never imports pandas or pyarrow.parquet: seconds of
     bytecode holding the GIL, taken from the program's threads while they record."""
@@ -209,7 +212,7 @@ def test_a_streaming_client_stays_light(tmp_path):
 def test_the_sender_runs_below_the_program_and_the_flusher_does_not(tmp_path):
     import threading
 
-    from hotspan.recording.recorder import SENDER_NICE
+    from hotspan.recording.sinks import SENDER_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     s = hotspan.span("x", "c")

@@ -89,6 +89,7 @@ def _record_ranks(uri: str, ranks: int = RANKS) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_four_ranks_record_into_s3_and_the_cli_and_duckdb_read_the_objects(s3, tmp_path):
     pids = _record_ranks("s3://bucket/run")
     # The hive layout, in objects: rank=R/part-<pid>-<token>-<n>.parquet, nothing hidden left.
@@ -164,6 +165,7 @@ def test_a_single_trace_file_in_s3_loads_too(s3, tmp_path):
     assert hotspan.load("s3://bucket/files/one.parquet").column("name").to_pylist() == ["only"]
 
 
+@pytest.mark.slow
 def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
     # Credentials in the URI itself: a missing dataset is reported without them.
     uri = f"s3://hotspan-test:{SECRET}@bucket/nothing-here"
@@ -189,6 +191,7 @@ def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_compaction_in_s3_while_a_reader_loads(s3, fresh):
     import threading
 

@@ -25,6 +25,8 @@ from hotspan.formats.dataset import META_RANKS, sweep_temporaries
 
 from _procs import DEADLINE_S, env, kill, read_line
 
+pytestmark = pytest.mark.slow  # subprocess storms and big runs: the slow tier (pytest -m slow)
+
 REPEAT = int(os.environ.get("HOTSPAN_TEST_REPEAT", "3"))
 #: Per scenario: generous on a loaded 2-core machine (a spawn pool of 4 imports pyarrow 4 times).
 TIMEOUT_S = 60 + 25 * REPEAT

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 
 import hotspan
 from hotspan.formats.dataset import META_RANKS
@@ -25,6 +26,7 @@ def _parts(directory: Path) -> dict[Path, int]:
     return {p: pq.ParquetFile(p).metadata.num_rows for p in directory.glob("rank=*/part-*.parquet")}
 
 
+@pytest.mark.slow
 def test_four_ranks_into_a_directory(tmp_path):
     out = tmp_path / "run"
     procs = [
@@ -51,6 +53,7 @@ def test_four_ranks_into_a_directory(tmp_path):
     check_tree(table)
 
 
+@pytest.mark.slow
 def test_sigterm_flushes_then_dies_of_sigterm(tmp_path):
     out = tmp_path / "run"
     # A long interval: nothing is flushed before the signal.
@@ -66,6 +69,7 @@ def test_sigterm_flushes_then_dies_of_sigterm(tmp_path):
     assert hotspan.load(out).num_rows == 300
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_the_programs_own_handler_alone(tmp_path):
     code = (
         "import signal, sys\n"
@@ -93,6 +97,7 @@ def test_sigterm_leaves_the_programs_own_handler_alone(tmp_path):
     assert hotspan.load(tmp_path / "run").num_rows == 1
 
 
+@pytest.mark.slow
 def test_sigkill_keeps_everything_flushed_before(tmp_path):
     out = tmp_path / "run"
     proc = start_rank(
@@ -117,6 +122,7 @@ def test_sigkill_keeps_everything_flushed_before(tmp_path):
     assert set(table.column("rank").to_pylist()) == {3}
 
 
+@pytest.mark.slow
 def test_bad_hotspan_out_warns_and_the_program_runs(tmp_path):
     code = "import hotspan\nwith hotspan.span('x'): pass\nprint('ran')\n"
     result = subprocess.run(
@@ -130,6 +136,7 @@ def test_bad_hotspan_out_warns_and_the_program_runs(tmp_path):
     assert "HOTSPAN_OUT=ftp://nowhere/x: not recording" in result.stderr
 
 
+@pytest.mark.slow
 def test_multiprocessing_spawn_example(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(
@@ -146,6 +153,7 @@ def test_multiprocessing_spawn_example(tmp_path):
     check_tree(table)
 
 
+@pytest.mark.slow
 def test_fork_children_record_into_the_same_directory(tmp_path):
     code = (
         "import multiprocessing as mp, os, hotspan\n"

@@ -28,6 +28,7 @@ def test_start_quiet_thread_blocks_signals_from_its_first_instruction():
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before  # the caller's mask is back
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX threads only")
 def test_no_thread_but_the_programs_takes_sigterm(tmp_path):
     # The main thread (and the program's own) may take SIGTERM; every other thread of the
@@ -76,6 +77,7 @@ libc.pthread_mutex_lock(mutex)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signals only")
 @pytest.mark.skipif(
     "libtsan" in os.environ.get("LD_PRELOAD", ""),

@@ -3,6 +3,8 @@ install, or, with HOTSPAN_REQUIRE_BROWSER=1 (as in .ci/run), a failure, never a 
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -56,6 +58,7 @@ def run_without_browser(tmp_path, **env) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_missing_browser_skips_with_the_package_to_install(tmp_path):
     result = run_without_browser(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -66,6 +69,7 @@ def test_missing_browser_skips_with_the_package_to_install(tmp_path):
     ), result.stdout
 
 
+@pytest.mark.slow
 def test_missing_browser_fails_when_required(tmp_path):
     result = run_without_browser(tmp_path, HOTSPAN_REQUIRE_BROWSER="1")
     assert result.returncode == 1, result.stdout + result.stderr

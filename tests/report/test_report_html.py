@@ -81,6 +81,7 @@ def test_report_is_self_contained_and_holds_every_span(trace, tmp_path, capsys):
     assert [p.name for p in out.parent.iterdir()] == ["report.html"]
 
 
+@pytest.mark.slow
 def test_chromium_renders_the_timeline_and_the_hover_details(trace, tmp_path):
     from PIL import Image
 

@@ -16,6 +16,7 @@ from hotspan.formats import export
 from ._serving import Server, record_steps, with_rank
 
 
+@pytest.mark.slow
 def test_the_list_holds_every_run_and_the_corrupt_one_as_an_error(client, runs_dir):
     response = client.get("/v1/traces")
     assert response.status_code == 200
@@ -211,6 +212,7 @@ def test_compare_flags_the_slower_compute(client, ids):
     assert rows[("train/compute", "flaky")]["verdict"] == "gone"
 
 
+@pytest.mark.slow
 def test_new_and_changed_runs_show_without_a_restart(tmp_path):
     root = tmp_path / "runs"
     root.mkdir()
@@ -239,6 +241,7 @@ def test_new_and_changed_runs_show_without_a_restart(tmp_path):
         srv.stop()
 
 
+@pytest.mark.slow
 def test_a_dataset_being_written_grows_in_the_list(tmp_path):
     from hotspan.formats.dataset import write_part
 
@@ -275,6 +278,7 @@ def test_openapi_document_lists_the_api(client):
     assert not any(path.startswith(("/runs", "/static")) for path in doc["paths"])
 
 
+@pytest.mark.slow
 def test_a_part_without_a_rank_column_takes_its_directorys(tmp_path):
     import pyarrow.parquet as pq
 

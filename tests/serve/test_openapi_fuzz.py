@@ -33,6 +33,7 @@ def readable_ids(ids) -> list[str]:
     return sorted(rid for path, rid in ids.items() if not path.startswith("broken/"))
 
 
+@pytest.mark.slow
 def test_api_conforms_to_its_openapi_document(server, real_ids, readable_ids):
     from hypothesis import given
 

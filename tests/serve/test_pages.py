@@ -43,6 +43,7 @@ def test_run_list_page(server, tmp_path, ids):
     )
 
 
+@pytest.mark.slow
 def test_run_page_has_phases_stats_timeline_and_perfetto_button(
     server, tmp_path, ids, runs_dir, client
 ):
@@ -144,6 +145,7 @@ window.addEventListener('message', function (e) {
 </script></body></html>"""
 
 
+@pytest.mark.slow
 def test_open_in_perfetto_ui_posts_the_trace_after_the_handshake(runs_dir, tmp_path, ids, client):
     """The button's protocol end to end, in Chromium: the run page opens a Perfetto UI (a
     stand-in on another origin that answers as ui.perfetto.dev does), PINGs until it answers

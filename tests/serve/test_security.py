@@ -31,6 +31,7 @@ ROUTES = (
 )
 
 
+@pytest.mark.slow
 def test_without_the_token_every_request_is_401(guarded):
     assert "(token required)" in guarded.announced
     with guarded.client() as c:
@@ -55,6 +56,7 @@ def test_with_the_token_requests_pass(guarded):
         assert c.get("/openapi.json").status_code == 200
 
 
+@pytest.mark.slow
 def test_the_token_comes_from_the_environment_too(runs_dir):
     srv = Server(runs_dir, env={"HOTSPAN_TOKEN": "from-env"})
     try:
@@ -124,6 +126,7 @@ def test_paths_in_the_url_are_400(server, path):
     assert b"outside the served directory" in reply
 
 
+@pytest.mark.slow
 def test_a_link_out_of_the_directory_is_not_served(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -155,6 +158,7 @@ def test_cli_refuses_a_missing_directory(tmp_path):
     assert result.stderr.strip() == f"hotspan serve: {tmp_path / 'nope'}: not a directory"
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_port_in_use(runs_dir, server):
     port = server.url.rsplit(":", 1)[1].strip("/")
     result = subprocess.run(
@@ -168,6 +172,7 @@ def test_cli_refuses_a_port_in_use(runs_dir, server):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_perfetto_ui_that_is_not_a_url(runs_dir):
     result = subprocess.run(
         [sys.executable, "-m", "hotspan", "serve", str(runs_dir), "--perfetto-ui", "file:///x"],

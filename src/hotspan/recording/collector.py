@@ -474,19 +474,21 @@ class CollectorServer:
                 f"hotspan collect: could not compact rank {rank} pid {pid}: {type(exc).__name__}: {exc}"
             )
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         """Stop accepting calls; return once the calls in flight have finished (and the
-        compactions they started)."""
+        compactions they started). ``shutdown()``, the old name, is the same."""
         self._service.shutdown()
         self._service.wait()
         for thread in list(self.compactions):
             thread.join(60)
 
+    shutdown = close  # the old name: every handle closes with close()
+
     def __enter__(self) -> "CollectorServer":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.shutdown()
+        self.close()
 
 
 def _is_token(text: str) -> bool:

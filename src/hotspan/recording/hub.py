@@ -19,7 +19,6 @@ stays the core's exact count of spans that never reached any reader.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter, deque
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _api, _native
 from ..events import SpansDropped, emit
 from ..quiet_threads import start_quiet
+from . import lifecycle
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -280,8 +280,7 @@ def _after_fork_child() -> None:
     _wake = threading.Event()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_child)
+lifecycle.on_fork("hub", after_in_child=_after_fork_child)
 
 
 def stats() -> dict[str, Any]:

@@ -59,8 +59,8 @@ class LiveLog:
         start_quiet(self._thread)
         return self
 
-    def stop(self) -> None:
-        """Write what was recorded so far, then stop."""
+    def close(self) -> None:
+        """Write what was recorded so far, then stop (``stop()``, the old name, is the same)."""
         if not self._running.is_set():
             return
         _native._sweep()  # move what the rings hold now, so its lines are written too
@@ -73,11 +73,13 @@ class LiveLog:
             if _current is self:
                 _current = None
 
+    stop = close  # the old name: every handle closes with close()
+
     def __enter__(self) -> "LiveLog":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
 
     def _write_loop(self) -> None:
         while True:

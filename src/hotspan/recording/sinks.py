@@ -1,0 +1,286 @@
+"""Where a recorder's spans go: a file (written at stop), a dataset directory or object
+store prefix (a Parquet part per flush), or collectors over Arrow Flight (a sender thread
+of lower priority). ``sink_for(dest)`` picks one from the destination's form; the
+``Recorder`` (recording/recorder.py) drains into it every interval."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..quiet_threads import lower_this_thread, start_quiet
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["CollectorSink", "DatasetSink", "FileSink", "sink_for"]
+
+#: Seconds between two measurements of a collector client's clock offset (default 60).
+ENV_CLOCK_INTERVAL = "HOTSPAN_CLOCK_INTERVAL"
+
+#: How much lower than the program a collector sink's sender thread runs (its nice value
+#: added; Linux). Encoding and sending a batch is work the program does not wait for: on a host
+#: whose cores the program's threads keep busy, it takes what they leave, so the recording
+#: threads keep their speed while a rank streams (issue 16). The flusher itself (the drain,
+#: which frees the core's memory) keeps the program's priority: niced, a loaded host starved
+#: it and the core dropped spans at its memory cap.
+SENDER_NICE = 10
+
+
+def warn(message: str) -> None:
+    try:
+        print(f"hotspan: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+class FileSink:
+    """Any export format: batches kept in memory, the file written (atomically) at close."""
+
+    kind = "file"
+
+    def __init__(self, path: Path):
+        from ..formats.registry import known_format
+
+        # Unknown extension: fail now, not at exit; without importing the codec (and
+        # pyarrow with it) on the recording program's thread.
+        known_format(path)
+        if path.is_dir():
+            raise IsADirectoryError(f"{path}: is a directory")
+        self.path = path
+        self.tables: list[pa.Table] = []
+        self.dropped = 0
+        self.spans = 0
+
+    def write(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.spans += table.num_rows
+
+    def close(self, last: pa.Table, timeout: float) -> None:
+        from ..formats import export
+
+        tables = [t for t in self.tables if t.num_rows] or [last]
+        meta = last.schema.metadata  # the latest: dropped counts only grow
+        import pyarrow as pa
+
+        table = pa.concat_tables([t.replace_schema_metadata(meta) for t in tables])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        export(table, self.path)
+        self.tables = []
+
+
+class DatasetSink:
+    """A hive-partitioned Parquet dataset: one part per flush, written atomically, under a
+    name drawn when the recording starts (``part-<pid>-<token>-<n>``) that no other
+    recording uses, and never over an existing part. A local directory, or any file system
+    URI (``s3://bucket/run``: each part put whole, see ``formats/dataset.py``)."""
+
+    kind = "directory"
+
+    def __init__(self, directory: Path | str):
+        from ..formats.uri import is_uri, redact_uri
+
+        self.remote = is_uri(directory)
+        if self.remote:
+            self.target = str(directory)  # opened on the flusher, where pyarrow loads
+            self.shown = redact_uri(directory)
+        else:
+            directory = Path(directory)
+            if directory.exists() and not directory.is_dir():
+                raise NotADirectoryError(f"{directory}: exists and is not a directory")
+            directory.mkdir(parents=True, exist_ok=True)
+            self.target = self.shown = str(directory)
+        self.directory = directory
+        self.location = None
+        self.token: str | None = None
+        self.seq = 0
+        self.dropped = 0
+        self.spans = 0
+        self.parts = 0
+
+    def open(self) -> None:
+        """On the flusher, once pyarrow is loaded: sweep what killed writers left, draw this
+        recording's token, and write its metadata part (no rows), so that a run killed
+        before its first flush still loads, as an empty table with its metadata."""
+        if self.token is not None:
+            return
+        from ..formats.dataset import location, new_token, sweep_temporaries
+
+        self.location = location(self.target)
+        if self.location.local:
+            sweep_temporaries(self.location.root)
+        self.token = new_token()
+        self._write(metadata_table(), kind="start")
+
+    def write(self, table: pa.Table) -> None:
+        self.open()
+        self._write(table)
+        self.spans += table.num_rows
+
+    def _write(self, table: pa.Table, **part_meta: Any) -> None:
+        from .._api import rank as current_rank
+        from ..formats.dataset import write_part
+
+        rank = table.column("rank")[0].as_py() if table.num_rows else current_rank()
+        write_part(
+            table,
+            self.location,
+            rank=rank,
+            pid=os.getpid(),
+            seq=self.seq,
+            token=self.token,
+            part_meta={"sink_dropped": self.dropped, **part_meta},
+        )
+        self.seq += 1
+        self.parts += 1
+
+    def close(self, last: pa.Table, timeout: float) -> None:
+        pass
+
+
+def metadata_table() -> pa.Table:
+    """No spans, and this process's metadata as a drain would give it (without draining)."""
+    from .. import _native
+    from .._api import rank as current_rank
+    from .._schema import SPAN_SCHEMA
+    from .._table import metadata
+    from .._version import __version__
+
+    meta = metadata(
+        rank=current_rank(),
+        pid=os.getpid(),
+        clock=_native._clock_info(),
+        all_threads=[],
+        version=__version__,
+    )
+    return SPAN_SCHEMA.empty_table().replace_schema_metadata(meta)
+
+
+class CollectorSink:
+    """Batches handed to a sender thread of lower priority (nice +``SENDER_NICE``), which
+    encodes and puts them: the flusher only drains (the core's memory is freed on time, never
+    waiting on a put), and the gRPC work yields its core to the program's threads. Batches
+    waiting for the sender count against ``buffer_spans`` with the client's queue: past it the
+    newest are dropped, and counted."""
+
+    kind = "collector"
+
+    def __init__(self, url: str, token: str | None, buffer_spans: int):
+        from .collector import CLOCK_INTERVAL_S, CollectorClient
+
+        clock_interval = float(os.environ.get(ENV_CLOCK_INTERVAL, "") or CLOCK_INTERVAL_S)
+        if not clock_interval > 0:
+            raise ValueError(f"{ENV_CLOCK_INTERVAL}={clock_interval:g}: expected seconds above 0")
+        self.client = CollectorClient(
+            url, token=token, buffer_spans=buffer_spans, clock_interval=clock_interval
+        )
+        self.buffer_spans = buffer_spans
+        self._cond = threading.Condition()
+        self._pending: deque = deque()
+        self._pending_spans = 0
+        self._dropped = 0  # over the cap before reaching the client, or never sent at close
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def dropped(self) -> int:
+        return self.client.dropped + self._dropped
+
+    @property
+    def spans(self) -> int:
+        return self.client.sent_spans
+
+    def write(self, table: pa.Table) -> None:
+        with self._cond:
+            if self._pending_spans + self.client.queued_spans + table.num_rows > self.buffer_spans:
+                self._dropped += table.num_rows
+                return
+            self._pending.append(table)
+            self._pending_spans += table.num_rows
+            self._cond.notify()
+            if self._thread is None or not self._thread.is_alive():  # the first batch, or a restart
+                self._closing = False
+                self._thread = threading.Thread(
+                    target=self._send_loop, name="hotspan-send", daemon=True
+                )
+                start_quiet(self._thread)
+
+    def idle(self) -> None:
+        pass  # the sender retries by itself
+
+    def _send_loop(self) -> None:
+        lower_this_thread(SENDER_NICE)
+        client = self.client
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    # Queued in the client (the collector away): wake for the next retry.
+                    self._cond.wait(
+                        max(client.wait_retry(), 0.01)
+                        if client.queue and not client.refused
+                        else None
+                    )
+                    if client.queue and client.wait_retry() <= 0:
+                        break
+                tables = list(self._pending)
+                self._pending.clear()
+                self._pending_spans = 0
+                closing = self._closing
+            try:
+                for table in tables:
+                    client.send(table)
+                if not tables:
+                    client.pump()
+            except Exception as exc:  # noqa: BLE001 - the sender must outlive one bad batch
+                self._dropped += sum(t.num_rows for t in tables)
+                warn(f"sending spans to {client.url}: {type(exc).__name__}: {exc}")
+            if closing:
+                return
+
+    def close(self, last: pa.Table, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():  # a put outlasting the stop's time: what waits is lost
+                with self._cond:
+                    self._dropped += self._pending_spans + self.client.queued_spans
+                    self._pending.clear()
+                    self._pending_spans = 0
+                return
+        self.client.close(max(deadline - time.monotonic(), 0.0))
+
+
+def sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
+    text = os.fspath(dest)
+    if isinstance(text, bytes):
+        text = text.decode()
+    if text.startswith(("grpc://", "grpc+tcp://")):
+        return CollectorSink(text, token, buffer_spans)
+    if "://" in text:
+        from ..formats.uri import FS_SCHEMES, redact_uri, scheme_of
+
+        if scheme_of(text) not in FS_SCHEMES:
+            raise ValueError(
+                f"{redact_uri(text)}: unknown destination scheme (expected a file, a directory, "
+                f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})"
+            )
+        return DatasetSink(text)  # s3://bucket/run: a dataset there, a part per flush
+    path = Path(text)
+    from ..formats import format_of
+
+    looks_like_file = format_of(path) is not None
+    if path.is_dir() or text.endswith(("/", os.sep)) or not looks_like_file:
+        return DatasetSink(path)
+    return FileSink(path)
+
+
+# --------------------------------------------------------------------------- recorder
