@@ -76,11 +76,18 @@ FLAT_OUT_THREADS = textwrap.dedent(
 
 
 def run_flat_out_threads(
-    n_threads: int, per_thread: int, every_s: float, timeout: float = 600
+    n_threads: int,
+    per_thread: int,
+    every_s: float,
+    timeout: float = 600,
+    python: list[str] | None = None,
 ) -> dict:
-    """FLAT_OUT_THREADS in a fresh interpreter at the default settings: its JSON object."""
+    """FLAT_OUT_THREADS in a fresh interpreter at the default settings: its JSON object.
+    ``python``: the command that starts that interpreter (default ``sys.executable``; the
+    tests pass theirs, which under arm64 emulation goes through qemu)."""
+    command = python or [sys.executable]
     proc = subprocess.run(
-        [sys.executable, "-c", FLAT_OUT_THREADS, str(n_threads), str(per_thread), str(every_s)],
+        [*command, "-c", FLAT_OUT_THREADS, str(n_threads), str(per_thread), str(every_s)],
         capture_output=True,
         text=True,
         timeout=timeout,

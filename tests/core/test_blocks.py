@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from _util import run_python
+from _util import python_command, run_python
 
 from hotspan.testing import run_flat_out_threads
 
@@ -48,7 +48,7 @@ def test_threads_flat_out_lose_nothing_at_the_defaults(drain_every_s):
     # fresh blocks themselves, so nothing is dropped, and recorded == drained + dropped.
     n_threads, per_thread = 8, scaled(50_000, 2_000)
     # the workload benchmarks/bench_loss.py measures, shared through hotspan.testing
-    out = run_flat_out_threads(n_threads, per_thread, drain_every_s or 0.0)
+    out = run_flat_out_threads(n_threads, per_thread, drain_every_s or 0.0, python=python_command())
     rows, dropped, at_cap = out["rows"], out["dropped"], out["at_cap"]
     assert rows + dropped == n_threads * per_thread
     assert dropped == 0 and at_cap == 0
