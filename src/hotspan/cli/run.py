@@ -4,6 +4,7 @@ its trace written."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .common import add_command
 from .errors import CliError, check_output
@@ -16,9 +17,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         sub,
         "run",
         "run a Python script or module with recording on, then write its trace",
-        "Run a program in this process (like python -m cProfile) with hotspan recording, write the spans "
-        "to OUT (format from the extension) and print a summary on stderr. The program's exit status "
-        "passes through.",
+        "Run a program (in a child process, as python would) with hotspan recording, write the spans "
+        "to OUT (format from the extension) and print a summary on stderr. SIGTERM and SIGINT are passed "
+        "on to the program, which flushes; however it ends (a crash too) OUT is written, and the "
+        "program's exit status passes through.",
         "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast",
         cmd_run,
     )
@@ -85,7 +87,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..recording.supervisor import ProgramError, resolve_program, run_program
+    from ..recording.supervisor import ProgramError, exit_as_program, resolve_program, run_program
 
     out = check_output(args.output)
     if args.live_min_ms is not None and args.live_min_ms < 0:
@@ -107,4 +109,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_recording_summary(
         result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20
     )
-    return result.status
+    if result.ending:  # ended by a signal or a crash: one line, the output was written all the same
+        print(result.ending, file=sys.stderr)
+    return exit_as_program(result)

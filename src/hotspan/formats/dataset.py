@@ -61,6 +61,7 @@ from .._schema import (
 __all__ = [
     "META_PART",
     "META_RANKS",
+    "META_UNFLUSHED",
     "Location",
     "NoPartsError",
     "is_dataset",
@@ -89,6 +90,10 @@ META_PART = b"hotspan.part"
 #: In a loaded dataset (JSON): {"<rank>": [{"pid", "host", "parts", "spans", "start_ns", "clock",
 #: "dropped", "sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns"}, ...]}.
 META_RANKS = b"hotspan.ranks"
+#: In a loaded dataset (JSON): [{"pid", "name", "exitcode", "parent_pid"}, ...], the
+#: multiprocessing children that died of a signal before writing any part (so before any of
+#: their spans could be kept), as named by the parent that started them.
+META_UNFLUSHED = b"hotspan.unflushed"
 
 #: ``part-<pid>-<token>-<seq>``, older ``part-<pid>-<seq>``, and a compacted part
 #: ``part-<pid>-<token>-<first seq>-<last seq>`` (its writer's parts first..last, merged).
@@ -446,10 +451,17 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged = dict(parts[0][0])
     merged.pop(META_PART, None)
     processes: dict[tuple[int, int, str], dict[str, Any]] = {}
+    unflushed: list[dict[str, Any]] = []
     for meta, rows in parts:
         part = meta_json(meta, META_PART) or {}
         rank = part.get("rank", meta_int(meta, META_RANK) or 0)
         pid = part.get("pid", meta_int(meta, META_PID) or 0)
+        if isinstance(part.get("unflushed_children"), list):
+            unflushed += [
+                {**child, "parent_pid": pid}
+                for child in part["unflushed_children"]
+                if isinstance(child, dict)
+            ]
         host = (meta.get(META_HOST) or b"").decode(errors="replace")
         proc = processes.setdefault(
             (int(rank), int(pid), host), {"pid": pid, "host": host, "parts": 0, "spans": 0}
@@ -502,6 +514,8 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged[META_RANK] = ",".join(map(str, rank_ids)).encode()
     merged[META_PID] = ",".join(map(str, pids)).encode()
     merged[META_RANKS] = json.dumps(ranks).encode()
+    if unflushed:
+        merged[META_UNFLUSHED] = json.dumps(unflushed).encode()
     return merged
 
 
