@@ -21,6 +21,7 @@
    (hotspan.stats(hotspan.load(subset))) on a subset of the run of about --check-spans
    spans (the parts of the first ranks, linked into a directory of their own); phases too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,7 +67,9 @@ PARENT = np.array([p for _, _, p, _, _ in TEMPLATE])
 ARG_BYTES = {"load": 1 << 20, "allreduce": 64 << 20, "read": 4 << 20}
 
 
-def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, base: int, t0: int) -> pa.Table:
+def _rank_table(
+    rank: int, steps: int, step0: int, rng: np.random.Generator, base: int, t0: int
+) -> pa.Table:
     """``steps`` steps of one rank as a span table (rows in step order, template order)."""
     n_children = np.bincount(PARENT[PARENT >= 0], minlength=T)
     duration = np.zeros((steps, T), np.int64)
@@ -76,7 +79,9 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
             continue
         if n_children[j] == 0:
             sigma = 0.35
-            duration[:, j] = np.maximum(rng.lognormal(np.log(mean) - sigma**2 / 2, sigma, steps), 1).astype(np.int64)
+            duration[:, j] = np.maximum(
+                rng.lognormal(np.log(mean) - sigma**2 / 2, sigma, steps), 1
+            ).astype(np.int64)
         kids = np.flatnonzero(PARENT == j)
         if len(kids):
             gaps = rng.integers(200, 3_000, (steps, len(kids) + 1)).sum(axis=1)
@@ -103,7 +108,11 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
     keep = np.ones((steps, T), bool)
     keep[:, T - 1] = (np.arange(step0, step0 + steps) % 50) == 49
     ids = base + (np.arange(step0, step0 + steps)[:, None] * T + np.arange(T)[None, :])
-    parent_ids = np.where(PARENT[None, :] >= 0, base + np.arange(step0, step0 + steps)[:, None] * T + PARENT[None, :], 0)
+    parent_ids = np.where(
+        PARENT[None, :] >= 0,
+        base + np.arange(step0, step0 + steps)[:, None] * T + PARENT[None, :],
+        0,
+    )
     depth = np.zeros(T, np.int32)
     for j in range(T):
         depth[j] = depth[PARENT[j]] + 1 if PARENT[j] >= 0 else 0
@@ -111,7 +120,9 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
     n = int(flat.sum())
     name_codes = np.broadcast_to(np.arange(T, dtype=np.int32), (steps, T)).ravel()[flat]
     names = pa.array([t[0] for t in TEMPLATE])
-    categories = pa.array([t[1] or "" for t in TEMPLATE], pa.string())  # "" unused: null indices below
+    categories = pa.array(
+        [t[1] or "" for t in TEMPLATE], pa.string()
+    )  # "" unused: null indices below
     no_category = np.array([t[1] is None for t in TEMPLATE])[name_codes]
     thread = np.array([t[3] for t in TEMPLATE])[name_codes]
     arg_of = np.array([ARG_BYTES.get(t[0], -1) for t in TEMPLATE], np.int64)[name_codes]
@@ -124,13 +135,17 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
         "span_id": pa.array(ids.ravel()[flat].astype(np.uint64)),
         "parent_id": pa.array(parent_ids.ravel()[flat].astype(np.uint64), mask=~has_parent),
         "name": pa.DictionaryArray.from_arrays(pa.array(name_codes), names),
-        "category": pa.DictionaryArray.from_arrays(pa.array(name_codes, mask=no_category), categories),
+        "category": pa.DictionaryArray.from_arrays(
+            pa.array(name_codes, mask=no_category), categories
+        ),
         "start_ns": pa.array(s),
         "end_ns": pa.array(s + d),
         "duration_ns": pa.array(d),
         "depth": pa.array(depth[name_codes]),
         "thread_id": pa.array(np.where(thread == 0, 1000 + rank, 2000 + rank).astype(np.int64)),
-        "thread_name": pa.DictionaryArray.from_arrays(pa.array(thread.astype(np.int32)), thread_names),
+        "thread_name": pa.DictionaryArray.from_arrays(
+            pa.array(thread.astype(np.int32)), thread_names
+        ),
         "pid": pa.array(np.full(n, 40_000 + rank, np.int64)),
         "rank": pa.array(np.full(n, rank, np.int32)),
         "arg": pa.array(arg_of, mask=arg_of < 0),
@@ -144,7 +159,9 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
     return pa.Table.from_pydict(columns, schema=TRACE_SCHEMA.append(SPAN_SCHEMA.field("self_ns")))
 
 
-def generate(directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20, seed: int = 0) -> int:
+def generate(
+    directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20, seed: int = 0
+) -> int:
     """Write a run of about ``spans`` spans over ``ranks`` ranks into ``directory``; return
     the number of spans written. Memory: one part at a time."""
     per_step = T - 1 + 1 / 50  # the checkpoint instant every 50 steps
@@ -153,7 +170,9 @@ def generate(directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20,
     written = 0
     rng = np.random.default_rng(seed)
     for rank in range(ranks):
-        base = int(rng.integers(1, 1 << 20)) << 40  # as the recorder: a random base per process, ids base + k
+        base = (
+            int(rng.integers(1, 1 << 20)) << 40
+        )  # as the recorder: a random base per process, ids base + k
         pid, token = 40_000 + rank, f"{0x65000000 + rank:08x}{rank:08x}"
         out = directory / f"rank={rank}"
         out.mkdir(parents=True, exist_ok=True)
@@ -162,8 +181,12 @@ def generate(directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20,
             steps = min(steps_per_part, steps_per_rank - step0)
             table = _rank_table(rank, steps, step0, rng, base, t0)
             t0 = int(table.column("end_ns").to_numpy().max()) + 10_000
-            pq.write_table(table, out / f"part-{pid}-{token}-{seq:06d}.parquet", compression="zstd",
-                           row_group_size=1 << 20)
+            pq.write_table(
+                table,
+                out / f"part-{pid}-{token}-{seq:06d}.parquet",
+                compression="zstd",
+                row_group_size=1 << 20,
+            )
             written += table.num_rows
     return written
 
@@ -310,7 +333,9 @@ def main() -> None:
     parser.add_argument("--spans", type=float, default=200e6)
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/hotspan-big"))
-    parser.add_argument("--keep", action="store_true", help="reuse (and keep) an existing run in --dir")
+    parser.add_argument(
+        "--keep", action="store_true", help="reuse (and keep) an existing run in --dir"
+    )
     parser.add_argument("--check-spans", type=float, default=2e6)
     parser.add_argument("--max-gib", type=float, default=2.0)
     parser.add_argument("--duckdb", action=argparse.BooleanOptionalAction, default=True,
@@ -327,8 +352,11 @@ def main() -> None:
         start = time.perf_counter()
         n = generate(run, int(args.spans), args.ranks)
         size = sum(p.stat().st_size for p in run.rglob("*.parquet"))
-        print(f"generated {n:,} spans over {args.ranks} ranks in {time.perf_counter() - start:.1f} s "
-              f"({size / 2**30:.2f} GiB of Parquet) -> {run}", flush=True)
+        print(
+            f"generated {n:,} spans over {args.ranks} ranks in {time.perf_counter() - start:.1f} s "
+            f"({size / 2**30:.2f} GiB of Parquet) -> {run}",
+            flush=True,
+        )
     else:
         n = sum(pq.ParquetFile(p).metadata.num_rows for p in run.rglob("*.parquet"))
         print(f"reusing {n:,} spans in {run}", flush=True)
@@ -349,8 +377,11 @@ def main() -> None:
     m = subset(run, sub, int(args.check_spans))
     start = time.perf_counter()
     check_subset(sub)
-    print(f"subset of {m:,} spans: streaming == in-memory (stats, phases), checked in "
-          f"{time.perf_counter() - start:.1f} s", flush=True)
+    print(
+        f"subset of {m:,} spans: streaming == in-memory (stats, phases), checked in "
+        f"{time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
     if not args.keep:
         shutil.rmtree(args.dir, ignore_errors=True)
 

@@ -14,6 +14,7 @@ Each round records N spans, then drains them outside the timed loop, so the ring
 fills (a full ring takes the cheaper drop path and would flatter the result); the best
 round of each case is kept (a shared VM's speed wanders; the best is the least disturbed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -112,8 +113,18 @@ def build(directory: Path):
     src = directory / "bench_capi.c"
     src.write_text(C_SOURCE)
     out = directory / ("_hs_bench_capi" + sysconfig.get_config_var("EXT_SUFFIX"))
-    cmd = [cc, "-O2", "-shared", "-fPIC", "-std=gnu11", f"-I{sysconfig.get_paths()['include']}",
-           f"-I{hotspan.get_include()}", str(src), "-o", str(out)]
+    cmd = [
+        cc,
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-std=gnu11",
+        f"-I{sysconfig.get_paths()['include']}",
+        f"-I{hotspan.get_include()}",
+        str(src),
+        "-o",
+        str(out),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"bench_capi: compiling failed:\n{' '.join(cmd)}\n{done.stderr}")
@@ -126,7 +137,9 @@ def build(directory: Path):
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=50_000, help="spans per round (default 50000)")
-    parser.add_argument("--rounds", type=int, default=20, help="rounds of each case, interleaved (default 20)")
+    parser.add_argument(
+        "--rounds", type=int, default=20, help="rounds of each case, interleaved (default 20)"
+    )
     parser.add_argument("--json", type=Path, help="also write the result to this file")
     args = parser.parse_args(argv)
 
@@ -160,7 +173,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         args.json.write_text(line + "\n")
     if recorded != args.n * args.rounds or dropped:
-        print(f"bench_capi: expected {args.n * args.rounds} spans, drained {recorded}, dropped {dropped}", file=sys.stderr)
+        print(
+            f"bench_capi: expected {args.n * args.rounds} spans, drained {recorded}, dropped {dropped}",
+            file=sys.stderr,
+        )
     return result
 
 

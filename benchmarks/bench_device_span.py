@@ -13,6 +13,7 @@ wanders: adjacent runs see the same host). Target: <= 1 us.
 
 On a machine with a GPU, benchmarks/gpu_check.py measures the same against the real driver.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"host span {result['host_span_ns']:.0f} ns, device span {result['device_span_ns']:.0f} ns "
-              f"(median of {args.rounds} rounds of {n:,}): a device span costs the host "
-              f"{result['device_over_host_ns']:.0f} ns over its host span and two stand-in event records "
-              f"(target <= 1000 ns); {result['events_created']} events created in all (pooled)")
+        print(
+            f"host span {result['host_span_ns']:.0f} ns, device span {result['device_span_ns']:.0f} ns "
+            f"(median of {args.rounds} rounds of {n:,}): a device span costs the host "
+            f"{result['device_over_host_ns']:.0f} ns over its host span and two stand-in event records "
+            f"(target <= 1000 ns); {result['events_created']} events created in all (pooled)"
+        )
     return 0
 
 

@@ -10,6 +10,7 @@ drain order, i.e. per thread in end order), then times per format ``export`` and
 typical Python exporter does: ``orjson.dumps(table.to_pylist())`` (both steps timed
 together). Prints one table with throughputs and ratios, then the targets.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,7 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
     name_code = np.array([names.index(s[0]) for s in _STEP], np.int32)
     # Category paths: a span without a category inherits its parent's path.
     paths, stack = [], []
-    for name, category, depth, *_ in _STEP:
+    for _name, category, depth, *_ in _STEP:
         del stack[depth:]
         parent_path = stack[-1] if stack else None
         path = "/".join(p for p in (parent_path, category) if p) or None
@@ -85,18 +86,32 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
         dur = (duration[None, :] * scale[:, None]).ravel()
         ids = next_id + np.arange(steps * per_step, dtype=np.int64)
         next_id += steps * per_step
-        parent = np.where(parent_index[None, :] >= 0,
-                          ids.reshape(steps, per_step)[:, np.maximum(parent_index, 0)], -1).ravel()
+        parent = np.where(
+            parent_index[None, :] >= 0,
+            ids.reshape(steps, per_step)[:, np.maximum(parent_index, 0)],
+            -1,
+        ).ravel()
         kinds = np.tile([s[5] for s in _STEP], steps)
-        arg = np.where(kinds == "bytes", rng.integers(1 << 20, 1 << 28, len(kinds)),
-                       np.where(kinds == "items", 256, 0))
-        tables.append({
-            "span_id": ids, "parent_id": parent, "name": np.tile(name_code, steps),
-            "category": np.tile(category_code, steps), "start_ns": start, "duration_ns": dur,
-            "depth": np.tile(depth, steps), "thread_id": np.full(len(ids), 70000 + thread),
-            "arg": arg, "has_arg": kinds != None,  # noqa: E711
-            "error": (rng.random(len(ids)) < 0.001) & (dur > 0),
-        })
+        arg = np.where(
+            kinds == "bytes",
+            rng.integers(1 << 20, 1 << 28, len(kinds)),
+            np.where(kinds == "items", 256, 0),
+        )
+        tables.append(
+            {
+                "span_id": ids,
+                "parent_id": parent,
+                "name": np.tile(name_code, steps),
+                "category": np.tile(category_code, steps),
+                "start_ns": start,
+                "duration_ns": dur,
+                "depth": np.tile(depth, steps),
+                "thread_id": np.full(len(ids), 70000 + thread),
+                "arg": arg,
+                "has_arg": kinds != None,  # noqa: E711
+                "error": (rng.random(len(ids)) < 0.001) & (dur > 0),
+            }
+        )
     columns = {key: np.concatenate([t[key] for t in tables]) for key in tables[0]}
     # Drain order: per thread by end time, threads taken in rounds of 4096 spans.
     end = columns["start_ns"] + columns["duration_ns"]
@@ -140,20 +155,29 @@ def best_of(repeat: int, fn) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--dir", default=None, help="where to write the files (default: a temporary folder)")
-    parser.add_argument("--formats", default=".parquet,.arrow,.json,.json.gz,.pftrace,.csv,.jsonl",
-                        help="comma-separated extensions to time (default: all)")
+    parser.add_argument(
+        "--dir", default=None, help="where to write the files (default: a temporary folder)"
+    )
+    parser.add_argument(
+        "--formats",
+        default=".parquet,.arrow,.json,.json.gz,.pftrace,.csv,.jsonl",
+        help="comma-separated extensions to time (default: all)",
+    )
     args = parser.parse_args()
 
     t0 = time.perf_counter()
     table = synthetic_table(args.spans, args.threads)
     n = table.num_rows
-    print(f"{n:,} spans over {args.threads} threads, built in {time.perf_counter() - t0:.1f} s; "
-          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, pyarrow {pa.__version__}\n")
+    print(
+        f"{n:,} spans over {args.threads} threads, built in {time.perf_counter() - t0:.1f} s; "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, pyarrow {pa.__version__}\n"
+    )
 
     import orjson
 
@@ -169,13 +193,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         for extension in args.formats.split(","):
             path = Path(directory) / f"bench{extension}"
-            export_s = best_of(args.repeat, lambda: hotspan_export.export(table, path))
+            export_s = best_of(args.repeat, lambda: hotspan_export.export(table, path))  # noqa: B023
             size = path.stat().st_size
             loaded = None
 
             def load():
                 nonlocal loaded
-                loaded = hotspan_export.load(path)
+                loaded = hotspan_export.load(path)  # noqa: B023
 
             load_s = best_of(args.repeat, load)
             assert loaded.num_rows == n, (extension, loaded.num_rows)
@@ -185,21 +209,55 @@ def main() -> int:
     header = f"{'format':<12}{'export s':>10}{'Mspans/s':>10}{'vs ref':>9}{'MB':>9}{'B/span':>8}{'load s':>9}{'Mspans/s':>10}"
     print(header)
     print("-" * len(header))
-    print(f"{'reference':<12}{reference_s:>10.3f}{n / reference_s / 1e6:>10.2f}{1:>8.1f}x"
-          f"{reference_bytes / 1e6:>9.1f}{reference_bytes / n:>8.0f}{'':>9}{'':>10}   orjson.dumps(table.to_pylist())")
+    print(
+        f"{'reference':<12}{reference_s:>10.3f}{n / reference_s / 1e6:>10.2f}{1:>8.1f}x"
+        f"{reference_bytes / 1e6:>9.1f}{reference_bytes / n:>8.0f}{'':>9}{'':>10}   orjson.dumps(table.to_pylist())"
+    )
     for extension, export_s, size, load_s in rows:
-        print(f"{extension:<12}{export_s:>10.3f}{n / export_s / 1e6:>10.2f}{reference_s / export_s:>8.1f}x"
-              f"{size / 1e6:>9.1f}{size / n:>8.0f}{load_s:>9.3f}{n / load_s / 1e6:>10.2f}")
+        print(
+            f"{extension:<12}{export_s:>10.3f}{n / export_s / 1e6:>10.2f}{reference_s / export_s:>8.1f}x"
+            f"{size / 1e6:>9.1f}{size / n:>8.0f}{load_s:>9.3f}{n / load_s / 1e6:>10.2f}"
+        )
 
     by_format = {extension: (export_s, load_s) for extension, export_s, _, load_s in rows}
     targets = [
         (label, fn(*by_format[extension]), goal, unit)
         for extension, label, fn, goal, unit in (
-            (".json", "Chrome JSON export >= 4 M spans/s", lambda e, _l: n / e / 1e6, 4.0, " M spans/s"),
-            (".json", "Chrome JSON load >= 4 M spans/s", lambda _e, l: n / l / 1e6, 4.0, " M spans/s"),
-            (".pftrace", ".pftrace export >= 6 M spans/s", lambda e, _l: n / e / 1e6, 6.0, " M spans/s"),
-            (".pftrace", ".pftrace load >= 4 M spans/s", lambda _e, l: n / l / 1e6, 4.0, " M spans/s"),
-            (".parquet", "Parquet export >= 10 M spans/s", lambda e, _l: n / e / 1e6, 10.0, " M spans/s"),
+            (
+                ".json",
+                "Chrome JSON export >= 4 M spans/s",
+                lambda e, _load: n / e / 1e6,
+                4.0,
+                " M spans/s",
+            ),
+            (
+                ".json",
+                "Chrome JSON load >= 4 M spans/s",
+                lambda _e, load: n / load / 1e6,
+                4.0,
+                " M spans/s",
+            ),
+            (
+                ".pftrace",
+                ".pftrace export >= 6 M spans/s",
+                lambda e, _load: n / e / 1e6,
+                6.0,
+                " M spans/s",
+            ),
+            (
+                ".pftrace",
+                ".pftrace load >= 4 M spans/s",
+                lambda _e, load: n / load / 1e6,
+                4.0,
+                " M spans/s",
+            ),
+            (
+                ".parquet",
+                "Parquet export >= 10 M spans/s",
+                lambda e, _load: n / e / 1e6,
+                10.0,
+                " M spans/s",
+            ),
         )
         if extension in by_format
     ]

@@ -8,6 +8,7 @@ Target: at most 10 ms added (the recorder alone; pyarrow and numpy load on first
 
     python benchmarks/bench_import.py [--runs 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,9 @@ def staged_copy() -> tuple[str, str] | None:
     import hotspan
     from hotspan import _native
 
-    finder = next((f for f in sys.meta_path if type(f).__name__ == "ScikitBuildRedirectingFinder"), None)
+    finder = next(
+        (f for f in sys.meta_path if type(f).__name__ == "ScikitBuildRedirectingFinder"), None
+    )
     if finder is None:
         return None
     stage = tempfile.mkdtemp(prefix="bench-import-")
@@ -68,27 +71,41 @@ def timed_ms(code: str, stage: tuple[str, str] | None) -> tuple[float, float]:
 def heaviest_imports(stage: tuple[str, str] | None, count: int = 8) -> list[tuple[float, str]]:
     """(cumulative ms, module) of the modules ``import hotspan`` loads, heaviest first."""
     command, env = interpreter(stage)
-    result = subprocess.run([*command, "-X", "importtime", "-c", "import hotspan"],
-                            capture_output=True, text=True, check=True, env=env)
+    result = subprocess.run(
+        [*command, "-X", "importtime", "-c", "import hotspan"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     rows = []
     for line in result.stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
-        self_us, cumulative_us, name = line[len("import time:"):].split("|")
+        self_us, cumulative_us, name = line[len("import time:") :].split("|")
         rows.append((int(cumulative_us) / 1e3, name.strip()))
     return sorted(rows, reverse=True)[:count]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=20, help="fresh interpreters per measurement (default 20)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--runs", type=int, default=20, help="fresh interpreters per measurement (default 20)"
+    )
     args = parser.parse_args()
     stage = staged_copy()
     try:
         where = "installed" if stage is None else "editable install: a staged copy"
         command, env = interpreter(stage)
-        imported = subprocess.run([*command, "-c", "import hotspan; print(hotspan.__file__)"], env=env,
-                                  capture_output=True, text=True, check=True).stdout.strip()
+        imported = subprocess.run(
+            [*command, "-c", "import hotspan; print(hotspan.__file__)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         if stage is not None and not imported.startswith(stage[0]):
             raise SystemExit(f"the staged copy is not the one imported ({imported})")
         timed_ms("import hotspan", stage)  # warm the file caches and write the .pyc files
@@ -97,8 +114,10 @@ def main() -> int:
             bare.append(timed_ms("pass", stage))
             hot.append(timed_ms("import hotspan", stage))
         top = heaviest_imports(stage)
-        own = statistics.median(dict((n, ms) for ms, n in heaviest_imports(stage, count=1000))["hotspan"]
-                                for _ in range(args.runs))
+        own = statistics.median(
+            dict((n, ms) for ms, n in heaviest_imports(stage, count=1000))["hotspan"]
+            for _ in range(args.runs)
+        )
     finally:
         if stage is not None:
             shutil.rmtree(stage[0], ignore_errors=True)
@@ -109,9 +128,13 @@ def main() -> int:
     print(f"                            wall (median of {args.runs})   CPU user+sys (median)")
     print(f"python -c pass:             {bare_ms:7.1f} ms             {bare_cpu:7.1f} ms")
     print(f"python -c 'import hotspan': {hot_ms:7.1f} ms             {hot_cpu:7.1f} ms")
-    print(f"added by import hotspan:    {added:7.1f} ms             {hot_cpu - bare_cpu:7.1f} ms"
-          f"   (target <= {TARGET_MS:.0f} ms wall: {'ok' if added <= TARGET_MS else 'OVER'})")
-    print(f"import hotspan, -X importtime cumulative: {own:5.1f} ms (median of {args.runs}; no process start noise)")
+    print(
+        f"added by import hotspan:    {added:7.1f} ms             {hot_cpu - bare_cpu:7.1f} ms"
+        f"   (target <= {TARGET_MS:.0f} ms wall: {'ok' if added <= TARGET_MS else 'OVER'})"
+    )
+    print(
+        f"import hotspan, -X importtime cumulative: {own:5.1f} ms (median of {args.runs}; no process start noise)"
+    )
     print("heaviest imports (-X importtime, cumulative, one run):")
     for ms, name in top:
         print(f"  {ms:7.2f} ms  {name}")

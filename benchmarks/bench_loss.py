@@ -13,6 +13,7 @@ Target: 0 dropped in every run, except where the spans do not fit under the memo
 (64 MiB: about 2.1 M spans held at once; case (b) with 16 threads records 3.2 M): those
 drops are the cap doing its job, counted as such.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,9 @@ def run_case(n_threads: int, per_thread: int, every: float) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--spans", type=int, default=200_000, help="spans per thread")
     parser.add_argument("--threads", default="1,2,4,8,16", help="thread counts, comma-separated")
@@ -41,8 +44,10 @@ def main() -> int:
     cases = [("drain every 2 ms", 0.002), ("no drain until the end", 0.0)]
     results = []
     print(f"{args.runs} runs per case, {args.spans:,} spans per thread, default settings")
-    print(f"{'case':<24} {'threads':>7} {'runs dropping':>13} {'max dropped':>12} {'of which at cap':>15} "
-          f"{'exact':>6} {'drains/run':>10}")
+    print(
+        f"{'case':<24} {'threads':>7} {'runs dropping':>13} {'max dropped':>12} {'of which at cap':>15} "
+        f"{'exact':>6} {'drains/run':>10}"
+    )
     ok = True
     for label, every in cases:
         for n in counts:
@@ -54,8 +59,10 @@ def main() -> int:
             not_cap = sum(r["dropped"] - r["at_cap"] for r in runs)
             ok &= exact and not_cap == 0 and (dropping == 0 or recorded * 32 > 64 << 20)
             drains = sum(r["drains"] for r in runs) / len(runs)
-            print(f"{label:<24} {n:>7} {dropping:>10}/{args.runs:<2} {worst['dropped']:>12,} {worst['at_cap']:>15,} "
-                  f"{'yes' if exact else 'NO':>6} {drains:>10.1f}")
+            print(
+                f"{label:<24} {n:>7} {dropping:>10}/{args.runs:<2} {worst['dropped']:>12,} {worst['at_cap']:>15,} "
+                f"{'yes' if exact else 'NO':>6} {drains:>10.1f}"
+            )
             results.append({"case": label, "threads": n, "runs": runs})
     print("verdict:", "ok (drops only at the memory cap, every run exact)" if ok else "MISSED")
     if args.json:

@@ -25,6 +25,7 @@ viztracer, torch. "reused / floor" is a span with the NVTX passthrough off (the 
 branch); "reused nvtx on / floor" the same span with configure(nvtx=True) and no NVTX tool
 attached.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -178,7 +179,11 @@ def make_cases(n: int, peers: bool = True) -> dict[str, Callable[[], None]]:
     return cases
 
 
-SLOW_PEERS = ("naive contextmanager tracer", "viztracer log_event", "torch.profiler.record_function")
+SLOW_PEERS = (
+    "naive contextmanager tracer",
+    "viztracer log_event",
+    "torch.profiler.record_function",
+)
 
 
 def measure(n: int, rounds: int, peers: bool = True) -> dict[str, float]:
@@ -254,7 +259,8 @@ def ratios_from(times: dict[str, float]) -> dict[str, float]:
         "reused / floor": reused / floor,
         "literal / floor": times['hotspan: with hotspan.span("x", "c")'] / floor,
         "begin+end / floor": times["hotspan: begin()/end()"] / floor,
-        "traced added / with added": (times["hotspan: @traced call"] - times["bare call"]) / (floor - empty),
+        "traced added / with added": (times["hotspan: @traced call"] - times["bare call"])
+        / (floor - empty),
         "naive / reused": times["naive contextmanager tracer"] / reused,
     }
     if NVTX_ON in times:
@@ -316,8 +322,9 @@ def verdict(name: str, value: float) -> str:
     return "ok" if (value <= goal if op == "<=" else value >= goal) else "MISSED"
 
 
-def report(best: dict[str, float], drain: dict[str, float] | None,
-           paired: dict[str, float] | None = None) -> dict[str, float]:
+def report(
+    best: dict[str, float], drain: dict[str, float] | None, paired: dict[str, float] | None = None
+) -> dict[str, float]:
     """Print the cases and the ratios (with the paired medians beside them when given); return
     the best-of ratios."""
     empty, floor = best["empty loop"], best[FLOOR]
@@ -337,19 +344,28 @@ def report(best: dict[str, float], drain: dict[str, float] | None,
             print(f"{name:32s} {value:8.2f}  {tgt:8s} {verdict(name, value)}")
         else:
             p = paired.get(name, float("nan"))
-            print(f"{name:32s} {value:8.2f} {verdict(name, value):6s} {p:13.2f}  {tgt:8s} {verdict(name, p)}")
+            print(
+                f"{name:32s} {value:8.2f} {verdict(name, value):6s} {p:13.2f}  {tgt:8s} {verdict(name, p)}"
+            )
     print()
     if drain is None:
         return ratios
-    print(f"drain: {drain['spans']:,} spans a drain at {drain['drain_spans_per_s'] / 1e6:.1f} M spans/s into a "
-          f"pyarrow.Table (target >= 50; the first drain, on fresh memory: "
-          f"{drain['drain_spans_per_s_first'] / 1e6:.1f} M/s); {drain['bytes_per_drained_span_native']:.1f} bytes "
-          f"per drained span held natively (target <= 48)")
+    print(
+        f"drain: {drain['spans']:,} spans a drain at {drain['drain_spans_per_s'] / 1e6:.1f} M spans/s into a "
+        f"pyarrow.Table (target >= 50; the first drain, on fresh memory: "
+        f"{drain['drain_spans_per_s_first'] / 1e6:.1f} M/s); {drain['bytes_per_drained_span_native']:.1f} bytes "
+        f"per drained span held natively (target <= 48)"
+    )
     return ratios
 
 
 #: The hot path's ratios compared with the flight file off and on (target: on / off <= 1.10).
-FLIGHT_RATIOS = ("reused / floor", "literal / floor", "begin+end / floor", "traced added / with added")
+FLIGHT_RATIOS = (
+    "reused / floor",
+    "literal / floor",
+    "begin+end / floor",
+    "traced added / with added",
+)
 
 
 def flight_worker(mode: str, n: int, rounds: int) -> None:
@@ -378,11 +394,26 @@ def measure_flight(n: int, rounds: int, reps: int) -> dict[str, dict[str, float]
     got: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     for _ in range(reps):
         for mode in ("off", "on"):
-            out = subprocess.run([sys.executable, __file__, "--_flight-worker", mode, "--paired-n", str(n),
-                                  "--paired-rounds", str(rounds)], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--_flight-worker",
+                    mode,
+                    "--paired-n",
+                    str(n),
+                    "--paired-rounds",
+                    str(rounds),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             got[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return {mode: {name: statistics.median(r[name] for r in runs) for name in FLIGHT_RATIOS}
-            for mode, runs in got.items()}
+    return {
+        mode: {name: statistics.median(r[name] for r in runs) for name in FLIGHT_RATIOS}
+        for mode, runs in got.items()
+    }
 
 
 def report_flight(flight: dict[str, dict[str, float]]) -> None:
@@ -390,7 +421,9 @@ def report_flight(flight: dict[str, dict[str, float]]) -> None:
     for name in FLIGHT_RATIOS:
         off, on = flight["off"][name], flight["on"][name]
         q = on / off if off else float("nan")
-        print(f"{name:32s} {off:8.2f} {on:8.2f} {q:8.2f}  <= 1.10 {'ok' if q <= 1.10 else 'MISSED'}")
+        print(
+            f"{name:32s} {off:8.2f} {on:8.2f} {q:8.2f}  <= 1.10 {'ok' if q <= 1.10 else 'MISSED'}"
+        )
     print()
 
 
@@ -401,28 +434,44 @@ def main() -> int:
         rounds = int(args[args.index("--paired-rounds") + 1])
         flight_worker(sys.argv[2], n, rounds)
         return 0
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=1_000_000, help="iterations per case and round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--paired-n", type=int, default=50_000, help="iterations of a paired run")
-    parser.add_argument("--paired-rounds", type=int, default=60, help="rounds of paired runs (0: skip)")
+    parser.add_argument(
+        "--paired-rounds", type=int, default=60, help="rounds of paired runs (0: skip)"
+    )
     parser.add_argument("--drain-spans", type=int, default=1_000_000)
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--no-peers", action="store_true", help="skip nvtx, VizTracer and torch")
-    parser.add_argument("--flight-reps", type=int, default=3,
-                        help="child processes a side for the flight file off/on pair (0: skip)")
-    parser.add_argument("--flight-only", action="store_true", help="only the flight file off/on pair")
+    parser.add_argument(
+        "--flight-reps",
+        type=int,
+        default=3,
+        help="child processes a side for the flight file off/on pair (0: skip)",
+    )
+    parser.add_argument(
+        "--flight-only", action="store_true", help="only the flight file off/on pair"
+    )
     args = parser.parse_args()
     if args.flight_only:
-        report_flight(measure_flight(args.paired_n, max(args.paired_rounds, 1), max(args.flight_reps, 1)))
+        report_flight(
+            measure_flight(args.paired_n, max(args.paired_rounds, 1), max(args.flight_reps, 1))
+        )
         return 0
-    print(f"python {sys.version.split()[0]}, hotspan {hotspan.__version__}, clock {_native._clock_info()['source']}, "
-          f"n={args.n:,}, best of {args.rounds} interleaved rounds; paired: {args.paired_rounds} rounds of "
-          f"{args.paired_n:,}\n")
+    print(
+        f"python {sys.version.split()[0]}, hotspan {hotspan.__version__}, clock {_native._clock_info()['source']}, "
+        f"n={args.n:,}, best of {args.rounds} interleaved rounds; paired: {args.paired_rounds} rounds of "
+        f"{args.paired_n:,}\n"
+    )
     best = measure(args.n, args.rounds, peers=not args.no_peers)
     paired = None
     if args.paired_rounds > 0:
-        paired = paired_ratios(measure_paired(args.paired_n, args.paired_rounds, peers=not args.no_peers))
+        paired = paired_ratios(
+            measure_paired(args.paired_n, args.paired_rounds, peers=not args.no_peers)
+        )
     drain = measure_drain(args.drain_spans)
     ratios = report(best, drain, paired)
     flight = None
@@ -431,8 +480,17 @@ def main() -> int:
         report_flight(flight)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"ns_per_iter": best, "ratios": ratios, "paired_ratios": paired, "drain": drain,
-                       "flight": flight}, f, indent=1)
+            json.dump(
+                {
+                    "ns_per_iter": best,
+                    "ratios": ratios,
+                    "paired_ratios": paired,
+                    "drain": drain,
+                    "flight": flight,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

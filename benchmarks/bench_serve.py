@@ -11,6 +11,7 @@ of its own on a free port; its peak resident memory is read from /proc (VmHWM) o
 requests are answered. The target (issue 15): /stats of a 20 M-span run in at most 5 s,
 the server at most 1.5 GiB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,9 @@ NAMES = ("step", "forward", "backward", "allreduce")
 CATEGORIES = ("train", "train/compute", "train/compute", "train/comms")
 
 
-def part_table(rank: int, first_step: int, steps: int, rng: np.random.Generator, t0: int) -> pa.Table:
+def part_table(
+    rank: int, first_step: int, steps: int, rng: np.random.Generator, t0: int
+) -> pa.Table:
     """``steps`` steps of rank ``rank`` (4 spans each), as the span table's schema has them."""
     from hotspan._schema import SPAN_SCHEMA
 
@@ -38,7 +41,9 @@ def part_table(rank: int, first_step: int, steps: int, rng: np.random.Generator,
     comm = rng.lognormal(np.log(2e6), 0.5, steps).astype(np.int64)
     step = fwd + bwd + comm + 1000
     step_start = t0 + np.cumsum(np.concatenate(([0], step[:-1] + 500))) + first_step * 12_000_000
-    starts = np.stack([step_start, step_start + 100, step_start + 200 + fwd, step_start + 300 + fwd + bwd], axis=1)
+    starts = np.stack(
+        [step_start, step_start + 100, step_start + 200 + fwd, step_start + 300 + fwd + bwd], axis=1
+    )
     durations = np.stack([step, fwd, bwd, comm], axis=1)
     n = steps * 4
     base = (rank << 40) + first_step * 4 + 1
@@ -52,20 +57,26 @@ def part_table(rank: int, first_step: int, steps: int, rng: np.random.Generator,
         "span_id": pa.array(span_id, pa.uint64()),
         "parent_id": pa.array(parent, pa.uint64(), mask=~parent_valid),
         "name": pa.DictionaryArray.from_arrays(pa.array(code), pa.array(NAMES)),
-        "category": pa.DictionaryArray.from_arrays(pa.array(np.array([0, 1, 1, 2], np.int32)[code]),
-                                                   pa.array(["train", "train/compute", "train/comms"])),
+        "category": pa.DictionaryArray.from_arrays(
+            pa.array(np.array([0, 1, 1, 2], np.int32)[code]),
+            pa.array(["train", "train/compute", "train/comms"]),
+        ),
         "start_ns": pa.array(starts.reshape(-1)),
         "end_ns": pa.array((starts + durations).reshape(-1)),
         "duration_ns": pa.array(durations.reshape(-1)),
         "depth": pa.array(np.where(parent_valid, 1, 0).astype(np.int32)),
         "thread_id": pa.array(np.full(n, 1000 + rank, np.int64)),
-        "thread_name": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array(["MainThread"])),
+        "thread_name": pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array(["MainThread"])
+        ),
         "pid": pa.array(np.full(n, 1000 + rank, np.int64)),
         "rank": pa.array(np.full(n, rank, np.int32)),
         "arg": pa.array(np.full(n, 1 << 22, np.int64), mask=~arg_valid),
         "error": pa.array(np.zeros(n, np.bool_)),
     }
-    return pa.Table.from_arrays([columns[f.name].cast(f.type) for f in SPAN_SCHEMA], schema=SPAN_SCHEMA)
+    return pa.Table.from_arrays(
+        [columns[f.name].cast(f.type) for f in SPAN_SCHEMA], schema=SPAN_SCHEMA
+    )
 
 
 def generate(directory: Path, spans: int, ranks: int, part_spans: int) -> int:
@@ -109,10 +120,17 @@ def main() -> int:
         run = root / "big"
         started = time.perf_counter()
         spans = generate(run, args.spans, args.ranks, args.part_spans)
-        print(f"generated {spans:,} spans in {time.perf_counter() - started:.1f} s -> {run}", flush=True)
+        print(
+            f"generated {spans:,} spans in {time.perf_counter() - started:.1f} s -> {run}",
+            flush=True,
+        )
 
-        proc = subprocess.Popen([sys.executable, "-m", "hotspan", "serve", str(root), "--port", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hotspan", "serve", str(root), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             line = proc.stdout.readline()
             match = re.search(r"(http://\S+/)", line)
@@ -127,10 +145,18 @@ def main() -> int:
                 figures["list_s"] = time.perf_counter() - t
                 (entry,) = traces
                 assert entry["spans"] == spans, entry
-                for label, path in (("stats_s", f"/v1/traces/{entry['id']}/stats"),
-                                    ("stats_by_rank_s", f"/v1/traces/{entry['id']}/stats?by=rank,name"),
-                                    ("spans_page_s", f"/v1/traces/{entry['id']}/spans?offset={spans // 2}&limit=1000"),
-                                    ("spans_filtered_s", f"/v1/traces/{entry['id']}/spans?name=allreduce&min_ns=8000000")):
+                for label, path in (
+                    ("stats_s", f"/v1/traces/{entry['id']}/stats"),
+                    ("stats_by_rank_s", f"/v1/traces/{entry['id']}/stats?by=rank,name"),
+                    (
+                        "spans_page_s",
+                        f"/v1/traces/{entry['id']}/spans?offset={spans // 2}&limit=1000",
+                    ),
+                    (
+                        "spans_filtered_s",
+                        f"/v1/traces/{entry['id']}/spans?name=allreduce&min_ns=8000000",
+                    ),
+                ):
                     t = time.perf_counter()
                     response = client.get(path)
                     figures[label] = time.perf_counter() - t
@@ -143,9 +169,15 @@ def main() -> int:
             proc.terminate()
             proc.wait(30)
     gib = figures["server_peak_rss"] / 2**30
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}, indent=1))
-    print(f"/stats of {spans:,} spans: {figures['stats_s']:.2f} s (target <= 5 s); server peak RSS {gib:.2f} GiB "
-          f"(target <= 1.5 GiB)")
+    print(
+        json.dumps(
+            {k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}, indent=1
+        )
+    )
+    print(
+        f"/stats of {spans:,} spans: {figures['stats_s']:.2f} s (target <= 5 s); server peak RSS {gib:.2f} GiB "
+        f"(target <= 1.5 GiB)"
+    )
     return 0
 
 

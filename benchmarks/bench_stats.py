@@ -6,6 +6,7 @@ The spans are recorded by hotspan itself (two threads of training-like steps: ne
 compute, communication with byte counts, data loading), so ids, nesting and dictionary
 columns are what a real drain produces.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,12 +68,16 @@ def main() -> None:
     print(f"{table.num_rows:,} spans recorded")
     cases = {
         "stats(by=category,name)": lambda: hotspan.stats(table),
-        "stats(by=rank,thread_name,name)": lambda: hotspan.stats(table, by=("rank", "thread_name", "name")),
+        "stats(by=rank,thread_name,name)": lambda: hotspan.stats(
+            table, by=("rank", "thread_name", "name")
+        ),
         "phases()": lambda: hotspan.phases(table),
     }
     for label, fn in cases.items():
         seconds = best_of(args.repeat, fn)
-        print(f"{label:34s} {seconds * 1e3:8.1f} ms  ({seconds / table.num_rows * 1e9:.0f} ns/span)")
+        print(
+            f"{label:34s} {seconds * 1e3:8.1f} ms  ({seconds / table.num_rows * 1e9:.0f} ns/span)"
+        )
 
 
 if __name__ == "__main__":

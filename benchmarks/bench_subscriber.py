@@ -8,6 +8,7 @@ Two figures per case: wall time, which includes waiting for the GIL and the CPU 
 hub's pump thread builds tables (the real cost on a machine with few cores), and the
 recording thread's own CPU time (``time.thread_time``), which a loaded machine disturbs less.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--sleep", type=float, default=0.05, help="seconds the slow callback sleeps per batch")
+    parser.add_argument(
+        "--sleep", type=float, default=0.05, help="seconds the slow callback sleeps per batch"
+    )
     args = parser.parse_args()
 
     def fast(batch) -> None:
@@ -61,9 +64,13 @@ def main() -> None:
     base, base_cpu = best["none"], best_cpu["none"]
     print(f"{'':<16} {'wall ns/iter':>12} {'ratio':>6} {'cpu ns/iter':>12} {'ratio':>6}")
     for case in cases:
-        extra = f"  ({dropped[case]:,} spans dropped by it over all rounds)" if case in dropped else ""
-        print(f"{case:<16} {best[case]:12.1f} {best[case] / base:6.2f} {best_cpu[case]:12.1f} "
-              f"{best_cpu[case] / base_cpu:6.2f}{extra}")
+        extra = (
+            f"  ({dropped[case]:,} spans dropped by it over all rounds)" if case in dropped else ""
+        )
+        print(
+            f"{case:<16} {best[case]:12.1f} {best[case] / base:6.2f} {best_cpu[case]:12.1f} "
+            f"{best_cpu[case] / base_cpu:6.2f}{extra}"
+        )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ Prints one JSON line. Where it cannot run (no torch, no CUDA, or a hotspan witho
 spans) the line is ``{"ran": false, "reason": ...}`` and the exit status 0: it is never
 run by pytest, only by hand or on a lent GPU machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,8 +73,15 @@ def _best_per_iter(fn, n: int, rounds: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=1000)
-    parser.add_argument("--host-n", type=int, default=100_000, help="spans per round of the host-cost timing")
-    parser.add_argument("--device-n", type=int, default=10_000, help="device spans per round of the host-cost timing")
+    parser.add_argument(
+        "--host-n", type=int, default=100_000, help="spans per round of the host-cost timing"
+    )
+    parser.add_argument(
+        "--device-n",
+        type=int,
+        default=10_000,
+        help="device spans per round of the host-cost timing",
+    )
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
 
@@ -91,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         return _not_run(missing)
 
     dev = torch.device("cuda")
-    mats = {n: (torch.randn(n, n, device=dev), torch.randn(n, n, device=dev), torch.empty(n, n, device=dev)) for n in SIZES}
+    mats = {
+        n: (
+            torch.randn(n, n, device=dev),
+            torch.randn(n, n, device=dev),
+            torch.empty(n, n, device=dev),
+        )
+        for n in SIZES
+    }
     for n, (a, b, c) in mats.items():  # warm-up: cuBLAS handles, kernel selection, the event pool
         for _ in range(3):
             with hotspan.span(f"mm{n}", "gpu", device="cuda"):
@@ -114,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     host_rows = [r for r in rows if r["thread_id"] >= 0 and r["name"].startswith("mm")]
 
     kernels = sorted(
-        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-         and not e.name.startswith(("Memcpy", "Memset"))),
+        (
+            e
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.startswith(("Memcpy", "Memset"))
+        ),
         key=lambda e: e.time_range.start,
     )
     result: dict = {
@@ -139,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         rel_errors, abs_errors_us, worst = [], [], None
         within = 0
         for i, row in enumerate(device_rows[: args.spans]):
-            group = kernels[i * per_span:(i + 1) * per_span]
+            group = kernels[i * per_span : (i + 1) * per_span]
             kernel_us = group[-1].time_range.end - group[0].time_range.start
             span_us = row["duration_ns"] / 1000
             diff = abs(span_us - kernel_us)
@@ -149,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
             ok = rel <= REL_TOL or diff <= ABS_TOL_US
             within += ok
             if not ok and worst is None:
-                worst = {"span": row["name"], "span_us": round(span_us, 2), "kernel_us": round(kernel_us, 2)}
+                worst = {
+                    "span": row["name"],
+                    "span_us": round(span_us, 2),
+                    "kernel_us": round(kernel_us, 2),
+                }
         rel_errors.sort()
         result.update(
             kernels_per_span=per_span,
@@ -159,22 +182,32 @@ def main(argv: list[str] | None = None) -> int:
             first_outside=worst,
         )
         if within != args.spans:
-            problems.append(f"{args.spans - within} device spans outside 5% / 5 us of the profiler's kernels")
+            problems.append(
+                f"{args.spans - within} device spans outside 5% / 5 us of the profiler's kernels"
+            )
 
     # host cost: an empty device span against an empty host span and the floor (the
     # difference: what the device span costs the host, its two real event records included)
-    noop, host, device = NoopContext(), hotspan.span("h", "gpu"), hotspan.span("d", "gpu", device="cuda")
+    noop, host, device = (
+        NoopContext(),
+        hotspan.span("h", "gpu"),
+        hotspan.span("d", "gpu", device="cuda"),
+    )
 
     def loop(cm):
         def run(n):
             for _ in range(n):
                 with cm:
                     pass
+
         return run
 
     costs = {}
-    for label, cm, n in (("floor", noop, args.host_n), ("host_span", host, args.host_n),
-                         ("device_span", device, args.device_n)):
+    for label, cm, n in (
+        ("floor", noop, args.host_n),
+        ("host_span", host, args.host_n),
+        ("device_span", device, args.device_n),
+    ):
         best = float("inf")
         for _ in range(args.rounds):
             best = min(best, _best_per_iter(loop(cm), n, 1))
@@ -198,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     with hotspan.span("given", "gpu", device="cuda", stream=side):
         with torch.cuda.stream(side):
             torch.mm(a, b, out=c)
-    streams = {r["name"]: r["thread_name"] for r in hotspan.drain(wait_device=True).to_pylist() if r["thread_id"] < 0}
+    streams = {
+        r["name"]: r["thread_name"]
+        for r in hotspan.drain(wait_device=True).to_pylist()
+        if r["thread_id"] < 0
+    }
     expected = f"cuda:{torch.cuda.current_device()} stream {side.stream_id}"
     result.update(stream_rows=streams, torch_stream_read=cuda.info()["torch"])
     if streams != {"current": expected, "given": expected}:

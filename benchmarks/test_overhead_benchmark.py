@@ -19,6 +19,7 @@ bounds); the floor cases record none. ``hotspan compare`` takes two such JSON fi
 hub's drain (it hands each table to every cursor): test_drain_100k_spans then times what a
 drain costs while something streams; compare it only with runs made the same way.
 """
+
 from __future__ import annotations
 
 import pytest

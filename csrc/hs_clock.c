@@ -39,16 +39,14 @@ const char *hs_clock_source_name(int source) {
     }
 }
 
-static int tsc_is_invariant(void) {
 #if defined(__x86_64__) || defined(_M_X64)
+static int tsc_is_invariant(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return 0;
     __cpuid(0x80000007u, a, b, c, d);
     return (d >> 8) & 1; /* EDX bit 8: invariant TSC */
-#else
-    return 0;
-#endif
 }
+#endif
 
 /* Read ticks, monotonic and realtime as close together as possible: of a few tries,
  * keep the one whose two tick reads bracket the clock reads most tightly. */

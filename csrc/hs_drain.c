@@ -10,7 +10,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__linux__)
+/* The drain thread's wake: a futex on Linux (no lock on either side); elsewhere (macOS,
+ * the BSDs) a condition variable, which wakes as fast but takes a mutex on the waking side
+ * (a thread's exit, configure(), never a span). HS_WAKE_CONDVAR forces it on Linux too, so
+ * the fallback is built and tested where CI runs. */
+#if defined(__linux__) && !defined(HS_WAKE_CONDVAR)
+#define HS_WAKE_FUTEX 1
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #endif
@@ -72,21 +77,69 @@ void hs_drain_set_paused(int p) {
 }
 int hs_drain_paused(void) { return atomic_load(&paused); }
 
+#if !defined(HS_WAKE_FUTEX)
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake_cond;
+static pthread_once_t wake_once = PTHREAD_ONCE_INIT;
+static void wake_cond_init(void) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+#if !defined(__APPLE__)
+    /* timed waits on the monotonic clock: a step of the wall clock neither stalls the
+     * drain thread nor spins it (macOS waits on a relative time instead, see below) */
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+#endif
+    pthread_cond_init(&wake_cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+#endif
+
 void hs_wake_drainer(void) {
     atomic_fetch_add_explicit(&wake_word, 1, memory_order_release);
-#if defined(__linux__)
+#if defined(HS_WAKE_FUTEX)
     syscall(SYS_futex, &wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#else
+    pthread_once(&wake_once, wake_cond_init);
+    /* the waiter compares wake_word under this lock before it sleeps: the increment above
+     * is either seen there or followed by this signal, never lost between them */
+    pthread_mutex_lock(&wake_lock);
+    pthread_cond_signal(&wake_cond);
+    pthread_mutex_unlock(&wake_lock);
 #endif
 }
 
 static void wait_for_wake(uint32_t seen, uint64_t us) {
-#if defined(__linux__)
+#if defined(HS_WAKE_FUTEX)
     struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
     syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
 #else
-    (void)seen;
-    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
+    pthread_once(&wake_once, wake_cond_init);
+    pthread_mutex_lock(&wake_lock);
+    if (atomic_load_explicit(&wake_word, memory_order_acquire) == seen) {
+#if defined(__APPLE__)
+        struct timespec rel = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+        pthread_cond_timedwait_relative_np(&wake_cond, &wake_lock, &rel);
+#else
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (us % 1000000) * 1000;
+        ts.tv_sec += (time_t)(us / 1000000 + ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
+#endif
+    }
+    pthread_mutex_unlock(&wake_lock);
+#endif
+}
+
+/* A fork while another thread held the wake lock leaves it held in the child, and the
+ * parent's drain thread may have been waiting on the condition: both start afresh. */
+static void wake_after_fork_child(void) {
+#if !defined(HS_WAKE_FUTEX)
+    pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_once_t fresh_once = PTHREAD_ONCE_INIT;
+    wake_lock = fresh_lock;
+    wake_once = fresh_once; /* the condition is made anew at its first use */
 #endif
 }
 
@@ -234,9 +287,14 @@ static void *drainer_main(void *arg) {
     pid_t me = getpid();
     uint64_t idle_us = 0, drops_signal_ns = 0;
     for (;;) {
-        uint32_t seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         uint64_t waited_us = atomic_load(&period_us);
-        wait_for_wake(seen, waited_us);
+        /* The first pass at once: a thread that recorded and exited before this thread ran
+         * (its wake came before there was a waiter) is not left for a whole period. */
+        if (!first) wait_for_wake(seen, waited_us);
+        first = 0;
+        /* Read before the pass, not after it: a wake during the pass (a thread exiting
+         * once its chain was walked) makes the next wait return at once. */
+        seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         if (atomic_load(&drainer_pid) != me) return NULL;
         /* the flight file's "last seen" (the end of spans open at a crash) and clock */
         if (hs_drain_tick_hook) hs_drain_tick_hook();

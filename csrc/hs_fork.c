@@ -4,13 +4,15 @@
  * (a drain() holds the collect lock, then the drain lock, then the registry's and the
  * intern tables'), so taking them here never deadlocks against a thread in the middle of
  * one; the clock's and NVTX's are leaves. */
+/* First: hs_cuda.h includes Python.h, whose pyconfig.h defines _POSIX_C_SOURCE; after a
+ * system header has defined it another way, clang (-Werror, aarch64 glibc) refuses. */
+#include "hs_cuda.h"
 #include "hs_fork.h"
 
 #include <pthread.h>
 
 #include "hs_clock.h"
 #include "hs_columns.h"
-#include "hs_cuda.h"
 #include "hs_drain.h"
 #include "hs_flight.h"
 #include "hs_intern.h"

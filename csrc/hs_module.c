@@ -160,14 +160,11 @@ static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     if (!detail) return PyLong_FromUnsignedLongLong(hs_dropped_total());
     PyObject *threads = PyDict_New();
     if (!threads) return NULL;
-    uint64_t cap = 0, other = 0;
     int bad = 0;
     hs_registry_lock(); /* one consistent view: totals and rows together */
     uint32_t nexited = 0;
     hs_drop_row *exited = hs_registry_exited_drops(&nexited);
     for (uint32_t k = 0; k < nexited && !bad; k++) {
-        cap += exited[k].cap;
-        other += exited[k].other;
         PyObject *row = Py_BuildValue("{sssKsK}", "name", exited[k].name ? exited[k].name : "", "memory_cap",
                                       (unsigned long long)exited[k].cap, "other", (unsigned long long)exited[k].other);
         PyObject *key = PyLong_FromLongLong(exited[k].tid);
@@ -177,8 +174,6 @@ static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     }
     for (hs_thread_info *i = hs_registry_infos(); i && !bad; i = i->next) {
         uint64_t c = atomic_load(&i->dropped_cap), o = atomic_load(&i->dropped_other);
-        cap += c;
-        other += o;
         if (!c && !o) continue;
         PyObject *row = Py_BuildValue("{sssKsK}", "name", i->name ? i->name : "", "memory_cap", (unsigned long long)c,
                                       "other", (unsigned long long)o);
@@ -795,14 +790,20 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+#ifdef Py_GIL_DISABLED
+    /* The free-threaded build (3.13t, 3.14t): the task stacks (hs_tasks.c) and the span
+     * objects assume the GIL serialises Python-level calls on shared objects, which was
+     * never checked there. Refuse in one line rather than record wrong trees. */
+    PyErr_SetString(PyExc_ImportError,
+                    "hotspan does not support the free-threaded CPython build (" PY_VERSION
+                    "t) yet: use the default (GIL) build of CPython");
+    return NULL;
+#endif
     if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&SyncSpanType) < 0 || PyType_Ready(&DeviceSpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
         PyType_Ready(&NoopType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-#ifdef Py_GIL_DISABLED
-    PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
-#endif
     /* The plug-ins and the drain hook into the units below them, once, before any thread
      * records; then the one set of fork handlers. */
     hs_drain_install();

@@ -47,7 +47,16 @@ int hs_sigterm_installed(void) {
 
 static int open_pipe(void) {
     int fds[2];
+#if defined(__linux__) || defined(__FreeBSD__) || defined(__NetBSD__) || defined(__OpenBSD__)
     if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+#else
+    /* macOS has pipe2 only from version 27: set close-on-exec by hand. A fork+exec by
+     * another thread between the two calls may leak the ends into that one child (which
+     * never writes them); the pipe itself works the same. */
+    if (pipe(fds) != 0) return -1;
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+#endif
     /* the handler must never block on a full pipe */
     fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
     atomic_store(&pipe_r, fds[0]);

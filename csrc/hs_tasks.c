@@ -25,6 +25,16 @@
 #include "hs_recorder.h"
 #include "hs_tasks.h"
 
+/* link_thread reads PyThreadState.context, a field of CPython's non-limited thread state
+ * (Include/cpython/pystate.h): the current contextvars context, swapped by Context.run and
+ * every asyncio task step. It is there, with that meaning, from 3.7 through 3.14; a newer
+ * CPython must be checked against its pystate.h before this range is widened. */
+#if PY_VERSION_HEX < 0x030A0000
+#error "hotspan needs CPython 3.10 or newer"
+#elif PY_VERSION_HEX >= 0x030F0000
+#error "hs_tasks.c reads PyThreadState.context: check it in this CPython's Include/cpython/pystate.h, then widen the range here"
+#endif
+
 typedef struct {
     PyObject_HEAD
     hs_frame *frames; /* owned, except for a thread's own stack (is_base): hs_tstate's */

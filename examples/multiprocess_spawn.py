@@ -7,6 +7,7 @@
 Each rank records to the destination with hotspan.record(); the same works without any code
 in the ranks by setting HOTSPAN_OUT=dest in the launcher's environment.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -32,7 +33,10 @@ def main(argv: list[str]) -> int:
     ranks = int(argv[1]) if len(argv) > 1 else 4
     steps = int(argv[2]) if len(argv) > 2 else 20
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=rank_main, args=(rank, dest, steps), name=f"rank{rank}") for rank in range(ranks)]
+    procs = [
+        ctx.Process(target=rank_main, args=(rank, dest, steps), name=f"rank{rank}")
+        for rank in range(ranks)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -43,7 +47,9 @@ def main(argv: list[str]) -> int:
         return 1
     if "://" not in dest:
         table = hotspan.load(dest)
-        print(f"{table.num_rows} spans from ranks {sorted(set(table.column('rank').to_pylist()))} in {dest}")
+        print(
+            f"{table.num_rows} spans from ranks {sorted(set(table.column('rank').to_pylist()))} in {dest}"
+        )
     return 0
 
 

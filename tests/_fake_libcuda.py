@@ -8,6 +8,7 @@ when its device's clock passes the point where its stream reached it; ``pending(
 holds every event back, ``fail_next(call, code)`` makes the next such call return an error.
 Everything else (spans, the C plug-in, drain, exports, stats) is the real thing.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,8 +26,12 @@ def build(directory: Path) -> Path:
     """Compile the stand-in into ``directory``; its path."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
     out = directory / "libcuda-standin.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(SOURCE)], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(SOURCE)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return out
 
 

@@ -1,4 +1,5 @@
 """Real processes for the multi-rank tests: ranks that record, a collector; bounded waits."""
+
 from __future__ import annotations
 
 import os
@@ -58,16 +59,23 @@ def spans_per_rank(threads: int = 2, steps: int = 50) -> int:
 
 
 def env(**extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("HOTSPAN_OUT", "HOTSPAN_TOKEN", "HOTSPAN_RANK", "RANK", "HOTSPAN_FLUSH_INTERVAL")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("HOTSPAN_OUT", "HOTSPAN_TOKEN", "HOTSPAN_RANK", "RANK", "HOTSPAN_FLUSH_INTERVAL")
+    }
     base.update(extra)
     return base
 
 
 def start_rank(rank: int, out: str, **extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", RANK_CODE], env=env(HOTSPAN_OUT=out, RANK=str(rank), **extra),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", RANK_CODE],
+        env=env(HOTSPAN_OUT=out, RANK=str(rank), **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -83,7 +91,9 @@ def read_line(proc: subprocess.Popen, pattern: str, timeout: float = DEADLINE_S)
                 continue
             line = proc.stdout.readline()
             if not line:
-                raise AssertionError(f"process ended before printing {pattern!r}: {seen} {proc.stderr.read()}")
+                raise AssertionError(
+                    f"process ended before printing {pattern!r}: {seen} {proc.stderr.read()}"
+                )
             seen.append(line)
             match = re.search(pattern, line)
             if match:
@@ -93,15 +103,28 @@ def read_line(proc: subprocess.Popen, pattern: str, timeout: float = DEADLINE_S)
         sel.close()
 
 
-def start_collector(out: Path, *, port: int = 0, token: str | None = None,
-                    nice: int | None = None) -> tuple[subprocess.Popen, int]:
-    args = [sys.executable, "-m", "hotspan", "collect", "--listen", f"grpc://127.0.0.1:{port}", "--out", str(out),
-            "--duration", "120"]
+def start_collector(
+    out: Path, *, port: int = 0, token: str | None = None, nice: int | None = None
+) -> tuple[subprocess.Popen, int]:
+    args = [
+        sys.executable,
+        "-m",
+        "hotspan",
+        "collect",
+        "--listen",
+        f"grpc://127.0.0.1:{port}",
+        "--out",
+        str(out),
+        "--duration",
+        "120",
+    ]
     if token is not None:
         args += ["--token", token]
     if nice is not None:
         args += ["--nice", str(nice)]
-    proc = subprocess.Popen(args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         match = read_line(proc, r"listening on grpc://127\.0\.0\.1:(\d+)")
     except BaseException:
@@ -115,7 +138,9 @@ def finish(proc: subprocess.Popen, timeout: float = DEADLINE_S) -> tuple[int, st
     return proc.returncode, out, err
 
 
-def stop(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = DEADLINE_S) -> tuple[int, str, str]:
+def stop(
+    proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = DEADLINE_S
+) -> tuple[int, str, str]:
     proc.send_signal(sig)
     return finish(proc, timeout)
 
@@ -143,4 +168,8 @@ def check_tree(table) -> None:
             continue
         parent = by_id.get(r["parent_id"])
         assert parent is not None, f"span {r['span_id']:#x}: parent {r['parent_id']:#x} is missing"
-        assert (parent["pid"], parent["thread_id"], parent["depth"] + 1) == (r["pid"], r["thread_id"], r["depth"])
+        assert (parent["pid"], parent["thread_id"], parent["depth"] + 1) == (
+            r["pid"],
+            r["thread_id"],
+            r["depth"],
+        )

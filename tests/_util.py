@@ -1,7 +1,9 @@
 """Helpers shared by the recorder tests."""
+
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -12,12 +14,22 @@ def rows(table):
     return table.to_pylist()
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def python_command() -> list[str]:
+    """How a test starts a fresh interpreter: ``sys.executable``, or HOTSPAN_TEST_PYTHON's
+    command line where that cannot be executed directly (.ci/arm64: an arm64 CPython under
+    qemu-user, whose execve of an arm64 binary the host kernel refuses without binfmt_misc)."""
+    wrapper = os.environ.get("HOTSPAN_TEST_PYTHON")
+    return shlex.split(wrapper) if wrapper else [sys.executable]
+
+
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter (for environment variables read at import, fork...)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [*python_command(), "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         env=full_env,
@@ -49,13 +61,25 @@ def chromium() -> str:
 def run_chromium(tmp_path, *args, timeout: float = 90) -> subprocess.CompletedProcess:
     """Headless Chromium with a profile of its own under ``tmp_path``."""
     return subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'profile'}", *args],
-        capture_output=True, text=True, timeout=timeout,
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
-def wait_until(condition, timeout: float = 30.0, interval: float = 0.01, what: str = "the condition"):
+def wait_until(
+    condition, timeout: float = 30.0, interval: float = 0.01, what: str = "the condition"
+):
     """Poll ``condition()`` until it returns something true (returned), failing after
     ``timeout`` seconds: a test waits for the event it means, never a fixed sleep."""
     import time

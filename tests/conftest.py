@@ -1,4 +1,5 @@
 """Shared fixtures: every recorder test starts from an empty, enabled recorder."""
+
 from __future__ import annotations
 
 import pytest

@@ -3,6 +3,7 @@ each unit of ``csrc/`` (``hs_x.c`` with its header ``hs_x.h``) depends only on t
 it in ``LAYERS``: through an ``#include``, a call of a function or a use of a global another
 unit defines. Nothing below calls a plug-in by name (they install themselves through hooks),
 and the graph has no loop."""
+
 from __future__ import annotations
 
 import re
@@ -38,8 +39,10 @@ def strip_comments(text: str) -> str:
 
 def strip_strings(text: str) -> str:
     """String literals emptied (no names in them); #include lines kept whole."""
-    return "\n".join(line if line.lstrip().startswith("#") else re.sub(r'"(?:[^"\\]|\\.)*"', '""', line)
-                     for line in text.split("\n"))
+    return "\n".join(
+        line if line.lstrip().startswith("#") else re.sub(r'"(?:[^"\\]|\\.)*"', '""', line)
+        for line in text.split("\n")
+    )
 
 
 def units() -> dict[str, list[Path]]:
@@ -50,14 +53,23 @@ def units() -> dict[str, list[Path]]:
 
 
 UNITS = units()
-SOURCES = {path: strip_strings(strip_comments(path.read_text())) for paths in UNITS.values() for path in paths}
+SOURCES = {
+    path: strip_strings(strip_comments(path.read_text()))
+    for paths in UNITS.values()
+    for path in paths
+}
 
 # A function defined at the top level (in a .c, or static inline in a header), or a global
 # defined in a .c: `type name(args) {`, `type name = ...;`, `type name[...]...;`, `type name;`.
-FUNCTION_DEF = re.compile(r"^[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*\([^;{}]*\)\s*(?:__attribute__\(\([^;{}]*\)\)\s*)?\{",
-                          re.MULTILINE)
-GLOBAL_DEF = re.compile(r"^(?!static\b|extern\b|typedef\b|return\b)[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*(?:\[[^\]]*\]\s*)*"
-                        r"(?:__attribute__\(\([^;]*\)\)\s*)?(?:=|;)", re.MULTILINE)
+FUNCTION_DEF = re.compile(
+    r"^[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*\([^;{}]*\)\s*(?:__attribute__\(\([^;{}]*\)\)\s*)?\{",
+    re.MULTILINE,
+)
+GLOBAL_DEF = re.compile(
+    r"^(?!static\b|extern\b|typedef\b|return\b)[A-Za-z_][\w \t\*]*?\b(hs_\w+)\s*(?:\[[^\]]*\]\s*)*"
+    r"(?:__attribute__\(\([^;]*\)\)\s*)?(?:=|;)",
+    re.MULTILINE,
+)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:\./)?(hs_\w+)\.h"', re.MULTILINE)
 NAME = re.compile(r"\bhs_\w+\b")
 
@@ -69,7 +81,7 @@ def definitions() -> dict[str, str]:
         for path in paths:
             text = SOURCES[path]
             for match in FUNCTION_DEF.finditer(text):
-                line = text[match.start():text.index("(", match.start())]
+                line = text[match.start() : text.index("(", match.start())]
                 if path.suffix == ".c" and re.match(r"\s*static\b", line):
                     continue  # private to its file
                 owner[match.group(1)] = unit
@@ -92,7 +104,9 @@ def edges() -> dict[str, dict[str, str]]:
                 for match in INCLUDE.finditer(line):
                     target = match.group(1)
                     if target != unit:
-                        graph[unit].setdefault(target, f"{path.name}:{lineno} #include \"{target}.h\"")
+                        graph[unit].setdefault(
+                            target, f'{path.name}:{lineno} #include "{target}.h"'
+                        )
                 for match in NAME.finditer(line):
                     target = DEFINED.get(match.group(0))
                     if target is not None and target != unit:
@@ -111,8 +125,14 @@ def test_the_reader_sees_the_core():
 
 
 def test_every_unit_has_a_layer_and_a_header():
-    assert not set(UNITS) - set(RANK), f"units with no place in LAYERS: {sorted(set(UNITS) - set(RANK))}"
-    lonely = [unit for unit, paths in UNITS.items() if unit != "hs_module" and not any(p.suffix == ".h" for p in paths)]
+    assert not set(UNITS) - set(RANK), (
+        f"units with no place in LAYERS: {sorted(set(UNITS) - set(RANK))}"
+    )
+    lonely = [
+        unit
+        for unit, paths in UNITS.items()
+        if unit != "hs_module" and not any(p.suffix == ".h" for p in paths)
+    ]
     assert not lonely, f"units with no header of their own: {lonely}"
 
 
@@ -121,9 +141,18 @@ def test_no_unit_depends_on_a_unit_above_or_beside_it():
     for unit, targets in GRAPH.items():
         for target, why in targets.items():
             if target in RANK and RANK[target] >= RANK.get(unit, -1):
-                kind = "a plug-in, by name" if target in PLUG_INS else "up" if RANK[target] > RANK[unit] else "beside"
+                kind = (
+                    "a plug-in, by name"
+                    if target in PLUG_INS
+                    else "up"
+                    if RANK[target] > RANK[unit]
+                    else "beside"
+                )
                 found.append(f"{why}: {unit} -> {target} ({kind})")
-    assert not found, "dependencies against the layers (use a hook, or move the code down):\n" + "\n".join(sorted(found))
+    assert not found, (
+        "dependencies against the layers (use a hook, or move the code down):\n"
+        + "\n".join(sorted(found))
+    )
 
 
 def test_the_dependency_graph_has_no_loop():
@@ -136,7 +165,7 @@ def test_the_dependency_graph_has_no_loop():
         path.append(node)
         for target in GRAPH.get(node, {}):
             if state.get(target) == 1:
-                loops.append(" -> ".join(path[path.index(target):] + [target]))
+                loops.append(" -> ".join(path[path.index(target) :] + [target]))
             elif target not in state:
                 visit(target)
         path.pop()

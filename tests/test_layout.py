@@ -2,6 +2,7 @@
 module's private (``_underscore``) names, and the import graph has no cycle (every static
 import counted, those inside functions too; ``if TYPE_CHECKING:`` blocks, which never run,
 are not)."""
+
 from __future__ import annotations
 
 import ast
@@ -21,8 +22,9 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 # Compiled modules (no .py): importable as modules, never cycles (they import no Python of ours).
 # Compiled modules: the core (a .pyi stub beside it) and the Cython codecs (their .pyx).
-NATIVE = {module_name(p.with_name(p.name.split(".")[0] + ".py")) for p in PACKAGE.rglob("*.pyi")} | {
-    module_name(p.with_suffix(".py")) for p in PACKAGE.rglob("*.pyx")}
+NATIVE = {
+    module_name(p.with_name(p.name.split(".")[0] + ".py")) for p in PACKAGE.rglob("*.pyi")
+} | {module_name(p.with_suffix(".py")) for p in PACKAGE.rglob("*.pyx")}
 PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
 
 
@@ -47,7 +49,8 @@ def resolve(importer: str, level: int, module: str | None) -> str:
 
 def is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imports(name: str) -> list[tuple[int, str, str | None]]:
@@ -103,8 +106,13 @@ def test_no_module_imports_another_modules_private_names():
                 continue  # the compiled core's underscored functions: its interface to our Python
             if target == name:
                 continue
-            found.append(f"{MODULES[name].relative_to(SRC)}:{line}: from {target} import {imported}")
-    assert not found, "private names imported across modules (make them public or move them):\n" + "\n".join(found)
+            found.append(
+                f"{MODULES[name].relative_to(SRC)}:{line}: from {target} import {imported}"
+            )
+    assert not found, (
+        "private names imported across modules (make them public or move them):\n"
+        + "\n".join(found)
+    )
 
 
 def test_the_import_graph_has_no_cycle():

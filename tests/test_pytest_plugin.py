@@ -1,6 +1,7 @@
 """``pytest --hotspan`` (hotspan.pytest_plugin) on small pytest projects run by ``pytester``,
 in a fresh interpreter each (the plugin loads through its ``pytest11`` entry point there),
 with and without pytest-benchmark; and ``hotspan compare`` on the JSON they save."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ import hotspan.cli.commands  # noqa: E402,F401
 
 pytest_plugins = ["pytester"]
 
-PROJECT = '''
+PROJECT = """
 import sys
 
 import pytest
@@ -71,7 +72,7 @@ def test_fails():
         pass
     assert False, "on purpose"
 
-'''
+"""
 
 
 def _parts(session: Path) -> dict[str, tuple[dict, list[str]]]:
@@ -99,7 +100,9 @@ def test_each_test_gets_a_part_named_by_its_node_id_without_pytest_benchmark(pyt
     pytester.makepyfile(test_project=PROJECT)
     runs = []
     for _ in range(2):
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "--hotspan=spans")
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-p", "no:benchmark", "--hotspan=spans"
+        )
         result.assert_outcomes(passed=4, failed=1)
         result.stdout.fnmatch_lines(["hotspan: 14 spans of 3 tests -> spans*"])
         runs.append(result)
@@ -108,8 +111,11 @@ def test_each_test_gets_a_part_named_by_its_node_id_without_pytest_benchmark(pyt
 
     for session in sessions:
         parts = _parts(session)
-        assert set(parts) == {"test_project.py::test_work", "test_project.py::test_drains_itself",
-                              "test_project.py::test_fails"}
+        assert set(parts) == {
+            "test_project.py::test_work",
+            "test_project.py::test_drains_itself",
+            "test_project.py::test_fails",
+        }
         meta, names = parts["test_project.py::test_work"]
         assert names == ["open"] + ["work"] * 10 + ["close"]  # setup, call and teardown, in order
         assert meta["outcome"] == "passed" and meta["test_dropped"] == 0
@@ -130,7 +136,7 @@ def test_a_directory_of_tests_is_not_taken_for_the_output(pytester):
     assert sorted(p.name for p in tests.iterdir()) == ["test_x.py"]
 
 
-BENCH_PROJECT = '''
+BENCH_PROJECT = """
 import os
 import time
 
@@ -162,23 +168,37 @@ def prepared():
 
 def test_step(prepared, benchmark):
     benchmark(step)
-'''
+"""
 
-BENCH_ARGS = ("-p", "no:cacheprovider", "--hotspan=spans", "--benchmark-min-rounds=15", "--benchmark-max-time=0.05",
-              "--benchmark-warmup=off", "--benchmark-disable-gc")
+BENCH_ARGS = (
+    "-p",
+    "no:cacheprovider",
+    "--hotspan=spans",
+    "--benchmark-min-rounds=15",
+    "--benchmark-max-time=0.05",
+    "--benchmark-warmup=off",
+    "--benchmark-disable-gc",
+)
 
 
 @pytest.mark.slow
-def test_benchmark_spans_land_in_the_saved_json_and_compare_names_the_slower_span(pytester, monkeypatch, capsys):
+def test_benchmark_spans_land_in_the_saved_json_and_compare_names_the_slower_span(
+    pytester, monkeypatch, capsys
+):
     from hotspan.cli import main
 
     pytester.makepyfile(test_bench=BENCH_PROJECT)
     monkeypatch.delenv("BENCH_SLOW", raising=False)
-    pytester.runpytest_subprocess(*BENCH_ARGS, "--benchmark-autosave", "--benchmark-storage=file://stored",
-                                  ).assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(
+        *BENCH_ARGS,
+        "--benchmark-autosave",
+        "--benchmark-storage=file://stored",
+    ).assert_outcomes(passed=1)
     (saved,) = (pytester.path / "stored").glob("*/0001_*.json")
     monkeypatch.setenv("BENCH_SLOW", "1")
-    pytester.runpytest_subprocess(*BENCH_ARGS, "--benchmark-json=new.json").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*BENCH_ARGS, "--benchmark-json=new.json").assert_outcomes(
+        passed=1
+    )
 
     for path in (saved, pytester.path / "new.json"):
         (bench,) = json.loads(path.read_text())["benchmarks"]

@@ -10,7 +10,10 @@ Python as Arrow tables.
 and reports load on first use (the first ``drain()``, ``export``, ``load``, ``stats``...),
 so a program that only records, on every rank of a job, pays nothing for them.
 """
+
 from __future__ import annotations
+
+from typing import Any
 
 from ._version import __version__  # noqa: E402
 
@@ -58,7 +61,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'hotspan' has no attribute {name!r}")
@@ -79,7 +82,10 @@ def get_include() -> str:
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
-    for candidate in (here / "include", here.parents[1] / "csrc" / "include"):  # wheel, then source tree
+    for candidate in (
+        here / "include",
+        here.parents[1] / "csrc" / "include",
+    ):  # wheel, then source tree
         if (candidate / "hotspan.h").is_file():
             return str(candidate)
     raise FileNotFoundError("hotspan.h is not installed beside the hotspan package")

@@ -1,4 +1,5 @@
 """``python -m hotspan``: the same as the ``hotspan`` command."""
+
 import sys
 
 from hotspan.cli import main

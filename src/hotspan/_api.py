@@ -1,4 +1,5 @@
 """The Python side of the public API: policy around the C core in ``_native``."""
+
 from __future__ import annotations
 
 import _thread
@@ -49,8 +50,6 @@ def set_drain_hook(hub: Any) -> None:
 def drain_hook() -> Any:
     """What ``drain()`` is routed to now (``None``: the core)."""
     return _hub
-
-
 
 
 #: The flight file's name when none is given (configure(flight=True), HOTSPAN_FLIGHT=1).
@@ -140,31 +139,51 @@ def configure(
     if rank is not None and rank < 0:
         raise ValueError(f"configure(): rank must be >= 0 ({ranks}), not {rank}")
     if rank is not None and rank > RANK_MAX:
-        raise ValueError(f"configure(): rank must be at most {RANK_MAX} ({ranks}: the rank column is int32), "
-                         f"not {rank}")
+        raise ValueError(
+            f"configure(): rank must be at most {RANK_MAX} ({ranks}: the rank column is int32), "
+            f"not {rank}"
+        )
     if capacity is not None and capacity < 2:
-        raise ValueError(f"configure(): capacity must be at least 2 records ({capacities}), not {capacity}")
+        raise ValueError(
+            f"configure(): capacity must be at least 2 records ({capacities}), not {capacity}"
+        )
     if capacity is not None and capacity > CAPACITY_MAX:
-        raise ValueError(f"configure(): capacity must be at most {CAPACITY_MAX:,} records ({capacities}; 512 MiB "
-                         f"a block), not {capacity:,}")
+        raise ValueError(
+            f"configure(): capacity must be at most {CAPACITY_MAX:,} records ({capacities}; 512 MiB "
+            f"a block), not {capacity:,}"
+        )
     if memory_cap is not None and memory_cap < 1:
-        raise ValueError(f"configure(): memory_cap must be a positive number of bytes, not {memory_cap}")
+        raise ValueError(
+            f"configure(): memory_cap must be a positive number of bytes, not {memory_cap}"
+        )
     interval_us = -1
     if drain_interval is not None:
         if isinstance(drain_interval, bool) or not isinstance(drain_interval, (int, float)):
-            raise TypeError(f"configure(): drain_interval must be a number of seconds, not {type(drain_interval).__name__}")
+            raise TypeError(
+                f"configure(): drain_interval must be a number of seconds, not {type(drain_interval).__name__}"
+            )
         if not 0 < drain_interval <= 60:
-            raise ValueError(f"configure(): drain_interval must be in (0, 60] seconds, not {drain_interval}")
+            raise ValueError(
+                f"configure(): drain_interval must be in (0, 60] seconds, not {drain_interval}"
+            )
         interval_us = max(1, int(drain_interval * 1e6))
     if sync is not ...:
         if sync is not None and not callable(sync):
-            raise TypeError(f"configure(): sync must be a callable or None, not {type(sync).__name__}")
+            raise TypeError(
+                f"configure(): sync must be a callable or None, not {type(sync).__name__}"
+            )
     if rank is not None:
         _configured_rank = rank
     if drain_thread is not None and not isinstance(drain_thread, bool):
-        raise TypeError(f"configure(): drain_thread must be a bool, not {type(drain_thread).__name__}")
-    if flight is not None and flight is not False and flight is not True \
-            and not isinstance(flight, (str, os.PathLike)):
+        raise TypeError(
+            f"configure(): drain_thread must be a bool, not {type(drain_thread).__name__}"
+        )
+    if (
+        flight is not None
+        and flight is not False
+        and flight is not True
+        and not isinstance(flight, (str, os.PathLike))
+    ):
         raise TypeError(f"configure(): flight must be a path or True, not {type(flight).__name__}")
     if nvtx is not None and not isinstance(nvtx, bool):
         raise TypeError(f"configure(): nvtx must be a bool, not {type(nvtx).__name__}")
@@ -180,8 +199,11 @@ def configure(
     )
     # After the sizes: the file holds memory_cap of blocks of `capacity` records.
     if flight is not None and flight is not False:
-        _native._flight_open(flight_path(None if flight is True else os.fspath(flight)), globals()["rank"](),
-                             __version__)
+        _native._flight_open(
+            flight_path(None if flight is True else os.fspath(flight)),
+            globals()["rank"](),
+            __version__,
+        )
     elif rank is not None:
         _native._flight_set_rank(rank)
 
@@ -221,8 +243,15 @@ def core_table() -> "pa.Table":
     r = rank()
     raw = _native._drain(r)
     clock = _native._clock_info()
-    meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__,
-                    id_base=raw["id_base"], tasks=_native._tasks_seen())
+    meta = metadata(
+        rank=r,
+        pid=os.getpid(),
+        clock=clock,
+        all_threads=raw["all_threads"],
+        version=__version__,
+        id_base=raw["id_base"],
+        tasks=_native._tasks_seen(),
+    )
     table = table_from_raw(raw, meta=meta)
     if _native._cuda_used():  # a device span was entered: its completed pairs are rows
         from .devices import cuda
@@ -310,17 +339,30 @@ def _wrap_async_generator(span_obj: Any, func: Callable[..., Any]) -> Callable[.
 
 
 if TYPE_CHECKING:
+
     @overload
     def traced(fn: F, /) -> F: ...
     @overload
     def traced(
-        fn: str | None = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None,
+        fn: str | None = None,
+        /,
+        category: str | None = None,
+        *,
+        name: str | None = None,
+        arg: int | None = None,
         sync: Any = None,
     ) -> Callable[[F], F]: ...
 
 
-def traced(fn: Any = None, /, category: str | None = None, *, name: str | None = None, arg: int | None = None,
-           sync: Any = None) -> Any:
+def traced(
+    fn: Any = None,
+    /,
+    category: str | None = None,
+    *,
+    name: str | None = None,
+    arg: int | None = None,
+    sync: Any = None,
+) -> Any:
     """Record every call of a function as a span.
 
     ``@traced`` names the span after the function's ``__qualname__``; ``@traced("name")``,
@@ -335,7 +377,8 @@ def traced(fn: Any = None, /, category: str | None = None, *, name: str | None =
         chosen = fn if isinstance(fn, str) else name
 
         def decorate(func: F) -> F:
-            return _decorate(func, chosen, category, arg, sync)
+            decorated: F = _decorate(func, chosen, category, arg, sync)
+            return decorated
 
         return decorate
     if not callable(fn):
@@ -356,7 +399,9 @@ def _wrap_sync(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _decorate(func: Any, name: str | None, category: str | None, arg: int | None, sync: Any = None) -> Any:
+def _decorate(
+    func: Any, name: str | None, category: str | None, arg: int | None, sync: Any = None
+) -> Any:
     if not callable(func):
         raise TypeError(f"traced(): expected a callable, not {type(func).__name__}")
     if name is None:
@@ -381,7 +426,9 @@ def _decorate_with(span_obj: Any, func: Any) -> Any:
     """``@hotspan.span(...)`` on a function (called by the C type)."""
     if getattr(span_obj, "device", None) is not None:
         return _decorate_device(span_obj, func)
-    return _decorate(func, span_obj.name, span_obj.category, span_obj.arg, getattr(span_obj, "sync", None))
+    return _decorate(
+        func, span_obj.name, span_obj.category, span_obj.arg, getattr(span_obj, "sync", None)
+    )
 
 
 def _decorate_device(span_obj: Any, func: Any) -> Any:
@@ -411,8 +458,11 @@ def _check_hotspan_env() -> None:
         return
     import sys
 
-    print(f"hotspan: HOTSPAN={value!r} is not understood (use {'/'.join(HOTSPAN_OFF)} to turn recording off, "
-          f"{'/'.join(HOTSPAN_ON)} for on); recording is on", file=sys.stderr)
+    print(
+        f"hotspan: HOTSPAN={value!r} is not understood (use {'/'.join(HOTSPAN_OFF)} to turn recording off, "
+        f"{'/'.join(HOTSPAN_ON)} for on); recording is on",
+        file=sys.stderr,
+    )
 
 
 def _thread_name() -> str:

@@ -3,6 +3,7 @@
 See DESIGN.md ("The span table"). Dictionary-encoded string columns are allowed by the
 contract; ``drain()`` produces them because names repeat millions of times.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,9 @@ META_PYTHON = b"hotspan.python"
 META_CLOCK = b"hotspan.clock"  # JSON: source, ticks_per_ns, anchor
 META_START = b"hotspan.start_ns"  # epoch ns when recording started in this process
 META_ARGV = b"hotspan.argv"  # JSON list
-META_DROPPED = b"hotspan.dropped"  # JSON: {"total": n, "threads": {thread_id: n}, "names", "memory_cap": n}
+META_DROPPED = (
+    b"hotspan.dropped"  # JSON: {"total": n, "threads": {thread_id: n}, "names", "memory_cap": n}
+)
 META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
 #: "1" when spans ran in asyncio tasks (copied contexts): trees may overlap on a thread, and
@@ -90,7 +93,7 @@ def meta_int(meta: dict[bytes, bytes] | None, key: bytes) -> int | None:
         return None
 
 
-def meta_dict(meta: dict[bytes, bytes] | None, key: bytes) -> dict | None:
+def meta_dict(meta: dict[bytes, bytes] | None, key: bytes) -> dict[str, Any] | None:
     """The JSON object stored under ``key``, or None when absent or not an object."""
     value = meta_json(meta, key)
     return value if isinstance(value, dict) else None
@@ -102,14 +105,27 @@ def meta_dict(meta: dict[bytes, bytes] | None, key: bytes) -> dict | None:
 #: ``arg`` become pandas' nullable ``UInt64``/``Int64`` instead of float64, so ids above
 #: 2**53 (any rank >= 32) and payloads stay exact and merges on ids match the right rows.
 META_PANDAS = b"pandas"
-_PANDAS_DTYPES = json.dumps({
-    "index_columns": [], "column_indexes": [],
-    "columns": [
-        {"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": dtype, "metadata": None}
-        for name, pandas_type, dtype in (("parent_id", "uint64", "UInt64"), ("arg", "int64", "Int64"))
-    ],
-    "creator": {"library": "hotspan"}, "pandas_version": "2.0.0",
-}).encode()
+_PANDAS_DTYPES = json.dumps(
+    {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": [
+            {
+                "name": name,
+                "field_name": name,
+                "pandas_type": pandas_type,
+                "numpy_type": dtype,
+                "metadata": None,
+            }
+            for name, pandas_type, dtype in (
+                ("parent_id", "uint64", "UInt64"),
+                ("arg", "int64", "Int64"),
+            )
+        ],
+        "creator": {"library": "hotspan"},
+        "pandas_version": "2.0.0",
+    }
+).encode()
 
 
 def with_pandas_dtypes(meta: dict[bytes, bytes] | None) -> dict[bytes, bytes]:

@@ -4,6 +4,7 @@ The C side has already done the per-row work (ids, parents, tick conversion, dic
 indices); here every column is wrapped without a copy (``pa.py_buffer`` over the native
 memory) and only the small dictionaries are built from Python lists.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,13 @@ from ._schema import (
 )
 
 
-def _fixed(raw: dict[str, Any], key: str, typ: pa.DataType, n: int, valid: str | None = None) -> pa.Array:
+def _fixed(
+    raw: dict[str, Any], key: str, typ: pa.DataType, n: int, valid: str | None = None
+) -> pa.Array:
     validity = pa.py_buffer(raw[valid]) if valid is not None else None
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(raw[key])], null_count=-1 if valid else 0)
+    return pa.Array.from_buffers(
+        typ, n, [validity, pa.py_buffer(raw[key])], null_count=-1 if valid else 0
+    )
 
 
 def _strings(raw: dict[str, Any], prefix: str) -> pa.Array:
@@ -54,10 +59,14 @@ def _string_array(values: list[str]) -> pa.Array:
     encoded = [v.encode("utf-8", "surrogatepass") for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+    return pa.StringArray.from_buffers(
+        len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+    )
 
 
-def _dictionary(raw: dict[str, Any], key: str, values: pa.Array, n: int, valid: str | None = None) -> pa.DictionaryArray:
+def _dictionary(
+    raw: dict[str, Any], key: str, values: pa.Array, n: int, valid: str | None = None
+) -> pa.DictionaryArray:
     indices = _fixed(raw, key, pa.int32(), n, valid)
     # safe=False: the C side wrote every index from the same dictionary it returned.
     return pa.DictionaryArray.from_arrays(indices, values, safe=False)
@@ -83,10 +92,13 @@ def metadata(
         META_START: str(clock.get("anchor_real_ns", 0)).encode(),
         META_ARGV: json.dumps(list(sys.argv)).encode(),
         META_DROPPED: json.dumps(
-            {"total": sum(c for _t, _n, c, _m in all_threads), "threads": dropped_threads,
-             "names": {str(tid): name for tid, name, c, _m in all_threads if c},
-             # of the total, those dropped because the memory cap was reached
-             "memory_cap": sum(m for _t, _n, _c, m in all_threads)}
+            {
+                "total": sum(c for _t, _n, c, _m in all_threads),
+                "threads": dropped_threads,
+                "names": {str(tid): name for tid, name, c, _m in all_threads if c},
+                # of the total, those dropped because the memory cap was reached
+                "memory_cap": sum(m for _t, _n, _c, m in all_threads),
+            }
         ).encode(),
         META_RANK: str(rank).encode(),
         META_PID: str(pid).encode(),
@@ -111,7 +123,12 @@ def environment(version: str) -> dict[str, Any]:
     # drain_period_us is left out: it adapts to the load while recording, so it would make
     # every run look different.
     config = {key: pending[key] for key in ("capacity", "memory_cap", "drain_thread")}
-    env = {"host": socket.gethostname(), "python": platform.python_version(), "hotspan": version, "config": config}
+    env = {
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "hotspan": version,
+        "config": config,
+    }
     env["digest"] = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
     return env
 

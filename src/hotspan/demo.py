@@ -1,5 +1,6 @@
 """The built-in workload behind ``hotspan demo``: a few threads running training-like
 steps (nested compute blocks, a communication block with a byte count, data loading)."""
+
 from __future__ import annotations
 
 import threading
@@ -46,7 +47,8 @@ def run(threads: int = 4, steps: int = 50, size: int = 96) -> None:
     """Run the workload on `threads` threads; spans go to the recorder as usual."""
     barrier = threading.Barrier(threads)
     workers = [
-        threading.Thread(target=_worker, args=(k, steps, size, barrier), name=f"worker-{k}") for k in range(threads)
+        threading.Thread(target=_worker, args=(k, steps, size, barrier), name=f"worker-{k}")
+        for k in range(threads)
     ]
     with hotspan.span("demo", "run"):
         for w in workers:

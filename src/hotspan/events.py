@@ -17,6 +17,7 @@ queue, overflow counted) and a handler that raises is reported once, as ERROR on
 
 Pure Python: importing this module loads neither pyarrow nor numpy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -129,17 +130,37 @@ def _describe(event: Event) -> tuple[int, str, BaseException | None]:
         return (logging.WARNING, f"{event.count:,} spans of thread {event.thread_name!r} dropped: the recorder's "
                 "memory cap was reached before they were drained (configure(memory_cap=), or drain more often)", None)
     if isinstance(event, SpansDropped):
-        return (logging.WARNING, f"{event.consumer} fell behind: {event.count:,} spans of thread "
-                f"{event.thread_name!r} dropped", None)
+        return (
+            logging.WARNING,
+            f"{event.consumer} fell behind: {event.count:,} spans of thread "
+            f"{event.thread_name!r} dropped",
+            None,
+        )
     if isinstance(event, FlushFailed):
-        return logging.ERROR, f"could not write spans to {event.dest}: {event.error!r} (recording goes on)", event.error
+        return (
+            logging.ERROR,
+            f"could not write spans to {event.dest}: {event.error!r} (recording goes on)",
+            event.error,
+        )
     if isinstance(event, CollectorLost):
-        return logging.ERROR, f"lost the collector at {event.url}: {event.error!r} (spans wait in the buffer)", event.error
+        return (
+            logging.ERROR,
+            f"lost the collector at {event.url}: {event.error!r} (spans wait in the buffer)",
+            event.error,
+        )
     if isinstance(event, CollectorRestored):
-        return logging.INFO, f"the collector at {event.url} is back after {event.seconds_lost:.1f} s", None
+        return (
+            logging.INFO,
+            f"the collector at {event.url} is back after {event.seconds_lost:.1f} s",
+            None,
+        )
     if isinstance(event, CallbackFailed):
-        return (logging.ERROR, f"callback {event.callback} raised {event.error!r} (reported once; "
-                "it keeps being called)", event.error)
+        return (
+            logging.ERROR,
+            f"callback {event.callback} raised {event.error!r} (reported once; "
+            "it keeps being called)",
+            event.error,
+        )
     return logging.INFO, repr(event), None
 
 
@@ -171,8 +192,14 @@ class CallbackRunner(Generic[T]):
     there is nothing; the runner stops once ``close()`` was called and ``source`` is empty.
     """
 
-    def __init__(self, fn: Callable[[T], Any], *, name: str, maxlen: int = HANDLER_QUEUE,
-                 source: Callable[[float], list[T]] | None = None):
+    def __init__(
+        self,
+        fn: Callable[[T], Any],
+        *,
+        name: str,
+        maxlen: int = HANDLER_QUEUE,
+        source: Callable[[float], list[T]] | None = None,
+    ):
         self.fn = fn
         self.name = name
         self.calls = 0
@@ -298,7 +325,11 @@ def emit(event: Event) -> None:
         level, message, error = _describe(event)
         # A traceback for errors (a callback's bug, a failed write), not for warnings that
         # say all there is in one line (a collector lost, and retried): stderr stays readable.
-        exc_info = (type(error), error, error.__traceback__) if error is not None and level >= logging.ERROR else None
+        exc_info = (
+            (type(error), error, error.__traceback__)
+            if error is not None and level >= logging.ERROR
+            else None
+        )
         logger.log(level, message, exc_info=exc_info)
     except Exception:  # noqa: BLE001 - a broken logging setup must not break recording
         pass

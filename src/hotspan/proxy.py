@@ -11,6 +11,7 @@ Works on methods written in C (``sqlite3.Connection``, ``socket.socket``) and on
 Attribute reads, writes and properties reach the object unchanged; so do ``with``,
 ``async with``, iteration, ``len`` and indexing (those are not recorded).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -23,14 +24,23 @@ from ._api import traced
 
 __all__ = ["ObjectProxy", "wrap"]
 
-SizeFn = Callable[[tuple, dict, Any], "int | None"]
+SizeFn = Callable[[tuple[Any, ...], dict[str, Any], Any], "int | None"]
 
 # Special methods looked up on the type (so __getattr__ never sees them), forwarded when the
 # wrapped object's type has them. A result that is the object itself (``with conn as c``,
 # ``iter(cursor)``) comes back as the proxy, so the calls made through it are still recorded.
 _FORWARDED = (
-    "__enter__", "__exit__", "__iter__", "__next__", "__len__", "__getitem__", "__setitem__",
-    "__delitem__", "__contains__", "__call__", "__bool__",
+    "__enter__",
+    "__exit__",
+    "__iter__",
+    "__next__",
+    "__len__",
+    "__getitem__",
+    "__setitem__",
+    "__delitem__",
+    "__contains__",
+    "__call__",
+    "__bool__",
 )
 _FORWARDED_ASYNC = ("__aenter__", "__aexit__", "__anext__")
 
@@ -96,7 +106,7 @@ def _sized(bound: Any, span_name: str, category: str | None, size: SizeFn) -> An
     set_arg = _native._set_arg
     span = _native.span(span_name, category)
 
-    def measured(args: tuple, kwargs: dict, result: Any) -> None:
+    def measured(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         try:
             n = size(args, kwargs, result)
         except Exception:  # noqa: BLE001 - a broken size function must not break the call
@@ -105,6 +115,7 @@ def _sized(bound: Any, span_name: str, category: str | None, size: SizeFn) -> An
             set_arg(int(n))
 
     if inspect.iscoroutinefunction(bound):
+
         async def call_async(*args: Any, **kwargs: Any) -> Any:
             with span:
                 result = await bound(*args, **kwargs)
@@ -165,8 +176,12 @@ def _forward_async(dunder: str) -> Callable[..., Any]:
     return method
 
 
-def wrap(obj: Any, category: str | None = "db", size: SizeFn | None = None,
-         methods: Iterable[str] | None = None) -> Any:
+def wrap(
+    obj: Any,
+    category: str | None = "db",
+    size: SizeFn | None = None,
+    methods: Iterable[str] | None = None,
+) -> Any:
     """A proxy of ``obj`` recording one span per method call, named ``ClassName.method``.
 
     ``category``: the spans' category. ``size(args, kwargs, result)``: the span's ``arg``
@@ -178,7 +193,9 @@ def wrap(obj: Any, category: str | None = "db", size: SizeFn | None = None,
     if category is not None and not isinstance(category, str):
         raise TypeError(f"wrap(): category must be a str or None, not {type(category).__name__}")
     if size is not None and not callable(size):
-        raise TypeError(f"wrap(): size must be callable(args, kwargs, result), not {type(size).__name__}")
+        raise TypeError(
+            f"wrap(): size must be callable(args, kwargs, result), not {type(size).__name__}"
+        )
     chosen: frozenset[str] | None = None
     if methods is not None:
         if isinstance(methods, str):
@@ -191,7 +208,7 @@ def wrap(obj: Any, category: str | None = "db", size: SizeFn | None = None,
                 raise AttributeError(f"wrap(): {type(obj).__name__} has no method {name!r}")
     if isinstance(obj, ObjectProxy):
         obj = target(obj)
-    proxy = object.__new__(_proxy_type(type(obj)))
+    proxy: ObjectProxy = object.__new__(_proxy_type(type(obj)))
     object.__setattr__(proxy, "_hs_target", obj)
     object.__setattr__(proxy, "_hs_class", type(obj).__name__)
     object.__setattr__(proxy, "_hs_category", category)

@@ -25,6 +25,7 @@ The plugin reads spans through a cursor of its own (``recording.hub``): a test c
 recorder could not keep (the memory cap reached between two drains) are counted per test
 and reported, never silently missing.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,10 +51,17 @@ _PLUGIN_NAME = "hotspan-recorder"
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hotspan", "hotspan: spans recorded per test")
     group.addoption(
-        "--hotspan", action="store", nargs="?", const=DEFAULT_DIR, default=None, metavar="DIR", dest="hotspan",
+        "--hotspan",
+        action="store",
+        nargs="?",
+        const=DEFAULT_DIR,
+        default=None,
+        metavar="DIR",
+        dest="hotspan",
         help=f"write the spans each test records to DIR/<session>/ (default DIR: {DEFAULT_DIR}), one dataset part "
-             "per test; with pytest-benchmark, summarise each benchmark's spans into its extra_info. Write "
-             "--hotspan=DIR (with '='), or put --hotspan after the test paths: it takes the next word as DIR.")
+        "per test; with pytest-benchmark, summarise each benchmark's spans into its extra_info. Write "
+        "--hotspan=DIR (with '='), or put --hotspan after the test paths: it takes the next word as DIR.",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,15 +77,24 @@ def _refuse_swallowed_path(config: pytest.Config, root: str) -> None:
     given as a separate word that is a file or a directory of tests, rather than write spans
     into the test tree and run other tests than the ones meant."""
     args = list(config.invocation_params.args)
-    separate = any(a == "--hotspan" and i + 1 < len(args) and args[i + 1] == root for i, a in enumerate(args))
+    separate = any(
+        a == "--hotspan" and i + 1 < len(args) and args[i + 1] == root for i, a in enumerate(args)
+    )
     if not separate:
         return
     path = Path(root)
-    if path.is_file() or (path.is_dir() and (any(path.glob("test_*.py")) or any(path.glob("*_test.py"))
-                                             or (path / "conftest.py").exists())):
+    if path.is_file() or (
+        path.is_dir()
+        and (
+            any(path.glob("test_*.py"))
+            or any(path.glob("*_test.py"))
+            or (path / "conftest.py").exists()
+        )
+    ):
         raise pytest.UsageError(
             f"--hotspan took {root!r} as its directory, which holds tests: write --hotspan={DEFAULT_DIR} (or "
-            f"--hotspan=DIR) before the test paths, or put --hotspan after them")
+            f"--hotspan=DIR) before the test paths, or put --hotspan after them"
+        )
 
 
 def _session_dir(root: Path) -> Path:
@@ -103,7 +120,9 @@ class _Recorder:
         try:
             self.directory = _session_dir(root)
         except OSError as exc:
-            raise pytest.UsageError(f"--hotspan={root}: cannot make a session directory: {exc}") from None
+            raise pytest.UsageError(
+                f"--hotspan={root}: cannot make a session directory: {exc}"
+            ) from None
         self._hub = hub
         self.reader = hub.attach("pytest --hotspan")
         self.token: str | None = None
@@ -156,7 +175,9 @@ class _Recorder:
             try:
                 benchmark.extra_info[EXTRA_INFO_KEY] = summary(call, dropped=self._dropped_now())
             except Exception as exc:  # noqa: BLE001 - never fail a test over its spans
-                self._error(f"{item.nodeid}: could not summarise the spans: {type(exc).__name__}: {exc}")
+                self._error(
+                    f"{item.nodeid}: could not summarise the spans: {type(exc).__name__}: {exc}"
+                )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
@@ -176,18 +197,25 @@ class _Recorder:
         try:
             self._write(tables, nodeid, dropped)
         except Exception as exc:  # noqa: BLE001 - never fail the run over its spans
-            self._error(f"{nodeid}: could not write its spans to {self.directory}: {type(exc).__name__}: {exc}")
+            self._error(
+                f"{nodeid}: could not write its spans to {self.directory}: {type(exc).__name__}: {exc}"
+            )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         write = terminalreporter.write_line
         if self.parts:
-            write(f"hotspan: {self.spans:,} spans of {self.parts} tests -> {self.directory}  "
-                  f"(hotspan stats {self.directory})")
+            write(
+                f"hotspan: {self.spans:,} spans of {self.parts} tests -> {self.directory}  "
+                f"(hotspan stats {self.directory})"
+            )
         else:
             write(f"hotspan: no test recorded a span (nothing written to {self.directory})")
         if self.dropped:
-            write(f"hotspan: {self.dropped:,} spans lost (the recorder's memory cap was reached between two "
-                  f"drains; see hotspan.configure(memory_cap=))", yellow=True)
+            write(
+                f"hotspan: {self.dropped:,} spans lost (the recorder's memory cap was reached between two "
+                f"drains; see hotspan.configure(memory_cap=))",
+                yellow=True,
+            )
         for message in self.errors:
             write(f"hotspan: {message}", red=True)
 
@@ -211,13 +239,25 @@ class _Recorder:
         from ._api import rank as current_rank
         from .formats.dataset import new_token, write_part
 
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(
-            [t.replace_schema_metadata(tables[-1].schema.metadata) for t in tables]).unify_dictionaries()
+        table = (
+            tables[0]
+            if len(tables) == 1
+            else pa.concat_tables(
+                [t.replace_schema_metadata(tables[-1].schema.metadata) for t in tables]
+            ).unify_dictionaries()
+        )
         if self.token is None:
             self.token = new_token()
         rank = table.column("rank")[0].as_py() if table.num_rows else current_rank()
-        write_part(table, self.directory, rank=rank, pid=os.getpid(), seq=self.seq, token=self.token,
-                   part_meta={PART_TEST_KEY: nodeid, "outcome": self._outcome, "test_dropped": dropped})
+        write_part(
+            table,
+            self.directory,
+            rank=rank,
+            pid=os.getpid(),
+            seq=self.seq,
+            token=self.token,
+            part_meta={PART_TEST_KEY: nodeid, "outcome": self._outcome, "test_dropped": dropped},
+        )
         self.seq += 1
         self.parts += 1
         self.spans += table.num_rows
@@ -246,8 +286,14 @@ def summary(table: pa.Table, *, dropped: int = 0) -> dict[str, Any]:
 
     rows = []
     for row in stats(table, by=("category", "name")).to_pylist():
-        rows.append({
-            "category": row["category"], "name": row["name"], "count": row["count"],
-            "p50_ns": row["p50_ns"], "p99_ns": row["p99_ns"], "total_ns": row["total_ns"],
-        })
+        rows.append(
+            {
+                "category": row["category"],
+                "name": row["name"],
+                "count": row["count"],
+                "p50_ns": row["p50_ns"],
+                "p99_ns": row["p99_ns"],
+                "total_ns": row["total_ns"],
+            }
+        )
     return {"spans": rows, "dropped": int(dropped)}

@@ -9,6 +9,7 @@ window between its start and that call, so the thread is started with the signal
 meanwhile stays pending and goes to the caller. The C core's threads do the same
 (hs_thread_create_quiet).
 """
+
 from __future__ import annotations
 
 import signal
@@ -18,9 +19,21 @@ import threading
 __all__ = ["ASYNC_SIGNALS", "lower_this_thread", "start_quiet"]
 
 #: Signals a process receives from outside (kill, a pool's terminate(), a terminal).
-ASYNC_SIGNALS = tuple(getattr(signal, name) for name in (
-    "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGWINCH")
-    if hasattr(signal, name))
+ASYNC_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in (
+        "SIGTERM",
+        "SIGINT",
+        "SIGHUP",
+        "SIGQUIT",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGALRM",
+        "SIGCHLD",
+        "SIGWINCH",
+    )
+    if hasattr(signal, name)
+)
 
 
 def start_quiet(thread: threading.Thread) -> threading.Thread:
@@ -45,7 +58,12 @@ def lower_this_thread(nice: int) -> bool:
     import os
 
     native_id = getattr(threading, "get_native_id", None)
-    if not nice or native_id is None or not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+    if (
+        not nice
+        or native_id is None
+        or not hasattr(os, "setpriority")
+        or not sys.platform.startswith("linux")
+    ):
         return False
     try:
         tid = native_id()

@@ -9,6 +9,7 @@ covers the device work its body started, not just the launch.
 Each imports its framework on its first call only, so ``import hotspan.sync`` costs
 nothing and a program that never calls ``cuda()`` never loads torch.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -22,7 +23,9 @@ _cuda_sync: Callable[[], None] | None = None
 
 
 def _missing(framework: str, package: str, err: ImportError) -> ImportError:
-    return ImportError(f"hotspan.sync.{framework}() needs {package}, which is not installed ({err})")
+    return ImportError(
+        f"hotspan.sync.{framework}() needs {package}, which is not installed ({err})"
+    )
 
 
 def mlx() -> None:
@@ -37,7 +40,9 @@ def mlx() -> None:
         try:
             import mlx.core as mx
         except ImportError as err:
-            raise _missing("mlx", "MLX (pip install 'mlx[cpu]' on Linux, mlx on macOS)", err) from err
+            raise _missing(
+                "mlx", "MLX (pip install 'mlx[cpu]' on Linux, mlx on macOS)", err
+            ) from err
         fn = mx.synchronize
         # hotspan.instrument("mlx") may have wrapped it: synchronise without recording a
         # second, nested "synchronize" span.
@@ -55,6 +60,8 @@ def cuda() -> None:
         except ImportError as err:
             raise _missing("cuda", "PyTorch (pip install torch)", err) from err
         if not torch.cuda.is_available():
-            raise RuntimeError("hotspan.sync.cuda(): CUDA is not available to torch (no GPU, or a CPU build of torch)")
+            raise RuntimeError(
+                "hotspan.sync.cuda(): CUDA is not available to torch (no GPU, or a CPU build of torch)"
+            )
         fn = _cuda_sync = torch.cuda.synchronize
     fn()

@@ -4,6 +4,7 @@ whose numbers both report (a test asserts on them, a benchmark prints them).
 
 Nothing here is imported by ``import hotspan``.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,13 @@ import textwrap
 
 from . import _native
 
-__all__ = ["FLAT_OUT_THREADS", "NoopContext", "run_flat_out_threads", "set_fake_clock", "set_real_clock"]
+__all__ = [
+    "FLAT_OUT_THREADS",
+    "NoopContext",
+    "run_flat_out_threads",
+    "set_fake_clock",
+    "set_real_clock",
+]
 
 #: A C context manager whose __enter__/__exit__ do nothing: the cost of a ``with`` statement
 #: on a C object, the floor the overhead benchmarks measure a span against.
@@ -68,10 +75,25 @@ FLAT_OUT_THREADS = textwrap.dedent(
 )
 
 
-def run_flat_out_threads(n_threads: int, per_thread: int, every_s: float, timeout: float = 600) -> dict:
-    """FLAT_OUT_THREADS in a fresh interpreter at the default settings: its JSON object."""
-    proc = subprocess.run([sys.executable, "-c", FLAT_OUT_THREADS, str(n_threads), str(per_thread), str(every_s)],
-                          capture_output=True, text=True, timeout=timeout)
+def run_flat_out_threads(
+    n_threads: int,
+    per_thread: int,
+    every_s: float,
+    timeout: float = 600,
+    python: list[str] | None = None,
+) -> dict:
+    """FLAT_OUT_THREADS in a fresh interpreter at the default settings: its JSON object.
+    ``python``: the command that starts that interpreter (default ``sys.executable``; the
+    tests pass theirs, which under arm64 emulation goes through qemu)."""
+    command = python or [sys.executable]
+    proc = subprocess.run(
+        [*command, "-c", FLAT_OUT_THREADS, str(n_threads), str(per_thread), str(every_s)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"the flat-out workload failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        raise RuntimeError(
+            f"the flat-out workload failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])

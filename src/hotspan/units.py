@@ -1,5 +1,6 @@
 """Numbers for people: the one formatter of durations, byte counts, counts and rates that
 the CLI, the live log and the reports share (so a figure reads the same everywhere)."""
+
 from __future__ import annotations
 
 import math
@@ -13,7 +14,7 @@ def _missing(value: object) -> bool:
 
 def human_ns(ns: float | None) -> str:
     """A duration for people: ``1.23 ms``, ``850 ns``; ``-`` for a missing value."""
-    if _missing(ns):
+    if ns is None or _missing(ns):
         return "-"
     sign = "-" if ns < 0 else ""
     ns = abs(ns)
@@ -46,7 +47,7 @@ def human_count(value: float | int | None) -> str:
 
 def human_rate(value: float | None, unit: str = "/s") -> str:
     """``2760.0`` -> ``2.76 k/s``; ``-`` when missing."""
-    if _missing(value):
+    if value is None or _missing(value):
         return "-"
     for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:

@@ -1,5 +1,6 @@
 """hotspan.compare: the rank test and bootstrap interval against plain references, and the
 verdicts on tables whose distributions are known."""
+
 from __future__ import annotations
 
 import math
@@ -20,9 +21,24 @@ def durations_table(groups: dict[str, list[int]]) -> pa.Table:
     rows, t, sid = [], 0, 1
     for name, durations in groups.items():
         for d in durations:
-            rows.append(dict(span_id=sid, parent_id=None, name=name, category="c", start_ns=t, end_ns=t + int(d),
-                             duration_ns=int(d), depth=0, thread_id=1, thread_name="main", pid=1, rank=0, arg=None,
-                             error=False))
+            rows.append(
+                dict(
+                    span_id=sid,
+                    parent_id=None,
+                    name=name,
+                    category="c",
+                    start_ns=t,
+                    end_ns=t + int(d),
+                    duration_ns=int(d),
+                    depth=0,
+                    thread_id=1,
+                    thread_name="main",
+                    pid=1,
+                    rank=0,
+                    arg=None,
+                    error=False,
+                )
+            )
             sid += 1
             t += int(d) + 10
     columns = {name: [r[name] for r in rows] for name in TRACE_SCHEMA.names}
@@ -36,7 +52,7 @@ def reference_mwu(x, y) -> float:
     u = sum(1.0 if b > a else 0.5 if b == a else 0.0 for a in x for b in y)
     n1, n2 = len(x), len(y)
     n = n1 + n2
-    ties = sum(t ** 3 - t for t in Counter(list(x) + list(y)).values())
+    ties = sum(t**3 - t for t in Counter(list(x) + list(y)).values())
     sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))))
     z = (abs(u - n1 * n2 / 2) - 0.5) / sigma
     return min(1.0, math.erfc(max(z, 0) / math.sqrt(2)))

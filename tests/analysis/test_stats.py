@@ -1,4 +1,5 @@
 """hotspan.stats and hotspan.phases, checked against plain-Python / numpy references."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,17 @@ from hotspan.analysis.statistics import STAT_COLUMNS, parent_rows
 
 def span_table(rows: list[dict]) -> pa.Table:
     """A span table (SPAN_SCHEMA, dictionary strings) from dicts; unspecified columns get defaults."""
-    defaults = dict(parent_id=None, category=None, depth=0, thread_id=1, thread_name="main", pid=100, rank=0,
-                    arg=None, error=False)
+    defaults = dict(
+        parent_id=None,
+        category=None,
+        depth=0,
+        thread_id=1,
+        thread_name="main",
+        pid=100,
+        rank=0,
+        arg=None,
+        error=False,
+    )
     full = []
     for r in rows:
         row = {**defaults, **r}
@@ -58,15 +68,34 @@ def random_tree_table(seed: int, n_roots: int = 40) -> pa.Table:
                 child_len = int(rng.integers(0, room + 1))
                 add(sid, path, t, child_len, depth + 1, thread, rank)
                 t += child_len
-        rows.append(dict(span_id=sid, parent_id=parent, name=name, category=path, start_ns=start,
-                         duration_ns=duration, depth=depth, thread_id=thread, thread_name=f"t{thread}",
-                         rank=rank, pid=1000 + rank,
-                         arg=int(rng.integers(0, 10_000)) if rng.random() < 0.3 else None,
-                         error=bool(rng.random() < 0.1)))
+        rows.append(
+            dict(
+                span_id=sid,
+                parent_id=parent,
+                name=name,
+                category=path,
+                start_ns=start,
+                duration_ns=duration,
+                depth=depth,
+                thread_id=thread,
+                thread_name=f"t{thread}",
+                rank=rank,
+                pid=1000 + rank,
+                arg=int(rng.integers(0, 10_000)) if rng.random() < 0.3 else None,
+                error=bool(rng.random() < 0.1),
+            )
+        )
 
     for i in range(n_roots):
-        add(None, None, 10_000 * i + int(rng.integers(0, 100)), int(rng.integers(1, 9000)), 0,
-            thread=int(rng.integers(1, 4)), rank=int(rng.integers(0, 2)))
+        add(
+            None,
+            None,
+            10_000 * i + int(rng.integers(0, 100)),
+            int(rng.integers(1, 9000)),
+            0,
+            thread=int(rng.integers(1, 4)),
+            rank=int(rng.integers(0, 2)),
+        )
     return span_table(rows)
 
 
@@ -89,13 +118,21 @@ def reference_stats(table: pa.Table, by) -> dict[tuple, dict]:
         total = int(durations.sum())
         arg_time = sum(m["duration_ns"] for m in with_arg)
         out[key] = {
-            "count": len(members), "total_ns": total, "self_ns": total - child_time[key],
-            "mean_ns": durations.mean(), "min_ns": int(durations.min()), "max_ns": int(durations.max()),
-            "p50_ns": np.percentile(durations, 50), "p90_ns": np.percentile(durations, 90),
-            "p99_ns": np.percentile(durations, 99), "busy": total / wall,
+            "count": len(members),
+            "total_ns": total,
+            "self_ns": total - child_time[key],
+            "mean_ns": durations.mean(),
+            "min_ns": int(durations.min()),
+            "max_ns": int(durations.max()),
+            "p50_ns": np.percentile(durations, 50),
+            "p90_ns": np.percentile(durations, 90),
+            "p99_ns": np.percentile(durations, 99),
+            "busy": total / wall,
             "errors": sum(m["error"] for m in members),
             "arg_sum": sum(m["arg"] for m in with_arg) if with_arg else None,
-            "arg_per_s": (sum(m["arg"] for m in with_arg) / (arg_time / 1e9)) if with_arg and arg_time else None,
+            "arg_per_s": (sum(m["arg"] for m in with_arg) / (arg_time / 1e9))
+            if with_arg and arg_time
+            else None,
         }
     # share: self time over the summed self time of the rows with the same lane keys.
     lanes = [i for i, k in enumerate(by) if k in ("rank", "pid", "thread_id", "thread_name")]
@@ -108,7 +145,9 @@ def reference_stats(table: pa.Table, by) -> dict[tuple, dict]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("by", [("category", "name"), ("name",), ("rank", "thread_name"), ("error", "category")])
+@pytest.mark.parametrize(
+    "by", [("category", "name"), ("name",), ("rank", "thread_name"), ("error", "category")]
+)
 def test_stats_match_a_plain_python_reference(seed, by):
     table = random_tree_table(seed)
     result = hotspan.stats(table, by=by)
@@ -142,6 +181,7 @@ def test_stats_on_a_recorded_trace():
                     sum(range(2000))
                 with inner:
                     pass
+
     threads = [threading.Thread(target=work) for _ in range(3)]
     for t in threads:
         t.start()
@@ -153,7 +193,9 @@ def test_stats_on_a_recorded_trace():
     except RuntimeError:
         pass
     table = hotspan.drain()
-    table = table.filter(pa.compute.is_in(table.column("name"), pa.array(["outer", "inner", "boom"])))
+    table = table.filter(
+        pa.compute.is_in(table.column("name"), pa.array(["outer", "inner", "boom"]))
+    )
     result = {(r["category"], r["name"]): r for r in hotspan.stats(table).to_pylist()}
     assert result[("sync", "outer")]["count"] == 60
     assert result[("sync/compute", "inner")]["count"] == 120
@@ -161,7 +203,11 @@ def test_stats_on_a_recorded_trace():
     assert result[("sync", "boom")]["errors"] == 1 and result[("sync", "outer")]["errors"] == 0
     outer_row, inner_row = result[("sync", "outer")], result[("sync/compute", "inner")]
     assert outer_row["self_ns"] == outer_row["total_ns"] - inner_row["total_ns"]
-    durations = table.filter(pa.compute.equal(table.column("name"), "inner")).column("duration_ns").to_numpy()
+    durations = (
+        table.filter(pa.compute.equal(table.column("name"), "inner"))
+        .column("duration_ns")
+        .to_numpy()
+    )
     assert inner_row["p90_ns"] == pytest.approx(np.percentile(durations, 90), rel=1e-12)
     assert inner_row["arg_per_s"] == pytest.approx(120_000 / (durations.sum() / 1e9))
 
@@ -181,8 +227,9 @@ def test_stats_by_validation_and_empty_tables():
 def test_parent_lookup_survives_repeated_span_ids_across_processes():
     """Two processes' traces concatenated: the same span ids, told apart by thread."""
     first = random_tree_table(3)
-    second = first.set_column(first.schema.get_field_index("pid"), "pid",
-                              pa.compute.add(first.column("pid"), 7)).cast(first.schema)
+    second = first.set_column(
+        first.schema.get_field_index("pid"), "pid", pa.compute.add(first.column("pid"), 7)
+    ).cast(first.schema)
     both = pa.concat_tables([first, second])
     parents = parent_rows(both)
     n = first.num_rows
@@ -193,14 +240,20 @@ def test_parent_lookup_survives_repeated_span_ids_across_processes():
 
 
 def test_percentiles_of_one_and_two_values():
-    table = span_table([dict(span_id=1, name="x", start_ns=0, duration_ns=10),
-                        dict(span_id=2, name="x", start_ns=20, duration_ns=30),
-                        dict(span_id=3, name="y", start_ns=0, duration_ns=7)])
+    table = span_table(
+        [
+            dict(span_id=1, name="x", start_ns=0, duration_ns=10),
+            dict(span_id=2, name="x", start_ns=20, duration_ns=30),
+            dict(span_id=3, name="y", start_ns=0, duration_ns=7),
+        ]
+    )
     rows = {r["name"]: r for r in hotspan.stats(table, by="name").to_pylist()}
     assert rows["x"]["p50_ns"] == 20.0 and rows["x"]["p99_ns"] == pytest.approx(29.8)
     assert rows["y"]["p50_ns"] == rows["y"]["p99_ns"] == 7.0
     assert rows["x"]["busy"] == pytest.approx(40 / 50)
-    assert rows["x"]["share"] == pytest.approx(40 / 47) and rows["y"]["share"] == pytest.approx(7 / 47)
+    assert rows["x"]["share"] == pytest.approx(40 / 47) and rows["y"]["share"] == pytest.approx(
+        7 / 47
+    )
 
 
 def test_share_adds_up_to_one_per_rank_and_over_the_table():
@@ -222,18 +275,71 @@ def phase_trace() -> pa.Table:
         t = 0
         for _ in range(steps):
             step = next(sid)
-            rows.append(dict(span_id=step, name="step", category="sync", start_ns=t, duration_ns=100, rank=rank))
+            rows.append(
+                dict(
+                    span_id=step,
+                    name="step",
+                    category="sync",
+                    start_ns=t,
+                    duration_ns=100,
+                    rank=rank,
+                )
+            )
             c = next(sid)
-            rows.append(dict(span_id=c, parent_id=step, name="fwd", category="sync/compute", start_ns=t,
-                             duration_ns=compute, depth=1, rank=rank))
-            rows.append(dict(span_id=next(sid), parent_id=c, name="mm", category="sync/compute", start_ns=t,
-                             duration_ns=compute - 1, depth=2, rank=rank))
-            rows.append(dict(span_id=next(sid), parent_id=step, name="ar", category="sync/comms",
-                             start_ns=t + compute, duration_ns=comms, depth=1, rank=rank))
-            rows.append(dict(span_id=next(sid), parent_id=step, name="mark", category="sync/note",
-                             start_ns=t + 99, duration_ns=0, depth=1, rank=rank))  # an instant: no time
+            rows.append(
+                dict(
+                    span_id=c,
+                    parent_id=step,
+                    name="fwd",
+                    category="sync/compute",
+                    start_ns=t,
+                    duration_ns=compute,
+                    depth=1,
+                    rank=rank,
+                )
+            )
+            rows.append(
+                dict(
+                    span_id=next(sid),
+                    parent_id=c,
+                    name="mm",
+                    category="sync/compute",
+                    start_ns=t,
+                    duration_ns=compute - 1,
+                    depth=2,
+                    rank=rank,
+                )
+            )
+            rows.append(
+                dict(
+                    span_id=next(sid),
+                    parent_id=step,
+                    name="ar",
+                    category="sync/comms",
+                    start_ns=t + compute,
+                    duration_ns=comms,
+                    depth=1,
+                    rank=rank,
+                )
+            )
+            rows.append(
+                dict(
+                    span_id=next(sid),
+                    parent_id=step,
+                    name="mark",
+                    category="sync/note",
+                    start_ns=t + 99,
+                    duration_ns=0,
+                    depth=1,
+                    rank=rank,
+                )
+            )  # an instant: no time
             t += 100
-        rows.append(dict(span_id=next(sid), name="save", category="io", start_ns=t, duration_ns=5, rank=rank))
+        rows.append(
+            dict(
+                span_id=next(sid), name="save", category="io", start_ns=t, duration_ns=5, rank=rank
+            )
+        )
     return span_table(rows)
 
 
@@ -241,7 +347,11 @@ def test_phases_per_rank_and_mean_over_ranks():
     result = hotspan.phases(phase_trace()).to_pylist()
     rank0 = [r for r in result if r["rank"] == 0]
     assert [(r["phase"], r["time_ns"], r["steps"]) for r in rank0] == [
-        ("sync", 300.0, 3.0), ("sync/compute", 213.0, 3.0), ("sync/comms", 72.0, 3.0), ("io", 5.0, 1.0)]
+        ("sync", 300.0, 3.0),
+        ("sync/compute", 213.0, 3.0),
+        ("sync/comms", 72.0, 3.0),
+        ("io", 5.0, 1.0),
+    ]
     assert rank0[1]["share"] == pytest.approx(0.71) and rank0[2]["share"] == pytest.approx(0.24)
     assert rank0[0]["per_step_ns"] == 100.0 and rank0[1]["per_step_ns"] == 71.0
     mean = {r["phase"]: r for r in result if r["rank"] is None}

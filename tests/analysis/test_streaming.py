@@ -1,5 +1,6 @@
 """stats, phases and compare on a path (a dataset directory or a Parquet file), streamed through
 DuckDB: the same results as the in-memory path on tables that fit."""
+
 from __future__ import annotations
 
 import json
@@ -42,11 +43,22 @@ def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0,
         next_id[0] += 1
         name = str(rng.choice(["fwd", "bwd", "io", "step"]))
         sub = str(rng.choice(["compute", "comms", "x/y"]))
-        path = category if rng.random() < 0.4 else (f"{category}/{sub}" if category else str(rng.choice(["train", "data"])))
+        path = (
+            category
+            if rng.random() < 0.4
+            else (f"{category}/{sub}" if category else str(rng.choice(["train", "data"])))
+        )
         if rng.random() < 0.08:
             path = None
-        duration = 0 if rng.random() < 0.05 else (int(rng.choice([100, 250, 1000])) if rng.random() < 0.2
-                                                  else int(rng.integers(1, budget + 1)))
+        duration = (
+            0
+            if rng.random() < 0.05
+            else (
+                int(rng.choice([100, 250, 1000]))
+                if rng.random() < 0.2
+                else int(rng.integers(1, budget + 1))
+            )
+        )
         t = start
         if depth < 3:
             for _ in range(int(rng.integers(0, 4))):
@@ -56,16 +68,37 @@ def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0,
                 length = int(rng.integers(1, room + 1))
                 add(sid, path, t, length, depth + 1, thread, rank)
                 t += length
-        orphan = parent is not None and rng.random() < 0.02  # its parent drained later: not in the table
-        rows.append(dict(span_id=sid, parent_id=(parent + (1 << 50) if orphan else parent), name=name, category=path,
-                         start_ns=start, duration_ns=duration, depth=depth, thread_id=thread, thread_name=f"t{thread}",
-                         rank=rank, pid=1000 + rank + pid_offset,
-                         arg=int(rng.integers(0, 1 << 40)) if rng.random() < 0.3 else None,
-                         error=bool(rng.random() < 0.1)))
+        orphan = (
+            parent is not None and rng.random() < 0.02
+        )  # its parent drained later: not in the table
+        rows.append(
+            dict(
+                span_id=sid,
+                parent_id=(parent + (1 << 50) if orphan else parent),
+                name=name,
+                category=path,
+                start_ns=start,
+                duration_ns=duration,
+                depth=depth,
+                thread_id=thread,
+                thread_name=f"t{thread}",
+                rank=rank,
+                pid=1000 + rank + pid_offset,
+                arg=int(rng.integers(0, 1 << 40)) if rng.random() < 0.3 else None,
+                error=bool(rng.random() < 0.1),
+            )
+        )
 
     for i in range(roots):
-        add(None, None, 10_000_000 * i + int(rng.integers(0, 1000)), int(rng.integers(1, 9_000_000)), 0,
-            thread=int(rng.integers(1, 4)), rank=int(rng.integers(0, ranks)))
+        add(
+            None,
+            None,
+            10_000_000 * i + int(rng.integers(0, 1000)),
+            int(rng.integers(1, 9_000_000)),
+            0,
+            thread=int(rng.integers(1, 4)),
+            rank=int(rng.integers(0, ranks)),
+        )
     # One child whose parent runs on another thread (an executor under a copied context).
     rows[0]["thread_id"] = rows[0]["thread_id"] + 10
     for r in rows:
@@ -86,16 +119,34 @@ def as_dataset(table: pa.Table, directory, parts_per_rank: int = 2):
         mine = table.filter(pa.compute.equal(table.column("rank"), rank))
         step = max(math.ceil(mine.num_rows / parts_per_rank), 1)
         for seq, start in enumerate(range(0, mine.num_rows, step)):
-            write_part(mine.slice(start, step), directory, rank=rank, pid=1000 + rank, seq=seq, token="ab12")
+            write_part(
+                mine.slice(start, step),
+                directory,
+                rank=rank,
+                pid=1000 + rank,
+                seq=seq,
+                token="ab12",
+            )
     return directory
 
 
 def clean(rows: list[dict]) -> list[dict]:
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+    return [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        for r in rows
+    ]
 
 
-BYS = [("category", "name"), ("name",), ("rank", "thread_name"), ("rank", "thread_id", "name"), ("error", "category"),
-       ("pid",), ("depth", "name"), ("thread_name", "category", "name")]
+BYS = [
+    ("category", "name"),
+    ("name",),
+    ("rank", "thread_name"),
+    ("rank", "thread_id", "name"),
+    ("error", "category"),
+    ("pid",),
+    ("depth", "name"),
+    ("thread_name", "category", "name"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +170,11 @@ def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by):
     for path in (run, str(one)):
         streamed = hotspan.stats(path, by=by)
         assert streamed.schema == in_memory.schema
-        assert canonical_rows(streamed, by) == canonical_rows(in_memory, by) == canonical_rows(loaded, by)
+        assert (
+            canonical_rows(streamed, by)
+            == canonical_rows(in_memory, by)
+            == canonical_rows(loaded, by)
+        )
         totals = streamed.column("total_ns").to_pylist()
         assert totals == sorted(totals, reverse=True)
     # The table really holds what the test is about.
@@ -140,7 +195,9 @@ def test_a_uri_is_read_through_pyarrow_fs(runs):
         assert clean(hotspan.phases(uri).to_pylist()) == clean(hotspan.phases(table).to_pylist())
     result = cli("stats", run.as_uri(), "--by", "rank,category,name", "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == json.loads(cli("stats", run, "--by", "rank,category,name", "--json").stdout)
+    assert json.loads(result.stdout) == json.loads(
+        cli("stats", run, "--by", "rank,category,name", "--json").stdout
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -162,7 +219,9 @@ def test_repeated_span_ids_are_looked_up_within_their_thread(tmp_path):
     with SpanSource(path) as source:
         assert not source.unique_ids()
     for by in (("category", "name"), ("rank", "thread_id")):
-        assert canonical_rows(hotspan.stats(path, by=by), by) == canonical_rows(hotspan.stats(both, by=by), by)
+        assert canonical_rows(hotspan.stats(path, by=by), by) == canonical_rows(
+            hotspan.stats(both, by=by), by
+        )
     assert clean(hotspan.phases(path).to_pylist()) == clean(hotspan.phases(both).to_pylist())
 
 
@@ -183,22 +242,34 @@ def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path):
             rows.append(dict(span_id=sid, name=name, start_ns=t, duration_ns=int(d)))
             sid += 1
     n = len(rows)
-    table = pa.table({
-        "span_id": pa.array([r["span_id"] for r in rows], pa.uint64()), "parent_id": pa.nulls(n, pa.uint64()),
-        "name": pa.array([r["name"] for r in rows]).dictionary_encode(), "category": pa.nulls(n, pa.string()),
-        "start_ns": pa.array([0] * n, pa.int64()), "end_ns": pa.array([r["duration_ns"] for r in rows], pa.int64()),
-        "duration_ns": pa.array([r["duration_ns"] for r in rows], pa.int64()), "depth": pa.array([0] * n, pa.int32()),
-        "thread_id": pa.array([1] * n, pa.int64()), "thread_name": pa.array(["m"] * n).dictionary_encode(),
-        "pid": pa.array([1] * n, pa.int64()), "rank": pa.array([0] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()),
-        "error": pa.array([False] * n),
-    })
+    table = pa.table(
+        {
+            "span_id": pa.array([r["span_id"] for r in rows], pa.uint64()),
+            "parent_id": pa.nulls(n, pa.uint64()),
+            "name": pa.array([r["name"] for r in rows]).dictionary_encode(),
+            "category": pa.nulls(n, pa.string()),
+            "start_ns": pa.array([0] * n, pa.int64()),
+            "end_ns": pa.array([r["duration_ns"] for r in rows], pa.int64()),
+            "duration_ns": pa.array([r["duration_ns"] for r in rows], pa.int64()),
+            "depth": pa.array([0] * n, pa.int32()),
+            "thread_id": pa.array([1] * n, pa.int64()),
+            "thread_name": pa.array(["m"] * n).dictionary_encode(),
+            "pid": pa.array([1] * n, pa.int64()),
+            "rank": pa.array([0] * n, pa.int32()),
+            "arg": pa.nulls(n, pa.int64()),
+            "error": pa.array([False] * n),
+        }
+    )
     path = tmp_path / "awkward.parquet"
     pq.write_table(table, path)
     streamed = {r["name"]: r for r in hotspan.stats(path, by="name").to_pylist()}
     for name, values in groups.items():
         values = np.array(values, np.int64)
         for column, q in (("p50_ns", 50), ("p90_ns", 90), ("p99_ns", 99)):
-            assert streamed[name][column] == np.percentile(values, q), (name, column)  # numpy's own, exactly
+            assert streamed[name][column] == np.percentile(values, q), (
+                name,
+                column,
+            )  # numpy's own, exactly
         assert streamed[name]["min_ns"] == values.min() and streamed[name]["max_ns"] == values.max()
 
 
@@ -208,10 +279,19 @@ def test_the_duration_buckets_are_monotone_and_the_exact_one_is_exact():
 
     con = duckdb.connect()
     con.execute(_MACROS)
-    values = sorted({v for k in range(0, 63) for v in ((1 << k) - 2, (1 << k) - 1, 1 << k, (1 << k) + 1)
-                     if 0 <= v < (1 << 63)} | {(1 << 63) - 1})
-    rows = con.execute("SELECT d, hs_bucket(d), hs_bucket_exact(d) FROM unnest(?::BIGINT[]) AS t(d) ORDER BY d",
-                       [values]).fetchall()
+    values = sorted(
+        {
+            v
+            for k in range(0, 63)
+            for v in ((1 << k) - 2, (1 << k) - 1, 1 << k, (1 << k) + 1)
+            if 0 <= v < (1 << 63)
+        }
+        | {(1 << 63) - 1}
+    )
+    rows = con.execute(
+        "SELECT d, hs_bucket(d), hs_bucket_exact(d) FROM unnest(?::BIGINT[]) AS t(d) ORDER BY d",
+        [values],
+    ).fetchall()
     fast = [r[1] for r in rows]
     exact = [r[2] for r in rows]
     assert fast == sorted(fast) and exact == sorted(exact)
@@ -242,18 +322,39 @@ def durations_run(directory, groups: dict[str, np.ndarray]):
 
 def test_compare_of_two_datasets_equals_the_in_memory_compare(tmp_path):
     rng = np.random.default_rng(5)
-    base = durations_run(tmp_path / "base", {
-        "same": rng.normal(1e6, 1e5, 3000), "slow": rng.normal(1e6, 1e5, 2000), "fast": rng.normal(2e6, 1e5, 1000),
-        "few": [5, 6], "gone": rng.normal(1e5, 1e3, 100)})
-    new = durations_run(tmp_path / "new", {
-        "same": rng.normal(1e6, 1e5, 2500), "slow": rng.normal(1.3e6, 1e5, 2100), "fast": rng.normal(1e6, 1e5, 900),
-        "few": [5], "new": rng.normal(1e5, 1e3, 100)})
+    base = durations_run(
+        tmp_path / "base",
+        {
+            "same": rng.normal(1e6, 1e5, 3000),
+            "slow": rng.normal(1e6, 1e5, 2000),
+            "fast": rng.normal(2e6, 1e5, 1000),
+            "few": [5, 6],
+            "gone": rng.normal(1e5, 1e3, 100),
+        },
+    )
+    new = durations_run(
+        tmp_path / "new",
+        {
+            "same": rng.normal(1e6, 1e5, 2500),
+            "slow": rng.normal(1.3e6, 1e5, 2100),
+            "fast": rng.normal(1e6, 1e5, 900),
+            "few": [5],
+            "new": rng.normal(1e5, 1e3, 100),
+        },
+    )
     for options in ({}, {"min_count": 2, "by": ("name",)}):
         in_memory = hotspan.compare(base, new, **options).to_pylist()
         streamed = hotspan.compare(tmp_path / "base", str(tmp_path / "new"), **options).to_pylist()
         assert clean(streamed) == clean(in_memory)
     verdicts = {r["name"]: r["verdict"] for r in streamed}
-    assert verdicts == {"same": "same", "slow": "slower", "fast": "faster", "few": "few", "gone": "gone", "new": "new"}
+    assert verdicts == {
+        "same": "same",
+        "slow": "slower",
+        "fast": "faster",
+        "few": "few",
+        "gone": "gone",
+        "new": "new",
+    }
 
 
 def test_a_group_larger_than_the_cap_is_thinned_evenly(tmp_path):
@@ -263,7 +364,9 @@ def test_a_group_larger_than_the_cap_is_thinned_evenly(tmp_path):
         keys = pa.table({"name": ["small", "big"]})
         got = dict(group_durations(source, ("name",), keys, [10, len(values)], max_values=1000))
     assert list(got[0]) == list(range(10))
-    assert list(got[1]) == list(np.sort(values)[::11])  # every 11th of the sorted values: its quantiles kept
+    assert list(got[1]) == list(
+        np.sort(values)[::11]
+    )  # every 11th of the sorted values: its quantiles kept
 
 
 def test_bad_paths_are_named(tmp_path):
@@ -286,21 +389,37 @@ def test_other_formats_are_loaded_in_memory(tmp_path):
     hotspan.export(table, tmp_path / "t.json")
     loaded = hotspan.load(tmp_path / "t.json")
     by = ("category", "name")
-    assert canonical_rows(hotspan.stats(tmp_path / "t.json"), by) == canonical_rows(hotspan.stats(loaded), by)
+    assert canonical_rows(hotspan.stats(tmp_path / "t.json"), by) == canonical_rows(
+        hotspan.stats(loaded), by
+    )
 
 
 # --------------------------------------------------------------------------- the CLI
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "hotspan", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "hotspan", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
 
 
 @pytest.mark.slow
 def test_cli_stats_streams_a_directory_and_a_large_file_to_the_same_rows(runs, tmp_path):
     table, run, one = runs[0]
-    options = ("--by", "rank,name", "--filter", "name~^(fwd|io)", "--category", "train", "--rank", "0,2", "--json")
+    options = (
+        "--by",
+        "rank,name",
+        "--filter",
+        "name~^(fwd|io)",
+        "--category",
+        "train",
+        "--rank",
+        "0,2",
+        "--json",
+    )
     in_memory = cli("stats", one, *options)  # a small file: loaded
     assert in_memory.returncode == 0, in_memory.stderr
     streamed_file = cli("stats", one, *options, env={"HOTSPAN_STREAM_MIN_BYTES": "1"})
@@ -316,8 +435,12 @@ def test_cli_stats_streams_a_directory_and_a_large_file_to_the_same_rows(runs, t
 @pytest.mark.slow
 def test_cli_compare_streams_two_directories(tmp_path):
     rng = np.random.default_rng(9)
-    base = durations_run(tmp_path / "base", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(1e6, 1e4, 500)})
-    new = durations_run(tmp_path / "new", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(2e6, 1e4, 500)})
+    base = durations_run(
+        tmp_path / "base", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(1e6, 1e4, 500)}
+    )
+    new = durations_run(
+        tmp_path / "new", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(2e6, 1e4, 500)}
+    )
     result = cli("compare", tmp_path / "base", tmp_path / "new", "--json")
     assert result.returncode == 1, result.stderr  # b is slower
     assert clean(json.loads(result.stdout)) == clean(json.loads(json.dumps(hotspan.compare(base, new).to_pylist())))
@@ -329,10 +452,17 @@ def test_cli_names_a_damaged_part_in_one_line(tmp_path):
     (bad / "part-1-000001.parquet").write_bytes(b"PAR1 torn")
     result = cli("stats", tmp_path / "run")
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "run" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        result.stderr.count("\n") == 1
+        and "run" in result.stderr
+        and "Traceback" not in result.stderr
+    )
 
 
 @pytest.mark.slow
 def test_import_hotspan_loads_no_duckdb():
     code = "import sys, hotspan; hotspan.stats; print('duckdb' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+        == "False"
+    )

@@ -1,4 +1,5 @@
 """The ``hotspan`` command line: the demo (the main job), help, bad input."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,12 @@ def hotspan_cli(*args, cwd=None, columns=None):
     if columns is not None:
         env["COLUMNS"] = str(columns)
     return subprocess.run(
-        [sys.executable, "-m", "hotspan", *args], capture_output=True, text=True, cwd=cwd, timeout=300, env=env
+        [sys.executable, "-m", "hotspan", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env=env,
     )
 
 
@@ -42,7 +48,11 @@ def test_demo_writes_parquet_and_prints_a_summary(tmp_path):
     args = [r["arg"] for r in t.select(["name", "arg"]).to_pylist() if r["name"] == "allreduce"]
     assert all(a and a > 0 for a in args)
     # the summary: spans, threads, dropped, per-name count and mean
-    assert f"{t.num_rows:,} spans" in proc.stdout and "4 threads" in proc.stdout and "0 dropped" in proc.stdout
+    assert (
+        f"{t.num_rows:,} spans" in proc.stdout
+        and "4 threads" in proc.stdout
+        and "0 dropped" in proc.stdout
+    )
     assert "allreduce" in proc.stdout and "mean" in proc.stdout
     # the stats table and the Gantt chart, one row per worker
     assert "p99" in proc.stdout and "self" in proc.stdout and "share" in proc.stdout

@@ -1,4 +1,5 @@
 """The trace commands of the ``hotspan`` CLI: stats, export, gantt, compare, run; bad input."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,13 @@ from hotspan.analysis import STAT_COLUMNS
 
 def hotspan_cli(*args, cwd=None):
     """The real command, in a fresh interpreter (exit status, streams, console script path)."""
-    return subprocess.run([sys.executable, "-m", "hotspan", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "hotspan", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 class Result:
@@ -83,18 +89,39 @@ def test_stats_json_from_every_format_matches_the_library(cli, traces, ext):
     assert proc.returncode == 0, proc.stderr
     rows = {(r["category"], r["name"]): r for r in json.loads(proc.stdout)}
     expected = {(r["category"], r["name"]): r for r in hotspan.stats(load(paths[ext])).to_pylist()}
-    assert rows.keys() == expected.keys() == {("sync", "step"), ("sync/compute", "compute"),
-                                              ("sync/comms", "send"), ("sync/compute", "flaky")}
+    assert (
+        rows.keys()
+        == expected.keys()
+        == {
+            ("sync", "step"),
+            ("sync/compute", "compute"),
+            ("sync/comms", "send"),
+            ("sync/compute", "flaky"),
+        }
+    )
     assert rows[("sync", "step")]["count"] == 6 and rows[("sync/compute", "flaky")]["errors"] == 1
     assert rows[("sync/comms", "send")]["arg_sum"] == 6 << 20
     for key, row in expected.items():
-        assert rows[key]["p90_ns"] == pytest.approx(row["p90_ns"]) and rows[key]["self_ns"] == row["self_ns"]
+        assert (
+            rows[key]["p90_ns"] == pytest.approx(row["p90_ns"])
+            and rows[key]["self_ns"] == row["self_ns"]
+        )
 
 
 def test_stats_table_sort_top_by_and_several_traces(cli, traces):
     _, paths = traces
-    proc = cli("stats", paths[".parquet"], paths["rank1"], "--by", "rank,name", "--sort", "count",
-                       "--top", "3", "--json")
+    proc = cli(
+        "stats",
+        paths[".parquet"],
+        paths["rank1"],
+        "--by",
+        "rank,name",
+        "--sort",
+        "count",
+        "--top",
+        "3",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 3 and set(rows[0]) == {"rank", "name", *STAT_COLUMNS}
@@ -123,7 +150,9 @@ def test_export_converts_between_formats(cli, traces, tmp_path):
     assert proc.returncode == 0, proc.stderr
     back = load(out)
     assert back.num_rows == table.num_rows
-    assert sorted(back.column("duration_ns").to_pylist()) == sorted(table.column("duration_ns").to_pylist())
+    assert sorted(back.column("duration_ns").to_pylist()) == sorted(
+        table.column("duration_ns").to_pylist()
+    )
 
 
 def test_gantt_whole_trace_and_per_step(cli, traces):
@@ -138,7 +167,7 @@ def test_gantt_whole_trace_and_per_step(cli, traces):
     proc = cli("gantt", paths[".parquet"], "--step", "step", "--width", "40")
     assert proc.returncode == 0, proc.stderr
     steps = [r for r in table.to_pylist() if r["name"] == "step"]
-    for k, row in enumerate(sorted(steps, key=lambda r: r["start_ns"])):
+    for k, _row in enumerate(sorted(steps, key=lambda r: r["start_ns"])):
         assert f"step {k + 1}/6: " in proc.stdout
     assert proc.stdout.count("└") == 6
 
@@ -169,14 +198,20 @@ def test_compare_exit_status_verdicts_and_environment_warning(cli, tmp_path):
     env["digest"] = "0" * 16
     meta[b"hotspan.env"] = json.dumps(env).encode()
     export(slow.replace_schema_metadata(meta), tmp_path / "other.parquet")
-    proc = cli("compare", tmp_path / "base.parquet", tmp_path / "other.parquet", "--threshold", "100")
+    proc = cli(
+        "compare", tmp_path / "base.parquet", tmp_path / "other.parquet", "--threshold", "100"
+    )
     assert proc.returncode == 0
     assert "warning" in proc.stderr and "config" in proc.stderr and "capacity" in proc.stderr
 
 
 def test_environment_digest_is_recorded():
     env = json.loads(record().schema.metadata[b"hotspan.env"])
-    assert env["hotspan"] == hotspan.__version__ and env["config"]["capacity"] > 0 and len(env["digest"]) == 16
+    assert (
+        env["hotspan"] == hotspan.__version__
+        and env["config"]["capacity"] > 0
+        and len(env["digest"]) == 16
+    )
 
 
 @pytest.mark.slow
@@ -189,7 +224,9 @@ def test_run_script_passes_argv_and_exit_code(tmp_path):
         "    sum(range(1000))\n"
         "sys.exit(int(sys.argv[1]))\n"
     )
-    proc = hotspan_cli("run", "-o", tmp_path / "out" / "t.json", script, "3", "--flag", cwd=tmp_path)
+    proc = hotspan_cli(
+        "run", "-o", tmp_path / "out" / "t.json", script, "3", "--flag", cwd=tmp_path
+    )
     assert proc.returncode == 3, proc.stderr
     assert "argv ['3', '--flag']" in proc.stdout
     table = load(tmp_path / "out" / "t.json")
@@ -253,10 +290,14 @@ def test_bad_input_is_one_line_and_exit_2(cli, args, message, tmp_path, traces):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-@pytest.mark.parametrize("command", ["stats", "export", "gantt", "report", "compare", "run", "demo"])
+@pytest.mark.parametrize(
+    "command", ["stats", "export", "gantt", "report", "compare", "run", "demo"]
+)
 def test_every_command_has_help_with_an_example(cli, command):
     proc = cli(command, "--help")
-    assert proc.returncode == 0 and "example:" in proc.stdout and f"hotspan {command}" in proc.stdout
+    assert (
+        proc.returncode == 0 and "example:" in proc.stdout and f"hotspan {command}" in proc.stdout
+    )
 
 
 def test_a_corrupt_trace_in_a_fresh_interpreter_is_one_line_no_traceback(tmp_path):

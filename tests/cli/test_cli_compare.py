@@ -1,4 +1,5 @@
 """`hotspan compare` on real recordings: noise is not a regression, a real slowdown is."""
+
 from __future__ import annotations
 
 import time
@@ -84,7 +85,7 @@ def test_a_ten_percent_slower_span_is_slower(cli, tmp_path):
     assert rows["poll"]["verdict"] == "same"
     code, out, err = cli("compare", tmp_path / "base.parquet", tmp_path / "new.parquet")
     assert code == 1
-    line = next(l for l in out.splitlines() if "wait" in l)
+    line = next(text for text in out.splitlines() if "wait" in text)
     assert "slower" in line and "[+" in line  # the interval, wholly above the threshold
 
 
@@ -113,7 +114,11 @@ def test_appeared_and_disappeared_spans_are_listed_and_can_fail(cli, tmp_path):
     code, out, err = cli("compare", tmp_path / "base.parquet", tmp_path / "new.parquet")
     assert code == 0, err
     lines = out.splitlines()
-    assert any("went" in l and "gone" in l for l in lines) and any("came" in l and "new" in l for l in lines)
+    assert any("went" in t and "gone" in t for t in lines) and any(
+        "came" in t and "new" in t for t in lines
+    )
     assert "1 gone, 1 new" in out
-    code, out, err = cli("compare", tmp_path / "base.parquet", tmp_path / "new.parquet", "--fail-on-missing")
+    code, out, err = cli(
+        "compare", tmp_path / "base.parquet", tmp_path / "new.parquet", "--fail-on-missing"
+    )
     assert code == 1

@@ -1,4 +1,5 @@
 """`hotspan run --live-min-ms MS` asks for the live log: --live is implied."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,20 @@ def test_live_min_ms_implies_live(tmp_path):
         "    pass\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "hotspan", "run", "--live-min-ms", "5", "-o", str(tmp_path / "t.parquet"), str(script)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "hotspan",
+            "run",
+            "--live-min-ms",
+            "5",
+            "-o",
+            str(tmp_path / "t.parquet"),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     live = [line for line in proc.stderr.splitlines() if "[train]" in line]

@@ -1,5 +1,6 @@
 """`hotspan stats`: tables that fit the terminal with whole numbers, and the options users
 look for (filter, category, rank, sort by header, ascending, instants apart, phases)."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,9 @@ import pytest
 import hotspan
 from hotspan.formats import export
 
-NUMBER = re.compile(r"^(-|\d[\d,]*|\d+\.\d\d (s|ms|us)|\d+ ns|\d+\.\d%|\d+\.\d\d [kMG]/s|\d+\.\d /s)$")
+NUMBER = re.compile(
+    r"^(-|\d[\d,]*|\d+\.\d\d (s|ms|us)|\d+ ns|\d+\.\d%|\d+\.\d\d [kMG]/s|\d+\.\d /s)$"
+)
 
 
 @pytest.fixture
@@ -36,7 +39,7 @@ def trace(tmp_path_factory):
     for rank in (0, 1):
         hotspan.configure(rank=rank)
         hotspan.drain()
-        for i in range(5):
+        for _ in range(5):
             with hotspan.span("training_step_with_a_long_name", "sync"):
                 with hotspan.span("forward", "compute"):
                     sum(range(20_000 * (rank + 1)))
@@ -58,7 +61,7 @@ def data_rows(out: str) -> list[list[str]]:
     lines = out.splitlines()
     rule = next(i for i, line in enumerate(lines) if set(line.strip()) == {"─"})
     rows = []
-    for line in lines[rule + 1:]:
+    for line in lines[rule + 1 :]:
         if not line.strip() or line.startswith("("):
             break
         rows.append(re.split(r"\s{2,}", line.strip()))
@@ -77,7 +80,7 @@ def test_stats_fit_the_width_and_numbers_are_whole(cli, trace, columns):
     rows = data_rows(out)
     assert rows
     for cells in rows:
-        numbers = cells[-(len(header) - 2):]
+        numbers = cells[-(len(header) - 2) :]
         assert all(NUMBER.match(cell) for cell in numbers), cells
     if columns == 120:
         assert "share" in header and "self" in header
@@ -115,8 +118,12 @@ def test_filter_category_rank_sort_asc(cli, trace):
     code, out, _ = cli("stats", trace, "--category", "sync/comms", "--json")
     assert {r["name"] for r in json.loads(out)} == {"allreduce"}
     code, out, _ = cli("stats", trace, "--category", "sync", "--json")  # sync and below
-    assert {r["name"] for r in json.loads(out)} == {"training_step_with_a_long_name", "forward", "allreduce",
-                                                   "checkpoint_marker"}
+    assert {r["name"] for r in json.loads(out)} == {
+        "training_step_with_a_long_name",
+        "forward",
+        "allreduce",
+        "checkpoint_marker",
+    }
     code, out, _ = cli("stats", trace, "--rank", "1", "--by", "rank,name", "--json")
     assert {r["rank"] for r in json.loads(out)} == {1}
     code, out, _ = cli("stats", trace, "--sort", "p99", "--json")
@@ -128,9 +135,13 @@ def test_filter_category_rank_sort_asc(cli, trace):
     code, out, _ = cli("stats", trace, "--jsonl")
     lines = out.splitlines()
     assert len(lines) == 4 and all(json.loads(line)["count"] > 0 for line in lines)
-    for bad, word in ((["--filter", "name"], "--filter"), (["--filter", "nope~x"], "nope"),
-                      (["--filter", "name~("], "regular expression"), (["--rank", "x"], "--rank"),
-                      (["--sort", "p77"], "p77")):
+    for bad, word in (
+        (["--filter", "name"], "--filter"),
+        (["--filter", "nope~x"], "nope"),
+        (["--filter", "name~("], "regular expression"),
+        (["--rank", "x"], "--rank"),
+        (["--sort", "p77"], "p77"),
+    ):
         code, _, err = cli("stats", trace, *bad)
         assert code == 2 and word in err, (bad, err)
 

@@ -1,5 +1,6 @@
 """Coroutines interleaving on one thread: each task's spans nest in that task's own
 stack, under the span that was open where the task was created."""
+
 from __future__ import annotations
 
 import asyncio
@@ -124,7 +125,9 @@ def test_sync_nesting_around_asyncio_run_is_kept():
 
 def test_context_run_nests_under_the_open_span():
     with hotspan.span("outer"):
-        contextvars.copy_context().run(lambda: hotspan.span("inside").__enter__().__exit__(None, None, None))
+        contextvars.copy_context().run(
+            lambda: hotspan.span("inside").__enter__().__exit__(None, None, None)
+        )
     rs = {r["name"]: r for r in rows(hotspan.drain())}
     assert rs["inside"]["parent_id"] == rs["outer"]["span_id"] and rs["inside"]["depth"] == 1
 
@@ -255,4 +258,7 @@ def test_set_arg_and_instants_follow_the_task():
     assert sorted(r["arg"] for r in ws) == list(range(20))
     marks = [r for r in rs if r["name"] == "mark"]
     assert len(marks) == 20 and {m["parent_id"] for m in marks} == {w["span_id"] for w in ws}
-    assert all(by_id[m["parent_id"]]["start_ns"] <= m["start_ns"] <= by_id[m["parent_id"]]["end_ns"] for m in marks)
+    assert all(
+        by_id[m["parent_id"]]["start_ns"] <= m["start_ns"] <= by_id[m["parent_id"]]["end_ns"]
+        for m in marks
+    )

@@ -1,4 +1,5 @@
 """Explicit begin/end pairs and instants."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,12 @@ def test_begin_end_nest_with_with_blocks():
             pass
         hotspan.end(tok)
     rs = {r["name"]: r for r in rows(hotspan.drain())}
-    assert rs["mid"]["parent_id"] == rs["outer"]["span_id"] and rs["mid"]["category"] == "sync/comms"
-    assert rs["leaf"]["parent_id"] == rs["mid"]["span_id"] and rs["leaf"]["category"] == "sync/comms"
+    assert (
+        rs["mid"]["parent_id"] == rs["outer"]["span_id"] and rs["mid"]["category"] == "sync/comms"
+    )
+    assert (
+        rs["leaf"]["parent_id"] == rs["mid"]["span_id"] and rs["leaf"]["category"] == "sync/comms"
+    )
 
 
 def test_end_closes_spans_left_open_inside():
@@ -75,7 +80,9 @@ def test_instants_are_zero_duration_rows_under_the_current_span():
     assert rs["start"]["parent_id"] is None and rs["start"]["depth"] == 0
     cp = rs["checkpoint"]
     assert cp["duration_ns"] == 0 and cp["start_ns"] == cp["end_ns"] and cp["arg"] == 12
-    assert cp["parent_id"] == rs["step"]["span_id"] and cp["depth"] == 1 and cp["category"] == "sync"
+    assert (
+        cp["parent_id"] == rs["step"]["span_id"] and cp["depth"] == 1 and cp["category"] == "sync"
+    )
     assert rs["step"]["start_ns"] <= cp["start_ns"] <= rs["step"]["end_ns"]
 
 

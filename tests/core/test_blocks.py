@@ -4,6 +4,7 @@ across any number of threads and forks.
 
 HOTSPAN_TEST_SCALE (default 1) shrinks the counts for the sanitizer builds (.ci/sanitize).
 """
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ import textwrap
 
 import pytest
 
-from _util import run_python
+from _util import python_command, run_python
 
 from hotspan.testing import run_flat_out_threads
 
@@ -38,14 +39,16 @@ def _run(code: str, timeout: float = 600) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("drain_every_s", [0.002, None], ids=["drain-every-2ms", "drain-at-the-end"])
+@pytest.mark.parametrize(
+    "drain_every_s", [0.002, None], ids=["drain-every-2ms", "drain-at-the-end"]
+)
 def test_threads_flat_out_lose_nothing_at_the_defaults(drain_every_s):
     # 8 threads recording flat out while the main thread drains every 2 ms (it gets few
     # turns: 8 busy threads hold the GIL), or never until they are done: the threads take
     # fresh blocks themselves, so nothing is dropped, and recorded == drained + dropped.
     n_threads, per_thread = 8, scaled(50_000, 2_000)
     # the workload benchmarks/bench_loss.py measures, shared through hotspan.testing
-    out = run_flat_out_threads(n_threads, per_thread, drain_every_s or 0.0)
+    out = run_flat_out_threads(n_threads, per_thread, drain_every_s or 0.0, python=python_command())
     rows, dropped, at_cap = out["rows"], out["dropped"], out["at_cap"]
     assert rows + dropped == n_threads * per_thread
     assert dropped == 0 and at_cap == 0

@@ -1,4 +1,5 @@
 """The C API for native callers (hotspan.h), reached through the module's capsule."""
+
 from __future__ import annotations
 
 import ctypes
@@ -54,7 +55,11 @@ def test_native_spans_nest_with_python_spans(api):
     by = {(r["name"], r["error"]): r for r in rs}
     step = by[("step", False)]
     ok, failed, launched = by[("gemm", False)], by[("gemm", True)], by[("launched", False)]
-    assert ok["parent_id"] == step["span_id"] and ok["category"] == "sync/compute" and ok["arg"] == 1 << 20
+    assert (
+        ok["parent_id"] == step["span_id"]
+        and ok["category"] == "sync/compute"
+        and ok["arg"] == 1 << 20
+    )
     assert failed["arg"] is None
     assert launched["parent_id"] == ok["span_id"] and launched["duration_ns"] == 0
 

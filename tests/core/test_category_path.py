@@ -1,4 +1,5 @@
 """A category equal to its parent's does not repeat in the path (recursion stays one row)."""
+
 from __future__ import annotations
 
 import hotspan
@@ -21,7 +22,13 @@ def test_recursion_keeps_one_category(fresh):
     paths = {r["category"] for r in rows if r["name"].endswith("solve")}
     assert paths == {"run/solve", "solve"}
     by_name = {r["name"]: r["category"] for r in rows if not r["name"].endswith("solve")}
-    assert by_name == {"outer": "run", "mix": "run", "inner": "run/io", "again": "run/io", "other": "run/io/solve"}
+    assert by_name == {
+        "outer": "run",
+        "mix": "run",
+        "inner": "run/io",
+        "again": "run/io",
+        "other": "run/io/solve",
+    }
     solve(6)
     deep = hotspan.stats(hotspan.drain())  # seven nested calls: one stats row
     assert deep.num_rows == 1 and deep.column("count").to_pylist() == [7]

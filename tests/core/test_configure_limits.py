@@ -1,4 +1,5 @@
 """configure() refuses what it cannot honour, naming the range; HOTSPAN must be a known word."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,13 +7,15 @@ import pytest
 import hotspan
 
 
-
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(capacity=2 ** 30), ["capacity", "2..16,777,216"]),
-    (dict(capacity=1), ["capacity", "2..16,777,216"]),
-    (dict(rank=2 ** 31), ["rank", "0..2147483647"]),
-    (dict(rank=-1), ["rank", "0..2147483647"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(capacity=2**30), ["capacity", "2..16,777,216"]),
+        (dict(capacity=1), ["capacity", "2..16,777,216"]),
+        (dict(rank=2**31), ["rank", "0..2147483647"]),
+        (dict(rank=-1), ["rank", "0..2147483647"]),
+    ],
+)
 def test_out_of_range_values_are_refused_with_the_range(kwargs, words):
     before = hotspan.rank()
     with pytest.raises(ValueError) as info:
@@ -22,11 +25,11 @@ def test_out_of_range_values_are_refused_with_the_range(kwargs, words):
 
 
 def test_the_ends_of_the_ranges_are_taken(fresh):
-    hotspan.configure(rank=2 ** 31 - 1)  # and 70000, which was once stored as 4464
+    hotspan.configure(rank=2**31 - 1)  # and 70000, which was once stored as 4464
     try:
         with hotspan.span("x"):
             pass
-        assert hotspan.drain().column("rank").to_pylist() == [2 ** 31 - 1]
+        assert hotspan.drain().column("rank").to_pylist() == [2**31 - 1]
         hotspan.configure(rank=70000)
         with hotspan.span("x"):
             pass
@@ -35,7 +38,9 @@ def test_the_ends_of_the_ranges_are_taken(fresh):
         hotspan.configure(rank=0)
 
 
-@pytest.mark.parametrize("value, says", [("bogus", True), ("", False), ("0", False), ("off", False), ("YES", False)])
+@pytest.mark.parametrize(
+    "value, says", [("bogus", True), ("", False), ("0", False), ("off", False), ("YES", False)]
+)
 def test_hotspan_env_value_not_understood_is_said(value, says):
     from _util import run_python
 

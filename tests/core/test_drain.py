@@ -1,4 +1,5 @@
 """drain(): the span table's schema, metadata, timestamps and ids."""
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,9 @@ def test_schema_is_exactly_the_contract():
         assert t.schema.field(name).type == typ, name
     for name in STRING_COLUMNS:
         typ = t.schema.field(name).type
-        assert typ == pa.string() or (pa.types.is_dictionary(typ) and typ.value_type == pa.string()), name
+        assert typ == pa.string() or (
+            pa.types.is_dictionary(typ) and typ.value_type == pa.string()
+        ), name
     assert t.schema.remove_metadata() == SPAN_SCHEMA
     t.validate(full=True)
 
@@ -161,7 +164,10 @@ def test_rank_from_configure_and_environment():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["7", "3"]
-    proc = run_python("import hotspan; print(hotspan.rank())", env={"SLURM_PROCID": "2", "RANK": "", "HOTSPAN_RANK": ""})
+    proc = run_python(
+        "import hotspan; print(hotspan.rank())",
+        env={"SLURM_PROCID": "2", "RANK": "", "HOTSPAN_RANK": ""},
+    )
     assert proc.stdout.strip() == "2"
 
 

@@ -1,4 +1,5 @@
 """enable / disable / enabled, and HOTSPAN=0 at start."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """A process that dropped spans says so once at exit, on stderr; one that did not, says nothing."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,9 +23,11 @@ def test_dropped_spans_are_said_once_at_exit():
     assert 0 < dropped < 10000
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hotspan:")]
     # one thread that never drains: the cap is held by spans waiting for drain()
-    assert lines == [f"hotspan: {dropped:,} spans dropped at the memory cap (64.0 KiB), filled by spans "
-                     "not drained yet: drain more often (record(flush_interval=), drain()) or raise "
-                     "configure(memory_cap=)"]
+    assert lines == [
+        f"hotspan: {dropped:,} spans dropped at the memory cap (64.0 KiB), filled by spans "
+        "not drained yet: drain more often (record(flush_interval=), drain()) or raise "
+        "configure(memory_cap=)"
+    ]
 
 
 def test_nothing_dropped_nothing_said_and_no_pyarrow_loaded():

@@ -1,12 +1,11 @@
 """fork(): the child starts empty with its own drain thread; the parent keeps its spans."""
+
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-import hotspan
 from _util import run_python
 
 pytestmark = [
@@ -17,7 +16,7 @@ pytestmark = [
 
 @pytest.mark.slow
 def test_fork_child_starts_empty_and_parent_keeps_its_spans():
-    code = r'''
+    code = r"""
 import json, os, threading, time, warnings
 warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: we test exactly that
 import hotspan
@@ -60,7 +59,7 @@ print(json.dumps({"child": child, "parent_before": names.count("parent_before"),
                   "other": names.count("other_thread"), "parent_after": names.count("parent_after"),
                   "child_in_parent": names.count("child"), "pids": sorted(set(t.column("pid").to_pylist())),
                   "pid": os.getpid(), "shared_ids": len(parent_ids & set(child["ids"]))}))
-'''
+"""
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     import json
@@ -71,13 +70,15 @@ print(json.dumps({"child": child, "parent_before": names.count("parent_before"),
     assert child["rows"] == 100_000 and child["dropped"] == 0
     assert child["names"] == ["child"] and child["pids"] == [child["pid"]]
     assert out["parent_before"] == 50 and out["other"] == 20 and out["parent_after"] == 1000
-    assert out["shared_ids"] == 0  # parent and child go on recording on the same thread: ids stay apart
+    assert (
+        out["shared_ids"] == 0
+    )  # parent and child go on recording on the same thread: ids stay apart
     assert out["child_in_parent"] == 0 and out["pids"] == [out["pid"]]
 
 
 @pytest.mark.slow
 def test_span_open_across_fork_closes_in_both():
-    code = r'''
+    code = r"""
 import json, os, warnings
 warnings.simplefilter("ignore", DeprecationWarning)
 import hotspan
@@ -89,7 +90,7 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 t = hotspan.drain()
 print(os.waitstatus_to_exitcode(status), t.column("name").to_pylist())
-'''
+"""
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0 ['around_fork']"
@@ -97,7 +98,7 @@ print(os.waitstatus_to_exitcode(status), t.column("name").to_pylist())
 
 @pytest.mark.slow
 def test_multiprocessing_fork_pool_works():
-    code = r'''
+    code = r"""
 import multiprocessing as mp, warnings
 warnings.simplefilter("ignore", DeprecationWarning)
 import hotspan
@@ -113,7 +114,7 @@ if __name__ == "__main__":
         pass
     with mp.get_context("fork").Pool(2) as pool:
         print(sum(pool.map(work, [1000] * 4)), hotspan.drain().num_rows)
-'''
+"""
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["4000", "1"]

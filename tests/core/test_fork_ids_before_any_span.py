@@ -3,6 +3,7 @@
 A DataLoader's parent records nothing, but its first drain (a recorder's metadata part)
 draws the span id base; its workers, forked before the fork handlers were registered (at
 the first span), kept that base: two workers wrote the same ids."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """``import hotspan`` loads the recorder alone: pyarrow and numpy load on first use, never
 at import (each check in a fresh interpreter, since this one has them loaded already)."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,8 @@ PRELUDE = textwrap.dedent(
     import json, sys
     def loaded(label):
         print(label, json.dumps(sorted(m for m in %r if m in sys.modules)))
-    """ % (HEAVY,)
+    """
+    % (HEAVY,)
 )
 
 
@@ -28,7 +30,10 @@ def run(code: str, env: dict | None = None, timeout: float = 120) -> dict[str, l
     environment.update(env or {})
     result = subprocess.run(
         [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
-        capture_output=True, text=True, env=environment, timeout=timeout,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     found = {}

@@ -2,6 +2,7 @@
 injection mechanism: a small NVTX tool built here (tests/core/csrc/nvtx_injection.c, as
 Nsight Systems attaches one) is named by NVTX_INJECTION64_PATH and logs every range it
 receives; a child process records spans, and the ranges must be the spans."""
+
 from __future__ import annotations
 
 import json
@@ -100,16 +101,32 @@ CHILD = textwrap.dedent(
 def tool(tmp_path_factory) -> Path:
     """The NVTX tool, built with the system C compiler against the vendored NVTX3 headers."""
     out = tmp_path_factory.mktemp("nvtx") / "libhs_nvtx_tool.so"
-    cmd = [CC, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
-           f"-I{ROOT / 'csrc' / 'third_party'}", str(ROOT / "tests" / "core" / "csrc" / "nvtx_injection.c"),
-           "-o", str(out), "-pthread"]
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # the compiler, not the sanitizer's
+    cmd = [
+        CC,
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-Wno-unused-parameter",
+        f"-I{ROOT / 'csrc' / 'third_party'}",
+        str(ROOT / "tests" / "core" / "csrc" / "nvtx_injection.c"),
+        "-o",
+        str(out),
+        "-pthread",
+    ]
+    env = {
+        k: v for k, v in os.environ.items() if k != "LD_PRELOAD"
+    }  # the compiler, not the sanitizer's
     build = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert build.returncode == 0, build.stderr
     return out
 
 
-def run_child(tmp_path: Path, tool: Path, mode: str, nvtx_env: str | None) -> tuple[list[dict], bool, list[list[str]]]:
+def run_child(
+    tmp_path: Path, tool: Path, mode: str, nvtx_env: str | None
+) -> tuple[list[dict], bool, list[list[str]]]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     out, log = tmp_path / "rows.json", tmp_path / "nvtx.log"
@@ -118,8 +135,13 @@ def run_child(tmp_path: Path, tool: Path, mode: str, nvtx_env: str | None) -> tu
     env.pop("HOTSPAN_OUT", None)
     if nvtx_env is not None:
         env["HOTSPAN_NVTX"] = nvtx_env
-    run = subprocess.run([sys.executable, str(script), str(out), mode], env=env, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(script), str(out), mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(out.read_text())
     lines = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
@@ -190,7 +212,9 @@ def test_ranges_received_are_the_spans_recorded(tmp_path, tool, mode, nvtx_env):
     assert len(threads) == 2
     # 4 steps x (step, load, decode, tick, plain, phase, gemm, boom) on each thread
     assert len(rows) == 2 * 4 * 8
-    assert sum(r["error"] for r in rows) == 2 * 4 and {r["name"] for r in rows if r["error"]} == {"boom"}
+    assert sum(r["error"] for r in rows) == 2 * 4 and {r["name"] for r in rows if r["error"]} == {
+        "boom"
+    }
     assert {r["category"] for r in rows if r["name"] == "plain"} == {"train"}
     expected, received = expected_events(rows), received_events(lines)
     assert set(received) == threads
@@ -198,9 +222,18 @@ def test_ranges_received_are_the_spans_recorded(tmp_path, tool, mode, nvtx_env):
         assert received[tid] == expected[tid]
     # NVTX was told hotspan's category paths, nested ones included (and the sites' own
     # categories, interned with them when the span objects were made)
-    assert set(categories(lines).values()) >= {"train", "train/io", "train/compute", "train/compute/kernel"}
+    assert set(categories(lines).values()) >= {
+        "train",
+        "train/io",
+        "train/compute",
+        "train/compute/kernel",
+    }
     assert {e[2] for seq in received.values() for e in seq if e[0] != "pop"} == {
-        "train", "train/io", "train/compute", "train/compute/kernel"}
+        "train",
+        "train/io",
+        "train/compute",
+        "train/compute/kernel",
+    }
 
 
 def test_switching_nvtx_while_spans_are_open_keeps_pushes_and_pops_balanced(tmp_path, tool):

@@ -1,4 +1,5 @@
 """hotspan.wrap: one span per method call of a real object (sqlite3, sockets, asyncio streams)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,11 @@ pytestmark = pytest.mark.usefixtures("fresh")
 
 
 def _rows():
-    return hotspan.drain().select(["name", "category", "error", "arg", "duration_ns", "depth"]).to_pylist()
+    return (
+        hotspan.drain()
+        .select(["name", "category", "error", "arg", "duration_ns", "depth"])
+        .to_pylist()
+    )
 
 
 def test_sqlite_connection_and_cursor_methods():
@@ -33,8 +38,11 @@ def test_sqlite_connection_and_cursor_methods():
     assert target(conn).isolation_level is None
     rows = _rows()
     assert [(r["name"], r["category"]) for r in rows] == [
-        ("Connection.execute", "db"), ("Connection.executemany", "db"), ("Connection.cursor", "db"),
-        ("Cursor.execute", "sql"), ("Cursor.fetchone", "sql"),
+        ("Connection.execute", "db"),
+        ("Connection.executemany", "db"),
+        ("Connection.cursor", "db"),
+        ("Cursor.execute", "sql"),
+        ("Cursor.fetchone", "sql"),
     ]
     assert not any(r["error"] for r in rows)
 
@@ -75,8 +83,11 @@ def test_socket_pair_over_loopback():
         b.close()
     rows = _rows()
     assert [(r["name"], r["error"]) for r in rows] == [
-        ("socket.send", False), ("socket.recv", False), ("socket.settimeout", False),
-        ("socket.gettimeout", False), ("socket.recv", True),
+        ("socket.send", False),
+        ("socket.recv", False),
+        ("socket.settimeout", False),
+        ("socket.gettimeout", False),
+        ("socket.recv", True),
     ]
     assert rows[-1]["duration_ns"] >= 40_000_000  # the span covers the blocking call
 
@@ -84,7 +95,9 @@ def test_socket_pair_over_loopback():
 def test_tcp_listener_on_loopback():
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
-        client = hotspan.wrap(socket.create_connection(("127.0.0.1", port)), category="net", methods=["sendall"])
+        client = hotspan.wrap(
+            socket.create_connection(("127.0.0.1", port)), category="net", methods=["sendall"]
+        )
         conn, _ = server.accept()
         with conn, client:  # socket's own context manager, through the proxy
             client.sendall(b"x" * 1000)
@@ -119,8 +132,14 @@ def test_asyncio_stream_pair_spans_cover_the_await():
 
     asyncio.run(main())
     rows = _rows()
-    assert [r["name"] for r in rows] == ["StreamWriter.write", "StreamWriter.drain", "StreamReader.read"]
-    assert rows[-1]["duration_ns"] >= 25_000_000  # covers the awaited read, not the coroutine's creation
+    assert [r["name"] for r in rows] == [
+        "StreamWriter.write",
+        "StreamWriter.drain",
+        "StreamReader.read",
+    ]
+    assert (
+        rows[-1]["duration_ns"] >= 25_000_000
+    )  # covers the awaited read, not the coroutine's creation
 
 
 class _Store:
@@ -156,7 +175,10 @@ def test_python_object_properties_async_and_special_methods():
         asyncio.run(store.fetch("missing"))
     rows = _rows()
     assert [(r["name"], r["error"]) for r in rows] == [
-        ("_Store.put", False), ("_Store.fetch", False), ("_Store.fetch", True)]
+        ("_Store.put", False),
+        ("_Store.fetch", False),
+        ("_Store.fetch", True),
+    ]
     assert rows[1]["duration_ns"] >= 9_000_000
     assert not hasattr(hotspan.wrap(socket.socket()), "__len__")  # only what the object has
 

@@ -1,5 +1,6 @@
 """Build and run the plain C tests of the block chains and clock (no Python inside), plain and
 under ThreadSanitizer and AddressSanitizer+UBSan."""
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,20 @@ SANITIZERS = {
 @pytest.mark.parametrize("variant", list(SANITIZERS))
 def test_ring_and_clock_in_c(variant, tmp_path):
     exe = tmp_path / f"test_ring_{variant}"
-    cmd = [CC, "-std=gnu11", "-Wall", "-Wextra", "-pthread", *SANITIZERS[variant], f"-I{CSRC}",
-           str(ROOT / "tests" / "core" / "csrc" / "test_ring.c"), str(CSRC / "hs_ring.c"), str(CSRC / "hs_clock.c"),
-           "-o", str(exe)]
+    cmd = [
+        CC,
+        "-std=gnu11",
+        "-Wall",
+        "-Wextra",
+        "-pthread",
+        *SANITIZERS[variant],
+        f"-I{CSRC}",
+        str(ROOT / "tests" / "core" / "csrc" / "test_ring.c"),
+        str(CSRC / "hs_ring.c"),
+        str(CSRC / "hs_clock.c"),
+        "-o",
+        str(exe),
+    ]
     build = subprocess.run(cmd, capture_output=True, text=True)
     if build.returncode != 0 and variant != "plain" and "sanitize" in build.stderr:
         pytest.skip(f"{variant} runtime not available: {build.stderr.strip()[:200]}")

@@ -1,4 +1,5 @@
 """hotspan.span: context manager, nesting, category paths, errors, decorator use."""
+
 from __future__ import annotations
 
 import threading
@@ -32,9 +33,19 @@ def test_nested_spans_form_a_tree_with_category_paths():
     r = {k: v[0] for k, v in by_name(t).items()}
     step, fwd, mm, ar, plain = r["step"], r["forward"], r["matmul"], r["allreduce"], r["plain"]
     assert step["parent_id"] is None and step["depth"] == 0 and step["category"] == "sync"
-    assert fwd["parent_id"] == step["span_id"] and fwd["depth"] == 1 and fwd["category"] == "sync/compute"
-    assert mm["parent_id"] == fwd["span_id"] and mm["depth"] == 2 and mm["category"] == "sync/compute"
-    assert ar["parent_id"] == step["span_id"] and ar["category"] == "sync/comms" and ar["arg"] == 1 << 20
+    assert (
+        fwd["parent_id"] == step["span_id"]
+        and fwd["depth"] == 1
+        and fwd["category"] == "sync/compute"
+    )
+    assert (
+        mm["parent_id"] == fwd["span_id"] and mm["depth"] == 2 and mm["category"] == "sync/compute"
+    )
+    assert (
+        ar["parent_id"] == step["span_id"]
+        and ar["category"] == "sync/comms"
+        and ar["arg"] == 1 << 20
+    )
     assert fwd["arg"] == 3 and step["arg"] is None
     assert plain["category"] is None and plain["parent_id"] is None and plain["depth"] == 0
     assert len({x["span_id"] for x in rows(t)}) == 5
@@ -193,7 +204,7 @@ def test_deep_nesting_beyond_record_fields():
     assert len(rs) == 300
     for i in range(1, 300):
         assert rs[f"d{i}"]["depth"] == i
-        assert rs[f"d{i}"]["parent_id"] == rs[f"d{i-1}"]["span_id"]
+        assert rs[f"d{i}"]["parent_id"] == rs[f"d{i - 1}"]["span_id"]
 
 
 def test_many_children_under_one_parent():

@@ -1,5 +1,6 @@
 """span(..., sync=fn): the sync runs right before the span ends, only while recording;
 span(..., device="cuda"): refused when the span object is made."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,6 +20,7 @@ def _sleeper(seconds, calls):
     def sync():
         calls.append(1)
         time.sleep(seconds)
+
     return sync
 
 
@@ -68,7 +70,11 @@ def test_configure_sync_for_sync_true():
     with pytest.raises(TypeError, match="sync"):
         hotspan.configure(sync=3)
     rs = {r["name"]: r for r in rows(hotspan.drain())}
-    assert calls == [1, 1] and rs["s"]["duration_ns"] >= 10_000_000 and rs["b"]["duration_ns"] >= 10_000_000
+    assert (
+        calls == [1, 1]
+        and rs["s"]["duration_ns"] >= 10_000_000
+        and rs["b"]["duration_ns"] >= 10_000_000
+    )
 
 
 def test_traced_and_begin_with_sync():
@@ -111,7 +117,9 @@ def test_sync_argument_checks():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("mlx") is None, reason="mlx is not installed (pip install 'mlx[cpu]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mlx") is None, reason="mlx is not installed (pip install 'mlx[cpu]')"
+)
 def test_sync_mlx_covers_the_work_started_by_async_eval():
     import mlx.core as mx
 

@@ -1,4 +1,5 @@
 """Many threads: exact accounting while draining, exited threads, overflow."""
+
 from __future__ import annotations
 
 import json
@@ -81,7 +82,9 @@ def _stress(n_threads: int, per_thread: int, drain_every_s: float):
     # training loop's main thread would, so draining really overlaps recording.
     old_interval = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
-    threads = [threading.Thread(target=work, args=(k,), name=f"stress-{k}") for k in range(n_threads)]
+    threads = [
+        threading.Thread(target=work, args=(k,), name=f"stress-{k}") for k in range(n_threads)
+    ]
     for th in threads:
         th.start()
     start.wait()
@@ -109,10 +112,18 @@ def _check_every_field(names, tables, native_ids):
     children = df[df.name == "child"]
     arg = roots.arg.to_numpy(dtype=np.int64)
     k, i = arg >> 32, arg & 0xFFFFFFFF
-    assert (roots.name.to_numpy() == np.array(names, dtype=object)[k]).all(), "torn record: name vs arg"
-    assert (roots.thread_name.to_numpy() == np.array([f"stress-{x}" for x in k], dtype=object)).all()
+    assert (roots.name.to_numpy() == np.array(names, dtype=object)[k]).all(), (
+        "torn record: name vs arg"
+    )
+    assert (
+        roots.thread_name.to_numpy() == np.array([f"stress-{x}" for x in k], dtype=object)
+    ).all()
     assert (roots.thread_id.to_numpy() == np.array([native_ids[x] for x in k])).all()
-    assert (roots.category == "stress").all() and (roots.depth == 0).all() and roots.parent_id.isna().all()
+    assert (
+        (roots.category == "stress").all()
+        and (roots.depth == 0).all()
+        and roots.parent_id.isna().all()
+    )
     assert not pd.Series(list(zip(k, i))).duplicated().any()
     parents = df.set_index("span_id").loc[children.parent_id.astype(np.uint64).to_numpy()]
     assert (children.depth == 1).all() and (children.category == "stress/inner").all()
@@ -206,7 +217,9 @@ def test_drops_at_the_cap_are_counted_per_thread():
                 if _native._pending()["bytes"] <= in_use or time.monotonic() > deadline:
                     break
                 time.sleep(0.001)
-        per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])["threads"]  # exited threads too
+        per_thread = json.loads(t.schema.metadata[b"hotspan.dropped"])[
+            "threads"
+        ]  # exited threads too
         for k, n in counts.items():
             assert per_thread.get(str(ids[k]), 0) == n - 32
         assert hotspan.dropped() - before == sum(n - 32 for n in counts.values())

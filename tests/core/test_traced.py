@@ -1,4 +1,5 @@
 """@hotspan.traced: bare, named, methods, async, toggling, errors."""
+
 from __future__ import annotations
 
 import asyncio

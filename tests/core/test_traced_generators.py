@@ -1,4 +1,5 @@
 """@traced on generators and async generators: one span per step of the iteration."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,12 @@ def test_generator_steps_are_spans_and_the_consumer_is_not_counted(fresh):
         got.append(item)
         time.sleep(0.02)  # the consumer's work: not the generator's
     assert got == [0, 1, 2]
-    rows = [r for r in spans("test_generator_steps_are_spans_and_the_consumer_is_not_counted.<locals>.produce")]
+    rows = [
+        r
+        for r in spans(
+            "test_generator_steps_are_spans_and_the_consumer_is_not_counted.<locals>.produce"
+        )
+    ]
     assert len(rows) == 4  # three items, and the step that finishes it
     assert all(1_500_000 < r["duration_ns"] < 15_000_000 for r in rows[:3])
     assert not any(r["error"] for r in rows)

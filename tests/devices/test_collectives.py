@@ -1,5 +1,6 @@
 """hotspan.instrument("torch.distributed"): real ranks (gloo on loopback), real collectives,
 each rank recording to a record() directory; the merged trace checked rank by rank."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ import textwrap
 import pytest
 
 torch = pytest.importorskip(
-    "torch", reason="torch is not installed: pip install '.[dist-test]' (see pyproject.toml) to run the collective tests"
+    "torch",
+    reason="torch is not installed: pip install '.[dist-test]' (see pyproject.toml) to run the collective tests",
 )
 dist = pytest.importorskip("torch.distributed")
 if not (dist.is_available() and dist.is_gloo_available()):
@@ -123,8 +125,13 @@ def _run_ranks(world: int, out) -> list[list]:
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", HOTSPAN_OUT="")
     env.pop("RANK", None)
     procs = [
-        subprocess.Popen([sys.executable, "-c", RANK_CODE, str(r), str(world), str(port), str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "HOTSPAN_RANK": str(r)})
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_CODE, str(r), str(world), str(port), str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "HOTSPAN_RANK": str(r)},
+        )
         for r in range(world)
     ]
     expected = []
@@ -173,7 +180,9 @@ def test_every_rank_records_each_collective_with_its_bytes(world, tmp_path):
 @pytest.fixture
 def one_rank(fresh):
     """A one-rank gloo group in this process, instrumented."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+    )
     hotspan.instrument("torch.distributed")
     yield
     hotspan.uninstrument("torch.distributed")
@@ -193,9 +202,12 @@ def test_handle_waited_on_another_thread_closes_at_the_next_call(one_rank):
     t.start()
     t.join()
     assert _comms(hotspan.drain()) == []  # still open: only its own thread can close it
-    dist.barrier()                        # the next instrumented call closes it first
+    dist.barrier()  # the next instrumented call closes it first
     rs = _comms(hotspan.drain())
-    assert [(r["name"], r["arg"], r["depth"]) for r in rs] == [("all_reduce", 32, 0), ("barrier", 0, 0)]
+    assert [(r["name"], r["arg"], r["depth"]) for r in rs] == [
+        ("all_reduce", 32, 0),
+        ("barrier", 0, 0),
+    ]
 
 
 def test_handle_dropped_unwaited_does_not_stay_open(one_rank):

@@ -7,6 +7,7 @@ and points the plug-in at it with HOTSPAN_LIBCUDA. Spans, the C plug-in, drain, 
 and the id ranges are real. benchmarks/gpu_check.py runs the same checks against the real
 driver and torch.profiler on a machine with a GPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,7 +56,11 @@ def test_a_pair_is_resolved_only_once_its_end_event_completed(gpu):
     assert d["name"] == "matmul" and d["category"] == "gpu"
     assert d["parent_id"] == host[0]["span_id"] and d["depth"] == host[0]["depth"] + 1
     assert d["thread_name"] == "cuda:0 stream 7" and d["thread_id"] == -8
-    assert d["pid"] == host[0]["pid"] and d["rank"] == host[0]["rank"] and d["span_id"] != host[0]["span_id"]
+    assert (
+        d["pid"] == host[0]["pid"]
+        and d["rank"] == host[0]["rank"]
+        and d["span_id"] != host[0]["span_id"]
+    )
     assert cuda.pending() == 0 and cuda.info()["loaded"] == str(gpu.path)
 
 
@@ -70,7 +75,11 @@ def test_pairs_wait_across_drains_in_stream_order(gpu):
     assert [r["name"] for r in split(hotspan.drain())[1]] == ["k2"]
     gpu.advance(10 * MS)
     (k3,) = split(hotspan.drain())[1]
-    assert k3["name"] == "k3" and k3["duration_ns"] == 3 * MS and k3["thread_name"] == "cuda:0 stream 0"
+    assert (
+        k3["name"] == "k3"
+        and k3["duration_ns"] == 3 * MS
+        and k3["thread_name"] == "cuda:0 stream 0"
+    )
 
 
 def test_pending_events_wait_for_a_later_drain_and_never_block_it(gpu):
@@ -106,7 +115,9 @@ def test_device_rows_are_on_the_host_clock_through_the_calibration(gpu):
         with hotspan.span("mm", "gpu", device="cuda"):
             gpu.launch(4 * MS)
     cal_event, cal_host = cuda.calibration(0)
-    assert gpu.counter("stream_syncs") == 1  # the calibration event, on a stream of ours: one round trip
+    assert (
+        gpu.counter("stream_syncs") == 1
+    )  # the calibration event, on a stream of ours: one round trip
     assert gpu.event_time(cal_event) == gpu.now()  # recorded on an idle stream: completed at once
     host, device = split(hotspan.drain(wait_device=True))
     (d,) = device
@@ -120,7 +131,9 @@ def test_device_rows_are_on_the_host_clock_through_the_calibration(gpu):
     assert d["category"] == "train/gpu" and d["depth"] == 2 and d["parent_id"] == mm["span_id"]
 
 
-def test_calibration_is_retaken_after_the_period_but_not_inside_an_open_span(gpu, recalibrate_always):
+def test_calibration_is_retaken_after_the_period_but_not_inside_an_open_span(
+    gpu, recalibrate_always
+):
     with hotspan.span("outer", "gpu", device="cuda"):
         first = cuda.calibration(0)[0]
         with hotspan.span("inner", "gpu", device="cuda"):  # nested: the same calibration
@@ -132,7 +145,9 @@ def test_calibration_is_retaken_after_the_period_but_not_inside_an_open_span(gpu
     assert cuda.calibration(0)[0] != first
     device = {r["name"]: r for r in split(hotspan.drain(wait_device=True))[1]}
     outer, inner, nxt = device["outer"], device["inner"], device["next"]
-    assert outer["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= outer["end_ns"]  # nested exactly
+    assert (
+        outer["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= outer["end_ns"]
+    )  # nested exactly
     assert nxt["start_ns"] >= outer["end_ns"]  # never partly over the previous row of its stream
 
 
@@ -153,7 +168,12 @@ def test_events_are_pooled_no_new_event_once_warm(gpu):
 
 
 def test_thread_ids_are_negative_stable_and_per_stream(gpu):
-    for device, stream in ((0, 0), (0, 7), (1, 0), (0, 0x7F3A_1234_5600)):  # the last: an external stream
+    for device, stream in (
+        (0, 0),
+        (0, 7),
+        (1, 0),
+        (0, 0x7F3A_1234_5600),
+    ):  # the last: an external stream
         gpu.set_device(device)
         with hotspan.span("k", device="cuda", stream=stream):
             gpu.launch(10, stream=stream, device=device)
@@ -162,8 +182,13 @@ def test_thread_ids_are_negative_stable_and_per_stream(gpu):
     external = ids.pop(f"cuda:0 stream {0x7F3A_1234_5600}")
     assert ids == {"cuda:0 stream 0": -1, "cuda:0 stream 7": -8, "cuda:1 stream 0": -1 - (1 << 20)}
     assert -(1 << 20) <= external < -1 - (1 << 19)  # hashed into the upper half of device 0's ids
-    assert all(cuda.device_thread_id(d, s) == -1 - (d * (1 << 20) + s) for d, s in ((0, 0), (3, 5), (1023, 1000)))
-    assert cuda.device_thread_id(1023, 1 << 40) >= -(1 << 31)  # every id fits in int32 (Perfetto's tid)
+    assert all(
+        cuda.device_thread_id(d, s) == -1 - (d * (1 << 20) + s)
+        for d, s in ((0, 0), (3, 5), (1023, 1000))
+    )
+    assert cuda.device_thread_id(1023, 1 << 40) >= -(
+        1 << 31
+    )  # every id fits in int32 (Perfetto's tid)
     assert cuda.device_thread_id(0, 1 << 40) == cuda.device_thread_id(0, 1 << 40)  # stable
 
 
@@ -193,12 +218,19 @@ def test_stream_objects_of_torch_cupy_and_numba_are_taken(gpu):
     assert s.stream is protocol
     device = {r["name"]: r for r in split(hotspan.drain(wait_device=True))[1]}
     assert device["t"]["thread_name"] == "cuda:0 stream 3"  # torch's stream_id names it
-    assert device["t"]["duration_ns"] == MS  # recorded on the handle's stream: its kernel in between
-    assert device["p"]["thread_name"] == f"cuda:0 stream {0x6000}" and device["p"]["duration_ns"] == 2 * MS
+    assert (
+        device["t"]["duration_ns"] == MS
+    )  # recorded on the handle's stream: its kernel in between
+    assert (
+        device["p"]["thread_name"] == f"cuda:0 stream {0x6000}"
+        and device["p"]["duration_ns"] == 2 * MS
+    )
 
 
 def test_bad_stream_arguments_are_refused_at_creation(gpu):
-    with pytest.raises(TypeError, match="stream must be an int handle or an object with cuda_stream"):
+    with pytest.raises(
+        TypeError, match="stream must be an int handle or an object with cuda_stream"
+    ):
         hotspan.span("k", device="cuda", stream="7")
     with pytest.raises(TypeError, match="stream= is for device spans"):
         hotspan.span("k", stream=7)
@@ -214,7 +246,12 @@ def test_parent_depth_arg_error_follow_the_host_span(gpu):
     (d,) = device
     fwd = next(r for r in host if r["name"] == "fwd")
     assert (d["parent_id"], d["depth"], d["category"], d["arg"], d["error"]) == (
-        fwd["span_id"], fwd["depth"] + 1, "train", 4096, True)
+        fwd["span_id"],
+        fwd["depth"] + 1,
+        "train",
+        4096,
+        True,
+    )
     assert fwd["error"] and fwd["category"] == "train"
 
 
@@ -241,7 +278,11 @@ def test_device_span_as_decorator_and_reused_object(gpu):
             with s:  # re-entrant, as every span object
                 gpu.launch(MS)
     host, device = split(hotspan.drain(wait_device=True))
-    assert sorted(r["name"] for r in device) == sorted(r["name"] for r in host) == ["again"] * 6 + ["step"] * 3
+    assert (
+        sorted(r["name"] for r in device)
+        == sorted(r["name"] for r in host)
+        == ["again"] * 6 + ["step"] * 3
+    )
     by_id = {r["span_id"]: r for r in host}
     assert all(by_id[d["parent_id"]]["name"] == d["name"] for d in device)
 
@@ -284,7 +325,9 @@ def _stats_table(gpu):
 
 def test_stats_keep_device_time_apart_from_host_time(gpu):
     table = _stats_table(gpu)
-    result = {(r["name"], r["device"]): r for r in hotspan.stats(table).to_pylist()}  # device: a default key
+    result = {
+        (r["name"], r["device"]): r for r in hotspan.stats(table).to_pylist()
+    }  # device: a default key
     assert set(result) == {("mm", "host"), ("mm", "cuda:0")}
     host, device = result[("mm", "host")], result[("mm", "cuda:0")]
     assert device["count"] == 4 and device["total_ns"] == 10 * MS and device["self_ns"] == 10 * MS
@@ -295,7 +338,9 @@ def test_stats_keep_device_time_apart_from_host_time(gpu):
     mixed = hotspan.stats(table, by=("name",)).to_pylist()  # asked for: one group, self time intact
     assert mixed[0]["count"] == 8 and mixed[0]["self_ns"] == mixed[0]["total_ns"]
     host_only = table.filter(pc.greater_equal(table.column("thread_id"), 0))
-    assert "device" not in hotspan.stats(host_only).column_names  # no device rows: the default as ever
+    assert (
+        "device" not in hotspan.stats(host_only).column_names
+    )  # no device rows: the default as ever
 
 
 @pytest.mark.slow
@@ -304,13 +349,22 @@ def test_cli_stats_groups_device_rows_apart(gpu, tmp_path):
 
     path = tmp_path / "trace.parquet"
     hotspan.export(_stats_table(gpu), path)
-    proc = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(path), "--json"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hotspan", "stats", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     found = {(r["name"], r["device"]): r["count"] for r in json.loads(proc.stdout)}
     assert found == {("mm", "host"): 4, ("mm", "cuda:0"): 4}
-    proc = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(path), "--by", "device"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "160"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "hotspan", "stats", str(path), "--by", "device"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "160"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "cuda:0" in proc.stdout and "host" in proc.stdout
 
@@ -323,10 +377,16 @@ def test_a_failing_event_record_is_one_line_and_leaves_nothing_open(gpu, recalib
     with pytest.raises(RuntimeError) as err:
         with hotspan.span("k", device="cuda"):
             pass
-    assert str(err.value) == "device span: cuEventRecord failed: CUDA_ERROR_ILLEGAL_ADDRESS (CUresult 700)"
-    k, _warm_device, _warm_host = sorted(rows(hotspan.drain(wait_device=True)),
-                                         key=lambda r: (r["name"], r["thread_id"]))
-    assert k["name"] == "k" and k["error"] and k["thread_id"] > 0  # the host span, closed as an error
+    assert (
+        str(err.value)
+        == "device span: cuEventRecord failed: CUDA_ERROR_ILLEGAL_ADDRESS (CUresult 700)"
+    )
+    k, _warm_device, _warm_host = sorted(
+        rows(hotspan.drain(wait_device=True)), key=lambda r: (r["name"], r["thread_id"])
+    )
+    assert (
+        k["name"] == "k" and k["error"] and k["thread_id"] > 0
+    )  # the host span, closed as an error
     assert cuda.pending() == 0 and cuda.info()["open"] == 0
     with hotspan.span("after", device="cuda"):  # no device span left open: it may recalibrate
         pass
@@ -338,7 +398,9 @@ def test_a_driver_error_at_drain_names_the_call(gpu):
         gpu.launch(MS)
     gpu.advance(MS)
     gpu.fail_next("cuEventQuery", 999)  # a CUresult the driver has no name for
-    with pytest.raises(RuntimeError, match=r"^device span: cuEventQuery failed: CUDA error \(CUresult 999\)$"):
+    with pytest.raises(
+        RuntimeError, match=r"^device span: cuEventQuery failed: CUDA error \(CUresult 999\)$"
+    ):
         hotspan.drain()
     assert cuda.pending() == 0  # the failed pair is dropped, not retried for ever
     with hotspan.span("k2", device="cuda"):
@@ -352,16 +414,24 @@ def test_no_cuda_refuses_at_creation_naming_it(fake_libcuda_path, fresh, tmp_pat
     driver = FakeDriver(fake_libcuda_path)
     driver.start(devices=0)
     try:
-        with pytest.raises(RuntimeError, match=r"^span\(device='cuda'\): CUDA is not available: .* sees no CUDA device"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"^span\(device='cuda'\): CUDA is not available: .* sees no CUDA device",
+        ):
             hotspan.span("k", device="cuda")
         missing = tmp_path / "no-such-libcuda.so"
         os.environ["HOTSPAN_LIBCUDA"] = str(missing)
         _native._cuda_reset(False)
-        with pytest.raises(RuntimeError, match=r"CUDA is not available: .*no-such-libcuda\.so could not be loaded"):
+        with pytest.raises(
+            RuntimeError, match=r"CUDA is not available: .*no-such-libcuda\.so could not be loaded"
+        ):
             hotspan.span("k", device="cuda")
         driver.start()
         driver.fail_next("cuInit", 100)
-        with pytest.raises(RuntimeError, match=r"cuInit/cuDeviceGetCount failed: CUDA_ERROR_NO_DEVICE \(CUresult 100\)"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"cuInit/cuDeviceGetCount failed: CUDA_ERROR_NO_DEVICE \(CUresult 100\)",
+        ):
             hotspan.span("k", device="cuda")
     finally:
         driver.stop()
@@ -382,5 +452,7 @@ assert cuda.info()["torch"] == "absent", cuda.info()
 print("ok")
 """
     env = {**os.environ, "HOTSPAN_LIBCUDA": str(fake_libcuda_path)}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

@@ -1,5 +1,6 @@
 """instrument()/uninstrument() and hotspan.sync without the frameworks' help: names,
 errors, laziness."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,9 @@ from _util import run_python
 
 
 def test_unknown_name_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown integration 'jax'.*known: mlx, torch\.distributed"):
+    with pytest.raises(
+        ValueError, match=r"unknown integration 'jax'.*known: mlx, torch\.distributed"
+    ):
         hotspan.instrument("jax")
     with pytest.raises(ValueError, match="known: mlx, torch.distributed"):
         hotspan.uninstrument("torch")
@@ -66,7 +69,9 @@ def test_sync_is_a_lazy_submodule_and_imports_nothing_heavy():
 
 
 def test_sync_cuda_without_cuda_is_a_clear_error():
-    torch = pytest.importorskip("torch", reason="torch is not installed: pip install '.[dist-test]'")
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed: pip install '.[dist-test]'"
+    )
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the error path does not apply")
     with pytest.raises(RuntimeError, match="CUDA is not available"):

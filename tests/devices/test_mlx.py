@@ -1,12 +1,15 @@
 """MLX on its CPU device: instrument("mlx") records the calls where lazy graphs run, and
 hotspan.sync.mlx() makes a span cover the work that mx.async_eval started."""
+
 from __future__ import annotations
 
 import time
 
 import pytest
 
-mx = pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]' (in the test extra on Linux)")
+mx = pytest.importorskip(
+    "mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]' (in the test extra on Linux)"
+)
 
 import hotspan  # noqa: E402
 import hotspan.sync  # noqa: E402
@@ -34,9 +37,16 @@ def test_instrument_records_eval_async_eval_synchronize(mlx_off):
         mx.synchronize()
     rs = rows(hotspan.drain())
     by = {r["name"]: r for r in rs}
-    assert [r["name"] for r in sorted(rs, key=lambda r: r["start_ns"])] == ["step", "eval", "async_eval", "synchronize"]
+    assert [r["name"] for r in sorted(rs, key=lambda r: r["start_ns"])] == [
+        "step",
+        "eval",
+        "async_eval",
+        "synchronize",
+    ]
     for name in ("eval", "async_eval", "synchronize"):
-        assert by[name]["category"] == "train/mlx" and by[name]["parent_id"] == by["step"]["span_id"]
+        assert (
+            by[name]["category"] == "train/mlx" and by[name]["parent_id"] == by["step"]["span_id"]
+        )
     hotspan.uninstrument("mlx")
     hotspan.uninstrument("mlx")  # idempotent
     assert (mx.eval, mx.async_eval, mx.synchronize) == originals

@@ -4,6 +4,7 @@
 cover what the recorder cannot produce on demand (several processes and ranks, names with
 quotes and newlines, exact nanosecond ties).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 
 
 from hotspan._schema import (
@@ -34,11 +34,13 @@ THREADS = [
 ]
 #: The compute thread was called this before set_thread_name() renamed it.
 EARLY_NAME = "compute-early"
-NAMES = ["step", "forward", "backward", "allreduce", "load_batch", "checkpoint", "élan \"quoted\"\n"]
+NAMES = ["step", "forward", "backward", "allreduce", "load_batch", "checkpoint", 'élan "quoted"\n']
 CATEGORIES = [None, "compute", "sync", "io", "comms"]
 
 
-def build_spans(seed: int = 7, roots_per_thread: int = 3, longest_root_ns: int = 30_000) -> pa.Table:
+def build_spans(
+    seed: int = 7, roots_per_thread: int = 3, longest_root_ns: int = 30_000
+) -> pa.Table:
     """A trace as the recorder drains it: every span once, children before parents (a span
     is recorded when it ends), consistent parent_id/depth/category paths, instants
     (also at a parent's first and last nanosecond), errors, nulls, a renamed thread."""
@@ -52,25 +54,40 @@ def build_spans(seed: int = 7, roots_per_thread: int = 3, longest_root_ns: int =
         own = rng.choice(CATEGORIES)
         category = "/".join(p for p in (path, own) if p) or None
         if not instant and depth < 4 and end - start > 40:
-            t = start if rng.random() < 0.3 else start + rng.randrange(1, 6)  # sometimes at the parent's start
+            t = (
+                start if rng.random() < 0.3 else start + rng.randrange(1, 6)
+            )  # sometimes at the parent's start
             while t < end - 10:
                 if rng.random() < 0.2:
                     span(thread, span_id, depth + 1, category, t, t, instant=True)
                 length = rng.randrange(1, max(2, (end - t) // 2))
                 span(thread, span_id, depth + 1, category, t, min(end, t + length))
-                t = min(end, t + length) + (0 if rng.random() < 0.3 else rng.randrange(1, 5))  # siblings may touch
+                t = min(end, t + length) + (
+                    0 if rng.random() < 0.3 else rng.randrange(1, 5)
+                )  # siblings may touch
             if rng.random() < 0.3:
                 span(thread, span_id, depth + 1, category, end, end, instant=True)  # at its last ns
         pid, rank, tid, thread_name = thread
         if thread_name == "compute" and start < base + longest_root_ns:
             thread_name = EARLY_NAME
-        rows.append({
-            "span_id": span_id, "parent_id": parent, "name": name if not instant else "checkpoint",
-            "category": category, "start_ns": start, "end_ns": end, "duration_ns": end - start,
-            "depth": depth, "thread_id": tid, "thread_name": thread_name, "pid": pid, "rank": rank,
-            "arg": rng.choice([None, None, 0, 4096, -7, 1 << 40, (1 << 63) - 1]),
-            "error": (not instant) and rng.random() < 0.05,
-        })
+        rows.append(
+            {
+                "span_id": span_id,
+                "parent_id": parent,
+                "name": name if not instant else "checkpoint",
+                "category": category,
+                "start_ns": start,
+                "end_ns": end,
+                "duration_ns": end - start,
+                "depth": depth,
+                "thread_id": tid,
+                "thread_name": thread_name,
+                "pid": pid,
+                "rank": rank,
+                "arg": rng.choice([None, None, 0, 4096, -7, 1 << 40, (1 << 63) - 1]),
+                "error": (not instant) and rng.random() < 0.05,
+            }
+        )
 
     base = 1_732_000_000_123_456_789
     for thread in THREADS:
@@ -130,7 +147,9 @@ def assert_same_spans(expected: pa.Table, actual: pa.Table, keep_order: bool = T
         left, right = expected.column(name).to_pylist(), actual.column(name).to_pylist()
         if left != right:
             first = next(i for i, (a, b) in enumerate(zip(left, right)) if a != b)
-            raise AssertionError(f"column {name!r} differs first at row {first}: {left[first]!r} != {right[first]!r}")
+            raise AssertionError(
+                f"column {name!r} differs first at row {first}: {left[first]!r} != {right[first]!r}"
+            )
 
 
 # --------------------------------------------------------------------------- perfetto-check

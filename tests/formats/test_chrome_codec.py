@@ -1,5 +1,6 @@
 """The Chrome JSON codec's reader: bounded blocks and bounded inflation, foreign clocks and
 sources, what a load leaves out (said, counted, or refused), and a mutation fuzz."""
+
 from __future__ import annotations
 
 import gzip
@@ -66,7 +67,9 @@ def test_a_gzip_bomb_is_refused_at_the_limit(tmp_path, monkeypatch):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert str(path) in str(error.value) and "inflates to more than 8,388,608 bytes" in str(error.value)
+    assert str(path) in str(error.value) and "inflates to more than 8,388,608 bytes" in str(
+        error.value
+    )
     assert "HOTSPAN_MAX_INFLATED_BYTES" in str(error.value)
     assert peak < 32 << 20
     # The limit per call, and a limit above the size: the blanks load as an empty trace.
@@ -87,24 +90,36 @@ def test_a_bad_limit_in_the_environment(tmp_path, monkeypatch):
         load(path)
 
 
-@pytest.mark.parametrize("content, problem", [
-    (b"[" * 100_000, "nested deeper than 256"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "args": ' + b"[" * 5000 + b"]" * 5000 + b"}]}", "nested deeper"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1e400}]}', "out of range"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 99999999999999999999999}]}', "out of range"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "pid": 99999999999999999999}]}', "pid out of range"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "tid": 1.5}]}', "tid is neither"),
-    (b'{"traceEvents": [{"ph": "X", "ts": true}]}', "'ts' is not a finite number: true"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": "long"}]}', "'dur' is not a finite number"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "a\x01b"}]}', "control character"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "\\q"}]}', "invalid escape"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "\xc3("}]}', "utf-8"),
-    (b'{"traceEvents": []} {}', "nothing more"),
-    (b'{"traceEvents": [], }', "a key"),
-    (b'{"traceEvents": [{"ph": "B", "ts": 5}, {"ph": "E", "ts": 4}]}', "earlier than its 'b'"),
-    (b"7", "not a chrome trace"),
-    (b"   \n\t ", "empty file"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"[" * 100_000, "nested deeper than 256"),
+        (
+            b'{"traceEvents": [{"ph": "X", "ts": 1, "args": ' + b"[" * 5000 + b"]" * 5000 + b"}]}",
+            "nested deeper",
+        ),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1e400}]}', "out of range"),
+        (
+            b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 99999999999999999999999}]}',
+            "out of range",
+        ),
+        (
+            b'{"traceEvents": [{"ph": "X", "ts": 1, "pid": 99999999999999999999}]}',
+            "pid out of range",
+        ),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "tid": 1.5}]}', "tid is neither"),
+        (b'{"traceEvents": [{"ph": "X", "ts": true}]}', "'ts' is not a finite number: true"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": "long"}]}', "'dur' is not a finite number"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "a\x01b"}]}', "control character"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "\\q"}]}', "invalid escape"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "\xc3("}]}', "utf-8"),
+        (b'{"traceEvents": []} {}', "nothing more"),
+        (b'{"traceEvents": [], }', "a key"),
+        (b'{"traceEvents": [{"ph": "B", "ts": 5}, {"ph": "E", "ts": 4}]}', "earlier than its 'b'"),
+        (b"7", "not a chrome trace"),
+        (b"   \n\t ", "empty file"),
+    ],
+)
 def test_bad_documents_are_refused_clearly(tmp_path, content, problem):
     path = tmp_path / "bad.json"
     path.write_bytes(content)
@@ -128,22 +143,111 @@ def _torch_trace(base_ns: int = 1_732_000_000_123_456_000, rank: int = 3) -> dic
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 8},
         "record_shapes": 0,
         "traceEvents": [
-            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 4242, "tid": 4242,
-             "ts": 10.500, "dur": 1000.250, "args": {"External id": 1, "Record shapes": []}},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242,
-             "ts": 20.125, "dur": 50.000, "args": {"External id": 2, "Sequence number": 7, "Fwd thread id": 0}},
-            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242,
-             "ts": 30.000, "dur": 5.001, "args": {"correlation": 11, "cbid": 211}},
-            {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
-             "ts": 40.000, "dur": 20.002, "args": {"device": 0, "stream": 7, "correlation": 11,
-                                                    "grid": [1, 1, 1], "block": [256, 1, 1]}},
-            {"ph": "s", "id": 11, "pid": 4242, "tid": 4242, "ts": 30.000, "cat": "ac2g", "name": "ac2g"},
-            {"ph": "f", "id": 11, "pid": 0, "tid": 7, "ts": 40.000, "cat": "ac2g", "name": "ac2g", "bp": "e"},
-            {"name": "process_name", "ph": "M", "ts": 0, "pid": 4242, "tid": 0, "args": {"name": "python3"}},
-            {"name": "thread_name", "ph": "M", "ts": 0, "pid": 4242, "tid": 4242, "args": {"name": "thread 4242 (python3)"}},
-            {"name": "process_name", "ph": "M", "ts": 0, "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
-            {"name": "thread_name", "ph": "M", "ts": 0, "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
-            {"ph": "i", "s": "t", "name": "Iteration Start: PyTorch Profiler", "pid": 4242, "tid": 4242, "ts": 10.500},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#2",
+                "pid": 4242,
+                "tid": 4242,
+                "ts": 10.500,
+                "dur": 1000.250,
+                "args": {"External id": 1, "Record shapes": []},
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 4242,
+                "tid": 4242,
+                "ts": 20.125,
+                "dur": 50.000,
+                "args": {"External id": 2, "Sequence number": 7, "Fwd thread id": 0},
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 4242,
+                "tid": 4242,
+                "ts": 30.000,
+                "dur": 5.001,
+                "args": {"correlation": 11, "cbid": 211},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ampere_sgemm_128x64_nn",
+                "pid": 0,
+                "tid": 7,
+                "ts": 40.000,
+                "dur": 20.002,
+                "args": {
+                    "device": 0,
+                    "stream": 7,
+                    "correlation": 11,
+                    "grid": [1, 1, 1],
+                    "block": [256, 1, 1],
+                },
+            },
+            {
+                "ph": "s",
+                "id": 11,
+                "pid": 4242,
+                "tid": 4242,
+                "ts": 30.000,
+                "cat": "ac2g",
+                "name": "ac2g",
+            },
+            {
+                "ph": "f",
+                "id": 11,
+                "pid": 0,
+                "tid": 7,
+                "ts": 40.000,
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            },
+            {
+                "name": "process_name",
+                "ph": "M",
+                "ts": 0,
+                "pid": 4242,
+                "tid": 0,
+                "args": {"name": "python3"},
+            },
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "ts": 0,
+                "pid": 4242,
+                "tid": 4242,
+                "args": {"name": "thread 4242 (python3)"},
+            },
+            {
+                "name": "process_name",
+                "ph": "M",
+                "ts": 0,
+                "pid": 0,
+                "tid": 0,
+                "args": {"name": "GPU 0"},
+            },
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "ts": 0,
+                "pid": 0,
+                "tid": 7,
+                "args": {"name": "stream 7 "},
+            },
+            {
+                "ph": "i",
+                "s": "t",
+                "name": "Iteration Start: PyTorch Profiler",
+                "pid": 4242,
+                "tid": 4242,
+                "ts": 10.500,
+            },
         ],
         "traceName": "/tmp/rank3.pt.trace.json",
         "displayTimeUnit": "ms",
@@ -157,8 +261,13 @@ def test_a_torch_profiler_trace_lands_on_the_epoch(tmp_path):
     table = load(path)
     assert table.schema.metadata[b"hotspan.source"] == b"torch.profiler"
     rows = {row["name"]: row for row in table.to_pylist()}
-    assert set(rows) == {"ProfilerStep#2", "aten::mm", "cudaLaunchKernel", "ampere_sgemm_128x64_nn",
-                         "Iteration Start: PyTorch Profiler"}
+    assert set(rows) == {
+        "ProfilerStep#2",
+        "aten::mm",
+        "cudaLaunchKernel",
+        "ampere_sgemm_128x64_nn",
+        "Iteration Start: PyTorch Profiler",
+    }
     step = rows["ProfilerStep#2"]
     assert (step["start_ns"], step["duration_ns"]) == (base + 10_500, 1_000_250)
     assert rows["aten::mm"]["parent_id"] == step["span_id"] and rows["aten::mm"]["depth"] == 1
@@ -184,9 +293,26 @@ def test_async_events_load_as_spans_on_their_own_track(tmp_path):
         {"ph": "b", "ts": 10, "pid": 1, "tid": 1, "cat": "net", "id": "0x1", "name": "request"},
         {"ph": "b", "ts": 15, "pid": 1, "tid": 1, "cat": "net", "id": "0x2", "name": "request"},
         {"ph": "n", "ts": 20, "pid": 1, "tid": 1, "cat": "net", "id": "0x1", "name": "headers"},
-        {"ph": "e", "ts": 150, "pid": 1, "tid": 2, "cat": "net", "id": "0x1", "name": "request", "args": {"arg": 512}},
+        {
+            "ph": "e",
+            "ts": 150,
+            "pid": 1,
+            "tid": 2,
+            "cat": "net",
+            "id": "0x1",
+            "name": "request",
+            "args": {"arg": 512},
+        },
         {"ph": "e", "ts": 30, "pid": 1, "tid": 2, "cat": "net", "id": "0x2", "name": "request"},
-        {"ph": "b", "ts": 40, "pid": 1, "tid": 1, "cat": "net", "id": "0x3", "name": "never answered"},
+        {
+            "ph": "b",
+            "ts": 40,
+            "pid": 1,
+            "tid": 1,
+            "cat": "net",
+            "id": "0x3",
+            "name": "never answered",
+        },
         {"ph": "e", "ts": 50, "pid": 1, "tid": 1, "cat": "net", "id": "0x9", "name": "stray"},
     ]
     path = _write(tmp_path / "async.json", {"traceEvents": events})
@@ -201,7 +327,10 @@ def test_async_events_load_as_spans_on_their_own_track(tmp_path):
     assert {r["thread_name"] for r in requests} == {"async net"}
     assert requests[0]["arg"] == 512 and requests[1]["parent_id"] == requests[0]["span_id"]
     assert requests[0]["thread_id"] != main["thread_id"]
-    assert skipped(table) == {"async 'b' event(s) never closed by an 'e'": 1, "async 'e' event(s) closing no 'b'": 1}
+    assert skipped(table) == {
+        "async 'b' event(s) never closed by an 'e'": 1,
+        "async 'e' event(s) closing no 'b'": 1,
+    }
 
 
 # --------------------------------------------------------------------------- what a load leaves out
@@ -220,13 +349,20 @@ def test_b_events_never_closed_are_said_and_counted(tmp_path):
     with pytest.warns(UserWarning) as caught:
         table = load(path)
     message = str(caught[0].message)
-    assert "1,000 'B' event(s) never closed" in message and "1 'E' event(s) closing no 'B'" in message
+    assert (
+        "1,000 'B' event(s) never closed" in message and "1 'E' event(s) closing no 'B'" in message
+    )
     assert table.num_rows == 1
-    assert skipped(table) == {"'B' event(s) never closed by an 'E'": 1000, "'E' event(s) closing no 'B'": 1}
+    assert skipped(table) == {
+        "'B' event(s) never closed by an 'E'": 1000,
+        "'E' event(s) closing no 'B'": 1,
+    }
 
 
 def test_nothing_but_unclosed_b_events_is_refused(tmp_path):
-    path = _write(tmp_path / "open.json", [{"ph": "B", "ts": i, "name": "open"} for i in range(10_000)])
+    path = _write(
+        tmp_path / "open.json", [{"ph": "B", "ts": i, "name": "open"} for i in range(10_000)]
+    )
     with pytest.raises(TraceFileError, match="no complete span.*10,000 'B' event"):
         load(path)
 
@@ -242,7 +378,7 @@ def test_event_lines_cut_out_of_our_file_are_said(spans, tmp_path):
     with pytest.warns(UserWarning, match="5 span event.s. missing"):
         table = load(path)
     assert table.num_rows == spans.num_rows - 5
-    assert skipped(table) == {'span event(s) missing from the file (lines cut out?)': 5}
+    assert skipped(table) == {"span event(s) missing from the file (lines cut out?)": 5}
     # The metadata of the file is still there.
     assert table.schema.metadata[b"hotspan.host"] == b"node-07.example"
 
@@ -273,11 +409,27 @@ def _seeds(tmp_path: Path) -> dict[str, bytes]:
     export(build_spans(seed=5, roots_per_thread=1, longest_root_ns=2000), ours)
     multi = []
     for rank in range(2):
-        multi.append({"ph": "M", "pid": 0, "tid": rank, "name": "thread_name", "args": {"name": f"Rank {rank}"}})
+        multi.append(
+            {
+                "ph": "M",
+                "pid": 0,
+                "tid": rank,
+                "name": "thread_name",
+                "args": {"name": f"Rank {rank}"},
+            }
+        )
         for step in range(4):
             t = 1000.5 + 200 * step + rank
             multi += [
-                {"ph": "X", "pid": 0, "tid": rank, "ts": t, "dur": 100.25, "name": "step", "args": {"rank": rank}},
+                {
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": rank,
+                    "ts": t,
+                    "dur": 100.25,
+                    "name": "step",
+                    "args": {"rank": rank},
+                },
                 {"ph": "B", "pid": 0, "tid": rank, "ts": t + 1, "name": "compute", "cat": "c"},
                 {"ph": "E", "pid": 0, "tid": rank, "ts": t + 50},
                 {"ph": "i", "s": "t", "pid": 0, "tid": rank, "ts": t + 60, "name": "mark"},
@@ -290,7 +442,18 @@ def _seeds(tmp_path: Path) -> dict[str, bytes]:
     }
 
 
-_WRONG = [b'"x"', b"[]", b"{}", b"true", b"null", b"1e999", b"-1", b"18446744073709551616", b"0.5", b'"\\ud800"']
+_WRONG = [
+    b'"x"',
+    b"[]",
+    b"{}",
+    b"true",
+    b"null",
+    b"1e999",
+    b"-1",
+    b"18446744073709551616",
+    b"0.5",
+    b'"\\ud800"',
+]
 
 
 def _mutate(data: bytes, rng: random.Random) -> bytes:
@@ -299,14 +462,14 @@ def _mutate(data: bytes, rng: random.Random) -> bytes:
     if how == "cut":
         return data[:at]
     if how == "flip":
-        return data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1:]
+        return data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :]
     if how == "delete":
-        return data[:at] + data[at + rng.randrange(1, 40):]
+        return data[:at] + data[at + rng.randrange(1, 40) :]
     if how == "nest":
         depth = rng.choice([10, 300, 5000])
         return data[:at] + b"[" * depth + b"]" * depth + data[at:]
     if how == "duplicate":
-        return data[:at] + data[at: at + rng.randrange(1, 200)] + data[at:]
+        return data[:at] + data[at : at + rng.randrange(1, 200)] + data[at:]
     # A value of the wrong type after some colon.
     colons = [i for i in range(len(data)) if data[i] == ord(":")]
     if not colons:
@@ -353,8 +516,10 @@ def test_mutation_fuzz(tmp_path):
 def test_lone_surrogate_escapes_become_replacement_text(tmp_path):
     """JSON allows "\\ud800"; Arrow strings must be UTF-8: such text loads as "?"."""
     path = tmp_path / "surrogates.json"
-    path.write_text('[{"ph":"M","name":"thread_name","pid":"\\ud800","tid":1,"args":{"name":"x"}},'
-                    '{"ph":"X","ts":1,"dur":1,"pid":"\\ud800","tid":1,"name":"a\\udc00b"}]')
+    path.write_text(
+        '[{"ph":"M","name":"thread_name","pid":"\\ud800","tid":1,"args":{"name":"x"}},'
+        '{"ph":"X","ts":1,"dur":1,"pid":"\\ud800","tid":1,"name":"a\\udc00b"}]'
+    )
     table = load(path)
     table.validate(full=True)
     row = table.to_pylist()[0]
@@ -365,7 +530,9 @@ def test_lone_surrogate_escapes_become_replacement_text(tmp_path):
 
 
 @pytest.mark.parametrize("block", [1, 300, 1 << 20])
-def test_the_writer_gives_the_same_bytes_in_any_block_size_and_through_gzip(spans, tmp_path, monkeypatch, block):
+def test_the_writer_gives_the_same_bytes_in_any_block_size_and_through_gzip(
+    spans, tmp_path, monkeypatch, block
+):
     """The lines go straight to the file descriptor a block at a time (two buffers, a
     writer thread); through gzip they go to a Python stream: the same bytes either way,
     however many blocks (a tiny block: one line a block)."""
@@ -398,6 +565,26 @@ def test_a_failed_write_is_an_os_error(spans):
     n = 1000
     i64, u64, u8, i32 = (np.arange(n, dtype=t) for t in (np.int64, np.uint64, np.uint8, np.int32))
     with open("/dev/full", "wb", buffering=0) as full, pytest.raises(OSError) as caught:
-        codec.encode(full.fileno(), 4096, i64, i64 + 1, i32 * 0, u64 + 1, u64, u8 * 0, i64, u8 * 0, u8 * 0,
-                     i32 * 0, i32 * 0, i32 * 0 - 1, i32 * 0 - 1, [b',"pid":1,"tid":1'], [b',"name":"x"'], [], [], 0)
+        codec.encode(
+            full.fileno(),
+            4096,
+            i64,
+            i64 + 1,
+            i32 * 0,
+            u64 + 1,
+            u64,
+            u8 * 0,
+            i64,
+            u8 * 0,
+            u8 * 0,
+            i32 * 0,
+            i32 * 0,
+            i32 * 0 - 1,
+            i32 * 0 - 1,
+            [b',"pid":1,"tid":1'],
+            [b',"name":"x"'],
+            [],
+            [],
+            0,
+        )
     assert caught.value.errno == 28  # ENOSPC

@@ -2,6 +2,7 @@
 laid out by Python's json module, foreign traces (VizTracer's, torch.profiler's, a multi-rank
 tracer's, hand-written variants) and a fuzzed loader that must fail cleanly on anything else.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -26,7 +27,9 @@ from hotspan.formats import TraceFileError, export, load
 def _load_general(path: Path) -> pa.Table:
     """What the loader makes of the same document laid out by Python's json module (one
     line, other blanks, escapes for non-ASCII): the reference for our own line layout."""
-    document = json.loads(gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes())
+    document = json.loads(
+        gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+    )
     other = path.with_name("reference-" + path.name.removesuffix(".gz"))
     other.write_text(json.dumps(document))
     return load(other)
@@ -56,7 +59,9 @@ def test_layout_of_our_file(spans, tmp_path):
     other = document["otherData"]
     start = pc.min(spans.column("start_ns")).as_py()
     assert other["hotspan.trace_start_ns"] == start
-    assert other["hotspan.metadata"]["hotspan.start_ns"] == spans.schema.metadata[META_START].decode()
+    assert (
+        other["hotspan.metadata"]["hotspan.start_ns"] == spans.schema.metadata[META_START].decode()
+    )
     events = document["traceEvents"]
     kinds = {event["ph"] for event in events}
     assert kinds == {"M", "X", "i"}
@@ -77,7 +82,9 @@ def test_layout_of_our_file(spans, tmp_path):
             assert round(event["dur"] * 1000) == row["duration_ns"] > 0
         else:
             assert row["duration_ns"] == 0 and event["s"] == "t"
-    thread_names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    thread_names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"
+    }
     assert "loader-ü数据" in thread_names.values()
     process_names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert process_names == {"rank 0 @ node-07.example", "rank 1 @ node-07.example"}
@@ -155,21 +162,72 @@ def test_a_trace_written_by_viztracer(tmp_path):
 def _multi_rank_events(ranks: int = 3) -> list[dict]:
     """The layout of a multi-rank tracer: pid 0, tid = rank, ``cat`` paths, "Rank N" threads,
     args.rank; B/E pairs beside X events; fractional microseconds."""
-    events: list[dict] = [{"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": "job"}}]
+    events: list[dict] = [
+        {"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": "job"}}
+    ]
     for rank in range(ranks):
-        events.append({"ph": "M", "pid": 0, "tid": rank, "name": "thread_name", "args": {"name": f"Rank {rank}"}})
+        events.append(
+            {
+                "ph": "M",
+                "pid": 0,
+                "tid": rank,
+                "name": "thread_name",
+                "args": {"name": f"Rank {rank}"},
+            }
+        )
         t = 1000.5 + rank
         for step in range(3):
-            events.append({"ph": "X", "pid": 0, "tid": rank, "ts": t, "dur": 100.25, "name": "step",
-                           "cat": "sync", "args": {"rank": rank, "step": step}})
-            events.append({"ph": "B", "pid": 0, "tid": rank, "ts": t + 0.125, "name": "compute",
-                           "cat": "sync/compute", "args": {"rank": rank}})
-            events.append({"ph": "X", "pid": 0, "tid": rank, "ts": t + 1, "dur": 10.001, "name": "matmul",
-                           "cat": "sync/compute", "args": {"rank": rank}})
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": rank,
+                    "ts": t,
+                    "dur": 100.25,
+                    "name": "step",
+                    "cat": "sync",
+                    "args": {"rank": rank, "step": step},
+                }
+            )
+            events.append(
+                {
+                    "ph": "B",
+                    "pid": 0,
+                    "tid": rank,
+                    "ts": t + 0.125,
+                    "name": "compute",
+                    "cat": "sync/compute",
+                    "args": {"rank": rank},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": rank,
+                    "ts": t + 1,
+                    "dur": 10.001,
+                    "name": "matmul",
+                    "cat": "sync/compute",
+                    "args": {"rank": rank},
+                }
+            )
             events.append({"ph": "E", "pid": 0, "tid": rank, "ts": t + 50})
-            events.append({"ph": "i", "pid": 0, "tid": rank, "ts": t + 60, "name": "barrier", "s": "t",
-                           "cat": "sync/comm", "args": {"rank": rank}})
-            events.append({"ph": "C", "pid": 0, "ts": t, "name": "memory", "args": {"bytes": 5}})  # ignored
+            events.append(
+                {
+                    "ph": "i",
+                    "pid": 0,
+                    "tid": rank,
+                    "ts": t + 60,
+                    "name": "barrier",
+                    "s": "t",
+                    "cat": "sync/comm",
+                    "args": {"rank": rank},
+                }
+            )
+            events.append(
+                {"ph": "C", "pid": 0, "ts": t, "name": "memory", "args": {"bytes": 5}}
+            )  # ignored
             t += 200
     return events
 
@@ -185,21 +243,38 @@ def _check_multi_rank(table: pa.Table, ranks: int = 3) -> None:
         by_name.setdefault(row["name"], []).append(row)
     assert {r["category"] for r in by_name["matmul"]} == {"sync/compute"}
     step = by_name["step"][0]
-    assert (step["start_ns"], step["duration_ns"], step["depth"], step["parent_id"]) == (1_000_500, 100_250, 0, None)
+    assert (step["start_ns"], step["duration_ns"], step["depth"], step["parent_id"]) == (
+        1_000_500,
+        100_250,
+        0,
+        None,
+    )
     compute = [r for r in by_name["compute"] if r["rank"] == 0][0]
     assert (compute["start_ns"], compute["end_ns"], compute["depth"]) == (1_000_625, 1_050_500, 1)
     matmul = [r for r in by_name["matmul"] if r["rank"] == 0][0]
-    assert matmul["duration_ns"] == 10_001 and matmul["depth"] == 2 and matmul["parent_id"] == compute["span_id"]
+    assert (
+        matmul["duration_ns"] == 10_001
+        and matmul["depth"] == 2
+        and matmul["parent_id"] == compute["span_id"]
+    )
     barrier = [r for r in by_name["barrier"] if r["rank"] == 0][0]
-    assert barrier["duration_ns"] == 0 and barrier["depth"] == 1 and barrier["parent_id"] == step["span_id"]
+    assert (
+        barrier["duration_ns"] == 0
+        and barrier["depth"] == 1
+        and barrier["parent_id"] == step["span_id"]
+    )
     assert all(r["arg"] is None and r["error"] is False for r in rows)
     _check_nesting(table)
 
 
-@pytest.mark.parametrize("form", ["object", "array", "array without its closing bracket", "gzip object", "gzip array"])
+@pytest.mark.parametrize(
+    "form", ["object", "array", "array without its closing bracket", "gzip object", "gzip array"]
+)
 def test_a_multi_rank_trace(tmp_path, form):
     events = _multi_rank_events()
-    text = json.dumps(events if "array" in form else {"traceEvents": events, "displayTimeUnit": "ms"})
+    text = json.dumps(
+        events if "array" in form else {"traceEvents": events, "displayTimeUnit": "ms"}
+    )
     if "closing bracket" in form:
         text = text.rstrip("]") + ",\n"
     data = text.encode()
@@ -218,39 +293,60 @@ def test_gzip_is_recognised_whatever_the_extension(tmp_path):
 
 def test_missing_optional_fields(tmp_path):
     path = tmp_path / "minimal.json"
-    path.write_text(json.dumps([
-        {"ph": "X", "ts": 5, "dur": 10},
-        {"ph": "X", "ts": 6.5, "name": "no duration"},
-        {"ph": "B", "ts": 7, "name": "open", "pid": 3},
-        {"ph": "E", "ts": 8, "pid": 3},
-        {"ph": "B", "ts": 9, "name": "never closed"},
-        {"ph": "E", "ts": 9.5, "tid": 77},  # closes nothing on its thread
-        {"ph": "X", "ts": 1, "dur": 1, "pid": "Browser", "tid": "CrRendererMain", "name": "named ids"},
-    ]))
+    path.write_text(
+        json.dumps(
+            [
+                {"ph": "X", "ts": 5, "dur": 10},
+                {"ph": "X", "ts": 6.5, "name": "no duration"},
+                {"ph": "B", "ts": 7, "name": "open", "pid": 3},
+                {"ph": "E", "ts": 8, "pid": 3},
+                {"ph": "B", "ts": 9, "name": "never closed"},
+                {"ph": "E", "ts": 9.5, "tid": 77},  # closes nothing on its thread
+                {
+                    "ph": "X",
+                    "ts": 1,
+                    "dur": 1,
+                    "pid": "Browser",
+                    "tid": "CrRendererMain",
+                    "name": "named ids",
+                },
+            ]
+        )
+    )
     table = load(path)
     rows = {row["name"]: row for row in table.to_pylist()}
     assert set(rows) == {"", "no duration", "open", "named ids"}
-    assert rows[""]["start_ns"] == 5000 and rows[""]["duration_ns"] == 10_000 and rows[""]["category"] is None
-    assert rows["no duration"]["duration_ns"] == 0 and rows["no duration"]["parent_id"] == rows[""]["span_id"]
+    assert (
+        rows[""]["start_ns"] == 5000
+        and rows[""]["duration_ns"] == 10_000
+        and rows[""]["category"] is None
+    )
+    assert (
+        rows["no duration"]["duration_ns"] == 0
+        and rows["no duration"]["parent_id"] == rows[""]["span_id"]
+    )
     assert rows["open"]["pid"] == 3 and rows["open"]["duration_ns"] == 1000
     assert rows["named ids"]["thread_name"] == "CrRendererMain"
     assert table.schema.remove_metadata() == SPAN_SCHEMA.remove_metadata()
 
 
-@pytest.mark.parametrize("content, problem", [
-    (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "event 0"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": -5}]}', "negative duration"),
-    (b'{"traceEvents": [{"ph": "X", "ts": NaN}]}', "finite"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1e300}]}', "out of range"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1, "pid": [1]}]}', "pid"),
-    (b'{"traceEvents": [7]}', "event 0"),
-    (b'{"traceEvents": {"ph": "X"}}', "list"),
-    (b'{"events": []}', "traceevents"),
-    (b'"a string"', "str"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1}', "json"),
-    (b"\xff\xfe\x00garbage", "json"),
-    (b"\x80\x81 not utf-8", "utf-8"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "event 0"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": -5}]}', "negative duration"),
+        (b'{"traceEvents": [{"ph": "X", "ts": NaN}]}', "finite"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1e300}]}', "out of range"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "pid": [1]}]}', "pid"),
+        (b'{"traceEvents": [7]}', "event 0"),
+        (b'{"traceEvents": {"ph": "X"}}', "list"),
+        (b'{"events": []}', "traceevents"),
+        (b'"a string"', "str"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1}', "json"),
+        (b"\xff\xfe\x00garbage", "json"),
+        (b"\x80\x81 not utf-8", "utf-8"),
+    ],
+)
 def test_wrong_structure_is_reported_with_the_file_name(tmp_path, content, problem):
     path = tmp_path / "bad.json"
     path.write_bytes(content)
@@ -270,22 +366,38 @@ def test_a_truncated_gzip_stream(tmp_path):
 
 # --------------------------------------------------------------------------- fuzzing
 
-_scalars = st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats() | st.text(max_size=8)
-_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
-                       max_leaves=12)
+_scalars = (
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats() | st.text(max_size=8)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 _events = st.fixed_dictionaries(
     {},
     optional={
         "ph": st.sampled_from(["X", "B", "E", "i", "I", "M", "C", "b", 7, None]),
-        "ts": _scalars, "dur": _scalars, "pid": _scalars, "tid": _scalars,
-        "name": _scalars | _values, "cat": _scalars, "args": _values | st.dictionaries(
-            st.sampled_from(["rank", "arg", "error", "span_id", "name"]), _scalars, max_size=3),
+        "ts": _scalars,
+        "dur": _scalars,
+        "pid": _scalars,
+        "tid": _scalars,
+        "name": _scalars | _values,
+        "cat": _scalars,
+        "args": _values
+        | st.dictionaries(
+            st.sampled_from(["rank", "arg", "error", "span_id", "name"]), _scalars, max_size=3
+        ),
         "s": st.text(max_size=2),
     },
 )
 _documents = (
     st.lists(_events, max_size=8)
-    | st.fixed_dictionaries({"traceEvents": st.lists(_events, max_size=8)}, optional={"otherData": _values})
+    | st.fixed_dictionaries(
+        {"traceEvents": st.lists(_events, max_size=8)}, optional={"otherData": _values}
+    )
     | _values
 )
 
@@ -343,7 +455,7 @@ def test_fuzz_our_own_file_damaged(data):
     how = data.draw(st.sampled_from(["replace", "cut", "insert"]))
     byte = bytes([data.draw(st.integers(0, 255))])
     damaged = {
-        "replace": original[:at] + byte + original[at + 1:],
+        "replace": original[:at] + byte + original[at + 1 :],
         "cut": original[:at],
         "insert": original[:at] + byte + original[at:],
     }[how]
@@ -359,7 +471,7 @@ def test_fuzz_our_own_file_damaged(data):
         try:
             json.loads(damaged, parse_constant=lambda name: 1 / 0)
         except (ValueError, ZeroDivisionError):
-            raise AssertionError("the loader accepted a file that is not JSON")
+            raise AssertionError("the loader accepted a file that is not JSON") from None
         general = _load_general(path)
         assert_same_spans(general, fast)
 
@@ -367,17 +479,20 @@ def test_fuzz_our_own_file_damaged(data):
 # --------------------------------------------------------------------------- numbers
 
 
-@pytest.mark.parametrize("field, replace, accepted", [
-    ("arg", lambda text: text.replace(b"4096", b"-4096"), True),   # a negative arg: valid JSON
-    ("arg", lambda text: text.replace(b"4096", b"04096"), False),  # a leading zero: not JSON
-    ("arg", lambda text: text.replace(b"4096", b"+4096"), False),
-    ("arg", lambda text: text.replace(b"4096", b"4 096"), False),
-    ("arg", lambda text: text.replace(b"4096", b"0x10"), False),
-    ("parent_id", lambda text: text.replace(b"null", b"nul"), False),
-    ("depth", lambda text: text.replace(b"1", b"-"), False),
-    ("ts", lambda text: text.replace(b".", b",", 1), False),
-    ("error", lambda text: text.replace(b"false", b"fals"), False),
-])
+@pytest.mark.parametrize(
+    "field, replace, accepted",
+    [
+        ("arg", lambda text: text.replace(b"4096", b"-4096"), True),  # a negative arg: valid JSON
+        ("arg", lambda text: text.replace(b"4096", b"04096"), False),  # a leading zero: not JSON
+        ("arg", lambda text: text.replace(b"4096", b"+4096"), False),
+        ("arg", lambda text: text.replace(b"4096", b"4 096"), False),
+        ("arg", lambda text: text.replace(b"4096", b"0x10"), False),
+        ("parent_id", lambda text: text.replace(b"null", b"nul"), False),
+        ("depth", lambda text: text.replace(b"1", b"-"), False),
+        ("ts", lambda text: text.replace(b".", b",", 1), False),
+        ("error", lambda text: text.replace(b"false", b"fals"), False),
+    ],
+)
 def test_numbers_are_held_to_json(spans, tmp_path, field, replace, accepted):
     """One event line's field edited in place: what JSON allows loads as Python's json
     module reads it, anything else is refused with the file's name."""
@@ -407,7 +522,9 @@ def test_numbers_are_held_to_json(spans, tmp_path, field, replace, accepted):
 
 def test_ids_and_args_of_twenty_digits(spans, tmp_path):
     """Ids up to 2**64 - 1 are exact (no float on the way)."""
-    big = spans.set_column(0, "span_id", pc.add(spans.column("span_id"), pa.scalar((1 << 64) - 10_000, pa.uint64())))
+    big = spans.set_column(
+        0, "span_id", pc.add(spans.column("span_id"), pa.scalar((1 << 64) - 10_000, pa.uint64()))
+    )
     parent = pc.add(spans.column("parent_id"), pa.scalar((1 << 64) - 10_000, pa.uint64()))
     big = big.set_column(1, "parent_id", parent)
     path = tmp_path / "big.json"

@@ -4,6 +4,7 @@ Round trip (ids, names, categories, times, args, errors; metadata where the form
 keeps it), atomic writes, the unknown extension, and bad files that must fail with an
 error naming the file.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -71,13 +72,17 @@ def test_round_trip_of_multiple_chunks_with_their_own_dictionaries(extension, tm
     offset = pa.scalar(1 << 32, pa.uint64())
     ids = second.column("span_id")
     huge = pa.compute.greater(ids, pa.scalar(1 << 63, pa.uint64()))
-    ids = pa.compute.if_else(huge, pa.compute.subtract(ids, pa.scalar(1, pa.uint64())), pa.compute.add(ids, offset))
+    ids = pa.compute.if_else(
+        huge, pa.compute.subtract(ids, pa.scalar(1, pa.uint64())), pa.compute.add(ids, offset)
+    )
     second = second.set_column(0, "span_id", ids)
     second = second.set_column(1, "parent_id", pa.compute.add(second.column("parent_id"), offset))
     # Shift the second trace later in time so spans of one thread do not overlap.
     shift = pa.scalar(10**9, pa.int64())
     for name in ("start_ns", "end_ns"):
-        second = second.set_column(second.schema.get_field_index(name), name, pa.compute.add(second.column(name), shift))
+        second = second.set_column(
+            second.schema.get_field_index(name), name, pa.compute.add(second.column(name), shift)
+        )
     both = pa.concat_tables([first, second.cast(first.schema)])
     assert both.column("name").num_chunks == 2
     path = tmp_path / f"chunks{extension}"
@@ -201,7 +206,9 @@ def test_directory_instead_of_a_file(extension, tmp_path):
 def test_empty_file(extension, tmp_path):
     path = tmp_path / f"empty{extension}"
     path.write_bytes(b"")
-    if extension == ".jsonl":  # zero lines are zero spans (as jq reads it): what an empty table writes
+    if (
+        extension == ".jsonl"
+    ):  # zero lines are zero spans (as jq reads it): what an empty table writes
         assert load(path).num_rows == 0
         return
     assert isinstance(_check_bad_file(path), TraceFileError)
@@ -223,15 +230,25 @@ def test_truncated_file(extension, spans, tmp_path, keep):
         # counted too (a cut at a line break is a shorter file, said only through them).
         from hotspan.formats.base import TraceFileWarning
 
-        with pytest.warns(TraceFileWarning, match=f"^{path}: [\\d,]+ row.s. left out: 1 incomplete last row"):
+        with pytest.warns(
+            TraceFileWarning, match=f"^{path}: [\\d,]+ row.s. left out: 1 incomplete last row"
+        ):
             table = load(path)
         assert 0 < table.num_rows < spans.num_rows
         return
     _check_bad_file(path)
 
 
-@pytest.mark.parametrize("content", [b"\x00\x01garbage\xff" * 50, b"PAR1 not really", "naïve text\n".encode() * 20,
-                                     b'{"traceEvents": 12}', b"[1, 2, 3]"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x00\x01garbage\xff" * 50,
+        b"PAR1 not really",
+        "naïve text\n".encode() * 20,
+        b'{"traceEvents": 12}',
+        b"[1, 2, 3]",
+    ],
+)
 def test_not_this_format(extension, tmp_path, content):
     path = tmp_path / f"bad{extension}"
     path.write_bytes(content)
@@ -254,7 +271,9 @@ def test_a_span_table_with_a_wrong_column_type(spans, tmp_path):
     _check_bad_file(path, "start_ns")
 
 
-def test_parquet_row_groups_written_in_parallel_join_into_one_valid_file(spans, tmp_path, monkeypatch):
+def test_parquet_row_groups_written_in_parallel_join_into_one_valid_file(
+    spans, tmp_path, monkeypatch
+):
     """Large tables are written as row groups on several threads, each into memory, then
     joined under one footer with moved offsets: the file must read back exactly, in order,
     with its metadata, through pyarrow and DuckDB alike."""
@@ -273,9 +292,14 @@ def test_parquet_row_groups_written_in_parallel_join_into_one_valid_file(spans, 
     back = pq.read_table(path)
     assert back.equals(spans.cast(back.schema)) and back.schema.metadata == spans.schema.metadata
     assert load(path).num_rows == spans.num_rows
-    (total,) = duckdb.sql(f"SELECT count(*), sum(duration_ns), max(span_id) FROM '{path}'").fetchall()
-    assert total == (spans.num_rows, pc.sum(spans.column("duration_ns")).as_py(),
-                     pc.max(spans.column("span_id")).as_py())
+    (total,) = duckdb.sql(
+        f"SELECT count(*), sum(duration_ns), max(span_id) FROM '{path}'"
+    ).fetchall()
+    assert total == (
+        spans.num_rows,
+        pc.sum(spans.column("duration_ns")).as_py(),
+        pc.max(spans.column("span_id")).as_py(),
+    )
     # row-group statistics moved with their row groups: pruning by time still finds the rows
     latest = pc.max(spans.column("start_ns")).as_py()
     pruned = pq.read_table(path, filters=[("start_ns", ">=", latest)])

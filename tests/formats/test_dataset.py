@@ -1,4 +1,5 @@
 """A run as a directory: parts written atomically, read back whole with exactly the span schema."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,9 @@ from hotspan.formats import TraceFileError
 from _util import wait_until
 
 
-def _spans(n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, first: int = 1) -> pa.Table:
+def _spans(
+    n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, first: int = 1
+) -> pa.Table:
     """A span table of ``n`` roots as one process of ``rank`` would drain it."""
     ids = pa.array([(rank << 48) + (pid << 24) + i + first for i in range(n)], pa.uint64())
     starts = pa.array([start + 10 * i for i in range(n)], pa.int64())
@@ -30,9 +33,14 @@ def _spans(n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, fi
         "error": pa.array([False] * n), "self_ns": pa.array([5] * n, pa.int64()),
     }
     meta = {
-        b"hotspan.host": b"h", META_RANK: str(rank).encode(), b"hotspan.pid": str(pid).encode(),
-        META_START: str(start).encode(), b"hotspan.clock": json.dumps({"anchor_real_ns": start}).encode(),
-        META_DROPPED: json.dumps({"total": dropped, "threads": {str(pid): dropped} if dropped else {}}).encode(),
+        b"hotspan.host": b"h",
+        META_RANK: str(rank).encode(),
+        b"hotspan.pid": str(pid).encode(),
+        META_START: str(start).encode(),
+        b"hotspan.clock": json.dumps({"anchor_real_ns": start}).encode(),
+        META_DROPPED: json.dumps(
+            {"total": dropped, "threads": {str(pid): dropped} if dropped else {}}
+        ).encode(),
     }
     return pa.Table.from_arrays(list(columns.values()), schema=SPAN_SCHEMA.with_metadata(meta))
 
@@ -43,8 +51,14 @@ def run(tmp_path):
     d = tmp_path / "run"
     for rank, pid, start in ((10, 300, 5_000), (2, 200, 3_000), (0, 100, 2_000), (2, 201, 9_000)):
         for seq in range(2):
-            write_part(_spans(3, rank, pid, start + 100 * seq, dropped=seq, first=1 + 3 * seq), d, rank=rank, pid=pid, seq=seq,
-                       part_meta={"sink_dropped": seq})
+            write_part(
+                _spans(3, rank, pid, start + 100 * seq, dropped=seq, first=1 + 3 * seq),
+                d,
+                rank=rank,
+                pid=pid,
+                seq=seq,
+                part_meta={"sink_dropped": seq},
+            )
     return d
 
 
@@ -116,7 +130,11 @@ def test_cli_commands_take_a_directory(run, tmp_path, capsys):
     from hotspan.cli import main
 
     assert main(["stats", str(run), "--by", "rank", "--json"]) == 0
-    assert {r["rank"]: r["count"] for r in json.loads(capsys.readouterr().out)} == {0: 6, 2: 12, 10: 6}
+    assert {r["rank"]: r["count"] for r in json.loads(capsys.readouterr().out)} == {
+        0: 6,
+        2: 12,
+        10: 6,
+    }
     target = tmp_path / "merged.parquet"
     assert main(["export", str(run), str(target)]) == 0
     assert hotspan.load(target).num_rows == 24
@@ -131,6 +149,7 @@ def test_cli_commands_take_a_directory(run, tmp_path, capsys):
 
 def test_duckdb_reads_the_layout(run):
     import duckdb
+
     rows = duckdb.sql(
         f"SELECT rank, count(*) AS spans, sum(duration_ns) AS total FROM '{run}/**/*.parquet' "
         f"GROUP BY rank ORDER BY rank"
@@ -153,7 +172,7 @@ def test_record_to_a_directory_and_a_file(fresh, tmp_path):
                 with span:
                     pass
             if batch < 2:  # the flusher runs on its own: a part per batch, while recording
-                wait_until(lambda: len(parts()) > batch, what=f"part {batch + 1} flushed")
+                wait_until(lambda: len(parts()) > batch, what=f"part {batch + 1} flushed")  # noqa: B023 (waited on within the loop)
     assert rec.kind == "directory" and not rec.running
     assert rec.spans == 300 and rec.dropped == 0
     assert len(parts()) >= 2  # flushed as it went, not only at the end
@@ -244,4 +263,9 @@ def test_a_loaded_run_is_one_table_pyarrow_can_group(tmp_path):
     table = hotspan.load(tmp_path / "run")
     grouped = table.group_by(["name", "category"]).aggregate([("duration_ns", "count")])
     assert sorted(grouped.column("name").to_pylist()) == ["only0", "only1", "only2", "same"]
-    assert dict(zip(grouped.column("name").to_pylist(), grouped.column("duration_ns_count").to_pylist()))["same"] == 3
+    assert (
+        dict(
+            zip(grouped.column("name").to_pylist(), grouped.column("duration_ns_count").to_pylist())
+        )["same"]
+        == 3
+    )

@@ -8,6 +8,7 @@ under .ci/sanitize, which preloads its runtime into the workers too) ends the wo
 pytest; the worker restarts after the file that killed it. What loads is also touched
 (every value read back, a sort), as a caller would, since broken buffers crash only then.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -62,14 +63,27 @@ WORKER = textwrap.dedent(
 )
 
 HUGE = [0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFFFFFFFFFF, 1 << 40]
-WRONG_TYPES = [b'"x"', b"null", b"[]", b"{}", b"-1", b"1e400", b"99999999999999999999999", b"true", b'""', b"[[[[[[[[[["]
+WRONG_TYPES = [
+    b'"x"',
+    b"null",
+    b"[]",
+    b"{}",
+    b"-1",
+    b"1e400",
+    b"99999999999999999999999",
+    b"true",
+    b'""',
+    b"[[[[[[[[[[",
+]
 
 
 def mutate(data: bytes, rng: random.Random, gz: bool) -> bytes:
     """One mutation of ``data``; for a gzip file, half the time of its inflated content."""
     if gz and rng.random() < 0.5:
         return gzip.compress(mutate(gzip.decompress(data), rng, gz=False), mtime=0)
-    kind = rng.choice(["truncate", "flip", "flip", "huge", "wrong_type", "splice", "zero_run", "duplicate"])
+    kind = rng.choice(
+        ["truncate", "flip", "flip", "huge", "wrong_type", "splice", "zero_run", "duplicate"]
+    )
     data = bytearray(data)
     n = len(data)
     if kind == "truncate":
@@ -82,10 +96,10 @@ def mutate(data: bytes, rng: random.Random, gz: bool) -> bytes:
         at = rng.randrange(max(1, n - 8))
         value = rng.choice(HUGE)
         if rng.random() < 0.3:
-            data[at:at + 1] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"  # a 10-byte varint
+            data[at : at + 1] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"  # a 10-byte varint
         else:
             size = rng.choice([4, 8])
-            data[at:at + size] = struct.pack("<Q", value)[:size]
+            data[at : at + size] = struct.pack("<Q", value)[:size]
         return bytes(data)
     if kind == "wrong_type":  # a number (or a token) replaced by another JSON/CSV type
         digits = [i for i in range(0, n, max(1, n // 4096)) if chr(data[i]).isdigit()]
@@ -100,14 +114,14 @@ def mutate(data: bytes, rng: random.Random, gz: bool) -> bytes:
     if kind == "splice":  # a piece of the file copied over another place
         start, length = rng.randrange(n), rng.randrange(1, 256)
         at = rng.randrange(n)
-        data[at:at + length] = data[start:start + length]
+        data[at : at + length] = data[start : start + length]
         return bytes(data)
     if kind == "zero_run":
         at = rng.randrange(n)
-        data[at:at + rng.randrange(1, 64)] = bytes(rng.randrange(1, 64))
+        data[at : at + rng.randrange(1, 64)] = bytes(rng.randrange(1, 64))
         return bytes(data)
     at = rng.randrange(n)  # duplicate: a piece repeated in place
-    return bytes(data[:at] + data[at:at + rng.randrange(1, 512)] + data[at:])
+    return bytes(data[:at] + data[at : at + rng.randrange(1, 512)] + data[at:])
 
 
 def one_extension_per_format() -> dict[str, str]:
@@ -127,13 +141,21 @@ def run_worker(paths: list[Path], env: dict) -> tuple[dict[int, str], list[tuple
     while todo:
         feed = "".join(f"{i} {paths[i]}\n" for i in todo)
         try:
-            proc = subprocess.run([sys.executable, "-c", WORKER], input=feed, capture_output=True, text=True,
-                                  env=env, timeout=BATCH_TIMEOUT_S)
+            proc = subprocess.run(
+                [sys.executable, "-c", WORKER],
+                input=feed,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=BATCH_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             last = [line for line in out.splitlines() if line.startswith("start ")]
             hung = paths[int(last[-1].split()[1])].name if last else "?"
-            raise AssertionError(f"fuzz worker hung (over {BATCH_TIMEOUT_S} s), last on {hung}") from None
+            raise AssertionError(
+                f"fuzz worker hung (over {BATCH_TIMEOUT_S} s), last on {hung}"
+            ) from None
         started = None
         for line in proc.stdout.splitlines():
             word, index, *rest = line.split(" ", 2)
@@ -169,12 +191,23 @@ def test_mutated_files_are_loaded_or_refused_never_crash(format_name, tmp_path):
     env = dict(os.environ)
     outcomes, crashes = run_worker(paths, env)
     problems = [f"{paths[i].name}: crashed, {report}" for i, report in crashes]
-    problems += [f"{paths[i].name}: {outcome}" for i, outcome in sorted(outcomes.items()) if outcome.startswith("other")]
+    problems += [
+        f"{paths[i].name}: {outcome}"
+        for i, outcome in sorted(outcomes.items())
+        if outcome.startswith("other")
+    ]
     if problems:
-        keep = Path(os.environ.get("HOTSPAN_FUZZ_KEEP", tmp_path))  # the files stay in tmp_path to replay
-        raise AssertionError(f"{len(problems)} of {len(paths)} mutated {format_name} files (kept in {keep}):\n"
-                             + "\n".join(problems[:20]))
-    counts = {kind: sum(1 for o in outcomes.values() if o == kind) for kind in ("ok", "refused", "oserror")}
+        keep = Path(
+            os.environ.get("HOTSPAN_FUZZ_KEEP", tmp_path)
+        )  # the files stay in tmp_path to replay
+        raise AssertionError(
+            f"{len(problems)} of {len(paths)} mutated {format_name} files (kept in {keep}):\n"
+            + "\n".join(problems[:20])
+        )
+    counts = {
+        kind: sum(1 for o in outcomes.values() if o == kind)
+        for kind in ("ok", "refused", "oserror")
+    }
     assert sum(counts.values()) == len(paths), counts
     assert counts["refused"] > 0, counts  # the mutations do break files
 
@@ -197,7 +230,7 @@ def _packets(data: bytes) -> list[bytes]:
             shift += 7
             if not byte & 0x80:
                 break
-        out.append(data[at:end + length])
+        out.append(data[at : end + length])
         at = end + length
     return out
 
@@ -207,7 +240,9 @@ def _said(table) -> int:
 
     from hotspan._schema import META_SKIPPED_ON_LOAD
 
-    return json.loads((table.schema.metadata or {}).get(META_SKIPPED_ON_LOAD) or b"{}").get("total", 0)
+    return json.loads((table.schema.metadata or {}).get(META_SKIPPED_ON_LOAD) or b"{}").get(
+        "total", 0
+    )
 
 
 @pytest.mark.slow
@@ -235,7 +270,9 @@ def test_rows_cut_out_are_said_never_lost_silently(extension, tmp_path):
     text = gzip.decompress(raw) if gz else raw
     units = _packets(text) if extension == ".pftrace" else text.splitlines(keepends=True)
     parents = set(pc.unique(table.column("parent_id").drop_null()).to_pylist())
-    parent_rows = [i for i, span_id in enumerate(table.column("span_id").to_pylist()) if span_id in parents]
+    parent_rows = [
+        i for i, span_id in enumerate(table.column("span_id").to_pylist()) if span_id in parents
+    ]
     rng = random.Random(f"{SEED}-deletions-{extension}")
     totals = {"files": 0, "refused": 0, "rows_said": 0, "rows_lost_silently": 0}
     problems = []
@@ -247,12 +284,12 @@ def test_rows_cut_out_are_said_never_lost_silently(extension, tmp_path):
             export(pa.concat_tables([table.slice(0, k), table.slice(k + 1)]), cut)
             body, kind = cut.read_bytes(), "delete_parent_row"
         elif kind == "cut_unit":
-            body = b"".join(units[:rng.randrange(1, len(units))])
+            body = b"".join(units[: rng.randrange(1, len(units))])
         elif kind == "delete_unit":
             k = rng.randrange(len(units))
-            body = b"".join(units[:k] + units[k + 1:])
+            body = b"".join(units[:k] + units[k + 1 :])
         else:
-            body = text[:rng.randrange(1, len(text))]
+            body = text[: rng.randrange(1, len(text))]
         path = tmp_path / f"d{i:04d}{extension}"
         path.write_bytes(gzip.compress(body, mtime=0) if gz else body)
         totals["files"] += 1
@@ -269,7 +306,11 @@ def test_rows_cut_out_are_said_never_lost_silently(extension, tmp_path):
         lost = table.num_rows - got.num_rows - said
         if lost > 0:
             totals["rows_lost_silently"] += lost
-        if lost > 0 and not (extension == ".csv" and kind == "cut_any" and said):  # CSV: the cut row is said
-            problems.append(f"{path.name} ({kind}): {got.num_rows} loaded + {said} said of {table.num_rows}")
+        if lost > 0 and not (
+            extension == ".csv" and kind == "cut_any" and said
+        ):  # CSV: the cut row is said
+            problems.append(
+                f"{path.name} ({kind}): {got.num_rows} loaded + {said} said of {table.num_rows}"
+            )
     print(f"{extension}: {totals}")
     assert not problems, "\n".join(problems[:20])

@@ -1,4 +1,5 @@
 """JSON Lines: one span a line with the schema's columns, lossless both ways."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,11 @@ def awkward_spans() -> pa.Table:
     arrays = []
     for field in SPAN_SCHEMA:
         values = [r[field.name] for r in rows]
-        arrays.append(pa.array(values, pa.string()).dictionary_encode() if pa.types.is_dictionary(field.type)
-                      else pa.array(values, field.type))
+        arrays.append(
+            pa.array(values, pa.string()).dictionary_encode()
+            if pa.types.is_dictionary(field.type)
+            else pa.array(values, field.type)
+        )
     return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
 
 
@@ -41,7 +45,11 @@ def test_one_span_a_line_with_the_schema_columns(tmp_path):
     # cut out says how many): the schema's columns, then that count.
     assert list(first) == [*SPAN_SCHEMA.names, "hotspan.spans"] and first["hotspan.spans"] == 2
     assert list(json.loads(lines[1])) == SPAN_SCHEMA.names
-    assert first["span_id"] == (1 << 63) + 12345 and first["category"] is None and first["name"] == "step ✓"
+    assert (
+        first["span_id"] == (1 << 63) + 12345
+        and first["category"] is None
+        and first["name"] == "step ✓"
+    )
     assert json.loads(lines[1])["category"] == "" and json.loads(lines[1])["arg"] is None
 
 
@@ -69,7 +77,10 @@ def test_recorded_trace_round_trip_and_cli_export(tmp_path, capsys):
     assert main(["export", str(tmp_path / "t.parquet"), str(tmp_path / "t.jsonl")]) == 0
     assert load(tmp_path / "t.jsonl").to_pylist() == table.to_pylist()
     assert main(["stats", str(tmp_path / "t.jsonl"), "--json"]) == 0
-    assert {r["name"] for r in json.loads(capsys.readouterr().out.split("\n", 1)[1])} == {"outer", "inner"}
+    assert {r["name"] for r in json.loads(capsys.readouterr().out.split("\n", 1)[1])} == {
+        "outer",
+        "inner",
+    }
 
 
 def test_lines_that_are_not_spans_name_the_file(tmp_path):

@@ -1,6 +1,7 @@
 """Lanes: asyncio tasks interleaving on one thread, exported so that Perfetto's own trace
 processor shows every span, nested as the table says, with nothing overlapping on a track;
 and the round trip gives back the real thread ids."""
+
 from __future__ import annotations
 
 import asyncio
@@ -78,8 +79,11 @@ def test_the_recording_overlaps_on_its_thread(recorded):
 def test_perfetto_shows_every_span_nested_as_the_table_says(exported, recorded, perfetto_check):
     _, mapping = assign_lanes(recorded)
     result = perfetto_check(
-        exported, slices=recorded.num_rows, sum_dur=pc.sum(recorded.column("duration_ns")).as_py(),
-        threads=1 + len(mapping))
+        exported,
+        slices=recorded.num_rows,
+        sum_dur=pc.sum(recorded.column("duration_ns")).as_py(),
+        threads=1 + len(mapping),
+    )
     assert result["bad_stats"] == []  # slice_drop_overlapping_complete_event among them
     assert result["max_depth"] == pc.max(recorded.column("depth")).as_py()
     # Every lane is shown under the thread's own name, in the same process.
@@ -128,10 +132,22 @@ def test_a_table_without_overlap_exports_as_before(spans, extension, tmp_path, m
 def _table(spans, thread_id=4242, metadata=None) -> pa.Table:
     """Spans given as (span_id, parent_id, start, end, depth), all on one thread."""
     rows = [
-        {"span_id": sid, "parent_id": parent, "name": f"s{sid}", "category": None,
-         "start_ns": start, "end_ns": end, "duration_ns": end - start, "depth": depth,
-         "thread_id": thread_id, "thread_name": "MainThread", "pid": 7, "rank": 0,
-         "arg": None, "error": False}
+        {
+            "span_id": sid,
+            "parent_id": parent,
+            "name": f"s{sid}",
+            "category": None,
+            "start_ns": start,
+            "end_ns": end,
+            "duration_ns": end - start,
+            "depth": depth,
+            "thread_id": thread_id,
+            "thread_name": "MainThread",
+            "pid": 7,
+            "rank": 0,
+            "arg": None,
+            "error": False,
+        }
         for sid, parent, start, end, depth in spans
     ]
     return with_self_ns(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA.with_metadata(metadata)))
@@ -145,7 +161,9 @@ def _lanes(table) -> dict[int, int]:
 
 def test_two_overlapping_trees_get_two_lanes():
     # Two tasks' trees: root 1 [0, 100) with child 2; root 3 [50, 150) with child 4.
-    table = _table([(1, None, 0, 100, 0), (2, 1, 10, 90, 1), (3, None, 50, 150, 0), (4, 3, 60, 140, 1)])
+    table = _table(
+        [(1, None, 0, 100, 0), (2, 1, 10, 90, 1), (3, None, 50, 150, 0), (4, 3, 60, 140, 1)]
+    )
     laned, mapping = assign_lanes(table)
     assert mapping == {LANE_BASE: 4242}
     assert _lanes(table) == {1: 4242, 2: 4242, 3: LANE_BASE, 4: LANE_BASE}
@@ -165,12 +183,16 @@ def test_task_roots_under_a_common_span_leave_it_on_its_lane():
     """Tasks created inside span 1: the first task's tree stays under 1 on the thread's own
     track (nested as the table says), the overlapping one moves, and a third that starts
     when the first has ended reuses the free lane... the thread's own."""
-    table = _table([
-        (1, None, 0, 1000, 0),
-        (2, 1, 10, 100, 1), (3, 2, 20, 90, 2),      # task A
-        (4, 1, 50, 150, 1), (5, 4, 60, 140, 2),     # task B, overlaps A
-        (6, 1, 120, 300, 1),                        # task C: A ended, B still open
-    ])
+    table = _table(
+        [
+            (1, None, 0, 1000, 0),
+            (2, 1, 10, 100, 1),
+            (3, 2, 20, 90, 2),  # task A
+            (4, 1, 50, 150, 1),
+            (5, 4, 60, 140, 2),  # task B, overlaps A
+            (6, 1, 120, 300, 1),  # task C: A ended, B still open
+        ]
+    )
     assert _lanes(table) == {1: 4242, 2: 4242, 3: 4242, 4: LANE_BASE, 5: LANE_BASE, 6: 4242}
 
 
@@ -222,7 +244,9 @@ def test_many_threads_only_the_overlapping_one_moves():
             sid = tid * 1000 + k
             rows.append((sid, None, t, t + 10, 0))
             t += 10 + rng.randrange(3)
-    tables = [_table([r for r in rows if r[0] // 1000 == tid], thread_id=tid) for tid in (10, 11, 12)]
+    tables = [
+        _table([r for r in rows if r[0] // 1000 == tid], thread_id=tid) for tid in (10, 11, 12)
+    ]
     extra = _table([(99_001, None, 5, 25, 0)], thread_id=11)  # overlaps thread 11's first two
     table = pa.concat_tables(tables + [extra])
     laned, mapping = assign_lanes(table)

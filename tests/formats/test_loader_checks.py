@@ -1,12 +1,12 @@
 """What every loader checks before handing a table over: the schema's own rules (with
 ``check=False`` for a trusted file), Arrow data fully validated (flipped bytes must not
 reach a SIGSEGV later), and a damaged CSV's lost rows said, never silent."""
+
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import warnings
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,7 +15,12 @@ import pytest
 import hotspan
 from hotspan._schema import META_SKIPPED_ON_LOAD
 from hotspan.formats import TraceFileError, export, load
-from hotspan.formats.base import MISSING_PARENTS, TraceFileWarning, check_span_rules, missing_parents
+from hotspan.formats.base import (
+    MISSING_PARENTS,
+    TraceFileWarning,
+    check_span_rules,
+    missing_parents,
+)
 from hotspan.formats.dataset import write_part
 
 from conftest import assert_same_spans
@@ -26,14 +31,22 @@ COLUMNAR = [".parquet", ".arrow", ".feather", ".csv"]
 
 
 def hotspan_cli(*args):
-    return subprocess.run([sys.executable, "-m", "hotspan", *map(str, args)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "hotspan", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def broken(spans: pa.Table, column: str, row: int, value) -> pa.Table:
     values = spans.column(column).to_pylist()
     values[row] = value
-    return spans.set_column(spans.schema.get_field_index(column), spans.schema.field(column),
-                            pa.array(values, spans.schema.field(column).type))
+    return spans.set_column(
+        spans.schema.get_field_index(column),
+        spans.schema.field(column),
+        pa.array(values, spans.schema.field(column).type),
+    )
 
 
 def written_raw(table: pa.Table, path) -> None:
@@ -57,10 +70,17 @@ RULES = [
 
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
 @pytest.mark.parametrize("column,value,said", RULES, ids=[r[0] for r in RULES])
-def test_a_broken_rule_is_refused_with_its_row_and_check_false_reads_it(spans, tmp_path, suffix, column, value, said):
+def test_a_broken_rule_is_refused_with_its_row_and_check_false_reads_it(
+    spans, tmp_path, suffix, column, value, said
+):
     row = 1234
     if column == "duration_ns":  # keep end = start + duration: only the sign is wrong
-        table = broken(broken(spans, "duration_ns", row, value), "end_ns", row, spans.column("start_ns")[row].as_py() + value)
+        table = broken(
+            broken(spans, "duration_ns", row, value),
+            "end_ns",
+            row,
+            spans.column("start_ns")[row].as_py() + value,
+        )
     elif column == "end_ns":
         table = broken(spans, "end_ns", row, spans.column("end_ns")[row].as_py() + 1)
     elif column == "span_id":
@@ -125,7 +145,9 @@ def test_cli_on_a_corrupt_arrow_file_says_one_line_and_exits_2(bad_arrow, tmp_pa
         result = hotspan_cli(*args)
         assert result.returncode == 2, (result.returncode, result.stderr)
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and str(bad_arrow) in lines[0] and "Traceback" not in result.stderr, result.stderr
+        assert (
+            len(lines) == 1 and str(bad_arrow) in lines[0] and "Traceback" not in result.stderr
+        ), result.stderr
     assert not (tmp_path / "out.parquet").exists()
 
 
@@ -145,19 +167,26 @@ def csv_bytes(one_line_rows, tmp_path):
     return path.read_bytes()
 
 
-def test_truncated_csv_loads_the_whole_rows_and_says_what_it_left_out(one_line_rows, csv_bytes, tmp_path):
+def test_truncated_csv_loads_the_whole_rows_and_says_what_it_left_out(
+    one_line_rows, csv_bytes, tmp_path
+):
     rows = 5000
     export(one_line_rows.slice(0, rows), tmp_path / "first.csv")  # the whole file's first rows
     cut = len((tmp_path / "first.csv").read_bytes()) + 7  # and 7 bytes of the next
     path = tmp_path / "cut.csv"
     path.write_bytes(csv_bytes[:cut])
-    with pytest.warns(TraceFileWarning, match=r"cut.csv: [\d,]+ row\(s\) left out: 1 incomplete last row"):
+    with pytest.warns(
+        TraceFileWarning, match=r"cut.csv: [\d,]+ row\(s\) left out: 1 incomplete last row"
+    ):
         table = load(path)
     # Also said: the spans the rows kept name as parent that are not in the file (cut away
     # with the rest, or left out of these synthetic rows).
     reasons = json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD])["reasons"]
     assert reasons.pop("incomplete last row (the file ends mid-row: truncated?)") == 1
-    assert list(reasons) == [MISSING_PARENTS] and reasons[MISSING_PARENTS] == missing_parents(table) - 1
+    assert (
+        list(reasons) == [MISSING_PARENTS]
+        and reasons[MISSING_PARENTS] == missing_parents(table) - 1
+    )
     assert_same_spans(one_line_rows.slice(0, rows), table)
 
 
@@ -169,11 +198,15 @@ def test_csv_rows_with_missing_fields_are_counted(one_line_rows, csv_bytes, tmp_
     path.write_bytes(b"\n".join(lines))
     with pytest.warns(TraceFileWarning, match="2 row.s. with the wrong number of fields"):
         table = load(path)
-    kept = [i for i in range(one_line_rows.num_rows) if i not in (4, 8)]  # lines 5 and 9, past the header
+    kept = [
+        i for i in range(one_line_rows.num_rows) if i not in (4, 8)
+    ]  # lines 5 and 9, past the header
     assert_same_spans(one_line_rows.take(kept), table)
     reasons = json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD])["reasons"]
     assert reasons["row(s) with the wrong number of fields"] == 2
-    assert reasons.get(MISSING_PARENTS, 0) == max(0, missing_parents(table) - 2)  # each left-out row said once
+    assert reasons.get(MISSING_PARENTS, 0) == max(
+        0, missing_parents(table) - 2
+    )  # each left-out row said once
 
 
 def test_csv_with_nothing_valid_left_is_refused(csv_bytes, tmp_path):
@@ -186,9 +219,16 @@ def test_csv_with_nothing_valid_left_is_refused(csv_bytes, tmp_path):
 def test_a_csv_that_is_not_hotspans_says_so_in_one_line(tmp_path):
     path = tmp_path / "other.csv"
     path.write_text("a,b\n1,2\n")
-    with pytest.raises(TraceFileError, match="^" + str(path) + ": not a hotspan CSV: its first line is not the span table's header"):
+    with pytest.raises(
+        TraceFileError,
+        match="^"
+        + str(path)
+        + ": not a hotspan CSV: its first line is not the span table's header",
+    ):
         load(path)
-    path.write_text("span_id,parent_id,name,category,start_ns,end_ns,duration_ns,depth,thread_id,thread_name,pid,rank\n")
+    path.write_text(
+        "span_id,parent_id,name,category,start_ns,end_ns,duration_ns,depth,thread_id,thread_name,pid,rank\n"
+    )
     with pytest.raises(TraceFileError, match="its header has no arg, error column"):
         load(path)
 
@@ -218,8 +258,11 @@ def test_a_depth_that_is_not_its_parents_plus_one_is_refused(spans, tmp_path):
     index = spans.schema.get_field_index("depth")
     bad = spans.set_column(index, spans.schema.field(index), pa.array(depth, pa.int32()))
     export(bad, tmp_path / "deep.parquet")
-    with pytest.raises(TraceFileError, match=rf"row {child}: depth {depth[child]} under a parent at depth "
-                                             rf"{depth[parent_row]} \(row {parent_row}\), not one level up"):
+    with pytest.raises(
+        TraceFileError,
+        match=rf"row {child}: depth {depth[child]} under a parent at depth "
+        rf"{depth[parent_row]} \(row {parent_row}\), not one level up",
+    ):
         load(tmp_path / "deep.parquet")
     assert load(tmp_path / "deep.parquet", check=False).num_rows == spans.num_rows
     check_span_rules(spans, "fine")  # the unchanged table keeps the rule

@@ -1,6 +1,7 @@
 """Ids and payloads survive pandas (issue 11 item 5): the natural ``table.to_pandas()`` path
 gives pandas' nullable integer dtypes for ``parent_id`` and ``arg``, never float64, so ids
 above 2**53 stay exact and a merge on ids matches the right rows."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -28,11 +29,18 @@ def _assert_exact(table: pa.Table) -> None:
     # Every child's parent_id matches its parent's span_id exactly (floats would round
     # these 64-bit ids to the same value and match the wrong rows).
     children = df[df["parent_id"].notna()]
-    merged = children.merge(df[["span_id", "name"]], left_on="parent_id", right_on="span_id",
-                            suffixes=("", "_parent"), validate="many_to_one")
+    merged = children.merge(
+        df[["span_id", "name"]],
+        left_on="parent_id",
+        right_on="span_id",
+        suffixes=("", "_parent"),
+        validate="many_to_one",
+    )
     assert len(merged) == len(children) and (merged["name_parent"] == "step").all()
     expected = {int(r["span_id"]): r["parent_id"] for r in table.to_pylist()}
-    assert {int(k): (None if pd.isna(v) else int(v)) for k, v in zip(df["span_id"], df["parent_id"])} == expected
+    assert {
+        int(k): (None if pd.isna(v) else int(v)) for k, v in zip(df["span_id"], df["parent_id"])
+    } == expected
     args = sorted(int(a) for a in df["arg"].dropna())
     assert args == [(1 << 60) + i for i in range(50)]
 

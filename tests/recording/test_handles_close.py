@@ -1,6 +1,7 @@
 """One way to stop things: every handle hotspan gives back (record(), live(), subscribe(),
 on_event(), the collector) stops with close() and is a context manager; the old names
 (stop, remove, shutdown) do the same."""
+
 from __future__ import annotations
 
 import io
@@ -40,8 +41,10 @@ def test_subscription_and_event_handle_close_and_are_context_managers():
         with hotspan.span("to-subscriber", "c"):
             pass
         hotspan.drain()
-        wait_until(lambda: any("to-subscriber" in b.column("name").to_pylist() for b in batches),
-                   what="the subscriber's batch")
+        wait_until(
+            lambda: any("to-subscriber" in b.column("name").to_pylist() for b in batches),
+            what="the subscriber's batch",
+        )
     subscription.close()  # closed already: nothing happens
     events = []
     with hotspan.on_event(events.append) as handle:

@@ -1,4 +1,5 @@
 """hotspan.live: one line per finished span, from the drain side."""
+
 from __future__ import annotations
 
 import io
@@ -30,7 +31,13 @@ def test_live_lines_for_spans_over_the_threshold():
     lines = text.splitlines()
     assert len(lines) == 2, text  # the slow span and the error (errors always show)
     slow = next(line for line in lines if "slow" in line)
-    assert "[io]" in slow and f"arg={4 * 1024 * 1024}" in slow and " ms" in slow and "MainThread" in slow and " r0 " in slow
+    assert (
+        "[io]" in slow
+        and f"arg={4 * 1024 * 1024}" in slow
+        and " ms" in slow
+        and "MainThread" in slow
+        and " r0 " in slow
+    )
     assert not slow.startswith("!!")
     broken = next(line for line in lines if "broken" in line)
     assert broken.startswith("!!") and "[compute]" in broken
@@ -82,9 +89,11 @@ def test_a_failing_writer_is_reported_once_and_recording_goes_on(capfd):
 def test_live_from_several_threads_names_each():
     out = io.StringIO()
     with hotspan.live(file=out):
+
         def work(k):
             with hotspan.span(f"job{k}"):
                 pass
+
         threads = [threading.Thread(target=work, args=(k,), name=f"w{k}") for k in range(3)]
         for th in threads:
             th.start()
@@ -105,7 +114,9 @@ def test_live_bad_arguments():
 
 
 def test_human_readable_helpers():
-    assert human_bytes(None) == "" and human_bytes(512) == "512 B" and human_bytes(1536) == "1.50 KiB"
+    assert (
+        human_bytes(None) == "" and human_bytes(512) == "512 B" and human_bytes(1536) == "1.50 KiB"
+    )
     assert human_bytes(3 << 30) == "3.00 GiB"
     assert human_ns(999) == "999 ns" and human_ns(1_500_000) == "1.50 ms"
 
@@ -125,12 +136,26 @@ def test_hotspan_run_live_prints_lines_on_stderr(tmp_path):
         "print('program output')\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "hotspan", "run", "--live", "--live-min-ms", "5", "-o", str(tmp_path / "t.parquet"),
-         str(script)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "hotspan",
+            "run",
+            "--live",
+            "--live-min-ms",
+            "5",
+            "-o",
+            str(tmp_path / "t.parquet"),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "program output" in proc.stdout
-    live_lines = [line for line in proc.stderr.splitlines() if "slow_step" in line and "[train]" in line]
+    live_lines = [
+        line for line in proc.stderr.splitlines() if "slow_step" in line and "[train]" in line
+    ]
     assert len(live_lines) == 1 and "arg=2048" in live_lines[0]
     assert not any("quick" in line and "[-]" in line for line in proc.stderr.splitlines())

@@ -1,8 +1,8 @@
 """Many ranks, many collectors: a list of collectors picked by rank with failover, several
 collectors writing one dataset, exact accounting, and the clock offset measured again."""
+
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -16,7 +16,7 @@ import hotspan
 from hotspan.formats.dataset import part_metadata
 from hotspan.recording.collector import CollectorClient, CollectorServer, parse_urls
 
-from _procs import check_tree, finish, kill, read_line, spans_per_rank, start_collector, start_rank, stop
+from _procs import check_tree, finish, kill, spans_per_rank, start_collector, start_rank, stop
 
 
 def _rank_counts(table: pa.Table) -> dict[int, int]:
@@ -96,8 +96,10 @@ def test_eight_ranks_into_two_collectors_of_one_dataset_exactly(tmp_path):
     ranks = []
     try:
         dest = f"grpc://127.0.0.1:{pa_},grpc://127.0.0.1:{pb}"
-        ranks = [start_rank(r, dest, HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.003", T_STEPS="1000")
-                 for r in range(8)]
+        ranks = [
+            start_rank(r, dest, HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.003", T_STEPS="1000")
+            for r in range(8)
+        ]
         for proc in ranks:
             code, _out, err = finish(proc, timeout=120)
             assert code == 0 and "Traceback" not in err and "dropped" not in err, err
@@ -125,8 +127,10 @@ def test_a_killed_collectors_ranks_fail_over_nothing_lost_or_twice(tmp_path):
     try:
         dest = f"grpc://127.0.0.1:{pa_},grpc://127.0.0.1:{pb}"
         # Ranks 0 and 2 start on collector a, 1 on b; each records for a few seconds.
-        ranks = [start_rank(r, dest, HOTSPAN_FLUSH_INTERVAL="0.05", T_PAUSE="0.01", T_STEPS="600")
-                 for r in range(3)]
+        ranks = [
+            start_rank(r, dest, HOTSPAN_FLUSH_INTERVAL="0.05", T_PAUSE="0.01", T_STEPS="600")
+            for r in range(3)
+        ]
         deadline = time.monotonic() + 60
 
         def started() -> bool:  # both ranks of a have parts there: each is recording (6 s)
@@ -188,14 +192,21 @@ def test_a_streaming_client_stays_light(tmp_path):
     from _procs import env
 
     with CollectorServer(tmp_path, "grpc://127.0.0.1:0") as server:
-        out = subprocess.run([sys.executable, "-c", CLIENT_ONLY, server.url], env=env(), capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", CLIENT_ONLY, server.url],
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["20000", "False", "False"]
 
 
-@pytest.mark.skipif(not hasattr(os, "setpriority") or not sys.platform.startswith("linux"),
-                    reason="per-thread nice values are Linux's")
+@pytest.mark.skipif(
+    not hasattr(os, "setpriority") or not sys.platform.startswith("linux"),
+    reason="per-thread nice values are Linux's",
+)
 def test_the_sender_runs_below_the_program_and_the_flusher_does_not(tmp_path):
     import threading
 

@@ -6,6 +6,7 @@ DuckDB's own S3 reader (the httpfs extension) is downloaded on first use, which 
 cannot do (no network): DuckDB reads the objects here through a pyarrow dataset on the same
 S3 file system, registered as a view (the README shows the httpfs way).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,10 +44,21 @@ def s3():
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION")
+    names = (
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+    )
     saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="hotspan-test",
-                      AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION="us-east-1", AWS_REGION="us-east-1")
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_ACCESS_KEY_ID="hotspan-test",
+        AWS_SECRET_ACCESS_KEY=SECRET,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_REGION="us-east-1",
+    )
     try:
         import boto3
 
@@ -64,7 +76,10 @@ def s3():
 
 
 def _record_ranks(uri: str, ranks: int = RANKS) -> list[int]:
-    procs = [start_rank(r, uri, T_THREADS="2", T_STEPS="50", HOTSPAN_FLUSH_INTERVAL="0.2") for r in range(ranks)]
+    procs = [
+        start_rank(r, uri, T_THREADS="2", T_STEPS="50", HOTSPAN_FLUSH_INTERVAL="0.2")
+        for r in range(ranks)
+    ]
     pids = []
     for proc in procs:
         code, out, err = finish(proc, timeout=DEADLINE_S * 2)
@@ -91,23 +106,43 @@ def test_four_ranks_record_into_s3_and_the_cli_and_duckdb_read_the_objects(s3, t
     assert len(set(table.column("span_id").to_pylist())) == table.num_rows
 
     # The CLI, a process of its own, with only the environment to find the endpoint.
-    result = subprocess.run([sys.executable, "-m", "hotspan", "stats", "s3://bucket/run", "--by", "rank,name", "--json"],
-                            env=env(), capture_output=True, text=True, timeout=DEADLINE_S * 2)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hotspan",
+            "stats",
+            "s3://bucket/run",
+            "--by",
+            "rank,name",
+            "--json",
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S * 2,
+    )
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     rows = rows["rows"] if isinstance(rows, dict) else rows
     counts = {(row["rank"], row["name"]): row["count"] for row in rows}
-    assert counts == {(r, name): per_rank // 3 for r in range(RANKS) for name in ("step", "fwd", "comm")}
+    assert counts == {
+        (r, name): per_rank // 3 for r in range(RANKS) for name in ("step", "fwd", "comm")
+    }
     assert SECRET not in result.stdout + result.stderr
 
     # DuckDB on the same objects (through pyarrow's S3 file system: see the module's note).
     import duckdb
     import pyarrow.dataset as ds
 
-    objects = ds.dataset("bucket/run", filesystem=s3, format="parquet")  # skips ._ names as hotspan does
+    objects = ds.dataset(
+        "bucket/run", filesystem=s3, format="parquet"
+    )  # skips ._ names as hotspan does
     con = duckdb.connect()
     con.register("spans", objects)
-    got = con.execute("SELECT rank, count(*), count(DISTINCT span_id) FROM spans GROUP BY rank ORDER BY rank").fetchall()
+    got = con.execute(
+        "SELECT rank, count(*), count(DISTINCT span_id) FROM spans GROUP BY rank ORDER BY rank"
+    ).fetchall()
     assert got == [(r, per_rank, per_rank) for r in range(RANKS)]
 
 
@@ -116,8 +151,12 @@ def test_a_single_trace_file_in_s3_loads_too(s3, tmp_path):
     with hotspan.record(str(local)):
         with hotspan.span("only"):
             pass
-    pafs.copy_files(str(local), "bucket/files/one.parquet", source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=s3)
+    pafs.copy_files(
+        str(local),
+        "bucket/files/one.parquet",
+        source_filesystem=pafs.LocalFileSystem(),
+        destination_filesystem=s3,
+    )
     assert hotspan.load("s3://bucket/files/one.parquet").column("name").to_pylist() == ["only"]
 
 
@@ -125,8 +164,13 @@ def test_a_single_trace_file_in_s3_loads_too(s3, tmp_path):
 def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
     # Credentials in the URI itself: a missing dataset is reported without them.
     uri = f"s3://hotspan-test:{SECRET}@bucket/nothing-here"
-    result = subprocess.run([sys.executable, "-m", "hotspan", "stats", uri], env=env(), capture_output=True,
-                            text=True, timeout=DEADLINE_S * 2)
+    result = subprocess.run(
+        [sys.executable, "-m", "hotspan", "stats", uri],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S * 2,
+    )
     assert result.returncode == 2
     assert "s3://***@bucket/nothing-here" in result.stderr and SECRET not in result.stderr
     assert "Traceback" not in result.stderr
@@ -136,8 +180,10 @@ def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
     code, out, err = finish(bad, timeout=DEADLINE_S * 2)
     assert code == 0 and "recorded" in out
     assert "no-such-bucket" in err and SECRET not in err
-    assert hotspan.formats.uri.redact_uri(f"s3://bucket/x?secret_key={SECRET}&region=eu") == \
-        "s3://bucket/x?secret_key=***&region=eu"
+    assert (
+        hotspan.formats.uri.redact_uri(f"s3://bucket/x?secret_key={SECRET}&region=eu")
+        == "s3://bucket/x?secret_key=***&region=eu"
+    )
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The first part at once and parts on time: ``record(dir)`` writes its metadata part before
 ``start()`` returns, flushes keep their interval while the program's threads hold the
 interpreter lock, and a SIGKILL at any moment loses only the last intervals' spans."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -24,12 +24,14 @@ from _util import run_python
 
 
 def test_the_metadata_part_is_written_before_start_returns(tmp_path):
-    out = run_python(textwrap.dedent(f"""
+    out = run_python(
+        textwrap.dedent(f"""
         import glob, hotspan
         rec = hotspan.record({str(tmp_path / "run")!r}, flush_interval=600).start()
         print(len(glob.glob({str(tmp_path / "run")!r} + "/part-r0-*.parquet")))
         rec.stop()
-    """))
+    """)
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1"]
 
@@ -39,8 +41,13 @@ def test_a_run_killed_right_after_start_loads_empty_with_its_metadata(tmp_path):
     # returned, nothing waited for
     out = tmp_path / "run"
     code = "import hotspan, time\nprint('ready', flush=True)\ntime.sleep(60)\n"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL="600"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL="600"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         read_line(proc, "ready")
         proc.kill()
@@ -91,8 +98,13 @@ def test_parts_keep_their_interval_while_threads_hold_the_interpreter_lock(tmp_p
     # switch interval (and the first part came after 5-6 s, behind pyarrow's import)
     script = tmp_path / "busy.py"
     script.write_text(BUSY_PROGRAM)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "6", "0.1"], env=env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run"), "6", "0.1"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     times = json.loads(proc.stdout.splitlines()[-1])
     gaps = sorted(b - a for a, b in zip(times, times[1:]))
@@ -130,9 +142,13 @@ def test_a_sigkill_at_a_random_moment_loses_only_the_last_interval(tmp_path, tri
     interval = 0.2
     script, progress, out = tmp_path / "killed.py", tmp_path / "progress.bin", tmp_path / "run"
     script.write_text(KILLED_PROGRAM)
-    proc = subprocess.Popen([sys.executable, str(script), str(progress)],
-                            env=env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL=str(interval)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(progress)],
+        env=env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL=str(interval)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         read_line(proc, "ready")
         time.sleep(random.uniform(1.0, 3.0))
@@ -151,5 +167,7 @@ def test_a_sigkill_at_a_random_moment_loses_only_the_last_interval(tmp_path, tri
     for k in range(2):
         done = max((n for when, thread, n in records if thread == k and when <= cutoff), default=0)
         missing = [n for n in range(done) if k * 10_000_000 + n not in arrived]
-        assert not missing, f"thread {k}: {len(missing)} of the {done} spans recorded by the cutoff are missing"
+        assert not missing, (
+            f"thread {k}: {len(missing)} of the {done} spans recorded by the cutoff are missing"
+        )
         assert done > 0

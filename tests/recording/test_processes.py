@@ -5,6 +5,7 @@ program with children, recordings one after another, a SIGTERM inside a flush.
 ``HOTSPAN_TEST_REPEAT`` (default 3) sets how many times each scenario runs (the pools and
 workers inside one program each time afresh; `hotspan run` as separate runs).
 """
+
 from __future__ import annotations
 
 import json
@@ -59,12 +60,21 @@ POOL_PROGRAM = textwrap.dedent(
 )
 
 
-def _run(args: list[str], out: Path, timeout: float = TIMEOUT_S, **extra: str) -> subprocess.CompletedProcess:
+def _run(
+    args: list[str], out: Path, timeout: float = TIMEOUT_S, **extra: str
+) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(args, env=env(HOTSPAN_OUT=str(out) + "/", **extra), capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            args,
+            env=env(HOTSPAN_OUT=str(out) + "/", **extra),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"hung: {args[1:]} did not finish in {timeout:.0f} s; stderr: {exc.stderr}") from None
+        raise AssertionError(
+            f"hung: {args[1:]} did not finish in {timeout:.0f} s; stderr: {exc.stderr}"
+        ) from None
 
 
 def _spans_by_arg(table) -> dict[int, int]:
@@ -145,18 +155,23 @@ def test_dataloader_like_forked_workers_lose_nothing(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("round") == REPEAT
     table = hotspan.load(out)
-    expected = {1000 * r + i: 2 for r in range(REPEAT) for i in range(2 * per_worker)}  # load + decode
+    expected = {
+        1000 * r + i: 2 for r in range(REPEAT) for i in range(2 * per_worker)
+    }  # load + decode
     assert _spans_by_arg(table) == expected
     # Both workers of every round are there (a whole worker's spans lost was the failure).
     assert len(set(table.column("pid").to_pylist())) == 2 * REPEAT
 
 
-@pytest.mark.skipif("torch" not in sys.modules and __import__("importlib").util.find_spec("torch") is None,
-                    reason="a real torch DataLoader: pip install torch (the torch-free test above covers the pattern)")
+@pytest.mark.skipif(
+    "torch" not in sys.modules and __import__("importlib").util.find_spec("torch") is None,
+    reason="a real torch DataLoader: pip install torch (the torch-free test above covers the pattern)",
+)
 def test_a_real_torch_dataloader(tmp_path):
     script = tmp_path / "torch_program.py"
-    script.write_text(textwrap.dedent(
-        """
+    script.write_text(
+        textwrap.dedent(
+            """
         import hotspan, torch
         from torch.utils.data import DataLoader, Dataset
 
@@ -171,7 +186,8 @@ def test_a_real_torch_dataloader(tmp_path):
             seen = sorted(int(x) for batch in DataLoader(Items(), batch_size=8, num_workers=2) for x in batch)
             assert seen == list(range(64))
         """
-    ))
+        )
+    )
     out = tmp_path / "run"
     for _ in range(REPEAT):
         result = _run([sys.executable, str(script)], out)
@@ -209,24 +225,36 @@ def test_hotspan_run_records_the_whole_process_tree(tmp_path):
     for r in range(REPEAT):
         target = tmp_path / f"trace{r}.parquet"
         try:
-            result = subprocess.run([sys.executable, "-m", "hotspan", "run", "-o", str(target), str(script)],
-                                    env=env(), capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path)
+            result = subprocess.run(
+                [sys.executable, "-m", "hotspan", "run", "-o", str(target), str(script)],
+                env=env(),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                cwd=tmp_path,
+            )
         except subprocess.TimeoutExpired as exc:
             raise AssertionError(f"hotspan run hung; stderr: {exc.stderr}") from None
         assert result.returncode == 0, result.stderr
         assert result.stdout == "done\n"
         table = hotspan.load(target)
         assert _spans_by_arg(table) == {-1: 1, 1: 10, 2: 10, 3: 10, 4: 1}
-        assert len(set(table.column("pid").to_pylist())) >= 3  # the program, its workers, the subprocess
+        assert (
+            len(set(table.column("pid").to_pylist())) >= 3
+        )  # the program, its workers, the subprocess
         assert "processes" in result.stderr and "32 spans" in result.stderr
-        assert not [p for p in tmp_path.iterdir() if "hotspan-run" in p.name]  # the parts directory went
+        assert not [
+            p for p in tmp_path.iterdir() if "hotspan-run" in p.name
+        ]  # the parts directory went
 
 
 def test_hotspan_run_keeps_the_users_hotspan_out_apart(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text("import hotspan\nwith hotspan.span('x'): pass\n")
-    result = _run([sys.executable, "-m", "hotspan", "run", "-o", str(tmp_path / "t.parquet"), str(script)],
-                  tmp_path / "elsewhere")
+    result = _run(
+        [sys.executable, "-m", "hotspan", "run", "-o", str(tmp_path / "t.parquet"), str(script)],
+        tmp_path / "elsewhere",
+    )
     assert result.returncode == 0, result.stderr
     assert hotspan.load(tmp_path / "t.parquet").column("name").to_pylist() == ["x"]
 
@@ -250,8 +278,13 @@ def test_recordings_one_after_another_never_share_a_part_name(fresh, tmp_path):
 def test_a_run_killed_before_its_first_flush_loads_empty_with_its_metadata(tmp_path):
     out = tmp_path / "run"
     code = "import hotspan, time\nwith hotspan.span('x'): pass\nprint('ready', flush=True)\ntime.sleep(60)\n"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL="600"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL="600"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         read_line(proc, "ready")
         deadline = time.monotonic() + DEADLINE_S
@@ -271,7 +304,9 @@ def test_a_run_killed_before_its_first_flush_loads_empty_with_its_metadata(tmp_p
 def test_temporaries_of_a_killed_writer_are_swept_at_the_next_start(fresh, tmp_path):
     run = tmp_path / "run"
     (run / "rank=0").mkdir(parents=True)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead_pid = int(dead.stdout)
     torn = run / "rank=0" / f".part-{dead_pid}-6b0d00001234abcd-000003.parquet.1a2b3c4d.part"
     torn.write_bytes(b"PAR1 torn")
@@ -309,7 +344,9 @@ def test_sigterm_arriving_inside_a_flush_neither_hangs_nor_loses(tmp_path):
         print("not reached: the SIGTERM must end the process once the flush is done", flush=True)
         """
     )
-    result = _run([sys.executable, "-c", code], out, timeout=DEADLINE_S, HOTSPAN_FLUSH_INTERVAL="600")
+    result = _run(
+        [sys.executable, "-c", code], out, timeout=DEADLINE_S, HOTSPAN_FLUSH_INTERVAL="600"
+    )
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert "not reached" not in result.stdout
     assert hotspan.load(out).num_rows == 100
@@ -386,8 +423,11 @@ def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method,
     out = tmp_path / "run"
     script = tmp_path / "counted_pool.py"
     script.write_text(COUNTED_POOL_PROGRAM)
-    result = _run([sys.executable, str(script), method, end, str(POOL_RUNS)], out,
-                  timeout=120 + 15 * POOL_RUNS)
+    result = _run(
+        [sys.executable, str(script), method, end, str(POOL_RUNS)],
+        out,
+        timeout=120 + 15 * POOL_RUNS,
+    )
     assert result.returncode == 0, result.stderr
     rounds = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(rounds) == POOL_RUNS
@@ -398,7 +438,9 @@ def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method,
             got = arrived.get(r["round"] * 1000 + slot, 0)
             expected += before
             if not before <= got <= after:
-                short.append(f"round {r['round']} worker {slot}: counted {before}..{after}, arrived {got}")
+                short.append(
+                    f"round {r['round']} worker {slot}: counted {before}..{after}, arrived {got}"
+                )
     total = sum(arrived.values())
     print(f"pool {method} {end} x{POOL_RUNS}: expected >= {expected}, arrived {total}")
     assert not short, f"{len(short)} workers short: " + "; ".join(short[:10])
@@ -428,8 +470,14 @@ def test_hotspan_run_ended_by_a_signal_or_a_crash_still_writes_its_output(tmp_pa
     # `.out.parquet.hotspan-run-*` directory
     script, target = tmp_path / "prog.py", tmp_path / "out.parquet"
     script.write_text(SIGNALLED_PROGRAM)
-    proc = subprocess.Popen([sys.executable, "-m", "hotspan", "run", "-o", str(target), str(script), ending],
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hotspan", "run", "-o", str(target), str(script), ending],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         if ending != "crash":
             read_line(proc, "recorded 300", timeout=TIMEOUT_S)
@@ -445,7 +493,9 @@ def test_hotspan_run_ended_by_a_signal_or_a_crash_still_writes_its_output(tmp_pa
     said = [line for line in err.splitlines() if line.startswith("hotspan run: the program")]
     assert len(said) == 1 and str(target) in said[0], err
     assert ("ended by " + ending if ending != "crash" else "died of SIGABRT") in said[0]
-    assert not [p for p in tmp_path.iterdir() if "hotspan-run" in p.name]  # the parts directory went
+    assert not [
+        p for p in tmp_path.iterdir() if "hotspan-run" in p.name
+    ]  # the parts directory went
 
 
 UNFLUSHED_PROGRAM = textwrap.dedent(
@@ -478,5 +528,9 @@ def test_the_parent_names_workers_killed_before_their_first_part(tmp_path):
     table = hotspan.load(out)
     named = json.loads(table.schema.metadata[META_UNFLUSHED])
     assert sorted(child["pid"] for child in named) == pids
-    parent = {p["pid"] for procs in json.loads(table.schema.metadata[META_RANKS]).values() for p in procs}
-    assert all(child["exitcode"] == -signal.SIGTERM and child["parent_pid"] in parent for child in named)
+    parent = {
+        p["pid"] for procs in json.loads(table.schema.metadata[META_RANKS]).values() for p in procs
+    }
+    assert all(
+        child["exitcode"] == -signal.SIGTERM and child["parent_pid"] in parent for child in named
+    )

@@ -1,4 +1,5 @@
 """Many readers: drain(), record(), live() and subscribers each see every span once."""
+
 from __future__ import annotations
 
 import io
@@ -13,7 +14,6 @@ import pytest
 
 import hotspan
 from hotspan import _api, events
-from hotspan.recording import hub
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -22,7 +22,9 @@ PER_THREAD = 1500
 LIVE_NAME = re.compile(r" (s\d+-\d+) \[")
 
 
-def _record_unique(tag: str, threads: int = THREADS, per_thread: int = PER_THREAD, pause_every: int = 200) -> set[str]:
+def _record_unique(
+    tag: str, threads: int = THREADS, per_thread: int = PER_THREAD, pause_every: int = 200
+) -> set[str]:
     """Spans with a unique name each, from several threads at once; returns the names."""
 
     def work(t: int) -> None:
@@ -74,8 +76,12 @@ def test_every_consumer_gets_every_span_once(tmp_path):
 
     written = _names(hotspan.load(tmp_path / "run"))
     live_names = LIVE_NAME.findall(out.getvalue())
-    for label, got, dropped in (("record", written, rec.dropped), ("drain", drained, 0),
-                                ("subscribe", seen_by_sub, sub.dropped), ("live", live_names, log.skipped)):
+    for label, got, dropped in (
+        ("record", written, rec.dropped),
+        ("drain", drained, 0),
+        ("subscribe", seen_by_sub, sub.dropped),
+        ("live", live_names, log.skipped),
+    ):
         assert len(got) == len(set(got)), f"{label} got spans twice"
         assert dropped == 0, label
         assert set(got) == expected, f"{label}: {len(expected - set(got))} missing"
@@ -112,7 +118,9 @@ def test_subscriber_filters_and_delivers_the_rest_at_close():
         threads.add(threading.current_thread().name)
         got.append(batch)
 
-    with hotspan.subscribe(collect, min_ns=2_000_000, names=["slow", "other"], categories=["io"]) as sub:
+    with hotspan.subscribe(
+        collect, min_ns=2_000_000, names=["slow", "other"], categories=["io"]
+    ) as sub:
         with hotspan.span("outer", "sync"):
             with hotspan.span("slow", "io"):  # category path sync/io: matches "io"
                 time.sleep(0.003)
@@ -149,9 +157,18 @@ def test_failing_callback_is_reported_once_and_keeps_being_called(caplog):
     assert len(calls) >= 2 and sum(calls) == 3 and bad.errors == len(calls)
     assert sum(good) == 3
     failed = [e for e in seen if isinstance(e, events.CallbackFailed)]
-    assert len(failed) == 1 and "broken" in failed[0].callback and isinstance(failed[0].error, ValueError)
+    assert (
+        len(failed) == 1
+        and "broken" in failed[0].callback
+        and isinstance(failed[0].error, ValueError)
+    )
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and errors[0].exc_info and "boom" in caplog.text and "Traceback" in caplog.text
+    assert (
+        len(errors) == 1
+        and errors[0].exc_info
+        and "boom" in caplog.text
+        and "Traceback" in caplog.text
+    )
 
 
 def test_slow_subscriber_drops_its_oldest_and_reports_it(caplog):
@@ -166,7 +183,10 @@ def test_slow_subscriber_drops_its_oldest_and_reports_it(caplog):
         release.wait(10)  # stuck until the recording is over
 
     with caplog.at_level(logging.WARNING, logger="hotspan"):
-        with hotspan.subscribe(slow) as sub, hotspan.subscribe(lambda b: fast.append(b.num_rows)) as quick:
+        with (
+            hotspan.subscribe(slow) as sub,
+            hotspan.subscribe(lambda b: fast.append(b.num_rows)) as quick,
+        ):
             recorded = 0
             for _round in range(40):
                 for i in range(500):
@@ -180,7 +200,11 @@ def test_slow_subscriber_drops_its_oldest_and_reports_it(caplog):
     assert sub.dropped > 0 and quick.dropped == 0
     assert sum(fast) == recorded
     assert sum(slow_rows) + sub.dropped == recorded
-    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "fell behind" in r.getMessage()]
+    warned = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "fell behind" in r.getMessage()
+    ]
     assert warned and "subscribe(" in warned[0].getMessage()
 
 
@@ -223,7 +247,9 @@ def test_events_are_logged_and_handled(tmp_path, caplog):
     flushed = [e for e in seen if isinstance(e, events.Flushed)]
     assert sum(e.spans for e in flushed) == 1 and flushed[0].bytes > 0 and flushed[0].seconds >= 0
     assert handler_threads == {"hotspan-events"}
-    assert any(r.levelno == logging.INFO and "recording to" in r.getMessage() for r in caplog.records)
+    assert any(
+        r.levelno == logging.INFO and "recording to" in r.getMessage() for r in caplog.records
+    )
     with pytest.raises(Exception):
         seen[0].dest = "elsewhere"  # frozen
 
@@ -300,10 +326,17 @@ def test_collector_lost_and_restored_are_events(tmp_path, caplog):
         time.sleep(0.05)
     lost = [e for e in seen if isinstance(e, events.CollectorLost)]
     restored = [e for e in seen if isinstance(e, events.CollectorRestored)]
-    assert len(lost) == 1 and lost[0].url == f"grpc://127.0.0.1:{port}" and isinstance(lost[0].error, Exception)
+    assert (
+        len(lost) == 1
+        and lost[0].url == f"grpc://127.0.0.1:{port}"
+        and isinstance(lost[0].error, Exception)
+    )
     assert len(restored) == 1 and restored[0].seconds_lost > 0
     assert client.sent_spans == 2
-    assert any(r.levelno == logging.ERROR and "lost the collector" in r.getMessage() for r in caplog.records)
+    assert any(
+        r.levelno == logging.ERROR and "lost the collector" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_a_drain_cursor_left_unread_keeps_the_newest_and_reports_at_drain(tmp_path, caplog):
@@ -318,7 +351,9 @@ def test_a_drain_cursor_left_unread_keeps_the_newest_and_reports_at_drain(tmp_pa
                         pass
                 recorded += 500
                 time.sleep(0.02)
-            assert not [r for r in caplog.records if "drain()" in r.getMessage()]  # nobody asked yet
+            assert not [
+                r for r in caplog.records if "drain()" in r.getMessage()
+            ]  # nobody asked yet
             table = hotspan.drain()
     core_dropped = hotspan.dropped() - dropped_before  # the tiny cap may make the core drop too
     written = set(hotspan.load(tmp_path / "run").column("arg").to_pylist())

@@ -1,4 +1,5 @@
 """Recording to a directory from real processes: HOTSPAN_OUT, exit, SIGTERM, SIGKILL, spawn, fork."""
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,10 @@ def _parts(directory: Path) -> dict[Path, int]:
 @pytest.mark.slow
 def test_four_ranks_into_a_directory(tmp_path):
     out = tmp_path / "run"
-    procs = [start_rank(rank, str(out), HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.03") for rank in range(4)]
+    procs = [
+        start_rank(rank, str(out), HOTSPAN_FLUSH_INTERVAL="0.1", T_PAUSE="0.03")
+        for rank in range(4)
+    ]
     try:
         for proc in procs:
             code, _out, err = finish(proc)
@@ -74,8 +78,13 @@ def test_sigterm_leaves_the_programs_own_handler_alone(tmp_path):
         "print('ready', flush=True)\n"
         "import time; time.sleep(60)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env(HOTSPAN_OUT=str(tmp_path / "run")),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env(HOTSPAN_OUT=str(tmp_path / "run")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         read_line(proc, "ready")
         proc.send_signal(signal.SIGTERM)
@@ -89,7 +98,9 @@ def test_sigterm_leaves_the_programs_own_handler_alone(tmp_path):
 @pytest.mark.slow
 def test_sigkill_keeps_everything_flushed_before(tmp_path):
     out = tmp_path / "run"
-    proc = start_rank(3, str(out), HOTSPAN_FLUSH_INTERVAL="0.05", T_LOOP="1", T_STEPS="200", T_PAUSE="0.0002")
+    proc = start_rank(
+        3, str(out), HOTSPAN_FLUSH_INTERVAL="0.05", T_LOOP="1", T_STEPS="200", T_PAUSE="0.0002"
+    )
     try:
         deadline = time.monotonic() + DEADLINE_S
         while len(_parts(out)) < 4:
@@ -112,8 +123,13 @@ def test_sigkill_keeps_everything_flushed_before(tmp_path):
 @pytest.mark.slow
 def test_bad_hotspan_out_warns_and_the_program_runs(tmp_path):
     code = "import hotspan\nwith hotspan.span('x'): pass\nprint('ran')\n"
-    result = subprocess.run([sys.executable, "-c", code], env=env(HOTSPAN_OUT="ftp://nowhere/x"),
-                            capture_output=True, text=True, timeout=DEADLINE_S)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env(HOTSPAN_OUT="ftp://nowhere/x"),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
     assert result.returncode == 0 and result.stdout == "ran\n"
     assert "HOTSPAN_OUT=ftp://nowhere/x: not recording" in result.stderr
 
@@ -121,8 +137,13 @@ def test_bad_hotspan_out_warns_and_the_program_runs(tmp_path):
 @pytest.mark.slow
 def test_multiprocessing_spawn_example(tmp_path):
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "multiprocess_spawn.py"), str(out), "3", "10"],
-                            env=env(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "multiprocess_spawn.py"), str(out), "3", "10"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     table = hotspan.load(out)
     assert sorted(set(table.column("rank").to_pylist())) == [0, 1, 2]
@@ -142,8 +163,13 @@ def test_fork_children_record_into_the_same_directory(tmp_path):
         "    [p.start() for p in ps]; [p.join(30) for p in ps]\n"
         "    assert all(p.exitcode == 0 for p in ps)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], env=env(HOTSPAN_OUT=str(tmp_path / "run")),
-                            capture_output=True, text=True, timeout=DEADLINE_S)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env(HOTSPAN_OUT=str(tmp_path / "run")),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
     assert result.returncode == 0, result.stderr
     table = hotspan.load(tmp_path / "run")
     assert sorted(table.column("name").to_pylist()) == ["child", "child", "parent"]

@@ -1,6 +1,7 @@
 """Every thread hotspan starts blocks the program's signals, so a process-directed signal
 (a pool's terminate()) reaches a thread that runs the handler: one taken by a hotspan
 thread left a pool worker asleep in the queue, its handler pending, forever."""
+
 from __future__ import annotations
 
 import os
@@ -78,9 +79,11 @@ libc.pthread_mutex_lock(mutex)
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signals only")
-@pytest.mark.skipif("libtsan" in os.environ.get("LD_PRELOAD", ""),
-                    reason="under TSan a signal's handler waits until the thread it interrupted leaves TSan's "
-                           "pthread_mutex_lock interceptor, which this program's main thread never does")
+@pytest.mark.skipif(
+    "libtsan" in os.environ.get("LD_PRELOAD", ""),
+    reason="under TSan a signal's handler waits until the thread it interrupted leaves TSan's "
+    "pthread_mutex_lock interceptor, which this program's main thread never does",
+)
 def test_sigterm_flushes_and_kills_a_process_whose_main_thread_never_returns_to_python(tmp_path):
     # With HOTSPAN_OUT, SIGTERM means: flush, then die of SIGTERM. A Python-level handler
     # runs only when the main thread next executes bytecode, which this one never does:
@@ -92,8 +95,13 @@ def test_sigterm_flushes_and_kills_a_process_whose_main_thread_never_returns_to_
     from _procs import env
 
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_WHILE_BLOCKED_IN_C], env=env(HOTSPAN_OUT=str(out) + "/"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_WHILE_BLOCKED_IN_C],
+        env=env(HOTSPAN_OUT=str(out) + "/"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "blocked"
         time.sleep(0.2)

@@ -1,5 +1,6 @@
 """The rendering test's two paths without a browser: a one-line skip naming the package to
 install, or, with HOTSPAN_REQUIRE_BROWSER=1 (as in .ci/run), a failure, never a skip."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,8 +38,23 @@ def run_without_browser(tmp_path, **env) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if k != "HOTSPAN_REQUIRE_BROWSER"}
     environment.update(PATH=path_without_browser(tmp_path), **env)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(HTML_TEST), "-k", "chromium"],
-        capture_output=True, text=True, env=environment, cwd=HTML_TEST.parents[2], timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            str(HTML_TEST),
+            "-k",
+            "chromium",
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=HTML_TEST.parents[2],
+        timeout=300,
     )
 
 
@@ -48,7 +64,9 @@ def test_missing_browser_skips_with_the_package_to_install(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 skipped" in result.stdout and "failed" not in result.stdout
     reason = [line for line in result.stdout.splitlines() if line.startswith("SKIPPED")]
-    assert len(reason) == 1 and reason[0].endswith("headless Chromium not on PATH: apt-get install chromium"), result.stdout
+    assert len(reason) == 1 and reason[0].endswith(
+        "headless Chromium not on PATH: apt-get install chromium"
+    ), result.stdout
 
 
 @pytest.mark.slow

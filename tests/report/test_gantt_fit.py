@@ -1,4 +1,5 @@
 """The terminal Gantt fits its width and never labels two lanes alike."""
+
 from __future__ import annotations
 
 import io

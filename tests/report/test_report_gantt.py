@@ -1,4 +1,5 @@
 """The terminal Gantt chart, on hand-built traces whose picture is known cell by cell."""
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -12,8 +13,17 @@ from hotspan.report.gantt import ERROR_GLYPH, GLYPHS
 
 
 def table_of(rows):
-    defaults = dict(parent_id=None, category=None, depth=0, thread_id=1, thread_name="main", pid=1, rank=0,
-                    arg=None, error=False)
+    defaults = dict(
+        parent_id=None,
+        category=None,
+        depth=0,
+        thread_id=1,
+        thread_name="main",
+        pid=1,
+        rank=0,
+        arg=None,
+        error=False,
+    )
     rows = [{**defaults, **r, "end_ns": r["start_ns"] + r["duration_ns"]} for r in rows]
     arrays = []
     for field in TRACE_SCHEMA:
@@ -36,12 +46,39 @@ def cells(line: str) -> str:
 def test_each_cell_shows_the_innermost_category_and_errors():
     # thread 1: outer [0, 100) "a"; inner [50, 100) "a/b" inside it; an error span ends at 30
     # thread 2: "c" on [0, 20) only
-    table = table_of([
-        dict(span_id=1, name="outer", category="a", start_ns=0, duration_ns=100),
-        dict(span_id=2, parent_id=1, name="inner", category="a/b", start_ns=50, duration_ns=50, depth=1),
-        dict(span_id=3, parent_id=1, name="bad", category="a", start_ns=20, duration_ns=9, depth=1, error=True),
-        dict(span_id=4, name="other", category="c", start_ns=0, duration_ns=20, thread_id=2, thread_name="two"),
-    ])
+    table = table_of(
+        [
+            dict(span_id=1, name="outer", category="a", start_ns=0, duration_ns=100),
+            dict(
+                span_id=2,
+                parent_id=1,
+                name="inner",
+                category="a/b",
+                start_ns=50,
+                duration_ns=50,
+                depth=1,
+            ),
+            dict(
+                span_id=3,
+                parent_id=1,
+                name="bad",
+                category="a",
+                start_ns=20,
+                duration_ns=9,
+                depth=1,
+                error=True,
+            ),
+            dict(
+                span_id=4,
+                name="other",
+                category="c",
+                start_ns=0,
+                duration_ns=20,
+                thread_id=2,
+                thread_name="two",
+            ),
+        ]
+    )
     lines = render(gantt(table, width=10))
     main, two = (next(line for line in lines if line.startswith(p)) for p in ("r0 main", "r0 two"))
     a, b = GLYPHS[0], GLYPHS[1]  # "a" holds the most time (100 + 9), then "a/b" (50), then "c" (20)
@@ -56,8 +93,17 @@ def test_step_charts_take_the_nth_occurrence_on_every_lane_together():
     for thread, lengths in ((1, (10, 30)), (2, (20, 40))):
         t = 0
         for k, length in enumerate(lengths):
-            rows.append(dict(span_id=thread * 100 + k, name="step", category="s", start_ns=t, duration_ns=length,
-                             thread_id=thread, thread_name=f"t{thread}"))
+            rows.append(
+                dict(
+                    span_id=thread * 100 + k,
+                    name="step",
+                    category="s",
+                    start_ns=t,
+                    duration_ns=length,
+                    thread_id=thread,
+                    thread_name=f"t{thread}",
+                )
+            )
             t += length
     charts = step_gantts(table_of(rows), "step", width=20)
     assert len(charts) == 3  # two steps and the legend

@@ -1,4 +1,5 @@
 """The HTML report: self-contained, and rendered by a real headless Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -60,10 +61,20 @@ def test_report_is_self_contained_and_holds_every_span(trace, tmp_path, capsys):
     assert "<link" not in page and not re.search(r"<script[^>]*\bsrc=", page)
     assert not re.search(r"(src|href)=\"(https?:)?//", page) and "@import" not in page
     marks = spans_of(page)
-    assert sum(m[7] for m in marks) == table.num_rows  # drawn one by one or merged: every span counted
+    assert (
+        sum(m[7] for m in marks) == table.num_rows
+    )  # drawn one by one or merged: every span counted
     assert len(re.findall(r"<rect [^>]*data-i=", page)) == len(marks)
     assert page.count('<div class="lane">') == 1 + 2  # the axis, then one lane per thread
-    for text in ("worker-0", "worker-1", "Statistics", "Phases", "train/compute", "allreduce", "p99"):
+    for text in (
+        "worker-0",
+        "worker-1",
+        "Statistics",
+        "Phases",
+        "train/compute",
+        "allreduce",
+        "p99",
+    ):
         assert text in page
     assert sum(m[5] for m in marks) >= 1  # the error, in the tooltip data
     assert 'class="s e"' in page or 'class="m e"' in page  # and drawn in red
@@ -86,7 +97,11 @@ def test_chromium_renders_the_timeline_and_the_hover_details(trace, tmp_path):
     tip = re.search(r'<div id="tip"[^>]*class="pinned"[^>]*>(.*?)</div>', dom.stdout, re.S)
     assert tip, "the tooltip of the linked span is not shown"
     duration = marks[step][3]
-    assert "step" in tip.group(1) and "category: train" in tip.group(1) and "duration: " in tip.group(1)
+    assert (
+        "step" in tip.group(1)
+        and "category: train" in tip.group(1)
+        and "duration: " in tip.group(1)
+    )
     assert re.search(rf'<rect class="s sel" data-i="{step}"', dom.stdout)
     assert duration > 0
 
@@ -97,7 +112,7 @@ def test_chromium_renders_the_timeline_and_the_hover_details(trace, tmp_path):
     # The timeline's spans are painted in the category colours; each of the trace's
     # categories (train, train/compute, train/comms: the first three) covers real area.
     for colour in PALETTE[:3]:
-        rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+        rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
         painted = int((np.abs(pixels - rgb).sum(axis=1) < 12).sum())
         assert painted > 400, f"{colour}: only {painted} pixels"
     shutil.copy(shot, path.parent / "report.png")  # left beside the trace for a person to look at

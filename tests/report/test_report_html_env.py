@@ -1,5 +1,6 @@
 """The HTML report speaks as the CLI does: rates as 2.76 k/s, the environment in words,
 the spans dropped while recording."""
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,12 @@ def test_rates_environment_and_dropped(fresh):
     assert "e+" not in row
     env = json.loads(meta[b"hotspan.env"])
     assert env["digest"] not in page  # no hash for a person to decode
-    for word in (socket.gethostname(), platform.python_version(), hotspan.__version__, "capacity 1,024",
-                 "memory_cap 64.00 MiB", "25,576"):
+    for word in (
+        socket.gethostname(),
+        platform.python_version(),
+        hotspan.__version__,
+        "capacity 1,024",
+        "memory_cap 64.00 MiB",
+        "25,576",
+    ):
         assert word in page, word

@@ -1,4 +1,5 @@
 """Helpers of the serve tests: real recordings, and a real ``hotspan serve`` process."""
+
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -15,7 +17,9 @@ import pyarrow as pa
 import hotspan
 
 
-def record_steps(steps: int, *, work: int = 20_000, threads: int = 2, fail_at: int | None = None) -> pa.Table:
+def record_steps(
+    steps: int, *, work: int = 20_000, threads: int = 2, fail_at: int | None = None
+) -> pa.Table:
     """Spans of a training-like loop on ``threads`` threads: step > forward (compute),
     allreduce (comms, with bytes); one span failing at step ``fail_at`` of thread 1."""
     hotspan.drain()
@@ -45,7 +49,9 @@ def record_steps(steps: int, *, work: int = 20_000, threads: int = 2, fail_at: i
 
 def with_rank(table: pa.Table, rank: int) -> pa.Table:
     index = table.schema.get_field_index("rank")
-    return table.set_column(index, table.schema.field(index), pa.array([rank] * table.num_rows, pa.int32()))
+    return table.set_column(
+        index, table.schema.field(index), pa.array([rank] * table.num_rows, pa.int32())
+    )
 
 
 class Server:
@@ -56,7 +62,10 @@ class Server:
         environment.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hotspan", "serve", str(directory), "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
         )
         line = self._first_line(60)
         match = re.search(r"(http://\S+/)", line)

@@ -1,5 +1,6 @@
 """A directory of real runs and a real ``hotspan serve`` process (uvicorn on 127.0.0.1, a
 free port) over it, queried with httpx."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("fastapi", reason="hotspan serve needs the serve extra: pip install 'hotspan[serve]'")
+pytest.importorskip(
+    "fastapi", reason="hotspan serve needs the serve extra: pip install 'hotspan[serve]'"
+)
 pytest.importorskip("httpx")
 
 from hotspan.formats import export  # noqa: E402
@@ -32,7 +35,10 @@ def runs_dir(tmp_path_factory) -> Path:
     write_part(with_rank(record_steps(6), 1), root / "job", rank=1, pid=1001, seq=0)
     (root / "broken" / "bad.pftrace").write_bytes(b"\x00not a trace at all" * 10)
     # Parquet, but not spans: another tool's table, and span ids written as text.
-    pq.write_table(pa.table({"a": [1, 2], "start_ns": [1, 2], "end_ns": [3, 4]}), root / "broken" / "foreign.parquet")
+    pq.write_table(
+        pa.table({"a": [1, 2], "start_ns": [1, 2], "end_ns": [3, 4]}),
+        root / "broken" / "foreign.parquet",
+    )
     text_ids = base.set_column(0, "span_id", base["span_id"].cast(pa.string()))
     pq.write_table(text_ids, root / "broken" / "text_ids.parquet")
     return root

@@ -1,5 +1,6 @@
 """The JSON API of ``hotspan serve``, through a real uvicorn process, against the library's
 own answers for the same runs."""
+
 from __future__ import annotations
 
 import shutil
@@ -20,18 +21,29 @@ def test_the_list_holds_every_run_and_the_corrupt_one_as_an_error(client, runs_d
     response = client.get("/v1/traces")
     assert response.status_code == 200
     traces = {t["path"]: t for t in response.json()["traces"]}
-    assert set(traces) == {"base/trace.parquet", "new/trace.json", "job", "broken/bad.pftrace",
-                           "broken/foreign.parquet", "broken/text_ids.parquet"}
+    assert set(traces) == {
+        "base/trace.parquet",
+        "new/trace.json",
+        "job",
+        "broken/bad.pftrace",
+        "broken/foreign.parquet",
+        "broken/text_ids.parquet",
+    }
     base = hotspan.load(runs_dir / "base" / "trace.parquet")
     entry = traces["base/trace.parquet"]
     assert entry["spans"] == base.num_rows and entry["ranks"] == [0] and entry["error"] is None
     assert entry["start_ns"] == pc.min(base["start_ns"]).as_py()
     assert entry["duration_ns"] == pc.max(base["end_ns"]).as_py() - pc.min(base["start_ns"]).as_py()
-    assert entry["host"] == base.schema.metadata[b"hotspan.host"].decode() and "pytest" in entry["command"]
+    assert (
+        entry["host"] == base.schema.metadata[b"hotspan.host"].decode()
+        and "pytest" in entry["command"]
+    )
     job = traces["job"]
     assert job["kind"] == "dataset" and job["ranks"] == [0, 1]
     assert job["spans"] == hotspan.load(runs_dir / "job").num_rows > base.num_rows
-    assert traces["new/trace.json"]["spans"] == hotspan.load(runs_dir / "new" / "trace.json").num_rows
+    assert (
+        traces["new/trace.json"]["spans"] == hotspan.load(runs_dir / "new" / "trace.json").num_rows
+    )
     broken = traces["broken/bad.pftrace"]
     assert broken["error"] and "bad.pftrace" in broken["error"] and broken["spans"] is None
     assert "missing column(s) span_id" in traces["broken/foreign.parquet"]["error"]
@@ -41,9 +53,16 @@ def test_the_list_holds_every_run_and_the_corrupt_one_as_an_error(client, runs_d
     assert again == {p: t["id"] for p, t in traces.items()}
 
 
-@pytest.mark.parametrize("broken", ["broken/bad.pftrace", "broken/foreign.parquet", "broken/text_ids.parquet"])
+@pytest.mark.parametrize(
+    "broken", ["broken/bad.pftrace", "broken/foreign.parquet", "broken/text_ids.parquet"]
+)
 def test_a_corrupt_run_answers_409_and_the_others_still_answer(client, ids, broken):
-    for path in ("/v1/traces/{}", "/v1/traces/{}/stats", "/v1/traces/{}/spans", "/v1/traces/{}/download"):
+    for path in (
+        "/v1/traces/{}",
+        "/v1/traces/{}/stats",
+        "/v1/traces/{}/spans",
+        "/v1/traces/{}/download",
+    ):
         response = client.get(path.format(ids[broken]))
         assert response.status_code == 409, path
         assert broken.split("/")[1] in response.json()["detail"]
@@ -56,7 +75,9 @@ def test_detail_has_the_phases_per_rank(client, ids, runs_dir):
     body = response.json()
     assert body["path"] == "job" and body["ranks"] == [0, 1]
     expected = hotspan.phases(hotspan.load(runs_dir / "job")).to_pylist()
-    assert [(r["rank"], r["phase"]) for r in body["phases"]] == [(r["rank"], r["phase"]) for r in expected]
+    assert [(r["rank"], r["phase"]) for r in body["phases"]] == [
+        (r["rank"], r["phase"]) for r in expected
+    ]
     assert [r["time_ns"] for r in body["phases"]] == pytest.approx([r["time_ns"] for r in expected])
     assert {r["rank"] for r in body["phases"]} == {0, 1, None}  # None: the mean over ranks
 
@@ -97,10 +118,16 @@ def test_bad_values_are_422_naming_the_parameter(client, ids):
 
 
 def test_unknown_ids_are_404_json(client):
-    for path in ("/v1/traces/0123456789abcdef", "/v1/traces/nope/stats", "/v1/traces/nope/spans",
-                 "/v1/traces/nope/download"):
+    for path in (
+        "/v1/traces/0123456789abcdef",
+        "/v1/traces/nope/stats",
+        "/v1/traces/nope/spans",
+        "/v1/traces/nope/download",
+    ):
         response = client.get(path)
-        assert response.status_code == 404 and response.headers["content-type"] == "application/json"
+        assert (
+            response.status_code == 404 and response.headers["content-type"] == "application/json"
+        )
         assert "no run with this id" in response.json()["detail"]
     assert client.get("/v1/compare", params={"base": "nope", "new": "nope"}).status_code == 404
 
@@ -109,12 +136,18 @@ def test_spans_pages_cover_the_filtered_run_in_a_stable_order(client, ids, runs_
     rid = ids["job"]
     table = hotspan.load(runs_dir / "job")
     category = table["category"].cast(pa.string())
-    wanted = table.filter(pc.and_(pc.equal(table["rank"], 1),
-                                  pc.or_(pc.equal(category, "train"), pc.starts_with(category, "train/"))))
+    wanted = table.filter(
+        pc.and_(
+            pc.equal(table["rank"], 1),
+            pc.or_(pc.equal(category, "train"), pc.starts_with(category, "train/")),
+        )
+    )
     seen, offset, pages = [], 0, 0
     while offset is not None:
-        response = client.get(f"/v1/traces/{rid}/spans",
-                              params={"offset": offset, "limit": 7, "rank": 1, "category": "train"})
+        response = client.get(
+            f"/v1/traces/{rid}/spans",
+            params={"offset": offset, "limit": 7, "rank": 1, "category": "train"},
+        )
         assert response.status_code == 200
         body = response.json()
         assert len(body["spans"]) <= 7
@@ -122,11 +155,16 @@ def test_spans_pages_cover_the_filtered_run_in_a_stable_order(client, ids, runs_
         offset = body["next_offset"]
         pages += 1
     assert pages > 2
-    assert [s["span_id"] for s in seen] == wanted["span_id"].to_pylist()  # every span once, in file order
+    assert [s["span_id"] for s in seen] == wanted[
+        "span_id"
+    ].to_pylist()  # every span once, in file order
     assert all(s["rank"] == 1 and s["category"].startswith("train") for s in seen)
     # The same page twice is the same page.
     first = client.get(f"/v1/traces/{rid}/spans", params={"offset": 3, "limit": 5}).json()["spans"]
-    assert first == client.get(f"/v1/traces/{rid}/spans", params={"offset": 3, "limit": 5}).json()["spans"]
+    assert (
+        first
+        == client.get(f"/v1/traces/{rid}/spans", params={"offset": 3, "limit": 5}).json()["spans"]
+    )
     assert [s["span_id"] for s in first] == table["span_id"].to_pylist()[3:8]
 
 
@@ -135,9 +173,13 @@ def test_spans_filters_by_name_and_min_ns(client, ids, runs_dir):
     table = hotspan.load(runs_dir / "base" / "trace.parquet")
     forward = table.filter(pc.equal(table["name"], "forward"))
     floor = int(pc.approximate_median(forward["duration_ns"]).as_py())
-    body = client.get(f"/v1/traces/{rid}/spans", params={"name": "forward", "min_ns": floor, "limit": 10_000}).json()
+    body = client.get(
+        f"/v1/traces/{rid}/spans", params={"name": "forward", "min_ns": floor, "limit": 10_000}
+    ).json()
     want = forward.filter(pc.greater_equal(forward["duration_ns"], floor))
-    assert [s["span_id"] for s in body["spans"]] == want["span_id"].to_pylist() and body["next_offset"] is None
+    assert [s["span_id"] for s in body["spans"]] == want["span_id"].to_pylist() and body[
+        "next_offset"
+    ] is None
     errors = client.get(f"/v1/traces/{rid}/spans", params={"name": "flaky"}).json()["spans"]
     assert len(errors) == 1 and errors[0]["error"] is True
 
@@ -147,8 +189,10 @@ def test_downloads_load_back_with_every_span(client, ids, runs_dir, tmp_path, fm
     for path in ("job", "new/trace.json"):
         response = client.get(f"/v1/traces/{ids[path]}/download", params={"format": fmt})
         assert response.status_code == 200
-        assert f".{fmt}\"" in response.headers["content-disposition"] or f".{fmt}" in response.headers[
-            "content-disposition"]
+        assert (
+            f'.{fmt}"' in response.headers["content-disposition"]
+            or f".{fmt}" in response.headers["content-disposition"]
+        )
         target = tmp_path / f"down.{fmt}"
         target.write_bytes(response.content)
         got = hotspan.load(target)
@@ -158,7 +202,9 @@ def test_downloads_load_back_with_every_span(client, ids, runs_dir, tmp_path, fm
 
 
 def test_compare_flags_the_slower_compute(client, ids):
-    response = client.get("/v1/compare", params={"base": ids["base/trace.parquet"], "new": ids["new/trace.json"]})
+    response = client.get(
+        "/v1/compare", params={"base": ids["base/trace.parquet"], "new": ids["new/trace.json"]}
+    )
     assert response.status_code == 200
     rows = {(r["category"], r["name"]): r for r in response.json()["rows"]}
     assert rows[("train/compute", "forward")]["verdict"] == "slower"
@@ -178,14 +224,17 @@ def test_new_and_changed_runs_show_without_a_restart(tmp_path):
             (root / "later").mkdir()
             export(table, root / "later" / "one.parquet")
             traces = c.get("/v1/traces").json()["traces"]
-            assert [(t["path"], t["spans"]) for t in traces] == [("later/one.parquet", table.num_rows)]
+            assert [(t["path"], t["spans"]) for t in traces] == [
+                ("later/one.parquet", table.num_rows)
+            ]
             rid = traces[0]["id"]
             bigger = record_steps(5)
             time.sleep(0.01)  # a new modification time on coarse file systems too
             export(bigger, root / "later" / "one.parquet")
             assert c.get(f"/v1/traces/{rid}").json()["spans"] == bigger.num_rows
             assert c.get(f"/v1/traces/{rid}/stats").json()["rows"][0]["count"] in (
-                r["count"] for r in hotspan.stats(bigger).to_pylist())
+                r["count"] for r in hotspan.stats(bigger).to_pylist()
+            )
             shutil.rmtree(root / "later")
             assert c.get(f"/v1/traces/{rid}").status_code == 404
     finally:
@@ -212,9 +261,19 @@ def test_a_dataset_being_written_grows_in_the_list(tmp_path):
 
 def test_openapi_document_lists_the_api(client):
     doc = client.get("/openapi.json").json()
-    assert {"/v1/traces", "/v1/traces/{id}", "/v1/traces/{id}/stats", "/v1/traces/{id}/spans",
-            "/v1/traces/{id}/download", "/v1/compare"} <= set(doc["paths"])
-    limit = next(p for p in doc["paths"]["/v1/traces/{id}/spans"]["get"]["parameters"] if p["name"] == "limit")
+    assert {
+        "/v1/traces",
+        "/v1/traces/{id}",
+        "/v1/traces/{id}/stats",
+        "/v1/traces/{id}/spans",
+        "/v1/traces/{id}/download",
+        "/v1/compare",
+    } <= set(doc["paths"])
+    limit = next(
+        p
+        for p in doc["paths"]["/v1/traces/{id}/spans"]["get"]["parameters"]
+        if p["name"] == "limit"
+    )
     assert limit["schema"]["maximum"] == 10_000
     assert not any(path.startswith(("/runs", "/static")) for path in doc["paths"])
 
@@ -231,10 +290,25 @@ def test_a_part_without_a_rank_column_takes_its_directorys(tmp_path):
     try:
         with srv.client() as c:
             (entry,) = c.get("/v1/traces").json()["traces"]
-            assert entry["ranks"] == [2] and entry["spans"] == table.num_rows and entry["error"] is None
-            spans = c.get(f"/v1/traces/{entry['id']}/spans", params={"rank": 2, "limit": 10_000}).json()
-            assert len(spans["spans"]) == table.num_rows and {s["rank"] for s in spans["spans"]} == {2}
-            assert c.get(f"/v1/traces/{entry['id']}/spans", params={"rank": 0}).json()["spans"] == []
-            assert c.get(f"/v1/traces/{entry['id']}/stats", params={"by": "rank"}).json()["rows"][0]["rank"] == 2
+            assert (
+                entry["ranks"] == [2]
+                and entry["spans"] == table.num_rows
+                and entry["error"] is None
+            )
+            spans = c.get(
+                f"/v1/traces/{entry['id']}/spans", params={"rank": 2, "limit": 10_000}
+            ).json()
+            assert len(spans["spans"]) == table.num_rows and {
+                s["rank"] for s in spans["spans"]
+            } == {2}
+            assert (
+                c.get(f"/v1/traces/{entry['id']}/spans", params={"rank": 0}).json()["spans"] == []
+            )
+            assert (
+                c.get(f"/v1/traces/{entry['id']}/stats", params={"by": "rank"}).json()["rows"][0][
+                    "rank"
+                ]
+                == 2
+            )
     finally:
         srv.stop()

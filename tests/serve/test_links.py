@@ -2,6 +2,7 @@
 served directory holds every kind of link out of it (each a run that must be neither listed
 nor served), links that stay inside it (served), and a FIFO named like a trace (which must
 not hang a request)."""
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,9 @@ def _secret():
     import pyarrow as pa
 
     index = table.schema.get_field_index("name")
-    return table.set_column(index, "name", pa.array([SECRET_NAME + n for n in names]).dictionary_encode())
+    return table.set_column(
+        index, "name", pa.array([SECRET_NAME + n for n in names]).dictionary_encode()
+    )
 
 
 def _old_part(table, directory, *, rank: int, pid: int) -> None:
@@ -63,12 +66,16 @@ def linked(tmp_path_factory):
     (root / "link.json").symlink_to(outside / "secret.json")
     (root / "linkdir").symlink_to(outside / "dataset", target_is_directory=True)
     (root / "rank_link").mkdir()
-    (root / "rank_link" / "rank=0").symlink_to(outside / "dataset" / "rank=0", target_is_directory=True)
+    (root / "rank_link" / "rank=0").symlink_to(
+        outside / "dataset" / "rank=0", target_is_directory=True
+    )
     (root / "part_link" / "rank=0").mkdir(parents=True)
     (root / "part_link" / "rank=0" / outside_part.name).symlink_to(outside_part)
     _old_part(record_steps(2), root / "mixed", rank=0, pid=9)
     (root / "mixed" / "rank=1").symlink_to(outside / "dataset" / "rank=1", target_is_directory=True)
-    (root / "hop.parquet").symlink_to(outside / "secret.parquet")  # itself a link out: not listed either
+    (root / "hop.parquet").symlink_to(
+        outside / "secret.parquet"
+    )  # itself a link out: not listed either
     (root / "chain.parquet").symlink_to(root / "hop.parquet")
 
     # Links that stay inside the directory are served.
@@ -76,7 +83,9 @@ def linked(tmp_path_factory):
     (root / "alias.parquet").symlink_to(root / "own.parquet")
     _old_part(record_steps(2), root / "inner" / "dataset", rank=0, pid=10)
     (root / "inner_rank").mkdir()
-    (root / "inner_rank" / "rank=0").symlink_to(root / "inner" / "dataset" / "rank=0", target_is_directory=True)
+    (root / "inner_rank" / "rank=0").symlink_to(
+        root / "inner" / "dataset" / "rank=0", target_is_directory=True
+    )
 
     # Not regular files: a FIFO named like a trace (its open would block for a writer) and
     # a FIFO named like a dataset part.
@@ -113,9 +122,15 @@ def test_every_route_of_a_run_linked_out_is_404(linked, path):
     srv, _root, _outside = linked
     rid = run_id(path)
     with srv.client() as c:
-        for route in (f"/v1/traces/{rid}", f"/v1/traces/{rid}/stats", f"/v1/traces/{rid}/spans",
-                      f"/v1/traces/{rid}/download?format=json", f"/v1/traces/{rid}/download?format=parquet",
-                      f"/runs/{rid}", f"/runs/{rid}/timeline"):
+        for route in (
+            f"/v1/traces/{rid}",
+            f"/v1/traces/{rid}/stats",
+            f"/v1/traces/{rid}/spans",
+            f"/v1/traces/{rid}/download?format=json",
+            f"/v1/traces/{rid}/download?format=parquet",
+            f"/runs/{rid}",
+            f"/runs/{rid}/timeline",
+        ):
             response = c.get(route)
             assert response.status_code == 404, (LINKS_OUT[path], route, response.text[:200])
             assert SECRET_NAME not in response.text
@@ -129,7 +144,9 @@ def test_a_link_out_made_after_the_listing_is_404_at_once(linked, tmp_path):
     rid = run_id("later")
     with srv.client() as c:
         assert c.get(f"/v1/traces/{rid}/stats").status_code == 200
-        (root / "later" / "rank=1").symlink_to(outside / "dataset" / "rank=1", target_is_directory=True)
+        (root / "later" / "rank=1").symlink_to(
+            outside / "dataset" / "rank=1", target_is_directory=True
+        )
         try:
             assert c.get(f"/v1/traces/{rid}/spans", params={"limit": 10_000}).status_code == 404
             assert "later" not in {t["path"] for t in c.get("/v1/traces").json()["traces"]}
@@ -148,7 +165,9 @@ def test_a_fifo_swapped_in_for_a_listed_file_is_refused_not_waited_on(linked):
         (root / "swap.parquet").unlink()
         os.mkfifo(root / "swap.parquet")
         try:
-            response = c.get(f"/v1/traces/{rid}/spans")  # the client's timeout (60 s) would fail a hang
+            response = c.get(
+                f"/v1/traces/{rid}/spans"
+            )  # the client's timeout (60 s) would fail a hang
             assert response.status_code == 409
             assert "is a FIFO" in response.json()["detail"]
         finally:

@@ -1,6 +1,7 @@
 """schemathesis against the running server's own /openapi.json: generated requests to
 every operation (a bounded number each) get no 500, and every response matches the
 document (status code, content type, body schema)."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,7 +15,12 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @pytest.fixture(scope="session")
@@ -43,8 +49,11 @@ def test_api_conforms_to_its_openapi_document(server, real_ids, readable_ids):
 
     statuses: dict[str, set[int]] = {}
     for operation in operations:
+
         @given(operation.as_strategy())
-        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(
+            max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None
+        )
         def check(case):
             if case.path_parameters and "id" in case.path_parameters:
                 case.path_parameters["id"] = real(case.path_parameters["id"])
@@ -53,7 +62,7 @@ def test_api_conforms_to_its_openapi_document(server, real_ids, readable_ids):
                     if isinstance(case.query.get(key), str):
                         case.query[key] = readable_ids[hash(case.query[key]) % len(readable_ids)]
             response = case.call_and_validate(checks=CHECKS)
-            statuses.setdefault(operation.label, set()).add(response.status_code)
+            statuses.setdefault(operation.label, set()).add(response.status_code)  # noqa: B023
 
         check()
     # The generated requests reached the real answers, not only the refusals.

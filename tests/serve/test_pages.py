@@ -1,6 +1,7 @@
 """The pages of ``hotspan serve``, served by a real uvicorn process and rendered by a real
 headless Chromium (skipped with one line without a browser, failed with
 HOTSPAN_REQUIRE_BROWSER=1, as the report's rendering test)."""
+
 from __future__ import annotations
 
 import re
@@ -31,13 +32,21 @@ def test_run_list_page(server, tmp_path, ids):
         assert f'href="/runs/{rid}"' in page
     # Filtered by name: the other rows are hidden.
     filtered = dom(tmp_path, server.url + "?q=JOB")
-    shown = [name for name, attrs in re.findall(r'<tr data-name="([^"]*)"([^>]*)>', filtered) if "hidden" not in attrs]
+    shown = [
+        name
+        for name, attrs in re.findall(r'<tr data-name="([^"]*)"([^>]*)>', filtered)
+        if "hidden" not in attrs
+    ]
     assert shown == ["job"]
-    assert 'src="http' not in page and 'href="http' not in page.replace('href="http://127.0.0.1', "")
+    assert 'src="http' not in page and 'href="http' not in page.replace(
+        'href="http://127.0.0.1', ""
+    )
 
 
 @pytest.mark.slow
-def test_run_page_has_phases_stats_timeline_and_perfetto_button(server, tmp_path, ids, runs_dir, client):
+def test_run_page_has_phases_stats_timeline_and_perfetto_button(
+    server, tmp_path, ids, runs_dir, client
+):
     from PIL import Image
 
     rid = ids["job"]
@@ -67,20 +76,29 @@ def test_run_page_has_phases_stats_timeline_and_perfetto_button(server, tmp_path
     assert hotspan.load(out).num_rows == sum(r["count"] for r in expected)
 
     shot = tmp_path / "run.png"
-    result = run_chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,1400", "--virtual-time-budget=5000",
-                          url)
+    result = run_chromium(
+        tmp_path,
+        f"--screenshot={shot}",
+        "--window-size=1400,1400",
+        "--virtual-time-budget=5000",
+        url,
+    )
     assert result.returncode == 0 and shot.exists(), result.stderr
     pixels = np.asarray(Image.open(shot).convert("RGB")).astype(np.int64)
     # The stats table's header row (#f0f0f0) is drawn: a band as wide as the table.
     header = (np.abs(pixels - np.array([0xF0, 0xF0, 0xF0])).sum(axis=2) < 4).sum(axis=1) > 600
     assert header.any()
-    above_table = pixels[: int(np.argmax(header))]  # the summary and the chart; the timeline is below
+    above_table = pixels[
+        : int(np.argmax(header))
+    ]  # the summary and the chart; the timeline is below
     # The chart's bars, in their phase colours (each segment wider than a few pixels is a real area).
-    segments = re.findall(r'<rect class="segment"[^>]*width="([0-9.]+)"[^>]*fill="(#[0-9a-f]{6})"', page)
+    segments = re.findall(
+        r'<rect class="segment"[^>]*width="([0-9.]+)"[^>]*fill="(#[0-9a-f]{6})"', page
+    )
     colours = {colour for width, colour in segments if float(width) > 5}
     assert len(colours) >= 2
     for colour in colours:
-        rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+        rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
         assert colour in PALETTE
         painted = int((np.abs(above_table - rgb).sum(axis=2) < 12).sum())
         assert painted > 100, f"{colour}: only {painted} pixels"
@@ -88,7 +106,10 @@ def test_run_page_has_phases_stats_timeline_and_perfetto_button(server, tmp_path
 
 
 def test_compare_page(server, tmp_path, ids):
-    page = dom(tmp_path, f"{server.url}compare?base={ids['base/trace.parquet']}&new={ids['new/trace.json']}")
+    page = dom(
+        tmp_path,
+        f"{server.url}compare?base={ids['base/trace.parquet']}&new={ids['new/trace.json']}",
+    )
     rows = re.findall(r'<tr class="v-(\w+)"><td>([^<]*)</td><td>([^<]*)</td>', page)
     verdicts = {(category, name): verdict for verdict, category, name in rows}
     assert verdicts[("train/compute", "forward")] == "slower"
@@ -157,8 +178,13 @@ def test_open_in_perfetto_ui_posts_the_trace_after_the_handshake(runs_dir, tmp_p
     srv = Server(runs_dir, "--perfetto-ui", f"http://127.0.0.1:{ui.server_address[1]}/")
     try:
         rid = ids["job"]
-        result = run_chromium(tmp_path, "--disable-popup-blocking", "--virtual-time-budget=10000", "--dump-dom",
-                              f"{srv.url}runs/{rid}#perfetto")
+        result = run_chromium(
+            tmp_path,
+            "--disable-popup-blocking",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            f"{srv.url}runs/{rid}#perfetto",
+        )
         assert result.returncode == 0, result.stderr
         deadline = time.monotonic() + 20
         while not received and time.monotonic() < deadline:

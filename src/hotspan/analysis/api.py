@@ -2,6 +2,7 @@
 paths streamed through DuckDB, or on Spark, as the one layer (engine.py) decides. The CLI
 and ``serve`` call these, with these defaults.
 """
+
 from __future__ import annotations
 
 import os

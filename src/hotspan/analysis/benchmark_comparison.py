@@ -19,6 +19,7 @@ above the threshold), as far as a file holds what the rule needs:
 
 ``new`` / ``gone``: a benchmark or span on one side only.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,18 +76,24 @@ def load_benchmark_json(path: str | os.PathLike) -> dict[str, Any]:
         raise BenchmarkFileError(path, "not a pytest-benchmark file (no list of benchmarks)")
     for i, bench in enumerate(doc["benchmarks"]):
         where = f"benchmark {i}"
-        if not isinstance(bench, dict) or not isinstance(bench.get("fullname", bench.get("name")), str):
+        if not isinstance(bench, dict) or not isinstance(
+            bench.get("fullname", bench.get("name")), str
+        ):
             raise BenchmarkFileError(path, f"{where}: no name")
         where = f"benchmark {_name(bench)!r}"
         stats = bench.get("stats")
-        if not isinstance(stats, dict) or not all(_number(stats.get(k)) for k in ("median", "mean")):
+        if not isinstance(stats, dict) or not all(
+            _number(stats.get(k)) for k in ("median", "mean")
+        ):
             raise BenchmarkFileError(path, f"{where}: no stats with a median and a mean")
         data = stats.get("data")
         if data is not None and not (isinstance(data, list) and all(_number(v) for v in data)):
             raise BenchmarkFileError(path, f"{where}: stats.data is not a list of numbers")
         spans = _spans_of(bench)
         if spans is None:
-            raise BenchmarkFileError(path, f"{where}: extra_info.hotspan.spans is not a list of span summaries")
+            raise BenchmarkFileError(
+                path, f"{where}: extra_info.hotspan.spans is not a list of span summaries"
+            )
     return doc
 
 
@@ -110,16 +117,30 @@ def _spans_of(bench: dict) -> dict[tuple[str, str], dict] | None:
         return None
     out = {}
     for row in rows:
-        if not (isinstance(row, dict) and isinstance(row.get("name"), str) and isinstance(row.get("count"), int)
-                and all(row.get(k) is None or _number(row.get(k)) for k in ("p50_ns", "p99_ns", "total_ns"))):
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("name"), str)
+            and isinstance(row.get("count"), int)
+            and all(
+                row.get(k) is None or _number(row.get(k)) for k in ("p50_ns", "p99_ns", "total_ns")
+            )
+        ):
             return None
         out[(row.get("category") or "", row["name"])] = row
     return out
 
 
-def compare_benchmarks(base: dict[str, Any], new: dict[str, Any], *, threshold: float = 0.05, min_count: int = 1,
-                       alpha: float = 0.05, confidence: float = 0.95, resamples: int = 2000,
-                       seed: int = 0) -> dict[str, list[dict]]:
+def compare_benchmarks(
+    base: dict[str, Any],
+    new: dict[str, Any],
+    *,
+    threshold: float = 0.05,
+    min_count: int = 1,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, list[dict]]:
     """Two loaded files (:func:`load_benchmark_json`) compared: ``{"benchmarks": rows,
     "spans": rows}``, each row with a ``verdict`` (see the module's docstring).
 
@@ -161,13 +182,20 @@ def compare_benchmarks(base: dict[str, Any], new: dict[str, Any], *, threshold: 
                     row["verdict"] = "few"
                 else:
                     p = mann_whitney_u(np.asarray(x), np.asarray(y))
-                    low, high = median_ratio_interval(np.asarray(x), np.asarray(y), confidence=confidence,
-                                                      resamples=resamples, rng=rng)
+                    low, high = median_ratio_interval(
+                        np.asarray(x),
+                        np.asarray(y),
+                        confidence=confidence,
+                        resamples=resamples,
+                        rng=rng,
+                    )
                     row["p_value"], row["change_low"], row["change_high"] = p, low, high
                     row["verdict"] = verdict(p, low, high, threshold=threshold, alpha=alpha)
             else:
                 row["rule"] = "quartiles"
-                row["verdict"] = _quartile_verdict(b["stats"], a["stats"], row["median_s_change"], threshold)
+                row["verdict"] = _quartile_verdict(
+                    b["stats"], a["stats"], row["median_s_change"], threshold
+                )
         bench_rows.append(row)
         span_rows.extend(_compare_spans(key, b, a, threshold, min_count, row))
     return {"benchmarks": bench_rows, "spans": span_rows}
@@ -229,5 +257,3 @@ def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, m
             row["verdict"] = verdict(0.0 if low > 0 or high < 0 else 1.0, low, high, threshold=threshold, alpha=0.5)
         rows.append(row)
     return rows
-
-

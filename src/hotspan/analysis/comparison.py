@@ -10,6 +10,7 @@ and the verdict stays ``same``, where a point estimate past the threshold would 
 approximation with the tie correction, the bootstrap is seeded, so the verdicts of two
 runs on the same files are the same.
 """
+
 from __future__ import annotations
 
 import math
@@ -252,8 +253,14 @@ def mann_whitney_u(x: np.ndarray, y: np.ndarray) -> float:
     return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0)))
 
 
-def median_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95, resamples: int = 2000,
-                          rng: np.random.Generator | None = None) -> tuple[float, float]:
+def median_ratio_interval(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float]:
     """The percentile bootstrap interval of ``median(y) / median(x) - 1``.
 
     Resampling n values and taking their median costs O(n) per resample, too much at a
@@ -275,7 +282,9 @@ def median_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0
     return float(low), float(high)
 
 
-def _bootstrap_medians(sorted_values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+def _bootstrap_medians(
+    sorted_values: np.ndarray, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     n = len(sorted_values)
     if n == 1:
         return np.full(resamples, sorted_values[0])

@@ -7,6 +7,7 @@
 Everything is computed with whole-column numpy / pyarrow operations: the only Python loops
 run over groups or distinct categories, never over spans.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["DEVICE_KEY", "PHASE_COLUMNS", "STAT_COLUMNS", "default_by", "device_labels", "phases", "stats"]
+__all__ = [
+    "DEVICE_KEY",
+    "PHASE_COLUMNS",
+    "STAT_COLUMNS",
+    "default_by",
+    "device_labels",
+    "phases",
+    "stats",
+]
 
 #: The statistics columns of ``stats()``, after the ``by`` keys.
 STAT_COLUMNS = (
@@ -115,7 +124,9 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     columns["max_ns"] = sorted_duration[ends - 1]
 
     columns["share"] = self_share(table, by, columns["self_ns"], representative)
-    wall = int(pc.max(table.column("end_ns")).as_py()) - int(pc.min(table.column("start_ns")).as_py())
+    wall = int(pc.max(table.column("end_ns")).as_py()) - int(
+        pc.min(table.column("start_ns")).as_py()
+    )
     columns["busy"] = total / wall if wall > 0 else np.full(groups, np.nan)
 
     error = to_numpy(table.column("error").fill_null(False), np.bool_)
@@ -156,7 +167,9 @@ def split_instants(result: pa.Table) -> tuple[pa.Table, pa.Table]:
 LANE_COLUMNS = ("rank", "pid", "thread_id", "thread_name", "device")
 
 
-def self_share(table: pa.Table, by: Sequence[str], self_ns: np.ndarray, representative: np.ndarray) -> np.ndarray:
+def self_share(
+    table: pa.Table, by: Sequence[str], self_ns: np.ndarray, representative: np.ndarray
+) -> np.ndarray:
     """Each group's self time over the summed self time of its lane (see ``stats``). Self
     times of a lane's spans add up to the time its outermost spans cover, so the shares of a
     lane add up to 1."""
@@ -179,7 +192,9 @@ def _empty_stats(table: pa.Table, by: Sequence[str]) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-def _percentile(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+def _percentile(
+    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float
+) -> np.ndarray:
     """numpy.percentile(..., method="linear") of every group at once, computed the way
     numpy computes it (same virtual index, same two-sided interpolation), so results agree
     to the last bit."""
@@ -300,7 +315,11 @@ def _with_device_key(table: pa.Table, by: str | Sequence[str]) -> pa.Table:
     """``table`` with the derived ``device`` column when ``by`` names it (and the table has
     no column of that name of its own)."""
     keys = (by,) if isinstance(by, str) else tuple(by)
-    if DEVICE_KEY not in keys or DEVICE_KEY in table.column_names or not isinstance(table, pa.Table):
+    if (
+        DEVICE_KEY not in keys
+        or DEVICE_KEY in table.column_names
+        or not isinstance(table, pa.Table)
+    ):
         return table
     if not {"thread_id", "thread_name"} <= set(table.column_names):
         return table  # the missing columns are reported by the usual check
@@ -339,17 +358,33 @@ def phases(table: pa.Table) -> pa.Table:
     opens_sub = (sub >= 0) & ~(has_parent & (sub[np.where(has_parent, parent, 0)] == sub))
 
     duration = to_numpy(table.column("duration_ns"), np.int64)
-    rank_values, rank_code = np.unique(to_numpy(table.column("rank"), np.int64), return_inverse=True)
+    rank_values, rank_code = np.unique(
+        to_numpy(table.column("rank"), np.int64), return_inverse=True
+    )
     n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
-    top_time = _sum_by(rank_code[opens_top] * n_tops + top[opens_top], duration[opens_top], n_ranks * n_tops)
+    top_time = _sum_by(
+        rank_code[opens_top] * n_tops + top[opens_top], duration[opens_top], n_ranks * n_tops
+    )
     stepping = opens_top & (duration > 0)
-    top_steps = np.bincount(rank_code[stepping] * n_tops + top[stepping], minlength=n_ranks * n_tops)
-    sub_time = _sum_by(rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs)
-    return phase_table(rank_values, tops, subs, top_time.reshape(n_ranks, n_tops),
-                       top_steps.reshape(n_ranks, n_tops), sub_time.reshape(n_ranks, n_subs))
+    top_steps = np.bincount(
+        rank_code[stepping] * n_tops + top[stepping], minlength=n_ranks * n_tops
+    )
+    sub_time = _sum_by(
+        rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs
+    )
+    return phase_table(
+        rank_values,
+        tops,
+        subs,
+        top_time.reshape(n_ranks, n_tops),
+        top_steps.reshape(n_ranks, n_tops),
+        sub_time.reshape(n_ranks, n_subs),
+    )
 
 
-def category_levels(categories: Sequence[str | None]) -> tuple[dict[str, int], dict[str, int], np.ndarray, np.ndarray]:
+def category_levels(
+    categories: Sequence[str | None],
+) -> tuple[dict[str, int], dict[str, int], np.ndarray, np.ndarray]:
     """The top-level categories (``sync``) and sub-categories (``sync/compute``) of distinct
     category paths, each numbered in order of appearance, and per path its top and sub
     number (-1: none)."""
@@ -367,8 +402,14 @@ def category_levels(categories: Sequence[str | None]) -> tuple[dict[str, int], d
     return tops, subs, top_of_value, sub_of_value
 
 
-def phase_table(rank_values: np.ndarray, tops: dict[str, int], subs: dict[str, int], top_time: np.ndarray,
-                top_steps: np.ndarray, sub_time: np.ndarray) -> pa.Table:
+def phase_table(
+    rank_values: np.ndarray,
+    tops: dict[str, int],
+    subs: dict[str, int],
+    top_time: np.ndarray,
+    top_steps: np.ndarray,
+    sub_time: np.ndarray,
+) -> pa.Table:
     """The rows of ``phases()`` from, per rank (``rank_values``, ascending) and top-level
     category, its time and steps, and per rank and sub-category its time (integer sums)."""
     n_ranks, n_subs = len(rank_values), len(subs)
@@ -388,14 +429,22 @@ def phase_table(rank_values: np.ndarray, tops: dict[str, int], subs: dict[str, i
                 continue
             name = top_names[t]
             per_step = times[t] / steps[t] if steps[t] else np.nan
-            rows.append((rank, name, name, times[t], steps[t], per_step, 1.0 if times[t] else np.nan))
+            rows.append(
+                (rank, name, name, times[t], steps[t], per_step, 1.0 if times[t] else np.nan)
+            )
             mine = np.flatnonzero((sub_top == t) & (subs_time > 0))
             for s in mine[np.argsort(-subs_time[mine], kind="stable")]:
-                rows.append((
-                    rank, name, sub_names[s], subs_time[s], steps[t],
-                    subs_time[s] / steps[t] if steps[t] else np.nan,
-                    subs_time[s] / times[t] if times[t] else np.nan,
-                ))
+                rows.append(
+                    (
+                        rank,
+                        name,
+                        sub_names[s],
+                        subs_time[s],
+                        steps[t],
+                        subs_time[s] / steps[t] if steps[t] else np.nan,
+                        subs_time[s] / times[t] if times[t] else np.nan,
+                    )
+                )
 
     for r in range(n_ranks):
         emit(int(rank_values[r]), top_time[r], top_steps[r], sub_time[r])
@@ -404,7 +453,11 @@ def phase_table(rank_values: np.ndarray, tops: dict[str, int], subs: dict[str, i
         ranks_with = np.maximum(present.sum(axis=0), 1)
         mean_time = top_time.sum(axis=0) / ranks_with
         mean_steps = top_steps.sum(axis=0) / ranks_with
-        mean_sub = (sub_time * present[:, sub_top]).sum(axis=0) / ranks_with[sub_top] if n_subs else sub_time[0]
+        mean_sub = (
+            (sub_time * present[:, sub_top]).sum(axis=0) / ranks_with[sub_top]
+            if n_subs
+            else sub_time[0]
+        )
         emit(None, mean_time, mean_steps, mean_sub)
 
     if not rows:
@@ -413,7 +466,10 @@ def phase_table(rank_values: np.ndarray, tops: dict[str, int], subs: dict[str, i
     rows = [(r[0], r[1], r[2], math.floor(r[3] + 0.5), math.floor(r[4] + 0.5), *r[5:]) for r in rows]  # half up
     columns = list(zip(*rows))
     return pa.Table.from_arrays(
-        [pa.array(list(col), type=field.type, from_pandas=True) for col, field in zip(columns, PHASE_SCHEMA)],
+        [
+            pa.array(list(col), type=field.type, from_pandas=True)
+            for col, field in zip(columns, PHASE_SCHEMA)
+        ],
         schema=PHASE_SCHEMA,
     )
 
@@ -453,7 +509,9 @@ def parent_rows(table: pa.Table) -> np.ndarray:
     return np.where(hit, order[position], -1)
 
 
-def _check_columns(table: pa.Table, by: str | Iterable[str], needed: Iterable[str]) -> tuple[str, ...]:
+def _check_columns(
+    table: pa.Table, by: str | Iterable[str], needed: Iterable[str]
+) -> tuple[str, ...]:
     if not isinstance(table, pa.Table):
         raise TypeError(f"expected a pyarrow.Table of spans, not {type(table).__name__}")
     if isinstance(by, str):

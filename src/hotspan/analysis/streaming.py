@@ -42,6 +42,7 @@ Settings: ``HOTSPAN_MEMORY_LIMIT`` (DuckDB's memory limit, default 1GB) and
 ``HOTSPAN_TEMP_DIR`` (where it spills; default a fresh directory under the system's
 temporary directory, removed afterwards).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,8 +69,15 @@ from .statistics import (
     plain_type,
 )
 
-__all__ = ["COMPARE_MAX_VALUES", "SpanSource", "canonical_rows", "is_path", "stream_compare", "stream_phases",
-           "stream_stats"]
+__all__ = [
+    "COMPARE_MAX_VALUES",
+    "SpanSource",
+    "canonical_rows",
+    "is_path",
+    "stream_compare",
+    "stream_phases",
+    "stream_stats",
+]
 
 #: Above this many spans of one group on one side, compare thins the group (see the module doc).
 COMPARE_MAX_VALUES = 5_000_000  # x 2 sides x ~40 bytes of working copies: ~400 MB at most
@@ -109,7 +117,9 @@ def _same(columns: Sequence[str], left: str, right: str) -> str:
     """Null-safe equality of ``columns`` between two relations (null keys form a group)."""
     if not columns:
         return "TRUE"
-    return " AND ".join(f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns)
+    return " AND ".join(
+        f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns
+    )
 
 
 # A duration's bucket: 1024 a power of two (floor(1024 log2(d + 1))), so a bucket holds
@@ -172,7 +182,11 @@ class SpanSource:
                 raise FileNotFoundError(2, "no such trace file or dataset directory", str(one))
         self.files = files
         self._own_temp = temp_directory is None and not os.environ.get("HOTSPAN_TEMP_DIR")
-        temp = temp_directory or os.environ.get("HOTSPAN_TEMP_DIR") or tempfile.mkdtemp(prefix="hotspan-duckdb-")
+        temp = (
+            temp_directory
+            or os.environ.get("HOTSPAN_TEMP_DIR")
+            or tempfile.mkdtemp(prefix="hotspan-duckdb-")
+        )
         self.temp_directory = str(temp)
         limit = memory_limit or os.environ.get("HOTSPAN_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
         self.memory_limit = limit
@@ -185,11 +199,15 @@ class SpanSource:
             import pyarrow.parquet as pq
 
             self.schema = pq.read_schema(files[0], filesystem=self.filesystem)
-            hive = "rank" not in self.schema.names  # a part written without its rank column: from rank=R
+            hive = (
+                "rank" not in self.schema.names
+            )  # a part written without its rank column: from rank=R
             if self.filesystem is None:
                 listing = ", ".join(sql_literal(f) for f in files)
-                self.con.execute(f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
-                                 f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)")
+                self.con.execute(
+                    f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
+                    f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)"
+                )
             else:
                 self.con.register("hs_dataset", self._dataset(hive))
                 self.con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
@@ -266,7 +284,9 @@ class SpanSource:
         loc = location(uri)  # errors name the URI without its credentials (loc.shown)
         filesystem, root = loc.fs, loc.root
         if self.filesystem is not None and filesystem.type_name != self.filesystem.type_name:
-            raise ValueError(f"{loc.shown}: traces on different filesystems cannot be streamed together")
+            raise ValueError(
+                f"{loc.shown}: traces on different filesystems cannot be streamed together"
+            )
         self.filesystem = filesystem
         info = filesystem.get_file_info(root)
         if info.type == pafs.FileType.File:
@@ -287,9 +307,15 @@ class SpanSource:
         fields = [pa.field(f.name, plain_type(f.type)) for f in self.schema]
         if hive:
             fields.append(pa.field("rank", pa.int32()))
-        return ds.dataset(self.files, schema=pa.schema(fields), format="parquet", filesystem=self.filesystem,
-                          partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive") if hive
-                          else None)
+        return ds.dataset(
+            self.files,
+            schema=pa.schema(fields),
+            format="parquet",
+            filesystem=self.filesystem,
+            partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive")
+            if hive
+            else None,
+        )
 
     def __enter__(self) -> SpanSource:
         return self
@@ -329,9 +355,13 @@ class SpanSource:
         from ..formats.dataset import merge_metadata
 
         footers = [pq.ParquetFile(f, filesystem=self.filesystem) for f in self.files]
-        if len(footers) == 1 and self.files[0] == str(self.path):  # one file, not a directory of one
+        if len(footers) == 1 and self.files[0] == str(
+            self.path
+        ):  # one file, not a directory of one
             return dict(footers[0].schema_arrow.metadata or {})
-        return merge_metadata([(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers])
+        return merge_metadata(
+            [(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers]
+        )
 
     def check_columns(self, by: Sequence[str], needed: Sequence[str]) -> None:
         missing = [name for name in (*by, *needed) if name not in self.columns]
@@ -345,8 +375,10 @@ class SpanSource:
         """Whether no span id repeats (then a parent is looked up by id alone, as in memory)."""
         if self._unique_ids is None:
             # A grouped aggregate (which spills), not count(DISTINCT ...).
-            (repeated,) = self.sql("SELECT count(*) FROM (SELECT span_id FROM spans GROUP BY span_id "
-                                   "HAVING count(*) > 1)").fetchone()
+            (repeated,) = self.sql(
+                "SELECT count(*) FROM (SELECT span_id FROM spans GROUP BY span_id "
+                "HAVING count(*) > 1)"
+            ).fetchone()
             self._unique_ids = repeated == 0
         return self._unique_ids
 
@@ -358,8 +390,10 @@ class SpanSource:
             return f"JOIN spans AS {parent} ON {parent}.span_id = {child}.parent_id"
         lane = ("rank", "pid", "thread_id")
         keys = ", ".join(_quote(c) for c in (*lane, "span_id"))
-        return (f"JOIN (SELECT * FROM spans QUALIFY row_number() OVER (PARTITION BY {keys}) = 1) AS {parent} "
-                f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}")
+        return (
+            f"JOIN (SELECT * FROM spans QUALIFY row_number() OVER (PARTITION BY {keys}) = 1) AS {parent} "
+            f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}"
+        )
 
 
 def _other_format(path: Any) -> bool:
@@ -390,7 +424,9 @@ def _reading(source: SpanSource) -> Iterator[None]:
     try:
         yield
     except duckdb.OutOfMemoryException as exc:
-        raise MemoryError(f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)") from exc
+        raise MemoryError(
+            f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)"
+        ) from exc
     except duckdb.Error as exc:
         raise TraceFileError(source.path, f"not a readable span table: {exc}") from exc
 
@@ -398,7 +434,9 @@ def _reading(source: SpanSource) -> Iterator[None]:
 # --------------------------------------------------------------------------- stats
 
 
-def stream_stats(path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")) -> pa.Table:
+def stream_stats(
+    path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")
+) -> pa.Table:
     """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
     an open ``SpanSource``), streamed: see the module doc."""
     by = check_by(by)
@@ -523,12 +561,14 @@ def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
     keys = ", ".join(_quote(k) for k in by)
     (broken,) = source.sql(f"""
         SELECT count(*) FROM (
-            SELECT hi, lead(lo) OVER ({'PARTITION BY ' + keys if by else ''} ORDER BY b) AS next_lo FROM hs_h)
+            SELECT hi, lead(lo) OVER ({"PARTITION BY " + keys if by else ""} ORDER BY b) AS next_lo FROM hs_h)
         WHERE next_lo <= hi""").fetchone()
     return broken == 0
 
 
-def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, bucket: str) -> dict[str, np.ndarray]:
+def _percentiles(
+    source: SpanSource, by: tuple[str, ...], count: np.ndarray, bucket: str
+) -> dict[str, np.ndarray]:
     """p50/p90/p99 per group (in ``gid`` order), exact: the two order statistics of each
     fetched from the buckets that hold them (see the module doc)."""
     wanted: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
@@ -547,24 +587,31 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, buc
             CREATE TEMP TABLE hs_target AS
             WITH cum AS (
                 SELECT g.gid, h.b, h.n, sum(h.n) OVER (PARTITION BY g.gid ORDER BY h.b) - h.n AS before
-                FROM hs_h AS h JOIN hs_g AS g ON {_same(by, 'h', 'g')})
+                FROM hs_h AS h JOIN hs_g AS g ON {_same(by, "h", "g")})
             SELECT DISTINCT w.gid, cum.b, cum.before::BIGINT AS before, w.pos
             FROM (SELECT DISTINCT gid, pos FROM hs_want) AS w JOIN cum ON w.gid = cum.gid
             WHERE w.pos >= cum.before AND w.pos < cum.before + cum.n""")
         # The distinct durations (with counts) of those buckets only, in order.
         values = source.arrow(f"""
-            WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + ',' if by else ''} 0 AS _
+            WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + "," if by else ""} 0 AS _
                        FROM hs_target AS t JOIN hs_g AS g ON t.gid = g.gid)
             SELECT t.gid, t.b, s.duration_ns AS d, count(*) AS c
-            FROM spans AS s JOIN t ON {_same(by, 's', 't')} AND {bucket}(s.duration_ns) = t.b
+            FROM spans AS s JOIN t ON {_same(by, "s", "t")} AND {bucket}(s.duration_ns) = t.b
             GROUP BY ALL ORDER BY t.gid, t.b, d""")
         targets = source.arrow("SELECT gid, b, before, pos FROM hs_target")
     finally:
         source.con.unregister("hs_want")
     # In (gid, b, d) order (sorted here too: DuckDB keeps ORDER BY's order only while
     # preserve_insertion_order is on, off here for memory's sake).
-    values = values.take(np.lexsort((values.column("d").to_numpy(), values.column("b").to_numpy(),
-                                     values.column("gid").to_numpy())))
+    values = values.take(
+        np.lexsort(
+            (
+                values.column("d").to_numpy(),
+                values.column("b").to_numpy(),
+                values.column("gid").to_numpy(),
+            )
+        )
+    )
     v_gid = values.column("gid").to_numpy()
     v_b = values.column("b").to_numpy()
     v_d = values.column("d").to_numpy()
@@ -575,7 +622,9 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, buc
     block_before = np.where(block_start > 0, cum[block_start - 1], 0)
     t_gid, t_b = targets.column("gid").to_numpy(), targets.column("b").to_numpy()
     t_before, t_pos = targets.column("before").to_numpy(), targets.column("pos").to_numpy()
-    block = np.lexsort((block_b, block_gid))  # blocks are in (gid, b) order already; searched as pairs
+    block = np.lexsort(
+        (block_b, block_gid)
+    )  # blocks are in (gid, b) order already; searched as pairs
     found = _find_pairs(block_gid[block], block_b[block], t_gid, t_b)
     # The value at rank pos: the first row of its block whose cumulative count passes it.
     row = np.searchsorted(cum, block_before[block][found] + (t_pos - t_before), side="right")
@@ -588,7 +637,9 @@ def _percentiles(source: SpanSource, by: tuple[str, ...], count: np.ndarray, buc
     return out
 
 
-def _find_pairs(sorted_a: np.ndarray, sorted_b: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _find_pairs(
+    sorted_a: np.ndarray, sorted_b: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> np.ndarray:
     """Indices into the (a, b)-sorted pairs of the pairs (a[i], b[i]) (each present)."""
     lookup = {(int(x), int(y)): i for i, (x, y) in enumerate(zip(sorted_a, sorted_b))}
     return np.array([lookup[(int(x), int(y))] for x, y in zip(a, b)], np.int64)
@@ -656,18 +707,25 @@ def _phases(source: SpanSource) -> pa.Table:
 # --------------------------------------------------------------------------- compare
 
 
-def group_durations(source: SpanSource, by: Sequence[str], keys: pa.Table, counts: Sequence[int],
-                    max_values: int = COMPARE_MAX_VALUES) -> Iterator[tuple[int, np.ndarray]]:
+def group_durations(
+    source: SpanSource,
+    by: Sequence[str],
+    keys: pa.Table,
+    counts: Sequence[int],
+    max_values: int = COMPARE_MAX_VALUES,
+) -> Iterator[tuple[int, np.ndarray]]:
     """(i, durations) for the groups of ``keys`` (one row per group) in row order: each group's
     spans, streamed from a query sorted by group (and duration: a group of more than
     ``max_values`` spans, ``counts[i]``, is thinned to every k-th of its sorted values)."""
-    source.con.register("hs_order", keys.append_column("hs_i", pa.array(np.arange(keys.num_rows), pa.int64())))
+    source.con.register(
+        "hs_order", keys.append_column("hs_i", pa.array(np.arange(keys.num_rows), pa.int64()))
+    )
     # Without it DuckDB may hand the sorted rows out of order, a batch of one thread then another's.
     source.sql("SET preserve_insertion_order = true")
     reader = None
     try:
         reader = source.batches(f"""
-            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, 's', 'o')}
+            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, "s", "o")}
             ORDER BY o.hs_i, s.duration_ns""")
         current, parts, seen = -1, [], 0
 
@@ -748,8 +806,11 @@ def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int
 def canonical_rows(result: pa.Table, by: Sequence[str]) -> list[dict]:
     """The rows of a ``stats`` result in key order, NaN as None: what "equal" means between
     the streaming and the in-memory paths (whose order may differ among equal totals)."""
+
     def clean(value: Any) -> Any:
         return None if isinstance(value, float) and math.isnan(value) else value
 
     rows = [{k: clean(v) for k, v in row.items()} for row in result.to_pylist()]
-    return sorted(rows, key=lambda r: tuple((r[k] is None, r[k] if r[k] is not None else 0) for k in by))
+    return sorted(
+        rows, key=lambda r: tuple((r[k] is None, r[k] if r[k] is not None else 0) for k in by)
+    )

@@ -1,4 +1,5 @@
 """The ``hotspan`` command: a parser and thin commands over the library."""
+
 from __future__ import annotations
 
 from .commands import build_parser, main

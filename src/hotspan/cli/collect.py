@@ -1,4 +1,5 @@
 """``hotspan collect --out DIR``: an Arrow Flight collector writing many ranks' spans to a dataset directory."""
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,9 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as exc:
-            raise CliError(f"cannot listen on grpc://{host}:{port}: {exc.strerror or exc}") from None
+            raise CliError(
+                f"cannot listen on grpc://{host}:{port}: {exc.strerror or exc}"
+            ) from None
 
 
 def _lower_priority(steps: int) -> None:
@@ -106,15 +109,26 @@ def cmd_collect(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            server = collector.CollectorServer(out, f"grpc://{host}:{port}", token=token, log=sys.stderr,
-                                               max_put_bytes=int(args.max_put_mb * (1 << 20)))
+            server = collector.CollectorServer(
+                out,
+                f"grpc://{host}:{port}",
+                token=token,
+                log=sys.stderr,
+                max_put_bytes=int(args.max_put_mb * (1 << 20)),
+            )
         except Exception as exc:  # noqa: BLE001 - pyarrow.flight says what: port in use, bad address
             raise CliError(f"cannot listen on grpc://{host}:{port}: {exc}") from None
         if host not in ("127.0.0.1", "localhost", "::1") and not token:
-            print(f"hotspan collect: warning: listening on {host} without --token: anyone who can reach "
-                  f"this port can write spans", file=sys.stderr)
-        print(f"hotspan collect: listening on {server.url}, writing to {out}"
-              f"{' (token required)' if token else ''}", flush=True)
+            print(
+                f"hotspan collect: warning: listening on {host} without --token: anyone who can reach "
+                f"this port can write spans",
+                file=sys.stderr,
+            )
+        print(
+            f"hotspan collect: listening on {server.url}, writing to {out}"
+            f"{' (token required)' if token else ''}",
+            flush=True,
+        )
         start = time.monotonic()
         try:
             while not stop.wait(0.2):
@@ -125,8 +139,16 @@ def cmd_collect(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    print(f"hotspan collect: {server.spans:,} spans from {len(server.ranks)} rank(s) in {server.parts:,} parts "
-          f"-> {out}" + (f"; {server.refused} put(s) refused" if server.refused else "")
-          + (f"; {server.duplicates} resent batch(es) kept once" if server.duplicates else "")
-          + (f"; {server.swept} temporary part(s) of a killed collector removed" if server.swept else ""), flush=True)
+    print(
+        f"hotspan collect: {server.spans:,} spans from {len(server.ranks)} rank(s) in {server.parts:,} parts "
+        f"-> {out}"
+        + (f"; {server.refused} put(s) refused" if server.refused else "")
+        + (f"; {server.duplicates} resent batch(es) kept once" if server.duplicates else "")
+        + (
+            f"; {server.swept} temporary part(s) of a killed collector removed"
+            if server.swept
+            else ""
+        ),
+        flush=True,
+    )
     return 0

@@ -7,6 +7,7 @@ Every command that reads a trace takes any format ``hotspan.load`` reads. Bad in
 the file and the problem, and exit status 2; files are written under a temporary name and
 renamed into place.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hotspan",
         description="Record spans in hot loops; inspect the traces. A TRACE is any format hotspan "
         "exports (.parquet .arrow .feather .json .json.gz .pftrace .perfetto-trace .csv .jsonl), a Chrome JSON trace, or a "
-        "directory of Parquet parts (hotspan.record(\"run/\"), hotspan collect --out run/).",
+        'directory of Parquet parts (hotspan.record("run/"), hotspan collect --out run/).',
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  hotspan demo --threads 4 --steps 50\n  hotspan stats hotspan-demo.parquet --top 10",
     )

@@ -1,6 +1,7 @@
 """What the commands share on the way in: the parser class, loading traces (one or several), --by and the
 span filters (as a pyarrow mask and as SQL for the streaming path), whether to stream, and writing
 files atomically."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,14 @@ class CliParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def add_command(sub, name: str, help: str, description: str, example: str, func) -> argparse.ArgumentParser:
+def add_command(
+    sub, name: str, help: str, description: str, example: str, func
+) -> argparse.ArgumentParser:
     parser = sub.add_parser(
-        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+        name,
+        help=help,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  " + example.replace("\n", "\n  "),
     )
     parser.set_defaults(func=func)
@@ -71,7 +77,9 @@ def _load_one(path: str) -> pa.Table:
             if issubclass(warning.category, TraceFileWarning):
                 print(f"hotspan: warning: {warning.message}", file=sys.stderr)
             else:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+                warnings.warn_explicit(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         return table
     except ValueError as exc:  # TraceFileError and unknown extensions name the file already
         message = str(exc)
@@ -100,7 +108,9 @@ def parse_by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str
     known = (*SPAN_SCHEMA.names, "device", "test")
     unknown = [k for k in keys if k not in known]
     if unknown:
-        raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
+        raise CliError(
+            f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}"
+        )
     if len(set(keys)) != len(keys):
         raise CliError(f"--by: a column is named twice in {text!r}")
     return keys

@@ -1,5 +1,6 @@
 """``hotspan compact DIR_OR_URI``: merge a dataset's small parts (one per flush) into parts of
 about 128 MiB, while readers go on reading it (see ``hotspan.recording.compaction``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,23 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dataset", metavar="DIR_OR_URI", help="the dataset: a directory or a file system URI")
-    parser.add_argument("--target-mb", type=float, default=128.0, metavar="MB",
-                        help="size of a merged part, in MiB of Parquet (default 128)")
-    parser.add_argument("--grace", type=float, default=2.0, metavar="S",
-                        help="seconds the merged parts' inputs stay before they are deleted (default 2)")
+    parser.add_argument(
+        "dataset", metavar="DIR_OR_URI", help="the dataset: a directory or a file system URI"
+    )
+    parser.add_argument(
+        "--target-mb",
+        type=float,
+        default=128.0,
+        metavar="MB",
+        help="size of a merged part, in MiB of Parquet (default 128)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds the merged parts' inputs stay before they are deleted (default 2)",
+    )
     parser.add_argument("--rank", type=int, metavar="R", help="only this rank's parts")
 
 
@@ -45,11 +58,17 @@ def cmd_compact(args: argparse.Namespace) -> int:
     if not args.grace >= 0:
         raise CliError(f"--grace: expected seconds, 0 or more, not {args.grace}")
     try:
-        done = compact(args.dataset, target_bytes=max(1, int(args.target_mb * (1 << 20))), grace_s=args.grace,
-                       rank=args.rank)
+        done = compact(
+            args.dataset,
+            target_bytes=max(1, int(args.target_mb * (1 << 20))),
+            grace_s=args.grace,
+            rank=args.rank,
+        )
     except (TraceFileError, ValueError) as exc:
         raise CliError(str(exc)) from None
-    print(f"{done.parts_before} parts -> {done.parts_after} ({human_bytes(done.bytes_before)} -> "
-          f"{human_bytes(done.bytes_after)}): {done.merged} merged into {done.written}, "
-          f"{done.deleted} deleted, in {human_ns(int(done.seconds * 1e9))}")
+    print(
+        f"{done.parts_before} parts -> {done.parts_after} ({human_bytes(done.bytes_before)} -> "
+        f"{human_bytes(done.bytes_after)}): {done.merged} merged into {done.written}, "
+        f"{done.deleted} deleted, in {human_ns(int(done.seconds * 1e9))}"
+    )
     return 0

@@ -1,5 +1,6 @@
 """``hotspan compare BASE NEW``: two traces (or two pytest-benchmark files) span group by span group;
 exit status 1 on a slowdown."""
+
 from __future__ import annotations
 
 import argparse
@@ -71,7 +72,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--min-count must be at least 1, not {args.min_count}")
     if not 0 < args.alpha < 1:
         raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
-    if is_benchmark_json(args.base) or is_benchmark_json(args.new):  # pytest-benchmark JSON, told by content
+    if is_benchmark_json(args.base) or is_benchmark_json(
+        args.new
+    ):  # pytest-benchmark JSON, told by content
         return _compare_benchmark_files(args)
     engine = engine_of(args)
     with open_spans_for([args.base], args, engine) as base, open_spans_for([args.new], args, engine) as new:
@@ -92,10 +95,14 @@ def _warn_environments(args: argparse.Namespace, env_base: dict | None, env_new:
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
         differences = [
             f"{key} {env_base.get(key)!s} -> {env_new.get(key)!s}"
-            for key in ("host", "python", "hotspan", "config") if env_base.get(key) != env_new.get(key)
+            for key in ("host", "python", "hotspan", "config")
+            if env_base.get(key) != env_new.get(key)
         ]
-        print(f"hotspan compare: warning: the traces were recorded in different environments "
-              f"({'; '.join(differences) or 'digests differ'}): timings may not be comparable", file=sys.stderr)
+        print(
+            f"hotspan compare: warning: the traces were recorded in different environments "
+            f"({'; '.join(differences) or 'digests differ'}): timings may not be comparable",
+            file=sys.stderr,
+        )
     elif not (env_base and env_new):
         missing = args.base if not env_base else args.new
         print(f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
@@ -120,13 +127,26 @@ def shift_line(result: pa.Table) -> str | None:
 def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[str]) -> int:
     rows = result.to_pylist()
     if not any(r["verdict"] not in ("new", "gone") for r in rows):
-        raise CliError(f"nothing to compare: {args.base} and {args.new} have no span group "
-                       f"({', '.join(by)}) in common")
+        raise CliError(
+            f"nothing to compare: {args.base} and {args.new} have no span group "
+            f"({', '.join(by)}) in common"
+        )
     slower = [r for r in rows if r["verdict"] == "slower"]
     missing = [r for r in rows if r["verdict"] in ("new", "gone")]
     if args.json:
-        print(json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-                          for r in rows], indent=1, default=str))
+        print(
+            json.dumps(
+                [
+                    {
+                        k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                        for k, v in r.items()
+                    }
+                    for r in rows
+                ],
+                indent=1,
+                default=str,
+            )
+        )
     else:
         console = new_console()
         keys = [(key, ["-" if r[key] is None else str(r[key]) for r in rows]) for key in by]
@@ -155,9 +175,11 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
         console.print(f"{len(slower)} of {len(rows)} slower: median up significantly (Mann-Whitney U p < "
                       f"{args.alpha:g}) and its whole 95% interval above +{args.threshold * 100:g}%")
         if missing:
-            console.print(f"{sum(r['verdict'] == 'gone' for r in rows)} gone, "
-                          f"{sum(r['verdict'] == 'new' for r in rows)} new"
-                          + (" (--fail-on-missing: failing)" if args.fail_on_missing else ""))
+            console.print(
+                f"{sum(r['verdict'] == 'gone' for r in rows)} gone, "
+                f"{sum(r['verdict'] == 'new' for r in rows)} new"
+                + (" (--fail-on-missing: failing)" if args.fail_on_missing else "")
+            )
     return 1 if slower or (missing and args.fail_on_missing) else 0
 
 
@@ -181,47 +203,76 @@ def _fmt_p(p: float | None) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-_VERDICT_STYLES = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim"}
+_VERDICT_STYLES = {
+    "slower": "bold red",
+    "faster": "green",
+    "new": "cyan",
+    "gone": "yellow",
+    "few": "dim",
+}
 
 
 def _compare_benchmark_files(args: argparse.Namespace) -> int:
     """``compare`` on two pytest-benchmark JSON files (analysis/benchmark_comparison.py): per
     benchmark and per span, compare's rule and exit status."""
-    from ..analysis.benchmark_comparison import (BenchmarkFileError, compare_benchmarks, is_benchmark_json,
-                                                 load_benchmark_json)
+    from ..analysis.benchmark_comparison import (
+        BenchmarkFileError,
+        compare_benchmarks,
+        is_benchmark_json,
+        load_benchmark_json,
+    )
 
     kinds = [is_benchmark_json(args.base), is_benchmark_json(args.new)]
     if kinds[0] != kinds[1]:
         which, other = (args.base, args.new) if kinds[0] else (args.new, args.base)
-        raise CliError(f"{which} is a pytest-benchmark file and {other} is not: compare two traces or two "
-                       f"pytest-benchmark files")
+        raise CliError(
+            f"{which} is a pytest-benchmark file and {other} is not: compare two traces or two "
+            f"pytest-benchmark files"
+        )
     if args.by is not None:
-        raise CliError("--by applies to traces; pytest-benchmark files are compared per benchmark and per span "
-                       "(category, name)")
+        raise CliError(
+            "--by applies to traces; pytest-benchmark files are compared per benchmark and per span "
+            "(category, name)"
+        )
     try:
         base, new = load_benchmark_json(args.base), load_benchmark_json(args.new)
     except BenchmarkFileError as exc:
         raise CliError(str(exc)) from None
-    result = compare_benchmarks(base, new, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha)
+    result = compare_benchmarks(
+        base, new, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha
+    )
     benches, spans = result["benchmarks"], result["spans"]
     if not any(r["verdict"] not in ("new", "gone") for r in benches):
-        raise CliError(f"nothing to compare: {args.base} and {args.new} have no benchmark in common")
+        raise CliError(
+            f"nothing to compare: {args.base} and {args.new} have no benchmark in common"
+        )
     rows = benches + spans
     slower = [r for r in rows if r["verdict"] == "slower"]
     missing = [r for r in rows if r["verdict"] in ("new", "gone")]
     if args.json:
-        print(json.dumps({key: [_finite_values(r) for r in value] for key, value in result.items()}, indent=1))
+        print(
+            json.dumps(
+                {key: [_finite_values(r) for r in value] for key, value in result.items()}, indent=1
+            )
+        )
     else:
         _print_benchmark_comparison(args, benches, spans, slower, missing)
     return 1 if slower or (missing and args.fail_on_missing) else 0
 
 
 def _finite_values(row: dict) -> dict:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }
 
 
-def _print_benchmark_comparison(args: argparse.Namespace, benches: list[dict], spans: list[dict], slower: list[dict],
-                                missing: list[dict]) -> None:
+def _print_benchmark_comparison(
+    args: argparse.Namespace,
+    benches: list[dict],
+    spans: list[dict],
+    slower: list[dict],
+    missing: list[dict],
+) -> None:
     out = new_console()
     keys = [("benchmark", [r["benchmark"] for r in benches])]
     values = [  # in priority order: the last ones go first when the terminal is narrow
@@ -231,15 +282,39 @@ def _print_benchmark_comparison(args: argparse.Namespace, benches: list[dict], s
         ("median new", [_human_seconds(r["median_s_new"]) for r in benches]),
         ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in benches]),
         ("Δmean", [_fmt_change(r["mean_s_change"]) for r in benches]),
-        ("rounds", [f"{_count_or_dash(r['rounds_base'])} → {_count_or_dash(r['rounds_new'])}" for r in benches]),
+        (
+            "rounds",
+            [
+                f"{_count_or_dash(r['rounds_base'])} → {_count_or_dash(r['rounds_new'])}"
+                for r in benches
+            ],
+        ),
     ]
-    table, _ = fitted_table(keys, values, out.width, title="benchmarks (pytest-benchmark's timings)", order=[
-        "median base", "median new", "Δmedian", "95% interval", "Δmean", "rounds", "verdict"])
+    table, _ = fitted_table(
+        keys,
+        values,
+        out.width,
+        title="benchmarks (pytest-benchmark's timings)",
+        order=[
+            "median base",
+            "median new",
+            "Δmedian",
+            "95% interval",
+            "Δmean",
+            "rounds",
+            "verdict",
+        ],
+    )
     _style_verdicts(table, benches)
     out.print(table)
     if spans:
-        keys = [("benchmark", [r["benchmark"] for r in spans]),
-                ("span", [f"{r['category']}/{r['name']}" if r["category"] else r["name"] for r in spans])]
+        keys = [
+            ("benchmark", [r["benchmark"] for r in spans]),
+            (
+                "span",
+                [f"{r['category']}/{r['name']}" if r["category"] else r["name"] for r in spans],
+            ),
+        ]
         values = [
             ("verdict", [r["verdict"] for r in spans]),
             ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in spans]),
@@ -248,19 +323,28 @@ def _print_benchmark_comparison(args: argparse.Namespace, benches: list[dict], s
             ("Δp99", [_fmt_change(r["p99_ns_change"]) for r in spans]),
             ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in spans]),
         ]
-        table, _ = fitted_table(keys, values, out.width, title="spans (pytest --hotspan's summaries)", order=[
-            "p50 base", "p50 new", "Δp50", "Δp99", "count", "verdict"])
+        table, _ = fitted_table(
+            keys,
+            values,
+            out.width,
+            title="spans (pytest --hotspan's summaries)",
+            order=["p50 base", "p50 new", "Δp50", "Δp99", "count", "verdict"],
+        )
         _style_verdicts(table, spans)
         out.print(table)
     else:
         out.print("no span summaries in these files (record them with pytest --hotspan)")
-    out.print(f"{len(slower)} of {len(benches) + len(spans)} slower: a benchmark whose median rose significantly "
-              f"(rank test p < {args.alpha:g}, or interquartile ranges apart where the rounds were not saved) by "
-              f"more than +{args.threshold * 100:g}%; a span whose p50 rose by more than +{args.threshold * 100:g}%")
+    out.print(
+        f"{len(slower)} of {len(benches) + len(spans)} slower: a benchmark whose median rose significantly "
+        f"(rank test p < {args.alpha:g}, or interquartile ranges apart where the rounds were not saved) by "
+        f"more than +{args.threshold * 100:g}%; a span whose p50 rose by more than +{args.threshold * 100:g}%"
+    )
     if missing:
-        out.print(f"{sum(r['verdict'] == 'gone' for r in missing)} gone, "
-                  f"{sum(r['verdict'] == 'new' for r in missing)} new"
-                  + (" (--fail-on-missing: failing)" if args.fail_on_missing else ""))
+        out.print(
+            f"{sum(r['verdict'] == 'gone' for r in missing)} gone, "
+            f"{sum(r['verdict'] == 'new' for r in missing)} new"
+            + (" (--fail-on-missing: failing)" if args.fail_on_missing else "")
+        )
 
 
 def _style_verdicts(table, rows: list[dict]) -> None:

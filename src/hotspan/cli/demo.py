@@ -1,4 +1,5 @@
 """``hotspan demo``: a built-in multi-threaded workload, recorded, written and shown."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,14 +13,23 @@ from .tables import new_console, print_recording_summary
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan demo`` to the subcommands ``sub``."""
-    parser = add_command(sub, "demo", "run a built-in multi-threaded workload and write hotspan-demo.parquet",
-                "Run a built-in workload (nested compute blocks, communication with byte counts, data loading) "
-                "on several threads, write the spans to a trace (format from the extension) and a Chrome JSON "
-                "copy beside it for Perfetto UI, and print statistics and a timeline.",
-                "hotspan demo --threads 8 --steps 100 -o /tmp/demo.parquet", cmd_demo)
+    parser = add_command(
+        sub,
+        "demo",
+        "run a built-in multi-threaded workload and write hotspan-demo.parquet",
+        "Run a built-in workload (nested compute blocks, communication with byte counts, data loading) "
+        "on several threads, write the spans to a trace (format from the extension) and a Chrome JSON "
+        "copy beside it for Perfetto UI, and print statistics and a timeline.",
+        "hotspan demo --threads 8 --steps 100 -o /tmp/demo.parquet",
+        cmd_demo,
+    )
     parser.add_argument("--threads", type=int, default=4, help="worker threads (default 4)")
-    parser.add_argument("--steps", type=int, default=50, help="training-like steps per thread (default 50)")
-    parser.add_argument("-o", "--output", default="hotspan-demo.parquet", help="where to write the spans")
+    parser.add_argument(
+        "--steps", type=int, default=50, help="training-like steps per thread (default 50)"
+    )
+    parser.add_argument(
+        "-o", "--output", default="hotspan-demo.parquet", help="where to write the spans"
+    )
     return parser
 
 

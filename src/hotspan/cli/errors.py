@@ -3,6 +3,7 @@ on stderr, exit status ``EXIT_BAD_INPUT``), and an output path is checked by ``c
 before any work. A module of its own, so that the command modules (``cli/<command>.py``),
 which ``commands.py`` assembles into the parser, can raise it without importing
 ``commands.py`` back (no import cycle)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """``hotspan export TRACE OUT``: a trace from any format hotspan reads to any it writes."""
+
 from __future__ import annotations
 
 import argparse

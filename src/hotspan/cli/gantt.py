@@ -1,4 +1,5 @@
 """``hotspan gantt TRACE``: a timeline in the terminal, one row per rank/thread."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,14 +11,23 @@ from .tables import new_console
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan gantt`` to the subcommands ``sub``."""
-    parser = add_command(sub, "gantt", "a timeline in the terminal, one row per rank/thread",
-                 "Draw the trace as a terminal timeline: one row per rank/thread, one glyph per category (the "
-                 "innermost span at each moment), '!' where a span ended with an error. With --step NAME, one "
-                 "chart per occurrence of that span (the n-th on every thread together), each with its duration.",
-                 "hotspan gantt trace.parquet --width 120\nhotspan gantt trace.parquet --step step", cmd_gantt)
+    parser = add_command(
+        sub,
+        "gantt",
+        "a timeline in the terminal, one row per rank/thread",
+        "Draw the trace as a terminal timeline: one row per rank/thread, one glyph per category (the "
+        "innermost span at each moment), '!' where a span ended with an error. With --step NAME, one "
+        "chart per occurrence of that span (the n-th on every thread together), each with its duration.",
+        "hotspan gantt trace.parquet --width 120\nhotspan gantt trace.parquet --step step",
+        cmd_gantt,
+    )
     parser.add_argument("trace", metavar="TRACE")
-    parser.add_argument("--width", type=int, help="characters of timeline (default: what the terminal, or COLUMNS, "
-                                                "leaves beside the labels)")
+    parser.add_argument(
+        "--width",
+        type=int,
+        help="characters of timeline (default: what the terminal, or COLUMNS, "
+        "leaves beside the labels)",
+    )
     parser.add_argument("--step", metavar="NAME", help="one chart per occurrence of the span NAME")
     add_filter_options(parser)
     return parser

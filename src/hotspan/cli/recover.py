@@ -1,10 +1,10 @@
 """``hotspan recover PATH -o OUT``: the spans a crashed process left in its flight file."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from .common import add_command
 from .errors import CliError, check_output
@@ -31,8 +31,13 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("flight", metavar="PATH", help="the flight file")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT",
-                        help="where to write the spans (any export format, from the extension)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="where to write the spans (any export format, from the extension)",
+    )
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
@@ -56,8 +61,11 @@ def cmd_recover(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"{out}: {exc}") from None
     opened = json.loads((table.schema.metadata or {}).get(META_OPEN_SPANS, b"[]"))
-    print(f"{table.num_rows - len(opened):,} completed spans not drained and {len(opened):,} open at the end: "
-          f"{args.flight} -> {out}", file=sys.stderr)
+    print(
+        f"{table.num_rows - len(opened):,} completed spans not drained and {len(opened):,} open at the end: "
+        f"{args.flight} -> {out}",
+        file=sys.stderr,
+    )
     skipped = json.loads((table.schema.metadata or {}).get(META_SKIPPED_ON_LOAD, b"{}"))
     if skipped:  # damaged blocks: the good part was recovered, this much was not
         said = "; ".join(f"{count:,} {why}" for why, count in skipped["reasons"].items())

@@ -1,4 +1,5 @@
 """``hotspan report TRACE``: one self-contained HTML page."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                   "and a flame graph of self time by stack (merged, per rank or per thread; click a frame to zoom).",
                   "hotspan report trace.parquet -o report.html", cmd_report)
     parser.add_argument("trace", metavar="TRACE")
-    parser.add_argument("-o", "--output", default="hotspan-report.html", help="default hotspan-report.html")
+    parser.add_argument(
+        "-o", "--output", default="hotspan-report.html", help="default hotspan-report.html"
+    )
     parser.add_argument("--title", help="page title (default: from the trace's file name)")
     add_filter_options(parser)
     return parser

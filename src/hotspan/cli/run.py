@@ -1,5 +1,6 @@
 """``hotspan run script.py [args...]`` / ``hotspan run -m module``: a program run with recording on,
 its trace written."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,12 +15,17 @@ from .tables import print_recording_summary
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan run`` to the subcommands ``sub``."""
-    parser = add_command(sub, "run", "run a Python script or module with recording on, then write its trace",
-               "Run a program (in a child process, as python would) with hotspan recording, write the spans "
-               "to OUT (format from the extension) and print a summary on stderr. SIGTERM and SIGINT are passed "
-               "on to the program, which flushes; however it ends (a crash too) OUT is written, and the "
-               "program's exit status passes through.",
-               "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast", cmd_run)
+    parser = add_command(
+        sub,
+        "run",
+        "run a Python script or module with recording on, then write its trace",
+        "Run a program (in a child process, as python would) with hotspan recording, write the spans "
+        "to OUT (format from the extension) and print a summary on stderr. SIGTERM and SIGINT are passed "
+        "on to the program, which flushes; however it ends (a crash too) OUT is written, and the "
+        "program's exit status passes through.",
+        "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast",
+        cmd_run,
+    )
     add_arguments(parser)
     return parser
 
@@ -45,8 +51,12 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """
     probe = argparse.ArgumentParser(add_help=False)
     add_arguments(probe)
-    valued = {flag: action.dest for action in probe._actions if action.option_strings and action.nargs != 0
-              for flag in action.option_strings}
+    valued = {
+        flag: action.dest
+        for action in probe._actions
+        if action.option_strings and action.nargs != 0
+        for flag in action.option_strings
+    }
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -86,11 +96,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         resolve_program(args.program, args.module)  # a missing program: exit 2 before anything runs
     except ProgramError as exc:
         raise CliError(str(exc)) from None
-    result = run_program(args.program, out, module=args.module,
-                         live_min_ns=int((args.live_min_ms or 0) * 1e6) if args.live else None)
+    result = run_program(
+        args.program,
+        out,
+        module=args.module,
+        live_min_ns=int((args.live_min_ms or 0) * 1e6) if args.live else None,
+    )
     # The summary goes to stderr: the program's stdout stays the program's.
     label = "run" if result.processes <= 1 else f"run ({result.processes} processes)"
-    print_recording_summary(result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20)
+    print_recording_summary(
+        result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20
+    )
     if result.ending:  # ended by a signal or a crash: one line, the output was written all the same
         print(result.ending, file=sys.stderr)
     return exit_as_program(result)

@@ -1,4 +1,5 @@
 """``hotspan serve DIR``: the trace API and the dashboard over the runs under DIR."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,11 @@ DESCRIPTION = (
     "Needs the serve extra: pip install 'hotspan[serve]'."
 )
 HELP = "a trace API and a dashboard over the runs under a directory"
-EXAMPLE = ("hotspan serve runs/                      # then open http://127.0.0.1:8765/\n"
-           "curl -s http://127.0.0.1:8765/v1/traces | jq '.traces[].path'\n"
-           "HOTSPAN_TOKEN=s3cret hotspan serve runs/ --host 0.0.0.0 --port 9000")
+EXAMPLE = (
+    "hotspan serve runs/                      # then open http://127.0.0.1:8765/\n"
+    "curl -s http://127.0.0.1:8765/v1/traces | jq '.traces[].path'\n"
+    "HOTSPAN_TOKEN=s3cret hotspan serve runs/ --host 0.0.0.0 --port 9000"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,12 +34,21 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="the directory whose runs to serve")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
-    parser.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (default: $HOTSPAN_TOKEN, if set)")
-    parser.add_argument("--perfetto-ui", metavar="URL",
-                        help="the Perfetto UI that 'Open in Perfetto UI' opens (default https://ui.perfetto.dev; "
-                             "a self-hosted one where that cannot be reached)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)"
+    )
+    parser.add_argument(
+        "--token", help="require 'Authorization: Bearer TOKEN' (default: $HOTSPAN_TOKEN, if set)"
+    )
+    parser.add_argument(
+        "--perfetto-ui",
+        metavar="URL",
+        help="the Perfetto UI that 'Open in Perfetto UI' opens (default https://ui.perfetto.dev; "
+        "a self-hosted one where that cannot be reached)",
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -47,19 +59,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from ..serve import serve
     except ImportError as exc:
-        raise CliError(f"needs the serve extra ({exc.name} is missing): pip install 'hotspan[serve]'") from None
+        raise CliError(
+            f"needs the serve extra ({exc.name} is missing): pip install 'hotspan[serve]'"
+        ) from None
     token = args.token or os.environ.get("HOTSPAN_TOKEN") or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
-        print(f"hotspan serve: warning: listening on {args.host} without --token: anyone who can reach this "
-              f"port can read every run under {args.directory}", file=sys.stderr)
+        print(
+            f"hotspan serve: warning: listening on {args.host} without --token: anyone who can reach this "
+            f"port can read every run under {args.directory}",
+            file=sys.stderr,
+        )
 
     def announce(url: str) -> None:
-        print(f"hotspan serve: {url} serving {os.path.abspath(args.directory)}"
-              f"{' (token required)' if token else ''}", flush=True)
+        print(
+            f"hotspan serve: {url} serving {os.path.abspath(args.directory)}"
+            f"{' (token required)' if token else ''}",
+            flush=True,
+        )
 
     try:
-        serve(args.directory, host=args.host, port=args.port, token=token, perfetto_ui=args.perfetto_ui,
-              announce=announce)
+        serve(
+            args.directory,
+            host=args.host,
+            port=args.port,
+            token=token,
+            perfetto_ui=args.perfetto_ui,
+            announce=announce,
+        )
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     except ValueError as exc:  # an option the application refuses (--perfetto-ui not a URL)

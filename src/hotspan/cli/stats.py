@@ -1,4 +1,5 @@
 """``hotspan stats TRACE...``: statistics per span group, then the phases."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,15 @@ import pyarrow.compute as pc
 
 from .common import add_command, add_filter_options, engine_of, open_spans_for, parse_by, write_atomically
 from .errors import CliError, check_output
-from .tables import STAT_DEFAULT, STAT_HEADS, new_console, phases_renderable, print_stats, stat_column, stat_head
+from .tables import (
+    STAT_DEFAULT,
+    STAT_HEADS,
+    new_console,
+    phases_renderable,
+    print_stats,
+    stat_column,
+    stat_head,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -39,10 +48,15 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        "and device when the trace has device rows; device: host or cuda:N, derived per span; test: the test of each span, on runs written by pytest --hotspan)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
     parser.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
-    parser.add_argument("--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)")
-    parser.add_argument("--sort", metavar="COL",
-                       help="column to sort by, as in the header (p99) or the JSON (p99_ns); default total; "
-                            "numbers biggest first, names A to Z")
+    parser.add_argument(
+        "--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)"
+    )
+    parser.add_argument(
+        "--sort",
+        metavar="COL",
+        help="column to sort by, as in the header (p99) or the JSON (p99_ns); default total; "
+        "numbers biggest first, names A to Z",
+    )
     parser.add_argument("--asc", action="store_true", help="sort ascending")
     parser.add_argument("--top", type=int, metavar="N", help="only the first N rows")
     add_filter_options(parser)
@@ -67,14 +81,18 @@ def _stat_heads(args: argparse.Namespace) -> tuple[str, ...]:
             try:
                 heads.append(stat_head(stat_column(text)))
             except KeyError:
-                raise CliError(f"--columns: no column {text.strip()!r}; choose from {', '.join(STAT_HEADS)}") from None
+                raise CliError(
+                    f"--columns: no column {text.strip()!r}; choose from {', '.join(STAT_HEADS)}"
+                ) from None
         return tuple(dict.fromkeys(heads))
     return tuple(STAT_HEADS) if args.all else STAT_DEFAULT
 
 
 def _has_steps(phase_rows: pa.Table) -> bool:
     """A step structure: some top-level category ran more than once and holds sub-categories."""
-    return any(r["phase"] != r["category"] and (r["steps"] or 0) > 1 for r in phase_rows.to_pylist())
+    return any(
+        r["phase"] != r["category"] and (r["steps"] or 0) > 1 for r in phase_rows.to_pylist()
+    )
 
 
 def _dropped_note(meta: dict[bytes, bytes] | None) -> str | None:
@@ -87,7 +105,9 @@ def _dropped_note(meta: dict[bytes, bytes] | None) -> str | None:
     return None
 
 
-def _sorted(result: pa.Table, column: str, by: Sequence[str], ascending: bool | None = None) -> pa.Table:
+def _sorted(
+    result: pa.Table, column: str, by: Sequence[str], ascending: bool | None = None
+) -> pa.Table:
     # Keys read best A to Z; numbers biggest first (unless --asc).
     if ascending is None:
         ascending = column in by
@@ -110,7 +130,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         try:
             sort = stat_column(sort)
         except KeyError:
-            raise CliError(f"--sort: no column {sort!r}; choose from {', '.join((*by, *STAT_HEADS))}") from None
+            raise CliError(
+                f"--sort: no column {sort!r}; choose from {', '.join((*by, *STAT_HEADS))}"
+            ) from None
     if args.top is not None and args.top < 1:
         raise CliError(f"--top must be at least 1, not {args.top}")
     heads = _stat_heads(args)

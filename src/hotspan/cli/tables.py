@@ -1,5 +1,6 @@
 """What the commands share on the way out: a console as wide as the terminal, tables that fit it (key
 columns shrink, value columns drop in priority order), the statistics table and the phases."""
+
 from __future__ import annotations
 
 import math
@@ -42,10 +43,36 @@ STAT_HEADS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "arg/s": ("arg_per_s", human_rate),
 }
 #: Which columns come first when the width is short: the rest only while they fit.
-_STAT_PRIORITY = ("count", "total", "mean", "p50", "p99", "share", "self", "p90", "max", "min", "errors", "arg/s",
-                  "busy", "arg sum")
+_STAT_PRIORITY = (
+    "count",
+    "total",
+    "mean",
+    "p50",
+    "p99",
+    "share",
+    "self",
+    "p90",
+    "max",
+    "min",
+    "errors",
+    "arg/s",
+    "busy",
+    "arg sum",
+)
 #: Shown unless --all or --columns says otherwise (when the width allows).
-STAT_DEFAULT = ("count", "total", "self", "mean", "p50", "p90", "p99", "max", "share", "errors", "arg/s")
+STAT_DEFAULT = (
+    "count",
+    "total",
+    "self",
+    "mean",
+    "p50",
+    "p90",
+    "p99",
+    "max",
+    "share",
+    "errors",
+    "arg/s",
+)
 _KEY_MIN_WIDTH = 10  # a name column is never squeezed below this (longer names end in "…")
 
 
@@ -74,8 +101,13 @@ def _ellipsize(text: str, width: int) -> str:
     return fit_label(text, width)
 
 
-def fitted_table(keys: list[tuple[str, list[str]]], values: list[tuple[str, list[str]]], width: int,
-                  title: str | None = None, order: Sequence[str] | None = None):
+def fitted_table(
+    keys: list[tuple[str, list[str]]],
+    values: list[tuple[str, list[str]]],
+    width: int,
+    title: str | None = None,
+    order: Sequence[str] | None = None,
+):
     """A table of text columns that fits ``width``: the key columns (left) shrink down to
     ``_KEY_MIN_WIDTH`` with an ellipsis in the middle; the value columns (right-aligned numbers, in
     priority order) are dropped from the last while they do not fit, and never cut; those
@@ -98,7 +130,7 @@ def fitted_table(keys: list[tuple[str, list[str]]], values: list[tuple[str, list
         if total <= width:
             break
         chosen.pop()
-    left_out = [head for head, _ in values[len(chosen):]]
+    left_out = [head for head, _ in values[len(chosen) :]]
     room = width - sum(need(c) for c in chosen) - gap * (len(keys) + len(chosen) - 1)
     # The key columns get their natural width when it fits, else the room shared out.
     key_width = list(key_min)
@@ -122,19 +154,30 @@ def fitted_table(keys: list[tuple[str, list[str]]], values: list[tuple[str, list
         out.add_column(column[0], justify="right", width=need(column), no_wrap=True)
     rows = len(keys[0][1]) if keys else (len(chosen[0][1]) if chosen else 0)
     for i in range(rows):
-        out.add_row(*(_ellipsize(cells[i], w) for (_, cells), w in zip(keys, key_width)),
-                    *(cells[i] for _, cells in chosen))
+        out.add_row(
+            *(_ellipsize(cells[i], w) for (_, cells), w in zip(keys, key_width)),
+            *(cells[i] for _, cells in chosen),
+        )
     return out, left_out
 
 
-def _stats_renderable(result: pa.Table, by: Sequence[str], width: int, heads: Sequence[str] = STAT_DEFAULT,
-                      title: str | None = None):
+def _stats_renderable(
+    result: pa.Table,
+    by: Sequence[str],
+    width: int,
+    heads: Sequence[str] = STAT_DEFAULT,
+    title: str | None = None,
+):
     """The stats rows as a table that fits ``width``: ``heads`` in screen order, dropped from
     the least important (see ``_STAT_PRIORITY``) while they do not fit."""
     rows = result.to_pylist()
     keys = [(key, ["-" if r[key] is None else str(r[key]) for r in rows]) for key in by]
-    ranked = sorted(heads, key=lambda h: _STAT_PRIORITY.index(h) if h in _STAT_PRIORITY else len(_STAT_PRIORITY))
-    values = [(head, [STAT_HEADS[head][1](r[STAT_HEADS[head][0]]) for r in rows]) for head in ranked]
+    ranked = sorted(
+        heads, key=lambda h: _STAT_PRIORITY.index(h) if h in _STAT_PRIORITY else len(_STAT_PRIORITY)
+    )
+    values = [
+        (head, [STAT_HEADS[head][1](r[STAT_HEADS[head][0]]) for r in rows]) for head in ranked
+    ]
     return fitted_table(keys, values, width, title=title, order=heads)
 
 
@@ -142,8 +185,14 @@ def phases_renderable(result: pa.Table):
     from rich.table import Table
 
     out = Table(show_header=True, header_style="bold", title="phases", title_justify="left")
-    for head, justify in (("rank", "left"), ("phase", "left"), ("time", "right"), ("steps", "right"),
-                          ("per step", "right"), ("share", "right")):
+    for head, justify in (
+        ("rank", "left"),
+        ("phase", "left"),
+        ("time", "right"),
+        ("steps", "right"),
+        ("per step", "right"),
+        ("share", "right"),
+    ):
         out.add_column(head, justify=justify)
     for row in result.to_pylist():
         top = row["phase"] == row["category"]
@@ -160,7 +209,9 @@ def phases_renderable(result: pa.Table):
     return out
 
 
-def print_stats(console, result: pa.Table, by: Sequence[str], heads: Sequence[str] = STAT_DEFAULT) -> None:
+def print_stats(
+    console, result: pa.Table, by: Sequence[str], heads: Sequence[str] = STAT_DEFAULT
+) -> None:
     """The stats table fitted to the console, then the instants (spans of no duration: counts,
     not times) in a table of their own."""
     from ..analysis.statistics import split_instants
@@ -170,15 +221,27 @@ def print_stats(console, result: pa.Table, by: Sequence[str], heads: Sequence[st
         rendered, left_out = _stats_renderable(timed, by, console.width, heads)
         console.print(rendered)
         if left_out:
-            console.print(f"[dim]({', '.join(left_out)} left out to fit {console.width} columns: "
-                          f"--columns, --all, or a wider COLUMNS)[/dim]")
+            console.print(
+                f"[dim]({', '.join(left_out)} left out to fit {console.width} columns: "
+                f"--columns, --all, or a wider COLUMNS)[/dim]"
+            )
     if instants.num_rows:
-        rendered, _ = _stats_renderable(instants, by, console.width, ("count", "errors", "arg sum"), title="instants")
+        rendered, _ = _stats_renderable(
+            instants, by, console.width, ("count", "errors", "arg sum"), title="instants"
+        )
         console.print(rendered)
 
 
-def print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped: int, *, label: str,
-                             stderr: bool = False, top: int | None = None) -> None:
+def print_recording_summary(
+    table: pa.Table,
+    path: Path,
+    elapsed: float,
+    dropped: int,
+    *,
+    label: str,
+    stderr: bool = False,
+    top: int | None = None,
+) -> None:
     from ..analysis import stats
     from ..analysis.statistics import default_by
 

@@ -1,5 +1,6 @@
 """``hotspan top [PID | PATH | DIR]``: which span every thread of every rank is in now, and
 for how long, read from the processes' flight files without stopping them."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,11 @@ DESCRIPTION = (
     "thread_name, stack: [{name, category, start_ns, elapsed_ns}, ...]}]}, outermost span first. A "
     "process that is gone says so; exit status 1 when every process asked for is gone."
 )
-EXAMPLE = ("hotspan top                       # every process of yours with a flight file\n"
-           "hotspan top 4242 --once\n"
-           "hotspan top /dev/shm/ --json     # every rank's file in a directory")
+EXAMPLE = (
+    "hotspan top                       # every process of yours with a flight file\n"
+    "hotspan top 4242 --once\n"
+    "hotspan top /dev/shm/ --json     # every rank's file in a directory"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -36,10 +39,16 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", nargs="?", metavar="PID|PATH|DIR", help="what to show (default: all yours)")
+    parser.add_argument(
+        "target", nargs="?", metavar="PID|PATH|DIR", help="what to show (default: all yours)"
+    )
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
-    parser.add_argument("--json", action="store_true", help="one JSON object per process a line (implies --once)")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes (1)")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per process a line (implies --once)"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes (1)"
+    )
 
 
 @dataclass
@@ -53,7 +62,11 @@ def _targets(arg: str | None) -> list[_Target]:
     from ..recording.flight import flight_processes, is_flight_file, mapped_flight_files
 
     if arg is None:
-        return [_Target(pid, path) for pid, paths in sorted(flight_processes().items()) for path in paths]
+        return [
+            _Target(pid, path)
+            for pid, paths in sorted(flight_processes().items())
+            for path in paths
+        ]
     if arg.isdigit():
         pid = int(arg)
         paths = mapped_flight_files(pid)
@@ -81,7 +94,9 @@ def _read(targets: list[_Target]) -> list[dict]:
         if t.path is None:
             alive = pid_alive(t.pid)
             if alive:
-                raise CliError(f"process {t.pid} has no flight file mapped (start it with HOTSPAN_FLIGHT=PATH)")
+                raise CliError(
+                    f"process {t.pid} has no flight file mapped (start it with HOTSPAN_FLIGHT=PATH)"
+                )
             out.append({"pid": t.pid, "rank": None, "alive": False, "threads": [], "path": None})
             continue
         try:
@@ -94,13 +109,30 @@ def _read(targets: list[_Target]) -> list[dict]:
                 continue  # one damaged file among many ranks' does not hide the others
             raise CliError(str(exc)) from None
         end = now if proc.alive else proc.last_seen_ns
-        out.append({
-            "pid": proc.pid, "rank": proc.rank, "alive": proc.alive, "path": proc.path,
-            "threads": [{"thread_id": th.thread_id, "thread_name": th.thread_name,
-                         "stack": [{"name": fr.name, "category": fr.category, "start_ns": fr.start_ns,
-                                    "elapsed_ns": max(0, end - fr.start_ns)} for fr in th.stack]}
-                        for th in proc.threads],
-        })
+        out.append(
+            {
+                "pid": proc.pid,
+                "rank": proc.rank,
+                "alive": proc.alive,
+                "path": proc.path,
+                "threads": [
+                    {
+                        "thread_id": th.thread_id,
+                        "thread_name": th.thread_name,
+                        "stack": [
+                            {
+                                "name": fr.name,
+                                "category": fr.category,
+                                "start_ns": fr.start_ns,
+                                "elapsed_ns": max(0, end - fr.start_ns),
+                            }
+                            for fr in th.stack
+                        ],
+                    }
+                    for th in proc.threads
+                ],
+            }
+        )
     out.sort(key=lambda p: (p["rank"] if p["rank"] is not None else -1, p["pid"] or 0))
     return out
 
@@ -112,7 +144,12 @@ def _render(procs: list[dict]):
     from ..units import human_ns
 
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for col in ("rank", "pid", "thread", "open spans (outermost first), how long each has been open"):
+    for col in (
+        "rank",
+        "pid",
+        "thread",
+        "open spans (outermost first), how long each has been open",
+    ):
         table.add_column(col)
     if not procs:
         table.add_row("-", "-", "-", "no process with a flight file (HOTSPAN_FLIGHT=PATH)")
@@ -155,7 +192,9 @@ def cmd_top(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     procs = _read(targets)
-    with Live(_render(procs), console=Console(highlight=False), refresh_per_second=4, screen=False) as live:
+    with Live(
+        _render(procs), console=Console(highlight=False), refresh_per_second=4, screen=False
+    ) as live:
         try:
             while True:
                 time.sleep(args.interval)

@@ -47,6 +47,7 @@ A device row has the conventions below (README, "GPU, MLX and collectives"):
 Errors from the driver are one line naming the call and its ``CUresult``; without a
 driver or a device, making a device span raises a RuntimeError naming CUDA.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,16 @@ from typing import Any
 from .. import _native
 
 __all__ = [
-    "RECALIBRATE_NS", "calibration", "device_thread_id", "device_thread_name", "info", "pending", "reset",
-    "resolve_table", "set_recalibrate_ns", "synchronize_pending",
+    "RECALIBRATE_NS",
+    "calibration",
+    "device_thread_id",
+    "device_thread_name",
+    "info",
+    "pending",
+    "reset",
+    "resolve_table",
+    "set_recalibrate_ns",
+    "synchronize_pending",
 ]
 
 #: A calibration older than this (host monotonic ns) is re-taken at the next device span
@@ -157,7 +166,9 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
         return columns
     pid = os.getpid()
     ids = _Ids.take(len(done))
-    for span_id, (host_id, depth, pair, device, stream_id, start, end, arg, error) in zip(ids, done, strict=True):
+    for span_id, (host_id, depth, pair, device, stream_id, start, end, arg, error) in zip(
+        ids, done, strict=True
+    ):
         strings = _strings.get(pair)
         if strings is None:
             strings = _strings[pair] = _native._pair_strings(pair)
@@ -196,4 +207,6 @@ def resolve_table(meta: dict[bytes, bytes] | None, rank: int = 0):
             arrays.append(pa.array(values, pa.string()).dictionary_encode().cast(field.type))
         else:
             arrays.append(pa.array(values, field.type))
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA.with_metadata(meta) if meta else SPAN_SCHEMA)
+    return pa.Table.from_arrays(
+        arrays, schema=SPAN_SCHEMA.with_metadata(meta) if meta else SPAN_SCHEMA
+    )

@@ -7,6 +7,7 @@ Every format is an :class:`Exporter` (``write(table, path)``, ``read(path)``) re
 here by file extension. This package works on plain pyarrow tables: it never needs the
 compiled recorder.
 """
+
 from __future__ import annotations
 
 import os

@@ -14,7 +14,7 @@ tables) and leaves the assembly of the table (thread map, order, nesting) to
 ``chrome_json.py``. It is a strict JSON parser (everything it skips is validated too), so
 bad bytes are reported with their offset, never half-read.
 """
-from libc.stdint cimport int64_t, uint64_t, int32_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint64_t, int32_t, uint8_t, uint32_t, INT64_MIN
 from libc.string cimport memcpy, memcmp, memmove, memset
 from libc.stdlib cimport strtod, malloc, calloc, free
 from libc.math cimport isfinite, llround
@@ -33,11 +33,13 @@ import os
 from .base import TraceFileError
 
 cdef int64_t I64_MAX = 0x7FFFFFFFFFFFFFFF
-cdef int64_t I64_MIN = -0x7FFFFFFFFFFFFFFF - 1
+# INT64_MIN from <stdint.h>: Cython folds "-0x7FFFFFFFFFFFFFFF - 1" into the literal
+# -9223372036854775808L, which clang warns is too large for a signed type.
+cdef int64_t I64_MIN = INT64_MIN
 cdef uint64_t U64_MAX = 0xFFFFFFFFFFFFFFFF
 cdef int32_t I32_MIN = -0x7FFFFFFF - 1
 #: A B event's end until its E arrives.
-cdef int64_t OPEN = -0x7FFFFFFFFFFFFFFF - 1
+cdef int64_t OPEN = INT64_MIN
 #: Nesting of skipped values: a bound, so that "[[[[..." is an error, not a deep recursion.
 DEF MAX_DEPTH = 256
 
@@ -1272,6 +1274,11 @@ cdef class Reader:
         cdef Py_ssize_t tn_len = 0
         cdef bint tn_esc = 0
         cdef int ok
+        # Copied into the Event whether or not the event had them (their kinds say which):
+        # zeroed, so the copy never reads uninitialized memory (clang's
+        # -Wsometimes-uninitialized on the generated C).
+        memset(&ts, 0, sizeof(Num))
+        memset(&dur, 0, sizeof(Num))
 
         p = self.ws(p + 1)
         if p >= self.stop:

@@ -5,6 +5,7 @@ A struct is a list of ``[field_id, type, value]``; a list or set is ``(element_t
 [values])``; a map ``(key_type, value_type, [(k, v), ...])``. Booleans in a struct carry
 their value in the type (1 true, 2 false), as the protocol does.
 """
+
 from __future__ import annotations
 
 import struct
@@ -51,7 +52,7 @@ class _Reader:
             return v
         if kind == BINARY:
             n = self.varint()
-            v = self.data[self.pos: self.pos + n]
+            v = self.data[self.pos : self.pos + n]
             self.pos += n
             return v
         if kind in (LIST, SET):

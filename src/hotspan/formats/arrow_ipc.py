@@ -3,6 +3,7 @@
 The file format allows one dictionary per column for the whole file, so the chunks'
 dictionaries are unified first (a cheap pass over the int32 indices).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,11 +15,13 @@ from .base import Exporter, Progress
 
 
 class ArrowIpcExporter(Exporter):
-
     def _write(self, table: pa.Table, path: Path) -> None:
         table = table.unify_dictionaries()
-        with Progress(table.num_rows, f"writing {path.name}") as progress, pa.OSFile(str(path), "wb") as sink, \
-                pa.ipc.new_file(sink, table.schema) as writer:
+        with (
+            Progress(table.num_rows, f"writing {path.name}") as progress,
+            pa.OSFile(str(path), "wb") as sink,
+            pa.ipc.new_file(sink, table.schema) as writer,
+        ):
             for batch in table.to_batches(max_chunksize=base.BATCH_ROWS):
                 writer.write_batch(batch)
                 progress.advance(batch.num_rows)

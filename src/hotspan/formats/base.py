@@ -13,6 +13,7 @@ The base class owns what must behave the same in every format:
 * rows a loader leaves out of a damaged file are never dropped silently: a
   :class:`TraceFileWarning` and the counts in the table's metadata (:func:`note_skipped`).
 """
+
 from __future__ import annotations
 
 import abc
@@ -59,8 +60,13 @@ class TraceFileWarning(UserWarning):
 
 # --------------------------------------------------------------------------- regular files only
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def _not_regular(mode: int) -> str | None:
@@ -70,7 +76,9 @@ def _not_regular(mode: int) -> str | None:
     return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
-def require_regular_file(path: str | os.PathLike, error: type[TraceFileError] | None = None) -> None:
+def require_regular_file(
+    path: str | os.PathLike, error: type[TraceFileError] | None = None
+) -> None:
     """Refuse (``TraceFileError``, or ``error``, naming the file) anything but a regular
     file, links followed: every loader calls this before it opens a trace, so that a FIFO,
     a socket or a device is refused at once instead of blocking the reader forever (a FIFO's
@@ -78,22 +86,33 @@ def require_regular_file(path: str | os.PathLike, error: type[TraceFileError] | 
     nothing; a missing file is the caller's ``FileNotFoundError``."""
     kind = _not_regular(os.stat(path).st_mode)
     if kind is not None:
-        raise (error or TraceFileError)(path, f"is {kind}, not a trace file: only regular files are read")
+        raise (error or TraceFileError)(
+            path, f"is {kind}, not a trace file: only regular files are read"
+        )
 
 
-def open_regular_file(path: str | os.PathLike, error: type[TraceFileError] | None = None) -> BinaryIO:
+def open_regular_file(
+    path: str | os.PathLike, error: type[TraceFileError] | None = None
+) -> BinaryIO:
     """``open(path, "rb")`` for a regular file only (see :func:`require_regular_file`).
 
     Checked twice: ``stat`` before opening (a device is never even opened), and ``fstat``
     of what was opened, with ``O_NONBLOCK`` so that a FIFO swapped in between cannot block
     the ``open`` itself; the file is made blocking again before it is returned."""
     require_regular_file(path, error)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-                 | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(
+        path,
+        os.O_RDONLY
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOCTTY", 0)
+        | getattr(os, "O_CLOEXEC", 0),
+    )
     try:
         kind = _not_regular(os.fstat(fd).st_mode)
         if kind is not None:
-            raise (error or TraceFileError)(path, f"is {kind}, not a trace file: only regular files are read")
+            raise (error or TraceFileError)(
+                path, f"is {kind}, not a trace file: only regular files are read"
+            )
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -146,12 +165,23 @@ class Exporter(abc.ABC):
         except RecursionError as exc:
             raise TraceFileError(path, f"not a valid {self.name} file: nested too deeply") from exc
         except (
-            pa.ArrowException, ValueError, OSError, EOFError, zlib.error, struct.error,
+            pa.ArrowException,
+            ValueError,
+            OSError,
+            EOFError,
+            zlib.error,
+            struct.error,
             # A safety net: whatever a malformed file provokes deep in a parser must
             # reach the caller as "this file is bad", with the file's name.
-            KeyError, IndexError, TypeError, AttributeError, OverflowError,
+            KeyError,
+            IndexError,
+            TypeError,
+            AttributeError,
+            OverflowError,
         ) as exc:
-            raise TraceFileError(path, f"not a valid {self.name} file: {type(exc).__name__}: {exc}") from exc
+            raise TraceFileError(
+                path, f"not a valid {self.name} file: {type(exc).__name__}: {exc}"
+            ) from exc
         if check:
             check_span_rules(table, path)
         return table
@@ -183,7 +213,9 @@ def atomic_path(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Pa
     path = Path(path)
     directory = path.parent
     if not directory.is_dir():
-        raise FileNotFoundError(errno.ENOENT, "directory to export into does not exist", str(directory))
+        raise FileNotFoundError(
+            errno.ENOENT, "directory to export into does not exist", str(directory)
+        )
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "cannot export over a directory", str(path))
     tmp_path = directory / f".{path.name}.{secrets.token_hex(4)}.part"
@@ -214,7 +246,11 @@ _STRING_COLUMNS = ("name", "category", "thread_name")
 def _is_string_like(type_: pa.DataType) -> bool:
     if pa.types.is_dictionary(type_):
         type_ = type_.value_type
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
+    return (
+        pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+        or pa.types.is_string_view(type_)
+    )
 
 
 def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
@@ -246,15 +282,21 @@ def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
             try:
                 column = column.cast(field.type)
             except pa.ArrowInvalid as exc:
-                raise ValueError(f"column {field.name!r}: cannot convert {column.type} to {field.type}: {exc}") from exc
+                raise ValueError(
+                    f"column {field.name!r}: cannot convert {column.type} to {field.type}: {exc}"
+                ) from exc
         if not field.nullable and column.null_count:
-            raise ValueError(f"column {field.name!r} has {column.null_count} null value(s); the span schema does not allow any")
+            raise ValueError(
+                f"column {field.name!r} has {column.null_count} null value(s); the span schema does not allow any"
+            )
         columns.append(column)
         fields.append(pa.field(field.name, column.type, nullable=field.nullable))
     return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
-def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict | None = None) -> pa.Table:
+def conform_to_schema(
+    table: pa.Table, path: str | os.PathLike, metadata: dict | None = None
+) -> pa.Table:
     """``table`` cast to ``SPAN_SCHEMA`` exactly (dictionary-encoded strings, one dictionary
     per column across chunks), metadata kept.
 
@@ -281,7 +323,9 @@ def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict |
                 except pa.ArrowInvalid as exc:
                     raise TraceFileError(path, f"column {field.name!r}: {exc}") from exc
         if not field.nullable and column.null_count:
-            raise TraceFileError(path, f"column {field.name!r} has {column.null_count} missing value(s)")
+            raise TraceFileError(
+                path, f"column {field.name!r} has {column.null_count} missing value(s)"
+            )
         columns.append(column)
     if metadata is None:
         metadata = table.schema.metadata
@@ -320,7 +364,11 @@ def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:
     """
     if table.num_rows == 0:
         return
-    start, end, duration = table.column("start_ns"), table.column("end_ns"), table.column("duration_ns")
+    start, end, duration = (
+        table.column("start_ns"),
+        table.column("end_ns"),
+        table.column("duration_ns"),
+    )
     rules = (
         ("duration_ns is negative", pc.less(duration, 0)),
         # Wrapping add: a sum that overflows int64 cannot equal a valid end either.
@@ -330,9 +378,15 @@ def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:
     for rule, broken in rules:
         if pc.any(broken).as_py():
             row = pc.index(broken, True).as_py()
-            values = {name: table.column(name)[row].as_py() for name in ("span_id", "start_ns", "end_ns", "duration_ns", "depth")}
-            raise TraceFileError(path, f"row {row}: {rule} ({_describe(values)}); "
-                                       "load(path, check=False) reads a trusted file anyway")
+            values = {
+                name: table.column(name)[row].as_py()
+                for name in ("span_id", "start_ns", "end_ns", "duration_ns", "depth")
+            }
+            raise TraceFileError(
+                path,
+                f"row {row}: {rule} ({_describe(values)}); "
+                "load(path, check=False) reads a trusted file anyway",
+            )
     ids = table.column("span_id")
     if not _all_distinct(ids):
         # Only now the costlier search (a sort): the first row whose id an earlier row has.
@@ -342,15 +396,21 @@ def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:
         row = pc.min(order.slice(1).filter(repeats)).as_py()
         span_id = ids[row].as_py()
         earlier = pc.index(ids, span_id).as_py()
-        raise TraceFileError(path, f"row {row}: span_id {span_id} already used by row {earlier}; "
-                                   "load(path, check=False) reads a trusted file anyway")
+        raise TraceFileError(
+            path,
+            f"row {row}: span_id {span_id} already used by row {earlier}; "
+            "load(path, check=False) reads a trusted file anyway",
+        )
     found = _depth_under_parent(table)
     if found is not None:
         row, parent_row = found
         depth = table.column("depth")
-        raise TraceFileError(path, f"row {row}: depth {depth[row].as_py()} under a parent at depth "
-                                   f"{depth[parent_row].as_py()} (row {parent_row}), not one level up; "
-                                   "load(path, check=False) reads a trusted file anyway")
+        raise TraceFileError(
+            path,
+            f"row {row}: depth {depth[row].as_py()} under a parent at depth "
+            f"{depth[parent_row].as_py()} (row {parent_row}), not one level up; "
+            "load(path, check=False) reads a trusted file anyway",
+        )
 
 
 def _depth_under_parent(table: pa.Table) -> tuple[int, int] | None:
@@ -389,7 +449,9 @@ def _depth_under_parent(table: pa.Table) -> tuple[int, int] | None:
 
 
 #: What a loader that cannot count its rows (CSV, JSON lines) says of those it finds missing.
-MISSING_PARENTS = "span(s) named as a parent but not in the file (cut out, or still open when drained)"
+MISSING_PARENTS = (
+    "span(s) named as a parent but not in the file (cut out, or still open when drained)"
+)
 
 
 def missing_parents(table: pa.Table) -> int:
@@ -439,8 +501,11 @@ def note_skipped(table: pa.Table, path: str | os.PathLike, reasons: dict[str, in
     said = "; ".join(f"{count:,} {why}" for why, count in reasons.items())
     if table.num_rows == 0:
         raise TraceFileError(path, f"no valid span left: {said}")
-    warnings.warn(f"{os.fspath(path)}: {total:,} row(s) left out: {said}; {table.num_rows:,} loaded",
-                  TraceFileWarning, stacklevel=3)
+    warnings.warn(
+        f"{os.fspath(path)}: {total:,} row(s) left out: {said}; {table.num_rows:,} loaded",
+        TraceFileWarning,
+        stacklevel=3,
+    )
     metadata = dict(table.schema.metadata or {})
     metadata[META_SKIPPED_ON_LOAD] = json.dumps({"total": total, "reasons": reasons}).encode()
     return table.replace_schema_metadata(metadata)
@@ -479,14 +544,26 @@ class Progress:
             if not self._enabled or time.monotonic() - self._started < self.DELAY_S:
                 return
             from rich.console import Console
-            from rich.progress import BarColumn, Progress as RichProgress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                Progress as RichProgress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeRemainingColumn,
+            )
 
             self._rich = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
-                console=Console(file=sys.stderr), transient=True,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=sys.stderr),
+                transient=True,
             )
             self._rich.start()
-            self._task = self._rich.add_task(self.description, total=self.total, completed=self.done)
+            self._task = self._rich.add_task(
+                self.description, total=self.total, completed=self.done
+            )
         else:
             self._rich.update(self._task, completed=self.done)
 

@@ -39,6 +39,7 @@ turns the reader's columns into the span table:
 ``.json.gz`` is inflated block by block, at most ``HOTSPAN_MAX_INFLATED_BYTES`` bytes
 (default 16 GiB; ``ChromeJsonExporter.read(path, max_inflated_bytes=...)`` too).
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -51,12 +52,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .._schema import META_HOST, TRACE_SCHEMA
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
-from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
+from .codec_inputs import (
+    column_values,
+    device_flows,
+    dictionary_codes,
+    nullable_values,
+    thread_table,
+)
 from .lanes import assign_lanes, restore_lanes
 
 FORMAT_MARK = "hotspan-chrome-json/1"
@@ -133,13 +139,32 @@ class ChromeJsonExporter(Exporter):
         ]
         name_texts = [f',"name":{_dumps(name)}'.encode() for name in layout.names]
         category_texts = [f',"cat":{_dumps(category)}'.encode() for category in layout.categories]
-        thread_name_texts = [f',"thread_name":{_dumps(name)}'.encode() for name in layout.thread_names]
+        thread_name_texts = [
+            f',"thread_name":{_dumps(name)}'.encode() for name in layout.thread_names
+        ]
         with Progress(layout.num_rows, f"writing {path.name}") as progress:
             codec.encode(
-                sink if fd is None else fd, WRITE_BLOCK, layout.start, layout.duration, layout.depth, layout.span_id,
-                layout.parent_id, layout.has_parent, layout.arg, layout.has_arg, layout.error,
-                layout.thread, layout.name, layout.category, layout.renamed,
-                thread_texts, name_texts, category_texts, thread_name_texts, layout.start_ns, progress.advance,
+                sink if fd is None else fd,
+                WRITE_BLOCK,
+                layout.start,
+                layout.duration,
+                layout.depth,
+                layout.span_id,
+                layout.parent_id,
+                layout.has_parent,
+                layout.arg,
+                layout.has_arg,
+                layout.error,
+                layout.thread,
+                layout.name,
+                layout.category,
+                layout.renamed,
+                thread_texts,
+                name_texts,
+                category_texts,
+                thread_name_texts,
+                layout.start_ns,
+                progress.advance,
                 *((layout.flow_out, layout.flow_in) if layout.flow_in.any() else ()),
             )
         sink.write(b"\n]}\n")
@@ -149,7 +174,9 @@ class ChromeJsonExporter(Exporter):
         """Event pid per process and tid per thread: the real ones when they fit in uint32
         (and pids are not shared by two ranks), else 1, 2, ..."""
         pids = layout.process_pid
-        if len(pids) and (pids.min() >= 0 and pids.max() <= UINT32_MAX and len(np.unique(pids)) == len(pids)):
+        if len(pids) and (
+            pids.min() >= 0 and pids.max() <= UINT32_MAX and len(np.unique(pids)) == len(pids)
+        ):
             json_pid = pids.copy()
         else:
             json_pid = np.arange(1, len(pids) + 1, dtype=np.int64)
@@ -175,13 +202,42 @@ class ChromeJsonExporter(Exporter):
         for process in range(layout.num_processes):
             pid = int(json_pid[process])
             rank = int(layout.process_rank[process])
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {
-                "name": layout.process_name(process), "hotspan.pid": int(layout.process_pid[process]), "hotspan.rank": rank}})
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": rank}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "process_name",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {
+                        "name": layout.process_name(process),
+                        "hotspan.pid": int(layout.process_pid[process]),
+                        "hotspan.rank": rank,
+                    },
+                }
+            )
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "process_sort_index",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"sort_index": rank},
+                }
+            )
         for thread in range(layout.num_threads):
             pid = int(json_pid[layout.thread_process[thread]])
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(json_tid[thread]), "args": {
-                "name": layout.thread_names[layout.thread_name[thread]], "hotspan.thread_id": int(layout.thread_tid[thread])}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid,
+                    "tid": int(json_tid[thread]),
+                    "args": {
+                        "name": layout.thread_names[layout.thread_name[thread]],
+                        "hotspan.thread_id": int(layout.thread_tid[thread]),
+                    },
+                }
+            )
         head = _dumps({"displayTimeUnit": "ns", "otherData": other, "traceEvents": []})
         return head[:-2] + ",".join(_dumps(event) for event in events)
 
@@ -230,7 +286,10 @@ def _feed(reader: codec.Reader, stream, path: Path, limit: int | None) -> None:
         capacity = len(buffer) - 1
         if filled == capacity:
             if capacity >= MAX_VALUE_BYTES:
-                raise TraceFileError(path, f"a single event or value over {MAX_VALUE_BYTES >> 20} MiB at byte {offset}")
+                raise TraceFileError(
+                    path,
+                    f"a single event or value over {MAX_VALUE_BYTES >> 20} MiB at byte {offset}",
+                )
             buffer.extend(bytes(capacity))
             capacity = len(buffer) - 1
         with memoryview(buffer) as view:
@@ -239,8 +298,10 @@ def _feed(reader: codec.Reader, stream, path: Path, limit: int | None) -> None:
         total += got
         if limit is not None and total > limit:
             raise TraceFileError(
-                path, f"inflates to more than {limit:,} bytes; if this file is trusted, raise the limit "
-                      "(HOTSPAN_MAX_INFLATED_BYTES, or read(path, max_inflated_bytes=...))")
+                path,
+                f"inflates to more than {limit:,} bytes; if this file is trusted, raise the limit "
+                "(HOTSPAN_MAX_INFLATED_BYTES, or read(path, max_inflated_bytes=...))",
+            )
         filled += got
         eof = got == 0
         buffer[filled] = 0  # the parser's sentinel
@@ -281,8 +342,11 @@ class _Layout:
         self.category, self.categories = dictionary_codes(table.column("category"))
         thread_name, self.thread_names = dictionary_codes(table.column("thread_name"))
         codes, keys, name_rows = codec.thread_codes(
-            column_values(table, "pid", np.int64), column_values(table, "rank", np.int32), column_values(table, "thread_id", np.int64),
-            thread_name)
+            column_values(table, "pid", np.int64),
+            column_values(table, "rank", np.int32),
+            column_values(table, "thread_id", np.int64),
+            thread_name,
+        )
         self.thread, threads, self.thread_name = thread_table(codes, keys, name_rows)
         self.thread_pid = np.array([pid for pid, _, _ in threads], np.int64)
         self.thread_tid = np.array([tid for _, _, tid in threads], np.int64)
@@ -290,7 +354,9 @@ class _Layout:
         self.process_pid = np.array([pid for pid, _ in processes], np.int64)
         self.process_rank = np.array([rank for _, rank in processes], np.int64)
         process_index = {key: i for i, key in enumerate(processes)}
-        self.thread_process = np.array([process_index[(pid, rank)] for pid, rank, _ in threads], np.int32)
+        self.thread_process = np.array(
+            [process_index[(pid, rank)] for pid, rank, _ in threads], np.int32
+        )
         # Per row -1 (its thread's own name) or the other name it carries.
         own = self.thread_name[self.thread] if n else np.empty(0, np.int32)
         self.renamed = np.ascontiguousarray(np.where(thread_name == own, -1, thread_name), np.int32)
@@ -316,13 +382,24 @@ def _source(top: dict, own: bool) -> str:
         return "hotspan"
     if "viztracer_metadata" in top:
         return "viztracer"
-    if "baseTimeNanoseconds" in top or "deviceProperties" in top or "schemaVersion" in top or "distributedInfo" in top:
+    if (
+        "baseTimeNanoseconds" in top
+        or "deviceProperties" in top
+        or "schemaVersion" in top
+        or "distributedInfo" in top
+    ):
         return "torch.profiler"
     return "chrome"
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63) else None
+    return (
+        value
+        if isinstance(value, int)
+        and not isinstance(value, bool)
+        and -(1 << 63) <= value < (1 << 63)
+        else None
+    )
 
 
 def _origin(top: dict, other: Any, own: bool, path: Path) -> int:
@@ -358,7 +435,11 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     threads = _Threads(reader, path, own)
     threads.origin = _origin(top, other, own, path)
     info = top.get("distributedInfo")
-    if isinstance(info, dict) and _int(info.get("rank")) is not None and -(1 << 31) <= info["rank"] < (1 << 31):
+    if (
+        isinstance(info, dict)
+        and _int(info.get("rank")) is not None
+        and -(1 << 31) <= info["rank"] < (1 << 31)
+    ):
         threads.default_rank = info["rank"]  # torch.profiler of a distributed job
 
     # Rows still open: a B never closed by its E (a tracer killed mid-span), an async b
@@ -366,7 +447,9 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     open_rows = end == np.iinfo(np.int64).min
     keep = None
     if open_rows.any():
-        async_thread = np.array([threads.is_async(t) for t in range(len(threads.keys))] or [False], bool)
+        async_thread = np.array(
+            [threads.is_async(t) for t in range(len(threads.keys))] or [False], bool
+        )
         is_async = async_thread[thread] & open_rows
         if is_async.any():
             counts["async_begin_without_end"] = int(is_async.sum())
@@ -421,15 +504,22 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     renamed = take(column(reader.c_thread_name, np.int32))
     if m:
         known = threads.name_codes
-        remap = np.array([known.setdefault(name, len(known)) for name in reader.thread_names.values] or [0], np.int32)
-        thread_name_codes = np.where(renamed >= 0, remap[np.maximum(renamed, 0)], threads.name_code[thread])
+        remap = np.array(
+            [known.setdefault(name, len(known)) for name in reader.thread_names.values] or [0],
+            np.int32,
+        )
+        thread_name_codes = np.where(
+            renamed >= 0, remap[np.maximum(renamed, 0)], threads.name_code[thread]
+        )
     else:
         thread_name_codes = renamed
 
     def bits(mask: int) -> pa.Buffer:
         return pa.py_buffer(np.packbits((flags & mask) != 0, bitorder="little"))
 
-    def dictionary(codes: np.ndarray, values: list[str], nullable: bool = False) -> pa.DictionaryArray:
+    def dictionary(
+        codes: np.ndarray, values: list[str], nullable: bool = False
+    ) -> pa.DictionaryArray:
         indices = pa.array(codes, pa.int32(), mask=(codes < 0) if nullable else None)
         return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string()))
 
@@ -437,7 +527,9 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         pa.Array.from_buffers(pa.uint64(), m, [None, pa.py_buffer(span_id)]),
         pa.Array.from_buffers(pa.uint64(), m, [bits(codec.FLAG_PARENT), pa.py_buffer(parent_id)]),
         dictionary(take(column(reader.c_name, np.int32)), reader.names.values),
-        dictionary(take(column(reader.c_category, np.int32)), reader.categories.values, nullable=True),
+        dictionary(
+            take(column(reader.c_category, np.int32)), reader.categories.values, nullable=True
+        ),
         pa.array(start_ns, pa.int64()),
         pa.array(end_ns, pa.int64()),
         pa.array(end - start, pa.int64()),
@@ -446,7 +538,11 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         dictionary(thread_name_codes, list(threads.name_codes)),
         pa.array(threads.pid[thread] if m else np.empty(0, np.int64), pa.int64()),
         pa.array(rank, pa.int32()),
-        pa.Array.from_buffers(pa.int64(), m, [bits(codec.FLAG_ARG), pa.py_buffer(take(column(reader.c_arg, np.int64)))]),
+        pa.Array.from_buffers(
+            pa.int64(),
+            m,
+            [bits(codec.FLAG_ARG), pa.py_buffer(take(column(reader.c_arg, np.int64)))],
+        ),
         pa.Array.from_buffers(pa.bool_(), m, [None, bits(codec.FLAG_ERROR)]),
     ]
     metadata = _metadata_from(other) if own else {}
@@ -455,18 +551,25 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     # self_ns comes in conform_to_schema (Exporter.read), once the lanes are the real threads again
     table = pa.Table.from_arrays(columns, schema=TRACE_SCHEMA.with_metadata(metadata or None))
     # The one way a loader says what it left out: a warning, and the counts in the metadata.
-    return note_skipped(table, path, {_DROPPED_WORDS.get(cause, cause): n for cause, n in counts.items()})
+    return note_skipped(
+        table, path, {_DROPPED_WORDS.get(cause, cause): n for cause, n in counts.items()}
+    )
 
 
 def _describe(counts: dict[str, int]) -> str:
-    return "; ".join(f"{count:,} {_DROPPED_WORDS.get(cause, cause)}" for cause, count in counts.items() if count)
+    return "; ".join(
+        f"{count:,} {_DROPPED_WORDS.get(cause, cause)}" for cause, count in counts.items() if count
+    )
 
 
 def _metadata_from(other: Any) -> dict[bytes, bytes]:
     metadata = other.get("hotspan.metadata") if isinstance(other, dict) else None
     if not isinstance(metadata, dict):
         return {}
-    return {str(key).encode(): (value if isinstance(value, str) else _dumps(value)).encode() for key, value in metadata.items()}
+    return {
+        str(key).encode(): (value if isinstance(value, str) else _dumps(value)).encode()
+        for key, value in metadata.items()
+    }
 
 
 class _Threads:
@@ -520,7 +623,9 @@ class _Threads:
                 real = processes.get(key[:2])
                 if real is None or key not in declared_ids:
                     shown = tuple(ids[v] if k == 1 else v for k, v in (key[:2], key[2:]))
-                    raise TraceFileError(path, f"thread {shown} is not declared by the file's 'M' events")
+                    raise TraceFileError(
+                        path, f"thread {shown} is not declared by the file's 'M' events"
+                    )
                 pids.append(real[0])
                 ranks.append(real[1])
                 tids.append(declared_ids[key])
@@ -539,7 +644,9 @@ class _Threads:
         if isinstance(value, str):
             return (1, reader.ids.code_of(value))
         if _int(value) is None:
-            raise TraceFileError(reader.path, f"event {index}: {what} is neither an integer nor a string")
+            raise TraceFileError(
+                reader.path, f"event {index}: {what} is neither an integer nor a string"
+            )
         return (0, value)
 
     def is_async(self, t: int) -> bool:
@@ -557,4 +664,6 @@ class _Threads:
     def rank(self, thread: np.ndarray, parsed: np.ndarray) -> np.ndarray:
         if self.thread_rank is not None:
             return self.thread_rank[thread]
-        return np.where(parsed == np.iinfo(np.int32).min, np.int32(self.default_rank), parsed).astype(np.int32)
+        return np.where(
+            parsed == np.iinfo(np.int32).min, np.int32(self.default_rank), parsed
+        ).astype(np.int32)

@@ -1,6 +1,7 @@
 """Span-table columns as the trace codecs take them: contiguous numpy arrays, validity as
 uint8, strings as int32 codes into one dictionary. Shared by the Chrome JSON and Perfetto
 writers."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,11 +36,17 @@ def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     if column.num_chunks == 0:
         return np.empty(0, np.int32), []
     dictionary = column.chunk(0).dictionary.to_pylist()
-    codes = [pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks]
-    return np.ascontiguousarray(np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32), dictionary
+    codes = [
+        pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks
+    ]
+    return np.ascontiguousarray(
+        np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32
+    ), dictionary
 
 
-def thread_table(codes: np.ndarray, keys: list, name_rows: dict) -> tuple[np.ndarray, list, np.ndarray]:
+def thread_table(
+    codes: np.ndarray, keys: list, name_rows: dict
+) -> tuple[np.ndarray, list, np.ndarray]:
     """From a codec's ``thread_codes`` (per-row thread codes, the (pid, rank, tid) keys,
     rows per (thread, name code)): per row its thread's index in trace order (by rank, then
     pid, then thread id), the keys in that order, and each thread's own name: the one most

@@ -1,6 +1,7 @@
 """CSV: one row a span, a header line, strings quoted (so an empty string and a missing
 category stay apart: ``""`` versus nothing). CSV has no place for the schema metadata.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,13 +27,20 @@ class CsvExporter(Exporter):
 
     def _write(self, table: pa.Table, path: Path) -> None:
         options = pacsv.WriteOptions(include_header=True, quoting_style="needed")
-        with Progress(table.num_rows, f"writing {path.name}") as progress, \
-                pacsv.CSVWriter(str(path), _CSV_SCHEMA, write_options=options) as writer:
+        with (
+            Progress(table.num_rows, f"writing {path.name}") as progress,
+            pacsv.CSVWriter(str(path), _CSV_SCHEMA, write_options=options) as writer,
+        ):
             for batch in table.to_batches(max_chunksize=base.BATCH_ROWS):
-                writer.write_batch(pa.RecordBatch.from_arrays(
-                    [column.cast(field.type) for column, field in zip(batch.columns, _CSV_SCHEMA)],
-                    schema=_CSV_SCHEMA,
-                ))
+                writer.write_batch(
+                    pa.RecordBatch.from_arrays(
+                        [
+                            column.cast(field.type)
+                            for column, field in zip(batch.columns, _CSV_SCHEMA)
+                        ],
+                        schema=_CSV_SCHEMA,
+                    )
+                )
                 progress.advance(batch.num_rows)
 
     def _read(self, path: Path) -> pa.Table:
@@ -44,10 +52,15 @@ class CsvExporter(Exporter):
         columns = {field.strip().strip(b'"').decode("utf-8", "replace") for field in header.split(b",")}
         missing = [name for name in _CSV_SCHEMA.names if name not in columns and name not in DERIVED_COLUMNS]
         if len(missing) > 3:
-            raise TraceFileError(path, f"not a hotspan CSV: its first line is not the span table's header "
-                                       f"({','.join(_CSV_SCHEMA.names)})")
+            raise TraceFileError(
+                path,
+                f"not a hotspan CSV: its first line is not the span table's header "
+                f"({','.join(_CSV_SCHEMA.names)})",
+            )
         if missing:
-            raise TraceFileError(path, f"not a hotspan CSV: its header has no {', '.join(missing)} column")
+            raise TraceFileError(
+                path, f"not a hotspan CSV: its header has no {', '.join(missing)} column"
+            )
         # A file cut short (a copy interrupted, a disk full) ends inside a row: that row is
         # left out, counted, and said, rather than the whole file refused.
         cut = 0

@@ -42,6 +42,7 @@ visible. Loading merges the metadata: the lowest rank's stands for the whole, an
 ``hotspan.ranks`` keeps, per rank, each process's host, pid, clock anchor, dropped counts
 and (from a collector) its clock offset and uncertainty.
 """
+
 from __future__ import annotations
 
 import errno
@@ -109,7 +110,9 @@ def part_name(rank: int, pid: int, seq: int, token: str | None = None, last: int
     return f"part-r{int(rank)}-{int(pid)}-{middle}{int(seq):06d}{tail}.parquet"
 
 
-def part_path(directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None) -> Path:
+def part_path(
+    directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None
+) -> Path:
     """Where part ``seq`` of writer ``token`` (process ``pid`` of ``rank``) lives in a local
     dataset directory; without a token, the older ``part-<pid>-<seq>`` name."""
     return Path(directory) / part_name(rank, pid, seq, token)
@@ -144,7 +147,7 @@ class Location:
         return f"{self.root}/{relative}"
 
     def relative(self, path: str) -> str:
-        return path[len(self.root) + 1:] if path.startswith(self.root + "/") else path
+        return path[len(self.root) + 1 :] if path.startswith(self.root + "/") else path
 
     def __repr__(self) -> str:
         return f"<Location {self.shown}>"
@@ -165,7 +168,9 @@ def location(dest: str | os.PathLike) -> Location:
         fs, root = pafs.FileSystem.from_uri(text)
     except (pa.ArrowException, ValueError, OSError) as exc:
         # pyarrow's message may quote the URI, credentials and all: not shown.
-        raise ValueError(f"{shown}: not a file system URI that pyarrow can open ({type(exc).__name__})") from None
+        raise ValueError(
+            f"{shown}: not a file system URI that pyarrow can open ({type(exc).__name__})"
+        ) from None
     if isinstance(fs, pafs.LocalFileSystem):  # file:///path
         return Location(fs, root, shown, True)
     return Location(fs, root, shown, False)
@@ -181,7 +186,9 @@ def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str
     process killed mid-upload never completes it, and the object never appears). Other file
     systems (HDFS): a hidden temporary name, then a move."""
     if loc.local:
-        raise ValueError(f"{loc.shown}: put_file publishes to a remote store; write local parts in place")
+        raise ValueError(
+            f"{loc.shown}: put_file publishes to a remote store; write local parts in place"
+        )
     target = loc.join(relative)
     import pyarrow.fs as pafs
 
@@ -204,9 +211,17 @@ def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str
     return target
 
 
-def write_part(table: pa.Table, directory: str | os.PathLike | Location, *, rank: int, pid: int, seq: int,
-               token: str | None = None, part_meta: dict[str, Any] | None = None,
-               last: int | None = None) -> Path | str:
+def write_part(
+    table: pa.Table,
+    directory: str | os.PathLike | Location,
+    *,
+    rank: int,
+    pid: int,
+    seq: int,
+    token: str | None = None,
+    part_meta: dict[str, Any] | None = None,
+    last: int | None = None,
+) -> Path | str:
     """Write one part atomically; return its path (local) or its path on the store.
 
     Local: a temporary ``.``-name, fsync, then the name taken with ``link()``. Elsewhere:
@@ -220,8 +235,11 @@ def write_part(table: pa.Table, directory: str | os.PathLike | Location, *, rank
 
     from .registry import exporter_for
 
-    loc = directory if isinstance(directory, Location) else (
-        None if not is_uri(directory) else location(directory))
+    loc = (
+        directory
+        if isinstance(directory, Location)
+        else (None if not is_uri(directory) else location(directory))
+    )
     relative = part_name(rank, pid, seq, token, last)
     meta = dict(table.schema.metadata or {})
     own = {"rank": int(rank), "pid": int(pid), "seq": int(seq)}
@@ -247,7 +265,9 @@ def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
     return meta_json(pq.read_schema(path).metadata or {}, META_PART) or {}
 
 
-def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TEMP_S, by_pid: bool = True) -> int:
+def sweep_temporaries(
+    directory: str | os.PathLike, *, stale_s: float = STALE_TEMP_S, by_pid: bool = True
+) -> int:
     """Remove what writers killed mid-part left in ``directory`` (hidden temporary parts);
     return how many. A temporary part goes when its writer is a process of this host that no
     longer runs, or when nothing has touched it for ``stale_s`` seconds; one being written
@@ -318,8 +338,13 @@ def part_key(path: str) -> dict[str, Any] | None:
     part = _PART_RE.match(name)
     if rank_dir is None or part is None:
         return None
-    return {"rank": int(rank_dir.group(1)), "pid": int(part.group(1)), "token": part.group(2),
-            "seq": int(part.group(3)), "last": int(part.group(4)) if part.group(4) else None}
+    return {
+        "rank": int(rank_dir.group(1)),
+        "pid": int(part.group(1)),
+        "token": part.group(2),
+        "seq": int(part.group(3)),
+        "last": int(part.group(4)) if part.group(4) else None,
+    }
 
 
 def _part_key(path: str) -> tuple:
@@ -339,12 +364,18 @@ def list_parts(loc: Location) -> list[tuple[str, int]]:
     import pyarrow.fs as pafs
 
     found = []
-    for info in loc.fs.get_file_info(pafs.FileSelector(loc.root, recursive=True, allow_not_found=True)):
-        if info.type not in (pafs.FileType.File, pafs.FileType.Unknown) or not info.path.endswith(".parquet"):
+    for info in loc.fs.get_file_info(
+        pafs.FileSelector(loc.root, recursive=True, allow_not_found=True)
+    ):
+        if info.type not in (pafs.FileType.File, pafs.FileType.Unknown) or not info.path.endswith(
+            ".parquet"
+        ):
             continue
         if any(piece.startswith((".", "_")) for piece in loc.relative(info.path).split("/")):
             continue
-        if info.type == pafs.FileType.Unknown:  # a FIFO, a socket, a device named like a part: refused, never opened
+        if (
+            info.type == pafs.FileType.Unknown
+        ):  # a FIFO, a socket, a device named like a part: refused, never opened
             require_regular_file(info.path)  # raises, naming what it is
             continue
         found.append((info.path, info.size or 0))
@@ -357,7 +388,9 @@ def part_files(directory: str | os.PathLike) -> list[Path]:
     return [Path(path) for path, _size in list_parts(location(directory))]
 
 
-def current_parts(dest: str | os.PathLike | Location) -> tuple[Location, list[tuple[str, int, dict[bytes, bytes]]]]:
+def current_parts(
+    dest: str | os.PathLike | Location,
+) -> tuple[Location, list[tuple[str, int, dict[bytes, bytes]]]]:
     """Where ``dest`` lives, and the parts a reader should read now: (path, size, schema
     metadata), parts replaced by a visible compacted part left out. Reads every footer."""
     import pyarrow.parquet as pq
@@ -370,8 +403,9 @@ def current_parts(dest: str | os.PathLike | Location) -> tuple[Location, list[tu
         except FileNotFoundError:
             continue  # deleted since the listing: a compaction's input, hidden already
         except (pa.ArrowException, OSError) as exc:
-            raise TraceFileError(redact_uri(path) if not loc.local else path,
-                                 f"not a readable Parquet part: {exc}") from None
+            raise TraceFileError(
+                redact_uri(path) if not loc.local else path, f"not a readable Parquet part: {exc}"
+            ) from None
     replaced = replaced_by([(path, meta) for path, _size, meta in found])
     return loc, [item for item in found if item[0] not in replaced]
 
@@ -385,7 +419,9 @@ def replaced_by(metas: list[tuple[str, dict[bytes, bytes]]]) -> set[str]:
     for path, meta in metas:
         names = (meta_json(meta, META_PART) or {}).get("replaces") or ()
         parent = path.rpartition("/")[0]
-        replaced.update(f"{parent}/{name}" for name in names if isinstance(name, str) and "/" not in name)
+        replaced.update(
+            f"{parent}/{name}" for name in names if isinstance(name, str) and "/" not in name
+        )
     return replaced
 
 
@@ -407,7 +443,11 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
         rank = part.get("rank", meta_int(meta, META_RANK) or 0)
         pid = part.get("pid", meta_int(meta, META_PID) or 0)
         if isinstance(part.get("unflushed_children"), list):
-            unflushed += [{**child, "parent_pid": pid} for child in part["unflushed_children"] if isinstance(child, dict)]
+            unflushed += [
+                {**child, "parent_pid": pid}
+                for child in part["unflushed_children"]
+                if isinstance(child, dict)
+            ]
         host = (meta.get(META_HOST) or b"").decode(errors="replace")
         proc = processes.setdefault((int(rank), int(pid), host), {"pid": pid, "host": host, "parts": 0, "spans": 0})
         if META_RUN in meta:
@@ -421,9 +461,17 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
         if clock is not None:
             proc["clock"] = clock  # the latest part's calibration
         dropped = meta_json(meta, META_DROPPED)
-        if isinstance(dropped, dict) and _dropped_total(dropped) >= _dropped_total(proc.get("dropped")):
+        if isinstance(dropped, dict) and _dropped_total(dropped) >= _dropped_total(
+            proc.get("dropped")
+        ):
             proc["dropped"] = dropped  # the largest: a process's counts only grow
-        for key in ("sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns"):
+        for key in (
+            "sink_dropped",
+            "offset_ns",
+            "offset_uncertainty_ns",
+            "offset_applied_ns",
+            "rtt_ns",
+        ):
             if key in part:
                 proc[key] = part[key]
     ranks: dict[str, list[dict[str, Any]]] = {}
@@ -440,7 +488,9 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
             pass
         if "start_ns" in proc:
             starts.append(proc["start_ns"])
-    merged[META_DROPPED] = json.dumps({"total": total_dropped, "threads": threads, "names": names}).encode()
+    merged[META_DROPPED] = json.dumps(
+        {"total": total_dropped, "threads": threads, "names": names}
+    ).encode()
     if any(META_TASKS in meta for meta, _rows in parts):
         merged[META_TASKS] = b"1"  # a part with task spans: the whole may overlap on a thread
     if starts:
@@ -534,7 +584,12 @@ def load_uri(uri: str, format: str | None = None, *, check: bool = True, run: st
         exporter = exporter_for(loc.root, format)
         with tempfile.TemporaryDirectory(prefix="hotspan-fetch-") as tmp:
             local = Path(tmp) / loc.root.rpartition("/")[2]
-            pafs.copy_files(loc.root, str(local), source_filesystem=loc.fs, destination_filesystem=pafs.LocalFileSystem())
+            pafs.copy_files(
+                loc.root,
+                str(local),
+                source_filesystem=loc.fs,
+                destination_filesystem=pafs.LocalFileSystem(),
+            )
             try:
                 return exporter.read(local, check=check)
             except TraceFileError as exc:
@@ -562,8 +617,11 @@ def load_dataset(directory: str | os.PathLike | Location, *, check: bool = True,
             return _load_once(loc, check, run)
         except _PartVanished:
             time.sleep(0.01)
-    raise TraceFileError(loc.shown, f"parts kept vanishing while being read ({LOAD_ATTEMPTS} listings): "
-                                    "is something deleting them?")
+    raise TraceFileError(
+        loc.shown,
+        f"parts kept vanishing while being read ({LOAD_ATTEMPTS} listings): "
+        "is something deleting them?",
+    )
 
 
 def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
@@ -575,7 +633,9 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
     try:
         files = list_parts(loc)
     except (pa.ArrowException, OSError) as exc:
-        raise TraceFileError(loc.shown, f"cannot list the dataset: {type(exc).__name__}: {exc}") from None
+        raise TraceFileError(
+            loc.shown, f"cannot list the dataset: {type(exc).__name__}: {exc}"
+        ) from None
     if not files:
         if not loc.local and loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
             raise FileNotFoundError(errno.ENOENT, "no such dataset", loc.shown)
@@ -583,11 +643,17 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
     try:
         try:
             dataset = ds.dataset(
-                [path for path, _size in files], format="parquet", filesystem=loc.fs, partition_base_dir=loc.root,
+                [path for path, _size in files],
+                format="parquet",
+                filesystem=loc.fs,
+                partition_base_dir=loc.root,
                 partitioning=ds.partitioning(_PARTITIONING_SCHEMA, flavor="hive"),
             )
             fragments = list(dataset.get_fragments())
-            metas = [(fragment.path, dict(fragment.physical_schema.metadata or {})) for fragment in fragments]
+            metas = [
+                (fragment.path, dict(fragment.physical_schema.metadata or {}))
+                for fragment in fragments
+            ]
             replaced = replaced_by(metas)
             kept = [(fragment, meta) for fragment, (path, meta) in zip(fragments, metas) if path not in replaced]
             runs = sorted({run_of(meta) or "(no id)" for _fragment, meta in kept})
@@ -610,8 +676,12 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
                 if "rank" not in table.column_names:  # a part written without its rank column
                     partition = ds.get_partition_keys(fragment.partition_expression)
                     if "rank" not in partition:
-                        raise TraceFileError(fragment.path, "no rank column and no rank=R directory")
-                    table = table.append_column("rank", pa.array([partition["rank"]] * table.num_rows, pa.int32()))
+                        raise TraceFileError(
+                            fragment.path, "no rank column and no rank=R directory"
+                        )
+                    table = table.append_column(
+                        "rank", pa.array([partition["rank"]] * table.num_rows, pa.int32())
+                    )
                 tables.append(conform_to_schema(table, fragment.path, metadata={}))
         except (pa.ArrowException, OSError) as exc:
             if _any_vanished(loc, [path for path, _size in files]):

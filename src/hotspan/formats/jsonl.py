@@ -5,6 +5,7 @@ Lossless: integers are written as JSON integers (exact, span ids included: JSON 
 no limit, only JavaScript's doubles do), a missing value is ``null`` and an empty string
 ``""``. Like CSV it has no place for the schema metadata.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,14 @@ import pyarrow.json as pajson
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import MISSING_PARENTS, Exporter, Progress, dictionary_batches, missing_parents, note_skipped
+from .base import (
+    MISSING_PARENTS,
+    Exporter,
+    Progress,
+    dictionary_batches,
+    missing_parents,
+    note_skipped,
+)
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -37,7 +45,9 @@ def _json_values(column: pa.Array) -> pa.Array:
     if pa.types.is_boolean(column.type):
         return pc.if_else(column, "true", "false").fill_null("null")
     encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
-    escaped = pa.array([json.dumps(v, ensure_ascii=False) for v in encoded.dictionary.to_pylist()], pa.string())
+    escaped = pa.array(
+        [json.dumps(v, ensure_ascii=False) for v in encoded.dictionary.to_pylist()], pa.string()
+    )
     return escaped.take(encoded.indices).fill_null("null")
 
 
@@ -52,7 +62,7 @@ def _lines(batch: pa.RecordBatch) -> bytes:
     lines = pc.binary_join_element_wise(*pieces, "")
     # The lines end to end are the string array's data buffer between its first and last offsets.
     offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
-    return lines.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]] if len(lines) else b""
+    return lines.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]] if len(lines) else b""
 
 
 #: The key of the first line that holds the file's span count.
@@ -85,7 +95,9 @@ class JsonlExporter(Exporter):
                     # there, which jq and DataFrame readers take as a mostly-null column): a
                     # load of a file cut at a line's end, or with lines cut out, says how many.
                     end = text.index(b"}\n")
-                    text = text[:end] + b',"%s":%d' % (SPANS_KEY.encode(), table.num_rows) + text[end:]
+                    text = (
+                        text[:end] + b',"%s":%d' % (SPANS_KEY.encode(), table.num_rows) + text[end:]
+                    )
                     first = False
                 out.write(text)
                 progress.advance(batch.num_rows)
@@ -93,8 +105,11 @@ class JsonlExporter(Exporter):
     def _read(self, path: Path) -> pa.Table:
         if path.stat().st_size == 0:
             return JSONL_SCHEMA.empty_table()
-        options = pajson.ParseOptions(explicit_schema=JSONL_SCHEMA, unexpected_field_behavior="ignore",
-                                      newlines_in_values=False)
+        options = pajson.ParseOptions(
+            explicit_schema=JSONL_SCHEMA,
+            unexpected_field_behavior="ignore",
+            newlines_in_values=False,
+        )
         # Streamed a block at a time, each block's strings dictionary-encoded as it comes: a
         # load peaks near the table's own size, not at the plain strings of the whole file.
         with pajson.open_json(path, parse_options=options) as reader:
@@ -104,7 +119,10 @@ class JsonlExporter(Exporter):
         table.validate(full=True)
         written = _spans_written(path)
         if written is not None:
-            missing = {"span(s) missing: the file was written with more (lines cut out?)": written - table.num_rows}
+            missing = {
+                "span(s) missing: the file was written with more (lines cut out?)": written
+                - table.num_rows
+            }
         else:  # a file from elsewhere (or whose first line is gone): lines cut out are seen
             # through the spans that name them as their parent
             missing = {MISSING_PARENTS: missing_parents(table)}

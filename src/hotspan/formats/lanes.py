@@ -14,6 +14,7 @@ maps the ids back on load, so ``load(export(table))`` gives back the table's thr
 A table without overlap (the normal case) passes through unchanged, at the cost of a
 vectorised check per thread.
 """
+
 from __future__ import annotations
 
 import json
@@ -168,7 +169,8 @@ def assign_lanes(table: pa.Table) -> tuple[pa.Table, dict[int, int]]:
     end = table.column("end_ns").to_numpy()
     order, bounds = _thread_groups(table)
     overlapping = [
-        order[a:b] for a, b in zip(bounds[:-1], bounds[1:])
+        order[a:b]
+        for a, b in zip(bounds[:-1], bounds[1:])
         if not _nests(start[order[a:b]], end[order[a:b]])
     ]
     if not overlapping:
@@ -184,7 +186,9 @@ def assign_lanes(table: pa.Table) -> tuple[pa.Table, dict[int, int]]:
     mapping: dict[int, int] = {}
     synthetic = LANE_BASE
     for rows in overlapping:
-        lanes = _walk(start[rows], end[rows], depth[rows], span_id[rows], parent_id[rows], has_parent[rows])
+        lanes = _walk(
+            start[rows], end[rows], depth[rows], span_id[rows], parent_id[rows], has_parent[rows]
+        )
         real = int(tid[rows[0]])
         for lane in range(1, int(lanes.max()) + 1):
             while synthetic in used:  # unique within the trace, even next to real ids
@@ -196,7 +200,9 @@ def assign_lanes(table: pa.Table) -> tuple[pa.Table, dict[int, int]]:
     metadata[LANES_KEY] = json.dumps({str(k): v for k, v in mapping.items()}).encode()
     index = table.schema.get_field_index("thread_id")
     column = pa.array(tid, table.schema.field(index).type)
-    table = table.set_column(index, table.schema.field(index), column).replace_schema_metadata(metadata)
+    table = table.set_column(index, table.schema.field(index), column).replace_schema_metadata(
+        metadata
+    )
     return table, mapping
 
 
@@ -219,5 +225,7 @@ def restore_lanes(table: pa.Table) -> pa.Table:
         at = np.minimum(np.searchsorted(keys, tid), len(keys) - 1)
         hit = keys[at] == tid
         tid = np.where(hit, values[at], tid)
-        table = table.set_column(index, table.schema.field(index), pa.array(tid, table.schema.field(index).type))
+        table = table.set_column(
+            index, table.schema.field(index), pa.array(tid, table.schema.field(index).type)
+        )
     return table.replace_schema_metadata(metadata or None)

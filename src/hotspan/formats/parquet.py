@@ -4,6 +4,7 @@ Row groups hold a million rows (half a million for tables large enough to be wri
 several cores, below): large enough for good compression and fast scans of 10 M-span
 traces, small enough that the writer's buffer stays bounded.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,7 +32,10 @@ ROW_GROUP_ROWS = 1 << 20
 # LZ4_RAW files, and zstd is what every reader (DuckDB, Spark, pandas) takes.
 _DICTIONARY_COLUMNS = ["name", "category", "thread_name"]
 _COLUMN_ENCODINGS = {
-    **{name: "DELTA_BINARY_PACKED" for name in ("span_id", "parent_id", "start_ns", "end_ns", "arg")},
+    **{
+        name: "DELTA_BINARY_PACKED"
+        for name in ("span_id", "parent_id", "start_ns", "end_ns", "arg")
+    },
     # durations are noisy small numbers: split into byte streams, zstd finds the structure
     # (0.5 MB a million spans in 17 ms, against 1.5 MB in 36 ms plain)
     "duration_ns": "BYTE_STREAM_SPLIT",
@@ -40,7 +44,8 @@ _COLUMN_ENCODINGS = {
 
 
 _WRITER_OPTIONS = dict(
-    compression="zstd", compression_level=-1,
+    compression="zstd",
+    compression_level=-1,
     use_dictionary=_DICTIONARY_COLUMNS,
     column_encoding=_COLUMN_ENCODINGS,
     # Statistics on the times only: what a reader prunes row groups by.
@@ -61,15 +66,15 @@ PARALLEL_ROWS = 1 << 19  # a row group of the parallel writer
 
 
 class ParquetExporter(Exporter):
-
     def _write(self, table: pa.Table, path: Path) -> None:
         workers = min(os.cpu_count() or 1, 4)
         if table.num_rows >= PARALLEL_MIN_ROWS and workers > 1:
             self._write_parallel(table, path, workers)
             return
-        with Progress(table.num_rows, f"writing {path.name}") as progress, pq.ParquetWriter(
-            path, table.schema, **_WRITER_OPTIONS
-        ) as writer:
+        with (
+            Progress(table.num_rows, f"writing {path.name}") as progress,
+            pq.ParquetWriter(path, table.schema, **_WRITER_OPTIONS) as writer,
+        ):
             for start in range(0, table.num_rows, ROW_GROUP_ROWS):
                 row_group = table.slice(start, ROW_GROUP_ROWS)
                 writer.write_table(row_group, row_group_size=ROW_GROUP_ROWS)
@@ -78,19 +83,25 @@ class ParquetExporter(Exporter):
     def _write_parallel(self, table: pa.Table, path: Path, workers: int) -> None:
         def one_file(part: pa.Table) -> pa.Buffer:
             sink = pa.BufferOutputStream()
-            pq.write_table(part, sink, row_group_size=PARALLEL_ROWS, **_WRITER_OPTIONS)  # releases the GIL
+            pq.write_table(
+                part, sink, row_group_size=PARALLEL_ROWS, **_WRITER_OPTIONS
+            )  # releases the GIL
             return sink.getvalue()
 
         starts = iter(range(0, table.num_rows, PARALLEL_ROWS))
         joined = _JoinedFile()
-        with Progress(table.num_rows, f"writing {path.name}") as progress, open(path, "wb") as out, \
-                ThreadPoolExecutor(workers) as pool:
+        with (
+            Progress(table.num_rows, f"writing {path.name}") as progress,
+            open(path, "wb") as out,
+            ThreadPoolExecutor(workers) as pool,
+        ):
             # A sliding window of row groups in flight, taken in file order: every core stays
             # busy while the earliest is joined, and memory stays at about `workers + 1`
             # compressed row groups whatever the table's size.
             in_flight = collections.deque(
                 pool.submit(one_file, table.slice(start, PARALLEL_ROWS))
-                for start in itertools.islice(starts, workers + 1))
+                for start in itertools.islice(starts, workers + 1)
+            )
             out.write(b"PAR1")
             while in_flight:
                 written = in_flight.popleft().result()
@@ -132,8 +143,8 @@ class _JoinedFile:
     def add(self, data: pa.Buffer, out) -> None:
         view = memoryview(data)
         (length,) = struct.unpack("<I", view[-8:-4])
-        footer = _thrift.read_struct(bytes(view[-8 - length:-8]))
-        body = view[4:-8 - length]
+        footer = _thrift.read_struct(bytes(view[-8 - length : -8]))
+        body = view[4 : -8 - length]
         moved_by = self.offset - 4
         for row_group in _thrift.field(footer, 4)[2][1]:
             self._move(row_group, moved_by)

@@ -7,6 +7,7 @@ codes, thread and process tables), the few descriptor packets, and the decoder's
 turned back into a span table. The table's schema metadata travels as a process label, so
 a round trip keeps it.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA, TRACE_SCHEMA
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
-from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
+from .codec_inputs import (
+    column_values,
+    device_flows,
+    dictionary_codes,
+    nullable_values,
+    thread_table,
+)
 from .lanes import assign_lanes, restore_lanes
 
 #: Bytes read per block: the decoder never holds more of the file than this (plus one
@@ -61,12 +67,31 @@ class PerfettoExporter(Exporter):
         flow_out, flow_in = device_flows(table)  # host span -> its device row
         with open(path, "wb") as sink, Progress(n, f"writing {path.name}") as progress:
             codec.encode(
-                sink.fileno(), header, _WRITE_BUFFER,
-                start, duration, column_values(table, "depth", np.int32), column_values(table, "span_id", np.uint64),
-                parent_id, has_parent, arg, has_arg, column_values(table, "error", np.bool_).view(np.uint8),
-                flow_out, flow_in, name, category, thread, thread_name, own_name,
-                [s.encode() for s in names], [s.encode() for s in categories], [s.encode() for s in thread_names],
-                1 + len(processes), progress.advance)
+                sink.fileno(),
+                header,
+                _WRITE_BUFFER,
+                start,
+                duration,
+                column_values(table, "depth", np.int32),
+                column_values(table, "span_id", np.uint64),
+                parent_id,
+                has_parent,
+                arg,
+                has_arg,
+                column_values(table, "error", np.bool_).view(np.uint8),
+                flow_out,
+                flow_in,
+                name,
+                category,
+                thread,
+                thread_name,
+                own_name,
+                [s.encode() for s in names],
+                [s.encode() for s in categories],
+                [s.encode() for s in thread_names],
+                1 + len(processes),
+                progress.advance,
+            )
 
     # ------------------------------------------------------------------ read
 
@@ -86,13 +111,18 @@ class PerfettoExporter(Exporter):
 # --------------------------------------------------------------------------- columns to the codec
 
 
-def _threads(table: pa.Table, thread_name: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]], np.ndarray]:
+def _threads(
+    table: pa.Table, thread_name: np.ndarray
+) -> tuple[np.ndarray, list[tuple[int, int, int]], np.ndarray]:
     """Per row the index of its thread; the threads (pid, rank, tid) in trace order (by
     rank, then pid, then thread id); and each thread's name: the one most of its rows carry
     (ties: the smaller code), the others kept per span (a thread renamed mid-trace)."""
     codes, keys, name_rows = codec.thread_codes(
-        column_values(table, "pid", np.int64), column_values(table, "rank", np.int32), column_values(table, "thread_id", np.int64),
-        thread_name)
+        column_values(table, "pid", np.int64),
+        column_values(table, "rank", np.int32),
+        column_values(table, "thread_id", np.int64),
+        thread_name,
+    )
     return thread_table(codes, keys, name_rows)
 
 
@@ -116,32 +146,52 @@ def _descriptors(threads, processes, own_name, thread_names, metadata: dict, spa
     if metadata:
         # surrogateescape + ASCII JSON: any bytes survive the round trip.
         meta_label = f"{_META_LABEL}=" + json.dumps(
-            {k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape") for k, v in metadata.items()})
+            {
+                k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
+                for k, v in metadata.items()
+            }
+        )
         if not processes:  # an empty table: a process with no threads carries it
             processes, descriptor_pid = [(0, 0)], [0]
     out = []
     for index, (pid, rank) in enumerate(processes):
         body = codec.field_varint(codec.PROCESS_PID, descriptor_pid[index])
         body += b"".join(codec.field_bytes(codec.PROCESS_CMDLINE, a) for a in argv)
-        body += codec.field_bytes(codec.PROCESS_NAME, f"rank {rank} @ {host}" if host else f"rank {rank}")
+        body += codec.field_bytes(
+            codec.PROCESS_NAME, f"rank {rank} @ {host}" if host else f"rank {rank}"
+        )
         body += codec.field_bytes(codec.PROCESS_LABELS, f"hotspan.rank={rank}")
         body += codec.field_bytes(codec.PROCESS_LABELS, f"hotspan.pid={pid}")
         if index == 0 and meta_label is not None:
             body += codec.field_bytes(codec.PROCESS_LABELS, meta_label)
         if index == 0:  # how many spans the trace holds: a load that finds fewer says so
             body += codec.field_bytes(codec.PROCESS_LABELS, f"hotspan.spans={spans}")
-        track = codec.field_varint(codec.TRACK_UUID, 1 + index) + codec.field_bytes(codec.TRACK_PROCESS, body)
-        out.append(codec.packet(codec.field_bytes(60, track) + codec.field_varint(10, codec.DESCRIPTOR_SEQUENCE)))
+        track = codec.field_varint(codec.TRACK_UUID, 1 + index) + codec.field_bytes(
+            codec.TRACK_PROCESS, body
+        )
+        out.append(
+            codec.packet(
+                codec.field_bytes(60, track) + codec.field_varint(10, codec.DESCRIPTOR_SEQUENCE)
+            )
+        )
     process_index = {key: i for i, key in enumerate(processes)}
     for index, (pid, rank, tid) in enumerate(threads):
         process = process_index[(pid, rank)]
-        body = (codec.field_varint(codec.THREAD_PID, descriptor_pid[process])
-                + codec.field_varint(codec.THREAD_TID, tid)
-                + codec.field_bytes(codec.THREAD_NAME, thread_names[own_name[index]]))
-        track = (codec.field_varint(codec.TRACK_UUID, 1 + len(processes) + index)
-                 + codec.field_varint(codec.TRACK_PARENT_UUID, 1 + process)
-                 + codec.field_bytes(codec.TRACK_THREAD, body))
-        out.append(codec.packet(codec.field_bytes(60, track) + codec.field_varint(10, codec.DESCRIPTOR_SEQUENCE)))
+        body = (
+            codec.field_varint(codec.THREAD_PID, descriptor_pid[process])
+            + codec.field_varint(codec.THREAD_TID, tid)
+            + codec.field_bytes(codec.THREAD_NAME, thread_names[own_name[index]])
+        )
+        track = (
+            codec.field_varint(codec.TRACK_UUID, 1 + len(processes) + index)
+            + codec.field_varint(codec.TRACK_PARENT_UUID, 1 + process)
+            + codec.field_bytes(codec.TRACK_THREAD, body)
+        )
+        out.append(
+            codec.packet(
+                codec.field_bytes(60, track) + codec.field_varint(10, codec.DESCRIPTOR_SEQUENCE)
+            )
+        )
     # An empty table still makes a non-empty file (one bare packet): an empty file is
     # what a failed or truncated write looks like.
     return b"".join(out) or codec.packet(codec.field_varint(10, codec.DESCRIPTOR_SEQUENCE))
@@ -159,9 +209,14 @@ def _table(decoder, path: Path) -> pa.Table:
     n = len(columns["start"])
     schema = TRACE_SCHEMA.with_metadata(metadata or None)
     # The span count the writer put in the first process's labels (older files: none).
-    written = sum(int(p["spans"]) for p in decoder.processes.values() if str(p.get("spans") or "").isdigit())
-    missing = {"span(s) missing: the trace was written with more (packets cut out?)": written - n} \
-        if written > n else {}
+    written = sum(
+        int(p["spans"]) for p in decoder.processes.values() if str(p.get("spans") or "").isdigit()
+    )
+    missing = (
+        {"span(s) missing: the trace was written with more (packets cut out?)": written - n}
+        if written > n
+        else {}
+    )
     if n == 0:
         if missing:
             raise fail(f"no span left of the {written:,} it was written with (packets cut out?)")
@@ -175,7 +230,14 @@ def _table(decoder, path: Path) -> pa.Table:
         "span_id": pa.array(columns.pop("span_id"), pa.uint64()),
         "parent_id": pa.array(columns.pop("parent_id"), pa.uint64(), mask=~has_parent),
         "name": _strings(columns.pop("name"), decoder.names, flags, 0, "name", fail),
-        "category": _strings(columns.pop("category"), decoder.categories, flags, codec.ROW_HAS_CATEGORY, "category", fail),
+        "category": _strings(
+            columns.pop("category"),
+            decoder.categories,
+            flags,
+            codec.ROW_HAS_CATEGORY,
+            "category",
+            fail,
+        ),
         "start_ns": pa.array(start, pa.int64()),
         "end_ns": pa.array(end, pa.int64()),
         "duration_ns": pa.array(end - start, pa.int64()),
@@ -196,9 +258,14 @@ def _metadata(processes: dict, fail) -> dict[bytes, bytes]:
         if process["meta"] is not None:
             try:
                 meta = json.loads(process["meta"])
-                return {k.encode("utf-8", "surrogateescape"): v.encode("utf-8", "surrogateescape") for k, v in meta.items()}
+                return {
+                    k.encode("utf-8", "surrogateescape"): v.encode("utf-8", "surrogateescape")
+                    for k, v in meta.items()
+                }
             except (ValueError, AttributeError, TypeError) as exc:
-                raise fail(f"the {_META_LABEL} label is not a JSON object of strings: {exc}") from exc
+                raise fail(
+                    f"the {_META_LABEL} label is not a JSON object of strings: {exc}"
+                ) from exc
     return {}
 
 
@@ -227,11 +294,15 @@ def _thread_columns(decoder, track_uuids: np.ndarray, track: np.ndarray, fail) -
         "pid": np.array(pid, np.int64)[track],
         "rank": np.array(rank, np.int32)[track],
         "tid": np.array(tid, np.int64)[track],
-        "name": pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(list(names), pa.string())),
+        "name": pa.DictionaryArray.from_arrays(
+            pa.array(codes, pa.int32()), pa.array(list(names), pa.string())
+        ),
     }
 
 
-def _strings(iids: np.ndarray, table: dict, flags: np.ndarray, flag: int, what: str, fail) -> pa.Array:
+def _strings(
+    iids: np.ndarray, table: dict, flags: np.ndarray, flag: int, what: str, fail
+) -> pa.Array:
     """Interned ids as a dictionary array, mapped in place (null where the row's flags
     lack ``flag``; 0: none is null)."""
     keys = np.array(sorted(table), np.int64)

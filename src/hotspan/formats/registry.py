@@ -3,6 +3,7 @@
 Free of pyarrow: recording to a path checks its extension at start without importing any
 codec.
 """
+
 from __future__ import annotations
 
 import importlib

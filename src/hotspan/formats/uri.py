@@ -2,6 +2,7 @@
 
 pyarrow-free: the recorder decides what its destination is before anything loads pyarrow.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,14 @@ __all__ = ["FS_SCHEMES", "is_uri", "redact_uri"]
 
 #: The schemes ``pyarrow.fs.FileSystem.from_uri`` opens (local, S3, Google Cloud Storage,
 #: HDFS, Azure; ``mock`` is pyarrow's in-memory one).
-FS_SCHEMES = frozenset({"file", "local", "mock", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss"})
+FS_SCHEMES = frozenset(
+    {"file", "local", "mock", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss"}
+)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Query keys whose values are never shown (credentials passed in a URI's query).
-_SECRET_KEYS = re.compile(r"secret|token|key|password|passwd|credential|sig|session|auth", re.IGNORECASE)
+_SECRET_KEYS = re.compile(
+    r"secret|token|key|password|passwd|credential|sig|session|auth", re.IGNORECASE
+)
 
 
 def scheme_of(path: str | os.PathLike) -> str | None:
@@ -51,5 +56,7 @@ def redact_uri(text: str | os.PathLike) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = "***@" + netloc.rsplit("@", 1)[1]
-    shown_query = urlencode([(k, "***" if _SECRET_KEYS.search(k) else v) for k, v in query], safe="*:/")
+    shown_query = urlencode(
+        [(k, "***" if _SECRET_KEYS.search(k) else v) for k, v in query], safe="*:/"
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, shown_query, parts.fragment))

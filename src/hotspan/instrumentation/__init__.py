@@ -12,6 +12,7 @@ keeps the unwrapped one: instrument first, or call through the module.
 
 The framework is imported by ``instrument`` (not by ``import hotspan``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -33,7 +34,9 @@ def _integration(name: object):
     if not isinstance(name, str):
         raise TypeError(f"instrument(): the name must be a str, not {type(name).__name__}")
     if name not in KNOWN:
-        raise ValueError(f"instrument(): unknown integration {name!r}; known: {', '.join(sorted(KNOWN))}")
+        raise ValueError(
+            f"instrument(): unknown integration {name!r}; known: {', '.join(sorted(KNOWN))}"
+        )
     return importlib.import_module(KNOWN[name][0])
 
 

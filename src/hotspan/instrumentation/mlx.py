@@ -6,6 +6,7 @@ MLX builds graphs lazily: ``y = a @ b`` only records the work, which runs inside
 three calls are where the time goes, so recording them shows it without editing the
 program.
 """
+
 from __future__ import annotations
 
 from typing import Any

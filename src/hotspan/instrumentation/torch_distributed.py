@@ -33,6 +33,7 @@ Functions the installed torch lacks are skipped. Only the functions in
 ``torch.distributed``'s namespace are replaced: torch's own helpers
 that call them internally (``all_gather_object``, DDP's buckets) are not recorded.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -91,7 +92,11 @@ class _Param:
         names = [p.name for p in params]
         if name in names:
             p = params[names.index(name)]
-            self.index = names.index(name) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None
+            self.index = (
+                names.index(name)
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                else None
+            )
             self.default = None if p.default is p.empty else p.default
         else:
             self.index, self.default = None, None
@@ -200,7 +205,7 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
             _close_orphans()
         try:
             nbytes = sent(args, kwargs)
-        except Exception:  # arguments torch itself will refuse: let it say why, below
+        except Exception:  # noqa: BLE001 -- arguments torch itself will refuse: let it say why, below
             nbytes = None
         sp = span(fname, CATEGORY, arg=nbytes)
         if not (always_async or async_op.get(args, kwargs)):
@@ -239,8 +244,10 @@ class Collective:
         return self._call(*args, **kwargs)
 
     def __eq__(self, other: object) -> bool:
-        return other is self or other is self.__wrapped__ or (
-            isinstance(other, Collective) and other.__wrapped__ is self.__wrapped__
+        return (
+            other is self
+            or other is self.__wrapped__
+            or (isinstance(other, Collective) and other.__wrapped__ is self.__wrapped__)
         )
 
     def __hash__(self) -> int:

@@ -2,6 +2,7 @@
 name those that died of a signal before writing any part of their own (killed before their
 metadata part, i.e. before ``import hotspan`` ended in them): nothing they recorded could be
 kept, and the run says who they were (``hotspan.unflushed`` in the loaded metadata)."""
+
 from __future__ import annotations
 
 import sys
@@ -30,8 +31,10 @@ def track_children() -> None:
     """Note multiprocessing's children from now on (once multiprocessing is loaded: called at
     a recording's start, at each flush and before each fork)."""
     mp_process = sys.modules.get("multiprocessing.process")
-    if mp_process is not None and not isinstance(getattr(mp_process, "_children", None), _TrackedChildren):
-        setattr(mp_process, "_children", _TrackedChildren(getattr(mp_process, "_children", ())))
+    if mp_process is not None and not isinstance(
+        getattr(mp_process, "_children", None), _TrackedChildren
+    ):
+        mp_process._children = _TrackedChildren(getattr(mp_process, "_children", ()))
 
 
 def forget_children() -> None:

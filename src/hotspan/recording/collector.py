@@ -31,6 +31,7 @@ A client that cannot reach the collector keeps its batches (up to ``buffer_spans
 that the newest are dropped and counted) and retries with exponential backoff, on a fresh
 connection each time.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,7 +46,6 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -148,10 +148,19 @@ class CollectorServer:
     ``shutdown()`` waits for the puts in flight (each is written before its call returns).
     """
 
-    def __init__(self, out: str | os.PathLike, listen: str = f"grpc://127.0.0.1:{DEFAULT_PORT}",
-                 token: str | None = None, log=None, *, max_put_rows: int = MAX_PUT_ROWS,
-                 max_put_bytes: int = MAX_PUT_BYTES, max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
-                 compact_on_done: bool = True, sweep_stale_s: float = SWEEP_STALE_S):
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        listen: str = f"grpc://127.0.0.1:{DEFAULT_PORT}",
+        token: str | None = None,
+        log=None,
+        *,
+        max_put_rows: int = MAX_PUT_ROWS,
+        max_put_bytes: int = MAX_PUT_BYTES,
+        max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+        compact_on_done: bool = True,
+        sweep_stale_s: float = SWEEP_STALE_S,
+    ):
         from ..formats.dataset import sweep_temporaries
 
         flight, TokenMiddlewareFactory = _server_classes()
@@ -186,8 +195,10 @@ class CollectorServer:
                 return owner._do_action(action)
 
             def list_actions(self, context):
-                return [("clock", "the server's time.time_ns(), 8 bytes little-endian"),
-                    ("done", "a client is done (JSON pid, batch): its parts are compacted")]
+                return [
+                    ("clock", "the server's time.time_ns(), 8 bytes little-endian"),
+                    ("done", "a client is done (JSON pid, batch): its parts are compacted"),
+                ]
 
             def do_put(self, context, descriptor, reader, writer):
                 owner._do_put(descriptor, reader)
@@ -231,8 +242,10 @@ class CollectorServer:
             info = json.loads(command)
             if not isinstance(info, dict):
                 raise ValueError("not an object")
-            rank, pid, seq = (_bounded_int(info, key, 0, limit) for key, limit in
-                              (("rank", 2**31 - 1), ("pid", 2**31 - 1), ("seq", 2**40)))
+            rank, pid, seq = (
+                _bounded_int(info, key, 0, limit)
+                for key, limit in (("rank", 2**31 - 1), ("pid", 2**31 - 1), ("seq", 2**40))
+            )
             offset = _bounded_int(info, "offset_ns", -(2**62), 2**62, default=0)
             uncertainty = _bounded_int(info, "offset_uncertainty_ns", 0, 2**62, default=0)
             rtt = _bounded_int(info, "rtt_ns", 0, 2**62, default=0)
@@ -249,11 +262,15 @@ class CollectorServer:
         except (ValueError, TypeError) as exc:
             raise self._refuse(f"bad descriptor: {exc}") from None
         if announced_rows > self.max_put_rows:
-            raise self._refuse(f"rank {rank} pid {pid}: {announced_rows:,} rows announced, more than "
-                               f"{self.max_put_rows:,} in one put")
+            raise self._refuse(
+                f"rank {rank} pid {pid}: {announced_rows:,} rows announced, more than "
+                f"{self.max_put_rows:,} in one put"
+            )
         if announced_bytes > self.max_put_bytes:
-            raise self._refuse(f"rank {rank} pid {pid}: {announced_bytes:,} bytes announced, more than "
-                               f"{self.max_put_bytes:,} in one put")
+            raise self._refuse(
+                f"rank {rank} pid {pid}: {announced_bytes:,} bytes announced, more than "
+                f"{self.max_put_bytes:,} in one put"
+            )
         digest = hashlib.blake2b(digest_size=16)
         batches, rows, size, reserved = [], 0, 0, 0
         try:
@@ -267,11 +284,19 @@ class CollectorServer:
                     nbytes = chunk.data.nbytes
                     size += nbytes
                     if rows > self.max_put_rows:
-                        raise self._refuse(f"rank {rank} pid {pid}: more than {self.max_put_rows:,} rows in one put")
+                        raise self._refuse(
+                            f"rank {rank} pid {pid}: more than {self.max_put_rows:,} rows in one put"
+                        )
                     if size > self.max_put_bytes:
-                        raise self._refuse(f"rank {rank} pid {pid}: more than {self.max_put_bytes:,} bytes in one put")
-                    if 0 <= announced_rows < rows:  # a client that said less than it sends is stopped at once
-                        raise self._refuse(f"rank {rank} pid {pid}: more rows than the {announced_rows:,} announced")
+                        raise self._refuse(
+                            f"rank {rank} pid {pid}: more than {self.max_put_bytes:,} bytes in one put"
+                        )
+                    if (
+                        0 <= announced_rows < rows
+                    ):  # a client that said less than it sends is stopped at once
+                        raise self._refuse(
+                            f"rank {rank} pid {pid}: more rows than the {announced_rows:,} announced"
+                        )
                     with self.lock:
                         if self.inflight_bytes + nbytes > self.max_inflight_bytes:
                             busy = True
@@ -280,9 +305,13 @@ class CollectorServer:
                             self.inflight_bytes += nbytes
                             reserved += nbytes
                     if busy:
-                        self._say(f"hotspan collect: busy ({self.max_inflight_bytes:,} bytes in flight): "
-                                  f"rank {rank} pid {pid} will retry")
-                        raise self._flight.FlightUnavailableError("hotspan collector: busy, retry later")
+                        self._say(
+                            f"hotspan collect: busy ({self.max_inflight_bytes:,} bytes in flight): "
+                            f"rank {rank} pid {pid} will retry"
+                        )
+                        raise self._flight.FlightUnavailableError(
+                            "hotspan collector: busy, retry later"
+                        )
                     _digest_batch(digest, chunk.data)
                     batches.append(chunk.data)
                 table = pa.Table.from_batches(batches, schema=reader.schema)
@@ -291,26 +320,52 @@ class CollectorServer:
                 raise
             except (pa.ArrowException, ValueError, TypeError) as exc:
                 raise self._refuse(f"rank {rank} pid {pid}: not a span batch: {exc}") from None
-            self._write(table, rank=rank, pid=pid, seq=seq, batch=batch, digest=digest.hexdigest(),
-                        offset=offset, uncertainty=uncertainty, rtt=rtt, sink_dropped=sink_dropped,
-                        client_host=client_host, measured=measured)
+            self._write(
+                table,
+                rank=rank,
+                pid=pid,
+                seq=seq,
+                batch=batch,
+                digest=digest.hexdigest(),
+                offset=offset,
+                uncertainty=uncertainty,
+                rtt=rtt,
+                sink_dropped=sink_dropped,
+                client_host=client_host,
+                measured=measured,
+            )
         finally:
             batches.clear()
             if reserved:
                 with self.lock:
                     self.inflight_bytes -= reserved
 
-    def _write(self, table: pa.Table, *, rank: int, pid: int, seq: int, batch: str | None, digest: str,
-               offset: int, uncertainty: int, rtt: int, sink_dropped: int, client_host: str,
-               measured: int = 0) -> None:
-        from ..formats.dataset import part_metadata, part_path, write_part
+    def _write(
+        self,
+        table: pa.Table,
+        *,
+        rank: int,
+        pid: int,
+        seq: int,
+        batch: str | None,
+        digest: str,
+        offset: int,
+        uncertainty: int,
+        rtt: int,
+        sink_dropped: int,
+        client_host: str,
+        measured: int = 0,
+    ) -> None:
+        from ..formats.dataset import part_path, write_part
 
         if table.num_rows:
             import pyarrow.compute as pc
 
             lo, hi = pc.min_max(table.column("rank")).values()
             if lo.as_py() != rank or hi.as_py() != rank:
-                raise self._refuse(f"rank {rank} pid {pid}: rows of rank {lo}..{hi} in a put for rank {rank}")
+                raise self._refuse(
+                    f"rank {rank} pid {pid}: rows of rank {lo}..{hi} in a put for rank {rank}"
+                )
         applied = offset if abs(offset) > uncertainty else 0
         if applied and table.num_rows:
             import pyarrow.compute as pc
@@ -318,11 +373,20 @@ class CollectorServer:
             shift = pa.scalar(applied, pa.int64())
             for name in ("start_ns", "end_ns"):
                 index = table.schema.get_field_index(name)
-                table = table.set_column(index, table.schema.field(index), pc.add(table.column(name), shift))
+                table = table.set_column(
+                    index, table.schema.field(index), pc.add(table.column(name), shift)
+                )
         part_meta = {
-            "sink_dropped": sink_dropped, "offset_ns": offset, "offset_uncertainty_ns": uncertainty,
-            "offset_applied_ns": applied, "rtt_ns": rtt, "clock_measured_ns": measured, "client_host": client_host,
-            "received_ns": time.time_ns(), "collector_host": socket.gethostname(), "digest": digest,
+            "sink_dropped": sink_dropped,
+            "offset_ns": offset,
+            "offset_uncertainty_ns": uncertainty,
+            "offset_applied_ns": applied,
+            "rtt_ns": rtt,
+            "clock_measured_ns": measured,
+            "client_host": client_host,
+            "received_ns": time.time_ns(),
+            "collector_host": socket.gethostname(),
+            "digest": digest,
         }
         # The client's name for the batch; failing that (an older client) or where that name
         # holds another batch already, one from the content.
@@ -334,17 +398,23 @@ class CollectorServer:
                     raise FileExistsError(path)
                 # No lock: write_part takes the name with link(), which one of two puts of the
                 # same batch at once wins; the other finds the part complete and compares.
-                write_part(table, self.out, rank=rank, pid=pid, seq=seq, token=token, part_meta=part_meta)
+                write_part(
+                    table, self.out, rank=rank, pid=pid, seq=seq, token=token, part_meta=part_meta
+                )
             except FileExistsError:
                 if self._same_batch(path, digest):
                     with self.lock:
                         self.duplicates += 1
-                    self._say(f"hotspan collect: rank {rank} pid {pid} sent batch {seq} again: kept once")
+                    self._say(
+                        f"hotspan collect: rank {rank} pid {pid} sent batch {seq} again: kept once"
+                    )
                     return
                 continue
             except (OSError, ValueError, pa.ArrowException) as exc:
                 self._say(f"hotspan collect: could not write a part of rank {rank}: {exc}")
-                raise self._flight.FlightServerError(f"hotspan collector: could not write: {exc}") from None
+                raise self._flight.FlightServerError(
+                    f"hotspan collector: could not write: {exc}"
+                ) from None
             with self.lock:
                 self.spans += table.num_rows
                 self.parts += 1
@@ -352,7 +422,9 @@ class CollectorServer:
                 if batch and token == batch:
                     self.writers.setdefault((pid, batch), set()).add(rank)
             return
-        raise self._refuse(f"rank {rank} pid {pid}: batch {seq}: its names are taken by other batches")
+        raise self._refuse(
+            f"rank {rank} pid {pid}: batch {seq}: its names are taken by other batches"
+        )
 
     @staticmethod
     def _same_batch(path: Path, digest: str) -> bool:
@@ -377,8 +449,12 @@ class CollectorServer:
             ranks = sorted(self.writers.pop((pid, batch), ()))
         if self.compact_on_done:
             for rank in ranks:
-                thread = threading.Thread(target=self._compact, args=(rank, pid, batch), daemon=True,
-                                          name=f"hotspan-compact-{rank}")
+                thread = threading.Thread(
+                    target=self._compact,
+                    args=(rank, pid, batch),
+                    daemon=True,
+                    name=f"hotspan-compact-{rank}",
+                )
                 thread.start()
                 with self.lock:
                     self.compactions = [t for t in self.compactions if t.is_alive()] + [thread]
@@ -390,9 +466,13 @@ class CollectorServer:
         try:
             done = compact(self.out, rank=rank, pid=pid, token=batch)
             if done.written:
-                self._say(f"hotspan collect: rank {rank} pid {pid} done: {done.merged} parts merged into {done.written}")
+                self._say(
+                    f"hotspan collect: rank {rank} pid {pid} done: {done.merged} parts merged into {done.written}"
+                )
         except Exception as exc:  # noqa: BLE001 - the parts stay as they are, all readable
-            self._say(f"hotspan collect: could not compact rank {rank} pid {pid}: {type(exc).__name__}: {exc}")
+            self._say(
+                f"hotspan collect: could not compact rank {rank} pid {pid}: {type(exc).__name__}: {exc}"
+            )
 
     def close(self) -> None:
         """Stop accepting calls; return once the calls in flight have finished (and the
@@ -447,9 +527,17 @@ class CollectorClient:
     Not thread-safe: one thread (the recorder's flusher) calls ``send``/``pump``/``close``.
     """
 
-    def __init__(self, url: "str | list[str] | tuple[str, ...]", *, token: str | None = None,
-                 buffer_spans: int = 1 << 21, timeout: float = 10.0, backoff: tuple[float, float] = (0.05, 2.0),
-                 clock_interval: float = CLOCK_INTERVAL_S, put_timeout: float = PUT_TIMEOUT_S):
+    def __init__(
+        self,
+        url: "str | list[str] | tuple[str, ...]",
+        *,
+        token: str | None = None,
+        buffer_spans: int = 1 << 21,
+        timeout: float = 10.0,
+        backoff: tuple[float, float] = (0.05, 2.0),
+        clock_interval: float = CLOCK_INTERVAL_S,
+        put_timeout: float = PUT_TIMEOUT_S,
+    ):
         self.urls = parse_urls(url)
         self.url = self.urls[0]  # the collector in use (chosen by rank at the first send)
         self._index: int | None = None
@@ -470,7 +558,9 @@ class CollectorClient:
         self.sent_spans = 0
         self.sent_parts = 0
         self.put_rows = CLIENT_PUT_ROWS  # rows per put at most (a larger table goes as several)
-        self.dropped = 0  # spans dropped here: over the buffer cap, refused, or undelivered at close
+        self.dropped = (
+            0  # spans dropped here: over the buffer cap, refused, or undelivered at close
+        )
         self.failures = 0
         self.failovers = 0  # moves to the next collector of the list after a failure
         self.clock_measurements = 0
@@ -501,7 +591,9 @@ class CollectorClient:
         import pyarrow.flight as flight
 
         headers = [(b"authorization", _bearer(self.token))] if self.token else []
-        return flight.FlightCallOptions(timeout=self.timeout if timeout is None else timeout, headers=headers)
+        return flight.FlightCallOptions(
+            timeout=self.timeout if timeout is None else timeout, headers=headers
+        )
 
     def _connect(self) -> None:
         import pyarrow.flight as flight
@@ -553,7 +645,9 @@ class CollectorClient:
         if self.refused or self.queued_spans + table.num_rows > self.buffer_spans:
             self.dropped += table.num_rows
         else:
-            for start in range(0, table.num_rows, self.put_rows):  # each put well within the server's limits
+            for start in range(
+                0, table.num_rows, self.put_rows
+            ):  # each put well within the server's limits
                 piece = table.slice(start, self.put_rows)
                 self.queue.append((self.seq, piece))
                 self.seq += 1
@@ -594,7 +688,9 @@ class CollectorClient:
             self.last_error = f"the collector at {self.url} refused the token: {exc}"
             print(f"hotspan: {self.last_error}; spans will be dropped", file=sys.stderr)
             self._drop_queue()
-        except flight.FlightServerError as exc:  # the collector refused this batch: it won't take it later
+        except (
+            flight.FlightServerError
+        ) as exc:  # the collector refused this batch: it won't take it later
             seq, table = self.queue.popleft()
             self.queued_spans -= table.num_rows
             self.dropped += table.num_rows
@@ -624,14 +720,27 @@ class CollectorClient:
         import pyarrow.flight as flight
 
         rank = table.column("rank")[0].as_py() if table.num_rows else 0
-        command = json.dumps({
-            "v": 1, "rank": rank, "pid": self._pid, "host": self._host[:256], "batch": self.batch_token, "seq": seq,
-            "offset_ns": self.offset_ns, "offset_uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
-            "sink_dropped": self.dropped, "clock_measured_ns": self.clock_measured_ns,
-            "rows": table.num_rows, "bytes": table.nbytes,
-        }).encode()
+        command = json.dumps(
+            {
+                "v": 1,
+                "rank": rank,
+                "pid": self._pid,
+                "host": self._host[:256],
+                "batch": self.batch_token,
+                "seq": seq,
+                "offset_ns": self.offset_ns,
+                "offset_uncertainty_ns": self.uncertainty_ns,
+                "rtt_ns": self.rtt_ns,
+                "sink_dropped": self.dropped,
+                "clock_measured_ns": self.clock_measured_ns,
+                "rows": table.num_rows,
+                "bytes": table.nbytes,
+            }
+        ).encode()
         descriptor = flight.FlightDescriptor.for_command(command)
-        writer, _reader = self._client.do_put(descriptor, table.schema, options=self._options(self.put_timeout))
+        writer, _reader = self._client.do_put(
+            descriptor, table.schema, options=self._options(self.put_timeout)
+        )
         try:
             writer.write_table(table, max_chunksize=1 << 16)
             writer.done_writing()
@@ -675,8 +784,15 @@ class CollectorClient:
             pass  # an older collector, or gone: the parts stay as they are
 
 
-def serve(out: str | os.PathLike, listen: str, token: str | None, *, ready=None, stop: threading.Event,
-          log=sys.stderr) -> CollectorServer:
+def serve(
+    out: str | os.PathLike,
+    listen: str,
+    token: str | None,
+    *,
+    ready=None,
+    stop: threading.Event,
+    log=sys.stderr,
+) -> CollectorServer:
     """Run a collector until ``stop`` is set; return it (shut down) for its counts."""
     server = CollectorServer(out, listen, token=token, log=log)
     if ready is not None:

@@ -31,6 +31,7 @@ time: two merging the same parts at once would publish them twice (the collector
 each writer it received once, when that writer says it is done; ``hotspan compact`` on a
 dataset a collector is still writing may meet one of those).
 """
+
 from __future__ import annotations
 
 import os
@@ -61,9 +62,16 @@ class Compaction:
     seconds: float = 0.0
 
 
-def compact(dest: Any, *, target_bytes: int = DEFAULT_TARGET_BYTES, grace_s: float = DEFAULT_GRACE_S,
-            rank: int | None = None, pid: int | None = None, token: str | None = None,
-            log: Callable[[str], None] | None = None) -> Compaction:
+def compact(
+    dest: Any,
+    *,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    grace_s: float = DEFAULT_GRACE_S,
+    rank: int | None = None,
+    pid: int | None = None,
+    token: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Compaction:
     """Merge the small parts of the dataset ``dest`` (a directory or a URI), each writer's
     into parts of about ``target_bytes``; only ``rank``'s / ``pid``'s / ``token``'s where given.
 
@@ -119,8 +127,10 @@ def _wanted(path: str, rank, pid, token) -> bool:
     from ..formats.dataset import part_key
 
     key = part_key(path)
-    return key is not None and all(want is None or key[name] == want
-                                   for name, want in (("rank", rank), ("pid", pid), ("token", token)))
+    return key is not None and all(
+        want is None or key[name] == want
+        for name, want in (("rank", rank), ("pid", pid), ("token", token))
+    )
 
 
 def _footers(loc, files: list[tuple[str, int]]) -> dict[str, tuple[dict, int]]:
@@ -157,7 +167,11 @@ def _groups(live, metas, target_bytes: int, *, rank, pid, token):
         run: list[tuple[str, int]] = []
         total = 0
         for path, size in parts + [(None, None)]:
-            fits = path is not None and size < target_bytes and (not run or total + size <= target_bytes)
+            fits = (
+                path is not None
+                and size < target_bytes
+                and (not run or total + size <= target_bytes)
+            )
             if fits:
                 run.append((path, size))
                 total += size
@@ -190,21 +204,35 @@ def _merge(loc, writer, members, metas) -> None:
         start = meta_int(meta, META_START)
         if start is not None:
             starts.append(start)
-    latest = dict(metas[members[-1][0]][0])  # the latest part: clock, dropped counts (they only grow)
+    latest = dict(
+        metas[members[-1][0]][0]
+    )  # the latest part: clock, dropped counts (they only grow)
     latest_part = meta_json(latest, META_PART) or {}
     latest.pop(META_PART, None)
     if starts:
         latest[META_START] = str(min(starts)).encode()
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     first, last = part_key(members[0][0]), part_key(members[-1][0])
-    part_meta = {k: v for k, v in latest_part.items() if k not in ("rank", "pid", "seq", "token", "kind")}
-    part_meta.update({
-        "seq_last": last["last"] if last["last"] is not None else last["seq"],
-        "replaces": [path.rpartition("/")[2] for path, _size in members],
-        "inputs": inputs,
-        "compacted_ns": time.time_ns(),
-        "compacted_by": os.getpid(),
-    })
+    part_meta = {
+        k: v for k, v in latest_part.items() if k not in ("rank", "pid", "seq", "token", "kind")
+    }
+    part_meta.update(
+        {
+            "seq_last": last["last"] if last["last"] is not None else last["seq"],
+            "replaces": [path.rpartition("/")[2] for path, _size in members],
+            "inputs": inputs,
+            "compacted_ns": time.time_ns(),
+            "compacted_by": os.getpid(),
+        }
+    )
     json.dumps(part_meta)  # fails here, not half-way through the write, if something is not JSON
-    write_part(table.replace_schema_metadata(latest), loc, rank=rank, pid=pid, seq=first["seq"], token=token,
-               part_meta=part_meta, last=part_meta["seq_last"])
+    write_part(
+        table.replace_schema_metadata(latest),
+        loc,
+        rank=rank,
+        pid=pid,
+        seq=first["seq"],
+        token=token,
+        part_meta=part_meta,
+        last=part_meta["seq_last"],
+    )

@@ -10,6 +10,7 @@ memory out of proportion to the file.
     recover(path) -> pyarrow.Table     # after a crash: undrained spans + the open ones
     stacks(path) -> FlightProcess      # open spans now, read without stopping the writer
 """
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,17 @@ META_OPEN_SPANS = b"open_spans"
 
 # hs_flight_header, field by field (csrc/hs_flight.h): little-endian, no padding needed.
 _HEADER = struct.Struct(
-    "<8sII32sqiiQ"      # magic format header_bytes version pid rank clock_source file_bytes
-    "QII" "QQ" "QII"    # slots_off nslots slot_bytes | strings_off strings_cap | pairs_off pairs_cap frames_cap
-    "QIIQ"              # blocks_off nblocks block_records block_bytes
-    "8I" "6I" "6I" "7I" "I"  # slot, tstate, frame, block offsets; pad
-    "QQqdQIIQII"        # clock_gen clock_t0 clock_n0 clock_npt last_seen clean nstrings strings_used npairs lost
+    "<8sII32sqiiQ"  # magic format header_bytes version pid rank clock_source file_bytes
+    "QII"
+    "QQ"
+    "QII"  # slots_off nslots slot_bytes | strings_off strings_cap | pairs_off pairs_cap frames_cap
+    "QIIQ"  # blocks_off nblocks block_records block_bytes
+    "8I"
+    "6I"
+    "6I"
+    "7I"
+    "I"  # slot, tstate, frame, block offsets; pad
+    "QQqdQIIQII"  # clock_gen clock_t0 clock_n0 clock_npt last_seen clean nstrings strings_used npairs lost
 )
 _NAMES = (
     "magic format header_bytes version pid rank clock_source file_bytes "
@@ -53,7 +60,7 @@ _NAMES = (
     "clock_gen clock_t0 clock_n0 clock_npt last_seen clean_exit nstrings strings_used npairs lost_strings"
 ).split()
 assert len(_NAMES) == len(_HEADER.unpack(bytes(_HEADER.size)))
-_CLOCK_AT = struct.calcsize(_HEADER.format[:_HEADER.format.index("QQqdQ")])  # clock_gen's offset
+_CLOCK_AT = struct.calcsize(_HEADER.format[: _HEADER.format.index("QQqdQ")])  # clock_gen's offset
 
 # Limits far above what the writer makes: a count past them is damage, not a big file.
 _MAX_SLOTS = 1 << 16
@@ -108,7 +115,9 @@ class _File:
             with open_regular_file(self.path, FlightFileError) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size < _HEADER.size:
-                    raise FlightFileError(self.path, f"truncated: {size} bytes, not a hotspan flight file")
+                    raise FlightFileError(
+                        self.path, f"truncated: {size} bytes, not a hotspan flight file"
+                    )
                 self.mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except IsADirectoryError:
             raise FlightFileError(self.path, "is a directory, not a flight file") from None
@@ -118,11 +127,16 @@ class _File:
         if h["magic"] != MAGIC:
             raise FlightFileError(self.path, "not a hotspan flight file (no HSFLIGHT magic)")
         if h["format"] != FORMAT:
-            raise FlightFileError(self.path, f"flight file format {h['format']}, this hotspan reads format {FORMAT}")
+            raise FlightFileError(
+                self.path, f"flight file format {h['format']}, this hotspan reads format {FORMAT}"
+            )
         version = h["version"].split(b"\0", 1)[0].decode("utf-8", "replace")
         if version != __version__:
-            raise FlightFileError(self.path, f"written by hotspan {version!r}, this is hotspan {__version__}: "
-                                             f"read it with that version")
+            raise FlightFileError(
+                self.path,
+                f"written by hotspan {version!r}, this is hotspan {__version__}: "
+                f"read it with that version",
+            )
         self._check_layout()
 
     def close(self) -> None:
@@ -139,27 +153,64 @@ class _File:
         if h["header_bytes"] != _HEADER.size:
             raise self._bad(f"header of {h['header_bytes']} bytes, expected {_HEADER.size}")
         if h["file_bytes"] != size:
-            raise FlightFileError(self.path, f"truncated: {size:,} bytes of the {h['file_bytes']:,} it was made with")
-        if not (0 < h["nslots"] <= _MAX_SLOTS and 0 < h["frames_cap"] <= _MAX_FRAMES
-                and 0 < h["nblocks"] <= _MAX_BLOCKS and 2 <= h["block_records"] <= _MAX_RECORDS):
+            raise FlightFileError(
+                self.path, f"truncated: {size:,} bytes of the {h['file_bytes']:,} it was made with"
+            )
+        if not (
+            0 < h["nslots"] <= _MAX_SLOTS
+            and 0 < h["frames_cap"] <= _MAX_FRAMES
+            and 0 < h["nblocks"] <= _MAX_BLOCKS
+            and 2 <= h["block_records"] <= _MAX_RECORDS
+        ):
             raise self._bad("counts out of range")
         fb = h["frame_bytes"]
-        if fb < 8 or any(h[k] + 8 > fb for k in ("off_f_start", "off_f_seq", "off_f_arg")) \
-                or any(h[k] + 4 > fb for k in ("off_f_pair", "off_f_flags")):
+        if (
+            fb < 8
+            or any(h[k] + 8 > fb for k in ("off_f_start", "off_f_seq", "off_f_arg"))
+            or any(h[k] + 4 > fb for k in ("off_f_pair", "off_f_flags"))
+        ):
             raise self._bad("frame layout")
         sb = h["slot_bytes"]
-        if h["off_slot_frames"] + h["frames_cap"] * fb > sb or h["off_slot_name"] + 1 > sb \
-                or any(h[k] + 8 > sb for k in ("off_slot_state", "off_slot_tid", "off_slot_gen", "off_slot_name_len",
-                                               "off_slot_frames_addr")):
+        if (
+            h["off_slot_frames"] + h["frames_cap"] * fb > sb
+            or h["off_slot_name"] + 1 > sb
+            or any(
+                h[k] + 8 > sb
+                for k in (
+                    "off_slot_state",
+                    "off_slot_tid",
+                    "off_slot_gen",
+                    "off_slot_name_len",
+                    "off_slot_frames_addr",
+                )
+            )
+        ):
             raise self._bad("slot layout")
         tsize = h["off_slot_frames"] - h["off_slot_tstate"]
-        if tsize <= 0 or any(h[k] + 8 > tsize for k in ("off_t_depth", "off_t_stack", "off_t_seq", "off_t_own_stack",
-                                                         "off_t_own_depth", "off_t_stack_owner")):
+        if tsize <= 0 or any(
+            h[k] + 8 > tsize
+            for k in (
+                "off_t_depth",
+                "off_t_stack",
+                "off_t_seq",
+                "off_t_own_stack",
+                "off_t_own_depth",
+                "off_t_stack_owner",
+            )
+        ):
             raise self._bad("thread state layout")
         bb = h["block_bytes"]
         if h["off_b_recs"] + h["block_records"] * _RECORD > bb or any(
-                h[k] + 8 > h["off_b_recs"] for k in ("off_b_head", "off_b_cap", "off_b_state", "off_b_tid",
-                                                      "off_b_base", "off_b_drained")):
+            h[k] + 8 > h["off_b_recs"]
+            for k in (
+                "off_b_head",
+                "off_b_cap",
+                "off_b_state",
+                "off_b_tid",
+                "off_b_base",
+                "off_b_drained",
+            )
+        ):
             raise self._bad("block layout")
         regions = [
             (h["slots_off"], h["nslots"] * sb, "thread slots"),
@@ -184,10 +235,10 @@ class _File:
             sid, n = struct.unpack_from("<II", mm, at)
             if at + 8 + n > end:
                 break  # damaged: the rest is unreadable
-            out[sid] = mm[at + 8:at + 8 + n].decode("utf-8", "replace")
+            out[sid] = mm[at + 8 : at + 8 + n].decode("utf-8", "replace")
             at += 8 + ((n + 7) & ~7)
         npairs = min(h["npairs"], h["pairs_cap"])
-        raw = mm[h["pairs_off"]:h["pairs_off"] + 8 * npairs]
+        raw = mm[h["pairs_off"] : h["pairs_off"] + 8 * npairs]
         flat = struct.unpack(f"<{2 * npairs}I", raw)
         pairs = list(zip(flat[0::2], flat[1::2]))
         return out, pairs
@@ -212,8 +263,9 @@ class _File:
     def slot(self, i: int) -> int:
         return self.h["slots_off"] + i * self.h["slot_bytes"]
 
-    def read_thread(self, i: int, names: dict[int, str], pairs: list[tuple[int, int]],
-                    convert, live: bool) -> FlightThread | None:
+    def read_thread(
+        self, i: int, names: dict[int, str], pairs: list[tuple[int, int]], convert, live: bool
+    ) -> FlightThread | None:
         """Slot i's thread and its open spans (None: no live thread there). A running
         writer is never stopped: the frames are copied between two reads of the thread's
         next span id (bumped before a frame is written) and of the slot's generation (odd
@@ -231,9 +283,11 @@ class _File:
             gen1 = struct.unpack_from("<Q", mm, at + h["off_slot_gen"])[0]
             seq1 = struct.unpack_from("<Q", mm, ts + h["off_t_seq"])[0]
             tid = struct.unpack_from("<q", mm, at + h["off_slot_tid"])[0]
-            nlen = min(struct.unpack_from("<I", mm, at + h["off_slot_name_len"])[0],
-                       h["off_slot_tstate"] - h["off_slot_name"])
-            name = mm[at + h["off_slot_name"]:at + h["off_slot_name"] + nlen]
+            nlen = min(
+                struct.unpack_from("<I", mm, at + h["off_slot_name_len"])[0],
+                h["off_slot_tstate"] - h["off_slot_name"],
+            )
+            name = mm[at + h["off_slot_name"] : at + h["off_slot_name"] + nlen]
             depth = struct.unpack_from("<I", mm, ts + h["off_t_depth"])[0]
             stack = struct.unpack_from("<Q", mm, ts + h["off_t_stack"])[0]
             own = struct.unpack_from("<Q", mm, ts + h["off_t_own_stack"])[0]
@@ -243,7 +297,7 @@ class _File:
             complete = stack == frames_addr or own == frames_addr
             n = min(depth, cap) if complete else 0
             complete = complete and depth <= cap
-            raw = mm[at + h["off_slot_frames"]:at + h["off_slot_frames"] + n * fb]
+            raw = mm[at + h["off_slot_frames"] : at + h["off_slot_frames"] + n * fb]
             seq2 = struct.unpack_from("<Q", mm, ts + h["off_t_seq"])[0]
             gen2 = struct.unpack_from("<Q", mm, at + h["off_slot_gen"])[0]
             if gen1 == gen2 and not gen1 & 1 and seq1 == seq2:
@@ -256,13 +310,15 @@ class _File:
         parent = None
         for d in range(n):
             o = d * fb
-            start, = struct.unpack_from("<Q", raw, o + h["off_f_start"])
-            seq, = struct.unpack_from("<Q", raw, o + h["off_f_seq"])
-            arg, = struct.unpack_from("<q", raw, o + h["off_f_arg"])
-            pair, = struct.unpack_from("<I", raw, o + h["off_f_pair"])
-            flags, = struct.unpack_from("<I", raw, o + h["off_f_flags"])
+            (start,) = struct.unpack_from("<Q", raw, o + h["off_f_start"])
+            (seq,) = struct.unpack_from("<Q", raw, o + h["off_f_seq"])
+            (arg,) = struct.unpack_from("<q", raw, o + h["off_f_arg"])
+            (pair,) = struct.unpack_from("<I", raw, o + h["off_f_pair"])
+            (flags,) = struct.unpack_from("<I", raw, o + h["off_f_flags"])
             nm, cat = _pair_strings(pair, names, pairs)
-            thread.stack.append(Frame(seq, parent, d, nm, cat, convert(start), arg if flags & _F_ARG else None))
+            thread.stack.append(
+                Frame(seq, parent, d, nm, cat, convert(start), arg if flags & _F_ARG else None)
+            )
             parent = seq
         return thread
 
@@ -283,13 +339,19 @@ class _File:
             if struct.unpack_from("<I", mm, at + h["off_slot_state"])[0] == 0:
                 continue
             tid = struct.unpack_from("<q", mm, at + h["off_slot_tid"])[0]
-            nlen = min(struct.unpack_from("<I", mm, at + h["off_slot_name_len"])[0],
-                       h["off_slot_tstate"] - h["off_slot_name"])
-            out[tid] = mm[at + h["off_slot_name"]:at + h["off_slot_name"] + nlen].decode("utf-8", "replace")
+            nlen = min(
+                struct.unpack_from("<I", mm, at + h["off_slot_name_len"])[0],
+                h["off_slot_tstate"] - h["off_slot_name"],
+            )
+            out[tid] = mm[at + h["off_slot_name"] : at + h["off_slot_name"] + nlen].decode(
+                "utf-8", "replace"
+            )
         return out
 
 
-def _pair_strings(pair: int, names: dict[int, str], pairs: list[tuple[int, int]]) -> tuple[str, str | None]:
+def _pair_strings(
+    pair: int, names: dict[int, str], pairs: list[tuple[int, int]]
+) -> tuple[str, str | None]:
     if pair >= len(pairs):
         return f"<unknown span {pair}>", None
     name_id, path_id = pairs[pair]
@@ -299,11 +361,13 @@ def _pair_strings(pair: int, names: dict[int, str], pairs: list[tuple[int, int]]
 
 def _converter(t0: int, n0: int, npt: float):
     """ticks -> epoch ns with the file's newest clock segment (ticks are unsigned 64-bit)."""
+
     def convert(ticks: int) -> int:
         d = ticks - t0
         if d >= 1 << 63:
             d -= 1 << 64
         return _clamp(n0 + (d if npt == 1.0 else int(d * npt)))
+
     return convert
 
 
@@ -333,7 +397,9 @@ def stacks(path: str | os.PathLike) -> FlightProcess:
         alive = not h["clean_exit"] and pid_alive(h["pid"]) and _maps_file(h["pid"], f.path)
         names, pairs = f.strings()
         threads = [] if h["clean_exit"] else f.threads(names, pairs, convert, live=alive)
-        return FlightProcess(f.path, h["pid"], h["rank"], alive, bool(h["clean_exit"]), convert(last), threads)
+        return FlightProcess(
+            f.path, h["pid"], h["rank"], alive, bool(h["clean_exit"]), convert(last), threads
+        )
     finally:
         f.close()
 
@@ -355,7 +421,9 @@ _KNOWN_FLAGS = 1 | 2 | 4 | 8  # HS_F_ERROR, HS_F_ARG, HS_F_INSTANT, HS_F_EXT (cs
 _BAD_IDS = (0, (1 << 64) - 1)  # 0 means "no parent"; the writer never hands out either
 
 
-def _decode_block(f: _File, i: int, convert_arrays, life: tuple[int, int], npairs: int) -> dict[str, Any] | None:
+def _decode_block(
+    f: _File, i: int, convert_arrays, life: tuple[int, int], npairs: int
+) -> dict[str, Any] | None:
     """The records of block i not drained yet, as numpy columns (None: nothing there).
     Raises ``_Damaged`` naming what is wrong when the block's counts or records break the
     writer's invariants (checked on all its records, drained ones included): counts inside
@@ -379,12 +447,16 @@ def _decode_block(f: _File, i: int, convert_arrays, life: tuple[int, int], npair
     if head == 0:
         return None  # nothing was written there (a block never claimed holds no capacity either)
     if not 0 < cap <= h["block_records"]:
-        raise _Damaged(f"capacity of {cap:,} records, the file's blocks hold {h['block_records']:,}")
+        raise _Damaged(
+            f"capacity of {cap:,} records, the file's blocks hold {h['block_records']:,}"
+        )
     if head > cap:
         raise _Damaged(f"{head:,} records written in {cap:,} slots")
     if drained == head:
         return None
-    recs = np.frombuffer(mm, dtype=np.uint64, count=4 * head, offset=at + h["off_b_recs"]).reshape(head, 4)
+    recs = np.frombuffer(mm, dtype=np.uint64, count=4 * head, offset=at + h["off_b_recs"]).reshape(
+        head, 4
+    )
     w0, w1 = recs[:, 2], recs[:, 3]
     flags = (w0 >> np.uint64(56)).astype(np.uint32)
     # Which slots are records: the slot after a record flagged EXT holds its extension (whose
@@ -407,7 +479,9 @@ def _decode_block(f: _File, i: int, convert_arrays, life: tuple[int, int], npair
         return None
     fl = flags[prim]
     if (fl & ~np.uint32(_KNOWN_FLAGS)).any():
-        raise _Damaged(f"unknown record flags 0x{int(fl[(fl & ~np.uint32(_KNOWN_FLAGS)) != 0][0]):x}")
+        raise _Damaged(
+            f"unknown record flags 0x{int(fl[(fl & ~np.uint32(_KNOWN_FLAGS)) != 0][0]):x}"
+        )
     low = (w1[prim] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     # span ids: each record's low 32 bits against the previous id (hs_seq_extend), the
     # block's base id before the first; an extension record carries the full id, and the
@@ -427,7 +501,7 @@ def _decode_block(f: _File, i: int, convert_arrays, life: tuple[int, int], npair
         anchored = last >= 0
         which = np.searchsorted(ext_rows, last[anchored])
         seq[anchored] = full[which] + (cum[anchored] - cum[last[anchored]])
-    pdelta = ((w1[prim] >> np.uint64(32)) & np.uint64(0xFFFFFF))
+    pdelta = (w1[prim] >> np.uint64(32)) & np.uint64(0xFFFFFF)
     depth = (w1[prim] >> np.uint64(56)).astype(np.int64)
     dur = w0[prim] & np.uint64((1 << 40) - 1)
     pair = ((w0[prim] >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.int64)
@@ -450,15 +524,25 @@ def _decode_block(f: _File, i: int, convert_arrays, life: tuple[int, int], npair
     outside = (start_ns < low_ns) | (end_ns > high_ns) | (end_ns < start_ns)
     if outside.any():
         row = int(np.flatnonzero(outside)[0])
-        raise _Damaged(f"span {int(seq[row])} at {int(start_ns[row])}..{int(end_ns[row])} ns, outside the "
-                       f"process's life (at most {_LIFE_NS // 86_400 // 10**9} days before {high_ns} ns)")
+        raise _Damaged(
+            f"span {int(seq[row])} at {int(start_ns[row])}..{int(end_ns[row])} ns, outside the "
+            f"process's life (at most {_LIFE_NS // 86_400 // 10**9} days before {high_ns} ns)"
+        )
     keep = prim >= drained
     arg = recs[prim, 1].view(np.int64)
     return {
-        "span_id": seq[keep], "parent_id": parent[keep], "has_parent": has_parent[keep],
-        "pair": pair[keep], "start_ns": start_ns[keep], "end_ns": end_ns[keep], "depth": depth[keep],
-        "arg": arg[keep], "has_arg": (fl[keep] & _F_ARG) != 0, "error": (fl[keep] & _F_ERROR) != 0,
-        "thread_id": np.full(int(keep.sum()), tid, dtype=np.int64), "rows": int(keep.sum()),
+        "span_id": seq[keep],
+        "parent_id": parent[keep],
+        "has_parent": has_parent[keep],
+        "pair": pair[keep],
+        "start_ns": start_ns[keep],
+        "end_ns": end_ns[keep],
+        "depth": depth[keep],
+        "arg": arg[keep],
+        "has_arg": (fl[keep] & _F_ARG) != 0,
+        "error": (fl[keep] & _F_ERROR) != 0,
+        "thread_id": np.full(int(keep.sum()), tid, dtype=np.int64),
+        "rows": int(keep.sum()),
     }
 
 
@@ -479,8 +563,10 @@ def _check_records(seq, parent, has_parent, depth, pair, npairs: int) -> None:
     mismatch = has_parent != (depth > 0)  # hs_push: a parent exactly when below the top of a stack
     if mismatch.any():
         row = int(np.flatnonzero(mismatch)[0])
-        raise _Damaged(f"span {int(seq[row])} at depth {int(depth[row])} "
-                       f"{'with' if has_parent[row] else 'without'} a parent")
+        raise _Damaged(
+            f"span {int(seq[row])} at depth {int(depth[row])} "
+            f"{'with' if has_parent[row] else 'without'} a parent"
+        )
     if (has_parent & (parent >= seq)).any():  # ids are drawn in pre-order: a parent's comes first
         row = int(np.flatnonzero(has_parent & (parent >= seq))[0])
         raise _Damaged(f"span {int(seq[row])} has a later span {int(parent[row])} as its parent")
@@ -495,8 +581,10 @@ def _check_records(seq, parent, has_parent, depth, pair, npairs: int) -> None:
         wrong = parent_depth + 1 != depth[found]
         if wrong.any():
             row = int(np.flatnonzero(found)[np.flatnonzero(wrong)[0]])
-            raise _Damaged(f"span {int(seq[row])} at depth {int(depth[row])} under span {int(parent[row])} "
-                           f"at depth {int(depth[order[where[row]]])}")
+            raise _Damaged(
+                f"span {int(seq[row])} at depth {int(depth[row])} under span {int(parent[row])} "
+                f"at depth {int(depth[order[where[row]]])}"
+            )
 
 
 def _stack_damage(thread: FlightThread, npairs: int, life: tuple[int, int]) -> str | None:
@@ -543,7 +631,9 @@ def recover(path: str | os.PathLike) -> "pa.Table":
             # in float64, clamped: damaged ticks give absurd times, never int64 overflow
             # (exact where it matters: ns offsets below 2^53 from the anchor)
             d = (ticks - np.uint64(t0)).view(np.int64)
-            small = not len(d) or (float(np.abs(d.astype(np.float64)).max()) < 2.0**60 and int(dur.max()) < (1 << 60))
+            small = not len(d) or (
+                float(np.abs(d.astype(np.float64)).max()) < 2.0**60 and int(dur.max()) < (1 << 60)
+            )
             if npt == 1.0 and small:  # ticks are ns: exact integers
                 start = d + np.int64(n0)
                 return start, start + dur.view(np.int64)
@@ -570,7 +660,9 @@ def recover(path: str | os.PathLike) -> "pa.Table":
                     at = h["blocks_off"] + i * h["block_bytes"]
                     written = struct.unpack_from("<Q", f.mm, at + h["off_b_head"])[0]
                     done = struct.unpack_from("<Q", f.mm, at + h["off_b_drained"])[0]
-                    damaged.append((i, str(exc), max(0, min(written, h["block_records"]) - min(done, written))))
+                    damaged.append(
+                        (i, str(exc), max(0, min(written, h["block_records"]) - min(done, written)))
+                    )
                     continue
                 if part is not None and part["rows"]:
                     part["block"] = i
@@ -585,18 +677,47 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         parts = _consistent_across_blocks(parts, open_rows, damaged)
         if damaged and not parts and not open_rows:
             block, what, _n = damaged[0]
-            raise f._bad(f"block {block}: {what}; no block holding spans is intact "
-                         f"({len(damaged):,} damaged), nothing to recover")
-        meta = {META_VERSION: __version__.encode(), META_PID: str(h["pid"]).encode(),
-                META_RANK: str(h["rank"]).encode(),
-                META_OPEN_SPANS: json.dumps([fr.span_id for _t, fr in open_rows]).encode(),
-                b"hotspan.recovered_from": f.path.encode()}
-        keys = ("span_id", "parent_id", "has_parent", "pair", "start_ns", "end_ns", "depth", "arg", "has_arg",
-                "error", "thread_id")
-        empty = {"span_id": np.uint64, "parent_id": np.uint64, "has_parent": bool, "pair": np.int64,
-                 "start_ns": np.int64, "end_ns": np.int64, "depth": np.int64, "arg": np.int64, "has_arg": bool,
-                 "error": bool, "thread_id": np.int64}
-        arrays = {k: (np.concatenate([p[k] for p in parts]) if parts else np.empty(0, empty[k])) for k in keys}
+            raise f._bad(
+                f"block {block}: {what}; no block holding spans is intact "
+                f"({len(damaged):,} damaged), nothing to recover"
+            )
+        meta = {
+            META_VERSION: __version__.encode(),
+            META_PID: str(h["pid"]).encode(),
+            META_RANK: str(h["rank"]).encode(),
+            META_OPEN_SPANS: json.dumps([fr.span_id for _t, fr in open_rows]).encode(),
+            b"hotspan.recovered_from": f.path.encode(),
+        }
+        keys = (
+            "span_id",
+            "parent_id",
+            "has_parent",
+            "pair",
+            "start_ns",
+            "end_ns",
+            "depth",
+            "arg",
+            "has_arg",
+            "error",
+            "thread_id",
+        )
+        empty = {
+            "span_id": np.uint64,
+            "parent_id": np.uint64,
+            "has_parent": bool,
+            "pair": np.int64,
+            "start_ns": np.int64,
+            "end_ns": np.int64,
+            "depth": np.int64,
+            "arg": np.int64,
+            "has_arg": bool,
+            "error": bool,
+            "thread_id": np.int64,
+        }
+        arrays = {
+            k: (np.concatenate([p[k] for p in parts]) if parts else np.empty(0, empty[k]))
+            for k in keys
+        }
         # The open frames after the completed spans, as columns of their own.
         opened = {
             "span_id": np.array([fr.span_id for _t, fr in open_rows], np.uint64),
@@ -614,19 +735,35 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         n = len(col["span_id"])
         # Names and categories: per pair once (a dictionary), then indexed by each row's pair.
         pair_ids = arrays["pair"]
-        uniq, inverse = np.unique(pair_ids, return_inverse=True) if len(pair_ids) else (np.empty(0, np.int64),
-                                                                                         np.empty(0, np.int64))
+        uniq, inverse = (
+            np.unique(pair_ids, return_inverse=True)
+            if len(pair_ids)
+            else (np.empty(0, np.int64), np.empty(0, np.int64))
+        )
         pair_text = [_pair_strings(int(p), names, pairs) for p in uniq]
         name = pa.DictionaryArray.from_arrays(
-            pa.array(np.concatenate([inverse.astype(np.int32), len(uniq) + np.arange(len(open_rows), dtype=np.int32)])),
-            pa.array([nm for nm, _c in pair_text] + [fr.name for _t, fr in open_rows], pa.string()))
-        category = pa.array([pair_text[k][1] for k in inverse.tolist()] + [fr.category for _t, fr in open_rows],
-                            pa.string()).dictionary_encode()
+            pa.array(
+                np.concatenate(
+                    [
+                        inverse.astype(np.int32),
+                        len(uniq) + np.arange(len(open_rows), dtype=np.int32),
+                    ]
+                )
+            ),
+            pa.array([nm for nm, _c in pair_text] + [fr.name for _t, fr in open_rows], pa.string()),
+        )
+        category = pa.array(
+            [pair_text[k][1] for k in inverse.tolist()] + [fr.category for _t, fr in open_rows],
+            pa.string(),
+        ).dictionary_encode()
         tids = col["thread_id"]
         tid_values = np.unique(tids)
         tnames = pa.DictionaryArray.from_arrays(
             pa.array(np.searchsorted(tid_values, tids).astype(np.int32)),
-            pa.array([thread_names.get(int(t), f"Thread-{int(t)}") for t in tid_values], pa.string()))
+            pa.array(
+                [thread_names.get(int(t), f"Thread-{int(t)}") for t in tid_values], pa.string()
+            ),
+        )
         start, end = col["start_ns"], col["end_ns"]
         table = pa.table({
             "span_id": pa.array(col["span_id"], pa.uint64()),
@@ -648,7 +785,9 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         if n:
             import pyarrow.compute as pc
 
-            table = table.take(pc.sort_indices(table, [("thread_id", "ascending"), ("start_ns", "ascending")]))
+            table = table.take(
+                pc.sort_indices(table, [("thread_id", "ascending"), ("start_ns", "ascending")])
+            )
         try:  # the invariants checked above imply the span rules; a last guard, never made-up rows
             check_span_rules(table, f.path)
         except TraceFileError as exc:
@@ -658,11 +797,17 @@ def recover(path: str | os.PathLike) -> "pa.Table":
             block, what, _n = damaged[0]
             left_out = sum(count for _b, _w, count in damaged)
             if left_out:
-                reasons[f"record(s) of {len(damaged):,} damaged block(s) (block {block}: {what})"] = left_out
+                reasons[
+                    f"record(s) of {len(damaged):,} damaged block(s) (block {block}: {what})"
+                ] = left_out
             else:
-                reasons[f"damaged block(s) holding no undrained record (block {block}: {what})"] = len(damaged)
+                reasons[f"damaged block(s) holding no undrained record (block {block}: {what})"] = (
+                    len(damaged)
+                )
         if lost_stacks:
-            reasons[f"thread stack(s) with damaged open spans ({lost_stacks[0]})"] = len(lost_stacks)
+            reasons[f"thread stack(s) with damaged open spans ({lost_stacks[0]})"] = len(
+                lost_stacks
+            )
         if reasons and table.num_rows:
             table = note_skipped(table, f.path, reasons)
         elif reasons:
@@ -672,8 +817,9 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         f.close()
 
 
-def _consistent_across_blocks(parts: list[dict[str, Any]], open_rows: list[tuple],
-                              damaged: list[tuple[int, str, int]]) -> list[dict[str, Any]]:
+def _consistent_across_blocks(
+    parts: list[dict[str, Any]], open_rows: list[tuple], damaged: list[tuple[int, str, int]]
+) -> list[dict[str, Any]]:
     """The blocks whose spans agree with every other block's and the open frames: a span id
     in two blocks, or a child whose parent (in another block, or open) is not one level up,
     leaves its block out (added to ``damaged``)."""
@@ -681,9 +827,15 @@ def _consistent_across_blocks(parts: list[dict[str, Any]], open_rows: list[tuple
 
     if not parts:
         return parts
-    ids = np.concatenate([p["span_id"] for p in parts] + [np.array([fr.span_id for _t, fr in open_rows], np.uint64)])
-    depths = np.concatenate([p["depth"] for p in parts] + [np.array([fr.depth for _t, fr in open_rows], np.int64)])
-    owner = np.concatenate([np.full(p["rows"], k) for k, p in enumerate(parts)] + [np.full(len(open_rows), -1)])
+    ids = np.concatenate(
+        [p["span_id"] for p in parts] + [np.array([fr.span_id for _t, fr in open_rows], np.uint64)]
+    )
+    depths = np.concatenate(
+        [p["depth"] for p in parts] + [np.array([fr.depth for _t, fr in open_rows], np.int64)]
+    )
+    owner = np.concatenate(
+        [np.full(p["rows"], k) for k, p in enumerate(parts)] + [np.full(len(open_rows), -1)]
+    )
     order = np.argsort(ids, kind="stable")
     ordered = ids[order]
     bad: dict[int, str] = {}
@@ -706,8 +858,10 @@ def _consistent_across_blocks(parts: list[dict[str, Any]], open_rows: list[tuple
             wrong = depths[order[where[found]]] + 1 != depths[rows][found]
             if wrong.any():
                 row = int(np.flatnonzero(found)[np.flatnonzero(wrong)[0]])
-                bad[k] = f"span {int(p['span_id'][row])} at depth {int(p['depth'][row])} under span " \
-                         f"{int(parent[row])} at depth {int(depths[order[where[row]]])}"
+                bad[k] = (
+                    f"span {int(p['span_id'][row])} at depth {int(p['depth'][row])} under span "
+                    f"{int(parent[row])} at depth {int(depths[order[where[row]]])}"
+                )
     for k in sorted(bad):
         damaged.append((parts[k]["block"], bad[k], parts[k]["rows"]))
     return [p for k, p in enumerate(parts) if k not in bad]
@@ -772,18 +926,28 @@ def snapshot() -> "pa.Table":
 
     path = _native._flight_path()
     if path is None:
-        raise RuntimeError("snapshot() reads the flight file: configure(flight=PATH) (or HOTSPAN_FLIGHT=PATH) "
-                           "before the first span")
+        raise RuntimeError(
+            "snapshot() reads the flight file: configure(flight=PATH) (or HOTSPAN_FLIGHT=PATH) "
+            "before the first span"
+        )
     proc = stacks(path)
     now = time.time_ns()
     schema = __getattr__("SNAPSHOT_SCHEMA")
     rows: dict[str, list] = {k: [] for k in schema.names}
     for t in proc.threads:
         for fr in t.stack:
-            for k, v in (("pid", proc.pid), ("rank", proc.rank), ("thread_id", t.thread_id),
-                         ("thread_name", t.thread_name), ("depth", fr.depth), ("name", fr.name),
-                         ("category", fr.category), ("start_ns", fr.start_ns),
-                         ("elapsed_ns", max(0, now - fr.start_ns)), ("span_id", fr.span_id)):
+            for k, v in (
+                ("pid", proc.pid),
+                ("rank", proc.rank),
+                ("thread_id", t.thread_id),
+                ("thread_name", t.thread_name),
+                ("depth", fr.depth),
+                ("name", fr.name),
+                ("category", fr.category),
+                ("start_ns", fr.start_ns),
+                ("elapsed_ns", max(0, now - fr.start_ns)),
+                ("span_id", fr.span_id),
+            ):
                 rows[k].append(v)
     return pa.table(rows, schema=schema)
 
@@ -792,14 +956,33 @@ def __getattr__(name: str) -> Any:
     if name == "SNAPSHOT_SCHEMA":  # pyarrow on first use only
         import pyarrow as pa
 
-        schema = pa.schema([("pid", pa.int64()), ("rank", pa.int32()), ("thread_id", pa.int64()),
-                            ("thread_name", pa.string()), ("depth", pa.int32()), ("name", pa.string()),
-                            ("category", pa.string()), ("start_ns", pa.int64()), ("elapsed_ns", pa.int64()),
-                            ("span_id", pa.uint64())])
+        schema = pa.schema(
+            [
+                ("pid", pa.int64()),
+                ("rank", pa.int32()),
+                ("thread_id", pa.int64()),
+                ("thread_name", pa.string()),
+                ("depth", pa.int32()),
+                ("name", pa.string()),
+                ("category", pa.string()),
+                ("start_ns", pa.int64()),
+                ("elapsed_ns", pa.int64()),
+                ("span_id", pa.uint64()),
+            ]
+        )
         globals()["SNAPSHOT_SCHEMA"] = schema
         return schema
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["FlightFileError", "META_OPEN_SPANS", "recover", "stacks", "snapshot", "flight_processes",
-           "mapped_flight_files", "is_flight_file", "pid_alive"]
+__all__ = [
+    "FlightFileError",
+    "META_OPEN_SPANS",
+    "recover",
+    "stacks",
+    "snapshot",
+    "flight_processes",
+    "mapped_flight_files",
+    "is_flight_file",
+    "pid_alive",
+]

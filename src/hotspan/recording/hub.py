@@ -16,9 +16,9 @@ reader and per thread and reported as :class:`hotspan.events.SpansDropped` when 
 next takes its spans (a ``drain()`` cursor nobody reads never warns). ``hotspan.dropped()``
 stays the core's exact count of spans that never reached any reader.
 """
+
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter, deque
@@ -306,5 +306,7 @@ def stats() -> dict[str, Any]:
     """Per reader: spans received and dropped, bytes queued (for tests and diagnostics)."""
     with _api.drain_lock:
         readers = ([_user] if _user is not None else []) + list(_streaming)
-        return {r.name: {"received": r.received, "dropped": r.dropped, "queued_bytes": r.backlog_bytes}
-                for r in readers}
+        return {
+            r.name: {"received": r.received, "dropped": r.dropped, "queued_bytes": r.backlog_bytes}
+            for r in readers
+        }

@@ -26,6 +26,7 @@ finalizers, which the recorder registers (``recorder._stop_with_multiprocessing`
 SIGTERM, where the program has no handler of its own, flushes through the recorder's
 SIGTERM thread, then kills the process as SIGTERM would have.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,14 +42,22 @@ _parent: dict[str, Callable[[], None]] = {}
 _child: dict[str, Callable[[], None]] = {}
 
 
-def on_fork(step: str, *, before: Callable[[], None] | None = None,
-            after_in_parent: Callable[[], None] | None = None,
-            after_in_child: Callable[[], None] | None = None) -> None:
+def on_fork(
+    step: str,
+    *,
+    before: Callable[[], None] | None = None,
+    after_in_parent: Callable[[], None] | None = None,
+    after_in_child: Callable[[], None] | None = None,
+) -> None:
     """Run these around every fork as step ``step`` of ``FORK_STEPS`` (a step named again
     replaces its functions: a module reloaded does not run twice)."""
     if step not in FORK_STEPS:
         raise ValueError(f"no fork step {step!r}; the steps: {', '.join(FORK_STEPS)}")
-    for table, function in ((_before, before), (_parent, after_in_parent), (_child, after_in_child)):
+    for table, function in (
+        (_before, before),
+        (_parent, after_in_parent),
+        (_child, after_in_child),
+    ):
         if function is None:
             table.pop(step, None)
         else:
@@ -81,5 +90,8 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

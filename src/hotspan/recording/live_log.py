@@ -5,6 +5,7 @@ moves records out of the rings; a writer thread here formats and writes them. Th
 recording threads never format or write anything, and a failing writer is reported once
 and then ignored: recording goes on.
 """
+
 from __future__ import annotations
 
 import math
@@ -103,8 +104,10 @@ class LiveLog:
         except BaseException as exc:  # noqa: BLE001 - a broken writer must not stop recording
             self.failed = exc
             try:
-                print(f"hotspan.live: writing the live log failed ({exc!r}); it stops, recording goes on",
-                      file=sys.__stderr__)
+                print(
+                    f"hotspan.live: writing the live log failed ({exc!r}); it stops, recording goes on",
+                    file=sys.__stderr__,
+                )
             except Exception:  # noqa: BLE001
                 pass
 

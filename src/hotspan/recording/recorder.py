@@ -20,6 +20,7 @@ Parts reach the disk (or the collector) every interval: a process killed with SI
 at most its last interval. The recorder reads its own cursor of the hub (recording/hub.py):
 ``drain()``, ``live()`` and subscribers still get every span while it records.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -72,12 +73,23 @@ class Recorder:
     that failed, or still undelivered at ``stop``), and ``errors`` (failed flushes).
     """
 
-    def __init__(self, dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
-                 buffer_spans: int = 1 << 21, stop_timeout: float = 5.0):
+    def __init__(
+        self,
+        dest: str | os.PathLike,
+        flush_interval: float = 1.0,
+        *,
+        token: str | None = None,
+        buffer_spans: int = 1 << 21,
+        stop_timeout: float = 5.0,
+    ):
         if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)):
-            raise TypeError(f"record(): flush_interval must be a number of seconds, not {type(flush_interval).__name__}")
+            raise TypeError(
+                f"record(): flush_interval must be a number of seconds, not {type(flush_interval).__name__}"
+            )
         if not 0 < flush_interval <= 3600:
-            raise ValueError(f"record(): flush_interval must be in (0, 3600] seconds, not {flush_interval}")
+            raise ValueError(
+                f"record(): flush_interval must be in (0, 3600] seconds, not {flush_interval}"
+            )
         if isinstance(buffer_spans, bool) or not isinstance(buffer_spans, int) or buffer_spans < 0:
             raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
         from ..formats.uri import redact_uri
@@ -191,14 +203,20 @@ class Recorder:
             if self._stop.wait(max(wait, 0.0)):
                 return
             try:
-                if time.monotonic() >= next_flush or _under_memory_pressure() or self._reader.under_pressure():
+                if (
+                    time.monotonic() >= next_flush
+                    or _under_memory_pressure()
+                    or self._reader.under_pressure()
+                ):
                     next_flush = time.monotonic() + self.flush_interval
                     with _prompt_handoffs():
                         self.flush()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
-                    _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
+                    _warn(
+                        f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)"
+                    )
 
     @contextlib.contextmanager
     def _locked(self, timeout: float = -1):
@@ -232,14 +250,20 @@ class Recorder:
                 try:
                     began = time.perf_counter()
                     self._sink.write(table)
-                    emit(Flushed(self.dest, table.num_rows, table.nbytes, time.perf_counter() - began))
+                    emit(
+                        Flushed(
+                            self.dest, table.num_rows, table.nbytes, time.perf_counter() - began
+                        )
+                    )
                 except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
                     emit(FlushFailed(self.dest, exc))
                     self.write_errors += 1
                     self._write_dropped += table.num_rows
                     if self.write_errors == 1:
-                        _warn(f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
-                              f"(recording goes on; {table.num_rows} spans dropped)")
+                        _warn(
+                            f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
+                            f"(recording goes on; {table.num_rows} spans dropped)"
+                        )
 
     def _take(self) -> pa.Table:
         """The spans since this recorder last took them (its own cursor: a user's drain()
@@ -329,7 +353,9 @@ class Recorder:
 
     def __repr__(self) -> str:
         state = "recording" if self.running else "stopped"
-        return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
+        return (
+            f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
+        )
 
 
 #: The interpreter's switch interval while the flusher flushes (seconds; CPython's default
@@ -432,6 +458,7 @@ def _warm_up(kind: str) -> None:
         import pyarrow.flight  # noqa: F401
 
         from .. import _table  # noqa: F401  (the drain's table builder, and numpy)
+
         return
     pa.array([""], pa.string())
     import pyarrow.parquet  # noqa: F401
@@ -443,8 +470,14 @@ def _warm_up(kind: str) -> None:
         exporter_for("x.parquet")
 
 
-def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str | None = None,
-           buffer_spans: int = 1 << 21, stop_timeout: float = 5.0) -> Recorder:
+def record(
+    dest: str | os.PathLike,
+    flush_interval: float = 1.0,
+    *,
+    token: str | None = None,
+    buffer_spans: int = 1 << 21,
+    stop_timeout: float = 5.0,
+) -> Recorder:
     """A recorder streaming drained spans to ``dest`` every ``flush_interval`` seconds.
 
     ``dest``: a file (``.parquet``, ``.arrow``, ``.json``, ... : written at ``stop()``), a
@@ -462,7 +495,9 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
     each with its own cursor: each gets every span recorded while it runs (a program's own
     ``record()`` under ``hotspan run`` or ``HOTSPAN_OUT`` too, beside the launcher's).
     """
-    return Recorder(dest, flush_interval, token=token, buffer_spans=buffer_spans, stop_timeout=stop_timeout)
+    return Recorder(
+        dest, flush_interval, token=token, buffer_spans=buffer_spans, stop_timeout=stop_timeout
+    )
 
 
 def active() -> Recorder | None:
@@ -491,7 +526,9 @@ def _sigterm_thread() -> None:
     recorder = _env_recorder
     # Should the stop never end (a wedged destination), the process must still die: a
     # pool's terminate() sends one SIGTERM, then waits. A second SIGTERM kills at once (C).
-    watchdog = threading.Timer((recorder.stop_timeout if recorder is not None else 0.0) + 2.0, _native._sigterm_die)
+    watchdog = threading.Timer(
+        (recorder.stop_timeout if recorder is not None else 0.0) + 2.0, _native._sigterm_die
+    )
     watchdog.daemon = True
     watchdog.start()
     # Nothing new starts once the process is told to end: the spans open now finish (their
@@ -623,5 +660,9 @@ def _finalize_with_multiprocessing(recorder: Recorder) -> None:
         multiprocessing.util.Finalize(recorder, recorder.stop, exitpriority=100)
 
 
-lifecycle.on_fork("recorder", before=_before_fork, after_in_parent=_after_fork_parent,
-                  after_in_child=_after_fork_child)
+lifecycle.on_fork(
+    "recorder",
+    before=_before_fork,
+    after_in_parent=_after_fork_parent,
+    after_in_child=_after_fork_child,
+)

@@ -2,6 +2,7 @@
 store prefix (a Parquet part per flush), or collectors over Arrow Flight (a sender thread
 of lower priority). ``sink_for(dest)`` picks one from the destination's form; the
 ``Recorder`` (recording/recorder.py) drains into it every interval."""
+
 from __future__ import annotations
 
 import os
@@ -126,8 +127,15 @@ class DatasetSink:
         from ..formats.dataset import write_part
 
         rank = table.column("rank")[0].as_py() if table.num_rows else current_rank()
-        write_part(table, self.location, rank=rank, pid=os.getpid(), seq=self.seq, token=self.token,
-                   part_meta={"sink_dropped": self.dropped, **part_meta})
+        write_part(
+            table,
+            self.location,
+            rank=rank,
+            pid=os.getpid(),
+            seq=self.seq,
+            token=self.token,
+            part_meta={"sink_dropped": self.dropped, **part_meta},
+        )
         self.seq += 1
         self.parts += 1
 
@@ -137,7 +145,9 @@ class DatasetSink:
         from .children import unflushed_children
 
         unflushed = unflushed_children(Path(self.location.root))
-        if unflushed:  # a part of its own (no spans): the last flush may have had none to carry them
+        if (
+            unflushed
+        ):  # a part of its own (no spans): the last flush may have had none to carry them
             self._write(metadata_table(), kind="stop", unflushed_children=unflushed)
 
 
@@ -149,8 +159,13 @@ def metadata_table() -> pa.Table:
     from .._table import metadata
     from .._version import __version__
 
-    meta = metadata(rank=current_rank(), pid=os.getpid(), clock=_native._clock_info(), all_threads=[],
-                    version=__version__)
+    meta = metadata(
+        rank=current_rank(),
+        pid=os.getpid(),
+        clock=_native._clock_info(),
+        all_threads=[],
+        version=__version__,
+    )
     return SPAN_SCHEMA.empty_table().replace_schema_metadata(meta)
 
 
@@ -169,7 +184,9 @@ class CollectorSink:
         clock_interval = float(os.environ.get(ENV_CLOCK_INTERVAL, "") or CLOCK_INTERVAL_S)
         if not clock_interval > 0:
             raise ValueError(f"{ENV_CLOCK_INTERVAL}={clock_interval:g}: expected seconds above 0")
-        self.client = CollectorClient(url, token=token, buffer_spans=buffer_spans, clock_interval=clock_interval)
+        self.client = CollectorClient(
+            url, token=token, buffer_spans=buffer_spans, clock_interval=clock_interval
+        )
         self.buffer_spans = buffer_spans
         self._cond = threading.Condition()
         self._pending: deque = deque()
@@ -196,7 +213,9 @@ class CollectorSink:
             self._cond.notify()
             if self._thread is None or not self._thread.is_alive():  # the first batch, or a restart
                 self._closing = False
-                self._thread = threading.Thread(target=self._send_loop, name="hotspan-send", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._send_loop, name="hotspan-send", daemon=True
+                )
                 start_quiet(self._thread)
 
     def idle(self) -> None:
@@ -209,7 +228,11 @@ class CollectorSink:
             with self._cond:
                 while not self._pending and not self._closing:
                     # Queued in the client (the collector away): wake for the next retry.
-                    self._cond.wait(max(client.wait_retry(), 0.01) if client.queue and not client.refused else None)
+                    self._cond.wait(
+                        max(client.wait_retry(), 0.01)
+                        if client.queue and not client.refused
+                        else None
+                    )
                     if client.queue and client.wait_retry() <= 0:
                         break
                 tables = list(self._pending)
@@ -254,8 +277,10 @@ def sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
         from ..formats.uri import FS_SCHEMES, redact_uri, scheme_of
 
         if scheme_of(text) not in FS_SCHEMES:
-            raise ValueError(f"{redact_uri(text)}: unknown destination scheme (expected a file, a directory, "
-                             f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})")
+            raise ValueError(
+                f"{redact_uri(text)}: unknown destination scheme (expected a file, a directory, "
+                f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})"
+            )
         return DatasetSink(text)  # s3://bucket/run: a dataset there, a part per flush
     path = Path(text)
     from ..formats import format_of

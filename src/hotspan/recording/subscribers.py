@@ -14,6 +14,7 @@ itself (its queue is bounded by the memory cap; past it the oldest spans are dro
 counted in ``dropped`` and reported as a ``SpansDropped`` event), and one that raises is
 reported once and keeps being called.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -44,8 +45,13 @@ def _str_set(label: str, values: Iterable[str] | str | None) -> frozenset[str] |
 class Subscription:
     """A running subscriber; ``close()`` it (or use it as a context manager)."""
 
-    def __init__(self, callback: Callable[["pa.RecordBatch"], Any], min_ns: int,
-                 names: frozenset[str] | None, categories: frozenset[str] | None):
+    def __init__(
+        self,
+        callback: Callable[["pa.RecordBatch"], Any],
+        min_ns: int,
+        names: frozenset[str] | None,
+        categories: frozenset[str] | None,
+    ):
         self.callback = callback
         self.min_ns = min_ns
         self.names = names
@@ -55,7 +61,8 @@ class Subscription:
         self._closed = False
         self._reader = hub.attach(f"subscribe({callback_name(callback)})", pumped=True)
         self._runner: CallbackRunner[pa.RecordBatch] = CallbackRunner(
-            callback, name="subscriber", source=self._next_batches)
+            callback, name="subscriber", source=self._next_batches
+        )
 
     @property
     def dropped(self) -> int:
@@ -91,12 +98,18 @@ class Subscription:
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return None
-        table = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0].combine_chunks()
+        table = (
+            pa.concat_tables(tables).combine_chunks()
+            if len(tables) > 1
+            else tables[0].combine_chunks()
+        )
         mask = None
         if self.min_ns > 0:
             mask = pc.greater_equal(table.column("duration_ns"), self.min_ns)
-        for column, wanted, match in (("name", self.names, _name_matches),
-                                      ("category", self.categories, _category_matches)):
+        for column, wanted, match in (
+            ("name", self.names, _name_matches),
+            ("category", self.categories, _category_matches),
+        ):
             if wanted is None:
                 continue
             # Matched on the (small) dictionary, then by index: no string per row.
@@ -145,9 +158,13 @@ def _category_matches(value: str | None, wanted: frozenset[str]) -> bool:
     return value in wanted or any(part in wanted for part in value.split("/"))
 
 
-def subscribe(callback: Callable[["pa.RecordBatch"], Any], *, min_ns: int = 0,
-              names: Iterable[str] | str | None = None,
-              categories: Iterable[str] | str | None = None) -> Subscription:
+def subscribe(
+    callback: Callable[["pa.RecordBatch"], Any],
+    *,
+    min_ns: int = 0,
+    names: Iterable[str] | str | None = None,
+    categories: Iterable[str] | str | None = None,
+) -> Subscription:
     """Call ``callback(batch)`` with the spans recorded from now on, about every drain
     interval, on a hotspan-owned thread: ``batch`` is a ``pyarrow.RecordBatch`` (the span
     schema) of the spans lasting at least ``min_ns`` whose name is in ``names`` and whose
@@ -162,4 +179,6 @@ def subscribe(callback: Callable[["pa.RecordBatch"], Any], *, min_ns: int = 0,
         raise TypeError(f"subscribe(): min_ns must be an int, not {type(min_ns).__name__}")
     if min_ns < 0:
         raise ValueError(f"subscribe(): min_ns must be >= 0, not {min_ns}")
-    return Subscription(callback, min_ns, _str_set("names", names), _str_set("categories", categories))
+    return Subscription(
+        callback, min_ns, _str_set("names", names), _str_set("categories", categories)
+    )

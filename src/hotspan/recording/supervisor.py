@@ -14,6 +14,7 @@ is read back, written to the output as one trace, and the directory removed; the
 status is the program's. Only a supervisor killed itself (SIGKILL) leaves the directory
 (``hotspan.load()`` reads it).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -78,15 +79,25 @@ def resolve_program(program: Sequence[str], module: str | None = None) -> tuple[
             raise ProgramError(f"{module}: no module of that name")
         return [found.origin or module, *program], os.getcwd()
     if not program:
-        raise ProgramError("give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)")
+        raise ProgramError(
+            "give a script to run (hotspan run script.py ...) or a module (hotspan run -m module ...)"
+        )
     script = Path(program[0])
     if not script.is_file():
-        raise ProgramError(f"{script}: no such script" if not script.exists() else f"{script}: not a file")
+        raise ProgramError(
+            f"{script}: no such script" if not script.exists() else f"{script}: not a file"
+        )
     return [str(script), *program[1:]], str(script.resolve().parent)
 
 
-def run_program(program: Sequence[str], output: str | os.PathLike, *, module: str | None = None,
-                live_min_ns: int | None = None, flush_interval: float = 1.0) -> RunResult:
+def run_program(
+    program: Sequence[str],
+    output: str | os.PathLike,
+    *,
+    module: str | None = None,
+    live_min_ns: int | None = None,
+    flush_interval: float = 1.0,
+) -> RunResult:
     """Run the program in a child process with every process of it recorded; write the trace
     to ``output`` (any export format) and return a ``RunResult``. The program's own failure
     is printed as Python would and becomes its exit status; its spans are kept, whether it
@@ -132,9 +143,15 @@ def run_program(program: Sequence[str], output: str | os.PathLike, *, module: st
     died_of = -returncode if returncode < 0 else None
     # Python ends on SIGINT through KeyboardInterrupt, with status 130 (_run), not dying of it
     ended_by = signal.SIGINT if returncode == 130 and signal.SIGINT in passing.received else died_of
-    return RunResult(status=returncode if died_of is None else 128 + died_of, table=table, elapsed=elapsed,
-                     dropped=int(dropped.get("total", 0)), processes=sum(len(procs) for procs in ranks.values()),
-                     signal=died_of, ending=_ending(ended_by, table.num_rows, output, flush_interval))
+    return RunResult(
+        status=returncode if died_of is None else 128 + died_of,
+        table=table,
+        elapsed=elapsed,
+        dropped=int(dropped.get("total", 0)),
+        processes=sum(len(procs) for procs in ranks.values()),
+        signal=died_of,
+        ending=_ending(ended_by, table.num_rows, output, flush_interval),
+    )
 
 
 def _ending(died_of: int | None, spans: int, output: Path, flush_interval: float) -> str | None:
@@ -146,8 +163,10 @@ def _ending(died_of: int | None, spans: int, output: Path, flush_interval: float
         name = f"signal {died_of}"
     if name in FORWARDED_SIGNALS:
         return f"hotspan run: the program was ended by {name}; every span it recorded was flushed: {spans:,} in {output}"
-    return (f"hotspan run: the program died of {name}; the {spans:,} spans it had flushed (all but at most its "
-            f"last {flush_interval:g} s) are in {output}")
+    return (
+        f"hotspan run: the program died of {name}; the {spans:,} spans it had flushed (all but at most its "
+        f"last {flush_interval:g} s) are in {output}"
+    )
 
 
 class _passing_signals_to:
@@ -212,7 +231,9 @@ def _child_main() -> int:
 
     live_log = live(min_ns=spec["live_min_ns"]) if spec["live_min_ns"] is not None else None
     sys.argv[:] = spec["argv"]
-    sys.path[0] = spec["path_entry"]  # -m put the working directory first; python script.py puts its directory
+    sys.path[0] = spec[
+        "path_entry"
+    ]  # -m put the working directory first; python script.py puts its directory
     try:
         status = _run(spec["module"], spec["argv"][0])
     finally:
@@ -239,9 +260,11 @@ def _run(module: str | None, path: str) -> int:
             return exc.code
         print(exc.code, file=sys.stderr)
         return 1
-    except BaseException as exc:  # the program failed: report it as Python would, keep its spans
+    except BaseException as exc:  # noqa: BLE001 -- the program failed: report it as Python would, keep its spans
         tb = exc.__traceback__
-        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
+        while tb is not None and (
+            tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
+        ):
             tb = tb.tb_next  # hotspan's and runpy's own frames are noise to the program's author
         traceback.print_exception(type(exc), exc, tb)
         return 130 if isinstance(exc, KeyboardInterrupt) else 1

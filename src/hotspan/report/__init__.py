@@ -1,7 +1,8 @@
 """Views of a span table for people: a terminal Gantt chart and a self-contained HTML report.
 
-    from hotspan.report import gantt, step_gantts, html_report
+from hotspan.report import gantt, step_gantts, html_report
 """
+
 from __future__ import annotations
 
 from .gantt import gantt, step_gantts

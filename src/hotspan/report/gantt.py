@@ -5,6 +5,7 @@ Each cell shows the category holding most of the cell's time at the innermost le
 inside spans for less than half of the cell; ``!`` marks a cell where a span ended with
 an error.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,23 @@ from .layout import Layout, cell_coverage, error_cells, layout
 
 #: Glyphs for categories, most time first; "!" is kept for errors.
 GLYPHS = "█▓▒░#=+*%@&o~^:"
-COLORS = ("cyan", "magenta", "yellow", "green", "blue", "red", "bright_cyan", "bright_magenta",
-          "bright_yellow", "bright_green", "bright_blue", "white", "cyan", "magenta", "yellow")
+COLORS = (
+    "cyan",
+    "magenta",
+    "yellow",
+    "green",
+    "blue",
+    "red",
+    "bright_cyan",
+    "bright_magenta",
+    "bright_yellow",
+    "bright_green",
+    "bright_blue",
+    "white",
+    "cyan",
+    "magenta",
+    "yellow",
+)
 OTHER_GLYPH = "·"
 ERROR_GLYPH = "!"
 LABEL_WIDTH = 22
@@ -58,8 +74,10 @@ def step_gantts(table: pa.Table, step: str, *, width: int = 100) -> list[Rendera
         if len(mine) == 1:
             title = f"{step} {k + 1}/{count}: {human_ns(lay.duration[mine[0]])}"
         else:
-            title = (f"{step} {k + 1}/{count}: {human_ns(w1 - w0)} across {len(mine)} lanes "
-                     f"(slowest {human_ns(max(durations.values()))}, fastest {human_ns(min(durations.values()))})")
+            title = (
+                f"{step} {k + 1}/{count}: {human_ns(w1 - w0)} across {len(mine)} lanes "
+                f"(slowest {human_ns(max(durations.values()))}, fastest {human_ns(min(durations.values()))})"
+            )
         charts.append(Group(Text(title, style="bold"), _chart(lay, w0, w1, width, durations)))
     charts.append(legend(lay))
     return charts
@@ -104,7 +122,9 @@ def fit_label(label: str, width: int) -> str:
     return label[:head] + "…" + label[len(label) - (room - head):]
 
 
-def _chart(lay: Layout, w0: int, w1: int, width: int, durations: dict[int, int] | None = None) -> Text:
+def _chart(
+    lay: Layout, w0: int, w1: int, width: int, durations: dict[int, int] | None = None
+) -> Text:
     n_categories = min(len(lay.categories), len(GLYPHS) + 1)
     coverage = cell_coverage(lay, w0, w1, width, n_categories)
     covered = coverage.sum(axis=2)
@@ -133,7 +153,11 @@ def _chart(lay: Layout, w0: int, w1: int, width: int, durations: dict[int, int] 
     left, right = "0", human_ns(w1 - w0)
     middle = human_ns((w1 - w0) / 2)
     axis = [" "] * width
-    for position, text in ((0, left), (width // 2 - len(middle) // 2, middle), (width - len(right), right)):
+    for position, text in (
+        (0, left),
+        (width // 2 - len(middle) // 2, middle),
+        (width - len(right), right),
+    ):
         for i, ch in enumerate(text):
             if 0 <= position + i < width:
                 axis[position + i] = ch

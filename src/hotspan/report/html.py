@@ -6,6 +6,7 @@ Large traces stay small: spans at least a pixel wide are drawn one by one (up to
 ``MAX_RECTS``, the widest first); the rest are merged per lane, depth and pixel column
 into one mark that tells how many spans it holds.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -17,7 +18,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._schema import META_ARGV, META_DROPPED, META_ENV, META_HOST, META_PYTHON, META_START, META_VERSION
+from .._schema import (
+    META_ARGV,
+    META_DROPPED,
+    META_ENV,
+    META_HOST,
+    META_PYTHON,
+    META_START,
+    META_VERSION,
+)
 from ..analysis.statistics import column_codes, to_numpy, phases, stats
 from ..units import human_bytes, human_count, human_ns, human_rate
 from .flame import asset, flame_html
@@ -29,20 +38,36 @@ ROW_HEIGHT = 16
 MAX_DEPTH_ROWS = 24
 MAX_RECTS = 20_000
 MAX_STAT_ROWS = 300
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
-           "#86bcb6", "#8cd17d", "#d4a6c8", "#a0cbe8")
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+    "#86bcb6",
+    "#8cd17d",
+    "#d4a6c8",
+    "#a0cbe8",
+)
 
 
 #: The parts of the report, in page order.
 SECTIONS = ("summary", "timeline", "flame", "stats", "phases")
 
 
-def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tuple[str, ...] = SECTIONS) -> str:
+def html_report(
+    table: pa.Table, *, title: str = "hotspan report", sections: tuple[str, ...] = SECTIONS
+) -> str:
     """The report as one HTML document (a string). ``sections``: which parts of it
     (``hotspan serve`` shows the timeline alone inside its run page)."""
     unknown = set(sections) - set(SECTIONS)
     if unknown:
-        raise ValueError(f"unknown report section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+        raise ValueError(
+            f"unknown report section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}"
+        )
     lay = layout(table)
     css = _CSS + (asset("flame.css") if "flame" in sections else "")
     parts = [_HEAD.replace("@TITLE@", html.escape(title)).replace("@CSS@", css)]
@@ -136,8 +161,10 @@ def _summary(table: pa.Table, lay) -> str:
             items.append(("command", " ".join(json.loads(argv))))
         except (ValueError, TypeError):
             pass
-    cells = "".join(f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>'
-                    for k, v in items)
+    cells = "".join(
+        f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>'
+        for k, v in items
+    )
     return f'<section class="summary">{cells}</section>'
 
 
@@ -211,15 +238,27 @@ def _timeline(table: pa.Table, lay) -> tuple[str, str]:
     marks: list[list[str]] = [[] for _ in lay.lane_labels]
     for i in wide.tolist():
         k = len(records)
-        records.append([names[name_code[i]], lay.categories[lay.category[i]], int(lay.start[i] - t0),
-                        int(lay.duration[i]), int(arg[i]) if has_arg[i] else None, bool(lay.error[i]),
-                        int(lay.depth[i]), 1, lay.lane_labels[lay.lane[i]]])
+        records.append(
+            [
+                names[name_code[i]],
+                lay.categories[lay.category[i]],
+                int(lay.start[i] - t0),
+                int(lay.duration[i]),
+                int(arg[i]) if has_arg[i] else None,
+                bool(lay.error[i]),
+                int(lay.depth[i]),
+                1,
+                lay.lane_labels[lay.lane[i]],
+            ]
+        )
         y = depth[i] * ROW_HEIGHT
         cls = "s e" if lay.error[i] else "s"
         label = ""
         if px[i] > 40:
-            label = (f'<text x="{x[i] + 3:.1f}" y="{y + 12}">'
-                     f"{html.escape(names[name_code[i]][: int(px[i] // 7)])}</text>")
+            label = (
+                f'<text x="{x[i] + 3:.1f}" y="{y + 12}">'
+                f"{html.escape(names[name_code[i]][: int(px[i] // 7)])}</text>"
+            )
         marks[lay.lane[i]].append(
             f'<g><rect class="{cls}" data-i="{k}" x="{x[i]:.2f}" y="{y + 1}" width="{max(px[i], 1.0):.2f}" '
             f'height="{ROW_HEIGHT - 2}" fill="{_color(lay.category[i])}"/>{label}</g>'
@@ -238,34 +277,60 @@ def _timeline(table: pa.Table, lay) -> tuple[str, str]:
         counts = ends - starts
         total = np.add.reduceat(lay.duration[narrow][order], starts)
         errors = np.add.reduceat(lay.error[narrow][order].astype(np.int64), starts)
-        for b, i, c, tot, err in zip(sorted_bucket[starts].tolist(), longest.tolist(), counts.tolist(),
-                                     total.tolist(), errors.tolist()):
+        for b, i, c, tot, err in zip(
+            sorted_bucket[starts].tolist(),
+            longest.tolist(),
+            counts.tolist(),
+            total.tolist(),
+            errors.tolist(),
+        ):
             k = len(records)
-            records.append([names[name_code[i]], lay.categories[lay.category[i]], int(lay.start[i] - t0),
-                            int(tot), int(arg[i]) if has_arg[i] and c == 1 else None, bool(err), int(lay.depth[i]),
-                            int(c), lay.lane_labels[lay.lane[i]]])
+            records.append(
+                [
+                    names[name_code[i]],
+                    lay.categories[lay.category[i]],
+                    int(lay.start[i] - t0),
+                    int(tot),
+                    int(arg[i]) if has_arg[i] and c == 1 else None,
+                    bool(err),
+                    int(lay.depth[i]),
+                    int(c),
+                    lay.lane_labels[lay.lane[i]],
+                ]
+            )
             lane, rest = divmod(b, MAX_DEPTH_ROWS * TIMELINE_WIDTH)
             row, col = divmod(rest, TIMELINE_WIDTH)
             cls = "m e" if err else "m"
-            marks[lane].append(f'<rect class="{cls}" data-i="{k}" x="{col}" y="{row * ROW_HEIGHT + 1}" width="1" '
-                               f'height="{ROW_HEIGHT - 2}" fill="{_color(lay.category[i])}"/>')
+            marks[lane].append(
+                f'<rect class="{cls}" data-i="{k}" x="{col}" y="{row * ROW_HEIGHT + 1}" width="1" '
+                f'height="{ROW_HEIGHT - 2}" fill="{_color(lay.category[i])}"/>'
+            )
 
     step, ticks = _ticks(wall)
-    axis = [f'<svg class="axis" viewBox="0 0 {TIMELINE_WIDTH} 18" width="{TIMELINE_WIDTH}" height="18">']
+    axis = [
+        f'<svg class="axis" viewBox="0 0 {TIMELINE_WIDTH} 18" width="{TIMELINE_WIDTH}" height="18">'
+    ]
     for t in ticks:
         tx = t * scale
         anchor = "end" if tx > TIMELINE_WIDTH - 40 else "start"
-        axis.append(f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="12" y2="18"/>'
-                    f'<text x="{tx + (2 if anchor == "start" else -2):.1f}" y="10" text-anchor="{anchor}">'
-                    f"{html.escape(human_ns(t))}</text>")
+        axis.append(
+            f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="12" y2="18"/>'
+            f'<text x="{tx + (2 if anchor == "start" else -2):.1f}" y="10" text-anchor="{anchor}">'
+            f"{html.escape(human_ns(t))}</text>"
+        )
     axis.append("</svg>")
-    lanes_html = ['<div class="timeline">', '<div class="lane"><div class="label"></div>' + "".join(axis) + "</div>"]
+    lanes_html = [
+        '<div class="timeline">',
+        '<div class="lane"><div class="label"></div>' + "".join(axis) + "</div>",
+    ]
     lane_depth = np.zeros(len(lay.lane_labels), np.int64)
     np.maximum.at(lane_depth, lay.lane, depth)
     for lane, label in enumerate(lay.lane_labels):
         height = (int(lane_depth[lane]) + 1) * ROW_HEIGHT
-        grid = "".join(f'<line class="grid" x1="{t * scale:.1f}" x2="{t * scale:.1f}" y1="0" y2="{height}"/>'
-                       for t in ticks)
+        grid = "".join(
+            f'<line class="grid" x1="{t * scale:.1f}" x2="{t * scale:.1f}" y1="0" y2="{height}"/>'
+            for t in ticks
+        )
         lanes_html.append(
             f'<div class="lane"><div class="label" title="{html.escape(label)}">{html.escape(label)}</div>'
             f'<svg viewBox="0 0 {TIMELINE_WIDTH} {height}" width="{TIMELINE_WIDTH}" '
@@ -274,8 +339,10 @@ def _timeline(table: pa.Table, lay) -> tuple[str, str]:
     lanes_html.append("</div>")
     note = ""
     if len(narrow):
-        note = (f'<p class="note">{len(wide):,} spans drawn one by one; {len(narrow):,} narrower than '
-                f"{threshold:.3g} px merged into the thin marks (hover for how many).</p>")
+        note = (
+            f'<p class="note">{len(wide):,} spans drawn one by one; {len(narrow):,} narrower than '
+            f"{threshold:.3g} px merged into the thin marks (hover for how many).</p>"
+        )
     spans_json = json.dumps(records, separators=(",", ":")).replace("</", "<\\/")
     return "\n".join(lanes_html) + note, spans_json
 
@@ -306,16 +373,38 @@ def _stats_table(table: pa.Table) -> str:
         # A device row's group (stats' default key "device" with device rows): named with its device.
         name = r["name"] if r.get("device", "host") == "host" else f"{r['name']} [{r['device']}]"
         cells = [
-            (r["category"] or "", None), (name, None), (f"{r['count']:,}", r["count"]),
-            *((human_ns(r[c]), r[c]) for c in ("total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns",
-                                                "p99_ns", "max_ns")),
-            (_percent(r["share"]), r["share"]), (_percent(r["busy"]), r["busy"]),
-            (f"{r['errors']:,}", r["errors"]), (human_count(r["arg_sum"]), r["arg_sum"]),
+            (r["category"] or "", None),
+            (name, None),
+            (f"{r['count']:,}", r["count"]),
+            *(
+                (human_ns(r[c]), r[c])
+                for c in (
+                    "total_ns",
+                    "self_ns",
+                    "mean_ns",
+                    "min_ns",
+                    "p50_ns",
+                    "p90_ns",
+                    "p99_ns",
+                    "max_ns",
+                )
+            ),
+            (_percent(r["share"]), r["share"]),
+            (_percent(r["busy"]), r["busy"]),
+            (f"{r['errors']:,}", r["errors"]),
+            (human_count(r["arg_sum"]), r["arg_sum"]),
             (human_rate(r["arg_per_s"]), r["arg_per_s"]),  # as the CLI writes it: 2.76 k/s
         ]
-        rows.append("<tr>" + "".join(
-            f"<td>{html.escape(str(text))}</td>" if sort is None else f'<td class="n" data-v="{sort}">{html.escape(text)}</td>'
-            for text, sort in cells) + "</tr>")
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(text))}</td>"
+                if sort is None
+                else f'<td class="n" data-v="{sort}">{html.escape(text)}</td>'
+                for text, sort in cells
+            )
+            + "</tr>"
+        )
     more = ""
     if result.num_rows > MAX_STAT_ROWS:
         more = f'<p class="note">The {MAX_STAT_ROWS} largest of {result.num_rows:,} groups.</p>'
@@ -344,8 +433,10 @@ def _phases_table(table: pa.Table) -> str:
             f'<td class="n">{human_ns(r["per_step_ns"])}</td>'
             f'<td class="share">{bar}<span>{share * 100:.1f}%</span></td></tr>'
         )
-    return ('<table class="phases"><thead><tr><th>rank</th><th>phase</th><th>time</th><th>steps</th>'
-            f'<th>per step</th><th>share</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    return (
+        '<table class="phases"><thead><tr><th>rank</th><th>phase</th><th>time</th><th>steps</th>'
+        f"<th>per step</th><th>share</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 # --------------------------------------------------------------------------- page

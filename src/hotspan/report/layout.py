@@ -1,5 +1,6 @@
 """What the terminal Gantt and the HTML timeline share: lanes (one per rank/thread),
 categories in a stable order, and the time each category holds in each cell of a lane."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,11 +79,15 @@ def layout(table: pa.Table) -> Layout:
     rename[value_order] = np.arange(len(values))
     categories = [labels_of_values[i] for i in value_order]
     return Layout(
-        start=start, end=end, duration=duration,
+        start=start,
+        end=end,
+        duration=duration,
         depth=to_numpy(table.column("depth"), np.int64),
         error=to_numpy(table.column("error").fill_null(False), np.bool_),
-        lane=position[lane], lane_labels=labels,
-        category=rename[code] if len(code) else code, categories=categories,
+        lane=position[lane],
+        lane_labels=labels,
+        category=rename[code] if len(code) else code,
+        categories=categories,
         parent=parent_rows(table),
     )
 

@@ -10,6 +10,7 @@ Requests are checked before anything else runs: with a token, one without
 path (runs are named by id), and runs reached through a link out of the directory are not
 listed, so no request reads a file outside it.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -148,11 +149,22 @@ class CompareResponse(BaseModel):
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": Problem, "description": "a parameter names a path outside the directory (`..`, absolute)"},
-    401: {"model": Problem, "description": "the server has a token and the request did not present it"},
+    400: {
+        "model": Problem,
+        "description": "a parameter names a path outside the directory (`..`, absolute)",
+    },
+    401: {
+        "model": Problem,
+        "description": "the server has a token and the request did not present it",
+    },
 }
-_NOT_FOUND = {404: {"model": Problem, "description": "no run with this id"},
-              409: {"model": Problem, "description": "the run is not a readable trace (see its error in the list)"}}
+_NOT_FOUND = {
+    404: {"model": Problem, "description": "no run with this id"},
+    409: {
+        "model": Problem,
+        "description": "the run is not a readable trace (see its error in the list)",
+    },
+}
 
 
 # --------------------------------------------------------------------------- guards
@@ -173,7 +185,9 @@ def _problem(status: int, detail: str, **headers: str) -> JSONResponse:
 
 def _bad_value(parameter: str, message: str, where: str = "query") -> RequestValidationError:
     """A 422 in FastAPI's own shape (``detail[].loc`` names the parameter)."""
-    return RequestValidationError([{"loc": (where, parameter), "msg": message, "type": "value_error"}])
+    return RequestValidationError(
+        [{"loc": (where, parameter), "msg": message, "type": "value_error"}]
+    )
 
 
 # --------------------------------------------------------------------------- the application
@@ -212,9 +226,12 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     expected = f"Bearer {token}".encode() if token else None
 
     app = FastAPI(
-        title="hotspan serve", version=__version__, docs_url=None, redoc_url=None,  # their pages load from a CDN
+        title="hotspan serve",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,  # their pages load from a CDN
         description="The runs (trace files and dataset directories) under one directory: list them, read "
-                    "their statistics, phases and spans, download them in any format, compare two.",
+        "their statistics, phases and spans, download them in any format, compare two.",
     )
     app.state.catalog = catalog
     app.state.cache = own_cache  # held by the app: the directory lives as long as it does
@@ -228,7 +245,9 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     @app.exception_handler(pa.ArrowException)
     @app.exception_handler(OSError)
     async def unreadable(request: Request, exc: Exception):
-        text = str(exc).replace(str(catalog.root) + os.sep, "")  # paths relative to the served directory
+        text = str(exc).replace(
+            str(catalog.root) + os.sep, ""
+        )  # paths relative to the served directory
         return _problem(409, f"not a readable trace: {text}")
 
     @app.middleware("http")
@@ -237,16 +256,23 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             # Constant time: how much of the token matched does not show in the timing.
             if not hmac.compare_digest(given, expected):
-                return _problem(401, "missing or wrong token: send Authorization: Bearer <token>",
-                                **{"WWW-Authenticate": "Bearer"})
+                return _problem(
+                    401,
+                    "missing or wrong token: send Authorization: Bearer <token>",
+                    **{"WWW-Authenticate": "Bearer"},
+                )
         raw = request.scope.get("raw_path") or request.url.path.encode()
         for segment in raw.decode("latin-1").split("/"):
             decoded = unquote(segment)
             if decoded and (decoded == ".." or escapes(decoded)):
-                return _problem(400, f"path segment {decoded!r}: paths outside the served directory are refused")
+                return _problem(
+                    400, f"path segment {decoded!r}: paths outside the served directory are refused"
+                )
         for key, value in request.query_params.multi_items():
             if escapes(value):
-                return _problem(400, f"parameter {key!r}: {value!r} names a path outside the served directory")
+                return _problem(
+                    400, f"parameter {key!r}: {value!r} names a path outside the served directory"
+                )
         return await call_next(request)
 
     def run_or_404(rid: str) -> Run | JSONResponse:
@@ -279,7 +305,12 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         that cannot be read is listed with its `error` and no figures."""
         return {"traces": [run.entry() for run in catalog.scan()]}
 
-    @app.get("/v1/traces/{id}", response_model=TraceDetail, responses={**_ERRORS, **_NOT_FOUND}, tags=["traces"])
+    @app.get(
+        "/v1/traces/{id}",
+        response_model=TraceDetail,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["traces"],
+    )
     def get_trace(id: str) -> Any:
         """The run's summary and its phases per rank (each top-level category's time per step
         and its sub-categories' shares; rank null: the mean over ranks)."""
@@ -319,27 +350,44 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         used, rows = queries.stats_rows(run, keys, span_filter)
         return {"id": run.id, "by": list(used), "rows": rows}
 
-    @app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses={**_ERRORS, **_NOT_FOUND},
-             tags=["traces"])
+    @app.get(
+        "/v1/traces/{id}/spans",
+        response_model=SpansPage,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["traces"],
+    )
     def get_spans(
         id: str,
         offset: int = Query(0, ge=0, le=2**62, description="spans to skip (of those matching)"),
         limit: int = Query(100, ge=1, le=10_000, description="spans in this page (at most 10 000)"),
         name: Optional[str] = Query(None, max_length=1000, description="only spans of this name"),
-        category: Optional[str] = Query(None, max_length=1000,
-                                        description="only spans of this category or below it (train takes train/compute)"),
-        rank: Optional[int] = Query(None, ge=-2**31, le=2**31 - 1, description="only spans of this rank"),
-        min_ns: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="only spans at least this long"),
+        category: Optional[str] = Query(
+            None,
+            max_length=1000,
+            description="only spans of this category or below it (train takes train/compute)",
+        ),
+        rank: Optional[int] = Query(
+            None, ge=-(2**31), le=2**31 - 1, description="only spans of this rank"
+        ),
+        min_ns: Optional[int] = Query(
+            None, ge=0, le=2**63 - 1, description="only spans at least this long"
+        ),
     ) -> Any:
         """A page of spans in a stable order (the run's parts in order, rows in file order);
         `next_offset` is where the next page starts, null on the last."""
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        rows, more = queries.spans_page(run, offset=offset, limit=limit, name=name, category=category, rank=rank,
-                                        min_ns=min_ns)
-        return {"id": run.id, "offset": offset, "limit": limit, "next_offset": offset + len(rows) if more else None,
-                "spans": rows}
+        rows, more = queries.spans_page(
+            run, offset=offset, limit=limit, name=name, category=category, rank=rank, min_ns=min_ns
+        )
+        return {
+            "id": run.id,
+            "offset": offset,
+            "limit": limit,
+            "next_offset": offset + len(rows) if more else None,
+            "spans": rows,
+        }
 
     @app.get("/v1/traces/{id}/download", response_class=FileResponse, tags=["traces"],
              responses={**_ERRORS, **_NOT_FOUND,
@@ -362,23 +410,38 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             stem = stem[: -len(run.format)] if stem.lower().endswith(run.format) else stem
         return FileResponse(path, media_type=media, filename=(stem or run.id) + extension)
 
-    @app.get("/v1/compare", response_model=CompareResponse, responses={**_ERRORS, **_NOT_FOUND}, tags=["compare"])
+    @app.get(
+        "/v1/compare",
+        response_model=CompareResponse,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["compare"],
+    )
     def compare(
         base: str = Query(..., max_length=64, description="id of the run before"),
         new: str = Query(..., max_length=64, description="id of the run after"),
-        threshold: float = Query(0.05, ge=0.0, le=100.0, description="slowdown that counts, as a fraction"),
-        min_count: int = Query(1, ge=1, le=2**31, description="groups with fewer spans on a side are not judged"),
+        threshold: float = Query(
+            0.05, ge=0.0, le=100.0, description="slowdown that counts, as a fraction"
+        ),
+        min_count: int = Query(
+            1, ge=1, le=2**31, description="groups with fewer spans on a side are not judged"
+        ),
     ) -> Any:
         """Span group by span group, as `hotspan compare` does: medians, their change with a
         bootstrap interval, the Mann-Whitney U p-value and a verdict."""
         runs = []
-        for parameter, rid in (("base", base), ("new", new)):
+        for _parameter, rid in (("base", base), ("new", new)):
             run = run_or_404(rid)
             if isinstance(run, JSONResponse):
                 return run
             runs.append(run)
-        return {"base": base, "new": new, "threshold": threshold,
-                "rows": queries.compare_rows(runs[0], runs[1], threshold=threshold, min_count=min_count)}
+        return {
+            "base": base,
+            "new": new,
+            "threshold": threshold,
+            "rows": queries.compare_rows(
+                runs[0], runs[1], threshold=threshold, min_count=min_count
+            ),
+        }
 
     from .pages import add_pages
 

@@ -7,6 +7,7 @@
   each in a frame, and "Open in Perfetto UI";
 - ``/compare?base=&new=``: two runs span group by span group.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,11 +27,17 @@ HERE = Path(__file__).resolve().parent
 
 #: The stats columns the run page shows: heading -> (column, formatter).
 STAT_COLUMNS = (
-    ("count", "count", lambda v: f"{v:,}"), ("total", "total_ns", human_ns), ("self", "self_ns", human_ns),
-    ("mean", "mean_ns", human_ns), ("p50", "p50_ns", human_ns), ("p90", "p90_ns", human_ns),
-    ("p99", "p99_ns", human_ns), ("max", "max_ns", human_ns),
+    ("count", "count", lambda v: f"{v:,}"),
+    ("total", "total_ns", human_ns),
+    ("self", "self_ns", human_ns),
+    ("mean", "mean_ns", human_ns),
+    ("p50", "p50_ns", human_ns),
+    ("p90", "p90_ns", human_ns),
+    ("p99", "p99_ns", human_ns),
+    ("max", "max_ns", human_ns),
     ("share", "share", lambda v: "-" if v is None else f"{v * 100:.1f}%"),
-    ("errors", "errors", lambda v: f"{v:,}"), ("arg/s", "arg_per_s", human_rate),
+    ("errors", "errors", lambda v: f"{v:,}"),
+    ("arg/s", "arg_per_s", human_rate),
 )
 MAX_STAT_ROWS = 300
 BAR_WIDTH = 900  # the phases chart's bar area, in SVG units
@@ -68,9 +75,17 @@ def phase_bars(rows: list[dict[str, Any]], colours: dict[str, str]) -> dict[str,
         total = sum(t for _, t in ranks[rank])
         for phase, time in sorted(ranks[rank]):
             w = time / widest * BAR_WIDTH
-            segments.append({"phase": phase, "x": round(x, 2), "w": round(w, 2), "colour": colour[phase],
-                             "label": f"rank {rank} · {phase}: {human_ns(time)} ({time / total * 100:.1f}%)"
-                             if total else phase})
+            segments.append(
+                {
+                    "phase": phase,
+                    "x": round(x, 2),
+                    "w": round(w, 2),
+                    "colour": colour[phase],
+                    "label": f"rank {rank} · {phase}: {human_ns(time)} ({time / total * 100:.1f}%)"
+                    if total
+                    else phase,
+                }
+            )
             x += w
         bars.append({"rank": rank, "y": y * 26, "segments": segments, "total": human_ns(total),
                      "total_ns": total})
@@ -133,9 +148,13 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             return problem_page(request, run)
         html = queries.timeline_html(run)
         if html is None:
-            return page(request, "problem.html", status=413,
-                        detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline timeline "
-                               f"(at most {queries.TIMELINE_MAX_SPANS:,}); open it in Perfetto UI")
+            return page(
+                request,
+                "problem.html",
+                status=413,
+                detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline timeline "
+                f"(at most {queries.TIMELINE_MAX_SPANS:,}); open it in Perfetto UI",
+            )
         return HTMLResponse(html)
 
     @app.get("/runs/{id}/flame", response_class=HTMLResponse, include_in_schema=False)
@@ -151,10 +170,20 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         return HTMLResponse(html)
 
     @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)
-    def compare_page(request: Request, base: str = Query("", max_length=64), new: str = Query("", max_length=64),
-                     threshold: float = Query(0.05, ge=0, le=100)):
+    def compare_page(
+        request: Request,
+        base: str = Query("", max_length=64),
+        new: str = Query("", max_length=64),
+        threshold: float = Query(0.05, ge=0, le=100),
+    ):
         runs = [r.entry() for r in catalog.scan() if r.error is None]
-        context: dict[str, Any] = {"runs": runs, "base": base, "new": new, "threshold": threshold, "rows": None}
+        context: dict[str, Any] = {
+            "runs": runs,
+            "base": base,
+            "new": new,
+            "threshold": threshold,
+            "rows": None,
+        }
         if base and new:
             picked = []
             for rid in (base, new):

@@ -6,6 +6,7 @@ path.
 Results are cached per run version (its files' sizes and modification times), so a page
 that asks for the same statistics twice computes them once.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,22 @@ DOWNLOAD_FORMATS = {
 }
 
 #: The columns of a span as /spans returns it (the span table's, strings plain).
-SPAN_FIELDS = ("span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns", "depth",
-               "thread_id", "thread_name", "pid", "rank", "arg", "error")
+SPAN_FIELDS = (
+    "span_id",
+    "parent_id",
+    "name",
+    "category",
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "depth",
+    "thread_id",
+    "thread_name",
+    "pid",
+    "rank",
+    "arg",
+    "error",
+)
 
 #: Runs up to this many spans get the HTML report's timeline on their page (it holds the
 #: run in memory while it is drawn); larger ones point to Perfetto UI instead.
@@ -137,8 +152,14 @@ def compare_rows(base: Run, new: Run, *, threshold: float, min_count: int) -> li
                   lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count).to_pylist()))
 
 
-def _filter(names: Sequence[str], *, name: str | None, category: str | None, rank: int | None,
-            min_ns: int | None):
+def _filter(
+    names: Sequence[str],
+    *,
+    name: str | None,
+    category: str | None,
+    rank: int | None,
+    min_ns: int | None,
+):
     """The filter as a pyarrow expression over one part's columns (pushed down to the
     Parquet reader: row groups whose statistics exclude it are skipped): the library's
     filter (analysis/filters.py), rendered for pyarrow.dataset."""
@@ -148,8 +169,16 @@ def _filter(names: Sequence[str], *, name: str | None, category: str | None, ran
     return dataset_expression(terms, names)
 
 
-def spans_page(run: Run, *, offset: int, limit: int, name: str | None = None, category: str | None = None,
-               rank: int | None = None, min_ns: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+def spans_page(
+    run: Run,
+    *,
+    offset: int,
+    limit: int,
+    name: str | None = None,
+    category: str | None = None,
+    rank: int | None = None,
+    min_ns: int | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
     """Up to ``limit`` spans matching the filters from the ``offset``-th on, in a stable order
     (the run's parts in order, each part's rows in file order), and whether more follow.
 
@@ -173,7 +202,9 @@ def spans_page(run: Run, *, offset: int, limit: int, name: str | None = None, ca
                 continue
         columns = [c for c in SPAN_FIELDS if c in names]
         expr = _filter(names, name=name, category=category, rank=rank, min_ns=min_ns)
-        for batch in dataset.to_batches(columns=columns, filter=expr, batch_size=16_384, use_threads=False):
+        for batch in dataset.to_batches(
+            columns=columns, filter=expr, batch_size=16_384, use_threads=False
+        ):
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
                 continue
@@ -183,8 +214,12 @@ def spans_page(run: Run, *, offset: int, limit: int, name: str | None = None, ca
             need = limit + 1 - len(rows)  # one more than the page: whether another page follows
             batch = batch.slice(0, need)
             table = pa.Table.from_batches([batch])
-            if "rank" not in table.column_names:  # a part whose rank=R directory gives it (checked at listing)
-                table = table.append_column("rank", pa.array([dir_rank] * table.num_rows, pa.int32()))
+            if (
+                "rank" not in table.column_names
+            ):  # a part whose rank=R directory gives it (checked at listing)
+                table = table.append_column(
+                    "rank", pa.array([dir_rank] * table.num_rows, pa.int32())
+                )
             rows.extend(table.select(list(SPAN_FIELDS)).to_pylist())
             if len(rows) > limit:
                 return plain(rows[:limit]), True

@@ -14,6 +14,7 @@ directory (kept while the trace is unchanged).
 A run's id is a hash of its path relative to the directory: stable across restarts and
 scans, and no path ever travels in a URL.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -48,7 +49,9 @@ class RunError(Exception):
 @dataclass
 class Run:
     id: str
-    path: str  # relative to the served directory, with "/" separators ("." for the directory itself)
+    path: (
+        str  # relative to the served directory, with "/" separators ("." for the directory itself)
+    )
     location: Path  # absolute
     kind: str  # "file" or "dataset"
     format: str  # the extension (".parquet", ".json.gz", ...) or "dataset"
@@ -75,8 +78,14 @@ class Run:
 
     def entry(self) -> dict[str, Any]:
         """The run as ``GET /v1/traces`` lists it."""
-        out: dict[str, Any] = {"id": self.id, "path": self.path, "name": self.name, "kind": self.kind,
-                               "format": self.format, "error": self.error}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "path": self.path,
+            "name": self.name,
+            "kind": self.kind,
+            "format": self.format,
+            "error": self.error,
+        }
         keys = ("ranks", "spans", "start", "start_ns", "duration_ns", "host", "command", "modified")
         summary = self.summary or {}
         out.update({k: summary.get(k) for k in keys})
@@ -107,7 +116,8 @@ def _regular(path: Path) -> bool:
 
 def _is_dataset(dirnames: list[str], filenames: list[str]) -> bool:
     return any(_RANK_DIR.match(d) for d in dirnames) or any(
-        n.startswith("part-") and n.endswith(".parquet") for n in filenames)
+        n.startswith("part-") and n.endswith(".parquet") for n in filenames
+    )
 
 
 def _signature(paths: list[Path]) -> tuple:
@@ -135,7 +145,9 @@ class Catalog:
 
     def _walk(self) -> list[tuple[str, Path, str]]:
         found: list[tuple[str, Path, str]] = []
-        for dirpath, dirnames, filenames in os.walk(self.root):  # links to directories are not followed
+        for dirpath, dirnames, filenames in os.walk(
+            self.root
+        ):  # links to directories are not followed
             here = Path(dirpath)
             dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
             if _is_dataset(dirnames, filenames):
@@ -159,8 +171,17 @@ class Catalog:
             for relative, path, kind in found:
                 rid = run_id(relative)
                 old = self._runs.get(rid)
-                run = old if old is not None and old.location == path else Run(
-                    rid, relative, path, kind, "dataset" if kind == "dataset" else (format_of(path.name) or ""))
+                run = (
+                    old
+                    if old is not None and old.location == path
+                    else Run(
+                        rid,
+                        relative,
+                        path,
+                        kind,
+                        "dataset" if kind == "dataset" else (format_of(path.name) or ""),
+                    )
+                )
                 runs[rid] = run
             self._runs = runs
         for run in runs.values():
@@ -203,12 +224,21 @@ class Catalog:
                 for f in files:  # a FIFO swapped in since the scan: refused, never opened
                     require_regular_file(f)
                 signature = _signature(files)
-            except TraceFileError as exc:  # a part that is not a regular file (a FIFO): never opened
-                text = str(exc).replace(str(self.root) + os.sep, "")  # paths relative to the directory
+            except (
+                TraceFileError
+            ) as exc:  # a part that is not a regular file (a FIFO): never opened
+                text = str(exc).replace(
+                    str(self.root) + os.sep, ""
+                )  # paths relative to the directory
                 run.signature, run.summary, run.error, run.parts = (), None, text, []
                 return
             except OSError as exc:
-                run.signature, run.summary, run.error, run.parts = (), None, f"{exc.strerror or exc}", []
+                run.signature, run.summary, run.error, run.parts = (
+                    (),
+                    None,
+                    f"{exc.strerror or exc}",
+                    [],
+                )
                 return
             if signature == run.signature:
                 return
@@ -220,7 +250,9 @@ class Catalog:
             except RunError as exc:
                 run.parts, run.summary, run.error = [], None, str(exc)
 
-    def _parts(self, run: Run, files: list[Path], signature: tuple) -> list[tuple[Path, int | None]]:
+    def _parts(
+        self, run: Run, files: list[Path], signature: tuple
+    ) -> list[tuple[Path, int | None]]:
         if run.kind == "dataset":
             if not files:
                 raise RunError("no span parts in this directory (expected part-*.parquet)")
@@ -249,7 +281,7 @@ class Catalog:
             table = load(run.location)
         except (ValueError, OSError) as exc:  # TraceFileError names the file and the problem
             raise RunError(_message(exc, run.location)) from None
-        except Exception as exc:  # a foreign file a reader chokes on: an error entry, never a 500
+        except Exception as exc:  # noqa: BLE001 -- a foreign file a reader chokes on: an error entry, never a 500
             raise RunError(f"not a readable trace: {type(exc).__name__}: {exc}") from None
         for stale in self.cache.glob(f"{run.id}-*.parquet"):
             stale.unlink(missing_ok=True)
@@ -293,7 +325,7 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
                 ranks.add(rank)
     except RunError:
         raise
-    except Exception as exc:  # pyarrow's errors for a torn or foreign file
+    except Exception as exc:  # noqa: BLE001 -- pyarrow's errors for a torn or foreign file
         raise RunError(f"not a readable span table: {type(exc).__name__}: {exc}") from None
     merged = merge_metadata(metas) if len(metas) > 1 else (metas[0][0] if metas else {})
 
@@ -309,7 +341,9 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
         except (ValueError, TypeError):
             command = argv
     recorded = text(META_START)
-    start_ns = start if start is not None else (int(recorded) if recorded and recorded.isdigit() else None)
+    start_ns = (
+        start if start is not None else (int(recorded) if recorded and recorded.isdigit() else None)
+    )
     modified = max((m for _p, _s, m in signature), default=None)
     return {
         "spans": spans,
@@ -340,12 +374,16 @@ def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
         check_span_table(pa.schema(list(present.items())).empty_table())
     except ValueError as exc:
         raise RunError(f"{path.name}: {exc}") from None
-    for field in SPAN_SCHEMA:
-        kind = present[field.name]
-        if pa.types.is_integer(field.type) and not pa.types.is_integer(kind):
-            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not integers")
-        if pa.types.is_boolean(field.type) and not pa.types.is_boolean(kind):
-            raise RunError(f"{path.name}: not a span table: column {field.name!r} holds {kind}, not booleans")
+    for column in SPAN_SCHEMA:
+        kind = present[column.name]
+        if pa.types.is_integer(column.type) and not pa.types.is_integer(kind):
+            raise RunError(
+                f"{path.name}: not a span table: column {column.name!r} holds {kind}, not integers"
+            )
+        if pa.types.is_boolean(column.type) and not pa.types.is_boolean(kind):
+            raise RunError(
+                f"{path.name}: not a span table: column {column.name!r} holds {kind}, not booleans"
+            )
 
 
 def _iso(ns: int | None) -> str | None:

