@@ -212,14 +212,18 @@ def _reaped_timed(command: list[str], env: dict | None = None) -> tuple[str, flo
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})})
+        child = subprocess.Popen(
+            command, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})}
+        )
         _, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - start
         child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if child.returncode:
-            raise SystemExit(f"{' '.join(command[:4])}... failed ({child.returncode}): {err.read()}")
+            raise SystemExit(
+                f"{' '.join(command[:4])}... failed ({child.returncode}): {err.read()}"
+            )
         return out.read(), elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / (1 << 20)
 
 
@@ -233,18 +237,28 @@ def installed_copy(target: Path) -> dict[str, str]:
     source = Path(hotspan.__file__).parent
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target / "hotspan", ignore=shutil.ignore_patterns("__pycache__"))
-    for module in ("hotspan._native", "hotspan.formats._chrome_codec", "hotspan.formats._perfetto_codec"):
+    for module in (
+        "hotspan._native",
+        "hotspan.formats._chrome_codec",
+        "hotspan.formats._perfetto_codec",
+    ):
         built = Path(__import__("importlib").util.find_spec(module).origin)
         relative = Path(*module.split(".")[1:-1], built.name)
         shutil.copy2(built, target / "hotspan" / relative)
     include = Path(hotspan.get_include())
     shutil.copytree(include, target / "hotspan" / "include", dirs_exist_ok=True)
     build = os.environ.get("SKBUILD_EDITABLE_SKIP", "")
-    finder = next((f for f in sys.meta_path if type(f).__module__.startswith("_editable_skbc")), None)
+    finder = next(
+        (f for f in sys.meta_path if type(f).__module__.startswith("_editable_skbc")), None
+    )
     if finder is not None:  # the editable finder stands aside for its own build directory only
         build = os.pathsep.join(p for p in (build, str(getattr(finder, "path", "") or "")) if p)
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p),
-            "SKBUILD_EDITABLE_SKIP": build}
+    return {
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p
+        ),
+        "SKBUILD_EDITABLE_SKIP": build,
+    }
 
 
 #: The environment hotspan's commands run in (``--as-installed``: ``installed_copy``'s).
@@ -252,30 +266,38 @@ HOTSPAN_ENV: dict[str, str] = {}
 
 
 #: DuckDB's own GROUP BY, the figure to be within 1.5x of (issue 23).
-DUCKDB_QUERY = ("SELECT category, name, count(*), sum(duration_ns), min(duration_ns), max(duration_ns), "
-                "quantile_cont(duration_ns, [0.5, 0.9, 0.99]) FROM read_parquet('{dir}/*/*.parquet', "
-                "hive_partitioning=false) GROUP BY ALL")
+DUCKDB_QUERY = (
+    "SELECT category, name, count(*), sum(duration_ns), min(duration_ns), max(duration_ns), "
+    "quantile_cont(duration_ns, [0.5, 0.9, 0.99]) FROM read_parquet('{dir}/*/*.parquet', "
+    "hive_partitioning=false) GROUP BY ALL"
+)
 
 
 def run_stats(directory: Path, memory_limit: str = "1GB") -> tuple[list[dict], float, float, float]:
     """``hotspan stats DIR --json`` in a fresh process, once: (rows, seconds, CPU seconds,
     peak RSS in GiB)."""
-    out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
-                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV})
+    out, elapsed, cpu, peak = _reaped_timed(
+        [sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
+        {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV},
+    )
     rows = json.loads(out)
     for row in rows[:10]:
-        print(f"  {row.get('category')!s:>16} {row.get('name')!s:<16} count {row.get('count'):>12,} "
-              f"p50 {row.get('p50_ns')} ns  p99 {row.get('p99_ns')} ns")
+        print(
+            f"  {row.get('category')!s:>16} {row.get('name')!s:<16} count {row.get('count'):>12,} "
+            f"p50 {row.get('p50_ns')} ns  p99 {row.get('p99_ns')} ns"
+        )
     return rows, elapsed, cpu, peak
 
 
 def run_duckdb(directory: Path, memory_limit: str = "1GB") -> tuple[list, float, float, float]:
     """DuckDB's own GROUP BY (``DUCKDB_QUERY``) in a fresh process, same memory limit, once."""
-    code = ("import duckdb, json, sys\n"
-            f"con = duckdb.connect(config={{'memory_limit': {memory_limit!r}}})\n"
-            "con.execute('SET enable_progress_bar = false')\n"  # (it draws on stdout)
-            f"rows = con.sql({DUCKDB_QUERY.format(dir=directory)!r}).fetchall()\n"
-            "print(json.dumps(rows))")
+    code = (
+        "import duckdb, json, sys\n"
+        f"con = duckdb.connect(config={{'memory_limit': {memory_limit!r}}})\n"
+        "con.execute('SET enable_progress_bar = false')\n"  # (it draws on stdout)
+        f"rows = con.sql({DUCKDB_QUERY.format(dir=directory)!r}).fetchall()\n"
+        "print(json.dumps(rows))"
+    )
     out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-c", code])
     return json.loads(out), elapsed, cpu, peak
 
@@ -288,29 +310,43 @@ def compare_with_duckdb(run: Path, repeats: int, memory_limit: str) -> None:
 
     ours, theirs, ratios = [], [], []
     for i in range(repeats):
-        rows, t_ours, cpu_ours, peak_ours = run_stats(run, memory_limit) if i == 0 else _quiet(run, memory_limit)
+        rows, t_ours, cpu_ours, peak_ours = (
+            run_stats(run, memory_limit) if i == 0 else _quiet(run, memory_limit)
+        )
         duck, t_duck, cpu_duck, peak_duck = run_duckdb(run, memory_limit)
         ours.append(t_ours)
         theirs.append(t_duck)
         ratios.append(t_ours / t_duck)
-        print(f"  pair {i + 1}: hotspan stats {t_ours:.2f} s (CPU {cpu_ours:.1f} s, peak {peak_ours:.2f} GiB), "
-              f"DuckDB {t_duck:.2f} s (CPU {cpu_duck:.1f} s, peak {peak_duck:.2f} GiB): {t_ours / t_duck:.2f}x",
-              flush=True)
+        print(
+            f"  pair {i + 1}: hotspan stats {t_ours:.2f} s (CPU {cpu_ours:.1f} s, peak {peak_ours:.2f} GiB), "
+            f"DuckDB {t_duck:.2f} s (CPU {cpu_duck:.1f} s, peak {peak_duck:.2f} GiB): {t_ours / t_duck:.2f}x",
+            flush=True,
+        )
         if i == 0:
             first_rows, first_duck = rows, duck
-    print(f"hotspan stats --json vs DuckDB's GROUP BY (count/sum/min/max/quantile_cont by category, name), "
-          f"whole commands, memory limit {memory_limit}: median {statistics.median(ours):.2f} s vs "
-          f"{statistics.median(theirs):.2f} s: {statistics.median(ours) / statistics.median(theirs):.2f}x "
-          f"(paired ratios {', '.join(f'{r:.2f}' for r in ratios)})", flush=True)
-    ours_q = {(r["category"], r["name"]): (r["p50_ns"], r["p90_ns"], r["p99_ns"]) for r in first_rows}
+    print(
+        f"hotspan stats --json vs DuckDB's GROUP BY (count/sum/min/max/quantile_cont by category, name), "
+        f"whole commands, memory limit {memory_limit}: median {statistics.median(ours):.2f} s vs "
+        f"{statistics.median(theirs):.2f} s: {statistics.median(ours) / statistics.median(theirs):.2f}x "
+        f"(paired ratios {', '.join(f'{r:.2f}' for r in ratios)})",
+        flush=True,
+    )
+    ours_q = {
+        (r["category"], r["name"]): (r["p50_ns"], r["p90_ns"], r["p99_ns"]) for r in first_rows
+    }
     differ = sum(1 for c, n, *_rest, q in first_duck for a, b in zip(ours_q[(c, n)], q) if a != b)
-    print(f"  DuckDB's quantile_cont differs from hotspan's exact (numpy linear) percentile in {differ} of "
-          f"{3 * len(first_duck)} values", flush=True)
+    print(
+        f"  DuckDB's quantile_cont differs from hotspan's exact (numpy linear) percentile in {differ} of "
+        f"{3 * len(first_duck)} values",
+        flush=True,
+    )
 
 
 def _quiet(run: Path, memory_limit: str) -> tuple[list, float, float, float]:
-    out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-m", "hotspan", "stats", str(run), "--json"],
-                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV})
+    out, elapsed, cpu, peak = _reaped_timed(
+        [sys.executable, "-m", "hotspan", "stats", str(run), "--json"],
+        {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV},
+    )
     return json.loads(out), elapsed, cpu, peak
 
 
@@ -338,13 +374,24 @@ def main() -> None:
     )
     parser.add_argument("--check-spans", type=float, default=2e6)
     parser.add_argument("--max-gib", type=float, default=2.0)
-    parser.add_argument("--duckdb", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time DuckDB's own GROUP BY on the same files and print the ratio")
-    parser.add_argument("--repeats", type=int, default=3, help="pairs of (hotspan, DuckDB) runs, alternating")
-    parser.add_argument("--memory-limit", default="1GB", help="HOTSPAN_MEMORY_LIMIT and DuckDB's memory_limit")
-    parser.add_argument("--as-installed", action="store_true",
-                        help="run hotspan from a copy laid out as a wheel installs it (not through a development "
-                             "checkout's editable install, which checks its build at every import)")
+    parser.add_argument(
+        "--duckdb",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time DuckDB's own GROUP BY on the same files and print the ratio",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="pairs of (hotspan, DuckDB) runs, alternating"
+    )
+    parser.add_argument(
+        "--memory-limit", default="1GB", help="HOTSPAN_MEMORY_LIMIT and DuckDB's memory_limit"
+    )
+    parser.add_argument(
+        "--as-installed",
+        action="store_true",
+        help="run hotspan from a copy laid out as a wheel installs it (not through a development "
+        "checkout's editable install, which checks its build at every import)",
+    )
     args = parser.parse_args()
     run = args.dir / "run"
     if not (args.keep and run.is_dir()):
@@ -362,16 +409,23 @@ def main() -> None:
         print(f"reusing {n:,} spans in {run}", flush=True)
     if args.as_installed:
         HOTSPAN_ENV.update(installed_copy(args.dir / "installed"))
-        check = subprocess.run([sys.executable, "-c", "import hotspan; print(hotspan.__file__)"], check=False,
-                               capture_output=True,
-                               text=True, env={**os.environ, **HOTSPAN_ENV})
+        check = subprocess.run(
+            [sys.executable, "-c", "import hotspan; print(hotspan.__file__)"],
+            check=False,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **HOTSPAN_ENV},
+        )
         print(f"hotspan as installed: {check.stdout.strip() or check.stderr.strip()}", flush=True)
     if args.duckdb:
         compare_with_duckdb(run, args.repeats, args.memory_limit)
     rows, elapsed, cpu, peak = run_stats(run, args.memory_limit)
-    print(f"hotspan stats --json: {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
-          f"({n / elapsed / 1e6:.2f} M spans/s; {cpu:.1f} s of CPU on {os.cpu_count()} cores), "
-          f"peak memory {peak:.2f} GiB", flush=True)
+    print(
+        f"hotspan stats --json: {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
+        f"({n / elapsed / 1e6:.2f} M spans/s; {cpu:.1f} s of CPU on {os.cpu_count()} cores), "
+        f"peak memory {peak:.2f} GiB",
+        flush=True,
+    )
     assert peak <= args.max_gib, f"peak memory {peak:.2f} GiB > {args.max_gib} GiB"
     sub = args.dir / "subset"
     m = subset(run, sub, int(args.check_spans))

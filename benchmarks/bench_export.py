@@ -124,24 +124,34 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
     thread_names[0] = "MainThread"
     # As a drained table: META_VERSION says hotspan recorded it (and no asyncio tasks did).
     metadata = {META_HOST: b"bench-host", META_START: str(base).encode(), META_VERSION: b"bench"}
-    return with_self_ns(pa.table({
-        "span_id": pa.array(c["span_id"], pa.uint64()),
-        "parent_id": pa.array(c["parent_id"], pa.uint64(), mask=c["parent_id"] < 0),
-        "name": pa.DictionaryArray.from_arrays(pa.array(c["name"], pa.int32()), pa.array(names)),
-        "category": pa.DictionaryArray.from_arrays(
-            pa.array(c["category"], pa.int32(), mask=c["category"] < 0), pa.array(categories)),
-        "start_ns": pa.array(c["start_ns"], pa.int64()),
-        "end_ns": pa.array(c["start_ns"] + c["duration_ns"], pa.int64()),
-        "duration_ns": pa.array(c["duration_ns"], pa.int64()),
-        "depth": pa.array(c["depth"], pa.int32()),
-        "thread_id": pa.array(c["thread_id"], pa.int64()),
-        "thread_name": pa.DictionaryArray.from_arrays(
-            pa.array(c["thread_id"] - 70000, pa.int32()), pa.array(thread_names)),
-        "pid": pa.array(np.full(len(order), 70000), pa.int64()),
-        "rank": pa.array(np.zeros(len(order), np.int32), pa.int32()),
-        "arg": pa.array(c["arg"], pa.int64(), mask=~c["has_arg"]),
-        "error": pa.array(c["error"], pa.bool_()),
-    }, schema=TRACE_SCHEMA.with_metadata(metadata)))
+    return with_self_ns(
+        pa.table(
+            {
+                "span_id": pa.array(c["span_id"], pa.uint64()),
+                "parent_id": pa.array(c["parent_id"], pa.uint64(), mask=c["parent_id"] < 0),
+                "name": pa.DictionaryArray.from_arrays(
+                    pa.array(c["name"], pa.int32()), pa.array(names)
+                ),
+                "category": pa.DictionaryArray.from_arrays(
+                    pa.array(c["category"], pa.int32(), mask=c["category"] < 0),
+                    pa.array(categories),
+                ),
+                "start_ns": pa.array(c["start_ns"], pa.int64()),
+                "end_ns": pa.array(c["start_ns"] + c["duration_ns"], pa.int64()),
+                "duration_ns": pa.array(c["duration_ns"], pa.int64()),
+                "depth": pa.array(c["depth"], pa.int32()),
+                "thread_id": pa.array(c["thread_id"], pa.int64()),
+                "thread_name": pa.DictionaryArray.from_arrays(
+                    pa.array(c["thread_id"] - 70000, pa.int32()), pa.array(thread_names)
+                ),
+                "pid": pa.array(np.full(len(order), 70000), pa.int64()),
+                "rank": pa.array(np.zeros(len(order), np.int32), pa.int32()),
+                "arg": pa.array(c["arg"], pa.int64(), mask=~c["has_arg"]),
+                "error": pa.array(c["error"], pa.bool_()),
+            },
+            schema=TRACE_SCHEMA.with_metadata(metadata),
+        )
+    )
 
 
 def best_of(repeat: int, fn) -> float:

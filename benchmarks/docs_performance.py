@@ -8,6 +8,7 @@ on (CPU model, cores, memory, load average at the start, OS, Python), and the co
 that anyone can make it again on their machine. Ratios are the result: absolute times wander
 with the load, the ratios between cases measured in the same run hold.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,29 @@ def machine(when: str = "at the start") -> dict[str, str]:
         pass
     memory = ""
     try:
-        kib = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1])
+        kib = int(
+            next(
+                line
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            ).split()[1]
+        )
         memory = f"{kib / 2**20:.0f} GiB"
     except (OSError, StopIteration, ValueError):
         pass
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "-"
     import hotspan
 
-    return {"CPU": cpu, "cores": str(os.cpu_count()), "memory": memory, f"load average (1, 5, 15 min) {when}": load,
-            "OS": f"{platform.system()} {platform.release()}", "Python": platform.python_version(),
-            "hotspan": hotspan.__version__, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "CPU": cpu,
+        "cores": str(os.cpu_count()),
+        "memory": memory,
+        f"load average (1, 5, 15 min) {when}": load,
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "hotspan": hotspan.__version__,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def render(figures: dict, host: dict[str, str], command: str) -> str:
@@ -83,35 +97,59 @@ def render(figures: dict, host: dict[str, str], command: str) -> str:
         "",
         "| ratio | best of | paired median |",
         "| --- | ---: | ---: |",
-        *(f"| {name} | {value:.2f} | {paired[name]:.2f} |" if name in paired else f"| {name} | {value:.2f} | |"
-          for name, value in figures["ratios"].items()),
+        *(
+            f"| {name} | {value:.2f} | {paired[name]:.2f} |"
+            if name in paired
+            else f"| {name} | {value:.2f} | |"
+            for name, value in figures["ratios"].items()
+        ),
         "",
     ]
     drain = figures.get("drain")
     if drain:
-        lines += ["## Drain", "",
-                  (f"{drain['spans']:,} spans drained into a `pyarrow.Table` at "
-                   f"{drain['drain_spans_per_s'] / 1e6:.1f} M spans/s (the first drain, on fresh memory: "
-                   f"{drain['drain_spans_per_s_first'] / 1e6:.1f} M spans/s); "
-                   f"{drain['bytes_per_drained_span_native']:.1f} bytes per span held natively until drained."), ""]
+        lines += [
+            "## Drain",
+            "",
+            (
+                f"{drain['spans']:,} spans drained into a `pyarrow.Table` at "
+                f"{drain['drain_spans_per_s'] / 1e6:.1f} M spans/s (the first drain, on fresh memory: "
+                f"{drain['drain_spans_per_s_first'] / 1e6:.1f} M spans/s); "
+                f"{drain['bytes_per_drained_span_native']:.1f} bytes per span held natively until drained."
+            ),
+            "",
+        ]
     flight = figures.get("flight")
     if flight:
-        lines += ["## The flight file", "", ("Paired medians with the flight file off and on (child processes, "
-                                                 "alternating):"), "", "| ratio | off | on | on ÷ off |", "| --- | ---: | ---: | ---: |"]
-        lines += [f"| {name} | {off:.2f} | {flight['on'][name]:.2f} | {flight['on'][name] / off:.2f} |"
-                  for name, off in flight["off"].items()]
+        lines += [
+            "## The flight file",
+            "",
+            ("Paired medians with the flight file off and on (child processes, alternating):"),
+            "",
+            "| ratio | off | on | on ÷ off |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {name} | {off:.2f} | {flight['on'][name]:.2f} | {flight['on'][name] / off:.2f} |"
+            for name, off in flight["off"].items()
+        ]
         lines.append("")
-    lines += ["## Other benchmarks", "",
-              "Each prints its own figures; run them on the machine you care about:", "",
-              "| script | measures |", "| --- | --- |",
-              "| `benchmarks/bench_export.py` | export and load speed of every format, 1 M spans |",
-              "| `benchmarks/bench_subscriber.py` | a subscriber's cost to the recording thread |",
-              "| `benchmarks/bench_collector.py`, `bench_ingest.py` | streaming to collectors, ranks into one dataset |",
-              "| `benchmarks/bench_big.py` | `hotspan stats` over 200 M spans in bounded memory |",
-              "| `benchmarks/bench_serve.py` | `hotspan serve` on a 20 M-span run |",
-              "| `benchmarks/bench_capi.py` | spans recorded from C through `hotspan.h` |",
-              "| `benchmarks/bench_import.py` | what `import hotspan` adds to a program's start |",
-              "| `benchmarks/gpu_check.py` | device spans against `torch.profiler` (a CUDA GPU) |", ""]
+    lines += [
+        "## Other benchmarks",
+        "",
+        "Each prints its own figures; run them on the machine you care about:",
+        "",
+        "| script | measures |",
+        "| --- | --- |",
+        "| `benchmarks/bench_export.py` | export and load speed of every format, 1 M spans |",
+        "| `benchmarks/bench_subscriber.py` | a subscriber's cost to the recording thread |",
+        "| `benchmarks/bench_collector.py`, `bench_ingest.py` | streaming to collectors, ranks into one dataset |",
+        "| `benchmarks/bench_big.py` | `hotspan stats` over 200 M spans in bounded memory |",
+        "| `benchmarks/bench_serve.py` | `hotspan serve` on a 20 M-span run |",
+        "| `benchmarks/bench_capi.py` | spans recorded from C through `hotspan.h` |",
+        "| `benchmarks/bench_import.py` | what `import hotspan` adds to a program's start |",
+        "| `benchmarks/gpu_check.py` | device spans against `torch.profiler` (a CUDA GPU) |",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -120,14 +158,19 @@ def main() -> int:
     parser.add_argument("--from", dest="source", help="a JSON written by bench_overhead.py --json")
     parser.add_argument("-o", "--output", default=str(PAGE))
     args = parser.parse_args()
-    host = machine("at the start" if not args.source else "when the page was written, right after the run")
+    host = machine(
+        "at the start" if not args.source else "when the page was written, right after the run"
+    )
     command = "python benchmarks/bench_overhead.py " + " ".join(RUN_ARGS)
     if args.source:
         figures = json.loads(Path(args.source).read_text())
     else:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "overhead.json"
-            subprocess.run([sys.executable, str(HERE / "bench_overhead.py"), *RUN_ARGS, "--json", str(out)], check=True)
+            subprocess.run(
+                [sys.executable, str(HERE / "bench_overhead.py"), *RUN_ARGS, "--json", str(out)],
+                check=True,
+            )
             figures = json.loads(out.read_text())
     Path(args.output).write_text(render(figures, host, command), encoding="utf-8")
     print(f"wrote {args.output}")

@@ -286,6 +286,8 @@ static void *drainer_main(void *arg) {
     (void)arg; /* started with every signal blocked: see hs_thread_create_quiet */
     pid_t me = getpid();
     uint64_t idle_us = 0, drops_signal_ns = 0;
+    uint32_t seen = 0;
+    int first = 1;
     for (;;) {
         uint64_t waited_us = atomic_load(&period_us);
         /* The first pass at once: a thread that recorded and exited before this thread ran
@@ -401,6 +403,7 @@ void hs_drain_after_fork_child(void) {
     used_pairs_incomplete = 0;
     atomic_store(&drainer_pid, 0); /* the parent's drain thread does not exist here */
     atomic_store(&hs_drops_reported, 0); /* the child's drop counts start again */
+    wake_after_fork_child();
 }
 
 void hs_drain_take(hs_drain_batch *out) {

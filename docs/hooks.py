@@ -9,6 +9,7 @@
 
 So neither reference can drift from the code: a new option or route appears on the next build.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,10 @@ def rest_reference() -> str:
 
     with tempfile.TemporaryDirectory() as root:
         spec = create_app(root).openapi()
-    out = [f"OpenAPI {spec.get('openapi', '')}, `{spec['info']['title']}` {spec['info']['version']}.", ""]
+    out = [
+        f"OpenAPI {spec.get('openapi', '')}, `{spec['info']['title']}` {spec['info']['version']}.",
+        "",
+    ]
     for path, methods in spec["paths"].items():
         for method, op in methods.items():
             out += [f"## `{method.upper()} {path}`", ""]
@@ -54,21 +58,29 @@ def rest_reference() -> str:
                 out += [(op.get("description") or op.get("summary")).strip(), ""]
             params = op.get("parameters", [])
             if params:
-                out += ["| parameter | in | required | type | default | description |",
-                        "| --- | --- | --- | --- | --- | --- |"]
+                out += [
+                    "| parameter | in | required | type | default | description |",
+                    "| --- | --- | --- | --- | --- | --- |",
+                ]
                 for p in params:
                     schema = p.get("schema", {})
                     default = schema.get("default", "")
-                    description = (p.get("description") or schema.get("description") or "").replace("|", "\\|")
-                    out.append(f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
-                               f"{_schema_type(schema)} | {'' if default == '' else f'`{default}`'} | "
-                               f"{description} |")
+                    description = (p.get("description") or schema.get("description") or "").replace(
+                        "|", "\\|"
+                    )
+                    out.append(
+                        f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
+                        f"{_schema_type(schema)} | {'' if default == '' else f'`{default}`'} | "
+                        f"{description} |"
+                    )
                 out.append("")
             responses = op.get("responses", {})
             if responses:
                 out += ["| status | meaning |", "| --- | --- |"]
                 for status, response in responses.items():
-                    out.append(f"| {status} | {response.get('description', '').replace('|', '/')} |")
+                    out.append(
+                        f"| {status} | {response.get('description', '').replace('|', '/')} |"
+                    )
                 out.append("")
     return "\n".join(out)
 
@@ -88,14 +100,23 @@ def on_config(config: Any) -> Any:
 
     guides_dir = Path(config["docs_dir"]) / "guides"
     named = _nav_paths(config["nav"])
-    section = next((item["Guides"] for item in config["nav"] if isinstance(item, dict) and "Guides" in item), None)
+    section = next(
+        (item["Guides"] for item in config["nav"] if isinstance(item, dict) and "Guides" in item),
+        None,
+    )
     if section is None or not guides_dir.is_dir():
         return config
     for page in sorted(guides_dir.glob("*.md")):
         relative = f"guides/{page.name}"
         if relative not in named:
-            title = next((line[2:].strip() for line in page.read_text(encoding="utf-8").splitlines()
-                          if line.startswith("# ")), page.stem.replace("-", " ").capitalize())
+            title = next(
+                (
+                    line[2:].strip()
+                    for line in page.read_text(encoding="utf-8").splitlines()
+                    if line.startswith("# ")
+                ),
+                page.stem.replace("-", " ").capitalize(),
+            )
             section.append({title: relative})
     return config
 

@@ -14,19 +14,29 @@ CSRC = Path(__file__).resolve().parents[1] / "csrc"
 #: Bottom first. A unit may use the units of the layers before its own, never those after it
 #: nor those beside it in its own layer (so a layer's units are independent of each other).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("hs_compiler",),             # HS_LIKELY, HS_HOT...: macros only
-    ("hs_clock", "hs_ring", "hs_selftime"),  # ticks -> ns; blocks and the single-writer rings; self time
-    ("hs_intern",),               # strings, category paths, (name, path) pairs
-    ("hs_registry",),             # per-thread state, chains, span id ranges, switches and hooks
-    ("hs_recorder",),             # the hot path: enter/exit/instant
-    ("hs_live",),                 # the live log's queue, fed by the drain
-    ("hs_drain",),                # the drain thread and the segment store
-    ("hs_columns",),              # segments -> Arrow-ready columns
-    ("hs_device",),               # the device plug-ins' hook table (device spans call through it)
-    ("hs_cuda", "hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"),  # plug-ins, installed through hooks
-    ("hs_fork",),                 # the one pthread_atfork: every unit's prepare/parent/child
-    ("hs_types",),                # the Python types
-    ("hs_module",),               # the Python module: installs the plug-ins
+    ("hs_compiler",),  # HS_LIKELY, HS_HOT...: macros only
+    (
+        "hs_clock",
+        "hs_ring",
+        "hs_selftime",
+    ),  # ticks -> ns; blocks and the single-writer rings; self time
+    ("hs_intern",),  # strings, category paths, (name, path) pairs
+    ("hs_registry",),  # per-thread state, chains, span id ranges, switches and hooks
+    ("hs_recorder",),  # the hot path: enter/exit/instant
+    ("hs_live",),  # the live log's queue, fed by the drain
+    ("hs_drain",),  # the drain thread and the segment store
+    ("hs_columns",),  # segments -> Arrow-ready columns
+    ("hs_device",),  # the device plug-ins' hook table (device spans call through it)
+    (
+        "hs_cuda",
+        "hs_flight",
+        "hs_nvtx",
+        "hs_signals",
+        "hs_tasks",
+    ),  # plug-ins, installed through hooks
+    ("hs_fork",),  # the one pthread_atfork: every unit's prepare/parent/child
+    ("hs_types",),  # the Python types
+    ("hs_module",),  # the Python module: installs the plug-ins
 )
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 PLUG_INS = {"hs_cuda", "hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"}

@@ -8,6 +8,7 @@ GIL itself). ``report`` emits a :class:`hotspan.events.SpansDropped` with consum
 ``hotspan.on_event`` handlers receive and the ``hotspan`` logger logs at WARNING, at most
 once a second per thread however many spans drop. The line printed at exit stays.
 """
+
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@ a shell) inherit it. Every drained table carries it in its metadata (``hotspan.r
 every part and file does; a directory holding two runs loads with a warning naming them,
 and ``hotspan.load(dir, run=...)`` takes one (``hotspan runs DIR`` lists them).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ ENV_RUN_ID = "HOTSPAN_RUN_ID"
 LAUNCHER_RUN_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
 
 
-_drawn_here: set[str] = set()  # ids this process drew (a launcher draws anew for each run it starts)
+_drawn_here: set[str] = (
+    set()
+)  # ids this process drew (a launcher draws anew for each run it starts)
 
 
 def run_id() -> str:

@@ -8,6 +8,7 @@ union of its children's intervals, children on the same thread (the spans of asy
 created under it included, which overlap one another), clipped to the span, never negative.
 Device rows (another thread id) are not a host span's children for this purpose.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,9 @@ def self_ns_column(table: pa.Table) -> pa.Array:
     end = _int64(table, "end_ns")
     duration = np.maximum(end - start, 0)
     covered = np.zeros(n, np.int64)
-    parent_row = pc.index_in(table.column("parent_id"), value_set=table.column("span_id").combine_chunks())
+    parent_row = pc.index_in(
+        table.column("parent_id"), value_set=table.column("span_id").combine_chunks()
+    )
     child = np.flatnonzero(pc.is_valid(parent_row).to_numpy(zero_copy_only=False))
     if len(child):
         parent = pc.fill_null(parent_row, 0).to_numpy().astype(np.int64)[child]
@@ -67,7 +70,9 @@ def _int64(table: pa.Table, name: str) -> np.ndarray:
     return column.to_numpy()
 
 
-def _union_lengths(parent: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _union_lengths(
+    parent: np.ndarray, s: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
     """For intervals [s, e) grouped by parent: each parent and the length of its intervals'
     union."""
     m = len(s)

@@ -124,11 +124,19 @@ def _describe(event: Event) -> tuple[int, str, BaseException | None]:
     if isinstance(event, RecordingStarted):
         return logging.INFO, f"recording to {event.dest} ({event.kind})", None
     if isinstance(event, Flushed):
-        return (logging.INFO, f"flushed {event.spans:,} spans ({event.bytes:,} bytes) to {event.dest} "
-                f"in {event.seconds * 1e3:.1f} ms", None)
+        return (
+            logging.INFO,
+            f"flushed {event.spans:,} spans ({event.bytes:,} bytes) to {event.dest} "
+            f"in {event.seconds * 1e3:.1f} ms",
+            None,
+        )
     if isinstance(event, SpansDropped) and event.consumer == "core":
-        return (logging.WARNING, f"{event.count:,} spans of thread {event.thread_name!r} dropped: the recorder's "
-                "memory cap was reached before they were drained (configure(memory_cap=), or drain more often)", None)
+        return (
+            logging.WARNING,
+            f"{event.count:,} spans of thread {event.thread_name!r} dropped: the recorder's "
+            "memory cap was reached before they were drained (configure(memory_cap=), or drain more often)",
+            None,
+        )
     if isinstance(event, SpansDropped):
         return (
             logging.WARNING,

@@ -12,6 +12,7 @@
 ``_repr_html_``) draws. The run summary is the HTML report's own sections inside an
 ``<iframe srcdoc>``, so the report's style and script never touch the notebook's page.
 """
+
 from __future__ import annotations
 
 import html
@@ -29,7 +30,10 @@ MAX_ROWS = 100
 _SPAN_COLUMNS = {"span_id", "parent_id", "start_ns", "end_ns", "name"}
 _STAT_COLUMNS = {"count", "total_ns", "self_ns", "p50_ns"}
 _VERDICT_COLOURS = {"slower": "#f8d0d0", "faster": "#d3ecd3", "new": "#e3ecf8", "gone": "#eeeeee"}
-_TABLE_STYLE = ("border-collapse:collapse;font:12px system-ui,sans-serif", "border:1px solid #ddd;padding:2px 7px")
+_TABLE_STYLE = (
+    "border-collapse:collapse;font:12px system-ui,sans-serif",
+    "border:1px solid #ddd;padding:2px 7px",
+)
 
 
 class HtmlView:
@@ -63,11 +67,17 @@ def display(result: Any, *, title: str = "hotspan") -> HtmlView:
         if _STAT_COLUMNS <= columns:
             return HtmlView(_stats_html(result), f"<hotspan stats: {result.num_rows} groups>")
         if "verdict" in columns:
-            return HtmlView(_compare_html(result.to_pylist()), f"<hotspan comparison: {result.num_rows} groups>")
-    elif isinstance(result, list) and (not result or (isinstance(result[0], dict) and "verdict" in result[0])):
+            return HtmlView(
+                _compare_html(result.to_pylist()), f"<hotspan comparison: {result.num_rows} groups>"
+            )
+    elif isinstance(result, list) and (
+        not result or (isinstance(result[0], dict) and "verdict" in result[0])
+    ):
         return HtmlView(_compare_html(result), f"<hotspan comparison: {len(result)} groups>")
-    raise TypeError("display() shows a span table, the table of hotspan.stats() or the result of "
-                    f"hotspan.compare(), not {type(result).__name__}")
+    raise TypeError(
+        "display() shows a span table, the table of hotspan.stats() or the result of "
+        f"hotspan.compare(), not {type(result).__name__}"
+    )
 
 
 # --------------------------------------------------------------------------- the views
@@ -78,8 +88,10 @@ def _run_view(table: pa.Table, title: str) -> HtmlView:
 
     page = html_report(table, title=title, sections=("summary", "timeline", "flame"))
     # The page in a frame of its own (srcdoc: same origin, so it can be sized to its content).
-    frame = (f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:520px;border:0" '
-             "onload=\"this.style.height=(this.contentDocument.documentElement.scrollHeight+16)+'px'\"></iframe>")
+    frame = (
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:520px;border:0" '
+        "onload=\"this.style.height=(this.contentDocument.documentElement.scrollHeight+16)+'px'\"></iframe>"
+    )
     return HtmlView(frame, f"<hotspan run: {table.num_rows:,} spans>")
 
 
@@ -106,11 +118,14 @@ def _cell(value: Any, column: str) -> tuple[str, str]:
     return f"{value:,}", "right"
 
 
-def _html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], caption: str,
-                row_colour: Any = None) -> str:
+def _html_table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], caption: str, row_colour: Any = None
+) -> str:
     table_style, cell_style = _TABLE_STYLE
-    head = "".join(f'<th style="{cell_style};background:#f0f0f0">{html.escape(c.removesuffix("_ns"))}</th>'
-                   for c in columns)
+    head = "".join(
+        f'<th style="{cell_style};background:#f0f0f0">{html.escape(c.removesuffix("_ns"))}</th>'
+        for c in columns
+    )
     body = []
     for row in rows[:MAX_ROWS]:
         background = f"background:{row_colour(row)};" if row_colour and row_colour(row) else ""
@@ -119,10 +134,16 @@ def _html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], caption:
             text, align = _cell(row.get(column), column)
             cells.append(f'<td style="{cell_style};text-align:{align}">{html.escape(text)}</td>')
         body.append(f'<tr style="{background}">{"".join(cells)}</tr>')
-    more = f"<p style=\"color:#777\">{len(rows) - MAX_ROWS:,} more rows</p>" if len(rows) > MAX_ROWS else ""
-    return (f'<table class="hotspan" style="{table_style}"><caption style="text-align:left;font-weight:600">'
-            f"{html.escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-            f"{more}")
+    more = (
+        f'<p style="color:#777">{len(rows) - MAX_ROWS:,} more rows</p>'
+        if len(rows) > MAX_ROWS
+        else ""
+    )
+    return (
+        f'<table class="hotspan" style="{table_style}"><caption style="text-align:left;font-weight:600">'
+        f"{html.escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"{more}"
+    )
 
 
 def _stats_html(result: pa.Table) -> str:
@@ -133,10 +154,24 @@ def _stats_html(result: pa.Table) -> str:
 def _compare_html(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "<p>hotspan compare: no span groups on either side.</p>"
-    keys = [k for k in rows[0] if not k.endswith(("_base", "_new", "_change", "_low", "_high")) and k not in
-            ("p_value", "verdict")]
-    columns = [*keys, "count_base", "count_new", "p50_ns_base", "p50_ns_new", "p50_ns_change", "change_low",
-               "change_high", "p_value", "verdict"]
+    keys = [
+        k
+        for k in rows[0]
+        if not k.endswith(("_base", "_new", "_change", "_low", "_high"))
+        and k not in ("p_value", "verdict")
+    ]
+    columns = [
+        *keys,
+        "count_base",
+        "count_new",
+        "p50_ns_base",
+        "p50_ns_new",
+        "p50_ns_change",
+        "change_low",
+        "change_high",
+        "p_value",
+        "verdict",
+    ]
     columns = [c for c in columns if c in rows[0]]
     verdicts: dict[str, int] = {}
     for row in rows:
@@ -173,7 +208,11 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
             exec(compile(cell, "<%%hotspan cell>", "exec"), shell.user_ns)  # noqa: S102
     finally:
         subscription.close()
-    table = pa.Table.from_batches(batches, schema=hotspan.SPAN_SCHEMA) if batches else hotspan.SPAN_SCHEMA.empty_table()
+    table = (
+        pa.Table.from_batches(batches, schema=hotspan.SPAN_SCHEMA)
+        if batches
+        else hotspan.SPAN_SCHEMA.empty_table()
+    )
     last_table = table
     if name:
         shell.user_ns[name] = table
@@ -183,5 +222,6 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
 
 def load_ipython_extension(shell: Any) -> None:
     """``%load_ext hotspan``: registers the ``%%hotspan`` cell magic."""
-    shell.register_magic_function(lambda line, cell: _record_cell(shell, line, cell), magic_kind="cell",
-                                  magic_name="hotspan")
+    shell.register_magic_function(
+        lambda line, cell: _record_cell(shell, line, cell), magic_kind="cell", magic_name="hotspan"
+    )

@@ -1,6 +1,7 @@
 """One analysis layer (issue 20 item 6): the same questions through every path get equal answers:
 ``hotspan.stats(table)``, ``hotspan.stats(path)`` streamed through DuckDB, ``hotspan stats --json``
 below and above the streaming size, and serve's ``/stats``."""
+
 from __future__ import annotations
 
 import json
@@ -36,20 +37,76 @@ def spans_with_device_rows(seed: int = 3) -> pa.Table:
                 next_id += 3
                 d_child = int(rng.integers(1_000, 50_000))
                 d = d_child + int(rng.integers(100, 5_000))
-                rows.append(dict(span_id=sid, parent_id=None, name="step", category="train", start_ns=t,
-                                 duration_ns=d, depth=0, thread_id=thread, thread_name=f"t{thread}", rank=rank,
-                                 pid=100 + rank, arg=step if step % 3 == 0 else None, error=step % 17 == 0))
-                rows.append(dict(span_id=sid + 1, parent_id=sid, name="matmul", category="train/compute",
-                                 start_ns=t + 50, duration_ns=d_child, depth=1, thread_id=thread,
-                                 thread_name=f"t{thread}", rank=rank, pid=100 + rank, arg=None, error=False))
+                rows.append(
+                    dict(
+                        span_id=sid,
+                        parent_id=None,
+                        name="step",
+                        category="train",
+                        start_ns=t,
+                        duration_ns=d,
+                        depth=0,
+                        thread_id=thread,
+                        thread_name=f"t{thread}",
+                        rank=rank,
+                        pid=100 + rank,
+                        arg=step if step % 3 == 0 else None,
+                        error=step % 17 == 0,
+                    )
+                )
+                rows.append(
+                    dict(
+                        span_id=sid + 1,
+                        parent_id=sid,
+                        name="matmul",
+                        category="train/compute",
+                        start_ns=t + 50,
+                        duration_ns=d_child,
+                        depth=1,
+                        thread_id=thread,
+                        thread_name=f"t{thread}",
+                        rank=rank,
+                        pid=100 + rank,
+                        arg=None,
+                        error=False,
+                    )
+                )
                 if thread == 1 and step % 4 == 0:  # the matmul's kernel on the device
-                    rows.append(dict(span_id=sid + 2, parent_id=sid + 1, name="matmul", category="train/compute",
-                                     start_ns=t + 60, duration_ns=d_child // 2, depth=2, thread_id=-7,
-                                     thread_name="cuda:0 stream 7", rank=rank, pid=100 + rank, arg=None, error=False))
+                    rows.append(
+                        dict(
+                            span_id=sid + 2,
+                            parent_id=sid + 1,
+                            name="matmul",
+                            category="train/compute",
+                            start_ns=t + 60,
+                            duration_ns=d_child // 2,
+                            depth=2,
+                            thread_id=-7,
+                            thread_name="cuda:0 stream 7",
+                            rank=rank,
+                            pid=100 + rank,
+                            arg=None,
+                            error=False,
+                        )
+                    )
                 if step % 50 == 0:
-                    rows.append(dict(span_id=next_id, parent_id=None, name="checkpoint", category="train",
-                                     start_ns=t + d, duration_ns=0, depth=0, thread_id=thread,
-                                     thread_name=f"t{thread}", rank=rank, pid=100 + rank, arg=None, error=False))
+                    rows.append(
+                        dict(
+                            span_id=next_id,
+                            parent_id=None,
+                            name="checkpoint",
+                            category="train",
+                            start_ns=t + d,
+                            duration_ns=0,
+                            depth=0,
+                            thread_id=thread,
+                            thread_name=f"t{thread}",
+                            rank=rank,
+                            pid=100 + rank,
+                            arg=None,
+                            error=False,
+                        )
+                    )
                     next_id += 1
                 t += d + int(rng.integers(10, 1_000))
     for r in rows:
@@ -71,7 +128,10 @@ def run(tmp_path_factory):
 def clean(rows: list[dict]) -> list[dict]:
     """NaN as None, rows in key order (the paths agree on the order of equal totals too, but
     JSON and Arrow spell NaN differently)."""
-    out = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+    out = [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        for r in rows
+    ]
     return out
 
 
@@ -86,8 +146,13 @@ QUESTIONS = [
 
 
 def cli_json(*args: object, env: dict | None = None) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "hotspan", "stats", *map(str, args), "--json"], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "hotspan", "stats", *map(str, args), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -119,10 +184,16 @@ def test_the_same_question_gets_the_same_answer_on_every_path(run, by, span_filt
     assert streamed.schema == in_memory.schema
     assert clean(streamed.to_pylist()) == clean(in_memory.to_pylist())
     if by is None:
-        assert "device" in in_memory.column_names  # the default keeps device rows apart, on both paths
+        assert (
+            "device" in in_memory.column_names
+        )  # the default keeps device rows apart, on both paths
     keys = [] if by is None else ["--by", ",".join(by)]
-    below = cli_json(directory, *keys, *filter_args(span_filter), env={"HOTSPAN_STREAM_MIN_BYTES": str(1 << 40)})
-    above = cli_json(directory, *keys, *filter_args(span_filter), env={"HOTSPAN_STREAM_MIN_BYTES": "0"})
+    below = cli_json(
+        directory, *keys, *filter_args(span_filter), env={"HOTSPAN_STREAM_MIN_BYTES": str(1 << 40)}
+    )
+    above = cli_json(
+        directory, *keys, *filter_args(span_filter), env={"HOTSPAN_STREAM_MIN_BYTES": "0"}
+    )
     expected = clean(json.loads(json.dumps(in_memory.to_pylist())))
     assert clean(below) == expected
     assert clean(above) == expected
@@ -137,17 +208,28 @@ def test_serve_stats_answers_as_the_library(run, tmp_path):
     table, directory = run
     import shutil
 
-    shutil.copytree(directory, tmp_path / "run")  # serve reads regular files inside its directory only
+    shutil.copytree(
+        directory, tmp_path / "run"
+    )  # serve reads regular files inside its directory only
     client = TestClient(create_app(tmp_path))
     (entry,) = client.get("/v1/traces").json()["traces"]
     for by, span_filter in QUESTIONS:
         params: dict = {} if by is None else {"by": ",".join(by)}
         if span_filter is not None:
-            params.update({k: v for k, v in (("category", span_filter.categories[0] if span_filter.categories else None),
-                                             ("rank", span_filter.ranks[0] if span_filter.ranks else None),
-                                             ("thread", span_filter.threads[0] if span_filter.threads else None),
-                                             ("min_ns", span_filter.min_ns), ("since", span_filter.since),
-                                             ("until", span_filter.until)) if v is not None})
+            params.update(
+                {
+                    k: v
+                    for k, v in (
+                        ("category", span_filter.categories[0] if span_filter.categories else None),
+                        ("rank", span_filter.ranks[0] if span_filter.ranks else None),
+                        ("thread", span_filter.threads[0] if span_filter.threads else None),
+                        ("min_ns", span_filter.min_ns),
+                        ("since", span_filter.since),
+                        ("until", span_filter.until),
+                    )
+                    if v is not None
+                }
+            )
         answer = client.get(f"/v1/traces/{entry['id']}/stats", params=params)
         assert answer.status_code == 200, answer.text
         expected = hotspan.stats(table, by=by, filter=span_filter)
@@ -180,7 +262,10 @@ def test_instants_are_counted_apart_and_compare_is_a_table(run):
     verdicts = {r["name"]: r["verdict"] for r in compared.to_pylist()}
     assert verdicts["checkpoint"] == "instant" and verdicts["step"] == "same"
     phases = hotspan.phases(table)
-    assert phases.schema.field("steps").type == pa.int64() and phases.schema.field("time_ns").type == pa.int64()
+    assert (
+        phases.schema.field("steps").type == pa.int64()
+        and phases.schema.field("time_ns").type == pa.int64()
+    )
 
 
 def test_a_bad_filter_is_one_clear_error(run):
@@ -199,16 +284,39 @@ def test_one_run_of_a_directory_on_every_path(tmp_path, monkeypatch):
     for run_id, ranks in (("first", (0,)), ("second", (0, 1))):
         for rank in ranks:
             part = table.filter(pa.compute.equal(table.column("rank"), rank))
-            part = part.replace_schema_metadata({**(part.schema.metadata or {}), META_RUN: run_id.encode()})
-            write_part(part, tmp_path / "runs", rank=rank, pid=(100 if run_id == "first" else 200) + rank, seq=0)
+            part = part.replace_schema_metadata(
+                {**(part.schema.metadata or {}), META_RUN: run_id.encode()}
+            )
+            write_part(
+                part,
+                tmp_path / "runs",
+                rank=rank,
+                pid=(100 if run_id == "first" else 200) + rank,
+                seq=0,
+            )
     only = SpanFilter(run="second")
     expected = hotspan.stats(table, by=("rank", "name"))
     in_memory = hotspan.stats(tmp_path / "runs", by=("rank", "name"), filter=only, engine="memory")
     streamed = hotspan.stats(tmp_path / "runs", by=("rank", "name"), filter=only, engine="duckdb")
-    assert clean(in_memory.to_pylist()) == clean(streamed.to_pylist()) == clean(expected.to_pylist())
+    assert (
+        clean(in_memory.to_pylist()) == clean(streamed.to_pylist()) == clean(expected.to_pylist())
+    )
     first = hotspan.stats(tmp_path / "runs", by=("rank",), filter={"run": "first"}, engine="duckdb")
     assert first.column("rank").to_pylist() == [0]
-    below = cli_json(tmp_path / "runs", "--by", "rank,name", "--run", "second",
-                     env={"HOTSPAN_STREAM_MIN_BYTES": str(1 << 40)})
-    above = cli_json(tmp_path / "runs", "--by", "rank,name", "--run", "second", env={"HOTSPAN_STREAM_MIN_BYTES": "0"})
+    below = cli_json(
+        tmp_path / "runs",
+        "--by",
+        "rank,name",
+        "--run",
+        "second",
+        env={"HOTSPAN_STREAM_MIN_BYTES": str(1 << 40)},
+    )
+    above = cli_json(
+        tmp_path / "runs",
+        "--by",
+        "rank,name",
+        "--run",
+        "second",
+        env={"HOTSPAN_STREAM_MIN_BYTES": "0"},
+    )
     assert clean(below) == clean(above) == clean(json.loads(json.dumps(expected.to_pylist())))

@@ -30,7 +30,9 @@ def _always_stream(monkeypatch):
     monkeypatch.setenv("HOTSPAN_STREAM_MIN_BYTES", "0")
 
 
-def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0, id_base: int | None = None) -> pa.Table:
+def tree_table(
+    seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0, id_base: int | None = None
+) -> pa.Table:
     """Nested spans on several ranks and threads: categories with sub-categories (and null
     ones), instants, errors, args (some null), repeated durations (ties), a parent on another
     thread, and spans whose parent is missing (drained later)."""
@@ -308,13 +310,25 @@ def durations_run(directory, groups: dict[str, np.ndarray]):
             sid += 1
             t += int(d) + 5
     n = len(rows)
-    table = pa.Table.from_arrays([
-        pa.array([r[0] for r in rows], pa.uint64()), pa.nulls(n, pa.uint64()),
-        pa.array([r[1] for r in rows]).dictionary_encode(), pa.array(["c"] * n).dictionary_encode(),
-        pa.array([r[2] for r in rows], pa.int64()), pa.array([r[2] + r[3] for r in rows], pa.int64()),
-        pa.array([r[3] for r in rows], pa.int64()), pa.array([0] * n, pa.int32()), pa.array([1] * n, pa.int64()),
-        pa.array(["m"] * n).dictionary_encode(), pa.array([1] * n, pa.int64()), pa.array([0] * n, pa.int32()),
-        pa.nulls(n, pa.int64()), pa.array([False] * n)], schema=TRACE_SCHEMA)
+    table = pa.Table.from_arrays(
+        [
+            pa.array([r[0] for r in rows], pa.uint64()),
+            pa.nulls(n, pa.uint64()),
+            pa.array([r[1] for r in rows]).dictionary_encode(),
+            pa.array(["c"] * n).dictionary_encode(),
+            pa.array([r[2] for r in rows], pa.int64()),
+            pa.array([r[2] + r[3] for r in rows], pa.int64()),
+            pa.array([r[3] for r in rows], pa.int64()),
+            pa.array([0] * n, pa.int32()),
+            pa.array([1] * n, pa.int64()),
+            pa.array(["m"] * n).dictionary_encode(),
+            pa.array([1] * n, pa.int64()),
+            pa.array([0] * n, pa.int32()),
+            pa.nulls(n, pa.int64()),
+            pa.array([False] * n),
+        ],
+        schema=TRACE_SCHEMA,
+    )
     table = with_self_ns(table)
     as_dataset(table, directory, parts_per_rank=3)
     return table
@@ -443,7 +457,9 @@ def test_cli_compare_streams_two_directories(tmp_path):
     )
     result = cli("compare", tmp_path / "base", tmp_path / "new", "--json")
     assert result.returncode == 1, result.stderr  # b is slower
-    assert clean(json.loads(result.stdout)) == clean(json.loads(json.dumps(hotspan.compare(base, new).to_pylist())))
+    assert clean(json.loads(result.stdout)) == clean(
+        json.loads(json.dumps(hotspan.compare(base, new).to_pylist()))
+    )
 
 
 def test_cli_names_a_damaged_part_in_one_line(tmp_path):

@@ -1,4 +1,5 @@
 """``--by test``: the spans of a ``pytest --hotspan`` run grouped by the test they ran in."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from hotspan.cli import main
 
 pytest_plugins = ["pytester"]
 
-PROJECT = '''
+PROJECT = """
 import hotspan
 
 
@@ -28,13 +29,15 @@ def test_slow():
     for _ in range(5):
         with hotspan.span("step", "work"):
             sum(range(10_000))
-'''
+"""
 
 
 @pytest.fixture
 def session(pytester):
     pytester.makepyfile(test_project=PROJECT)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "--hotspan=spans")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:benchmark", "--hotspan=spans"
+    )
     result.assert_outcomes(passed=2)
     (session,) = (pytester.path / "spans").iterdir()
     return session
@@ -53,7 +56,9 @@ def test_stats_by_test_on_the_command_line(session, capsys):
     assert main(["stats", str(session), "--by", "test,name", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {(r["test"], r["name"], r["count"]) for r in rows} == {
-        ("test_project.py::test_fast", "step", 3), ("test_project.py::test_slow", "step", 5)}
+        ("test_project.py::test_fast", "step", 3),
+        ("test_project.py::test_slow", "step", 5),
+    }
 
 
 def test_by_test_on_spans_that_name_no_test(tmp_path, capsys):
@@ -61,4 +66,7 @@ def test_by_test_on_spans_that_name_no_test(tmp_path, capsys):
         pass
     path = hotspan.export(hotspan.drain(), tmp_path / "plain.parquet")
     assert main(["stats", str(path), "--by", "test"]) == 2
-    assert "--by test: these spans name no test (a run written by pytest --hotspan does" in capsys.readouterr().err
+    assert (
+        "--by test: these spans name no test (a run written by pytest --hotspan does"
+        in capsys.readouterr().err
+    )

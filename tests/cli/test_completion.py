@@ -1,4 +1,5 @@
 """``hotspan completion bash|zsh|fish``: scripts generated from the parsers, run by the shells."""
+
 from __future__ import annotations
 
 import shutil
@@ -18,9 +19,13 @@ def script(shell: str, capsys) -> str:
 def bash_complete(text: str, words: list[str], tmp_path) -> list[str]:
     """What bash's completion function offers for ``words`` (the last one being typed)."""
     (tmp_path / "completion.bash").write_text(text)
-    program = (f"source {tmp_path / 'completion.bash'}; COMP_WORDS=({' '.join(words)}); "
-               f"COMP_CWORD={len(words) - 1}; _hotspan; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
-    result = subprocess.run(["bash", "-c", program], capture_output=True, text=True, cwd=tmp_path, check=True)
+    program = (
+        f"source {tmp_path / 'completion.bash'}; COMP_WORDS=({' '.join(words)}); "
+        f"COMP_CWORD={len(words) - 1}; _hotspan; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    )
+    result = subprocess.run(
+        ["bash", "-c", program], capture_output=True, text=True, cwd=tmp_path, check=True
+    )
     return result.stdout.split()
 
 
@@ -28,8 +33,9 @@ def bash_complete(text: str, words: list[str], tmp_path) -> list[str]:
 def test_bash_completes_commands_options_and_files(capsys, tmp_path):
     text = script("bash", capsys)
     names = [module.__name__.rsplit(".", 1)[1] for module in COMMANDS]
-    assert bash_complete(text, ["hotspan", "''"], tmp_path) == sorted(names + ["-h", "--help", "--version"],
-                                                                      key=(names + ["-h", "--help", "--version"]).index)
+    assert bash_complete(text, ["hotspan", "''"], tmp_path) == sorted(
+        names + ["-h", "--help", "--version"], key=(names + ["-h", "--help", "--version"]).index
+    )
     assert bash_complete(text, ["hotspan", "st"], tmp_path) == ["stats"]
     assert bash_complete(text, ["hotspan", "stats", "--so"], tmp_path) == ["--sort"]
     assert "--perfetto-ui" in bash_complete(text, ["hotspan", "serve", "--"], tmp_path)
@@ -37,7 +43,9 @@ def test_bash_completes_commands_options_and_files(capsys, tmp_path):
     assert bash_complete(text, ["hotspan", "stats", "tra"], tmp_path) == ["trace.parquet"]
 
 
-@pytest.mark.parametrize("shell, check", [("zsh", ["zsh", "-n"]), ("fish", ["fish", "--no-execute"])])
+@pytest.mark.parametrize(
+    "shell, check", [("zsh", ["zsh", "-n"]), ("fish", ["fish", "--no-execute"])]
+)
 def test_zsh_and_fish_scripts_parse_and_name_every_command(shell, check, capsys, tmp_path):
     text = script(shell, capsys)
     for module in COMMANDS:
@@ -61,5 +69,7 @@ def test_fish_completes_commands_and_options(capsys, tmp_path):
     path = tmp_path / "hotspan.fish"
     path.write_text(script("fish", capsys))
     program = f"source {path}; complete -C 'hotspan st'; complete -C 'hotspan stats --so'"
-    lines = subprocess.run(["fish", "-c", program], capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = subprocess.run(
+        ["fish", "-c", program], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == ["stats", "--sort"]

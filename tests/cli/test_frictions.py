@@ -1,4 +1,5 @@
 """Small things a first user of the command line met, one test each."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,13 @@ def test_help_prints_percent_signs_once(command, capsys):
 def test_demo_piped_keeps_its_first_line_whole(tmp_path):
     out = tmp_path / "a-rather-long-directory-name-for-the-demo-output" / "hotspan-demo.parquet"
     out.parent.mkdir()
-    result = subprocess.run([sys.executable, "-m", "hotspan", "demo", "--steps", "2", "-o", str(out)],
-                            capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "hotspan", "demo", "--steps", "2", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+        check=True,
+    )
     first = result.stdout.splitlines()[0]
     assert len(first) > 80 and first.startswith("hotspan demo: ") and first.endswith(f"-> {out}")
 
@@ -41,7 +47,11 @@ def test_names_at_80_columns_lose_whole_words(tmp_path, capsys, monkeypatch):
     path = hotspan.export(hotspan.drain(), tmp_path / "t.parquet")
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["stats", str(path), "--all"]) == 0
-    shown = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "…" in line.split(" ")[0]]
+    shown = [
+        line.split()[0]
+        for line in capsys.readouterr().out.splitlines()
+        if "…" in line.split(" ")[0]
+    ]
     assert shown, "nothing had to be cut at 80 columns: the test lost its point"
     for cut in shown:
         head, tail = cut.split("…")
@@ -57,9 +67,14 @@ def test_the_room_left_is_shared_between_the_key_columns():
     left, squeezing the names to 10 characters."""
     from hotspan.cli.tables import fitted_table
 
-    keys = [("category", ["training/optimizer_state/compute"]), ("name", ["train_step_with_gradient_accumulation"])]
+    keys = [
+        ("category", ["training/optimizer_state/compute"]),
+        ("name", ["train_step_with_gradient_accumulation"]),
+    ]
     values = [("count", ["3"]), ("total", ["12.64 us"])]
     table, _left_out = fitted_table(keys, values, 60)
     category, name = (column.width for column in table.columns[:2])
-    assert category + name == 60 - len("count") - len("12.64 us") - 2 * 3  # all the room the numbers leave
+    assert (
+        category + name == 60 - len("count") - len("12.64 us") - 2 * 3
+    )  # all the room the numbers leave
     assert abs((32 - category) - (37 - name)) <= 1  # each short of its natural width by as much

@@ -41,8 +41,21 @@ def test_schema_is_exactly_the_contract():
         pass
     t = hotspan.drain()
     assert t.schema.names == [
-        "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns",
-        "depth", "thread_id", "thread_name", "pid", "rank", "arg", "error", "self_ns",
+        "span_id",
+        "parent_id",
+        "name",
+        "category",
+        "start_ns",
+        "end_ns",
+        "duration_ns",
+        "depth",
+        "thread_id",
+        "thread_name",
+        "pid",
+        "rank",
+        "arg",
+        "error",
+        "self_ns",
     ]
     for name, typ in EXPECTED_TYPES.items():
         assert t.schema.field(name).type == typ, name

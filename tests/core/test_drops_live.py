@@ -1,6 +1,7 @@
 """Spans dropped at the memory cap are said while the program runs: a SpansDropped event
 with consumer "core" (thread and count) and a WARNING on the hotspan logger, within about
 a second, at most once a second per thread; the exit line stays."""
+
 from __future__ import annotations
 
 import logging
@@ -39,9 +40,15 @@ def test_drops_at_the_cap_are_reported_while_the_program_runs(fresh, caplog):
         assert reports, "no SpansDropped from the core while the program ran"
         assert time.monotonic() - started < 5
         first = reports[0]
-        assert first.thread_id == threading.get_native_id() and first.thread_name == threading.current_thread().name
+        assert (
+            first.thread_id == threading.get_native_id()
+            and first.thread_name == threading.current_thread().name
+        )
         assert 0 < first.count <= hotspan.dropped()  # (drops of earlier tests may be in it)
-        assert any(r.levelno == logging.WARNING and "memory cap was reached" in r.getMessage() for r in caplog.records)
+        assert any(
+            r.levelno == logging.WARNING and "memory cap was reached" in r.getMessage()
+            for r in caplog.records
+        )
     hotspan.drain()
 
 
@@ -49,7 +56,6 @@ def test_at_most_one_report_a_second_per_thread(fresh):
     seen: list = []
     with hotspan.on_event(seen.append):
         hotspan.configure(memory_cap=1 << 20)
-        before = hotspan.dropped()
         started = time.monotonic()
         while time.monotonic() - started < 2.5:  # dropping all along
             _drop_some(20_000)
@@ -68,8 +74,12 @@ def test_the_exit_line_stays(tmp_path):
     import subprocess
     import sys
 
-    program = "import hotspan\nhotspan.configure(memory_cap=1 << 20)\ns = hotspan.span('x')\n" \
-              "for _ in range(300_000):\n    with s:\n        pass\n"
-    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    program = (
+        "import hotspan\nhotspan.configure(memory_cap=1 << 20)\ns = hotspan.span('x')\n"
+        "for _ in range(300_000):\n    with s:\n        pass\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0
     assert "spans dropped at the memory cap" in out.stderr

@@ -1,5 +1,6 @@
 """self_ns: a span's duration minus the union of its children's intervals, computed once
 where spans become a table (drain() in C; loaders by hotspan._selftime), never negative."""
+
 from __future__ import annotations
 
 import asyncio
@@ -131,10 +132,16 @@ def test_threads_keep_their_own_children():
     _check(table)
     for i in range(4):
         outer = _row(table, f"outer{i}")
-        inner = table.filter(pc.and_(pc.equal(table.column("name"), "inner"),
-                                     pc.equal(table.column("parent_id"), pa.scalar(outer["span_id"], pa.uint64()))))
+        inner = table.filter(
+            pc.and_(
+                pc.equal(table.column("name"), "inner"),
+                pc.equal(table.column("parent_id"), pa.scalar(outer["span_id"], pa.uint64())),
+            )
+        )
         assert inner.num_rows == 50
-        assert outer["self_ns"] == outer["duration_ns"] - pc.sum(inner.column("duration_ns")).as_py()
+        assert (
+            outer["self_ns"] == outer["duration_ns"] - pc.sum(inner.column("duration_ns")).as_py()
+        )
 
 
 def test_child_left_open_across_a_drain():
@@ -162,7 +169,9 @@ def test_parent_drained_after_its_children_in_an_earlier_drain():
     parent_table = hotspan.drain()
     assert children.num_rows == 3 and parent_table.num_rows == 1
     parent = parent_table.to_pylist()[0]
-    assert parent["self_ns"] == parent["duration_ns"] - pc.sum(children.column("duration_ns")).as_py()
+    assert (
+        parent["self_ns"] == parent["duration_ns"] - pc.sum(children.column("duration_ns")).as_py()
+    )
     _check(pa.concat_tables([children, parent_table]).unify_dictionaries())
 
 
@@ -209,7 +218,9 @@ def test_a_table_without_the_column_gets_it_on_load(tmp_path):
     table = hotspan.drain()
     import pyarrow.parquet as pq
 
-    pq.write_table(table.drop_columns(["self_ns"]), tmp_path / "old.parquet")  # a file from before the column
+    pq.write_table(
+        table.drop_columns(["self_ns"]), tmp_path / "old.parquet"
+    )  # a file from before the column
     back = hotspan.load(tmp_path / "old.parquet")
     assert back.column("self_ns").to_pylist() == table.column("self_ns").to_pylist()
 
@@ -234,15 +245,21 @@ def test_shared_function_merges_overlapping_children():
     # children of one parent overlapping (tasks), one reaching past the parent's end, a
     # device row (another thread id) that is not a child for self time
     rows = [
-        (1, None, 0, 100, 7), (2, 1, 10, 40, 7), (3, 1, 20, 60, 7), (4, 1, 90, 130, 7),
-        (5, 1, 0, 100, -1), (6, 3, 25, 30, 7),
+        (1, None, 0, 100, 7),
+        (2, 1, 10, 40, 7),
+        (3, 1, 20, 60, 7),
+        (4, 1, 90, 130, 7),
+        (5, 1, 0, 100, -1),
+        (6, 3, 25, 30, 7),
     ]
-    table = pa.table({
-        "span_id": pa.array([r[0] for r in rows], pa.uint64()),
-        "parent_id": pa.array([r[1] for r in rows], pa.uint64()),
-        "start_ns": pa.array([r[2] for r in rows], pa.int64()),
-        "end_ns": pa.array([r[3] for r in rows], pa.int64()),
-        "thread_id": pa.array([r[4] for r in rows], pa.int64()),
-    })
+    table = pa.table(
+        {
+            "span_id": pa.array([r[0] for r in rows], pa.uint64()),
+            "parent_id": pa.array([r[1] for r in rows], pa.uint64()),
+            "start_ns": pa.array([r[2] for r in rows], pa.int64()),
+            "end_ns": pa.array([r[3] for r in rows], pa.int64()),
+            "thread_id": pa.array([r[4] for r in rows], pa.int64()),
+        }
+    )
     # parent: 100 - |[10,60] u [90,100]| = 100 - 60 = 40
     assert self_ns_column(table).to_pylist() == [40, 30, 35, 40, 100, 5]

@@ -7,6 +7,7 @@ saying so, ``<!-- skip: needs a CUDA GPU -->``, and is skipped with that reason;
 needs an optional package, ``<!-- requires: mlx -->``, runs where it is installed. The
 skipped examples are reported, never hidden.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,8 +22,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([*ROOT.glob("docs/**/*.md"), ROOT / "README.md"])
-FENCE = re.compile(r"^(?:<!-- skip: (?P<reason>[^>]*?) -->\n|<!-- requires: (?P<module>[\w.]+) -->\n)?"
-                   r"```python[^\n]*\n(?P<code>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(
+    r"^(?:<!-- skip: (?P<reason>[^>]*?) -->\n|<!-- requires: (?P<module>[\w.]+) -->\n)?"
+    r"```python[^\n]*\n(?P<code>.*?)^```\s*$",
+    re.MULTILINE | re.DOTALL,
+)
 
 # Runs the examples of one page, in order, in one namespace; says which one failed.
 RUNNER = r"""
@@ -65,13 +69,23 @@ def test_the_pages_have_examples():
 def test_examples_run(page, tmp_path):
     run, skipped = examples(page)
     if not run:
-        pytest.skip(f"no example to run ({len(skipped)} skipped: {'; '.join(r for _l, r in skipped)})"
-                    if skipped else "no example")
+        pytest.skip(
+            f"no example to run ({len(skipped)} skipped: {'; '.join(r for _l, r in skipped)})"
+            if skipped
+            else "no example"
+        )
     # Not recording the examples' process into wherever the test run's HOTSPAN_OUT points.
     env = {k: v for k, v in os.environ.items() if k != "HOTSPAN_OUT"} | {"COLUMNS": "100"}
-    result = subprocess.run([sys.executable, "-c", RUNNER, page.relative_to(ROOT).as_posix()],
-                            input=json.dumps(run), capture_output=True, text=True, cwd=tmp_path, env=env,
-                            timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", RUNNER, page.relative_to(ROOT).as_posix()],
+        input=json.dumps(run),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -79,7 +93,15 @@ def test_the_readmes_first_example_needs_only_what_pip_install_brings(tmp_path):
     """`pip install .` brings pyarrow, numpy, rich and duckdb, not pandas: the README's first
     example must run without it (``table.to_pandas()`` there failed after the first command)."""
     first_line, first = examples(ROOT / "README.md")[0][0]
-    blocker = "import sys\nsys.modules['pandas'] = None  # as if not installed: importing it fails\n"
-    result = subprocess.run([sys.executable, "-c", blocker + first], capture_output=True, text=True, cwd=tmp_path,
-                            timeout=120, check=False)
+    blocker = (
+        "import sys\nsys.modules['pandas'] = None  # as if not installed: importing it fails\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", blocker + first],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, f"README.md:{first_line}: {result.stderr[-2000:]}"

@@ -24,13 +24,21 @@ def _spans(
     ids = pa.array([(rank << 48) + (pid << 24) + i + first for i in range(n)], pa.uint64())
     starts = pa.array([start + 10 * i for i in range(n)], pa.int64())
     columns = {
-        "span_id": ids, "parent_id": pa.nulls(n, pa.uint64()),
-        "name": pa.array(["step"] * n).dictionary_encode(), "category": pa.array(["train"] * n).dictionary_encode(),
-        "start_ns": starts, "end_ns": pc.add(starts, 5), "duration_ns": pa.array([5] * n, pa.int64()),
-        "depth": pa.array([0] * n, pa.int32()), "thread_id": pa.array([pid] * n, pa.int64()),
-        "thread_name": pa.array(["MainThread"] * n).dictionary_encode(), "pid": pa.array([pid] * n, pa.int64()),
-        "rank": pa.array([rank] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()),
-        "error": pa.array([False] * n), "self_ns": pa.array([5] * n, pa.int64()),
+        "span_id": ids,
+        "parent_id": pa.nulls(n, pa.uint64()),
+        "name": pa.array(["step"] * n).dictionary_encode(),
+        "category": pa.array(["train"] * n).dictionary_encode(),
+        "start_ns": starts,
+        "end_ns": pc.add(starts, 5),
+        "duration_ns": pa.array([5] * n, pa.int64()),
+        "depth": pa.array([0] * n, pa.int32()),
+        "thread_id": pa.array([pid] * n, pa.int64()),
+        "thread_name": pa.array(["MainThread"] * n).dictionary_encode(),
+        "pid": pa.array([pid] * n, pa.int64()),
+        "rank": pa.array([rank] * n, pa.int32()),
+        "arg": pa.nulls(n, pa.int64()),
+        "error": pa.array([False] * n),
+        "self_ns": pa.array([5] * n, pa.int64()),
     }
     meta = {
         b"hotspan.host": b"h",
@@ -238,10 +246,14 @@ def test_record_bad_arguments(tmp_path):
 def test_token_names_never_overwrite_and_read_beside_old_names(tmp_path):
     run = tmp_path / "run"
     write_part(_spans(3, 0, 100), run, rank=0, pid=100, seq=0)  # an older run's name
-    path = write_part(_spans(2, 0, 100, first=10), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
+    path = write_part(
+        _spans(2, 0, 100, first=10), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001"
+    )
     assert path.name == "part-r0-100-6b0d0000aaaa0001-000000.parquet"
     with pytest.raises(FileExistsError):  # never over an acknowledged part
-        write_part(_spans(1, 0, 100, first=20), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
+        write_part(
+            _spans(1, 0, 100, first=20), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001"
+        )
     assert not [p for p in run.iterdir() if p.name.startswith(".")]  # its temporary file went
     with pytest.raises(ValueError, match="hex"):
         part_path(run, 0, 100, 0, token="../x")

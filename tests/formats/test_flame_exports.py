@@ -4,6 +4,7 @@ The folded self times must add up to ``stats``' self time of each (category, nam
 speedscope file must satisfy speedscope's own published schema (vendored beside this file,
 with its licence) and its events must nest, so that speedscope opens it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -83,8 +84,11 @@ def test_folded_self_times_add_up_to_stats(trace, tmp_path):
     by_leaf: dict[str, int] = defaultdict(int)
     for stack, value in lines:
         by_leaf[stack[-1]] += value
-    expected = {frame_label(r["name"], r["category"]): r["self_ns"]
-                for r in hotspan.stats(trace).to_pylist() if r["self_ns"] > 0}
+    expected = {
+        frame_label(r["name"], r["category"]): r["self_ns"]
+        for r in hotspan.stats(trace).to_pylist()
+        if r["self_ns"] > 0
+    }
     assert dict(by_leaf) == expected
     # The stacks follow the span tree: matmul only ever under forward under step.
     matmul = [stack for stack, _v in lines if stack[-1].startswith("matmul")]
@@ -98,7 +102,9 @@ def test_flame_tree_per_rank_and_thread(trace):
     per_thread = flame_tree(trace, per="thread")
     assert merged.total_ns[0] == per_thread.total_ns[0] == int(span_self_ns(trace).sum())
     lanes = [label for label, kind in zip(per_thread.label, per_thread.kind) if kind == "lane"]
-    assert any("worker-0" in label for label in lanes) and any("worker-1" in label for label in lanes)
+    assert any("worker-0" in label for label in lanes) and any(
+        "worker-1" in label for label in lanes
+    )
     # A node's total is its own self time plus its children's totals.
     for node in range(len(merged)):
         children = merged.parent == node
@@ -141,12 +147,18 @@ def test_speedscope_file_validates_and_nests(trace, tmp_path):
         for frame, t in check_nesting(profile, len(frames)).items():
             time_per_frame[frames[frame]] += t
     # Every span with a duration is there once, whole: per frame, the summed durations.
-    expected = {frame_label(r["name"], r["category"]): r["total_ns"]
-                for r in hotspan.stats(trace).to_pylist() if r["total_ns"] > 0}
+    expected = {
+        frame_label(r["name"], r["category"]): r["total_ns"]
+        for r in hotspan.stats(trace).to_pylist()
+        if r["total_ns"] > 0
+    }
     assert dict(time_per_frame) == expected
     # One profile per thread, the overlapping asyncio trees on a lane of their own.
     names = [p["name"] for p in doc["profiles"]]
-    threads = {(r, t) for r, t in zip(trace.column("rank").to_pylist(), trace.column("thread_id").to_pylist())}
+    threads = {
+        (r, t)
+        for r, t in zip(trace.column("rank").to_pylist(), trace.column("thread_id").to_pylist())
+    }
     assert len(names) == len(threads) + 1
     assert any("worker-0" in n for n in names) and any("lane 1" in n for n in names)
 

@@ -346,9 +346,24 @@ def test_start_times_too_spread_for_the_radix_key_still_round_trip(tmp_path):
     rows = []
     for thread in range(5):
         for k, start in enumerate((1 << 62, 0, 1 << 61)):
-            rows.append({"span_id": 10 * thread + k + 1, "parent_id": None, "name": "x", "category": None,
-                         "start_ns": start, "end_ns": start + 5, "duration_ns": 5, "depth": 0,
-                         "thread_id": thread, "thread_name": "t", "pid": 1, "rank": 0, "arg": None, "error": False})
+            rows.append(
+                {
+                    "span_id": 10 * thread + k + 1,
+                    "parent_id": None,
+                    "name": "x",
+                    "category": None,
+                    "start_ns": start,
+                    "end_ns": start + 5,
+                    "duration_ns": 5,
+                    "depth": 0,
+                    "thread_id": thread,
+                    "thread_name": "t",
+                    "pid": 1,
+                    "rank": 0,
+                    "arg": None,
+                    "error": False,
+                }
+            )
     table = with_self_ns(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA))
     path = tmp_path / "wide.pftrace"
     export(table, path)

@@ -1,6 +1,7 @@
 """Runs kept apart: a run id drawn by a run's first process and inherited by its children
 and ranks; every part carries it; a directory holding two runs says so and loads one on
 request; `hotspan runs DIR` lists them."""
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,15 @@ PROGRAM = textwrap.dedent("""
 def _record(tmp_path, out, env=None):
     program = tmp_path / "prog.py"
     program.write_text(PROGRAM)
-    full = {k: v for k, v in os.environ.items() if k not in ("HOTSPAN_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HOTSPAN_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+    }
     full.update({"HOTSPAN_OUT": str(out) + os.sep, **(env or {})})
-    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=300, env=full)
+    done = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=300, env=full
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -51,7 +58,9 @@ def test_two_runs_in_one_directory_stay_apart(tmp_path):
     assert len(metas) >= 4
     import pyarrow.parquet as pq
 
-    runs_in_parts = {pq.read_schema(p).metadata[META_RUN].decode() for p in out.glob("part-*.parquet")}
+    runs_in_parts = {
+        pq.read_schema(p).metadata[META_RUN].decode() for p in out.glob("part-*.parquet")
+    }
     assert runs_in_parts == {first, second}
     with pytest.warns(SeveralRunsWarning, match=first):
         both = hotspan.load(out)
@@ -67,8 +76,12 @@ def test_two_runs_in_one_directory_stay_apart(tmp_path):
     assert [r["run"] for r in listed] == [first, second]
     assert all(r["processes"] == 2 and r["ranks"] == [0] and r["spans"] == 2 for r in listed)
     assert "prog.py" in listed[0]["command"]
-    cli = subprocess.run([sys.executable, "-m", "hotspan", "runs", str(out), "--json"], capture_output=True,
-                         text=True, timeout=120)
+    cli = subprocess.run(
+        [sys.executable, "-m", "hotspan", "runs", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cli.returncode == 0, cli.stderr
     assert [json.loads(line)["run"] for line in cli.stdout.splitlines()] == [first, second]
 

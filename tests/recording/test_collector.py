@@ -56,12 +56,20 @@ def _span_table(rank: int, n: int = 10) -> pa.Table:
     t = SPAN_SCHEMA.empty_table()
     starts = pa.array(range(1_000, 1_000 + n), pa.int64())
     cols = {
-        "span_id": pa.array(range(first, first + n), pa.uint64()), "parent_id": pa.nulls(n, pa.uint64()),
-        "name": pa.array(["x"] * n).dictionary_encode(), "category": pa.nulls(n, pa.string()).dictionary_encode(),
-        "start_ns": starts, "end_ns": pc.add(starts, 7), "duration_ns": pa.array([7] * n, pa.int64()),
-        "depth": pa.array([0] * n, pa.int32()), "thread_id": pa.array([1] * n, pa.int64()),
-        "thread_name": pa.array(["t"] * n).dictionary_encode(), "pid": pa.array([os.getpid()] * n, pa.int64()),
-        "rank": pa.array([rank] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()), "error": pa.array([False] * n),
+        "span_id": pa.array(range(first, first + n), pa.uint64()),
+        "parent_id": pa.nulls(n, pa.uint64()),
+        "name": pa.array(["x"] * n).dictionary_encode(),
+        "category": pa.nulls(n, pa.string()).dictionary_encode(),
+        "start_ns": starts,
+        "end_ns": pc.add(starts, 7),
+        "duration_ns": pa.array([7] * n, pa.int64()),
+        "depth": pa.array([0] * n, pa.int32()),
+        "thread_id": pa.array([1] * n, pa.int64()),
+        "thread_name": pa.array(["t"] * n).dictionary_encode(),
+        "pid": pa.array([os.getpid()] * n, pa.int64()),
+        "rank": pa.array([rank] * n, pa.int32()),
+        "arg": pa.nulls(n, pa.int64()),
+        "error": pa.array([False] * n),
         "self_ns": pa.array([7] * n, pa.int64()),
     }
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in t.schema], schema=t.schema)

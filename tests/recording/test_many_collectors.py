@@ -167,7 +167,10 @@ def test_a_killed_collectors_ranks_fail_over_nothing_lost_or_twice(tmp_path):
 def _puts(directory, rank: int) -> int:
     """The parts of ``rank`` written to ``directory`` by puts: a part compacted when its client
     closed counts its inputs."""
-    return sum(len(part_metadata(p).get("inputs") or ()) or 1 for p in directory.glob(f"part-r{rank}-*.parquet"))
+    return sum(
+        len(part_metadata(p).get("inputs") or ()) or 1
+        for p in directory.glob(f"part-r{rank}-*.parquet")
+    )
 
 
 CLIENT_ONLY = """

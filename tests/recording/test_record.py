@@ -43,7 +43,9 @@ def test_four_ranks_into_a_directory(tmp_path):
     table = hotspan.load(out)
     assert table.schema.equals(hotspan.SPAN_SCHEMA)
     counts = dict(zip(*pc.value_counts(table.column("rank")).flatten()))
-    assert {r.as_py(): c.as_py() for r, c in counts.items()} == {r: spans_per_rank() for r in range(4)}
+    assert {r.as_py(): c.as_py() for r, c in counts.items()} == {
+        r: spans_per_rank() for r in range(4)
+    }
     assert len(list(out.glob("part-*.parquet"))) > 4  # flushed as it went
     ranks = json.loads(table.schema.metadata[META_RANKS])
     assert sorted(ranks) == ["0", "1", "2", "3"]

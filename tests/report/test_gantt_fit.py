@@ -16,12 +16,31 @@ from hotspan.report.gantt import LABEL_WIDTH
 def lanes_table(lanes: list[tuple[int, int, int, str]]) -> pa.Table:
     rows = []
     for i, (rank, pid, tid, name) in enumerate(lanes):
-        rows.append(dict(span_id=i + 1, parent_id=None, name="work", category="c", start_ns=i * 10,
-                         end_ns=i * 10 + 100, duration_ns=100, depth=0, thread_id=tid, thread_name=name, pid=pid,
-                         rank=rank, arg=None, error=False))
+        rows.append(
+            dict(
+                span_id=i + 1,
+                parent_id=None,
+                name="work",
+                category="c",
+                start_ns=i * 10,
+                end_ns=i * 10 + 100,
+                duration_ns=100,
+                depth=0,
+                thread_id=tid,
+                thread_name=name,
+                pid=pid,
+                rank=rank,
+                arg=None,
+                error=False,
+            )
+        )
     columns = {name: [r[name] for r in rows] for name in TRACE_SCHEMA.names}
-    arrays = [pa.array(columns[f.name], pa.string()).dictionary_encode() if pa.types.is_dictionary(f.type)
-              else pa.array(columns[f.name], f.type) for f in TRACE_SCHEMA]
+    arrays = [
+        pa.array(columns[f.name], pa.string()).dictionary_encode()
+        if pa.types.is_dictionary(f.type)
+        else pa.array(columns[f.name], f.type)
+        for f in TRACE_SCHEMA
+    ]
     return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 

@@ -1,4 +1,5 @@
 """The flame view of the HTML report: the tree in the page, drawn by headless Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -42,13 +43,20 @@ def trace(tmp_path_factory):
 
 
 def flame_data(page: str) -> dict:
-    return json.loads(re.search(r'<script type="application/json" class="fl-data">(.*?)</script>', page, re.DOTALL).group(1))
+    return json.loads(
+        re.search(
+            r'<script type="application/json" class="fl-data">(.*?)</script>', page, re.DOTALL
+        ).group(1)
+    )
 
 
 def frames(dom: str) -> list[tuple[str, float, float]]:
     """(label, left px, width px) of every frame drawn."""
-    found = re.findall(r'<div class="fr[^"]*" data-node="\d+" data-label="([^"]*)" style="left: ([\d.]+)px; '
-                       r'width: ([\d.]+)px;', dom)
+    found = re.findall(
+        r'<div class="fr[^"]*" data-node="\d+" data-label="([^"]*)" style="left: ([\d.]+)px; '
+        r"width: ([\d.]+)px;",
+        dom,
+    )
     return [(label, float(left), float(width)) for label, left, width in found]
 
 
@@ -80,11 +88,15 @@ def test_chromium_draws_the_frames_and_zooms(trace, tmp_path):
     # Widths follow the total times (each frame's self time and everything below it).
     forward = tree.label.index("forward")
     step = tree.label.index("step")
-    assert width["forward"] / width["step"] == pytest.approx(tree.total_ns[forward] / tree.total_ns[step], rel=0.01)
+    assert width["forward"] / width["step"] == pytest.approx(
+        tree.total_ns[forward] / tree.total_ns[step], rel=0.01
+    )
 
     # Zoomed into "forward" (as a click does; a link names the frame): it takes the whole
     # width, its ancestors stay above, "allreduce" (a sibling) is gone.
-    dom = run_chromium(tmp_path, "--dump-dom", "--window-size=1400,1000", f"{out.as_uri()}#flame=merged:{forward}")
+    dom = run_chromium(
+        tmp_path, "--dump-dom", "--window-size=1400,1000", f"{out.as_uri()}#flame=merged:{forward}"
+    )
     assert dom.returncode == 0, dom.stderr
     drawn = frames(dom.stdout)
     labels = [label for label, _l, _w in drawn]
@@ -92,6 +104,10 @@ def test_chromium_draws_the_frames_and_zooms(trace, tmp_path):
     width = {label: w for label, _l, w in drawn}
     assert width["forward"] == width["all"]
     matmul = tree.label.index("matmul")
-    assert width["matmul"] / width["forward"] == pytest.approx(tree.total_ns[matmul] / tree.total_ns[forward], rel=0.01)
-    crumbs = re.search(r'<span class="fl-crumbs">(.*?)</span></div>', dom.stdout, re.DOTALL).group(1)
+    assert width["matmul"] / width["forward"] == pytest.approx(
+        tree.total_ns[matmul] / tree.total_ns[forward], rel=0.01
+    )
+    crumbs = re.search(r'<span class="fl-crumbs">(.*?)</span></div>', dom.stdout, re.DOTALL).group(
+        1
+    )
     assert re.sub(r"<[^>]+>", "", crumbs) == "all › step › forward"

@@ -28,8 +28,11 @@ def table_of(rows):
     arrays = []
     for field in TRACE_SCHEMA:
         values = [r[field.name] for r in rows]
-        arrays.append(pa.array(values, pa.string()).dictionary_encode() if pa.types.is_dictionary(field.type)
-                      else pa.array(values, field.type))
+        arrays.append(
+            pa.array(values, pa.string()).dictionary_encode()
+            if pa.types.is_dictionary(field.type)
+            else pa.array(values, field.type)
+        )
     return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 

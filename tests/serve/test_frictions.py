@@ -1,4 +1,5 @@
 """Small things a first user of ``hotspan serve`` met, one test each."""
+
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ from hotspan.report.html import html_report
 
 
 def test_ranks_read_as_a_count_and_ids_not_as_zero(client, ids, runs_dir):
-    """"RANKS 0" read as "no ranks": the card says how many, then which."""
+    """ "RANKS 0" read as "no ranks": the card says how many, then which."""
     page = client.get(f"/runs/{ids['base/trace.parquet']}").text
     assert re.search(r'<div class="k">ranks</div><div class="v">1 \(rank 0\)</div>', page)
     page = client.get(f"/runs/{ids['job']}").text
@@ -21,9 +22,15 @@ def test_phases_bars_take_the_timelines_colours_and_say_why_they_outlast_the_run
     rid = ids["job"]
     page = client.get(f"/runs/{rid}").text
     timeline = client.get(f"/runs/{rid}/timeline").text
-    legend = {name: colour for colour, name in
-              re.findall(r'<span class="lg"><i style="background:(#[0-9a-f]+)"></i>([^<]+)</span>', timeline)}
-    segments = re.findall(r'<rect class="segment"[^>]*fill="(#[0-9a-f]+)"\s+data-phase="([^"]+)"', page)
+    legend = {
+        name: colour
+        for colour, name in re.findall(
+            r'<span class="lg"><i style="background:(#[0-9a-f]+)"></i>([^<]+)</span>', timeline
+        )
+    }
+    segments = re.findall(
+        r'<rect class="segment"[^>]*fill="(#[0-9a-f]+)"\s+data-phase="([^"]+)"', page
+    )
     assert segments
     for colour, phase in segments:
         assert colour == legend[phase.removesuffix(" (other)")], phase
@@ -56,5 +63,7 @@ def test_create_app_leaves_no_temporary_directory(runs_dir, tmp_path):
     assert not cache.exists()
     # Nor at exit, for apps still alive then.
     code = f"from hotspan.serve.app import create_app\napps = [create_app({str(runs_dir)!r}) for _ in range(3)]\n"
-    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
     assert not list(tmp_path.glob("hotspan-serve-*"))

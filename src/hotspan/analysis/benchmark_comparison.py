@@ -219,14 +219,19 @@ def _span_interval(change: float, bench_row: dict) -> tuple[float, float]:
     summary holds no distribution of its own; its benchmark's rounds say how far a change that
     large can come from noise, so a benchmark and its only span get one verdict. Without
     rounds, the point change."""
-    low, high, centre = bench_row.get("change_low"), bench_row.get("change_high"), bench_row.get("median_s_change")
+    low, high, centre = (
+        bench_row.get("change_low"),
+        bench_row.get("change_high"),
+        bench_row.get("median_s_change"),
+    )
     if low is None or high is None or centre is None or not math.isfinite(centre) or centre <= -1:
         return change, change
     return (1 + change) * (1 + low) / (1 + centre) - 1, (1 + change) * (1 + high) / (1 + centre) - 1
 
 
-def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, min_count: int,
-                   bench_row: dict) -> list[dict]:
+def _compare_spans(
+    key: str, b: dict | None, a: dict | None, threshold: float, min_count: int, bench_row: dict
+) -> list[dict]:
     from .comparison import relative_change, verdict
 
     before = _spans_of(b) if b else {}
@@ -247,13 +252,17 @@ def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, m
         row["change_low"] = row["change_high"] = None
         if sb is None or sa is None:
             row["verdict"] = "new" if sb is None else "gone"
-        elif min(sb["count"], sa["count"]) < min_count or change is None or not math.isfinite(change):
+        elif (
+            min(sb["count"], sa["count"]) < min_count or change is None or not math.isfinite(change)
+        ):
             row["verdict"] = "few"
         else:
             # compare's one rule (comparison.verdict): the interval wholly past the threshold;
             # significant when it leaves out no change at all
             low, high = _span_interval(change, bench_row)
             row["change_low"], row["change_high"] = low, high
-            row["verdict"] = verdict(0.0 if low > 0 or high < 0 else 1.0, low, high, threshold=threshold, alpha=0.5)
+            row["verdict"] = verdict(
+                0.0 if low > 0 or high < 0 else 1.0, low, high, threshold=threshold, alpha=0.5
+            )
         rows.append(row)
     return rows

@@ -21,16 +21,35 @@ import pyarrow as pa
 
 from .statistics import combined_codes, stats, to_numpy
 
-__all__ = ["compare", "compare_rows", "judge_rows", "mann_whitney_u", "median_ratio_interval", "rows_table",
-           "shift_of", "verdict"]
+__all__ = [
+    "compare",
+    "compare_rows",
+    "judge_rows",
+    "mann_whitney_u",
+    "median_ratio_interval",
+    "rows_table",
+    "shift_of",
+    "verdict",
+]
 
 #: The verdicts ``compare`` gives.
 VERDICTS = ("slower", "faster", "same", "new", "gone", "few", "instant")
 
 
-def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "name"), threshold: float = 0.05,
-            min_count: int = 1, alpha: float = 0.05, confidence: float = 0.95, resamples: int = 2000,
-            seed: int = 0, normalize: str | None = None, shift: bool = True) -> pa.Table:
+def compare(
+    base: pa.Table,
+    new: pa.Table,
+    *,
+    by: Sequence[str] = ("category", "name"),
+    threshold: float = 0.05,
+    min_count: int = 1,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    normalize: str | None = None,
+    shift: bool = True,
+) -> pa.Table:
     """Per span group (the distinct values of ``by`` in either side): counts, p50, mean and
     p99 before and after, the median's change (a fraction: ``p50_ns_change``) with its
     bootstrap interval (``change_low``, ``change_high``, at ``confidence``), the two-sided
@@ -52,13 +71,35 @@ def compare(base: pa.Table, new: pa.Table, *, by: Sequence[str] = ("category", "
     reference span ``NAME``'s median on each side (a fixed workload timed in both runs).
     """
     check_options(alpha, confidence, resamples)
-    return compare_rows(base, new, by=by, threshold=threshold, min_count=min_count, alpha=alpha,
-                        confidence=confidence, resamples=resamples, seed=seed, normalize=normalize, shift=shift)
+    return compare_rows(
+        base,
+        new,
+        by=by,
+        threshold=threshold,
+        min_count=min_count,
+        alpha=alpha,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        normalize=normalize,
+        shift=shift,
+    )
 
 
-def compare_rows(base: pa.Table, new: pa.Table, *, by: Sequence[str], threshold: float, min_count: int,
-                 alpha: float, confidence: float, resamples: int, seed: int, normalize: str | None = None,
-                 shift: bool = True) -> pa.Table:
+def compare_rows(
+    base: pa.Table,
+    new: pa.Table,
+    *,
+    by: Sequence[str],
+    threshold: float,
+    min_count: int,
+    alpha: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+    normalize: str | None = None,
+    shift: bool = True,
+) -> pa.Table:
     """``compare`` of two tables in memory."""
     by = tuple((by,) if isinstance(by, str) else by)
     before = durations_by_group(base, by)
@@ -72,11 +113,25 @@ def compare_rows(base: pa.Table, new: pa.Table, *, by: Sequence[str], threshold:
 
     reference = None
     if normalize is not None:
-        reference = (reference_median(stats(base, by=("name",)), normalize, "base"),
-                     reference_median(stats(new, by=("name",)), normalize, "new"))
-    return judge_rows(stats(base, by=by), stats(new, by=by), by, durations, threshold=threshold,
-                      min_count=min_count, alpha=alpha, confidence=confidence, resamples=resamples, seed=seed,
-                      reference=reference, normalize=normalize, shift=shift)
+        reference = (
+            reference_median(stats(base, by=("name",)), normalize, "base"),
+            reference_median(stats(new, by=("name",)), normalize, "new"),
+        )
+    return judge_rows(
+        stats(base, by=by),
+        stats(new, by=by),
+        by,
+        durations,
+        threshold=threshold,
+        min_count=min_count,
+        alpha=alpha,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        reference=reference,
+        normalize=normalize,
+        shift=shift,
+    )
 
 
 def reference_median(by_name: pa.Table, name: str, side: str) -> float:
@@ -100,7 +155,9 @@ def check_options(alpha: float, confidence: float, resamples: int) -> None:
 #: A shift is the machine's when at least this share of the judged groups (and 5) moved
 #: together: within the threshold (or 5%) of the median factor.
 SHIFT_SHARE = 0.75
-SHIFT_MIN_GROUPS = 5  # fewer: a slower leaf moves its parents too, and three groups would look "shared"
+SHIFT_MIN_GROUPS = (
+    5  # fewer: a slower leaf moves its parents too, and three groups would look "shared"
+)
 
 
 def common_shift(ratios: np.ndarray, threshold: float) -> dict[str, Any] | None:
@@ -125,22 +182,43 @@ def common_shift(ratios: np.ndarray, threshold: float) -> dict[str, Any] | None:
 
 #: The columns of ``compare``'s table after the ``by`` keys.
 COMPARE_FIELDS = [
-    ("count_base", pa.int64()), ("count_new", pa.int64()),
-    ("p50_ns_base", pa.float64()), ("mean_ns_base", pa.float64()), ("p99_ns_base", pa.float64()),
-    ("p50_ns_new", pa.float64()), ("mean_ns_new", pa.float64()), ("p99_ns_new", pa.float64()),
-    ("p50_ns_change", pa.float64()), ("mean_ns_change", pa.float64()), ("p99_ns_change", pa.float64()),
-    ("judged_change", pa.float64()), ("change_low", pa.float64()), ("change_high", pa.float64()),
-    ("p_value", pa.float64()), ("verdict", pa.string()),
+    ("count_base", pa.int64()),
+    ("count_new", pa.int64()),
+    ("p50_ns_base", pa.float64()),
+    ("mean_ns_base", pa.float64()),
+    ("p99_ns_base", pa.float64()),
+    ("p50_ns_new", pa.float64()),
+    ("mean_ns_new", pa.float64()),
+    ("p99_ns_new", pa.float64()),
+    ("p50_ns_change", pa.float64()),
+    ("mean_ns_change", pa.float64()),
+    ("p99_ns_change", pa.float64()),
+    ("judged_change", pa.float64()),
+    ("change_low", pa.float64()),
+    ("change_high", pa.float64()),
+    ("p_value", pa.float64()),
+    ("verdict", pa.string()),
 ]
 #: Schema metadata key of ``compare``'s table: the shift or normalization it judged against (JSON).
 META_SHIFT = b"hotspan.shift"
 
 
-def judge_rows(base_stats: pa.Table, new_stats: pa.Table, by: Sequence[str],
-               durations: Callable[[pa.Table], Iterator[tuple[tuple, np.ndarray, np.ndarray]]], *,
-               threshold: float, min_count: int, alpha: float, confidence: float, resamples: int,
-               seed: int, reference: tuple[float, float] | None = None, normalize: str | None = None,
-               shift: bool = True) -> pa.Table:
+def judge_rows(
+    base_stats: pa.Table,
+    new_stats: pa.Table,
+    by: Sequence[str],
+    durations: Callable[[pa.Table], Iterator[tuple[tuple, np.ndarray, np.ndarray]]],
+    *,
+    threshold: float,
+    min_count: int,
+    alpha: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+    reference: tuple[float, float] | None = None,
+    normalize: str | None = None,
+    shift: bool = True,
+) -> pa.Table:
     """``compare``'s table from the two sides' ``stats`` and ``durations(keys)``, which yields
     (key, base durations, new durations) for each row of ``keys`` (the groups to judge, in
     order: the draws of the seeded bootstrap follow it); ``reference``: the medians of the
@@ -175,18 +253,31 @@ def judge_rows(base_stats: pa.Table, new_stats: pa.Table, by: Sequence[str],
     said: dict[str, Any] | None = None
     if reference is not None:
         factor = reference[1] / reference[0]
-        said = {"normalize": normalize, "reference_base_ns": reference[0], "reference_new_ns": reference[1],
-                "shift": factor - 1}
+        said = {
+            "normalize": normalize,
+            "reference_base_ns": reference[0],
+            "reference_new_ns": reference[1],
+            "shift": factor - 1,
+        }
     elif shift and judged:
-        ratios = np.array([(r["p50_ns_new"] or 0) / r["p50_ns_base"] if r["p50_ns_base"] else np.nan
-                           for r in judged], np.float64)
+        ratios = np.array(
+            [
+                (r["p50_ns_new"] or 0) / r["p50_ns_base"] if r["p50_ns_base"] else np.nan
+                for r in judged
+            ],
+            np.float64,
+        )
         said = common_shift(ratios, threshold)
         if said is not None:
             factor = 1 + said["shift"]
-    keys = pa.table({k: pa.array([row[k] for row in judged], base_stats.schema.field(k).type) for k in by})
+    keys = pa.table(
+        {k: pa.array([row[k] for row in judged], base_stats.schema.field(k).type) for k in by}
+    )
     for row, (_key, x, y) in zip(judged, durations(keys)):
         if factor != 1.0:
-            y = np.asarray(y, np.float64) / factor  # judged against the machine's (or the reference's) factor
+            y = (
+                np.asarray(y, np.float64) / factor
+            )  # judged against the machine's (or the reference's) factor
         p = mann_whitney_u(x, y)
         low, high = median_ratio_interval(x, y, confidence=confidence, resamples=resamples, rng=rng)
         row["p_value"], row["change_low"], row["change_high"] = p, low, high
@@ -207,12 +298,16 @@ def verdict(p_value: float, low: float, high: float, *, threshold: float, alpha:
     return "same"
 
 
-def rows_table(rows: list[dict], by: Sequence[str], key_schema: pa.Schema, said: dict | None = None) -> pa.Table:
+def rows_table(
+    rows: list[dict], by: Sequence[str], key_schema: pa.Schema, said: dict | None = None
+) -> pa.Table:
     """``compare``'s rows as a table: the keys (their types as in ``stats``), then
     :data:`COMPARE_FIELDS`; the shift it judged against in the metadata."""
     import json
 
-    fields = [pa.field(k, key_schema.field(k).type) for k in by] + [pa.field(n, t) for n, t in COMPARE_FIELDS]
+    fields = [pa.field(k, key_schema.field(k).type) for k in by] + [
+        pa.field(n, t) for n, t in COMPARE_FIELDS
+    ]
     schema = pa.schema(fields, metadata={META_SHIFT: json.dumps(said).encode()} if said else None)
     columns = {f.name: [r.get(f.name) for r in rows] for f in fields}
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in fields}, schema=schema)

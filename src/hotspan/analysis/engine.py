@@ -14,6 +14,7 @@ The rule (:func:`choose`), one for everybody:
 Every path gives the same columns, types and values (percentiles to the last bit), for the
 same :class:`~hotspan.analysis.filters.SpanFilter` and the same default ``by``.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,11 @@ def _paths(spans: Any) -> list[str] | None:
     """``spans`` as a list of paths, or None when it is a table."""
     if isinstance(spans, (str, os.PathLike)):
         return [os.fspath(spans)]
-    if isinstance(spans, (list, tuple)) and spans and all(isinstance(p, (str, os.PathLike)) for p in spans):
+    if (
+        isinstance(spans, (list, tuple))
+        and spans
+        and all(isinstance(p, (str, os.PathLike)) for p in spans)
+    ):
         return [os.fspath(p) for p in spans]
     return None
 
@@ -73,12 +78,16 @@ def choose(spans: Any, engine: Any = None) -> str:
     if engine is not None:
         if isinstance(engine, str):
             if engine not in ENGINES:
-                raise ValueError(f"engine: expected one of {', '.join(ENGINES)} or a SparkSession, not {engine!r}")
+                raise ValueError(
+                    f"engine: expected one of {', '.join(ENGINES)} or a SparkSession, not {engine!r}"
+                )
             return engine
         if type(engine).__module__.startswith("pyspark"):
             return "spark"
-        raise TypeError(f"engine: expected one of {', '.join(ENGINES)} or a SparkSession, "
-                        f"not {type(engine).__name__}")
+        raise TypeError(
+            f"engine: expected one of {', '.join(ENGINES)} or a SparkSession, "
+            f"not {type(engine).__name__}"
+        )
     paths = _paths(spans)
     if paths is None:
         return "memory"
@@ -93,7 +102,9 @@ class Spans:
     ``stats(by)``, ``phases()``, ``durations(by, keys)`` (compare), ``metadata()``,
     ``default_by()``. Close it (or use ``with``) to let an engine's resources go."""
 
-    def __init__(self, spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None):
+    def __init__(
+        self, spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None
+    ):
         self.span_filter = SpanFilter.of(span_filter)
         self.kind = choose(spans, engine)
         self.table: pa.Table | None = None
@@ -106,19 +117,28 @@ class Spans:
             self._default_by = _table_default_by(unfiltered)
             self.table = filter_table(unfiltered, self.span_filter)
         elif paths is None:
-            raise TypeError(f"engine {self.kind}: give the spans as paths (Parquet files, run directories, URIs), "
-                            f"not a {type(spans).__name__}")
+            raise TypeError(
+                f"engine {self.kind}: give the spans as paths (Parquet files, run directories, URIs), "
+                f"not a {type(spans).__name__}"
+            )
         elif self.kind == "duckdb":
             from .streaming import SpanSource
 
-
-            self.source = SpanSource(paths if len(paths) > 1 else paths[0], span_filter=self.span_filter)
+            self.source = SpanSource(
+                paths if len(paths) > 1 else paths[0], span_filter=self.span_filter
+            )
             low, _ = self.source.column_range("thread_id")
-            self._default_by = ("category", "name", "device") if low is not None and low < 0 else ("category", "name")
+            self._default_by = (
+                ("category", "name", "device")
+                if low is not None and low < 0
+                else ("category", "name")
+            )
         else:
             from .spark import SparkSpans
 
-            self.source = SparkSpans(engine if not isinstance(engine, str) else None, paths, self.span_filter)
+            self.source = SparkSpans(
+                engine if not isinstance(engine, str) else None, paths, self.span_filter
+            )
             self._default_by = self.source.default_by()
 
     def __enter__(self) -> Spans:
@@ -202,9 +222,13 @@ def _check_run_selection(load: Any) -> None:
     import inspect
 
     if "run" not in inspect.signature(load).parameters:
-        raise ValueError("run: this hotspan's loader cannot select a run yet (parts carry no run id)")
+        raise ValueError(
+            "run: this hotspan's loader cannot select a run yet (parts carry no run id)"
+        )
 
 
-def open_spans(spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None) -> Spans:
+def open_spans(
+    spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None
+) -> Spans:
     """:class:`Spans` over ``spans`` (a table, a path, paths), ``span_filter`` applied."""
     return Spans(spans, span_filter, engine)

@@ -12,6 +12,7 @@ The time window (``since``/``until``) takes seconds from the run's start (its fi
 start) or, for values of at least 10**15, nanoseconds since the Unix epoch; a span is in the
 window when it *starts* in ``[since, until)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["EPOCH_NS_FROM", "FilterError", "SpanFilter", "arrow_mask", "dataset_expression", "sql_condition"]
+__all__ = [
+    "EPOCH_NS_FROM",
+    "FilterError",
+    "SpanFilter",
+    "arrow_mask",
+    "dataset_expression",
+    "sql_condition",
+]
 
 #: A time-window bound of at least this is nanoseconds since the epoch (1e15 ns is 1970-01-12;
 #: no run lasts 1e15 s), smaller ones are seconds from the run's start.
@@ -73,16 +81,22 @@ class SpanFilter:
             if column not in SPAN_SCHEMA.names:
                 raise FilterError(f"no column {column!r}; columns: {', '.join(SPAN_SCHEMA.names)}")
             if op not in ("~", "="):
-                raise FilterError(f"filter on {column}: op must be '~' (regex) or '=' (equals), not {op!r}")
+                raise FilterError(
+                    f"filter on {column}: op must be '~' (regex) or '=' (equals), not {op!r}"
+                )
             if op == "~":
                 try:
                     re.compile(value)
                 except re.error as exc:
                     raise FilterError(f"bad regular expression {value!r}: {exc}") from None
         for bound in (self.since, self.until):
-            if bound is not None and (not isinstance(bound, (int, float)) or math.isnan(bound) or bound < 0):
-                raise FilterError(f"since/until: expected seconds from the run's start (>= 0) or epoch ns, not "
-                                  f"{bound!r}")
+            if bound is not None and (
+                not isinstance(bound, (int, float)) or math.isnan(bound) or bound < 0
+            ):
+                raise FilterError(
+                    f"since/until: expected seconds from the run's start (>= 0) or epoch ns, not "
+                    f"{bound!r}"
+                )
         if self.min_ns is not None and self.min_ns < 0:
             raise FilterError(f"minimum duration must be >= 0 ns, not {self.min_ns}")
 
@@ -95,17 +109,29 @@ class SpanFilter:
             return value
         if isinstance(value, dict):
             return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
-        raise TypeError(f"filter: expected a hotspan.SpanFilter or a dict of its fields, not {type(value).__name__}")
+        raise TypeError(
+            f"filter: expected a hotspan.SpanFilter or a dict of its fields, not {type(value).__name__}"
+        )
 
     def __bool__(self) -> bool:
         """Whether the filter leaves any span out (the run id aside: parts are chosen by it)."""
-        return bool(self.where or self.names or self.categories or self.ranks is not None or self.threads
-                    or self.since is not None or self.until is not None or self.min_ns is not None)
+        return bool(
+            self.where
+            or self.names
+            or self.categories
+            or self.ranks is not None
+            or self.threads
+            or self.since is not None
+            or self.until is not None
+            or self.min_ns is not None
+        )
 
     @property
     def needs_origin(self) -> bool:
         """Whether a bound is relative to the run's start, not yet known."""
-        return self.origin_ns is None and any(b is not None and b < EPOCH_NS_FROM for b in (self.since, self.until))
+        return self.origin_ns is None and any(
+            b is not None and b < EPOCH_NS_FROM for b in (self.since, self.until)
+        )
 
     def with_origin(self, origin_ns: int | None) -> SpanFilter:
         return replace(self, origin_ns=origin_ns)
@@ -137,12 +163,23 @@ class SpanFilter:
         if self.names:
             out.append(("any", "", tuple(("eq", "name", n) for n in self.names)))
         if self.categories:
-            out.append(("any", "", tuple(("prefix", "category", c.strip("/")) for c in self.categories)))
+            out.append(
+                ("any", "", tuple(("prefix", "category", c.strip("/")) for c in self.categories))
+            )
         if self.ranks is not None:
             out.append(("in", "rank", tuple(int(r) for r in self.ranks)))
         if self.threads:
-            out.append(("any", "", tuple(t for name in self.threads
-                                         for t in (("eq", "thread_name", str(name)), ("eq", "thread_id", str(name))))))
+            out.append(
+                (
+                    "any",
+                    "",
+                    tuple(
+                        t
+                        for name in self.threads
+                        for t in (("eq", "thread_name", str(name)), ("eq", "thread_id", str(name)))
+                    ),
+                )
+            )
         low, high = self.window()
         if low is not None:
             out.append(("ge", "start_ns", low))
@@ -173,9 +210,13 @@ def arrow_mask(table: pa.Table, terms: Sequence[Term]) -> Any:
             return pc.equal(text(column), value).fill_null(False)
         if kind == "prefix":
             category = text(column)
-            return pc.or_(pc.equal(category, value), pc.starts_with(category, value + "/")).fill_null(False)
+            return pc.or_(
+                pc.equal(category, value), pc.starts_with(category, value + "/")
+            ).fill_null(False)
         if kind == "in":
-            return pc.is_in(table.column(column), value_set=pa.array(value, table.schema.field(column).type))
+            return pc.is_in(
+                table.column(column), value_set=pa.array(value, table.schema.field(column).type)
+            )
         if kind == "ge":
             return pc.greater_equal(table.column(column), value).fill_null(False)
         if kind == "lt":

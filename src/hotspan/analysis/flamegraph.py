@@ -12,6 +12,7 @@ nodes of one frame add up to ``stats``' ``self_ns`` of that (category, name) gro
 Everything is whole-column numpy: the only Python loops run over tree levels (the depth of
 the deepest stack) and over the nodes of the result, never over spans.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -96,7 +97,11 @@ class FlameTree:
             if self.kind[node] == "root":
                 path.append([])
                 continue
-            own = self.label[node] if self.kind[node] == "lane" else frame_label(self.name[node], self.category[node])
+            own = (
+                self.label[node]
+                if self.kind[node] == "lane"
+                else frame_label(self.name[node], self.category[node])
+            )
             path.append(path[parent[node]] + [own])
             if self_ns[node] > 0:
                 out.append((path[node], int(self_ns[node])))
@@ -140,7 +145,9 @@ def flame_tree(table: pa.Table, per: Per = "merged") -> FlameTree:
     node_level: list[np.ndarray] = [np.zeros(1, np.int64)]
     if n == 0:
         zero = np.zeros(1, np.int64)
-        return FlameTree(labels, names, categories, kinds, node_parent[0], zero, zero.copy(), zero.copy(), per)
+        return FlameTree(
+            labels, names, categories, kinds, node_parent[0], zero, zero.copy(), zero.copy(), per
+        )
 
     parent = parent_rows(table)
     parent = np.where(_same_side_children(table, parent), parent, -1)
@@ -163,9 +170,13 @@ def flame_tree(table: pa.Table, per: Per = "merged") -> FlameTree:
         else:
             thread_names = table.column("thread_name").take(pa.array(lane_rows)).to_pylist()
             tids = to_numpy(table.column("thread_id"), np.int64)[lane_rows]
-            lane_labels = [f"r{ranks[r]} {tn or tid} ({tid})" for r, tn, tid in
-                           zip(lane_rows.tolist(), thread_names, tids.tolist())]
-        order = sorted(range(len(lane_labels)), key=lambda i: (int(ranks[lane_rows[i]]), lane_labels[i]))
+            lane_labels = [
+                f"r{ranks[r]} {tn or tid} ({tid})"
+                for r, tn, tid in zip(lane_rows.tolist(), thread_names, tids.tolist())
+            ]
+        order = sorted(
+            range(len(lane_labels)), key=lambda i: (int(ranks[lane_rows[i]]), lane_labels[i])
+        )
         position = np.empty(len(order), np.int64)
         position[order] = 1 + np.arange(len(order))
         lane_node = position[lane]

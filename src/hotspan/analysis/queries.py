@@ -11,6 +11,7 @@ in-memory path (statistics.py) computes the same aggregates with numpy, and
 so the derived columns (mean, share, busy, arg per second, the order of the rows) are
 computed by one function.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -30,8 +31,16 @@ from .statistics import (
     self_share,
 )
 
-__all__ = ["DUCKDB", "SPARK", "STAT_AGGREGATES", "Dialect", "device_sql", "finish_stats", "order_statistic_ranks",
-           "stats_sql"]
+__all__ = [
+    "DUCKDB",
+    "SPARK",
+    "STAT_AGGREGATES",
+    "Dialect",
+    "device_sql",
+    "finish_stats",
+    "order_statistic_ranks",
+    "stats_sql",
+]
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,9 @@ class Dialect:
 
 
 DUCKDB = Dialect("duckdb", '"', "NOT MATERIALIZED", "VARCHAR", "list_sort(list({}))", "{}[{}]")
-SPARK = Dialect("spark", "`", "", "STRING", "sort_array(collect_list({}))", "element_at({}, CAST({} AS INT))")
+SPARK = Dialect(
+    "spark", "`", "", "STRING", "sort_array(collect_list({}))", "element_at({}, CAST({} AS INT))"
+)
 
 
 #: Per group: (alias, aggregate, column, condition). Aggregates: count (rows, or a column's
@@ -106,7 +117,9 @@ def _condition(dialect: Dialect, condition: str) -> str:
     return (dialect.quote(column) + (" " + rest if rest else "")).strip()
 
 
-def aggregate_sql(dialect: Dialect, alias: str, kind: str, column: str | None, condition: str | None) -> str:
+def aggregate_sql(
+    dialect: Dialect, alias: str, kind: str, column: str | None, condition: str | None
+) -> str:
     col = dialect.quote(column) if column else None
     if kind == "count":
         expr = f"count({col})" if col else "count(*)"
@@ -126,8 +139,10 @@ def aggregate_sql(dialect: Dialect, alias: str, kind: str, column: str | None, c
 def device_sql(dialect: Dialect) -> str:
     """``statistics.device_labels`` as SQL: ``host``, or a device row's thread name up to `` stream ``."""
     tid, tname = dialect.quote("thread_id"), dialect.quote("thread_name")
-    return (f"CASE WHEN {tid} < 0 THEN regexp_replace(CAST({tname} AS {dialect.text_type}), ' stream .*$', '') "
-            f"ELSE 'host' END")
+    return (
+        f"CASE WHEN {tid} < 0 THEN regexp_replace(CAST({tname} AS {dialect.text_type}), ' stream .*$', '') "
+        f"ELSE 'host' END"
+    )
 
 
 def key_sql(dialect: Dialect, key: str) -> str:
@@ -148,15 +163,23 @@ def order_statistic_ranks(q: float) -> tuple[str, str]:
     return below, f"least({below} + 1, n - 1)"
 
 
-def stats_sql(dialect: Dialect, relation: str, by: Sequence[str], *, columns: Sequence[str],
-              values: str = "sql") -> str:
+def stats_sql(
+    dialect: Dialect,
+    relation: str,
+    by: Sequence[str],
+    *,
+    columns: Sequence[str],
+    values: str = "sql",
+) -> str:
     """The per-group aggregates of ``stats`` over ``relation`` (a table or view of spans with
     ``columns``), grouped by ``by``; ``values``: ``"sql"`` adds, per percentile, the two order
     statistics (``p50_ns_a``, ``p50_ns_b``, ...) taken in SQL from the group's sorted values;
     ``"list"`` adds the group's values unsorted (``v``) for numpy to select from; ``"none"``
     neither (the bounded path finds them by buckets)."""
     keys = [key_sql(dialect, k) for k in by]
-    aggregates = [aggregate_sql(dialect, *a) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns]
+    aggregates = [
+        aggregate_sql(dialect, *a) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns
+    ]
     dur = dialect.quote("duration_ns")
     if values == "list":
         aggregates.append(f"list({dur}) AS v")
@@ -169,13 +192,18 @@ def stats_sql(dialect: Dialect, relation: str, by: Sequence[str], *, columns: Se
     picks = []
     for column, q in PERCENTILES:
         for suffix, rank in zip(("a", "b"), order_statistic_ranks(q)):
-            picks.append(f"{dialect.element.format('sorted_values', f'{rank} + 1')} AS {column}_{suffix}")
-    kept = [dialect.quote(k) for k in by] + [dialect.quote(a[0]) for a in STAT_AGGREGATES
-                                             if a[2] is None or a[2] in columns]
+            picks.append(
+                f"{dialect.element.format('sorted_values', f'{rank} + 1')} AS {column}_{suffix}"
+            )
+    kept = [dialect.quote(k) for k in by] + [
+        dialect.quote(a[0]) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns
+    ]
     return f"SELECT {', '.join(kept + picks)} FROM ({inner}) AS g"
 
 
-def list_order_statistics(values: pa.ChunkedArray | pa.Array, counts: np.ndarray) -> dict[str, np.ndarray]:
+def list_order_statistics(
+    values: pa.ChunkedArray | pa.Array, counts: np.ndarray
+) -> dict[str, np.ndarray]:
     """Per percentile, its value in each group, from each group's values (a list column, in
     the groups' order): the two order statistics by ``numpy.partition`` (linear time), then
     numpy's interpolation."""
@@ -187,7 +215,7 @@ def list_order_statistics(values: pa.ChunkedArray | pa.Array, counts: np.ndarray
     below = {c: np.zeros(len(counts), np.int64) for c in wanted}
     above = {c: np.zeros(len(counts), np.int64) for c in wanted}
     for g in range(len(counts)):
-        group = flat[offsets[g]:offsets[g + 1]]
+        group = flat[offsets[g] : offsets[g + 1]]
         if len(group) == 0:
             continue
         ranks = sorted({int(r) for w in wanted.values() for r in (w[0][g], w[1][g])})
@@ -209,9 +237,15 @@ def sql_order_statistics(groups: pa.Table, counts: np.ndarray) -> dict[str, np.n
     return out
 
 
-def finish_stats(groups: pa.Table, by: Sequence[str], percentiles: dict[str, np.ndarray],
-                 key_types: dict[str, pa.DataType], *, self_ns: np.ndarray | None = None,
-                 wall: int | None = None) -> pa.Table:
+def finish_stats(
+    groups: pa.Table,
+    by: Sequence[str],
+    percentiles: dict[str, np.ndarray],
+    key_types: dict[str, pa.DataType],
+    *,
+    self_ns: np.ndarray | None = None,
+    wall: int | None = None,
+) -> pa.Table:
     """The ``stats`` table from per-group aggregates (the columns of :data:`STAT_AGGREGATES`,
     one row a group; ``self_ns`` when the engine found self time otherwise), rows largest
     total first, keys in order among equal totals."""
@@ -232,7 +266,9 @@ def finish_stats(groups: pa.Table, by: Sequence[str], percentiles: dict[str, np.
     key_table = pa.table(dict(zip(by, key_arrays))) if by else pa.table({"_": pa.nulls(len(count))})
     columns["share"] = self_share(key_table, by, columns["self_ns"], np.arange(len(count)))
     if wall is None:
-        wall = int(np.max(groups.column("last_end").to_numpy())) - int(np.min(groups.column("first_start").to_numpy()))
+        wall = int(np.max(groups.column("last_end").to_numpy())) - int(
+            np.min(groups.column("first_start").to_numpy())
+        )
     columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
     columns["errors"] = np.asarray(groups.column("errors").to_numpy(), np.int64)
     no_arg = np.asarray(groups.column("args").to_numpy(), np.int64) == 0
@@ -244,7 +280,9 @@ def finish_stats(groups: pa.Table, by: Sequence[str], percentiles: dict[str, np.
     columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
     columns["instants"] = np.asarray(groups.column("instants").to_numpy(), np.int64)
     stat_arrays = [
-        columns[name] if isinstance(columns[name], pa.Array) else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
+        columns[name]
+        if isinstance(columns[name], pa.Array)
+        else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
         for name in STAT_COLUMNS
     ]
     result = pa.Table.from_arrays(key_arrays + stat_arrays, names=list(by) + list(STAT_COLUMNS))
@@ -267,18 +305,24 @@ def phases_sql(dialect: Dialect, relation: str, levels: str, *, unique_ids: bool
     q = dialect.quote
     lane = () if unique_ids else ("rank", "pid", "thread_id")
     lane_cols = "".join(f", s.{q(c)}" for c in lane if c != "rank")
-    parents = "lv" if unique_ids else (
-        "(SELECT * FROM (SELECT lv.*, row_number() OVER (PARTITION BY "
-        + ", ".join(q(c) for c in (*lane, "span_id")) + " ORDER BY span_id) AS hs_rn FROM lv) AS numbered "
-        "WHERE hs_rn = 1)")
+    parents = (
+        "lv"
+        if unique_ids
+        else (
+            "(SELECT * FROM (SELECT lv.*, row_number() OVER (PARTITION BY "
+            + ", ".join(q(c) for c in (*lane, "span_id"))
+            + " ORDER BY span_id) AS hs_rn FROM lv) AS numbered "
+            "WHERE hs_rn = 1)"
+        )
+    )
     same = " AND ".join(f"p.{q(c)} IS NOT DISTINCT FROM c.{q(c)}" for c in lane) or "TRUE"
     return f"""
         WITH lv AS {dialect.inline_cte} (
-            SELECT s.{q('span_id')} AS span_id, s.{q('parent_id')} AS parent_id, s.{q('rank')} AS {q('rank')},
-                   s.{q('duration_ns')} AS d{lane_cols},
+            SELECT s.{q("span_id")} AS span_id, s.{q("parent_id")} AS parent_id, s.{q("rank")} AS {q("rank")},
+                   s.{q("duration_ns")} AS d{lane_cols},
                    CAST(coalesce(l.top, -1) AS INTEGER) AS top, CAST(coalesce(l.sub, -1) AS INTEGER) AS sub
-            FROM {relation} AS s LEFT JOIN {levels} AS l ON s.{q('category')} = l.{q('category')})
-        SELECT c.{q('rank')} AS {q('rank')}, c.top AS top, c.sub AS sub,
+            FROM {relation} AS s LEFT JOIN {levels} AS l ON s.{q("category")} = l.{q("category")})
+        SELECT c.{q("rank")} AS {q("rank")}, c.top AS top, c.sub AS sub,
                coalesce(p.span_id IS NOT NULL AND p.top = c.top, FALSE) AS same_top,
                coalesce(p.span_id IS NOT NULL AND p.sub = c.sub, FALSE) AS same_sub,
                CAST(sum(c.d) AS BIGINT) AS time, CAST(count_if(c.d > 0) AS BIGINT) AS steps
@@ -300,7 +344,11 @@ def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.
 
     top_of, sub_of = column("top", np.int64), column("sub", np.int64)
     same_top, same_sub = column("same_top", np.bool_), column("same_sub", np.bool_)
-    rank_of, time_of, steps_of = column("rank", np.int64), column("time", np.int64), column("steps", np.int64)
+    rank_of, time_of, steps_of = (
+        column("rank", np.int64),
+        column("time", np.int64),
+        column("steps", np.int64),
+    )
     opens_top, opens_sub = (top_of >= 0) & ~same_top, (sub_of >= 0) & ~same_sub
     n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
     top_time = np.zeros((n_ranks, n_tops), np.int64)

@@ -10,6 +10,7 @@ values equal the other engines', percentiles to the last bit: Spark takes each g
 order statistics (``sort_array(collect_list(...))``, ``element_at`` at numpy's ranks) and
 numpy interpolates. Nothing of Spark is imported until a Spark engine is asked for.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -58,11 +59,14 @@ class SparkSpans:
         self.paths = list(paths)
         self.files = _part_files(self.paths, span_filter.run)
         frame = session.read.parquet(*self.files)
-        if "rank" not in frame.columns:  # parts written without the column: the rank=R directory says it
+        if (
+            "rank" not in frame.columns
+        ):  # parts written without the column: the rank=R directory says it
             from pyspark.sql import functions as F
 
-            frame = frame.withColumn("rank", F.regexp_extract(F.input_file_name(), r"rank=(-?\d+)/", 1)
-                                     .cast("int"))
+            frame = frame.withColumn(
+                "rank", F.regexp_extract(F.input_file_name(), r"rank=(-?\d+)/", 1).cast("int")
+            )
         self.columns = list(frame.columns)
         self.all_view = f"hotspan_all_{next(_views)}"
         frame.createOrReplaceTempView(self.all_view)
@@ -73,7 +77,9 @@ class SparkSpans:
         where = sql_condition(span_filter.terms(), SPARK) or "TRUE"
         self.view = f"hotspan_spans_{next(_views)}"
         device = "" if "device" in self.columns else f", {device_sql(SPARK)} AS device"
-        session.sql(f"SELECT *{device} FROM {self.all_view} WHERE {where}").createOrReplaceTempView(self.view)
+        session.sql(f"SELECT *{device} FROM {self.all_view} WHERE {where}").createOrReplaceTempView(
+            self.view
+        )
         if device:
             self.columns.append("device")
         self._unique: bool | None = None
@@ -84,13 +90,17 @@ class SparkSpans:
 
     def default_by(self) -> tuple[str, ...]:
         (low,) = self.session.sql(f"SELECT min(thread_id) FROM {self.all_view}").collect()[0]
-        return ("category", "name", "device") if low is not None and low < 0 else ("category", "name")
+        return (
+            ("category", "name", "device") if low is not None and low < 0 else ("category", "name")
+        )
 
     def _check(self, by: Sequence[str], needed: Sequence[str]) -> None:
         missing = [c for c in (*by, *needed) if c not in self.columns]
         if missing:
-            raise ValueError(f"no column {', '.join(map(repr, missing))} in the span table {', '.join(self.paths)} "
-                             f"(columns: {', '.join(self.columns)})")
+            raise ValueError(
+                f"no column {', '.join(map(repr, missing))} in the span table {', '.join(self.paths)} "
+                f"(columns: {', '.join(self.columns)})"
+            )
 
     def stats(self, by: Sequence[str]) -> pa.Table:
         from .streaming import check_by
@@ -98,22 +108,30 @@ class SparkSpans:
         by = check_by(by)
         self._check(by, _NEEDED)
         if "self_ns" not in self.columns:
-            raise ValueError(f"{', '.join(self.paths)}: no self_ns column: the Spark engine reads self time from it "
-                             f"(hotspan writes it; convert older files with hotspan export)")
-        groups = _to_arrow(self.session.sql(stats_sql(SPARK, self.view, by, columns=self.columns, values="sql")))
+            raise ValueError(
+                f"{', '.join(self.paths)}: no self_ns column: the Spark engine reads self time from it "
+                f"(hotspan writes it; convert older files with hotspan export)"
+            )
+        groups = _to_arrow(
+            self.session.sql(stats_sql(SPARK, self.view, by, columns=self.columns, values="sql"))
+        )
         types = {k: (pa.string() if k == "device" else _plain_type(k)) for k in by}
         if groups.num_rows == 0:
             from .statistics import STAT_COLUMNS, STAT_TYPES
 
-            return pa.schema([pa.field(k, types[k]) for k in by]
-                             + [pa.field(n, STAT_TYPES[n]) for n in STAT_COLUMNS]).empty_table()
+            return pa.schema(
+                [pa.field(k, types[k]) for k in by]
+                + [pa.field(n, STAT_TYPES[n]) for n in STAT_COLUMNS]
+            ).empty_table()
         count = np.asarray(groups.column("n").to_numpy(), np.int64)
         return finish_stats(groups, by, sql_order_statistics(groups, count), types)
 
     def unique_ids(self) -> bool:
         if self._unique is None:
-            (repeated,) = self.session.sql(f"SELECT count(*) FROM (SELECT span_id FROM {self.view} GROUP BY span_id "
-                                           f"HAVING count(*) > 1) AS r").collect()[0]
+            (repeated,) = self.session.sql(
+                f"SELECT count(*) FROM (SELECT span_id FROM {self.view} GROUP BY span_id "
+                f"HAVING count(*) > 1) AS r"
+            ).collect()[0]
             self._unique = repeated == 0
         return self._unique
 
@@ -121,17 +139,31 @@ class SparkSpans:
         from .statistics import category_levels
 
         self._check((), _NEEDED + ("category", "rank"))
-        categories = sorted(r[0] for r in self.session.sql(
-            f"SELECT DISTINCT category FROM {self.view} WHERE category IS NOT NULL").collect())
+        categories = sorted(
+            r[0]
+            for r in self.session.sql(
+                f"SELECT DISTINCT category FROM {self.view} WHERE category IS NOT NULL"
+            ).collect()
+        )
         levels = category_levels(categories)
         levels_view = f"hotspan_levels_{next(_views)}"
         rows = [(c, int(t), int(s)) for c, t, s in zip(categories, levels[2], levels[3])]
-        self.session.createDataFrame(rows, "category string, top int, sub int").createOrReplaceTempView(levels_view)
+        self.session.createDataFrame(
+            rows, "category string, top int, sub int"
+        ).createOrReplaceTempView(levels_view)
         try:
-            result = _to_arrow(self.session.sql(phases_sql(SPARK, self.view, levels_view,
-                                                           unique_ids=self.unique_ids())))
-            ranks = np.array(sorted(r[0] for r in self.session.sql(
-                f"SELECT DISTINCT rank FROM {self.view}").collect()), np.int64)
+            result = _to_arrow(
+                self.session.sql(
+                    phases_sql(SPARK, self.view, levels_view, unique_ids=self.unique_ids())
+                )
+            )
+            ranks = np.array(
+                sorted(
+                    r[0]
+                    for r in self.session.sql(f"SELECT DISTINCT rank FROM {self.view}").collect()
+                ),
+                np.int64,
+            )
         finally:
             self.session.catalog.dropTempView(levels_view)
         return finish_phases(result, ranks, levels)
@@ -142,14 +174,23 @@ class SparkSpans:
         from .queries import key_sql
 
         q = SPARK.quote
-        select = ", ".join([key_sql(SPARK, k) for k in by] + [f"collect_list({q('duration_ns')}) AS v"])
-        frame = self.session.sql(f"SELECT {select} FROM {self.view} GROUP BY {', '.join(q(k) for k in by)}")
-        found = {tuple(getattr(row, k) for k in by): np.asarray(row.v, np.int64) for row in frame.toLocalIterator()}
+        select = ", ".join(
+            [key_sql(SPARK, k) for k in by] + [f"collect_list({q('duration_ns')}) AS v"]
+        )
+        frame = self.session.sql(
+            f"SELECT {select} FROM {self.view} GROUP BY {', '.join(q(k) for k in by)}"
+        )
+        found = {
+            tuple(getattr(row, k) for k in by): np.asarray(row.v, np.int64)
+            for row in frame.toLocalIterator()
+        }
         for row in keys.to_pylist():
             key = tuple(row[k] for k in by)
             yield key, found.get(key, np.zeros(0, np.int64))
 
-    def compare(self, other: SparkSpans, *, by: Sequence[str], reference: Any, **options: Any) -> pa.Table:
+    def compare(
+        self, other: SparkSpans, *, by: Sequence[str], reference: Any, **options: Any
+    ) -> pa.Table:
         from .comparison import judge_rows
 
         before, after = self.stats(by), other.stats(by)
@@ -169,7 +210,9 @@ class SparkSpans:
         footers = [pq.ParquetFile(f.removeprefix("file://")) for f in local]
         if not footers:
             return {}
-        return merge_metadata([(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers])
+        return merge_metadata(
+            [(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers]
+        )
 
 
 def _plain_type(name: str) -> pa.DataType:
@@ -191,7 +234,9 @@ def _part_files(paths: Sequence[str], run: str | None = None) -> list[str]:
         if "://" in path or not Path(path).is_dir():
             files.append(path)
             continue
-        files += [p for p, _size, meta in current_parts(Path(path))[1] if run in (None, run_of(meta))]
+        files += [
+            p for p, _size, meta in current_parts(Path(path))[1] if run in (None, run_of(meta))
+        ]
     return files
 
 

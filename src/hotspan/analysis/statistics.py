@@ -30,16 +30,40 @@ __all__ = [
 
 #: The statistics columns of ``stats()``, after the ``by`` keys.
 STAT_COLUMNS = (
-    "count", "total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns",
-    "share", "busy", "errors", "arg_sum", "arg_per_s", "instants",
+    "count",
+    "total_ns",
+    "self_ns",
+    "mean_ns",
+    "min_ns",
+    "p50_ns",
+    "p90_ns",
+    "p99_ns",
+    "max_ns",
+    "share",
+    "busy",
+    "errors",
+    "arg_sum",
+    "arg_per_s",
+    "instants",
 )
 PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
 STAT_TYPES = {
-    "count": pa.int64(), "total_ns": pa.int64(), "self_ns": pa.int64(), "mean_ns": pa.float64(),
-    "min_ns": pa.int64(), "p50_ns": pa.float64(), "p90_ns": pa.float64(), "p99_ns": pa.float64(),
-    "max_ns": pa.int64(), "share": pa.float64(), "busy": pa.float64(), "errors": pa.int64(), "arg_sum": pa.int64(),
-    "arg_per_s": pa.float64(), "instants": pa.int64(),
+    "count": pa.int64(),
+    "total_ns": pa.int64(),
+    "self_ns": pa.int64(),
+    "mean_ns": pa.float64(),
+    "min_ns": pa.int64(),
+    "p50_ns": pa.float64(),
+    "p90_ns": pa.float64(),
+    "p99_ns": pa.float64(),
+    "max_ns": pa.int64(),
+    "share": pa.float64(),
+    "busy": pa.float64(),
+    "errors": pa.int64(),
+    "arg_sum": pa.int64(),
+    "arg_per_s": pa.float64(),
+    "instants": pa.int64(),
 }
 
 #: The columns of ``phases()``.
@@ -94,10 +118,16 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     if by is None:
         by = default_by(table)
     if not isinstance(table, pa.Table):
-        raise TypeError(f"expected a pyarrow.Table of spans (or a path), not {type(table).__name__}")
+        raise TypeError(
+            f"expected a pyarrow.Table of spans (or a path), not {type(table).__name__}"
+        )
     table = _with_device_key(table, by)
     # with the self_ns column, no parent lookup: the ids are not needed
-    needed = [c for c in _NEEDED if c not in ("span_id", "parent_id")] if "self_ns" in table.column_names else _NEEDED
+    needed = (
+        [c for c in _NEEDED if c not in ("span_id", "parent_id")]
+        if "self_ns" in table.column_names
+        else _NEEDED
+    )
     by = _check_columns(table, by, needed)
     n = table.num_rows
     if n == 0:
@@ -136,7 +166,9 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     has_arg = to_numpy(arg_column.is_valid(), np.bool_)
     arg = to_numpy(arg_column.fill_null(0), np.int64)
     arg_count = np.bincount(group, weights=has_arg, minlength=groups)
-    arg_sum = group_sum(group, arg, groups)  # exact integer sums (a plain bincount goes through float64)
+    arg_sum = group_sum(
+        group, arg, groups
+    )  # exact integer sums (a plain bincount goes through float64)
     arg_time = group_sum(group[has_arg], duration[has_arg], groups)
     no_arg = arg_count == 0
     columns["arg_sum"] = pa.array(arg_sum, pa.int64(), mask=no_arg)
@@ -148,11 +180,15 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
 
     keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
     stat_arrays = [
-        columns[name] if isinstance(columns[name], pa.Array) else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
+        columns[name]
+        if isinstance(columns[name], pa.Array)
+        else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
         for name in STAT_COLUMNS
     ]
     # One order for every engine: largest total first, then the keys (order_stats_rows).
-    return order_stats_rows(pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS)), by)
+    return order_stats_rows(
+        pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS)), by
+    )
 
 
 def split_instants(result: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -272,7 +308,9 @@ def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
     return total
 
 
-def _child_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
+def _child_time(
+    table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int
+) -> np.ndarray:
     """Per group, the summed durations of the direct children of its spans; a device row
     under a host span is not counted (it runs on the device, beside its parent)."""
     parent = parent_rows(table)
@@ -463,7 +501,9 @@ def phase_table(
     if not rows:
         return PHASE_SCHEMA.empty_table()
     # time and steps are integers: the mean rows' rounded (their per step and share are not)
-    rows = [(r[0], r[1], r[2], math.floor(r[3] + 0.5), math.floor(r[4] + 0.5), *r[5:]) for r in rows]  # half up
+    rows = [
+        (r[0], r[1], r[2], math.floor(r[3] + 0.5), math.floor(r[4] + 0.5), *r[5:]) for r in rows
+    ]  # half up
     columns = list(zip(*rows))
     return pa.Table.from_arrays(
         [

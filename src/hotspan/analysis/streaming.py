@@ -146,9 +146,15 @@ class SpanSource:
     local paths or URIs) as the DuckDB view ``spans``, optionally filtered by a SQL condition
     (``where``)."""
 
-    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, where: str | None = None,
-                 memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None,
-                 span_filter: Any = None):
+    def __init__(
+        self,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        where: str | None = None,
+        memory_limit: str | None = None,
+        temp_directory: str | os.PathLike | None = None,
+        span_filter: Any = None,
+    ):
         import duckdb
 
         from ..formats.base import TraceFileError, require_regular_file
@@ -170,10 +176,17 @@ class SpanSource:
             one = Path(one)
             if one.is_dir():
                 # the parts a reader reads now: those a compacted part replaces left out
-                found = [path for path, _size, meta in current_parts(one)[1] if wanted_run in (None, run_of(meta))]
+                found = [
+                    path
+                    for path, _size, meta in current_parts(one)[1]
+                    if wanted_run in (None, run_of(meta))
+                ]
                 if not found:
-                    raise NoPartsError(one, "no span parts in this directory (expected part-*.parquet)"
-                                       + (f" of run {wanted_run!r}" if wanted_run is not None else ""))
+                    raise NoPartsError(
+                        one,
+                        "no span parts in this directory (expected part-*.parquet)"
+                        + (f" of run {wanted_run!r}" if wanted_run is not None else ""),
+                    )
                 files += found
             elif one.exists():
                 require_regular_file(one)  # a FIFO or a device: refused, never waited on
@@ -191,9 +204,14 @@ class SpanSource:
         limit = memory_limit or os.environ.get("HOTSPAN_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
         self.memory_limit = limit
         self._footers: list[Any] | None = None
-        self.con = duckdb.connect(config={"memory_limit": limit, "temp_directory": self.temp_directory,
-                                          # no order to keep: lets DuckDB stream and spill more freely
-                                          "preserve_insertion_order": False})
+        self.con = duckdb.connect(
+            config={
+                "memory_limit": limit,
+                "temp_directory": self.temp_directory,
+                # no order to keep: lets DuckDB stream and spill more freely
+                "preserve_insertion_order": False,
+            }
+        )
         self.con.execute("SET enable_progress_bar = false")  # not on the caller's stderr
         try:
             import pyarrow.parquet as pq
@@ -222,8 +240,10 @@ class SpanSource:
             # ``device``: a key derived per row (statistics.device_labels), computed only by the
             # queries that group by it.
             device = "" if "device" in self.columns else f", {device_sql(DUCKDB)} AS device"
-            self.con.execute(f"CREATE TEMP VIEW spans AS SELECT *{device} FROM all_spans "
-                             f"WHERE {' AND '.join(conditions) or 'TRUE'}")
+            self.con.execute(
+                f"CREATE TEMP VIEW spans AS SELECT *{device} FROM all_spans "
+                f"WHERE {' AND '.join(conditions) or 'TRUE'}"
+            )
             if device:
                 self.columns.append("device")
             self.filtered = bool(conditions)
@@ -241,7 +261,9 @@ class SpanSource:
         if self._footers is None:
             import pyarrow.parquet as pq
 
-            self._footers = [pq.ParquetFile(f, filesystem=self.filesystem).metadata for f in self.files]
+            self._footers = [
+                pq.ParquetFile(f, filesystem=self.filesystem).metadata for f in self.files
+            ]
         return self._footers
 
     @property
@@ -268,7 +290,9 @@ class SpanSource:
                     high = st.max if high is None else max(high, st.max)
             return low, high
         except LookupError:
-            row = self.sql(f"SELECT min({_quote(column)}), max({_quote(column)}) FROM all_spans").fetchone()
+            row = self.sql(
+                f"SELECT min({_quote(column)}), max({_quote(column)}) FROM all_spans"
+            ).fetchone()
             return row[0], row[1]
 
     def memory_bytes(self) -> int:
@@ -503,8 +527,14 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
             count = groups.column("n").to_numpy()
             percentiles = list_order_statistics(groups.column("v"), count)
             self_ns = None if "self_ns" in columns else _parent_self(source, by, groups)
-            return finish_stats(groups.drop_columns(["v"]), by, percentiles, _key_types(source, by),
-                                self_ns=self_ns, wall=wall)
+            return finish_stats(
+                groups.drop_columns(["v"]),
+                by,
+                percentiles,
+                _key_types(source, by),
+                self_ns=self_ns,
+                wall=wall,
+            )
     return _bucket_stats(source, by, columns, wall)
 
 
@@ -513,17 +543,19 @@ def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> n
     the group's total minus the durations of its spans' direct children (a parent join)."""
     parent_keys = ", ".join(f"p.{_quote(k)}" for k in by)
     child = source.arrow(f"""
-        SELECT {parent_keys + ',' if by else ''} sum(c.duration_ns)::BIGINT AS child
-        FROM spans AS c {source.parent_join('c', 'p')}
+        SELECT {parent_keys + "," if by else ""} sum(c.duration_ns)::BIGINT AS child
+        FROM spans AS c {source.parent_join("c", "p")}
         WHERE (c.thread_id < 0) = (p.thread_id < 0)  -- a device row runs beside its host parent
-        {'GROUP BY ' + parent_keys if by else ''}""")
+        {"GROUP BY " + parent_keys if by else ""}""")
     found = {tuple(r[k] for k in by): r["child"] for r in child.to_pylist()}
     keys = groups.select(list(by)).to_pylist() if by else [{}] * groups.num_rows
     children = np.array([found.get(tuple(r[k] for k in by), 0) or 0 for r in keys], np.int64)
     return np.asarray(groups.column("total").to_numpy(), np.int64) - children
 
 
-def _bucket_stats(source: SpanSource, by: tuple[str, ...], columns: list[str], wall: int | None) -> pa.Table:
+def _bucket_stats(
+    source: SpanSource, by: tuple[str, ...], columns: list[str], wall: int | None
+) -> pa.Table:
     from .queries import DUCKDB, finish_stats, stats_sql
 
     keys = ", ".join(_quote(k) for k in by)
@@ -541,18 +573,30 @@ def _bucket_stats(source: SpanSource, by: tuple[str, ...], columns: list[str], w
     # 2. Per group, the aggregates, numbered largest total first (keys in order among equal totals).
     order = ", ".join(f"{_quote(k)} ASC NULLS LAST" for k in by)
     source.sql("DROP TABLE IF EXISTS hs_g")
-    source.sql(f"CREATE TEMP TABLE hs_g AS {stats_sql(DUCKDB, 'spans', by, columns=columns, values='none')}")
-    source.sql(f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
-               f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g")
+    source.sql(
+        f"CREATE TEMP TABLE hs_g AS {stats_sql(DUCKDB, 'spans', by, columns=columns, values='none')}"
+    )
+    source.sql(
+        f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
+        f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g"
+    )
     groups = source.arrow("SELECT * FROM hs_g")
     if groups.num_rows == 0:
         return _empty_stats(source, by)
-    groups = groups.take(np.argsort(groups.column("gid").to_numpy()))  # (see _percentiles on ORDER BY)
+    groups = groups.take(
+        np.argsort(groups.column("gid").to_numpy())
+    )  # (see _percentiles on ORDER BY)
     count = groups.column("n").to_numpy()
     percentiles = _percentiles(source, by, count, bucket)
     self_ns = None if "self_ns" in columns else _parent_self(source, by, groups)
-    return finish_stats(groups.drop_columns(["gid"]), by, percentiles, _key_types(source, by), self_ns=self_ns,
-                        wall=wall)
+    return finish_stats(
+        groups.drop_columns(["gid"]),
+        by,
+        percentiles,
+        _key_types(source, by),
+        self_ns=self_ns,
+        wall=wall,
+    )
 
 
 def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
@@ -690,15 +734,26 @@ def _phases(source: SpanSource) -> pa.Table:
     from .queries import DUCKDB, finish_phases, phases_sql
 
     source.check_columns((), _NEEDED + ("category", "rank"))
-    categories = [row[0] for row in source.sql(
-        "SELECT DISTINCT category FROM spans WHERE category IS NOT NULL ORDER BY category").fetchall()]
+    categories = [
+        row[0]
+        for row in source.sql(
+            "SELECT DISTINCT category FROM spans WHERE category IS NOT NULL ORDER BY category"
+        ).fetchall()
+    ]
     levels = category_levels(categories)
-    source.con.register("hs_levels", pa.table({"category": pa.array(categories, pa.string()),
-                                               "top": levels[2], "sub": levels[3]}))
+    source.con.register(
+        "hs_levels",
+        pa.table(
+            {"category": pa.array(categories, pa.string()), "top": levels[2], "sub": levels[3]}
+        ),
+    )
     try:
-        rows = source.arrow(phases_sql(DUCKDB, "spans", "hs_levels", unique_ids=source.unique_ids()))
-        rank_values = np.array(sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()),
-                               np.int64)
+        rows = source.arrow(
+            phases_sql(DUCKDB, "spans", "hs_levels", unique_ids=source.unique_ids())
+        )
+        rank_values = np.array(
+            sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()), np.int64
+        )
     finally:
         source.con.unregister("hs_levels")
     return finish_phases(rows, rank_values, levels)
@@ -761,10 +816,21 @@ def group_durations(
         source.con.unregister("hs_order")
 
 
-def stream_compare(base: SpanSource, new: SpanSource, *, by: Sequence[str], threshold: float, min_count: int,
-                   alpha: float, confidence: float, resamples: int, seed: int,
-                   reference: tuple[float, float] | None = None, normalize: str | None = None,
-                   shift: bool = True) -> pa.Table:
+def stream_compare(
+    base: SpanSource,
+    new: SpanSource,
+    *,
+    by: Sequence[str],
+    threshold: float,
+    min_count: int,
+    alpha: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+    reference: tuple[float, float] | None = None,
+    normalize: str | None = None,
+    shift: bool = True,
+) -> pa.Table:
     """``comparison.compare`` of two open sources: see the module doc."""
     from .comparison import judge_rows
 
@@ -790,9 +856,21 @@ def stream_compare(base: SpanSource, new: SpanSource, *, by: Sequence[str], thre
             yield tuple(key[k] for k in by), x, y
 
     with _reading(base), _reading(new):
-        return judge_rows(before, after, by, durations, threshold=threshold, min_count=min_count, alpha=alpha,
-                          confidence=confidence, resamples=resamples, seed=seed, reference=reference,
-                          normalize=normalize, shift=shift)
+        return judge_rows(
+            before,
+            after,
+            by,
+            durations,
+            threshold=threshold,
+            min_count=min_count,
+            alpha=alpha,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+            reference=reference,
+            normalize=normalize,
+            shift=shift,
+        )
 
 
 def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int]:

@@ -14,26 +14,51 @@ from .errors import CliError
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan collect`` to the subcommands ``sub``."""
-    parser = add_command(sub, "collect", "receive spans from many ranks (Arrow Flight) into a dataset directory",
-                   "Run a collector: an Arrow Flight server that takes the spans of many ranks at once "
-                   "(hotspan.record(\"grpc://HOST:PORT\") or HOTSPAN_OUT=grpc://HOST:PORT in each rank) and writes "
-                   "them to DIR/part-r<R>-<pid>-<token>-<n>.parquet as they arrive, each client's times corrected by its "
-                   "measured clock offset. Binds to 127.0.0.1 unless told otherwise. SIGINT/SIGTERM: finish the "
-                   "puts in flight, then exit 0. Read the result with `hotspan stats DIR` or hotspan.load(DIR).",
-                   "hotspan collect --listen grpc://127.0.0.1:8815 --out run/\n"
-                   "HOTSPAN_OUT=grpc://127.0.0.1:8815 torchrun --nproc-per-node 4 train.py   # the ranks\n"
-                   "hotspan stats run/ --by rank,name", cmd_collect)
-    parser.add_argument("--listen", default="grpc://127.0.0.1:8815", metavar="grpc://HOST:PORT",
-                         help="address to listen on (default grpc://127.0.0.1:8815; port 0 picks a free one)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="dataset directory to write (made if missing)")
-    parser.add_argument("--token", help="clients must present this token (default: $HOTSPAN_TOKEN, if set)")
-    parser.add_argument("--max-put-mb", type=float, default=256.0, metavar="MB",
-                         help="refuse a put past this many MiB of spans, as it arrives (default 256)")
-    parser.add_argument("--duration", type=float, metavar="S", help="stop by itself after S seconds")
-    parser.add_argument("--nice", type=int, default=0, metavar="N",
-                         help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
-                              "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
-                              "(the clients buffer meanwhile)")
+    parser = add_command(
+        sub,
+        "collect",
+        "receive spans from many ranks (Arrow Flight) into a dataset directory",
+        "Run a collector: an Arrow Flight server that takes the spans of many ranks at once "
+        '(hotspan.record("grpc://HOST:PORT") or HOTSPAN_OUT=grpc://HOST:PORT in each rank) and writes '
+        "them to DIR/part-r<R>-<pid>-<token>-<n>.parquet as they arrive, each client's times corrected by its "
+        "measured clock offset. Binds to 127.0.0.1 unless told otherwise. SIGINT/SIGTERM: finish the "
+        "puts in flight, then exit 0. Read the result with `hotspan stats DIR` or hotspan.load(DIR).",
+        "hotspan collect --listen grpc://127.0.0.1:8815 --out run/\n"
+        "HOTSPAN_OUT=grpc://127.0.0.1:8815 torchrun --nproc-per-node 4 train.py   # the ranks\n"
+        "hotspan stats run/ --by rank,name",
+        cmd_collect,
+    )
+    parser.add_argument(
+        "--listen",
+        default="grpc://127.0.0.1:8815",
+        metavar="grpc://HOST:PORT",
+        help="address to listen on (default grpc://127.0.0.1:8815; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="dataset directory to write (made if missing)"
+    )
+    parser.add_argument(
+        "--token", help="clients must present this token (default: $HOTSPAN_TOKEN, if set)"
+    )
+    parser.add_argument(
+        "--max-put-mb",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="refuse a put past this many MiB of spans, as it arrives (default 256)",
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="stop by itself after S seconds"
+    )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N steps lower in CPU priority (0-19, like `nice -n N`): on a host whose cores "
+        "also run ranks, 19 leaves them the CPU and lets the collector take what is idle "
+        "(the clients buffer meanwhile)",
+    )
     return parser
 
 

@@ -14,12 +14,42 @@ import argparse
 import os
 import sys
 
-from . import collect, compact, compare, completion, demo, export, gantt, recover, report, run, runs, serve, stats, top
+from . import (
+    collect,
+    compact,
+    compare,
+    completion,
+    demo,
+    export,
+    gantt,
+    recover,
+    report,
+    run,
+    runs,
+    serve,
+    stats,
+    top,
+)
 from .common import CliParser
 from .errors import EXIT_BAD_INPUT, CliError
 
 #: The commands, in the order ``hotspan --help`` lists them.
-COMMANDS = (demo, stats, export, gantt, report, compare, run, runs, collect, compact, top, recover, serve, completion)
+COMMANDS = (
+    demo,
+    stats,
+    export,
+    gantt,
+    report,
+    compare,
+    run,
+    runs,
+    collect,
+    compact,
+    top,
+    recover,
+    serve,
+    completion,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

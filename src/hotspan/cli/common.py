@@ -139,8 +139,10 @@ def _time_bound(text: str | None, option: str) -> float | None:
     try:
         value = float(text) if any(c in text for c in ".eE") else int(text)
     except ValueError:
-        raise CliError(f"{option}: expected seconds from the run's start (12.5) or epoch nanoseconds, "
-                       f"not {text!r}") from None
+        raise CliError(
+            f"{option}: expected seconds from the run's start (12.5) or epoch nanoseconds, "
+            f"not {text!r}"
+        ) from None
     if value < 0 or math.isnan(value):
         raise CliError(f"{option}: must be >= 0, not {text!r}")
     return value
@@ -149,19 +151,41 @@ def _time_bound(text: str | None, option: str) -> float | None:
 def add_filter_options(parser: argparse.ArgumentParser) -> None:
     """The span filter's options (analysis/filters.py), the same on every command that reads spans."""
     group = parser.add_argument_group("which spans")
-    group.add_argument("--filter", action="append", default=[], metavar="COL~REGEX",
-                       help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
-                            "name~^fwd; repeat to require several")
-    group.add_argument("--category", action="append", default=[], metavar="CAT",
-                       help="only spans of category CAT or below it (sync takes sync/compute); repeat for several")
+    group.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="COL~REGEX",
+        help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
+        "name~^fwd; repeat to require several",
+    )
+    group.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        metavar="CAT",
+        help="only spans of category CAT or below it (sync takes sync/compute); repeat for several",
+    )
     group.add_argument("--rank", metavar="R[,R...]", help="only spans of these ranks")
-    group.add_argument("--thread", action="append", default=[], metavar="NAME|ID",
-                       help="only spans of this thread (name or id); repeat for several")
-    group.add_argument("--since", metavar="T",
-                       help="only spans that start at or after T: seconds from the run's start, or epoch ns")
+    group.add_argument(
+        "--thread",
+        action="append",
+        default=[],
+        metavar="NAME|ID",
+        help="only spans of this thread (name or id); repeat for several",
+    )
+    group.add_argument(
+        "--since",
+        metavar="T",
+        help="only spans that start at or after T: seconds from the run's start, or epoch ns",
+    )
     group.add_argument("--until", metavar="T", help="only spans that start before T (as --since)")
-    group.add_argument("--min-ms", type=float, metavar="MS", help="only spans of at least MS milliseconds")
-    group.add_argument("--run", metavar="ID", help="only the run ID of a directory holding several (hotspan runs)")
+    group.add_argument(
+        "--min-ms", type=float, metavar="MS", help="only spans of at least MS milliseconds"
+    )
+    group.add_argument(
+        "--run", metavar="ID", help="only the run ID of a directory holding several (hotspan runs)"
+    )
 
 
 def span_filter(args: argparse.Namespace):
@@ -173,14 +197,22 @@ def span_filter(args: argparse.Namespace):
         try:
             ranks = tuple(int(r) for r in args.rank.split(",") if r.strip())
         except ValueError:
-            raise CliError(f"--rank: expected rank numbers, comma-separated, not {args.rank!r}") from None
+            raise CliError(
+                f"--rank: expected rank numbers, comma-separated, not {args.rank!r}"
+            ) from None
     if args.min_ms is not None and not args.min_ms >= 0:
         raise CliError(f"--min-ms must be >= 0, not {args.min_ms}")
     try:
-        return SpanFilter(where=_parse_filters(args.filter), categories=tuple(args.category), ranks=ranks,
-                          threads=tuple(args.thread), since=_time_bound(args.since, "--since"),
-                          until=_time_bound(args.until, "--until"),
-                          min_ns=None if args.min_ms is None else round(args.min_ms * 1e6), run=args.run)
+        return SpanFilter(
+            where=_parse_filters(args.filter),
+            categories=tuple(args.category),
+            ranks=ranks,
+            threads=tuple(args.thread),
+            since=_time_bound(args.since, "--since"),
+            until=_time_bound(args.until, "--until"),
+            min_ns=None if args.min_ms is None else round(args.min_ms * 1e6),
+            run=args.run,
+        )
     except FilterError as exc:
         raise CliError(f"--filter: {exc}") from None
 
@@ -201,11 +233,15 @@ def open_spans_for(paths: Sequence[str], args: argparse.Namespace, engine: Any =
             if issubclass(warning.category, TraceFileWarning):
                 print(f"hotspan: warning: {warning.message}", file=sys.stderr)
             else:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+                warnings.warn_explicit(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         return spans
     except ValueError as exc:  # TraceFileError and unknown extensions name the file already
         message = str(exc)
-        raise CliError(message if any(p in message for p in paths) else f"{', '.join(paths)}: {message}") from None
+        raise CliError(
+            message if any(p in message for p in paths) else f"{', '.join(paths)}: {message}"
+        ) from None
 
 
 def load_filtered(path: str, args: argparse.Namespace) -> pa.Table:
@@ -224,6 +260,8 @@ def engine_of(args: argparse.Namespace) -> Any:
         try:
             from pyspark.sql import SparkSession
         except ImportError:
-            raise CliError("--engine spark: pyspark is not installed (pip install pyspark)") from None
+            raise CliError(
+                "--engine spark: pyspark is not installed (pip install pyspark)"
+            ) from None
         return SparkSession.builder.getOrCreate()  # the user's own Spark settings
     return name

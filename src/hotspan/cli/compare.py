@@ -19,39 +19,74 @@ from .tables import fitted_table, new_console
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan compare`` to the subcommands ``sub``."""
-    parser = add_command(sub, "compare", "compare two traces span by span; exit 1 on a slowdown",
-                   "For each span group: the median (p50) before and after, its change with a 95% bootstrap "
-                   "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
-                   "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
-                   "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "
-                   "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
-                   "when the traces have no group in common, else 0. "
-                   "Warns when the traces were recorded in different environments (host, Python, hotspan, "
-                   "configuration). Two dataset directories (or large Parquet files) are streamed, as for stats. "
-                   "Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
-                   "compared per benchmark and per span, by the same rule and exit status.",
-                   "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20\n"
-                   "hotspan compare .benchmarks/*/0001_base.json .benchmarks/*/0002_new.json", cmd_compare)
+    parser = add_command(
+        sub,
+        "compare",
+        "compare two traces span by span; exit 1 on a slowdown",
+        "For each span group: the median (p50) before and after, its change with a 95% bootstrap "
+        "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
+        "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
+        "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "
+        "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
+        "when the traces have no group in common, else 0. "
+        "Warns when the traces were recorded in different environments (host, Python, hotspan, "
+        "configuration). Two dataset directories (or large Parquet files) are streamed, as for stats. "
+        "Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
+        "compared per benchmark and per span, by the same rule and exit status.",
+        "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20\n"
+        "hotspan compare .benchmarks/*/0001_base.json .benchmarks/*/0002_new.json",
+        cmd_compare,
+    )
     parser.add_argument("base", metavar="BASE")
     parser.add_argument("new", metavar="NEW")
-    parser.add_argument("--threshold", type=float, default=0.05,
-                         help="slowdown that fails, as a fraction (default 0.05 = 5%%)")
-    parser.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)")
-    parser.add_argument("--min-count", type=int, default=1, metavar="N",
-                         help="groups with fewer spans on either side are shown but not judged (default 1)")
-    parser.add_argument("--alpha", type=float, default=0.05,
-                         help="significance level of the rank test (default 0.05)")
-    parser.add_argument("--fail-on-missing", action="store_true",
-                         help="exit 1 when a span group is in one trace only")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
-    parser.add_argument("--normalize", metavar="NAME",
-                        help="judge each group against the reference span NAME: divide each side by NAME's "
-                             "median (a fixed workload timed in both runs)")
-    parser.add_argument("--absolute", action="store_true",
-                        help="judge raw times, even when every group moved together (by default such a shared "
-                             "shift is taken as the machine's and each group judged against it)")
-    parser.add_argument("--engine", choices=("auto", "memory", "duckdb", "spark"), default="auto",
-                        help="who computes (as for stats)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=0.05,
+        help="slowdown that fails, as a fraction (default 0.05 = 5%%)",
+    )
+    parser.add_argument(
+        "--by", metavar="KEYS", help="comma-separated columns to group by (default category,name)"
+    )
+    parser.add_argument(
+        "--min-count",
+        type=int,
+        default=1,
+        metavar="N",
+        help="groups with fewer spans on either side are shown but not judged (default 1)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level of the rank test (default 0.05)",
+    )
+    parser.add_argument(
+        "--fail-on-missing",
+        action="store_true",
+        help="exit 1 when a span group is in one trace only",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the rows as JSON instead of a table"
+    )
+    parser.add_argument(
+        "--normalize",
+        metavar="NAME",
+        help="judge each group against the reference span NAME: divide each side by NAME's "
+        "median (a fixed workload timed in both runs)",
+    )
+    parser.add_argument(
+        "--absolute",
+        action="store_true",
+        help="judge raw times, even when every group moved together (by default such a shared "
+        "shift is taken as the machine's and each group judged against it)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "memory", "duckdb", "spark"),
+        default="auto",
+        help="who computes (as for stats)",
+    )
     add_filter_options(parser)
     return parser
 
@@ -77,20 +112,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
     ):  # pytest-benchmark JSON, told by content
         return _compare_benchmark_files(args)
     engine = engine_of(args)
-    with open_spans_for([args.base], args, engine) as base, open_spans_for([args.new], args, engine) as new:
+    with (
+        open_spans_for([args.base], args, engine) as base,
+        open_spans_for([args.new], args, engine) as new,
+    ):
         _warn_environments(args, _environment(base.metadata()), _environment(new.metadata()))
         from ..analysis.api import compare_spans
 
         try:
-            result = compare_spans(base, new, by=by, threshold=args.threshold, min_count=args.min_count,
-                                   alpha=args.alpha, confidence=0.95, resamples=2000, seed=0,
-                                   normalize=args.normalize, shift=not args.absolute)
+            result = compare_spans(
+                base,
+                new,
+                by=by,
+                threshold=args.threshold,
+                min_count=args.min_count,
+                alpha=args.alpha,
+                confidence=0.95,
+                resamples=2000,
+                seed=0,
+                normalize=args.normalize,
+                shift=not args.absolute,
+            )
         except ValueError as exc:  # --normalize naming a span a trace lacks
             raise CliError(str(exc)) from None
     return _print_comparison(args, result, by)
 
 
-def _warn_environments(args: argparse.Namespace, env_base: dict | None, env_new: dict | None) -> None:
+def _warn_environments(
+    args: argparse.Namespace, env_base: dict | None, env_new: dict | None
+) -> None:
     """A warning when the traces were recorded in different environments."""
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
         differences = [
@@ -105,8 +155,11 @@ def _warn_environments(args: argparse.Namespace, env_base: dict | None, env_new:
         )
     elif not (env_base and env_new):
         missing = args.base if not env_base else args.new
-        print(f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
-              f"environments match", file=sys.stderr)
+        print(
+            f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
+            f"environments match",
+            file=sys.stderr,
+        )
 
 
 def shift_line(result: pa.Table) -> str | None:
@@ -117,11 +170,15 @@ def shift_line(result: pa.Table) -> str | None:
     if not said:
         return None
     if said.get("normalize"):
-        return (f"normalized by {said['normalize']!r}: its median moved {said['shift'] * 100:+.1f}%; every group "
-                f"is judged against that")
-    return (f"every group moved {said['shift'] * 100:+.0f} ± {said['spread'] * 100:.0f}% ({said['moved']} of "
-            f"{said['groups']}): the machine, not the code; each group is judged against that shift "
-            f"(--absolute: raw times)")
+        return (
+            f"normalized by {said['normalize']!r}: its median moved {said['shift'] * 100:+.1f}%; every group "
+            f"is judged against that"
+        )
+    return (
+        f"every group moved {said['shift'] * 100:+.0f} ± {said['spread'] * 100:.0f}% ({said['moved']} of "
+        f"{said['groups']}): the machine, not the code; each group is judged against that shift "
+        f"(--absolute: raw times)"
+    )
 
 
 def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[str]) -> int:
@@ -155,25 +212,51 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
             ("p50 base", [human_ns(r["p50_ns_base"]) for r in rows]),
             ("p50 new", [human_ns(r["p50_ns_new"]) for r in rows]),
             ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in rows]),
-            *([("judged", [_fmt_change(r["judged_change"]) for r in rows])] if shift_line(result) else []),
+            *(
+                [("judged", [_fmt_change(r["judged_change"]) for r in rows])]
+                if shift_line(result)
+                else []
+            ),
             ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in rows]),
             ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in rows]),
             ("p", [_fmt_p(r["p_value"]) for r in rows]),
             ("Δmean", [_fmt_change(r["mean_ns_change"]) for r in rows]),
         ]
         # Fitted in priority order (the verdict first), shown in reading order (the verdict last).
-        out, _ = fitted_table(keys, values, console.width, order=[
-            "count", "p50 base", "p50 new", "Δp50", "judged", "95% interval", "p", "Δmean", "verdict"])
-        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim",
-                  "instant": "dim"}
+        out, _ = fitted_table(
+            keys,
+            values,
+            console.width,
+            order=[
+                "count",
+                "p50 base",
+                "p50 new",
+                "Δp50",
+                "judged",
+                "95% interval",
+                "p",
+                "Δmean",
+                "verdict",
+            ],
+        )
+        styles = {
+            "slower": "bold red",
+            "faster": "green",
+            "new": "cyan",
+            "gone": "yellow",
+            "few": "dim",
+            "instant": "dim",
+        }
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])
         console.print(out)
         line = shift_line(result)
         if line:
             console.print(f"[bold]{line}[/bold]")
-        console.print(f"{len(slower)} of {len(rows)} slower: median up significantly (Mann-Whitney U p < "
-                      f"{args.alpha:g}) and its whole 95% interval above +{args.threshold * 100:g}%")
+        console.print(
+            f"{len(slower)} of {len(rows)} slower: median up significantly (Mann-Whitney U p < "
+            f"{args.alpha:g}) and its whole 95% interval above +{args.threshold * 100:g}%"
+        )
         if missing:
             console.print(
                 f"{sum(r['verdict'] == 'gone' for r in rows)} gone, "

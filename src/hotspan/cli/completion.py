@@ -4,6 +4,7 @@ The script lists the commands and each command's options as the parsers define t
 so it never misses a new option (regenerate it after an upgrade); arguments complete as
 file names.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,25 +19,34 @@ SHELLS = ("bash", "zsh", "fish")
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan completion`` to the subcommands ``sub``."""
     parser = add_command(
-        sub, "completion", "print a shell completion script (bash, zsh or fish)",
+        sub,
+        "completion",
+        "print a shell completion script (bash, zsh or fish)",
         "Print the completion script of SHELL for hotspan's commands and options on stdout. Load it in your "
         "shell's start-up file as the examples show.",
         'eval "$(hotspan completion bash)"                      # in ~/.bashrc\n'
         'eval "$(hotspan completion zsh)"                       # in ~/.zshrc (after compinit)\n'
-        "hotspan completion fish > ~/.config/fish/completions/hotspan.fish", cmd_completion)
+        "hotspan completion fish > ~/.config/fish/completions/hotspan.fish",
+        cmd_completion,
+    )
     parser.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
     return parser
 
 
-def _commands(parser: argparse.ArgumentParser) -> dict[str, tuple[str, list[tuple[list[str], str, bool]]]]:
+def _commands(
+    parser: argparse.ArgumentParser,
+) -> dict[str, tuple[str, list[tuple[list[str], str, bool]]]]:
     """command -> (its help, [(option strings, help, takes a value)])."""
     out: dict[str, tuple[str, list[tuple[list[str], str, bool]]]] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
             for name, sub in action.choices.items():
-                options = [(list(a.option_strings), a.help or "", a.nargs != 0)
-                           for a in sub._actions if a.option_strings]
+                options = [
+                    (list(a.option_strings), a.help or "", a.nargs != 0)
+                    for a in sub._actions
+                    if a.option_strings
+                ]
                 out[name] = (helps.get(name, ""), options)
     return out
 
@@ -53,8 +63,10 @@ def _plain(text: str, length: int = 70) -> str:
 
 def bash_script(parser: argparse.ArgumentParser) -> str:
     commands = _commands(parser)
-    cases = "\n".join(f'        {name}) opts="{" ".join(s for o, _h, _v in options for s in o)}" ;;'
-                      for name, (_help, options) in commands.items())
+    cases = "\n".join(
+        f'        {name}) opts="{" ".join(s for o, _h, _v in options for s in o)}" ;;'
+        for name, (_help, options) in commands.items()
+    )
     return f"""# bash completion for hotspan (hotspan completion bash)
 _hotspan() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} command="" opts="" i
@@ -80,7 +92,9 @@ complete -o filenames -F _hotspan hotspan
 
 def zsh_script(parser: argparse.ArgumentParser) -> str:
     commands = _commands(parser)
-    described = "\n".join(f"        '{name}:{_plain(help)}'" for name, (help, _o) in commands.items())
+    described = "\n".join(
+        f"        '{name}:{_plain(help)}'" for name, (help, _o) in commands.items()
+    )
     cases = []
     for name, (_help, options) in commands.items():
         specs = []
@@ -120,8 +134,10 @@ def fish_script(parser: argparse.ArgumentParser) -> str:
             flags = []
             for s in strings:
                 flags.append(f"-l {s[2:]}" if s.startswith("--") else f"-s {s[1:]}")
-            lines.append(f"complete -c hotspan -n '__fish_seen_subcommand_from {name}' {' '.join(flags)}"
-                         f"{' -r' if takes_value else ''} -d '{_plain(help)}'")
+            lines.append(
+                f"complete -c hotspan -n '__fish_seen_subcommand_from {name}' {' '.join(flags)}"
+                f"{' -r' if takes_value else ''} -d '{_plain(help)}'"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -10,14 +10,18 @@ from .errors import check_output
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan export`` to the subcommands ``sub``."""
-    parser = add_command(sub, "export", "convert a trace from any supported format to any other",
-                  "Read TRACE and write it to OUT in the format OUT's extension names: a trace format, or a "
-                  "flame-graph view of it (.speedscope.json for speedscope.app, .folded collapsed stacks with "
-                  "self time for flamegraph.pl and inferno; written, never loaded back).",
-                  "hotspan export trace.parquet trace.pftrace          # for ui.perfetto.dev\n"
-                  "hotspan export run/ run.speedscope.json             # for speedscope.app\n"
-                  "hotspan export trace.parquet trace.folded           # flamegraph.pl trace.folded > flame.svg",
-                  cmd_export)
+    parser = add_command(
+        sub,
+        "export",
+        "convert a trace from any supported format to any other",
+        "Read TRACE and write it to OUT in the format OUT's extension names: a trace format, or a "
+        "flame-graph view of it (.speedscope.json for speedscope.app, .folded collapsed stacks with "
+        "self time for flamegraph.pl and inferno; written, never loaded back).",
+        "hotspan export trace.parquet trace.pftrace          # for ui.perfetto.dev\n"
+        "hotspan export run/ run.speedscope.json             # for speedscope.app\n"
+        "hotspan export trace.parquet trace.folded           # flamegraph.pl trace.folded > flame.svg",
+        cmd_export,
+    )
     parser.add_argument("trace", metavar="TRACE")
     parser.add_argument("output", metavar="OUT")
     add_filter_options(parser)

@@ -11,11 +11,16 @@ from .errors import check_output
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan report`` to the subcommands ``sub``."""
-    parser = add_command(sub, "report", "a self-contained HTML report (summary, timeline, flame graph, stats, phases)",
-                  "Write one HTML file that needs nothing else (no network): summary, statistics, phases, and an "
-                  "SVG timeline per rank/thread with details on hover (click a span to pin them; the link keeps it), "
-                  "and a flame graph of self time by stack (merged, per rank or per thread; click a frame to zoom).",
-                  "hotspan report trace.parquet -o report.html", cmd_report)
+    parser = add_command(
+        sub,
+        "report",
+        "a self-contained HTML report (summary, timeline, flame graph, stats, phases)",
+        "Write one HTML file that needs nothing else (no network): summary, statistics, phases, and an "
+        "SVG timeline per rank/thread with details on hover (click a span to pin them; the link keeps it), "
+        "and a flame graph of self time by stack (merged, per rank or per thread; click a frame to zoom).",
+        "hotspan report trace.parquet -o report.html",
+        cmd_report,
+    )
     parser.add_argument("trace", metavar="TRACE")
     parser.add_argument(
         "-o", "--output", default="hotspan-report.html", help="default hotspan-report.html"

@@ -32,13 +32,25 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``run``'s options, named here once: ``split_argv`` reads them back from a parser."""
-    parser.add_argument("-o", "--output", default="hotspan-trace.parquet",
-                        help="a trace file (format from the extension), or DIR/ for a run directory of Parquet "
-                             "parts written as the program runs; default hotspan-trace.parquet")
-    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
-    parser.add_argument("--live", action="store_true", help="print a line per finished span on stderr while it runs")
-    parser.add_argument("--live-min-ms", type=float, metavar="MS",
-                        help="live log of the spans of at least MS milliseconds (errors always); implies --live")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="hotspan-trace.parquet",
+        help="a trace file (format from the extension), or DIR/ for a run directory of Parquet "
+        "parts written as the program runs; default hotspan-trace.parquet",
+    )
+    parser.add_argument(
+        "-m", dest="module", metavar="MODULE", help="run a module, as python -m does"
+    )
+    parser.add_argument(
+        "--live", action="store_true", help="print a line per finished span on stderr while it runs"
+    )
+    parser.add_argument(
+        "--live-min-ms",
+        type=float,
+        metavar="MS",
+        help="live log of the spans of at least MS milliseconds (errors always); implies --live",
+    )
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]")
 
 

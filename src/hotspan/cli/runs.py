@@ -1,4 +1,5 @@
 """``hotspan runs DIR_OR_URI``: the runs a dataset directory holds (``hotspan.formats.dataset.list_runs``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,9 @@ EXAMPLE = "hotspan runs runs/train\nhotspan runs s3://bucket/run --json"
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan runs`` to the subcommands ``sub``."""
     parser = add_command(sub, "runs", HELP, DESCRIPTION, EXAMPLE, cmd_runs)
-    parser.add_argument("dataset", metavar="DIR_OR_URI", help="a dataset directory or file system URI")
+    parser.add_argument(
+        "dataset", metavar="DIR_OR_URI", help="a dataset directory or file system URI"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object a run, one a line")
     return parser
 
@@ -50,8 +53,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
         start = run["start_ns"]
         shown = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start / 1e9)) if start else "-"
         ranks = run["ranks"]
-        table.add_row(run["run"] or "(no id)", shown, f"{run['processes']:,}",
-                      ",".join(map(str, ranks)) if len(ranks) <= 8 else f"{len(ranks)} ({ranks[0]}-{ranks[-1]})",
-                      f"{run['spans']:,}", run["command"] or "-")
+        table.add_row(
+            run["run"] or "(no id)",
+            shown,
+            f"{run['processes']:,}",
+            ",".join(map(str, ranks))
+            if len(ranks) <= 8
+            else f"{len(ranks)} ({ranks[0]}-{ranks[-1]})",
+            f"{run['spans']:,}",
+            run["command"] or "-",
+        )
     Console(soft_wrap=True).print(table)
     return 0

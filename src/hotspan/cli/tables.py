@@ -144,8 +144,15 @@ def fitted_table(
             break
         key_width[widest_gap] += 1
         spare -= 1
-    out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", title=title,
-                title_justify="left")
+    out = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+        header_style="bold",
+        title=title,
+        title_justify="left",
+    )
     for (head, _), w in zip(keys, key_width):
         out.add_column(_ellipsize(head, w), width=w, no_wrap=True, overflow="ellipsis")
     if order is not None:

@@ -159,9 +159,26 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
     their rank column, the drain's). Never waits: an incomplete pair stays queued, and the
     pairs behind it on its stream (they complete after it) too."""
     done = _native._cuda_resolve()
-    columns: dict[str, list] = {name: [] for name in (
-        "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns", "depth", "thread_id",
-        "thread_name", "pid", "rank", "arg", "error", "self_ns")}
+    columns: dict[str, list] = {
+        name: []
+        for name in (
+            "span_id",
+            "parent_id",
+            "name",
+            "category",
+            "start_ns",
+            "end_ns",
+            "duration_ns",
+            "depth",
+            "thread_id",
+            "thread_name",
+            "pid",
+            "rank",
+            "arg",
+            "error",
+            "self_ns",
+        )
+    }
     if not done:
         return columns
     pid = os.getpid()

@@ -42,8 +42,13 @@ def export(table: "pa.Table", path: str | os.PathLike, format: str | None = None
     return Path(path)
 
 
-def load(path: str | os.PathLike, format: str | None = None, *, check: bool = True,
-         run: str | None = None) -> "pa.Table":
+def load(
+    path: str | os.PathLike,
+    format: str | None = None,
+    *,
+    check: bool = True,
+    run: str | None = None,
+) -> "pa.Table":
     """Read a file written by :func:`export` (or a foreign Chrome JSON trace) as a span table.
 
     Raises ``OSError`` (missing file, ...) or :class:`TraceFileError` (a ``ValueError``)
@@ -64,7 +69,8 @@ def load(path: str | os.PathLike, format: str | None = None, *, check: bool = Tr
 
         if is_uri(path):
             from .dataset import load_uri
-  # s3://, gs://, hdfs://, file://: a dataset or one file there
+
+            # s3://, gs://, hdfs://, file://: a dataset or one file there
             return load_uri(os.fspath(path), format, check=check, run=run)
     if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
         from .dataset import load_dataset

@@ -263,7 +263,11 @@ def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise TypeError(f"export needs a pyarrow.Table of spans, not {type(table).__name__}")
-    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names and name not in DERIVED_COLUMNS]
+    missing = [
+        name
+        for name in SPAN_SCHEMA.names
+        if name not in table.column_names and name not in DERIVED_COLUMNS
+    ]
     if missing:
         raise ValueError(f"not a span table: missing column(s) {', '.join(missing)}")
     table = with_self_ns(table)
@@ -302,7 +306,11 @@ def conform_to_schema(
 
     ``metadata`` (bytes -> bytes) replaces the table's own schema metadata when given.
     """
-    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names and name not in DERIVED_COLUMNS]
+    missing = [
+        name
+        for name in SPAN_SCHEMA.names
+        if name not in table.column_names and name not in DERIVED_COLUMNS
+    ]
     if missing:
         raise TraceFileError(path, f"not a span table: missing column(s) {', '.join(missing)}")
     # hotspan's own files keep self_ns; any other table (a foreign trace, a file from before

@@ -11,8 +11,16 @@ import pyarrow.csv as pacsv
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import (DERIVED_COLUMNS, MISSING_PARENTS, Exporter, Progress, TraceFileError, dictionary_batches,
-                   missing_parents, note_skipped)
+from .base import (
+    DERIVED_COLUMNS,
+    MISSING_PARENTS,
+    Exporter,
+    Progress,
+    TraceFileError,
+    dictionary_batches,
+    missing_parents,
+    note_skipped,
+)
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -49,8 +57,14 @@ class CsvExporter(Exporter):
         with pa.memory_map(str(path), "r") as source:
             data = source.read_buffer()
         header = data.slice(0, min(data.size, 4096)).to_pybytes().split(b"\n", 1)[0]
-        columns = {field.strip().strip(b'"').decode("utf-8", "replace") for field in header.split(b",")}
-        missing = [name for name in _CSV_SCHEMA.names if name not in columns and name not in DERIVED_COLUMNS]
+        columns = {
+            field.strip().strip(b'"').decode("utf-8", "replace") for field in header.split(b",")
+        }
+        missing = [
+            name
+            for name in _CSV_SCHEMA.names
+            if name not in columns and name not in DERIVED_COLUMNS
+        ]
         if len(missing) > 3:
             raise TraceFileError(
                 path,
@@ -74,7 +88,13 @@ class CsvExporter(Exporter):
             return "skip"
 
         # a file from before self_ns: read without it, computed by conform_to_schema
-        schema = pa.schema([field for field in _CSV_SCHEMA if field.name in columns or field.name not in DERIVED_COLUMNS])
+        schema = pa.schema(
+            [
+                field
+                for field in _CSV_SCHEMA
+                if field.name in columns or field.name not in DERIVED_COLUMNS
+            ]
+        )
         convert = pacsv.ConvertOptions(
             column_types=schema,
             strings_can_be_null=True,
@@ -82,16 +102,22 @@ class CsvExporter(Exporter):
             include_columns=schema.names,
         )
         parse = pacsv.ParseOptions(invalid_row_handler=skip)
-        with pacsv.open_csv(pa.BufferReader(data), convert_options=convert, parse_options=parse) as reader:
+        with pacsv.open_csv(
+            pa.BufferReader(data), convert_options=convert, parse_options=parse
+        ) as reader:
             table = dictionary_batches(reader, schema)
-        return note_skipped(table, path, {
-            "incomplete last row (the file ends mid-row: truncated?)": cut,
-            "row(s) with the wrong number of fields": malformed,
-            # CSV cannot say how many rows it holds: a row cut out whole (the last line of a
-            # file cut at a line's end) is seen through the rows that name it as their parent;
-            # less the rows left out above, any of which may be such a parent (said once).
-            MISSING_PARENTS: max(0, missing_parents(table) - cut - malformed),
-        })
+        return note_skipped(
+            table,
+            path,
+            {
+                "incomplete last row (the file ends mid-row: truncated?)": cut,
+                "row(s) with the wrong number of fields": malformed,
+                # CSV cannot say how many rows it holds: a row cut out whole (the last line of a
+                # file cut at a line's end) is seen through the rows that name it as their parent;
+                # less the rows left out above, any of which may be such a parent (said once).
+                MISSING_PARENTS: max(0, missing_parents(table) - cut - malformed),
+            },
+        )
 
 
 def _last_line_end(data: pa.Buffer) -> int:

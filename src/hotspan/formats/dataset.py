@@ -58,13 +58,49 @@ import pyarrow as pa
 
 from .uri import is_uri, redact_uri
 from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
-from .._schema import (meta_int, meta_json, META_ARGV, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID,
-                       META_RANK, META_RUN, META_START)
+from .._schema import (
+    meta_int,
+    meta_json,
+    META_ARGV,
+    META_TASKS,
+    META_CLOCK,
+    META_DROPPED,
+    META_HOST,
+    META_PID,
+    META_RANK,
+    META_RUN,
+    META_START,
+)
 
-__all__ = ["META_PART", "META_RANKS", "META_RUNS", "META_UNFLUSHED", "SeveralRunsWarning", "list_runs", "run_of",
-           "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
-           "list_parts", "location", "pid_alive", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
-           "replaced_by", "sweep_temporaries", "write_part"]
+__all__ = [
+    "META_PART",
+    "META_RANKS",
+    "META_RUNS",
+    "META_UNFLUSHED",
+    "SeveralRunsWarning",
+    "list_runs",
+    "run_of",
+    "Location",
+    "NoPartsError",
+    "is_dataset",
+    "is_uri",
+    "load_dataset",
+    "load_uri",
+    "list_parts",
+    "location",
+    "pid_alive",
+    "new_token",
+    "part_files",
+    "part_key",
+    "part_name",
+    "part_path",
+    "put_file",
+    "current_parts",
+    "redact_uri",
+    "replaced_by",
+    "sweep_temporaries",
+    "write_part",
+]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
 #: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}.
@@ -101,7 +137,9 @@ def new_token() -> str:
     return f"{int(time.time()) & 0xFFFFFFFF:08x}{secrets.token_hex(4)}"
 
 
-def part_name(rank: int, pid: int, seq: int, token: str | None = None, last: int | None = None) -> str:
+def part_name(
+    rank: int, pid: int, seq: int, token: str | None = None, last: int | None = None
+) -> str:
     """A part's name relative to the dataset's root: ``part-r<rank>-<pid>-<token>-<seq>.parquet``
     (flat: see the module's doc); without a token, ``part-r<rank>-<pid>-<seq>``; with ``last``,
     a compacted part holding its writer's parts ``seq`` to ``last``."""
@@ -278,7 +316,9 @@ def sweep_temporaries(
     removed = 0
     try:
         # the flat layout's parts are in the directory itself; the older layout's in rank=R/
-        rank_dirs = [directory] + [d for d in directory.iterdir() if _RANK_DIR_RE.match(d.name) and d.is_dir()]
+        rank_dirs = [directory] + [
+            d for d in directory.iterdir() if _RANK_DIR_RE.match(d.name) and d.is_dir()
+        ]
     except OSError:
         return 0
     now = time.time()
@@ -332,8 +372,13 @@ def part_key(path: str) -> dict[str, Any] | None:
     parent, _, name = path.replace(os.sep, "/").rpartition("/")
     flat = _FLAT_PART_RE.match(name)
     if flat is not None:
-        return {"rank": int(flat.group(1)), "pid": int(flat.group(2)), "token": flat.group(3),
-                "seq": int(flat.group(4)), "last": int(flat.group(5)) if flat.group(5) else None}
+        return {
+            "rank": int(flat.group(1)),
+            "pid": int(flat.group(2)),
+            "token": flat.group(3),
+            "seq": int(flat.group(4)),
+            "last": int(flat.group(5)) if flat.group(5) else None,
+        }
     rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
     part = _PART_RE.match(name)
     if rank_dir is None or part is None:
@@ -449,7 +494,9 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
                 if isinstance(child, dict)
             ]
         host = (meta.get(META_HOST) or b"").decode(errors="replace")
-        proc = processes.setdefault((int(rank), int(pid), host), {"pid": pid, "host": host, "parts": 0, "spans": 0})
+        proc = processes.setdefault(
+            (int(rank), int(pid), host), {"pid": pid, "host": host, "parts": 0, "spans": 0}
+        )
         if META_RUN in meta:
             proc["run"] = meta[META_RUN].decode(errors="replace")
         proc["parts"] += 1
@@ -529,8 +576,18 @@ def list_runs(dest: str | os.PathLike) -> list[dict[str, Any]]:
     runs: dict[str | None, dict[str, Any]] = {}
     for path, _size, meta in parts:
         rid = run_of(meta)
-        entry = runs.setdefault(rid, {"run": rid, "start_ns": None, "processes": set(), "ranks": set(), "spans": 0,
-                                      "parts": 0, "command": None})
+        entry = runs.setdefault(
+            rid,
+            {
+                "run": rid,
+                "start_ns": None,
+                "processes": set(),
+                "ranks": set(),
+                "spans": 0,
+                "parts": 0,
+                "command": None,
+            },
+        )
         part = meta_json(meta, META_PART) or {}
         rank = part.get("rank", meta_int(meta, META_RANK) or 0)
         pid = part.get("pid", meta_int(meta, META_PID) or 0)
@@ -570,7 +627,9 @@ class _PartVanished(Exception):
     pass
 
 
-def load_uri(uri: str, format: str | None = None, *, check: bool = True, run: str | None = None) -> pa.Table:
+def load_uri(
+    uri: str, format: str | None = None, *, check: bool = True, run: str | None = None
+) -> pa.Table:
     """A trace named by URI: a dataset (a prefix holding ``rank=R/`` parts), or one trace file
     (fetched to a local temporary file and read by its format's exporter)."""
     import tempfile
@@ -599,7 +658,9 @@ def load_uri(uri: str, format: str | None = None, *, check: bool = True, run: st
     return load_dataset(loc, check=check, run=run)
 
 
-def load_dataset(directory: str | os.PathLike | Location, *, check: bool = True, run: str | None = None) -> pa.Table:
+def load_dataset(
+    directory: str | os.PathLike | Location, *, check: bool = True, run: str | None = None
+) -> pa.Table:
     """Every part of a dataset (a directory, or a URI: all ranks, all processes) as one table
     with exactly ``SPAN_SCHEMA``, ordered by rank, process and part; metadata merged (see
     :func:`merge_metadata`). ``check``: as for :func:`hotspan.formats.load`.
@@ -655,7 +716,11 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
                 for fragment in fragments
             ]
             replaced = replaced_by(metas)
-            kept = [(fragment, meta) for fragment, (path, meta) in zip(fragments, metas) if path not in replaced]
+            kept = [
+                (fragment, meta)
+                for fragment, (path, meta) in zip(fragments, metas)
+                if path not in replaced
+            ]
             runs = sorted({run_of(meta) or "(no id)" for _fragment, meta in kept})
             if run is not None:
                 kept = [(fragment, meta) for fragment, meta in kept if run_of(meta) == run]
@@ -664,9 +729,12 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
             elif len(runs) > 1:
                 import warnings
 
-                warnings.warn(f"{loc.shown}: {len(runs)} runs in one directory, loaded together: {', '.join(runs)} "
-                              "(load(path, run=ID) takes one; hotspan runs DIR lists them)",
-                              SeveralRunsWarning, stacklevel=4)
+                warnings.warn(
+                    f"{loc.shown}: {len(runs)} runs in one directory, loaded together: {', '.join(runs)} "
+                    "(load(path, run=ID) takes one; hotspan runs DIR lists them)",
+                    SeveralRunsWarning,
+                    stacklevel=4,
+                )
             parts_meta = [(meta, fragment.count_rows()) for fragment, meta in kept]
             # Each file's own schema, not the first file's: dictionary and plain strings may mix.
             tables = []
@@ -690,7 +758,9 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
     except (TraceFileError, _PartVanished):
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise TraceFileError(loc.shown, f"not a readable span dataset: {type(exc).__name__}: {exc}") from exc
+        raise TraceFileError(
+            loc.shown, f"not a readable span dataset: {type(exc).__name__}: {exc}"
+        ) from exc
     tables = _with_test_column(tables, [meta for _fragment, meta in kept])
     # One dictionary per string column across the parts: pyarrow's group_by and joins
     # refuse differing ones ("Unifying differing dictionaries").
@@ -715,9 +785,12 @@ def _with_test_column(tables: list[pa.Table], metas: list[dict]) -> list[pa.Tabl
     out = []
     for table, test in zip(tables, tests):
         value = test if isinstance(test, str) else None
-        column = pa.DictionaryArray.from_arrays(pa.array([0] * table.num_rows if value is not None else
-                                                         [None] * table.num_rows, pa.int32()),
-                                                pa.array([value] if value is not None else [], pa.string()))
+        column = pa.DictionaryArray.from_arrays(
+            pa.array(
+                [0] * table.num_rows if value is not None else [None] * table.num_rows, pa.int32()
+            ),
+            pa.array([value] if value is not None else [], pa.string()),
+        )
         out.append(table.append_column(pa.field(TEST_COLUMN, column.type), column))
     return out
 

@@ -6,6 +6,7 @@ The stacks are those of the flame graph (:mod:`hotspan.analysis.flamegraph`), me
 ranks and threads. The format holds no spans (only their self times summed by stack): it is
 written, never loaded back.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,5 +28,8 @@ class FoldedExporter(Exporter):
                 out.write("\n")
 
     def _read(self, path: Path) -> pa.Table:
-        raise TraceFileError(path, "collapsed stacks hold no spans (self time summed by stack): "
-                                   "a .folded file is written, never loaded; load the trace it came from")
+        raise TraceFileError(
+            path,
+            "collapsed stacks hold no spans (self time summed by stack): "
+            "a .folded file is written, never loaded; load the trace it came from",
+        )

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 if TYPE_CHECKING:
     from .base import Exporter
 
-__all__ = ["EXPORT_ONLY", "EXTENSIONS", "FORMATS", "READABLE_EXTENSIONS", "exporter_for", "format_of", "known_format"]
+__all__ = [
+    "EXPORT_ONLY",
+    "EXTENSIONS",
+    "FORMATS",
+    "READABLE_EXTENSIONS",
+    "exporter_for",
+    "format_of",
+    "known_format",
+]
 
 # The registry: (name, module, class, extensions) in the order a format name is looked up.
 # Extensions live here alone (the classes get theirs from it): the registry answers "which

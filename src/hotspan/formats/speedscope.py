@@ -12,6 +12,7 @@ Zero-length spans (instants) have no time to show and are left out.
 
 Written, never loaded back: a speedscope file keeps no span ids, pids or args.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,14 @@ SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 
 def speedscope_document(table: pa.Table, *, name: str = "hotspan") -> dict[str, Any]:
     """The speedscope file of ``table`` as a JSON-able dict."""
-    doc: dict[str, Any] = {"$schema": SCHEMA_URL, "shared": {"frames": []}, "profiles": [], "name": name,
-                           "activeProfileIndex": 0, "exporter": "hotspan"}
+    doc: dict[str, Any] = {
+        "$schema": SCHEMA_URL,
+        "shared": {"frames": []},
+        "profiles": [],
+        "name": name,
+        "activeProfileIndex": 0,
+        "exporter": "hotspan",
+    }
     keep = to_numpy(table.column("duration_ns"), np.int64) > 0
     table = table.filter(pa.array(keep))
     if table.num_rows == 0:
@@ -53,7 +60,12 @@ def speedscope_document(table: pa.Table, *, name: str = "hotspan") -> dict[str, 
     name_code, name_values = column_codes(table.column("name"))
     category_code, category_values = column_codes(table.column("category"))
     doc["shared"]["frames"] = [
-        {"name": frame_label(name_values[int(name_code[r])].as_py(), category_values[int(category_code[r])].as_py())}
+        {
+            "name": frame_label(
+                name_values[int(name_code[r])].as_py(),
+                category_values[int(category_code[r])].as_py(),
+            )
+        }
         for r in frame_rows.tolist()
     ]
 
@@ -63,7 +75,9 @@ def speedscope_document(table: pa.Table, *, name: str = "hotspan") -> dict[str, 
     thread_names = table.column("thread_name").take(pa.array(lane_rows)).to_pylist()
     lane_number: dict[int, int] = {}
     for synthetic in sorted(lanes):
-        lane_number[synthetic] = sum(1 for other in lane_number if lanes[other] == lanes[synthetic]) + 1
+        lane_number[synthetic] = (
+            sum(1 for other in lane_number if lanes[other] == lanes[synthetic]) + 1
+        )
     profiles = []
     # Rows by lane, then in preorder: by start, the outer (later-ending, shallower) first.
     order = np.lexsort((depth, -end, start, lane))
@@ -76,12 +90,25 @@ def speedscope_document(table: pa.Table, *, name: str = "hotspan") -> dict[str, 
         label = f"rank {int(ranks[r])} · {thread_names[representative] or real} ({real})"
         if tid in lanes:
             label += f" lane {lane_number[tid]}"
-        profiles.append((int(ranks[r]), real, tid >= LANE_BASE and tid in lanes, label,
-                         _events(start[rows] - t0, end[rows] - t0, frame[rows])))
+        profiles.append(
+            (
+                int(ranks[r]),
+                real,
+                tid >= LANE_BASE and tid in lanes,
+                label,
+                _events(start[rows] - t0, end[rows] - t0, frame[rows]),
+            )
+        )
     profiles.sort(key=lambda p: (p[0], p[1], p[2], p[3]))
     doc["profiles"] = [
-        {"type": "evented", "name": label, "unit": "nanoseconds", "startValue": 0, "endValue": wall,
-         "events": events}
+        {
+            "type": "evented",
+            "name": label,
+            "unit": "nanoseconds",
+            "startValue": 0,
+            "endValue": wall,
+            "events": events,
+        }
         for _rank, _tid, _lane, label, events in profiles
     ]
     return doc
@@ -119,5 +146,8 @@ class SpeedscopeExporter(Exporter):
             json.dump(document, out, separators=(",", ":"))
 
     def _read(self, path: Path) -> pa.Table:
-        raise TraceFileError(path, "a speedscope file keeps no span ids, processes or args: it is written, "
-                                   "never loaded; load the trace it came from")
+        raise TraceFileError(
+            path,
+            "a speedscope file keeps no span ids, processes or args: it is written, "
+            "never loaded; load the trace it came from",
+        )

@@ -765,22 +765,24 @@ def recover(path: str | os.PathLike) -> "pa.Table":
             ),
         )
         start, end = col["start_ns"], col["end_ns"]
-        table = pa.table({
-            "span_id": pa.array(col["span_id"], pa.uint64()),
-            "parent_id": pa.array(col["parent_id"], pa.uint64(), mask=~col["has_parent"]),
-            "name": name,
-            "category": category,
-            "start_ns": pa.array(start, pa.int64()),
-            "end_ns": pa.array(end, pa.int64()),
-            "duration_ns": pa.array(end - start, pa.int64()),
-            "depth": pa.array(col["depth"].astype(np.int32), pa.int32()),
-            "thread_id": pa.array(tids, pa.int64()),
-            "thread_name": tnames,
-            "pid": pa.array(np.full(n, h["pid"], np.int64), pa.int64()),
-            "rank": pa.array(np.full(n, h["rank"], np.int32), pa.int32()),
-            "arg": pa.array(col["arg"], pa.int64(), mask=~col["has_arg"]),
-            "error": pa.array(col["error"], pa.bool_()),
-        })
+        table = pa.table(
+            {
+                "span_id": pa.array(col["span_id"], pa.uint64()),
+                "parent_id": pa.array(col["parent_id"], pa.uint64(), mask=~col["has_parent"]),
+                "name": name,
+                "category": category,
+                "start_ns": pa.array(start, pa.int64()),
+                "end_ns": pa.array(end, pa.int64()),
+                "duration_ns": pa.array(end - start, pa.int64()),
+                "depth": pa.array(col["depth"].astype(np.int32), pa.int32()),
+                "thread_id": pa.array(tids, pa.int64()),
+                "thread_name": tnames,
+                "pid": pa.array(np.full(n, h["pid"], np.int64), pa.int64()),
+                "rank": pa.array(np.full(n, h["rank"], np.int32), pa.int32()),
+                "arg": pa.array(col["arg"], pa.int64(), mask=~col["has_arg"]),
+                "error": pa.array(col["error"], pa.bool_()),
+            }
+        )
         table = with_self_ns(table).cast(SPAN_SCHEMA.with_metadata(meta))
         if n:
             import pyarrow.compute as pc

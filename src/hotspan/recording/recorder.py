@@ -428,7 +428,7 @@ def _before_fork() -> None:
     recorders = [r for r in _running if r.running]
     if not recorders:
         return
-    if recorder.kind == "directory":
+    if any(r.kind == "directory" for r in recorders):
         track_children()  # a fork-started child is added to the set after this fork
     if not _warmed.is_set():
         _warmed.wait(30)

@@ -121,10 +121,23 @@ def run_program(
     recording.stop_env_recorder()  # a HOTSPAN_OUT given to `hotspan run` itself: the run is its output
     from .._run import start_run
 
-    start_run(fresh=True)  # the program's processes and ranks share it (inherited); the next run gets its own
-    spec = {"argv": run_argv, "path_entry": path_entry, "module": module, "live_min_ns": live_min_ns}
-    env = dict(os.environ, **{recording.ENV_OUT: str(parts) + os.sep, recording.ENV_INTERVAL: repr(flush_interval),
-                              ENV_RUN_SPEC: json.dumps(spec)})
+    start_run(
+        fresh=True
+    )  # the program's processes and ranks share it (inherited); the next run gets its own
+    spec = {
+        "argv": run_argv,
+        "path_entry": path_entry,
+        "module": module,
+        "live_min_ns": live_min_ns,
+    }
+    env = dict(
+        os.environ,
+        **{
+            recording.ENV_OUT: str(parts) + os.sep,
+            recording.ENV_INTERVAL: repr(flush_interval),
+            ENV_RUN_SPEC: json.dumps(spec),
+        },
+    )
     start = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-m", __name__], env=env)
     with _passing_signals_to(child) as passing:

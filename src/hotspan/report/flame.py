@@ -6,6 +6,7 @@ inlined so the page opens offline.
 The tree is :func:`hotspan.analysis.flamegraph.flame_tree`: merged over ranks and threads,
 and, for a trace of several ranks, per rank too (a toggle).
 """
+
 from __future__ import annotations
 
 import html
@@ -48,8 +49,9 @@ def prune(tree: FlameTree, min_share: float = MIN_SHARE) -> dict:
     return data
 
 
-def flame_html(table: pa.Table, colours: dict[str, str], *, element_id: str = "flame",
-               standalone: bool = True) -> str:
+def flame_html(
+    table: pa.Table, colours: dict[str, str], *, element_id: str = "flame", standalone: bool = True
+) -> str:
     """The flame view of ``table``: a ``<div class="hs-flame">`` with its data, preceded by
     the style and followed by the script when ``standalone`` (a page that holds the view
     once; the report inlines them itself). ``colours``: category path -> CSS colour, as the
@@ -61,7 +63,9 @@ def flame_html(table: pa.Table, colours: dict[str, str], *, element_id: str = "f
     trees["thread"] = prune(flame_tree(table, "thread"))
     data = {"trees": trees, "initial": "merged", "colours": colours, "none": NO_CATEGORY}
     names = {"merged": "merged", "rank": "per rank", "thread": "per thread"}
-    buttons = "".join(f'<button type="button" data-tree="{key}">{names[key]}</button>' for key in trees)
+    buttons = "".join(
+        f'<button type="button" data-tree="{key}">{names[key]}</button>' for key in trees
+    )
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     parts = []
     if standalone:

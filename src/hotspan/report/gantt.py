@@ -112,14 +112,16 @@ def fit_label(label: str, width: int) -> str:
         return label[:width]
     room = width - 1  # the ellipsis takes one
     for separators in _WORD_BREAKS:
-        breaks = [i for i in range(1, len(label)) if label[i - 1] in separators or label[i] in separators]
+        breaks = [
+            i for i in range(1, len(label)) if label[i - 1] in separators or label[i] in separators
+        ]
         tail_at = next((i for i in breaks if len(label) - i <= room), None)
         if tail_at is not None:
             tail = label[tail_at:]
             head_at = max((i for i in breaks if i <= min(room - len(tail), tail_at)), default=0)
             return label[:head_at] + "…" + tail
     head = room // 2  # the last word alone is too long: cut inside it
-    return label[:head] + "…" + label[len(label) - (room - head):]
+    return label[:head] + "…" + label[len(label) - (room - head) :]
 
 
 def _chart(

@@ -175,7 +175,11 @@ def rank_list(ranks: list[int]) -> str:
     """How many ranks, then which: ``1 (rank 0)``, ``4 (ranks 0, 1, 2, 3)``, ``64 (ranks 0, 1, ... 63)``."""
     if not ranks:
         return "0"
-    ids = ", ".join(map(str, ranks)) if len(ranks) <= 8 else ", ".join(map(str, ranks[:7])) + f", ... {ranks[-1]}"
+    ids = (
+        ", ".join(map(str, ranks))
+        if len(ranks) <= 8
+        else ", ".join(map(str, ranks[:7])) + f", ... {ranks[-1]}"
+    )
     return f"{len(ranks)} ({'rank' if len(ranks) == 1 else 'ranks'} {ids})"
 
 
@@ -366,8 +370,24 @@ def _stats_table(table: pa.Table) -> str:
     from ..analysis.statistics import split_instants
 
     result, instants = split_instants(stats(table))  # instants: counted apart, below the table
-    head = ("category", "name", "count", "total", "self", "mean", "min", "p50", "p90", "p99", "max", "share",
-            "busy", "errors", "arg sum", "arg/s")
+    head = (
+        "category",
+        "name",
+        "count",
+        "total",
+        "self",
+        "mean",
+        "min",
+        "p50",
+        "p90",
+        "p99",
+        "max",
+        "share",
+        "busy",
+        "errors",
+        "arg sum",
+        "arg/s",
+    )
     rows = []
     for r in result.slice(0, MAX_STAT_ROWS).to_pylist():
         # A device row's group (stats' default key "device" with device rows): named with its device.
@@ -408,13 +428,21 @@ def _stats_table(table: pa.Table) -> str:
     more = ""
     if result.num_rows > MAX_STAT_ROWS:
         more = f'<p class="note">The {MAX_STAT_ROWS} largest of {result.num_rows:,} groups.</p>'
-    header = "".join(f'<th title="{html.escape(_HEAD_TITLES[h])}">{h}</th>' if h in _HEAD_TITLES else f"<th>{h}</th>"
-                     for h in head)
+    header = "".join(
+        f'<th title="{html.escape(_HEAD_TITLES[h])}">{h}</th>'
+        if h in _HEAD_TITLES
+        else f"<th>{h}</th>"
+        for h in head
+    )
     if instants.num_rows:
-        listed = ", ".join(f"{html.escape(str(r['name']))} ×{r['count']:,}" for r in instants.to_pylist())
+        listed = ", ".join(
+            f"{html.escape(str(r['name']))} ×{r['count']:,}" for r in instants.to_pylist()
+        )
         more += f'<p class="note instants">Instants (no duration, counted apart): {listed}.</p>'
-    return (f'<table class="stats sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            f"{more}")
+    return (
+        f'<table class="stats sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        f"{more}"
+    )
 
 
 def _phases_table(table: pa.Table) -> str:

@@ -201,13 +201,18 @@ def run_problem(path: str, name: str, error: str) -> str:
     file's name (``bad.json: not valid JSON``), which must not be said twice."""
     for said in (f"{path}:", f"{name}:"):
         if error.startswith(said):
-            error = error[len(said):].lstrip()
+            error = error[len(said) :].lstrip()
             break
     return f"{path}: {error}"
 
 
-def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
-               perfetto_ui: str = PERFETTO_UI) -> FastAPI:
+def create_app(
+    root: str | os.PathLike,
+    *,
+    token: str | None = None,
+    cache: str | os.PathLike | None = None,
+    perfetto_ui: str = PERFETTO_UI,
+) -> FastAPI:
     """The application serving the runs under ``root``. ``token``: required of every
     request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
     non-Parquet traces and download files go (default: a fresh temporary directory).
@@ -289,10 +294,15 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         keys = tuple(k.strip() for k in text.split(",") if k.strip())
         if not keys:
             raise _bad_value("by", "give one or more column names, comma-separated")
-        known = (*SPAN_SCHEMA.names, "device")  # device: derived per span, as the library and the CLI take it
+        known = (
+            *SPAN_SCHEMA.names,
+            "device",
+        )  # device: derived per span, as the library and the CLI take it
         unknown = [k for k in keys if k not in known]
         if unknown:
-            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
+            raise _bad_value(
+                "by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}"
+            )
         if len(set(keys)) != len(keys):
             raise _bad_value("by", "a column is named twice")
         return keys
@@ -319,21 +329,42 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             return run
         return {**run.entry(), "phases": queries.phases_rows(run)}
 
-    @app.get("/v1/traces/{id}/stats", response_model=StatsResponse, responses={**_ERRORS, **_NOT_FOUND},
-             tags=["traces"])
+    @app.get(
+        "/v1/traces/{id}/stats",
+        response_model=StatsResponse,
+        responses={**_ERRORS, **_NOT_FOUND},
+        tags=["traces"],
+    )
     def get_stats(
         id: str,
-        by: Optional[str] = Query(None, description="comma-separated span columns to group by (default: "
-                                  "category,name, and device when the run has device rows)", max_length=200),
+        by: Optional[str] = Query(
+            None,
+            description="comma-separated span columns to group by (default: "
+            "category,name, and device when the run has device rows)",
+            max_length=200,
+        ),
         name: Optional[str] = Query(None, max_length=1000, description="only spans of this name"),
-        category: Optional[str] = Query(None, max_length=1000,
-                                        description="only spans of this category or below it"),
-        rank: Optional[int] = Query(None, ge=-2**31, le=2**31 - 1, description="only spans of this rank"),
-        thread: Optional[str] = Query(None, max_length=1000, description="only spans of this thread (name or id)"),
-        since: Optional[float] = Query(None, ge=0, description="only spans starting at or after this: seconds "
-                                       "from the run's start, or epoch ns"),
-        until: Optional[float] = Query(None, ge=0, description="only spans starting before this (as since)"),
-        min_ns: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="only spans at least this long"),
+        category: Optional[str] = Query(
+            None, max_length=1000, description="only spans of this category or below it"
+        ),
+        rank: Optional[int] = Query(
+            None, ge=-(2**31), le=2**31 - 1, description="only spans of this rank"
+        ),
+        thread: Optional[str] = Query(
+            None, max_length=1000, description="only spans of this thread (name or id)"
+        ),
+        since: Optional[float] = Query(
+            None,
+            ge=0,
+            description="only spans starting at or after this: seconds "
+            "from the run's start, or epoch ns",
+        ),
+        until: Optional[float] = Query(
+            None, ge=0, description="only spans starting before this (as since)"
+        ),
+        min_ns: Optional[int] = Query(
+            None, ge=0, le=2**63 - 1, description="only spans at least this long"
+        ),
     ) -> Any:
         """The `hotspan stats` columns per group of spans, largest total first: the library's
         `hotspan.stats`, with its defaults and its filter."""
@@ -342,9 +373,18 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         if isinstance(run, JSONResponse):
             return run
         try:
-            span_filter = queries.make_filter(name=name, category=category, rank=rank, thread=thread, since=since,
-                                              until=until, min_ns=min_ns)
-            span_filter.window() if not span_filter.needs_origin else span_filter.with_origin(0).window()
+            span_filter = queries.make_filter(
+                name=name,
+                category=category,
+                rank=rank,
+                thread=thread,
+                since=since,
+                until=until,
+                min_ns=min_ns,
+            )
+            span_filter.window() if not span_filter.needs_origin else span_filter.with_origin(
+                0
+            ).window()
         except ValueError as exc:  # an infinite time, say
             raise _bad_value("since", str(exc)) from None
         used, rows = queries.stats_rows(run, keys, span_filter)
@@ -389,15 +429,34 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
             "spans": rows,
         }
 
-    @app.get("/v1/traces/{id}/download", response_class=FileResponse, tags=["traces"],
-             responses={**_ERRORS, **_NOT_FOUND,
-                        200: {"description": "the trace, streamed",
-                              "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
-                                              if m == "application/json" else {"type": "string", "format": "binary"}}
-                                          for _e, m in queries.DOWNLOAD_FORMATS.values()}}})
-    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet", "speedscope", "folded"] = Query(
-            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet, speedscope "
-                                   "(speedscope's evented format), folded (collapsed stacks with self time)")) -> Any:
+    @app.get(
+        "/v1/traces/{id}/download",
+        response_class=FileResponse,
+        tags=["traces"],
+        responses={
+            **_ERRORS,
+            **_NOT_FOUND,
+            200: {
+                "description": "the trace, streamed",
+                "content": {
+                    m: {
+                        "schema": {"type": "object", "description": "a Chrome JSON trace"}
+                        if m == "application/json"
+                        else {"type": "string", "format": "binary"}
+                    }
+                    for _e, m in queries.DOWNLOAD_FORMATS.values()
+                },
+            },
+        },
+    )
+    def download(
+        id: str,
+        format: Literal["pftrace", "json", "json.gz", "parquet", "speedscope", "folded"] = Query(
+            "pftrace",
+            description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet, speedscope "
+            "(speedscope's evented format), folded (collapsed stacks with self time)",
+        ),
+    ) -> Any:
         """The run as one file in `format`, streamed from disk (converted once per version of
         the run)."""
         run = run_or_404(id)

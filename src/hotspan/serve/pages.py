@@ -67,7 +67,10 @@ def phase_bars(rows: list[dict[str, Any]], colours: dict[str, str]) -> dict[str,
         if rest > 0 or not subs:
             ranks[rank].append((f"{category} (other)" if subs else category, max(rest, 0.0)))
     phases = sorted({p for segs in ranks.values() for p, _ in segs})
-    colour = {p: colours.get(p.removesuffix(" (other)"), PALETTE[i % len(PALETTE)]) for i, p in enumerate(phases)}
+    colour = {
+        p: colours.get(p.removesuffix(" (other)"), PALETTE[i % len(PALETTE)])
+        for i, p in enumerate(phases)
+    }
     widest = max((sum(t for _, t in segs) for segs in ranks.values()), default=0.0) or 1.0
     bars = []
     for y, rank in enumerate(sorted(ranks)):
@@ -87,10 +90,21 @@ def phase_bars(rows: list[dict[str, Any]], colours: dict[str, str]) -> dict[str,
                 }
             )
             x += w
-        bars.append({"rank": rank, "y": y * 26, "segments": segments, "total": human_ns(total),
-                     "total_ns": total})
-    return {"bars": bars, "legend": [(p, colour[p]) for p in phases], "width": BAR_WIDTH,
-            "height": max(len(bars) * 26, 26)}
+        bars.append(
+            {
+                "rank": rank,
+                "y": y * 26,
+                "segments": segments,
+                "total": human_ns(total),
+                "total_ns": total,
+            }
+        )
+    return {
+        "bars": bars,
+        "legend": [(p, colour[p]) for p in phases],
+        "width": BAR_WIDTH,
+        "height": max(len(bars) * 26, 26),
+    }
 
 
 def category_colours(stats_rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -132,14 +146,32 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         stats = [r for r in all_stats if r.get("instants") != r["count"]]
         instants = [r for r in all_stats if r.get("instants") == r["count"]]
         phases = queries.phases_rows(run)
-        rows = [{"category": r["category"] or "", "name": r["name"],
-                 "cells": [(fmt(r[col]) if r[col] is not None else "-", r[col]) for _h, col, fmt in STAT_COLUMNS]}
-                for r in stats[:MAX_STAT_ROWS]]
-        return page(request, "run.html", run=run.entry(), stats=rows, stat_heads=[h for h, _c, _f in STAT_COLUMNS],
-                    groups=len(stats), max_rows=MAX_STAT_ROWS, chart=phase_bars(phases, category_colours(stats)),
-                    phases=phases, instants=instants,
-                    timeline=(run.summary or {}).get("spans", 0) <= queries.TIMELINE_MAX_SPANS,
-                    timeline_max=queries.TIMELINE_MAX_SPANS, perfetto_ui=perfetto_ui)
+        rows = [
+            {
+                "category": r["category"] or "",
+                "name": r["name"],
+                "cells": [
+                    (fmt(r[col]) if r[col] is not None else "-", r[col])
+                    for _h, col, fmt in STAT_COLUMNS
+                ],
+            }
+            for r in stats[:MAX_STAT_ROWS]
+        ]
+        return page(
+            request,
+            "run.html",
+            run=run.entry(),
+            stats=rows,
+            stat_heads=[h for h, _c, _f in STAT_COLUMNS],
+            groups=len(stats),
+            max_rows=MAX_STAT_ROWS,
+            chart=phase_bars(phases, category_colours(stats)),
+            phases=phases,
+            instants=instants,
+            timeline=(run.summary or {}).get("spans", 0) <= queries.TIMELINE_MAX_SPANS,
+            timeline_max=queries.TIMELINE_MAX_SPANS,
+            perfetto_ui=perfetto_ui,
+        )
 
     @app.get("/runs/{id}/timeline", response_class=HTMLResponse, include_in_schema=False)
     def timeline_page(request: Request, id: str):
@@ -164,9 +196,13 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             return problem_page(request, run)
         html = queries.flame_html(run)
         if html is None:
-            return page(request, "problem.html", status=413,
-                        detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline flame graph "
-                               f"(at most {queries.TIMELINE_MAX_SPANS:,}); download it as .speedscope.json or .folded")
+            return page(
+                request,
+                "problem.html",
+                status=413,
+                detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline flame graph "
+                f"(at most {queries.TIMELINE_MAX_SPANS:,}); download it as .speedscope.json or .folded",
+            )
         return HTMLResponse(html)
 
     @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)

@@ -17,9 +17,19 @@ from typing import Any, Callable, Sequence
 
 from .runs import HEAVY, Run
 
-__all__ = ["DOWNLOAD_FORMATS", "SPAN_FIELDS", "cached", "compare_rows", "download_path", "phases_rows",
-           "plain", "spans_page", "stats_rows", "timeline_html",
-           "flame_html"]
+__all__ = [
+    "DOWNLOAD_FORMATS",
+    "SPAN_FIELDS",
+    "cached",
+    "compare_rows",
+    "download_path",
+    "phases_rows",
+    "plain",
+    "spans_page",
+    "stats_rows",
+    "timeline_html",
+    "flame_html",
+]
 
 #: format parameter -> (file extension, media type).
 DOWNLOAD_FORMATS = {
@@ -104,11 +114,15 @@ def make_filter(**fields: Any):
     """The library's span filter from the API's query parameters (None: not asked)."""
     from ..analysis.filters import SpanFilter
 
-    return SpanFilter(names=(fields["name"],) if fields.get("name") is not None else (),
-                      categories=(fields["category"],) if fields.get("category") is not None else (),
-                      ranks=(fields["rank"],) if fields.get("rank") is not None else None,
-                      threads=(fields["thread"],) if fields.get("thread") is not None else (),
-                      since=fields.get("since"), until=fields.get("until"), min_ns=fields.get("min_ns"))
+    return SpanFilter(
+        names=(fields["name"],) if fields.get("name") is not None else (),
+        categories=(fields["category"],) if fields.get("category") is not None else (),
+        ranks=(fields["rank"],) if fields.get("rank") is not None else None,
+        threads=(fields["thread"],) if fields.get("thread") is not None else (),
+        since=fields.get("since"),
+        until=fields.get("until"),
+        min_ns=fields.get("min_ns"),
+    )
 
 
 def _stats(run: Run, by: Sequence[str] | None, span_filter: Any) -> tuple[tuple[str, ...], Any]:
@@ -134,13 +148,18 @@ def _compare(base: Run, new: Run, **options):
 # --------------------------------------------------------------------------- answers
 
 
-def stats_rows(run: Run, by: Sequence[str] | None, span_filter: Any = None) -> tuple[tuple[str, ...], list[dict]]:
+def stats_rows(
+    run: Run, by: Sequence[str] | None, span_filter: Any = None
+) -> tuple[tuple[str, ...], list[dict]]:
     """(the keys grouped by, the rows): by the library's default keys when ``by`` is None."""
+
     def compute() -> tuple[tuple[str, ...], list[dict]]:
         keys, result = _stats(run, by, span_filter)
         return keys, plain(result.to_pylist())
 
-    return cached(("stats", run.id, run.signature, None if by is None else tuple(by), span_filter), compute)
+    return cached(
+        ("stats", run.id, run.signature, None if by is None else tuple(by), span_filter), compute
+    )
 
 
 def phases_rows(run: Run) -> list[dict[str, Any]]:
@@ -148,8 +167,10 @@ def phases_rows(run: Run) -> list[dict[str, Any]]:
 
 
 def compare_rows(base: Run, new: Run, *, threshold: float, min_count: int) -> list[dict[str, Any]]:
-    return cached(("compare", base.id, base.signature, new.id, new.signature, threshold, min_count),
-                  lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count).to_pylist()))
+    return cached(
+        ("compare", base.id, base.signature, new.id, new.signature, threshold, min_count),
+        lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count).to_pylist()),
+    )
 
 
 def _filter(

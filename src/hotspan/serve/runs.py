@@ -21,7 +21,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import re
 import stat
 import threading
 from dataclasses import dataclass, field
