@@ -26,7 +26,7 @@ import json
 import math
 import os
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["BenchmarkFileError", "compare_benchmarks", "is_benchmark_json", "load_benchmark_json"]
 
@@ -97,7 +97,7 @@ def load_benchmark_json(path: str | os.PathLike) -> dict[str, Any]:
     return doc
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -204,7 +204,7 @@ def compare_benchmarks(
 def _quartile_verdict(b: dict, a: dict, change: float | None, threshold: float) -> str:
     q1b, q3b, q1a, q3a = b.get("q1"), b.get("q3"), a.get("q1"), a.get("q3")
     apart_up = apart_down = True  # without quartiles, the median's change alone decides
-    if all(_number(v) for v in (q1b, q3b, q1a, q3a)):
+    if _number(q1b) and _number(q3b) and _number(q1a) and _number(q3a):
         apart_up, apart_down = q1a > q3b, q3a < q1b
     if change is not None and change > threshold and apart_up:
         return "slower"
@@ -238,6 +238,7 @@ def _compare_spans(
     after = _spans_of(a) if a else {}
     if b is None or a is None:
         return []  # the benchmark's own row says new/gone
+    assert before is not None and after is not None  # malformed spans were refused on load
     rows = []
     for span in list(before) + [s for s in after if s not in before]:
         sb, sa = before.get(span), after.get(span)

@@ -108,7 +108,10 @@ class SpanFilter:
         if isinstance(value, SpanFilter):
             return value
         if isinstance(value, dict):
-            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+            fields: dict[str, Any] = {
+                k: tuple(v) if isinstance(v, list) else v for k, v in value.items()
+            }
+            return cls(**fields)
         raise TypeError(
             f"filter: expected a hotspan.SpanFilter or a dict of its fields, not {type(value).__name__}"
         )

@@ -73,7 +73,8 @@ class _Reader:
         raise ValueError(f"unknown thrift type {kind}")
 
     def struct(self) -> list:
-        fields, last = [], 0
+        fields: list[Any] = []
+        last = 0
         while True:
             header = self.byte()
             kind = header & 0x0F

@@ -29,10 +29,13 @@ import time
 import warnings
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import rich.progress
 
 from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA, with_pandas_dtypes
 from .._selftime import with_self_ns
@@ -536,8 +539,8 @@ class Progress:
         self.description = description
         self.done = 0
         self._started = time.monotonic()
-        self._rich = None
-        self._task = None
+        self._rich: rich.progress.Progress | None = None
+        self._task: rich.progress.TaskID | None = None
         self._enabled = _stderr_is_terminal()
 
     def __enter__(self) -> "Progress":
@@ -573,6 +576,7 @@ class Progress:
                 self.description, total=self.total, completed=self.done
             )
         else:
+            assert self._task is not None  # set together with self._rich
             self._rich.update(self._task, completed=self.done)
 
     def close(self) -> None:

@@ -52,7 +52,7 @@ import re
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -280,13 +280,15 @@ def write_part(
     )
     relative = part_name(rank, pid, seq, token, last)
     meta = dict(table.schema.metadata or {})
-    own = {"rank": int(rank), "pid": int(pid), "seq": int(seq)}
+    own: dict[str, int | str] = {"rank": int(rank), "pid": int(pid), "seq": int(seq)}
     if token is not None:
         own["token"] = token
     meta[META_PART] = json.dumps({**own, **(part_meta or {})}).encode()
     table = table.replace_schema_metadata(meta)
     if loc is None or loc.local:
-        path = Path(loc.root if loc is not None else directory) / relative
+        # loc is None only for a local path (neither a Location nor a URI)
+        local_root = loc.root if loc is not None else cast("str | os.PathLike[str]", directory)
+        path = Path(local_root) / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         exporter_for(path).write(table, path, replace=False)
         return path
@@ -460,7 +462,7 @@ def replaced_by(metas: list[tuple[str, dict[bytes, bytes]]]) -> set[str]:
     compacted part lists its inputs (``hotspan.part`` key ``replaces``, names in its own
     directory). Applied transitively by taking the union: a part compacted again is itself
     replaced, and its inputs with it."""
-    replaced = set()
+    replaced: set[str] = set()
     for path, meta in metas:
         names = (meta_json(meta, META_PART) or {}).get("replaces") or ()
         parent = path.rpartition("/")[0]
@@ -522,7 +524,9 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
             if key in part:
                 proc[key] = part[key]
     ranks: dict[str, list[dict[str, Any]]] = {}
-    total_dropped, threads, names, starts = 0, {}, {}, []
+    total_dropped, starts = 0, []
+    threads: dict[str, int] = {}
+    names: dict[str, str] = {}
     for (rank, _pid, _host), proc in sorted(processes.items()):
         ranks.setdefault(str(rank), []).append(proc)
         dropped = proc.get("dropped") or {}

@@ -64,6 +64,8 @@ def _exporter(name: str) -> "Exporter":
                 exporter.name, exporter.extensions = entry_name, extensions
                 _loaded[name] = exporter
                 break
+        else:  # callers pass names from _REGISTRY only
+            raise ValueError(f"unknown format {name!r}")
     return exporter
 
 

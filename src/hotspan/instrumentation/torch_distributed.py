@@ -45,7 +45,7 @@ from .._native import span as _span
 CATEGORY = "comms"
 
 # function -> the parameter holding what this rank sends (None: it sends nothing)
-COLLECTIVES: dict[str, str] = {
+COLLECTIVES: dict[str, str | None] = {
     "all_reduce": "tensor",
     "all_gather": "tensor",
     "all_gather_into_tensor": "input_tensor",
@@ -180,6 +180,8 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
     span = _span
 
     if fname == "broadcast":
+        assert payload is not None  # COLLECTIVES names broadcast's "tensor"
+        broadcast_payload = payload
         src, group, group_src = _Param(sig, "src"), _Param(sig, "group"), _Param(sig, "group_src")
 
         def sent(args: tuple, kwargs: dict) -> int:
@@ -188,7 +190,7 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
                 is_source = dist.get_rank(group.get(args, kwargs)) == gsrc
             else:
                 is_source = dist.get_rank() == src.get(args, kwargs)
-            return _nbytes(payload.get(args, kwargs)) if is_source else 0
+            return _nbytes(broadcast_payload.get(args, kwargs)) if is_source else 0
 
     elif payload is not None:
 

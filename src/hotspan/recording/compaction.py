@@ -153,6 +153,7 @@ def _groups(live, metas, target_bytes: int, *, rank, pid, token):
     from ..formats.dataset import part_key
 
     writers: dict[tuple[int, int, str], list[tuple[str, int]]] = {}
+    seq_of: dict[str, int] = {}
     for path, size in live:
         key = part_key(path)
         if key is None or key["token"] is None:
@@ -161,26 +162,24 @@ def _groups(live, metas, target_bytes: int, *, rank, pid, token):
         if not _wanted(path, rank, pid, token):
             continue
         writers.setdefault(writer, []).append((path, size))
+        seq_of[path] = key["seq"]
     groups = []
     for writer, parts in writers.items():
-        parts.sort(key=lambda item: part_key(item[0])["seq"])
+        parts.sort(key=lambda item: seq_of[item[0]])
         run: list[tuple[str, int]] = []
         total = 0
-        for path, size in parts + [(None, None)]:
-            fits = (
-                path is not None
-                and size < target_bytes
-                and (not run or total + size <= target_bytes)
-            )
-            if fits:
+        for path, size in parts:
+            if size < target_bytes and (not run or total + size <= target_bytes):
                 run.append((path, size))
                 total += size
                 continue
             if len(run) >= 2:
                 groups.append((writer, run))
             run, total = [], 0
-            if path is not None and size < target_bytes:
+            if size < target_bytes:
                 run, total = [(path, size)], size
+        if len(run) >= 2:  # the writer's last run
+            groups.append((writer, run))
     return groups
 
 
@@ -213,6 +212,7 @@ def _merge(loc, writer, members, metas) -> None:
         latest[META_START] = str(min(starts)).encode()
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     first, last = part_key(members[0][0]), part_key(members[-1][0])
+    assert first is not None and last is not None  # _groups takes parts of ours only
     part_meta = {
         k: v for k, v in latest_part.items() if k not in ("rank", "pid", "seq", "token", "kind")
     }

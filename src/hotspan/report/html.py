@@ -13,7 +13,7 @@ import datetime as _dt
 import html
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -192,7 +192,7 @@ def category_colours(lay) -> dict[str, str]:
     return {name: _color(i) for i, name in enumerate(lay.categories)}
 
 
-def colours_by_time(time_per_category: dict[str, int | float]) -> dict[str, str]:
+def colours_by_time(time_per_category: Mapping[str, int | float]) -> dict[str, str]:
     """Category path -> colour, from each category's summed span time, as the timeline
     takes them (:func:`~hotspan.report.layout.category_order`): for views that have the
     statistics and not the spans (serve's phases bars)."""
@@ -234,9 +234,9 @@ def _timeline(table: pa.Table, lay) -> tuple[str, str]:
     if len(wide) > MAX_RECTS:
         threshold = float(np.partition(px[wide], len(wide) - MAX_RECTS)[len(wide) - MAX_RECTS])
         wide = np.flatnonzero(px >= threshold)[:MAX_RECTS]
-    narrow = np.ones(len(px), np.bool_)
-    narrow[wide] = False
-    narrow = np.flatnonzero(narrow)
+    is_narrow = np.ones(len(px), np.bool_)
+    is_narrow[wide] = False
+    narrow = np.flatnonzero(is_narrow)
 
     records: list[list[Any]] = []  # what the tooltip shows, indexed by the marks' data-i
     marks: list[list[str]] = [[] for _ in lay.lane_labels]

@@ -4,6 +4,7 @@ categories in a stable order, and the time each category holds in each cell of a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +36,7 @@ class Layout:
         return int(self.end.max()) if len(self.end) else 0
 
 
-def category_order(time_per_category: dict[str, int | float]) -> list[str]:
+def category_order(time_per_category: Mapping[str, int | float]) -> list[str]:
     """Categories (paths; ``(none)`` for spans without one) in the order their colours are
     taken from the palette: most time first, then by name. One rule for the timeline, the
     flame graph and serve's phases bars, so a category has one colour on every view."""
@@ -58,7 +59,7 @@ def layout(table: pa.Table) -> Layout:
     tids = table.column("thread_id").take(pa.array(representative)).to_pylist()
     pids = table.column("pid").take(pa.array(representative)).to_pylist()
     one_pid_per_rank = len(set(zip(ranks.tolist(), pids))) == len(set(ranks.tolist()))
-    labels = []
+    labels: list[str] = []
     for i in order:
         label = f"r{ranks[i]} {names[i] or tids[i]}"
         if not one_pid_per_rank:
@@ -73,8 +74,8 @@ def layout(table: pa.Table) -> Layout:
     value_list = values.to_pylist()
     labels_of_values = ["(none)" if v is None else v for v in value_list]
     position_of = {label: i for i, label in enumerate(labels_of_values)}
-    order = category_order(dict(zip(labels_of_values, time_per_value.tolist())))
-    value_order = np.array([position_of[label] for label in order], np.int64)
+    category_names = category_order(dict(zip(labels_of_values, time_per_value.tolist())))
+    value_order = np.array([position_of[label] for label in category_names], np.int64)
     rename = np.empty(len(values), np.int64)
     rename[value_order] = np.arange(len(values))
     categories = [labels_of_values[i] for i in value_order]
