@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -83,7 +83,7 @@ PHASE_SCHEMA = pa.schema(
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
 
 
-def is_path(value: object) -> bool:
+def is_path(value: object) -> TypeGuard[str | os.PathLike]:
     """Whether ``value`` names a trace to stream (a file, a dataset directory, a URI) rather
     than a table."""
     return isinstance(value, (str, os.PathLike))

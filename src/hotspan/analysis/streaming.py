@@ -53,7 +53,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -163,7 +163,7 @@ class SpanSource:
 
         # the parts of one run only, when the filter names one (as load(dir, run=) selects them)
         wanted_run = SpanFilter.of(span_filter).run
-        paths = [path] if is_path(path) else list(path)
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)  # is_path
         self.path = Path(paths[0]) if len(paths) == 1 else Path(", ".join(map(str, paths)))
         #: Set for a URI (s3://, gs://, hdfs://, file://: any that pyarrow.fs reads): the files
         #: are then scanned through pyarrow.dataset on that filesystem, else by DuckDB itself.
@@ -351,7 +351,7 @@ class SpanSource:
         con = getattr(self, "con", None)
         if con is not None:
             con.close()
-            self.con = None
+            del self.con  # closed: getattr above finds none
         if self._own_temp:
             shutil.rmtree(self.temp_directory, ignore_errors=True)
 
@@ -361,7 +361,7 @@ class SpanSource:
     def arrow(self, query: str) -> pa.Table:
         result = self.con.execute(query)
         # DuckDB 1.4 calls it fetch_arrow_table, 1.5 and later to_arrow_table.
-        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table  # type: ignore[attr-defined]  # duckdb 1.4's name, gone from 1.5's stubs
         with warnings.catch_warnings():  # "an extra copy of the rows": small results only come here
             warnings.simplefilter("ignore")
             return fetch()
@@ -420,7 +420,7 @@ class SpanSource:
         )
 
 
-def _other_format(path: Any) -> bool:
+def _other_format(path: Any) -> TypeGuard[str | os.PathLike]:
     """A trace file of a format other than Parquet (JSON, Perfetto, ...): loaded in memory."""
     return is_path(path) and Path(path).is_file() and not str(path).lower().endswith(".parquet")
 
@@ -782,7 +782,8 @@ def group_durations(
         reader = source.batches(f"""
             SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, "s", "o")}
             ORDER BY o.hs_i, s.duration_ns""")
-        current, parts, seen = -1, [], 0
+        current, seen = -1, 0
+        parts: list[np.ndarray] = []
 
         def flush():
             values = np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -43,7 +43,7 @@ def add_command(
 # --------------------------------------------------------------------------- files
 
 
-def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     """``write(tmp)`` beside ``path`` and rename it into place (the library's atomic writer)."""
     from ..formats.base import atomic_path
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..units import human_count, human_ns, human_rate
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def new_console(stderr: bool = False):
@@ -192,14 +195,15 @@ def phases_renderable(result: pa.Table):
     from rich.table import Table
 
     out = Table(show_header=True, header_style="bold", title="phases", title_justify="left")
-    for head, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("rank", "left"),
         ("phase", "left"),
         ("time", "right"),
         ("steps", "right"),
         ("per step", "right"),
         ("share", "right"),
-    ):
+    )
+    for head, justify in columns:
         out.add_column(head, justify=justify)
     for row in result.to_pylist():
         top = row["phase"] == row["category"]

@@ -88,10 +88,11 @@ def _read(targets: list[_Target]) -> list[dict]:
     """One dict per process (the --json shape, plus "path")."""
     from ..recording.flight import FlightFileError, pid_alive, stacks
 
-    out = []
+    out: list[dict] = []
     now = time.time_ns()
     for t in targets:
         if t.path is None:
+            assert t.pid is not None  # a target is a pid, a flight file, or both
             alive = pid_alive(t.pid)
             if alive:
                 raise CliError(

@@ -323,6 +323,10 @@ class _Layout:
     its rows carry, ties: the smaller code; rows with another keep it per span) and the
     processes (pid, rank). The rows stay in table order: the codec sorts them."""
 
+    # per row, the flow that starts / ends at it: set by the writer (device_flows), not here
+    flow_out: np.ndarray
+    flow_in: np.ndarray
+
     def __init__(self, table: pa.Table):
         self.num_rows = n = table.num_rows
         self.metadata = dict(table.schema.metadata or {})
@@ -421,9 +425,9 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     reader.finish()
     n = reader.n
     top = reader.top
-    other = top.get("otherData")
+    other: Any = top.get("otherData")  # any JSON value; a dict when `own`
     own = isinstance(other, dict) and other.get("hotspan.format") == FORMAT_MARK
-    counts = dict(reader.counts)
+    counts: dict[str, int] = dict(reader.counts)
 
     def column(col: codec.Column, dtype) -> np.ndarray:
         return np.frombuffer(col.data, dtype, n)

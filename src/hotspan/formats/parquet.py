@@ -175,6 +175,7 @@ class _JoinedFile:
 
     def finish(self, out) -> None:
         footer = self.footer
+        assert footer is not None  # add() ran at least once
         _thrift.field(footer, 3)[2] = self.rows
         _thrift.field(footer, 4)[2] = (_thrift.STRUCT, self.row_groups)
         encoded = _thrift.write_struct(footer)

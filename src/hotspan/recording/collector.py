@@ -46,6 +46,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -189,8 +190,10 @@ class CollectorServer:
         self.compactions: list[threading.Thread] = []
         middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
         owner = self
+        # a base class from the lazily imported module (pyarrow has no types: Any to mypy)
+        service_base: Any = flight.FlightServerBase
 
-        class _Service(flight.FlightServerBase):
+        class _Service(service_base):
             def do_action(self, context, action):
                 return owner._do_action(action)
 
@@ -571,7 +574,7 @@ class CollectorClient:
         self.rtt_ns = 0
         self.clock_measured_ns = 0  # time.time_ns() of the measurement in use
         self._clock_at = 0.0  # its time.monotonic()
-        self._client = None
+        self._client: Any = None  # a pyarrow.flight.FlightClient once connected
         self._backoff = self.backoff_min
         self._next_try = 0.0
         self._tried = 0  # collectors tried in a row without success (a full round: back off)
@@ -612,7 +615,7 @@ class CollectorClient:
         start of a long run is off by the end); each put carries the offset it was shifted by."""
         import pyarrow.flight as flight
 
-        best = None
+        best: tuple[int, int, int] | None = None
         for _ in range(_CLOCK_ROUNDS):
             t0 = time.time_ns()
             results = list(client.do_action(flight.Action("clock", b""), options=self._options()))
@@ -621,6 +624,7 @@ class CollectorClient:
             rtt = t1 - t0
             if best is None or rtt < best[0]:
                 best = (rtt, server_ns - (t0 + t1) // 2, t1)
+        assert best is not None  # _CLOCK_ROUNDS >= 1
         self.rtt_ns, self.offset_ns, self.clock_measured_ns = best
         self.uncertainty_ns = (self.rtt_ns + 1) // 2
         self._clock_at = time.monotonic()
@@ -707,6 +711,7 @@ class CollectorClient:
                 # Fail over: the next collector of the list, at once; a batch whose put may
                 # have reached the one that failed keeps its name (token, seq), so where both
                 # write the same dataset the second write is recognised and kept once.
+                assert self._index is not None  # picked above, before the first connect
                 self._index = (self._index + 1) % len(self.urls)
                 self.url = self.urls[self._index]
                 self.failovers += 1

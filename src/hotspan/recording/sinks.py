@@ -18,6 +18,8 @@ from ..quiet_threads import lower_this_thread, start_quiet
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..formats.dataset import Location
+
 __all__ = ["CollectorSink", "DatasetSink", "FileSink", "sink_for"]
 
 #: Seconds between two measurements of a collector client's clock offset (default 60).
@@ -96,7 +98,7 @@ class DatasetSink:
             directory.mkdir(parents=True, exist_ok=True)
             self.target = self.shown = str(directory)
         self.directory = directory
-        self.location = None
+        self.location: Location | None = None  # set by open()
         self.token: str | None = None
         self.seq = 0
         self.dropped = 0
@@ -111,9 +113,9 @@ class DatasetSink:
             return
         from ..formats.dataset import location, new_token, sweep_temporaries
 
-        self.location = location(self.target)
-        if self.location.local:
-            sweep_temporaries(self.location.root)
+        self.location = opened = location(self.target)
+        if opened.local:
+            sweep_temporaries(opened.root)
         self.token = new_token()
         self._write(metadata_table(), kind="start")
 
@@ -127,6 +129,7 @@ class DatasetSink:
         from ..formats.dataset import write_part
 
         rank = table.column("rank")[0].as_py() if table.num_rows else current_rank()
+        assert self.location is not None  # open() ran first
         write_part(
             table,
             self.location,

@@ -321,6 +321,7 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
             if "rank" in names:
                 ranks.update(_column_values(pf, "rank"))
             else:  # checked above: a dataset part whose rank=R directory gives it
+                assert rank is not None  # _check_schema refused a part with no rank at all
                 ranks.add(rank)
     except RunError:
         raise
@@ -396,7 +397,7 @@ def _column_bound(pf, column: str, pick) -> int:
     has them (nothing read), else from a scan of that column alone."""
     meta = pf.metadata
     index = pf.schema_arrow.get_field_index(column)
-    values = []
+    values: list[int] | None = []
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         if group.num_rows == 0:
