@@ -167,3 +167,12 @@ def field(fields: list, field_id: int) -> list | None:
         if entry[0] == field_id:
             return entry
     return None
+
+
+def required_field(fields: list, field_id: int) -> list:
+    """The ``[id, type, value]`` entry of a field the format requires (a Parquet footer's
+    row groups, columns, row counts)."""
+    entry = field(fields, field_id)
+    if entry is None:
+        raise ValueError(f"thrift struct without its required field {field_id}")
+    return entry

@@ -482,7 +482,7 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
 
     thread, start, end, flags = take(thread), take(start), take(end), take(flags)
     m = len(thread)
-    if m == 0 and sum(counts.values()):
+    if m == 0 and any(counts.values()):  # counts are >= 0
         raise TraceFileError(path, "no complete span in the file: " + _describe(counts))
 
     if own:

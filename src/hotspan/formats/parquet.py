@@ -146,13 +146,13 @@ class _JoinedFile:
         footer = _thrift.read_struct(bytes(view[-8 - length : -8]))
         body = view[4 : -8 - length]
         moved_by = self.offset - 4
-        for row_group in _thrift.field(footer, 4)[2][1]:
+        for row_group in _thrift.required_field(footer, 4)[2][1]:
             self._move(row_group, moved_by)
             ordinal = _thrift.field(row_group, 7)
             if ordinal is not None:
                 ordinal[2] = len(self.row_groups)
             self.row_groups.append(row_group)
-        self.last_rows = _thrift.field(footer, 3)[2]
+        self.last_rows = _thrift.required_field(footer, 3)[2]
         self.rows += self.last_rows
         if self.footer is None:
             self.footer = footer
@@ -163,7 +163,7 @@ class _JoinedFile:
         for entry in row_group:
             if entry[0] in self._ROW_GROUP_OFFSETS:
                 entry[2] += by
-        for chunk in _thrift.field(row_group, 1)[2][1]:
+        for chunk in _thrift.required_field(row_group, 1)[2][1]:
             for entry in chunk:
                 if entry[0] in self._CHUNK_OFFSETS:
                     entry[2] += by
@@ -176,8 +176,8 @@ class _JoinedFile:
     def finish(self, out) -> None:
         footer = self.footer
         assert footer is not None  # add() ran at least once
-        _thrift.field(footer, 3)[2] = self.rows
-        _thrift.field(footer, 4)[2] = (_thrift.STRUCT, self.row_groups)
+        _thrift.required_field(footer, 3)[2] = self.rows
+        _thrift.required_field(footer, 4)[2] = (_thrift.STRUCT, self.row_groups)
         encoded = _thrift.write_struct(footer)
         out.write(encoded)
         out.write(struct.pack("<I", len(encoded)))

@@ -174,7 +174,8 @@ class TracedWork:
 
 def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callable[..., Any]:
     sig = inspect.signature(original)
-    payload = _Param(sig, COLLECTIVES[fname]) if COLLECTIVES[fname] else None
+    payload_name = COLLECTIVES[fname]
+    payload = _Param(sig, payload_name) if payload_name else None
     async_op = _Param(sig, "async_op")
     always_async = fname in ALWAYS_ASYNC
     span = _span

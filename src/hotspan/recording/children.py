@@ -30,7 +30,7 @@ class _TrackedChildren(set):
 def track_children() -> None:
     """Note multiprocessing's children from now on (once multiprocessing is loaded: called at
     a recording's start, at each flush and before each fork)."""
-    mp_process = sys.modules.get("multiprocessing.process")
+    mp_process: Any = sys.modules.get("multiprocessing.process")  # its _children is private
     if mp_process is not None and not isinstance(
         getattr(mp_process, "_children", None), _TrackedChildren
     ):

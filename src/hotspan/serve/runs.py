@@ -397,14 +397,14 @@ def _column_bound(pf, column: str, pick) -> int:
     has them (nothing read), else from a scan of that column alone."""
     meta = pf.metadata
     index = pf.schema_arrow.get_field_index(column)
-    values: list[int] | None = []
+    values: list[int] = []
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         if group.num_rows == 0:
             continue
         stats = group.column(index).statistics if index < group.num_columns else None
         if stats is None or not stats.has_min_max:
-            values = None
+            values = []  # a group without statistics: scan the column
             break
         values.append(stats.min if pick is min else stats.max)
     if values:
