@@ -17,19 +17,20 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Optional
 from urllib.parse import unquote
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
 from . import queries
 from .runs import Catalog, Run
 
-__all__ = ["create_app"]
+__all__ = ["Served", "create_app"]
 
 _UNKNOWN = "no run with this id under the served directory"
 
@@ -180,46 +181,37 @@ def _bad_value(parameter: str, message: str, where: str = "query") -> RequestVal
 PERFETTO_UI = "https://ui.perfetto.dev"
 
 
-def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
-               perfetto_ui: str = PERFETTO_UI) -> FastAPI:
-    """The application serving the runs under ``root``. ``token``: required of every
-    request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
-    non-Parquet traces and download files go (default: a fresh temporary directory).
-    ``perfetto_ui``: the Perfetto UI that "Open in Perfetto UI" opens (a self-hosted one
-    where ui.perfetto.dev cannot be reached)."""
-    if not re.match(r"^https?://[^/\s]+", perfetto_ui):
-        raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
-    if cache is None:
-        cache = tempfile.mkdtemp(prefix="hotspan-serve-")
-    catalog = Catalog(root, cache)
-    cache_dir = Path(cache)
-    expected = f"Bearer {token}".encode() if token else None
+class Served:
+    """What the routes of one application share: the runs under the served directory (the
+    catalog), the directory for converted copies, the token and the Perfetto UI. The routes
+    are this object's methods; ``create_app`` registers them on a FastAPI application."""
 
-    app = FastAPI(
-        title="hotspan serve", version=__version__, docs_url=None, redoc_url=None,  # their pages load from a CDN
-        description="The runs (trace files and dataset directories) under one directory: list them, read "
-                    "their statistics, phases and spans, download them in any format, compare two.",
-    )
-    app.state.catalog = catalog
+    def __init__(self, root: str | os.PathLike, *, token: str | None = None,
+                 cache: str | os.PathLike | None = None, perfetto_ui: str = PERFETTO_UI) -> None:
+        if not re.match(r"^https?://[^/\s]+", perfetto_ui):
+            raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
+        if cache is None:
+            cache = tempfile.mkdtemp(prefix="hotspan-serve-")
+        self.catalog = Catalog(root, cache)
+        self.cache_dir = Path(cache)
+        self.perfetto_ui = perfetto_ui
+        self._expected = f"Bearer {token}".encode() if token else None
 
-    # A run that reads as a list entry can still fail a query (a part torn after the scan, a
-    # table breaking the span rules): its message, as for a run listed with an error, never a 500.
-    from ..formats.base import TraceFileError
-    import pyarrow as pa
+    # ------------------------------------------------------------------ checks and lookups
 
-    @app.exception_handler(TraceFileError)
-    @app.exception_handler(pa.ArrowException)
-    @app.exception_handler(OSError)
-    async def unreadable(request: Request, exc: Exception):
-        text = str(exc).replace(str(catalog.root) + os.sep, "")  # paths relative to the served directory
+    async def unreadable(self, request: Request, exc: Exception) -> JSONResponse:
+        """A run that reads as a list entry can still fail a query (a part torn after the
+        scan, a table breaking the span rules): its message, as for a run listed with an
+        error, never a 500."""
+        text = str(exc).replace(str(self.catalog.root) + os.sep, "")  # paths relative to the served directory
         return _problem(409, f"not a readable trace: {text}")
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if expected is not None:
+    def refusal(self, request: Request) -> JSONResponse | None:
+        """The 401 or 400 a request gets before anything else runs, or None."""
+        if self._expected is not None:
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             # Constant time: how much of the token matched does not show in the timing.
-            if not hmac.compare_digest(given, expected):
+            if not hmac.compare_digest(given, self._expected):
                 return _problem(401, "missing or wrong token: send Authorization: Bearer <token>",
                                 **{"WWW-Authenticate": "Bearer"})
         raw = request.scope.get("raw_path") or request.url.path.encode()
@@ -230,60 +222,49 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         for key, value in request.query_params.multi_items():
             if escapes(value):
                 return _problem(400, f"parameter {key!r}: {value!r} names a path outside the served directory")
+        return None
+
+    async def guard(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        refused = self.refusal(request)
+        if refused is not None:
+            return refused
         return await call_next(request)
 
-    def run_or_404(rid: str) -> Run | JSONResponse:
-        run = catalog.get(rid)
+    def run_or_404(self, rid: str) -> Run | JSONResponse:
+        """The run with id ``rid``, or the 404 (no such run) or 409 (unreadable) to answer."""
+        run = self.catalog.get(rid)
         if run is None:
             return _problem(404, f"{rid}: {_UNKNOWN}")
         if run.error is not None:
             return _problem(409, f"{run.path}: {run.error}")
         return run
 
-    def by_columns(text: str) -> tuple[str, ...]:
-        from .._schema import SPAN_SCHEMA
-
-        keys = tuple(k.strip() for k in text.split(",") if k.strip())
-        if not keys:
-            raise _bad_value("by", "give one or more column names, comma-separated")
-        unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
-        if unknown:
-            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
-        if len(set(keys)) != len(keys):
-            raise _bad_value("by", "a column is named twice")
-        return keys
-
     # ------------------------------------------------------------------ the JSON API
 
-    @app.get("/v1/traces", response_model=TraceList, responses=_ERRORS, tags=["traces"])
-    def list_traces() -> Any:
+    def list_traces(self) -> Any:
         """Every run under the directory (scanned on each request: new runs appear). A run
         that cannot be read is listed with its `error` and no figures."""
-        return {"traces": [run.entry() for run in catalog.scan()]}
+        return {"traces": [run.entry() for run in self.catalog.scan()]}
 
-    @app.get("/v1/traces/{id}", response_model=TraceDetail, responses={**_ERRORS, **_NOT_FOUND}, tags=["traces"])
-    def get_trace(id: str) -> Any:
+    def get_trace(self, id: str) -> Any:
         """The run's summary and its phases per rank (each top-level category's time per step
         and its sub-categories' shares; rank null: the mean over ranks)."""
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
         return {**run.entry(), "phases": queries.phases_rows(run)}
 
-    @app.get("/v1/traces/{id}/stats", response_model=StatsResponse, responses={**_ERRORS, **_NOT_FOUND},
-             tags=["traces"])
-    def get_stats(id: str, by: str = Query("category,name", description="comma-separated span columns to group by",
-                                           max_length=200)) -> Any:
+    def get_stats(self, id: str, by: str = Query("category,name", description="comma-separated span columns to group by",
+                                                 max_length=200)) -> Any:
         """The `hotspan stats` columns per group of spans, largest total first."""
         keys = by_columns(by)
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
         return {"id": run.id, "by": list(keys), "rows": queries.stats_rows(run, keys)}
 
-    @app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses={**_ERRORS, **_NOT_FOUND},
-             tags=["traces"])
     def get_spans(
+        self,
         id: str,
         offset: int = Query(0, ge=0, le=2**62, description="spans to skip (of those matching)"),
         limit: int = Query(100, ge=1, le=10_000, description="spans in this page (at most 10 000)"),
@@ -295,7 +276,7 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     ) -> Any:
         """A page of spans in a stable order (the run's parts in order, rows in file order);
         `next_offset` is where the next page starts, null on the last."""
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
         rows, more = queries.spans_page(run, offset=offset, limit=limit, name=name, category=category, rank=rank,
@@ -303,28 +284,22 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         return {"id": run.id, "offset": offset, "limit": limit, "next_offset": offset + len(rows) if more else None,
                 "spans": rows}
 
-    @app.get("/v1/traces/{id}/download", response_class=FileResponse, tags=["traces"],
-             responses={**_ERRORS, **_NOT_FOUND,
-                        200: {"description": "the trace, streamed",
-                              "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
-                                              if m == "application/json" else {"type": "string", "format": "binary"}}
-                                          for _e, m in queries.DOWNLOAD_FORMATS.values()}}})
-    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
+    def download(self, id: str, format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
             "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet")) -> Any:
         """The run as one file in `format`, streamed from disk (converted once per version of
         the run)."""
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        path = queries.download_path(run, format, cache_dir)
+        path = queries.download_path(run, format, self.cache_dir)
         extension, media = queries.DOWNLOAD_FORMATS[format]
         stem = run.name
         if run.kind == "file" and run.format:
             stem = stem[: -len(run.format)] if stem.lower().endswith(run.format) else stem
         return FileResponse(path, media_type=media, filename=(stem or run.id) + extension)
 
-    @app.get("/v1/compare", response_model=CompareResponse, responses={**_ERRORS, **_NOT_FOUND}, tags=["compare"])
     def compare(
+        self,
         base: str = Query(..., max_length=64, description="id of the run before"),
         new: str = Query(..., max_length=64, description="id of the run after"),
         threshold: float = Query(0.05, ge=0.0, le=100.0, description="slowdown that counts, as a fraction"),
@@ -333,15 +308,72 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         """Span group by span group, as `hotspan compare` does: medians, their change with a
         bootstrap interval, the Mann-Whitney U p-value and a verdict."""
         runs = []
-        for parameter, rid in (("base", base), ("new", new)):
-            run = run_or_404(rid)
+        for rid in (base, new):
+            run = self.run_or_404(rid)
             if isinstance(run, JSONResponse):
                 return run
             runs.append(run)
         return {"base": base, "new": new, "threshold": threshold,
                 "rows": queries.compare_rows(runs[0], runs[1], threshold=threshold, min_count=min_count)}
 
+
+def by_columns(text: str) -> tuple[str, ...]:
+    """The span columns ``text`` (comma-separated) names, or FastAPI's 422 naming ``by``."""
+    from .._schema import SPAN_SCHEMA
+
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not keys:
+        raise _bad_value("by", "give one or more column names, comma-separated")
+    unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+    if unknown:
+        raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+    if len(set(keys)) != len(keys):
+        raise _bad_value("by", "a column is named twice")
+    return keys
+
+
+_DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "the trace, streamed",
+          "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
+                          if m == "application/json" else {"type": "string", "format": "binary"}}
+                      for _e, m in queries.DOWNLOAD_FORMATS.values()}}}
+
+
+def add_api(app: FastAPI, served: Served) -> None:
+    """The JSON API's routes, each one of ``served``'s methods."""
+    found = {**_ERRORS, **_NOT_FOUND}
+    app.get("/v1/traces", response_model=TraceList, responses=_ERRORS, tags=["traces"])(served.list_traces)
+    app.get("/v1/traces/{id}", response_model=TraceDetail, responses=found, tags=["traces"])(served.get_trace)
+    app.get("/v1/traces/{id}/stats", response_model=StatsResponse, responses=found, tags=["traces"])(served.get_stats)
+    app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses=found, tags=["traces"])(served.get_spans)
+    app.get("/v1/traces/{id}/download", response_class=FileResponse, tags=["traces"],
+            responses={**found, **_DOWNLOAD_RESPONSES})(served.download)
+    app.get("/v1/compare", response_model=CompareResponse, responses=found, tags=["compare"])(served.compare)
+
+
+def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
+               perfetto_ui: str = PERFETTO_UI) -> FastAPI:
+    """The application serving the runs under ``root``. ``token``: required of every
+    request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
+    non-Parquet traces and download files go (default: a fresh temporary directory).
+    ``perfetto_ui``: the Perfetto UI that "Open in Perfetto UI" opens (a self-hosted one
+    where ui.perfetto.dev cannot be reached)."""
+    import pyarrow as pa
+
+    from ..formats.base import TraceFileError
     from .pages import add_pages
 
-    add_pages(app, catalog, run_or_404, perfetto_ui=perfetto_ui)
+    served = Served(root, token=token, cache=cache, perfetto_ui=perfetto_ui)
+    app = FastAPI(
+        title="hotspan serve", version=__version__, docs_url=None, redoc_url=None,  # their pages load from a CDN
+        description="The runs (trace files and dataset directories) under one directory: list them, read "
+                    "their statistics, phases and spans, download them in any format, compare two.",
+    )
+    app.state.catalog = served.catalog
+    app.state.served = served
+    for error in (TraceFileError, pa.ArrowException, OSError):
+        app.add_exception_handler(error, served.unreadable)
+    app.middleware("http")(served.guard)
+    add_api(app, served)
+    add_pages(app, served.catalog, served.run_or_404, perfetto_ui=served.perfetto_ui)
     return app
