@@ -89,6 +89,10 @@ def rank() -> int:
     return 0
 
 
+#: ``rank()`` under a second name: inside ``configure()`` its parameter ``rank`` hides it.
+_process_rank = rank
+
+
 def configure(
     *,
     rank: int | None = None,
@@ -180,7 +184,7 @@ def configure(
     )
     # After the sizes: the file holds memory_cap of blocks of `capacity` records.
     if flight is not None and flight is not False:
-        _native._flight_open(flight_path(None if flight is True else os.fspath(flight)), globals()["rank"](),
+        _native._flight_open(flight_path(None if flight is True else os.fspath(flight)), _process_rank(),
                              __version__)
     elif rank is not None:
         _native._flight_set_rank(rank)
