@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import _thread
-import atexit
 import os
 
 from . import _native
@@ -489,6 +488,7 @@ def _flight_from_env() -> None:
 _native._set_hooks(_thread_name, _decorate_with)
 _check_hotspan_env()
 _flight_from_env()
-# Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
-atexit.register(_warn_dropped_at_exit)
+# Run once at exit, after the recorders' final flushes (lifecycle's order), silent unless
+# spans were dropped.
+lifecycle.report_at_exit(_warn_dropped_at_exit)
 lifecycle.on_fork("core", after_in_child=_after_fork_child)
