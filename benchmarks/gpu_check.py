@@ -1,6 +1,10 @@
-"""Device spans checked against torch.profiler on a machine with a CUDA GPU.
+"""Device spans checked against the real CUDA driver and torch.profiler on a machine with a GPU.
 
     python benchmarks/gpu_check.py [--spans 1000] [--host-n 100000]
+
+Device spans are recorded by hotspan's C plug-in through the CUDA driver API (libcuda.so.1,
+loaded at run time); torch here only launches the work and profiles it. The same checks
+run in tests/devices/test_cuda_spans.py over a stand-in driver.
 
 1. Records --spans device spans (``hotspan.span(name, "gpu", device="cuda")``), each
    around one ``torch.mm`` of a known size (256 to 4096, round robin), under
@@ -12,7 +16,10 @@
 3. Times the host cost of an empty device span against an empty host span and the floor
    (a C no-op context manager), best of several rounds (device spans drained with
    ``wait_device=True`` after each round, so the event pool stays warm).
-4. Checks that ``drain()`` never waits for the GPU: with 20 device spans of 8192 x 8192
+4. Checks the stream: torch's current stream is read in C (the plug-in's ``torch`` state
+   is ``"c"``), a span under ``torch.cuda.stream(s)`` and one given ``stream=s`` both land
+   on ``s`` (their rows named by ``s.stream_id``).
+5. Checks that ``drain()`` never waits for the GPU: with 20 device spans of 8192 x 8192
    matmuls queued, ``drain()`` returns long before the work is done, with the pairs not
    yet complete left for a later drain; then ``drain(wait_device=True)`` has them all.
 
@@ -154,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         if within != args.spans:
             problems.append(f"{args.spans - within} device spans outside 5% / 5 us of the profiler's kernels")
 
-    # host cost: an empty device span against an empty host span and the floor
+    # host cost: an empty device span against an empty host span and the floor (the
+    # difference: what the device span costs the host, its two real event records included)
     noop, host, device = NoopContext(), hotspan.span("h", "gpu"), hotspan.span("d", "gpu", device="cuda")
 
     def loop(cm):
@@ -172,12 +180,31 @@ def main(argv: list[str] | None = None) -> int:
             best = min(best, _best_per_iter(loop(cm), n, 1))
             hotspan.drain(wait_device=True)  # the pairs back to the pool: a warm recorder
         costs[label] = best
+    from hotspan.devices import cuda
+
     result.update(
-        floor_ns=round(costs["floor"], 1),
+        plugin=cuda.info(),
         host_span_ns=round(costs["host_span"], 1),
         device_span_ns=round(costs["device_span"], 1),
         device_over_host_ns=round(costs["device_span"] - costs["host_span"], 1),
     )
+
+    # the stream: torch's current one (read in C), or the one given
+    side = torch.cuda.Stream()
+    a, b, c = mats[SIZES[0]]
+    with torch.cuda.stream(side):
+        with hotspan.span("current", "gpu", device="cuda"):
+            torch.mm(a, b, out=c)
+    with hotspan.span("given", "gpu", device="cuda", stream=side):
+        with torch.cuda.stream(side):
+            torch.mm(a, b, out=c)
+    streams = {r["name"]: r["thread_name"] for r in hotspan.drain(wait_device=True).to_pylist() if r["thread_id"] < 0}
+    expected = f"cuda:{torch.cuda.current_device()} stream {side.stream_id}"
+    result.update(stream_rows=streams, torch_stream_read=cuda.info()["torch"])
+    if streams != {"current": expected, "given": expected}:
+        problems.append(f"stream rows {streams}, expected both on {expected!r}")
+    if cuda.info()["torch"] != "c":
+        problems.append(f"torch's current stream read through {cuda.info()['torch']!r}, not in C")
 
     # drain() never waits for the GPU
     big = torch.randn(8192, 8192, device=dev)

@@ -10,6 +10,7 @@
 
 #include "hs_clock.h"
 #include "hs_columns.h"
+#include "hs_cuda.h"
 #include "hs_drain.h"
 #include "hs_flight.h"
 #include "hs_intern.h"
@@ -23,9 +24,11 @@ static void prepare(void) {
     hs_intern_lock();
     hs_nvtx_fork_prepare();
     hs_clock_fork_prepare();
+    hs_cuda_fork_prepare(); /* a leaf: nothing is taken while the CUDA plug-in holds it */
 }
 
 static void parent(void) {
+    hs_cuda_fork_parent();
     hs_clock_fork_release();
     hs_nvtx_fork_release();
     hs_intern_unlock();
@@ -36,6 +39,7 @@ static void parent(void) {
 
 /* One thread, every lock above held. */
 static void child(void) {
+    hs_cuda_fork_child(); /* forgets the parent's device pairs */
     hs_clock_fork_release();
     hs_nvtx_fork_release();
     hs_drain_after_fork_child();    /* the parent's segments and drain thread: not ours */

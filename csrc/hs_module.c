@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hs_columns.h"
+#include "hs_cuda.h"
 #include "hs_drain.h"
 #include "hs_flight.h"
 #include "hs_fork.h"
@@ -120,8 +121,37 @@ static PyObject *py_nvtx(PyObject *m, PyObject *a) {
     return PyBool_FromLong(atomic_load(&hs_nvtx_on));
 }
 
+/* What helps against the drops counted so far, in one sentence ("" when none): the cause
+ * that dropped most at the cap decides (records not drained yet: drain more often; the
+ * blocks live threads write into: a bigger cap or smaller blocks). */
+static void drop_advice(char *out, size_t n, uint64_t cap, uint64_t other, const hs_cap_causes *c) {
+    out[0] = 0;
+    char cap_text[240] = "", size[32];
+    uint64_t bytes = hs_get_memory_cap();
+    if (bytes >= (1u << 20)) snprintf(size, sizeof size, "%.1f MiB", (double)bytes / (1 << 20));
+    else snprintf(size, sizeof size, "%.1f KiB", (double)bytes / 1024);
+    if (cap && c->thread_blocks > c->undrained)
+        snprintf(cap_text, sizeof cap_text,
+                 "at the memory cap (%s), filled by the blocks of %llu live threads: raise "
+                 "configure(memory_cap=) or lower configure(capacity=)",
+                 size, (unsigned long long)c->live_threads_at_last);
+    else if (cap)
+        snprintf(cap_text, sizeof cap_text,
+                 "at the memory cap (%s), filled by spans not drained yet: drain more often "
+                 "(record(flush_interval=), drain()) or raise configure(memory_cap=)",
+                 size);
+    const char *other_text = "for other causes (out of memory, or too many distinct names or paths)";
+    if (cap && other)
+        snprintf(out, n, "%llu %s; %llu %s", (unsigned long long)cap, cap_text, (unsigned long long)other, other_text);
+    else if (cap)
+        snprintf(out, n, "%s", cap_text);
+    else if (other)
+        snprintf(out, n, "%s", other_text);
+}
+
 /* dropped(detail=False): the total, or {"total", "memory_cap", "other", "threads": {tid:
- * {"name", "memory_cap", "other"}}} for the threads that dropped any (exited ones too). */
+ * {"name", "memory_cap", "other"}}, "memory_cap_causes": {"undrained", "thread_blocks"},
+ * "advice"} for the threads that dropped any (exited ones too). */
 static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     (void)m;
     static char *kwlist[] = {"detail", NULL};
@@ -165,8 +195,14 @@ static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     /* exited threads beyond the kept rows count in the totals only */
     uint64_t all_cap, all_other;
     hs_dropped_by_cause(&all_cap, &all_other);
-    return Py_BuildValue("{sKsKsKsN}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
-                         (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads);
+    hs_cap_causes causes;
+    hs_cap_causes_get(&causes);
+    char advice[400];
+    drop_advice(advice, sizeof advice, all_cap, all_other, &causes);
+    return Py_BuildValue("{sKsKsKsNs{sKsK}ss}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
+                         (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads,
+                         "memory_cap_causes", "undrained", (unsigned long long)causes.undrained, "thread_blocks",
+                         (unsigned long long)causes.thread_blocks, "advice", advice);
 }
 
 /* ---- drain ---------------------------------------------------------------------------- */
@@ -656,7 +692,9 @@ static PyMethodDef module_methods[] = {
     {"set_thread_name", py_set_thread_name, METH_O, "set_thread_name(name)\n--\n\nName the calling thread in traces."},
     {"dropped", (PyCFunction)(void (*)(void))py_dropped, METH_VARARGS | METH_KEYWORDS,
      "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
-     "total, how many at the memory cap and how many for other causes, and the same per thread."},
+     "total, how many at the memory cap and how many for other causes, the same per thread,\n"
+     "what held the cap at each drop (memory_cap_causes: undrained, thread_blocks) and advice:\n"
+     "one sentence on what helps."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_tasks_seen", py_tasks_seen, METH_NOARGS, NULL},
     {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},
@@ -722,6 +760,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (env && (!strcmp(env, "0") || !strcasecmp(env, "false") || !strcasecmp(env, "off") || !strcasecmp(env, "no")))
         atomic_store(&hs_enabled, 0);
     hs_nvtx_init_from_env(); /* HOTSPAN_NVTX=1 */
+    if (hs_cuda_install(m) < 0) { /* device spans' plug-in: the driver loads at the first one */
+        Py_DECREF(m);
+        return NULL;
+    }
     PyObject *capsule = PyCapsule_New((void *)&capi, HOTSPAN_CAPSULE_NAME, NULL);
     if (PyModule_AddObjectRef(m, "span", (PyObject *)&SpanType) < 0 ||
         PyModule_AddObjectRef(m, "traced_function", (PyObject *)&TracedType) < 0 ||

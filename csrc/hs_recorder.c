@@ -100,12 +100,14 @@ __attribute__((noinline)) hs_record *hs_push_switch(hs_tstate *t, uint64_t n) {
         hs_block_claim(t->w.blk, t->info->tid, t->last_pushed_seq);
         return hs_writer_reserve(&t->w, n);
     }
-    if (rc == HS_SWITCH_CAP)
+    if (rc == HS_SWITCH_CAP) {
+        hs_cap_drop_note(t->w.blk ? t->w.blk->bytes : 0);
         atomic_store_explicit(&t->info->dropped_cap,
                               atomic_load_explicit(&t->info->dropped_cap, memory_order_relaxed) + 1,
                               memory_order_relaxed);
-    else
+    } else {
         hs_count_drop(t);
+    }
     return NULL;
 }
 

@@ -147,6 +147,7 @@ static void on_thread_exit(void *p) {
     if (!t) return;
     hs_chain *chain = t->chain;
     atomic_store(&t->info->alive, 0);
+    hs_writer_retire(&t->w);
     /* Another context's stack (owned by its stack object) may be current: free our own
      * (unless it is a flight file slot's, which stays with the slot). */
     hs_frame *own = t->stack_owner ? t->own_stack : t->stack;
@@ -208,8 +209,9 @@ hs_tstate *hs_tstate_register(void) {
     t->last_pushed_seq = t->seq;
     info->drain_seq = t->seq;
     chain->owner_info = info;
-    /* A first block now, so the first span does not take the slow path; at the cap the
-     * thread has none yet, and its records are dropped (counted) until a block frees up. */
+    /* A first block now (small: it grows as the thread records), so the first span does not
+     * take the slow path; at the cap the thread has none yet, and its records are dropped
+     * (counted) until a block frees up. */
     hs_writer_switch(chain, &t->w);
     hs_block_claim(t->w.blk, info->tid, t->last_pushed_seq);
 

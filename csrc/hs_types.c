@@ -7,10 +7,12 @@
  * - `with` costs a bound-method lookup per __enter__/__exit__ whatever we do; we keep each
  *   to one METH_FASTCALL C call (METH_NOARGS costs ~9 ns more) and allocate nothing.
  * - a literal `hotspan.span("x", "c")` goes through the type's vectorcall and a
- *   pointer-keyed cache of interned sites, so it never hashes or encodes the strings.
+ *   pointer-keyed cache of interned sites, so it never hashes or encodes the strings, and
+ *   takes its (fresh) object from a free list, so a warm loop never calls the allocator.
  */
 #include "hs_types.h"
 
+#include "hs_device.h"
 #include "hs_recorder.h"
 
 
@@ -27,15 +29,12 @@ static PyMutex lit_mutex;
 
 /* Direct-mapped, keyed by the str objects' addresses. An entry owns references to its
  * keys, so an address in the cache always is that very string; only str objects ever get
- * in, so a hit needs no type checks. An entry also holds the span object for those
- * strings with no arg: spans are immutable and their nesting lives with the thread, so a
- * literal `with hotspan.span("x", "c"):` can hand back that one object instead of
- * allocating (and freeing) one per iteration. */
+ * in, so a hit needs no type checks. (A literal's str is the same object on every pass of
+ * a loop: the code object's constant.) */
 typedef struct {
     PyObject *name;
     PyObject *category; /* NULL: none */
     hs_site *site;
-    PyObject *span;     /* span(name, category) with no arg */
 } lit_entry;
 #define LIT_SIZE 2048
 static lit_entry lit_cache[LIT_SIZE];
@@ -44,9 +43,6 @@ static inline lit_entry *lit_slot(PyObject *name, PyObject *category) {
     size_t h = (((uintptr_t)name >> 4) ^ (((uintptr_t)category >> 4) * 0x9e3779b1u)) & (LIT_SIZE - 1);
     return &lit_cache[h];
 }
-
-static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
-                                 PyObject *arg_obj);
 
 /* name: a str; category: a str or NULL. Returns the (borrowed) entry, or NULL with an
  * exception set. */
@@ -64,57 +60,51 @@ static lit_entry *lit_fill(PyObject *name, PyObject *category) {
         PyErr_NoMemory();
         return NULL;
     }
-    PyObject *obj = span_new_object(site, name, category, 0, 0, NULL);
-    if (!obj) return NULL;
     lit_entry *e = lit_slot(name, category);
     Py_INCREF(name);
     Py_XINCREF(category);
     LIT_LOCK();
-    PyObject *old_name = e->name, *old_category = e->category, *old_span = e->span;
+    PyObject *old_name = e->name, *old_category = e->category;
     e->name = name;
     e->category = category;
     e->site = site;
-    e->span = obj;
     LIT_UNLOCK();
     Py_XDECREF(old_name);
     Py_XDECREF(old_category);
-    Py_XDECREF(old_span);
     return e;
 }
 
 #ifdef Py_GIL_DISABLED
 /* Free-threaded: copy the entry out under the lock. */
-static int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+static int lit_get(PyObject *name, PyObject *category, hs_site **site) {
     lit_entry *e = lit_slot(name, category);
     int hit = 0;
     LIT_LOCK();
     if (e->name == name && e->category == category && e->site) {
         *site = e->site;
-        if (span) *span = Py_NewRef(e->span);
         hit = 1;
     }
     LIT_UNLOCK();
     if (hit) return 0;
     if (!lit_fill(name, category)) return -1;
-    return lit_get(name, category, site, span);
+    return lit_get(name, category, site);
 }
 #else
 /* With the GIL nothing changes an entry between the check and the use. */
-static inline int lit_get(PyObject *name, PyObject *category, hs_site **site, PyObject **span) {
+static inline int lit_get(PyObject *name, PyObject *category, hs_site **site) {
     lit_entry *e = lit_slot(name, category);
     if (HS_UNLIKELY(e->name != name || e->category != category || !e->site)) {
         e = lit_fill(name, category);
         if (!e) return -1;
     }
     *site = e->site;
-    if (span) *span = Py_NewRef(e->span);
     return 0;
 }
 #endif
 
 static hs_site *site_for(PyObject *name, PyObject *category) {
     hs_site *site;
-    return lit_get(name, category, &site, NULL) < 0 ? NULL : site;
+    return lit_get(name, category, &site) < 0 ? NULL : site;
 }
 
 /* ---- argument checks ------------------------------------------------------------------ */
@@ -126,8 +116,9 @@ typedef struct {
     uint32_t flags;
     PyObject *arg_obj; /* borrowed; NULL: none */
     PyObject *sync;    /* borrowed; NULL: none (None and False are none); Py_True: configure(sync=)'s */
-    PyObject *device;  /* owned (span_make releases it); NULL: none. The device's recorder,
-                        * from hotspan._api._check_device */
+    PyObject *device;  /* borrowed; NULL: none. 'cuda', checked (the plug-in is usable) */
+    PyObject *stream;  /* borrowed; NULL: none (the current stream) */
+    hs_stream_spec stream_spec;
 } span_args;
 
 /* Keywords beyond (name, category, arg) a function takes. */
@@ -158,6 +149,8 @@ static int check_span_args(const char *fn, PyObject *name, PyObject *category, P
     out->arg_obj = NULL;
     out->sync = NULL;
     out->device = NULL;
+    out->stream = NULL;
+    memset(&out->stream_spec, 0, sizeof out->stream_spec);
     if (arg && arg != Py_None) {
         if (!PyLong_Check(arg)) {
             PyErr_Format(PyExc_TypeError, "%s(): arg must be an int or None, not %.100s", fn,
@@ -178,11 +171,59 @@ static int check_span_args(const char *fn, PyObject *name, PyObject *category, P
     return 0;
 }
 
+/* An unsigned 64-bit handle from an int (or an int-like, such as a ctypes pointer's value). */
+static int stream_int(const char *fn, PyObject *v, uint64_t *out) {
+    if (PyLong_Check(v)) {
+        *out = PyLong_AsUnsignedLongLongMask(v);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "%s(): stream must be an int handle or an object with cuda_stream or __cuda_stream__ "
+                 "(a torch, CuPy or numba stream), not %.100s", fn, Py_TYPE(v)->tp_name);
+    return -1;
+}
+
+/* stream=: an int (a CUstream handle), an object with cuda_stream (torch: its stream_id
+ * names the rows' stream), or one with __cuda_stream__ (CUDA's stream protocol: a method
+ * returning (version, handle); CuPy, numba, cuda.core). Read once, here. */
+static int parse_stream(const char *fn, PyObject *stream, hs_stream_spec *spec) {
+    spec->given = 1;
+    if (PyLong_Check(stream)) {
+        if (stream_int(fn, stream, &spec->handle) < 0) return -1;
+        spec->stream_id = spec->handle;
+        return 0;
+    }
+    PyObject *h = NULL;
+    if (PyObject_HasAttrString(stream, "cuda_stream")) {
+        h = PyObject_GetAttrString(stream, "cuda_stream");
+        if (!h) return -1;
+        int rc = stream_int(fn, h, &spec->handle);
+        Py_DECREF(h);
+        if (rc < 0) return -1;
+        spec->stream_id = spec->handle;
+        PyObject *id = PyObject_HasAttrString(stream, "stream_id") ? PyObject_GetAttrString(stream, "stream_id") : NULL;
+        if (id && PyLong_Check(id)) spec->stream_id = PyLong_AsUnsignedLongLongMask(id);
+        Py_XDECREF(id);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (PyObject_HasAttrString(stream, "__cuda_stream__")) {
+        h = PyObject_GetAttrString(stream, "__cuda_stream__");
+        if (h && PyCallable_Check(h)) Py_SETREF(h, PyObject_CallNoArgs(h));
+        if (!h) return -1;
+        if (PyTuple_Check(h) && PyTuple_GET_SIZE(h) == 2) Py_SETREF(h, Py_NewRef(PyTuple_GET_ITEM(h, 1)));
+        int rc = stream_int(fn, h, &spec->handle);
+        Py_DECREF(h);
+        spec->stream_id = spec->handle;
+        return rc;
+    }
+    return stream_int(fn, stream, &spec->handle); /* the TypeError */
+}
+
 /* sync: a callable, True (configure(sync=)'s), or None/False (none). device: None, or
- * checked by hotspan._api._check_device, which raises (CUDA missing) at the span object's
- * creation, never at enter or drain, and returns the device's recorder (its start/stop
- * are called at enter and exit). Last of the checks: nothing fails after it is set. */
-static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, span_args *out) {
+ * 'cuda' with the CUDA plug-in usable (driver loaded, a device seen): a RuntimeError
+ * naming CUDA otherwise, raised at the span object's creation, never at enter or drain.
+ * stream: with device= only. Last of the checks: nothing fails after it is set. */
+static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, PyObject *stream, span_args *out) {
     if (sync && sync != Py_None && sync != Py_False) {
         if (sync == Py_True) {
             if (!hs_default_sync) {
@@ -198,13 +239,26 @@ static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, s
         }
         out->sync = sync;
     }
-    if (device && device != Py_None) {
-        PyObject *api = PyImport_ImportModule("hotspan._api");
-        if (!api) return -1;
-        PyObject *r = PyObject_CallMethod(api, "_check_device", "sO", fn, device);
-        Py_DECREF(api);
-        if (!r) return -1;
-        out->device = r;
+    if (device == Py_None) device = NULL;
+    if (stream == Py_None) stream = NULL;
+    if (stream && !device) {
+        PyErr_Format(PyExc_TypeError, "%s(): stream= is for device spans: pass device='cuda' too", fn);
+        return -1;
+    }
+    if (device) {
+        if (!PyUnicode_Check(device) || PyUnicode_CompareWithASCIIString(device, "cuda") != 0) {
+            PyErr_Format(PyExc_ValueError, "%s(): device must be 'cuda' or None, not %R", fn, device);
+            return -1;
+        }
+        if (stream && parse_stream(fn, stream, &out->stream_spec) < 0) return -1;
+        if (!hs_device_cuda) {
+            PyErr_Format(PyExc_RuntimeError, "%s(device='cuda'): CUDA is not available: this build has no CUDA plug-in",
+                         fn);
+            return -1;
+        }
+        if (hs_device_cuda->available(fn) < 0) return -1;
+        out->device = device;
+        out->stream = stream;
     }
     return 0;
 }
@@ -212,7 +266,7 @@ static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, s
 /* (name, category=None, *, arg=None) from a vectorcall. */
 static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                            span_args *out, int extra) {
-    PyObject *name = NULL, *category = NULL, *arg = NULL, *sync = NULL, *device = NULL;
+    PyObject *name = NULL, *category = NULL, *arg = NULL, *sync = NULL, *device = NULL, *stream = NULL;
     if (nargs > 2) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most 2 positional arguments (name, category), %zd given",
                      fn, nargs);
@@ -231,6 +285,7 @@ static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nar
             else if (PyUnicode_CompareWithASCIIString(k, "name") == 0) slot = &name;
             else if ((extra & KW_SYNC) && PyUnicode_CompareWithASCIIString(k, "sync") == 0) slot = &sync;
             else if ((extra & KW_DEVICE) && PyUnicode_CompareWithASCIIString(k, "device") == 0) slot = &device;
+            else if ((extra & KW_DEVICE) && PyUnicode_CompareWithASCIIString(k, "stream") == 0) slot = &stream;
             if (!slot) {
                 PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, k);
                 return -1;
@@ -243,7 +298,7 @@ static int parse_span_args(const char *fn, PyObject *const *args, Py_ssize_t nar
         }
     }
     if (check_span_args(fn, name, category, arg, out) < 0) return -1;
-    return check_sync_device(fn, sync, device, out);
+    return check_sync_device(fn, sync, device, stream, out);
 }
 
 /* ---- span ----------------------------------------------------------------------------- */
@@ -280,9 +335,35 @@ typedef struct {
 
 PyObject *hs_decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
 
+/* Plain span objects freed lately, kept for the next span(): a literal
+ * `with hotspan.span("x", "c"):` makes and frees one object per pass, and the free list
+ * turns that into two pointer moves instead of a trip through the allocator each way.
+ * Each object handed out is still a fresh one (its own identity for its lifetime). With
+ * the GIL only: the free-threaded build allocates (a shared list would need a lock). */
+#ifndef Py_GIL_DISABLED
+#define SPAN_FREE_MAX 64
+static SpanObject *span_free_list[SPAN_FREE_MAX];
+static int span_free_count = 0;
+#endif
+
+static inline SpanObject *span_alloc(void) {
+#ifndef Py_GIL_DISABLED
+    if (HS_LIKELY(span_free_count > 0)) {
+        SpanObject *o = span_free_list[--span_free_count];
+#if defined(Py_TRACE_REFS) || defined(Py_REF_DEBUG)
+        (void)PyObject_Init((PyObject *)o, &SpanType); /* debug builds: count it again */
+#else
+        Py_SET_REFCNT(o, 1); /* its type is set already: PyObject_Init's call costs ~30 instructions */
+#endif
+        return o;
+    }
+#endif
+    return PyObject_New(SpanObject, &SpanType);
+}
+
 static PyObject *span_new_object(hs_site *site, PyObject *name, PyObject *category, int64_t arg, uint32_t flags,
                                  PyObject *arg_obj) {
-    SpanObject *o = PyObject_New(SpanObject, &SpanType);
+    SpanObject *o = span_alloc();
     if (!o) return NULL;
     o->site = site;
     o->arg = arg;
@@ -310,18 +391,14 @@ static PyObject *device_span_new(hs_site *site, span_args *a);
 
 static PyObject *span_make(span_args *a) {
     hs_site *site;
-    PyObject *shared;
     if (a->device) {
-        PyObject *o = lit_get(a->name, a->category, &site, NULL) < 0 ? NULL : device_span_new(site, a);
-        Py_CLEAR(a->device);
-        return o;
+        return lit_get(a->name, a->category, &site) < 0 ? NULL : device_span_new(site, a);
     }
     if (a->sync) {
-        if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
+        if (lit_get(a->name, a->category, &site) < 0) return NULL;
         return sync_span_new(site, a);
     }
-    if (!a->arg_obj) return lit_get(a->name, a->category, &site, &shared) < 0 ? NULL : shared;
-    if (lit_get(a->name, a->category, &site, NULL) < 0) return NULL;
+    if (lit_get(a->name, a->category, &site) < 0) return NULL;
     return span_new_object(site, a->name, a->category, a->arg, a->flags, a->arg_obj);
 }
 
@@ -341,20 +418,22 @@ static inline lit_entry *lit_hit_positional(PyObject *const *args, Py_ssize_t na
 static PyObject *span_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     (void)type;
     lit_entry *hit = lit_hit_positional(args, PyVectorcall_NARGS(nargsf), kwnames);
-    if (HS_LIKELY(hit != NULL)) return Py_NewRef(hit->span);
+    if (HS_LIKELY(hit != NULL)) return span_new_object(hit->site, hit->name, hit->category, 0, 0, NULL);
     span_args a;
     if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a, KW_SYNC | KW_DEVICE) < 0) return NULL;
     return span_make(&a);
 }
 
 static PyObject *span_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"name", "category", "arg", "sync", "device", NULL};
-    PyObject *name = NULL, *category = NULL, *arg = NULL, *sync = NULL, *device = NULL;
+    static char *kwlist[] = {"name", "category", "arg", "sync", "device", "stream", NULL};
+    PyObject *name = NULL, *category = NULL, *arg = NULL, *sync = NULL, *device = NULL, *stream = NULL;
     (void)type;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$OOO:span", kwlist, &name, &category, &arg, &sync, &device))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$OOOO:span", kwlist, &name, &category, &arg, &sync, &device,
+                                     &stream))
         return NULL;
     span_args a;
-    if (check_span_args("span", name, category, arg, &a) < 0 || check_sync_device("span", sync, device, &a) < 0)
+    if (check_span_args("span", name, category, arg, &a) < 0 ||
+        check_sync_device("span", sync, device, stream, &a) < 0)
         return NULL;
     return span_make(&a);
 }
@@ -363,6 +442,13 @@ static void span_dealloc(SpanObject *o) {
     Py_DECREF(o->name);
     Py_XDECREF(o->category);
     Py_XDECREF(o->arg_obj);
+#ifndef Py_GIL_DISABLED
+    /* subtypes (sync, device) have their own sizes: only plain spans are kept */
+    if (HS_LIKELY(Py_IS_TYPE(o, &SpanType) && span_free_count < SPAN_FREE_MAX)) {
+        span_free_list[span_free_count++] = o;
+        return;
+    }
+#endif
     PyObject_Free(o);
 }
 
@@ -433,16 +519,20 @@ PyTypeObject SpanType = {
     .tp_repr = (reprfunc)span_repr,
     .tp_call = span_call,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "span(name, category=None, *, arg=None, sync=None, device=None)\n--\n\n"
+    .tp_doc = "span(name, category=None, *, arg=None, sync=None, device=None, stream=None)\n--\n\n"
               "A named, timed interval: a context manager (reusable, re-entrant, usable from many\n"
               "threads at once) and a decorator.\n\n"
               "sync: a function called right before the span ends, while recording is on (e.g.\n"
               "hotspan.sync.mlx, so the span covers device work its body started); True: the one\n"
               "set by configure(sync=). An exception from it marks the span as an error and\n"
               "propagates.\n"
-              "device: 'cuda' also records a CUDA event pair on the current stream around the\n"
-              "body; drain() turns completed pairs into device rows (never waiting for the GPU).\n"
-              "Without CUDA (no torch, or no GPU) a RuntimeError naming CUDA is raised here.",
+              "device: 'cuda' also records a CUDA event pair around the body, through the CUDA\n"
+              "driver (no torch needed); drain() turns completed pairs into device rows (never\n"
+              "waiting for the GPU). Without CUDA (no driver, or no GPU) a RuntimeError naming\n"
+              "CUDA is raised here.\n"
+              "stream: the stream the events are recorded on: an int handle, or an object with\n"
+              "cuda_stream or __cuda_stream__ (torch, CuPy, numba); default: torch's current\n"
+              "stream when torch is loaded, else the default stream.",
     .tp_methods = span_methods,
     .tp_getset = span_getset,
     .tp_new = span_new,
@@ -505,14 +595,14 @@ PyTypeObject SyncSpanType = {
 
 /* ---- device spans ----------------------------------------------------------------------- */
 
-/* A span made with device="cuda": a subtype whose __enter__/__exit__ also call its device
- * module (hotspan/devices/cuda.py), whose recorder records a CUDA event pair around the body on
- * the current stream. Recording an event costs microseconds in the driver, so these calls
- * into Python cost nothing in proportion; the plain span's enter/exit stay untouched. */
+/* A span made with device="cuda": a subtype whose __enter__/__exit__ also call the CUDA
+ * plug-in (hs_device.h; hs_cuda.c records the event pair through the driver), in C: no
+ * Python runs per device span; the plain span's enter/exit stay untouched. */
 typedef struct {
     SpanObject base;
-    PyObject *sync;   /* NULL: none; else as SyncSpanObject's */
-    PyObject *device; /* hotspan.devices.cuda: start(span_id, depth, pair), stop(span_id, arg, error) */
+    PyObject *sync;          /* NULL: none; else as SyncSpanObject's */
+    PyObject *stream_obj;    /* stream= as given (kept alive with the span), or NULL */
+    hs_stream_spec stream;   /* read from it once, at creation */
 } DeviceSpanObject;
 
 static PyObject *device_span_new(hs_site *site, span_args *a) {
@@ -525,7 +615,8 @@ static PyObject *device_span_new(hs_site *site, span_args *a) {
     o->base.category = Py_XNewRef(a->category);
     o->base.arg_obj = Py_XNewRef(a->arg_obj);
     o->sync = Py_XNewRef(a->sync);
-    o->device = Py_NewRef(a->device);
+    o->stream_obj = Py_XNewRef(a->stream);
+    o->stream = a->stream_spec;
     return (PyObject *)o;
 }
 
@@ -547,13 +638,10 @@ static PyObject *device_span_enter(PyObject *self, PyObject *const *args, Py_ssi
     hs_frame *f = &t->stack[t->depth - 1];
     /* The host span's id (its seq), depth and (name, category path) pair: the device row
      * takes them at drain. */
-    PyObject *r = PyObject_CallMethod(s->device, "start", "KIk", (unsigned long long)f->seq, (unsigned)(t->depth - 1),
-                                      (unsigned long)f->pair);
-    if (!r) {
+    if (hs_device_cuda->start(&s->stream, f->seq, t->depth - 1, f->pair) < 0) {
         hs_exit(self, 1); /* the host span closes as an error; the exception propagates */
         return NULL;
     }
-    Py_DECREF(r);
     return Py_NewRef(self);
 }
 
@@ -561,18 +649,11 @@ static PyObject *device_span_exit(PyObject *self, PyObject *const *args, Py_ssiz
     DeviceSpanObject *s = (DeviceSpanObject *)self;
     hs_frame *f = own_top_frame(self);
     if (f) { /* recorded at enter: the end event, then the sync (if any), then the end */
-        PyObject *arg = (f->flags & HS_F_ARG) ? PyLong_FromLongLong(f->arg) : Py_NewRef(Py_None);
-        if (!arg) {
+        if (hs_device_cuda->stop(f->seq, f->arg, (f->flags & HS_F_ARG) != 0, nargs > 0 && args[0] != Py_None) < 0) {
             hs_exit(self, 1);
             return NULL;
         }
-        PyObject *r = PyObject_CallMethod(s->device, "stop", "KNO", (unsigned long long)f->seq, arg,
-                                          (nargs > 0 && args[0] != Py_None) ? Py_True : Py_False);
-        if (!r) {
-            hs_exit(self, 1);
-            return NULL;
-        }
-        Py_DECREF(r);
+        PyObject *r;
         PyObject *fn = s->sync ? sync_fn(s->sync) : NULL;
         if (fn && atomic_load_explicit(&hs_enabled, memory_order_relaxed)) {
             r = PyObject_CallNoArgs(fn);
@@ -589,11 +670,15 @@ static PyObject *device_span_exit(PyObject *self, PyObject *const *args, Py_ssiz
 
 static void device_span_dealloc(DeviceSpanObject *o) {
     Py_XDECREF(o->sync);
-    Py_DECREF(o->device);
+    Py_XDECREF(o->stream_obj);
     span_dealloc(&o->base);
 }
 
 static PyObject *device_span_get_device(DeviceSpanObject *s, void *c) { (void)s; (void)c; return PyUnicode_FromString("cuda"); }
+static PyObject *device_span_get_stream(DeviceSpanObject *s, void *c) {
+    (void)c;
+    return Py_NewRef(s->stream_obj ? s->stream_obj : Py_None);
+}
 static PyObject *device_span_get_sync(DeviceSpanObject *s, void *c) {
     (void)c;
     return Py_NewRef(s->sync ? s->sync : Py_None);
@@ -616,6 +701,7 @@ static PyMethodDef device_span_methods[] = {
 static PyGetSetDef device_span_getset[] = {
     {"device", (getter)device_span_get_device, NULL, "The device whose time is recorded ('cuda').", NULL},
     {"sync", (getter)device_span_get_sync, NULL, "The sync function, or None.", NULL},
+    {"stream", (getter)device_span_get_stream, NULL, "The stream given (None: the current one at enter).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

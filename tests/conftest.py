@@ -21,3 +21,22 @@ def fresh():
     set_real_clock()
     hotspan.configure(capacity=DEFAULT_CAPACITY, memory_cap=DEFAULT_MEMORY_CAP, drain_thread=True)
     hotspan.drain()
+
+
+@pytest.fixture(scope="session")
+def fake_libcuda_path(tmp_path_factory):
+    """The stand-in libcuda.so (tests/devices/fake_libcuda.c), built once a session."""
+    from _fake_libcuda import build
+
+    return build(tmp_path_factory.mktemp("libcuda"))
+
+
+@pytest.fixture
+def gpu(fake_libcuda_path, fresh):
+    """The stand-in CUDA driver, loaded by the plug-in for this test (``_fake_libcuda.FakeDriver``)."""
+    from _fake_libcuda import FakeDriver
+
+    driver = FakeDriver(fake_libcuda_path)
+    driver.start()
+    yield driver
+    driver.stop()

@@ -21,13 +21,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hs_live",),                 # the live log's queue, fed by the drain
     ("hs_drain",),                # the drain thread and the segment store
     ("hs_columns",),              # segments -> Arrow-ready columns
-    ("hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"),  # plug-ins, installed through hooks
+    ("hs_device",),               # the device plug-ins' hook table (device spans call through it)
+    ("hs_cuda", "hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"),  # plug-ins, installed through hooks
     ("hs_fork",),                 # the one pthread_atfork: every unit's prepare/parent/child
     ("hs_types",),                # the Python types
     ("hs_module",),               # the Python module: installs the plug-ins
 )
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
-PLUG_INS = {"hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"}
+PLUG_INS = {"hs_cuda", "hs_flight", "hs_nvtx", "hs_signals", "hs_tasks"}
 
 
 def strip_comments(text: str) -> str:

@@ -213,11 +213,8 @@ def drain(*, wait_device: bool = False) -> "pa.Table":
 def wait_for_devices() -> None:
     """Wait (once per device) for the device spans' event pairs already closed, so the next
     drain resolves them all: ``drain(wait_device=True)``, and a recorder's final flush."""
-    import sys
-
-    cuda = sys.modules.get("hotspan.devices.cuda")  # loaded by the first device span
-    if cuda is not None:
-        cuda.synchronize_pending()
+    if _native._cuda_used():  # a device span was entered (C's flag: no import before)
+        _native._cuda_synchronize()
 
 
 def core_table() -> "pa.Table":
@@ -230,10 +227,9 @@ def core_table() -> "pa.Table":
     meta = metadata(rank=r, pid=os.getpid(), clock=clock, all_threads=raw["all_threads"], version=__version__,
                     id_base=raw["id_base"], tasks=_native._tasks_seen())
     table = table_from_raw(raw, meta=meta)
-    import sys
+    if _native._cuda_used():  # a device span was entered: its completed pairs are rows
+        from .devices import cuda
 
-    cuda = sys.modules.get("hotspan.devices.cuda")  # loaded by the first device span
-    if cuda is not None:
         device_rows = cuda.resolve_table(meta, r)
         if device_rows is not None:
             import pyarrow as pa
@@ -405,19 +401,6 @@ def _decorate_device(span_obj: Any, func: Any) -> Any:
     return _wrap_sync(span_obj, func)
 
 
-def _check_device(fn: str, device: Any) -> Any:
-    """``span(..., device=...)`` (called by the C core when the span object is made): the
-    module whose ``start``/``stop`` the span calls at enter and exit. Raises now, never at
-    enter or drain: ValueError for a device other than 'cuda', RuntimeError naming CUDA
-    when it is not available (no torch, or no CUDA GPU)."""
-    if device != "cuda":
-        raise ValueError(f"{fn}(): device must be 'cuda' or None, not {device!r}")
-    from .devices import cuda
-
-    cuda.recorder(fn)
-    return cuda
-
-
 #: HOTSPAN's words (any case): the C core turns recording off at import for the second set.
 HOTSPAN_ON = ("1", "true", "on", "yes")
 HOTSPAN_OFF = ("0", "false", "off", "no")
@@ -447,16 +430,13 @@ def _warn_dropped_at_exit() -> None:
     """At exit: one line on stderr when this process dropped spans, with what to change.
     Reads two counters from the C core: no pyarrow, nothing else loaded."""
     try:
-        dropped = _native.dropped()
-        if not dropped:
+        if not _native.dropped():
             return
         import sys
 
-        from .units import human_bytes
-
-        limits = _native._pending()
-        print(f"hotspan: {dropped:,} spans dropped (memory cap {human_bytes(limits['memory_cap'])}); "
-              f"see configure(memory_cap=), or drain more often", file=sys.stderr)
+        detail = _native.dropped(detail=True)
+        # the core says which cause held the cap and what helps against it
+        print(f"hotspan: {detail['total']:,} spans dropped {detail['advice']}", file=sys.stderr)
     except Exception:  # noqa: BLE001 - an exit hook must not add a traceback to a dying process
         pass
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 import hotspan
+from hotspan import _native
 from _util import rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -140,18 +141,16 @@ def test_sync_mlx_covers_the_work_started_by_async_eval():
     assert synced[len(synced) // 2] >= 0.8 * best_eval, (synced, best_eval)
 
 
-def test_device_cuda_without_cuda_raises_at_creation():
+def test_device_cuda_without_cuda_raises_at_creation(tmp_path, monkeypatch):
+    # No CUDA driver (a path that does not exist): refused when the span object is made.
+    monkeypatch.setenv("HOTSPAN_LIBCUDA", str(tmp_path / "libcuda.so.1"))
+    _native._cuda_reset(False)
     try:
-        import torch
-
-        has_cuda = torch.cuda.is_available()
-    except ImportError:
-        has_cuda = False
-    if has_cuda:  # device spans themselves: tests/devices/test_cuda_spans.py, benchmarks/gpu_check.py
-        assert hotspan.span("k", "gpu", device="cuda").device == "cuda"
-        return
-    with pytest.raises(RuntimeError, match="CUDA"):
-        hotspan.span("k", "gpu", device="cuda")
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            hotspan.span("k", "gpu", device="cuda")
+    finally:
+        monkeypatch.delenv("HOTSPAN_LIBCUDA")
+        _native._cuda_reset(False)
     with pytest.raises(ValueError, match="device must be 'cuda'"):
         hotspan.span("k", device="tpu")
     s = hotspan.span("k", "gpu", device=None)  # None: a host span

@@ -1,8 +1,8 @@
 """Device rows (span(..., device="cuda")) in the exports: lossless round trips, their own
 track in Perfetto's trace processor, and a flow from each host span to its device row.
 
-The table is recorded for real (spans, drain) with the CUDA runtime replaced by the fake
-device clock of tests/_fake_cuda.py, the one piece these machines lack.
+The table is recorded for real (spans, the C plug-in, drain) over the stand-in CUDA driver
+of tests/_fake_libcuda.py, the one piece these machines lack.
 """
 from __future__ import annotations
 
@@ -10,35 +10,35 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan.devices import cuda
 from hotspan.formats.codec_inputs import device_flows
 
-from _fake_cuda import FakeGpu  # tests/: the CUDA runtime, which these machines lack
+from _fake_libcuda import FakeDriver  # tests/: the CUDA driver, which these machines lack
 
 MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
-def recorded():
+def recorded(fake_libcuda_path):
     """Host spans, with device rows on cuda:0 stream 7 (nested ones too) and cuda:1 stream 0."""
     hotspan.drain()
-    gpu = FakeGpu(follow_host=True)  # device work after its launch, as on a real GPU
-    cuda.install(gpu)
+    gpu = FakeDriver(fake_libcuda_path)
+    gpu.start()
+    gpu.follow_host()  # device work after its launch, as on a real GPU
     try:
         hotspan.set_thread_name("MainThread")
         with hotspan.span("step", "train"):
             for n in range(3):
-                with hotspan.span("forward", "gpu", device="cuda"):
-                    with hotspan.span("matmul", device="cuda", arg=n):
-                        gpu.current.launch((n + 1) * MS)
-                    gpu.current.launch(MS // 2)
+                with hotspan.span("forward", "gpu", device="cuda", stream=7):
+                    with hotspan.span("matmul", device="cuda", arg=n, stream=7):
+                        gpu.launch((n + 1) * MS, stream=7)
+                    gpu.launch(MS // 2, stream=7)
             hotspan.instant("checkpoint")
-            gpu.current = gpu.stream(1, 0)
+            gpu.set_device(1)
             with hotspan.span("allreduce", "comms", device="cuda"):
-                gpu.current.launch(2 * MS)
+                gpu.launch(2 * MS, device=1)
         table = hotspan.drain(wait_device=True)
     finally:
-        cuda.uninstall()
+        gpu.stop()
     return table
 
 

@@ -3,6 +3,7 @@ its trace written."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .common import add_command
 from .errors import CliError, check_output
@@ -12,9 +13,10 @@ from .tables import print_recording_summary
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan run`` to the subcommands ``sub``."""
     parser = add_command(sub, "run", "run a Python script or module with recording on, then write its trace",
-               "Run a program in this process (like python -m cProfile) with hotspan recording, write the spans "
-               "to OUT (format from the extension) and print a summary on stderr. The program's exit status "
-               "passes through.",
+               "Run a program (in a child process, as python would) with hotspan recording, write the spans "
+               "to OUT (format from the extension) and print a summary on stderr. SIGTERM and SIGINT are passed "
+               "on to the program, which flushes; however it ends (a crash too) OUT is written, and the "
+               "program's exit status passes through.",
                "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast", cmd_run)
     add_arguments(parser)
     return parser
@@ -65,7 +67,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..recording.supervisor import ProgramError, resolve_program, run_program
+    from ..recording.supervisor import ProgramError, exit_as_program, resolve_program, run_program
 
     out = check_output(args.output)
     if args.live_min_ms is not None and args.live_min_ms < 0:
@@ -81,4 +83,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The summary goes to stderr: the program's stdout stays the program's.
     label = "run" if result.processes <= 1 else f"run ({result.processes} processes)"
     print_recording_summary(result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20)
-    return result.status
+    if result.ending:  # ended by a signal or a crash: one line, the output was written all the same
+        print(result.ending, file=sys.stderr)
+    return exit_as_program(result)

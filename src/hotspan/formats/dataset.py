@@ -47,7 +47,7 @@ from .uri import is_uri, redact_uri
 from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
 from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
 
-__all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
+__all__ = ["META_PART", "META_RANKS", "META_UNFLUSHED", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
            "list_parts", "location", "pid_alive", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
            "replaced_by", "sweep_temporaries", "write_part"]
 
@@ -57,6 +57,10 @@ META_PART = b"hotspan.part"
 #: In a loaded dataset (JSON): {"<rank>": [{"pid", "host", "parts", "spans", "start_ns", "clock",
 #: "dropped", "sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns"}, ...]}.
 META_RANKS = b"hotspan.ranks"
+#: In a loaded dataset (JSON): [{"pid", "name", "exitcode", "parent_pid"}, ...], the
+#: multiprocessing children that died of a signal before writing any part (so before any of
+#: their spans could be kept), as named by the parent that started them.
+META_UNFLUSHED = b"hotspan.unflushed"
 
 #: ``part-<pid>-<token>-<seq>``, older ``part-<pid>-<seq>``, and a compacted part
 #: ``part-<pid>-<token>-<first seq>-<last seq>`` (its writer's parts first..last, merged).
@@ -377,10 +381,13 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged = dict(parts[0][0])
     merged.pop(META_PART, None)
     processes: dict[tuple[int, int, str], dict[str, Any]] = {}
+    unflushed: list[dict[str, Any]] = []
     for meta, rows in parts:
         part = meta_json(meta, META_PART) or {}
         rank = part.get("rank", meta_int(meta, META_RANK) or 0)
         pid = part.get("pid", meta_int(meta, META_PID) or 0)
+        if isinstance(part.get("unflushed_children"), list):
+            unflushed += [{**child, "parent_pid": pid} for child in part["unflushed_children"] if isinstance(child, dict)]
         host = (meta.get(META_HOST) or b"").decode(errors="replace")
         proc = processes.setdefault((int(rank), int(pid), host), {"pid": pid, "host": host, "parts": 0, "spans": 0})
         proc["parts"] += 1
@@ -421,6 +428,8 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged[META_RANK] = ",".join(map(str, rank_ids)).encode()
     merged[META_PID] = ",".join(map(str, pids)).encode()
     merged[META_RANKS] = json.dumps(ranks).encode()
+    if unflushed:
+        merged[META_UNFLUSHED] = json.dumps(unflushed).encode()
     return merged
 
 

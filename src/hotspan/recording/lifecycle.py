@@ -21,7 +21,9 @@ then (in the child) SIGTERM's thread, then SIGTERM is unblocked. The steps, and 
    recorder on a clean hub (and hand it to ``flush_on_sigterm``; the parent's registration
    is forgotten in the child before the steps run). Before the fork this step holds the
    flusher's lock; the parent's step gives it back.
-4. ``devices`` (``hotspan.devices.cuda``): the parent's CUDA events are not the child's.
+
+(The parent's CUDA events are not the child's: the C core's device plug-in, ``csrc/hs_cuda.c``,
+forgets them in its own step of ``csrc/hs_fork.c``.)
 
 **Exit.** ``atexit`` runs the last registered first. ``stop_at_exit`` registers the
 recorders' stops when a recorder starts (again at each start, so they run before the
@@ -50,11 +52,11 @@ from typing import Protocol
 from .. import _native
 from ..quiet_threads import start_quiet
 
-__all__ = ["FORK_STEPS", "flush_on_sigterm", "forget_at_exit", "on_fork", "report_at_exit", "stop_at_exit",
+__all__ = ["FORK_STEPS", "die_of_sigterm_received", "flush_on_sigterm", "forget_at_exit", "on_fork", "report_at_exit", "stop_at_exit",
            "stop_flushing_on_sigterm", "stop_with_multiprocessing"]
 
 #: The steps around fork, in the order their after-fork parts run (see the module's doc).
-FORK_STEPS = ("core", "hub", "recorder", "devices")
+FORK_STEPS = ("core", "hub", "recorder")
 
 _before: dict[str, Callable[[], None]] = {}
 _parent: dict[str, Callable[[], None]] = {}
@@ -223,6 +225,14 @@ def stop_flushing_on_sigterm() -> None:
     global _sigterm_stop
     _sigterm_stop = None
     _native._sigterm_uninstall()
+
+
+def die_of_sigterm_received() -> None:
+    """Called by a thread that has just stopped the recorder ``flush_on_sigterm`` runs: a
+    SIGTERM that arrived meanwhile (the SIGTERM thread waits for the stop) kills the process
+    now, before this thread can go on and end the program normally."""
+    if _native._sigterm_received():
+        _native._sigterm_die()
 
 
 def _start_sigterm_thread() -> None:

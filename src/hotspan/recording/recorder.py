@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from . import hub, lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
 from .. import _native
 from ..quiet_threads import start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
+from .children import forget_children, track_children
 from .sinks import sink_for
 from .sinks import warn as _warn
 
@@ -134,6 +136,7 @@ class Recorder:
             self._reader = hub.attach(f"record({self.dest})")
             self._pid = os.getpid()
             self._stop.clear()
+            self._open_now()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             start_quiet(self._thread)  # signals stay with the program's threads
         if getattr(self._sink, "remote", False):
@@ -146,6 +149,25 @@ class Recorder:
         lifecycle.stop_at_exit(self._atexit)
         emit(RecordingStarted(self.dest, self.kind))
         return self
+
+    def _open_now(self) -> None:
+        """A local directory: its metadata part is written before start() returns, so a run
+        killed at any moment after start() (a pool worker terminated at once, a SIGKILL)
+        loads, as an empty table with its metadata, and a parent can tell a worker that
+        started from one that never did. That costs the caller pyarrow's import (~0.2 s on an
+        idle host; a forked child has it already); on the flusher, where it used to happen, a
+        program whose threads hold the interpreter lock delayed it by seconds (issue 21)."""
+        if self.kind != "directory" or getattr(self._sink, "remote", False):
+            return  # a file is written at stop; a store or a collector: the flusher's network
+        track_children()
+        try:
+            _warm_up(self.kind)
+            with self._locked() as acquired:
+                if acquired:
+                    self._sink.open()
+        except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
+            self.write_errors += 1
+            _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
 
     def _loop(self) -> None:
         # pyarrow loads here, on the flusher, not in the recording program's thread: a
@@ -169,7 +191,8 @@ class Recorder:
             try:
                 if time.monotonic() >= next_flush or _under_memory_pressure() or self._reader.under_pressure():
                     next_flush = time.monotonic() + self.flush_interval
-                    self.flush()
+                    with _prompt_handoffs():
+                        self.flush()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
@@ -198,6 +221,8 @@ class Recorder:
             table = self._take()
             self._last = table
             self.flushes += 1
+            if self.kind == "directory":
+                track_children()
             if table.num_rows == 0:
                 if hasattr(self._sink, "idle"):
                     self._sink.idle()
@@ -248,10 +273,8 @@ class Recorder:
         finally:
             self._stopping = None
             self._stopped.set()
-        if self is _env_recorder and _native._sigterm_received():
-            # A SIGTERM arrived while this thread was stopping (the SIGTERM thread waits for
-            # it): die of it now, before this thread can go on and end the program normally.
-            _native._sigterm_die()
+        if self is _env_recorder:
+            lifecycle.die_of_sigterm_received()
 
     def _stop_now(self, timeout: float) -> None:
         global _active
@@ -303,8 +326,32 @@ class Recorder:
         return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
 
 
+#: The interpreter's switch interval while the flusher flushes (seconds; CPython's default
+#: is 0.005). A flush releases the interpreter lock a dozen times or more (the native drain,
+#: pyarrow's Parquet write, fsync, the rename) and must take it back each time: while the
+#: program's threads run Python flat out, each take waits a whole switch interval, so a
+#: flush that needs 20 ms of work took seconds (issue 21: parts every ~2 s at
+#: flush_interval=0.1). Shorter for the flush alone, the lock comes back within ~0.2 ms; the
+#: program's threads are made to hand it over more often only while a flush runs.
+FLUSH_SWITCH_INTERVAL_S = 0.0002
+
+
+@contextlib.contextmanager
+def _prompt_handoffs():
+    previous = sys.getswitchinterval()
+    if previous <= FLUSH_SWITCH_INTERVAL_S:  # the program's own choice is shorter: keep it
+        yield
+        return
+    sys.setswitchinterval(FLUSH_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        # The program may have set its own meanwhile (only ours is replaced).
+        if sys.getswitchinterval() == FLUSH_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(previous)
+
+
 def _under_memory_pressure() -> bool:
-    from .. import _native
 
     pending = _native._pending()
     return pending["bytes"] * 2 >= pending["memory_cap"]
@@ -328,6 +375,8 @@ def _before_fork() -> None:
     recorder = _active
     if recorder is None or not recorder.running:
         return
+    if recorder.kind == "directory":
+        track_children()  # a fork-started child is added to the set after this fork
     if not _warmed.is_set():
         _warmed.wait(30)
     if recorder._lock_owner != threading.get_ident() and recorder._lock.acquire(timeout=10):
@@ -442,6 +491,7 @@ def _after_fork_child() -> None:
     global _fork_held
     _active_lock = threading.Lock()
     _fork_held = None  # the child's copy of the parent's recorder is replaced below
+    forget_children()  # the parent's children are not this one's to name
     parent, _active = _active, None
     was_env = parent is not None and parent is _env_recorder
     _env_recorder = None

@@ -1,0 +1,38 @@
+/* hs_device: the hook through which a device span (span(..., device="cuda")) reaches the
+ * device plug-in that records its events. The span types (hs_types.c) only call through
+ * the table below; the plug-in (hs_cuda.c, the CUDA driver API loaded at run time) fills it
+ * in when the module initialises (hs_cuda_install), so nothing below the module glue and
+ * the fork handlers names the plug-in, and a build or platform without one keeps the table empty (device
+ * spans then refuse at creation, as without CUDA).
+ */
+#ifndef HS_DEVICE_H
+#define HS_DEVICE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* The stream a device span records on, fixed when the span object is made. */
+typedef struct {
+    int given;          /* 0: the current stream at enter (torch's when torch is loaded, else the default) */
+    uint64_t handle;    /* the CUstream handle (0: the default stream) */
+    uint64_t stream_id; /* what the rows name the stream by: torch's stream_id, else the handle */
+} hs_stream_spec;
+
+typedef struct {
+    const char *name; /* "cuda" */
+    /* At span creation (cold): 0 when the device can be used, else -1 with a RuntimeError
+     * naming the device and why (fn: the function asked, "span"). */
+    int (*available)(const char *fn);
+    /* Enter, right after the host span opened (its id, depth and record pair): record the
+     * start event. -1 with an exception set when the driver refused. */
+    int (*start)(const hs_stream_spec *stream, uint64_t host_id, uint32_t depth, uint32_t pair);
+    /* Exit, before the host span's end timestamp: record the end event and queue the pair
+     * for the drain. -1 with an exception set when the driver refused. */
+    int (*stop)(uint64_t host_id, int64_t arg, int has_arg, int error);
+} hs_device_plugin;
+
+/* NULL until the CUDA plug-in installs itself (hs_cuda_install, from the module's init). */
+extern const hs_device_plugin *hs_device_cuda;
+
+#endif
