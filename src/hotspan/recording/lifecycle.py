@@ -200,7 +200,7 @@ def _finalize_with_multiprocessing(owner: Stoppable) -> None:
 #: What SIGTERM runs before the process dies (the ``HOTSPAN_OUT`` recorder's stop), and how
 #: long it may take before the process dies anyway.
 _sigterm_stop: "tuple[Callable[[], None], float] | None" = None
-_fork_sigmask: "set[signal.Signals] | None" = None
+_fork_sigmask: "set[int | signal.Signals] | None" = None
 
 
 def flush_on_sigterm(stop: Callable[[], None], timeout_s: float) -> None:
