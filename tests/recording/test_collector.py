@@ -79,7 +79,7 @@ def test_four_ranks_into_a_collector(tmp_path):
     finally:
         kill(collector, *ranks)
     table = hotspan.load(out)
-    assert table.schema.equals(hotspan.SPAN_SCHEMA)
+    assert table.schema.equals(SPAN_SCHEMA)
     assert _rank_counts(table) == {r: spans_per_rank() for r in range(4)}
     check_tree(table)
     per_rank = json.loads(table.schema.metadata[META_RANKS])
