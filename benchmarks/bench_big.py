@@ -2,6 +2,7 @@
 
     python benchmarks/bench_big.py [--spans 200000000] [--ranks 64] [--dir /tmp/hotspan-big]
                                    [--keep] [--check-spans 2000000] [--max-gib 2]
+                                   [--repeats 3] [--memory-limit 1GB] [--no-duckdb]
 
 1. Generates a run (a hive dataset, rank=R/part-<pid>-<token>-<n>.parquet, as
    hotspan.record("dir/") and the collector write it) straight with pyarrow, no recording:
@@ -9,9 +10,13 @@
    optimizer on the main thread; fetch / decode on a data-loader thread; now and then a
    checkpoint instant and a failed span), log-normal leaf durations, parents as long as
    their children plus gaps, ids base + k per rank as the recorder draws them.
-2. Runs `hotspan stats DIR --json` as a subprocess, printing its elapsed time and peak
-   memory (ru_maxrss of the child, from getrusage(RUSAGE_CHILDREN)), and asserts the peak
-   is at most --max-gib.
+2. Times `hotspan stats DIR --json` and DuckDB's own GROUP BY (count, sum, min, max,
+   quantile_cont p50/p90/p99 by category, name) on the same files with the same memory
+   limit, both as whole fresh commands (start-up counts), alternating, --repeats pairs:
+   both times and their ratio (issue 23: at most 1.5x); and how many of DuckDB's
+   quantile_cont values differ from the exact (numpy linear) percentiles hotspan gives.
+   Then `hotspan stats DIR --json` once more, printing its elapsed time and peak memory
+   (ru_maxrss of that child, from os.wait4), and asserts the peak is at most --max-gib.
 3. Checks that the streaming path's result equals the in-memory path's
    (hotspan.stats(hotspan.load(subset))) on a subset of the run of about --check-spans
    spans (the parts of the first ranks, linked into a directory of their own); phases too.
@@ -21,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -77,6 +81,12 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
         if len(kids):
             gaps = rng.integers(200, 3_000, (steps, len(kids) + 1)).sum(axis=1)
             duration[:, j] = duration[:, kids].sum(axis=1) + gaps
+    # Self time: a parent's duration minus its children's (they run one after another).
+    self_time = duration.copy()
+    for j in range(T):
+        kids = np.flatnonzero(PARENT == j)
+        if len(kids):
+            self_time[:, j] -= duration[:, kids].sum(axis=1)
     # Starts: the step after the previous one; a child after its earlier siblings.
     start = np.zeros((steps, T), np.int64)
     step_len = duration[:, _step] + rng.integers(1_000, 50_000, steps)
@@ -126,9 +136,12 @@ def _rank_table(rank: int, steps: int, step0: int, rng: np.random.Generator, bas
         "arg": pa.array(arg_of, mask=arg_of < 0),
         "error": pa.array(error),
     }
-    from hotspan._schema import SPAN_SCHEMA
+    from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA
 
-    return pa.Table.from_pydict(columns, schema=SPAN_SCHEMA)
+    # Self time computed here from the template (children one after another), not by
+    # with_self_ns' sort: generating 200 M spans stays quick; the two agree (same rule).
+    columns["self_ns"] = pa.array(self_time.ravel()[flat])
+    return pa.Table.from_pydict(columns, schema=TRACE_SCHEMA.append(SPAN_SCHEMA.field("self_ns")))
 
 
 def generate(directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20, seed: int = 0) -> int:
@@ -169,26 +182,113 @@ def subset(directory: Path, target: Path, spans: int) -> int:
     return total
 
 
-def run_stats(directory: Path) -> tuple[list[dict], float, float, float]:
-    """``hotspan stats DIR --json`` in a child (the statistics and, as for a user, the phases
-    it computes beside them), once: (rows, seconds, CPU seconds, peak RSS in GiB). The peak
-    is the child's ru_maxrss (getrusage(RUSAGE_CHILDREN): the largest of the children waited
-    for, and this process has waited for none before)."""
-    start = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"})
-    elapsed = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode:
-        raise SystemExit(f"hotspan stats failed ({done.returncode}): {done.stderr}")
-    rows = json.loads(done.stdout)
+def _reaped_timed(command: list[str], env: dict | None = None) -> tuple[str, float, float, float]:
+    """Run ``command`` (a whole command: its start-up counts), once: (stdout, seconds, CPU seconds,
+    peak RSS in GiB), the child reaped by os.wait4 itself, so the rusage is its own."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})})
+        _, status, usage = os.wait4(child.pid, 0)
+        elapsed = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode:
+            raise SystemExit(f"{' '.join(command[:4])}... failed ({child.returncode}): {err.read()}")
+        return out.read(), elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / (1 << 20)
+
+
+def installed_copy(target: Path) -> dict[str, str]:
+    """hotspan as a wheel installs it (the sources and the built extensions in one package
+    directory), and the environment that imports it from there: a development checkout's
+    editable install checks its CMake build at every import (about a second, more on a loaded
+    machine), which a user's installed hotspan does not."""
+    import hotspan
+
+    source = Path(hotspan.__file__).parent
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target / "hotspan", ignore=shutil.ignore_patterns("__pycache__"))
+    for module in ("hotspan._native", "hotspan.formats._chrome_codec", "hotspan.formats._perfetto_codec"):
+        built = Path(__import__("importlib").util.find_spec(module).origin)
+        relative = Path(*module.split(".")[1:-1], built.name)
+        shutil.copy2(built, target / "hotspan" / relative)
+    include = Path(hotspan.get_include())
+    shutil.copytree(include, target / "hotspan" / "include", dirs_exist_ok=True)
+    build = os.environ.get("SKBUILD_EDITABLE_SKIP", "")
+    finder = next((f for f in sys.meta_path if type(f).__module__.startswith("_editable_skbc")), None)
+    if finder is not None:  # the editable finder stands aside for its own build directory only
+        build = os.pathsep.join(p for p in (build, str(getattr(finder, "path", "") or "")) if p)
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p),
+            "SKBUILD_EDITABLE_SKIP": build}
+
+
+#: The environment hotspan's commands run in (``--as-installed``: ``installed_copy``'s).
+HOTSPAN_ENV: dict[str, str] = {}
+
+
+#: DuckDB's own GROUP BY, the figure to be within 1.5x of (issue 23).
+DUCKDB_QUERY = ("SELECT category, name, count(*), sum(duration_ns), min(duration_ns), max(duration_ns), "
+                "quantile_cont(duration_ns, [0.5, 0.9, 0.99]) FROM read_parquet('{dir}/*/*.parquet', "
+                "hive_partitioning=false) GROUP BY ALL")
+
+
+def run_stats(directory: Path, memory_limit: str = "1GB") -> tuple[list[dict], float, float, float]:
+    """``hotspan stats DIR --json`` in a fresh process, once: (rows, seconds, CPU seconds,
+    peak RSS in GiB)."""
+    out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-m", "hotspan", "stats", str(directory), "--json"],
+                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV})
+    rows = json.loads(out)
     for row in rows[:10]:
         print(f"  {row.get('category')!s:>16} {row.get('name')!s:<16} count {row.get('count'):>12,} "
               f"p50 {row.get('p50_ns')} ns  p99 {row.get('p99_ns')} ns")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    peak = after.ru_maxrss / (1 << 20)  # KiB on Linux
     return rows, elapsed, cpu, peak
+
+
+def run_duckdb(directory: Path, memory_limit: str = "1GB") -> tuple[list, float, float, float]:
+    """DuckDB's own GROUP BY (``DUCKDB_QUERY``) in a fresh process, same memory limit, once."""
+    code = ("import duckdb, json, sys\n"
+            f"con = duckdb.connect(config={{'memory_limit': {memory_limit!r}}})\n"
+            "con.execute('SET enable_progress_bar = false')\n"  # (it draws on stdout)
+            f"rows = con.sql({DUCKDB_QUERY.format(dir=directory)!r}).fetchall()\n"
+            "print(json.dumps(rows))")
+    out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-c", code])
+    return json.loads(out), elapsed, cpu, peak
+
+
+def compare_with_duckdb(run: Path, repeats: int, memory_limit: str) -> None:
+    """Both whole commands, alternating, ``repeats`` times: their times, the ratio of the
+    medians and each pair's ratio; then how many of DuckDB's quantile_cont values differ
+    from hotspan's (numpy's linear method) at all."""
+    import statistics
+
+    ours, theirs, ratios = [], [], []
+    for i in range(repeats):
+        rows, t_ours, cpu_ours, peak_ours = run_stats(run, memory_limit) if i == 0 else _quiet(run, memory_limit)
+        duck, t_duck, cpu_duck, peak_duck = run_duckdb(run, memory_limit)
+        ours.append(t_ours)
+        theirs.append(t_duck)
+        ratios.append(t_ours / t_duck)
+        print(f"  pair {i + 1}: hotspan stats {t_ours:.2f} s (CPU {cpu_ours:.1f} s, peak {peak_ours:.2f} GiB), "
+              f"DuckDB {t_duck:.2f} s (CPU {cpu_duck:.1f} s, peak {peak_duck:.2f} GiB): {t_ours / t_duck:.2f}x",
+              flush=True)
+        if i == 0:
+            first_rows, first_duck = rows, duck
+    print(f"hotspan stats --json vs DuckDB's GROUP BY (count/sum/min/max/quantile_cont by category, name), "
+          f"whole commands, memory limit {memory_limit}: median {statistics.median(ours):.2f} s vs "
+          f"{statistics.median(theirs):.2f} s: {statistics.median(ours) / statistics.median(theirs):.2f}x "
+          f"(paired ratios {', '.join(f'{r:.2f}' for r in ratios)})", flush=True)
+    ours_q = {(r["category"], r["name"]): (r["p50_ns"], r["p90_ns"], r["p99_ns"]) for r in first_rows}
+    differ = sum(1 for c, n, *_rest, q in first_duck for a, b in zip(ours_q[(c, n)], q) if a != b)
+    print(f"  DuckDB's quantile_cont differs from hotspan's exact (numpy linear) percentile in {differ} of "
+          f"{3 * len(first_duck)} values", flush=True)
+
+
+def _quiet(run: Path, memory_limit: str) -> tuple[list, float, float, float]:
+    out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-m", "hotspan", "stats", str(run), "--json"],
+                                            {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV})
+    return json.loads(out), elapsed, cpu, peak
 
 
 def check_subset(directory: Path) -> None:
@@ -213,6 +313,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="reuse (and keep) an existing run in --dir")
     parser.add_argument("--check-spans", type=float, default=2e6)
     parser.add_argument("--max-gib", type=float, default=2.0)
+    parser.add_argument("--duckdb", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time DuckDB's own GROUP BY on the same files and print the ratio")
+    parser.add_argument("--repeats", type=int, default=3, help="pairs of (hotspan, DuckDB) runs, alternating")
+    parser.add_argument("--memory-limit", default="1GB", help="HOTSPAN_MEMORY_LIMIT and DuckDB's memory_limit")
+    parser.add_argument("--as-installed", action="store_true",
+                        help="run hotspan from a copy laid out as a wheel installs it (not through a development "
+                             "checkout's editable install, which checks its build at every import)")
     args = parser.parse_args()
     run = args.dir / "run"
     if not (args.keep and run.is_dir()):
@@ -225,7 +332,15 @@ def main() -> None:
     else:
         n = sum(pq.ParquetFile(p).metadata.num_rows for p in run.rglob("*.parquet"))
         print(f"reusing {n:,} spans in {run}", flush=True)
-    rows, elapsed, cpu, peak = run_stats(run)
+    if args.as_installed:
+        HOTSPAN_ENV.update(installed_copy(args.dir / "installed"))
+        check = subprocess.run([sys.executable, "-c", "import hotspan; print(hotspan.__file__)"], check=False,
+                               capture_output=True,
+                               text=True, env={**os.environ, **HOTSPAN_ENV})
+        print(f"hotspan as installed: {check.stdout.strip() or check.stderr.strip()}", flush=True)
+    if args.duckdb:
+        compare_with_duckdb(run, args.repeats, args.memory_limit)
+    rows, elapsed, cpu, peak = run_stats(run, args.memory_limit)
     print(f"hotspan stats --json: {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
           f"({n / elapsed / 1e6:.2f} M spans/s; {cpu:.1f} s of CPU on {os.cpu_count()} cores), "
           f"peak memory {peak:.2f} GiB", flush=True)

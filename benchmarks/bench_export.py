@@ -25,7 +25,8 @@ import pyarrow as pa
 
 # The installed package (pip install -e . or a wheel): what users run, not src/ by path.
 import hotspan.formats as hotspan_export  # noqa: E402
-from hotspan._schema import META_HOST, META_START, META_VERSION, SPAN_SCHEMA  # noqa: E402
+from hotspan._schema import META_HOST, META_START, META_VERSION, TRACE_SCHEMA  # noqa: E402
+from hotspan._selftime import with_self_ns  # noqa: E402
 
 # One training step: (name, category, depth, offset, duration, arg kind) in ticks of a
 # step scaled per step; children nest inside their parent by construction.
@@ -108,7 +109,7 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
     thread_names[0] = "MainThread"
     # As a drained table: META_VERSION says hotspan recorded it (and no asyncio tasks did).
     metadata = {META_HOST: b"bench-host", META_START: str(base).encode(), META_VERSION: b"bench"}
-    return pa.table({
+    return with_self_ns(pa.table({
         "span_id": pa.array(c["span_id"], pa.uint64()),
         "parent_id": pa.array(c["parent_id"], pa.uint64(), mask=c["parent_id"] < 0),
         "name": pa.DictionaryArray.from_arrays(pa.array(c["name"], pa.int32()), pa.array(names)),
@@ -125,7 +126,7 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
         "rank": pa.array(np.zeros(len(order), np.int32), pa.int32()),
         "arg": pa.array(c["arg"], pa.int64(), mask=~c["has_arg"]),
         "error": pa.array(c["error"], pa.bool_()),
-    }, schema=SPAN_SCHEMA.with_metadata(metadata))
+    }, schema=TRACE_SCHEMA.with_metadata(metadata)))
 
 
 def best_of(repeat: int, fn) -> float:

@@ -31,6 +31,7 @@ typedef struct hs_columns {
     int64_t *start_ns;
     int64_t *end_ns;
     int64_t *duration_ns;
+    int64_t *self_ns; /* duration minus the union of its children's intervals (hs_selftime.h) */
     int32_t *depth;
     int64_t *thread_id;
     int32_t *thread_idx;

@@ -19,6 +19,7 @@
 #include "hs_compiler.h"
 #include "hs_intern.h"
 #include "hs_live.h"
+#include "hs_selftime.h"
 
 
 /* Segments are small descriptors of records left in place in their blocks (a block is
@@ -206,10 +207,32 @@ void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments) {
     pthread_mutex_unlock(&drain_lock);
 }
 
+void (*hs_drops_hook)(void) = NULL;
+_Atomic uint64_t hs_drops_reported = 0;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Once a pass: drops not yet reported are signalled at once the first time, then at most
+ * every HS_DROPS_SIGNAL_NS (a program dropping millions of spans a second is not
+ * interrupted every pass; the report itself is rate-limited per thread in Python). */
+static void signal_drops(uint64_t *last_signal_ns) {
+    if (!hs_drops_hook) return;
+    uint64_t total = hs_dropped_total();
+    if (total <= atomic_load_explicit(&hs_drops_reported, memory_order_relaxed)) return;
+    uint64_t now = now_ns();
+    if (*last_signal_ns && now - *last_signal_ns < HS_DROPS_SIGNAL_NS) return;
+    *last_signal_ns = now;
+    hs_drops_hook();
+}
+
 static void *drainer_main(void *arg) {
     (void)arg; /* started with every signal blocked: see hs_thread_create_quiet */
     pid_t me = getpid();
-    uint64_t idle_us = 0;
+    uint64_t idle_us = 0, drops_signal_ns = 0;
     for (;;) {
         uint32_t seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         uint64_t waited_us = atomic_load(&period_us);
@@ -230,6 +253,7 @@ static void *drainer_main(void *arg) {
             hs_pool_trim(); /* idle for a second: give the pooled blocks back */
         }
         hs_clock_update(0);
+        signal_drops(&drops_signal_ns);
         if (!atomic_load(&fixed_period_us)) {
             uint64_t p = atomic_load(&period_us);
             if (fill > 0.5 && p > MIN_PERIOD_US) p /= 2;
@@ -308,6 +332,7 @@ void hs_drain_after_fork_child(void) {
     seg_bytes = seg_spans = seg_count = 0;
     while (graveyard) {
         hs_thread_info *next = graveyard->next;
+        hs_self_state_free(graveyard->self_state);
         free(graveyard->name);
         free(graveyard);
         graveyard = next;
@@ -317,6 +342,7 @@ void hs_drain_after_fork_child(void) {
     used_pairs_words = 0;
     used_pairs_incomplete = 0;
     atomic_store(&drainer_pid, 0); /* the parent's drain thread does not exist here */
+    atomic_store(&hs_drops_reported, 0); /* the child's drop counts start again */
 }
 
 void hs_drain_take(hs_drain_batch *out) {
@@ -357,6 +383,7 @@ void hs_drain_release(hs_drain_batch *batch) {
     batch->segs = NULL;
     while (batch->dead) {
         hs_thread_info *next = batch->dead->next;
+        hs_self_state_free(batch->dead->self_state);
         free(batch->dead->name);
         free(batch->dead);
         batch->dead = next;

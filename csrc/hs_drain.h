@@ -43,6 +43,14 @@ void hs_drain_take(hs_drain_batch *out);
 /* Give the batch back once converted (blocks to the pool, dead infos freed). */
 void hs_drain_release(hs_drain_batch *batch);
 
+/* Drops said while the program runs: the drain thread calls this (never holding a lock)
+ * at its first pass after the dropped count changed, then at most every
+ * HS_DROPS_SIGNAL_NS while drops stay unreported (hs_drops_reported below the total).
+ * Set by the Python glue, which hands the report to the interpreter. */
+extern void (*hs_drops_hook)(void);
+extern _Atomic uint64_t hs_drops_reported;
+#define HS_DROPS_SIGNAL_NS 200000000ull
+
 /* Start the drain thread if this process has none (after fork, or at first use). */
 void hs_drainer_ensure(void);
 void hs_wake_drainer(void);

@@ -121,8 +121,37 @@ static PyObject *py_nvtx(PyObject *m, PyObject *a) {
     return PyBool_FromLong(atomic_load(&hs_nvtx_on));
 }
 
+/* What helps against the drops counted so far, in one sentence ("" when none): the cause
+ * that dropped most at the cap decides (records not drained yet: drain more often; the
+ * blocks live threads write into: a bigger cap or smaller blocks). */
+static void drop_advice(char *out, size_t n, uint64_t cap, uint64_t other, const hs_cap_causes *c) {
+    out[0] = 0;
+    char cap_text[240] = "", size[32];
+    uint64_t bytes = hs_get_memory_cap();
+    if (bytes >= (1u << 20)) snprintf(size, sizeof size, "%.1f MiB", (double)bytes / (1 << 20));
+    else snprintf(size, sizeof size, "%.1f KiB", (double)bytes / 1024);
+    if (cap && c->thread_blocks > c->undrained)
+        snprintf(cap_text, sizeof cap_text,
+                 "at the memory cap (%s), filled by the blocks of %llu live threads: raise "
+                 "configure(memory_cap=) or lower configure(capacity=)",
+                 size, (unsigned long long)c->live_threads_at_last);
+    else if (cap)
+        snprintf(cap_text, sizeof cap_text,
+                 "at the memory cap (%s), filled by spans not drained yet: drain more often "
+                 "(record(flush_interval=), drain()) or raise configure(memory_cap=)",
+                 size);
+    const char *other_text = "for other causes (out of memory, or too many distinct names or paths)";
+    if (cap && other)
+        snprintf(out, n, "%llu %s; %llu %s", (unsigned long long)cap, cap_text, (unsigned long long)other, other_text);
+    else if (cap)
+        snprintf(out, n, "%s", cap_text);
+    else if (other)
+        snprintf(out, n, "%s", other_text);
+}
+
 /* dropped(detail=False): the total, or {"total", "memory_cap", "other", "threads": {tid:
- * {"name", "memory_cap", "other"}}} for the threads that dropped any (exited ones too). */
+ * {"name", "memory_cap", "other"}}, "memory_cap_causes": {"undrained", "thread_blocks"},
+ * "advice"} for the threads that dropped any (exited ones too). */
 static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     (void)m;
     static char *kwlist[] = {"detail", NULL};
@@ -166,8 +195,14 @@ static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     /* exited threads beyond the kept rows count in the totals only */
     uint64_t all_cap, all_other;
     hs_dropped_by_cause(&all_cap, &all_other);
-    return Py_BuildValue("{sKsKsKsN}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
-                         (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads);
+    hs_cap_causes causes;
+    hs_cap_causes_get(&causes);
+    char advice[400];
+    drop_advice(advice, sizeof advice, all_cap, all_other, &causes);
+    return Py_BuildValue("{sKsKsKsNs{sKsK}ss}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
+                         (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads,
+                         "memory_cap_causes", "undrained", (unsigned long long)causes.undrained, "thread_blocks",
+                         (unsigned long long)causes.thread_blocks, "advice", advice);
 }
 
 /* ---- drain ---------------------------------------------------------------------------- */
@@ -288,7 +323,8 @@ static PyObject *py_drain(PyObject *m, PyObject *rank_obj) {
         put_buffer(d, "category_idx", &c.category_idx, n * 4) < 0 ||
         put_buffer(d, "category_valid", &c.category_valid, bits) < 0 ||
         put_buffer(d, "start_ns", &c.start_ns, n * 8) < 0 || put_buffer(d, "end_ns", &c.end_ns, n * 8) < 0 ||
-        put_buffer(d, "duration_ns", &c.duration_ns, n * 8) < 0 || put_buffer(d, "depth", &c.depth, n * 4) < 0 ||
+        put_buffer(d, "duration_ns", &c.duration_ns, n * 8) < 0 ||
+        put_buffer(d, "self_ns", &c.self_ns, n * 8) < 0 || put_buffer(d, "depth", &c.depth, n * 4) < 0 ||
         put_buffer(d, "thread_id", &c.thread_id, n * 8) < 0 || put_buffer(d, "thread_idx", &c.thread_idx, n * 4) < 0 ||
         put_constant(d, "pid", &const_pid, (int64_t)getpid(), 8, n) < 0 ||
         put_constant(d, "rank", &const_rank, rank, 4, n) < 0 ||
@@ -396,6 +432,59 @@ static char *call_thread_name_hook(void) {
     return out;
 }
 
+/* Drops said while the program runs: the drain thread (which never takes the GIL) starts a
+ * short-lived thread that takes it and calls hotspan._core_drops.report(), so the drain
+ * thread never waits for the interpreter. One at a time; the drain thread signals at most
+ * every HS_DROPS_SIGNAL_NS. (Py_AddPendingCall would be lighter, but before 3.12 a call
+ * added from a thread other than the main one does not wake the main thread's eval loop:
+ * it ran at exit.) */
+static _Atomic int drops_call_queued = 0;
+
+static int interpreter_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+static void *drops_thread_main(void *arg) {
+    (void)arg;
+    if (Py_IsInitialized() && !interpreter_finalizing()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        if (!interpreter_finalizing()) {
+            PyObject *mod = PyImport_ImportModule("hotspan._core_drops");
+            PyObject *res = mod ? PyObject_CallMethod(mod, "report", NULL) : NULL;
+            if (!res) PyErr_WriteUnraisable(NULL);
+            Py_XDECREF(res);
+            Py_XDECREF(mod);
+        }
+        PyGILState_Release(g);
+    }
+    atomic_store(&drops_call_queued, 0);
+    return NULL;
+}
+
+static void drops_hook(void) {
+    if (atomic_exchange(&drops_call_queued, 1)) return;
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (hs_thread_create_quiet(&th, &attr, drops_thread_main, NULL) != 0) atomic_store(&drops_call_queued, 0);
+    pthread_attr_destroy(&attr);
+}
+
+/* _drops_reported(n): the drops reported so far (the drain thread signals while the total
+ * is above it). */
+static PyObject *py_drops_reported(PyObject *m, PyObject *arg) {
+    (void)m;
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    atomic_store(&hs_drops_reported, (uint64_t)n);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_hooks(PyObject *m, PyObject *args) {
     (void)m;
     PyObject *name_hook, *deco_hook;
@@ -403,11 +492,13 @@ static PyObject *py_set_hooks(PyObject *m, PyObject *args) {
     Py_XSETREF(thread_name_hook, name_hook == Py_None ? NULL : Py_NewRef(name_hook));
     Py_XSETREF(hs_decorate_hook, deco_hook == Py_None ? NULL : Py_NewRef(deco_hook));
     hs_thread_name_hook = call_thread_name_hook;
+    hs_drops_hook = drops_hook;
     Py_RETURN_NONE;
 }
 
 static PyObject *py_after_fork_child(PyObject *m, PyObject *a) {
     (void)m; (void)a;
+    atomic_store(&drops_call_queued, 0); /* a call the parent had queued is the parent's */
     if (hs_tls) hs_drainer_ensure(); /* the forking thread records on: it needs a drainer */
     Py_RETURN_NONE;
 }
@@ -655,9 +746,13 @@ static PyMethodDef module_methods[] = {
     {"disable", py_disable, METH_NOARGS, "disable()\n--\n\nTurn recording off."},
     {"enabled", py_enabled, METH_NOARGS, "enabled() -> bool\n--\n\nWhether recording is on."},
     {"set_thread_name", py_set_thread_name, METH_O, "set_thread_name(name)\n--\n\nName the calling thread in traces."},
+    {"_drops_reported", py_drops_reported, METH_O,
+     "_drops_reported(n)\n--\n\nThe spans dropped that were reported so far (internal: hotspan._core_drops)."},
     {"dropped", (PyCFunction)(void (*)(void))py_dropped, METH_VARARGS | METH_KEYWORDS,
      "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
-     "total, how many at the memory cap and how many for other causes, and the same per thread."},
+     "total, how many at the memory cap and how many for other causes, the same per thread,\n"
+     "what held the cap at each drop (memory_cap_causes: undrained, thread_blocks) and advice:\n"
+     "one sentence on what helps."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_tasks_seen", py_tasks_seen, METH_NOARGS, NULL},
     {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},

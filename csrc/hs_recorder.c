@@ -100,12 +100,14 @@ __attribute__((noinline)) hs_record *hs_push_switch(hs_tstate *t, uint64_t n) {
         hs_block_claim(t->w.blk, t->info->tid, t->last_pushed_seq);
         return hs_writer_reserve(&t->w, n);
     }
-    if (rc == HS_SWITCH_CAP)
+    if (rc == HS_SWITCH_CAP) {
+        hs_cap_drop_note(t->w.blk ? t->w.blk->bytes : 0);
         atomic_store_explicit(&t->info->dropped_cap,
                               atomic_load_explicit(&t->info->dropped_cap, memory_order_relaxed) + 1,
                               memory_order_relaxed);
-    else
+    } else {
         hs_count_drop(t);
+    }
     return NULL;
 }
 
@@ -126,7 +128,8 @@ void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error) {
     memmove(&t->stack[k], &t->stack[k + 1], sizeof(hs_frame) * (t->depth - k - 1));
     t->depth--;
     if (hs_stack_edit_end_hook) hs_stack_edit_end_hook(t);
-    hs_push(t, f.start, end, f.seq, f.pair, f.arg, f.flags | (error ? HS_F_ERROR : 0), k,
+    hs_push(t, f.start, end, f.seq, f.pair, f.arg,
+            f.flags | (k ? HS_CHILD_FLAGS(t->stack[k - 1].flags) : 0) | (error ? HS_F_ERROR : 0), k,
             k ? t->stack[k - 1].seq + 1 : 0);
     /* NVTX ranges are a per-thread stack: this pops the innermost one, whichever span it
      * belongs to (pushes and pops stay balanced; the names of ranges closed out of order

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "hs_selftime.h"
 
 _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec"))) = NULL;
 _Atomic int hs_enabled = 1;
@@ -147,6 +148,7 @@ static void on_thread_exit(void *p) {
     if (!t) return;
     hs_chain *chain = t->chain;
     atomic_store(&t->info->alive, 0);
+    hs_writer_retire(&t->w);
     /* Another context's stack (owned by its stack object) may be current: free our own
      * (unless it is a flight file slot's, which stays with the slot). */
     hs_frame *own = t->stack_owner ? t->own_stack : t->stack;
@@ -208,8 +210,9 @@ hs_tstate *hs_tstate_register(void) {
     t->last_pushed_seq = t->seq;
     info->drain_seq = t->seq;
     chain->owner_info = info;
-    /* A first block now, so the first span does not take the slow path; at the cap the
-     * thread has none yet, and its records are dropped (counted) until a block frees up. */
+    /* A first block now (small: it grows as the thread records), so the first span does not
+     * take the slow path; at the cap the thread has none yet, and its records are dropped
+     * (counted) until a block frees up. */
     hs_writer_switch(chain, &t->w);
     hs_block_claim(t->w.blk, info->tid, t->last_pushed_seq);
 
@@ -335,6 +338,7 @@ void hs_registry_after_fork_child(void) {
     while (i) {
         hs_thread_info *next = i->next;
         if (!me || i != me->info) {
+            hs_self_state_free(i->self_state);
             free(i->name);
             free(i);
         }
@@ -368,6 +372,9 @@ void hs_registry_after_fork_child(void) {
     atomic_store(&me->info->dropped_other, 0);
     me->info->batch_gen = 0;
     me->info->batch_tix = -1;
+    /* the parent's open spans take new ids here: what their children covered is the parent's */
+    hs_self_state_free(me->info->self_state);
+    me->info->self_state = NULL;
     info_list = info_list_tail = me->info;
     /* Spans open across the fork close in both processes: in the child they take new ids
      * (in order, so their nesting holds), or the parent's and the child's records of them

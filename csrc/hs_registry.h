@@ -34,6 +34,7 @@ typedef struct hs_thread_info {
     uint64_t drain_seq;             /* drain lock: last full id seen */
     uint64_t batch_gen;             /* drain side: the batch whose thread slot batch_tix is */
     int32_t batch_tix;
+    struct hs_self_state *self_state; /* drain side: open spans' closed children (hs_selftime.h) */
     _Atomic int alive;
     struct hs_thread_info *next;    /* registry list (registry lock) */
 } hs_thread_info;

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define DEFAULT_BLOCK_RECORDS 1024u      /* 32 KiB: 2,048 blocks under the default cap */
+#define DEFAULT_BLOCK_RECORDS 1024u      /* 32 KiB: a busy thread's blocks, once grown */
 #define DEFAULT_MEMORY_CAP (64ull << 20)
 #define MAP_MIN_BYTES (16u << 10)        /* smaller blocks (tests) come from malloc */
 
@@ -15,9 +15,42 @@ _Atomic uint64_t hs_block_records = DEFAULT_BLOCK_RECORDS;
 hs_block *(*hs_block_alloc_hook)(uint64_t records, uint64_t *bytes) = NULL;
 void (*hs_block_free_hook)(hs_block *b) = NULL;
 _Atomic uint64_t hs_memory_cap = DEFAULT_MEMORY_CAP;
+_Atomic uint64_t hs_first_block_records = HS_FIRST_BLOCK_RECORDS;
 
 static _Atomic uint64_t held_bytes = 0;   /* every block allocated, pooled ones included */
 static _Atomic uint64_t pooled_bytes = 0;
+/* The blocks threads write into now, and how many threads have one (slow paths only: a
+ * switch, a thread's exit), to tell the causes of a drop at the cap apart. */
+static _Atomic uint64_t current_bytes = 0;
+static _Atomic uint64_t live_writers = 0;
+static _Atomic uint64_t cap_undrained = 0, cap_thread_blocks = 0, cap_last_live = 0;
+
+uint64_t hs_blocks_current_bytes(void) { return atomic_load_explicit(&current_bytes, memory_order_relaxed); }
+
+void hs_cap_drop_note(uint64_t own_bytes) {
+    uint64_t held = hs_blocks_held_bytes(), pooled = hs_blocks_pool_bytes(), cur = hs_blocks_current_bytes();
+    uint64_t rest = held > pooled + cur ? held - pooled - cur : 0;
+    uint64_t others = cur > own_bytes ? cur - own_bytes : 0;
+    /* What holds most of the cap: records waiting for drain() (sealed blocks, segments, and
+     * the dropping thread's own block, full), or the blocks the other live threads are
+     * writing into (their fill is not known here: many threads is the case to tell). */
+    if (rest + own_bytes >= others) atomic_fetch_add_explicit(&cap_undrained, 1, memory_order_relaxed);
+    else atomic_fetch_add_explicit(&cap_thread_blocks, 1, memory_order_relaxed);
+    atomic_store_explicit(&cap_last_live, atomic_load_explicit(&live_writers, memory_order_relaxed),
+                          memory_order_relaxed);
+}
+
+void hs_cap_causes_get(hs_cap_causes *out) {
+    out->undrained = atomic_load(&cap_undrained);
+    out->thread_blocks = atomic_load(&cap_thread_blocks);
+    out->live_threads_at_last = atomic_load(&cap_last_live);
+}
+
+void hs_writer_retire(hs_writer *w) {
+    if (!w->blk) return;
+    atomic_fetch_sub_explicit(&current_bytes, w->blk->bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&live_writers, 1, memory_order_relaxed);
+}
 
 uint64_t hs_blocks_held_bytes(void) { return atomic_load_explicit(&held_bytes, memory_order_relaxed); }
 uint64_t hs_blocks_pool_bytes(void) { return atomic_load_explicit(&pooled_bytes, memory_order_relaxed); }
@@ -153,6 +186,12 @@ static hs_block *pool_pop(void) {
 void hs_block_put(hs_block *b) {
     /* nothing refers to it: its records were drained (or discarded), not to be recovered */
     if (b->mapped == HS_BLOCK_FLIGHT) atomic_store_explicit(&b->flight_state, 0, memory_order_release);
+    /* Only full-size blocks are pooled: a smaller one is a thread's first few (growing), taken
+     * once per thread, so pooling them would only keep memory no switch asks for. */
+    else if (b->cap != atomic_load_explicit(&hs_block_records, memory_order_relaxed)) {
+        block_free(b);
+        return;
+    }
     if (!pool_push(b)) block_free(b);
 }
 
@@ -184,16 +223,35 @@ void hs_blocks_after_fork_child(void) {
     atomic_store(&pool_deq, 0);
     atomic_store(&pooled_bytes, 0);
     atomic_store(&held_bytes, 0);
+    atomic_store(&current_bytes, 0);
+    atomic_store(&live_writers, 0);
+    atomic_store(&cap_undrained, 0);
+    atomic_store(&cap_thread_blocks, 0);
+    atomic_store(&cap_last_live, 0);
 }
 
 /* ---- producer --------------------------------------------------------------------------- */
 
+/* The size of the writer's next block: the first is small and each next one twice the
+ * last, up to the configured size (a flight file's blocks are all of that size). */
+static uint64_t next_block_records(const hs_writer *w, uint64_t full) {
+    if (hs_block_alloc_hook) return full;
+    uint64_t first = atomic_load_explicit(&hs_first_block_records, memory_order_relaxed);
+    uint64_t want = w->blk ? w->blk->cap * 2 : first;
+    if (want < first) want = first;
+    return want < full ? want : full;
+}
+
 int hs_writer_switch(hs_chain *ch, hs_writer *w) {
-    uint64_t records = atomic_load_explicit(&hs_block_records, memory_order_relaxed);
-    hs_block *nb = pool_pop();
-    while (nb && nb->cap != records) { /* pooled before configure(capacity=...) changed it */
-        block_free(nb);
+    uint64_t full = atomic_load_explicit(&hs_block_records, memory_order_relaxed);
+    uint64_t records = next_block_records(w, full);
+    hs_block *nb = NULL;
+    if (records == full) {
         nb = pool_pop();
+        while (nb && nb->cap != records) { /* pooled before configure(capacity=...) changed it */
+            block_free(nb);
+            nb = pool_pop();
+        }
     }
     if (!nb) {
         if (!reserve(records * sizeof(hs_record))) return HS_SWITCH_CAP;
@@ -207,6 +265,9 @@ int hs_writer_switch(hs_chain *ch, hs_writer *w) {
     atomic_store_explicit(&nb->head, 0, memory_order_relaxed);
     atomic_store_explicit(&nb->next, NULL, memory_order_relaxed);
     nb->refs = 1; /* the chain's */
+    atomic_fetch_add_explicit(&current_bytes, nb->bytes, memory_order_relaxed);
+    if (w->blk) atomic_fetch_sub_explicit(&current_bytes, w->blk->bytes, memory_order_relaxed);
+    else atomic_fetch_add_explicit(&live_writers, 1, memory_order_relaxed);
     if (w->blk) atomic_store_explicit(&w->blk->next, nb, memory_order_release);
     else atomic_store_explicit(&ch->rd, nb, memory_order_release);
     w->blk = nb;

@@ -60,6 +60,10 @@ enum {
     HS_F_ARG = 2,     /* arg is set */
     HS_F_INSTANT = 4, /* a zero-duration marker */
     HS_F_EXT = 8,     /* an hs_record_ext follows in the next slot */
+    /* The span's parent had created an asyncio task when the span closed (or the span is
+     * the root of such a task): it may overlap its siblings, so drain() merges it into
+     * their union instead of summing it (hs_selftime.h). */
+    HS_F_OVERLAP = 16,
 };
 
 #define HS_DUR_BITS 40
@@ -126,6 +130,29 @@ static inline void hs_block_claim(hs_block *b, int64_t tid, uint64_t base_seq) {
  * drain side, or pooled): set by configure, read on the slow path only. */
 extern _Atomic uint64_t hs_block_records;
 extern _Atomic uint64_t hs_memory_cap;
+/* A thread's first block holds this many records (1 KiB); each switch doubles the next
+ * block's size up to hs_block_records. So a thread that records a few spans holds 1 KiB,
+ * not a full block: 10,000 live threads fit in 10 MiB where full blocks took 320 MiB and
+ * filled the cap with empty memory. A thread recording flat out reaches the full size after
+ * log2(hs_block_records / 32) switches and stays there (the steady state is unchanged). With
+ * a flight file every block is full size: the file's blocks are all of one size. */
+#define HS_FIRST_BLOCK_RECORDS 32u
+extern _Atomic uint64_t hs_first_block_records;
+
+/* Why records were dropped at the cap, classified at each drop (slow path, at the cap
+ * only): the blocks that threads are writing into (many live threads) filled most of it,
+ * or records not drained yet (sealed blocks, and segments the drain thread took for
+ * drain()) did. */
+typedef struct hs_cap_causes {
+    uint64_t undrained;     /* drain more often, or raise the cap */
+    uint64_t thread_blocks; /* raise the cap, or lower capacity */
+    uint64_t live_threads_at_last; /* threads writing into a block at the last drop */
+} hs_cap_causes;
+/* A record was dropped at the cap by a thread whose current block (full) is own_bytes. */
+void hs_cap_drop_note(uint64_t own_bytes);
+void hs_cap_causes_get(hs_cap_causes *out);
+/* Bytes of the blocks threads are writing into now (one per live thread). */
+uint64_t hs_blocks_current_bytes(void);
 
 /* Bytes of blocks held (all of them) and pooled (free, kept for reuse). */
 uint64_t hs_blocks_held_bytes(void);
@@ -162,6 +189,9 @@ typedef struct hs_chain {
     struct hs_chain *next;  /* registry list (registry lock) */
 } hs_chain;
 
+/* A thread with a current block exits (its owner, once, before retiring its chain). */
+void hs_writer_retire(hs_writer *w);
+
 enum { HS_SWITCH_OK = 0, HS_SWITCH_CAP = 1, HS_SWITCH_NOMEM = 2 };
 
 /* Producer: room for n (1 or 2) slots in the current block, else NULL (switch first). */
@@ -173,8 +203,9 @@ static inline void hs_writer_publish(hs_writer *w, uint64_t n) {
     atomic_store_explicit(&w->blk->head, w->pos, memory_order_release);
 }
 /* Producer, slow path: move on to a fresh block (pooled, else allocated under the memory
- * cap) and link it after the current one. HS_SWITCH_CAP: the cap is reached (the record is
- * dropped; the current block stays). */
+ * cap) and link it after the current one: twice the current one's size (the first:
+ * hs_first_block_records) up to hs_block_records. HS_SWITCH_CAP: the cap is reached (the
+ * record is dropped; the current block stays). */
 int hs_writer_switch(hs_chain *ch, hs_writer *w);
 
 hs_chain *hs_chain_create(void);

@@ -112,7 +112,7 @@ static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
 /* A new stack for ctx, its roots under the innermost open span of creator (a stack of
  * this thread, or NULL). */
 static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx) {
-    const hs_frame *cf = NULL;
+    hs_frame *cf = NULL;
     uint32_t cd = 0;
     if (creator) {
         if ((creator->is_base && !t->stack_owner) || (void *)creator == t->stack_owner) {
@@ -130,6 +130,9 @@ static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx)
     hs_frame *frames = calloc(cap, sizeof(hs_frame));
     if (!frames) return NULL;
     if (cd) {
+        /* The creator's span now has children that may overlap (this task's roots, and its
+         * own children that close from now on): for self time (hs_selftime.h). */
+        cf[cd - 1].flags |= HS_FRAME_SPAWNED;
         frames[cd - 1] = cf[cd - 1];
         frames[cd - 1].owner = NULL; /* the creator's to close, never this task's */
         frames[cd - 1].flags &= ~HS_FRAME_NVTX; /* so its NVTX range too */

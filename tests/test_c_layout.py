@@ -14,7 +14,7 @@ CSRC = Path(__file__).resolve().parents[1] / "csrc"
 #: nor those beside it in its own layer (so a layer's units are independent of each other).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("hs_compiler",),             # HS_LIKELY, HS_HOT...: macros only
-    ("hs_clock", "hs_ring"),      # ticks -> ns; blocks and the single-writer rings
+    ("hs_clock", "hs_ring", "hs_selftime"),  # ticks -> ns; blocks and the single-writer rings; self time
     ("hs_intern",),               # strings, category paths, (name, path) pairs
     ("hs_registry",),             # per-thread state, chains, span id ranges, switches and hooks
     ("hs_recorder",),             # the hot path: enter/exit/instant

@@ -77,7 +77,7 @@ def test_fails():
 def _parts(session: Path) -> dict[str, tuple[dict, list[str]]]:
     """Per test node id: its part's metadata and the names of its spans."""
     out = {}
-    for path in sorted(session.glob("rank=*/part-*.parquet")):
+    for path in sorted(session.glob("part-*.parquet")):
         meta = part_metadata(path)
         names = hotspan.load(path).column("name").to_pylist()
         assert meta["test"] not in out, f"two parts for {meta['test']}"

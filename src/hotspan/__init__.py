@@ -140,6 +140,28 @@ def snapshot() -> pa.Table:
     return implementation()
 
 
+def SpanFilter(*args: Any, **kwargs: Any) -> Any:
+    """Which spans a question is about (:class:`hotspan.analysis.filters.SpanFilter`; a function
+    here so that ``import hotspan`` loads no pyarrow: ``isinstance`` needs the class there)."""
+    from .analysis.filters import SpanFilter as implementation
+
+    return implementation(*args, **kwargs)
+
+
+def display(result: Any, *, title: str = "hotspan") -> Any:
+    """Show a result as HTML in a notebook (:func:`hotspan.notebook.display`)."""
+    from .notebook import display as implementation
+
+    return implementation(result, title=title)
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext hotspan`` (:func:`hotspan.notebook.load_ipython_extension`)."""
+    from .notebook import load_ipython_extension as implementation
+
+    implementation(shell)
+
+
 def get_include() -> str:
     """The directory holding ``hotspan.h``, for native callers' build systems."""
     from pathlib import Path
@@ -156,6 +178,7 @@ def get_include() -> str:
 
 __all__ = [
     "Recorder",
+    "SpanFilter",
     "__version__",
     "begin",
     "compare",

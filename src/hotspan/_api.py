@@ -427,16 +427,13 @@ def _warn_dropped_at_exit() -> None:
     """At exit: one line on stderr when this process dropped spans, with what to change.
     Reads two counters from the C core: no pyarrow, nothing else loaded."""
     try:
-        dropped = _native.dropped()
-        if not dropped:
+        if not _native.dropped():
             return
         import sys
 
-        from .units import human_bytes
-
-        limits = _native._pending()
-        print(f"hotspan: {dropped:,} spans dropped (memory cap {human_bytes(limits['memory_cap'])}); "
-              f"see configure(memory_cap=), or drain more often", file=sys.stderr)
+        detail = _native.dropped(detail=True)
+        # the core says which cause held the cap and what helps against it
+        print(f"hotspan: {detail['total']:,} spans dropped {detail['advice']}", file=sys.stderr)
     except Exception:  # noqa: BLE001 - an exit hook must not add a traceback to a dying process
         pass
 

@@ -29,10 +29,17 @@ SPAN_SCHEMA = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("arg", pa.int64(), nullable=True),
         pa.field("error", pa.bool_(), nullable=False),
+        # duration minus the union of its children's intervals (same thread, and the spans of
+        # asyncio tasks created under it): statistics need no parent join (see _selftime.py)
+        pa.field("self_ns", pa.int64(), nullable=False),
     ]
 )
 
 COLUMNS = tuple(SPAN_SCHEMA.names)
+
+#: The columns a trace format (Chrome JSON, Perfetto) stores: ``self_ns`` is derived from
+#: them on load (``_selftime.with_self_ns``).
+TRACE_SCHEMA = SPAN_SCHEMA.remove(SPAN_SCHEMA.get_field_index("self_ns"))
 
 #: Keys of the schema metadata (bytes -> bytes in Arrow; values are UTF-8, JSON where noted).
 META_HOST = b"hotspan.host"
@@ -47,6 +54,9 @@ META_PID = b"hotspan.pid"
 #: "1" when spans ran in asyncio tasks (copied contexts): trees may overlap on a thread, and
 #: the trace exports lay them on lanes (formats/lanes.py); absent otherwise.
 META_TASKS = b"hotspan.tasks"
+#: The run's id (see hotspan._run.run_id): every process of one run, every rank of one job,
+#: carries the same; two runs written into one directory stay apart by it.
+META_RUN = b"hotspan.run"
 META_ID_BASE = b"hotspan.id_base"  # the process's random span id base (decimal): ids are base + k
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"

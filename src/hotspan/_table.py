@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._run import run_id
 from ._schema import (
     META_ARGV,
     META_CLOCK,
@@ -26,6 +27,7 @@ from ._schema import (
     META_PID,
     META_PYTHON,
     META_RANK,
+    META_RUN,
     META_START,
     META_VERSION,
     SPAN_SCHEMA,
@@ -88,6 +90,7 @@ def metadata(
         ).encode(),
         META_RANK: str(rank).encode(),
         META_PID: str(pid).encode(),
+        META_RUN: run_id().encode(),
         META_ENV: json.dumps(environment(version)).encode(),
     }
     if id_base is not None:
@@ -132,5 +135,6 @@ def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table
         _fixed(raw, "rank", pa.int32(), n),
         _fixed(raw, "arg", pa.int64(), n, "arg_valid"),
         _fixed(raw, "error", pa.bool_(), n),
+        _fixed(raw, "self_ns", pa.int64(), n),
     ]
     return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(meta))

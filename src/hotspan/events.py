@@ -74,11 +74,15 @@ class Flushed(Event):
 @dataclass(frozen=True)
 class SpansDropped(Event):
     """``consumer`` (``drain``, ``record(dest)``, ``subscribe(fn)``) lost ``count`` spans of
-    thread ``thread_name`` because it fell behind by more than the memory cap."""
+    thread ``thread_name`` because it fell behind by more than the memory cap; consumer
+    ``core``: the recorder itself dropped them (its memory cap was reached before anything
+    drained them), said at the next pass of its drain thread, at most once a second a
+    thread (``thread_id``: the OS thread id, where known)."""
 
     consumer: str
     thread_name: str
     count: int
+    thread_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,9 @@ def _describe(event: Event) -> tuple[int, str, BaseException | None]:
     if isinstance(event, Flushed):
         return (logging.INFO, f"flushed {event.spans:,} spans ({event.bytes:,} bytes) to {event.dest} "
                 f"in {event.seconds * 1e3:.1f} ms", None)
+    if isinstance(event, SpansDropped) and event.consumer == "core":
+        return (logging.WARNING, f"{event.count:,} spans of thread {event.thread_name!r} dropped: the recorder's "
+                "memory cap was reached before they were drained (configure(memory_cap=), or drain more often)", None)
     if isinstance(event, SpansDropped):
         return (logging.WARNING, f"{event.consumer} fell behind: {event.count:,} spans of thread "
                 f"{event.thread_name!r} dropped", None)

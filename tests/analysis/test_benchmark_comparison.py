@@ -131,3 +131,21 @@ def test_cli_bad_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert "no benchmark in common" in capsys.readouterr().err
     assert main(["compare", str(good), str(good), "--by", "name"]) == 2
     assert "--by applies to traces" in capsys.readouterr().err
+
+
+def test_a_benchmark_and_its_only_span_get_one_verdict():
+    """Issue 20: +7.2% `same` for the benchmark and +7.3% `slower` for its only span were two
+    rules; now the span's change is judged with its benchmark's noise, by compare's rule."""
+    seen = set()
+    for seed, true_change, noise in ((11, 0.072, 0.25), (12, 0.3, 0.01), (13, 0.0, 0.02), (14, 0.072, 0.2)):
+        rng = np.random.default_rng(seed)
+        base_rounds = 1e-3 * (1 + rng.normal(0, noise, 40))
+        new_rounds = 1e-3 * (1 + true_change) * (1 + rng.normal(0, noise, 40))
+        change = np.median(new_rounds) / np.median(base_rounds) - 1
+        base = doc(bench("t::only", base_rounds, spans=[span("work", 1_000_000.0)]))
+        new = doc(bench("t::only", new_rounds, spans=[span("work", 1_000_000.0 * (1 + change + 0.001))]))
+        result = compare_benchmarks(base, new)
+        (b,), (s,) = result["benchmarks"], result["spans"]
+        assert b["verdict"] == s["verdict"], (seed, b, s)
+        seen.add(b["verdict"])
+    assert {"same", "slower"} <= seen  # both kinds of verdict were exercised

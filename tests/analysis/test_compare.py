@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.analysis.comparison import mann_whitney_u, median_ratio_interval
 
 
@@ -24,10 +25,10 @@ def durations_table(groups: dict[str, list[int]]) -> pa.Table:
                              error=False))
             sid += 1
             t += int(d) + 10
-    columns = {name: [r[name] for r in rows] for name in SPAN_SCHEMA.names}
+    columns = {name: [r[name] for r in rows] for name in TRACE_SCHEMA.names}
     arrays = [pa.array(columns[f.name], pa.string()).dictionary_encode() if pa.types.is_dictionary(f.type)
-              else pa.array(columns[f.name], f.type) for f in SPAN_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+              else pa.array(columns[f.name], f.type) for f in TRACE_SCHEMA]
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def reference_mwu(x, y) -> float:
@@ -84,7 +85,7 @@ def test_an_outlier_moves_the_mean_not_the_verdict():
     base = rng.normal(1_000_000, 20_000, 200).astype(int)
     new = rng.normal(1_000_000, 20_000, 200).astype(int)
     new[0] = 40_000_000  # one stall: the mean moves by ~20%
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}))
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new})).to_pylist()
     assert row["mean_ns_change"] > 0.15
     assert row["verdict"] == "same" and abs(row["p50_ns_change"]) < 0.02
 
@@ -92,20 +93,20 @@ def test_an_outlier_moves_the_mean_not_the_verdict():
 def test_a_shift_above_the_threshold_is_slower_below_it_same():
     rng = np.random.default_rng(5)
     base = rng.normal(1_000_000, 20_000, 100).astype(int)
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 1.10).astype(int)}))
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 1.10).astype(int)})).to_pylist()
     assert row["verdict"] == "slower" and row["p_value"] < 0.01
     assert row["change_low"] > 0 and row["change_low"] < row["p50_ns_change"] < row["change_high"]
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 0.9).astype(int)}))
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 0.9).astype(int)})).to_pylist()
     assert row["verdict"] == "faster"
     # Significant, but 2% is under the 5% threshold: not a regression.
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 1.02).astype(int)}))
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": (base * 1.02).astype(int)})).to_pylist()
     assert row["p_value"] < 0.01 and row["verdict"] == "same"
 
 
 def test_groups_on_one_side_and_too_few_spans():
     base = durations_table({"kept": [100, 110, 120], "went": [5]})
     new = durations_table({"kept": [100, 110], "came": [7]})
-    rows = {r["name"]: r for r in hotspan.compare(base, new, min_count=3)}
+    rows = {r["name"]: r for r in hotspan.compare(base, new, min_count=3).to_pylist()}
     assert rows["went"]["verdict"] == "gone" and rows["came"]["verdict"] == "new"
     assert rows["kept"]["verdict"] == "few" and rows["kept"]["p_value"] is None
 
@@ -124,8 +125,8 @@ def test_a_median_past_the_threshold_whose_interval_is_not_is_same():
     rng = np.random.default_rng(2)
     base = rng.normal(1_000_000, 60_000, 300).astype(int)
     new = (rng.normal(1_000_000, 60_000, 300) * 1.065).astype(int)
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}))
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new})).to_pylist()
     assert row["p_value"] < 1e-6 and row["p50_ns_change"] > 0.05 and row["change_low"] < 0.05
     assert row["verdict"] == "same"
-    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}), threshold=0.03)
+    row, = hotspan.compare(durations_table({"x": base}), durations_table({"x": new}), threshold=0.03).to_pylist()
     assert row["verdict"] == "slower"

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.analysis.statistics import STAT_COLUMNS, parent_rows
 
 
@@ -23,14 +24,14 @@ def span_table(rows: list[dict]) -> pa.Table:
         row = {**defaults, **r}
         row.setdefault("end_ns", row["start_ns"] + row["duration_ns"])
         full.append(row)
-    columns = {name: [r[name] for r in full] for name in SPAN_SCHEMA.names}
+    columns = {name: [r[name] for r in full] for name in TRACE_SCHEMA.names}
     arrays = []
-    for field in SPAN_SCHEMA:
+    for field in TRACE_SCHEMA:
         if pa.types.is_dictionary(field.type):
             arrays.append(pa.array(columns[field.name], pa.string()).dictionary_encode())
         else:
             arrays.append(pa.array(columns[field.name], field.type))
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def random_tree_table(seed: int, n_roots: int = 40) -> pa.Table:
@@ -244,8 +245,9 @@ def test_phases_per_rank_and_mean_over_ranks():
     assert rank0[1]["share"] == pytest.approx(0.71) and rank0[2]["share"] == pytest.approx(0.24)
     assert rank0[0]["per_step_ns"] == 100.0 and rank0[1]["per_step_ns"] == 71.0
     mean = {r["phase"]: r for r in result if r["rank"] is None}
-    assert mean["sync"]["time_ns"] == 250.0 and mean["sync"]["steps"] == 2.5
-    assert mean["sync/compute"]["time_ns"] == pytest.approx((213 + 100) / 2)
+    # integers (issue 20): the mean rows' time and steps rounded half up, per step from the exact means
+    assert mean["sync"]["time_ns"] == 250 and mean["sync"]["steps"] == 3
+    assert mean["sync/compute"]["time_ns"] == 157  # (213 + 100) / 2, rounded half up
     assert mean["sync/compute"]["share"] == pytest.approx(156.5 / 250)
     assert mean["sync/comms"]["share"] == pytest.approx(((72 + 80) / 2) / 250)
 

@@ -14,12 +14,19 @@ import pyarrow.parquet as pq
 import pytest
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.analysis.streaming import SpanSource, canonical_rows, group_durations
 from hotspan.formats.base import TraceFileError
 from hotspan.formats.dataset import write_part
 
 duckdb = pytest.importorskip("duckdb")  # a runtime dependency: installed with hotspan
+
+
+@pytest.fixture(autouse=True)
+def _always_stream(monkeypatch):
+    """Paths of any size streamed through DuckDB (the rule loads small ones: analysis/engine.py)."""
+    monkeypatch.setenv("HOTSPAN_STREAM_MIN_BYTES", "0")
 
 
 def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0, id_base: int | None = None) -> pa.Table:
@@ -64,13 +71,13 @@ def tree_table(seed: int, roots: int = 300, ranks: int = 3, pid_offset: int = 0,
     for r in rows:
         r["end_ns"] = r["start_ns"] + r["duration_ns"]
     arrays = []
-    for field in SPAN_SCHEMA:
+    for field in TRACE_SCHEMA:
         values = [r[field.name] for r in rows]
         if pa.types.is_dictionary(field.type):
             arrays.append(pa.array(values, pa.string()).dictionary_encode())
         else:
             arrays.append(pa.array(values, field.type))
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def as_dataset(table: pa.Table, directory, parts_per_rank: int = 2):
@@ -227,7 +234,8 @@ def durations_run(directory, groups: dict[str, np.ndarray]):
         pa.array([r[2] for r in rows], pa.int64()), pa.array([r[2] + r[3] for r in rows], pa.int64()),
         pa.array([r[3] for r in rows], pa.int64()), pa.array([0] * n, pa.int32()), pa.array([1] * n, pa.int64()),
         pa.array(["m"] * n).dictionary_encode(), pa.array([1] * n, pa.int64()), pa.array([0] * n, pa.int32()),
-        pa.nulls(n, pa.int64()), pa.array([False] * n)], schema=SPAN_SCHEMA)
+        pa.nulls(n, pa.int64()), pa.array([False] * n)], schema=TRACE_SCHEMA)
+    table = with_self_ns(table)
     as_dataset(table, directory, parts_per_rank=3)
     return table
 
@@ -241,8 +249,8 @@ def test_compare_of_two_datasets_equals_the_in_memory_compare(tmp_path):
         "same": rng.normal(1e6, 1e5, 2500), "slow": rng.normal(1.3e6, 1e5, 2100), "fast": rng.normal(1e6, 1e5, 900),
         "few": [5], "new": rng.normal(1e5, 1e3, 100)})
     for options in ({}, {"min_count": 2, "by": ("name",)}):
-        in_memory = hotspan.compare(base, new, **options)
-        streamed = hotspan.compare(tmp_path / "base", str(tmp_path / "new"), **options)
+        in_memory = hotspan.compare(base, new, **options).to_pylist()
+        streamed = hotspan.compare(tmp_path / "base", str(tmp_path / "new"), **options).to_pylist()
         assert clean(streamed) == clean(in_memory)
     verdicts = {r["name"]: r["verdict"] for r in streamed}
     assert verdicts == {"same": "same", "slow": "slower", "fast": "faster", "few": "few", "gone": "gone", "new": "new"}
@@ -312,7 +320,7 @@ def test_cli_compare_streams_two_directories(tmp_path):
     new = durations_run(tmp_path / "new", {"a": rng.normal(1e6, 1e4, 500), "b": rng.normal(2e6, 1e4, 500)})
     result = cli("compare", tmp_path / "base", tmp_path / "new", "--json")
     assert result.returncode == 1, result.stderr  # b is slower
-    assert clean(json.loads(result.stdout)) == clean(json.loads(json.dumps(hotspan.compare(base, new))))
+    assert clean(json.loads(result.stdout)) == clean(json.loads(json.dumps(hotspan.compare(base, new).to_pylist())))
 
 
 def test_cli_names_a_damaged_part_in_one_line(tmp_path):

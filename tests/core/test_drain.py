@@ -30,6 +30,7 @@ EXPECTED_TYPES = {
     "rank": pa.int32(),
     "arg": pa.int64(),
     "error": pa.bool_(),
+    "self_ns": pa.int64(),
 }
 STRING_COLUMNS = ("name", "category", "thread_name")
 
@@ -40,7 +41,7 @@ def test_schema_is_exactly_the_contract():
     t = hotspan.drain()
     assert t.schema.names == [
         "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns",
-        "depth", "thread_id", "thread_name", "pid", "rank", "arg", "error",
+        "depth", "thread_id", "thread_name", "pid", "rank", "arg", "error", "self_ns",
     ]
     for name, typ in EXPECTED_TYPES.items():
         assert t.schema.field(name).type == typ, name

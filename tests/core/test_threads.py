@@ -218,7 +218,8 @@ def test_drops_at_the_cap_are_counted_per_thread():
 def test_memory_cap_keeps_the_oldest_and_counts_the_rest():
     hotspan.configure(capacity=100, drain_thread=False)
     try:
-        hotspan.configure(memory_cap=_budget(1000))  # room for 1000 records: 10 blocks
+        kept = 32 + 64 + 9 * 100  # a thread's blocks grow: 32 records, 64, then 100 each
+        hotspan.configure(memory_cap=_budget(kept))  # room for exactly those 11 blocks
         before = hotspan.dropped()
 
         def record():
@@ -230,9 +231,9 @@ def test_memory_cap_keeps_the_oldest_and_counts_the_rest():
         th.start()
         th.join()
         t = hotspan.drain()
-        assert t.num_rows == 1000
-        assert hotspan.dropped() - before == 4000
-        assert t.column("arg").to_pylist() == list(range(1000))
+        assert t.num_rows == kept
+        assert hotspan.dropped() - before == 5000 - kept
+        assert t.column("arg").to_pylist() == list(range(kept))
     finally:
         hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 

@@ -16,8 +16,9 @@ import pytest
 
 
 from hotspan._schema import (
-    META_ARGV, META_DROPPED, META_HOST, META_START, META_VERSION, SPAN_SCHEMA, with_pandas_dtypes,
+    META_ARGV, META_DROPPED, META_HOST, META_START, META_VERSION, SPAN_SCHEMA, TRACE_SCHEMA, with_pandas_dtypes,
 )
+from hotspan._selftime import with_self_ns
 
 
 # --------------------------------------------------------------------------- synthetic spans
@@ -92,7 +93,8 @@ def build_spans(seed: int = 7, roots_per_thread: int = 3, longest_root_ns: int =
         META_DROPPED: json.dumps({"total": 0, "threads": {}}).encode(),
     }
     # As drain() makes it: the pandas dtypes of the nullable integer columns included.
-    return pa.Table.from_pylist(rows, schema=SPAN_SCHEMA.with_metadata(with_pandas_dtypes(metadata)))
+    table = pa.Table.from_pylist(rows, schema=TRACE_SCHEMA.with_metadata(with_pandas_dtypes(metadata)))
+    return with_self_ns(table)  # as drain() computes it (checked against it in test_self_time.py)
 
 
 @pytest.fixture(scope="session")

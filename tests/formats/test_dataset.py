@@ -27,7 +27,7 @@ def _spans(n: int, rank: int, pid: int, start: int = 1_000, dropped: int = 0, fi
         "depth": pa.array([0] * n, pa.int32()), "thread_id": pa.array([pid] * n, pa.int64()),
         "thread_name": pa.array(["MainThread"] * n).dictionary_encode(), "pid": pa.array([pid] * n, pa.int64()),
         "rank": pa.array([rank] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()),
-        "error": pa.array([False] * n),
+        "error": pa.array([False] * n), "self_ns": pa.array([5] * n, pa.int64()),
     }
     meta = {
         b"hotspan.host": b"h", META_RANK: str(rank).encode(), b"hotspan.pid": str(pid).encode(),
@@ -75,23 +75,23 @@ def test_metadata_is_merged_per_rank(run):
 
 def test_part_names_and_their_own_metadata(run):
     path = part_path(run, 2, 201, 1)
-    assert path.relative_to(run).as_posix() == "rank=2/part-201-000001.parquet"
+    assert path.relative_to(run).as_posix() == "part-r2-201-000001.parquet"
     own = json.loads(hotspan.load(path).schema.metadata[META_PART])
     assert own == {"rank": 2, "pid": 201, "seq": 1, "sink_dropped": 1}
 
 
 def test_torn_and_hidden_files_are_ignored(run):
     # What a writer killed mid-part leaves behind, and what other tools keep beside data.
-    (run / "rank=0" / ".part-100-000002.parquet.1a2b3c4d.part").write_bytes(b"PAR1 torn")
-    (run / "rank=0" / "_SUCCESS").write_bytes(b"")
-    (run / "rank=0" / "_tmp.parquet").write_bytes(b"junk")
+    (run / ".part-r0-100-000002.parquet.1a2b3c4d.part").write_bytes(b"PAR1 torn")
+    (run / "_SUCCESS").write_bytes(b"")
+    (run / "_tmp.parquet").write_bytes(b"junk")
     (run / ".hidden").mkdir()
     (run / ".hidden" / "x.parquet").write_bytes(b"junk")
     assert hotspan.load(run).num_rows == 24
 
 
 def test_a_corrupt_visible_part_is_an_error_naming_the_directory(run):
-    (run / "rank=0" / "part-100-000009.parquet").write_bytes(b"not parquet at all")
+    (run / "part-r0-100-000009.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(TraceFileError, match="run"):
         hotspan.load(run)
 
@@ -145,7 +145,7 @@ def test_record_to_a_directory_and_a_file(fresh, tmp_path):
     span = hotspan.span("work", "c")
 
     def parts() -> list:
-        return sorted((tmp_path / "run").glob("rank=*/part-*.parquet"))
+        return sorted((tmp_path / "run").glob("part-*.parquet"))
 
     with hotspan.record(tmp_path / "run", flush_interval=0.05) as rec:
         for batch in range(3):
@@ -190,18 +190,18 @@ def test_record_flushes_early_when_the_core_nears_its_memory_cap(fresh, tmp_path
     assert hotspan.load(tmp_path / "run").num_rows == 1_200_000
 
 
-def test_record_start_stop_and_one_at_a_time(fresh, tmp_path):
+def test_record_start_stop_and_another_beside_it(fresh, tmp_path):
     rec = hotspan.record(tmp_path / "a", flush_interval=10).start()
     try:
         assert rec.running and rec.start() is rec
-        with pytest.raises(RuntimeError, match="already recording"):
-            hotspan.record(tmp_path / "b").start()
-        with hotspan.span("x"):
-            pass
+        with hotspan.record(tmp_path / "b"):  # a second one runs beside it, its own cursor
+            with hotspan.span("x"):
+                pass
     finally:
         rec.stop()
     rec.stop()  # twice is fine
     assert hotspan.load(tmp_path / "a").num_rows == 1  # the final flush at stop
+    assert hotspan.load(tmp_path / "b").num_rows == 1
 
 
 def test_record_bad_arguments(tmp_path):
@@ -220,10 +220,10 @@ def test_token_names_never_overwrite_and_read_beside_old_names(tmp_path):
     run = tmp_path / "run"
     write_part(_spans(3, 0, 100), run, rank=0, pid=100, seq=0)  # an older run's name
     path = write_part(_spans(2, 0, 100, first=10), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
-    assert path.name == "part-100-6b0d0000aaaa0001-000000.parquet"
+    assert path.name == "part-r0-100-6b0d0000aaaa0001-000000.parquet"
     with pytest.raises(FileExistsError):  # never over an acknowledged part
         write_part(_spans(1, 0, 100, first=20), run, rank=0, pid=100, seq=0, token="6b0d0000aaaa0001")
-    assert not [p for p in (run / "rank=0").iterdir() if p.name.startswith(".")]  # its temporary file went
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]  # its temporary file went
     with pytest.raises(ValueError, match="hex"):
         part_path(run, 0, 100, 0, token="../x")
     table = hotspan.load(run)

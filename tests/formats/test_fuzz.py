@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from hotspan.formats import EXTENSIONS, FORMATS, export
+from hotspan.formats import FORMATS, export
+from hotspan.formats.registry import READABLE_EXTENSIONS as EXTENSIONS
 
 from conftest import build_spans
 

@@ -17,10 +17,10 @@ def awkward_spans() -> pa.Table:
     rows = [
         dict(span_id=(1 << 63) + 12345, parent_id=None, name="step ✓", category=None, start_ns=1_700_000_000_000_000_001,
              end_ns=1_700_000_000_000_000_901, duration_ns=900, depth=0, thread_id=2 ** 40 + 3, thread_name="main",
-             pid=4242, rank=40, arg=0, error=False),
+             pid=4242, rank=40, arg=0, error=False, self_ns=900),
         dict(span_id=(1 << 63) + 12346, parent_id=(1 << 63) + 12345, name='quote " and \\', category="",
              start_ns=1_700_000_000_000_000_002, end_ns=1_700_000_000_000_000_002, duration_ns=0, depth=1,
-             thread_id=2 ** 40 + 3, thread_name="main", pid=4242, rank=40, arg=None, error=True),
+             thread_id=2 ** 40 + 3, thread_name="main", pid=4242, rank=40, arg=None, error=True, self_ns=0),
     ]
     arrays = []
     for field in SPAN_SCHEMA:

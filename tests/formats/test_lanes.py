@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from conftest import assert_same_spans
 
 import hotspan
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.formats import chrome_json, export, load, perfetto
 from hotspan.formats.lanes import LANE_BASE, LANES_KEY, assign_lanes, restore_lanes
 
@@ -133,7 +134,7 @@ def _table(spans, thread_id=4242, metadata=None) -> pa.Table:
          "arg": None, "error": False}
         for sid, parent, start, end, depth in spans
     ]
-    return pa.Table.from_pylist(rows, schema=SPAN_SCHEMA.with_metadata(metadata))
+    return with_self_ns(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA.with_metadata(metadata)))
 
 
 def _lanes(table) -> dict[int, int]:

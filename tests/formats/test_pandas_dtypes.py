@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan.formats import EXTENSIONS
+from hotspan.formats.registry import READABLE_EXTENSIONS as EXTENSIONS
 
 
 def _recorded() -> pa.Table:

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import assert_same_spans, build_spans
 
-from hotspan._schema import SPAN_SCHEMA, with_pandas_dtypes
+from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA, with_pandas_dtypes
+from hotspan._selftime import with_self_ns
 from hotspan.formats import TraceFileError, export, load, perfetto
 from hotspan.formats import _perfetto_codec as codec
 from hotspan.formats import base as _base
@@ -282,7 +283,7 @@ def test_start_times_too_spread_for_the_radix_key_still_round_trip(tmp_path):
             rows.append({"span_id": 10 * thread + k + 1, "parent_id": None, "name": "x", "category": None,
                          "start_ns": start, "end_ns": start + 5, "duration_ns": 5, "depth": 0,
                          "thread_id": thread, "thread_name": "t", "pid": 1, "rank": 0, "arg": None, "error": False})
-    table = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+    table = with_self_ns(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA))
     path = tmp_path / "wide.pftrace"
     export(table, path)
     assert_same_spans(table, load(path), keep_order=False)
@@ -311,7 +312,7 @@ def test_deep_nesting_keeps_every_span_paired_with_its_own_end(tmp_path, deepest
                       "start_ns": last["end_ns"], "end_ns": last["end_ns"], "duration_ns": 0})
         next_id += 1
         rows += reversed(chain)  # drain order: a span is recorded when it ends
-    table = pa.Table.from_pylist(rows, schema=SPAN_SCHEMA)
+    table = with_self_ns(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA))
     path = tmp_path / "deep.pftrace"
     export(table, path)
     assert_same_spans(table, load(path), keep_order=False)

@@ -66,7 +66,7 @@ def test_a_fifo_named_like_a_part_is_refused_by_dataset_readers(tmp_path):
         pass
     write_part(hotspan.drain(), tmp_path, rank=0, pid=1, seq=0)
     assert load(tmp_path).num_rows == 1
-    fifo = tmp_path / "rank=0" / "part-2-0.parquet"
+    fifo = tmp_path / "part-r0-2-000000.parquet"
     os.mkfifo(fifo)
     for call in (lambda: load(tmp_path), lambda: hotspan.stats(tmp_path)):
         error = _at_once(call)

@@ -52,6 +52,7 @@ def _span_table(rank: int, n: int = 10) -> pa.Table:
         "depth": pa.array([0] * n, pa.int32()), "thread_id": pa.array([1] * n, pa.int64()),
         "thread_name": pa.array(["t"] * n).dictionary_encode(), "pid": pa.array([os.getpid()] * n, pa.int64()),
         "rank": pa.array([rank] * n, pa.int32()), "arg": pa.nulls(n, pa.int64()), "error": pa.array([False] * n),
+        "self_ns": pa.array([7] * n, pa.int64()),
     }
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in t.schema], schema=t.schema)
 
@@ -132,7 +133,7 @@ def test_random_bytes_and_broken_clients_do_no_harm(tmp_path):
         kill(collector, *([rank] if rank else []))
     table = hotspan.load(out)
     assert _rank_counts(table) == {1: spans_per_rank(steps=60)}
-    assert not (out / "rank=7").exists() and not (out / "rank=8").exists()
+    assert not list(out.glob("part-r7-*")) and not list(out.glob("part-r8-*"))
 
 
 @pytest.mark.slow
@@ -145,7 +146,7 @@ def test_a_collector_restarted_mid_run_loses_nothing(tmp_path):
         rank = start_rank(2, f"grpc://127.0.0.1:{port}", HOTSPAN_FLUSH_INTERVAL="0.05", T_LOOP="1",
                           T_STEPS="20", T_PAUSE="0.002")
         deadline = time.monotonic() + DEADLINE_S
-        while not list(out.glob("rank=2/part-*.parquet")):
+        while not list(out.glob("part-r2-*.parquet")):
             assert time.monotonic() < deadline and rank.poll() is None
             time.sleep(0.05)
         collector.kill()  # the hard way: mid-put, maybe
@@ -217,7 +218,7 @@ def test_clock_offset_is_applied_and_kept(tmp_path):
     (proc,) = json.loads(loaded.schema.metadata[META_RANKS])["5"]
     assert (proc["offset_ns"], proc["offset_applied_ns"], proc["offset_uncertainty_ns"]) == (5_000_000, 5_000_000, 20_000)
     # An older client (no batch token): the part is named from its content's digest.
-    assert len(list((tmp_path / "rank=5").glob("part-42-*-000003.parquet"))) == 1
+    assert len(list(tmp_path.glob("part-r5-42-*-000003.parquet"))) == 1
 
 
 def test_client_buffers_up_to_a_cap_then_drops_and_counts(tmp_path):
@@ -333,7 +334,7 @@ def test_a_resent_batch_is_kept_once_and_another_never_replaces_it(tmp_path):
     assert (spans, parts, duplicates) == (203, 3, 2)  # the summary counts what is on disk
     table = hotspan.load(tmp_path)
     assert table.num_rows == 203  # the 100 acknowledged rows are all there
-    assert len(list((tmp_path / "rank=1").glob("part-7-*-000000.parquet"))) == 3
+    assert len(list(tmp_path.glob("part-r1-7-*-000000.parquet"))) == 3
 
 
 def test_a_restarted_client_whose_pid_repeats_keeps_its_earlier_parts(tmp_path):
@@ -347,7 +348,7 @@ def test_a_restarted_client_whose_pid_repeats_keeps_its_earlier_parts(tmp_path):
     finally:
         server.shutdown()
     assert hotspan.load(tmp_path).num_rows == 10
-    assert len(list((tmp_path / "rank=2").glob(f"part-{os.getpid()}-*-000000.parquet"))) == 2
+    assert len(list(tmp_path.glob(f"part-r2-{os.getpid()}-*-000000.parquet"))) == 2
 
 
 def test_a_collector_sweeps_what_a_killed_one_left(tmp_path):
@@ -478,7 +479,7 @@ def test_a_client_that_sends_more_rows_than_it_announced_is_stopped_at_the_first
                 _put(server.url, _span_table(3), rank=3, pid=9, batch="c", seq=1, **bad)
     finally:
         server.shutdown()
-    assert not list(tmp_path.glob("rank=3/*.parquet"))
+    assert not list(tmp_path.glob("part-r3-*.parquet"))
 
 
 def test_a_client_sends_a_large_table_as_several_puts_each_announced(tmp_path):

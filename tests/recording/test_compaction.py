@@ -90,7 +90,7 @@ def test_compaction_merges_each_writer_and_readers_see_every_span_once(tmp_path,
     assert second.parts_after == len(WRITERS) and second.ranks == {0, 1}
     assert len(seen) >= 3, "the reader hardly ran while compaction did"
     names = sorted(os.path.relpath(p, run) for p, _s in list_parts(loc))
-    assert names == [f"rank={r}/part-{p}-{t}-000000-{PARTS - 1:06d}.parquet" for r, p, t in WRITERS]
+    assert names == [f"part-r{r}-{p}-{t}-000000-{PARTS - 1:06d}.parquet" for r, p, t in WRITERS]
     after = hotspan.load(run)
     # Same spans, same order, same per-process metadata (the latest part's dropped counts).
     assert after.column("span_id").to_pylist() == before.column("span_id").to_pylist()
@@ -110,7 +110,7 @@ def test_only_the_named_writer_is_compacted_and_an_interrupted_one_is_finished(t
     # An interrupted compaction (merged part published, inputs never deleted): readers see
     # each span once, and the next compaction deletes the leftovers.
     loc = location(run)
-    rank1 = [p for p, _s in list_parts(loc) if "/rank=1/" in p]
+    rank1 = [p for p, _s in list_parts(loc) if "/part-r1-" in p]
     saved = {p: open(p, "rb").read() for p in rank1}
     compact(run, rank=1, grace_s=0)
     for path, data in saved.items():  # the inputs come back, as if never deleted
@@ -159,14 +159,14 @@ def test_the_collector_compacts_a_writer_when_it_closes(tmp_path, fresh_table):
         client = CollectorClient(server.url)
         for table in tables:
             client.send(table)
-        assert len(list((tmp_path / "rank=3").glob("part-*.parquet"))) == 6
+        assert len(list(tmp_path.glob("part-r3-*.parquet"))) == 6
         client.close()
     finally:
         server.shutdown()  # waits for the compaction the close started
     assert client.sent_spans == 240 and client.dropped == 0
-    (merged,) = (tmp_path / "rank=3").glob("part-*.parquet")
-    assert merged.name == f"part-{os.getpid()}-{client.batch_token}-000000-000005.parquet"
-    assert len(list((tmp_path / "rank=4").glob("part-*.parquet"))) == 2
+    (merged,) = tmp_path.glob("part-r3-*.parquet")
+    assert merged.name == f"part-r3-{os.getpid()}-{client.batch_token}-000000-000005.parquet"
+    assert len(list(tmp_path.glob("part-r4-*.parquet"))) == 2
     loaded = hotspan.load(tmp_path)
     expected = sorted(sum((t.column("span_id").to_pylist() for t in tables + [other]), []))
     assert sorted(loaded.column("span_id").to_pylist()) == expected

@@ -77,7 +77,7 @@ def test_the_clock_offset_is_measured_again_and_kept_per_part(tmp_path):
             time.sleep(0.25)
         client.close()
     assert client.clock_measurements >= 4  # at connect, then before each later put
-    parts = sorted((tmp_path / "rank=0").glob("part-*.parquet"))
+    parts = sorted(tmp_path.glob("part-r0-*.parquet"))
     metas = [part_metadata(p) for p in parts]
     assert len(metas) == 4
     measured = [m["clock_measured_ns"] for m in metas]
@@ -112,9 +112,9 @@ def test_eight_ranks_into_two_collectors_of_one_dataset_exactly(tmp_path):
     assert _rank_counts(table) == {r: each for r in range(8)}
     check_tree(table)  # ids unique across the merged trace: no batch twice
     for r in range(8):
-        names = [p.name for p in (out / f"rank={r}").glob("part-*.parquet")]
+        names = [p.name for p in out.glob(f"part-r{r}-*.parquet")]
         assert len({n.split("-")[2] for n in names}) == 1  # one writer token per rank
-        assert all(part_metadata(out / f"rank={r}" / n)["rank"] == r for n in names)
+        assert all(part_metadata(out / n)["rank"] == r for n in names)
 
 
 @pytest.mark.slow
@@ -130,12 +130,12 @@ def test_a_killed_collectors_ranks_fail_over_nothing_lost_or_twice(tmp_path):
         deadline = time.monotonic() + 60
 
         def started() -> bool:  # both ranks of a have parts there: each is recording (6 s)
-            return all(list(out.glob(f"rank={r}/part-*.parquet")) for r in (0, 2))
+            return all(list(out.glob(f"part-r{r}-*.parquet")) for r in (0, 2))
 
         while not started() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert started(), "ranks 0 and 2 never reached collector a"
-        before = {r: _puts(out / f"rank={r}") for r in (0, 2)}
+        before = {r: _puts(out, r) for r in (0, 2)}
         ca.kill()  # mid-run, whatever it was doing
         ca.wait(timeout=30)
         errs = []
@@ -157,13 +157,13 @@ def test_a_killed_collectors_ranks_fail_over_nothing_lost_or_twice(tmp_path):
     assert f"lost the collector at grpc://127.0.0.1:{pa_}" in errs[0] and f":{pb}" not in errs[0]
     assert "lost the collector" not in errs[1]
     for r in (0, 2):
-        assert _puts(out / f"rank={r}") > before[r]
+        assert _puts(out, r) > before[r]
 
 
-def _puts(directory) -> int:
-    """The parts written to ``directory`` by puts: a part compacted when its client closed
-    counts its inputs."""
-    return sum(len(part_metadata(p).get("inputs") or ()) or 1 for p in directory.glob("part-*.parquet"))
+def _puts(directory, rank: int) -> int:
+    """The parts of ``rank`` written to ``directory`` by puts: a part compacted when its client
+    closed counts its inputs."""
+    return sum(len(part_metadata(p).get("inputs") or ()) or 1 for p in directory.glob(f"part-r{rank}-*.parquet"))
 
 
 CLIENT_ONLY = """

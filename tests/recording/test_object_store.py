@@ -77,12 +77,12 @@ def _record_ranks(uri: str, ranks: int = RANKS) -> list[int]:
 @pytest.mark.slow
 def test_four_ranks_record_into_s3_and_the_cli_and_duckdb_read_the_objects(s3, tmp_path):
     pids = _record_ranks("s3://bucket/run")
-    # The hive layout, in objects: rank=R/part-<pid>-<token>-<n>.parquet, nothing hidden left.
+    # The flat layout, in objects: part-r<R>-<pid>-<token>-<n>.parquet, nothing hidden left.
     keys = [info.path for info in s3.get_file_info(pafs.FileSelector("bucket/run", recursive=True))
             if info.type == pafs.FileType.File]
-    assert keys and all(k.startswith("bucket/run/rank=") and "/part-" in k and k.endswith(".parquet") for k in keys)
-    assert {k.split("/")[2] for k in keys} == {f"rank={r}" for r in range(RANKS)}
-    assert {int(k.split("/")[3].split("-")[1]) for k in keys} == set(pids)
+    assert keys and all(k.startswith("bucket/run/part-r") and k.endswith(".parquet") for k in keys)
+    assert {k.split("/")[2].split("-")[1] for k in keys} == {f"r{r}" for r in range(RANKS)}
+    assert {int(k.split("/")[2].split("-")[2]) for k in keys} == set(pids)
 
     table = hotspan.load("s3://bucket/run")
     per_rank = spans_per_rank(2, 50)
@@ -184,5 +184,5 @@ def test_compaction_in_s3_while_a_reader_loads(s3, fresh):
     keys = sorted(info.path.rpartition("/")[2] for info in s3.get_file_info(pafs.FileSelector("bucket/compact",
                                                                                              recursive=True))
                   if info.type == pafs.FileType.File)
-    assert keys == ["part-2001-cafe-000000-000007.parquet", "part-2002-cafe-000000-000007.parquet"]
+    assert keys == ["part-r0-2001-cafe-000000-000007.parquet", "part-r0-2002-cafe-000000-000007.parquet"]
     assert sorted(hotspan.load(uri).column("span_id").to_pylist()) == expected

@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
+from hotspan.formats.dataset import META_RANKS, META_UNFLUSHED, sweep_temporaries
 from hotspan.schema import SPAN_SCHEMA
-from hotspan.formats.dataset import META_RANKS, sweep_temporaries
 
 from _procs import DEADLINE_S, env, kill, read_line
 
@@ -243,7 +243,7 @@ def test_recordings_one_after_another_never_share_a_part_name(fresh, tmp_path):
             for _ in range(n):
                 with span:
                     pass
-    parts = sorted(run.glob("rank=*/part-*.parquet"))
+    parts = sorted(run.glob("part-*.parquet"))
     assert len({p.name for p in parts}) == len(parts) >= 3
     assert hotspan.load(run).num_rows == 6
 
@@ -256,7 +256,7 @@ def test_a_run_killed_before_its_first_flush_loads_empty_with_its_metadata(tmp_p
     try:
         read_line(proc, "ready")
         deadline = time.monotonic() + DEADLINE_S
-        while not list(out.glob("rank=0/part-*.parquet")):  # the metadata part, written at start
+        while not list(out.glob("part-r0-*.parquet")):  # the metadata part, written at start
             assert time.monotonic() < deadline, "no metadata part written at start"
             time.sleep(0.05)
         proc.kill()
@@ -314,3 +314,170 @@ def test_sigterm_arriving_inside_a_flush_neither_hangs_nor_loses(tmp_path):
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert "not reached" not in result.stdout
     assert hotspan.load(out).num_rows == 100
+
+
+#: Rounds of each pool scenario in the slow tier (issue 21: 50 each).
+POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "50"))
+
+COUNTED_POOL_PROGRAM = textwrap.dedent(
+    """
+    import json, multiprocessing as mp, os, sys, time
+    import hotspan
+
+    def init(counts_, rnd_, next_slot):
+        # each worker takes a slot: it counts the spans it has recorded there (after each
+        # span closed), so the parent knows what was recorded before its signal
+        global counts, rnd, slot
+        counts, rnd = counts_, rnd_
+        with next_slot.get_lock():
+            slot = next_slot.value
+            next_slot.value += 1
+
+    def job(n):
+        for _ in range(n):
+            with hotspan.span("job", "w", arg=rnd * 1000 + slot):
+                pass
+            counts[slot] += 1
+        return n
+
+    def forever(_):
+        while True:
+            with hotspan.span("job", "w", arg=rnd * 1000 + slot):
+                time.sleep(0.0005)  # a few thousand spans a second: far from the memory cap
+            counts[slot] += 1
+
+    if __name__ == "__main__":
+        method, end, rounds, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), 4
+        ctx = mp.get_context(method)
+        for rnd in range(rounds):
+            counts = ctx.Array("q", 2 * workers, lock=False)  # room for replaced workers
+            next_slot = ctx.Value("i", 0)
+            pool = ctx.Pool(workers, initializer=init, initargs=(counts, rnd, next_slot))
+            if end == "close_join":
+                assert pool.map(job, [300] * 8, chunksize=1) == [300] * 8
+                pool.close()
+                pool.join()
+                before = list(counts)
+            elif end == "terminate":
+                assert pool.map(job, [300] * 8, chunksize=1) == [300] * 8
+                before = list(counts)
+                pool.terminate()
+                pool.join()
+            else:  # terminate() in the middle of work
+                for i in range(workers):
+                    pool.apply_async(forever, (i,))
+                deadline = time.monotonic() + 60
+                while sorted(counts)[-workers] < 20 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                before = list(counts)
+                pool.terminate()
+                pool.join()
+            print(json.dumps({"round": rnd, "before": before, "after": list(counts)}), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("end", ["close_join", "terminate", "terminate_mid_work"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method, end):
+    # Issue 21: a forkserver pool ended by terminate() lost whole workers (no part at all).
+    # Every span a worker counted before the parent's signal must be in the run; none more
+    # than it counted at the end; and nothing hangs.
+    out = tmp_path / "run"
+    script = tmp_path / "counted_pool.py"
+    script.write_text(COUNTED_POOL_PROGRAM)
+    result = _run([sys.executable, str(script), method, end, str(POOL_RUNS)], out,
+                  timeout=120 + 15 * POOL_RUNS)
+    assert result.returncode == 0, result.stderr
+    rounds = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(rounds) == POOL_RUNS
+    arrived = _spans_by_arg(hotspan.load(out))
+    short, expected = [], 0
+    for r in rounds:
+        for slot, (before, after) in enumerate(zip(r["before"], r["after"])):
+            got = arrived.get(r["round"] * 1000 + slot, 0)
+            expected += before
+            if not before <= got <= after:
+                short.append(f"round {r['round']} worker {slot}: counted {before}..{after}, arrived {got}")
+    total = sum(arrived.values())
+    print(f"pool {method} {end} x{POOL_RUNS}: expected >= {expected}, arrived {total}")
+    assert not short, f"{len(short)} workers short: " + "; ".join(short[:10])
+
+
+SIGNALLED_PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time
+    import hotspan
+    for n in range(300):
+        with hotspan.span("step", arg=n):
+            pass
+    if sys.argv[1] == "crash":
+        time.sleep(2.5)  # flushed (every second) before the crash
+        os.abort()
+    print("recorded 300", flush=True)
+    while True:
+        with hotspan.span("idle"):
+            time.sleep(0.01)
+    """
+)
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGINT", "crash"])
+def test_hotspan_run_ended_by_a_signal_or_a_crash_still_writes_its_output(tmp_path, ending):
+    # was: SIGTERM made `hotspan run` exit 143 with no output, the spans left in a hidden
+    # `.out.parquet.hotspan-run-*` directory
+    script, target = tmp_path / "prog.py", tmp_path / "out.parquet"
+    script.write_text(SIGNALLED_PROGRAM)
+    proc = subprocess.Popen([sys.executable, "-m", "hotspan", "run", "-o", str(target), str(script), ending],
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        if ending != "crash":
+            read_line(proc, "recorded 300", timeout=TIMEOUT_S)
+            proc.send_signal(getattr(signal, ending))
+        _out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        kill(proc)
+    # the program's status: died of SIGTERM / SIGABRT as it did; SIGINT is Python's 130
+    expected = {"SIGTERM": -signal.SIGTERM, "SIGINT": 130, "crash": -signal.SIGABRT}[ending]
+    assert proc.returncode == expected, err
+    steps = hotspan.load(target).filter(pc.equal(pc.field("name"), "step"))
+    assert sorted(steps.column("arg").to_pylist()) == list(range(300))
+    said = [line for line in err.splitlines() if line.startswith("hotspan run: the program")]
+    assert len(said) == 1 and str(target) in said[0], err
+    assert ("ended by " + ending if ending != "crash" else "died of SIGABRT") in said[0]
+    assert not [p for p in tmp_path.iterdir() if "hotspan-run" in p.name]  # the parts directory went
+
+
+UNFLUSHED_PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time
+    if __name__ == "__mp_main__":  # a spawned worker, still importing the program
+        time.sleep(60)
+    import multiprocessing as mp
+    import hotspan
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        pool = ctx.Pool(2)
+        pids = sorted(p.pid for p in pool._pool)
+        time.sleep(0.5)
+        pool.terminate()  # SIGTERM: the workers die of it before their first part
+        pool.join()
+        print("workers", *pids, flush=True)
+    """
+)
+
+
+def test_the_parent_names_workers_killed_before_their_first_part(tmp_path):
+    out = tmp_path / "run"
+    script = tmp_path / "unflushed.py"
+    script.write_text(UNFLUSHED_PROGRAM)
+    result = _run([sys.executable, str(script)], out)
+    assert result.returncode == 0, result.stderr
+    pids = [int(x) for x in result.stdout.split()[1:]]
+    table = hotspan.load(out)
+    named = json.loads(table.schema.metadata[META_UNFLUSHED])
+    assert sorted(child["pid"] for child in named) == pids
+    parent = {p["pid"] for procs in json.loads(table.schema.metadata[META_RANKS]).values() for p in procs}
+    assert all(child["exitcode"] == -signal.SIGTERM and child["parent_pid"] in parent for child in named)

@@ -237,9 +237,9 @@ def test_flush_failure_is_an_event_at_error(tmp_path, caplog):
             rec.flush()  # the run's metadata part is written at start: let it land first
             with hotspan.span("x"):
                 pass
-            # A regular file where the rank's partition directory goes: the write fails.
-            shutil.rmtree(target / "rank=0", ignore_errors=True)
-            (target / "rank=0").write_text("in the way")
+            # A regular file where the run's directory was: the write fails.
+            shutil.rmtree(target, ignore_errors=True)
+            target.write_text("in the way")
             rec.flush()
         finally:
             rec.stop()

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _parts(directory: Path) -> dict[Path, int]:
     import pyarrow.parquet as pq
 
-    return {p: pq.ParquetFile(p).metadata.num_rows for p in directory.glob("rank=*/part-*.parquet")}
+    return {p: pq.ParquetFile(p).metadata.num_rows for p in directory.glob("part-*.parquet")}
 
 
 @pytest.mark.slow
@@ -41,7 +41,7 @@ def test_four_ranks_into_a_directory(tmp_path):
     assert table.schema.equals(SPAN_SCHEMA)
     counts = dict(zip(*pc.value_counts(table.column("rank")).flatten()))
     assert {r.as_py(): c.as_py() for r, c in counts.items()} == {r: spans_per_rank() for r in range(4)}
-    assert len(list(out.glob("rank=*/part-*.parquet"))) > 4  # flushed as it went
+    assert len(list(out.glob("part-*.parquet"))) > 4  # flushed as it went
     ranks = json.loads(table.schema.metadata[META_RANKS])
     assert sorted(ranks) == ["0", "1", "2", "3"]
     assert all("anchor_real_ns" in procs_[0]["clock"] for procs_ in ranks.values())
@@ -55,7 +55,7 @@ def test_sigterm_flushes_then_dies_of_sigterm(tmp_path):
     proc = start_rank(0, str(out), HOTSPAN_FLUSH_INTERVAL="600", T_WAIT="1")
     try:
         read_line(proc, r"recorded 300")
-        assert not _parts(out)
+        assert sum(_parts(out).values()) == 0  # the metadata part only (written at start)
         proc.send_signal(signal.SIGTERM)
         code, _out, err = finish(proc)
     finally:

@@ -6,7 +6,8 @@ import io
 import pyarrow as pa
 from rich.console import Console
 
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.report import gantt
 from hotspan.report.gantt import LABEL_WIDTH
 
@@ -17,10 +18,10 @@ def lanes_table(lanes: list[tuple[int, int, int, str]]) -> pa.Table:
         rows.append(dict(span_id=i + 1, parent_id=None, name="work", category="c", start_ns=i * 10,
                          end_ns=i * 10 + 100, duration_ns=100, depth=0, thread_id=tid, thread_name=name, pid=pid,
                          rank=rank, arg=None, error=False))
-    columns = {name: [r[name] for r in rows] for name in SPAN_SCHEMA.names}
+    columns = {name: [r[name] for r in rows] for name in TRACE_SCHEMA.names}
     arrays = [pa.array(columns[f.name], pa.string()).dictionary_encode() if pa.types.is_dictionary(f.type)
-              else pa.array(columns[f.name], f.type) for f in SPAN_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+              else pa.array(columns[f.name], f.type) for f in TRACE_SCHEMA]
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def rendered(table: pa.Table, width: int) -> list[str]:

@@ -5,7 +5,8 @@ import pyarrow as pa
 import pytest
 from rich.console import Console
 
-from hotspan._schema import SPAN_SCHEMA
+from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
 from hotspan.report import gantt, step_gantts
 from hotspan.report.gantt import ERROR_GLYPH, GLYPHS
 
@@ -15,11 +16,11 @@ def table_of(rows):
                     arg=None, error=False)
     rows = [{**defaults, **r, "end_ns": r["start_ns"] + r["duration_ns"]} for r in rows]
     arrays = []
-    for field in SPAN_SCHEMA:
+    for field in TRACE_SCHEMA:
         values = [r[field.name] for r in rows]
         arrays.append(pa.array(values, pa.string()).dictionary_encode() if pa.types.is_dictionary(field.type)
                       else pa.array(values, field.type))
-    return pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
 
 
 def render(renderable, width=200) -> list[str]:

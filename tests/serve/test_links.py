@@ -40,6 +40,12 @@ def _secret():
     return table.set_column(index, "name", pa.array([SECRET_NAME + n for n in names]).dictionary_encode())
 
 
+def _old_part(table, directory, *, rank: int, pid: int) -> None:
+    """A part in the older layout (rank=R/ directories), whose links these tests are about."""
+    (directory / f"rank={rank}").mkdir(parents=True, exist_ok=True)
+    export(table, directory / f"rank={rank}" / f"part-{pid}-000000.parquet")
+
+
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory):
     top = tmp_path_factory.mktemp("links")
@@ -49,8 +55,8 @@ def linked(tmp_path_factory):
     secret = _secret()
     export(secret, outside / "secret.parquet")
     export(secret, outside / "secret.json")
-    write_part(secret, outside / "dataset", rank=0, pid=7, seq=0)
-    write_part(with_rank(secret, 1), outside / "dataset", rank=1, pid=8, seq=0)
+    _old_part(secret, outside / "dataset", rank=0, pid=7)
+    _old_part(with_rank(secret, 1), outside / "dataset", rank=1, pid=8)
     outside_part = next((outside / "dataset" / "rank=0").glob("part-*.parquet"))
 
     (root / "link.parquet").symlink_to(outside / "secret.parquet")
@@ -60,7 +66,7 @@ def linked(tmp_path_factory):
     (root / "rank_link" / "rank=0").symlink_to(outside / "dataset" / "rank=0", target_is_directory=True)
     (root / "part_link" / "rank=0").mkdir(parents=True)
     (root / "part_link" / "rank=0" / outside_part.name).symlink_to(outside_part)
-    write_part(record_steps(2), root / "mixed", rank=0, pid=9, seq=0)
+    _old_part(record_steps(2), root / "mixed", rank=0, pid=9)
     (root / "mixed" / "rank=1").symlink_to(outside / "dataset" / "rank=1", target_is_directory=True)
     (root / "hop.parquet").symlink_to(outside / "secret.parquet")  # itself a link out: not listed either
     (root / "chain.parquet").symlink_to(root / "hop.parquet")
@@ -68,7 +74,7 @@ def linked(tmp_path_factory):
     # Links that stay inside the directory are served.
     export(record_steps(2), root / "own.parquet")
     (root / "alias.parquet").symlink_to(root / "own.parquet")
-    write_part(record_steps(2), root / "inner" / "dataset", rank=0, pid=10, seq=0)
+    _old_part(record_steps(2), root / "inner" / "dataset", rank=0, pid=10)
     (root / "inner_rank").mkdir()
     (root / "inner_rank" / "rank=0").symlink_to(root / "inner" / "dataset" / "rank=0", target_is_directory=True)
 

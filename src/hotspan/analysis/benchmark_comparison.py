@@ -132,7 +132,7 @@ def compare_benchmarks(base: dict[str, Any], new: dict[str, Any], *, threshold: 
     """
     import numpy as np
 
-    from .comparison import mann_whitney_u, median_ratio_interval, relative_change
+    from .comparison import mann_whitney_u, median_ratio_interval, relative_change, verdict
 
     rng = np.random.default_rng(seed)
     before = {_name(b): b for b in base["benchmarks"]}
@@ -164,13 +164,12 @@ def compare_benchmarks(base: dict[str, Any], new: dict[str, Any], *, threshold: 
                     low, high = median_ratio_interval(np.asarray(x), np.asarray(y), confidence=confidence,
                                                       resamples=resamples, rng=rng)
                     row["p_value"], row["change_low"], row["change_high"] = p, low, high
-                    row["verdict"] = ("slower" if p < alpha and low > threshold
-                                      else "faster" if p < alpha and high < -threshold else "same")
+                    row["verdict"] = verdict(p, low, high, threshold=threshold, alpha=alpha)
             else:
                 row["rule"] = "quartiles"
                 row["verdict"] = _quartile_verdict(b["stats"], a["stats"], row["median_s_change"], threshold)
         bench_rows.append(row)
-        span_rows.extend(_compare_spans(key, b, a, threshold, min_count))
+        span_rows.extend(_compare_spans(key, b, a, threshold, min_count, row))
     return {"benchmarks": bench_rows, "spans": span_rows}
 
 
@@ -186,8 +185,21 @@ def _quartile_verdict(b: dict, a: dict, change: float | None, threshold: float) 
     return "same"
 
 
-def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, min_count: int) -> list[dict]:
-    from .comparison import relative_change
+def _span_interval(change: float, bench_row: dict) -> tuple[float, float]:
+    """A span's interval of change: its benchmark's noise (the relative width of the
+    benchmark's bootstrap interval around its own change) put around the span's change. A span
+    summary holds no distribution of its own; its benchmark's rounds say how far a change that
+    large can come from noise, so a benchmark and its only span get one verdict. Without
+    rounds, the point change."""
+    low, high, centre = bench_row.get("change_low"), bench_row.get("change_high"), bench_row.get("median_s_change")
+    if low is None or high is None or centre is None or not math.isfinite(centre) or centre <= -1:
+        return change, change
+    return (1 + change) * (1 + low) / (1 + centre) - 1, (1 + change) * (1 + high) / (1 + centre) - 1
+
+
+def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, min_count: int,
+                   bench_row: dict) -> list[dict]:
+    from .comparison import relative_change, verdict
 
     before = _spans_of(b) if b else {}
     after = _spans_of(a) if a else {}
@@ -204,17 +216,17 @@ def _compare_spans(key: str, b: dict | None, a: dict | None, threshold: float, m
         for column in ("p50_ns", "p99_ns"):
             row[f"{column}_change"] = relative_change(row[f"{column}_base"], row[f"{column}_new"])
         change = row["p50_ns_change"]
+        row["change_low"] = row["change_high"] = None
         if sb is None or sa is None:
-            verdict = "new" if sb is None else "gone"
-        elif min(sb["count"], sa["count"]) < min_count or change is None:
-            verdict = "few"
-        elif change > threshold:
-            verdict = "slower"
-        elif change < -threshold:
-            verdict = "faster"
+            row["verdict"] = "new" if sb is None else "gone"
+        elif min(sb["count"], sa["count"]) < min_count or change is None or not math.isfinite(change):
+            row["verdict"] = "few"
         else:
-            verdict = "same"
-        row["verdict"] = verdict
+            # compare's one rule (comparison.verdict): the interval wholly past the threshold;
+            # significant when it leaves out no change at all
+            low, high = _span_interval(change, bench_row)
+            row["change_low"], row["change_high"] = low, high
+            row["verdict"] = verdict(0.0 if low > 0 or high < 0 else 1.0, low, high, threshold=threshold, alpha=0.5)
         rows.append(row)
     return rows
 

@@ -9,6 +9,7 @@ run over groups or distinct categories, never over spans.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Iterable, Sequence
 
@@ -21,7 +22,7 @@ __all__ = ["DEVICE_KEY", "PHASE_COLUMNS", "STAT_COLUMNS", "default_by", "device_
 #: The statistics columns of ``stats()``, after the ``by`` keys.
 STAT_COLUMNS = (
     "count", "total_ns", "self_ns", "mean_ns", "min_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns",
-    "share", "busy", "errors", "arg_sum", "arg_per_s",
+    "share", "busy", "errors", "arg_sum", "arg_per_s", "instants",
 )
 PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
@@ -29,7 +30,7 @@ STAT_TYPES = {
     "count": pa.int64(), "total_ns": pa.int64(), "self_ns": pa.int64(), "mean_ns": pa.float64(),
     "min_ns": pa.int64(), "p50_ns": pa.float64(), "p90_ns": pa.float64(), "p99_ns": pa.float64(),
     "max_ns": pa.int64(), "share": pa.float64(), "busy": pa.float64(), "errors": pa.int64(), "arg_sum": pa.int64(),
-    "arg_per_s": pa.float64(),
+    "arg_per_s": pa.float64(), "instants": pa.int64(),
 }
 
 #: The columns of ``phases()``.
@@ -39,8 +40,8 @@ PHASE_SCHEMA = pa.schema(
         pa.field("rank", pa.int32()),  # null: the mean over ranks
         pa.field("category", pa.string()),  # the top-level category
         pa.field("phase", pa.string()),  # the category itself, or one of its sub-categories
-        pa.field("time_ns", pa.float64()),
-        pa.field("steps", pa.float64()),
+        pa.field("time_ns", pa.int64()),  # the mean rows: rounded to the nanosecond
+        pa.field("steps", pa.int64()),  # the mean rows: rounded
         pa.field("per_step_ns", pa.float64()),
         pa.field("share", pa.float64()),  # of the top-level category's time
     ]
@@ -83,8 +84,12 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     """
     if by is None:
         by = default_by(table)
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"expected a pyarrow.Table of spans (or a path), not {type(table).__name__}")
     table = _with_device_key(table, by)
-    by = _check_columns(table, by, _NEEDED)
+    # with the self_ns column, no parent lookup: the ids are not needed
+    needed = [c for c in _NEEDED if c not in ("span_id", "parent_id")] if "self_ns" in table.column_names else _NEEDED
+    by = _check_columns(table, by, needed)
     n = table.num_rows
     if n == 0:
         return _empty_stats(table, by)
@@ -101,7 +106,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     columns: dict[str, np.ndarray | pa.Array] = {
         "count": counts,
         "total_ns": total,
-        "self_ns": total - _child_time(table, group, duration, groups),
+        "self_ns": _self_time(table, group, duration, groups),
         "mean_ns": total / counts,
         "min_ns": sorted_duration[starts],
     }
@@ -120,24 +125,32 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     has_arg = to_numpy(arg_column.is_valid(), np.bool_)
     arg = to_numpy(arg_column.fill_null(0), np.int64)
     arg_count = np.bincount(group, weights=has_arg, minlength=groups)
-    arg_sum = np.zeros(groups, np.int64)
-    np.add.at(arg_sum, group, arg)  # exact integer sums (bincount would go through float64)
-    arg_time = np.zeros(groups, np.int64)
-    np.add.at(arg_time, group[has_arg], duration[has_arg])
+    arg_sum = group_sum(group, arg, groups)  # exact integer sums (a plain bincount goes through float64)
+    arg_time = group_sum(group[has_arg], duration[has_arg], groups)
     no_arg = arg_count == 0
     columns["arg_sum"] = pa.array(arg_sum, pa.int64(), mask=no_arg)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_s = arg_sum / (arg_time / 1e9)
     columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
 
-    order = np.argsort(-total, kind="stable")
-    keys = [_plain(table.column(name).take(pa.array(representative[order]))) for name in by]
+    columns["instants"] = np.bincount(group[duration == 0], minlength=groups).astype(np.int64)
+
+    keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
     stat_arrays = [
-        (columns[name].take(pa.array(order)) if isinstance(columns[name], pa.Array)
-         else pa.array(np.asarray(columns[name])[order], STAT_TYPES[name]))
+        columns[name] if isinstance(columns[name], pa.Array) else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
         for name in STAT_COLUMNS
     ]
-    return pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS))
+    from .queries import order_stats_rows
+
+    # One order for every engine: largest total first, then the keys (queries.order_stats_rows).
+    return order_stats_rows(pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS)), by)
+
+
+def split_instants(result: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """A ``stats`` result as (timed groups, groups of instants only): instants (spans of no
+    duration, ``hotspan.instant``) are counts, not times, and every view shows them apart."""
+    only_instants = pc.equal(result.column("instants"), result.column("count"))
+    return result.filter(pc.invert(only_instants)), result.filter(only_instants)
 
 
 #: Columns that name a rank or thread (or device): ``share`` is taken within the values of
@@ -207,6 +220,43 @@ def _sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> n
         packed.sort()
         return (packed & ((1 << value_bits) - 1)) + low
     return values[np.lexsort((values, group))]
+
+
+def _self_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, its spans' self time: the ``self_ns`` column summed (hotspan computes it where
+    spans become a table: no parent join here); a table built without the column gets it by
+    the same rule (``_selftime.self_ns_column``: duration minus the union of its children)."""
+    if "self_ns" in table.column_names:
+        column = to_numpy(table.column("self_ns").fill_null(0), np.int64)
+    else:
+        from .._selftime import self_ns_column
+
+        column = to_numpy(self_ns_column(table), np.int64)
+    return group_sum(group, column, groups)
+
+
+def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group. ``np.add.at`` is exact but slow (an unbuffered
+    loop: ~10x a bincount), and a bincount sums in float64 (inexact past 2**53); so the values,
+    shifted to start at 0, are cut into three 21-bit pieces whose float sums stay exact below
+    2**32 values, and put together as integers."""
+    if len(values) == 0:
+        return np.zeros(groups, np.int64)
+    low = int(values.min())
+    if int(values.max()) - low >= 1 << 63 or len(values) >= 1 << 32:
+        out = np.zeros(groups, np.int64)
+        np.add.at(out, group, values)
+        return out
+    shifted = (values - low).view(np.uint64) if low else values.view(np.uint64)
+    total = np.zeros(groups, np.int64)
+    mask = np.uint64((1 << 21) - 1)
+    for piece in range(3):
+        part = (shifted >> np.uint64(21 * piece)) & mask
+        sums = np.bincount(group, weights=part.astype(np.float64), minlength=groups)
+        total += sums.astype(np.int64) << (21 * piece)
+    if low:
+        total += np.bincount(group, minlength=groups).astype(np.int64) * low
+    return total
 
 
 def _child_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
@@ -361,6 +411,8 @@ def phase_table(rank_values: np.ndarray, tops: dict[str, int], subs: dict[str, i
 
     if not rows:
         return PHASE_SCHEMA.empty_table()
+    # time and steps are integers: the mean rows' rounded (their per step and share are not)
+    rows = [(r[0], r[1], r[2], math.floor(r[3] + 0.5), math.floor(r[4] + 0.5), *r[5:]) for r in rows]  # half up
     columns = list(zip(*rows))
     return pa.Table.from_arrays(
         [pa.array(list(col), type=field.type, from_pandas=True) for col, field in zip(columns, PHASE_SCHEMA)],

@@ -1,6 +1,6 @@
 """``stats``, ``phases`` and ``compare`` over runs larger than memory: DuckDB over the Parquet files.
 
-    hotspan.stats("run/")                 # a dataset directory (rank=R/part-*.parquet)
+    hotspan.stats("run/")                 # a dataset directory (part-r<R>-*.parquet)
     hotspan.stats("big.parquet", by="name")
     hotspan.compare("base/", "new/")
 
@@ -10,7 +10,12 @@ phase's time) may come in another order: the in-memory path breaks ties by the o
 which values first appear in the table, which a streaming scan does not know; here they
 come in key order.
 
-How, with bounded memory (DuckDB's ``memory_limit``, spilling to ``temp_directory``):
+How: when the run's durations fit in the memory limit (about 24 bytes a span), one scan,
+DuckDB aggregating per group (the query of ``queries.stats_sql``, shared with Spark) and
+collecting each group's durations, of which ``numpy.partition`` takes the two order
+statistics of each percentile; self time is the ``self_ns`` column summed (no parent join).
+Otherwise (or should that run out of memory), with bounded memory (DuckDB's
+``memory_limit``, spilling to ``temp_directory``):
 
 - Counts, sums, min, max, errors and args: one grouped scan. It also counts the spans of
   each group per *bucket* of durations (log-spaced: 1024 a power of two, so a bucket
@@ -21,7 +26,8 @@ How, with bounded memory (DuckDB's ``memory_limit``, spilling to ``temp_director
   one) are located in their buckets from the cumulative counts, and a second scan fetches
   only the durations of those few buckets (as distinct values with counts). The
   interpolation is then numpy's own formula (``statistics.interpolate``).
-- Self time and phases: a join of each span's ``parent_id`` on ``span_id`` (DuckDB's hash
+- Phases (and the self time of older files without a ``self_ns`` column: duration minus
+  direct children there): a join of each span's ``parent_id`` on ``span_id`` (DuckDB's hash
   join spills), keyed as the in-memory path keys it (by ``span_id`` alone; when an id
   repeats, within the span's rank, pid and thread).
 - compare: per group the durations stream in group order from a sorted query (the sort
@@ -44,24 +50,22 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from .statistics import (
     PERCENTILES,
-    PHASE_SCHEMA,
     STAT_COLUMNS,
     STAT_TYPES,
     category_levels,
-    is_path,
     interpolate,
+    is_path,
     percentile_ranks,
-    phase_table,
     plain_type,
-    self_share,
 )
 
 __all__ = ["COMPARE_MAX_VALUES", "SpanSource", "canonical_rows", "is_path", "stream_compare", "stream_phases",
@@ -86,6 +90,19 @@ def sql_literal(value: Any) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def parse_size(text: str) -> int:
+    """A size as DuckDB's memory_limit takes it (``1GB``, ``512MiB``, ``2 GB``, bytes) in bytes."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?i?B?)?\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"HOTSPAN_MEMORY_LIMIT: not a size: {text!r} (1GB, 512MiB, ...)")
+    unit = (match.group(2) or "").upper().rstrip("B")
+    base = 1024 if unit.endswith("I") else 1000
+    power = " KMGT".index(unit[:1]) if unit[:1] in "KMGT" and unit else 0
+    return int(float(match.group(1)) * base**power)
 
 
 def _same(columns: Sequence[str], left: str, right: str) -> str:
@@ -120,12 +137,16 @@ class SpanSource:
     (``where``)."""
 
     def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, where: str | None = None,
-                 memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None):
+                 memory_limit: str | None = None, temp_directory: str | os.PathLike | None = None,
+                 span_filter: Any = None):
         import duckdb
 
         from ..formats.base import TraceFileError, require_regular_file
-        from ..formats.dataset import NoPartsError, current_parts
+        from ..formats.dataset import NoPartsError, current_parts, run_of
+        from .filters import SpanFilter
 
+        # the parts of one run only, when the filter names one (as load(dir, run=) selects them)
+        wanted_run = SpanFilter.of(span_filter).run
         paths = [path] if is_path(path) else list(path)
         self.path = Path(paths[0]) if len(paths) == 1 else Path(", ".join(map(str, paths)))
         #: Set for a URI (s3://, gs://, hdfs://, file://: any that pyarrow.fs reads): the files
@@ -139,9 +160,10 @@ class SpanSource:
             one = Path(one)
             if one.is_dir():
                 # the parts a reader reads now: those a compacted part replaces left out
-                found = [path for path, _size, _meta in current_parts(one)[1]]
+                found = [path for path, _size, meta in current_parts(one)[1] if wanted_run in (None, run_of(meta))]
                 if not found:
-                    raise NoPartsError(one, "no span parts in this directory (expected rank=R/part-*.parquet)")
+                    raise NoPartsError(one, "no span parts in this directory (expected part-*.parquet)"
+                                       + (f" of run {wanted_run!r}" if wanted_run is not None else ""))
                 files += found
             elif one.exists():
                 require_regular_file(one)  # a FIFO or a device: refused, never waited on
@@ -153,6 +175,8 @@ class SpanSource:
         temp = temp_directory or os.environ.get("HOTSPAN_TEMP_DIR") or tempfile.mkdtemp(prefix="hotspan-duckdb-")
         self.temp_directory = str(temp)
         limit = memory_limit or os.environ.get("HOTSPAN_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
+        self.memory_limit = limit
+        self._footers: list[Any] | None = None
         self.con = duckdb.connect(config={"memory_limit": limit, "temp_directory": self.temp_directory,
                                           # no order to keep: lets DuckDB stream and spill more freely
                                           "preserve_insertion_order": False})
@@ -170,7 +194,21 @@ class SpanSource:
                 self.con.register("hs_dataset", self._dataset(hive))
                 self.con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
             self.columns = [row[0] for row in self.con.execute("DESCRIBE all_spans").fetchall()]
-            self.con.execute(f"CREATE TEMP VIEW spans AS SELECT * FROM all_spans WHERE {where or 'TRUE'}")
+            from .filters import SpanFilter, sql_condition
+            from .queries import DUCKDB, device_sql
+
+            self.span_filter = SpanFilter.of(span_filter)
+            if self.span_filter.needs_origin:
+                self.span_filter = self.span_filter.with_origin(self.column_range("start_ns")[0])
+            conditions = [c for c in (where, sql_condition(self.span_filter.terms(), DUCKDB)) if c]
+            # ``device``: a key derived per row (statistics.device_labels), computed only by the
+            # queries that group by it.
+            device = "" if "device" in self.columns else f", {device_sql(DUCKDB)} AS device"
+            self.con.execute(f"CREATE TEMP VIEW spans AS SELECT *{device} FROM all_spans "
+                             f"WHERE {' AND '.join(conditions) or 'TRUE'}")
+            if device:
+                self.columns.append("device")
+            self.filtered = bool(conditions)
             self.con.execute(_MACROS)
         except pa.ArrowException as exc:
             self.close()
@@ -179,6 +217,45 @@ class SpanSource:
             self.close()
             raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
         self._unique_ids: bool | None = None
+
+    def footers(self) -> list[Any]:
+        """The parts' Parquet footers (``pyarrow.parquet.FileMetaData``), read once."""
+        if self._footers is None:
+            import pyarrow.parquet as pq
+
+            self._footers = [pq.ParquetFile(f, filesystem=self.filesystem).metadata for f in self.files]
+        return self._footers
+
+    @property
+    def rows(self) -> int:
+        """The rows of every part (before any filter), from the footers."""
+        return sum(f.num_rows for f in self.footers())
+
+    def column_range(self, column: str) -> tuple[int | None, int | None]:
+        """The smallest and largest value of ``column`` over every part (before any filter):
+        from the footers' row-group statistics when every row group has them, else a query."""
+        low: int | None = None
+        high: int | None = None
+        try:
+            for footer in self.footers():
+                index = footer.schema.to_arrow_schema().get_field_index(column)
+                for g in range(footer.num_row_groups):
+                    group = footer.row_group(g)
+                    if group.num_rows == 0:
+                        continue
+                    st = group.column(index).statistics if index >= 0 else None
+                    if st is None or not st.has_min_max:
+                        raise LookupError(column)
+                    low = st.min if low is None else min(low, st.min)
+                    high = st.max if high is None else max(high, st.max)
+            return low, high
+        except LookupError:
+            row = self.sql(f"SELECT min({_quote(column)}), max({_quote(column)}) FROM all_spans").fetchone()
+            return row[0], row[1]
+
+    def memory_bytes(self) -> int:
+        """DuckDB's memory limit in bytes (``HOTSPAN_MEMORY_LIMIT``: 1GB, 512MiB, ...)."""
+        return parse_size(self.memory_limit)
 
     def _remote_files(self, uri: str) -> list[str]:
         """The Parquet parts under (or at) ``uri``, as ``current_parts`` finds them locally."""
@@ -198,7 +275,7 @@ class SpanSource:
             raise FileNotFoundError(2, "no such trace file or dataset directory", loc.shown)
         found = [path for path, _size, _meta in current_parts(loc)[1]]  # compacted inputs left out
         if not found:
-            raise NoPartsError(loc.shown, "no span parts under this URI (expected rank=R/part-*.parquet)")
+            raise NoPartsError(loc.shown, "no span parts under this URI (expected part-*.parquet)")
         return sorted(found)
 
     def _dataset(self, hive: bool):
@@ -348,79 +425,96 @@ def _check_by(by: str | Sequence[str]) -> tuple[str, ...]:
     return by
 
 
+#: The fast path holds each group's durations (in DuckDB's list aggregate, then as one Arrow
+#: array here): about this many bytes a span, at most, against HOTSPAN_MEMORY_LIMIT.
+_BYTES_PER_VALUE = 24
+
+
 def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
+    """Per group, the aggregates of ``queries.STAT_AGGREGATES`` and the exact percentiles.
+
+    Fast path (the run's durations fit in the memory limit, three times over): one scan,
+    DuckDB grouping and aggregating (``queries.stats_sql``) and collecting each group's
+    durations, of which numpy picks the order statistics (``queries.list_order_statistics``:
+    ``numpy.partition``, linear). That is what DuckDB's own ``quantile_cont`` does (it too
+    holds a group's values), so the cost is DuckDB's. Bounded path otherwise (or should the
+    fast one run out of memory): the buckets of the module doc, two scans, nothing held whole.
+    Self time is the ``self_ns`` column summed; a trace without the column (older files) gets
+    it from a parent join."""
+    import duckdb
+
+    from .queries import DUCKDB, finish_stats, list_order_statistics, stats_sql
+
     source.check_columns(by, _NEEDED)
+    columns = list(source.columns)
+    wall = None
+    if not source.filtered:
+        # The wall time from the footers: no scan of start_ns and end_ns for it.
+        (first, _), (_, last) = source.column_range("start_ns"), source.column_range("end_ns")
+        if first is not None and last is not None:
+            wall = int(last) - int(first)
+            columns = [c for c in columns if c not in ("start_ns", "end_ns")]
+    if source.rows * _BYTES_PER_VALUE <= source.memory_bytes():
+        try:
+            groups = source.arrow(stats_sql(DUCKDB, "spans", by, columns=columns, values="list"))
+        except duckdb.OutOfMemoryException:
+            groups = None
+        if groups is not None:
+            if groups.num_rows == 0:
+                return _empty_stats(source, by)
+            count = groups.column("n").to_numpy()
+            percentiles = list_order_statistics(groups.column("v"), count)
+            self_ns = None if "self_ns" in columns else _parent_self(source, by, groups)
+            return finish_stats(groups.drop_columns(["v"]), by, percentiles, _key_types(source, by),
+                                self_ns=self_ns, wall=wall)
+    return _bucket_stats(source, by, columns, wall)
+
+
+def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> np.ndarray:
+    """Self time per group (in ``groups``' row order) for a trace without a ``self_ns`` column:
+    the group's total minus the durations of its spans' direct children (a parent join)."""
+    parent_keys = ", ".join(f"p.{_quote(k)}" for k in by)
+    child = source.arrow(f"""
+        SELECT {parent_keys + ',' if by else ''} sum(c.duration_ns)::BIGINT AS child
+        FROM spans AS c {source.parent_join('c', 'p')}
+        WHERE (c.thread_id < 0) = (p.thread_id < 0)  -- a device row runs beside its host parent
+        {'GROUP BY ' + parent_keys if by else ''}""")
+    found = {tuple(r[k] for k in by): r["child"] for r in child.to_pylist()}
+    keys = groups.select(list(by)).to_pylist() if by else [{}] * groups.num_rows
+    children = np.array([found.get(tuple(r[k] for k in by), 0) or 0 for r in keys], np.int64)
+    return np.asarray(groups.column("total").to_numpy(), np.int64) - children
+
+
+def _bucket_stats(source: SpanSource, by: tuple[str, ...], columns: list[str], wall: int | None) -> pa.Table:
+    from .queries import DUCKDB, finish_stats, stats_sql
+
     keys = ", ".join(_quote(k) for k in by)
     keys_comma = keys + ", " if by else ""
-    # 1. Per group and duration bucket: counts and sums (a small table: groups x buckets).
+    # 1. Per group and duration bucket: counts (a small table: groups x buckets).
     for bucket in ("hs_bucket", "hs_bucket_exact"):
         source.sql("DROP TABLE IF EXISTS hs_h")
         source.sql(f"""
             CREATE TEMP TABLE hs_h AS
-            SELECT {keys_comma} {bucket}(duration_ns) AS b, count(*) AS n, sum(duration_ns) AS total,
-                   min(duration_ns) AS lo, max(duration_ns) AS hi, count_if(error) AS errors,
-                   count(arg) AS args, sum(arg) AS arg_sum,
-                   sum(CASE WHEN arg IS NOT NULL THEN duration_ns END) AS arg_time,
-                   min(start_ns) AS first_start, max(end_ns) AS last_end
+            SELECT {keys_comma} {bucket}(duration_ns) AS b, count(*) AS n,
+                   min(duration_ns) AS lo, max(duration_ns) AS hi
             FROM spans GROUP BY ALL""")
         if _check_buckets(source, by):
             break
-    wall_row = source.sql("SELECT max(last_end) - min(first_start), count(*) FROM hs_h").fetchone()
-    if not wall_row[1]:
-        return _empty_stats(source, by)
-    # 2. Per group, numbered largest total first (keys in order among equal totals).
+    # 2. Per group, the aggregates, numbered largest total first (keys in order among equal totals).
     order = ", ".join(f"{_quote(k)} ASC NULLS LAST" for k in by)
     source.sql("DROP TABLE IF EXISTS hs_g")
-    source.sql(f"""
-        CREATE TEMP TABLE hs_g AS
-        SELECT {keys_comma} sum(n)::BIGINT AS n, sum(total)::BIGINT AS total, min(lo) AS lo, max(hi) AS hi,
-               sum(errors)::BIGINT AS errors, sum(args)::BIGINT AS args, sum(arg_sum)::BIGINT AS arg_sum,
-               sum(arg_time)::BIGINT AS arg_time
-        FROM hs_h GROUP BY ALL""")
+    source.sql(f"CREATE TEMP TABLE hs_g AS {stats_sql(DUCKDB, 'spans', by, columns=columns, values='none')}")
     source.sql(f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
                f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g")
-    # 3. Child time per parent group: the spans whose parent is in the group.
-    parent_keys = ", ".join(f"p.{_quote(k)}" for k in by)
-    source.sql("DROP TABLE IF EXISTS hs_child")
-    source.sql(f"""
-        CREATE TEMP TABLE hs_child AS
-        SELECT {parent_keys + ',' if by else ''} sum(c.duration_ns)::BIGINT AS child
-        FROM spans AS c {source.parent_join('c', 'p')}
-        {'GROUP BY ' + parent_keys if by else ''}""")
-    groups = source.arrow(f"""
-        SELECT g.*, coalesce(ch.child, 0)::BIGINT AS child FROM hs_g AS g
-        LEFT JOIN hs_child AS ch ON {_same(by, 'g', 'ch')}""")
+    groups = source.arrow("SELECT * FROM hs_g")
+    if groups.num_rows == 0:
+        return _empty_stats(source, by)
     groups = groups.take(np.argsort(groups.column("gid").to_numpy()))  # (see _percentiles on ORDER BY)
     count = groups.column("n").to_numpy()
-    total = groups.column("total").to_numpy()
-    columns: dict[str, Any] = {
-        "count": count,
-        "total_ns": total,
-        "self_ns": total - groups.column("child").to_numpy(),
-        "mean_ns": total / count,
-        "min_ns": groups.column("lo").to_numpy(),
-    }
-    columns.update(_percentiles(source, by, count, bucket))
-    columns["max_ns"] = groups.column("hi").to_numpy()
-    key_table = pa.table({k: groups.column(k) for k in by}) if by else pa.table({"_": pa.nulls(len(count))})
-    columns["share"] = self_share(key_table, by, columns["self_ns"], np.arange(len(count)))
-    wall = int(wall_row[0])
-    columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
-    columns["errors"] = groups.column("errors").to_numpy()
-    no_arg = groups.column("args").to_numpy() == 0
-    arg_sum = groups.column("arg_sum").fill_null(0).to_numpy().astype(np.int64)
-    arg_time = groups.column("arg_time").fill_null(0).to_numpy().astype(np.int64)
-    columns["arg_sum"] = pa.array(arg_sum, pa.int64(), mask=no_arg)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_s = arg_sum / (arg_time / 1e9)
-    columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
-    key_types = _key_types(source, by)
-    key_arrays = [groups.column(k).combine_chunks().cast(key_types[k]) for k in by]
-    stat_arrays = [
-        columns[name] if isinstance(columns[name], pa.Array) else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
-        for name in STAT_COLUMNS
-    ]
-    return pa.Table.from_arrays(key_arrays + stat_arrays, names=list(by) + list(STAT_COLUMNS))
+    percentiles = _percentiles(source, by, count, bucket)
+    self_ns = None if "self_ns" in columns else _parent_self(source, by, groups)
+    return finish_stats(groups.drop_columns(["gid"]), by, percentiles, _key_types(source, by), self_ns=self_ns,
+                        wall=wall)
 
 
 def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
@@ -507,7 +601,9 @@ def _key_types(source: SpanSource, by: Sequence[str]) -> dict[str, pa.DataType]:
     schema = source.schema
     types = {}
     for name in by:
-        if name in SPAN_SCHEMA.names:
+        if name == "device" and name not in schema.names:
+            types[name] = pa.string()  # derived (statistics.device_labels)
+        elif name in SPAN_SCHEMA.names:
             types[name] = plain_type(SPAN_SCHEMA.field(name).type)
         else:
             types[name] = plain_type(schema.field(name).type)
@@ -540,66 +636,21 @@ def stream_phases(path: str | os.PathLike | SpanSource) -> pa.Table:
 
 
 def _phases(source: SpanSource) -> pa.Table:
+    from .queries import DUCKDB, finish_phases, phases_sql
+
     source.check_columns((), _NEEDED + ("category", "rank"))
     categories = [row[0] for row in source.sql(
         "SELECT DISTINCT category FROM spans WHERE category IS NOT NULL ORDER BY category").fetchall()]
-    tops, subs, top_of_value, sub_of_value = category_levels(categories)
-    levels = pa.table({"category": pa.array(categories, pa.string()), "top": top_of_value, "sub": sub_of_value})
-    source.con.register("hs_levels", levels)
+    levels = category_levels(categories)
+    source.con.register("hs_levels", pa.table({"category": pa.array(categories, pa.string()),
+                                               "top": levels[2], "sub": levels[3]}))
     try:
-        # Small integers, not category strings, go through the parent join (its hash table
-        # holds a few words a span: at 200 M spans strings ran DuckDB out of its memory
-        # limit), and one aggregation by every flag at once: its result is a few rows a
-        # rank, summed into the two levels below.
-        unique = source.unique_ids()
-        lane = () if unique else ("rank", "pid", "thread_id")
-        lane_cols = "".join(f", s.{_quote(c)}" for c in lane if c != "rank")
-        parents = "lv" if unique else (
-            "(SELECT * FROM lv QUALIFY row_number() OVER (PARTITION BY "
-            + ", ".join(_quote(c) for c in (*lane, "span_id")) + ") = 1)")
-        rows = source.arrow(f"""
-            WITH lv AS NOT MATERIALIZED (
-                SELECT s.span_id, s.parent_id, s.rank, s.duration_ns AS d{lane_cols},
-                       coalesce(l.top, -1)::INTEGER AS top, coalesce(l.sub, -1)::INTEGER AS sub
-                FROM spans AS s LEFT JOIN hs_levels AS l ON s.category = l.category)
-            SELECT c.rank AS rank, c.top AS top, c.sub AS sub,
-                   coalesce(p.span_id IS NOT NULL AND p.top = c.top, FALSE) AS same_top,
-                   coalesce(p.span_id IS NOT NULL AND p.sub = c.sub, FALSE) AS same_sub,
-                   sum(c.d)::BIGINT AS time, count_if(c.d > 0) AS steps
-            FROM lv AS c LEFT JOIN {parents} AS p ON p.span_id = c.parent_id AND {_same(lane, 'p', 'c')}
-            GROUP BY ALL""")
-        top_of, sub_of = rows.column("top").to_numpy(), rows.column("sub").to_numpy()
-        same_top = rows.column("same_top").to_numpy(zero_copy_only=False)
-        same_sub = rows.column("same_sub").to_numpy(zero_copy_only=False)
-        rank_of, time_of = rows.column("rank").to_numpy(), rows.column("time").to_numpy()
-        steps_of = rows.column("steps").to_numpy()
-        opens_top, opens_sub = (top_of >= 0) & ~same_top, (sub_of >= 0) & ~same_sub
-        sums = pa.table({
-            "rank": np.concatenate([rank_of[opens_top], rank_of[opens_sub]]),
-            "kind": np.concatenate([np.zeros(opens_top.sum(), np.int64), np.ones(opens_sub.sum(), np.int64)]),
-            "level": np.concatenate([top_of[opens_top], sub_of[opens_sub]]),
-            "time": np.concatenate([time_of[opens_top], time_of[opens_sub]]),
-            "steps": np.concatenate([steps_of[opens_top], np.zeros(opens_sub.sum(), np.int64)]),
-        })
+        rows = source.arrow(phases_sql(DUCKDB, "spans", "hs_levels", unique_ids=source.unique_ids()))
         rank_values = np.array(sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()),
                                np.int64)
     finally:
         source.con.unregister("hs_levels")
-    if len(rank_values) == 0:
-        return PHASE_SCHEMA.empty_table()
-    n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
-    top_time = np.zeros((n_ranks, n_tops), np.int64)
-    top_steps = np.zeros((n_ranks, n_tops), np.int64)
-    sub_time = np.zeros((n_ranks, n_subs), np.int64)
-    rank = np.searchsorted(rank_values, sums.column("rank").to_numpy().astype(np.int64))
-    kind, level = sums.column("kind").to_numpy(), sums.column("level").to_numpy().astype(np.int64)
-    time, steps = sums.column("time").to_numpy(), sums.column("steps").to_numpy()
-    top_rows, sub_rows = kind == 0, kind == 1
-    # summed: a (rank, level) comes in several rows (one per combination of the flags)
-    np.add.at(top_time, (rank[top_rows], level[top_rows]), time[top_rows])
-    np.add.at(top_steps, (rank[top_rows], level[top_rows]), steps[top_rows])
-    np.add.at(sub_time, (rank[sub_rows], level[sub_rows]), time[sub_rows])
-    return phase_table(rank_values, tops, subs, top_time, top_steps, sub_time)
+    return finish_phases(rows, rank_values, levels)
 
 
 # --------------------------------------------------------------------------- compare
@@ -652,54 +703,38 @@ def group_durations(source: SpanSource, by: Sequence[str], keys: pa.Table, count
         source.con.unregister("hs_order")
 
 
-def stream_compare(base: str | os.PathLike | SpanSource, new: str | os.PathLike | SpanSource, *,
-                   by: Sequence[str], threshold: float, min_count: int, alpha: float, confidence: float,
-                   resamples: int, seed: int) -> list[dict]:
-    """``comparison.compare`` of two traces given as paths (or open sources): see the
-    module doc."""
-    from .comparison import compare, judge_rows
+def stream_compare(base: SpanSource, new: SpanSource, *, by: Sequence[str], threshold: float, min_count: int,
+                   alpha: float, confidence: float, resamples: int, seed: int,
+                   reference: tuple[float, float] | None = None, normalize: str | None = None,
+                   shift: bool = True) -> pa.Table:
+    """``comparison.compare`` of two open sources: see the module doc."""
+    from .comparison import judge_rows
 
     by = _check_by(by)
-    if _other_format(base) or _other_format(new) or isinstance(base, pa.Table) or isinstance(new, pa.Table):
-        # One side held in memory anyway (a table, or a format DuckDB does not read): both are.
-        def table(side):
-            return side if isinstance(side, pa.Table) else _load(side)
+    with _reading(base):
+        before = _stats(base, by)
+    with _reading(new):
+        after = _stats(new, by)
 
-        return compare(table(base), table(new), by=by, threshold=threshold, min_count=min_count, alpha=alpha,
-                       confidence=confidence, resamples=resamples, seed=seed)
-    base_source, base_owned = _open(base)
-    try:
-        new_source, new_owned = _open(new)
-        try:
-            with _reading(base_source):
-                before = _stats(base_source, by)
-            with _reading(new_source):
-                after = _stats(new_source, by)
+    def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+        """Per group of ``keys``: (key, base durations, new durations), in order."""
+        b_counts = _counts_for(before, by, keys)
+        a_counts = _counts_for(after, by, keys)
+        b_stream = group_durations(base, by, keys, b_counts)
+        a_stream = group_durations(new, by, keys, a_counts)
+        b_next, a_next = next(b_stream, None), next(a_stream, None)
+        for i, key in enumerate(keys.to_pylist()):
+            x = y = np.zeros(0, np.int64)
+            if b_next is not None and b_next[0] == i:
+                x, b_next = b_next[1], next(b_stream, None)
+            if a_next is not None and a_next[0] == i:
+                y, a_next = a_next[1], next(a_stream, None)
+            yield tuple(key[k] for k in by), x, y
 
-            def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
-                """Per group of ``keys``: (key, base durations, new durations), in order."""
-                b_counts = _counts_for(before, by, keys)
-                a_counts = _counts_for(after, by, keys)
-                b_stream = group_durations(base_source, by, keys, b_counts)
-                a_stream = group_durations(new_source, by, keys, a_counts)
-                b_next, a_next = next(b_stream, None), next(a_stream, None)
-                for i, key in enumerate(keys.to_pylist()):
-                    x = y = np.zeros(0, np.int64)
-                    if b_next is not None and b_next[0] == i:
-                        x, b_next = b_next[1], next(b_stream, None)
-                    if a_next is not None and a_next[0] == i:
-                        y, a_next = a_next[1], next(a_stream, None)
-                    yield tuple(key[k] for k in by), x, y
-
-            with _reading(base_source), _reading(new_source):
-                return judge_rows(before, after, by, durations, threshold=threshold, min_count=min_count, alpha=alpha,
-                                  confidence=confidence, resamples=resamples, seed=seed)
-        finally:
-            if new_owned:
-                new_source.close()
-    finally:
-        if base_owned:
-            base_source.close()
+    with _reading(base), _reading(new):
+        return judge_rows(before, after, by, durations, threshold=threshold, min_count=min_count, alpha=alpha,
+                          confidence=confidence, resamples=resamples, seed=seed, reference=reference,
+                          normalize=normalize, shift=shift)
 
 
 def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int]:

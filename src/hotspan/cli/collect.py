@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = add_command(sub, "collect", "receive spans from many ranks (Arrow Flight) into a dataset directory",
                    "Run a collector: an Arrow Flight server that takes the spans of many ranks at once "
                    "(hotspan.record(\"grpc://HOST:PORT\") or HOTSPAN_OUT=grpc://HOST:PORT in each rank) and writes "
-                   "them to DIR/rank=R/part-<pid>-<token>-<n>.parquet as they arrive, each client's times corrected by its "
+                   "them to DIR/part-r<R>-<pid>-<token>-<n>.parquet as they arrive, each client's times corrected by its "
                    "measured clock offset. Binds to 127.0.0.1 unless told otherwise. SIGINT/SIGTERM: finish the "
                    "puts in flight, then exit 0. Read the result with `hotspan stats DIR` or hotspan.load(DIR).",
                    "hotspan collect --listen grpc://127.0.0.1:8815 --out run/\n"

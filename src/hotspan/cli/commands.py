@@ -13,12 +13,12 @@ import argparse
 import os
 import sys
 
-from . import collect, compact, compare, demo, export, gantt, recover, report, run, serve, stats, top
+from . import collect, compact, compare, completion, demo, export, gantt, recover, report, run, runs, serve, stats, top
 from .common import CliParser
 from .errors import EXIT_BAD_INPUT, CliError
 
 #: The commands, in the order ``hotspan --help`` lists them.
-COMMANDS = (demo, stats, export, gantt, report, compare, run, collect, compact, top, recover, serve)
+COMMANDS = (demo, stats, export, gantt, report, compare, run, runs, collect, compact, top, recover, serve, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
     for command in COMMANDS:
         command.register(sub)
+    # The whole parser, for commands that describe it (completion), without importing this module.
+    parser.set_defaults(root_parser=parser)
     return parser
 
 

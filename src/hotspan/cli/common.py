@@ -4,16 +4,15 @@ files atomically."""
 from __future__ import annotations
 
 import argparse
-import os
+import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import Any, NoReturn
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .errors import EXIT_BAD_INPUT, CliError
-
 
 DEFAULT_BY = ("category", "name")
 
@@ -96,7 +95,9 @@ def parse_by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str
     keys = tuple(k.strip() for k in text.split(",") if k.strip())
     if not keys:
         raise CliError("--by: give one or more column names, comma-separated")
-    known = (*SPAN_SCHEMA.names, "device")  # device: derived (analysis.statistics.device_labels)
+    # device: derived (analysis.statistics.device_labels); test: on runs of pytest --hotspan
+    # (formats.dataset.TEST_COLUMN, from each part's metadata)
+    known = (*SPAN_SCHEMA.names, "device", "test")
     unknown = [k for k in keys if k not in known]
     if unknown:
         raise CliError(f"--by: no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
@@ -108,12 +109,8 @@ def parse_by(text: str | None, default: Sequence[str] = DEFAULT_BY) -> tuple[str
 # --------------------------------------------------------------------------- filters
 
 
-def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tuple[str, str, str]], list[int] | None]:
-    """--filter COLUMN~REGEX / COLUMN=VALUE as (column, op, value), checked; --rank as a list."""
-    import re
-
-    from .._schema import SPAN_SCHEMA
-
+def _parse_filters(filters: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    """--filter COLUMN~REGEX / COLUMN=VALUE as (column, op, value)."""
     parsed = []
     for text in filters:
         for op in ("~", "="):
@@ -122,99 +119,101 @@ def _parse_filters(filters: Sequence[str], ranks: str | None) -> tuple[list[tupl
                 break
         else:
             raise CliError(f"--filter: expected COLUMN~REGEX or COLUMN=VALUE, not {text!r}")
-        column = column.strip()
-        if column not in SPAN_SCHEMA.names:
-            raise CliError(f"--filter: no column {column!r}; columns: {', '.join(SPAN_SCHEMA.names)}")
-        if op == "~":
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise CliError(f"--filter: bad regular expression {value!r}: {exc}") from None
-        parsed.append((column, op, value))
-    wanted = None
-    if ranks is not None:
+        parsed.append((column.strip(), op, value))
+    return tuple(parsed)
+
+
+def _time_bound(text: str | None, option: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise CliError(f"{option}: expected seconds from the run's start (12.5) or epoch nanoseconds, "
+                       f"not {text!r}") from None
+    if value < 0 or math.isnan(value):
+        raise CliError(f"{option}: must be >= 0, not {text!r}")
+    return value
+
+
+def add_filter_options(parser: argparse.ArgumentParser) -> None:
+    """The span filter's options (analysis/filters.py), the same on every command that reads spans."""
+    group = parser.add_argument_group("which spans")
+    group.add_argument("--filter", action="append", default=[], metavar="COL~REGEX",
+                       help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
+                            "name~^fwd; repeat to require several")
+    group.add_argument("--category", action="append", default=[], metavar="CAT",
+                       help="only spans of category CAT or below it (sync takes sync/compute); repeat for several")
+    group.add_argument("--rank", metavar="R[,R...]", help="only spans of these ranks")
+    group.add_argument("--thread", action="append", default=[], metavar="NAME|ID",
+                       help="only spans of this thread (name or id); repeat for several")
+    group.add_argument("--since", metavar="T",
+                       help="only spans that start at or after T: seconds from the run's start, or epoch ns")
+    group.add_argument("--until", metavar="T", help="only spans that start before T (as --since)")
+    group.add_argument("--min-ms", type=float, metavar="MS", help="only spans of at least MS milliseconds")
+    group.add_argument("--run", metavar="ID", help="only the run ID of a directory holding several (hotspan runs)")
+
+
+def span_filter(args: argparse.Namespace):
+    """The filter the options of :func:`add_filter_options` ask for."""
+    from ..analysis.filters import FilterError, SpanFilter
+
+    ranks = None
+    if args.rank is not None:
         try:
-            wanted = [int(r) for r in ranks.split(",") if r.strip()]
+            ranks = tuple(int(r) for r in args.rank.split(",") if r.strip())
         except ValueError:
-            raise CliError(f"--rank: expected rank numbers, comma-separated, not {ranks!r}") from None
-    return parsed, wanted
+            raise CliError(f"--rank: expected rank numbers, comma-separated, not {args.rank!r}") from None
+    if args.min_ms is not None and not args.min_ms >= 0:
+        raise CliError(f"--min-ms must be >= 0, not {args.min_ms}")
+    try:
+        return SpanFilter(where=_parse_filters(args.filter), categories=tuple(args.category), ranks=ranks,
+                          threads=tuple(args.thread), since=_time_bound(args.since, "--since"),
+                          until=_time_bound(args.until, "--until"),
+                          min_ns=None if args.min_ms is None else round(args.min_ms * 1e6), run=args.run)
+    except FilterError as exc:
+        raise CliError(f"--filter: {exc}") from None
 
 
-def filter_spans(table: pa.Table, filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> pa.Table:
-    """The spans that pass every --filter COLUMN~REGEX / COLUMN=VALUE, --category and --rank."""
-    parsed, wanted = _parse_filters(filters, ranks)
-    mask = None
+def open_spans_for(paths: Sequence[str], args: argparse.Namespace, engine: Any = None):
+    """The spans of ``paths`` after the filter options, held by the engine the analysis layer
+    chooses (analysis/engine.py); load errors as one line naming the file."""
+    import warnings
 
-    def both(m):
-        return m if mask is None else pc.and_(mask, m)
-
-    for column, op, value in parsed:
-        values = table.column(column).cast(pa.string())
-        if op == "~":
-            mask = both(pc.match_substring_regex(values, value).fill_null(False))
-        else:
-            mask = both(pc.equal(values, value).fill_null(False))
-    if categories:
-        category = table.column("category").cast(pa.string())
-        hit = None
-        for c in categories:
-            c = c.strip("/")
-            # The category itself or any category below it (sync matches sync/compute).
-            m = pc.or_(pc.equal(category, c), pc.starts_with(category, c + "/")).fill_null(False)
-            hit = m if hit is None else pc.or_(hit, m)
-        mask = both(hit)
-    if wanted is not None:
-        mask = both(pc.is_in(table.column("rank"), value_set=pa.array(wanted, pa.int32())))
-    return table if mask is None else table.filter(mask)
-
-
-def filter_sql(filters: Sequence[str], categories: Sequence[str], ranks: str | None) -> str | None:
-    """The same filters as a SQL condition for the streaming path (DuckDB's regular
-    expressions are RE2, as pyarrow's are)."""
-    from ..analysis.streaming import sql_literal
-
-    parsed, wanted = _parse_filters(filters, ranks)
-    terms = []
-    for column, op, value in parsed:
-        text = f'CAST("{column}" AS VARCHAR)'
-        terms.append(f"regexp_matches({text}, {sql_literal(value)})" if op == "~" else f"{text} = {sql_literal(value)}")
-    if categories:
-        terms.append("(" + " OR ".join(
-            f"category = {sql_literal(c.strip('/'))} OR starts_with(category, {sql_literal(c.strip('/') + '/')})"
-            for c in categories) + ")")
-    if wanted is not None:
-        terms.append(f"rank IN ({', '.join(str(r) for r in wanted) or 'NULL'})")
-    return " AND ".join(f"coalesce({t}, FALSE)" for t in terms) or None
-
-
-#: Parquet traces at least this large (all together) are streamed through DuckDB rather than
-#: loaded; dataset directories always are.
-STREAM_MIN_BYTES = 64 << 20
-
-
-def streamable(paths: Sequence[str]) -> bool:
-    """Whether to stream ``paths`` (``stats``/``compare``): all Parquet files, dataset
-    directories or URIs, and a directory or URI among them or at least
-    $HOTSPAN_STREAM_MIN_BYTES (default 64 MiB) of Parquet."""
-    threshold = int(os.environ.get("HOTSPAN_STREAM_MIN_BYTES") or STREAM_MIN_BYTES)
-    size = 0
-    for text in paths:
-        path = Path(text)
-        if "://" in text:  # object storage (s3://, gs://, ...) through pyarrow.fs: a run, streamed
-            size = max(size, threshold)
-        elif path.is_dir():
-            size = max(size, threshold)
-        elif path.is_file() and path.name.lower().endswith(".parquet"):
-            size += path.stat().st_size
-        else:
-            return False
-    return size >= threshold
-
-
-def span_source(paths: Sequence[str], where: str | None = None):
-    from ..analysis.streaming import SpanSource
+    from ..analysis.engine import open_spans
+    from ..formats.base import TraceFileWarning
 
     try:
-        return SpanSource(paths if len(paths) > 1 else paths[0], where=where)
-    except ValueError as exc:  # TraceFileError names the file
-        raise CliError(str(exc)) from None
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", TraceFileWarning)
+            spans = open_spans(list(paths), span_filter(args), engine)
+        for warning in said:  # rows left out of a damaged file: one line each, no source line
+            if issubclass(warning.category, TraceFileWarning):
+                print(f"hotspan: warning: {warning.message}", file=sys.stderr)
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        return spans
+    except ValueError as exc:  # TraceFileError and unknown extensions name the file already
+        message = str(exc)
+        raise CliError(message if any(p in message for p in paths) else f"{', '.join(paths)}: {message}") from None
+
+
+def load_filtered(path: str, args: argparse.Namespace) -> pa.Table:
+    """One trace loaded whole (export, gantt, report), after the filter options."""
+    from ..analysis.filters import filter_table
+
+    table = load_traces([path])
+    return filter_table(table, span_filter(args))
+
+
+def engine_of(args: argparse.Namespace) -> Any:
+    name = getattr(args, "engine", None)
+    if name in (None, "auto"):
+        return None
+    if name == "spark":
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError:
+            raise CliError("--engine spark: pyspark is not installed (pip install pyspark)") from None
+        return SparkSession.builder.getOrCreate()  # the user's own Spark settings
+    return name

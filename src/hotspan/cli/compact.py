@@ -10,7 +10,7 @@ from .errors import CliError
 
 HELP = "merge a dataset's small parts into parts of about 128 MiB, readers reading on"
 DESCRIPTION = (
-    "Merge each writer's small parts (rank=R/part-<pid>-<token>-<n>.parquet, one per flush) of the dataset "
+    "Merge each writer's small parts (part-r<R>-<pid>-<token>-<n>.parquet, one per flush) of the dataset "
     "DIR_OR_URI (a directory, or s3://, gs://, hdfs://, ...) into parts of about --target-mb. Readers see "
     "every span exactly once throughout: a merged part appears in one atomic step (a link, or one put of the "
     "whole object) and names the parts it replaces, which hotspan's readers leave out from then on; those "

@@ -8,8 +8,10 @@ import math
 import sys
 from typing import Sequence
 
+import pyarrow as pa
+
 from ..units import human_ns
-from .common import add_command, load_traces, parse_by, span_source, streamable
+from .common import add_command, add_filter_options, engine_of, open_spans_for, parse_by
 from .errors import CliError
 from .tables import fitted_table, new_console
 
@@ -17,7 +19,7 @@ from .tables import fitted_table, new_console
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan compare`` to the subcommands ``sub``."""
     parser = add_command(sub, "compare", "compare two traces span by span; exit 1 on a slowdown",
-                   "For each span group: the median (p50) before and after, its change with a 95%% bootstrap "
+                   "For each span group: the median (p50) before and after, its change with a 95% bootstrap "
                    "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
                    "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
                    "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "
@@ -41,6 +43,15 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--fail-on-missing", action="store_true",
                          help="exit 1 when a span group is in one trace only")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    parser.add_argument("--normalize", metavar="NAME",
+                        help="judge each group against the reference span NAME: divide each side by NAME's "
+                             "median (a fixed workload timed in both runs)")
+    parser.add_argument("--absolute", action="store_true",
+                        help="judge raw times, even when every group moved together (by default such a shared "
+                             "shift is taken as the machine's and each group judged against it)")
+    parser.add_argument("--engine", choices=("auto", "memory", "duckdb", "spark"), default="auto",
+                        help="who computes (as for stats)")
+    add_filter_options(parser)
     return parser
 
 
@@ -62,22 +73,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--alpha must be between 0 and 1 (0.05 is 5%), not {args.alpha}")
     if is_benchmark_json(args.base) or is_benchmark_json(args.new):  # pytest-benchmark JSON, told by content
         return _compare_benchmark_files(args)
-    if streamable([args.base]) and streamable([args.new]):  # DuckDB over the Parquet files
-        with span_source([args.base]) as base, span_source([args.new]) as new:
-            env_base, env_new = _environment(base.metadata()), _environment(new.metadata())
-            rows = _compare_rows(args, base, new, by, env_base, env_new)
-    else:
-        base, new = load_traces([args.base]), load_traces([args.new])
-        rows = _compare_rows(args, base, new, by, _environment(base.schema.metadata), _environment(new.schema.metadata))
-    return _print_comparison(args, rows, by)
+    engine = engine_of(args)
+    with open_spans_for([args.base], args, engine) as base, open_spans_for([args.new], args, engine) as new:
+        _warn_environments(args, _environment(base.metadata()), _environment(new.metadata()))
+        from ..analysis.api import compare_spans
+
+        try:
+            result = compare_spans(base, new, by=by, threshold=args.threshold, min_count=args.min_count,
+                                   alpha=args.alpha, confidence=0.95, resamples=2000, seed=0,
+                                   normalize=args.normalize, shift=not args.absolute)
+        except ValueError as exc:  # --normalize naming a span a trace lacks
+            raise CliError(str(exc)) from None
+    return _print_comparison(args, result, by)
 
 
-def _compare_rows(args: argparse.Namespace, base, new, by: Sequence[str], env_base: dict | None,
-                  env_new: dict | None) -> list[dict]:
-    """compare's rows, after the warning when the environments differ."""
-    from ..analysis import compare
-    from ..analysis.streaming import SpanSource, stream_compare
-
+def _warn_environments(args: argparse.Namespace, env_base: dict | None, env_new: dict | None) -> None:
+    """A warning when the traces were recorded in different environments."""
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
         differences = [
             f"{key} {env_base.get(key)!s} -> {env_new.get(key)!s}"
@@ -89,13 +100,25 @@ def _compare_rows(args: argparse.Namespace, base, new, by: Sequence[str], env_ba
         missing = args.base if not env_base else args.new
         print(f"hotspan compare: note: {missing} records no environment digest; cannot check that the "
               f"environments match", file=sys.stderr)
-    options = dict(by=by, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha)
-    if isinstance(base, SpanSource):
-        return stream_compare(base, new, confidence=0.95, resamples=2000, seed=0, **options)
-    return compare(base, new, **options)
 
 
-def _print_comparison(args: argparse.Namespace, rows: list[dict], by: Sequence[str]) -> int:
+def shift_line(result: pa.Table) -> str | None:
+    """What ``compare`` judged against, in words: the machine's shift or the reference span."""
+    from ..analysis.comparison import shift_of
+
+    said = shift_of(result)
+    if not said:
+        return None
+    if said.get("normalize"):
+        return (f"normalized by {said['normalize']!r}: its median moved {said['shift'] * 100:+.1f}%; every group "
+                f"is judged against that")
+    return (f"every group moved {said['shift'] * 100:+.0f} ± {said['spread'] * 100:.0f}% ({said['moved']} of "
+            f"{said['groups']}): the machine, not the code; each group is judged against that shift "
+            f"(--absolute: raw times)")
+
+
+def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[str]) -> int:
+    rows = result.to_pylist()
     if not any(r["verdict"] not in ("new", "gone") for r in rows):
         raise CliError(f"nothing to compare: {args.base} and {args.new} have no span group "
                        f"({', '.join(by)}) in common")
@@ -112,6 +135,7 @@ def _print_comparison(args: argparse.Namespace, rows: list[dict], by: Sequence[s
             ("p50 base", [human_ns(r["p50_ns_base"]) for r in rows]),
             ("p50 new", [human_ns(r["p50_ns_new"]) for r in rows]),
             ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in rows]),
+            *([("judged", [_fmt_change(r["judged_change"]) for r in rows])] if shift_line(result) else []),
             ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in rows]),
             ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in rows]),
             ("p", [_fmt_p(r["p_value"]) for r in rows]),
@@ -119,11 +143,15 @@ def _print_comparison(args: argparse.Namespace, rows: list[dict], by: Sequence[s
         ]
         # Fitted in priority order (the verdict first), shown in reading order (the verdict last).
         out, _ = fitted_table(keys, values, console.width, order=[
-            "count", "p50 base", "p50 new", "Δp50", "95% interval", "p", "Δmean", "verdict"])
-        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim"}
+            "count", "p50 base", "p50 new", "Δp50", "judged", "95% interval", "p", "Δmean", "verdict"])
+        styles = {"slower": "bold red", "faster": "green", "new": "cyan", "gone": "yellow", "few": "dim",
+                  "instant": "dim"}
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])
         console.print(out)
+        line = shift_line(result)
+        if line:
+            console.print(f"[bold]{line}[/bold]")
         console.print(f"{len(slower)} of {len(rows)} slower: median up significantly (Mann-Whitney U p < "
                       f"{args.alpha:g}) and its whole 95% interval above +{args.threshold * 100:g}%")
         if missing:

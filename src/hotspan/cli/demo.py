@@ -59,5 +59,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console = new_console()
     console.print(gantt(table, width=max(min(100, console.width - 26), 10)))
     if perfetto_json is not None:
-        console.print(f"open [cyan]{perfetto_json}[/cyan] in https://ui.perfetto.dev to explore the timeline")
+        console.print(f"open [cyan]{perfetto_json}[/cyan] in https://ui.perfetto.dev to explore the timeline",
+                      soft_wrap=True)
     return 0

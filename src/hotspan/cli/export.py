@@ -3,23 +3,29 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_command, export_trace, load_traces
+from .common import add_command, add_filter_options, export_trace, load_filtered
 from .errors import check_output
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan export`` to the subcommands ``sub``."""
     parser = add_command(sub, "export", "convert a trace from any supported format to any other",
-                  "Read TRACE and write it to OUT in the format OUT's extension names.",
-                  "hotspan export trace.parquet trace.pftrace   # for ui.perfetto.dev", cmd_export)
+                  "Read TRACE and write it to OUT in the format OUT's extension names: a trace format, or a "
+                  "flame-graph view of it (.speedscope.json for speedscope.app, .folded collapsed stacks with "
+                  "self time for flamegraph.pl and inferno; written, never loaded back).",
+                  "hotspan export trace.parquet trace.pftrace          # for ui.perfetto.dev\n"
+                  "hotspan export run/ run.speedscope.json             # for speedscope.app\n"
+                  "hotspan export trace.parquet trace.folded           # flamegraph.pl trace.folded > flame.svg",
+                  cmd_export)
     parser.add_argument("trace", metavar="TRACE")
     parser.add_argument("output", metavar="OUT")
+    add_filter_options(parser)
     return parser
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     out = check_output(args.output)
-    table = load_traces([args.trace])
+    table = load_filtered(args.trace, args)
     export_trace(table, out)
     print(f"{table.num_rows:,} spans: {args.trace} -> {out}")
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_command, load_traces
+from .common import add_command, add_filter_options, load_filtered
 from .errors import CliError
 from .tables import new_console
 
@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--width", type=int, help="characters of timeline (default: what the terminal, or COLUMNS, "
                                                 "leaves beside the labels)")
     parser.add_argument("--step", metavar="NAME", help="one chart per occurrence of the span NAME")
+    add_filter_options(parser)
     return parser
 
 
@@ -28,7 +29,7 @@ def cmd_gantt(args: argparse.Namespace) -> int:
 
     if args.width is not None and args.width < 10:
         raise CliError(f"--width must be at least 10, not {args.width}")
-    table = load_traces([args.trace])
+    table = load_filtered(args.trace, args)
     console = new_console()
     # Beside the timeline: the labels, two borders, and with --step each lane's duration.
     beside = LABEL_WIDTH + 3 + (12 if args.step is not None else 0)

@@ -3,6 +3,9 @@ its trace written."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
 
 from .common import add_command
 from .errors import CliError, check_output
@@ -12,9 +15,10 @@ from .tables import print_recording_summary
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan run`` to the subcommands ``sub``."""
     parser = add_command(sub, "run", "run a Python script or module with recording on, then write its trace",
-               "Run a program in this process (like python -m cProfile) with hotspan recording, write the spans "
-               "to OUT (format from the extension) and print a summary on stderr. The program's exit status "
-               "passes through.",
+               "Run a program (in a child process, as python would) with hotspan recording, write the spans "
+               "to OUT (format from the extension) and print a summary on stderr. SIGTERM and SIGINT are passed "
+               "on to the program, which flushes; however it ends (a crash too) OUT is written, and the "
+               "program's exit status passes through.",
                "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast", cmd_run)
     add_arguments(parser)
     return parser
@@ -22,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``run``'s options, named here once: ``split_argv`` reads them back from a parser."""
-    parser.add_argument("-o", "--output", default="hotspan-trace.parquet", help="default hotspan-trace.parquet")
+    parser.add_argument("-o", "--output", default="hotspan-trace.parquet",
+                        help="a trace file (format from the extension), or DIR/ for a run directory of Parquet "
+                             "parts written as the program runs; default hotspan-trace.parquet")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     parser.add_argument("--live", action="store_true", help="print a line per finished span on stderr while it runs")
     parser.add_argument("--live-min-ms", type=float, metavar="MS",
@@ -65,9 +71,13 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..recording.supervisor import ProgramError, resolve_program, run_program
+    from ..recording.supervisor import ProgramError, exit_as_program, resolve_program, run_program
 
-    out = check_output(args.output)
+    # DIR/ (or an existing directory): the run directory itself, part files as they flush
+    as_dir = args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()
+    out = Path(args.output) if as_dir else check_output(args.output)
+    if as_dir:
+        out.mkdir(parents=True, exist_ok=True)
     if args.live_min_ms is not None and args.live_min_ms < 0:
         raise CliError(f"--live-min-ms must be >= 0, not {args.live_min_ms}")
     if args.live_min_ms is not None:
@@ -81,4 +91,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The summary goes to stderr: the program's stdout stays the program's.
     label = "run" if result.processes <= 1 else f"run ({result.processes} processes)"
     print_recording_summary(result.table, out, result.elapsed, result.dropped, label=label, stderr=True, top=20)
-    return result.status
+    if result.ending:  # ended by a signal or a crash: one line, the output was written all the same
+        print(result.ending, file=sys.stderr)
+    return exit_as_program(result)

@@ -10,7 +10,7 @@ from .errors import CliError
 
 DESCRIPTION = (
     "Serve the runs under DIR (every trace file of any format hotspan reads, and every dataset directory "
-    "rank=R/part-*.parquet, found anywhere below it; new runs appear without a restart): a JSON API under /v1 "
+    "part-*.parquet, found anywhere below it; new runs appear without a restart): a JSON API under /v1 "
     "(its OpenAPI document at /openapi.json) and pages: the list of runs, a page per run (phases per rank, "
     "statistics, timeline, Open in Perfetto UI) and a comparison of two. Binds to 127.0.0.1 unless told "
     "otherwise; with --token (or $HOTSPAN_TOKEN) every request must send 'Authorization: Bearer TOKEN'. "

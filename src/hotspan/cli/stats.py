@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import add_command, filter_spans, filter_sql, load_traces, parse_by, span_source, streamable, write_atomically
+from .common import add_command, add_filter_options, engine_of, open_spans_for, parse_by, write_atomically
 from .errors import CliError, check_output
 from .tables import STAT_DEFAULT, STAT_HEADS, new_console, phases_renderable, print_stats, stat_column, stat_head
 
@@ -18,24 +18,25 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan stats`` to the subcommands ``sub``."""
     parser = add_command(sub, "stats", "statistics per span: count, total, self, percentiles, share, args",
                  "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
-                 "(total minus direct children), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
-                 "sum and arg per second. share is the group's self time over the summed self time of its "
+                 "(the self_ns column: duration minus the time its children cover), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
+                 "sum, arg per second and instants. share is the group's self time over the summed self time of its "
                  "rank/thread (of the whole trace unless --by names rank, pid, thread_id or thread_name), so the "
-                 "column adds up to 100%%; busy is total over the trace's wall time (nested spans count twice). "
+                 "column adds up to 100%; busy is total over the trace's wall time (nested spans count twice). "
                  "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
                  "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
                  "duration) are counted in a table of their own. Then the phases (each top-level category's "
                  "time per step and its sub-categories' shares) when the trace has steps. Several traces (one "
-                 "per rank, say) are taken together. A dataset directory, or Parquet of 64 MiB or more "
-                 "($HOTSPAN_STREAM_MIN_BYTES), is streamed through DuckDB with bounded memory "
-                 "($HOTSPAN_MEMORY_LIMIT, default 1GB), to the same result.",
+                 "per rank, say) are taken together. Parquet of 64 MiB or more ($HOTSPAN_STREAM_MIN_BYTES; a "
+                 "run directory's parts together) is streamed through DuckDB with bounded memory "
+                 "($HOTSPAN_MEMORY_LIMIT, default 1GB), to the same result; --engine spark runs the same "
+                 "queries on Spark.",
                  "hotspan stats trace.parquet --top 10\n"
                  "hotspan stats rank*.parquet --by rank,name --sort p99 --json\n"
                  "hotspan stats trace.parquet --filter 'name~^fwd' --category compute --rank 0,1 --sort p99 --asc\n"
                  "hotspan stats trace.json --csv out/stats.csv", cmd_stats)
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s), any supported format")
     parser.add_argument("--by", metavar="KEYS", help="comma-separated columns to group by (default category,name, "
-                       "and device when the trace has device rows; device: host or cuda:N, derived per span)")
+                       "and device when the trace has device rows; device: host or cuda:N, derived per span; test: the test of each span, on runs written by pytest --hotspan)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON on stdout instead of a table")
     parser.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
     parser.add_argument("--jsonl", action="store_true", help="print the rows as JSON lines (one object a line)")
@@ -44,12 +45,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                             "numbers biggest first, names A to Z")
     parser.add_argument("--asc", action="store_true", help="sort ascending")
     parser.add_argument("--top", type=int, metavar="N", help="only the first N rows")
-    parser.add_argument("--filter", action="append", default=[], metavar="COL~REGEX",
-                       help="only spans whose COL matches REGEX (COL~REGEX) or equals VALUE (COL=VALUE), e.g. "
-                            "name~^fwd; repeat to require several")
-    parser.add_argument("--category", action="append", default=[], metavar="CAT",
-                       help="only spans of category CAT or below it (sync takes sync/compute); repeat for several")
-    parser.add_argument("--rank", metavar="R[,R...]", help="only spans of these ranks")
+    add_filter_options(parser)
+    parser.add_argument("--engine", choices=("auto", "memory", "duckdb", "spark"), default="auto",
+                        help="who computes: auto (in memory below $HOTSPAN_STREAM_MIN_BYTES of Parquet, else "
+                             "DuckDB), memory, duckdb, or spark (SparkSession.builder.getOrCreate(): your Spark "
+                             "settings)")
     parser.add_argument("--columns", metavar="COLS",
                        help=f"the columns to show, comma-separated, from: {', '.join(STAT_HEADS)}")
     parser.add_argument("--all", action="store_true", help="show every column (as the width allows)")
@@ -104,8 +104,6 @@ def _json_rows(result: pa.Table) -> str:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from ..analysis import phases, stats
-
     by = parse_by(args.by)
     sort = args.sort or "total_ns"
     if sort not in by:
@@ -117,23 +115,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
         raise CliError(f"--top must be at least 1, not {args.top}")
     heads = _stat_heads(args)
     csv_path = check_output(args.csv, trace=False) if args.csv else None  # directories first, then work
-    if streamable(args.traces):  # larger than memory, maybe: DuckDB over the Parquet files
-        from ..analysis.streaming import stream_phases, stream_stats
-
-        source = span_source(args.traces, filter_sql(args.filter, args.category, args.rank))
-        with source:
-            result = stream_stats(source, by)
-            all_phases = stream_phases(source) if args.phases or result.num_rows else None
-            meta = source.metadata()
-    else:
-        table = filter_spans(load_traces(args.traces), args.filter, args.category, args.rank)
+    engine = engine_of(args)
+    if "test" in by and engine is None:
+        engine = "memory"  # the test column exists on load only (from pytest --hotspan's part metadata)
+    with open_spans_for(args.traces, args, engine) as spans:
+        if "test" in by and spans.table is not None and "test" not in spans.table.column_names:
+            raise CliError("--by test: these spans name no test (a run written by pytest --hotspan does: "
+                           "hotspan stats .hotspan/<session> --by test,name)")
         if args.by is None:
-            from ..analysis.statistics import default_by
-
-            by = default_by(table)  # with device rows: device time apart from the host's
-        result = stats(table, by=by)
-        all_phases = phases(table) if args.phases or table.num_rows else None
-        meta = table.schema.metadata
+            by = spans.default_by()  # with device rows: device time apart from the host's
+        result = spans.stats(by)
+        # the phases only where they are shown (--json and --jsonl print the rows alone)
+        shown = args.phases or not (args.json or args.jsonl)
+        all_phases = spans.phases() if shown and result.num_rows else None
+        meta = spans.metadata()
     result = _sorted(result, sort, by, True if args.asc else None)
     if args.top is not None:
         result = result.slice(0, args.top)

@@ -66,8 +66,9 @@ def stat_head(column: str) -> str:
 
 
 def _ellipsize(text: str, width: int) -> str:
-    """A key cut to ``width`` in its middle: ``train/compute`` and ``train/comms`` stay apart
-    (``tr…compute``, ``trai…comms``) where cutting the end would make both ``train/com…``."""
+    """A key cut to ``width`` in its middle, between words: ``train/compute`` and
+    ``train/comms`` stay apart (``…/compute``, ``…/comms``) where cutting the end would make
+    both ``train/com…``."""
     from ..report.gantt import fit_label
 
     return fit_label(text, width)
@@ -102,10 +103,15 @@ def fitted_table(keys: list[tuple[str, list[str]]], values: list[tuple[str, list
     # The key columns get their natural width when it fits, else the room shared out.
     key_width = list(key_min)
     spare = max(room - sum(key_min), 0)
-    for i, natural in enumerate(key_need):
-        extra = min(natural - key_width[i], spare)
-        key_width[i] += extra
-        spare -= extra
+    # Shared out a character at a time to the key column missing the most of its natural width
+    # (not all to the first): at 80 columns a long category path must not starve the names.
+    while spare > 0:
+        missing = [natural - width for natural, width in zip(key_need, key_width)]
+        widest_gap = max(range(len(missing)), key=lambda k: missing[k], default=None)
+        if widest_gap is None or missing[widest_gap] <= 0:
+            break
+        key_width[widest_gap] += 1
+        spare -= 1
     out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", title=title,
                 title_justify="left")
     for (head, _), w in zip(keys, key_width):
@@ -157,8 +163,9 @@ def phases_renderable(result: pa.Table):
 def print_stats(console, result: pa.Table, by: Sequence[str], heads: Sequence[str] = STAT_DEFAULT) -> None:
     """The stats table fitted to the console, then the instants (spans of no duration: counts,
     not times) in a table of their own."""
-    instant = pc.equal(result.column("max_ns"), 0)
-    timed, instants = result.filter(pc.invert(instant)), result.filter(instant)
+    from ..analysis.statistics import split_instants
+
+    timed, instants = split_instants(result)
     if timed.num_rows or not instants.num_rows:
         rendered, left_out = _stats_renderable(timed, by, console.width, heads)
         console.print(rendered)
@@ -179,7 +186,8 @@ def print_recording_summary(table: pa.Table, path: Path, elapsed: float, dropped
     threads = len(pc.unique(table.column("thread_id"))) if table.num_rows else 0
     console.print(
         f"[bold]hotspan {label}[/bold]: {table.num_rows:,} spans on {threads} threads in {elapsed:.2f} s, "
-        f"{dropped:,} dropped -> [cyan]{path}[/cyan]"
+        f"{dropped:,} dropped -> [cyan]{path}[/cyan]",
+        soft_wrap=True,  # one line whatever the width: a terminal wraps it itself, a pipe keeps it whole
     )
     if table.num_rows:
         result = stats(table)

@@ -152,7 +152,7 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
     done = _native._cuda_resolve()
     columns: dict[str, list] = {name: [] for name in (
         "span_id", "parent_id", "name", "category", "start_ns", "end_ns", "duration_ns", "depth", "thread_id",
-        "thread_name", "pid", "rank", "arg", "error")}
+        "thread_name", "pid", "rank", "arg", "error", "self_ns")}
     if not done:
         return columns
     pid = os.getpid()
@@ -175,6 +175,7 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
         columns["rank"].append(rank)
         columns["arg"].append(arg)
         columns["error"].append(error)
+        columns["self_ns"].append(end - start)  # a device track's row has no children
     return columns
 
 

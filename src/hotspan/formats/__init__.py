@@ -41,7 +41,8 @@ def export(table: "pa.Table", path: str | os.PathLike, format: str | None = None
     return Path(path)
 
 
-def load(path: str | os.PathLike, format: str | None = None, *, check: bool = True) -> "pa.Table":
+def load(path: str | os.PathLike, format: str | None = None, *, check: bool = True,
+         run: str | None = None) -> "pa.Table":
     """Read a file written by :func:`export` (or a foreign Chrome JSON trace) as a span table.
 
     Raises ``OSError`` (missing file, ...) or :class:`TraceFileError` (a ``ValueError``)
@@ -53,6 +54,9 @@ def load(path: str | os.PathLike, format: str | None = None, *, check: bool = Tr
     ``check``: refuse a table that breaks the schema's rules (negative durations or depths,
     ``end_ns != start_ns + duration_ns``, a span id twice), naming the row; ``False`` reads
     a file the caller chooses to trust as it is.
+
+    ``run``: of a dataset holding several runs, only that one (its id: ``hotspan runs DIR``
+    lists them; a directory of several runs loads whole with a warning naming them).
     """
     if not isinstance(path, Path) and "://" in str(os.fspath(path)):
         from .uri import is_uri
@@ -60,9 +64,17 @@ def load(path: str | os.PathLike, format: str | None = None, *, check: bool = Tr
         if is_uri(path):
             from .dataset import load_uri
   # s3://, gs://, hdfs://, file://: a dataset or one file there
-            return load_uri(os.fspath(path), format, check=check)
+            return load_uri(os.fspath(path), format, check=check, run=run)
     if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
         from .dataset import load_dataset
 
-        return load_dataset(path, check=check)
-    return exporter_for(path, format).read(path, check=check)
+        return load_dataset(path, check=check, run=run)
+    table = exporter_for(path, format).read(path, check=check)
+    if run is not None:
+        from .._schema import META_RUN
+        from .base import TraceFileError
+
+        found = (table.schema.metadata or {}).get(META_RUN, b"").decode(errors="replace")
+        if found != run:
+            raise TraceFileError(path, f"holds run {found or '(no id)'!r}, not {run!r}")
+    return table

@@ -34,6 +34,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA, with_pandas_dtypes
+from .._selftime import with_self_ns
+
+#: Columns a table may lack: computed from the others when it does (see _selftime.py).
+DERIVED_COLUMNS = ("self_ns",)
 
 #: Rows per batch when a format streams the table to a file: memory held by an export
 #: is proportional to this, not to the table or the document.
@@ -113,6 +117,9 @@ class Exporter(abc.ABC):
     keeps_metadata: bool = True
     #: Whether a read gives back the rows in the order they were written.
     keeps_row_order: bool = True
+    #: Whether the format can be loaded back as spans (``False``: an export-only view of
+    #: them, such as folded stacks; its ``read`` says so).
+    readable: bool = True
 
     def write(self, table: pa.Table, path: str | os.PathLike, *, replace: bool = True) -> None:
         """Write ``table`` to ``path`` atomically (``replace=False``: never over an existing
@@ -220,9 +227,10 @@ def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise TypeError(f"export needs a pyarrow.Table of spans, not {type(table).__name__}")
-    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names]
+    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names and name not in DERIVED_COLUMNS]
     if missing:
         raise ValueError(f"not a span table: missing column(s) {', '.join(missing)}")
+    table = with_self_ns(table)
     columns = []
     fields = []
     for field in SPAN_SCHEMA:
@@ -252,9 +260,12 @@ def conform_to_schema(table: pa.Table, path: str | os.PathLike, metadata: dict |
 
     ``metadata`` (bytes -> bytes) replaces the table's own schema metadata when given.
     """
-    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names]
+    missing = [name for name in SPAN_SCHEMA.names if name not in table.column_names and name not in DERIVED_COLUMNS]
     if missing:
         raise TraceFileError(path, f"not a span table: missing column(s) {', '.join(missing)}")
+    # hotspan's own files keep self_ns; any other table (a foreign trace, a file from before
+    # the column) gets it computed here, by the one rule (_selftime.py)
+    table = with_self_ns(table)
     columns = []
     for field in SPAN_SCHEMA:
         column = table.column(field.name)

@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._schema import META_HOST, SPAN_SCHEMA
+from .._schema import META_HOST, TRACE_SCHEMA
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
@@ -452,7 +452,8 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     metadata = _metadata_from(other) if own else {}
     if not own:
         metadata[META_SOURCE] = _source(top, own).encode()
-    table = pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(metadata or None))
+    # self_ns comes in conform_to_schema (Exporter.read), once the lanes are the real threads again
+    table = pa.Table.from_arrays(columns, schema=TRACE_SCHEMA.with_metadata(metadata or None))
     # The one way a loader says what it left out: a warning, and the counts in the metadata.
     return note_skipped(table, path, {_DROPPED_WORDS.get(cause, cause): n for cause, n in counts.items()})
 

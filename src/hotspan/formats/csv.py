@@ -10,7 +10,8 @@ import pyarrow.csv as pacsv
 
 from .._schema import SPAN_SCHEMA
 from . import base
-from .base import MISSING_PARENTS, Exporter, Progress, TraceFileError, dictionary_batches, missing_parents, note_skipped
+from .base import (DERIVED_COLUMNS, MISSING_PARENTS, Exporter, Progress, TraceFileError, dictionary_batches,
+                   missing_parents, note_skipped)
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
@@ -41,7 +42,7 @@ class CsvExporter(Exporter):
             data = source.read_buffer()
         header = data.slice(0, min(data.size, 4096)).to_pybytes().split(b"\n", 1)[0]
         columns = {field.strip().strip(b'"').decode("utf-8", "replace") for field in header.split(b",")}
-        missing = [name for name in _CSV_SCHEMA.names if name not in columns]
+        missing = [name for name in _CSV_SCHEMA.names if name not in columns and name not in DERIVED_COLUMNS]
         if len(missing) > 3:
             raise TraceFileError(path, f"not a hotspan CSV: its first line is not the span table's header "
                                        f"({','.join(_CSV_SCHEMA.names)})")
@@ -59,15 +60,17 @@ class CsvExporter(Exporter):
             malformed += 1
             return "skip"
 
+        # a file from before self_ns: read without it, computed by conform_to_schema
+        schema = pa.schema([field for field in _CSV_SCHEMA if field.name in columns or field.name not in DERIVED_COLUMNS])
         convert = pacsv.ConvertOptions(
-            column_types=_CSV_SCHEMA,
+            column_types=schema,
             strings_can_be_null=True,
             quoted_strings_can_be_null=False,
-            include_columns=_CSV_SCHEMA.names,
+            include_columns=schema.names,
         )
         parse = pacsv.ParseOptions(invalid_row_handler=skip)
         with pacsv.open_csv(pa.BufferReader(data), convert_options=convert, parse_options=parse) as reader:
-            table = dictionary_batches(reader, _CSV_SCHEMA)
+            table = dictionary_batches(reader, schema)
         return note_skipped(table, path, {
             "incomplete last row (the file ends mid-row: truncated?)": cut,
             "row(s) with the wrong number of fields": malformed,

@@ -1,8 +1,20 @@
-"""A run as a directory: a hive-partitioned Parquet dataset, one part per flush.
+"""A run as a directory: a flat Parquet dataset, one part per flush.
 
-    run/rank=0/part-<pid>-<token>-<n>.parquet
-    run/rank=1/part-<pid>-<token>-<n>.parquet
+    run/part-r0-<pid>-<token>-<n>.parquet
+    run/part-r1-<pid>-<token>-<n>.parquet
     ...
+
+Flat, with the rank in each part's ``rank`` column and in its name, so that the directory
+reads as it is in every Parquet reader, all giving the rows ``hotspan.load()`` gives:
+``pandas.read_parquet(run)``, ``pyarrow.parquet.read_table(run)``,
+``pyarrow.dataset.dataset(run)``, polars ``scan_parquet(run)`` and ``scan_parquet("run/*.parquet")``,
+DuckDB ``read_parquet('run/*.parquet')`` with or without ``hive_partitioning``, Spark
+``spark.read.parquet(run)`` (tests/formats/test_dataset_readers.py). The older layout,
+``rank=R/part-*.parquet`` (a ``rank=R`` hive directory beside a ``rank`` column in the
+files), broke pandas and pyarrow ("Field rank has incompatible types: int32 vs
+dictionary"), and a hive directory without the column breaks the readers that do not
+infer partitions (pyarrow.dataset, DuckDB with ``hive_partitioning=false``) while Spark
+reads no subdirectory that is not ``key=value``. Directories in the older layout still load.
 
 ``token`` is drawn by each writer when it starts (``new_token()``: its start time and 32
 random bits, in hex): part names never repeat, within a process (several recordings one
@@ -45,9 +57,11 @@ import pyarrow as pa
 
 from .uri import is_uri, redact_uri
 from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
-from .._schema import meta_int, meta_json, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID, META_RANK, META_START
+from .._schema import (meta_int, meta_json, META_ARGV, META_TASKS, META_CLOCK, META_DROPPED, META_HOST, META_PID,
+                       META_RANK, META_RUN, META_START)
 
-__all__ = ["META_PART", "META_RANKS", "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
+__all__ = ["META_PART", "META_RANKS", "META_RUNS", "META_UNFLUSHED", "SeveralRunsWarning", "list_runs", "run_of",
+           "Location", "NoPartsError", "is_dataset", "is_uri", "load_dataset", "load_uri",
            "list_parts", "location", "pid_alive", "new_token", "part_files", "part_key", "part_name", "part_path", "put_file", "current_parts", "redact_uri",
            "replaced_by", "sweep_temporaries", "write_part"]
 
@@ -57,16 +71,26 @@ META_PART = b"hotspan.part"
 #: In a loaded dataset (JSON): {"<rank>": [{"pid", "host", "parts", "spans", "start_ns", "clock",
 #: "dropped", "sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns"}, ...]}.
 META_RANKS = b"hotspan.ranks"
+#: In a loaded dataset holding several runs (JSON list): their ids (``hotspan.run`` is then absent).
+META_RUNS = b"hotspan.runs"
+#: In a loaded dataset (JSON): [{"pid", "name", "exitcode", "parent_pid"}, ...], the
+#: multiprocessing children that died of a signal before writing any part (so before any of
+#: their spans could be kept), as named by the parent that started them.
+META_UNFLUSHED = b"hotspan.unflushed"
 
 #: ``part-<pid>-<token>-<seq>``, older ``part-<pid>-<seq>``, and a compacted part
 #: ``part-<pid>-<token>-<first seq>-<last seq>`` (its writer's parts first..last, merged).
 _PART_RE = re.compile(r"^part-(\d+)-(?:([0-9a-f]+)-)?(\d+)(?:-(\d+))?\.parquet$")
 #: What ``atomic_path`` leaves behind a writer killed mid-part: ``.<part name>.<8 hex>.part``.
-_TEMP_RE = re.compile(r"^\.(part-(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9a-f]{8}\.part$")
+_TEMP_RE = re.compile(r"^\.(part-(?:r-?\d+-)?(\d+)-[0-9a-f-]*\d+\.parquet)\.[0-9a-f]{8}\.part$")
 #: A temporary part untouched this long is stale whoever wrote it (a part is written in
 #: well under a second; on a shared file system its writer may be on another host).
 STALE_TEMP_S = 600.0
-_RANK_DIR_RE = re.compile(r"^rank=(\d+)$")
+_RANK_DIR_RE = re.compile(r"^rank=(-?\d+)$")
+#: The older layout's rank directory, the one pattern every reader (serve's run listing too) uses.
+RANK_DIR_RE = _RANK_DIR_RE
+#: ``part-r<rank>-<pid>-<token>-<seq>[-<last>].parquet``: a part of the flat layout.
+_FLAT_PART_RE = re.compile(r"^part-r(-?\d+)-(\d+)-(?:([0-9a-f]+)-)?(\d+)(?:-(\d+))?\.parquet$")
 _PARTITIONING_SCHEMA = pa.schema([("rank", pa.int32())])
 
 
@@ -77,12 +101,12 @@ def new_token() -> str:
 
 
 def part_name(rank: int, pid: int, seq: int, token: str | None = None, last: int | None = None) -> str:
-    """A part's name relative to the dataset's root: ``rank=R/part-<pid>-<token>-<seq>.parquet``;
-    without a token, the older ``part-<pid>-<seq>``; with ``last``, a compacted part holding
-    its writer's parts ``seq`` to ``last``."""
+    """A part's name relative to the dataset's root: ``part-r<rank>-<pid>-<token>-<seq>.parquet``
+    (flat: see the module's doc); without a token, ``part-r<rank>-<pid>-<seq>``; with ``last``,
+    a compacted part holding its writer's parts ``seq`` to ``last``."""
     middle = "" if token is None else f"{_check_token(token)}-"
     tail = "" if last is None else f"-{int(last):06d}"
-    return f"rank={int(rank)}/part-{int(pid)}-{middle}{int(seq):06d}{tail}.parquet"
+    return f"part-r{int(rank)}-{int(pid)}-{middle}{int(seq):06d}{tail}.parquet"
 
 
 def part_path(directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None) -> Path:
@@ -211,7 +235,7 @@ def write_part(table: pa.Table, directory: str | os.PathLike | Location, *, rank
         exporter_for(path).write(table, path, replace=False)
         return path
     with tempfile.TemporaryDirectory(prefix="hotspan-part-") as tmp:
-        staged = Path(tmp) / relative.rsplit("/", 1)[1]
+        staged = Path(tmp) / relative.rpartition("/")[2]
         exporter_for(staged).write(table, staged)
         return put_file(loc, staged, relative)
 
@@ -233,7 +257,8 @@ def sweep_temporaries(directory: str | os.PathLike, *, stale_s: float = STALE_TE
     directory = Path(directory)
     removed = 0
     try:
-        rank_dirs = [d for d in directory.iterdir() if _RANK_DIR_RE.match(d.name) and d.is_dir()]
+        # the flat layout's parts are in the directory itself; the older layout's in rank=R/
+        rank_dirs = [directory] + [d for d in directory.iterdir() if _RANK_DIR_RE.match(d.name) and d.is_dir()]
     except OSError:
         return 0
     now = time.time()
@@ -281,9 +306,14 @@ def is_dataset(path: str | os.PathLike) -> bool:
 
 
 def part_key(path: str) -> dict[str, Any] | None:
-    """What a part's path says: ``rank`` (from its ``rank=R`` directory), ``pid``, ``token``
-    (None in older names), ``seq`` and, for a compacted part, ``last``; None for another name."""
+    """What a part's path says: ``rank`` (from its name, or in the older layout from its
+    ``rank=R`` directory), ``pid``, ``token`` (None in older names), ``seq`` and, for a
+    compacted part, ``last``; None for another name."""
     parent, _, name = path.replace(os.sep, "/").rpartition("/")
+    flat = _FLAT_PART_RE.match(name)
+    if flat is not None:
+        return {"rank": int(flat.group(1)), "pid": int(flat.group(2)), "token": flat.group(3),
+                "seq": int(flat.group(4)), "last": int(flat.group(5)) if flat.group(5) else None}
     rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
     part = _PART_RE.match(name)
     if rank_dir is None or part is None:
@@ -295,16 +325,10 @@ def part_key(path: str) -> dict[str, Any] | None:
 def _part_key(path: str) -> tuple:
     """Order parts by rank, directory, pid, writer token and part number."""
     parent, _, name = path.rpartition("/")
-    rank_dir = _RANK_DIR_RE.match(parent.rpartition("/")[2])
-    part = _PART_RE.match(name)
-    return (
-        int(rank_dir.group(1)) if rank_dir else -1,
-        parent,
-        int(part.group(1)) if part else -1,
-        part.group(2) or "" if part else "",
-        int(part.group(3)) if part else -1,
-        name,
-    )
+    key = part_key(path)
+    if key is None:
+        return (-1, parent, -1, "", -1, name)
+    return (key["rank"], parent, key["pid"], key["token"] or "", key["seq"], name)
 
 
 def list_parts(loc: Location) -> list[tuple[str, int]]:
@@ -377,12 +401,17 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged = dict(parts[0][0])
     merged.pop(META_PART, None)
     processes: dict[tuple[int, int, str], dict[str, Any]] = {}
+    unflushed: list[dict[str, Any]] = []
     for meta, rows in parts:
         part = meta_json(meta, META_PART) or {}
         rank = part.get("rank", meta_int(meta, META_RANK) or 0)
         pid = part.get("pid", meta_int(meta, META_PID) or 0)
+        if isinstance(part.get("unflushed_children"), list):
+            unflushed += [{**child, "parent_pid": pid} for child in part["unflushed_children"] if isinstance(child, dict)]
         host = (meta.get(META_HOST) or b"").decode(errors="replace")
         proc = processes.setdefault((int(rank), int(pid), host), {"pid": pid, "host": host, "parts": 0, "spans": 0})
+        if META_RUN in meta:
+            proc["run"] = meta[META_RUN].decode(errors="replace")
         proc["parts"] += 1
         proc["spans"] += rows
         start = meta_int(meta, META_START)
@@ -421,7 +450,53 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
     merged[META_RANK] = ",".join(map(str, rank_ids)).encode()
     merged[META_PID] = ",".join(map(str, pids)).encode()
     merged[META_RANKS] = json.dumps(ranks).encode()
+    runs = sorted({proc["run"] for proc in processes.values() if "run" in proc})
+    if len(runs) > 1:  # several runs: no one id stands for the whole; each process keeps its own
+        merged.pop(META_RUN, None)
+        merged[META_RUNS] = json.dumps(runs).encode()
+    if unflushed:
+        merged[META_UNFLUSHED] = json.dumps(unflushed).encode()
     return merged
+
+
+def run_of(meta: dict[bytes, bytes]) -> str | None:
+    """The run id a part's (or file's) metadata names, None for one written before run ids."""
+    raw = meta.get(META_RUN)
+    return raw.decode(errors="replace") if raw is not None else None
+
+
+class SeveralRunsWarning(UserWarning):
+    """A directory holds the parts of more than one run: the message names them."""
+
+
+def list_runs(dest: str | os.PathLike) -> list[dict[str, Any]]:
+    """The runs in a dataset (a directory or URI), from its parts' footers only, oldest
+    first: ``run`` (its id; None for parts written before run ids), ``start_ns``,
+    ``processes``, ``ranks``, ``spans``, ``parts`` and ``command`` (the first process's argv)."""
+    import pyarrow.parquet as pq
+
+    loc, parts = current_parts(dest)
+    runs: dict[str | None, dict[str, Any]] = {}
+    for path, _size, meta in parts:
+        rid = run_of(meta)
+        entry = runs.setdefault(rid, {"run": rid, "start_ns": None, "processes": set(), "ranks": set(), "spans": 0,
+                                      "parts": 0, "command": None})
+        part = meta_json(meta, META_PART) or {}
+        rank = part.get("rank", meta_int(meta, META_RANK) or 0)
+        pid = part.get("pid", meta_int(meta, META_PID) or 0)
+        entry["processes"].add((rank, pid, (meta.get(META_HOST) or b"").decode(errors="replace")))
+        entry["ranks"].add(int(rank))
+        entry["parts"] += 1
+        entry["spans"] += pq.ParquetFile(path, filesystem=loc.fs).metadata.num_rows
+        start = meta_int(meta, META_START)
+        if start is not None and (entry["start_ns"] is None or start < entry["start_ns"]):
+            entry["start_ns"] = start
+            argv = meta_json(meta, META_ARGV)
+            entry["command"] = " ".join(map(str, argv)) if isinstance(argv, list) else None
+    out = []
+    for entry in runs.values():
+        out.append({**entry, "processes": len(entry["processes"]), "ranks": sorted(entry["ranks"])})
+    return sorted(out, key=lambda e: (e["start_ns"] is None, e["start_ns"] or 0, e["run"] or ""))
 
 
 def _dropped_total(dropped: Any) -> int:
@@ -445,7 +520,7 @@ class _PartVanished(Exception):
     pass
 
 
-def load_uri(uri: str, format: str | None = None, *, check: bool = True) -> pa.Table:
+def load_uri(uri: str, format: str | None = None, *, check: bool = True, run: str | None = None) -> pa.Table:
     """A trace named by URI: a dataset (a prefix holding ``rank=R/`` parts), or one trace file
     (fetched to a local temporary file and read by its format's exporter)."""
     import tempfile
@@ -466,28 +541,32 @@ def load_uri(uri: str, format: str | None = None, *, check: bool = True) -> pa.T
                 raise TraceFileError(loc.shown, exc.problem) from None
     if loc.local and os.path.isfile(loc.root):
         return exporter_for(loc.root, format).read(loc.root, check=check)
-    return load_dataset(loc, check=check)
+    return load_dataset(loc, check=check, run=run)
 
 
-def load_dataset(directory: str | os.PathLike | Location, *, check: bool = True) -> pa.Table:
+def load_dataset(directory: str | os.PathLike | Location, *, check: bool = True, run: str | None = None) -> pa.Table:
     """Every part of a dataset (a directory, or a URI: all ranks, all processes) as one table
     with exactly ``SPAN_SCHEMA``, ordered by rank, process and part; metadata merged (see
     :func:`merge_metadata`). ``check``: as for :func:`hotspan.formats.load`.
 
     Each span is read exactly once while a compaction runs: parts that a visible compacted
     part replaces are left out, and a load whose listed part vanished before it was read
-    (deleted by the compaction after its merged part appeared) lists again."""
+    (deleted by the compaction after its merged part appeared) lists again.
+
+    ``run``: only the parts of that run (see ``hotspan._run``; ``hotspan runs DIR`` lists
+    them). Without it, a directory holding several runs loads whole, with a
+    :class:`SeveralRunsWarning` naming them; each process's run stays in ``hotspan.ranks``."""
     loc = directory if isinstance(directory, Location) else location(directory)
     for _attempt in range(LOAD_ATTEMPTS):
         try:
-            return _load_once(loc, check)
+            return _load_once(loc, check, run)
         except _PartVanished:
             time.sleep(0.01)
     raise TraceFileError(loc.shown, f"parts kept vanishing while being read ({LOAD_ATTEMPTS} listings): "
                                     "is something deleting them?")
 
 
-def _load_once(loc: Location, check: bool) -> pa.Table:
+def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
@@ -500,7 +579,7 @@ def _load_once(loc: Location, check: bool) -> pa.Table:
     if not files:
         if not loc.local and loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
             raise FileNotFoundError(errno.ENOENT, "no such dataset", loc.shown)
-        raise NoPartsError(loc.shown, "no span parts in this directory (expected rank=R/part-*.parquet)")
+        raise NoPartsError(loc.shown, "no span parts in this directory (expected part-*.parquet)")
     try:
         try:
             dataset = ds.dataset(
@@ -511,6 +590,17 @@ def _load_once(loc: Location, check: bool) -> pa.Table:
             metas = [(fragment.path, dict(fragment.physical_schema.metadata or {})) for fragment in fragments]
             replaced = replaced_by(metas)
             kept = [(fragment, meta) for fragment, (path, meta) in zip(fragments, metas) if path not in replaced]
+            runs = sorted({run_of(meta) or "(no id)" for _fragment, meta in kept})
+            if run is not None:
+                kept = [(fragment, meta) for fragment, meta in kept if run_of(meta) == run]
+                if not kept:
+                    raise TraceFileError(loc.shown, f"no run {run!r} here; runs: {', '.join(runs)}")
+            elif len(runs) > 1:
+                import warnings
+
+                warnings.warn(f"{loc.shown}: {len(runs)} runs in one directory, loaded together: {', '.join(runs)} "
+                              "(load(path, run=ID) takes one; hotspan runs DIR lists them)",
+                              SeveralRunsWarning, stacklevel=4)
             parts_meta = [(meta, fragment.count_rows()) for fragment, meta in kept]
             # Each file's own schema, not the first file's: dictionary and plain strings may mix.
             tables = []
@@ -531,12 +621,35 @@ def _load_once(loc: Location, check: bool) -> pa.Table:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFileError(loc.shown, f"not a readable span dataset: {type(exc).__name__}: {exc}") from exc
+    tables = _with_test_column(tables, [meta for _fragment, meta in kept])
     # One dictionary per string column across the parts: pyarrow's group_by and joins
     # refuse differing ones ("Unifying differing dictionaries").
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     if check:
         check_span_rules(table, loc.shown)
     return table.replace_schema_metadata(merge_metadata(parts_meta))
+
+
+#: The column a run written by ``pytest --hotspan`` gets on load: each span's test (the node
+#: id its part's metadata names), so ``stats(table, by=("test", "name"))`` groups by test.
+TEST_COLUMN = "test"
+
+
+def _with_test_column(tables: list[pa.Table], metas: list[dict]) -> list[pa.Table]:
+    """``tables`` with a ``test`` column when any part names its test (``hotspan.part`` key
+    ``test``, written by the pytest plugin): the part's test id on its rows, null on the rows of
+    parts that name none; the tables as they are otherwise."""
+    tests = [(meta_json(meta, META_PART) or {}).get(TEST_COLUMN) for meta in metas]
+    if not any(isinstance(test, str) for test in tests):
+        return tables
+    out = []
+    for table, test in zip(tables, tests):
+        value = test if isinstance(test, str) else None
+        column = pa.DictionaryArray.from_arrays(pa.array([0] * table.num_rows if value is not None else
+                                                         [None] * table.num_rows, pa.int32()),
+                                                pa.array([value] if value is not None else [], pa.string()))
+        out.append(table.append_column(pa.field(TEST_COLUMN, column.type), column))
+    return out
 
 
 def _any_vanished(loc: Location, paths: list[str]) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA
+from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA, TRACE_SCHEMA
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import column_values, device_flows, dictionary_codes, nullable_values, thread_table
@@ -157,7 +157,7 @@ def _table(decoder, path: Path) -> pa.Table:
     metadata = _metadata(decoder.processes, fail)
     columns = decoder.columns()
     n = len(columns["start"])
-    schema = SPAN_SCHEMA.with_metadata(metadata) if metadata else SPAN_SCHEMA
+    schema = TRACE_SCHEMA.with_metadata(metadata or None)
     # The span count the writer put in the first process's labels (older files: none).
     written = sum(int(p["spans"]) for p in decoder.processes.values() if str(p.get("spans") or "").isdigit())
     missing = {"span(s) missing: the trace was written with more (packets cut out?)": written - n} \
@@ -165,7 +165,7 @@ def _table(decoder, path: Path) -> pa.Table:
     if n == 0:
         if missing:
             raise fail(f"no span left of the {written:,} it was written with (packets cut out?)")
-        return schema.empty_table()
+        return SPAN_SCHEMA.with_metadata(metadata or None).empty_table()
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
     start, end = columns.pop("start"), columns.pop("end")
@@ -187,6 +187,7 @@ def _table(decoder, path: Path) -> pa.Table:
         "arg": pa.array(columns.pop("arg"), pa.int64(), mask=~has_arg),
         "error": pa.array((flags & codec.ROW_ERROR) != 0, pa.bool_()),
     }
+    # self_ns comes in conform_to_schema (Exporter.read), once the lanes are the real threads again
     return note_skipped(pa.table(arrays, schema=schema), path, missing)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 if TYPE_CHECKING:
     from .base import Exporter
 
-__all__ = ["EXTENSIONS", "FORMATS", "exporter_for", "format_of", "known_format"]
+__all__ = ["EXPORT_ONLY", "EXTENSIONS", "FORMATS", "READABLE_EXTENSIONS", "exporter_for", "format_of", "known_format"]
 
 # The registry: (name, module, class, extensions) in the order a format name is looked up.
 # Extensions live here alone (the classes get theirs from it): the registry answers "which
@@ -27,10 +27,19 @@ _REGISTRY: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("perfetto", "perfetto", "PerfettoExporter", (".pftrace", ".perfetto-trace")),
     ("csv", "csv", "CsvExporter", (".csv",)),
     ("jsonl", "jsonl", "JsonlExporter", (".jsonl",)),
+    # Views of the spans, written and never loaded back (no span ids, pids or args in them).
+    ("speedscope", "speedscope", "SpeedscopeExporter", (".speedscope.json",)),
+    ("folded", "folded", "FoldedExporter", (".folded",)),
 )
+#: Formats written but never loaded back (their exporters' ``readable`` is False).
+EXPORT_ONLY: tuple[str, ...] = ("speedscope", "folded")
 
 #: Every file extension a trace can have (lower case, with the dot).
 EXTENSIONS: tuple[str, ...] = tuple(ext for *_, exts in _REGISTRY for ext in exts)
+#: The extensions of the formats that load back as spans.
+READABLE_EXTENSIONS: tuple[str, ...] = tuple(
+    ext for name, _m, _c, exts in _REGISTRY if name not in EXPORT_ONLY for ext in exts
+)
 
 # Longest first, so ".json.gz" wins over ".json".
 _BY_LENGTH = sorted(EXTENSIONS, key=len, reverse=True)

@@ -16,7 +16,7 @@ Protocol (all on one Flight service):
   data is read. The server checks each chunk as it arrives too (rows and bytes of the put,
   against the limits and against what was announced, and of all puts in flight: refused at
   once past a limit, so its memory stays bounded whatever clients send), shifts the times onto the collector's clock (when the offset is larger than its
-  uncertainty), and writes the batch as ``rank=R/part-<pid>-<batch>-<seq>.parquet`` before
+  uncertainty), and writes the batch as ``part-r<R>-<pid>-<batch>-<seq>.parquet`` before
   the call returns: a completed put is on disk. Parts are never written over: a resent batch
   (same name, same content digest) is acknowledged without writing it twice; a different
   batch under a name already taken (a client without a token, a restarted one whose pid

@@ -530,6 +530,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
     import pyarrow as pa
 
     from .._schema import META_PID, META_RANK, META_VERSION, SPAN_SCHEMA
+    from .._selftime import with_self_ns
     from ..formats.base import check_span_rules, note_skipped
 
     f = _File(path)
@@ -643,7 +644,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
             "arg": pa.array(col["arg"], pa.int64(), mask=~col["has_arg"]),
             "error": pa.array(col["error"], pa.bool_()),
         })
-        table = table.cast(SPAN_SCHEMA.with_metadata(meta))
+        table = with_self_ns(table).cast(SPAN_SCHEMA.with_metadata(meta))
         if n:
             import pyarrow.compute as pc
 

@@ -51,6 +51,9 @@ class Reader:
         self._tables: deque[pa.Table] = deque()
         self._bytes = 0
         self._unreported: Counter[str] = Counter()
+        #: Epoch ns: spans that ended before are not this reader's (set when it attaches while
+        #: others stream: a record() nested in another, or in HOTSPAN_OUT's).
+        self.since_ns: int | None = None
         # Re-entrant: a SIGTERM handler that flushes may interrupt this thread inside it.
         self._cond = threading.Condition(threading.RLock())
 
@@ -63,6 +66,16 @@ class Reader:
         return self._bytes * 2 >= _native._pending()["memory_cap"]
 
     def _offer(self, table: pa.Table, nbytes: int, cap: int) -> None:
+        if self.since_ns is not None:
+            # Attached beside other readers: spans that ended before it started are theirs.
+            import pyarrow.compute as pc
+
+            kept = pc.greater_equal(table.column("end_ns"), self.since_ns)
+            if pc.all(kept).as_py():
+                self.since_ns = None  # caught up: from here on every span is this reader's
+            else:
+                table = table.filter(kept)
+                nbytes = table.nbytes
         with self._cond:
             self._tables.append(table)
             self._bytes += nbytes
@@ -168,14 +181,20 @@ def streaming() -> bool:
 
 
 def attach(name: str, *, pumped: bool = False) -> Reader:
-    """A new reader that gets every span drained from now on (and what the core holds
-    now, undrained). ``pumped``: it wants spans
+    """A new reader that gets every span drained from now on (and, the first one, what the
+    core holds now, undrained). ``pumped``: it wants spans
     every pump period (a subscriber), not only when it takes them (a recorder)."""
     global _user, _pumped_by_thread
     reader = Reader(name)
     with _api.drain_lock:
         if _user is None:
             _user = Reader("drain()")
+        if _streaming:
+            # Other readers stream already (a record() nested in another, or in HOTSPAN_OUT's):
+            # what the core holds now was recorded before this one started, and is theirs.
+            # Filtered when offered, not drained here: a drain on the caller's thread would start
+            # pyarrow's threads from a thread that takes signals (and import pyarrow there).
+            reader.since_ns = time.time_ns()
         # Not drained here: what the core holds now goes to the new reader too (a recorder
         # started late still writes the spans nobody drained), and the caller's thread
         # never imports pyarrow for it (HOTSPAN_OUT starts a recorder inside import hotspan).

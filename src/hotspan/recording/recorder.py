@@ -1,7 +1,7 @@
 """Recording to a destination: a background thread drains the recorder every interval and
 streams the spans to a file, a dataset directory or a collector.
 
-    with hotspan.record("run/", flush_interval=1.0):     # rank=R/part-<pid>-<token>-<n>.parquet
+    with hotspan.record("run/", flush_interval=1.0):     # part-r<R>-<pid>-<token>-<n>.parquet
         train()
     rec = hotspan.record("grpc://127.0.0.1:8815").start(); ...; rec.stop()
     hotspan.record("trace.parquet")                      # any export format, written at stop
@@ -36,6 +36,7 @@ from . import hub, lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
 from .. import _native
 from ..quiet_threads import start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
+from .children import forget_children, track_children
 from .sinks import sink_for
 from .sinks import warn as _warn
 
@@ -55,7 +56,10 @@ ENV_TOKEN = "HOTSPAN_TOKEN"
 PRESSURE_POLL_S = 0.05
 
 
-_active: "Recorder | None" = None
+#: Every recorder running in this process, oldest first: record() blocks nest and overlap
+#: (each has its own cursor on the drained spans), and a program's own record(dest) runs
+#: beside the one ``hotspan run`` or ``HOTSPAN_OUT`` started.
+_running: "list[Recorder]" = []
 _active_lock = threading.Lock()
 _env_recorder: "Recorder | None" = None
 
@@ -121,22 +125,20 @@ class Recorder:
         return self._sink.dropped + self._write_dropped + reader_dropped
 
     def start(self) -> "Recorder":
-        global _active
         with _active_lock:
             if self.running:
                 return self
-            if _active is not None and _active.running:
-                raise RuntimeError(f"hotspan is already recording to {_active.dest}; stop() it first")
             # The flusher imports pyarrow; that import chain reaches concurrent.futures,
             # which registers a threading atexit hook and fails once the interpreter is
             # shutting down (a short program's exit can race the flusher's first import).
             # Importing that one module here (~1 ms, no pyarrow) takes the race away.
             import concurrent.futures.thread  # noqa: F401
 
-            _active = self
+            _running.append(self)
             self._reader = hub.attach(f"record({self.dest})")
             self._pid = os.getpid()
             self._stop.clear()
+            self._open_now()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             start_quiet(self._thread)  # signals stay with the program's threads
         if getattr(self._sink, "remote", False):
@@ -149,6 +151,25 @@ class Recorder:
         atexit.register(self._atexit)
         emit(RecordingStarted(self.dest, self.kind))
         return self
+
+    def _open_now(self) -> None:
+        """A local directory: its metadata part is written before start() returns, so a run
+        killed at any moment after start() (a pool worker terminated at once, a SIGKILL)
+        loads, as an empty table with its metadata, and a parent can tell a worker that
+        started from one that never did. That costs the caller pyarrow's import (~0.2 s on an
+        idle host; a forked child has it already); on the flusher, where it used to happen, a
+        program whose threads hold the interpreter lock delayed it by seconds (issue 21)."""
+        if self.kind != "directory" or getattr(self._sink, "remote", False):
+            return  # a file is written at stop; a store or a collector: the flusher's network
+        track_children()
+        try:
+            _warm_up(self.kind)
+            with self._locked() as acquired:
+                if acquired:
+                    self._sink.open()
+        except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
+            self.write_errors += 1
+            _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
 
     def _loop(self) -> None:
         # pyarrow loads here, on the flusher, not in the recording program's thread: a
@@ -172,7 +193,8 @@ class Recorder:
             try:
                 if time.monotonic() >= next_flush or _under_memory_pressure() or self._reader.under_pressure():
                     next_flush = time.monotonic() + self.flush_interval
-                    self.flush()
+                    with _prompt_handoffs():
+                        self.flush()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
@@ -201,6 +223,8 @@ class Recorder:
             table = self._take()
             self._last = table
             self.flushes += 1
+            if self.kind == "directory":
+                track_children()
             if table.num_rows == 0:
                 if hasattr(self._sink, "idle"):
                     self._sink.idle()
@@ -257,7 +281,6 @@ class Recorder:
             _native._sigterm_die()
 
     def _stop_now(self, timeout: float) -> None:
-        global _active
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -280,8 +303,8 @@ class Recorder:
             if self._reader is not None:
                 hub.detach(self._reader)
             with _active_lock:
-                if _active is self:
-                    _active = None
+                if self in _running:
+                    _running.remove(self)
             try:
                 atexit.unregister(self._atexit)
             except Exception:  # noqa: BLE001
@@ -309,6 +332,31 @@ class Recorder:
         return f"<hotspan.Recorder {self.kind} {self.dest!r} every {self.flush_interval:g}s, {state}>"
 
 
+#: The interpreter's switch interval while the flusher flushes (seconds; CPython's default
+#: is 0.005). A flush releases the interpreter lock a dozen times or more (the native drain,
+#: pyarrow's Parquet write, fsync, the rename) and must take it back each time: while the
+#: program's threads run Python flat out, each take waits a whole switch interval, so a
+#: flush that needs 20 ms of work took seconds (issue 21: parts every ~2 s at
+#: flush_interval=0.1). Shorter for the flush alone, the lock comes back within ~0.2 ms; the
+#: program's threads are made to hand it over more often only while a flush runs.
+FLUSH_SWITCH_INTERVAL_S = 0.0002
+
+
+@contextlib.contextmanager
+def _prompt_handoffs():
+    previous = sys.getswitchinterval()
+    if previous <= FLUSH_SWITCH_INTERVAL_S:  # the program's own choice is shorter: keep it
+        yield
+        return
+    sys.setswitchinterval(FLUSH_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        # The program may have set its own meanwhile (only ours is replaced).
+        if sys.getswitchinterval() == FLUSH_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(previous)
+
+
 def _under_memory_pressure() -> bool:
     from .. import _native
 
@@ -322,7 +370,7 @@ def _under_memory_pressure() -> bool:
 _warmed = threading.Event()
 
 
-_fork_held: "threading.Lock | None" = None
+_fork_held: "list[threading.Lock]" = []
 _fork_sigmask: "set | None" = None
 
 
@@ -350,22 +398,24 @@ def _before_fork() -> None:
     an import or a Parquet write inherits that import's lock (or pyarrow's) held by a thread
     it does not have, and its own flusher waits on it forever (a forked worker then loses
     everything it recorded). Bounded: a wedged flush must not hang the program."""
-    global _fork_held
     _hold_sigterm_over_fork()
-    recorder = _active
-    if recorder is None or not recorder.running:
+    recorders = [r for r in _running if r.running]
+    if not recorders:
         return
+    if recorder.kind == "directory":
+        track_children()  # a fork-started child is added to the set after this fork
     if not _warmed.is_set():
         _warmed.wait(30)
-    if recorder._lock_owner != threading.get_ident() and recorder._lock.acquire(timeout=10):
-        _fork_held = recorder._lock
+    for recorder in recorders:
+        if recorder._lock_owner != threading.get_ident() and recorder._lock.acquire(timeout=10):
+            _fork_held.append(recorder._lock)
 
 
 def _after_fork_parent() -> None:
     global _fork_held
-    held, _fork_held = _fork_held, None
-    if held is not None:
-        held.release()
+    held, _fork_held = _fork_held, []
+    for lock in held:
+        lock.release()
     _release_sigterm_after_fork()
 
 
@@ -398,7 +448,7 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
     """A recorder streaming drained spans to ``dest`` every ``flush_interval`` seconds.
 
     ``dest``: a file (``.parquet``, ``.arrow``, ``.json``, ... : written at ``stop()``), a
-    directory (a Parquet dataset ``dest/rank=R/part-<pid>-<token>-<n>.parquet``, a part per
+    directory (a Parquet dataset ``dest/part-r<R>-<pid>-<token>-<n>.parquet``, a part per
     flush; a path without a known trace extension counts as one), the same dataset in object
     storage or another file system (``s3://bucket/run``, ``gs://...``, ``hdfs://...``: any
     URI ``pyarrow.fs.FileSystem.from_uri`` accepts; credentials from the store's usual
@@ -408,14 +458,17 @@ def record(dest: str | os.PathLike, flush_interval: float = 1.0, *, token: str |
     ``grpc://a:1,grpc://b:2``: the rank sends to collector ``rank % N`` and fails over to the
     next one of the list when that one is down.
 
-    Use it as a context manager, or call ``start()`` / ``stop()``; one recorder at a time.
+    Use it as a context manager, or call ``start()`` / ``stop()``. Recorders nest and overlap,
+    each with its own cursor: each gets every span recorded while it runs (a program's own
+    ``record()`` under ``hotspan run`` or ``HOTSPAN_OUT`` too, beside the launcher's).
     """
     return Recorder(dest, flush_interval, token=token, buffer_spans=buffer_spans, stop_timeout=stop_timeout)
 
 
 def active() -> Recorder | None:
-    """The recorder running in this process, if any."""
-    return _active if _active is not None and _active.running else None
+    """The recorder running in this process (the latest started, when several run), if any."""
+    running = [r for r in _running if r.running]
+    return running[-1] if running else None
 
 
 # --------------------------------------------------------------------------- HOTSPAN_OUT
@@ -477,6 +530,9 @@ def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> 
     its children, which skips ``atexit``), with every forked child recording to the same
     directory. ``hotspan run`` uses it for the process it runs the program in."""
     global _env_recorder
+    from .._run import start_run
+
+    start_run()  # this process is the run's first: its children inherit the id
     recorder = record(dest, flush_interval).start()
     _env_recorder = recorder
     if not _native._sigterm_installed():
@@ -522,21 +578,22 @@ def _sigterm_after_fork() -> None:
 
 
 def _follow_into_child() -> None:
-    global _active, _env_recorder, _active_lock
+    global _running, _env_recorder, _active_lock
     global _fork_held
     _active_lock = threading.Lock()
-    _fork_held = None  # the child's copy of the parent's recorder is replaced below
-    parent, _active = _active, None
-    was_env = parent is not None and parent is _env_recorder
+    _fork_held = []  # the child's copies of the parent's recorders are replaced below
+    forget_children()  # the parent's children are not this one's to name
+    parents, _running = _running, []
+    env = _env_recorder
     _env_recorder = None
-    if parent is None:
-        return
-    parent._thread = None
-    parent._lock = threading.Lock()
-    parent._lock_owner = parent._stopping = None
-    parent._stop_guard = threading.Lock()
-    if not was_env or parent.kind != "directory":
-        return  # a file would be overwritten, and gRPC must not be used across fork
+    for recorder in parents:  # none runs in the child: no flusher thread here
+        recorder._thread = None
+        recorder._lock = threading.Lock()
+        recorder._lock_owner = recorder._stopping = None
+        recorder._stop_guard = threading.Lock()
+    parent = env if env is not None and env in parents else None
+    if parent is None or parent.kind != "directory":
+        return  # only HOTSPAN_OUT's follows; a file would be overwritten, and gRPC must not be used across fork
     try:
         child = record(parent._target, parent.flush_interval).start()
     except Exception as exc:  # noqa: BLE001

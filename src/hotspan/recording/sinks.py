@@ -132,7 +132,13 @@ class DatasetSink:
         self.parts += 1
 
     def close(self, last: pa.Table, timeout: float) -> None:
-        pass
+        if self.location is None or not self.location.local:
+            return
+        from .children import unflushed_children
+
+        unflushed = unflushed_children(Path(self.location.root))
+        if unflushed:  # a part of its own (no spans): the last flush may have had none to carry them
+            self._write(metadata_table(), kind="stop", unflushed_children=unflushed)
 
 
 def metadata_table() -> pa.Table:

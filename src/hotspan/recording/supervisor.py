@@ -1,21 +1,28 @@
 """``hotspan run``: run a Python program (a script or ``-m module``) with recording on, and
 write the spans of its whole process tree as one trace.
 
-The program runs in this process (as ``python script.py`` would: ``__main__``, its argv,
-its directory first on ``sys.path``), recording as ``HOTSPAN_OUT`` does, into a temporary
-dataset directory beside the output. ``HOTSPAN_OUT`` points there for the program's
-children too: forked ones record there through the at-fork hook, spawned ones
-(``multiprocessing`` spawn and forkserver, ``subprocess`` of another Python program that
-imports hotspan) when they import hotspan. At the end every part is read back, written to
-the output as one trace, and the directory removed; a supervisor killed before then leaves
-the directory (``hotspan.load()`` reads it).
+The program runs in a child process (``python -m hotspan.recording.supervisor``, which
+runs it as ``python script.py`` would: ``__main__``, its argv, its directory first on
+``sys.path``), recording as ``HOTSPAN_OUT`` does, into a temporary dataset directory beside
+the output. ``HOTSPAN_OUT`` points there for the program's children too: forked ones record
+there through the at-fork hook, spawned ones (``multiprocessing`` spawn and forkserver,
+``subprocess`` of another Python program that imports hotspan) when they import hotspan.
+
+This process only waits: however the program ends (its own exit, SIGTERM or SIGINT passed
+on to it, which it flushes before dying of, or a crash that kills it outright) every part
+is read back, written to the output as one trace, and the directory removed; the exit
+status is the program's. Only a supervisor killed itself (SIGKILL) leaves the directory
+(``hotspan.load()`` reads it).
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import runpy
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -28,7 +35,13 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ProgramError", "RunResult", "resolve_program", "run_program"]
+__all__ = ["ProgramError", "RunResult", "exit_as_program", "resolve_program", "run_program"]
+
+#: The child's instructions (JSON: argv, path entry, module, live threshold); taken out of
+#: its environment before the program runs, so the program's own children never see it.
+ENV_RUN_SPEC = "HOTSPAN_RUN_SPEC"
+#: Passed on to the program: it flushes and dies of them (SIGINT: as Python does).
+FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGINT")
 
 
 class ProgramError(ValueError):
@@ -45,6 +58,11 @@ class RunResult:
     elapsed: float
     dropped: int
     processes: int
+    #: The signal that ended the program (it died of it), or None when it exited.
+    signal: int | None = None
+    #: One line saying how the program ended and that its spans were kept, when it did not
+    #: simply exit (a signal, a crash); None otherwise.
+    ending: str | None = None
 
 
 def resolve_program(program: Sequence[str], module: str | None = None) -> tuple[list[str], str]:
@@ -69,61 +87,142 @@ def resolve_program(program: Sequence[str], module: str | None = None) -> tuple[
 
 def run_program(program: Sequence[str], output: str | os.PathLike, *, module: str | None = None,
                 live_min_ns: int | None = None, flush_interval: float = 1.0) -> RunResult:
-    """Run the program with every process of it recorded; write the trace to ``output``
-    (any export format) and return a ``RunResult``. The program's own failure is printed as
-    Python would and becomes its exit status; its spans are kept."""
-    from .. import _api, _native
+    """Run the program in a child process with every process of it recorded; write the trace
+    to ``output`` (any export format) and return a ``RunResult``. The program's own failure
+    is printed as Python would and becomes its exit status; its spans are kept, whether it
+    exits, is ended by a signal (SIGTERM, SIGINT, ... sent to this process are passed on)
+    or crashes."""
     from ..formats import export
     from ..formats.dataset import META_RANKS, NoPartsError, load_dataset
     from .._schema import META_DROPPED, SPAN_SCHEMA, meta_json
     from . import recorder as recording
-    from .live_log import live
 
+    as_directory = os.fspath(output).endswith(("/", os.sep)) or Path(output).is_dir()
     output = Path(output).absolute()  # the program may chdir
     run_argv, path_entry = resolve_program(program, module)
     output.parent.mkdir(parents=True, exist_ok=True)
-    # Beside the output: the same file system, and found there if this process is killed.
-    parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.hotspan-run-", dir=output.parent))
+    if as_directory:  # the run directory itself: its parts are the output
+        output.mkdir(parents=True, exist_ok=True)
+        parts = output
+    else:
+        # Beside the output: the same file system, and found there if this process is killed.
+        parts = Path(tempfile.mkdtemp(prefix=f".{output.name}.hotspan-run-", dir=output.parent))
     recording.stop_env_recorder()  # a HOTSPAN_OUT given to `hotspan run` itself: the run is its output
-    saved_env = os.environ.get(recording.ENV_OUT)
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    _native.enable()
-    _api.drain()  # only the program's spans
-    os.environ[recording.ENV_OUT] = str(parts) + os.sep
-    recording.start_env_recorder(parts, flush_interval)
-    live_log = live(min_ns=live_min_ns) if live_min_ns is not None else None
-    status = 0
+    from .._run import start_run
+
+    start_run(fresh=True)  # the program's processes and ranks share it (inherited); the next run gets its own
+    spec = {"argv": run_argv, "path_entry": path_entry, "module": module, "live_min_ns": live_min_ns}
+    env = dict(os.environ, **{recording.ENV_OUT: str(parts) + os.sep, recording.ENV_INTERVAL: repr(flush_interval),
+                              ENV_RUN_SPEC: json.dumps(spec)})
     start = time.perf_counter()
-    sys.argv[:] = run_argv
-    sys.path.insert(0, path_entry)
-    try:
-        status = _run(module, run_argv[0])
-    finally:
-        sys.argv[:] = saved_argv
-        sys.path[:] = saved_path
-        if live_log is not None:
-            live_log.stop()
-        # As the interpreter would at exit: let the program's non-daemon threads finish.
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
-        elapsed = time.perf_counter() - start
-        recording.stop_env_recorder()
-        if saved_env is None:
-            os.environ.pop(recording.ENV_OUT, None)
-        else:
-            os.environ[recording.ENV_OUT] = saved_env
+    child = subprocess.Popen([sys.executable, "-m", __name__], env=env)
+    with _passing_signals_to(child) as passing:
+        returncode = child.wait()
+    elapsed = time.perf_counter() - start
     try:
         table = load_dataset(parts)
-    except NoPartsError:  # nothing was flushed at all (the flusher never started)
+    except NoPartsError:  # nothing was flushed at all (killed before its first part)
         table = SPAN_SCHEMA.empty_table()
-    export(table, output)
-    shutil.rmtree(parts, ignore_errors=True)
+    if not as_directory:
+        export(table, output)
+        shutil.rmtree(parts, ignore_errors=True)
     meta = table.schema.metadata or {}
     dropped = meta_json(meta, META_DROPPED) or {}
     ranks = meta_json(meta, META_RANKS) or {}
-    return RunResult(status=status, table=table, elapsed=elapsed, dropped=int(dropped.get("total", 0)),
-                     processes=sum(len(procs) for procs in ranks.values()))
+    died_of = -returncode if returncode < 0 else None
+    # Python ends on SIGINT through KeyboardInterrupt, with status 130 (_run), not dying of it
+    ended_by = signal.SIGINT if returncode == 130 and signal.SIGINT in passing.received else died_of
+    return RunResult(status=returncode if died_of is None else 128 + died_of, table=table, elapsed=elapsed,
+                     dropped=int(dropped.get("total", 0)), processes=sum(len(procs) for procs in ranks.values()),
+                     signal=died_of, ending=_ending(ended_by, table.num_rows, output, flush_interval))
+
+
+def _ending(died_of: int | None, spans: int, output: Path, flush_interval: float) -> str | None:
+    if died_of is None:
+        return None
+    try:
+        name = signal.Signals(died_of).name
+    except ValueError:
+        name = f"signal {died_of}"
+    if name in FORWARDED_SIGNALS:
+        return f"hotspan run: the program was ended by {name}; every span it recorded was flushed: {spans:,} in {output}"
+    return (f"hotspan run: the program died of {name}; the {spans:,} spans it had flushed (all but at most its "
+            f"last {flush_interval:g} s) are in {output}")
+
+
+class _passing_signals_to:
+    """While the program runs, the signals that end a program are passed on to it (it
+    flushes, then dies of them), so this process lives on to write the trace. SIGINT from a
+    terminal reaches the program directly (the whole foreground process group gets it):
+    passed on as well it would interrupt the program's own exit."""
+
+    def __init__(self, child: subprocess.Popen):
+        self.child = child
+        self.saved: dict[int, object] = {}
+        self.received: set[int] = set()
+
+    def _pass_on(self, signum: int, _frame: object) -> None:
+        self.received.add(signum)
+        if signum == signal.SIGINT and _terminal_sends_to_both():
+            return
+        try:
+            self.child.send_signal(signum)
+        except OSError:
+            pass  # it has just ended
+
+    def __enter__(self) -> "_passing_signals_to":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signal handlers belong to the main thread: the program is left alone
+        for name in FORWARDED_SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                self.saved[signum] = signal.signal(signum, self._pass_on)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def _terminal_sends_to_both() -> bool:
+    """Whether a SIGINT here most likely came from the terminal (Ctrl-C), which sends it to
+    the program too: this process's stdin is the terminal whose foreground group it is in."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def exit_as_program(result: RunResult) -> int:
+    """The status to exit with: the program's; where it died of a signal, this process dies
+    of the same one (after everything was written), as the program would have."""
+    if result.signal is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(result.signal, signal.SIG_DFL)
+        os.kill(os.getpid(), result.signal)
+    return result.status
+
+
+def _child_main() -> int:
+    """In the child (``python -m hotspan.recording.supervisor``): HOTSPAN_OUT has started
+    recording inside ``import hotspan``; run the program as ``python`` would."""
+    spec = json.loads(os.environ.pop(ENV_RUN_SPEC))
+    from .live_log import live
+
+    live_log = live(min_ns=spec["live_min_ns"]) if spec["live_min_ns"] is not None else None
+    sys.argv[:] = spec["argv"]
+    sys.path[0] = spec["path_entry"]  # -m put the working directory first; python script.py puts its directory
+    try:
+        status = _run(spec["module"], spec["argv"][0])
+    finally:
+        if live_log is not None:
+            live_log.stop()
+    # As the interpreter would at exit: the program's non-daemon threads finish first.
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    return status
 
 
 def _run(module: str | None, path: str) -> int:
@@ -147,3 +246,7 @@ def _run(module: str | None, path: str) -> int:
         traceback.print_exception(type(exc), exc, tb)
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

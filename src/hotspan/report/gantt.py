@@ -77,13 +77,31 @@ def legend(lay: Layout) -> Text:
     return text
 
 
+#: Where a label may be cut: between words and path components first, then inside
+#: snake_case and kebab-case names.
+_WORD_BREAKS = (frozenset(" /.:()[],;="), frozenset(" /.:()[],;=_-"))
+
+
 def fit_label(label: str, width: int) -> str:
     """``label`` in ``width`` characters: a long one loses its middle, not its end, where the
-    pid or thread id that tells two lanes apart is written."""
+    pid or thread id that tells two lanes apart is written (and the leaf of a category path:
+    ``train/compute`` and ``train/comms`` stay apart). It is cut between words: whole words
+    kept at the end, as many as fit, then at the start (``…/compute``, ``r0 … (4242)``, never
+    ``trai…mpute``); only a last word too long for the width alone is cut inside."""
     if len(label) <= width:
         return label
-    head = (width - 1) // 2
-    return label[:head] + "…" + label[len(label) - (width - 1 - head):]
+    if width <= 1:
+        return label[:width]
+    room = width - 1  # the ellipsis takes one
+    for separators in _WORD_BREAKS:
+        breaks = [i for i in range(1, len(label)) if label[i - 1] in separators or label[i] in separators]
+        tail_at = next((i for i in breaks if len(label) - i <= room), None)
+        if tail_at is not None:
+            tail = label[tail_at:]
+            head_at = max((i for i in breaks if i <= min(room - len(tail), tail_at)), default=0)
+            return label[:head_at] + "…" + tail
+    head = room // 2  # the last word alone is too long: cut inside it
+    return label[:head] + "…" + label[len(label) - (room - head):]
 
 
 def _chart(lay: Layout, w0: int, w1: int, width: int, durations: dict[int, int] | None = None) -> Text:

@@ -20,7 +20,8 @@ import pyarrow as pa
 from .._schema import META_ARGV, META_DROPPED, META_ENV, META_HOST, META_PYTHON, META_START, META_VERSION
 from ..analysis.statistics import column_codes, to_numpy, phases, stats
 from ..units import human_bytes, human_count, human_ns, human_rate
-from .layout import layout
+from .flame import asset, flame_html
+from .layout import category_order, layout
 
 #: Timeline width in SVG units (the SVG scales to the page).
 TIMELINE_WIDTH = 1200
@@ -33,7 +34,7 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#f
 
 
 #: The parts of the report, in page order.
-SECTIONS = ("summary", "timeline", "stats", "phases")
+SECTIONS = ("summary", "timeline", "flame", "stats", "phases")
 
 
 def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tuple[str, ...] = SECTIONS) -> str:
@@ -43,7 +44,8 @@ def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tup
     if unknown:
         raise ValueError(f"unknown report section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     lay = layout(table)
-    parts = [_HEAD.replace("@TITLE@", html.escape(title)).replace("@CSS@", _CSS)]
+    css = _CSS + (asset("flame.css") if "flame" in sections else "")
+    parts = [_HEAD.replace("@TITLE@", html.escape(title)).replace("@CSS@", css)]
     spans_json = "[]"
     if "summary" in sections:
         parts.append(f"<h1>{html.escape(title)}</h1>")
@@ -56,6 +58,12 @@ def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tup
             parts.append(timeline)
         else:
             parts.append("<p>The trace holds no spans.</p>")
+    if "flame" in sections:
+        parts.append("<h2>Flame graph</h2>")
+        if table.num_rows:
+            parts.append(flame_html(table, category_colours(lay), standalone=False))
+        else:
+            parts.append("<p>The trace holds no spans.</p>")
     if "stats" in sections:
         parts.append("<h2>Statistics</h2>")
         parts.append(_stats_table(table))
@@ -64,6 +72,8 @@ def html_report(table: pa.Table, *, title: str = "hotspan report", sections: tup
         parts.append(_phases_table(table))
     parts.append('<div id="tip" role="tooltip"></div>')
     parts.append("<script>const SPANS=" + spans_json + ";\n" + _JS + "</script>")
+    if "flame" in sections and table.num_rows:
+        parts.append("<script>" + asset("flame.js") + "</script>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -84,7 +94,8 @@ def _summary(table: pa.Table, lay) -> str:
         ranks = sorted(set(to_numpy(table.column("rank"), np.int64).tolist()))
         items += [
             ("threads", f"{len(lay.lane_labels):,}"),
-            ("ranks", ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")),
+            # A count first, then the ids: "ranks 0" alone read as "no ranks".
+            ("ranks", rank_list(ranks)),
             ("wall time", human_ns(lay.t1 - lay.t0)),
             ("errors", f"{int(lay.error.sum()):,}"),
         ]
@@ -133,8 +144,28 @@ def _summary(table: pa.Table, lay) -> str:
 # --------------------------------------------------------------------------- timeline
 
 
+def rank_list(ranks: list[int]) -> str:
+    """How many ranks, then which: ``1 (rank 0)``, ``4 (ranks 0, 1, 2, 3)``, ``64 (ranks 0, 1, ... 63)``."""
+    if not ranks:
+        return "0"
+    ids = ", ".join(map(str, ranks)) if len(ranks) <= 8 else ", ".join(map(str, ranks[:7])) + f", ... {ranks[-1]}"
+    return f"{len(ranks)} ({'rank' if len(ranks) == 1 else 'ranks'} {ids})"
+
+
 def _color(category: int) -> str:
     return PALETTE[category % len(PALETTE)]
+
+
+def category_colours(lay) -> dict[str, str]:
+    """Category path -> its colour in the timeline (and so in the flame view)."""
+    return {name: _color(i) for i, name in enumerate(lay.categories)}
+
+
+def colours_by_time(time_per_category: dict[str, int | float]) -> dict[str, str]:
+    """Category path -> colour, from each category's summed span time, as the timeline
+    takes them (:func:`~hotspan.report.layout.category_order`): for views that have the
+    statistics and not the spans (serve's phases bars)."""
+    return {name: _color(i) for i, name in enumerate(category_order(time_per_category))}
 
 
 def _legend(lay) -> str:
@@ -265,7 +296,9 @@ _HEAD_TITLES = {
 
 
 def _stats_table(table: pa.Table) -> str:
-    result = stats(table)
+    from ..analysis.statistics import split_instants
+
+    result, instants = split_instants(stats(table))  # instants: counted apart, below the table
     head = ("category", "name", "count", "total", "self", "mean", "min", "p50", "p90", "p99", "max", "share",
             "busy", "errors", "arg sum", "arg/s")
     rows = []
@@ -288,6 +321,9 @@ def _stats_table(table: pa.Table) -> str:
         more = f'<p class="note">The {MAX_STAT_ROWS} largest of {result.num_rows:,} groups.</p>'
     header = "".join(f'<th title="{html.escape(_HEAD_TITLES[h])}">{h}</th>' if h in _HEAD_TITLES else f"<th>{h}</th>"
                      for h in head)
+    if instants.num_rows:
+        listed = ", ".join(f"{html.escape(str(r['name']))} ×{r['count']:,}" for r in instants.to_pylist())
+        more += f'<p class="note instants">Instants (no duration, counted apart): {listed}.</p>'
     return (f'<table class="stats sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
             f"{more}")
 

@@ -34,6 +34,13 @@ class Layout:
         return int(self.end.max()) if len(self.end) else 0
 
 
+def category_order(time_per_category: dict[str, int | float]) -> list[str]:
+    """Categories (paths; ``(none)`` for spans without one) in the order their colours are
+    taken from the palette: most time first, then by name. One rule for the timeline, the
+    flame graph and serve's phases bars, so a category has one colour on every view."""
+    return sorted(time_per_category, key=lambda c: (-time_per_category[c], c))
+
+
 def layout(table: pa.Table) -> Layout:
     start = to_numpy(table.column("start_ns"), np.int64)
     end = to_numpy(table.column("end_ns"), np.int64)
@@ -62,11 +69,14 @@ def layout(table: pa.Table) -> Layout:
     code, values = column_codes(table.column("category"))
     time_per_value = np.zeros(len(values), np.int64)
     np.add.at(time_per_value, code, duration)
-    value_order = np.argsort(-time_per_value, kind="stable")
+    value_list = values.to_pylist()
+    labels_of_values = ["(none)" if v is None else v for v in value_list]
+    position_of = {label: i for i, label in enumerate(labels_of_values)}
+    order = category_order(dict(zip(labels_of_values, time_per_value.tolist())))
+    value_order = np.array([position_of[label] for label in order], np.int64)
     rename = np.empty(len(values), np.int64)
     rename[value_order] = np.arange(len(values))
-    value_list = values.to_pylist()
-    categories = ["(none)" if value_list[i] is None else value_list[i] for i in value_order]
+    categories = [labels_of_values[i] for i in value_order]
     return Layout(
         start=start, end=end, duration=duration,
         depth=to_numpy(table.column("depth"), np.int64),

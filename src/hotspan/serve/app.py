@@ -66,8 +66,8 @@ class PhaseRow(BaseModel):
     rank: Optional[int] = None
     category: str
     phase: str
-    time_ns: Optional[float] = None
-    steps: Optional[float] = None
+    time_ns: Optional[int] = None
+    steps: Optional[int] = None
     per_step_ns: Optional[float] = None
     share: Optional[float] = None
 
@@ -92,6 +92,7 @@ class StatsRow(BaseModel):
     errors: int
     arg_sum: Optional[int] = None
     arg_per_s: Optional[float] = None
+    instants: int = 0
 
 
 class StatsResponse(BaseModel):
@@ -135,7 +136,8 @@ class CompareRow(BaseModel):
     change_low: Optional[float] = None
     change_high: Optional[float] = None
     p_value: Optional[float] = None
-    verdict: Literal["slower", "faster", "same", "new", "gone", "few"]
+    judged_change: Optional[float] = None
+    verdict: Literal["slower", "faster", "same", "new", "gone", "few", "instant"]
 
 
 class CompareResponse(BaseModel):
@@ -180,6 +182,16 @@ def _bad_value(parameter: str, message: str, where: str = "query") -> RequestVal
 PERFETTO_UI = "https://ui.perfetto.dev"
 
 
+def run_problem(path: str, name: str, error: str) -> str:
+    """A run's error, named once by its path: a loader's message already starts with the
+    file's name (``bad.json: not valid JSON``), which must not be said twice."""
+    for said in (f"{path}:", f"{name}:"):
+        if error.startswith(said):
+            error = error[len(said):].lstrip()
+            break
+    return f"{path}: {error}"
+
+
 def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str | os.PathLike | None = None,
                perfetto_ui: str = PERFETTO_UI) -> FastAPI:
     """The application serving the runs under ``root``. ``token``: required of every
@@ -189,8 +201,12 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
     where ui.perfetto.dev cannot be reached)."""
     if not re.match(r"^https?://[^/\s]+", perfetto_ui):
         raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
+    own_cache = None
     if cache is None:
-        cache = tempfile.mkdtemp(prefix="hotspan-serve-")
+        # Removed with the application (when it is collected, or at exit at the latest):
+        # one left behind per app piled up in /tmp.
+        own_cache = tempfile.TemporaryDirectory(prefix="hotspan-serve-", ignore_cleanup_errors=True)
+        cache = own_cache.name
     catalog = Catalog(root, cache)
     cache_dir = Path(cache)
     expected = f"Bearer {token}".encode() if token else None
@@ -201,6 +217,7 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
                     "their statistics, phases and spans, download them in any format, compare two.",
     )
     app.state.catalog = catalog
+    app.state.cache = own_cache  # held by the app: the directory lives as long as it does
 
     # A run that reads as a list entry can still fail a query (a part torn after the scan, a
     # table breaking the span rules): its message, as for a run listed with an error, never a 500.
@@ -237,7 +254,7 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         if run is None:
             return _problem(404, f"{rid}: {_UNKNOWN}")
         if run.error is not None:
-            return _problem(409, f"{run.path}: {run.error}")
+            return _problem(409, run_problem(run.path, run.name, run.error))
         return run
 
     def by_columns(text: str) -> tuple[str, ...]:
@@ -246,9 +263,10 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
         keys = tuple(k.strip() for k in text.split(",") if k.strip())
         if not keys:
             raise _bad_value("by", "give one or more column names, comma-separated")
-        unknown = [k for k in keys if k not in SPAN_SCHEMA.names]
+        known = (*SPAN_SCHEMA.names, "device")  # device: derived per span, as the library and the CLI take it
+        unknown = [k for k in keys if k not in known]
         if unknown:
-            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(SPAN_SCHEMA.names)}")
+            raise _bad_value("by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}")
         if len(set(keys)) != len(keys):
             raise _bad_value("by", "a column is named twice")
         return keys
@@ -272,14 +290,34 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
 
     @app.get("/v1/traces/{id}/stats", response_model=StatsResponse, responses={**_ERRORS, **_NOT_FOUND},
              tags=["traces"])
-    def get_stats(id: str, by: str = Query("category,name", description="comma-separated span columns to group by",
-                                           max_length=200)) -> Any:
-        """The `hotspan stats` columns per group of spans, largest total first."""
-        keys = by_columns(by)
+    def get_stats(
+        id: str,
+        by: Optional[str] = Query(None, description="comma-separated span columns to group by (default: "
+                                  "category,name, and device when the run has device rows)", max_length=200),
+        name: Optional[str] = Query(None, max_length=1000, description="only spans of this name"),
+        category: Optional[str] = Query(None, max_length=1000,
+                                        description="only spans of this category or below it"),
+        rank: Optional[int] = Query(None, ge=-2**31, le=2**31 - 1, description="only spans of this rank"),
+        thread: Optional[str] = Query(None, max_length=1000, description="only spans of this thread (name or id)"),
+        since: Optional[float] = Query(None, ge=0, description="only spans starting at or after this: seconds "
+                                       "from the run's start, or epoch ns"),
+        until: Optional[float] = Query(None, ge=0, description="only spans starting before this (as since)"),
+        min_ns: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="only spans at least this long"),
+    ) -> Any:
+        """The `hotspan stats` columns per group of spans, largest total first: the library's
+        `hotspan.stats`, with its defaults and its filter."""
+        keys = by_columns(by) if by is not None else None
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        return {"id": run.id, "by": list(keys), "rows": queries.stats_rows(run, keys)}
+        try:
+            span_filter = queries.make_filter(name=name, category=category, rank=rank, thread=thread, since=since,
+                                              until=until, min_ns=min_ns)
+            span_filter.window() if not span_filter.needs_origin else span_filter.with_origin(0).window()
+        except ValueError as exc:  # an infinite time, say
+            raise _bad_value("since", str(exc)) from None
+        used, rows = queries.stats_rows(run, keys, span_filter)
+        return {"id": run.id, "by": list(used), "rows": rows}
 
     @app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses={**_ERRORS, **_NOT_FOUND},
              tags=["traces"])
@@ -309,8 +347,9 @@ def create_app(root: str | os.PathLike, *, token: str | None = None, cache: str 
                               "content": {m: {"schema": {"type": "object", "description": "a Chrome JSON trace"}
                                               if m == "application/json" else {"type": "string", "format": "binary"}}
                                           for _e, m in queries.DOWNLOAD_FORMATS.values()}}})
-    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet"] = Query(
-            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet")) -> Any:
+    def download(id: str, format: Literal["pftrace", "json", "json.gz", "parquet", "speedscope", "folded"] = Query(
+            "pftrace", description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet, speedscope "
+                                   "(speedscope's evented format), folded (collapsed stacks with self time)")) -> Any:
         """The run as one file in `format`, streamed from disk (converted once per version of
         the run)."""
         run = run_or_404(id)

@@ -3,7 +3,8 @@
 
 - ``/``: the runs (sortable columns, a filter by name), and a form to compare two;
 - ``/runs/{id}``: the summary, phases per rank as a stacked bar each, the statistics, the
-  HTML report's timeline (``/runs/{id}/timeline``, in a frame) and "Open in Perfetto UI";
+  HTML report's timeline (``/runs/{id}/timeline``) and flame graph (``/runs/{id}/flame``),
+  each in a frame, and "Open in Perfetto UI";
 - ``/compare?base=&new=``: two runs span group by span group.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from ..report.html import PALETTE
+from ..report.html import PALETTE, colours_by_time, rank_list
 from ..units import human_bytes, human_count, human_ns, human_rate
 from . import queries
 from .runs import Catalog
@@ -35,10 +36,12 @@ MAX_STAT_ROWS = 300
 BAR_WIDTH = 900  # the phases chart's bar area, in SVG units
 
 
-def phase_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def phase_bars(rows: list[dict[str, Any]], colours: dict[str, str]) -> dict[str, Any]:
     """The phases chart: per rank, a bar stacked from its phases (each top-level category's
     sub-categories, then the rest of the category's time as "<category> (other)"; a category
-    without sub-categories is one segment), on one scale for all ranks."""
+    without sub-categories is one segment), on one scale for all ranks. ``colours``:
+    category path -> colour, as the timeline paints them (a "(other)" segment takes its
+    category's). A bar sums the time of all the rank's threads: it may exceed the wall time."""
     ranks: dict[int, list[tuple[str, float]]] = {}
     tops: dict[tuple[int, str], float] = {}
     for r in rows:
@@ -57,7 +60,7 @@ def phase_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if rest > 0 or not subs:
             ranks[rank].append((f"{category} (other)" if subs else category, max(rest, 0.0)))
     phases = sorted({p for segs in ranks.values() for p, _ in segs})
-    colour = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(phases)}
+    colour = {p: colours.get(p.removesuffix(" (other)"), PALETTE[i % len(PALETTE)]) for i, p in enumerate(phases)}
     widest = max((sum(t for _, t in segs) for segs in ranks.values()), default=0.0) or 1.0
     bars = []
     for y, rank in enumerate(sorted(ranks)):
@@ -69,14 +72,25 @@ def phase_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
                              "label": f"rank {rank} · {phase}: {human_ns(time)} ({time / total * 100:.1f}%)"
                              if total else phase})
             x += w
-        bars.append({"rank": rank, "y": y * 26, "segments": segments, "total": human_ns(total)})
+        bars.append({"rank": rank, "y": y * 26, "segments": segments, "total": human_ns(total),
+                     "total_ns": total})
     return {"bars": bars, "legend": [(p, colour[p]) for p in phases], "width": BAR_WIDTH,
             "height": max(len(bars) * 26, 26)}
 
 
+def category_colours(stats_rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The timeline's colour of each category, from the run's statistics (summed span time
+    per category path, the rule the timeline's layout follows)."""
+    time: dict[str, int] = {}
+    for r in stats_rows:
+        category = r["category"] if r["category"] is not None else "(none)"
+        time[category] = time.get(category, 0) + int(r["total_ns"] or 0)
+    return colours_by_time(time)
+
+
 def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_ui: str) -> None:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters.update(ns=human_ns, count=human_count, bytes=human_bytes)
+    templates.env.filters.update(ns=human_ns, count=human_count, bytes=human_bytes, ranks=rank_list)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -98,13 +112,17 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
-        stats = queries.stats_rows(run, ("category", "name"))
+        _keys, all_stats = queries.stats_rows(run, None)
+        # instants (no duration) counted apart, below the table
+        stats = [r for r in all_stats if r.get("instants") != r["count"]]
+        instants = [r for r in all_stats if r.get("instants") == r["count"]]
         phases = queries.phases_rows(run)
         rows = [{"category": r["category"] or "", "name": r["name"],
                  "cells": [(fmt(r[col]) if r[col] is not None else "-", r[col]) for _h, col, fmt in STAT_COLUMNS]}
                 for r in stats[:MAX_STAT_ROWS]]
         return page(request, "run.html", run=run.entry(), stats=rows, stat_heads=[h for h, _c, _f in STAT_COLUMNS],
-                    groups=len(stats), max_rows=MAX_STAT_ROWS, chart=phase_bars(phases), phases=phases,
+                    groups=len(stats), max_rows=MAX_STAT_ROWS, chart=phase_bars(phases, category_colours(stats)),
+                    phases=phases, instants=instants,
                     timeline=(run.summary or {}).get("spans", 0) <= queries.TIMELINE_MAX_SPANS,
                     timeline_max=queries.TIMELINE_MAX_SPANS, perfetto_ui=perfetto_ui)
 
@@ -118,6 +136,18 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             return page(request, "problem.html", status=413,
                         detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline timeline "
                                f"(at most {queries.TIMELINE_MAX_SPANS:,}); open it in Perfetto UI")
+        return HTMLResponse(html)
+
+    @app.get("/runs/{id}/flame", response_class=HTMLResponse, include_in_schema=False)
+    def flame_page(request: Request, id: str):
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return problem_page(request, run)
+        html = queries.flame_html(run)
+        if html is None:
+            return page(request, "problem.html", status=413,
+                        detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline flame graph "
+                               f"(at most {queries.TIMELINE_MAX_SPANS:,}); download it as .speedscope.json or .folded")
         return HTMLResponse(html)
 
     @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)

@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 from .runs import HEAVY, Run
 
 __all__ = ["DOWNLOAD_FORMATS", "SPAN_FIELDS", "cached", "compare_rows", "download_path", "phases_rows",
-           "plain", "spans_page", "stats_rows", "timeline_html"]
+           "plain", "spans_page", "stats_rows", "timeline_html",
+           "flame_html"]
 
 #: format parameter -> (file extension, media type).
 DOWNLOAD_FORMATS = {
@@ -25,6 +26,8 @@ DOWNLOAD_FORMATS = {
     "json": (".json", "application/json"),
     "json.gz": (".json.gz", "application/gzip"),
     "parquet": (".parquet", "application/vnd.apache.parquet"),
+    "speedscope": (".speedscope.json", "application/json"),
+    "folded": (".folded", "text/plain; charset=utf-8"),
 }
 
 #: The columns of a span as /spans returns it (the span table's, strings plain).
@@ -78,45 +81,51 @@ def plain(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- the library, given a path
-# A run up to IN_MEMORY_SPANS is loaded and analysed in memory (a few hundred MB at most,
-# and faster); a larger one is streamed from its Parquet files through DuckDB by the library
-# itself (hotspan.stats(path): bounded memory, the same result).
-IN_MEMORY_SPANS = 2_000_000
+# The run's path goes to the library as it is: the analysis layer (analysis/engine.py) decides
+# in memory or streamed, by the one rule the CLI follows too.
 
 
-def _subject(run: Run):
-    spans = (run.summary or {}).get("spans")
-    if isinstance(spans, int) and spans <= IN_MEMORY_SPANS:
-        from ..formats import load
+def make_filter(**fields: Any):
+    """The library's span filter from the API's query parameters (None: not asked)."""
+    from ..analysis.filters import SpanFilter
 
-        return load(run.source)
-    return run.source
+    return SpanFilter(names=(fields["name"],) if fields.get("name") is not None else (),
+                      categories=(fields["category"],) if fields.get("category") is not None else (),
+                      ranks=(fields["rank"],) if fields.get("rank") is not None else None,
+                      threads=(fields["thread"],) if fields.get("thread") is not None else (),
+                      since=fields.get("since"), until=fields.get("until"), min_ns=fields.get("min_ns"))
 
 
-def _stats(run: Run, by: Sequence[str]):
-    import hotspan
+def _stats(run: Run, by: Sequence[str] | None, span_filter: Any) -> tuple[tuple[str, ...], Any]:
+    from ..analysis.engine import open_spans
 
-    return hotspan.stats(_subject(run), by=tuple(by))
+    with open_spans(run.source, span_filter) as spans:
+        keys = spans.default_by() if by is None else tuple(by)
+        return keys, spans.stats(keys)
 
 
 def _phases(run: Run):
     import hotspan
 
-    return hotspan.phases(_subject(run))
+    return hotspan.phases(run.source)
 
 
-def _compare(base: Run, new: Run, **options) -> list[dict]:
+def _compare(base: Run, new: Run, **options):
     import hotspan
 
-    return hotspan.compare(_subject(base), _subject(new), **options)
+    return hotspan.compare(base.source, new.source, **options)
 
 
 # --------------------------------------------------------------------------- answers
 
 
-def stats_rows(run: Run, by: Sequence[str]) -> list[dict[str, Any]]:
-    return cached(("stats", run.id, run.signature, tuple(by)),
-                  lambda: plain(_stats(run, by).to_pylist()))
+def stats_rows(run: Run, by: Sequence[str] | None, span_filter: Any = None) -> tuple[tuple[str, ...], list[dict]]:
+    """(the keys grouped by, the rows): by the library's default keys when ``by`` is None."""
+    def compute() -> tuple[tuple[str, ...], list[dict]]:
+        keys, result = _stats(run, by, span_filter)
+        return keys, plain(result.to_pylist())
+
+    return cached(("stats", run.id, run.signature, None if by is None else tuple(by), span_filter), compute)
 
 
 def phases_rows(run: Run) -> list[dict[str, Any]]:
@@ -125,32 +134,18 @@ def phases_rows(run: Run) -> list[dict[str, Any]]:
 
 def compare_rows(base: Run, new: Run, *, threshold: float, min_count: int) -> list[dict[str, Any]]:
     return cached(("compare", base.id, base.signature, new.id, new.signature, threshold, min_count),
-                  lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count)))
+                  lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count).to_pylist()))
 
 
 def _filter(names: Sequence[str], *, name: str | None, category: str | None, rank: int | None,
             min_ns: int | None):
     """The filter as a pyarrow expression over one part's columns (pushed down to the
-    Parquet reader: row groups whose statistics exclude it are skipped)."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
+    Parquet reader: row groups whose statistics exclude it are skipped): the library's
+    filter (analysis/filters.py), rendered for pyarrow.dataset."""
+    from ..analysis.filters import dataset_expression
 
-    expr = None
-
-    def both(e):
-        nonlocal expr
-        expr = e if expr is None else expr & e
-
-    if name is not None:
-        both(ds.field("name") == name)
-    if category is not None:  # the category or one below it: "train" takes "train/compute"
-        column = ds.field("category")
-        both((column == category) | pc.starts_with(column.cast("string"), category + "/"))
-    if rank is not None and "rank" in names:
-        both(ds.field("rank") == rank)
-    if min_ns is not None:
-        both(ds.field("duration_ns") >= min_ns)
-    return expr
+    terms = make_filter(name=name, category=category, rank=rank, min_ns=min_ns).terms()
+    return dataset_expression(terms, names)
 
 
 def spans_page(run: Run, *, offset: int, limit: int, name: str | None = None, category: str | None = None,
@@ -229,3 +224,18 @@ def timeline_html(run: Run) -> str | None:
         return html_report(load(run.source), title=run.path, sections=("timeline",))
 
     return cached(("timeline", run.id, run.signature), render)
+
+
+def flame_html(run: Run) -> str | None:
+    """The HTML report's flame view of the run, alone (a document of its own, shown in a
+    frame of the run page); None for runs past ``TIMELINE_MAX_SPANS`` (it loads the run)."""
+    if (run.summary or {}).get("spans", 0) > TIMELINE_MAX_SPANS:
+        return None
+
+    def render() -> str:
+        from ..formats import load
+        from ..report.html import html_report
+
+        return html_report(load(run.source), title=run.path, sections=("flame",))
+
+    return cached(("flame", run.id, run.signature), render)

@@ -1,5 +1,5 @@
 """The runs under a directory: every trace file (any format hotspan reads) and every
-dataset directory (``rank=R/part-*.parquet``, as ``hotspan.record("dir/")`` and
+dataset directory (``part-r<R>-*.parquet``, or the older ``rank=R/part-*.parquet``, as ``hotspan.record("dir/")`` and
 ``hotspan collect`` write them), found anywhere below it.
 
 A scan walks the directory again (runs that appear later show up without a restart), but
@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..formats.registry import format_of
+from ..formats.dataset import (
+    RANK_DIR_RE as _RANK_DIR,  # one pattern for the layout, the loader's
+)
+from ..formats.registry import READABLE_EXTENSIONS, format_of
 
 __all__ = ["HEAVY", "Catalog", "Run", "RunError"]
-
-_RANK_DIR = re.compile(r"^rank=(-?\d+)$")
 
 #: One heavy computation at a time (statistics, phases, comparisons, timelines, format
 #: conversions): each may read a whole run, so the server's memory is that of one of them
@@ -142,7 +143,8 @@ class Catalog:
                 dirnames[:] = []  # its parts are the run, not runs of their own
                 continue
             for name in sorted(filenames):
-                if name.startswith((".", "_")) or format_of(name) is None:
+                # Export-only views (.folded, .speedscope.json) hold no spans: not runs.
+                if name.startswith((".", "_")) or format_of(name) not in READABLE_EXTENSIONS:
                     continue
                 path = here / name
                 if _inside(path, self.root) and _regular(path):
@@ -221,7 +223,7 @@ class Catalog:
     def _parts(self, run: Run, files: list[Path], signature: tuple) -> list[tuple[Path, int | None]]:
         if run.kind == "dataset":
             if not files:
-                raise RunError("no span parts in this directory (expected rank=R/part-*.parquet)")
+                raise RunError("no span parts in this directory (expected part-*.parquet)")
             parts = []
             for f in files:
                 match = _RANK_DIR.match(f.parent.name)

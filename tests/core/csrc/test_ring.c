@@ -179,6 +179,36 @@ static void test_cap_then_room(void) {
     /* the consumer passes the sealed (empty) first block: it goes back to the pool */
     CHECK(hs_blocks_pool_bytes() == 4 * sizeof(hs_record), "the sealed block is pooled");
     CHECK(hs_writer_switch(ch, &w) == HS_SWITCH_OK && w.blk != second, "room again");
+    hs_writer_retire(&w);
+    hs_chain_destroy(ch);
+    hs_pool_trim();
+    CHECK(hs_blocks_held_bytes() == 0, "all given back");
+}
+
+/* A writer's first block is small and each switch doubles the next one's size up to the
+ * configured capacity; only full-size blocks are pooled (the small ones are a thread's
+ * first few, taken once). */
+static void test_blocks_grow(void) {
+    atomic_store(&hs_block_records, 1024);
+    atomic_store(&hs_memory_cap, 64ull << 20);
+    hs_chain *ch = hs_chain_create();
+    hs_writer w = {0};
+    uint64_t want = HS_FIRST_BLOCK_RECORDS;
+    for (int k = 0; k < 8; k++) {
+        CHECK(hs_writer_switch(ch, &w) == HS_SWITCH_OK, "switch %d", k);
+        CHECK(w.limit == want, "block %d holds %llu records, not %llu", k, (unsigned long long)w.limit,
+              (unsigned long long)want);
+        CHECK(hs_blocks_current_bytes() == want * sizeof(hs_record), "current bytes");
+        want = want * 2 > 1024 ? 1024 : want * 2;
+    }
+    hs_block *blk;
+    const hs_record *v;
+    CHECK(hs_chain_peek(ch, &blk, &v) == 0, "nothing published");
+    /* the sealed blocks are passed: the small ones go back to the system, full ones pooled */
+    CHECK(hs_blocks_pool_bytes() == 2 * 1024 * sizeof(hs_record), "pooled %llu",
+          (unsigned long long)hs_blocks_pool_bytes());
+    hs_writer_retire(&w);
+    CHECK(hs_blocks_current_bytes() == 0, "retired");
     hs_chain_destroy(ch);
     hs_pool_trim();
     CHECK(hs_blocks_held_bytes() == 0, "all given back");
@@ -223,6 +253,7 @@ static void test_clock_map_is_stable(void) {
 int main(void) {
     test_seq_extend();
     test_cap_then_room();
+    test_blocks_grow();
     test_chains(1, 1024, 64ull << 20, 2000000, 0);
     test_chains(1, 64, 64ull << 20, 200000, 1);
     test_chains(4, 16, 64ull << 20, 200000, 0);      /* many switches, the pool shared by 4 */

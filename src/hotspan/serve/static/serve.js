@@ -39,16 +39,17 @@
     });
   }
 
-  // The timeline frame (same origin) as tall as its content.
-  var frame = document.getElementById('timeline');
-  if (frame) {
+  // The timeline and flame frames (same origin) as tall as their content.
+  ['timeline', 'flame'].forEach(function (id) {
+    var frame = document.getElementById(id);
+    if (!frame) return;
     frame.addEventListener('load', function () {
       try {
         var doc = frame.contentDocument;
         frame.style.height = Math.min(doc.documentElement.scrollHeight + 8, 2000) + 'px';
       } catch (e) { /* not reachable: keep the default height */ }
     });
-  }
+  });
 
   // Open in Perfetto UI (ui.perfetto.dev, or the Perfetto UI the server names with --perfetto-ui).
   var button = document.getElementById('perfetto');

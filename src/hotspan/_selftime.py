@@ -1,0 +1,94 @@
+"""Self time for a span table that does not carry it: the one vectorised implementation.
+
+``drain()`` computes ``self_ns`` in C as spans become a table (csrc/hs_selftime.h), and
+hotspan's own files keep the column. Every other table (a foreign Chrome JSON or Perfetto
+trace, a file written before the column existed, a recovered flight file, a table a user
+built) gets it here, by the same rule: a span's duration minus the time covered by the
+union of its children's intervals, children on the same thread (the spans of asyncio tasks
+created under it included, which overlap one another), clipped to the span, never negative.
+Device rows (another thread id) are not a host span's children for this purpose.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SELF_FIELD = pa.field("self_ns", pa.int64(), nullable=False)
+
+
+def self_ns_column(table: pa.Table) -> pa.Array:
+    """``self_ns`` of every row of ``table`` (which needs span_id, parent_id, start_ns,
+    end_ns and thread_id; pid too when present), as an int64 array.
+
+    O(n log n): the children are sorted by (parent, start) and merged with a running
+    maximum of their ends per parent (one ``maximum.accumulate`` over keys that keep the
+    parents apart), so overlapping children count once.
+    """
+    n = table.num_rows
+    if n == 0:
+        return pa.array([], pa.int64())
+    start = _int64(table, "start_ns")
+    end = _int64(table, "end_ns")
+    duration = np.maximum(end - start, 0)
+    covered = np.zeros(n, np.int64)
+    parent_row = pc.index_in(table.column("parent_id"), value_set=table.column("span_id").combine_chunks())
+    child = np.flatnonzero(pc.is_valid(parent_row).to_numpy(zero_copy_only=False))
+    if len(child):
+        parent = pc.fill_null(parent_row, 0).to_numpy().astype(np.int64)[child]
+        same = _int64(table, "thread_id")[child] == _int64(table, "thread_id")[parent]
+        if "pid" in table.column_names:
+            same &= _int64(table, "pid")[child] == _int64(table, "pid")[parent]
+        same &= child != parent
+        child, parent = child[same], parent[same]
+        # each child clipped to its parent
+        s = np.maximum(start[child], start[parent])
+        e = np.minimum(end[child], end[parent])
+        keep = e > s
+        s, e, parent = s[keep], e[keep], parent[keep]
+        covered_by = _union_lengths(parent, s, e)
+        if covered_by is not None:
+            parents, lengths = covered_by
+            covered[parents] = lengths
+    return pa.array(np.maximum(duration - covered, 0), pa.int64())
+
+
+def with_self_ns(table: pa.Table) -> pa.Table:
+    """``table`` with a ``self_ns`` column appended (computed), or as it is when it has one."""
+    if "self_ns" in table.column_names:
+        return table
+    return table.append_column(SELF_FIELD, self_ns_column(table))
+
+
+def _int64(table: pa.Table, name: str) -> np.ndarray:
+    column = table.column(name)
+    if column.type != pa.int64():
+        column = column.cast(pa.int64())
+    return column.to_numpy()
+
+
+def _union_lengths(parent: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """For intervals [s, e) grouped by parent: each parent and the length of its intervals'
+    union."""
+    m = len(s)
+    if m == 0:
+        return None
+    order = np.lexsort((s, parent))
+    parent, s, e = parent[order], s[order], e[order]
+    # The running maximum of the ends seen so far in the same parent, without a loop: ends
+    # replaced by their rank (< m + 1) and offset by parent * (m + 1), so one cumulative
+    # maximum never carries a value across parents.
+    ends_sorted = np.sort(e)
+    rank = np.searchsorted(ends_sorted, e)
+    running = np.maximum.accumulate(parent * (m + 1) + rank)
+    new_group = np.empty(m, np.bool_)
+    new_group[0] = True
+    new_group[1:] = parent[1:] != parent[:-1]
+    previous_end = np.empty(m, np.int64)
+    previous_end[0] = np.iinfo(np.int64).min
+    previous_end[1:] = ends_sorted[running[:-1] % (m + 1)]
+    previous_end[new_group] = np.iinfo(np.int64).min
+    # what each interval adds beyond those before it in its group (sorted by start)
+    added = np.maximum(e - np.maximum(s, previous_end), 0)
+    starts = np.flatnonzero(new_group)
+    return parent[starts], np.add.reduceat(added, starts)

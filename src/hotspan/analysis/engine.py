@@ -1,0 +1,210 @@
+"""The one analysis layer: which engine answers, over which spans. The library
+(``hotspan.stats``/``phases``/``compare``), the CLI and ``serve`` all come here.
+
+The rule (:func:`choose`), one for everybody:
+
+- a ``pyarrow.Table`` is analysed in memory (statistics.py, numpy);
+- paths (a Parquet file, a run directory, a URI, or several) are
+  streamed through DuckDB (streaming.py) when they hold at least ``HOTSPAN_STREAM_MIN_BYTES``
+  of Parquet (default 64 MiB; a URI always), else loaded and analysed in memory; traces of
+  other formats (JSON, Perfetto, CSV, ...) are loaded;
+- ``engine=`` overrides it: ``"memory"``, ``"duckdb"``, or ``"spark"`` / a
+  ``pyspark.sql.SparkSession`` (spark.py: the same queries on Spark).
+
+Every path gives the same columns, types and values (percentiles to the last bit), for the
+same :class:`~hotspan.analysis.filters.SpanFilter` and the same default ``by``.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .filters import SpanFilter, filter_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["STREAM_MIN_BYTES", "Spans", "choose", "open_spans", "stream_min_bytes"]
+
+#: Parquet inputs at least this large (together) are streamed rather than loaded.
+STREAM_MIN_BYTES = 64 << 20
+
+ENGINES = ("memory", "duckdb", "spark")
+
+
+def stream_min_bytes() -> int:
+    return int(os.environ.get("HOTSPAN_STREAM_MIN_BYTES") or STREAM_MIN_BYTES)
+
+
+def _paths(spans: Any) -> list[str] | None:
+    """``spans`` as a list of paths, or None when it is a table."""
+    if isinstance(spans, (str, os.PathLike)):
+        return [os.fspath(spans)]
+    if isinstance(spans, (list, tuple)) and spans and all(isinstance(p, (str, os.PathLike)) for p in spans):
+        return [os.fspath(p) for p in spans]
+    return None
+
+
+def _parquet_bytes(paths: Sequence[str]) -> int | None:
+    """The Parquet bytes under ``paths`` (a URI counts as large), or None when one of them is
+    another format (then everything is loaded)."""
+    from ..formats.dataset import part_files
+
+    size = 0
+    for text in paths:
+        path = Path(text)
+        if "://" in text:
+            size += stream_min_bytes()
+        elif not path.exists():
+            raise FileNotFoundError(2, "no such trace file or dataset directory", text)
+        elif path.is_dir():
+            size += sum(p.stat().st_size for p in part_files(path))
+        elif path.name.lower().endswith(".parquet") and path.is_file():
+            size += path.stat().st_size
+        else:
+            return None
+    return size
+
+
+def choose(spans: Any, engine: Any = None) -> str:
+    """``memory``, ``duckdb`` or ``spark``: who answers for ``spans`` (see the module doc)."""
+    if engine is not None:
+        if isinstance(engine, str):
+            if engine not in ENGINES:
+                raise ValueError(f"engine: expected one of {', '.join(ENGINES)} or a SparkSession, not {engine!r}")
+            return engine
+        if type(engine).__module__.startswith("pyspark"):
+            return "spark"
+        raise TypeError(f"engine: expected one of {', '.join(ENGINES)} or a SparkSession, "
+                        f"not {type(engine).__name__}")
+    paths = _paths(spans)
+    if paths is None:
+        return "memory"
+    size = _parquet_bytes(paths)
+    if size is None:
+        return "memory"
+    return "duckdb" if size >= stream_min_bytes() else "memory"
+
+
+class Spans:
+    """Spans to ask questions of, held by the engine :func:`choose` picks, after the filter:
+    ``stats(by)``, ``phases()``, ``durations(by, keys)`` (compare), ``metadata()``,
+    ``default_by()``. Close it (or use ``with``) to let an engine's resources go."""
+
+    def __init__(self, spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None):
+        self.span_filter = SpanFilter.of(span_filter)
+        self.kind = choose(spans, engine)
+        self.table: pa.Table | None = None
+        self.source: Any = None
+        paths = _paths(spans)
+        self.paths = paths
+        self.name = ", ".join(paths) if paths else "table"
+        if self.kind == "memory":
+            unfiltered = spans if paths is None else load_paths(paths, run=self.span_filter.run)
+            self._default_by = _table_default_by(unfiltered)
+            self.table = filter_table(unfiltered, self.span_filter)
+        elif paths is None:
+            raise TypeError(f"engine {self.kind}: give the spans as paths (Parquet files, run directories, URIs), "
+                            f"not a {type(spans).__name__}")
+        elif self.kind == "duckdb":
+            from .streaming import SpanSource
+
+
+            self.source = SpanSource(paths if len(paths) > 1 else paths[0], span_filter=self.span_filter)
+            low, _ = self.source.column_range("thread_id")
+            self._default_by = ("category", "name", "device") if low is not None and low < 0 else ("category", "name")
+        else:
+            from .spark import SparkSpans
+
+            self.source = SparkSpans(engine if not isinstance(engine, str) else None, paths, self.span_filter)
+            self._default_by = self.source.default_by()
+
+    def __enter__(self) -> Spans:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+            self.source = None
+
+    def default_by(self) -> tuple[str, ...]:
+        """``(category, name)``, plus ``device`` when the spans (before the filter) have device rows."""
+        return tuple(self._default_by)
+
+    def stats(self, by: str | Sequence[str] | None = None) -> pa.Table:
+        from . import statistics
+
+        by = self.default_by() if by is None else ((by,) if isinstance(by, str) else tuple(by))
+        if self.table is not None:
+            return statistics.stats(self.table, by)
+        if self.kind == "duckdb":
+            from .streaming import stream_stats
+
+            return stream_stats(self.source, by)
+        return self.source.stats(by)
+
+    def phases(self) -> pa.Table:
+        from . import statistics
+
+        if self.table is not None:
+            return statistics.phases(self.table)
+        if self.kind == "duckdb":
+            from .streaming import stream_phases
+
+            return stream_phases(self.source)
+        return self.source.phases()
+
+    def in_memory(self) -> Spans:
+        """These spans loaded and analysed in memory (itself when they are)."""
+        if self.table is not None:
+            return self
+        spans = Spans(self.paths, self.span_filter, "memory")
+        self.close()
+        return spans
+
+    def metadata(self) -> dict[bytes, bytes]:
+        if self.table is not None:
+            return dict(self.table.schema.metadata or {})
+        return self.source.metadata()
+
+
+def _table_default_by(table: Any) -> tuple[str, ...]:
+    from .statistics import default_by
+
+    return default_by(table) if hasattr(table, "column_names") else ("category", "name")
+
+
+def load_paths(paths: Sequence[str], run: str | None = None) -> pa.Table:
+    """One table from one or more traces (ranks written to separate files, say); the first
+    file's metadata stands for the whole."""
+    import pyarrow as pa
+
+    from ..formats import load
+
+    if run is not None:
+        _check_run_selection(load)
+    tables = []
+    for path in paths:
+        tables.append(load(path, run=run) if run is not None else load(path))
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables([t.cast(tables[0].schema) for t in tables]).unify_dictionaries()
+
+
+def _check_run_selection(load: Any) -> None:
+    """Selecting one run of a directory (``--run``) needs a loader that takes ``run=``
+    (formats.load: parts carry their run id): a clear error otherwise."""
+    import inspect
+
+    if "run" not in inspect.signature(load).parameters:
+        raise ValueError("run: this hotspan's loader cannot select a run yet (parts carry no run id)")
+
+
+def open_spans(spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None) -> Spans:
+    """:class:`Spans` over ``spans`` (a table, a path, paths), ``span_filter`` applied."""
+    return Spans(spans, span_filter, engine)

@@ -1,0 +1,198 @@
+"""The statistics on Apache Spark: the queries of queries.py rendered as Spark SQL.
+
+    hotspan.stats("s3://bucket/run", engine=spark)     # any SparkSession: a cluster, Databricks, local
+    hotspan stats DIR --engine spark                    # SparkSession.builder.getOrCreate()
+
+The same description as DuckDB's (``queries.stats_sql``, ``queries.phases_sql``) in Spark's
+dialect; the per-group rows come back to the driver (a few per group) and are finished by the
+same functions (``queries.finish_stats``, ``queries.finish_phases``), so the columns, types and
+values equal the other engines', percentiles to the last bit: Spark takes each group's two
+order statistics (``sort_array(collect_list(...))``, ``element_at`` at numpy's ranks) and
+numpy interpolates. Nothing of Spark is imported until a Spark engine is asked for.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .filters import SpanFilter, sql_condition
+from .queries import (
+    SPARK,
+    device_sql,
+    finish_phases,
+    finish_stats,
+    phases_sql,
+    sql_order_statistics,
+    stats_sql,
+)
+
+__all__ = ["SparkSpans"]
+
+_views = itertools.count()
+_NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
+
+
+def _to_arrow(frame: Any) -> pa.Table:
+    """A (small) Spark result as an Arrow table."""
+    to_arrow = getattr(frame, "toArrow", None)  # Spark 4
+    if to_arrow is not None:
+        return to_arrow()
+    return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)
+
+
+class SparkSpans:
+    """The spans of ``paths`` (Parquet files, run directories, URIs Spark reads) as a Spark
+    temporary view, filtered."""
+
+    def __init__(self, session: Any, paths: Sequence[str], span_filter: SpanFilter):
+        if session is None:
+            from pyspark.sql import SparkSession
+
+            session = SparkSession.builder.getOrCreate()
+        self.session = session
+        self.paths = list(paths)
+        self.files = _part_files(self.paths, span_filter.run)
+        frame = session.read.parquet(*self.files)
+        if "rank" not in frame.columns:  # parts written without the column: the rank=R directory says it
+            from pyspark.sql import functions as F
+
+            frame = frame.withColumn("rank", F.regexp_extract(F.input_file_name(), r"rank=(-?\d+)/", 1)
+                                     .cast("int"))
+        self.columns = list(frame.columns)
+        self.all_view = f"hotspan_all_{next(_views)}"
+        frame.createOrReplaceTempView(self.all_view)
+        if span_filter.needs_origin:
+            (first,) = session.sql(f"SELECT min(start_ns) FROM {self.all_view}").collect()[0]
+            span_filter = span_filter.with_origin(first)
+        self.span_filter = span_filter
+        where = sql_condition(span_filter.terms(), SPARK) or "TRUE"
+        self.view = f"hotspan_spans_{next(_views)}"
+        device = "" if "device" in self.columns else f", {device_sql(SPARK)} AS device"
+        session.sql(f"SELECT *{device} FROM {self.all_view} WHERE {where}").createOrReplaceTempView(self.view)
+        if device:
+            self.columns.append("device")
+        self._unique: bool | None = None
+
+    def close(self) -> None:
+        for view in (self.view, self.all_view):
+            self.session.catalog.dropTempView(view)
+
+    def default_by(self) -> tuple[str, ...]:
+        (low,) = self.session.sql(f"SELECT min(thread_id) FROM {self.all_view}").collect()[0]
+        return ("category", "name", "device") if low is not None and low < 0 else ("category", "name")
+
+    def _check(self, by: Sequence[str], needed: Sequence[str]) -> None:
+        missing = [c for c in (*by, *needed) if c not in self.columns]
+        if missing:
+            raise ValueError(f"no column {', '.join(map(repr, missing))} in the span table {', '.join(self.paths)} "
+                             f"(columns: {', '.join(self.columns)})")
+
+    def stats(self, by: Sequence[str]) -> pa.Table:
+        from .streaming import _check_by
+
+        by = _check_by(by)
+        self._check(by, _NEEDED)
+        if "self_ns" not in self.columns:
+            raise ValueError(f"{', '.join(self.paths)}: no self_ns column: the Spark engine reads self time from it "
+                             f"(hotspan writes it; convert older files with hotspan export)")
+        groups = _to_arrow(self.session.sql(stats_sql(SPARK, self.view, by, columns=self.columns, values="sql")))
+        types = {k: (pa.string() if k == "device" else _plain_type(k)) for k in by}
+        if groups.num_rows == 0:
+            from .statistics import STAT_COLUMNS, STAT_TYPES
+
+            return pa.schema([pa.field(k, types[k]) for k in by]
+                             + [pa.field(n, STAT_TYPES[n]) for n in STAT_COLUMNS]).empty_table()
+        count = np.asarray(groups.column("n").to_numpy(), np.int64)
+        return finish_stats(groups, by, sql_order_statistics(groups, count), types)
+
+    def unique_ids(self) -> bool:
+        if self._unique is None:
+            (repeated,) = self.session.sql(f"SELECT count(*) FROM (SELECT span_id FROM {self.view} GROUP BY span_id "
+                                           f"HAVING count(*) > 1) AS r").collect()[0]
+            self._unique = repeated == 0
+        return self._unique
+
+    def phases(self) -> pa.Table:
+        from .statistics import category_levels
+
+        self._check((), _NEEDED + ("category", "rank"))
+        categories = sorted(r[0] for r in self.session.sql(
+            f"SELECT DISTINCT category FROM {self.view} WHERE category IS NOT NULL").collect())
+        levels = category_levels(categories)
+        levels_view = f"hotspan_levels_{next(_views)}"
+        rows = [(c, int(t), int(s)) for c, t, s in zip(categories, levels[2], levels[3])]
+        self.session.createDataFrame(rows, "category string, top int, sub int").createOrReplaceTempView(levels_view)
+        try:
+            result = _to_arrow(self.session.sql(phases_sql(SPARK, self.view, levels_view,
+                                                           unique_ids=self.unique_ids())))
+            ranks = np.array(sorted(r[0] for r in self.session.sql(
+                f"SELECT DISTINCT rank FROM {self.view}").collect()), np.int64)
+        finally:
+            self.session.catalog.dropTempView(levels_view)
+        return finish_phases(result, ranks, levels)
+
+    def durations(self, by: Sequence[str], keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
+        """(key, the group's durations) for the groups of ``keys``, in key order (collected
+        to the driver one group at a time)."""
+        from .queries import key_sql
+
+        q = SPARK.quote
+        select = ", ".join([key_sql(SPARK, k) for k in by] + [f"collect_list({q('duration_ns')}) AS v"])
+        frame = self.session.sql(f"SELECT {select} FROM {self.view} GROUP BY {', '.join(q(k) for k in by)}")
+        found = {tuple(getattr(row, k) for k in by): np.asarray(row.v, np.int64) for row in frame.toLocalIterator()}
+        for row in keys.to_pylist():
+            key = tuple(row[k] for k in by)
+            yield key, found.get(key, np.zeros(0, np.int64))
+
+    def compare(self, other: SparkSpans, *, by: Sequence[str], reference: Any, **options: Any) -> pa.Table:
+        from .comparison import judge_rows
+
+        before, after = self.stats(by), other.stats(by)
+
+        def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+            for (key, x), (_, y) in zip(self.durations(by, keys), other.durations(by, keys)):
+                yield key, x, y
+
+        return judge_rows(before, after, by, durations, reference=reference, **options)
+
+    def metadata(self) -> dict[bytes, bytes]:
+        import pyarrow.parquet as pq
+
+        from ..formats.dataset import merge_metadata
+
+        local = [f for f in self.files if "://" not in f or f.startswith("file://")]
+        footers = [pq.ParquetFile(f.removeprefix("file://")) for f in local]
+        if not footers:
+            return {}
+        return merge_metadata([(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers])
+
+
+def _plain_type(name: str) -> pa.DataType:
+    from .._schema import SPAN_SCHEMA
+    from .statistics import plain_type
+
+    return plain_type(SPAN_SCHEMA.field(name).type) if name in SPAN_SCHEMA.names else pa.string()
+
+
+def _part_files(paths: Sequence[str], run: str | None = None) -> list[str]:
+    """The Parquet files to read: a run directory's current parts (compacted inputs left out),
+    files as they are, URIs as they are (Spark lists them)."""
+    from pathlib import Path
+
+    from ..formats.dataset import current_parts, run_of
+
+    files: list[str] = []
+    for path in paths:
+        if "://" in path or not Path(path).is_dir():
+            files.append(path)
+            continue
+        files += [p for p, _size, meta in current_parts(Path(path))[1] if run in (None, run_of(meta))]
+    return files
+
+
+del json

@@ -1,0 +1,83 @@
+"""The same statistics on Spark (issue 23 items 2-3): ``hotspan.stats(path, engine=spark)`` and
+``phases`` equal DuckDB's and the in-memory path's (columns, types, values, percentiles to the
+last bit), from the same query description (analysis/queries.py). Spark in local mode; the JVM
+starts once (a session-scoped fixture)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+
+import hotspan
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def spark():
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("hotspan-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2] / "benchmarks"))
+    import bench_big
+
+    directory = tmp_path_factory.mktemp("spark") / "run"
+    bench_big.generate(directory, 200_000, 4, part_spans=1 << 15)  # 4 ranks, several parts each
+    return directory
+
+
+def clean(rows):
+    import math
+
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+
+
+@pytest.mark.parametrize("by", [None, ("category", "name"), ("rank", "thread_name", "name"), ("device", "name")])
+def test_spark_stats_equal_duckdb_and_in_memory(spark, run, by):
+    start = time.perf_counter()
+    on_spark = hotspan.stats(run, by=by, engine=spark)
+    print(f"spark stats by {by}: {time.perf_counter() - start:.1f} s")
+    on_duckdb = hotspan.stats(run, by=by, engine="duckdb")
+    in_memory = hotspan.stats(run, by=by, engine="memory")
+    assert on_spark.schema == on_duckdb.schema == in_memory.schema
+    assert clean(on_spark.to_pylist()) == clean(on_duckdb.to_pylist()) == clean(in_memory.to_pylist())
+
+
+def test_spark_filter_and_phases(spark, run):
+    span_filter = hotspan.SpanFilter(categories=("train",), ranks=(0, 2), since=0.5, min_ns=10_000)
+    on_spark = hotspan.stats(run, filter=span_filter, engine=spark)
+    assert clean(on_spark.to_pylist()) == clean(hotspan.stats(run, filter=span_filter, engine="memory").to_pylist())
+    assert hotspan.phases(run, engine=spark).to_pylist() == hotspan.phases(run, engine="memory").to_pylist()
+
+
+def test_spark_compare_equals_duckdb(spark, run):
+    on_spark = hotspan.compare(run, run, engine=spark, min_count=5)
+    on_duckdb = hotspan.compare(run, run, engine="duckdb", min_count=5)
+    assert clean(on_spark.to_pylist()) == clean(on_duckdb.to_pylist())
+    assert set(on_spark.column("verdict").to_pylist()) <= {"same", "instant"}
+
+
+def test_nothing_of_spark_is_imported_unless_asked(run):
+    code = ("import sys, hotspan; hotspan.stats(sys.argv[1]); hotspan.stats(sys.argv[1], engine='duckdb');"
+            "assert not [m for m in sys.modules if m.startswith(('pyspark', 'py4j'))], 'spark imported'")
+    subprocess.run([sys.executable, "-c", code, str(run)], check=True, timeout=300)
+
+
+def test_cli_engine_spark(run, spark):
+    from hotspan.cli import main
+
+    assert main(["stats", str(run), "--engine", "spark", "--json"]) == 0  # getOrCreate(): the session above
+    assert isinstance(hotspan.stats(run, engine="spark"), pa.Table)

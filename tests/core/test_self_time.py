@@ -1,0 +1,248 @@
+"""self_ns: a span's duration minus the union of its children's intervals, computed once
+where spans become a table (drain() in C; loaders by hotspan._selftime), never negative."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import hotspan
+from hotspan._selftime import self_ns_column
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    hotspan.drain()
+    yield
+    hotspan.drain()
+
+
+def _union_self(table: pa.Table) -> np.ndarray:
+    """The rule, written out row by row from the table's own ns (the reference)."""
+    rows = table.select(["span_id", "parent_id", "start_ns", "end_ns", "thread_id"]).to_pylist()
+    by_id = {r["span_id"]: r for r in rows}
+    children: dict[int, list[tuple[int, int]]] = {}
+    for r in rows:
+        p = by_id.get(r["parent_id"])
+        if p is not None and p["thread_id"] == r["thread_id"]:
+            s, e = max(r["start_ns"], p["start_ns"]), min(r["end_ns"], p["end_ns"])
+            if e > s:
+                children.setdefault(r["parent_id"], []).append((s, e))
+    out = []
+    for r in rows:
+        covered, reach = 0, None
+        for s, e in sorted(children.get(r["span_id"], [])):
+            if reach is None or s >= reach:
+                covered += e - s
+                reach = e
+            elif e > reach:
+                covered += e - reach
+                reach = e
+        out.append(max(0, r["end_ns"] - r["start_ns"] - covered))
+    return np.array(out, np.int64)
+
+
+def _check(table: pa.Table) -> None:
+    own = table.column("self_ns").to_numpy()
+    assert (own >= 0).all()
+    assert (own <= table.column("duration_ns").to_numpy()).all()
+    np.testing.assert_array_equal(own, _union_self(table))
+    # and the shared vectorised function (loaders) agrees with the C drain exactly
+    np.testing.assert_array_equal(self_ns_column(table.drop_columns(["self_ns"])).to_numpy(), own)
+
+
+def _row(table: pa.Table, name: str) -> dict:
+    rows = table.filter(pc.equal(table.column("name"), name)).to_pylist()
+    assert len(rows) == 1, (name, len(rows))
+    return rows[0]
+
+
+def test_hundred_tasks_under_gather_cover_their_union_once():
+    async def job(i: int) -> None:
+        with hotspan.span("job"):
+            await asyncio.sleep(0.0005 * (i % 7))
+
+    async def main() -> None:
+        with hotspan.span("gather"):
+            await asyncio.sleep(0.002)  # time no task covers
+            await asyncio.gather(*(job(i) for i in range(100)))
+
+    asyncio.run(main())
+    table = hotspan.drain()
+    gather = _row(table, "gather")
+    jobs = table.filter(pc.equal(table.column("name"), "job"))
+    assert jobs.num_rows == 100
+    assert set(jobs.column("parent_id").to_pylist()) == {gather["span_id"]}
+    # the part of gather's duration no task covers: its duration minus the jobs' union
+    starts, ends = jobs.column("start_ns").to_numpy(), jobs.column("end_ns").to_numpy()
+    order = np.argsort(starts)
+    covered, reach = 0, None
+    for s, e in zip(starts[order], ends[order]):
+        if reach is None or s >= reach:
+            covered, reach = covered + e - s, e
+        elif e > reach:
+            covered, reach = covered + e - reach, e
+    assert gather["self_ns"] == gather["duration_ns"] - covered
+    assert gather["self_ns"] >= 2_000_000  # the sleep before the gather is its own
+    # a sum of the children's durations would be far more than the span itself
+    assert int(jobs.column("duration_ns").to_numpy().sum()) > gather["duration_ns"]
+    _check(table)
+
+
+def test_deep_sync_nesting_and_siblings():
+    def nest(depth: int) -> None:
+        with hotspan.span(f"d{depth}"):
+            for _ in range(2):
+                with hotspan.span("leaf"):
+                    pass
+            if depth < 40:
+                nest(depth + 1)
+
+    nest(0)
+    table = hotspan.drain()
+    assert table.num_rows == 41 * 3
+    _check(table)
+    # per thread, self times add up to the busy time (the roots' durations)
+    roots = table.filter(pc.equal(table.column("depth"), 0))
+    assert pc.sum(table.column("self_ns")).as_py() == pc.sum(roots.column("duration_ns")).as_py()
+
+
+def test_threads_keep_their_own_children():
+    barrier = threading.Barrier(4)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        with hotspan.span(f"outer{i}"):
+            for _ in range(50):
+                with hotspan.span("inner"):
+                    pass
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    table = hotspan.drain()
+    _check(table)
+    for i in range(4):
+        outer = _row(table, f"outer{i}")
+        inner = table.filter(pc.and_(pc.equal(table.column("name"), "inner"),
+                                     pc.equal(table.column("parent_id"), pa.scalar(outer["span_id"], pa.uint64()))))
+        assert inner.num_rows == 50
+        assert outer["self_ns"] == outer["duration_ns"] - pc.sum(inner.column("duration_ns")).as_py()
+
+
+def test_child_left_open_across_a_drain():
+    with hotspan.span("parent"):
+        with hotspan.span("before"):
+            pass
+        with hotspan.span("open"):
+            first = hotspan.drain()  # parent and "open" are still open
+            with hotspan.span("inside"):
+                pass
+    second = hotspan.drain()
+    assert first.column("name").to_pylist() == ["before"]
+    both = pa.concat_tables([first, second]).unify_dictionaries()
+    _check(both)
+    parent, before, open_ = _row(both, "parent"), _row(both, "before"), _row(both, "open")
+    assert parent["self_ns"] == parent["duration_ns"] - before["duration_ns"] - open_["duration_ns"]
+
+
+def test_parent_drained_after_its_children_in_an_earlier_drain():
+    with hotspan.span("parent"):
+        for _ in range(3):
+            with hotspan.span("child"):
+                pass
+        children = hotspan.drain()
+    parent_table = hotspan.drain()
+    assert children.num_rows == 3 and parent_table.num_rows == 1
+    parent = parent_table.to_pylist()[0]
+    assert parent["self_ns"] == parent["duration_ns"] - pc.sum(children.column("duration_ns")).as_py()
+    _check(pa.concat_tables([children, parent_table]).unify_dictionaries())
+
+
+def test_task_left_running_under_a_span_and_instants():
+    async def background() -> None:
+        with hotspan.span("bg"):
+            await asyncio.sleep(0.003)
+
+    async def main() -> None:
+        with hotspan.span("outer"):
+            task = asyncio.ensure_future(background())
+            await asyncio.sleep(0)  # the task starts under outer
+            with hotspan.span("sync_child"):
+                hotspan.instant("mark")
+                await asyncio.sleep(0.001)  # overlaps bg
+        await task
+
+    asyncio.run(main())
+    table = hotspan.drain()
+    assert (table.column("self_ns").to_numpy() >= 0).all()
+    outer = _row(table, "outer")
+    assert _row(table, "mark")["self_ns"] == 0
+    assert 0 <= outer["self_ns"] <= outer["duration_ns"]
+
+
+def test_formats_keep_the_column(tmp_path):
+    with hotspan.span("p"):
+        with hotspan.span("c"):
+            pass
+    table = hotspan.drain()
+    for name in ("t.parquet", "t.arrow", "t.csv", "t.jsonl"):
+        hotspan.export(table, tmp_path / name)
+        back = hotspan.load(tmp_path / name)
+        assert back.column("self_ns").to_pylist() == table.column("self_ns").to_pylist(), name
+    # CSV and JSON lines carry it as a plain column: a reader without hotspan sees it
+    assert "self_ns" in (tmp_path / "t.csv").read_text().splitlines()[0]
+    assert '"self_ns":' in (tmp_path / "t.jsonl").read_text().splitlines()[0]
+
+
+def test_a_table_without_the_column_gets_it_on_load(tmp_path):
+    with hotspan.span("p"):
+        with hotspan.span("c"):
+            pass
+    table = hotspan.drain()
+    import pyarrow.parquet as pq
+
+    pq.write_table(table.drop_columns(["self_ns"]), tmp_path / "old.parquet")  # a file from before the column
+    back = hotspan.load(tmp_path / "old.parquet")
+    assert back.column("self_ns").to_pylist() == table.column("self_ns").to_pylist()
+
+
+def test_foreign_chrome_json_gets_self_time(tmp_path):
+    # Two overlapping async-style children under one parent on one thread, as complete events.
+    events = [
+        {"name": "parent", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {"name": "a", "ph": "X", "ts": 10, "dur": 30, "pid": 1, "tid": 1},
+        {"name": "b", "ph": "X", "ts": 50, "dur": 20, "pid": 1, "tid": 1},
+        {"name": "b1", "ph": "X", "ts": 55, "dur": 5, "pid": 1, "tid": 1},
+        {"name": "other", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 2},
+    ]
+    path = tmp_path / "foreign.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    table = hotspan.load(path)
+    got = {r["name"]: r["self_ns"] for r in table.to_pylist()}
+    assert got == {"parent": 50_000, "a": 30_000, "b": 15_000, "b1": 5_000, "other": 100_000}
+
+
+def test_shared_function_merges_overlapping_children():
+    # children of one parent overlapping (tasks), one reaching past the parent's end, a
+    # device row (another thread id) that is not a child for self time
+    rows = [
+        (1, None, 0, 100, 7), (2, 1, 10, 40, 7), (3, 1, 20, 60, 7), (4, 1, 90, 130, 7),
+        (5, 1, 0, 100, -1), (6, 3, 25, 30, 7),
+    ]
+    table = pa.table({
+        "span_id": pa.array([r[0] for r in rows], pa.uint64()),
+        "parent_id": pa.array([r[1] for r in rows], pa.uint64()),
+        "start_ns": pa.array([r[2] for r in rows], pa.int64()),
+        "end_ns": pa.array([r[3] for r in rows], pa.int64()),
+        "thread_id": pa.array([r[4] for r in rows], pa.int64()),
+    })
+    # parent: 100 - |[10,60] u [90,100]| = 100 - 60 = 40
+    assert self_ns_column(table).to_pylist() == [40, 30, 35, 40, 100, 5]

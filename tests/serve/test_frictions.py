@@ -1,0 +1,60 @@
+"""Small things a first user of ``hotspan serve`` met, one test each."""
+from __future__ import annotations
+
+import re
+
+import hotspan
+from hotspan.report.html import html_report
+
+
+def test_ranks_read_as_a_count_and_ids_not_as_zero(client, ids, runs_dir):
+    """"RANKS 0" read as "no ranks": the card says how many, then which."""
+    page = client.get(f"/runs/{ids['base/trace.parquet']}").text
+    assert re.search(r'<div class="k">ranks</div><div class="v">1 \(rank 0\)</div>', page)
+    page = client.get(f"/runs/{ids['job']}").text
+    assert re.search(r'<div class="k">ranks</div><div class="v">2 \(ranks 0, 1\)</div>', page)
+    report = html_report(hotspan.load(runs_dir / "job"), sections=("summary",))
+    assert '<div class="k">ranks</div><div class="v">2 (ranks 0, 1)</div>' in report
+
+
+def test_phases_bars_take_the_timelines_colours_and_say_why_they_outlast_the_run(client, ids):
+    rid = ids["job"]
+    page = client.get(f"/runs/{rid}").text
+    timeline = client.get(f"/runs/{rid}/timeline").text
+    legend = {name: colour for colour, name in
+              re.findall(r'<span class="lg"><i style="background:(#[0-9a-f]+)"></i>([^<]+)</span>', timeline)}
+    segments = re.findall(r'<rect class="segment"[^>]*fill="(#[0-9a-f]+)"\s+data-phase="([^"]+)"', page)
+    assert segments
+    for colour, phase in segments:
+        assert colour == legend[phase.removesuffix(" (other)")], phase
+    assert "thread time</text>" in page
+    assert "adds up the time of all the rank's threads" in page
+
+
+def test_an_error_names_the_file_once(client, ids):
+    detail = client.get(f"/v1/traces/{ids['broken/bad.pftrace']}/stats").json()["detail"]
+    assert detail.startswith("broken/bad.pftrace: ") and detail.count("bad.pftrace") == 1, detail
+    page = client.get(f"/runs/{ids['broken/bad.pftrace']}").text
+    problem = re.search(r'<p class="problem" id="problem">([^<]*)</p>', page).group(1)
+    assert problem.count("bad.pftrace") == 1, problem
+
+
+def test_create_app_leaves_no_temporary_directory(runs_dir, tmp_path):
+    import gc
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hotspan.serve.app import create_app
+
+    app = create_app(runs_dir)
+    cache = Path(app.state.cache.name)
+    assert cache.is_dir() and cache.name.startswith("hotspan-serve-")
+    del app
+    gc.collect()
+    assert not cache.exists()
+    # Nor at exit, for apps still alive then.
+    code = f"from hotspan.serve.app import create_app\napps = [create_app({str(runs_dir)!r}) for _ in range(3)]\n"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert not list(tmp_path.glob("hotspan-serve-*"))
