@@ -37,7 +37,7 @@ from .recording.recorder import Recorder, record
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
     from typing import IO, Any
 
     import pyarrow as pa
@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 # SPEC_FAIL_OVERRIDDEN), so with one every ``hotspan.span`` written in a hot loop paid a
 # generic attribute lookup (~250 instructions a span, a fifth of the floor). The functions
 # below keep ``import hotspan`` free of pyarrow/numpy: each imports its implementation on call
-# (the import is a dict hit in sys.modules after the first).
+# (the import is a dict hit in sys.modules after the first). Options are forwarded as given,
+# so the implementation's signature and its errors stay the one truth.
 
 
 def export(table: pa.Table, path: str | os.PathLike, format: str | None = None) -> Any:
@@ -60,36 +61,28 @@ def export(table: pa.Table, path: str | os.PathLike, format: str | None = None) 
     return implementation(table, path, format)
 
 
-def load(
-    path: str | os.PathLike, format: str | None = None, *, check: bool = True
-) -> pa.Table:
-    """Read a file written by :func:`export` as a span table (:func:`hotspan.formats.load`)."""
+def load(path: str | os.PathLike, *args: Any, **options: Any) -> pa.Table:
+    """Read a file written by :func:`export` (or a run directory) as a span table (:func:`hotspan.formats.load`)."""
     from .formats import load as implementation
 
-    return implementation(path, format, check=check)
+    return implementation(path, *args, **options)
 
 
-def stats(
-    table: pa.Table | str | os.PathLike, by: str | Sequence[str] | None = None
-) -> pa.Table:
+def stats(spans: Any, *args: Any, **options: Any) -> pa.Table:
     """Count, total and percentiles per group of spans (:func:`hotspan.analysis.stats`)."""
     from .analysis import stats as implementation
 
-    return implementation(table, by)
+    return implementation(spans, *args, **options)
 
 
-def phases(table: pa.Table | str | os.PathLike) -> pa.Table:
+def phases(spans: Any, **options: Any) -> pa.Table:
     """Where each top-level category's time goes, per rank (:func:`hotspan.analysis.phases`)."""
     from .analysis import phases as implementation
 
-    return implementation(table)
+    return implementation(spans, **options)
 
 
-def compare(
-    base: pa.Table | str | os.PathLike,
-    new: pa.Table | str | os.PathLike,
-    **options: Any,
-) -> Any:
+def compare(base: Any, new: Any, **options: Any) -> pa.Table:
     """Per span group, what changed between two runs (:func:`hotspan.analysis.compare`)."""
     from .analysis import compare as implementation
 
