@@ -154,7 +154,9 @@ def test_failing_callback_is_reported_once_and_keeps_being_called(caplog):
             for i in range(3):
                 with hotspan.span("x"):
                     pass
-                wait_until(lambda i=i: sum(calls) == i + 1, what=f"delivery {i + 1}")  # a delivery each
+                wait_until(
+                    lambda i=i: sum(calls) == i + 1, what=f"delivery {i + 1}"
+                )  # a delivery each
             wait_until(lambda: sum(good) == 3, what="the good subscriber's deliveries")
         wait_until(
             lambda: any(isinstance(e, events.CallbackFailed) for e in seen),
