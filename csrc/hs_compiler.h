@@ -11,5 +11,7 @@
 /* The hot path is a handful of small functions; inlining them into each caller saves
  * the call, the spills and the argument shuffles (~25 instructions a span). */
 #define HS_HOT static inline __attribute__((always_inline))
+/* A rare path kept out of line, so its stack frame and saved registers stay off the hot one. */
+#define HS_COLD __attribute__((noinline, cold))
 
 #endif

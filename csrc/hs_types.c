@@ -415,13 +415,41 @@ static inline lit_entry *lit_hit_positional(PyObject *const *args, Py_ssize_t na
 #endif
 }
 
+/* Every call but the warm cached literal: keywords, a first sight of (name, category),
+ * sync= or device=, or an empty free list (hit: the cache entry when it matched). Out of line
+ * (and cold) so that the hit path below is a leaf: no stack frame for the ~100-byte
+ * span_args, no saved registers, no call (each costs instructions on every span). */
+static HS_COLD PyObject *span_vectorcall_slow(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                              lit_entry *hit) {
+    if (hit) return span_new_object(hit->site, hit->name, hit->category, 0, 0, NULL);
+    span_args a;
+    if (parse_span_args("span", args, nargs, kwnames, &a, KW_SYNC | KW_DEVICE) < 0) return NULL;
+    return span_make(&a);
+}
+
+/* span(...) called from Python: CPython 3.11+ calls a static type's tp_vectorcall straight
+ * from the specialised call instruction (PRECALL_BUILTIN_CLASS / CALL_BUILTIN_CLASS), with
+ * no argument tuple, no type_call, no tp_new/tp_init. The literal's fast path: the identity
+ * cache says (name, category) are known strings, the free list gives a recycled object, and
+ * filling it is a few stores (the same fields span_new_object sets). */
 static PyObject *span_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     (void)type;
-    lit_entry *hit = lit_hit_positional(args, PyVectorcall_NARGS(nargsf), kwnames);
-    if (HS_LIKELY(hit != NULL)) return span_new_object(hit->site, hit->name, hit->category, 0, 0, NULL);
-    span_args a;
-    if (parse_span_args("span", args, PyVectorcall_NARGS(nargsf), kwnames, &a, KW_SYNC | KW_DEVICE) < 0) return NULL;
-    return span_make(&a);
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    lit_entry *hit = lit_hit_positional(args, nargs, kwnames);
+#if !defined(Py_GIL_DISABLED) && !defined(Py_TRACE_REFS) && !defined(Py_REF_DEBUG)
+    if (HS_LIKELY(hit != NULL && span_free_count > 0)) {
+        SpanObject *o = span_free_list[--span_free_count];
+        Py_SET_REFCNT(o, 1); /* its type is set already (see span_alloc) */
+        o->site = hit->site;
+        o->arg = 0;
+        o->flags = 0;
+        o->name = Py_NewRef(hit->name);
+        o->category = Py_XNewRef(hit->category);
+        o->arg_obj = NULL;
+        return (PyObject *)o;
+    }
+#endif
+    return span_vectorcall_slow(args, nargs, kwnames, hit);
 }
 
 static PyObject *span_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {

@@ -13,11 +13,13 @@ so a program that only records, on every rank of a job, pays nothing for them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ._version import __version__  # noqa: E402
-
-from ._native import (  # noqa: E402
+# Submodules and classes that need no pyarrow load with the package: ``hotspan.events.Flushed``
+# and ``hotspan.sync.mlx`` work after a bare ``import hotspan``, ``Recorder`` is the real class.
+from . import events, sync
+from ._api import configure, drain, rank, traced
+from ._native import (
     begin,
     disable,
     dropped,
@@ -29,52 +31,126 @@ from ._native import (  # noqa: E402
     span,
     traced_function,
 )
-from ._api import configure, drain, rank, traced  # noqa: E402
+from ._version import __version__
+from .events import on_event
+from .recording.recorder import Recorder, record
 
-# Public names that live in modules loaded on first use: name -> (module, attribute).
-# Each is a function (or class) named differently from every submodule, so that
-# ``import hotspan.X`` always gives a module and ``hotspan.X`` stays the same object; an
-# attribute of None names the submodule itself (``hotspan.events``).
-_LAZY = {
-    "export": ("hotspan.formats", "export"),
-    "load": ("hotspan.formats", "load"),
-    "stats": ("hotspan.analysis", "stats"),
-    "phases": ("hotspan.analysis", "phases"),
-    "compare": ("hotspan.analysis", "compare"),
-    "SpanFilter": ("hotspan.analysis.filters", "SpanFilter"),
-    "live": ("hotspan.recording.live_log", "live"),
-    "record": ("hotspan.recording.recorder", "record"),
-    "Recorder": ("hotspan.recording.recorder", "Recorder"),
-    "SPAN_SCHEMA": ("hotspan._schema", "SPAN_SCHEMA"),
-    "subscribe": ("hotspan.recording.subscribers", "subscribe"),
-    "on_event": ("hotspan.events", "on_event"),
-    "wrap": ("hotspan.proxy", "wrap"),
-    "events": ("hotspan.events", None),  # a submodule: hotspan.events.Flushed after import hotspan
-    "instrument": ("hotspan.instrumentation", "instrument"),
-    "uninstrument": ("hotspan.instrumentation", "uninstrument"),
-    # A submodule (attribute None): ``hotspan.sync.mlx`` works without ``import hotspan.sync``.
-    "sync": ("hotspan.sync", None),
-    "snapshot": ("hotspan.recording.flight", "snapshot"),
-    # Jupyter: results as HTML, and ``%load_ext hotspan`` (IPython looks this name up).
-    "display": ("hotspan.notebook", "display"),
-    "load_ipython_extension": ("hotspan.notebook", "load_ipython_extension"),
-}
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable
+    from typing import IO, Any
+
+    import pyarrow as pa
+
+    from .recording.live_log import LiveLog
+    from .recording.subscribers import Subscription
+
+# Why small forwarding functions and no module ``__getattr__``: CPython (3.11-3.14) never
+# specialises ``LOAD_ATTR`` on a module whose dict holds ``__getattr__`` (specialize.c,
+# SPEC_FAIL_OVERRIDDEN), so with one every ``hotspan.span`` written in a hot loop paid a
+# generic attribute lookup (~250 instructions a span, a fifth of the floor). The functions
+# below keep ``import hotspan`` free of pyarrow/numpy: each imports its implementation on call
+# (the import is a dict hit in sys.modules after the first). Options are forwarded as given,
+# so the implementation's signature and its errors stay the one truth.
 
 
-def __getattr__(name: str) -> Any:
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'hotspan' has no attribute {name!r}")
-    import importlib
+def export(table: pa.Table, path: str | os.PathLike, format: str | None = None) -> Any:
+    """Write a span table to ``path`` in the format its extension names (:func:`hotspan.formats.export`)."""
+    from .formats import export as implementation
 
-    module = importlib.import_module(target[0])
-    value = module if target[1] is None else getattr(module, target[1])
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return implementation(table, path, format)
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+def load(path: str | os.PathLike, *args: Any, **options: Any) -> pa.Table:
+    """Read a file written by :func:`export` (or a run directory) as a span table (:func:`hotspan.formats.load`)."""
+    from .formats import load as implementation
+
+    return implementation(path, *args, **options)
+
+
+def stats(spans: Any, *args: Any, **options: Any) -> pa.Table:
+    """Count, total and percentiles per group of spans (:func:`hotspan.analysis.stats`)."""
+    from .analysis import stats as implementation
+
+    return implementation(spans, *args, **options)
+
+
+def phases(spans: Any, **options: Any) -> pa.Table:
+    """Where each top-level category's time goes, per rank (:func:`hotspan.analysis.phases`)."""
+    from .analysis import phases as implementation
+
+    return implementation(spans, **options)
+
+
+def compare(base: Any, new: Any, **options: Any) -> pa.Table:
+    """Per span group, what changed between two runs (:func:`hotspan.analysis.compare`)."""
+    from .analysis import compare as implementation
+
+    return implementation(base, new, **options)
+
+
+def live(min_ns: int = 0, file: IO[str] | None = None) -> LiveLog:
+    """Print one line per finished span of at least ``min_ns`` (:func:`hotspan.recording.live_log.live`)."""
+    from .recording.live_log import live as implementation
+
+    return implementation(min_ns, file)
+
+
+def subscribe(callback: Callable[[pa.RecordBatch], Any], **options: Any) -> Subscription:
+    """Call ``callback(batch)`` with the spans recorded from now on (:func:`hotspan.recording.subscribers.subscribe`)."""
+    from .recording.subscribers import subscribe as implementation
+
+    return implementation(callback, **options)
+
+
+def wrap(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """A proxy of ``obj`` recording one span per method call (:func:`hotspan.proxy.wrap`)."""
+    from .proxy import wrap as implementation
+
+    return implementation(obj, *args, **kwargs)
+
+
+def instrument(name: str) -> None:
+    """Wrap the integration ``name``'s functions with spans (:func:`hotspan.instrumentation.instrument`)."""
+    from .instrumentation import instrument as implementation
+
+    implementation(name)
+
+
+def uninstrument(name: str) -> None:
+    """Put back what ``instrument(name)`` replaced (:func:`hotspan.instrumentation.uninstrument`)."""
+    from .instrumentation import uninstrument as implementation
+
+    implementation(name)
+
+
+def snapshot() -> pa.Table:
+    """The spans open now in this process, per thread (:func:`hotspan.recording.flight.snapshot`)."""
+    from .recording.flight import snapshot as implementation
+
+    return implementation()
+
+
+def SpanFilter(*args: Any, **kwargs: Any) -> Any:
+    """Which spans a question is about (:class:`hotspan.analysis.filters.SpanFilter`; a function
+    here so that ``import hotspan`` loads no pyarrow: ``isinstance`` needs the class there)."""
+    from .analysis.filters import SpanFilter as implementation
+
+    return implementation(*args, **kwargs)
+
+
+def display(result: Any, *, title: str = "hotspan") -> Any:
+    """Show a result as HTML in a notebook (:func:`hotspan.notebook.display`)."""
+    from .notebook import display as implementation
+
+    return implementation(result, title=title)
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext hotspan`` (:func:`hotspan.notebook.load_ipython_extension`)."""
+    from .notebook import load_ipython_extension as implementation
+
+    implementation(shell)
 
 
 def get_include() -> str:
@@ -93,7 +169,6 @@ def get_include() -> str:
 
 __all__ = [
     "Recorder",
-    "SPAN_SCHEMA",
     "SpanFilter",
     "__version__",
     "begin",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import _thread
-import atexit
 import os
 
 from . import _native
@@ -86,6 +85,10 @@ def rank() -> int:
             except ValueError:
                 continue
     return 0
+
+
+#: ``rank()`` under a second name: inside ``configure()`` its parameter ``rank`` hides it.
+_process_rank = rank
 
 
 def configure(
@@ -200,9 +203,7 @@ def configure(
     # After the sizes: the file holds memory_cap of blocks of `capacity` records.
     if flight is not None and flight is not False:
         _native._flight_open(
-            flight_path(None if flight is True else os.fspath(flight)),
-            globals()["rank"](),
-            __version__,
+            flight_path(None if flight is True else os.fspath(flight)), _process_rank(), __version__
         )
     elif rank is not None:
         _native._flight_set_rank(rank)
@@ -515,6 +516,7 @@ def _flight_from_env() -> None:
 _native._set_hooks(_thread_name, _decorate_with)
 _check_hotspan_env()
 _flight_from_env()
-# Registered at import: one atexit entry, run once at exit, silent unless spans were dropped.
-atexit.register(_warn_dropped_at_exit)
+# Run once at exit, after the recorders' final flushes (lifecycle's order), silent unless
+# spans were dropped.
+lifecycle.report_at_exit(_warn_dropped_at_exit)
 lifecycle.on_fork("core", after_in_child=_after_fork_child)

@@ -84,6 +84,9 @@ def _wrap(
     func: Callable[..., Any], name: str, category: str | None = None, *, arg: int | None = None
 ) -> traced_function: ...
 def _tasks_seen() -> bool: ...  # spans ran in a context copied from one with spans (asyncio tasks)
+def _drops_reported(
+    count: int, /
+) -> None: ...  # the core drops reported so far (hotspan._core_drops)
 def _configure(
     capacity: int, memory_cap: int, drain_interval_us: int, drain_thread: int, /
 ) -> None: ...

@@ -195,6 +195,7 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
     from IPython.display import display as show
 
     import hotspan
+    from hotspan.schema import SPAN_SCHEMA
 
     global last_table
     name = line.strip()
@@ -209,9 +210,7 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
     finally:
         subscription.close()
     table = (
-        pa.Table.from_batches(batches, schema=hotspan.SPAN_SCHEMA)
-        if batches
-        else hotspan.SPAN_SCHEMA.empty_table()
+        pa.Table.from_batches(batches, schema=SPAN_SCHEMA) if batches else SPAN_SCHEMA.empty_table()
     )
     last_table = table
     if name:

@@ -36,7 +36,9 @@ def workload(sleep_s: float = 0.001, reps: int = 30, stall_at: int | None = None
     return hotspan.drain()
 
 
-def interleaved_runs(reps: int = 30, stall_at: int | None = None):
+def interleaved_runs(
+    reps: int = 30, stall_at: int | None = None, wait_s: tuple[float, float] = (0.001, 0.001)
+):
     """The same workload recorded as two runs whose steps alternate in time: on a shared
     machine whose load drifts within seconds, two runs recorded one after the other differ
     by the drift (a real, but environmental, shift); alternating them leaves the noise and
@@ -50,7 +52,7 @@ def interleaved_runs(reps: int = 30, stall_at: int | None = None):
         for side in (0, 1):
             with hotspan.span("step", "loop"):
                 with hotspan.span("wait", "io"):
-                    time.sleep(0.02 if side == 1 and i == stall_at else 0.001)
+                    time.sleep(0.02 if side == 1 and i == stall_at else wait_s[side])
                 with hotspan.span("poll", "io"):
                     time.sleep(0.0002)
             runs[side].append(hotspan.drain())
@@ -73,8 +75,10 @@ def test_the_same_workload_twice_is_not_slower_in_20_of_20_pairs(cli, tmp_path):
 
 
 def test_a_ten_percent_slower_span_is_slower(cli, tmp_path):
-    export(workload(0.001), tmp_path / "base.parquet")
-    export(workload(0.0011), tmp_path / "new.parquet")
+    # interleaved, so that the machine's load drifting between two runs is not the change seen
+    base_table, new_table = interleaved_runs(reps=40, wait_s=(0.001, 0.0011))
+    export(base_table, tmp_path / "base.parquet")
+    export(new_table, tmp_path / "new.parquet")
     code, out, err = cli("compare", tmp_path / "base.parquet", tmp_path / "new.parquet", "--json")
     assert code == 1, out + err
     import json

@@ -273,7 +273,9 @@ def test_segment_memory_is_reused_then_given_back_when_idle():
         assert _native._pending()["pool_bytes"] < pooled  # taken back out of the pool
         assert hotspan.drain().num_rows == 200_000
         assert _native._pending()["pool_bytes"] > 0
-        time.sleep(2.0)
+        deadline = time.monotonic() + 30  # idle for a second: given back (waited for, not slept)
+        while _native._pending()["pool_bytes"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert _native._pending()["pool_bytes"] == 0  # idle: given back
         assert hotspan.dropped() == 0
         print("ok")

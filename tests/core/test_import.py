@@ -155,3 +155,22 @@ def test_every_subpackage_imports_as_a_module_and_the_functions_stay_functions()
         """
     )
     assert found["kinds"] == {name: True for name in FUNCTIONS + SUBMODULES}
+
+
+def test_every_public_name_is_a_plain_attribute_without_pyarrow():
+    """No module ``__getattr__`` (CPython would not specialise ``hotspan.span`` in a loop with
+    one), yet every public name is there after ``import hotspan`` and costs no pyarrow."""
+    found = run(
+        """
+        import hotspan
+        assert "__getattr__" not in vars(hotspan), "a module __getattr__ slows hotspan.X"
+        missing = [n for n in hotspan.__all__ if n not in vars(hotspan)]
+        assert not missing, missing
+        assert hotspan.events.Flushed and hotspan.sync.__name__ == "hotspan.sync"
+        loaded("names")
+        from hotspan.schema import SPAN_SCHEMA
+        assert hotspan.load.__doc__ and "span_id" in SPAN_SCHEMA.names
+        loaded("schema")
+        """
+    )
+    assert found == {"names": [], "schema": ["numpy", "pyarrow"]}

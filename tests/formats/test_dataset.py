@@ -192,7 +192,8 @@ def test_record_to_a_directory_and_a_file(fresh, tmp_path):
             for _ in range(50):
                 with span:
                     pass
-            time.sleep(0.1)
+            # Two flush intervals pass (the flusher's count moves), and still no file.
+            wait_until(lambda: rec.flushes >= 2, what="two interval flushes")
             assert not target.exists()  # a file is written at the end
         assert rec.kind == "file"
         assert hotspan.load(target).num_rows == 50

@@ -99,8 +99,10 @@ def test_four_ranks_into_a_collector(tmp_path):
         assert f"{4 * spans_per_rank():,} spans from 4 rank(s)" in stdout
     finally:
         kill(collector, *ranks)
+    import hotspan.schema
+
     table = hotspan.load(out)
-    assert table.schema.equals(hotspan.SPAN_SCHEMA)
+    assert table.schema.equals(hotspan.schema.SPAN_SCHEMA)
     assert _rank_counts(table) == {r: spans_per_rank() for r in range(4)}
     check_tree(table)
     per_rank = json.loads(table.schema.metadata[META_RANKS])

@@ -17,6 +17,7 @@ import time
 import pytest
 
 import hotspan
+from hotspan.schema import SPAN_SCHEMA
 from hotspan.formats.dataset import META_RANKS
 
 from _procs import DEADLINE_S, env, kill, read_line
@@ -55,7 +56,7 @@ def test_a_run_killed_right_after_start_loads_empty_with_its_metadata(tmp_path):
     finally:
         kill(proc)
     table = hotspan.load(out)
-    assert table.num_rows == 0 and table.schema.equals(hotspan.SPAN_SCHEMA)
+    assert table.num_rows == 0 and table.schema.equals(SPAN_SCHEMA)
     (process,) = json.loads(table.schema.metadata[META_RANKS])["0"]
     assert process["pid"] == proc.pid and "anchor_real_ns" in process["clock"]
 

@@ -22,6 +22,7 @@ import pytest
 
 import hotspan
 from hotspan.formats.dataset import META_RANKS, META_UNFLUSHED, sweep_temporaries
+from hotspan.schema import SPAN_SCHEMA
 
 from _procs import DEADLINE_S, env, kill, read_line
 
@@ -296,7 +297,7 @@ def test_a_run_killed_before_its_first_flush_loads_empty_with_its_metadata(tmp_p
     finally:
         kill(proc)
     table = hotspan.load(out)
-    assert table.num_rows == 0 and table.schema.equals(hotspan.SPAN_SCHEMA)
+    assert table.num_rows == 0 and table.schema.equals(SPAN_SCHEMA)
     (process,) = json.loads(table.schema.metadata[META_RANKS])["0"]
     assert process["pid"] == proc.pid and "anchor_real_ns" in process["clock"]
 

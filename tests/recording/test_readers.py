@@ -15,6 +15,8 @@ import pytest
 import hotspan
 from hotspan import _api, events
 
+from _util import wait_until
+
 pytestmark = pytest.mark.usefixtures("fresh")
 
 THREADS = 4
@@ -149,10 +151,17 @@ def test_failing_callback_is_reported_once_and_keeps_being_called(caplog):
     handle = hotspan.on_event(seen.append)
     with caplog.at_level(logging.INFO, logger="hotspan"):
         with hotspan.subscribe(broken) as bad, hotspan.subscribe(lambda b: good.append(b.num_rows)):
-            for _ in range(3):
+            for i in range(3):
                 with hotspan.span("x"):
                     pass
-                time.sleep(0.05)  # a delivery each
+                wait_until(
+                    lambda i=i: sum(calls) == i + 1, what=f"delivery {i + 1}"
+                )  # a delivery each
+            wait_until(lambda: sum(good) == 3, what="the good subscriber's deliveries")
+        wait_until(
+            lambda: any(isinstance(e, events.CallbackFailed) for e in seen),
+            what="the CallbackFailed event",
+        )
         handle.close()
     assert len(calls) >= 2 and sum(calls) == 3 and bad.errors == len(calls)
     assert sum(good) == 3
@@ -240,8 +249,11 @@ def test_events_are_logged_and_handled(tmp_path, caplog):
         with hotspan.record(tmp_path / "run", flush_interval=0.02):
             with hotspan.span("x"):
                 pass
-            time.sleep(0.1)
-        time.sleep(0.05)
+            time.sleep(0.1)  # a few flush intervals while recording
+        wait_until(
+            lambda: sum(e.spans for e in seen if isinstance(e, events.Flushed)) >= 1,
+            what="the Flushed event with the span",
+        )
     kinds = [type(e) for e in seen]
     assert kinds[0] is events.RecordingStarted and seen[0].dest == str(tmp_path / "run")
     flushed = [e for e in seen if isinstance(e, events.Flushed)]
@@ -269,7 +281,13 @@ def test_flush_failure_is_an_event_at_error(tmp_path, caplog):
             rec.flush()
         finally:
             rec.stop()
-        time.sleep(0.05)
+        wait_until(
+            lambda: any(isinstance(e, events.FlushFailed) for e in seen),
+            what="the FlushFailed event",
+        )
+        wait_until(
+            lambda: any(r.levelno == logging.ERROR for r in caplog.records), what="the error logged"
+        )
     failed = [e for e in seen if isinstance(e, events.FlushFailed)]
     assert failed and failed[0].dest == str(target) and isinstance(failed[0].error, OSError)
     assert any(r.levelno == logging.ERROR and r.exc_info for r in caplog.records)
@@ -284,7 +302,14 @@ def test_failing_event_handler_is_isolated(tmp_path):
     with hotspan.on_event(broken) as bad, hotspan.on_event(good.append):
         events.emit(events.CollectorRestored("grpc://x:1", 1.5))
         events.emit(events.CollectorRestored("grpc://x:1", 2.5))
-        time.sleep(0.05)
+        wait_until(
+            lambda: (
+                bad.errors == 3
+                and any(isinstance(e, events.CallbackFailed) for e in good)
+                and sum(isinstance(e, events.CollectorRestored) for e in good) == 2
+            ),
+            what="both events and the CallbackFailed delivered",
+        )
     assert bad.errors == 3  # both events, and the CallbackFailed about itself
     restored = [e for e in good if isinstance(e, events.CollectorRestored)]
     assert [e.seconds_lost for e in restored] == [1.5, 2.5]

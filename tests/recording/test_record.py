@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
+from hotspan.schema import SPAN_SCHEMA
 from hotspan.formats.dataset import META_RANKS
 
 from _procs import DEADLINE_S, check_tree, env, finish, kill, read_line, spans_per_rank, start_rank
@@ -41,7 +42,7 @@ def test_four_ranks_into_a_directory(tmp_path):
     finally:
         kill(*procs)
     table = hotspan.load(out)
-    assert table.schema.equals(hotspan.SPAN_SCHEMA)
+    assert table.schema.equals(SPAN_SCHEMA)
     counts = dict(zip(*pc.value_counts(table.column("rank")).flatten()))
     assert {r.as_py(): c.as_py() for r, c in counts.items()} == {
         r: spans_per_rank() for r in range(4)

@@ -23,10 +23,8 @@ at most its last interval. The recorder reads its own cursor of the hub (recordi
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import signal
 import sys
 import threading
 import time
@@ -160,7 +158,7 @@ class Recorder:
             # the exit. So for an object-store destination (only) the program's thread pays
             # for pyarrow's import now, before our hook is registered.
             import pyarrow.fs  # noqa: F401
-        atexit.register(self._atexit)
+        lifecycle.stop_at_exit(self._atexit)
         emit(RecordingStarted(self.dest, self.kind))
         return self
 
@@ -299,10 +297,8 @@ class Recorder:
         finally:
             self._stopping = None
             self._stopped.set()
-        if self is _env_recorder and _native._sigterm_received():
-            # A SIGTERM arrived while this thread was stopping (the SIGTERM thread waits for
-            # it): die of it now, before this thread can go on and end the program normally.
-            _native._sigterm_die()
+        if self is _env_recorder:
+            lifecycle.die_of_sigterm_received()
 
     def _stop_now(self, timeout: float) -> None:
         self._stop.set()
@@ -329,10 +325,7 @@ class Recorder:
             with _active_lock:
                 if self in _running:
                     _running.remove(self)
-            try:
-                atexit.unregister(self._atexit)
-            except Exception:  # noqa: BLE001
-                pass
+            lifecycle.forget_at_exit(self._atexit)
         if self.dropped:
             _warn(f"{self.dropped:,} spans could not be delivered to {self.dest}")
 
@@ -384,7 +377,6 @@ def _prompt_handoffs():
 
 
 def _under_memory_pressure() -> bool:
-    from .. import _native
 
     pending = _native._pending()
     return pending["bytes"] * 2 >= pending["memory_cap"]
@@ -397,26 +389,6 @@ _warmed = threading.Event()
 
 
 _fork_held: "list[threading.Lock]" = []
-_fork_sigmask: "set | None" = None
-
-
-def _hold_sigterm_over_fork() -> None:
-    """Block SIGTERM in the forking thread while our handler is installed; the child inherits
-    the mask. CPython forgets, in the child, a signal that arrives before it has reset its
-    signal state after fork: a pool terminated while a worker was still starting sent a
-    SIGTERM that vanished, and with a handler installed (no default action to kill it) the
-    worker slept in the pool's queue forever. Blocked, the signal stays pending instead, and
-    is delivered when the mask is restored (in the child, after that reset)."""
-    global _fork_sigmask
-    if hasattr(signal, "pthread_sigmask") and _native._sigterm_installed():
-        _fork_sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-
-def _release_sigterm_after_fork() -> None:
-    global _fork_sigmask
-    mask, _fork_sigmask = _fork_sigmask, None
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _before_fork() -> None:
@@ -424,7 +396,6 @@ def _before_fork() -> None:
     an import or a Parquet write inherits that import's lock (or pyarrow's) held by a thread
     it does not have, and its own flusher waits on it forever (a forked worker then loses
     everything it recorded). Bounded: a wedged flush must not hang the program."""
-    _hold_sigterm_over_fork()
     recorders = [r for r in _running if r.running]
     if not recorders:
         return
@@ -442,7 +413,6 @@ def _after_fork_parent() -> None:
     held, _fork_held = _fork_held, []
     for lock in held:
         lock.release()
-    _release_sigterm_after_fork()
 
 
 def _warm_up(kind: str) -> None:
@@ -509,40 +479,6 @@ def active() -> Recorder | None:
 # --------------------------------------------------------------------------- HOTSPAN_OUT
 
 
-def _flush_on_sigterm() -> None:
-    """SIGTERM (where the program has no handler of its own): flush, then die of SIGTERM as
-    without hotspan. The handler is C and only wakes a hotspan thread, which stops the
-    recorder and kills the process, whatever the main thread is blocked in: a Python handler
-    may never run in a pool worker asleep in its queue's lock (hs_signals.h says why), and
-    the pool's terminate() then waits for that worker forever."""
-    if not _native._sigterm_install():
-        return  # the program has a handler of its own
-    start_quiet(threading.Thread(target=_sigterm_thread, name="hotspan-sigterm", daemon=True))
-
-
-def _sigterm_thread() -> None:
-    if not _native._sigterm_wait():
-        return  # uninstalled: recording stopped
-    recorder = _env_recorder
-    # Should the stop never end (a wedged destination), the process must still die: a
-    # pool's terminate() sends one SIGTERM, then waits. A second SIGTERM kills at once (C).
-    watchdog = threading.Timer(
-        (recorder.stop_timeout if recorder is not None else 0.0) + 2.0, _native._sigterm_die
-    )
-    watchdog.daemon = True
-    watchdog.start()
-    # Nothing new starts once the process is told to end: the spans open now finish (their
-    # children not begun are left out) and the final flush finds whole trees, not spans whose
-    # parents close after it. The main thread runs on meanwhile, as it did not under a Python
-    # handler (which held it): what it starts after the signal is not recorded.
-    _native.disable()
-    try:
-        if recorder is not None:
-            recorder.stop()
-    finally:
-        _native._sigterm_die()
-
-
 def start_from_env() -> Recorder | None:
     """If ``HOTSPAN_OUT`` is set, start recording to it (called when hotspan is imported).
 
@@ -572,9 +508,8 @@ def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> 
     start_run()  # this process is the run's first: its children inherit the id
     recorder = record(dest, flush_interval).start()
     _env_recorder = recorder
-    if not _native._sigterm_installed():
-        _flush_on_sigterm()
-    _stop_with_multiprocessing(recorder)
+    lifecycle.flush_on_sigterm(recorder.stop, recorder.stop_timeout)
+    lifecycle.stop_with_multiprocessing(recorder)
     return recorder
 
 
@@ -584,37 +519,14 @@ def stop_env_recorder() -> None:
     if _env_recorder is not None:
         _env_recorder.stop()
         _env_recorder = None
-    _native._sigterm_uninstall()
+    lifecycle.stop_flushing_on_sigterm()
 
 
 def _after_fork_child() -> None:
     """A forked child has no flusher thread: forget the parent's recorder, and for
     ``HOTSPAN_OUT`` pointing at a directory, record the child's own spans there too (under
-    its own part names: its pid, and a token of its own), with a SIGTERM thread of its own
-    (the parent's is not in the child). Then take a SIGTERM held over the fork."""
-    try:
-        _follow_into_child()
-    finally:
-        try:
-            _sigterm_after_fork()
-        finally:
-            _release_sigterm_after_fork()
-
-
-def _sigterm_after_fork() -> None:
-    """The child inherits the C handler but not the thread that acts on it: start one where
-    the child records, or give SIGTERM back its default action where it does not (nothing
-    would act on it: the child could never be terminated)."""
-    if not _native._sigterm_installed():
-        return
-    _native._sigterm_after_fork_child()
-    if _env_recorder is not None and _env_recorder.running:
-        start_quiet(threading.Thread(target=_sigterm_thread, name="hotspan-sigterm", daemon=True))
-    else:
-        _native._sigterm_uninstall()
-
-
-def _follow_into_child() -> None:
+    its own part names: its pid, and a token of its own), flushed on SIGTERM by a thread of
+    its own (``lifecycle`` starts it after the fork steps: the parent's is not in the child)."""
     global _running, _env_recorder, _active_lock
     global _fork_held
     _active_lock = threading.Lock()
@@ -637,27 +549,8 @@ def _follow_into_child() -> None:
         _warn(f"{ENV_OUT}: not recording in forked child {os.getpid()}: {exc}")
         return
     _env_recorder = child
-    _stop_with_multiprocessing(child)
-
-
-def _stop_with_multiprocessing(recorder: Recorder) -> None:
-    """``multiprocessing``'s children (fork, spawn, forkserver; pool workers too) leave
-    through ``os._exit`` (no ``atexit``) after running its finalizers. A child clears the
-    finalizers it inherited, then runs the after-fork hooks: register the finalizer now (a
-    process importing hotspan after that point) and again from the hook (a process that
-    imported it before, or forked from one that did)."""
-    mp = sys.modules.get("multiprocessing.util")
-    if mp is None:
-        return
-    mp.register_after_fork(recorder, _finalize_with_multiprocessing)
-    _finalize_with_multiprocessing(recorder)
-
-
-def _finalize_with_multiprocessing(recorder: Recorder) -> None:
-    import multiprocessing.util
-
-    if recorder.running:
-        multiprocessing.util.Finalize(recorder, recorder.stop, exitpriority=100)
+    lifecycle.flush_on_sigterm(child.stop, child.stop_timeout)
+    lifecycle.stop_with_multiprocessing(child)
 
 
 lifecycle.on_fork(

@@ -8,6 +8,6 @@ runs under a directory. Needs the ``serve`` extra (``pip install 'hotspan[serve]
 from __future__ import annotations
 
 from .app import create_app
-from .server import serve
+from .server import Server, serve
 
-__all__ = ["create_app", "serve"]
+__all__ = ["Server", "create_app", "serve"]
