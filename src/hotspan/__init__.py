@@ -54,14 +54,14 @@ if TYPE_CHECKING:
 # so the implementation's signature and its errors stay the one truth.
 
 
-def export(table: pa.Table, path: str | os.PathLike, format: str | None = None) -> Any:
+def export(table: pa.Table, path: str | os.PathLike[str], format: str | None = None) -> Any:
     """Write a span table to ``path`` in the format its extension names (:func:`hotspan.formats.export`)."""
     from .formats import export as implementation
 
     return implementation(table, path, format)
 
 
-def load(path: str | os.PathLike, *args: Any, **options: Any) -> pa.Table:
+def load(path: str | os.PathLike[str], *args: Any, **options: Any) -> pa.Table:
     """Read a file written by :func:`export` (or a run directory) as a span table (:func:`hotspan.formats.load`)."""
     from .formats import load as implementation
 

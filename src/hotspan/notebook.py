@@ -194,17 +194,19 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
     import pyarrow as pa
     from IPython.display import display as show
 
-    import hotspan
-    from hotspan.schema import SPAN_SCHEMA
+    from ._native import span
+    from .analysis import stats
+    from .recording.subscribers import subscribe
+    from .schema import SPAN_SCHEMA
 
     global last_table
     name = line.strip()
     if name and not name.isidentifier():
         raise ValueError(f"%%hotspan NAME: {name!r} is not a Python name")
     batches: list[pa.RecordBatch] = []
-    subscription = hotspan.subscribe(batches.append)
+    subscription = subscribe(batches.append)
     try:
-        with hotspan.span("cell"):
+        with span("cell"):
             # The user's own cell, in their namespace: what the magic is for.
             exec(compile(cell, "<%%hotspan cell>", "exec"), shell.user_ns)  # noqa: S102
     finally:
@@ -215,7 +217,7 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
     last_table = table
     if name:
         shell.user_ns[name] = table
-    show(display(hotspan.stats(table)))
+    show(display(stats(table)))
     show(display(table, title="%%hotspan cell"))
 
 

@@ -529,6 +529,7 @@ def _big_span_table(n: int) -> pa.Table:
         "start_ns": pa.array(zeros),
         "end_ns": pa.array(zeros + 7),
         "duration_ns": pa.array(zeros + 7),
+        "self_ns": pa.array(zeros + 7),
         "depth": pa.array(np.zeros(n, np.int32)),
         "thread_id": pa.array(zeros + 1),
         "thread_name": pa.DictionaryArray.from_arrays(codes, pa.array(["t"])),

@@ -201,10 +201,12 @@ class Recorder:
             if self._stop.wait(max(wait, 0.0)):
                 return
             try:
+                reader = self._reader  # set before this thread starts, kept until it ends
+                assert reader is not None
                 if (
                     time.monotonic() >= next_flush
                     or _under_memory_pressure()
-                    or self._reader.under_pressure()
+                    or reader.under_pressure()
                 ):
                     next_flush = time.monotonic() + self.flush_interval
                     with _prompt_handoffs():

@@ -158,7 +158,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "the server has a token and the request did not present it",
     },
 }
-_NOT_FOUND = {
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": Problem, "description": "no run with this id"},
     409: {
         "model": Problem,
