@@ -353,8 +353,9 @@ def test_sigterm_arriving_inside_a_flush_neither_hangs_nor_loses(tmp_path):
     assert hotspan.load(out).num_rows == 100
 
 
-#: Rounds of each pool scenario in the slow tier (issue 21: 50 each).
-POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "50"))
+#: Rounds of each pool scenario in the slow tier. Issue 21 asks for 50 of each
+#: (HOTSPAN_POOL_RUNS=50, about half an hour here); CI runs 10 of each to fit its time.
+POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "10"))
 
 COUNTED_POOL_PROGRAM = textwrap.dedent(
     """
