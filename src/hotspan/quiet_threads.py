@@ -12,11 +12,13 @@ meanwhile stays pending and goes to the caller. The C core's threads do the same
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
-__all__ = ["ASYNC_SIGNALS", "lower_this_thread", "start_quiet"]
+__all__ = ["ASYNC_SIGNALS", "lower_this_thread", "signals_blocked", "start_quiet"]
 
 #: Signals a process receives from outside (kill, a pool's terminate(), a terminal).
 ASYNC_SIGNALS = tuple(
@@ -47,6 +49,22 @@ def start_quiet(thread: threading.Thread) -> threading.Thread:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return thread
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """ASYNC_SIGNALS blocked on the calling thread meanwhile: threads that a library starts in
+    there (pyarrow's pools, first used from the program's thread) inherit the blocked mask and
+    leave the signals to the program's threads. A signal arriving meanwhile stays pending and
+    is taken when the mask is put back."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def lower_this_thread(nice: int) -> bool:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _api
 from . import hub, lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
 from .. import _native
-from ..quiet_threads import start_quiet
+from ..quiet_threads import signals_blocked, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
 from .children import forget_children, track_children
 from .sinks import sink_for
@@ -173,10 +173,13 @@ class Recorder:
             return  # a file is written at stop; a store or a collector: the flusher's network
         track_children()
         try:
-            _warm_up(self.kind)
-            with self._locked() as acquired:
-                if acquired:
-                    self._sink.open()
+            # pyarrow's thread pools start here, from the program's thread: with the signals
+            # blocked, so that they inherit the mask and a SIGTERM stays with the program
+            with signals_blocked():
+                _warm_up(self.kind)
+                with self._locked() as acquired:
+                    if acquired:
+                        self._sink.open()
         except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
             self.write_errors += 1
             _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
