@@ -49,6 +49,8 @@ def run_without_browser(tmp_path, **env) -> subprocess.CompletedProcess:
             str(HTML_TEST),
             "-k",
             "chromium",
+            "-m",
+            "slow or not slow",  # the browser tests are in the slow tier
         ],
         capture_output=True,
         text=True,
