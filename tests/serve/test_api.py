@@ -159,6 +159,9 @@ def test_spans_pages_cover_the_filtered_run_in_a_stable_order(client, ids, runs_
         "span_id"
     ].to_pylist()  # every span once, in file order
     assert all(s["rank"] == 1 and s["category"].startswith("train") for s in seen)
+    # Self time as the library computes it (not left for the client to work out).
+    assert [s["self_ns"] for s in seen] == wanted["self_ns"].to_pylist()
+    assert any(s["self_ns"] < s["duration_ns"] for s in seen)
     # The same page twice is the same page.
     first = client.get(f"/v1/traces/{rid}/spans", params={"offset": 3, "limit": 5}).json()["spans"]
     assert (

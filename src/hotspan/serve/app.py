@@ -110,6 +110,8 @@ class Span(BaseModel):
     start_ns: int
     end_ns: int
     duration_ns: int
+    #: duration_ns less the union of the children's intervals (null in files older than the column)
+    self_ns: Optional[int] = None
     depth: int
     thread_id: int
     thread_name: Optional[str] = None

@@ -50,6 +50,7 @@ SPAN_FIELDS = (
     "start_ns",
     "end_ns",
     "duration_ns",
+    "self_ns",
     "depth",
     "thread_id",
     "thread_name",
@@ -241,6 +242,8 @@ def spans_page(
                 table = table.append_column(
                     "rank", pa.array([dir_rank] * table.num_rows, pa.int32())
                 )
+            if "self_ns" not in table.column_names:  # a part written before self_ns was a column
+                table = table.append_column("self_ns", pa.nulls(table.num_rows, pa.int64()))
             rows.extend(table.select(list(SPAN_FIELDS)).to_pylist())
             if len(rows) > limit:
                 return plain(rows[:limit]), True
