@@ -81,8 +81,8 @@ typedef struct {
 } LinkObject;
 
 static PyObject *stack_var = NULL; /* ContextVar: the context's StackObject */
-/* Set once spans ran in a context copied from one that had spans (asyncio tasks,
- * Context.run): only then can span trees overlap on one thread. The exports lay such
+/* Set once spans ran in a second context on a thread (asyncio tasks, Context.run): only
+ * then can span trees overlap on one thread. The exports lay such
  * trees on lanes of their own (formats/lanes.py) and skip that work for every other
  * table; the drain puts this in the table's metadata. */
 static _Atomic int tasks_seen = 0;
@@ -179,8 +179,10 @@ static void ctx_switch(hs_tstate *t) {
     if (so && so->ctx == ctx) {
         target = so;
     } else {
-        /* a second context on this thread, or one copied from a context with spans */
-        if (so || t->stack_owner) atomic_store_explicit(&tasks_seen, 1, memory_order_relaxed);
+        /* A second context on this thread (a task, a Context.run): its spans may overlap
+         * the other contexts' on this thread, whether or not its creator ever had a span
+         * (two tasks gathered before the thread's first span overlap just the same). */
+        atomic_store_explicit(&tasks_seen, 1, memory_order_relaxed);
         made = stack_new(t, so, ctx);
         if (!made) goto fail;
         PyObject *tok = PyContextVar_Set(stack_var, (PyObject *)made);

@@ -262,3 +262,46 @@ def test_set_arg_and_instants_follow_the_task():
         by_id[m["parent_id"]]["start_ns"] <= m["start_ns"] <= by_id[m["parent_id"]]["end_ns"]
         for m in marks
     )
+
+
+def test_tasks_started_before_any_span_are_marked_as_overlapping(tmp_path):
+    """A fresh interpreter whose first spans are two tasks' roots (no span ever opened in
+    the context that created them): the tasks overlap on one thread, so the table says so
+    (``hotspan.tasks``) and a Chrome JSON export lays them on lanes of their own, as Perfetto
+    needs (slices on one track must nest), instead of one overlapping the other."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "two_tasks.py"
+    script.write_text(
+        "import asyncio, sys, hotspan\n"
+        "from hotspan.formats import export\n"
+        "async def job(i):\n"
+        "    with hotspan.span(f'job{i}', 'io'):\n"
+        "        await asyncio.sleep(0.01 * i)\n"
+        "async def main():\n"
+        "    await asyncio.gather(job(1), job(3))\n"
+        "asyncio.run(main())\n"
+        "table = hotspan.drain()\n"
+        "assert b'hotspan.tasks' in table.schema.metadata, table.schema.metadata\n"
+        "export(table, sys.argv[1])\n"
+    )
+    out = tmp_path / "trace.json"
+    result = subprocess.run(
+        [sys.executable, str(script), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    events = document["traceEvents"] if isinstance(document, dict) else document
+    jobs = {e["name"]: e for e in events if e.get("name") in ("job1", "job3")}
+    assert set(jobs) == {"job1", "job3"}
+    first, second = sorted(jobs.values(), key=lambda e: e["ts"])
+    assert first["ts"] + first["dur"] > second["ts"], "the tasks overlap in time"
+    assert first["tid"] != second["tid"], jobs  # so each on a lane of its own
+    # and the lanes load back as the one real thread
+    assert len(set(hotspan.load(out)["thread_id"].to_pylist())) == 1
