@@ -26,7 +26,9 @@ def runs_dir(tmp_path_factory) -> Path:
     that are not traces under broken/."""
     root = tmp_path_factory.mktemp("runs")
     base = record_steps(12, fail_at=2)
-    new = record_steps(12, work=100_000)
+    # 20x the base's work: a difference no machine load hides (5x read "same" on a
+    # machine with load average in the hundreds).
+    new = record_steps(12, work=400_000)
     for sub in ("base", "new", "broken"):
         (root / sub).mkdir()
     export(base, root / "base" / "trace.parquet")
