@@ -14,6 +14,7 @@ computed by one function.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -207,21 +208,38 @@ def list_order_statistics(
     """Per percentile, its value in each group, from each group's values (a list column, in
     the groups' order): the two order statistics by ``numpy.partition`` (linear time), then
     numpy's interpolation."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    offsets = values.offsets.to_numpy()
-    flat = values.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
     below = {c: np.zeros(len(counts), np.int64) for c in wanted}
     above = {c: np.zeros(len(counts), np.int64) for c in wanted}
-    for g in range(len(counts)):
-        group = flat[offsets[g] : offsets[g + 1]]
+    # Each chunk's groups where they lie: no concatenation (a copy of every value).
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    groups: list[tuple[int, np.ndarray]] = []
+    first = 0
+    for chunk in chunks:
+        offsets = chunk.offsets.to_numpy()
+        flat = chunk.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        groups += [(first + g, flat[offsets[g] : offsets[g + 1]]) for g in range(len(chunk))]
+        first += len(chunk)
+
+    def select(item: tuple[int, np.ndarray]) -> None:
+        g, group = item
         if len(group) == 0:
-            continue
+            return
         ranks = sorted({int(r) for w in wanted.values() for r in (w[0][g], w[1][g])})
         part = np.partition(group, ranks)  # each rank's value in place, in O(n)
         for c, (lo, hi, _gamma) in wanted.items():
             below[c][g], above[c][g] = part[lo[g]], part[hi[g]]
+
+    if len(groups) > 1 and sum(len(v) for _, v in groups) > 1 << 20:
+        # numpy partitions without the GIL: the groups on every core (DuckDB used them all
+        # for the query; this is most of what is left after it).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(select, groups))
+    else:
+        for item in groups:
+            select(item)
     return {c: interpolate(below[c], above[c], wanted[c][2]) for c in wanted}
 
 
