@@ -37,6 +37,7 @@ __all__ = [
     "SPARK",
     "STAT_AGGREGATES",
     "Dialect",
+    "combine_sql",
     "device_sql",
     "finish_stats",
     "order_statistic_ranks",
@@ -171,13 +172,15 @@ def stats_sql(
     *,
     columns: Sequence[str],
     values: str = "sql",
+    extra_keys: Sequence[str] = (),
 ) -> str:
     """The per-group aggregates of ``stats`` over ``relation`` (a table or view of spans with
     ``columns``), grouped by ``by``; ``values``: ``"sql"`` adds, per percentile, the two order
     statistics (``p50_ns_a``, ``p50_ns_b``, ...) taken in SQL from the group's sorted values;
     ``"list"`` adds the group's values unsorted (``v``) for numpy to select from; ``"none"``
-    neither (the bounded path finds them by buckets)."""
-    keys = [key_sql(dialect, k) for k in by]
+    neither (the bounded path finds them by buckets). ``extra_keys``: select expressions
+    (``expr AS alias``) that group too, after ``by`` (the bounded path's duration bucket)."""
+    keys = [key_sql(dialect, k) for k in by] + list(extra_keys)
     aggregates = [
         aggregate_sql(dialect, *a) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns
     ]
@@ -186,7 +189,7 @@ def stats_sql(
         aggregates.append(f"list({dur}) AS v")
     elif values == "sql":
         aggregates.append(f"{dialect.sorted_list.format(dur)} AS sorted_values")
-    group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(by)))}" if by else ""
+    group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(keys)))}" if keys else ""
     inner = f"SELECT {', '.join(keys + aggregates)} FROM {relation}{group}"
     if values != "sql":
         return inner
@@ -200,6 +203,35 @@ def stats_sql(
         dialect.quote(a[0]) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns
     ]
     return f"SELECT {', '.join(kept + picks)} FROM ({inner}) AS g"
+
+
+#: How each kind of aggregate of :data:`STAT_AGGREGATES` combines over finer groups.
+_COMBINE = {
+    "count": "sum",
+    "sum": "sum",
+    "min": "min",
+    "max": "max",
+    "count_if": "sum",
+    "sum_if": "sum",
+}
+
+
+def combine_sql(
+    dialect: Dialect, relation: str, by: Sequence[str], *, columns: Sequence[str]
+) -> str:
+    """The aggregates of ``stats_sql(..., values="none")`` over finer groups (``relation``:
+    its rows, grouped by ``by`` and more) combined into the groups of ``by``: every one of
+    them is a count, sum, min or max, so the finer rows hold all it takes."""
+    q = dialect.quote
+    parts = [q(k) for k in by]
+    for alias, kind, column, _condition in STAT_AGGREGATES:
+        if column is not None and column not in columns:
+            continue
+        how = _COMBINE[kind]
+        expr = f"{how}({q(alias)})"
+        parts.append(f"{dialect.big_sum(q(alias)) if how == 'sum' else expr} AS {q(alias)}")
+    group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(by)))}" if by else ""
+    return f"SELECT {', '.join(parts)} FROM {relation}{group}"
 
 
 def list_order_statistics(

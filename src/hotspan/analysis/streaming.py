@@ -556,26 +556,29 @@ def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> n
 def _bucket_stats(
     source: SpanSource, by: tuple[str, ...], columns: list[str], wall: int | None
 ) -> pa.Table:
-    from .queries import DUCKDB, finish_stats, stats_sql
+    from .queries import DUCKDB, combine_sql, finish_stats, stats_sql
 
-    keys = ", ".join(_quote(k) for k in by)
-    keys_comma = keys + ", " if by else ""
-    # 1. Per group and duration bucket: counts (a small table: groups x buckets).
+    # 1. Per group and duration bucket, every aggregate (one scan; the per-group ones are
+    # their sums, mins and maxes below): a small table, groups x buckets.
     for bucket in ("hs_bucket", "hs_bucket_exact"):
         source.sql("DROP TABLE IF EXISTS hs_h")
-        source.sql(f"""
-            CREATE TEMP TABLE hs_h AS
-            SELECT {keys_comma} {bucket}(duration_ns) AS b, count(*) AS n,
-                   min(duration_ns) AS lo, max(duration_ns) AS hi
-            FROM spans GROUP BY ALL""")
+        source.sql(
+            "CREATE TEMP TABLE hs_h AS "
+            + stats_sql(
+                DUCKDB,
+                "spans",
+                by,
+                columns=columns,
+                values="none",
+                extra_keys=(f"{bucket}(duration_ns) AS b",),
+            )
+        )
         if _check_buckets(source, by):
             break
     # 2. Per group, the aggregates, numbered largest total first (keys in order among equal totals).
     order = ", ".join(f"{_quote(k)} ASC NULLS LAST" for k in by)
     source.sql("DROP TABLE IF EXISTS hs_g")
-    source.sql(
-        f"CREATE TEMP TABLE hs_g AS {stats_sql(DUCKDB, 'spans', by, columns=columns, values='none')}"
-    )
+    source.sql(f"CREATE TEMP TABLE hs_g AS {combine_sql(DUCKDB, 'hs_h', by, columns=columns)}")
     source.sql(
         f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
         f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g"
