@@ -177,7 +177,8 @@ def stats_sql(
     """The per-group aggregates of ``stats`` over ``relation`` (a table or view of spans with
     ``columns``), grouped by ``by``; ``values``: ``"sql"`` adds, per percentile, the two order
     statistics (``p50_ns_a``, ``p50_ns_b``, ...) taken in SQL from the group's sorted values;
-    ``"list"`` adds the group's values unsorted (``v``) for numpy to select from; ``"none"``
+    ``"list"`` adds the group's values unsorted (``v``) for numpy to select from (``"list32"``:
+    as 32-bit integers, for durations known to fit); ``"none"``
     neither (the bounded path finds them by buckets). ``extra_keys``: select expressions
     (``expr AS alias``) that group too, after ``by`` (the bounded path's duration bucket)."""
     keys = [key_sql(dialect, k) for k in by] + list(extra_keys)
@@ -187,6 +188,8 @@ def stats_sql(
     dur = dialect.quote("duration_ns")
     if values == "list":
         aggregates.append(f"list({dur}) AS v")
+    elif values == "list32":  # durations known to fit in 32 bits: half the bytes to collect
+        aggregates.append(f"list(CAST({dur} AS INTEGER)) AS v")
     elif values == "sql":
         aggregates.append(f"{dialect.sorted_list.format(dur)} AS sorted_values")
     group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(keys)))}" if keys else ""
@@ -249,7 +252,7 @@ def list_order_statistics(
     first = 0
     for chunk in chunks:
         offsets = chunk.offsets.to_numpy()
-        flat = chunk.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        flat = chunk.values.to_numpy(zero_copy_only=False)  # int64, or int32 (list32)
         groups += [(first + g, flat[offsets[g] : offsets[g + 1]]) for g in range(len(chunk))]
         first += len(chunk)
 
