@@ -64,8 +64,8 @@ def without_pandas() -> Iterator[None]:
     when it registers an Arrow table, though neither has a pandas object to see here. pandas
     is about 0.8 s of a fresh ``hotspan stats``, more than everything else it imports, and
     the answer needs none of it. Only for commands of hotspan's own, whose answers never
-    touch pandas: never around a user's program (``hotspan run``) or Spark (which hands its
-    rows over through pandas)."""
+    touch pandas (``stats``, ``serve``): never around a user's program (``hotspan run``) or
+    Spark (which hands its rows over through pandas)."""
     if "pandas" in sys.modules:  # loaded already: nothing to save
         yield
         return
