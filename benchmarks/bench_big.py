@@ -6,9 +6,9 @@
                                    [--phases] [--serve] [--as-installed]
 
     # issue 23's cases, the runs generated once and reused (--keep):
-    python benchmarks/bench_big.py --spans 20e6 --ranks 16 --dir /work/bigdata/20m --keep \
+    python benchmarks/bench_big.py --spans 20e6 --ranks 16 --dir big/20m --keep \
         --as-installed --phases --serve
-    python benchmarks/bench_big.py --spans 200e6 --ranks 64 --dir /work/bigdata/200m --keep \
+    python benchmarks/bench_big.py --spans 200e6 --ranks 64 --dir big/200m --keep \
         --as-installed --repeats 1 --check-spans 0
 
 1. Generates a run (a hive dataset, rank=R/part-<pid>-<token>-<n>.parquet, as
@@ -316,6 +316,12 @@ def run_duckdb(directory: Path, memory_limit: str = "1GB") -> tuple[list, float,
     return json.loads(out), elapsed, cpu, peak
 
 
+def _first_error(text: str) -> str:
+    """The line of a failed command's output that names its error (DuckDB's "Out of Memory
+    Error: ..."), else its end."""
+    return next((line for line in text.splitlines() if "Error:" in line), text[-300:])
+
+
 def compare_with_duckdb(
     run: Path, repeats: int, memory_limit: str
 ) -> tuple[float, float | None, float, float | None]:
@@ -339,7 +345,7 @@ def compare_with_duckdb(
         except SystemExit as failed:
             print(
                 f"  pair {i + 1}: hotspan stats {t_ours:.2f} s (CPU {cpu_ours:.1f} s, peak "
-                f"{peak_ours:.2f} GiB); DuckDB's query failed: {str(failed)[-300:]}",
+                f"{peak_ours:.2f} GiB); DuckDB's query failed: {_first_error(str(failed))}",
                 flush=True,
             )
             if i == 0:
@@ -556,7 +562,7 @@ def main() -> None:
         try:
             rows_duck, t_duck, _cpu, duck_peak = run_duckdb_phases(run, args.memory_limit)
         except SystemExit as failed:
-            print(f"DuckDB's parent join failed: {str(failed)[-300:]}", flush=True)
+            print(f"DuckDB's parent join failed: {_first_error(str(failed))}", flush=True)
             table.append((f"phases, {label}", t_ours, None, peak, None))
         else:
             print(

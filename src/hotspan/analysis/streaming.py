@@ -12,14 +12,16 @@ come in key order.
 
 How: when the run's durations fit in the memory limit (about 24 bytes a span), one scan,
 DuckDB aggregating per group (the query of ``queries.stats_sql``, shared with Spark) and
-collecting each group's durations, of which ``numpy.partition`` takes the two order
-statistics of each percentile; self time is the ``self_ns`` column summed (no parent join).
+collecting each group's durations (as 32-bit integers where the footers show they fit), of
+which ``numpy.partition`` takes the two order statistics of each percentile; self time is the ``self_ns`` column summed (no parent join).
 Otherwise (or should that run out of memory), with bounded memory (DuckDB's
 ``memory_limit``, spilling to ``temp_directory``):
 
-- Counts, sums, min, max, errors and args: one grouped scan. It also counts the spans of
-  each group per *bucket* of durations (log-spaced: 1024 a power of two, so a bucket
-  spans less than 0.1% of its values; monotone in the duration, checked: see ``_MACROS``).
+- Counts, sums, min, max, errors and args: one scan, grouped by the keys and a *bucket* of
+  durations (log-spaced: 1024 a power of two, so a bucket spans less than 0.1% of its
+  values; monotone in the duration, checked: see ``_MACROS``), then combined per group
+  (``queries.combine_sql``: every aggregate is a count, sum, min or max); the counts per
+  bucket stay for the percentiles.
 - Exact percentiles: DuckDB's own ``quantile_cont`` keeps every value of a group in memory
   (it does not spill: 100 M values under a 400 MB limit fail), so instead the order
   statistics that numpy's linear interpolation needs (ranks ``floor((n-1)q)`` and the next
