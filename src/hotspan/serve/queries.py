@@ -169,24 +169,31 @@ def stats_rows(
 
 
 class Warmer:
-    """Computes the default statistics of each new run version ahead of the first request
-    for them, on a thread of its own, one run at a time (under ``HEAVY``, as a request's).
+    """Computes the default statistics of each run the server finds, ahead of the first
+    request for them, on a thread of its own, one run at a time (under ``HEAVY``, as a
+    request's): each run once (a run still being written changes at every flush: its later
+    versions are computed when asked for), at most ``limit`` runs (the cache holds 64).
 
     Why: statistics of a large run take seconds (3 or more for 20 M spans on two cores, the
     engine's own time), more than a page may wait; the server knows a run the moment it
     lists it, seconds before anyone opens its page. A request that comes while they are
     being computed waits for them (``cached``) instead of computing them again."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = _CACHE_ENTRIES // 2) -> None:
+        self.limit = limit
         self._runs: queue.SimpleQueue[Run] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        #: (run id, signature) of each run version whose statistics it computed, in order.
+        self._seen: set[str] = set()
+        #: (run id, signature) of each run whose statistics it computed, in order.
         self.warmed: list[tuple[str, tuple]] = []
 
     def __call__(self, run: Run) -> None:
-        self._runs.put(run)
         with self._lock:
+            if run.id in self._seen or len(self._seen) >= self.limit:
+                return
+            self._seen.add(run.id)
+            self._runs.put(run)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._work, name="hotspan-serve-warm", daemon=True

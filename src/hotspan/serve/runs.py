@@ -140,7 +140,8 @@ class Catalog:
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
         #: Called with each run whose files are new or changed, once summarised (the server
-        #: computes its statistics ahead of the first request: see ``queries.Warmer``).
+        #: computes the statistics of the runs it finds ahead of the first request for them:
+        #: see ``queries.Warmer``).
         self.on_new_version: Callable[[Run], None] | None = None
 
     # ------------------------------------------------------------------ discovery
