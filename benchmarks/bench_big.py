@@ -3,6 +3,13 @@
     python benchmarks/bench_big.py [--spans 200000000] [--ranks 64] [--dir /tmp/hotspan-big]
                                    [--keep] [--check-spans 2000000] [--max-gib 2]
                                    [--repeats 3] [--memory-limit 1GB] [--no-duckdb]
+                                   [--phases] [--serve] [--as-installed]
+
+    # issue 23's cases, the runs generated once and reused (--keep):
+    python benchmarks/bench_big.py --spans 20e6 --ranks 16 --dir big/20m --keep \
+        --as-installed --phases --serve
+    python benchmarks/bench_big.py --spans 200e6 --ranks 64 --dir big/200m --keep \
+        --as-installed --repeats 1 --check-spans 0
 
 1. Generates a run (a hive dataset, rank=R/part-<pid>-<token>-<n>.parquet, as
    hotspan.record("dir/") and the collector write it) straight with pyarrow, no recording:
@@ -17,6 +24,13 @@
    quantile_cont values differ from the exact (numpy linear) percentiles hotspan gives.
    Then `hotspan stats DIR --json` once more, printing its elapsed time and peak memory
    (ru_maxrss of that child, from os.wait4), and asserts the peak is at most --max-gib.
+   With --phases: `hotspan.phases(DIR)` in a fresh process against DuckDB's own parent join
+   over the same files (per rank, the top-level and second-level category of each span and
+   whether its parent shares them: the time and steps of each), same memory limit.
+   With --serve: `hotspan serve DIR` in a process of its own; once it listens, the time of
+   GET /v1/traces, of the first GET /v1/traces/{id}/stats (issue 23: at most 2 s on the 20 M
+   run) and of a second one.
+   Last, the table: case, hotspan's time, DuckDB's, their ratio, hotspan's peak memory.
 3. Checks that the streaming path's result equals the in-memory path's
    (hotspan.stats(hotspan.load(subset))) on a subset of the run of about --check-spans
    spans (the parts of the first ranks, linked into a directory of their own); phases too.
@@ -302,21 +316,44 @@ def run_duckdb(directory: Path, memory_limit: str = "1GB") -> tuple[list, float,
     return json.loads(out), elapsed, cpu, peak
 
 
-def compare_with_duckdb(run: Path, repeats: int, memory_limit: str) -> None:
+def _first_error(text: str) -> str:
+    """The line of a failed command's output that names its error (DuckDB's "Out of Memory
+    Error: ..."), else its end."""
+    return next((line for line in text.splitlines() if "Error:" in line), text[-300:])
+
+
+def compare_with_duckdb(
+    run: Path, repeats: int, memory_limit: str
+) -> tuple[float, float | None, float, float | None]:
     """Both whole commands, alternating, ``repeats`` times: their times, the ratio of the
     medians and each pair's ratio; then how many of DuckDB's quantile_cont values differ
-    from hotspan's (numpy's linear method) at all."""
+    from hotspan's (numpy's linear method) at all. DuckDB's query may fail (its
+    quantile_cont holds every value of a group: past the memory limit it stops): then
+    hotspan's times alone, DuckDB's as None."""
     import statistics
 
-    ours, theirs, ratios = [], [], []
+    ours, theirs, ratios, peaks, duck_peaks = [], [], [], [], []
+    first_rows, first_duck = None, None
     for i in range(repeats):
         rows, t_ours, cpu_ours, peak_ours = (
             run_stats(run, memory_limit) if i == 0 else _quiet(run, memory_limit)
         )
-        duck, t_duck, cpu_duck, peak_duck = run_duckdb(run, memory_limit)
         ours.append(t_ours)
+        peaks.append(peak_ours)
+        try:
+            duck, t_duck, cpu_duck, peak_duck = run_duckdb(run, memory_limit)
+        except SystemExit as failed:
+            print(
+                f"  pair {i + 1}: hotspan stats {t_ours:.2f} s (CPU {cpu_ours:.1f} s, peak "
+                f"{peak_ours:.2f} GiB); DuckDB's query failed: {_first_error(str(failed))}",
+                flush=True,
+            )
+            if i == 0:
+                first_rows = rows
+            continue
         theirs.append(t_duck)
         ratios.append(t_ours / t_duck)
+        duck_peaks.append(peak_duck)
         print(
             f"  pair {i + 1}: hotspan stats {t_ours:.2f} s (CPU {cpu_ours:.1f} s, peak {peak_ours:.2f} GiB), "
             f"DuckDB {t_duck:.2f} s (CPU {cpu_duck:.1f} s, peak {peak_duck:.2f} GiB): {t_ours / t_duck:.2f}x",
@@ -324,6 +361,8 @@ def compare_with_duckdb(run: Path, repeats: int, memory_limit: str) -> None:
         )
         if i == 0:
             first_rows, first_duck = rows, duck
+    if not theirs:
+        return statistics.median(ours), None, max(peaks), None
     print(
         f"hotspan stats --json vs DuckDB's GROUP BY (count/sum/min/max/quantile_cont by category, name), "
         f"whole commands, memory limit {memory_limit}: median {statistics.median(ours):.2f} s vs "
@@ -331,15 +370,19 @@ def compare_with_duckdb(run: Path, repeats: int, memory_limit: str) -> None:
         f"(paired ratios {', '.join(f'{r:.2f}' for r in ratios)})",
         flush=True,
     )
-    ours_q = {
-        (r["category"], r["name"]): (r["p50_ns"], r["p90_ns"], r["p99_ns"]) for r in first_rows
-    }
-    differ = sum(1 for c, n, *_rest, q in first_duck for a, b in zip(ours_q[(c, n)], q) if a != b)
-    print(
-        f"  DuckDB's quantile_cont differs from hotspan's exact (numpy linear) percentile in {differ} of "
-        f"{3 * len(first_duck)} values",
-        flush=True,
-    )
+    if first_rows is not None and first_duck is not None:
+        ours_q = {
+            (r["category"], r["name"]): (r["p50_ns"], r["p90_ns"], r["p99_ns"]) for r in first_rows
+        }
+        differ = sum(
+            1 for c, n, *_rest, q in first_duck for a, b in zip(ours_q[(c, n)], q) if a != b
+        )
+        print(
+            f"  DuckDB's quantile_cont differs from hotspan's exact (numpy linear) percentile in {differ} of "
+            f"{3 * len(first_duck)} values",
+            flush=True,
+        )
+    return statistics.median(ours), statistics.median(theirs), max(peaks), max(duck_peaks)
 
 
 def _quiet(run: Path, memory_limit: str) -> tuple[list, float, float, float]:
@@ -348,6 +391,79 @@ def _quiet(run: Path, memory_limit: str) -> tuple[list, float, float, float]:
         {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV},
     )
     return json.loads(out), elapsed, cpu, peak
+
+
+#: DuckDB's own answer to phases: each span's parent by a join on its id, per rank the time
+#: and steps of the spans whose parent is not in the same top-level (sub-)category.
+DUCKDB_PHASES_QUERY = """
+    WITH s AS (
+        SELECT span_id, parent_id, rank, duration_ns AS d, split_part(category, '/', 1) AS top,
+               split_part(category, '/', 1) || '/' || split_part(category, '/', 2) AS sub
+        FROM read_parquet('{dir}/*/*.parquet', hive_partitioning=false))
+    SELECT c.rank, c.top, c.sub, coalesce(p.top = c.top, FALSE), coalesce(p.sub = c.sub, FALSE),
+           sum(c.d), count_if(c.d > 0)
+    FROM s AS c LEFT JOIN s AS p ON p.span_id = c.parent_id GROUP BY ALL"""
+
+
+def run_phases(directory: Path, memory_limit: str) -> tuple[int, float, float, float]:
+    """``hotspan.phases(DIR)`` in a fresh process, once: (rows, seconds, CPU seconds, peak GiB)."""
+    code = f"import sys, hotspan\nprint(hotspan.phases({str(directory)!r}).num_rows)"
+    out, elapsed, cpu, peak = _reaped_timed(
+        [sys.executable, "-c", code], {"HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV}
+    )
+    return int(out.strip().splitlines()[-1]), elapsed, cpu, peak
+
+
+def run_duckdb_phases(directory: Path, memory_limit: str) -> tuple[int, float, float, float]:
+    """``DUCKDB_PHASES_QUERY`` in a fresh process, same memory limit, once."""
+    code = (
+        "import duckdb\n"
+        f"con = duckdb.connect(config={{'memory_limit': {memory_limit!r}}})\n"
+        "con.execute('SET enable_progress_bar = false')\n"
+        f"print(len(con.sql({DUCKDB_PHASES_QUERY.format(dir=directory)!r}).fetchall()))"
+    )
+    out, elapsed, cpu, peak = _reaped_timed([sys.executable, "-c", code])
+    return int(out.strip()), elapsed, cpu, peak
+
+
+def serve_first_stats(directory: Path, memory_limit: str, delay: float = 0) -> dict[str, float]:
+    """``hotspan serve DIR`` in a process of its own: once it listens (and ``delay`` seconds
+    later: the time a user takes to open the page), the seconds of GET /v1/traces, of the
+    first GET /v1/traces/{id}/stats and of a second one."""
+    import re
+    import urllib.request
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "hotspan", "serve", str(directory), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV},
+    )
+    try:
+        started = time.perf_counter()
+        line = server.stdout.readline() if server.stdout else ""
+        match = re.search(r"(http://\S+/)", line)
+        if not match:
+            raise SystemExit(f"hotspan serve did not start: {line!r}")
+        figures = {"start_s": time.perf_counter() - started}
+        time.sleep(delay)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy
+
+        def get(path: str) -> tuple[float, dict]:
+            t = time.perf_counter()
+            with opener.open(match.group(1) + path.lstrip("/"), timeout=600) as response:
+                body = json.loads(response.read())
+            return time.perf_counter() - t, body
+
+        figures["list_s"], listing = get("/v1/traces")
+        (entry,) = listing["traces"]
+        figures["first_stats_s"], _ = get(f"/v1/traces/{entry['id']}/stats")
+        figures["second_stats_s"], _ = get(f"/v1/traces/{entry['id']}/stats")
+        return figures
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def check_subset(directory: Path) -> None:
@@ -387,6 +503,16 @@ def main() -> None:
         "--memory-limit", default="1GB", help="HOTSPAN_MEMORY_LIMIT and DuckDB's memory_limit"
     )
     parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="also time hotspan.phases(DIR) against DuckDB's own parent join",
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="also time hotspan serve's first /stats of the run",
+    )
+    parser.add_argument(
         "--as-installed",
         action="store_true",
         help="run hotspan from a copy laid out as a wheel installs it (not through a development "
@@ -417,25 +543,75 @@ def main() -> None:
             env={**os.environ, **HOTSPAN_ENV},
         )
         print(f"hotspan as installed: {check.stdout.strip() or check.stderr.strip()}", flush=True)
+    table: list[tuple[str, float, float | None, float, float | None]] = []
+    label = f"{n / 1e6:.0f} M spans, {args.ranks} ranks"
     if args.duckdb:
-        compare_with_duckdb(run, args.repeats, args.memory_limit)
-    rows, elapsed, cpu, peak = run_stats(run, args.memory_limit)
+        ours, theirs, peak, duck_peak = compare_with_duckdb(run, args.repeats, args.memory_limit)
+        table.append((f"stats, {label}", ours, theirs, peak, duck_peak))
+    else:
+        rows, elapsed, cpu, peak = run_stats(run, args.memory_limit)
+        print(
+            f"hotspan stats --json: {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
+            f"({n / elapsed / 1e6:.2f} M spans/s; {cpu:.1f} s of CPU on {os.cpu_count()} cores), "
+            f"peak memory {peak:.2f} GiB",
+            flush=True,
+        )
+        table.append((f"stats, {label}", elapsed, None, peak, None))
+    if args.phases:
+        rows_ours, t_ours, _cpu, peak = run_phases(run, args.memory_limit)
+        try:
+            rows_duck, t_duck, _cpu, duck_peak = run_duckdb_phases(run, args.memory_limit)
+        except SystemExit as failed:
+            print(f"DuckDB's parent join failed: {_first_error(str(failed))}", flush=True)
+            table.append((f"phases, {label}", t_ours, None, peak, None))
+        else:
+            print(
+                f"hotspan.phases(DIR) {t_ours:.2f} s ({rows_ours} rows, peak {peak:.2f} GiB) vs "
+                f"DuckDB's parent join {t_duck:.2f} s ({rows_duck} rows): {t_ours / t_duck:.2f}x",
+                flush=True,
+            )
+            table.append((f"phases, {label}", t_ours, t_duck, peak, duck_peak))
+    served = serve_first_stats(run, args.memory_limit) if args.serve else None
+    # The same, asked 10 s after the server starts (its statistics computed meanwhile).
+    served_later = serve_first_stats(run, args.memory_limit, 10) if args.serve else None
+    load = os.getloadavg()
     print(
-        f"hotspan stats --json: {n:,} spans, {len(rows)} groups in {elapsed:.1f} s "
-        f"({n / elapsed / 1e6:.2f} M spans/s; {cpu:.1f} s of CPU on {os.cpu_count()} cores), "
-        f"peak memory {peak:.2f} GiB",
+        "\n| case | hotspan | DuckDB | ratio | hotspan peak RSS | DuckDB peak RSS |\n"
+        "| --- | --- | --- | --- | --- | --- |",
         flush=True,
     )
-    assert peak <= args.max_gib, f"peak memory {peak:.2f} GiB > {args.max_gib} GiB"
-    sub = args.dir / "subset"
-    m = subset(run, sub, int(args.check_spans))
-    start = time.perf_counter()
-    check_subset(sub)
+    for case, ours_s, duck_s, peak, duck_peak in table:
+        print(
+            f"| {case} | {ours_s:.2f} s | "
+            + (f"{duck_s:.2f} s | {ours_s / duck_s:.2f}x" if duck_s else "- | -")
+            + f" | {peak:.2f} GiB | "
+            + (f"{duck_peak:.2f} GiB |" if duck_peak is not None else "- |"),
+            flush=True,
+        )
+    if served is not None and served_later is not None:
+        print(
+            f"\nhotspan serve on {label}: up in {served['start_s']:.2f} s; GET /v1/traces "
+            f"{served['list_s']:.2f} s; first GET /v1/traces/ID/stats {served['first_stats_s']:.2f} s "
+            f"(issue 23: at most 2 s); again {served['second_stats_s']:.3f} s; a fresh server "
+            f"asked 10 s after it starts: list {served_later['list_s']:.2f} s, first /stats "
+            f"{served_later['first_stats_s']:.3f} s",
+            flush=True,
+        )
     print(
-        f"subset of {m:,} spans: streaming == in-memory (stats, phases), checked in "
-        f"{time.perf_counter() - start:.1f} s",
-        flush=True,
+        f"(load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} cores)"
     )
+    for case, _ours, _duck, peak, _duck_peak in table:
+        assert peak <= args.max_gib, f"{case}: peak memory {peak:.2f} GiB > {args.max_gib} GiB"
+    if args.check_spans > 0:
+        sub = args.dir / "subset"
+        m = subset(run, sub, int(args.check_spans))
+        start = time.perf_counter()
+        check_subset(sub)
+        print(
+            f"subset of {m:,} spans: streaming == in-memory (stats, phases), checked in "
+            f"{time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
     if not args.keep:
         shutil.rmtree(args.dir, ignore_errors=True)
 

@@ -151,6 +151,18 @@ BYS = [
 ]
 
 
+@pytest.fixture(params=["fast", "bounded"])
+def stats_path(request, monkeypatch):
+    """Both ways of the streaming stats: the fast one (each group's durations held, the
+    run fits in HOTSPAN_MEMORY_LIMIT) and the bounded one (duration buckets, two scans)
+    that larger runs take."""
+    from hotspan.analysis import streaming
+
+    if request.param == "bounded":
+        monkeypatch.setattr(streaming, "_BYTES_PER_VALUE", 1 << 40)  # nothing fits
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = {}
@@ -165,7 +177,7 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("by", BYS)
-def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by):
+def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by, stats_path):
     table, run, one = runs[seed]
     in_memory = hotspan.stats(table, by=by)
     loaded = hotspan.stats(hotspan.load(run), by=by)
@@ -227,7 +239,7 @@ def test_repeated_span_ids_are_looked_up_within_their_thread(tmp_path):
     assert clean(hotspan.phases(path).to_pylist()) == clean(hotspan.phases(both).to_pylist())
 
 
-def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path):
+def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path, stats_path):
     """Huge durations, many ties, powers of two and their neighbours, one-value groups."""
     rng = np.random.default_rng(3)
     edges = [(1 << k) + e for k in range(10, 58) for e in (-1, 0, 1)]  # sums still within int64

@@ -67,3 +67,31 @@ def test_create_app_leaves_no_temporary_directory(runs_dir, tmp_path):
         [sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp_path)}
     )
     assert not list(tmp_path.glob("hotspan-serve-*"))
+
+
+def test_the_statistics_of_a_run_are_computed_before_anyone_asks(tmp_path):
+    """hotspan serve finds the runs as it starts and computes each one's statistics then
+    (seconds, for a large run), so that the first page or /stats need not wait for them."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from hotspan.formats import export
+    from hotspan.serve.app import create_app
+
+    from ._serving import record_steps
+
+    table = record_steps(5)
+    export(table, tmp_path / "run.parquet")
+    app = create_app(tmp_path, warm=True)
+    deadline = time.monotonic() + 60
+    while not app.state.warmer.warmed and time.monotonic() < deadline:
+        time.sleep(0.01)  # the warmer's thread has no event to wait on
+    assert [rid for rid, _signature in app.state.warmer.warmed] == [
+        r.id for r in app.state.catalog.scan()
+    ]
+    with TestClient(app) as client:
+        (entry,) = client.get("/v1/traces").json()["traces"]
+        rows = client.get(f"/v1/traces/{entry['id']}/stats").json()["rows"]
+    assert len(rows) == hotspan.stats(table).num_rows
+    assert create_app(tmp_path).state.warmer is None  # the default: an application warms nothing

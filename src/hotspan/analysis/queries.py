@@ -14,6 +14,7 @@ computed by one function.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "SPARK",
     "STAT_AGGREGATES",
     "Dialect",
+    "combine_sql",
     "device_sql",
     "finish_stats",
     "order_statistic_ranks",
@@ -170,22 +172,27 @@ def stats_sql(
     *,
     columns: Sequence[str],
     values: str = "sql",
+    extra_keys: Sequence[str] = (),
 ) -> str:
     """The per-group aggregates of ``stats`` over ``relation`` (a table or view of spans with
     ``columns``), grouped by ``by``; ``values``: ``"sql"`` adds, per percentile, the two order
     statistics (``p50_ns_a``, ``p50_ns_b``, ...) taken in SQL from the group's sorted values;
-    ``"list"`` adds the group's values unsorted (``v``) for numpy to select from; ``"none"``
-    neither (the bounded path finds them by buckets)."""
-    keys = [key_sql(dialect, k) for k in by]
+    ``"list"`` adds the group's values unsorted (``v``) for numpy to select from (``"list32"``:
+    as 32-bit integers, for durations known to fit); ``"none"``
+    neither (the bounded path finds them by buckets). ``extra_keys``: select expressions
+    (``expr AS alias``) that group too, after ``by`` (the bounded path's duration bucket)."""
+    keys = [key_sql(dialect, k) for k in by] + list(extra_keys)
     aggregates = [
         aggregate_sql(dialect, *a) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns
     ]
     dur = dialect.quote("duration_ns")
     if values == "list":
         aggregates.append(f"list({dur}) AS v")
+    elif values == "list32":  # durations known to fit in 32 bits: half the bytes to collect
+        aggregates.append(f"list(CAST({dur} AS INTEGER)) AS v")
     elif values == "sql":
         aggregates.append(f"{dialect.sorted_list.format(dur)} AS sorted_values")
-    group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(by)))}" if by else ""
+    group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(keys)))}" if keys else ""
     inner = f"SELECT {', '.join(keys + aggregates)} FROM {relation}{group}"
     if values != "sql":
         return inner
@@ -201,27 +208,73 @@ def stats_sql(
     return f"SELECT {', '.join(kept + picks)} FROM ({inner}) AS g"
 
 
+#: How each kind of aggregate of :data:`STAT_AGGREGATES` combines over finer groups.
+_COMBINE = {
+    "count": "sum",
+    "sum": "sum",
+    "min": "min",
+    "max": "max",
+    "count_if": "sum",
+    "sum_if": "sum",
+}
+
+
+def combine_sql(
+    dialect: Dialect, relation: str, by: Sequence[str], *, columns: Sequence[str]
+) -> str:
+    """The aggregates of ``stats_sql(..., values="none")`` over finer groups (``relation``:
+    its rows, grouped by ``by`` and more) combined into the groups of ``by``: every one of
+    them is a count, sum, min or max, so the finer rows hold all it takes."""
+    q = dialect.quote
+    parts = [q(k) for k in by]
+    for alias, kind, column, _condition in STAT_AGGREGATES:
+        if column is not None and column not in columns:
+            continue
+        how = _COMBINE[kind]
+        expr = f"{how}({q(alias)})"
+        parts.append(f"{dialect.big_sum(q(alias)) if how == 'sum' else expr} AS {q(alias)}")
+    group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(by)))}" if by else ""
+    return f"SELECT {', '.join(parts)} FROM {relation}{group}"
+
+
 def list_order_statistics(
     values: pa.ChunkedArray | pa.Array, counts: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Per percentile, its value in each group, from each group's values (a list column, in
     the groups' order): the two order statistics by ``numpy.partition`` (linear time), then
     numpy's interpolation."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    offsets = values.offsets.to_numpy()
-    flat = values.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
     below = {c: np.zeros(len(counts), np.int64) for c in wanted}
     above = {c: np.zeros(len(counts), np.int64) for c in wanted}
-    for g in range(len(counts)):
-        group = flat[offsets[g] : offsets[g + 1]]
+    # Each chunk's groups where they lie: no concatenation (a copy of every value).
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    groups: list[tuple[int, np.ndarray]] = []
+    first = 0
+    for chunk in chunks:
+        offsets = chunk.offsets.to_numpy()
+        flat = chunk.values.to_numpy(zero_copy_only=False)  # int64, or int32 (list32)
+        groups += [(first + g, flat[offsets[g] : offsets[g + 1]]) for g in range(len(chunk))]
+        first += len(chunk)
+
+    def select(item: tuple[int, np.ndarray]) -> None:
+        g, group = item
         if len(group) == 0:
-            continue
+            return
         ranks = sorted({int(r) for w in wanted.values() for r in (w[0][g], w[1][g])})
         part = np.partition(group, ranks)  # each rank's value in place, in O(n)
         for c, (lo, hi, _gamma) in wanted.items():
             below[c][g], above[c][g] = part[lo[g]], part[hi[g]]
+
+    if len(groups) > 1 and sum(len(v) for _, v in groups) > 1 << 20:
+        # numpy partitions without the GIL: the groups on every core (DuckDB used them all
+        # for the query; this is most of what is left after it).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(select, groups))
+    else:
+        for item in groups:
+            select(item)
     return {c: interpolate(below[c], above[c], wanted[c][2]) for c in wanted}
 
 

@@ -12,14 +12,16 @@ come in key order.
 
 How: when the run's durations fit in the memory limit (about 24 bytes a span), one scan,
 DuckDB aggregating per group (the query of ``queries.stats_sql``, shared with Spark) and
-collecting each group's durations, of which ``numpy.partition`` takes the two order
-statistics of each percentile; self time is the ``self_ns`` column summed (no parent join).
+collecting each group's durations (as 32-bit integers where the footers show they fit), of
+which ``numpy.partition`` takes the two order statistics of each percentile; self time is the ``self_ns`` column summed (no parent join).
 Otherwise (or should that run out of memory), with bounded memory (DuckDB's
 ``memory_limit``, spilling to ``temp_directory``):
 
-- Counts, sums, min, max, errors and args: one grouped scan. It also counts the spans of
-  each group per *bucket* of durations (log-spaced: 1024 a power of two, so a bucket
-  spans less than 0.1% of its values; monotone in the duration, checked: see ``_MACROS``).
+- Counts, sums, min, max, errors and args: one scan, grouped by the keys and a *bucket* of
+  durations (log-spaced: 1024 a power of two, so a bucket spans less than 0.1% of its
+  values; monotone in the duration, checked: see ``_MACROS``), then combined per group
+  (``queries.combine_sql``: every aggregate is a count, sum, min or max); the counts per
+  bucket stay for the percentiles.
 - Exact percentiles: DuckDB's own ``quantile_cont`` keeps every value of a group in memory
   (it does not spill: 100 M values under a 400 MB limit fail), so instead the order
   statistics that numpy's linear interpolation needs (ranks ``floor((n-1)q)`` and the next
@@ -517,8 +519,13 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
             wall = int(last) - int(first)
             columns = [c for c in columns if c not in ("start_ns", "end_ns")]
     if source.rows * _BYTES_PER_VALUE <= source.memory_bytes():
+        # Durations under 2.1 s (most spans; the footers say) collected as 32-bit integers:
+        # half the bytes for DuckDB to gather, hand over and numpy to partition; same values.
+        low, high = source.column_range("duration_ns")
+        narrow = low is not None and high is not None and -(2**31) <= low and high < 2**31
+        values = "list32" if narrow else "list"
         try:
-            groups = source.arrow(stats_sql(DUCKDB, "spans", by, columns=columns, values="list"))
+            groups = source.arrow(stats_sql(DUCKDB, "spans", by, columns=columns, values=values))
         except duckdb.OutOfMemoryException:
             groups = None
         if groups is not None:
@@ -556,26 +563,29 @@ def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> n
 def _bucket_stats(
     source: SpanSource, by: tuple[str, ...], columns: list[str], wall: int | None
 ) -> pa.Table:
-    from .queries import DUCKDB, finish_stats, stats_sql
+    from .queries import DUCKDB, combine_sql, finish_stats, stats_sql
 
-    keys = ", ".join(_quote(k) for k in by)
-    keys_comma = keys + ", " if by else ""
-    # 1. Per group and duration bucket: counts (a small table: groups x buckets).
+    # 1. Per group and duration bucket, every aggregate (one scan; the per-group ones are
+    # their sums, mins and maxes below): a small table, groups x buckets.
     for bucket in ("hs_bucket", "hs_bucket_exact"):
         source.sql("DROP TABLE IF EXISTS hs_h")
-        source.sql(f"""
-            CREATE TEMP TABLE hs_h AS
-            SELECT {keys_comma} {bucket}(duration_ns) AS b, count(*) AS n,
-                   min(duration_ns) AS lo, max(duration_ns) AS hi
-            FROM spans GROUP BY ALL""")
+        source.sql(
+            "CREATE TEMP TABLE hs_h AS "
+            + stats_sql(
+                DUCKDB,
+                "spans",
+                by,
+                columns=columns,
+                values="none",
+                extra_keys=(f"{bucket}(duration_ns) AS b",),
+            )
+        )
         if _check_buckets(source, by):
             break
     # 2. Per group, the aggregates, numbered largest total first (keys in order among equal totals).
     order = ", ".join(f"{_quote(k)} ASC NULLS LAST" for k in by)
     source.sql("DROP TABLE IF EXISTS hs_g")
-    source.sql(
-        f"CREATE TEMP TABLE hs_g AS {stats_sql(DUCKDB, 'spans', by, columns=columns, values='none')}"
-    )
+    source.sql(f"CREATE TEMP TABLE hs_g AS {combine_sql(DUCKDB, 'hs_h', by, columns=columns)}")
     source.sql(
         f"CREATE OR REPLACE TEMP TABLE hs_g AS SELECT *, row_number() OVER (ORDER BY total DESC"
         f"{', ' + order if by else ''}) - 1 AS gid FROM hs_g"

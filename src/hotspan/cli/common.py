@@ -5,9 +5,10 @@ files atomically."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -38,6 +39,42 @@ def add_command(
     )
     parser.set_defaults(func=func)
     return parser
+
+
+# --------------------------------------------------------------------------- start-up
+
+
+class _RefusePandas:
+    """A finder, first on ``sys.meta_path``, that refuses pandas (see :func:`without_pandas`)."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(
+                f"hotspan: this command runs without pandas (it needs none): {name}", name=name
+            )
+
+
+@contextlib.contextmanager
+def without_pandas() -> Iterator[None]:
+    """pandas refused while the block runs: pyarrow and DuckDB then take it as not installed.
+
+    Why: pyarrow imports pandas the first time it builds any array (``pa.array``, ``pa.table``:
+    its pandas shim and its C++ conversion look for pandas objects and constants), and DuckDB
+    when it registers an Arrow table, though neither has a pandas object to see here. pandas
+    is about 0.8 s of a fresh ``hotspan stats``, more than everything else it imports, and
+    the answer needs none of it. Only for commands of hotspan's own, whose answers never
+    touch pandas (``stats``, ``serve``): never around a user's program (``hotspan run``) or
+    Spark (which hands its rows over through pandas)."""
+    if "pandas" in sys.modules:  # loaded already: nothing to save
+        yield
+        return
+    finder = _RefusePandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
 
 
 # --------------------------------------------------------------------------- files

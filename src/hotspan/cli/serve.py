@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .common import add_command
+from .common import add_command, without_pandas
 from .errors import CliError
 
 DESCRIPTION = (
@@ -78,14 +78,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
 
     try:
-        serve(
-            args.directory,
-            host=args.host,
-            port=args.port,
-            token=token,
-            perfetto_ui=args.perfetto_ui,
-            announce=announce,
-        )
+        # Nothing the server answers goes through pandas: its first statistics need not wait
+        # for pyarrow to import it (see without_pandas).
+        with without_pandas():
+            serve(
+                args.directory,
+                host=args.host,
+                port=args.port,
+                token=token,
+                perfetto_ui=args.perfetto_ui,
+                announce=announce,
+            )
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     except ValueError as exc:  # an option the application refuses (--perfetto-ui not a URL)

@@ -16,6 +16,7 @@ from .common import (
     engine_of,
     open_spans_for,
     parse_by,
+    without_pandas,
     write_atomically,
 )
 from .errors import CliError, check_output
@@ -156,6 +157,13 @@ def _json_rows(result: pa.Table) -> str:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if args.engine == "spark":  # Spark hands its rows over through pandas
+        return _stats_command(args)
+    with without_pandas():  # (start-up: see without_pandas)
+        return _stats_command(args)
+
+
+def _stats_command(args: argparse.Namespace) -> int:
     by = parse_by(args.by)
     sort = args.sort or "total_ns"
     if sort not in by:

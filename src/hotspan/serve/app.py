@@ -17,6 +17,7 @@ import hmac
 import os
 import re
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Literal, Optional
 from urllib.parse import unquote
@@ -208,18 +209,29 @@ def run_problem(path: str, name: str, error: str) -> str:
     return f"{path}: {error}"
 
 
+def _scan_quietly(catalog: Catalog) -> None:
+    """``catalog.scan()``, its errors left to the requests (which scan again and report them)."""
+    try:
+        catalog.scan()
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def create_app(
     root: str | os.PathLike,
     *,
     token: str | None = None,
     cache: str | os.PathLike | None = None,
     perfetto_ui: str = PERFETTO_UI,
+    warm: bool = False,
 ) -> FastAPI:
     """The application serving the runs under ``root``. ``token``: required of every
     request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
     non-Parquet traces and download files go (default: a fresh temporary directory).
     ``perfetto_ui``: the Perfetto UI that "Open in Perfetto UI" opens (a self-hosted one
-    where ui.perfetto.dev cannot be reached)."""
+    where ui.perfetto.dev cannot be reached). ``warm``: find the runs as the application starts
+    and compute each one's statistics then, ahead of the first request for them
+    (``queries.Warmer``; ``hotspan serve`` does)."""
     if not re.match(r"^https?://[^/\s]+", perfetto_ui):
         raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
     own_cache = None
@@ -229,6 +241,15 @@ def create_app(
         own_cache = tempfile.TemporaryDirectory(prefix="hotspan-serve-", ignore_cleanup_errors=True)
         cache = own_cache.name
     catalog = Catalog(root, cache)
+    if warm:
+        from .queries import Warmer
+
+        catalog.on_new_version = app_warmer = Warmer()
+        # The runs found (and their statistics started) as the server starts, not at the
+        # first request; a request's own scan finds them known.
+        threading.Thread(
+            target=_scan_quietly, args=(catalog,), name="hotspan-serve-scan", daemon=True
+        ).start()
     cache_dir = Path(cache)
     expected = f"Bearer {token}".encode() if token else None
 
@@ -241,6 +262,7 @@ def create_app(
         "their statistics, phases and spans, download them in any format, compare two.",
     )
     app.state.catalog = catalog
+    app.state.warmer = app_warmer if warm else None
     app.state.cache = own_cache  # held by the app: the directory lives as long as it does
 
     # A run that reads as a list entry can still fail a query (a part torn after the scan, a

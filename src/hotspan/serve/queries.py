@@ -10,6 +10,7 @@ that asks for the same statistics twice computes them once.
 from __future__ import annotations
 
 import math
+import queue
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -20,6 +21,7 @@ from .runs import HEAVY, Run
 __all__ = [
     "DOWNLOAD_FORMATS",
     "SPAN_FIELDS",
+    "Warmer",
     "cached",
     "compare_rows",
     "download_path",
@@ -153,6 +155,10 @@ def stats_rows(
     run: Run, by: Sequence[str] | None, span_filter: Any = None
 ) -> tuple[tuple[str, ...], list[dict]]:
     """(the keys grouped by, the rows): by the library's default keys when ``by`` is None."""
+    from ..analysis.filters import SpanFilter
+
+    if span_filter == SpanFilter():  # no filter: one cache entry with None (pages, the warmer)
+        span_filter = None
 
     def compute() -> tuple[tuple[str, ...], list[dict]]:
         keys, result = _stats(run, by, span_filter)
@@ -161,6 +167,53 @@ def stats_rows(
     return cached(
         ("stats", run.id, run.signature, None if by is None else tuple(by), span_filter), compute
     )
+
+
+class Warmer:
+    """Computes the default statistics of each run the server finds, ahead of the first
+    request for them, on a thread of its own, one run at a time (under ``HEAVY``, as a
+    request's): each run once (a run still being written changes at every flush: its later
+    versions are computed when asked for), at most ``limit`` runs (the cache holds 64).
+
+    Why: statistics of a large run take seconds (3 or more for 20 M spans on two cores, the
+    engine's own time), more than a page may wait; the server knows a run the moment it
+    lists it, seconds before anyone opens its page. A request that comes while they are
+    being computed waits for them (``cached``) instead of computing them again."""
+
+    def __init__(self, limit: int = _CACHE_ENTRIES // 2) -> None:
+        self.limit = limit
+        self._runs: queue.SimpleQueue[Run] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+        #: (run id, signature) of each run whose statistics it computed, in order.
+        self.warmed: list[tuple[str, tuple]] = []
+
+    def __call__(self, run: Run) -> None:
+        with self._lock:
+            if run.id in self._seen or len(self._seen) >= self.limit:
+                return
+            self._seen.add(run.id)
+            self._runs.put(run)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="hotspan-serve-warm", daemon=True
+                )
+                self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:  # the thread ends when nothing is left (no idle thread per app)
+                try:
+                    run = self._runs.get_nowait()
+                except queue.Empty:
+                    self._thread = None
+                    return
+            try:
+                stats_rows(run, None)
+            except Exception:  # noqa: BLE001  (the request that asks reports it)
+                continue
+            self.warmed.append((run.id, run.signature))
 
 
 def phases_rows(run: Run) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..formats.dataset import (
     RANK_DIR_RE as _RANK_DIR,  # one pattern for the layout, the loader's
@@ -139,6 +139,10 @@ class Catalog:
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
+        #: Called with each run whose files are new or changed, once summarised (the server
+        #: computes the statistics of the runs it finds ahead of the first request for them:
+        #: see ``queries.Warmer``).
+        self.on_new_version: Callable[[Run], None] | None = None
 
     # ------------------------------------------------------------------ discovery
 
@@ -248,6 +252,9 @@ class Catalog:
                 run.error = None
             except RunError as exc:
                 run.parts, run.summary, run.error = [], None, str(exc)
+                return
+        if self.on_new_version is not None:
+            self.on_new_version(run)
 
     def _parts(
         self, run: Run, files: list[Path], signature: tuple

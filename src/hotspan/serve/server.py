@@ -39,7 +39,11 @@ def _uvicorn_server(
     from .app import create_app
 
     app = create_app(
-        root, token=token, cache=cache, **({"perfetto_ui": perfetto_ui} if perfetto_ui else {})
+        root,
+        token=token,
+        cache=cache,
+        warm=True,
+        **({"perfetto_ui": perfetto_ui} if perfetto_ui else {}),
     )
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     return uvicorn.Server(config)
