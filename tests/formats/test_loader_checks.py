@@ -21,6 +21,7 @@ from hotspan.formats.base import (
     check_span_rules,
     missing_parents,
 )
+from hotspan.formats.csv import INCOMPLETE_LAST_ROW
 from hotspan.formats.dataset import write_part
 
 from conftest import assert_same_spans
@@ -182,7 +183,7 @@ def test_truncated_csv_loads_the_whole_rows_and_says_what_it_left_out(
     # Also said: the spans the rows kept name as parent that are not in the file (cut away
     # with the rest, or left out of these synthetic rows).
     reasons = json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD])["reasons"]
-    assert reasons.pop("incomplete last row (the file ends mid-row: truncated?)") == 1
+    assert reasons.pop(INCOMPLETE_LAST_ROW) == 1
     assert (
         list(reasons) == [MISSING_PARENTS]
         and reasons[MISSING_PARENTS] == missing_parents(table) - 1
@@ -242,7 +243,7 @@ def test_cli_says_the_csv_warning_in_one_line(one_line_rows, csv_bytes, tmp_path
     loaded = one_line_rows.num_rows - 1
     said = result.stderr.strip()
     assert "\n" not in said and said.startswith(f"hotspan: warning: {path}: ")
-    assert "1 incomplete last row (the file ends mid-row: truncated?)" in said
+    assert f"1 {INCOMPLETE_LAST_ROW}" in said
     assert said.endswith(f"; {loaded:,} loaded")
 
 

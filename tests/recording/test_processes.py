@@ -78,6 +78,36 @@ def _run(
         ) from None
 
 
+def _run_side_by_side(
+    commands: list[list[str]], outs: list[Path], timeout: float
+) -> list[subprocess.CompletedProcess]:
+    """``_run`` for several programs at once, each recording a run of its own."""
+    procs = [
+        subprocess.Popen(
+            args,
+            env=env(HOTSPAN_OUT=str(out) + "/"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args, out in zip(commands, outs)
+    ]
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for args, proc in zip(commands, procs):
+            try:
+                stdout, stderr = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+            except subprocess.TimeoutExpired:
+                raise AssertionError(
+                    f"hung: {args[1:]} did not finish in {timeout:.0f} s"
+                ) from None
+            results.append(subprocess.CompletedProcess(args, proc.returncode, stdout, stderr))
+    finally:
+        kill(*procs)
+    return results
+
+
 def _spans_by_arg(table) -> dict[int, int]:
     args, counts = pc.value_counts(table.column("arg")).flatten()
     return dict(zip(args.to_pylist(), counts.to_pylist()))
@@ -354,8 +384,14 @@ def test_sigterm_arriving_inside_a_flush_neither_hangs_nor_loses(tmp_path):
 
 
 #: Rounds of each pool scenario in the slow tier. Issue 21 asks for 50 of each
-#: (HOTSPAN_POOL_RUNS=50, about half an hour here); CI runs 10 of each to fit its time.
-POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "10"))
+#: (HOTSPAN_POOL_RUNS=50: 19 min on a loaded 2-core machine, two programs side by side,
+#: against about 6 min for the 10 of each run before); 25 keeps the slow tier within a few
+#: minutes of what it was. Most of a spawn or forkserver round is its 4 workers each
+#: importing pyarrow to write their first part (start()), ~1 s of CPU each there.
+POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "25"))
+#: Programs sharing a scenario's rounds side by side, one a core (each its own pools and
+#: run): on 2 cores two took 0.63 of the time of one after another, four 0.74.
+POOL_PROGRAMS = int(os.environ.get("HOTSPAN_POOL_PROGRAMS", "0")) or min(os.cpu_count() or 1, 4)
 
 COUNTED_POOL_PROGRAM = textwrap.dedent(
     """
@@ -385,9 +421,10 @@ COUNTED_POOL_PROGRAM = textwrap.dedent(
             counts[slot] += 1
 
     if __name__ == "__main__":
-        method, end, rounds, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), 4
+        method, end, workers = sys.argv[1], sys.argv[2], 4
+        first, rounds = int(sys.argv[3]), int(sys.argv[4])
         ctx = mp.get_context(method)
-        for rnd in range(rounds):
+        for rnd in range(first, first + rounds):
             counts = ctx.Array("q", 2 * workers, lock=False)  # room for replaced workers
             next_slot = ctx.Value("i", 0)
             pool = ctx.Pool(workers, initializer=init, initargs=(counts, rnd, next_slot))
@@ -422,18 +459,26 @@ def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method,
     # Issue 21: a forkserver pool ended by terminate() lost whole workers (no part at all).
     # Every span a worker counted before the parent's signal must be in the run; none more
     # than it counted at the end; and nothing hangs.
-    out = tmp_path / "run"
     script = tmp_path / "counted_pool.py"
     script.write_text(COUNTED_POOL_PROGRAM)
-    result = _run(
-        [sys.executable, str(script), method, end, str(POOL_RUNS)],
-        out,
-        timeout=120 + 15 * POOL_RUNS,
+    programs = max(1, min(POOL_PROGRAMS, POOL_RUNS))
+    outs = [tmp_path / f"run{k}" for k in range(programs)]
+    shares = [POOL_RUNS // programs + (k < POOL_RUNS % programs) for k in range(programs)]
+    firsts = [sum(shares[:k]) for k in range(programs)]
+    results = _run_side_by_side(
+        [
+            [sys.executable, str(script), method, end, str(first), str(share)]
+            for first, share in zip(firsts, shares)
+        ],
+        outs,
+        timeout=120 + 15 * POOL_RUNS,  # side by side on fewer cores: no faster than in turn
     )
-    assert result.returncode == 0, result.stderr
-    rounds = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(rounds) == POOL_RUNS
-    arrived = _spans_by_arg(hotspan.load(out))
+    rounds = []
+    for result in results:
+        assert result.returncode == 0, result.stderr
+        rounds += [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["round"] for r in rounds) == list(range(POOL_RUNS))
+    arrived = {arg: n for out in outs for arg, n in _spans_by_arg(hotspan.load(out)).items()}
     short, expected = [], 0
     for r in rounds:
         for slot, (before, after) in enumerate(zip(r["before"], r["after"])):
@@ -444,7 +489,10 @@ def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method,
                     f"round {r['round']} worker {slot}: counted {before}..{after}, arrived {got}"
                 )
     total = sum(arrived.values())
-    print(f"pool {method} {end} x{POOL_RUNS}: expected >= {expected}, arrived {total}")
+    print(
+        f"pool {method} {end} x{POOL_RUNS} ({programs} side by side): "
+        f"expected >= {expected}, arrived {total}"
+    )
     assert not short, f"{len(short)} workers short: " + "; ".join(short[:10])
 
 

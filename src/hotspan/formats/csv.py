@@ -23,6 +23,13 @@ from .base import (
 )
 
 
+#: The reason said for a file that ends mid-row (``hotspan.skipped_on_load``'s key).
+INCOMPLETE_LAST_ROW = (
+    "incomplete last row (the file ends mid-row: truncated? "
+    "any rows that were after the cut cannot be counted)"
+)
+
+
 def _plain_type(type_: pa.DataType) -> pa.DataType:
     return type_.value_type if pa.types.is_dictionary(type_) else type_
 
@@ -110,7 +117,9 @@ class CsvExporter(Exporter):
             table,
             path,
             {
-                "incomplete last row (the file ends mid-row: truncated?)": cut,
+                # CSV has no row count nor end marker: the rows the cut took whole cannot be
+                # counted (only those named as parents, below), and the warning says so.
+                INCOMPLETE_LAST_ROW: cut,
                 "row(s) with the wrong number of fields": malformed,
                 # CSV cannot say how many rows it holds: a row cut out whole (the last line of a
                 # file cut at a line's end) is seen through the rows that name it as their parent;

@@ -373,11 +373,14 @@ def _prompt_handoffs():
         yield
         return
     sys.setswitchinterval(FLUSH_SWITCH_INTERVAL_S)
+    # Read back: the interpreter keeps microseconds, so it is not the float we gave
+    # (0.00019999999999999998); compared with ours, the program's was never put back.
+    ours = sys.getswitchinterval()
     try:
         yield
     finally:
         # The program may have set its own meanwhile (only ours is replaced).
-        if sys.getswitchinterval() == FLUSH_SWITCH_INTERVAL_S:
+        if sys.getswitchinterval() == ours:
             sys.setswitchinterval(previous)
 
 
