@@ -366,6 +366,7 @@ PyObject *hs_decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
 #define HS_SPAN_INNER_BOUND 1
 #endif
 
+#ifdef HS_SPAN_INNER_BOUND
 static PyTypeObject SpanBoundType;
 static PyTypeObject SpanMethodType;
 static PyObject *span_enter(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
@@ -384,24 +385,6 @@ static PyObject *bound_enter_call(PyObject *b, PyObject *const *args, size_t nar
 static PyObject *bound_exit_call(PyObject *b, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (HS_UNLIKELY(kwnames && PyTuple_GET_SIZE(kwnames))) return no_keywords("__exit__");
     return span_exit(((SpanBound *)b)->owner, args, PyVectorcall_NARGS(nargsf));
-}
-
-/* Every span object, once, when its memory is first set up (a recycled one keeps these). */
-static inline void span_bound_init(SpanObject *o) {
-#ifdef HS_SPAN_INNER_BOUND
-    /* Count 0: nobody holds it. Zeroed by memset, not Py_SET_REFCNT: from 3.12 that leaves
-     * alone a count that reads as immortal, which fresh memory's garbage may. */
-    memset(&o->bound_enter, 0, sizeof o->bound_enter);
-    Py_SET_TYPE(&o->bound_enter, &SpanBoundType);
-    o->bound_enter.vectorcall = bound_enter_call;
-    o->bound_enter.owner = (PyObject *)o;
-    memset(&o->bound_exit, 0, sizeof o->bound_exit);
-    Py_SET_TYPE(&o->bound_exit, &SpanBoundType);
-    o->bound_exit.vectorcall = bound_exit_call;
-    o->bound_exit.owner = (PyObject *)o;
-#else
-    (void)o;
-#endif
 }
 
 /* The last holder let go: give the span back its reference (the memory is the span's). */
@@ -522,6 +505,26 @@ static SpanMethod span_exit_method = {
     PyObject_HEAD_INIT(&SpanMethodType) span_method_call, offsetof(SpanObject, bound_exit), "__exit__",
     "Close the span; an exception marks it error=True and propagates.",
 };
+
+#endif /* HS_SPAN_INNER_BOUND */
+
+/* Every span object, once, when its memory is first set up (a recycled one keeps these). */
+static inline void span_bound_init(SpanObject *o) {
+#ifdef HS_SPAN_INNER_BOUND
+    /* Count 0: nobody holds it. Zeroed by memset, not Py_SET_REFCNT: from 3.12 that leaves
+     * alone a count that reads as immortal, which fresh memory's garbage may. */
+    memset(&o->bound_enter, 0, sizeof o->bound_enter);
+    Py_SET_TYPE(&o->bound_enter, &SpanBoundType);
+    o->bound_enter.vectorcall = bound_enter_call;
+    o->bound_enter.owner = (PyObject *)o;
+    memset(&o->bound_exit, 0, sizeof o->bound_exit);
+    Py_SET_TYPE(&o->bound_exit, &SpanBoundType);
+    o->bound_exit.vectorcall = bound_exit_call;
+    o->bound_exit.owner = (PyObject *)o;
+#else
+    (void)o;
+#endif
+}
 
 int hs_types_init(void) {
 #ifdef HS_SPAN_INNER_BOUND
