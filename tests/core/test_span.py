@@ -277,5 +277,7 @@ def test_methods_through_the_class_and_exit_stack():
         hotspan.span.__exit__()
     with pytest.raises(TypeError, match="takes no keyword arguments"):
         s.__exit__(exc=None)
-    assert "__exit__" in repr(s.__exit__) and repr(hotspan.span.__enter__).startswith("<method '__enter__'")
+    assert "__exit__" in repr(s.__exit__) and repr(hotspan.span.__enter__).startswith(
+        "<method '__enter__'"
+    )
     assert hotspan.span.__exit__.__doc__
