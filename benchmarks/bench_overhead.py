@@ -20,7 +20,9 @@ ratios in child processes, off and on alternating (--flight-reps each), and repo
 ratio's on/off quotient (target <= 1.10).
 
 The floor is hotspan.testing.NoopContext: a C context manager whose __enter__/__exit__
-do nothing, built exactly like hotspan.span. Peers run when installed: nvtx,
+do nothing, defined as any C type defines them (METH_FASTCALL methods). On Python 3.10-3.13
+`with` allocates a bound method for each; hotspan.span binds its own without allocating
+(docs/guides/span-cost.md), so its ratios can be below 1. Peers run when installed: nvtx,
 viztracer, torch. "reused / floor" is a span with the NVTX passthrough off (the default: one
 branch); "reused nvtx on / floor" the same span with configure(nvtx=True) and no NVTX tool
 attached.
@@ -239,10 +241,10 @@ def measure_drain(n_spans: int, rounds: int = 3) -> dict[str, float]:
     }
 
 
-TARGETS = {
-    "reused / floor": ("<=", 1.2),
-    "literal / floor": ("<=", 1.4),
-    "begin+end / floor": ("<=", 0.8),
+TARGETS = {  # issue 26's
+    "reused / floor": ("<=", 1.15),
+    "literal / floor": ("<=", 1.25),
+    "begin+end / floor": ("<=", 0.6),
     "traced added / with added": ("<=", 0.4),
     "naive / reused": (">=", 20),
     "nvtx reused / hotspan reused": (">=", 1.5),

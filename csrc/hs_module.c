@@ -799,7 +799,7 @@ PyMODINIT_FUNC PyInit__native(void) {
                     "t) yet: use the default (GIL) build of CPython");
     return NULL;
 #endif
-    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&SyncSpanType) < 0 || PyType_Ready(&DeviceSpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
+    if (PyType_Ready(&SpanType) < 0 || hs_types_init() < 0 || PyType_Ready(&SyncSpanType) < 0 || PyType_Ready(&DeviceSpanType) < 0 || PyType_Ready(&TracedType) < 0 || PyType_Ready(&BufferType) < 0 ||
         PyType_Ready(&NoopType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);

@@ -15,6 +15,10 @@ extern PyObject *hs_decorate_hook;
 /* configure(sync=fn): the function spans opened with sync=True call (NULL: none). */
 extern PyObject *hs_default_sync;
 
+/* After PyType_Ready(&SpanType), before its subtypes: span's allocation-free bound
+ * __enter__/__exit__ (hs_types.c). 0, or -1 with an exception set. */
+int hs_types_init(void);
+
 /* Module functions of the hot path (their entries are in hs_module.c's method table). */
 PyObject *py_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -221,3 +222,62 @@ def test_many_children_under_one_parent():
     assert len(kids) == 70_000
     assert all(k["parent_id"] == parent["span_id"] and k["category"] == "p" for k in kids)
     assert len({k["span_id"] for k in kids}) == 70_000
+
+
+def test_bound_enter_and_exit_keep_their_span_alive():
+    # A span keeps its bound __enter__/__exit__ inside itself (no allocation per `with`): a
+    # bound method outliving every other reference must keep the span alive and working.
+    enter = hotspan.span("held", "bound").__enter__
+    exit_ = enter.__self__.__exit__
+    assert enter.__self__ is exit_.__self__
+    assert enter() is enter.__self__
+    del enter
+    assert exit_(None, None, None) is False
+    exit_ = None
+    r = by_name(hotspan.drain())["held"]
+    assert len(r) == 1 and r[0]["category"] == "bound" and r[0]["error"] is False
+
+
+def test_bound_methods_do_not_leak_their_span():
+    s = hotspan.span("counted")
+    base = sys.getrefcount(s)
+    held = [s.__enter__, s.__exit__, s.__enter__, s.__exit__]
+    holding = sys.getrefcount(s)
+    for _ in range(3):
+        with s:
+            pass
+    assert sys.getrefcount(s) == holding
+    del held
+    assert sys.getrefcount(s) == base
+    name = "counted_literal"
+    with hotspan.span(name):  # its first sight: the literal cache keeps it from now on
+        pass
+    before = sys.getrefcount(name)
+    for _ in range(100):
+        with hotspan.span(name):
+            pass
+    assert sys.getrefcount(name) == before
+    assert hotspan.drain().num_rows == 3 + 101
+
+
+def test_methods_through_the_class_and_exit_stack():
+    import contextlib
+
+    s = hotspan.span("via_class", "c")
+    assert type(s).__enter__(s) is s
+    assert type(s).__exit__(s, ValueError, ValueError("x"), None) is False
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(hotspan.span("via_stack"))
+    names = by_name(hotspan.drain())
+    assert names["via_class"][0]["error"] is True
+    assert len(names["via_stack"]) == 1
+    with pytest.raises(TypeError, match="doesn't apply to a 'object' object"):
+        hotspan.span.__enter__(object())
+    with pytest.raises(TypeError, match="needs an argument"):
+        hotspan.span.__exit__()
+    with pytest.raises(TypeError, match="takes no keyword arguments"):
+        s.__exit__(exc=None)
+    assert "__exit__" in repr(s.__exit__) and repr(hotspan.span.__enter__).startswith(
+        "<method '__enter__'"
+    )
+    assert hotspan.span.__exit__.__doc__
