@@ -242,23 +242,33 @@ static uint64_t next_block_records(const hs_writer *w, uint64_t full) {
     return want < full ? want : full;
 }
 
+/* A pooled block of the configured size, or NULL (the pool is empty). */
+static hs_block *pool_take(uint64_t full) {
+    hs_block *nb = pool_pop();
+    while (nb && nb->cap != full) { /* pooled before configure(capacity=...) changed it */
+        block_free(nb);
+        nb = pool_pop();
+    }
+    return nb;
+}
+
 int hs_writer_switch(hs_chain *ch, hs_writer *w) {
     uint64_t full = atomic_load_explicit(&hs_block_records, memory_order_relaxed);
     uint64_t records = next_block_records(w, full);
-    hs_block *nb = NULL;
-    if (records == full) {
-        nb = pool_pop();
-        while (nb && nb->cap != records) { /* pooled before configure(capacity=...) changed it */
-            block_free(nb);
-            nb = pool_pop();
-        }
-    }
+    hs_block *nb = records == full ? pool_take(full) : NULL;
     if (!nb) {
-        if (!reserve(records * sizeof(hs_record))) return HS_SWITCH_CAP;
-        nb = block_alloc(records);
-        if (!nb) {
-            atomic_fetch_sub_explicit(&held_bytes, records * sizeof(hs_record), memory_order_relaxed);
-            return HS_SWITCH_NOMEM;
+        if (reserve(records * sizeof(hs_record))) {
+            nb = block_alloc(records);
+            if (!nb) {
+                atomic_fetch_sub_explicit(&held_bytes, records * sizeof(hs_record), memory_order_relaxed);
+                return HS_SWITCH_NOMEM;
+            }
+        } else {
+            /* At the cap, a growing thread takes a pooled full-size block rather than drop:
+             * the pool's memory is counted in the cap already, so it is the room there is
+             * (else a new thread dropped every span while the pool's blocks sat idle). */
+            nb = records != full ? pool_take(full) : NULL;
+            if (!nb) return HS_SWITCH_CAP;
         }
     }
     /* The block is ours alone until the release store below publishes it. */

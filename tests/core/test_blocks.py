@@ -94,6 +94,7 @@ def test_thread_churn_frees_what_exited_threads_held():
         import statistics, threading, time
         import numpy as np
         import hotspan
+        from hotspan import _native
 
         def rss():
             with open("/proc/self/status") as f:
@@ -119,8 +120,14 @@ def test_thread_churn_frees_what_exited_threads_held():
                 ids.append(t.column("span_id").to_numpy())
 
         def drain_cost():
-            time.sleep(0.2)  # exited threads' exit handlers have run
-            hotspan.drain()
+            # join() returns before the exited threads' exit handlers run: drain until their
+            # rings are retired and their memory is back (waited for, not slept)
+            deadline = time.monotonic() + 30
+            while True:
+                hotspan.drain()
+                if _native._pending()["bytes"] == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
             times = []
             for _ in range(15):
                 t0 = time.perf_counter()
@@ -135,7 +142,9 @@ def test_thread_churn_frees_what_exited_threads_held():
         hotspan.drain()
         ids.append(hotspan.drain().column("span_id").to_numpy())
         large = drain_cost()
-        time.sleep(1.5)  # the drain thread hands the idle pool back after a second
+        deadline = time.monotonic() + 30  # idle for a second: the pool is given back
+        while _native._pending()["pool_bytes"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         hotspan.drain()
         all_ids = np.concatenate(ids)
         print(len(all_ids), len(np.unique(all_ids)), hotspan.dropped(), rss() - start_rss, small, large)

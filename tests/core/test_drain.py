@@ -256,7 +256,11 @@ def test_segment_memory_is_reused_then_given_back_when_idle():
                 with outer:
                     with inner:
                         pass
-            time.sleep(0.1)  # the drain thread moves the records into segments
+            # the drain thread moves the records into segments (waited for, not slept)
+            deadline = time.monotonic() + 30
+            while _native._pending()["spans"] < n and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert _native._pending()["spans"] >= n, _native._pending()
 
         burst(400_000)
         assert hotspan.drain().num_rows == 400_000

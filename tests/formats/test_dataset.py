@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -200,22 +199,23 @@ def test_record_to_a_directory_and_a_file(fresh, tmp_path):
 
 
 def test_record_flushes_early_when_the_core_nears_its_memory_cap(fresh, tmp_path):
-    # A long interval and a small cap: 1.2 M spans at about 0.5 M/s would overflow the 256 K-span
+    # A long interval and a small cap: 1.2 M spans would overflow the 256 K-span
     # cap several times over between interval flushes; the flusher sees the core's memory pass
     # half the cap and flushes early, so nothing is dropped.
-    hotspan.configure(memory_cap=256 * 1024 * 32)
+    from hotspan import _native
+
+    cap = 256 * 1024 * 32
+    hotspan.configure(memory_cap=cap)
     span = hotspan.span("work", "c")
     dropped_before = hotspan.dropped()
     with hotspan.record(tmp_path / "run", flush_interval=60) as rec:
         for _ in range(120):
-            # Paced to at most 0.5 M spans/s (a batch takes 20 ms or more), whatever the build
-            # records at: under ASan spans record far faster than the flusher writes, and a
-            # program that outruns its flusher is cut at the cap by design.
-            paced_until = time.perf_counter() + 0.020
             for _ in range(10_000):
                 with span:
                     pass
-            time.sleep(max(paced_until - time.perf_counter(), 0.001))
+            # Past half the cap, the program waits for the early flush this test is about
+            # (the interval flush is a minute away): a burst more then fits under the cap.
+            wait_until(lambda: _native._pending()["bytes"] * 2 < cap, what="an early flush")
     assert hotspan.dropped() == dropped_before
     assert rec.dropped == 0 and rec.spans == 1_200_000
     assert rec.flushes >= 4  # early flushes, and the final one at stop

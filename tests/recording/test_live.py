@@ -11,6 +11,8 @@ import pytest
 import hotspan
 from hotspan.units import human_bytes, human_ns
 
+from _util import wait_until
+
 pytestmark = pytest.mark.usefixtures("fresh")
 
 
@@ -74,10 +76,12 @@ def test_a_failing_writer_is_reported_once_and_recording_goes_on(capfd):
             pass
 
     log = hotspan.live(file=Broken())
-    for i in range(3):
+    with hotspan.span("a", arg=0):
+        pass
+    wait_until(lambda: log.failed is not None, what="the first write to fail")
+    for i in (1, 2):  # offered after the failure: stop() hands the writer all that is left
         with hotspan.span("a", arg=i):
             pass
-        time.sleep(0.05)  # several drain passes, several batches offered
     log.stop()
     assert Broken.calls == 1
     assert isinstance(log.failed, OSError)

@@ -92,10 +92,10 @@ def test_every_consumer_gets_every_span_once(tmp_path):
 
 
 def test_drain_while_recording_returns_spans_since_the_previous_drain(tmp_path):
-    with hotspan.record(tmp_path / "trace.parquet", flush_interval=0.01):
+    with hotspan.record(tmp_path / "trace.parquet", flush_interval=0.01) as rec:
         with hotspan.span("before"):
             pass
-        time.sleep(0.05)  # several flushes: the recorder has taken "before" by now
+        wait_until(lambda: rec.spans >= 1, what='the recorder to take "before"')
         first = hotspan.drain()
         with hotspan.span("after"):
             pass
@@ -202,7 +202,8 @@ def test_slow_subscriber_drops_its_oldest_and_reports_it(caplog):
                     with hotspan.span("x", arg=i):
                         pass
                 recorded += 500
-                time.sleep(0.02)  # the hub pumps in between: the core never holds much
+                # the hub pumps in between (waited for): the core never holds much
+                wait_until(lambda n=recorded: quick.received >= n, what="the hub to take the round")
             release.set()
     core_dropped = hotspan.dropped() - dropped_before
     assert core_dropped == 0
@@ -249,11 +250,10 @@ def test_events_are_logged_and_handled(tmp_path, caplog):
         with hotspan.record(tmp_path / "run", flush_interval=0.02):
             with hotspan.span("x"):
                 pass
-            time.sleep(0.1)  # a few flush intervals while recording
-        wait_until(
-            lambda: sum(e.spans for e in seen if isinstance(e, events.Flushed)) >= 1,
-            what="the Flushed event with the span",
-        )
+            wait_until(  # an interval flush while recording
+                lambda: sum(e.spans for e in seen if isinstance(e, events.Flushed)) >= 1,
+                what="the Flushed event with the span",
+            )
     kinds = [type(e) for e in seen]
     assert kinds[0] is events.RecordingStarted and seen[0].dest == str(tmp_path / "run")
     flushed = [e for e in seen if isinstance(e, events.Flushed)]
@@ -348,7 +348,10 @@ def test_collector_lost_and_restored_are_events(tmp_path, caplog):
             client.close(timeout=10)
         finally:
             server.shutdown()
-        time.sleep(0.05)
+        wait_until(  # the handler runs on hotspan's event thread
+            lambda: any(isinstance(e, events.CollectorRestored) for e in seen),
+            what="the CollectorRestored event",
+        )
     lost = [e for e in seen if isinstance(e, events.CollectorLost)]
     restored = [e for e in seen if isinstance(e, events.CollectorRestored)]
     assert (
@@ -375,7 +378,11 @@ def test_a_drain_cursor_left_unread_keeps_the_newest_and_reports_at_drain(tmp_pa
                     with hotspan.span("x", arg=recorded + i):
                         pass
                 recorded += 500
-                time.sleep(0.02)
+                # the recorder keeps up (waited for): it flushes every 10 ms
+                wait_until(
+                    lambda n=recorded: rec.spans >= n - (hotspan.dropped() - dropped_before),
+                    what="the recorder to write the round",
+                )
             assert not [
                 r for r in caplog.records if "drain()" in r.getMessage()
             ]  # nobody asked yet

@@ -37,13 +37,19 @@ def test_no_thread_but_the_programs_takes_sigterm(tmp_path):
     proc = run_python(f"""
         import os, threading, time, hotspan
         rec = hotspan.record({str(tmp_path / "run")!r}, flush_interval=0.05).start()
-        sub = hotspan.subscribe(lambda batch: None)
-        handle = hotspan.on_event(lambda event: None)
+        delivered, events = [], []
+        sub = hotspan.subscribe(lambda batch: delivered.append(batch.num_rows))
+        handle = hotspan.on_event(events.append)
         log = hotspan.live(min_ns=10**12)
         for _ in range(1000):
             with hotspan.span("x"):
                 pass
-        time.sleep(0.5)
+        # Every thread has done its work (and started pyarrow's): the flusher wrote the
+        # spans, the subscriber's thread had them, the event thread heard of the flush.
+        deadline = time.monotonic() + 60
+        while rec.spans < 1000 or sum(delivered) < 1000 or not events:
+            assert time.monotonic() < deadline, (rec.spans, sum(delivered), events)
+            time.sleep(0.01)
         main = threading.get_native_id()
         open_to_sigterm = []
         for tid in os.listdir("/proc/self/task"):

@@ -18,20 +18,21 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, Optional
 from urllib.parse import unquote
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
 from . import queries
 from .runs import Catalog, Run
 
-__all__ = ["create_app"]
+__all__ = ["Served", "create_app"]
 
 _UNKNOWN = "no run with this id under the served directory"
 
@@ -209,82 +210,43 @@ def run_problem(path: str, name: str, error: str) -> str:
     return f"{path}: {error}"
 
 
-def _scan_quietly(catalog: Catalog) -> None:
-    """``catalog.scan()``, its errors left to the requests (which scan again and report them)."""
-    try:
-        catalog.scan()
-    except Exception:  # noqa: BLE001
-        pass
+class Served:
+    """What the routes of one application share: the runs under the served directory (the
+    catalog), the directory for converted copies, the token and the Perfetto UI. The routes
+    are this object's methods; ``create_app`` registers them on a FastAPI application, so a
+    route reads its state from ``self`` instead of from closures inside ``create_app``."""
 
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        cache: str | os.PathLike,
+        *,
+        token: str | None = None,
+        perfetto_ui: str = PERFETTO_UI,
+    ) -> None:
+        if not re.match(r"^https?://[^/\s]+", perfetto_ui):
+            raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
+        self.catalog = Catalog(root, cache)
+        self.cache_dir = Path(cache)
+        self.perfetto_ui = perfetto_ui
+        self._expected = f"Bearer {token}".encode() if token else None
 
-def create_app(
-    root: str | os.PathLike,
-    *,
-    token: str | None = None,
-    cache: str | os.PathLike | None = None,
-    perfetto_ui: str = PERFETTO_UI,
-    warm: bool = False,
-) -> FastAPI:
-    """The application serving the runs under ``root``. ``token``: required of every
-    request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
-    non-Parquet traces and download files go (default: a fresh temporary directory).
-    ``perfetto_ui``: the Perfetto UI that "Open in Perfetto UI" opens (a self-hosted one
-    where ui.perfetto.dev cannot be reached). ``warm``: find the runs as the application starts
-    and compute each one's statistics then, ahead of the first request for them
-    (``queries.Warmer``; ``hotspan serve`` does)."""
-    if not re.match(r"^https?://[^/\s]+", perfetto_ui):
-        raise ValueError(f"perfetto_ui: {perfetto_ui!r} is not an http(s) URL")
-    own_cache = None
-    if cache is None:
-        # Removed with the application (when it is collected, or at exit at the latest):
-        # one left behind per app piled up in /tmp.
-        own_cache = tempfile.TemporaryDirectory(prefix="hotspan-serve-", ignore_cleanup_errors=True)
-        cache = own_cache.name
-    catalog = Catalog(root, cache)
-    if warm:
-        from .queries import Warmer
+    # ------------------------------------------------------------------ checks and lookups
 
-        catalog.on_new_version = app_warmer = Warmer()
-        # The runs found (and their statistics started) as the server starts, not at the
-        # first request; a request's own scan finds them known.
-        threading.Thread(
-            target=_scan_quietly, args=(catalog,), name="hotspan-serve-scan", daemon=True
-        ).start()
-    cache_dir = Path(cache)
-    expected = f"Bearer {token}".encode() if token else None
-
-    app = FastAPI(
-        title="hotspan serve",
-        version=__version__,
-        docs_url=None,
-        redoc_url=None,  # their pages load from a CDN
-        description="The runs (trace files and dataset directories) under one directory: list them, read "
-        "their statistics, phases and spans, download them in any format, compare two.",
-    )
-    app.state.catalog = catalog
-    app.state.warmer = app_warmer if warm else None
-    app.state.cache = own_cache  # held by the app: the directory lives as long as it does
-
-    # A run that reads as a list entry can still fail a query (a part torn after the scan, a
-    # table breaking the span rules): its message, as for a run listed with an error, never a 500.
-    from ..formats.base import TraceFileError
-    import pyarrow as pa
-
-    @app.exception_handler(TraceFileError)
-    @app.exception_handler(pa.ArrowException)
-    @app.exception_handler(OSError)
-    async def unreadable(request: Request, exc: Exception):
-        text = str(exc).replace(
-            str(catalog.root) + os.sep, ""
-        )  # paths relative to the served directory
+    async def unreadable(self, request: Request, exc: Exception) -> JSONResponse:
+        """A run that reads as a list entry can still fail a query (a part torn after the
+        scan, a table breaking the span rules): its message, as for a run listed with an
+        error, never a 500."""
+        # Paths relative to the served directory.
+        text = str(exc).replace(str(self.catalog.root) + os.sep, "")
         return _problem(409, f"not a readable trace: {text}")
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if expected is not None:
+    def refusal(self, request: Request) -> JSONResponse | None:
+        """The 401 or 400 a request gets before anything else runs, or None."""
+        if self._expected is not None:
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             # Constant time: how much of the token matched does not show in the timing.
-            if not hmac.compare_digest(given, expected):
+            if not hmac.compare_digest(given, self._expected):
                 return _problem(
                     401,
                     "missing or wrong token: send Authorization: Bearer <token>",
@@ -302,64 +264,43 @@ def create_app(
                 return _problem(
                     400, f"parameter {key!r}: {value!r} names a path outside the served directory"
                 )
+        return None
+
+    async def guard(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """The HTTP middleware: the refusal, if any, before the route runs."""
+        refused = self.refusal(request)
+        if refused is not None:
+            return refused
         return await call_next(request)
 
-    def run_or_404(rid: str) -> Run | JSONResponse:
-        run = catalog.get(rid)
+    def run_or_404(self, rid: str) -> Run | JSONResponse:
+        """The run with id ``rid``, or the 404 (no such run) or 409 (unreadable) to answer."""
+        run = self.catalog.get(rid)
         if run is None:
             return _problem(404, f"{rid}: {_UNKNOWN}")
         if run.error is not None:
             return _problem(409, run_problem(run.path, run.name, run.error))
         return run
 
-    def by_columns(text: str) -> tuple[str, ...]:
-        from .._schema import SPAN_SCHEMA
-
-        keys = tuple(k.strip() for k in text.split(",") if k.strip())
-        if not keys:
-            raise _bad_value("by", "give one or more column names, comma-separated")
-        known = (
-            *SPAN_SCHEMA.names,
-            "device",
-        )  # device: derived per span, as the library and the CLI take it
-        unknown = [k for k in keys if k not in known]
-        if unknown:
-            raise _bad_value(
-                "by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}"
-            )
-        if len(set(keys)) != len(keys):
-            raise _bad_value("by", "a column is named twice")
-        return keys
-
     # ------------------------------------------------------------------ the JSON API
 
-    @app.get("/v1/traces", response_model=TraceList, responses=_ERRORS, tags=["traces"])
-    def list_traces() -> Any:
+    def list_traces(self) -> Any:
         """Every run under the directory (scanned on each request: new runs appear). A run
         that cannot be read is listed with its `error` and no figures."""
-        return {"traces": [run.entry() for run in catalog.scan()]}
+        return {"traces": [run.entry() for run in self.catalog.scan()]}
 
-    @app.get(
-        "/v1/traces/{id}",
-        response_model=TraceDetail,
-        responses={**_ERRORS, **_NOT_FOUND},
-        tags=["traces"],
-    )
-    def get_trace(id: str) -> Any:
+    def get_trace(self, id: str) -> Any:
         """The run's summary and its phases per rank (each top-level category's time per step
         and its sub-categories' shares; rank null: the mean over ranks)."""
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
         return {**run.entry(), "phases": queries.phases_rows(run)}
 
-    @app.get(
-        "/v1/traces/{id}/stats",
-        response_model=StatsResponse,
-        responses={**_ERRORS, **_NOT_FOUND},
-        tags=["traces"],
-    )
     def get_stats(
+        self,
         id: str,
         by: Optional[str] = Query(
             None,
@@ -393,7 +334,7 @@ def create_app(
         """The `hotspan stats` columns per group of spans, largest total first: the library's
         `hotspan.stats`, with its defaults and its filter."""
         keys = by_columns(by) if by is not None else None
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
         try:
@@ -414,13 +355,8 @@ def create_app(
         used, rows = queries.stats_rows(run, keys, span_filter)
         return {"id": run.id, "by": list(used), "rows": rows}
 
-    @app.get(
-        "/v1/traces/{id}/spans",
-        response_model=SpansPage,
-        responses={**_ERRORS, **_NOT_FOUND},
-        tags=["traces"],
-    )
     def get_spans(
+        self,
         id: str,
         offset: int = Query(0, ge=0, le=2**62, description="spans to skip (of those matching)"),
         limit: int = Query(100, ge=1, le=10_000, description="spans in this page (at most 10 000)"),
@@ -439,7 +375,7 @@ def create_app(
     ) -> Any:
         """A page of spans in a stable order (the run's parts in order, rows in file order);
         `next_offset` is where the next page starts, null on the last."""
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
         rows, more = queries.spans_page(
@@ -453,27 +389,8 @@ def create_app(
             "spans": rows,
         }
 
-    @app.get(
-        "/v1/traces/{id}/download",
-        response_class=FileResponse,
-        tags=["traces"],
-        responses={
-            **_ERRORS,
-            **_NOT_FOUND,
-            200: {
-                "description": "the trace, streamed",
-                "content": {
-                    m: {
-                        "schema": {"type": "object", "description": "a Chrome JSON trace"}
-                        if m == "application/json"
-                        else {"type": "string", "format": "binary"}
-                    }
-                    for _e, m in queries.DOWNLOAD_FORMATS.values()
-                },
-            },
-        },
-    )
     def download(
+        self,
         id: str,
         format: Literal["pftrace", "json", "json.gz", "parquet", "speedscope", "folded"] = Query(
             "pftrace",
@@ -483,23 +400,18 @@ def create_app(
     ) -> Any:
         """The run as one file in `format`, streamed from disk (converted once per version of
         the run)."""
-        run = run_or_404(id)
+        run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        path = queries.download_path(run, format, cache_dir)
+        path = queries.download_path(run, format, self.cache_dir)
         extension, media = queries.DOWNLOAD_FORMATS[format]
         stem = run.name
         if run.kind == "file" and run.format:
             stem = stem[: -len(run.format)] if stem.lower().endswith(run.format) else stem
         return FileResponse(path, media_type=media, filename=(stem or run.id) + extension)
 
-    @app.get(
-        "/v1/compare",
-        response_model=CompareResponse,
-        responses={**_ERRORS, **_NOT_FOUND},
-        tags=["compare"],
-    )
     def compare(
+        self,
         base: str = Query(..., max_length=64, description="id of the run before"),
         new: str = Query(..., max_length=64, description="id of the run after"),
         threshold: float = Query(
@@ -512,8 +424,8 @@ def create_app(
         """Span group by span group, as `hotspan compare` does: medians, their change with a
         bootstrap interval, the Mann-Whitney U p-value and a verdict."""
         runs = []
-        for _parameter, rid in (("base", base), ("new", new)):
-            run = run_or_404(rid)
+        for rid in (base, new):
+            run = self.run_or_404(rid)
             if isinstance(run, JSONResponse):
                 return run
             runs.append(run)
@@ -526,7 +438,130 @@ def create_app(
             ),
         }
 
+
+def by_columns(text: str) -> tuple[str, ...]:
+    """The span columns ``text`` (comma-separated) names, or FastAPI's 422 naming ``by``."""
+    from .._schema import SPAN_SCHEMA
+
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not keys:
+        raise _bad_value("by", "give one or more column names, comma-separated")
+    # device: derived per span, as the library and the CLI take it.
+    known = (*SPAN_SCHEMA.names, "device")
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise _bad_value(
+            "by", f"no column {', '.join(map(repr, unknown))}; columns: {', '.join(known)}"
+        )
+    if len(set(keys)) != len(keys):
+        raise _bad_value("by", "a column is named twice")
+    return keys
+
+
+_DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the trace, streamed",
+        "content": {
+            m: {
+                "schema": {"type": "object", "description": "a Chrome JSON trace"}
+                if m == "application/json"
+                else {"type": "string", "format": "binary"}
+            }
+            for _e, m in queries.DOWNLOAD_FORMATS.values()
+        },
+    },
+}
+
+
+def add_api(app: FastAPI, served: Served) -> None:
+    """The JSON API's routes, each one of ``served``'s methods (in the OpenAPI document's
+    order)."""
+    found = {**_ERRORS, **_NOT_FOUND}
+    app.get("/v1/traces", response_model=TraceList, responses=_ERRORS, tags=["traces"])(
+        served.list_traces
+    )
+    app.get("/v1/traces/{id}", response_model=TraceDetail, responses=found, tags=["traces"])(
+        served.get_trace
+    )
+    app.get(
+        "/v1/traces/{id}/stats", response_model=StatsResponse, responses=found, tags=["traces"]
+    )(served.get_stats)
+    app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses=found, tags=["traces"])(
+        served.get_spans
+    )
+    app.get(
+        "/v1/traces/{id}/download",
+        response_class=FileResponse,
+        responses={**found, **_DOWNLOAD_RESPONSES},
+        tags=["traces"],
+    )(served.download)
+    app.get("/v1/compare", response_model=CompareResponse, responses=found, tags=["compare"])(
+        served.compare
+    )
+
+
+def _scan_quietly(catalog: Catalog) -> None:
+    """``catalog.scan()``, its errors left to the requests (which scan again and report them)."""
+    try:
+        catalog.scan()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def create_app(
+    root: str | os.PathLike,
+    *,
+    token: str | None = None,
+    cache: str | os.PathLike | None = None,
+    perfetto_ui: str = PERFETTO_UI,
+    warm: bool = False,
+) -> FastAPI:
+    """The application serving the runs under ``root``. ``token``: required of every
+    request as ``Authorization: Bearer <token>``. ``cache``: where Parquet copies of
+    non-Parquet traces and download files go (default: a fresh temporary directory).
+    ``perfetto_ui``: the Perfetto UI that "Open in Perfetto UI" opens (a self-hosted one
+    where ui.perfetto.dev cannot be reached). ``warm``: find the runs as the application starts
+    and compute each one's statistics then, ahead of the first request for them
+    (``queries.Warmer``; ``hotspan serve`` does)."""
+    import pyarrow as pa
+
+    from ..formats.base import TraceFileError
     from .pages import add_pages
 
-    add_pages(app, catalog, run_or_404, perfetto_ui=perfetto_ui)
+    own_cache = None
+    if cache is None:
+        # Removed with the application (when it is collected, or at exit at the latest):
+        # one left behind per app piled up in /tmp. The application holds it, not the Served
+        # object: FastAPI caches facts about each endpoint in module-level lru_caches keyed on
+        # the endpoint, which keep the Served object (its bound methods) alive past the app.
+        own_cache = tempfile.TemporaryDirectory(prefix="hotspan-serve-", ignore_cleanup_errors=True)
+        cache = own_cache.name
+    served = Served(root, cache, token=token, perfetto_ui=perfetto_ui)
+    warmer = None
+    if warm:
+        from .queries import Warmer
+
+        served.catalog.on_new_version = warmer = Warmer()
+        # The runs found (and their statistics started) as the server starts, not at the
+        # first request; a request's own scan finds them known.
+        threading.Thread(
+            target=_scan_quietly, args=(served.catalog,), name="hotspan-serve-scan", daemon=True
+        ).start()
+    app = FastAPI(
+        title="hotspan serve",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,  # their pages load from a CDN
+        description="The runs (trace files and dataset directories) under one directory: list them, read "
+        "their statistics, phases and spans, download them in any format, compare two.",
+    )
+    app.state.served = served
+    app.state.catalog = served.catalog
+    app.state.warmer = warmer
+    app.state.cache = own_cache  # held by the app: the directory lives as long as it does
+    for error in (TraceFileError, pa.ArrowException, OSError):
+        app.add_exception_handler(error, served.unreadable)
+    app.middleware("http")(served.guard)
+    add_api(app, served)
+    add_pages(app, served.catalog, served.run_or_404, perfetto_ui=served.perfetto_ui)
     return app
