@@ -83,14 +83,23 @@ def test_drain_returns_each_span_once():
 
 
 def test_timestamps_lie_inside_time_ns_bounds():
+    # Spans are timed on the CPU's counter and mapped to CLOCK_REALTIME by a map steered
+    # towards it (hs_clock.c): they lie inside time.time_ns() bounds taken around them, to
+    # within the map's own error at its last check against the real clock (in the table's
+    # clock metadata) and a microsecond for the anchor's bracket and rounding (one run of a
+    # loaded machine found an end 1 ns past its bound).
     for _ in range(20):
         t0 = time.time_ns()
         with hotspan.span("timed"):
             with hotspan.span("inner"):
                 pass
         t1 = time.time_ns()
-        for r in rows(hotspan.drain()):
-            assert t0 <= r["start_ns"] <= r["end_ns"] <= t1, (t0, r, t1)
+        table = hotspan.drain()
+        clock = json.loads(table.schema.metadata[b"hotspan.clock"])
+        slack = abs(clock["last_error_ns"]) + 1_000
+        assert slack < 1_000_000, clock  # the map never strays a millisecond
+        for r in rows(table):
+            assert t0 - slack <= r["start_ns"] <= r["end_ns"] <= t1 + slack, (t0, r, t1, clock)
 
 
 def test_timestamps_track_real_time_after_a_sleep():
