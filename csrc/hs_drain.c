@@ -47,6 +47,14 @@ static hs_thread_info *graveyard = NULL;
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic pid_t drainer_pid = 0;
+/* The drain thread says it runs its own code (hs_drainer_ensure waits for that, start_lock
+ * held). Why: a thread still starting is inside the C library's and a sanitizer runtime's
+ * thread set-up, which allocate; a fork() then (prepare takes start_lock, so never during
+ * the wait) would copy their allocator's locks held into the child. ASan's runtime does not
+ * lock its allocator around fork(): the child hung on its first malloc. */
+static pthread_mutex_t started_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t started_cond = PTHREAD_COND_INITIALIZER;
+static pid_t started_pid = 0; /* under started_lock */
 static _Atomic uint32_t wake_word = 0;
 /* Adaptive: shorter when there is much to walk between passes, longer when idle. Nothing
  * depends on it being on time any more (threads move on to fresh blocks themselves): it
@@ -285,6 +293,10 @@ static void signal_drops(uint64_t *last_signal_ns) {
 static void *drainer_main(void *arg) {
     (void)arg; /* started with every signal blocked: see hs_thread_create_quiet */
     pid_t me = getpid();
+    pthread_mutex_lock(&started_lock);
+    started_pid = me;
+    pthread_cond_broadcast(&started_cond);
+    pthread_mutex_unlock(&started_lock);
     uint64_t idle_us = 0, drops_signal_ns = 0;
     uint32_t seen = 0;
     int first = 1;
@@ -372,7 +384,13 @@ void hs_drainer_ensure(void) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&attr, 256 * 1024);
         atomic_store(&drainer_pid, me);
-        if (hs_thread_create_quiet(&th, &attr, drainer_main, NULL) != 0) atomic_store(&drainer_pid, 0);
+        if (hs_thread_create_quiet(&th, &attr, drainer_main, NULL) != 0) {
+            atomic_store(&drainer_pid, 0);
+        } else {
+            pthread_mutex_lock(&started_lock); /* once a process: see started_lock */
+            while (started_pid != me) pthread_cond_wait(&started_cond, &started_lock);
+            pthread_mutex_unlock(&started_lock);
+        }
         pthread_attr_destroy(&attr);
     }
     pthread_mutex_unlock(&start_lock);
