@@ -27,7 +27,7 @@ from .._schema import (
     META_START,
     META_VERSION,
 )
-from ..analysis.statistics import column_codes, to_numpy, phases, stats
+from ..analysis.statistics import STAT_COLUMNS, column_codes, phases, stats, to_numpy
 from ..units import human_bytes, human_count, human_ns, human_rate
 from .flame import asset, flame_html
 from .layout import category_order, layout
@@ -398,16 +398,8 @@ def _stats_table(table: pa.Table) -> str:
             (f"{r['count']:,}", r["count"]),
             *(
                 (human_ns(r[c]), r[c])
-                for c in (
-                    "total_ns",
-                    "self_ns",
-                    "mean_ns",
-                    "min_ns",
-                    "p50_ns",
-                    "p90_ns",
-                    "p99_ns",
-                    "max_ns",
-                )
+                for c in STAT_COLUMNS
+                if c.endswith("_ns")  # stats()' durations, in its order
             ),
             (_percent(r["share"]), r["share"]),
             (_percent(r["busy"]), r["busy"]),
