@@ -173,37 +173,35 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             perfetto_ui=perfetto_ui,
         )
 
-    @app.get("/runs/{id}/timeline", response_class=HTMLResponse, include_in_schema=False)
-    def timeline_page(request: Request, id: str):
+    def inline_page(request: Request, id: str, render, what: str, instead: str):
+        """A run's page drawn inline (timeline, flame graph), or 413 for a run too large."""
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
-        html = queries.timeline_html(run)
+        html = render(run)
         if html is None:
             return page(
                 request,
                 "problem.html",
                 status=413,
-                detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline timeline "
-                f"(at most {queries.TIMELINE_MAX_SPANS:,}); open it in Perfetto UI",
+                detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline {what} "
+                f"(at most {queries.TIMELINE_MAX_SPANS:,}); {instead}",
             )
         return HTMLResponse(html)
 
+    @app.get("/runs/{id}/timeline", response_class=HTMLResponse, include_in_schema=False)
+    def timeline_page(request: Request, id: str):
+        return inline_page(request, id, queries.timeline_html, "timeline", "open it in Perfetto UI")
+
     @app.get("/runs/{id}/flame", response_class=HTMLResponse, include_in_schema=False)
     def flame_page(request: Request, id: str):
-        run = run_or_404(id)
-        if isinstance(run, JSONResponse):
-            return problem_page(request, run)
-        html = queries.flame_html(run)
-        if html is None:
-            return page(
-                request,
-                "problem.html",
-                status=413,
-                detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline flame graph "
-                f"(at most {queries.TIMELINE_MAX_SPANS:,}); download it as .speedscope.json or .folded",
-            )
-        return HTMLResponse(html)
+        return inline_page(
+            request,
+            id,
+            queries.flame_html,
+            "flame graph",
+            "download it as .speedscope.json or .folded",
+        )
 
     @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)
     def compare_page(
