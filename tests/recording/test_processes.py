@@ -383,12 +383,11 @@ def test_sigterm_arriving_inside_a_flush_neither_hangs_nor_loses(tmp_path):
     assert hotspan.load(out).num_rows == 100
 
 
-#: Rounds of each pool scenario in the slow tier. Issue 21 asks for 50 of each
-#: (HOTSPAN_POOL_RUNS=50: 19 min on a loaded 2-core machine, two programs side by side,
-#: against about 6 min for the 10 of each run before); 25 keeps the slow tier within a few
-#: minutes of what it was. Most of a spawn or forkserver round is its 4 workers each
-#: importing pyarrow to write their first part (start()), ~1 s of CPU each there.
-POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "25"))
+#: Rounds of each pool scenario in the slow tier: issue 21's 50 of each (HOTSPAN_POOL_RUNS
+#: sets fewer for a quick look). 50 took 19 min on a loaded 2-core machine for the nine
+#: scenarios, two programs side by side; most of a spawn or forkserver round is its 4
+#: workers each importing pyarrow to write their first part (start()), ~1 s of CPU each.
+POOL_RUNS = int(os.environ.get("HOTSPAN_POOL_RUNS", "50"))
 #: Programs sharing a scenario's rounds side by side, one a core (each its own pools and
 #: run): on 2 cores two took 0.63 of the time of one after another, four 0.74.
 POOL_PROGRAMS = int(os.environ.get("HOTSPAN_POOL_PROGRAMS", "0")) or min(os.cpu_count() or 1, 4)
