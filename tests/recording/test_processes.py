@@ -497,13 +497,21 @@ def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method,
 
 SIGNALLED_PROGRAM = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys, threading, time
     import hotspan
+    flushed, flushed_spans = threading.Event(), []
+    def count(event):
+        if isinstance(event, hotspan.events.Flushed):
+            flushed_spans.append(event.spans)
+            if sum(flushed_spans) >= 300:
+                flushed.set()
+    hotspan.on_event(count)
     for n in range(300):
         with hotspan.span("step", arg=n):
             pass
     if sys.argv[1] == "crash":
-        time.sleep(2.5)  # flushed (every second) before the crash
+        # the crash comes once the steps were flushed (every second), whatever the load
+        assert flushed.wait(120), "the steps were never flushed"
         os.abort()
     print("recorded 300", flush=True)
     while True:
