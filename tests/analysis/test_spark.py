@@ -69,6 +69,30 @@ def test_spark_stats_equal_duckdb_and_in_memory(spark, run, by):
     )
 
 
+def test_spark_stats_of_millions_of_spans_over_ranks_equal_duckdb_and_in_memory(
+    spark, tmp_path_factory
+):
+    # issue 23: the same columns, types and values, percentiles to the last bit, "on a run of
+    # a few million spans over several ranks" (groups of hundreds of thousands of spans, where
+    # an approximate or differently interpolated percentile would show)
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2] / "benchmarks"))
+    import bench_big
+
+    directory = tmp_path_factory.mktemp("spark-big") / "run"
+    written = bench_big.generate(directory, 3_000_000, 6, part_spans=1 << 19)
+    assert written >= 2_900_000
+    start = time.perf_counter()
+    on_spark = hotspan.stats(directory, engine=spark)
+    print(f"spark stats of {written:,} spans over 6 ranks: {time.perf_counter() - start:.1f} s")
+    on_duckdb = hotspan.stats(directory, engine="duckdb")
+    in_memory = hotspan.stats(directory, engine="memory")
+    assert on_spark.schema == on_duckdb.schema == in_memory.schema
+    assert sum(on_spark.column("count").to_pylist()) == written
+    assert (
+        clean(on_spark.to_pylist()) == clean(on_duckdb.to_pylist()) == clean(in_memory.to_pylist())
+    )
+
+
 def test_spark_filter_and_phases(spark, run):
     span_filter = hotspan.SpanFilter(categories=("train",), ranks=(0, 2), since=0.5, min_ns=10_000)
     on_spark = hotspan.stats(run, filter=span_filter, engine=spark)
