@@ -50,15 +50,29 @@ void *hs_buf_alloc(size_t bytes) {
         h.kind = 0;
     } else {
         total = (total + BUF_HUGE - 1) & ~(uint64_t)(BUF_HUGE - 1);
+        /* A recorder's drains differ in size from one flush to the next (by a third and
+         * more), so a pooled buffer of exactly the size was rarely there, and each miss
+         * faulted in fresh pages (issue 21: ~13 faults a thousand spans, half the drain's
+         * CPU in a busy recording). So: the smallest pooled buffer that holds it, up to twice
+         * its size; and a fresh one is mapped half as large again, for a later, larger drain
+         * (pages never written are never faulted in: the headroom costs address space, not
+         * memory). The buffer keeps its own size in its header, and goes back to the pool
+         * whole. */
+        uint64_t most = 2 * total;
+        uint32_t best = UINT32_MAX;
         pthread_mutex_lock(&pool_lock);
         for (uint32_t i = 0; i < pool_count; i++) {
-            if (pool_size[i] == total) {
-                base = pool_ptr[i];
-                pool_bytes -= total;
-                pool_ptr[i] = pool_ptr[--pool_count];
-                pool_size[i] = pool_size[pool_count];
-                break;
-            }
+            int fits = pool_size[i] >= total && pool_size[i] <= most;
+            if (fits && (best == UINT32_MAX || pool_size[i] < pool_size[best])) best = i;
+        }
+        if (best != UINT32_MAX) {
+            base = pool_ptr[best];
+            total = pool_size[best];
+            pool_bytes -= total;
+            pool_ptr[best] = pool_ptr[--pool_count];
+            pool_size[best] = pool_size[pool_count];
+        } else {
+            total = (total + total / 2 + BUF_HUGE - 1) & ~(uint64_t)(BUF_HUGE - 1);
         }
         pthread_mutex_unlock(&pool_lock);
         if (!base) {

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import sys
+import textwrap
 import time
 
 import pyarrow as pa
@@ -296,3 +297,33 @@ def test_segment_memory_is_reused_then_given_back_when_idle():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RUSAGE_THREAD is Linux's")
+def test_a_smaller_drain_reuses_the_column_buffers_of_a_larger_one():
+    # A recorder's drains differ in size from flush to flush: the column buffers a drain gave
+    # back are taken again by the next one up to half as large again, not only at exactly
+    # their size (each miss faulted in fresh pages: half the drain's CPU while recording).
+    # Page faults of the draining thread, counted: no clock involved.
+    out = run_python(
+        textwrap.dedent("""
+        import resource, hotspan
+        def faults():
+            return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        def drain_faults(n):
+            for _ in range(n):
+                with hotspan.span("x"):
+                    pass
+            before = faults()
+            table = hotspan.drain()
+            assert table.num_rows == n, table.num_rows
+            return faults() - before
+        print(drain_faults(1_000_000), drain_faults(700_000))
+        """)
+    )
+    assert out.returncode == 0, out.stderr
+    first, second = map(int, out.stdout.split())
+    # 8-byte columns: 8 MiB buffers for 1 M spans, 6 MiB ones for 0.7 M (2 MiB steps). The
+    # first drain faults in ~80 bytes a span (~20,000 pages); the second takes them back
+    assert first > 5_000, (first, second)
+    assert second * 10 < first, (first, second)

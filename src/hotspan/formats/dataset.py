@@ -259,11 +259,16 @@ def write_part(
     token: str | None = None,
     part_meta: dict[str, Any] | None = None,
     last: int | None = None,
+    encoding: str = "part",
 ) -> Path | str:
     """Write one part atomically; return its path (local) or its path on the store.
 
     Local: a temporary ``.``-name, fsync, then the name taken with ``link()``. Elsewhere:
     written to a local temporary file, then :func:`put_file`.
+
+    ``encoding``: ``"part"``, the encoding cheapest to write (LZ4, byte-stream-split
+    integers: a recorder's flush, a collector's put; ``parquet.PART_WRITER_OPTIONS``), or
+    ``"file"``, an exported file's (zstd: smaller, for parts that stay, as compaction writes).
 
     ``table`` keeps its schema metadata; ``part_meta`` is added under ``hotspan.part``.
     A part is never written over: where the name exists already, ``FileExistsError`` (the
@@ -271,8 +276,11 @@ def write_part(
     """
     import tempfile
 
-    from .registry import exporter_for
+    from .parquet import ParquetExporter, PartParquetExporter
 
+    if encoding not in ("part", "file"):
+        raise ValueError(f"write_part: encoding must be 'part' or 'file', not {encoding!r}")
+    exporter = PartParquetExporter() if encoding == "part" else ParquetExporter()
     loc = (
         directory
         if isinstance(directory, Location)
@@ -290,11 +298,11 @@ def write_part(
         local_root = loc.root if loc is not None else cast("str | os.PathLike[str]", directory)
         path = Path(local_root) / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        exporter_for(path).write(table, path, replace=False)
+        exporter.write(table, path, replace=False)
         return path
     with tempfile.TemporaryDirectory(prefix="hotspan-part-") as tmp:
         staged = Path(tmp) / relative.rpartition("/")[2]
-        exporter_for(staged).write(table, staged)
+        exporter.write(table, staged)
         return put_file(loc, staged, relative)
 
 

@@ -1,4 +1,5 @@
-"""Parquet: the span table as it is (dictionary columns, schema metadata), zstd-compressed.
+"""Parquet: the span table as it is (dictionary columns, schema metadata), zstd-compressed;
+a recording's parts (``PartParquetExporter``) in a lighter encoding that costs the flusher less.
 
 Row groups hold a million rows (half a million for tables large enough to be written on
 several cores, below): large enough for good compression and fast scans of 10 M-span
@@ -55,6 +56,41 @@ _WRITER_OPTIONS = dict(
     write_batch_size=1 << 16,
 )
 
+#: A recording's parts (``formats/dataset.write_part``: one every ``flush_interval``, on the
+#: flusher, while the program records): the flusher must write spans faster than a program's
+#: threads record them, often on the one core they leave it (issue 21: 2 threads recording
+#: flat out on 2 cores make ~3-6 M spans a second). Measured on 1 M-span tables (pyarrow 26,
+#: one core, CPU time of the write, median of 7 interleaved runs; flat = the benchmark's
+#: ``span("x", "c")``, nested = 50 names, depth 3, args): 48 / 67 ns a span against today's
+#: full-file options' 76 / 112, for 4.3 / 5.6 bytes a span against 3.9 / 4.3.
+#: - BYTE_STREAM_SPLIT on the signed 64-bit columns: the cheapest encoder per value (5 ns a span for
+#:   span_id, start_ns, end_ns, against 8-10 for DELTA_BINARY_PACKED), and its byte streams
+#:   compress nearly as well (start_ns 1.7 bytes a span either way).
+#: - LZ4 (LZ4_RAW): half zstd's cost on the compressible streams. Every reader of the matrix
+#:   (pandas, polars, DuckDB, Spark: tests/formats/test_dataset_readers.py) opens it; for
+#:   older readers and for size, ``hotspan compact`` rewrites parts with the full-file options.
+#: - dictionaries on the strings only, as for files (a dictionary column written plain is
+#:   decoded first: 11-18 ns a span); statistics on the columns readers take ranges from
+#:   (analysis/streaming.py ``column_range``: start_ns, end_ns, duration_ns; ~1 ns a span).
+_PART_COLUMN_ENCODINGS = {
+    # Not the unsigned ids: Spark's vectorized reader cannot read BYTE_STREAM_SPLIT uint64
+    # ("readUnsignedLongs" unsupported; test_spark)
+    "span_id": "DELTA_BINARY_PACKED",
+    "parent_id": "DELTA_BINARY_PACKED",
+    **{
+        name: "BYTE_STREAM_SPLIT"
+        for name in ("start_ns", "end_ns", "duration_ns", "self_ns", "arg")
+    },
+    **{name: "PLAIN" for name in ("depth", "thread_id", "pid", "rank", "error")},
+}
+PART_WRITER_OPTIONS = dict(
+    compression="lz4",
+    use_dictionary=_DICTIONARY_COLUMNS,
+    column_encoding=_PART_COLUMN_ENCODINGS,
+    write_statistics=["start_ns", "end_ns", "duration_ns"],
+    write_batch_size=1 << 16,
+)
+
 # pyarrow's writer encodes a row group's columns one after another on one core (it does not
 # expose the C++ writer's use_threads), ~150 ns a span here. Large tables are cut into row
 # groups written on as many threads as there are cores, each into memory as a little
@@ -66,14 +102,19 @@ PARALLEL_ROWS = 1 << 19  # a row group of the parallel writer
 
 
 class ParquetExporter(Exporter):
+    #: pyarrow.parquet's writer options (compression, encodings, statistics)
+    writer_options: dict = _WRITER_OPTIONS
+    #: Large tables written on several cores (``_write_parallel``)
+    parallel = True
+
     def _write(self, table: pa.Table, path: Path) -> None:
         workers = min(os.cpu_count() or 1, 4)
-        if table.num_rows >= PARALLEL_MIN_ROWS and workers > 1:
+        if self.parallel and table.num_rows >= PARALLEL_MIN_ROWS and workers > 1:
             self._write_parallel(table, path, workers)
             return
         with (
             Progress(table.num_rows, f"writing {path.name}") as progress,
-            pq.ParquetWriter(path, table.schema, **_WRITER_OPTIONS) as writer,
+            pq.ParquetWriter(path, table.schema, **self.writer_options) as writer,
         ):
             for start in range(0, table.num_rows, ROW_GROUP_ROWS):
                 row_group = table.slice(start, ROW_GROUP_ROWS)
@@ -84,7 +125,7 @@ class ParquetExporter(Exporter):
         def one_file(part: pa.Table) -> pa.Buffer:
             sink = pa.BufferOutputStream()
             pq.write_table(
-                part, sink, row_group_size=PARALLEL_ROWS, **_WRITER_OPTIONS
+                part, sink, row_group_size=PARALLEL_ROWS, **self.writer_options
             )  # releases the GIL
             return sink.getvalue()
 
@@ -119,6 +160,17 @@ class ParquetExporter(Exporter):
         # ~10 ms a million rows on top of a ~100 ms read.
         table.validate(full=True)
         return table
+
+
+class PartParquetExporter(ParquetExporter):
+    """A recording's parts: Parquet any reader opens, in the encoding cheapest to write
+    (``PART_WRITER_OPTIONS``); read like any Parquet file."""
+
+    writer_options = PART_WRITER_OPTIONS
+    # One core: the flusher writes beside a program whose threads hold the other cores, and
+    # the parallel writer's row groups, each a file of its own (their dictionaries built
+    # again, joined in Python), cost ~25% more CPU (62 against 49 ns a span, 1 M spans).
+    parallel = False
 
 
 class _JoinedFile:

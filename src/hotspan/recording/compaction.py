@@ -235,4 +235,5 @@ def _merge(loc, writer, members, metas) -> None:
         token=token,
         part_meta=part_meta,
         last=part_meta["seq_last"],
+        encoding="file",  # parts that stay: zstd's smaller files, written once, off the flusher
     )

@@ -242,7 +242,10 @@ class Recorder:
             if not acquired:
                 return
             table = self._take()
-            self._last = table
+            # What stop() needs of it: the schema and its metadata (the dropped counts only
+            # grow), not the rows: holding the whole batch until the next flush kept its
+            # column buffers from going back to the drain's pool before the next drain.
+            self._last = table.schema.empty_table()
             self.flushes += 1
             if self.kind == "directory":
                 track_children()
