@@ -22,7 +22,7 @@ any overlap is a repeated id. Should the run turn out to repeat ids, it is read 
 with the ids looked up within their (rank, pid, thread).
 
 Per span the result is a (rank, category, parent's category) triple; their times and steps
-are summed and handed to ``queries.finish_phases``, the same arithmetic as the DuckDB and
+are summed and handed to ``queries.phases_of_sums``, the same arithmetic as the DuckDB and
 Spark paths' (``queries.phases_sql``) and the in-memory path's (``statistics.phase_table``),
 to the same result.
 
@@ -202,8 +202,9 @@ class _IdIndex:
             rows = np.arange(n, dtype=table.dtype)
             table[offset[::-1]] = rows[::-1]
             self.table = table
-            self.repeated = bool((table[offset] != rows).any())
             present = table >= 0
+            # fewer distinct ids than rows: one repeats
+            self.repeated = int(np.count_nonzero(present)) != n
             # runs of consecutive ids: where presence switches on and off
             edges = np.flatnonzero(np.diff(np.r_[False, present, False].view(np.int8)))
             self.runs = (
@@ -223,9 +224,12 @@ class _IdIndex:
         if self.n == 0 or len(wanted) == 0:
             return np.full(len(wanted), -1, np.int64)
         if self.direct:
-            inside = (wanted >= self.low) & (wanted < self.low + np.uint64(self.width))
-            out = np.full(len(wanted), -1, np.int64)
-            out[inside] = self.table[(wanted[inside] - self.low).view(np.int64)]
+            # below the lowest id, the difference wraps around past the width: one test
+            offset = wanted - self.low
+            outside = offset >= np.uint64(self.width)
+            offset[outside] = 0
+            out = self.table[offset.view(np.int64)]
+            out[outside] = -1
             return out
         position = np.minimum(np.searchsorted(self.sorted, wanted), self.n - 1)
         return np.where(self.sorted[position] == wanted, self.order[position], -1)
@@ -410,6 +414,7 @@ def _stream(
                 raise GiveUp("null ranks")
             ids = _numpy(table.column("span_id"), np.uint64)
             parent, parent_valid = _values_and_validity(table.column("parent_id"))
+            parent = parent.astype(np.uint64, copy=False)  # (a signed column compares as ids)
             has_parent = parent_valid if parent_valid is not None else np.ones(len(ids), np.bool_)
             child = categories.codes_of(table.column("category"))
             duration = _numpy(table.column("duration_ns"), np.int64)
@@ -479,7 +484,7 @@ def _run(
 ) -> pa.Table:
     from concurrent.futures import ThreadPoolExecutor
 
-    from .queries import finish_phases
+    from .queries import phases_of_sums
     from .statistics import category_levels
 
     categories = _Categories()
@@ -521,18 +526,16 @@ def _run(
     child = np.array([k[1] for k in keys], np.int64)
     parent = np.array([k[2] for k in keys], np.int64)  # -1: none (top_of[-1] is -1)
     has_parent = parent >= 0
-    rows = pa.table(
-        {
-            "rank": pa.array(rank, pa.int64()),
-            "top": pa.array(top_of[child], pa.int64()),
-            "sub": pa.array(sub_of[child], pa.int64()),
-            "same_top": pa.array(has_parent & (top_of[parent] == top_of[child])),
-            "same_sub": pa.array(has_parent & (sub_of[parent] == sub_of[child])),
-            "time": pa.array([sums.sums[k][0] for k in keys], pa.int64()),
-            "steps": pa.array([sums.sums[k][1] for k in keys], pa.int64()),
-        }
-    )
-    return finish_phases(rows, np.array(sorted(ranks), np.int64), levels)
+    rows = {
+        "rank": rank,
+        "top": top_of[child],
+        "sub": sub_of[child],
+        "same_top": has_parent & (top_of[parent] == top_of[child]),
+        "same_sub": has_parent & (sub_of[parent] == sub_of[child]),
+        "time": np.array([sums.sums[k][0] for k in keys], np.int64),
+        "steps": np.array([sums.sums[k][1] for k in keys], np.int64),
+    }
+    return phases_of_sums(rows, np.array(sorted(ranks), np.int64), levels)
 
 
 def _resolve_carried(
