@@ -406,43 +406,65 @@ def _stream(
     columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
     for path, footer in parts:
         reader = pq.ParquetFile(path, metadata=footer)
+        rank_index = footer.schema.to_arrow_schema().get_field_index("rank")
         for g in range(footer.num_row_groups):
-            table = reader.read_row_group(g, columns=columns, use_threads=False)
-            if table.num_rows == 0:
+            # a row group of one rank (the footer says so) is read without its rank column
+            stats = footer.row_group(g).column(rank_index).statistics
+            one_rank = (
+                stats.min
+                if not lanes
+                and stats is not None
+                and stats.has_min_max
+                and stats.null_count == 0
+                and stats.min == stats.max
+                else None
+            )
+            wanted = [c for c in columns if c != "rank"] if one_rank is not None else columns
+            table = reader.read_row_group(g, columns=wanted, use_threads=False)
+            n = table.num_rows
+            if n == 0:
                 continue
-            if table.column("rank").null_count:
+            if one_rank is None and table.column("rank").null_count:
                 raise GiveUp("null ranks")
             ids = _numpy(table.column("span_id"), np.uint64)
             parent, parent_valid = _values_and_validity(table.column("parent_id"))
             parent = parent.astype(np.uint64, copy=False)  # (a signed column compares as ids)
-            has_parent = parent_valid if parent_valid is not None else np.ones(len(ids), np.bool_)
+            has_parent = parent_valid if parent_valid is not None else np.ones(n, np.bool_)
             child = categories.codes_of(table.column("category"))
             duration = _numpy(table.column("duration_ns"), np.int64)
-            rank = _numpy(table.column("rank"), np.int32)
-            ranks.update(np.unique(rank).tolist() if rank.min() != rank.max() else [int(rank[0])])
-            wanted_parent = np.concatenate((carried.columns["parent"], parent))
+            if one_rank is not None:
+                rank = np.broadcast_to(np.int32(one_rank), n)  # no copy
+                ranks.add(int(one_rank))
+            else:
+                rank = _numpy(table.column("rank"), np.int32)
+                ranks.update(np.unique(rank).tolist())
             if lanes is None:
                 index = _IdIndex(ids)
                 if index.repeated or ranges.add(*index.runs):
                     raise RepeatedIds()
-                row = index.find(wanted_parent)
-                lane = np.zeros(len(ids), np.int64)
+                carried_row = index.find(carried.columns["parent"])
+                row = index.find(parent)
+                lane = np.zeros(n, np.int64)
             else:
                 lane = lanes.of(table)
-                wanted_lane = np.concatenate((carried.columns["lane"], lane))
-                span_key, wanted_key = _lane_keys(lane, ids, wanted_lane, wanted_parent)
+                span_key, wanted_key = _lane_keys(
+                    lane,
+                    ids,
+                    np.concatenate((carried.columns["lane"], lane)),
+                    np.concatenate((carried.columns["parent"], parent)),
+                )
                 row = _IdIndex(span_key).find(wanted_key)
+                carried_row, row = row[: len(carried)], row[len(carried) :]
             # the children carried from earlier row groups whose parent is here
-            n_carried = len(carried)
-            found_carried = row[:n_carried] >= 0
+            found_carried = carried_row >= 0
             if found_carried.any():
                 done = carried.take(found_carried)
-                _add_summed(sums, done, child[row[:n_carried][found_carried]])
+                _add_summed(sums, done, child[carried_row[found_carried]])
             # this row group's spans: a parent here, none, or one still to come
-            row = row[n_carried:]
             found = (row >= 0) & has_parent  # a null parent's slot holds any value
             waiting = has_parent & ~found
-            parent_category = np.where(found, child[np.where(found, row, 0)], -1)
+            # (row -1 reads the last row's category, replaced by -1 at once)
+            parent_category = np.where(found, child[row], -1)
             sums.add(rank, child, parent_category, duration, skip=waiting)
             if waiting.any():
                 carried.add(
