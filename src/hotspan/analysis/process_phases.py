@@ -519,20 +519,17 @@ def _run(
     # the GIL, and the processes' streams are independent.
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(one, groups))
-    sums, ranges = _Sums(), _Ranges(budget)
+    sums = _Sums()
     ranks: set[int] = set()
     carried = _Carried(budget * workers)
-    repeated = False
-    for group_sums, group_carried, group_ranges, group_ranks in results:
+    for group_sums, group_carried, _group_ranges, group_ranks in results:
         sums.merge(group_sums)
         ranks |= group_ranks
         if len(group_carried):
             carried.add(**group_carried.columns)
-        if not lanes:
-            if group_ranges.overflow:
-                ranges.overflow = True
-            repeated |= ranges.add(group_ranges.starts, group_ranges.ends)
-    if not lanes and (repeated or (ranges.overflow and not unique_ids())):
+    if not lanes and _repeated_across(
+        [group_ranges for _s, _c, group_ranges, _r in results], budget, unique_ids
+    ):
         raise RepeatedIds()
     if len(carried):
         _resolve_carried(carried, sums, footers, groups, categories, lane_codes)
@@ -558,6 +555,23 @@ def _run(
         "steps": np.array([sums.sums[k][1] for k in keys], np.int64),
     }
     return phases_of_sums(rows, np.array(sorted(ranks), np.int64), levels)
+
+
+def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
+    """Whether an id repeats between processes (each process's own ids are unique: checked as
+    they were read). Processes draw ids from a random base each, so their spans of ids
+    (lowest to highest) do not overlap, and nothing more is needed; where they do, their
+    runs are merged, and where those were too many to keep, ``unique_ids`` answers."""
+    if any(r.overflow for r in ranges):
+        return not unique_ids()
+    spans = sorted((r.starts[0], r.ends[-1]) for r in ranges if len(r.starts))
+    if all(later[0] > earlier[1] for earlier, later in zip(spans, spans[1:])):
+        return False
+    merged = _Ranges(budget)
+    for r in ranges:
+        if merged.add(r.starts, r.ends):
+            return True
+    return merged.overflow and not unique_ids()
 
 
 def _resolve_carried(
