@@ -92,9 +92,9 @@ def phases_of_parts(
     budget = max((memory_bytes // 4) // BYTES_PER_ROW // workers, 1 << 16)
     try:
         try:
-            return _run(groups, footers, unique_ids, lanes=False, workers=workers, budget=budget)
+            return _run(groups, unique_ids, lanes=False, workers=workers, budget=budget)
         except RepeatedIds:
-            return _run(groups, footers, unique_ids, lanes=True, workers=workers, budget=budget)
+            return _run(groups, unique_ids, lanes=True, workers=workers, budget=budget)
     except GiveUp:
         return None
 
@@ -396,12 +396,14 @@ def _stream(
     categories: _Categories,
     lanes: _Lanes | None,
     budget: int,
-) -> tuple[_Sums, _Carried, _Ranges, set[int]]:
+) -> tuple[_Sums, _Carried, _Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
     """One process's parts in order: its sums, the children left without a parent, its id
-    ranges, its ranks."""
+    ranges, its ranks, and each row group's lowest and highest id (by path and number: the
+    parts' footers keep no statistics of the ids)."""
     import pyarrow.parquet as pq
 
     sums, carried, ranges = _Sums(), _Carried(budget), _Ranges(budget)
+    bounds: dict[tuple[str, int], tuple[int, int]] = {}
     ranks: set[int] = set()
     columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
     for path, footer in parts:
@@ -427,6 +429,7 @@ def _stream(
             if one_rank is None and table.column("rank").null_count:
                 raise GiveUp("null ranks")
             ids = _numpy(table.column("span_id"), np.uint64)
+            bounds[(path, g)] = (int(ids.min()), int(ids.max()))
             parent, parent_valid = _values_and_validity(table.column("parent_id"))
             parent = parent.astype(np.uint64, copy=False)  # (a signed column compares as ids)
             has_parent = parent_valid if parent_valid is not None else np.ones(n, np.bool_)
@@ -475,7 +478,7 @@ def _stream(
                     time=duration[waiting],
                     steps=(duration[waiting] > 0).astype(np.int64),
                 )
-    return sums, carried, ranges, ranks
+    return sums, carried, ranges, ranks, bounds
 
 
 def _add_summed(sums: _Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
@@ -497,7 +500,6 @@ def _add_summed(sums: _Sums, rows: dict[str, np.ndarray], parent_category: np.nd
 
 def _run(
     groups: list[list[tuple[str, Any]]],
-    footers: Sequence[Any],
     unique_ids: Callable[[], bool],
     *,
     lanes: bool,
@@ -522,17 +524,17 @@ def _run(
     sums = _Sums()
     ranks: set[int] = set()
     carried = _Carried(budget * workers)
-    for group_sums, group_carried, _group_ranges, group_ranks in results:
+    bounds: dict[tuple[str, int], tuple[int, int]] = {}
+    for group_sums, group_carried, _group_ranges, group_ranks, group_bounds in results:
         sums.merge(group_sums)
         ranks |= group_ranks
+        bounds.update(group_bounds)
         if len(group_carried):
             carried.add(**group_carried.columns)
-    if not lanes and _repeated_across(
-        [group_ranges for _s, _c, group_ranges, _r in results], budget, unique_ids
-    ):
+    if not lanes and _repeated_across([result[2] for result in results], budget, unique_ids):
         raise RepeatedIds()
     if len(carried):
-        _resolve_carried(carried, sums, footers, groups, categories, lane_codes)
+        _resolve_carried(carried, sums, bounds, groups, categories, lane_codes)
 
     names = list(categories.codes)
     ordered = sorted(c for c in names if c is not None)
@@ -577,13 +579,13 @@ def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[]
 def _resolve_carried(
     carried: _Carried,
     sums: _Sums,
-    footers: Sequence[Any],
+    bounds: dict[tuple[str, int], tuple[int, int]],
     groups: list[list[tuple[str, Any]]],
     categories: _Categories,
     lanes: _Lanes | None,
 ) -> None:
     """The children whose parent was not in their own process's parts after them: looked up
-    in every row group whose ids (the footer's statistics) could hold one; not found, no
+    in every row group whose ids (lowest to highest, as read) could hold one; not found, no
     parent."""
     import pyarrow.parquet as pq
 
@@ -591,17 +593,16 @@ def _resolve_carried(
     columns = ["span_id", "category"] + (list(LANE) if lanes else [])
     for parts in groups:
         for path, footer in parts:
-            index = footer.schema.to_arrow_schema().get_field_index("span_id")
             reader = None
             for g in range(footer.num_row_groups):
                 if not len(carried):
                     return
-                stats = footer.row_group(g).column(index).statistics
-                if stats is not None and stats.has_min_max:
-                    low, high = np.uint64(stats.min), np.uint64(stats.max)
-                    i = np.searchsorted(wanted, low)
-                    if i >= len(wanted) or wanted[i] > high:
-                        continue  # none of the wanted ids in this row group
+                if (path, g) not in bounds:
+                    continue  # no spans
+                low, high = bounds[(path, g)]
+                i = np.searchsorted(wanted, np.uint64(low))
+                if i >= len(wanted) or wanted[i] > np.uint64(high):
+                    continue  # none of the wanted ids in this row group
                 reader = reader or pq.ParquetFile(path, metadata=footer)
                 table = reader.read_row_group(g, columns=columns, use_threads=False)
                 ids = _numpy(table.column("span_id"), np.uint64)
