@@ -287,21 +287,23 @@ class _Sums:
         width = int(max(child.max(), parent.max())) + 2  # parent -1 .. C-1
         if rank.min() == rank.max():  # one rank (a process's row group): no per-row rank code
             ranks = rank[:1]
-            key = child.astype(np.int64) * width + (parent + 1)
+            key = child * width  # (in place from here: no temporaries of a million)
         else:
             ranks, rank_code = np.unique(rank, return_inverse=True)
-            key = (rank_code.reshape(-1) * width + child) * width + (parent + 1)
+            key = (rank_code.reshape(-1) * width + child) * width
+        key += parent
+        key += 1
         size = len(ranks) * width * width
         if skip is not None:
             key[skip] = size  # a bin of their own, dropped below
-        count = np.bincount(key, minlength=size + 1)[:size]
         steps = np.bincount(key[d > 0], minlength=size + 1)[:size]
         if len(d) and int(d.max()) < (1 << 53) // len(d) and int(d.min()) >= 0:
             # every partial sum an integer below 2**53: float64 sums them exactly, in one pass
             time = np.bincount(key, weights=d, minlength=size + 1)[:size].astype(np.int64)
         else:
             time = group_sum(key, d, size + 1)[:size]
-        for k in np.flatnonzero(count):
+        # a (rank, category, parent) of no time and no step adds nothing (instants only)
+        for k in np.flatnonzero((time != 0) | (steps != 0)):
             r, rest = divmod(int(k), width * width)
             entry = (int(ranks[r]), rest // width, rest % width - 1)
             total = self.sums.setdefault(entry, [0, 0])
@@ -440,7 +442,8 @@ def _stream(
                 ranks.add(int(one_rank))
             else:
                 rank = _numpy(table.column("rank"), np.int32)
-                ranks.update(np.unique(rank).tolist())
+                low, high = int(rank.min()), int(rank.max())  # (np.unique sorts: 10% of it all)
+                ranks.update([low] if low == high else np.unique(rank).tolist())
             if lanes is None:
                 index = _IdIndex(ids)
                 if index.repeated or ranges.add(*index.runs):
