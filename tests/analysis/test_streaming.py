@@ -360,6 +360,18 @@ def test_parts_the_stream_cannot_take_go_to_the_join(tmp_path):
     assert clean(hotspan.phases(older).to_pylist()) == expected
 
 
+def test_a_damaged_part_is_named(tmp_path):
+    """A part whose footer reads but whose pages do not: phases name it, as the join does."""
+    run = as_dataset(tree_table(6), tmp_path / "run")
+    part = sorted(run.rglob("part-*.parquet"))[1]
+    data = bytearray(part.read_bytes())
+    data[8:600] = bytes(592)  # the first pages zeroed; the footer intact
+    part.write_bytes(bytes(data))
+    with pytest.raises(TraceFileError) as raised:
+        hotspan.phases(run)
+    assert str(part) in str(raised.value)
+
+
 def test_stats_table_of_a_streamed_run_shows_phases_on_request(tmp_path, capsys):
     """``hotspan stats DIR`` on a streamed run prints the statistics and a line naming
     --phases (the phases are a second pass over the run); with --phases, the phases."""

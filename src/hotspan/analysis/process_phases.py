@@ -398,10 +398,12 @@ def _stream(
     categories: _Categories,
     lanes: _Lanes | None,
     budget: int,
+    stop: threading.Event,
 ) -> tuple[_Sums, _Carried, _Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
     """One process's parts in order: its sums, the children left without a parent, its id
     ranges, its ranks, and each row group's lowest and highest id (by path and number: the
-    parts' footers keep no statistics of the ids)."""
+    parts' footers keep no statistics of the ids). ``stop``: another process gave up (or
+    found a repeated id), this one need not go on."""
     import pyarrow.parquet as pq
 
     sums, carried, ranges = _Sums(), _Carried(budget), _Ranges(budget)
@@ -412,6 +414,8 @@ def _stream(
         reader = pq.ParquetFile(path, metadata=footer)
         rank_index = footer.schema.to_arrow_schema().get_field_index("rank")
         for g in range(footer.num_row_groups):
+            if stop.is_set():
+                raise GiveUp("stopped")
             # a row group of one rank (the footer says so) is read without its rank column
             stats = footer.row_group(g).column(rank_index).statistics
             one_rank = (
@@ -424,7 +428,7 @@ def _stream(
                 else None
             )
             wanted = [c for c in columns if c != "rank"] if one_rank is not None else columns
-            table = reader.read_row_group(g, columns=wanted, use_threads=False)
+            table = _read(reader, path, g, wanted)
             n = table.num_rows
             if n == 0:
                 continue
@@ -484,6 +488,17 @@ def _stream(
     return sums, carried, ranges, ranks, bounds
 
 
+def _read(reader: Any, path: str, group: int, columns: list[str]) -> pa.Table:
+    """Row group ``group`` of a part: its damage (a torn page, a bad checksum) named as
+    ``TraceFileError`` of that part, as the DuckDB path names it."""
+    from ..formats.base import TraceFileError
+
+    try:
+        return reader.read_row_group(group, columns=columns, use_threads=False)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFileError(path, f"not a readable Parquet part: {exc}") from exc
+
+
 def _add_summed(sums: _Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
     """Carried rows (already summed: time, steps) with their parent's category now known."""
     for rank, child, parent, time, steps in zip(
@@ -517,13 +532,28 @@ def _run(
     categories = _Categories()
     lane_codes = _Lanes() if lanes else None
 
+    stop = threading.Event()
+
     def one(parts: list[tuple[str, Any]]):
-        return _stream(parts, categories, lane_codes, budget)
+        try:
+            return _stream(parts, categories, lane_codes, budget, stop)
+        except (GiveUp, RepeatedIds):
+            stop.set()  # the others stop at their next row group
+            raise
 
     # Threads, not processes: reading Parquet and numpy's work on whole columns let go of
     # the GIL, and the processes' streams are independent.
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(one, groups))
+        futures = [pool.submit(one, parts) for parts in groups]
+        # the first failure (in submission order) is not always the cause: a worker that
+        # stopped because another one failed raises GiveUp("stopped")
+        errors = [f.exception() for f in futures]
+        if any(isinstance(e, RepeatedIds) for e in errors):
+            raise RepeatedIds()
+        for error in errors:
+            if error is not None:
+                raise error
+        results = [f.result() for f in futures]
     sums = _Sums()
     ranks: set[int] = set()
     carried = _Carried(budget * workers)
@@ -607,7 +637,7 @@ def _resolve_carried(
                 if i >= len(wanted) or wanted[i] > np.uint64(high):
                     continue  # none of the wanted ids in this row group
                 reader = reader or pq.ParquetFile(path, metadata=footer)
-                table = reader.read_row_group(g, columns=columns, use_threads=False)
+                table = _read(reader, path, g, columns)
                 ids = _numpy(table.column("span_id"), np.uint64)
                 category = categories.codes_of(table.column("category"))
                 if lanes is None:
