@@ -24,9 +24,11 @@
    quantile_cont values differ from the exact (numpy linear) percentiles hotspan gives.
    Then `hotspan stats DIR --json` once more, printing its elapsed time and peak memory
    (ru_maxrss of that child, from os.wait4), and asserts the peak is at most --max-gib.
-   With --phases: `hotspan.phases(DIR)` in a fresh process against DuckDB's own parent join
-   over the same files (per rank, the top-level and second-level category of each span and
-   whether its parent shares them: the time and steps of each), same memory limit.
+   With --phases: `hotspan.phases(DIR)` and the plain `hotspan stats DIR` (its table) in
+   fresh processes, each beside DuckDB's GROUP BY run right after it (issue 23: at most
+   1.5x); and phases against DuckDB's own parent join over the same files (per rank, the
+   top-level and second-level category of each span and whether its parent shares them: the
+   time and steps of each), same memory limit.
    With --serve: `hotspan serve DIR` in a process of its own; once it listens, the time of
    GET /v1/traces, of the first GET /v1/traces/{id}/stats (issue 23: at most 2 s on the 20 M
    run) and of a second one.
@@ -414,6 +416,26 @@ def run_phases(directory: Path, memory_limit: str) -> tuple[int, float, float, f
     return int(out.strip().splitlines()[-1]), elapsed, cpu, peak
 
 
+def run_stats_table(directory: Path, memory_limit: str) -> tuple[str, float, float, float]:
+    """``hotspan stats DIR`` (the table, as a user types it) in a fresh process, once:
+    (output, seconds, CPU seconds, peak GiB)."""
+    return _reaped_timed(
+        [sys.executable, "-m", "hotspan", "stats", str(directory)],
+        {"COLUMNS": "160", "HOTSPAN_MEMORY_LIMIT": memory_limit, **HOTSPAN_ENV},
+    )
+
+
+def duckdb_reference(directory: Path, memory_limit: str) -> tuple[float | None, float | None]:
+    """DuckDB's GROUP BY (``DUCKDB_QUERY``, the figure of issue 23) once more, to pair with the
+    command timed just before it: (seconds, peak GiB), or (None, None) where it fails."""
+    try:
+        _rows, elapsed, _cpu, peak = run_duckdb(directory, memory_limit)
+    except SystemExit as failed:
+        print(f"DuckDB's GROUP BY failed: {_first_error(str(failed))}", flush=True)
+        return None, None
+    return elapsed, peak
+
+
 def run_duckdb_phases(directory: Path, memory_limit: str) -> tuple[int, float, float, float]:
     """``DUCKDB_PHASES_QUERY`` in a fresh process, same memory limit, once."""
     code = (
@@ -558,19 +580,40 @@ def main() -> None:
         )
         table.append((f"stats, {label}", elapsed, None, peak, None))
     if args.phases:
-        rows_ours, t_ours, _cpu, peak = run_phases(run, args.memory_limit)
+        # phases and the plain `hotspan stats DIR` (a table: on a streamed run it names
+        # --phases instead of computing them), each beside DuckDB's GROUP BY, the issue's figure
+        rows_ours, t_ours, cpu_ours, peak = run_phases(run, args.memory_limit)
+        t_ref, ref_peak = duckdb_reference(run, args.memory_limit)
+        print(
+            f"hotspan.phases(DIR) {t_ours:.2f} s (CPU {cpu_ours:.1f} s, {rows_ours} rows, peak "
+            f"{peak:.2f} GiB) vs DuckDB's GROUP BY "
+            + (f"{t_ref:.2f} s: {t_ours / t_ref:.2f}x" if t_ref else "-"),
+            flush=True,
+        )
+        table.append((f"phases, {label} (vs DuckDB's GROUP BY)", t_ours, t_ref, peak, ref_peak))
+        _out, t_table, cpu_table, table_peak = run_stats_table(run, args.memory_limit)
+        t_ref, ref_peak = duckdb_reference(run, args.memory_limit)
+        print(
+            f"hotspan stats DIR (table) {t_table:.2f} s (CPU {cpu_table:.1f} s, peak "
+            f"{table_peak:.2f} GiB) vs DuckDB's GROUP BY "
+            + (f"{t_ref:.2f} s: {t_table / t_ref:.2f}x" if t_ref else "-"),
+            flush=True,
+        )
+        table.append((f"stats table, {label}", t_table, t_ref, table_peak, ref_peak))
         try:
             rows_duck, t_duck, _cpu, duck_peak = run_duckdb_phases(run, args.memory_limit)
         except SystemExit as failed:
             print(f"DuckDB's parent join failed: {_first_error(str(failed))}", flush=True)
-            table.append((f"phases, {label}", t_ours, None, peak, None))
+            table.append((f"phases, {label} (vs DuckDB's parent join)", t_ours, None, peak, None))
         else:
             print(
                 f"hotspan.phases(DIR) {t_ours:.2f} s ({rows_ours} rows, peak {peak:.2f} GiB) vs "
                 f"DuckDB's parent join {t_duck:.2f} s ({rows_duck} rows): {t_ours / t_duck:.2f}x",
                 flush=True,
             )
-            table.append((f"phases, {label}", t_ours, t_duck, peak, duck_peak))
+            table.append(
+                (f"phases, {label} (vs DuckDB's parent join)", t_ours, t_duck, peak, duck_peak)
+            )
     served = serve_first_stats(run, args.memory_limit) if args.serve else None
     # The same, asked 10 s after the server starts (its statistics computed meanwhile).
     served_later = serve_first_stats(run, args.memory_limit, 10) if args.serve else None

@@ -17,6 +17,8 @@ import pytest
 import hotspan
 from hotspan._schema import TRACE_SCHEMA
 from hotspan._selftime import with_self_ns
+from hotspan.analysis import statistics
+from hotspan.analysis.process_phases import phases_of_parts
 from hotspan.analysis.streaming import SpanSource, canonical_rows, group_durations
 from hotspan.formats.base import TraceFileError
 from hotspan.formats.dataset import write_part
@@ -116,16 +118,23 @@ def tree_table(
 
 
 def as_dataset(table: pa.Table, directory, parts_per_rank: int = 2):
-    """``table`` as a run directory (rank=R/part-*.parquet), each rank cut into parts."""
-    for rank in sorted(set(table.column("rank").to_pylist())):
-        mine = table.filter(pa.compute.equal(table.column("rank"), rank))
+    """``table`` as a run directory (rank=R/part-*.parquet), each process (rank and pid) cut
+    into parts, in table order."""
+    pairs = sorted(set(zip(table.column("rank").to_pylist(), table.column("pid").to_pylist())))
+    for rank, pid in pairs:
+        mine = table.filter(
+            pa.compute.and_(
+                pa.compute.equal(table.column("rank"), rank),
+                pa.compute.equal(table.column("pid"), pid),
+            )
+        )
         step = max(math.ceil(mine.num_rows / parts_per_rank), 1)
         for seq, start in enumerate(range(0, mine.num_rows, step)):
             write_part(
                 mine.slice(start, step),
                 directory,
                 rank=rank,
-                pid=1000 + rank,
+                pid=pid,
                 seq=seq,
                 token="ab12",
             )
@@ -237,6 +246,144 @@ def test_repeated_span_ids_are_looked_up_within_their_thread(tmp_path):
             hotspan.stats(both, by=by), by
         )
     assert clean(hotspan.phases(path).to_pylist()) == clean(hotspan.phases(both).to_pylist())
+
+
+# ----------------------------------------------------------------- phases by process, no join
+
+
+def process_phases(path, memory_bytes: int | None = None):
+    """``process_phases.phases_of_parts`` of ``path`` (None: it hands the run to the join)."""
+    with SpanSource(path) as source:
+        return phases_of_parts(
+            source.files, source.footers(), memory_bytes or source.memory_bytes(), source.unique_ids
+        )
+
+
+def replaced(table: pa.Table, name: str, values) -> pa.Table:
+    """``table`` with column ``name`` replaced by ``values`` (its field, nullability kept)."""
+    field = table.schema.field(name)
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, field, pa.array(values, field.type))
+
+
+def small_row_groups(directory, rows: int = 97):
+    """Every part of ``directory`` rewritten with row groups of ``rows`` spans (metadata kept):
+    parents then lie in later row groups of a part as well as in later parts."""
+    for part in sorted(directory.rglob("part-*.parquet")):
+        table = pq.read_table(part)
+        pq.write_table(table, part, row_group_size=rows)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_phases_by_process_equal_the_in_memory_phases(tmp_path, seed):
+    """Several ranks, each cut into parts of small row groups; children are drained before
+    their parents (tree_table), so most parents are in a later row group or part."""
+    table = tree_table(seed, ranks=4)
+    run = as_dataset(table, tmp_path / "run", parts_per_rank=3)
+    small_row_groups(run)
+    first = pq.read_table(sorted(run.rglob("part-*.parquet"))[0])
+    later = set(table.column("span_id").to_pylist()) - set(first.column("span_id").to_pylist())
+    assert set(first.column("parent_id").drop_null().to_pylist()) & later  # parents to come
+    expected = clean(statistics.phases(table).to_pylist())
+    assert clean(process_phases(run).to_pylist()) == expected
+    assert clean(hotspan.phases(run).to_pylist()) == expected
+
+
+def test_phases_by_process_with_ids_repeated_across_processes(tmp_path):
+    """Two processes per rank drawing the same ids: parents are looked up within their rank,
+    pid and thread, as parent_rows does in memory, so the deepest spans, moved to a thread of
+    their own, lose their parents; with the ids made unique they have them again."""
+    first = tree_table(7, id_base=1 << 30)
+    deepest = first.column("depth").to_numpy() == 3
+    assert deepest.sum() > 50
+    thread = first.column("thread_id").to_numpy()
+    first = replaced(first, "thread_id", np.where(deepest, thread + 20, thread))
+    second = tree_table(8, id_base=1 << 30, pid_offset=7)
+    both = pa.concat_tables([first, second]).unify_dictionaries()
+    run = as_dataset(both, tmp_path / "run", parts_per_rank=3)
+    small_row_groups(run)
+    expected = clean(statistics.phases(both).to_pylist())
+    assert clean(process_phases(run).to_pylist()) == expected
+    assert clean(hotspan.phases(run).to_pylist()) == expected
+    # the second process's ids shifted: unique over the run, parents are found by id alone
+    shift = pa.scalar(1 << 40, pa.uint64())
+    shifted = replaced(second, "span_id", pa.compute.add(second.column("span_id"), shift))
+    shifted = replaced(shifted, "parent_id", pa.compute.add(second.column("parent_id"), shift))
+    unique = pa.concat_tables([first, shifted]).unify_dictionaries()
+    as_dataset(unique, tmp_path / "unique", parts_per_rank=2)
+    unique_expected = clean(statistics.phases(unique).to_pylist())
+    assert unique_expected != expected  # the deepest spans' parents count
+    assert clean(process_phases(tmp_path / "unique").to_pylist()) == unique_expected
+
+
+def test_phases_by_process_find_a_parent_in_another_process(tmp_path):
+    """Ids unique over the run: a span whose parent another process wrote (a child process
+    under its parent's span) has that parent, as in memory (looked up by id alone)."""
+    table = tree_table(3)
+    depth = table.column("depth").to_numpy()
+    pid = np.where(depth == 2, table.column("pid").to_numpy() + 500, table.column("pid").to_numpy())
+    moved = replaced(table, "pid", pid)
+    run = as_dataset(moved, tmp_path / "run", parts_per_rank=2)
+    expected = clean(statistics.phases(moved).to_pylist())
+    assert clean(process_phases(run).to_pylist()) == expected
+    assert clean(hotspan.phases(run).to_pylist()) == expected
+
+
+def test_phases_by_process_of_ids_spread_at_random(tmp_path):
+    """Ids drawn at random (another writer's: no dense range to index) are sorted instead."""
+    table = tree_table(4)
+    rng = np.random.default_rng(4)
+    ids = table.column("span_id").to_numpy()
+    new = rng.choice(1 << 62, size=len(ids), replace=False).astype(np.uint64)
+    lookup = dict(zip(ids.tolist(), new.tolist()))
+    parents = [
+        lookup.get(p, p) if p is not None else None for p in table.column("parent_id").to_pylist()
+    ]
+    spread = replaced(replaced(table, "span_id", new), "parent_id", parents)
+    run = as_dataset(spread, tmp_path / "run", parts_per_rank=2)
+    assert clean(process_phases(run).to_pylist()) == clean(statistics.phases(spread).to_pylist())
+
+
+def test_parts_the_stream_cannot_take_go_to_the_join(tmp_path):
+    """A row group larger than the memory share, or parts without a rank column (the older
+    ``rank=R`` layout), are answered by the join: the same phases."""
+    table = tree_table(5)
+    run = as_dataset(table, tmp_path / "run")
+    assert process_phases(run, memory_bytes=1000) is None
+    older = tmp_path / "older"
+    for rank in sorted(set(table.column("rank").to_pylist())):
+        mine = table.filter(pa.compute.equal(table.column("rank"), rank)).drop_columns(["rank"])
+        (older / f"rank={rank}").mkdir(parents=True)
+        pq.write_table(mine, older / f"rank={rank}" / f"part-{1000 + rank}-0.parquet")
+    assert process_phases(older) is None
+    expected = clean(statistics.phases(table).to_pylist())
+    assert clean(hotspan.phases(older).to_pylist()) == expected
+
+
+def test_a_damaged_part_is_named(tmp_path):
+    """A part whose footer reads but whose pages do not: phases name it, as the join does."""
+    run = as_dataset(tree_table(6), tmp_path / "run")
+    part = sorted(run.rglob("part-*.parquet"))[1]
+    data = bytearray(part.read_bytes())
+    data[8:600] = bytes(592)  # the first pages zeroed; the footer intact
+    part.write_bytes(bytes(data))
+    with pytest.raises(TraceFileError) as raised:
+        hotspan.phases(run)
+    assert str(part) in str(raised.value)
+
+
+def test_stats_table_of_a_streamed_run_shows_phases_on_request(tmp_path, capsys):
+    """``hotspan stats DIR`` on a streamed run prints the statistics and a line naming
+    --phases (the phases are a second pass over the run); with --phases, the phases."""
+    from hotspan.cli import main
+
+    run = as_dataset(tree_table(0), tmp_path / "run")
+    assert main(["stats", str(run)]) == 0
+    plain = capsys.readouterr().out
+    assert "add --phases" in plain and "per step" not in plain
+    assert main(["stats", str(run), "--phases"]) == 0
+    shown = capsys.readouterr().out
+    assert "per step" in shown and "train/compute" in shown and "add --phases" not in shown
 
 
 def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path, stats_path):

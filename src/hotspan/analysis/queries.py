@@ -386,22 +386,31 @@ def phases_sql(dialect: Dialect, relation: str, levels: str, *, unique_ids: bool
 def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows (``levels``: what
     ``statistics.category_levels`` gave for the categories it numbered)."""
+
+    def column(name: str, dtype: Any) -> np.ndarray:
+        return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), dtype)
+
+    return phases_of_sums(
+        {
+            name: column(name, np.bool_ if name.startswith("same") else np.int64)
+            for name in ("rank", "top", "sub", "same_top", "same_sub", "time", "steps")
+        },
+        rank_values,
+        levels,
+    )
+
+
+def phases_of_sums(rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple) -> pa.Table:
+    """The ``phases`` table from :func:`phases_sql`'s rows as numpy columns (``rank``, ``top``,
+    ``sub``, ``same_top``, ``same_sub``, ``time``, ``steps``), however they were summed."""
     from .statistics import PHASE_SCHEMA, phase_table
 
     tops, subs = levels[0], levels[1]
     if len(rank_values) == 0:
         return PHASE_SCHEMA.empty_table()
-
-    def column(name: str, dtype: Any) -> np.ndarray:
-        return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), dtype)
-
-    top_of, sub_of = column("top", np.int64), column("sub", np.int64)
-    same_top, same_sub = column("same_top", np.bool_), column("same_sub", np.bool_)
-    rank_of, time_of, steps_of = (
-        column("rank", np.int64),
-        column("time", np.int64),
-        column("steps", np.int64),
-    )
+    top_of, sub_of = rows["top"], rows["sub"]
+    same_top, same_sub = rows["same_top"], rows["same_sub"]
+    rank_of, time_of, steps_of = rows["rank"], rows["time"], rows["steps"]
     opens_top, opens_sub = (top_of >= 0) & ~same_top, (sub_of >= 0) & ~same_sub
     n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
     top_time = np.zeros((n_ranks, n_tops), np.int64)

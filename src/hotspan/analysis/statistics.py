@@ -506,12 +506,30 @@ def phase_table(
     ]  # half up
     columns = list(zip(*rows))
     return pa.Table.from_arrays(
-        [
-            pa.array(list(col), type=field.type, from_pandas=True)
-            for col, field in zip(columns, PHASE_SCHEMA)
-        ],
+        [_arrow_array(list(col), field.type) for col, field in zip(columns, PHASE_SCHEMA)],
         schema=PHASE_SCHEMA,
     )
+
+
+def _arrow_array(values: list, type_: pa.DataType) -> pa.Array:
+    """``pa.array(values, type_, from_pandas=True)`` (None and NaN null) for the few types of
+    ``PHASE_SCHEMA``, built from buffers: ``pa.array`` imports pandas on its first call (a
+    few tenths of a second of a fresh process that streams a run's phases and needs none)."""
+    n = len(values)
+    valid = np.array(
+        [v is not None and not (isinstance(v, float) and math.isnan(v)) for v in values], np.bool_
+    )
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if pa.types.is_string(type_):
+        encoded = [v.encode() if ok else b"" for v, ok in zip(values, valid)]
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum([len(e) for e in encoded], out=offsets[1:])
+        buffers = [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    else:
+        dtype = np.dtype(type_.to_pandas_dtype())
+        data = np.array([v if ok else 0 for v, ok in zip(values, valid)], dtype)
+        buffers = [bitmap, pa.py_buffer(data)]
+    return pa.Array.from_buffers(type_, n, buffers, null_count=int(n - valid.sum()))
 
 
 # --------------------------------------------------------------------------- shared helpers

@@ -744,6 +744,16 @@ def _phases(source: SpanSource) -> pa.Table:
     from .queries import DUCKDB, finish_phases, phases_sql
 
     source.check_columns((), _NEEDED + ("category", "rank"))
+    if not source.filtered and source.filesystem is None:
+        # Each process's parts read in order, parents found among them: no join (see
+        # process_phases); None where the parts are not as it needs, then the join below.
+        from .process_phases import phases_of_parts
+
+        streamed = phases_of_parts(
+            source.files, source.footers(), source.memory_bytes(), source.unique_ids
+        )
+        if streamed is not None:
+            return streamed
     categories = [
         row[0]
         for row in source.sql(

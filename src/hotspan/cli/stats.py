@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
         "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
         "duration) are counted in a table of their own. Then the phases (each top-level category's "
-        "time per step and its sub-categories' shares) when the trace has steps. Several traces (one "
+        "time per step and its sub-categories' shares) when the trace has steps; for a streamed run "
+        "with --phases only (they look up each span's parent: a second pass over the run, about as "
+        "long as the statistics). Several traces (one "
         "per rank, say) are taken together. Parquet of 64 MiB or more ($HOTSPAN_STREAM_MIN_BYTES; a "
         "run directory's parts together) is streamed through DuckDB with bounded memory "
         "($HOTSPAN_MEMORY_LIMIT, default 1GB), to the same result; --engine spark runs the same "
@@ -100,7 +102,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--phases",
         action="store_true",
-        help="print the phases even when the trace has no step structure",
+        help="print the phases, even when the trace has no step structure (a streamed run shows "
+        "them with this option only)",
     )
     return parser
 
@@ -126,6 +129,14 @@ def _has_steps(phase_rows: pa.Table) -> bool:
     return any(
         r["phase"] != r["category"] and (r["steps"] or 0) > 1 for r in phase_rows.to_pylist()
     )
+
+
+def _has_sub_categories(result: pa.Table) -> bool:
+    """Whether the statistics name a sub-category (``train/compute``): the phases could have
+    something to show (known without computing them)."""
+    if "category" not in result.column_names:
+        return False
+    return any("/" in (c or "") for c in pc.unique(result.column("category")).to_pylist())
 
 
 def _dropped_note(meta: dict[bytes, bytes] | None) -> str | None:
@@ -193,9 +204,13 @@ def _stats_command(args: argparse.Namespace) -> int:
         if args.by is None:
             by = spans.default_by()  # with device rows: device time apart from the host's
         result = spans.stats(by)
-        # the phases only where they are shown (--json and --jsonl print the rows alone)
-        shown = args.phases or not (args.json or args.jsonl)
-        all_phases = spans.phases() if shown and result.num_rows else None
+        # The phases only where they are shown (--json and --jsonl print the rows alone). A
+        # streamed run's phases look each span's parent up, a second pass over the run about
+        # as long as the statistics' own: the table shows them on --phases only (issue 23:
+        # the command within 1.5x of DuckDB's GROUP BY), saying so where they would show.
+        streamed = spans.table is None
+        table_phases = not (args.json or args.jsonl) and not streamed
+        all_phases = spans.phases() if (args.phases or table_phases) and result.num_rows else None
         meta = spans.metadata()
     result = _sorted(result, sort, by, True if args.asc else None)
     if args.top is not None:
@@ -215,6 +230,10 @@ def _stats_command(args: argparse.Namespace) -> int:
     print_stats(console, result, by, heads)
     if all_phases is not None and all_phases.num_rows and (args.phases or _has_steps(all_phases)):
         console.print(phases_renderable(all_phases))
+    elif streamed and not args.phases and _has_sub_categories(result):
+        console.print(
+            "[dim]phases: add --phases (a streamed run's take a second pass over it)[/dim]"
+        )
     note = _dropped_note(meta)
     if note:
         console.print(f"[yellow]note: {note}[/yellow]")

@@ -1,0 +1,655 @@
+"""``phases`` of Parquet parts at the speed of reading them: each process's parts streamed in
+order, each span's parent found among the spans read with it, no join.
+
+``statistics.phases`` needs, for every span, its parent's category. A parent is almost always
+in its child's own process, drained in the same part as the child or a later one (a span
+closes after its children, and a process drains spans in the order they close). So the parts
+of one process (one writer: the same rank, pid and token, by part number) are read in order,
+a row group at a time, with only the columns the answer needs (``span_id``, ``parent_id``,
+``category``, ``duration_ns``, ``rank``), and each span's parent is looked up among the spans
+of that row group (``_IdIndex``: a direct-address table where the ids are dense, as the
+recorder draws them, else a sort). Children whose parent is not in it yet are carried to the
+next row group, summed per (parent, rank, category): a parent with a million children drained
+before it carries a row, not a million. What is left at the end (a parent in another
+process, or never drained) is looked up once more over every part whose footer says its ids
+could hold it; what is not found has no parent, as in memory.
+
+Whether ids repeat decides how a parent is found (``statistics.parent_rows``: by id alone, or
+within its child's rank, pid and thread). It is known from the ids read, at no extra scan:
+each row group's ids as runs of consecutive values, merged per process and then over the run
+(``_Ranges``; the recorder draws ids ``base + k``, so a process's ids are a few runs), and
+any overlap is a repeated id. Should the run turn out to repeat ids, it is read once more
+with the ids looked up within their (rank, pid, thread).
+
+Per span the result is a (rank, category, parent's category) triple; their times and steps
+are summed and handed to ``queries.phases_of_sums``, the same arithmetic as the DuckDB and
+Spark paths' (``queries.phases_sql``) and the in-memory path's (``statistics.phase_table``),
+to the same result.
+
+Memory: a row group at a time per worker thread (the parts' row groups are what a writer
+flushes: about a million spans), plus the carried children and the id runs, both small for
+what a recorder writes; :func:`phases_of_parts` answers None (the caller then takes the
+DuckDB path) where a row group would not fit ``memory_bytes`` or the carried rows or runs
+grow past their share of it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["phases_of_parts"]
+
+#: The columns read; ``pid`` and ``thread_id`` too where ids repeat.
+COLUMNS = ("span_id", "parent_id", "category", "duration_ns", "rank")
+LANE = ("rank", "pid", "thread_id")
+#: Bytes per span a worker holds while it looks up one row group: the columns (~40), the
+#: index (up to 4 x 4 for the direct table, or 16 for a sort) and the temporaries.
+BYTES_PER_SPAN = 160
+#: Bytes per carried child row and per id run: a budget of each, against ``memory_bytes``.
+BYTES_PER_ROW = 64
+
+
+class GiveUp(Exception):
+    """The stream cannot answer within its memory share (or the parts are not as it needs):
+    the caller takes the DuckDB path."""
+
+
+class RepeatedIds(Exception):
+    """An id repeats: parents are then looked up within their rank, pid and thread."""
+
+
+def phases_of_parts(
+    files: Sequence[str],
+    footers: Sequence[Any],
+    memory_bytes: int,
+    unique_ids: Callable[[], bool],
+    workers: int | None = None,
+) -> pa.Table | None:
+    """``statistics.phases`` of the spans in ``files`` (local Parquet parts, their footers
+    ``pyarrow.parquet.FileMetaData``; ``unique_ids`` answers whether no span id repeats, asked
+    only where the ids' runs were too many to keep), or None where this path does not apply (see the module
+    doc): a part without one of the columns (a rank taken from a ``rank=R`` directory), a row
+    group too large for ``memory_bytes``, null ranks."""
+    schemas = [f.schema.to_arrow_schema() for f in footers]
+    if any(not set(COLUMNS) <= set(s.names) for s in schemas):
+        return None
+    largest = max(
+        (f.row_group(g).num_rows for f in footers for g in range(f.num_row_groups)), default=0
+    )
+    workers = workers or min(os.cpu_count() or 1, 4)
+    # Each worker holds a row group at a time: as many workers as fit in half the limit.
+    workers = min(workers, (memory_bytes // 2) // max(largest * BYTES_PER_SPAN, 1))
+    if workers < 1:
+        return None
+    groups = _processes(files, footers)
+    workers = min(workers, len(groups)) or 1
+    budget = max((memory_bytes // 4) // BYTES_PER_ROW // workers, 1 << 16)
+    try:
+        try:
+            return _run(groups, unique_ids, lanes=False, workers=workers, budget=budget)
+        except RepeatedIds:
+            return _run(groups, unique_ids, lanes=True, workers=workers, budget=budget)
+    except GiveUp:
+        return None
+
+
+def _processes(files: Sequence[str], footers: Sequence[Any]) -> list[list[tuple[str, Any]]]:
+    """The parts grouped by writer (rank, directory, pid, token), each group in part order;
+    a file not named as a part is a group of its own."""
+    from ..formats.dataset import part_key
+
+    groups: dict[tuple, list[tuple[int, str, Any]]] = {}
+    for i, (path, footer) in enumerate(zip(files, footers)):
+        key = part_key(path)
+        if key is None:
+            groups[("file", i)] = [(0, path, footer)]
+            continue
+        writer = (key["rank"], os.path.dirname(path), key["pid"], key["token"])
+        groups.setdefault(writer, []).append((key["seq"], path, footer))
+    return [
+        [(p, f) for _seq, p, f in sorted(g, key=lambda x: (x[0], x[1]))] for g in groups.values()
+    ]
+
+
+# --------------------------------------------------------------------------- one process
+
+
+class _Categories:
+    """Category strings numbered in order of first sight (None: a null category), shared by
+    the workers (a lock: only distinct values of each row group's dictionary come here)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str | None, int] = {}
+        self.lock = threading.Lock()
+
+    def codes_of(self, column: pa.ChunkedArray) -> np.ndarray:
+        import pyarrow.compute as pc
+
+        array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        if not pa.types.is_dictionary(array.type):
+            array = pc.dictionary_encode(array)
+        values = array.dictionary.to_pylist()
+        with self.lock:
+            remap = np.array(
+                [self.codes.setdefault(v, len(self.codes)) for v in values] or [0], np.int64
+            )
+            null = self.codes.setdefault(None, len(self.codes))
+        if not len(values):
+            return np.full(len(array), null, np.int64)
+        indices, valid = _values_and_validity(array.indices)
+        codes = remap[np.where(valid, indices, 0) if valid is not None else indices]
+        if valid is not None:
+            codes[~valid] = null
+        return codes
+
+
+def _numpy(column: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
+    """An integer column as numpy, nulls as 0 (pyarrow's ``to_numpy`` would import pandas:
+    ~0.3 s of a fresh process)."""
+    values, valid = _values_and_validity(column)
+    values = values.astype(dtype, copy=False)
+    return values if valid is None else np.where(valid, values, 0).astype(dtype, copy=False)
+
+
+def _values_and_validity(
+    column: pa.Array | pa.ChunkedArray,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """An integer (or bool-free fixed-width) column's values, read straight from its buffers
+    (anything where null), and its validity (None: no nulls); ``fill_null`` and ``is_valid``
+    would each copy the column first."""
+    array = column
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    n, offset = len(array), array.offset
+    validity, data = array.buffers()[:2]
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    values = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
+    if validity is None or array.null_count == 0:
+        return values, None
+    bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
+    return values, bits[offset : offset + n].view(np.bool_)
+
+
+class _IdIndex:
+    """Row of each id among a row group's spans (keys: ids, or (lane, id) pairs made dense).
+
+    The recorder draws a process's ids as ``base + k``: the ids of a row group lie in a
+    range not much wider than their number, and a table indexed by ``id - lowest`` finds
+    each in one step, with no sort (a sort of a million ids costs several times the whole
+    lookup). Ids spread wider (other writers' random ids) are sorted instead."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        n = len(keys)
+        self.n = n
+        if n == 0:
+            self.direct, self.repeated, self.runs = False, False, (keys, keys)
+            return
+        self.low = keys.min()
+        width = int(keys.max() - self.low) + 1
+        self.direct = width <= 4 * n + 4096
+        if self.direct:
+            offset = (keys - self.low).view(np.int64)  # below width: a view, no copy
+            self.width = width
+            # Rows in reverse: where an id repeats, its first row is the one left (as the
+            # in-memory path's stable sort picks the first).
+            table = np.full(width, -1, np.int32 if n < 2**31 else np.int64)
+            rows = np.arange(n, dtype=table.dtype)
+            table[offset[::-1]] = rows[::-1]
+            self.table = table
+            present = table >= 0
+            # fewer distinct ids than rows: one repeats
+            self.repeated = int(np.count_nonzero(present)) != n
+            # runs of consecutive ids: where presence switches on and off
+            edges = np.flatnonzero(np.diff(np.r_[False, present, False].view(np.int8)))
+            self.runs = (
+                self.low + edges[0::2].astype(np.uint64),
+                self.low + (edges[1::2] - 1).astype(np.uint64),
+            )
+        else:
+            self.order = np.argsort(keys, kind="stable")
+            self.sorted = keys[self.order]
+            self.repeated = bool(n > 1 and (self.sorted[1:] == self.sorted[:-1]).any())
+            distinct = np.unique(self.sorted) if self.repeated else self.sorted
+            breaks = np.flatnonzero(distinct[1:] != distinct[:-1] + np.uint64(1))
+            self.runs = (distinct[np.r_[0, breaks + 1]], distinct[np.r_[breaks, len(distinct) - 1]])
+
+    def find(self, wanted: np.ndarray) -> np.ndarray:
+        """The row of each wanted key, -1 where absent."""
+        if self.n == 0 or len(wanted) == 0:
+            return np.full(len(wanted), -1, np.int64)
+        if self.direct:
+            # below the lowest id, the difference wraps around past the width: one test
+            offset = wanted - self.low
+            outside = offset >= np.uint64(self.width)
+            offset[outside] = 0
+            out = self.table[offset.view(np.int64)]
+            out[outside] = -1
+            return out
+        position = np.minimum(np.searchsorted(self.sorted, wanted), self.n - 1)
+        return np.where(self.sorted[position] == wanted, self.order[position], -1)
+
+
+class _Ranges:
+    """Disjoint ranges of ids seen, merged as row groups come: an overlap is a repeated id."""
+
+    def __init__(self, budget: int) -> None:
+        self.starts = np.zeros(0, np.uint64)
+        self.ends = np.zeros(0, np.uint64)
+        self.budget = budget
+        self.overflow = False  # too many runs to keep: uniqueness asked of DuckDB instead
+
+    def add(self, starts: np.ndarray, ends: np.ndarray) -> bool:
+        """Merge; whether an id was seen before."""
+        if self.overflow:
+            return False
+        starts = np.concatenate((self.starts, starts))
+        ends = np.concatenate((self.ends, ends))
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends) if len(ends) else ends
+        overlap = bool(len(starts) > 1 and (starts[1:] <= reach[:-1]).any())
+        # a run that starts right after the reach so far continues it (+1 wraps only at 2**64-1)
+        begins = np.r_[True, starts[1:] > reach[:-1] + np.uint64(1)] if len(starts) else starts
+        last = np.r_[np.flatnonzero(begins)[1:] - 1, len(starts) - 1] if len(starts) else starts
+        self.starts, self.ends = starts[begins], reach[last.astype(np.int64)]
+        if len(self.starts) > self.budget:
+            self.overflow = True
+            self.starts = self.ends = np.zeros(0, np.uint64)
+        return overlap
+
+
+class _Sums:
+    """Time and steps per (rank, category, parent's category; -1: no parent), integer sums."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[int, int, int], list[int]] = {}
+
+    def add(
+        self,
+        rank: np.ndarray,
+        child: np.ndarray,
+        parent: np.ndarray,
+        d: np.ndarray,
+        skip: np.ndarray | None = None,
+    ) -> None:
+        """Add each row's duration (and a step where it is positive) to its (rank, category,
+        parent's category), the rows of ``skip`` (a mask) left out."""
+        from .statistics import group_sum
+
+        if len(d) == 0:
+            return
+        width = int(max(child.max(), parent.max())) + 2  # parent -1 .. C-1
+        if rank.min() == rank.max():  # one rank (a process's row group): no per-row rank code
+            ranks = rank[:1]
+            key = child * width  # (in place from here: no temporaries of a million)
+        else:
+            ranks, rank_code = np.unique(rank, return_inverse=True)
+            key = (rank_code.reshape(-1) * width + child) * width
+        key += parent
+        key += 1
+        size = len(ranks) * width * width
+        if skip is not None:
+            key[skip] = size  # a bin of their own, dropped below
+        steps = np.bincount(key[d > 0], minlength=size + 1)[:size]
+        if len(d) and int(d.max()) < (1 << 53) // len(d) and int(d.min()) >= 0:
+            # every partial sum an integer below 2**53: float64 sums them exactly, in one pass
+            time = np.bincount(key, weights=d, minlength=size + 1)[:size].astype(np.int64)
+        else:
+            time = group_sum(key, d, size + 1)[:size]
+        # a (rank, category, parent) of no time and no step adds nothing (instants only)
+        for k in np.flatnonzero((time != 0) | (steps != 0)):
+            r, rest = divmod(int(k), width * width)
+            entry = (int(ranks[r]), rest // width, rest % width - 1)
+            total = self.sums.setdefault(entry, [0, 0])
+            total[0] += int(time[k])
+            total[1] += int(steps[k])
+
+    def merge(self, other: _Sums) -> None:
+        for key, (time, steps) in other.sums.items():
+            total = self.sums.setdefault(key, [0, 0])
+            total[0] += time
+            total[1] += steps
+
+
+class _Carried:
+    """Children whose parent is not found yet, summed per (parent key, lane, rank, category):
+    parent_id (uint64), lane (int64, 0 without lanes), rank, category, time, steps, count."""
+
+    FIELDS = ("parent", "lane", "rank", "child", "time", "steps")
+
+    def __init__(self, budget: int) -> None:
+        self.columns = {
+            name: np.zeros(0, np.uint64 if name == "parent" else np.int64) for name in self.FIELDS
+        }
+        self.budget = budget
+
+    def __len__(self) -> int:
+        return len(self.columns["parent"])
+
+    def add(self, **columns: np.ndarray) -> None:
+        merged = {k: np.concatenate((self.columns[k], columns[k])) for k in self.FIELDS}
+        if len(merged["parent"]) > 1:
+            order = np.lexsort((merged["child"], merged["rank"], merged["lane"], merged["parent"]))
+            merged = {k: v[order] for k, v in merged.items()}
+            key = ("parent", "lane", "rank", "child")
+            same = np.ones(len(order) - 1, np.bool_)
+            for k in key:
+                same &= merged[k][1:] == merged[k][:-1]
+            starts = np.flatnonzero(np.r_[True, ~same])
+            merged = {
+                k: (np.add.reduceat(v, starts) if k in ("time", "steps") else v[starts])
+                for k, v in merged.items()
+            }
+        if len(merged["parent"]) > self.budget:
+            raise GiveUp("too many children waiting for their parents")
+        self.columns = merged
+
+    def take(self, keep: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows of ``keep`` (a mask) out of the carried ones."""
+        taken = {k: v[keep] for k, v in self.columns.items()}
+        self.columns = {k: v[~keep] for k, v in self.columns.items()}
+        return taken
+
+
+class _Lanes:
+    """Dense numbers for (rank, pid, thread_id) lanes, shared by the workers."""
+
+    def __init__(self) -> None:
+        self.codes: dict[tuple[int, ...], int] = {}
+        self.lock = threading.Lock()
+
+    def of(self, table: pa.Table) -> np.ndarray:
+        columns = [_numpy(table.column(c).fill_null(0), np.int64) for c in LANE]
+        stacked = np.stack(columns, axis=1)
+        distinct, inverse = np.unique(stacked, axis=0, return_inverse=True)
+        with self.lock:
+            remap = np.array(
+                [
+                    self.codes.setdefault(tuple(int(x) for x in row), len(self.codes))
+                    for row in distinct
+                ],
+                np.int64,
+            )
+        return remap[inverse.reshape(-1)]
+
+
+def _lane_keys(lane: np.ndarray, ids: np.ndarray, wanted_lane: np.ndarray, wanted: np.ndarray):
+    """(lane, id) pairs as single dense keys, the same numbering for the row group's spans and
+    the wanted parents (absent ids: a key no span has)."""
+    distinct = np.unique(ids)
+    k = np.uint64(len(distinct) + 1)
+    span_key = lane.astype(np.uint64) * k + np.searchsorted(distinct, ids).astype(np.uint64)
+    found = np.minimum(np.searchsorted(distinct, wanted), max(len(distinct) - 1, 0))
+    hit = distinct[found] == wanted if len(distinct) else np.zeros(len(wanted), np.bool_)
+    wanted_key = wanted_lane.astype(np.uint64) * k + np.where(hit, found, len(distinct)).astype(
+        np.uint64
+    )
+    return span_key, wanted_key
+
+
+def _stream(
+    parts: list[tuple[str, Any]],
+    categories: _Categories,
+    lanes: _Lanes | None,
+    budget: int,
+    stop: threading.Event,
+) -> tuple[_Sums, _Carried, _Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+    """One process's parts in order: its sums, the children left without a parent, its id
+    ranges, its ranks, and each row group's lowest and highest id (by path and number: the
+    parts' footers keep no statistics of the ids). ``stop``: another process gave up (or
+    found a repeated id), this one need not go on."""
+    import pyarrow.parquet as pq
+
+    sums, carried, ranges = _Sums(), _Carried(budget), _Ranges(budget)
+    bounds: dict[tuple[str, int], tuple[int, int]] = {}
+    ranks: set[int] = set()
+    columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
+    for path, footer in parts:
+        reader = pq.ParquetFile(path, metadata=footer)
+        rank_index = footer.schema.to_arrow_schema().get_field_index("rank")
+        for g in range(footer.num_row_groups):
+            if stop.is_set():
+                raise GiveUp("stopped")
+            # a row group of one rank (the footer says so) is read without its rank column
+            stats = footer.row_group(g).column(rank_index).statistics
+            one_rank = (
+                stats.min
+                if not lanes
+                and stats is not None
+                and stats.has_min_max
+                and stats.null_count == 0
+                and stats.min == stats.max
+                else None
+            )
+            wanted = [c for c in columns if c != "rank"] if one_rank is not None else columns
+            table = _read(reader, path, g, wanted)
+            n = table.num_rows
+            if n == 0:
+                continue
+            if one_rank is None and table.column("rank").null_count:
+                raise GiveUp("null ranks")
+            ids = _numpy(table.column("span_id"), np.uint64)
+            bounds[(path, g)] = (int(ids.min()), int(ids.max()))
+            parent, parent_valid = _values_and_validity(table.column("parent_id"))
+            parent = parent.astype(np.uint64, copy=False)  # (a signed column compares as ids)
+            has_parent = parent_valid if parent_valid is not None else np.ones(n, np.bool_)
+            child = categories.codes_of(table.column("category"))
+            duration = _numpy(table.column("duration_ns"), np.int64)
+            if one_rank is not None:
+                rank = np.broadcast_to(np.int32(one_rank), n)  # no copy
+                ranks.add(int(one_rank))
+            else:
+                rank = _numpy(table.column("rank"), np.int32)
+                low, high = int(rank.min()), int(rank.max())  # (np.unique sorts: 10% of it all)
+                ranks.update([low] if low == high else np.unique(rank).tolist())
+            if lanes is None:
+                index = _IdIndex(ids)
+                if index.repeated or ranges.add(*index.runs):
+                    raise RepeatedIds()
+                carried_row = index.find(carried.columns["parent"])
+                row = index.find(parent)
+                lane = np.zeros(n, np.int64)
+            else:
+                lane = lanes.of(table)
+                span_key, wanted_key = _lane_keys(
+                    lane,
+                    ids,
+                    np.concatenate((carried.columns["lane"], lane)),
+                    np.concatenate((carried.columns["parent"], parent)),
+                )
+                row = _IdIndex(span_key).find(wanted_key)
+                carried_row, row = row[: len(carried)], row[len(carried) :]
+            # the children carried from earlier row groups whose parent is here
+            found_carried = carried_row >= 0
+            if found_carried.any():
+                done = carried.take(found_carried)
+                _add_summed(sums, done, child[carried_row[found_carried]])
+            # this row group's spans: a parent here, none, or one still to come
+            found = (row >= 0) & has_parent  # a null parent's slot holds any value
+            waiting = has_parent & ~found
+            # (row -1 reads the last row's category, replaced by -1 at once)
+            parent_category = np.where(found, child[row], -1)
+            sums.add(rank, child, parent_category, duration, skip=waiting)
+            if waiting.any():
+                carried.add(
+                    parent=parent[waiting],
+                    lane=lane[waiting],
+                    rank=rank[waiting].astype(np.int64),
+                    child=child[waiting],
+                    time=duration[waiting],
+                    steps=(duration[waiting] > 0).astype(np.int64),
+                )
+    return sums, carried, ranges, ranks, bounds
+
+
+def _read(reader: Any, path: str, group: int, columns: list[str]) -> pa.Table:
+    """Row group ``group`` of a part: its damage (a torn page, a bad checksum) named as
+    ``TraceFileError`` of that part, as the DuckDB path names it."""
+    from ..formats.base import TraceFileError
+
+    try:
+        return reader.read_row_group(group, columns=columns, use_threads=False)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFileError(path, f"not a readable Parquet part: {exc}") from exc
+
+
+def _add_summed(sums: _Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
+    """Carried rows (already summed: time, steps) with their parent's category now known."""
+    for rank, child, parent, time, steps in zip(
+        rows["rank"].tolist(),
+        rows["child"].tolist(),
+        parent_category.tolist(),
+        rows["time"].tolist(),
+        rows["steps"].tolist(),
+    ):
+        total = sums.sums.setdefault((rank, child, parent), [0, 0])
+        total[0] += time
+        total[1] += steps
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _run(
+    groups: list[list[tuple[str, Any]]],
+    unique_ids: Callable[[], bool],
+    *,
+    lanes: bool,
+    workers: int,
+    budget: int,
+) -> pa.Table:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .queries import phases_of_sums
+    from .statistics import category_levels
+
+    categories = _Categories()
+    lane_codes = _Lanes() if lanes else None
+
+    stop = threading.Event()
+
+    def one(parts: list[tuple[str, Any]]):
+        try:
+            return _stream(parts, categories, lane_codes, budget, stop)
+        except (GiveUp, RepeatedIds):
+            stop.set()  # the others stop at their next row group
+            raise
+
+    # Threads, not processes: reading Parquet and numpy's work on whole columns let go of
+    # the GIL, and the processes' streams are independent.
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, parts) for parts in groups]
+        # the first failure (in submission order) is not always the cause: a worker that
+        # stopped because another one failed raises GiveUp("stopped")
+        errors = [f.exception() for f in futures]
+        if any(isinstance(e, RepeatedIds) for e in errors):
+            raise RepeatedIds()
+        for error in errors:
+            if error is not None:
+                raise error
+        results = [f.result() for f in futures]
+    sums = _Sums()
+    ranks: set[int] = set()
+    carried = _Carried(budget * workers)
+    bounds: dict[tuple[str, int], tuple[int, int]] = {}
+    for group_sums, group_carried, _group_ranges, group_ranks, group_bounds in results:
+        sums.merge(group_sums)
+        ranks |= group_ranks
+        bounds.update(group_bounds)
+        if len(group_carried):
+            carried.add(**group_carried.columns)
+    if not lanes and _repeated_across([result[2] for result in results], budget, unique_ids):
+        raise RepeatedIds()
+    if len(carried):
+        _resolve_carried(carried, sums, bounds, groups, categories, lane_codes)
+
+    names = list(categories.codes)
+    ordered = sorted(c for c in names if c is not None)
+    levels = category_levels(ordered)  # numbered in sorted order, as the DuckDB path numbers them
+    position = {c: i for i, c in enumerate(ordered)}
+    top_of = np.array([levels[2][position[c]] if c is not None else -1 for c in names] + [-1])
+    sub_of = np.array([levels[3][position[c]] if c is not None else -1 for c in names] + [-1])
+    keys = list(sums.sums)
+    rank = np.array([k[0] for k in keys], np.int64)
+    child = np.array([k[1] for k in keys], np.int64)
+    parent = np.array([k[2] for k in keys], np.int64)  # -1: none (top_of[-1] is -1)
+    has_parent = parent >= 0
+    rows = {
+        "rank": rank,
+        "top": top_of[child],
+        "sub": sub_of[child],
+        "same_top": has_parent & (top_of[parent] == top_of[child]),
+        "same_sub": has_parent & (sub_of[parent] == sub_of[child]),
+        "time": np.array([sums.sums[k][0] for k in keys], np.int64),
+        "steps": np.array([sums.sums[k][1] for k in keys], np.int64),
+    }
+    return phases_of_sums(rows, np.array(sorted(ranks), np.int64), levels)
+
+
+def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
+    """Whether an id repeats between processes (each process's own ids are unique: checked as
+    they were read). Processes draw ids from a random base each, so their spans of ids
+    (lowest to highest) do not overlap, and nothing more is needed; where they do, their
+    runs are merged, and where those were too many to keep, ``unique_ids`` answers."""
+    if any(r.overflow for r in ranges):
+        return not unique_ids()
+    spans = sorted((r.starts[0], r.ends[-1]) for r in ranges if len(r.starts))
+    if all(later[0] > earlier[1] for earlier, later in zip(spans, spans[1:])):
+        return False
+    merged = _Ranges(budget)
+    for r in ranges:
+        if merged.add(r.starts, r.ends):
+            return True
+    return merged.overflow and not unique_ids()
+
+
+def _resolve_carried(
+    carried: _Carried,
+    sums: _Sums,
+    bounds: dict[tuple[str, int], tuple[int, int]],
+    groups: list[list[tuple[str, Any]]],
+    categories: _Categories,
+    lanes: _Lanes | None,
+) -> None:
+    """The children whose parent was not in their own process's parts after them: looked up
+    in every row group whose ids (lowest to highest, as read) could hold one; not found, no
+    parent."""
+    import pyarrow.parquet as pq
+
+    wanted = np.unique(carried.columns["parent"])
+    columns = ["span_id", "category"] + (list(LANE) if lanes else [])
+    for parts in groups:
+        for path, footer in parts:
+            reader = None
+            for g in range(footer.num_row_groups):
+                if not len(carried):
+                    return
+                if (path, g) not in bounds:
+                    continue  # no spans
+                low, high = bounds[(path, g)]
+                i = np.searchsorted(wanted, np.uint64(low))
+                if i >= len(wanted) or wanted[i] > np.uint64(high):
+                    continue  # none of the wanted ids in this row group
+                reader = reader or pq.ParquetFile(path, metadata=footer)
+                table = _read(reader, path, g, columns)
+                ids = _numpy(table.column("span_id"), np.uint64)
+                category = categories.codes_of(table.column("category"))
+                if lanes is None:
+                    row = _IdIndex(ids).find(carried.columns["parent"])
+                else:
+                    span_key, wanted_key = _lane_keys(
+                        lanes.of(table), ids, carried.columns["lane"], carried.columns["parent"]
+                    )
+                    row = _IdIndex(span_key).find(wanted_key)
+                found = row >= 0
+                if found.any():
+                    _add_summed(sums, carried.take(found), category[row[found]])
+    # never found: no parent
+    rest = carried.take(np.ones(len(carried), np.bool_))
+    _add_summed(sums, rest, np.full(len(rest["parent"]), -1, np.int64))
