@@ -157,8 +157,6 @@ class SpanSource:
         temp_directory: str | os.PathLike | None = None,
         span_filter: Any = None,
     ):
-        import duckdb
-
         from ..formats.base import TraceFileError, require_regular_file
         from ..formats.dataset import NoPartsError, current_parts, run_of
         from .filters import SpanFilter
@@ -206,32 +204,25 @@ class SpanSource:
         limit = memory_limit or os.environ.get("HOTSPAN_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
         self.memory_limit = limit
         self._footers: list[Any] | None = None
-        self.con = duckdb.connect(
-            config={
-                "memory_limit": limit,
-                "temp_directory": self.temp_directory,
-                # no order to keep: lets DuckDB stream and spill more freely
-                "preserve_insertion_order": False,
-            }
-        )
-        self.con.execute("SET enable_progress_bar = false")  # not on the caller's stderr
+        #: DuckDB's connection, made on first use (``con``): the fast path of ``stats`` reads
+        #: the parts with pyarrow and needs none (a command's start-up saved).
+        self._con: Any = None
         try:
             import pyarrow.parquet as pq
 
             self.schema = pq.read_schema(files[0], filesystem=self.filesystem)
-            hive = (
-                "rank" not in self.schema.names
-            )  # a part written without its rank column: from rank=R
-            if self.filesystem is None:
-                listing = ", ".join(sql_literal(f) for f in files)
-                self.con.execute(
-                    f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
-                    f"hive_partitioning={'true' if hive else 'false'}, union_by_name=true)"
+            # a part written without its rank column: from rank=R
+            self._hive = "rank" not in self.schema.names
+            # every part's columns (DuckDB reads them by name: union_by_name)
+            self.columns = list(
+                dict.fromkeys(
+                    name
+                    for footer in self.footers()
+                    for name in footer.schema.to_arrow_schema().names
                 )
-            else:
-                self.con.register("hs_dataset", self._dataset(hive))
-                self.con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
-            self.columns = [row[0] for row in self.con.execute("DESCRIBE all_spans").fetchall()]
+            )
+            if self._hive and "rank" not in self.columns:
+                self.columns.append("rank")
             from .filters import SpanFilter, sql_condition
             from .queries import DUCKDB, device_sql
 
@@ -242,20 +233,21 @@ class SpanSource:
             # ``device``: a key derived per row (statistics.device_labels), computed only by the
             # queries that group by it.
             device = "" if "device" in self.columns else f", {device_sql(DUCKDB)} AS device"
-            self.con.execute(
+            self._spans_view = (
                 f"CREATE TEMP VIEW spans AS SELECT *{device} FROM all_spans "
                 f"WHERE {' AND '.join(conditions) or 'TRUE'}"
             )
             if device:
                 self.columns.append("device")
             self.filtered = bool(conditions)
-            self.con.execute(_MACROS)
         except pa.ArrowException as exc:
             self.close()
             raise TraceFileError(files[0], f"not a readable Parquet file: {exc}") from exc
-        except duckdb.Error as exc:
+        except Exception as exc:
             self.close()
-            raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
+            if type(exc).__module__.startswith("duckdb"):  # (a query for the time origin)
+                raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
+            raise
         self._unique_ids: bool | None = None
 
     def footers(self) -> list[Any]:
@@ -263,19 +255,64 @@ class SpanSource:
         if self._footers is None:
             import pyarrow.parquet as pq
 
-            self._footers = [
-                pq.ParquetFile(f, filesystem=self.filesystem).metadata for f in self.files
-            ]
+            from ..formats.base import TraceFileError
+
+            footers = []
+            for f in self.files:
+                try:
+                    footers.append(pq.ParquetFile(f, filesystem=self.filesystem).metadata)
+                except pa.ArrowException as exc:
+                    raise TraceFileError(f, f"not a readable Parquet file: {exc}") from exc
+            self._footers = footers
         return self._footers
+
+    @property
+    def con(self) -> Any:
+        """The DuckDB connection with the views ``all_spans`` and ``spans`` (filtered), made
+        on first use."""
+        if self._con is None:
+            import duckdb
+
+            from ..formats.base import TraceFileError
+
+            con = duckdb.connect(
+                config={
+                    "memory_limit": self.memory_limit,
+                    "temp_directory": self.temp_directory,
+                    # no order to keep: lets DuckDB stream and spill more freely
+                    "preserve_insertion_order": False,
+                }
+            )
+            try:
+                con.execute("SET enable_progress_bar = false")  # not on the caller's stderr
+                if self.filesystem is None:
+                    listing = ", ".join(sql_literal(f) for f in self.files)
+                    con.execute(
+                        f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
+                        f"hive_partitioning={'true' if self._hive else 'false'}, union_by_name=true)"
+                    )
+                else:
+                    con.register("hs_dataset", self._dataset(self._hive))
+                    con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
+                con.execute(self._spans_view)
+                # fetched: DuckDB 2 refuses other work (register, say) on a connection whose
+                # last result is unfinished
+                con.execute(_MACROS).fetchall()
+            except duckdb.Error as exc:
+                con.close()
+                raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
+            self._con = con
+        return self._con
 
     @property
     def rows(self) -> int:
         """The rows of every part (before any filter), from the footers."""
         return sum(f.num_rows for f in self.footers())
 
-    def column_range(self, column: str) -> tuple[int | None, int | None]:
+    def column_range(self, column: str, query: bool = True) -> tuple[int | None, int | None]:
         """The smallest and largest value of ``column`` over every part (before any filter):
-        from the footers' row-group statistics when every row group has them, else a query."""
+        from the footers' row-group statistics when every row group has them, else a query
+        (``query=False``: else None, None)."""
         low: int | None = None
         high: int | None = None
         try:
@@ -292,9 +329,11 @@ class SpanSource:
                     high = st.max if high is None else max(high, st.max)
             return low, high
         except LookupError:
+            if not query:
+                return None, None
             row = self.sql(
                 f"SELECT min({_quote(column)}), max({_quote(column)}) FROM all_spans"
-            ).fetchone()
+            ).fetchall()[0]  # all: DuckDB 2 holds an unfinished result
             return row[0], row[1]
 
     def memory_bytes(self) -> int:
@@ -350,10 +389,10 @@ class SpanSource:
         self.close()
 
     def close(self) -> None:
-        con = getattr(self, "con", None)
+        con = getattr(self, "_con", None)
         if con is not None:
             con.close()
-            del self.con  # closed: getattr above finds none
+            self._con = None
         if self._own_temp:
             shutil.rmtree(self.temp_directory, ignore_errors=True)
 
@@ -363,7 +402,7 @@ class SpanSource:
     def arrow(self, query: str) -> pa.Table:
         result = self.con.execute(query)
         # DuckDB 1.4 calls it fetch_arrow_table, 1.5 and later to_arrow_table.
-        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table  # type: ignore[attr-defined]  # duckdb 1.4's name, gone from 1.5's stubs
+        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
         with warnings.catch_warnings():  # "an extra copy of the rows": small results only come here
             warnings.simplefilter("ignore")
             return fetch()
@@ -404,7 +443,7 @@ class SpanSource:
             (repeated,) = self.sql(
                 "SELECT count(*) FROM (SELECT span_id FROM spans GROUP BY span_id "
                 "HAVING count(*) > 1)"
-            ).fetchone()
+            ).fetchall()[0]  # all: DuckDB 2 holds an unfinished result
             self._unique_ids = repeated == 0
         return self._unique_ids
 
@@ -492,6 +531,9 @@ def check_by(by: str | Sequence[str]) -> tuple[str, ...]:
 #: The fast path holds each group's durations (in DuckDB's list aggregate, then as one Arrow
 #: array here): about this many bytes a span, at most, against HOTSPAN_MEMORY_LIMIT.
 _BYTES_PER_VALUE = 24
+#: Whether the fast path reads the parts with pyarrow (parquet_scan.py) where it can, rather
+#: than DuckDB's list() (the tests turn it off to keep both covered).
+_PARQUET_SCAN = True
 
 
 def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
@@ -518,6 +560,10 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
         if first is not None and last is not None:
             wall = int(last) - int(first)
             columns = [c for c in columns if c not in ("start_ns", "end_ns")]
+    if wall is not None and _PARQUET_SCAN:
+        scanned = _scan_stats(source, by, wall)
+        if scanned is not None:
+            return scanned
     if source.rows * _BYTES_PER_VALUE <= source.memory_bytes():
         # Durations under 2.1 s (most spans; the footers say) collected as 32-bit integers:
         # half the bytes for DuckDB to gather, hand over and numpy to partition; same values.
@@ -543,6 +589,43 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
                 wall=wall,
             )
     return _bucket_stats(source, by, columns, wall)
+
+
+def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table | None:
+    """The fast path: the parts read with pyarrow (``parquet_scan.part_groups``), when the
+    run's durations fit in the memory limit; None where it does not apply."""
+    from .parquet_scan import part_groups, scan_memory
+
+    from .queries import finish_stats
+
+    footers = source.footers()
+    largest = max((f.num_rows for f in footers), default=0)
+    # 4 bytes a duration where the footers show they all fit in 32 bits (else counted as 8;
+    # each part keeps its own as 32-bit integers when they fit, footers or not)
+    low, high = source.column_range("duration_ns", query=False)
+    narrow = low is not None and high is not None and -(2**31) <= low and high < 2**31
+    if scan_memory(source.rows, narrow, largest) > source.memory_bytes():
+        return None
+    found = part_groups(
+        source.files,
+        [f.schema.to_arrow_schema() for f in footers],
+        by,
+        filesystem=source.filesystem,
+    )
+    if found is None:
+        return None
+    numbers, aggregates, percentiles = found
+    if not numbers:
+        return _empty_stats(source, by)
+    types = _key_types(source, by)
+    keys = list(numbers)  # in group-number order (insertion order)
+    groups = pa.table(
+        {
+            **{name: pa.array([k[i] for k in keys], types[name]) for i, name in enumerate(by)},
+            **aggregates,
+        }
+    )
+    return finish_stats(groups, by, percentiles, types, wall=wall)
 
 
 def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> np.ndarray:
@@ -616,7 +699,7 @@ def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
     (broken,) = source.sql(f"""
         SELECT count(*) FROM (
             SELECT hi, lead(lo) OVER ({"PARTITION BY " + keys if by else ""} ORDER BY b) AS next_lo FROM hs_h)
-        WHERE next_lo <= hi""").fetchone()
+        WHERE next_lo <= hi""").fetchall()[0]  # all: DuckDB 2 holds an unfinished result
     return broken == 0
 
 
