@@ -51,6 +51,7 @@ import contextlib
 import math
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
@@ -481,18 +482,19 @@ def _open(path: str | os.PathLike | SpanSource) -> tuple[SpanSource, bool]:
 @contextlib.contextmanager
 def _reading(source: SpanSource) -> Iterator[None]:
     """DuckDB's errors while reading (a damaged part found mid-scan) as ``TraceFileError``
-    naming the trace."""
-    import duckdb
-
+    naming the trace. (DuckDB is not imported for it: the fast path of ``stats`` runs none.)"""
     from ..formats.base import TraceFileError
 
     try:
         yield
-    except duckdb.OutOfMemoryException as exc:
-        raise MemoryError(
-            f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)"
-        ) from exc
-    except duckdb.Error as exc:
+    except Exception as exc:
+        duckdb = sys.modules.get("duckdb")
+        if duckdb is None or not isinstance(exc, duckdb.Error):
+            raise
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            raise MemoryError(
+                f"{source.path}: {exc} (HOTSPAN_MEMORY_LIMIT raises DuckDB's limit)"
+            ) from exc
         raise TraceFileError(source.path, f"not a readable span table: {exc}") from exc
 
 
@@ -539,16 +541,16 @@ _PARQUET_SCAN = True
 def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
     """Per group, the aggregates of ``queries.STAT_AGGREGATES`` and the exact percentiles.
 
-    Fast path (the run's durations fit in the memory limit, three times over): one scan,
-    DuckDB grouping and aggregating (``queries.stats_sql``) and collecting each group's
-    durations, of which numpy picks the order statistics (``queries.list_order_statistics``:
-    ``numpy.partition``, linear). That is what DuckDB's own ``quantile_cont`` does (it too
-    holds a group's values), so the cost is DuckDB's. Bounded path otherwise (or should the
-    fast one run out of memory): the buckets of the module doc, two scans, nothing held whole.
-    Self time is the ``self_ns`` column summed; a trace without the column (older files) gets
-    it from a parent join."""
-    import duckdb
-
+    Fast path (the run's durations fit in the memory limit): the parts read with pyarrow a
+    part at a time, their counts and sums taken by the in-memory path's own function, each
+    group's durations kept and partitioned by numpy (``parquet_scan.part_groups``); no query
+    engine starts. Where that cannot be (a filter, a part without a column it needs, the wall
+    time unknown to the footers): one DuckDB scan, grouping and aggregating
+    (``queries.stats_sql``) and collecting each group's durations with ``list()``, of which
+    numpy picks the order statistics (``queries.list_order_statistics``). Bounded path
+    otherwise (or should the fast one run out of memory): the buckets of the module doc, two
+    scans, nothing held whole. Self time is the ``self_ns`` column summed; a trace without
+    the column (older files) gets it from a parent join."""
     from .queries import DUCKDB, finish_stats, list_order_statistics, stats_sql
 
     source.check_columns(by, _NEEDED)
@@ -570,6 +572,8 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
         low, high = source.column_range("duration_ns")
         narrow = low is not None and high is not None and -(2**31) <= low and high < 2**31
         values = "list32" if narrow else "list"
+        import duckdb
+
         try:
             groups = source.arrow(stats_sql(DUCKDB, "spans", by, columns=columns, values=values))
         except duckdb.OutOfMemoryException:
