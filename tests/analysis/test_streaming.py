@@ -151,16 +151,43 @@ BYS = [
 ]
 
 
-@pytest.fixture(params=["fast", "bounded"])
-def stats_path(request, monkeypatch):
-    """Both ways of the streaming stats: the fast one (each group's durations held, the
-    run fits in HOTSPAN_MEMORY_LIMIT) and the bounded one (duration buckets, two scans)
-    that larger runs take."""
-    from hotspan.analysis import streaming
+#: The ways of the streaming stats, and the function only that way calls.
+STATS_PATHS = {
+    # the parts read with pyarrow, each group's durations held (the run fits in memory)
+    "scan": ("hotspan.analysis.parquet_scan", "part_groups"),
+    # the same reads, in bounded memory: duration buckets, two reads
+    "scan-bounded": ("hotspan.analysis.parquet_scan", "part_buckets"),
+    # DuckDB collecting each group's durations with list() (where the scan does not apply)
+    "duckdb": ("hotspan.analysis.queries", "list_order_statistics"),
+    # DuckDB, bounded: duration buckets, two scans
+    "duckdb-bounded": ("hotspan.analysis.streaming", "_bucket_stats"),
+}
 
-    if request.param == "bounded":
+
+@pytest.fixture(params=list(STATS_PATHS))
+def stats_path(request, monkeypatch):
+    """Each way of the streaming stats in turn; the test asserts the way was taken (``calls``)."""
+    import importlib
+
+    from hotspan.analysis import parquet_scan, streaming
+
+    if request.param == "scan-bounded":  # nothing fits: the bounded reads
+        monkeypatch.setattr(parquet_scan, "scan_memory", lambda rows, narrow, largest: (1 << 62, 0))
+    if request.param.startswith("duckdb"):
+        monkeypatch.setattr(streaming, "_PARQUET_SCAN", False)
+    if request.param == "duckdb-bounded":
         monkeypatch.setattr(streaming, "_BYTES_PER_VALUE", 1 << 40)  # nothing fits
-    return request.param
+    module_name, name = STATS_PATHS[request.param]
+    module = importlib.import_module(module_name)
+    original = getattr(module, name)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +218,7 @@ def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by, stats_path
         )
         totals = streamed.column("total_ns").to_pylist()
         assert totals == sorted(totals, reverse=True)
+    assert stats_path  # the way under test was taken
     # The table really holds what the test is about.
     assert pa.compute.sum(pa.compute.equal(table.column("duration_ns"), 0)).as_py() > 0  # instants
     assert table.column("arg").null_count and table.column("category").null_count
@@ -285,6 +313,7 @@ def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path, stats_path):
                 column,
             )  # numpy's own, exactly
         assert streamed[name]["min_ns"] == values.min() and streamed[name]["max_ns"] == values.max()
+    assert stats_path  # the way under test was taken
 
 
 def test_the_duration_buckets_are_monotone_and_the_exact_one_is_exact():

@@ -598,7 +598,7 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
 def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table | None:
     """The fast path: the parts read with pyarrow (``parquet_scan.part_groups``), when the
     run's durations fit in the memory limit; None where it does not apply."""
-    from .parquet_scan import part_groups, scan_memory
+    from .parquet_scan import part_buckets, part_groups, scan_memory
 
     from .queries import finish_stats
 
@@ -608,14 +608,14 @@ def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table 
     # each part keeps its own as 32-bit integers when they fit, footers or not)
     low, high = source.column_range("duration_ns", query=False)
     narrow = low is not None and high is not None and -(2**31) <= low and high < 2**31
-    if scan_memory(source.rows, narrow, largest) > source.memory_bytes():
+    held, reading = scan_memory(source.rows, narrow, largest)
+    schemas = [f.schema.to_arrow_schema() for f in footers]
+    if held <= source.memory_bytes():
+        found = part_groups(source.files, schemas, by, filesystem=source.filesystem)
+    elif reading <= source.memory_bytes():  # bounded: two reads, the few values wanted kept
+        found = part_buckets(source.files, schemas, by, filesystem=source.filesystem)
+    else:
         return None
-    found = part_groups(
-        source.files,
-        [f.schema.to_arrow_schema() for f in footers],
-        by,
-        filesystem=source.filesystem,
-    )
     if found is None:
         return None
     numbers, aggregates, percentiles = found
