@@ -523,3 +523,62 @@ def test_import_hotspan_loads_no_duckdb():
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
         == "False"
     )
+
+
+def test_stats_of_a_run_read_by_pyarrow_start_no_duckdb(runs):
+    """The fast path reads the parts with pyarrow: no query engine to start (its import
+    alone is a tenth of a second of a command's start-up)."""
+    _table, run, _one = runs[0]
+    code = (
+        "import os, sys, hotspan\n"
+        "os.environ['HOTSPAN_STREAM_MIN_BYTES'] = '0'\n"
+        f"print(hotspan.stats({str(run)!r}).num_rows > 0, 'duckdb' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
+def test_a_damaged_page_is_named_by_its_part(runs, tmp_path):
+    """A part whose footer reads but whose data pages do not: the error names that part."""
+    import shutil
+
+    _table, run, _one = runs[1]
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    part = sorted(copy.rglob("*.parquet"))[0]
+    data = bytearray(part.read_bytes())
+    footer = pq.ParquetFile(part).metadata
+    column = footer.row_group(0).column(
+        footer.schema.to_arrow_schema().get_field_index("duration_ns")
+    )
+    for i in range(
+        column.data_page_offset + 20, column.data_page_offset + column.total_compressed_size - 5
+    ):
+        data[i] ^= 0x5A
+    part.write_bytes(bytes(data))
+    with pytest.raises(TraceFileError, match=part.name) as raised:
+        hotspan.stats(copy)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_bounded_reads_of_parts_of_narrow_and_wide_durations(tmp_path, monkeypatch, dense):
+    """Parts whose durations fit in 32 bits beside parts whose do not (kept in 4 and 8 bytes),
+    and the bounded reads' (group, bucket) codes counted densely or by sorting: the same
+    statistics as in memory."""
+    from hotspan.analysis import parquet_scan
+
+    rng = np.random.default_rng(5)
+    narrow = durations_run(tmp_path / "a", {"x": rng.integers(0, 1 << 20, 400), "y": [3] * 50})
+    wide = durations_run(tmp_path / "b", {"x": rng.integers(1 << 40, 1 << 50, 300), "z": [0, 1]})
+    run = tmp_path / "run"
+    for seq, part in enumerate((narrow, wide)):
+        write_part(part, run, rank=0, pid=1, seq=seq, token="cd34")
+    table = pa.concat_tables([narrow, wide]).unify_dictionaries()
+    expected = canonical_rows(hotspan.stats(table, by="name"), ("name",))
+    assert canonical_rows(hotspan.stats(run, by="name"), ("name",)) == expected
+    monkeypatch.setattr(parquet_scan, "scan_memory", lambda rows, narrow, largest: (1 << 62, 0))
+    if not dense:
+        monkeypatch.setattr(parquet_scan, "_DENSE_CODES", 0)
+    assert canonical_rows(hotspan.stats(run, by="name"), ("name",)) == expected

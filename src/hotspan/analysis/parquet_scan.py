@@ -322,9 +322,9 @@ def part_buckets(
 
     picked: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for result in pool.map(second, files):
-            if result is not None:
-                picked.append(result[1:])
+        for chosen in pool.map(second, files):
+            if chosen is not None:
+                picked.append(chosen[1:])
     code = np.concatenate([c for c, _, _ in picked])
     value = np.concatenate([v for _, v, _ in picked])
     repeats = np.concatenate([r for _, _, r in picked])

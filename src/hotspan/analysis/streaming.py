@@ -332,10 +332,34 @@ class SpanSource:
         except LookupError:
             if not query:
                 return None, None
+            if all(column in f.schema.to_arrow_schema().names for f in self.footers()):
+                return self._read_range(column)
             row = self.sql(
                 f"SELECT min({_quote(column)}), max({_quote(column)}) FROM all_spans"
             ).fetchall()[0]  # all: DuckDB 2 holds an unfinished result
             return row[0], row[1]
+
+    def _read_range(self, column: str) -> tuple[int | None, int | None]:
+        """``column_range`` of a column every part has, read with pyarrow (one column: no
+        query engine started for it)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        low: int | None = None
+        high: int | None = None
+        for f in self.files:
+            try:
+                values = pq.ParquetFile(f, filesystem=self.filesystem).read(columns=[column])
+            except (pa.ArrowException, OSError) as exc:
+                from ..formats.base import TraceFileError
+
+                why = " ".join(str(exc).split())
+                raise TraceFileError(f, f"not a readable Parquet file: {why}") from exc
+            found = pc.min_max(values.column(0)).as_py()
+            if found["min"] is not None:
+                low = found["min"] if low is None else min(low, found["min"])
+                high = found["max"] if high is None else max(high, found["max"])
+        return low, high
 
     def memory_bytes(self) -> int:
         """DuckDB's memory limit in bytes (``HOTSPAN_MEMORY_LIMIT``: 1GB, 512MiB, ...)."""

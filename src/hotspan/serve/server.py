@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import uvicorn
 
+    from .queries import Warmer
+
 __all__ = ["Server", "serve", "warm_early"]
 
 
@@ -49,21 +51,22 @@ def _uvicorn_server(
     return uvicorn.Server(config)
 
 
-def warm_early(root: str | os.PathLike, cache: str) -> None:
+def warm_early(root: str | os.PathLike, cache: str) -> Warmer | None:
     """Find the runs under ``root`` and start computing their statistics on a thread of its
     own (``queries.Warmer``), before the application's slow imports (FastAPI, uvicorn: about
     a second): a request that asks for them as soon as the server listens finds them done or
     waits for the computation under way (``queries.cached``), never starts a second one.
     The application's own catalog finds the same runs (same ids and versions) and its warmer
-    the results cached."""
+    the results cached. Returns the warmer (None where ``root`` cannot be read: the
+    application reports it)."""
     from .queries import Warmer
     from .runs import Catalog
 
     try:
         catalog = Catalog(root, cache)
     except OSError:
-        return  # the application reports it
-    catalog.on_new_version = Warmer()
+        return None
+    catalog.on_new_version = warmer = Warmer()
 
     def scan() -> None:
         try:
@@ -72,6 +75,7 @@ def warm_early(root: str | os.PathLike, cache: str) -> None:
             pass
 
     threading.Thread(target=scan, name="hotspan-serve-early-scan", daemon=True).start()
+    return warmer
 
 
 def serve(
