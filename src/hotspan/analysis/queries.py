@@ -285,8 +285,10 @@ def order_statistics(
         # for the query; this is most of what is left after it).
         from concurrent.futures import ThreadPoolExecutor
 
+        # largest groups first: the last one to finish is a small one
+        by_size = sorted(groups, key=lambda item: -int(counts[item[0]]))
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            list(pool.map(select, groups))
+            list(pool.map(select, by_size))
     else:
         for item in groups:
             select(item)

@@ -440,17 +440,14 @@ class SpanSource:
 
     def metadata(self) -> dict[bytes, bytes]:
         """The schema metadata ``load()`` would give the whole (the parts' footers merged)."""
-        import pyarrow.parquet as pq
-
         from ..formats.dataset import merge_metadata
 
-        footers = [pq.ParquetFile(f, filesystem=self.filesystem) for f in self.files]
-        if len(footers) == 1 and self.files[0] == str(
-            self.path
-        ):  # one file, not a directory of one
-            return dict(footers[0].schema_arrow.metadata or {})
+        # the footers read already (no second open of every part)
+        schemas = [f.schema.to_arrow_schema() for f in self.footers()]
+        if len(schemas) == 1 and self.files[0] == str(self.path):  # a file, not a directory of one
+            return dict(schemas[0].metadata or {})
         return merge_metadata(
-            [(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers]
+            [(dict(s.metadata or {}), f.num_rows) for s, f in zip(schemas, self.footers())]
         )
 
     def check_columns(self, by: Sequence[str], needed: Sequence[str]) -> None:
