@@ -1,4 +1,4 @@
-"""``stats``, ``phases`` and ``compare`` over runs larger than memory: DuckDB over the Parquet files.
+"""``stats``, ``phases`` and ``compare`` over runs larger than memory: pyarrow and DuckDB over the Parquet files.
 
     hotspan.stats("run/")                 # a dataset directory (part-r<R>-*.parquet)
     hotspan.stats("big.parquet", by="name")
@@ -10,12 +10,20 @@ phase's time) may come in another order: the in-memory path breaks ties by the o
 which values first appear in the table, which a streaming scan does not know; here they
 come in key order.
 
-How: when the run's durations fit in the memory limit (about 24 bytes a span), one scan,
-DuckDB aggregating per group (the query of ``queries.stats_sql``, shared with Spark) and
-collecting each group's durations (as 32-bit integers where the footers show they fit), of
-which ``numpy.partition`` takes the two order statistics of each percentile; self time is the ``self_ns`` column summed (no parent join).
-Otherwise (or should that run out of memory), with bounded memory (DuckDB's
-``memory_limit``, spilling to ``temp_directory``):
+How, for ``stats`` without a filter: the parts read with pyarrow, a part at a time on
+every core (``parquet_scan``): counts and sums by the in-memory path's own function; when
+the run's durations fit in the memory limit twice over, each group's durations kept (as
+32-bit integers where they fit) for ``numpy.partition`` to take the two order statistics
+of each percentile; else two reads, the second keeping only the durations of the buckets
+that hold those order statistics. Self time is the ``self_ns`` column summed (no parent
+join). No DuckDB connection is made for it.
+
+Where that cannot be (a filter, a part without a column ``stats`` reads): when the
+durations fit in the memory limit (about 24 bytes a span), one scan, DuckDB aggregating per
+group (the query of ``queries.stats_sql``, shared with Spark) and collecting each group's
+durations, of which ``numpy.partition`` takes the order statistics. Otherwise (or should
+that run out of memory), with bounded memory (DuckDB's ``memory_limit``, spilling to
+``temp_directory``):
 
 - Counts, sums, min, max, errors and args: one scan, grouped by the keys and a *bucket* of
   durations (log-spaced: 1024 a power of two, so a bucket spans less than 0.1% of its
