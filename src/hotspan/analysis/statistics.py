@@ -648,7 +648,8 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     if indices.null_count:
         null_code = len(values)
         values = pa.concat_arrays([values, pa.nulls(1, values.type)])
-        codes = np.where(to_numpy(indices.is_valid(), np.bool_), codes, null_code)
+        valid = to_numpy(indices.is_valid(), np.bool_)
+        codes = np.where(valid, codes.astype(np.int64, copy=False), null_code)  # (int8 indices)
     return codes, values
 
 
