@@ -565,10 +565,11 @@ def test_a_damaged_page_is_named_by_its_part(runs, tmp_path):
 @pytest.mark.parametrize("dense", [True, False])
 def test_bounded_reads_of_parts_of_narrow_and_wide_durations(tmp_path, monkeypatch, dense):
     """Parts whose durations fit in 32 bits beside parts whose do not (kept in 4 and 8 bytes),
-    and the bounded reads' (group, bucket) codes counted densely or by sorting: the same
-    statistics as in memory."""
+    each read in several batches, and the bounded reads' (group, bucket) codes counted
+    densely or by sorting: the same statistics as in memory."""
     from hotspan.analysis import parquet_scan
 
+    monkeypatch.setattr(parquet_scan, "_BATCH_ROWS", 64)  # parts read in several batches
     rng = np.random.default_rng(5)
     narrow = durations_run(tmp_path / "a", {"x": rng.integers(0, 1 << 20, 400), "y": [3] * 50})
     wide = durations_run(tmp_path / "b", {"x": rng.integers(1 << 40, 1 << 50, 300), "z": [0, 1]})

@@ -34,9 +34,11 @@ __all__ = ["BUCKETS", "duration_buckets", "part_buckets", "part_groups", "scan_m
 
 #: The columns ``stats`` reads besides its keys (``self_ns`` summed: no parent join).
 VALUE_COLUMNS = ("duration_ns", "self_ns", "error", "arg")
-#: Bytes a span a part being read takes (its columns, their numpy copies, the group codes):
-#: one part per core in flight at a time.
+#: Bytes a span of a batch being read takes (its columns, their numpy copies, the group
+#: codes): one batch per core in flight at a time.
 _PART_BYTES_PER_ROW = 96
+#: Rows a part is read in at a time.
+_BATCH_ROWS = 1 << 18
 
 
 def _readable(schema: pa.Schema, by: Sequence[str]) -> bool:
@@ -50,8 +52,8 @@ def _readable(schema: pa.Schema, by: Sequence[str]) -> bool:
 def scan_memory(rows: int, narrow: bool, largest_part: int) -> tuple[int, int]:
     """Bytes :func:`part_groups` holds at most (every duration, 4 or 8 bytes, and the
     largest group's put together once more: at most all of them; plus the parts in flight),
-    and bytes :func:`part_buckets` holds (the parts in flight: one a core)."""
-    reading = (os.cpu_count() or 1) * largest_part * _PART_BYTES_PER_ROW
+    and bytes :func:`part_buckets` holds (the batches in flight: one a core)."""
+    reading = (os.cpu_count() or 1) * min(largest_part, _BATCH_ROWS) * _PART_BYTES_PER_ROW
     return 2 * rows * (4 if narrow else 8) + reading, reading
 
 
@@ -78,24 +80,30 @@ class _Parts:
 
     def read(
         self, path: str, values: Sequence[str]
-    ) -> tuple[pa.Table, np.ndarray, list[tuple], np.ndarray] | None:
-        """One part's ``values`` columns, and per row its group (0 .. G-1 in this part), the
-        G key tuples, and the durations; None for a part of no rows."""
+    ) -> list[tuple[pa.Table, np.ndarray, list[tuple], np.ndarray]]:
+        """One part's ``values`` columns in batches of ``_BATCH_ROWS`` rows, and per batch,
+        per row its group (0 .. G-1 in the batch), the G key tuples, and the durations."""
         import pyarrow.parquet as pq
 
         from ..formats.base import TraceFileError
 
         columns = list(dict.fromkeys([*self.keys, *values]))
+        out = []
         try:
             part = pq.ParquetFile(
                 path, filesystem=self.filesystem, read_dictionary=self.dictionaries
             )
-            table = part.read(columns=columns, use_threads=False)  # one part a core already
+            # In batches, not the part whole: a smaller working set, the same memory reused
+            # batch after batch (fresh memory costs a page fault a page). One part a core.
+            for batch in part.iter_batches(_BATCH_ROWS, columns=columns, use_threads=False):
+                if batch.num_rows:
+                    out.append(self._grouped(pa.Table.from_batches([batch])))
         except (pa.ArrowException, OSError) as exc:  # a page torn or damaged: the part named
             why = " ".join(str(exc).split())  # one line
             raise TraceFileError(path, f"not a readable Parquet file: {why}") from exc
-        if table.num_rows == 0:
-            return None
+        return out
+
+    def _grouped(self, table: pa.Table) -> tuple[pa.Table, np.ndarray, list[tuple], np.ndarray]:
         if self.derived:
             table = with_device_key(table, self.by)
         group, representative = combined_codes(table, self.by)
@@ -166,11 +174,12 @@ def part_groups(
 
     parts = _Parts(schemas[0], by, filesystem)
 
-    def read(path: str) -> tuple[list[tuple], dict[str, np.ndarray], list[np.ndarray]] | None:
-        found = parts.read(path, VALUE_COLUMNS)
-        if found is None:
-            return None
-        table, group, keys, duration = found
+    def read(path: str) -> list[tuple[list[tuple], dict[str, np.ndarray], list[np.ndarray]]]:
+        return [grouped(*batch) for batch in parts.read(path, VALUE_COLUMNS)]
+
+    def grouped(
+        table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray
+    ) -> tuple[list[tuple], dict[str, np.ndarray], list[np.ndarray]]:
         sums = group_sums(table, group, len(keys), duration)
         ordered, starts, extremes = _by_group(group, duration, sums["n"])
         sums.update(extremes)
@@ -182,9 +191,7 @@ def part_groups(
     found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     values: list[list[np.ndarray]] = []
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for result in pool.map(read, files):
-            if result is None:
-                continue
+        for result in (r for batches in pool.map(read, files) for r in batches):
             part_keys, sums, pieces = result
             ids = np.array([numbers.setdefault(k, len(numbers)) for k in part_keys], np.int64)
             values += [[] for _ in range(len(numbers) - len(values))]
@@ -241,11 +248,12 @@ def part_buckets(
 
     def first(
         path: str,
-    ) -> tuple[list[tuple], dict[str, np.ndarray], np.ndarray, np.ndarray] | None:
-        found = parts.read(path, VALUE_COLUMNS)
-        if found is None:
-            return None
-        table, group, keys, duration = found
+    ) -> list[tuple[list[tuple], dict[str, np.ndarray], np.ndarray, np.ndarray]]:
+        return [counted(*batch) for batch in parts.read(path, VALUE_COLUMNS)]
+
+    def counted(
+        table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray
+    ) -> tuple[list[tuple], dict[str, np.ndarray], np.ndarray, np.ndarray]:
         sums = group_sums(table, group, len(keys), duration)
         ordered, starts, extremes = _by_group(group, duration, sums["n"])
         sums.update(extremes)
@@ -267,9 +275,7 @@ def part_buckets(
     histogram: list[tuple[np.ndarray, np.ndarray]] = []
     try:
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            for result in pool.map(first, files):
-                if result is None:
-                    continue
+            for result in (r for batches in pool.map(first, files) for r in batches):
                 part_keys, sums, codes, counts = result
                 ids = np.array([numbers.setdefault(k, len(numbers)) for k in part_keys], np.int64)
                 histogram.append((ids[codes // BUCKETS] * BUCKETS + codes % BUCKETS, counts))
@@ -300,11 +306,12 @@ def part_buckets(
         wanted_table = np.zeros(len(numbers) * BUCKETS, np.bool_)
         wanted_table[targets] = True
 
-    def second(path: str) -> tuple[list[tuple], np.ndarray, np.ndarray, np.ndarray] | None:
-        found = parts.read(path, ("duration_ns",))
-        if found is None:
-            return None
-        _table, group, keys, duration = found
+    def second(path: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return [chosen(*batch) for batch in parts.read(path, ("duration_ns",))]
+
+    def chosen(
+        _table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ids = np.array([numbers[k] for k in keys], np.int64)
         code = ids[group] * BUCKETS + duration_buckets(duration)
         if wanted_table is not None:  # one lookup a row
@@ -313,18 +320,19 @@ def part_buckets(
             at = np.minimum(np.searchsorted(targets, code), len(targets) - 1)
             hit = targets[at] == code
         code, value = code[hit], duration[hit]
+        if len(code) == 0:  # none of this batch's durations wanted
+            return code, value, np.zeros(0, np.int64)
         # distinct (bucket, value) with counts: ties held once (memory bounded by the
         # values a bucket can hold, not by how often they repeat)
         order = np.lexsort((value, code))
         code, value = code[order], value[order]
         new = np.flatnonzero(np.r_[True, (code[1:] != code[:-1]) | (value[1:] != value[:-1])])
-        return keys, code[new], value[new], np.diff(np.r_[new, len(code)])
+        return code[new], value[new], np.diff(np.r_[new, len(code)])
 
     picked: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for chosen in pool.map(second, files):
-            if chosen is not None:
-                picked.append(chosen[1:])
+        for batches in pool.map(second, files):
+            picked += batches
     code = np.concatenate([c for c, _, _ in picked])
     value = np.concatenate([v for _, v, _ in picked])
     repeats = np.concatenate([r for _, _, r in picked])
