@@ -211,6 +211,8 @@ BUCKETS = 54 * 1024
 #: Up to this many (group, bucket) codes are counted and looked up in dense arrays (a few
 #: MB), more by sorting and searching.
 _DENSE_CODES = 1 << 22
+#: The bounded reads' (group, bucket) counts are merged whenever this many pile up.
+_HISTOGRAM_ENTRIES = 1 << 22
 
 
 def duration_buckets(duration: np.ndarray) -> np.ndarray:
@@ -273,12 +275,17 @@ def part_buckets(
     numbers: dict[tuple, int] = {}
     found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     histogram: list[tuple[np.ndarray, np.ndarray]] = []
+    held = 0
     try:
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             for result in (r for batches in pool.map(first, files) for r in batches):
                 part_keys, sums, codes, counts = result
                 ids = np.array([numbers.setdefault(k, len(numbers)) for k in part_keys], np.int64)
                 histogram.append((ids[codes // BUCKETS] * BUCKETS + codes % BUCKETS, counts))
+                held += len(codes)
+                if held > _HISTOGRAM_ENTRIES:  # merged as it grows: a batch's buckets repeat
+                    histogram = [_merged(histogram)]
+                    held = len(histogram[0][0])
                 found.append((ids, sums))
     except _Negative:
         return None
@@ -286,8 +293,7 @@ def part_buckets(
     if not numbers:
         return numbers, aggregates, {column: np.zeros(0) for column, _q in PERCENTILES}
     # Every (group, bucket) with its count, in (group, bucket) order.
-    codes, where = np.unique(np.concatenate([c for c, _ in histogram]), return_inverse=True)
-    counts = np.bincount(where.reshape(-1), weights=np.concatenate([n for _, n in histogram]))
+    codes, counts = _merged(histogram)
     cumulative = np.cumsum(counts.astype(np.int64))
     group_of = codes // BUCKETS
     before_group = np.concatenate(([0], np.cumsum(aggregates["n"])))[:-1]
@@ -350,6 +356,13 @@ def part_buckets(
         above = at_rank[(2 * i + 1) * size : (2 * i + 2) * size]
         percentiles[column] = interpolate(below, above, gamma)
     return numbers, aggregates, percentiles
+
+
+def _merged(histogram: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(code, count) pairs as one pair of arrays: each code once, in order, counts added."""
+    codes, where = np.unique(np.concatenate([c for c, _ in histogram]), return_inverse=True)
+    counts = np.bincount(where.reshape(-1), weights=np.concatenate([n for _, n in histogram]))
+    return codes, counts.astype(np.int64)
 
 
 class _Negative(Exception):
