@@ -1,7 +1,8 @@
 """``stats`` of Parquet parts read with pyarrow a part at a time: the fast path of the
 streaming ``stats`` (streaming.py), used when a run's durations fit in memory.
 
-Each part is read alone (only the columns ``stats`` needs, string keys as dictionaries),
+Each part is read alone, in batches (only the columns ``stats`` needs, string keys as
+dictionaries),
 its rows numbered by group (``statistics.combined_codes``), its counts and sums taken by the
 in-memory path's own function (``statistics.group_sums``), and its durations ordered by
 group (a stable sort of small integers: a radix sort) and kept, 4 bytes a span where
