@@ -1,16 +1,20 @@
-"""``stats`` of Parquet parts read with pyarrow a part at a time: the fast path of the
-streaming ``stats`` (streaming.py), used when a run's durations fit in memory.
+"""``stats`` of Parquet parts read with pyarrow: the streaming ``stats`` (streaming.py)
+without a query engine.
 
 Each part is read alone, in batches (only the columns ``stats`` needs, string keys as
-dictionaries),
-its rows numbered by group (``statistics.combined_codes``), its counts and sums taken by the
-in-memory path's own function (``statistics.group_sums``), and its durations ordered by
-group (a stable sort of small integers: a radix sort) and kept, 4 bytes a span where
-they fit in 32 bits. The parts' sums are added, and each group's durations
-put together one group at a time for ``numpy.partition`` to find the order statistics of
-the exact percentiles (``queries.order_statistics``). The parts are read on every core
-(pyarrow and numpy let the GIL go). DuckDB's ``list()`` aggregate, which collected the same
-values before, cost more than the whole of this; and no query engine starts.
+dictionaries), its rows numbered by group (``statistics.combined_codes``), its counts and
+sums taken by the in-memory path's own function (``statistics.group_sums``), and its
+durations ordered by group (a stable sort of small integers: a radix sort). The batches'
+sums are added. The parts are read on every core (pyarrow and numpy let the GIL go).
+
+- :func:`part_groups`, when a run's durations fit in memory: they are kept, 4 bytes a span
+  where they fit in 32 bits, and each group's put together one group at a time for
+  ``numpy.partition`` to find the order statistics of the exact percentiles
+  (``queries.order_statistics``). DuckDB's ``list()`` aggregate, which collected the same
+  values before, cost more than the whole of this.
+- :func:`part_buckets`, in bounded memory: two reads, the first counting each group's
+  durations per bucket, the second keeping only the durations of the buckets that hold the
+  percentiles' order statistics.
 """
 
 from __future__ import annotations
