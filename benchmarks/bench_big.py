@@ -22,6 +22,11 @@
    limit, both as whole fresh commands (start-up counts), alternating, --repeats pairs:
    both times and their ratio (issue 23: at most 1.5x); and how many of DuckDB's
    quantile_cont values differ from the exact (numpy linear) percentiles hotspan gives.
+   (hotspan reads the parts with pyarrow, analysis/parquet_scan.py: at 20 M spans each
+   group's durations are held, 4 bytes a span; at 200 M, past the 1 GB limit, the parts are
+   read twice, the second time keeping only the durations of the buckets that hold the
+   percentiles' order statistics. DuckDB answers neither 200 M query within 1 GB: its
+   quantile_cont holds a group's values.)
    Then `hotspan stats DIR --json` once more, printing its elapsed time and peak memory
    (ru_maxrss of that child, from os.wait4), and asserts the peak is at most --max-gib.
    With --phases: `hotspan.phases(DIR)` and the plain `hotspan stats DIR` (its table) in
@@ -554,7 +559,8 @@ def main() -> None:
         )
     else:
         n = sum(pq.ParquetFile(p).metadata.num_rows for p in run.rglob("*.parquet"))
-        print(f"reusing {n:,} spans in {run}", flush=True)
+        args.ranks = len(list(run.glob("rank=*"))) or args.ranks  # the run's, not --ranks'
+        print(f"reusing {n:,} spans over {args.ranks} ranks in {run}", flush=True)
     if args.as_installed:
         HOTSPAN_ENV.update(installed_copy(args.dir / "installed"))
         check = subprocess.run(

@@ -372,3 +372,30 @@ def test_phases_of_one_rank_have_no_mean_rows_and_empty_is_empty():
 def test_stats_and_phases_are_exported():
     assert "stats" in hotspan.__all__ and "phases" in hotspan.__all__
     assert not math.isnan(hotspan.stats(phase_trace()).column("share")[0].as_py())
+
+
+def test_keys_of_every_dictionary_index_width_and_a_null_group():
+    """Keys whose dictionaries are read as they lie (the codes are the indices, no copy):
+    8-bit indices over a full dictionary and a null key among them group as plain strings."""
+    table = random_tree_table(3)
+    names = [f"n{i}" for i in range(128)]
+    n = table.num_rows
+    rng = np.random.default_rng(0)
+    index = rng.integers(0, 128, n)
+    index[index == 127] = 126
+    index[:3] = 127  # the dictionary's last value used
+    mask = np.zeros(n, bool)
+    mask[3:6] = True  # and null keys: their own group, after the 128 values
+    narrow = pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int8), mask=mask), names)
+    plain = narrow.cast(pa.string())
+    by_narrow = hotspan.stats(
+        table.set_column(table.schema.get_field_index("name"), "name", narrow), by="name"
+    )
+    by_plain = hotspan.stats(
+        table.set_column(table.schema.get_field_index("name"), "name", plain), by="name"
+    )
+    assert by_narrow.to_pylist() == by_plain.to_pylist()
+    assert (
+        None in by_narrow.column("name").to_pylist()
+        and "n127" in by_narrow.column("name").to_pylist()
+    )

@@ -160,16 +160,43 @@ BYS = [
 ]
 
 
-@pytest.fixture(params=["fast", "bounded"])
-def stats_path(request, monkeypatch):
-    """Both ways of the streaming stats: the fast one (each group's durations held, the
-    run fits in HOTSPAN_MEMORY_LIMIT) and the bounded one (duration buckets, two scans)
-    that larger runs take."""
-    from hotspan.analysis import streaming
+#: The ways of the streaming stats, and the function only that way calls.
+STATS_PATHS = {
+    # the parts read with pyarrow, each group's durations held (the run fits in memory)
+    "scan": ("hotspan.analysis.parquet_scan", "part_groups"),
+    # the same reads, in bounded memory: duration buckets, two reads
+    "scan-bounded": ("hotspan.analysis.parquet_scan", "part_buckets"),
+    # DuckDB collecting each group's durations with list() (where the scan does not apply)
+    "duckdb": ("hotspan.analysis.queries", "list_order_statistics"),
+    # DuckDB, bounded: duration buckets, two scans
+    "duckdb-bounded": ("hotspan.analysis.streaming", "_bucket_stats"),
+}
 
-    if request.param == "bounded":
+
+@pytest.fixture(params=list(STATS_PATHS))
+def stats_path(request, monkeypatch):
+    """Each way of the streaming stats in turn; the test asserts the way was taken (``calls``)."""
+    import importlib
+
+    from hotspan.analysis import parquet_scan, streaming
+
+    if request.param == "scan-bounded":  # nothing fits: the bounded reads
+        monkeypatch.setattr(parquet_scan, "scan_memory", lambda rows, narrow, largest: (1 << 62, 0))
+    if request.param.startswith("duckdb"):
+        monkeypatch.setattr(streaming, "_PARQUET_SCAN", False)
+    if request.param == "duckdb-bounded":
         monkeypatch.setattr(streaming, "_BYTES_PER_VALUE", 1 << 40)  # nothing fits
-    return request.param
+    module_name, name = STATS_PATHS[request.param]
+    module = importlib.import_module(module_name)
+    original = getattr(module, name)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +227,7 @@ def test_stats_of_a_dataset_equal_the_in_memory_stats(runs, seed, by, stats_path
         )
         totals = streamed.column("total_ns").to_pylist()
         assert totals == sorted(totals, reverse=True)
+    assert stats_path  # the way under test was taken
     # The table really holds what the test is about.
     assert pa.compute.sum(pa.compute.equal(table.column("duration_ns"), 0)).as_py() > 0  # instants
     assert table.column("arg").null_count and table.column("category").null_count
@@ -432,6 +460,7 @@ def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path, stats_path):
                 column,
             )  # numpy's own, exactly
         assert streamed[name]["min_ns"] == values.min() and streamed[name]["max_ns"] == values.max()
+    assert stats_path  # the way under test was taken
 
 
 def test_the_duration_buckets_are_monotone_and_the_exact_one_is_exact():
@@ -641,3 +670,64 @@ def test_import_hotspan_loads_no_duckdb():
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
         == "False"
     )
+
+
+def test_stats_of_a_run_read_by_pyarrow_start_no_duckdb(runs):
+    """The fast path reads the parts with pyarrow: no query engine to start (its import
+    alone is a tenth of a second of a command's start-up)."""
+    _table, run, _one = runs[0]
+    code = (
+        "import os, sys, hotspan\n"
+        "os.environ['HOTSPAN_STREAM_MIN_BYTES'] = '0'\n"
+        f"print(hotspan.stats({str(run)!r}).num_rows > 0, 'duckdb' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
+def test_a_damaged_page_is_named_by_its_part(runs, tmp_path):
+    """A part whose footer reads but whose data pages do not: the error names that part."""
+    import shutil
+
+    _table, run, _one = runs[1]
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    part = sorted(copy.rglob("*.parquet"))[0]
+    data = bytearray(part.read_bytes())
+    footer = pq.ParquetFile(part).metadata
+    column = footer.row_group(0).column(
+        footer.schema.to_arrow_schema().get_field_index("duration_ns")
+    )
+    for i in range(
+        column.data_page_offset + 20, column.data_page_offset + column.total_compressed_size - 5
+    ):
+        data[i] ^= 0x5A
+    part.write_bytes(bytes(data))
+    with pytest.raises(TraceFileError, match=part.name) as raised:
+        hotspan.stats(copy)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_bounded_reads_of_parts_of_narrow_and_wide_durations(tmp_path, monkeypatch, dense):
+    """Parts whose durations fit in 32 bits beside parts whose do not (kept in 4 and 8 bytes),
+    each read in several batches, and the bounded reads' (group, bucket) codes counted
+    densely or by sorting: the same statistics as in memory."""
+    from hotspan.analysis import parquet_scan
+
+    monkeypatch.setattr(parquet_scan, "_BATCH_ROWS", 64)  # parts read in several batches
+    monkeypatch.setattr(parquet_scan, "_HISTOGRAM_ENTRIES", 1)  # bucket counts merged as read
+    rng = np.random.default_rng(5)
+    narrow = durations_run(tmp_path / "a", {"x": rng.integers(0, 1 << 20, 400), "y": [3] * 50})
+    wide = durations_run(tmp_path / "b", {"x": rng.integers(1 << 40, 1 << 50, 300), "z": [0, 1]})
+    run = tmp_path / "run"
+    for seq, part in enumerate((narrow, wide)):
+        write_part(part, run, rank=0, pid=1, seq=seq, token="cd34")
+    table = pa.concat_tables([narrow, wide]).unify_dictionaries()
+    expected = canonical_rows(hotspan.stats(table, by="name"), ("name",))
+    assert canonical_rows(hotspan.stats(run, by="name"), ("name",)) == expected
+    monkeypatch.setattr(parquet_scan, "scan_memory", lambda rows, narrow, largest: (1 << 62, 0))
+    if not dense:
+        monkeypatch.setattr(parquet_scan, "_DENSE_CODES", 0)
+    assert canonical_rows(hotspan.stats(run, by="name"), ("name",)) == expected

@@ -95,3 +95,34 @@ def test_the_statistics_of_a_run_are_computed_before_anyone_asks(tmp_path):
         rows = client.get(f"/v1/traces/{entry['id']}/stats").json()["rows"]
     assert len(rows) == hotspan.stats(table).num_rows
     assert create_app(tmp_path).state.warmer is None  # the default: an application warms nothing
+
+
+def test_hotspan_serve_computes_the_statistics_before_it_imports_fastapi(tmp_path):
+    """serve's first /stats of a large run, asked as soon as it listens, must not wait for
+    FastAPI and uvicorn to be imported (about a second) before the statistics even start:
+    warm_early starts them first, and nothing it needs imports them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from hotspan.formats import export
+
+    from ._serving import record_steps
+
+    export(record_steps(5), tmp_path / "run.parquet")
+    code = (
+        "import json, sys, tempfile, time\n"
+        "from hotspan.serve import serve  # the function, not yet the application\n"
+        "from hotspan.serve.server import warm_early\n"
+        f"warmer = warm_early({str(tmp_path)!r}, tempfile.mkdtemp())\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not warmer.warmed and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)  # the warmer's thread has no event to wait on\n"
+        "print(json.dumps([len(warmer.warmed), 'fastapi' in sys.modules, 'uvicorn' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [1, False, False]

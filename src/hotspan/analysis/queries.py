@@ -241,37 +241,54 @@ def list_order_statistics(
     values: pa.ChunkedArray | pa.Array, counts: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Per percentile, its value in each group, from each group's values (a list column, in
-    the groups' order): the two order statistics by ``numpy.partition`` (linear time), then
-    numpy's interpolation."""
-    wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
-    below = {c: np.zeros(len(counts), np.int64) for c in wanted}
-    above = {c: np.zeros(len(counts), np.int64) for c in wanted}
+    the groups' order): see :func:`order_statistics`."""
     # Each chunk's groups where they lie: no concatenation (a copy of every value).
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
-    groups: list[tuple[int, np.ndarray]] = []
+    groups: list[tuple[int, np.ndarray | list[np.ndarray]]] = []
     first = 0
     for chunk in chunks:
         offsets = chunk.offsets.to_numpy()
         flat = chunk.values.to_numpy(zero_copy_only=False)  # int64, or int32 (list32)
         groups += [(first + g, flat[offsets[g] : offsets[g + 1]]) for g in range(len(chunk))]
         first += len(chunk)
+    return order_statistics(groups, counts)
 
-    def select(item: tuple[int, np.ndarray]) -> None:
-        g, group = item
-        if len(group) == 0:
+
+def order_statistics(
+    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]], counts: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per percentile, its value in each group from the group's values (``groups``: (group,
+    its values, or a list of pieces of them) in any order): the two order statistics by
+    ``numpy.partition`` (linear time), then numpy's interpolation. A group given in pieces
+    is put together one group at a time, the pieces let go as it is (memory: the values
+    once, plus one group)."""
+    wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
+    below = {c: np.zeros(len(counts), np.int64) for c in wanted}
+    above = {c: np.zeros(len(counts), np.int64) for c in wanted}
+
+    def select(item: tuple[int, np.ndarray | list[np.ndarray]]) -> None:
+        g, values = item
+        if counts[g] == 0:
             return
         ranks = sorted({int(r) for w in wanted.values() for r in (w[0][g], w[1][g])})
-        part = np.partition(group, ranks)  # each rank's value in place, in O(n)
+        if isinstance(values, list):
+            part = np.concatenate(values) if len(values) != 1 else values[0].copy()
+            values.clear()  # the pieces go now, not at the end
+            part.partition(ranks)  # in place: the copy above is ours
+        else:
+            part = np.partition(values, ranks)  # each rank's value in place, in O(n)
         for c, (lo, hi, _gamma) in wanted.items():
             below[c][g], above[c][g] = part[lo[g]], part[hi[g]]
 
-    if len(groups) > 1 and sum(len(v) for _, v in groups) > 1 << 20:
+    if len(groups) > 1 and int(np.sum(counts)) > 1 << 20:
         # numpy partitions without the GIL: the groups on every core (DuckDB used them all
         # for the query; this is most of what is left after it).
         from concurrent.futures import ThreadPoolExecutor
 
+        # largest groups first: the last one to finish is a small one
+        by_size = sorted(groups, key=lambda item: -int(counts[item[0]]))
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            list(pool.map(select, groups))
+            list(pool.map(select, by_size))
     else:
         for item in groups:
             select(item)

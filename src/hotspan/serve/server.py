@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["Server", "serve"]
+    from .queries import Warmer
+
+__all__ = ["Server", "serve", "warm_early"]
 
 
 def _listening_socket(host: str, port: int) -> tuple[socket.socket, str]:
@@ -49,6 +51,33 @@ def _uvicorn_server(
     return uvicorn.Server(config)
 
 
+def warm_early(root: str | os.PathLike, cache: str) -> Warmer | None:
+    """Find the runs under ``root`` and start computing their statistics on a thread of its
+    own (``queries.Warmer``), before the application's slow imports (FastAPI, uvicorn: about
+    a second): a request that asks for them as soon as the server listens finds them done or
+    waits for the computation under way (``queries.cached``), never starts a second one.
+    The application's own catalog finds the same runs (same ids and versions) and its warmer
+    the results cached. Returns the warmer (None where ``root`` cannot be read: the
+    application reports it)."""
+    from .queries import Warmer
+    from .runs import Catalog
+
+    try:
+        catalog = Catalog(root, cache)
+    except OSError:
+        return None
+    catalog.on_new_version = warmer = Warmer()
+
+    def scan() -> None:
+        try:
+            catalog.scan()
+        except Exception:  # noqa: BLE001  (the requests scan again and report it)
+            pass
+
+    threading.Thread(target=scan, name="hotspan-serve-early-scan", daemon=True).start()
+    return warmer
+
+
 def serve(
     root: str | os.PathLike,
     *,
@@ -62,6 +91,7 @@ def serve(
     ``announce(url)`` is called once the socket listens. ``Server`` serves from a thread
     instead, until ``close()``."""
     with tempfile.TemporaryDirectory(prefix="hotspan-serve-") as cache:
+        warm_early(root, cache)
         server = _uvicorn_server(root, cache, token, perfetto_ui)
         sock, url = _listening_socket(host, port)
         if announce is not None:
