@@ -244,8 +244,12 @@ class Recorder:
             table = self._take()
             # What stop() needs of it: the schema and its metadata (the dropped counts only
             # grow), not the rows: holding the whole batch until the next flush kept its
-            # column buffers from going back to the drain's pool before the next drain.
-            self._last = table.schema.empty_table()
+            # column buffers from going back to the drain's pool before the next drain. Built
+            # from no batches: Schema.empty_table() makes arrays from Python lists, which
+            # imports pandas (seconds of bytecode holding the GIL, on a collector client too).
+            import pyarrow as pa  # loaded already: the drain built the table
+
+            self._last = pa.Table.from_batches([], schema=table.schema)
             self.flushes += 1
             if self.kind == "directory":
                 track_children()
