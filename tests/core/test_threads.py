@@ -71,6 +71,12 @@ def _stress(n_threads: int, per_thread: int, drain_every_s: float):
     child = hotspan.span("child", "inner")
     start = threading.Barrier(n_threads + 1)
     native_ids = {}
+    # Drains really overlap recording, whatever the load: after each quarter of its spans a
+    # thread waits until the main thread has made one more drain with rows (gates[q]: q + 1
+    # such drains), so at least three drains take rows while the threads still record (a
+    # loaded machine could otherwise run the threads to their end between two drains).
+    gates = [threading.Event() for _ in range(3)]
+    quarters = {per_thread * (q + 1) // 4: gates[q] for q in range(3)}
 
     def work(k):
         native_ids[k] = threading.get_native_id()
@@ -78,6 +84,8 @@ def _stress(n_threads: int, per_thread: int, drain_every_s: float):
         begin, end = hotspan.begin, hotspan.end
         start.wait()
         for i in range(per_thread):
+            if i in quarters:
+                quarters[i].wait(60)
             tok = begin(name, "stress", arg=(k << 32) | i)
             if i % 4 == 0:
                 with child:
@@ -97,8 +105,13 @@ def _stress(n_threads: int, per_thread: int, drain_every_s: float):
         th.start()
     start.wait()
     tables = []
+    with_rows = 0
     while any(th.is_alive() for th in threads):  # the main thread drains every few ms
         tables.append(hotspan.drain())
+        if tables[-1].num_rows:
+            with_rows += 1
+            for gate in gates[:with_rows]:
+                gate.set()
         time.sleep(drain_every_s)
     for th in threads:
         th.join()
