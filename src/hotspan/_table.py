@@ -11,7 +11,7 @@ import json
 import platform
 import socket
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -53,14 +53,20 @@ def _strings(raw: dict[str, Any], prefix: str) -> pa.Array:
     )
 
 
-def _string_array(values: list[str]) -> pa.Array:
-    """A small string array built by hand: pa.array() on Python objects imports pandas
-    (a second or so) the first time, inside a drain."""
-    encoded = [v.encode("utf-8", "surrogatepass") for v in values]
+def string_array(values: Sequence[str | None]) -> pa.Array:
+    """A small string array built by hand (None: null): pa.array() on Python objects imports
+    pandas (a second or so) the first time, inside a drain or a streamed answer."""
+    encoded = [b"" if v is None else v.encode("utf-8", "surrogatepass") for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    valid = np.array([v is not None for v in values], np.bool_)
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.StringArray.from_buffers(
-        len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+        len(encoded),
+        pa.py_buffer(offsets),
+        pa.py_buffer(b"".join(encoded)),
+        bitmap,
+        int(len(values) - valid.sum()),
     )
 
 
@@ -136,7 +142,7 @@ def environment(version: str) -> dict[str, Any]:
 def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table:
     """Build the span table (exactly ``SPAN_SCHEMA``) from one ``_native._drain()`` result."""
     n = int(raw["n"])
-    thread_names = _string_array([name for _tid, name in raw["threads"]])
+    thread_names = string_array([name for _tid, name in raw["threads"]])
     columns = [
         _fixed(raw, "span_id", pa.uint64(), n),
         _fixed(raw, "parent_id", pa.uint64(), n, "parent_valid"),

@@ -551,15 +551,14 @@ def _arrow_array(values: list, type_: pa.DataType) -> pa.Array:
     )
     bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     if pa.types.is_string(type_):
-        encoded = [v.encode() if ok else b"" for v, ok in zip(values, valid)]
-        offsets = np.zeros(n + 1, np.int32)
-        np.cumsum([len(e) for e in encoded], out=offsets[1:])
-        buffers = [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
-    else:
-        dtype = np.dtype(type_.to_pandas_dtype())
-        data = np.array([v if ok else 0 for v, ok in zip(values, valid)], dtype)
-        buffers = [bitmap, pa.py_buffer(data)]
-    return pa.Array.from_buffers(type_, n, buffers, null_count=int(n - valid.sum()))
+        from .._table import string_array
+
+        return string_array([v if ok else None for v, ok in zip(values, valid)])
+    dtype = np.dtype(type_.to_pandas_dtype())
+    data = np.array([v if ok else 0 for v, ok in zip(values, valid)], dtype)
+    return pa.Array.from_buffers(
+        type_, n, [bitmap, pa.py_buffer(data)], null_count=int(n - valid.sum())
+    )
 
 
 # --------------------------------------------------------------------------- shared helpers
