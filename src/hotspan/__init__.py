@@ -13,8 +13,6 @@ so a program that only records, on every rank of a job, pays nothing for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 # Submodules and classes that need no pyarrow load with the package: ``hotspan.events.Flushed``
 # and ``hotspan.sync.mlx`` work after a bare ``import hotspan``, ``Recorder`` is the real class.
 from . import events, sync
@@ -35,6 +33,8 @@ from ._version import __version__
 from .events import on_event
 from .recording.recorder import Recorder, record
 
+# typing loads for the type checker only: a fresh interpreter has not loaded it yet.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from .recording.live_log import LiveLog
     from .recording.subscribers import Subscription
+del TYPE_CHECKING  # not a public name of the package
 
 # Why small forwarding functions and no module ``__getattr__``: CPython (3.11-3.14) never
 # specialises ``LOAD_ATTR`` on a module whose dict holds ``__getattr__`` (specialize.c,
