@@ -30,6 +30,7 @@ __all__ = [
     "spans_page",
     "stats_rows",
     "timeline_html",
+    "timeline_view",
     "flame_html",
 ]
 
@@ -149,6 +150,29 @@ def _compare(base: Run, new: Run, **options):
 
 
 # --------------------------------------------------------------------------- answers
+
+
+def timeline_view(
+    run: Run, start_ns: int | None, end_ns: int | None, width: int, ranks: Sequence[int] | None
+) -> dict[str, Any]:
+    """What a ``width``-pixel view of the run's window shows (``hotspan.analysis.timeline``),
+    read from the run's Parquet files with the window pushed down. Cached like the other
+    answers, but computed outside ``HEAVY``: its memory is one batch and the answer (bounded
+    by ``width`` and the tracks), and a pan or zoom must not wait behind a run's statistics."""
+    from ..analysis.timeline import timeline
+
+    key = ("timeline", run.id, run.signature, start_ns, end_ns, width, tuple(ranks or ()))
+    found, value = _lookup(key)
+    if found:
+        return value
+    value = plain(
+        timeline([str(path) for path, _rank in run.parts], start_ns, end_ns, width, ranks=ranks)
+    )
+    with _cache_lock:
+        _cache[key] = value
+        while len(_cache) > _CACHE_ENTRIES:
+            _cache.popitem(last=False)
+    return value
 
 
 def stats_rows(
