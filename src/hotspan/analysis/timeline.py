@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,182 +41,182 @@ _BATCH_ROWS = 1 << 18
 MAX_WIDTH = 16_384
 
 
-@dataclass
-class _Track:
-    """What one track holds so far: its exact spans (as column chunks) and its summary
-    rows (pixel, name code, count, time, least depth), reduced as they pile up."""
-
-    exact: list[pa.Table] = field(default_factory=list)
-    #: (pixel, name code) -> [count, time, least depth], kept as parallel arrays.
-    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    depths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    #: The track's spans short enough to summarise, kept as rows while there are few (so a
-    #: track of at most ``width`` spans is listed exactly): None once there are more.
-    few: list[pa.Table] | None = field(default_factory=list)
-    few_rows: int = 0
-
-
 class _Summary:
-    """The kernel: ``add`` one batch of spans at a time, ``result`` at the end."""
+    """The kernel: ``add`` one batch of spans at a time, ``result`` at the end.
+
+    Why arrays indexed by (track, pixel): a view holds at most ``width`` pixels a track, so
+    the count, time and least depth of the shorter spans are added with one ``bincount`` a
+    batch, no sort and no Python loop over spans or tracks. The time per (track, pixel,
+    name), for the busiest name, is kept sparse (few names share a pixel), reduced per batch
+    and merged when it piles up. The spans a pixel long or more are taken as rows (a few a
+    pixel at most); so are all the spans of a track while it has no more than ``width``."""
 
     def __init__(self, start_ns: int, end_ns: int, width: int) -> None:
         self.start_ns, self.end_ns, self.width = start_ns, end_ns, width
         self.ns_per_pixel = (end_ns - start_ns) / width
         self.names: dict[str, int] = {}
-        self.tracks: dict[tuple[int, int, int, int], _Track] = {}
+        self.tracks: dict[tuple[int, int, int, int], int] = {}
+        self.counts = np.zeros((0, width), np.int64)
+        self.times = np.zeros((0, width), np.int64)
+        self.depths = np.zeros((0, width), np.int64)
+        #: (cell * 2**24 + name, time) pairs, each list entry reduced; merged when long
+        self.name_keys: list[np.ndarray] = []
+        self.name_times: list[np.ndarray] = []
+        self.name_rows = 0
+        #: per track: every span seen (for the "at most width spans: exact" rule)
+        self.seen = np.zeros(0, np.int64)
+        self.wide: list[pa.Table] = []
+        #: the rows of tracks that may still be listed whole: track code -> tables
+        self.few: dict[int, list[pa.Table]] = {}
 
-    def _name_codes(self, names: pa.ChunkedArray | pa.Array) -> np.ndarray:
-        encoded = pc.dictionary_encode(names)
-        if isinstance(encoded, pa.ChunkedArray):
-            encoded = encoded.combine_chunks() if encoded.num_chunks != 1 else encoded.chunk(0)
+    def _grow(self, tracks: int) -> None:
+        old = len(self.counts)
+        if tracks <= old:
+            return
+        for attr, fill in (("counts", 0), ("times", 0), ("depths", _NO_DEPTH)):
+            grown = np.full((tracks, self.width), fill, np.int64)
+            grown[:old] = getattr(self, attr)
+            setattr(self, attr, grown)
+        seen = np.zeros(tracks, np.int64)
+        seen[:old] = self.seen
+        self.seen = seen
+
+    def _name_codes(self, names: pa.Array) -> np.ndarray:
+        if not pa.types.is_dictionary(names.type):
+            names = pc.dictionary_encode(names)
         mapping = np.array(
-            [
-                self.names.setdefault(str(n), len(self.names))
-                for n in encoded.dictionary.to_pylist()
-            ],
+            [self.names.setdefault(str(n), len(self.names)) for n in names.dictionary.to_pylist()],
             dtype=np.int64,
         )
-        indices = encoded.indices.to_numpy(zero_copy_only=False)
+        indices = names.indices.to_numpy(zero_copy_only=False)
         return mapping[indices] if len(mapping) else np.zeros(len(indices), np.int64)
 
-    def add(self, batch: pa.Table) -> None:
+    def _track_codes(self, batch: pa.RecordBatch) -> np.ndarray:
+        columns = [
+            batch.column(name).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            if name in batch.schema.names
+            else np.zeros(batch.num_rows, np.int64)
+            for name in TRACK_KEYS
+        ]
+        rank, pid, thread, lane = columns
+        if rank.min() == rank.max() and pid.min() == pid.max() and lane.min() == lane.max():
+            # a recorder's part: one process; its threads apart (the usual case, no row sort)
+            threads, inverse = np.unique(thread, return_inverse=True)
+            keys = [(int(rank[0]), int(pid[0]), int(t), int(lane[0])) for t in threads.tolist()]
+        else:
+            rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+            keys = [tuple(r) for r in rows.tolist()]
+        mapping = np.array(
+            [self.tracks.setdefault(key, len(self.tracks)) for key in keys], dtype=np.int64
+        )
+        return mapping[inverse.reshape(-1)]
+
+    def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        start = batch["start_ns"].to_numpy()
-        end = batch["end_ns"].to_numpy()
+        start = batch.column("start_ns").to_numpy()
+        end = batch.column("end_ns").to_numpy()
         inside = (start < self.end_ns) & ((end > self.start_ns) | (start >= self.start_ns))
         if not inside.all():
             batch = batch.filter(pa.array(inside))
             if batch.num_rows == 0:
                 return
             start, end = start[inside], end[inside]
-        lane = (
-            batch["lane"].to_numpy(zero_copy_only=False).astype(np.int64)
-            if "lane" in batch.column_names
-            else np.zeros(batch.num_rows, np.int64)
-        )
-        keys = np.stack(
-            [
-                batch["rank"].to_numpy(zero_copy_only=False).astype(np.int64),
-                batch["pid"].to_numpy(zero_copy_only=False).astype(np.int64),
-                batch["thread_id"].to_numpy(zero_copy_only=False).astype(np.int64),
-                lane,
-            ],
-            axis=1,
-        )
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        track = self._track_codes(batch)
+        self._grow(len(self.tracks))
+        self.seen += np.bincount(track, minlength=len(self.seen))
+        for code in np.unique(track).tolist():
+            if self.seen[code] <= self.width:
+                rows = batch.filter(pa.array(track == code))
+                self.few.setdefault(code, []).append(pa.Table.from_batches([rows]))
+            else:
+                self.few.pop(code, None)  # more than a screen's worth: summarised
         wide = (end - start) >= self.ns_per_pixel
-        clipped = np.maximum(start, self.start_ns)
-        pixel = np.minimum(
-            ((clipped - self.start_ns) / self.ns_per_pixel).astype(np.int64), self.width - 1
-        )
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
-        names = None
-        for code, key in enumerate(map(tuple, unique.tolist())):
-            rows = order[bounds[code] : bounds[code + 1]]
-            track = self.tracks.setdefault(key, _Track())
-            rows_wide = rows[wide[rows]]
-            if len(rows_wide):
-                track.exact.append(batch.take(pa.array(rows_wide)))
-            rows_short = rows[~wide[rows]]
-            if not len(rows_short):
-                continue
-            if track.few is not None:
-                track.few.append(batch.take(pa.array(rows_short)))
-                track.few_rows += len(rows_short)
-                if track.few_rows + sum(t.num_rows for t in track.exact) <= self.width:
-                    continue
-                # More than a screen's worth: summarise what was kept, and from now on.
-                kept = pa.concat_tables(track.few)
-                track.few = None
-                self._summarise(track, kept)
-                continue
-            if names is None:
-                names = self._name_codes(batch["name"])
-            self._fold(
-                track,
-                pixel[rows_short],
-                names[rows_short],
-                (np.minimum(end, self.end_ns) - clipped)[rows_short],
-                batch["depth"].to_numpy(zero_copy_only=False)[rows_short].astype(np.int64),
+        depth = batch.column("depth").to_numpy(zero_copy_only=False).astype(np.int64)
+        names = self._name_codes(batch.column("name"))
+        if wide.any():
+            rows = pa.Table.from_batches([batch.filter(pa.array(wide))])
+            self.wide.append(rows.append_column("track", pa.array(track[wide])))
+            short = ~wide
+            start, end, track, names, depth = (
+                start[short],
+                end[short],
+                track[short],
+                names[short],
+                depth[short],
             )
-
-    def _summarise(self, track: _Track, table: pa.Table) -> None:
-        start = table["start_ns"].to_numpy()
-        end = table["end_ns"].to_numpy()
+        if not len(start):
+            return
         clipped = np.maximum(start, self.start_ns)
         pixel = np.minimum(
             ((clipped - self.start_ns) / self.ns_per_pixel).astype(np.int64), self.width - 1
         )
-        self._fold(
-            track,
-            pixel,
-            self._name_codes(table["name"]),
-            np.minimum(end, self.end_ns) - clipped,
-            table["depth"].to_numpy(zero_copy_only=False).astype(np.int64),
+        cell = track * self.width + pixel
+        size = self.counts.size
+        time = (np.minimum(end, self.end_ns) - clipped).astype(np.float64)
+        self.counts += np.bincount(cell, minlength=size).reshape(self.counts.shape)
+        self.times += (
+            np.bincount(cell, weights=time, minlength=size)
+            .astype(np.int64)
+            .reshape(self.times.shape)
         )
+        np.minimum.at(self.depths.reshape(-1), cell, depth)
+        keys, inverse = np.unique(cell * _NAMES + names, return_inverse=True)
+        self.name_keys.append(keys)
+        self.name_times.append(np.bincount(inverse.reshape(-1), weights=time))
+        self.name_rows += len(keys)
+        if self.name_rows > 4 * size + (1 << 20):
+            self._merge_names()
 
-    def _fold(
-        self,
-        track: _Track,
-        pixel: np.ndarray,
-        name: np.ndarray,
-        time: np.ndarray,
-        depth: np.ndarray,
-    ) -> None:
-        """Add spans to the track's (pixel, name) sums, reduced at once: the sums stay at
-        most one row per (pixel, name) whatever the spans."""
-        keys = np.concatenate([track.keys, pixel * (1 << 32) + name])
-        counts = np.concatenate([track.counts, np.ones(len(pixel), np.int64)])
-        times = np.concatenate([track.times, time.astype(np.int64)])
-        depths = np.concatenate([track.depths, depth])
-        unique, inverse = np.unique(keys, return_inverse=True)
-        track.keys = unique
-        track.counts = np.bincount(inverse, weights=counts, minlength=len(unique)).astype(np.int64)
-        track.times = np.bincount(inverse, weights=times, minlength=len(unique)).astype(np.int64)
-        least = np.full(len(unique), np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(least, inverse, depths)
-        track.depths = least
+    def _merge_names(self) -> None:
+        if len(self.name_keys) <= 1:
+            return
+        keys, inverse = np.unique(np.concatenate(self.name_keys), return_inverse=True)
+        times = np.bincount(inverse.reshape(-1), weights=np.concatenate(self.name_times))
+        self.name_keys, self.name_times, self.name_rows = [keys], [times], len(keys)
+
+    def _busiest(self) -> np.ndarray:
+        """Per (track, pixel) cell, the code of the name with the most time (-1: none)."""
+        busiest = np.full(self.counts.size, -1, np.int64)
+        self._merge_names()
+        if not self.name_keys:
+            return busiest.reshape(self.counts.shape)
+        keys, times = self.name_keys[0], self.name_times[0]
+        cell = keys // _NAMES
+        # per cell the largest time, ties to the lowest name code: sorted by (cell, -time)
+        order = np.lexsort((keys % _NAMES, -times, cell))
+        first = np.ones(len(order), bool)
+        first[1:] = cell[order][1:] != cell[order][:-1]
+        chosen = order[first]
+        busiest[cell[chosen]] = keys[chosen] % _NAMES
+        return busiest.reshape(self.counts.shape)
 
     def result(self) -> dict[str, Any]:
-        names = np.array(list(self.names), dtype=object)
+        names = np.array(list(self.names) or [""], dtype=object)
+        wide = pa.concat_tables(self.wide, promote_options="permissive") if self.wide else None
+        busiest = self._busiest()
         tracks = []
-        for key in sorted(self.tracks):
-            track = self.tracks[key]
-            exact = list(track.exact)
-            if track.few is not None:
-                exact += track.few
+        for key, code in sorted(self.tracks.items()):
             entry: dict[str, Any] = dict(zip(TRACK_KEYS, key))
-            spans = pa.concat_tables(exact) if exact else None
-            entry["spans"] = _span_rows(spans) if spans is not None else []
-            pixels = []
-            if len(track.keys):
-                pixel = track.keys >> 32
-                name = track.keys & ((1 << 32) - 1)
-                # per pixel: the count and least depth over its names, the busiest name
-                bounds = np.flatnonzero(np.diff(pixel)) + 1
-                starts = np.concatenate([[0], bounds])
-                counts = np.add.reduceat(track.counts, starts)
-                depths = np.minimum.reduceat(track.depths, starts)
-                times = np.add.reduceat(track.times, starts)
-                # the busiest name: the largest time in each pixel's run (ties: the first name)
-                ends = np.concatenate([bounds, [len(pixel)]])
-                for i, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist())):
-                    busiest = lo + int(np.argmax(track.times[lo:hi]))
-                    pixels.append(
-                        {
-                            "x": int(pixel[lo]),
-                            "count": int(counts[i]),
-                            "name": str(names[name[busiest]]),
-                            "depth": int(depths[i]),
-                            "time_ns": int(times[i]),
-                        }
-                    )
-            entry["pixels"] = pixels
+            if code in self.few:  # at most width spans: every one of them, exactly
+                few = pa.concat_tables(self.few[code], promote_options="permissive")
+                entry["spans"] = _span_rows(few)
+                entry["pixels"] = []
+                tracks.append(entry)
+                continue
+            mine = wide.filter(pc.equal(wide["track"], code)) if wide is not None else None
+            entry["spans"] = _span_rows(mine) if mine is not None and mine.num_rows else []
+            xs = np.flatnonzero(self.counts[code])
+            entry["pixels"] = [
+                {"x": x, "count": c, "name": str(names[n]), "depth": d, "time_ns": t}
+                for x, c, n, d, t in zip(
+                    xs.tolist(),
+                    self.counts[code][xs].tolist(),
+                    busiest[code][xs].tolist(),
+                    self.depths[code][xs].tolist(),
+                    self.times[code][xs].tolist(),
+                )
+            ]
             tracks.append(entry)
         return {
             "start_ns": self.start_ns,
@@ -226,6 +225,12 @@ class _Summary:
             "ns_per_pixel": self.ns_per_pixel,
             "tracks": tracks,
         }
+
+
+#: Name codes per cell key: a cell's key is cell * _NAMES + name code.
+_NAMES = 1 << 24
+#: The least depth of a pixel with no span yet.
+_NO_DEPTH = np.iinfo(np.int64).max
 
 
 def _span_rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -272,7 +277,7 @@ def _parquet_files(spans: Any) -> list[str] | None:
 
 def _batches(
     spans: Any, start_ns: int | None, end_ns: int | None, ranks: Sequence[int] | None
-) -> Iterator[pa.Table]:
+) -> Iterator[pa.RecordBatch]:
     """The spans overlapping the window, in batches (the window and ranks pushed down to
     the Parquet reader where the spans are Parquet files)."""
     files = _parquet_files(spans)
@@ -280,8 +285,7 @@ def _batches(
         table = spans if isinstance(spans, pa.Table) else _load(spans)
         if ranks is not None:
             table = table.filter(pc.is_in(table["rank"], pa.array(list(ranks), pa.int32())))
-        for batch in table.to_batches(_BATCH_ROWS):
-            yield pa.Table.from_batches([batch])
+        yield from table.to_batches(_BATCH_ROWS)
         return
     import pyarrow.dataset as ds
 
@@ -299,7 +303,7 @@ def _batches(
             columns=columns, filter=condition, batch_size=_BATCH_ROWS, use_threads=False
         ):
             if batch.num_rows:
-                yield pa.Table.from_batches([batch])
+                yield batch
 
 
 def _load(spans: Any) -> pa.Table:
