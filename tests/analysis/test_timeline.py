@@ -3,6 +3,7 @@ plain-Python reference on generated spans, from a table and from a run's Parquet
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -187,3 +188,40 @@ def test_bad_windows_and_widths_are_refused():
         timeline(table, width=0)
     with pytest.raises(ValueError, match="empty"):
         timeline(table, 10, 10, 100)
+
+
+def test_an_index_answers_zoomed_out_views_as_the_spans_do():
+    """Where the view's pixels are whole bins of the index, its answer is the spans' own,
+    exactly; at any other width each span is still counted once; pixels shorter than a
+    bin are not answered from the index."""
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = pa.concat_tables([generated(7), generated(8, tracks=1, per_track=40)])
+    index = TimelineIndex(table, bins=1024)
+    for width in (64, 256, 1024):  # 16, 4 and 1 bins a pixel
+        assert index.view(width=width) == timeline(table, width=width)
+    first, last = index.window
+    bin_ns = index.bin_ns
+    # a window of whole bins: the index counts the spans shorter than a bin that start in
+    # it (one that starts before and reaches into it is in the spans' pixel 0, not the
+    # index's) and the longer ones that overlap it
+    a, b = first + math.ceil(100 * bin_ns), first + math.ceil(612 * bin_ns)
+    view = index.view(a, b, width=128)
+    starts, ends = table["start_ns"].to_numpy(), table["end_ns"].to_numpy()
+    long = (ends - starts) >= bin_ns  # rows of the index: counted where they overlap, as exactly
+    counted = sum(p["count"] for t in view["tracks"] for p in t["pixels"]) + sum(
+        len(t["spans"]) for t in view["tracks"]
+    )
+    short_in = ~long & (starts >= a) & (starts < b)
+    long_over = long & (starts < b) & (ends > a)
+    assert counted == int(short_in.sum() + long_over.sum())
+    for width in (100, 333, 1000):
+        view = index.view(width=width)
+        counted = sum(
+            len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in view["tracks"]
+        )
+        assert counted == table.num_rows
+        assert all(len(t["pixels"]) <= width for t in view["tracks"])
+    assert index.view(first, first + int(bin_ns * 10), width=100) is None  # finer than a bin
+    ranks = index.view(width=64, ranks=[1])
+    assert ranks == timeline(table, width=64, ranks=[1])

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["TRACK_KEYS", "timeline", "window_of"]
+__all__ = ["TRACK_KEYS", "TimelineIndex", "timeline", "window_of"]
 
 #: The columns that tell tracks apart, in the answer's order.
 TRACK_KEYS = ("rank", "pid", "thread_id", "lane")
@@ -39,6 +39,15 @@ _COLUMNS = ("span_id", "name", "start_ns", "end_ns", "depth", "rank", "pid", "th
 _BATCH_ROWS = 1 << 18
 #: Widths a request may ask for (a 16k screen at most).
 MAX_WIDTH = 16_384
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, each value's index among them), by pyarrow's hash kernels: linear,
+    where ``np.unique`` sorts (most of a batch's time when it did)."""
+    array = pa.array(values)
+    distinct = pc.unique(array)
+    inverse = pc.index_in(array, value_set=distinct).to_numpy(zero_copy_only=False)
+    return distinct.to_numpy(zero_copy_only=False), inverse.astype(np.int64, copy=False)
 
 
 class _Summary:
@@ -100,8 +109,9 @@ class _Summary:
         ]
         rank, pid, thread, lane = columns
         if rank.min() == rank.max() and pid.min() == pid.max() and lane.min() == lane.max():
-            # a recorder's part: one process; its threads apart (the usual case, no row sort)
-            threads, inverse = np.unique(thread, return_inverse=True)
+            # a recorder's part: one process, its threads apart (the usual case): a hash of
+            # the thread ids, no sort
+            threads, inverse = _codes(thread)
             keys = [(int(rank[0]), int(pid[0]), int(t), int(lane[0])) for t in threads.tolist()]
         else:
             rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
@@ -161,9 +171,9 @@ class _Summary:
             .reshape(self.times.shape)
         )
         np.minimum.at(self.depths.reshape(-1), cell, depth)
-        keys, inverse = np.unique(cell * _NAMES + names, return_inverse=True)
+        keys, inverse = _codes(cell * _NAMES + names)
         self.name_keys.append(keys)
-        self.name_times.append(np.bincount(inverse.reshape(-1), weights=time))
+        self.name_times.append(np.bincount(inverse, weights=time, minlength=len(keys)))
         self.name_rows += len(keys)
         if self.name_rows > 4 * size + (1 << 20):
             self._merge_names()
@@ -171,8 +181,8 @@ class _Summary:
     def _merge_names(self) -> None:
         if len(self.name_keys) <= 1:
             return
-        keys, inverse = np.unique(np.concatenate(self.name_keys), return_inverse=True)
-        times = np.bincount(inverse.reshape(-1), weights=np.concatenate(self.name_times))
+        keys, inverse = _codes(np.concatenate(self.name_keys))
+        times = np.bincount(inverse, weights=np.concatenate(self.name_times), minlength=len(keys))
         self.name_keys, self.name_times, self.name_rows = [keys], [times], len(keys)
 
     def _busiest(self) -> np.ndarray:
@@ -191,12 +201,14 @@ class _Summary:
         busiest[cell[chosen]] = keys[chosen] % _NAMES
         return busiest.reshape(self.counts.shape)
 
-    def result(self) -> dict[str, Any]:
+    def result(self, ranks: Sequence[int] | None = None) -> dict[str, Any]:
         names = np.array(list(self.names) or [""], dtype=object)
         wide = pa.concat_tables(self.wide, promote_options="permissive") if self.wide else None
         busiest = self._busiest()
         tracks = []
         for key, code in sorted(self.tracks.items()):
+            if ranks is not None and key[0] not in ranks:
+                continue
             entry: dict[str, Any] = dict(zip(TRACK_KEYS, key))
             if code in self.few:  # at most width spans: every one of them, exactly
                 few = pa.concat_tables(self.few[code], promote_options="permissive")
@@ -287,23 +299,58 @@ def _batches(
             table = table.filter(pc.is_in(table["rank"], pa.array(list(ranks), pa.int32())))
         yield from table.to_batches(_BATCH_ROWS)
         return
-    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
-    condition = None
-    if start_ns is not None and end_ns is not None:
-        start, end = ds.field("start_ns"), ds.field("end_ns")
-        condition = (start < end_ns) & ((end > start_ns) | (start >= start_ns))
-    if ranks is not None:
-        in_ranks = ds.field("rank").isin(list(ranks))
-        condition = in_ranks if condition is None else condition & in_ranks
+    # Why ParquetFile and not pyarrow.dataset: the row groups are picked here from their
+    # start_ns/end_ns statistics (a part's footer), and pyarrow.dataset's import loads pandas.
+    wanted = None if ranks is None else pa.array(list(ranks), pa.int32())
     for path in files:
-        part = ds.dataset(path, format="parquet")
-        columns = [c for c in (*_COLUMNS, "lane") if c in part.schema.names]
-        for batch in part.to_batches(
-            columns=columns, filter=condition, batch_size=_BATCH_ROWS, use_threads=False
+        part = pq.ParquetFile(path)
+        names = part.schema_arrow.names
+        columns = [c for c in (*_COLUMNS, "lane") if c in names]
+        groups = [
+            g
+            for g in range(part.metadata.num_row_groups)
+            if _may_overlap(part.metadata.row_group(g), names, start_ns, end_ns)
+        ]
+        if not groups:
+            continue
+        rank_of_directory = None
+        if "rank" not in names:  # an older rank=R/ part: its rank is its directory's
+            from ..formats.dataset import RANK_DIR_RE
+
+            found = RANK_DIR_RE.match(os.path.basename(os.path.dirname(path)))
+            rank_of_directory = int(found.group(1)) if found else 0
+        for batch in part.iter_batches(
+            batch_size=_BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
         ):
+            if rank_of_directory is not None:
+                batch = batch.append_column(
+                    "rank", pa.array(np.full(batch.num_rows, rank_of_directory, np.int32))
+                )
+            if wanted is not None:
+                batch = batch.filter(pc.is_in(batch.column("rank"), value_set=wanted))
             if batch.num_rows:
                 yield batch
+
+
+def _may_overlap(group: Any, names: list[str], start_ns: int | None, end_ns: int | None) -> bool:
+    """Whether a row group may hold spans of the window, by its statistics (none: maybe)."""
+    if group.num_rows == 0:
+        return False
+    if start_ns is None or end_ns is None:
+        return True
+    bounds = {}
+    for column in ("start_ns", "end_ns"):
+        stats = group.column(names.index(column)).statistics
+        if stats is None or not stats.has_min_max:
+            return True
+        bounds[column] = (stats.min, stats.max)
+    # some span starts before the window's end, and some span ends after its start (or an
+    # instant starts in it)
+    return bounds["start_ns"][0] < end_ns and (
+        bounds["end_ns"][1] > start_ns or bounds["start_ns"][1] >= start_ns
+    )
 
 
 def _load(spans: Any) -> pa.Table:
@@ -343,6 +390,20 @@ def window_of(spans: Any) -> tuple[int, int]:
     return int(min(lows)), int(max(highs))
 
 
+def _checked(
+    spans: Any, start_ns: int | None, end_ns: int | None, width: int, window: tuple[int, int] | None
+) -> tuple[int, int]:
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+        raise ValueError(f"width: {width!r} is not a number of pixels from 1 to {MAX_WIDTH}")
+    if start_ns is None or end_ns is None:
+        first, last = window if window is not None else window_of(spans)
+        start_ns = first if start_ns is None else start_ns
+        end_ns = max(last, start_ns + 1) if end_ns is None else end_ns
+    if end_ns <= start_ns:
+        raise ValueError(f"the window is empty: end_ns {end_ns} is not after start_ns {start_ns}")
+    return int(start_ns), int(end_ns)
+
+
 def timeline(
     spans: Any,
     start_ns: int | None = None,
@@ -358,15 +419,108 @@ def timeline(
     count, the busiest name, the outermost depth, their time in the window); a track with at
     most ``width`` spans in the window lists them all. Each span is counted once. The window
     defaults to the whole run; ``ranks`` keeps only those ranks' tracks."""
-    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
-        raise ValueError(f"width: {width!r} is not a number of pixels from 1 to {MAX_WIDTH}")
-    if start_ns is None or end_ns is None:
-        first, last = window_of(spans)
-        start_ns = first if start_ns is None else start_ns
-        end_ns = max(last, start_ns + 1) if end_ns is None else end_ns
-    if end_ns <= start_ns:
-        raise ValueError(f"the window is empty: end_ns {end_ns} is not after start_ns {start_ns}")
-    summary = _Summary(int(start_ns), int(end_ns), width)
+    start_ns, end_ns = _checked(spans, start_ns, end_ns, width, None)
+    summary = _Summary(start_ns, end_ns, width)
     for batch in _batches(spans, start_ns, end_ns, ranks):
         summary.add(batch)
-    return summary.result()
+    return summary.result(ranks)
+
+
+class TimelineIndex:
+    """A run summarised once into ``bins`` bins a track over its whole window, so that a
+    zoomed-out view (a pixel as long as a bin or longer) is answered from the bins, without
+    reading the spans again: what ``hotspan serve`` keeps per run for its timeline.
+
+    It is the kernel's own summary at ``bins`` pixels: per (track, bin) the count, time and
+    outermost depth of the spans shorter than a bin, the time per name, and the spans a bin
+    long or more as rows (a track with at most ``bins`` spans keeps all its rows). A view
+    maps each bin to the pixel its start falls in: the spans of a bin that straddles two
+    pixels count in the first, so a pixel's count is exact to a bin (exact outright where the
+    view's pixels are whole bins); each span is still counted once. A view with pixels
+    shorter than a bin is read from the spans (``view`` returns None: ask :func:`timeline`).
+
+    Memory: three integers a (track, bin), the names' times, and the long spans."""
+
+    def __init__(self, spans: Any, bins: int = 1 << 14) -> None:
+        self.window = window_of(spans)
+        start, end = self.window
+        self._summary = _Summary(start, max(end, start + 1), bins)
+        for batch in _batches(spans, None, None, None):
+            self._summary.add(batch)
+        self._summary._merge_names()
+        self.bins = bins
+        self.bin_ns = self._summary.ns_per_pixel
+
+    def view(
+        self,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        width: int = 1200,
+        *,
+        ranks: Sequence[int] | None = None,
+    ) -> dict[str, Any] | None:
+        """The timeline's answer for this window from the bins, or None when its pixels are
+        shorter than a bin (then the spans must be read)."""
+        start_ns, end_ns = _checked(None, start_ns, end_ns, width, self.window)
+        index = self._summary
+        out = _Summary(start_ns, end_ns, width)
+        if out.ns_per_pixel < self.bin_ns:
+            return None
+        out.names = dict(index.names)  # the bins' name codes, kept
+        # every track of the run, in its order; the tracks kept whole go through add()
+        order = sorted(index.tracks.items(), key=lambda item: item[1])
+        codes = np.array([out.tracks.setdefault(key, len(out.tracks)) for key, _c in order])
+        out._grow(len(out.tracks))
+        binned = np.array([code not in index.few for _key, code in order], bool)
+        out.seen[codes[binned]] = width + 1  # summarised: never listed whole
+        # the bins holding the window's first and last nanosecond, by the kernel's own rule
+        lo = max(0, int(max(start_ns - index.start_ns, 0) / self.bin_ns))
+        hi = min(self.bins, int(max(end_ns - 1 - index.start_ns, -1) / self.bin_ns) + 1)
+        if end_ns <= index.start_ns:
+            hi = 0
+        if hi > lo and binned.any():
+            # each bin's first nanosecond, as the kernel bins a span's start (float division):
+            # a bin's pixel is then the one the kernel gives a span starting there
+            bins = np.arange(lo, hi)
+            offset = np.ceil(bins * self.bin_ns).astype(np.int64)
+            offset -= ((offset - 1) / self.bin_ns).astype(np.int64) >= bins  # one too late
+            offset += (offset / self.bin_ns).astype(np.int64) < bins  # one too early
+            bin_start = index.start_ns + offset
+            pixel = np.clip(
+                ((np.maximum(bin_start, start_ns) - start_ns) / out.ns_per_pixel).astype(np.int64),
+                0,
+                width - 1,
+            )
+            # pixel is non-decreasing along the bins: each pixel's bins are one run of them
+            first = np.flatnonzero(np.diff(pixel, prepend=-1))
+            rows, cols = np.ix_(codes[binned], pixel[first])
+            for name, reduce in (("counts", np.add), ("times", np.add), ("depths", np.minimum)):
+                reduced = reduce.reduceat(getattr(index, name)[binned, lo:hi], first, axis=1)
+                target = getattr(out, name)
+                target[rows, cols] = reduce(target[rows, cols], reduced)
+            keys, times = index.name_keys[0], index.name_times[0]
+            cell = keys // _NAMES
+            track, bin_ = cell // self.bins, cell % self.bins
+            keep = (bin_ >= lo) & (bin_ < hi) & binned[track]
+            if keep.any():
+                moved = (codes[track[keep]] * width + pixel[bin_[keep] - lo]) * _NAMES + (
+                    keys[keep] % _NAMES
+                )
+                unique, inverse = _codes(moved)
+                out.name_keys.append(unique)
+                out.name_times.append(
+                    np.bincount(inverse, weights=times[keep], minlength=len(unique))
+                )
+                out.name_rows += len(unique)
+        # the long spans of the binned tracks (a whole track's rows include its long ones)
+        whole = pa.array(sorted(index.few), pa.int64())
+        rows_of_index = [
+            t.filter(pc.invert(pc.is_in(t["track"], whole))).drop_columns(["track"])
+            for t in index.wide
+        ]
+        for tables in index.few.values():
+            rows_of_index += tables
+        for table in rows_of_index:
+            for batch in table.to_batches(_BATCH_ROWS):
+                out.add(batch)
+        return out.result(ranks)
