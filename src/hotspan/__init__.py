@@ -101,7 +101,7 @@ def stats(
     spans: Any,
     by: str | Sequence[str] | None = None,
     *,
-    filter: _SpanFilter | dict | None = None,
+    filter: _SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """Statistics per group of spans, as a ``pyarrow.Table``, largest ``total_ns`` first.
@@ -127,7 +127,9 @@ def stats(
     return implementation(spans, by, filter=filter, engine=engine)
 
 
-def phases(spans: Any, *, filter: _SpanFilter | dict | None = None, engine: Any = None) -> pa.Table:
+def phases(
+    spans: Any, *, filter: _SpanFilter | dict[str, Any] | None = None, engine: Any = None
+) -> pa.Table:
     """Where each top-level category's time goes, per rank, as a ``pyarrow.Table``: a row
     per rank and top-level category (``phase``: its time, ``steps``, ``per_step_ns``), then a
     row per sub-category with its ``share`` of the category's time; with several ranks,
@@ -150,7 +152,7 @@ def compare(
     confidence: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
-    filter: _SpanFilter | dict | None = None,
+    filter: _SpanFilter | dict[str, Any] | None = None,
     normalize: str | None = None,
     shift: bool = True,
     engine: Any = None,
