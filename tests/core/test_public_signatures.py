@@ -99,3 +99,15 @@ def test_signatures_need_no_call_and_load_no_pyarrow():
     assert result["heavy"] == []
     assert result["params"]["stats"] == ["spans", "by", "filter", "engine"]
     assert result["params"]["load"] == ["path", "format", "check", "run"]
+
+
+def test_the_reference_documents_the_public_objects():
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "python-api.md").read_text()
+    documented = set(re.findall(r"^::: (\S+)", page, re.M))
+    for name in FORWARDED:
+        if name != "load_ipython_extension":  # %load_ext's hook: the notebooks guide
+            assert f"hotspan.{name}" in documented, name
+    for private in ("hotspan.analysis.statistics.stats", "hotspan.formats.load"):
+        assert private not in documented

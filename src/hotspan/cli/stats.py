@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = add_command(
         sub,
         "stats",
-        "statistics per span: count, total, self, percentiles, self %, args",
+        "statistics per span: count, total, self, percentiles, shares, args",
         "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
         "(the self_ns column: duration minus the time its children cover), mean, min, p50, p90, p99 (exact), max, "
         "self %, total %, errors, arg sum, arg per second and instants. self % (share in the JSON) is the "
