@@ -318,6 +318,13 @@ def load_ipython_extension(shell: Any) -> None:
     implementation(shell)
 
 
+def unload_ipython_extension(shell: Any) -> None:
+    """``%unload_ext hotspan`` (:func:`hotspan.notebook.unload_ipython_extension`)."""
+    from .notebook import unload_ipython_extension as implementation
+
+    implementation(shell)
+
+
 def get_include() -> str:
     """The directory holding ``hotspan.h``, for native callers' build systems."""
     from pathlib import Path
