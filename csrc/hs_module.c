@@ -733,13 +733,13 @@ static PyObject *py_tasks_seen(PyObject *m, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"begin", (PyCFunction)(void (*)(void))py_begin, METH_FASTCALL | METH_KEYWORDS,
-     "begin(name, category=None, *, arg=None, sync=None) -> int\n--\n\nOpen a span on this thread (task); pass the token to end(), which calls sync first."},
+     "begin(name, category=None, *, arg=None, sync=None)\n--\n\nOpen a span on this thread (task); returns the token (an int) to pass to end(), which calls sync first."},
     {"end", (PyCFunction)py_end, METH_O, "end(token)\n--\n\nClose the span begin() opened (and any left open inside it)."},
     {"instant", (PyCFunction)(void (*)(void))py_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, category=None, *, arg=None)\n--\n\nRecord a zero-duration marker."},
     {"enable", py_enable, METH_NOARGS, "enable()\n--\n\nTurn recording on (everywhere, decorated functions too)."},
     {"disable", py_disable, METH_NOARGS, "disable()\n--\n\nTurn recording off."},
-    {"enabled", py_enabled, METH_NOARGS, "enabled() -> bool\n--\n\nWhether recording is on."},
+    {"enabled", py_enabled, METH_NOARGS, "enabled()\n--\n\nWhether recording is on (a bool)."},
     {"set_thread_name", py_set_thread_name, METH_O, "set_thread_name(name)\n--\n\nName the calling thread in traces."},
     {"_drops_reported", py_drops_reported, METH_O,
      "_drops_reported(n)\n--\n\nThe spans dropped that were reported so far (internal: hotspan._core_drops)."},
