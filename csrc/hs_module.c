@@ -546,6 +546,21 @@ static PyObject *py_sigterm_after_fork_child(PyObject *m, PyObject *a) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_forward_signal(PyObject *m, PyObject *args) {
+    (void)m;
+    int pid, sig;
+    if (!PyArg_ParseTuple(args, "ii:_forward_signal", &pid, &sig)) return NULL;
+    if (hs_forward_signal(pid, sig) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_sigint_filter_install(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    int rc = hs_sigint_filter_install();
+    if (rc < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    return PyBool_FromLong(rc);
+}
+
 /* ---- live log feed -------------------------------------------------------------------- */
 
 static PyObject *py_live_start(PyObject *m, PyObject *args) {
@@ -772,6 +787,8 @@ static PyMethodDef module_methods[] = {
     {"_sigterm_received", py_sigterm_received, METH_NOARGS, NULL},
     {"_sigterm_die", py_sigterm_die, METH_NOARGS, NULL},
     {"_sigterm_after_fork_child", py_sigterm_after_fork_child, METH_NOARGS, NULL},
+    {"_forward_signal", py_forward_signal, METH_VARARGS, NULL},
+    {"_sigint_filter_install", py_sigint_filter_install, METH_NOARGS, NULL},
     {"_live_start", py_live_start, METH_VARARGS, NULL},
     {"_live_stop", py_live_stop, METH_NOARGS, NULL},
     {"_sweep", py_sweep, METH_NOARGS, NULL},

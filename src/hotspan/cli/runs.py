@@ -8,7 +8,7 @@ import time
 from typing import Sequence
 
 from .common import add_command
-from .errors import CliError
+from .errors import CliError, check_dataset
 
 HELP = "list the runs a dataset directory holds: id, start, processes, ranks, spans, command"
 DESCRIPTION = (
@@ -35,7 +35,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ..formats.dataset import list_runs
 
     try:
-        runs = list_runs(args.dataset)
+        runs = list_runs(check_dataset(args.dataset))
     except (TraceFileError, OSError, ValueError) as exc:
         raise CliError(str(exc)) from None
     if not runs:

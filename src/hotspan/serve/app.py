@@ -183,7 +183,7 @@ class CompareRow(BaseModel):
     change_high: Optional[float] = None
     p_value: Optional[float] = None
     judged_change: Optional[float] = None
-    verdict: Literal["slower", "faster", "same", "new", "gone", "few", "instant"]
+    verdict: Literal["slower", "faster", "same", "new", "gone", "few"]
 
 
 class CompareResponse(BaseModel):
