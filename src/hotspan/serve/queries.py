@@ -33,6 +33,7 @@ __all__ = [
     "timeline_index",
     "timeline_view",
     "flame_html",
+    "diff_flame_page",
 ]
 
 #: format parameter -> (file extension, media type).
@@ -426,6 +427,25 @@ def timeline_html(run: Run) -> str | None:
         return html_report(load(run.source), title=run.path, sections=("timeline",))
 
     return cached(("timeline", run.id, run.signature), render)
+
+
+def diff_flame_page(base: Run, new: Run, threshold: float) -> str | None:
+    """The flame graph of the change from ``base`` to ``new`` (``report/diff_flame.py``),
+    coloured by the verdicts of their comparison; None where either run is past
+    ``TIMELINE_MAX_SPANS`` (it loads both)."""
+    if any((run.summary or {}).get("spans", 0) > TIMELINE_MAX_SPANS for run in (base, new)):
+        return None
+
+    def render() -> str:
+        from ..formats import load
+        from ..report.diff_flame import diff_flame_html
+
+        rows = compare_rows(base, new, threshold=threshold, min_count=1)
+        verdicts = {(r["category"], r["name"]): r["verdict"] for r in rows}
+        title = f"{base.path} → {new.path}"
+        return diff_flame_html(load(base.source), load(new.source), verdicts=verdicts, title=title)
+
+    return cached(("diff-flame", base.id, base.signature, new.id, new.signature, threshold), render)
 
 
 def flame_html(run: Run) -> str | None:
