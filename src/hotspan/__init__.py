@@ -89,6 +89,65 @@ def compare(base: Any, new: Any, **options: Any) -> pa.Table:
     return implementation(base, new, **options)
 
 
+def collectives(
+    spans: Any,
+    *,
+    category: str = "comms",
+    align: bool = True,
+    clock_error_ns: int | None = None,
+    filter: Any = None,
+) -> pa.Table:
+    """A row per collective instance and rank: arrival, wait, last (:func:`hotspan.analysis.ranks.collectives`)."""
+    from .analysis.ranks import collectives as implementation
+
+    return implementation(
+        spans, category=category, align=align, clock_error_ns=clock_error_ns, filter=filter
+    )
+
+
+def stragglers(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    clock_error_ns: int | None = None,
+    alpha: float = 0.001,
+    min_share: float = 0.05,
+    filter: Any = None,
+) -> pa.Table:
+    """A row per rank: blame, wait, steps last, straggler and why (:func:`hotspan.analysis.ranks.stragglers`)."""
+    from .analysis.ranks import stragglers as implementation
+
+    return implementation(
+        spans,
+        category=category,
+        step=step,
+        align=align,
+        clock_error_ns=clock_error_ns,
+        alpha=alpha,
+        min_share=min_share,
+        filter=filter,
+    )
+
+
+def critical_path(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    summary: bool = False,
+    filter: Any = None,
+) -> pa.Table:
+    """A row per segment of each step's critical path across ranks (:func:`hotspan.analysis.ranks.critical_path`)."""
+    from .analysis.ranks import critical_path as implementation
+
+    return implementation(
+        spans, category=category, step=step, align=align, summary=summary, filter=filter
+    )
+
+
 def live(min_ns: int = 0, file: IO[str] | None = None) -> LiveLog:
     """Print one line per finished span of at least ``min_ns`` (:func:`hotspan.recording.live_log.live`)."""
     from .recording.live_log import live as implementation
@@ -172,8 +231,10 @@ __all__ = [
     "SpanFilter",
     "__version__",
     "begin",
+    "collectives",
     "compare",
     "configure",
+    "critical_path",
     "disable",
     "drain",
     "dropped",
@@ -194,6 +255,7 @@ __all__ = [
     "set_thread_name",
     "span",
     "stats",
+    "stragglers",
     "subscribe",
     "sync",
     "traced",

@@ -1,0 +1,167 @@
+"""The spans that the across-ranks analysis (ranks.py) reads, as numpy columns gathered from
+Arrow batches: a table in memory or a run too large for it, read a batch at a time with the
+columns it needs and nothing else. Names and categories become codes into one dictionary
+for the whole input (batches may each carry their own)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .filters import SpanFilter, filter_table
+
+COLUMNS = (
+    "span_id",
+    "parent_id",
+    "name",
+    "category",
+    "start_ns",
+    "end_ns",
+    "depth",
+    "thread_id",
+    "rank",
+    "self_ns",
+)
+BATCH_ROWS = 1 << 20
+
+
+class Strings:
+    """One dictionary of strings for every batch: ``codes(array)`` gives int32 codes into it."""
+
+    def __init__(self) -> None:
+        self.values: list[str | None] = []
+        self._index: dict[str | None, int] = {}
+
+    def code(self, value: str | None) -> int:
+        found = self._index.get(value)
+        if found is None:
+            found = self._index[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+    def codes(self, array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        if not pa.types.is_dictionary(array.type):
+            array = array.dictionary_encode()
+        mapping = np.array(
+            [self.code(v) for v in array.dictionary.to_pylist()] + [self.code(None)], np.int32
+        )
+        indices = array.indices.fill_null(len(array.dictionary))
+        return mapping[indices.to_numpy(zero_copy_only=False)]
+
+
+class RankSource:
+    """Re-iterable batches of ``spans`` (a table or paths), the filter applied, and the
+    metadata of the run."""
+
+    def __init__(self, spans: Any, span_filter: SpanFilter | dict | None = None) -> None:
+        from .engine import _paths, choose
+
+        self.span_filter = SpanFilter.of(span_filter)
+        self.table: pa.Table | None = None
+        self.files: list[str] = []
+        paths = _paths(spans)
+        if paths is None:
+            if not isinstance(spans, pa.Table):
+                raise TypeError(
+                    f"spans: expected a pyarrow.Table or a path, not {type(spans).__name__}"
+                )
+            self.table = spans
+        elif choose(spans) == "memory":
+            from .engine import load_paths
+
+            self.table = load_paths(paths, run=self.span_filter.run)
+        else:
+            from ..formats.dataset import part_files
+
+            for text in paths:
+                from pathlib import Path
+
+                path = Path(text)
+                self.files += [str(p) for p in part_files(path)] if path.is_dir() else [text]
+        if self.table is not None:
+            missing = [c for c in COLUMNS if c not in self.table.column_names and c != "self_ns"]
+            if missing:
+                raise ValueError(f"spans: not a span table, no column {', '.join(missing)}")
+
+    def metadata(self) -> dict[bytes, bytes]:
+        if self.table is not None:
+            return dict(self.table.schema.metadata or {})
+        import pyarrow.parquet as pq
+
+        return dict(pq.read_schema(self.files[0]).metadata or {}) if self.files else {}
+
+    def clock_error_ns(self) -> int:
+        """The clock calibration's error bound the run's metadata states (0 when none)."""
+        from .._schema import META_CLOCK
+
+        try:
+            clock = json.loads(self.metadata().get(META_CLOCK, b"{}"))
+            return max(int(clock.get("last_error_ns") or 0), 0)
+        except (ValueError, TypeError, AttributeError):
+            return 0
+
+    def batches(self, columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.Table]:
+        if self.table is not None:
+            table = self.table
+            if "self_ns" not in table.column_names:
+                from .._selftime import with_self_ns
+
+                table = with_self_ns(table)
+            table = table.select([c for c in columns])
+            for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+                yield self._filtered(pa.Table.from_batches([batch]))
+            return
+        import pyarrow.dataset as ds
+
+        dataset = ds.dataset(self.files, format="parquet")
+        for batch in dataset.to_batches(columns=list(columns), batch_size=BATCH_ROWS):
+            yield self._filtered(pa.Table.from_batches([batch]))
+
+    def _filtered(self, table: pa.Table) -> pa.Table:
+        return filter_table(table, self.span_filter) if self.span_filter else table
+
+
+def gather(
+    source: RankSource,
+    strings: Strings,
+    picks: dict[str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray | None], tuple[str, ...]]],
+) -> dict[str, dict[str, np.ndarray]]:
+    """One pass over ``source``: per batch its columns as numpy (``name`` and ``category`` as
+    codes in ``strings``); for each ``label: (pick, columns)`` the rows ``pick`` keeps (a
+    boolean mask, None for none), those columns concatenated."""
+    kept: dict[str, dict[str, list[np.ndarray]]] = {
+        label: {c: [] for c in columns} for label, (_, columns) in picks.items()
+    }
+    for table in source.batches():
+        if not table.num_rows:
+            continue
+        batch = {}
+        for c in table.column_names:
+            column = table.column(c)
+            if c in ("name", "category"):
+                batch[c] = strings.codes(column)
+            elif c == "parent_id":
+                batch[c] = column.fill_null(0).to_numpy().astype(np.uint64)
+            else:
+                batch[c] = column.to_numpy()
+        for label, (pick, columns) in picks.items():
+            mask = pick(batch)
+            if mask is None or not mask.any():
+                continue
+            for c in columns:
+                kept[label][c].append(batch[c][mask])
+    return {
+        label: {
+            c: np.concatenate(v)
+            if v
+            else np.zeros(0, np.uint64 if c.endswith("_id") and "thread" not in c else np.int64)
+            for c, v in cols.items()
+        }
+        for label, cols in kept.items()
+    }

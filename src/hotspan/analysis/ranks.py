@@ -1,0 +1,440 @@
+"""Across ranks: collectives matched between ranks, who makes the others wait (stragglers,
+with the reason), and the critical path of each step. One kernel (:class:`RankAnalysis`)
+over numpy columns gathered from Arrow batches (rank_source.py), so a run larger than
+memory is read a batch at a time; ``hotspan.collectives``, ``hotspan.stragglers``,
+``hotspan.critical_path`` and ``hotspan ranks`` all ask it.
+
+Matching. A collective span is one whose category's last part is ``comms`` (``category=``).
+Instance ``index`` of key ``key`` (the span's name; ``category:name`` when one name has
+several collective categories) is the ``index``-th span of that key on each rank that has
+it, in start order: its group. Instances past the count of the rank that has fewest are
+left out (``unmatched`` in the metadata).
+
+Clocks. Ranks on different hosts read different clocks. Every rank of a collective leaves
+it at (nearly) the same true time, so each rank's offset is estimated as the median, over
+its instances, of its end minus the instance's median end (``align=False`` turns this
+off); arrivals and waits use the corrected times. ``arrival_error_ns``, a rank's error
+bound, is the 95th percentile of how far its ends stray from that offset, plus the clock
+calibration error the run's metadata states (``clock_error_ns=`` overrides the latter).
+
+Waits and blame. In an instance the last arriver's arrival is L; each rank waits
+``L - arrival`` (clipped to its span), and the last arriver is blamed for the sum of the
+others' waits: blame and wait each sum to the same total.
+
+The straggler test. Were ranks alike, the last arriver of an instance would be any rank of
+its group, each with chance 1/n, whatever the instance's blame B. A rank's blame S is then
+a sum of independent terms bounded by max B, with mean sum(B/n) and variance
+sum(B^2 (1/n)(1-1/n)); Bennett's inequality bounds the chance of a blame as high as the
+one seen: p. A rank is a straggler when p <= alpha / ranks (Bonferroni; alpha 0.001) and
+its share of all blame exceeds its expected share by at least ``min_share`` (0.05).
+
+Steps. The spans named ``step`` (``step=``) at depth 0, else on each rank its most
+frequent depth-0 span; the k-th step of every rank is step k.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .filters import SpanFilter
+from .rank_source import RankSource, Strings, gather
+
+__all__ = ["RankAnalysis", "RankOptions", "collectives", "critical_path", "stragglers"]
+
+META_RANKS = b"hotspan.ranks"
+
+
+@dataclass(frozen=True)
+class RankOptions:
+    """How the across-ranks questions are asked (see the module doc)."""
+
+    category: str = "comms"
+    step: str | None = "step"
+    align: bool = True
+    clock_error_ns: int | None = None
+    alpha: float = 0.001
+    min_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha: expected a number between 0 and 1, not {self.alpha!r}")
+        if not 0 <= self.min_share < 1:
+            raise ValueError(f"min_share: expected a number in [0, 1), not {self.min_share!r}")
+        if not self.category:
+            raise ValueError("category: expected the last part of the collectives' category")
+
+
+def group_bounds(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and count of each run of equal values in ``sorted_keys``."""
+    if not len(sorted_keys):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    return starts, np.diff(np.r_[starts, len(sorted_keys)])
+
+
+def group_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct key (sorted): the lower ``q``-quantile of its values."""
+    order = np.lexsort((values, keys))
+    starts, counts = group_bounds(keys[order])
+    picked = order[starts + np.floor(q * (counts - 1)).astype(np.int64)]
+    return keys[order[starts]], values[picked]
+
+
+def count_before(
+    rank_a: np.ndarray, time_a: np.ndarray, rank_b: np.ndarray, time_b: np.ndarray, strict: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each b: the position, in the a's of its rank sorted by time, of the first a at or
+    after (``strict``: after) its time; and the order that sorts the a's by (rank, time)."""
+    order = np.lexsort((time_a, rank_a))
+    ra, ta = rank_a[order], time_a[order]
+    out = np.zeros(len(rank_b), np.int64)
+    ranks, first = np.unique(ra, return_index=True)
+    ends = np.r_[first[1:], len(ra)]
+    for r, lo, hi in zip(ranks, first, ends):
+        mask = rank_b == r
+        if mask.any():
+            side = "right" if strict else "left"
+            out[mask] = lo + np.searchsorted(ta[lo:hi], time_b[mask], side=side)
+    # b's of ranks without a's: position past everything of no rank (flagged by callers)
+    missing = ~np.isin(rank_b, ranks)
+    out[missing] = -1
+    return out, order
+
+
+class RankAnalysis:
+    """The across-ranks kernel over ``spans`` (a table or paths): computed once, asked thrice."""
+
+    def __init__(
+        self,
+        spans: Any,
+        options: RankOptions | None = None,
+        span_filter: SpanFilter | dict | None = None,
+    ) -> None:
+        self.options = options or RankOptions()
+        self.source = RankSource(spans, span_filter)
+        self.strings = Strings()
+        self._first_pass()
+        self._match()
+        self._steps()
+
+    # -- pass 1: collectives and top-level spans ---------------------------------------------
+
+    def _is_collective(self, category_codes: np.ndarray) -> np.ndarray:
+        want = self.options.category
+        flags = np.array(
+            [v is not None and (v == want or v.endswith("/" + want)) for v in self.strings.values],
+            bool,
+        )
+        return flags[category_codes]
+
+    def _first_pass(self) -> None:
+        cols = ("rank", "name", "category", "start_ns", "end_ns", "thread_id", "span_id")
+        found = gather(
+            self.source,
+            self.strings,
+            {
+                "coll": (lambda b: self._is_collective(b["category"]), cols),
+                "top": (lambda b: b["depth"] == 0, cols),
+            },
+        )
+        self.coll, self.top = found["coll"], found["top"]
+
+    # -- matching, clocks, waits -------------------------------------------------------------
+
+    def _match(self) -> None:
+        c = self.coll
+        names, cats = c["name"].astype(np.int64), c["category"].astype(np.int64)
+        pairs = (
+            np.unique(np.stack([names, cats], 1), axis=0)
+            if len(names)
+            else np.zeros((0, 2), np.int64)
+        )
+        per_name = np.bincount(pairs[:, 0]) if len(pairs) else np.zeros(0, np.int64)
+        self.key_name_code = pairs[:, 0]
+        self.key_names = [
+            self.strings.values[n]
+            if per_name[n] == 1
+            else f"{self.strings.values[k]}:{self.strings.values[n]}"
+            for n, k in pairs
+        ]
+        key = (
+            np.searchsorted(
+                pairs[:, 0] * (len(self.strings.values) + 1) + pairs[:, 1],
+                names * (len(self.strings.values) + 1) + cats,
+            )
+            if len(pairs)
+            else np.zeros(0, np.int64)
+        )
+        rank = c["rank"].astype(np.int64)
+        self.ranks = np.unique(np.concatenate([rank, self.top["rank"].astype(np.int64)]))
+        n_ranks = len(self.ranks)
+        order = np.lexsort((c["start_ns"], rank, key))
+        starts, counts = group_bounds(key[order] * (int(rank.max(initial=0)) + 1) + rank[order])
+        index = np.empty(len(order), np.int64)
+        index[order] = np.arange(len(order)) - np.repeat(starts, counts)
+        # instances per key: the fewest any rank of its group has
+        group_key = key[order[starts]]
+        n_instances = np.full(len(pairs), np.iinfo(np.int64).max)
+        np.minimum.at(n_instances, group_key, counts)
+        keep = index < n_instances[key] if len(key) else np.zeros(0, bool)
+        self.unmatched = int((~keep).sum())
+        key_base = np.r_[
+            0, np.cumsum(np.where(n_instances == np.iinfo(np.int64).max, 0, n_instances))
+        ]
+        # the rows of matched instances, by (instance, rank)
+        self.row_of_span = np.full(len(key), -1, np.int64)
+        inst = key_base[key] + index
+        rows = np.flatnonzero(keep)
+        rows = rows[np.lexsort((rank[rows], inst[rows]))]
+        self.row_of_span[rows] = np.arange(len(rows))
+        m = {
+            "span": rows,
+            "instance": inst[rows],
+            "key": key[rows],
+            "index": index[rows],
+            "rank": rank[rows],
+            "start": c["start_ns"][rows],
+            "end": c["end_ns"][rows],
+        }
+        m["rank_idx"] = np.searchsorted(self.ranks, m["rank"])
+        # clocks: each rank's offset from the median end of its instances
+        offset = np.zeros(n_ranks, np.int64)
+        spread = np.zeros(n_ranks, np.int64)
+        inst_starts, inst_counts = group_bounds(m["instance"])
+        if self.options.align and n_ranks > 1 and len(rows):
+            _, median_end = group_quantile(m["instance"], m["end"], 0.5)
+            residual = m["end"] - np.repeat(median_end, inst_counts)
+            who, offs = group_quantile(m["rank_idx"], residual, 0.5)
+            offset[who] = offs
+            stray = np.abs(residual - offset[m["rank_idx"]])
+            who, far = group_quantile(m["rank_idx"], stray, 0.95)
+            spread[who] = far
+        error = self.options.clock_error_ns
+        self.offset = offset
+        self.error = spread + (self.source.clock_error_ns() if error is None else int(error))
+        arrival = m["start"] - offset[m["rank_idx"]]
+        m["arrival"] = arrival
+        # the last arrival of each instance and who made it
+        by_arrival = np.lexsort((arrival, m["instance"]))
+        last_row = by_arrival[inst_starts + inst_counts - 1]
+        latest = arrival[last_row]
+        second = np.where(
+            inst_counts > 1,
+            arrival[by_arrival[inst_starts + np.maximum(inst_counts - 2, 0)]],
+            latest,
+        )
+        wait = np.clip(np.repeat(latest, inst_counts) - arrival, 0, m["end"] - m["start"])
+        m["wait"] = wait
+        m["last"] = np.zeros(len(rows), bool)
+        m["last"][last_row] = True
+        self.m = m
+        self.inst = {
+            "start": inst_starts,
+            "count": inst_counts,
+            "last_row": last_row,
+            "latest": latest,
+            "lead": latest - second,
+            "blame": np.add.reduceat(wait, inst_starts) if len(rows) else np.zeros(0, np.int64),
+        }
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _steps(self) -> None:
+        t = self.top
+        want = self.options.step
+        code = self.strings._index.get(want) if want else None
+        if code is not None and (t["name"] == code).any():
+            mask = t["name"] == code
+        elif len(t["rank"]):
+            # each rank's most frequent top-level span
+            rank_idx = np.searchsorted(self.ranks, t["rank"])
+            n_names = len(self.strings.values)
+            counts = np.bincount(
+                rank_idx * n_names + t["name"], minlength=len(self.ranks) * n_names
+            )
+            best = counts.reshape(len(self.ranks), n_names).argmax(axis=1)
+            mask = t["name"] == best[rank_idx]
+        else:
+            mask = np.zeros(0, bool)
+        order = np.flatnonzero(mask)
+        order = order[np.lexsort((t["start_ns"][order], t["rank"][order]))]
+        s = {k: v[order] for k, v in t.items()}
+        starts, counts = group_bounds(s["rank"])
+        s["step"] = np.arange(len(order)) - np.repeat(starts, counts)
+        s["rank_idx"] = np.searchsorted(self.ranks, s["rank"])
+        self.steps = s
+        self.n_steps = int(counts.max(initial=0))
+        durations = s["end_ns"] - s["start_ns"]
+        self.step_ns = float(durations.mean()) if len(durations) else math.nan
+        # each collective row's step: the step of its rank that holds its arrival
+        m = self.m
+        pos, by_rank = count_before(s["rank"], s["start_ns"], m["rank"], m["start"], strict=True)
+        pos = pos - 1
+        inside = (pos >= 0) & (pos < len(order))
+        inside[inside] &= s["rank"][by_rank[pos[inside]]] == m["rank"][inside]
+        inside[inside] &= s["end_ns"][by_rank[pos[inside]]] >= m["start"][inside]
+        m["step"] = np.where(
+            inside, s["step"][by_rank[np.where(inside, pos, 0)]] if len(order) else -1, -1
+        )
+
+    # -- answers -----------------------------------------------------------------------------
+
+    def _meta(self, **more: Any) -> dict[bytes, bytes]:
+        info = {
+            "ranks": len(self.ranks),
+            "steps": self.n_steps,
+            "step_ns": None if math.isnan(self.step_ns) else self.step_ns,
+            "instances": len(self.inst["start"]),
+            "unmatched": self.unmatched,
+            "clock_offset_ns": {int(r): int(o) for r, o in zip(self.ranks, self.offset)},
+            "arrival_error_ns": {int(r): int(e) for r, e in zip(self.ranks, self.error)},
+            **more,
+        }
+        return {META_RANKS: json.dumps(info).encode()}
+
+    def collectives(self) -> pa.Table:
+        m = self.m
+        keys = pa.array(m["key"].astype(np.int32))
+        table = pa.table(
+            {
+                "key": pa.DictionaryArray.from_arrays(keys, pa.array(self.key_names, pa.string())),
+                "index": pa.array(m["index"]),
+                "rank": pa.array(m["rank"].astype(np.int32)),
+                "arrival_ns": pa.array(m["arrival"]),
+                "arrival_error_ns": pa.array(
+                    self.error[m["rank_idx"]] if len(m["rank"]) else np.zeros(0, np.int64)
+                ),
+                "wait_ns": pa.array(m["wait"]),
+                "last": pa.array(m["last"]),
+            }
+        )
+        return table.replace_schema_metadata(self._meta())
+
+    def blame(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank (``self.ranks`` order): blame and wait, in ns."""
+        n = len(self.ranks)
+        who = self.m["rank_idx"][self.inst["last_row"]]
+        blame = np.bincount(who, weights=self.inst["blame"], minlength=n).astype(np.int64)
+        wait = np.bincount(self.m["rank_idx"], weights=self.m["wait"], minlength=n).astype(np.int64)
+        return blame, wait
+
+    def straggler_test(self, blame: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per rank: the Bennett bound on the chance of a blame this high were ranks alike,
+        the expected blame, and whether it is a straggler (module doc)."""
+        n = len(self.ranks)
+        b_k = self.inst["blame"].astype(np.float64)
+        size = self.inst["count"].astype(np.float64)
+        member = self.m["rank_idx"]
+        per_row_b = np.repeat(b_k, self.inst["count"])
+        per_row_n = np.repeat(size, self.inst["count"])
+        mean = np.bincount(member, weights=per_row_b / per_row_n, minlength=n)
+        var = np.bincount(
+            member, weights=per_row_b**2 * (1 / per_row_n) * (1 - 1 / per_row_n), minlength=n
+        )
+        bound = float(b_k.max(initial=0.0))
+        total = float(b_k.sum())
+        p = np.ones(n)
+        excess = blame - mean
+        ok = (excess > 0) & (var > 0) & (bound > 0)
+        u = bound * excess[ok] / var[ok]
+        h = (1 + u) * np.log1p(u) - u
+        p[ok] = np.exp(-(var[ok] / bound**2) * h)
+        share_over = excess / total if total > 0 else np.zeros(n)
+        straggler = (p <= self.options.alpha / max(n, 1)) & (share_over >= self.options.min_share)
+        return p, mean, straggler
+
+    def if_median(self) -> np.ndarray:
+        """Per rank: the mean step time had the rank, where it arrived last, arrived with the
+        second last (as the median rank would have: the collective then starts that much sooner)."""
+        n = len(self.ranks)
+        who = self.m["rank_idx"][self.inst["last_row"]]
+        saved = np.bincount(who, weights=self.inst["lead"], minlength=n)
+        if not self.n_steps or math.isnan(self.step_ns):
+            return np.full(n, math.nan)
+        return self.step_ns - saved / self.n_steps
+
+    def steps_last(self) -> np.ndarray:
+        n = len(self.ranks)
+        rows = self.inst["last_row"]
+        who, step = self.m["rank_idx"][rows], self.m["step"][rows]
+        pairs = np.unique(np.stack([who[step >= 0], step[step >= 0]], 1), axis=0)
+        return np.bincount(pairs[:, 0], minlength=n) if len(pairs) else np.zeros(n, np.int64)
+
+
+def _analysis(spans: Any, options: RankOptions, span_filter: Any) -> RankAnalysis:
+    return RankAnalysis(spans, options, span_filter)
+
+
+def collectives(
+    spans: Any,
+    *,
+    category: str = "comms",
+    align: bool = True,
+    clock_error_ns: int | None = None,
+    filter: SpanFilter | dict | None = None,
+) -> pa.Table:
+    """A row per collective instance and rank: ``key`` (the span's name), ``index`` (its
+    occurrence on each rank), ``rank``, ``arrival_ns`` (its start, on the common clock),
+    ``arrival_error_ns`` (the error bound of the rank's clock), ``wait_ns`` (last arrival
+    minus its own, within its span) and ``last`` (it arrived last). Rows in instance order.
+    The metadata key ``hotspan.ranks`` (JSON) holds each rank's estimated clock offset."""
+    options = RankOptions(category=category, align=align, clock_error_ns=clock_error_ns)
+    return _analysis(spans, options, filter).collectives()
+
+
+def stragglers(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    clock_error_ns: int | None = None,
+    alpha: float = 0.001,
+    min_share: float = 0.05,
+    filter: SpanFilter | dict | None = None,
+) -> pa.Table:
+    """A row per rank: ``blame_ns`` (the waits it caused as the last arriver), ``wait_ns``
+    (its own waits), ``steps_last`` (steps in which it arrived last at any collective),
+    ``straggler`` (the test of the module doc), ``reason`` (for a straggler: the span it
+    spent longest in, over the median rank, before arriving late) and ``step_ns_if_median``
+    (the mean step time had it kept up with the second last). Blame and wait each sum to the
+    same total."""
+    from .rank_reasons import straggler_table
+
+    options = RankOptions(
+        category=category,
+        step=step,
+        align=align,
+        clock_error_ns=clock_error_ns,
+        alpha=alpha,
+        min_share=min_share,
+    )
+    return straggler_table(_analysis(spans, options, filter))
+
+
+def critical_path(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    summary: bool = False,
+    filter: SpanFilter | dict | None = None,
+) -> pa.Table:
+    """A row per segment of each step's critical path: ``step``, ``rank``, ``name``,
+    ``start_ns``, ``end_ns`` (on that rank's own clock, clipped to the segment). Walking back
+    from the step's last end: the tail of the rank that ends last, each collective from its
+    last arrival to its end on the last arriver's rank, that rank's spans (the step's
+    children) since its previous collective. ``summary=True``: per name, its time on the
+    path (``critical_ns``) and ``share``."""
+    from .rank_reasons import critical_path_table, critical_summary
+
+    options = RankOptions(category=category, step=step, align=align)
+    table = critical_path_table(_analysis(spans, options, filter))
+    return critical_summary(table) if summary else table
