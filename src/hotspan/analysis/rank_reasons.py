@@ -103,7 +103,7 @@ def _reasons(analysis: RankAnalysis, flagged: np.ndarray, steps_last: np.ndarray
     instance, rank_idx = m["instance"][row], m["rank_idx"][row]
     reasons = {}
     n_ranks = len(analysis.ranks)
-    for ri in np.flatnonzero(flagged):
+    for ri in map(int, np.flatnonzero(flagged)):
         late = np.flatnonzero(culprit == ri)  # instances it arrived last at
         slot = np.full(len(inst["start"]), -1, np.int64)
         slot[late] = np.arange(len(late))

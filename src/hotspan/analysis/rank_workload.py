@@ -12,8 +12,9 @@ when asked, to reach a benchmark's span count. A collective ends on every rank a
 true time (its last arrival plus its transfer, plus an exit jitter of at most
 ``exit_jitter_ns``), so a rank that arrives early waits. Stragglers add time to one span
 on one rank in chosen steps; each host (``ranks_per_host`` ranks) records on a clock offset
-from true time by up to ``clock_offset_ns``. The answers (true waits, last arrivers, the
-critical path) are kept beside the spans, in each rank's recorded clock where they are times.
+from true time by half to all of ``clock_offset_ns`` (the first host's is 0). The answers
+(true waits, last arrivers, the critical path) are kept beside the spans, in each rank's
+recorded clock where they are times.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class RanksRun:
         parent_col = np.concatenate(([-1], np.zeros(n_children, np.int64)))
         self_ns = end - start
         if layers:
-            parents = []
+            parents: list[np.ndarray] = []
             for j in (NAMES.index("forward"), NAMES.index("backward")):
                 s, e = start[:, 1 + j], end[:, 1 + j]
                 edges = s[:, None] + ((e - s)[:, None] * np.arange(layers + 1)[None, :]) // layers
@@ -211,21 +212,24 @@ def many_ranks(
     sigma of each span's log-normal duration."""
     rng = np.random.default_rng(seed)
     n_children = len(CHILDREN)
-    offsets_host = rng.integers(-clock_offset_ns, clock_offset_ns + 1, -(-ranks // ranks_per_host))
+    n_hosts = -(-ranks // ranks_per_host)
+    # every host but the first is off by half to all of clock_offset_ns, either way
+    sign = rng.choice(np.array([-1, 1]), n_hosts)
+    offsets_host = (sign * rng.uniform(0.5, 1.0, n_hosts) * clock_offset_ns).astype(np.int64)
     offsets_host[0] = 0
     offset = np.repeat(offsets_host, ranks_per_host)[:ranks].astype(np.int64)
     extra = np.zeros((steps, ranks, n_children), np.int64)
     slow_steps: dict[int, np.ndarray] = {}
-    for s in stragglers:
-        if isinstance(s.steps, (int, float)) and not isinstance(s.steps, bool):
-            chosen = np.flatnonzero(rng.random(steps) < float(s.steps))
+    for slow in stragglers:
+        if isinstance(slow.steps, (int, float)):
+            chosen = np.flatnonzero(rng.random(steps) < float(slow.steps))
         else:
-            chosen = np.asarray(sorted(s.steps), np.int64)
-        extra[chosen, s.rank, NAMES.index(s.span)] += s.extra_ns
-        slow_steps[s.rank] = np.union1d(slow_steps.get(s.rank, np.zeros(0, np.int64)), chosen)
+            chosen = np.asarray(sorted(slow.steps), np.int64)
+        extra[chosen, slow.rank, NAMES.index(slow.span)] += slow.extra_ns
+        slow_steps[slow.rank] = np.union1d(slow_steps.get(slow.rank, np.zeros(0, np.int64)), chosen)
     means = np.array([c[2] for c in CHILDREN], np.float64)
     durations = rng.lognormal(np.log(means) - jitter**2 / 2, jitter, (steps, ranks, n_children))
-    durations = durations.astype(np.int64) + extra
+    durations_ns = durations.astype(np.int64) + extra
     gaps = rng.integers(2_000, 20_000, (steps, ranks, n_children + 1))
     exit_jitter = rng.integers(0, exit_jitter_ns + 1, (steps, len(COLLECTIVE_CHILDREN), ranks))
     start = np.empty((steps, ranks, n_children), np.int64)
@@ -245,10 +249,10 @@ def many_ranks(
                 latest = arrive.max()
                 last[s, c] = int(np.argmax(arrive))
                 wait[s, c] = latest - arrive
-                end[s, :, j] = latest + durations[s, :, j].min() + exit_jitter[s, c]
+                end[s, :, j] = latest + durations_ns[s, :, j].min() + exit_jitter[s, c]
                 c += 1
             else:
-                end[s, :, j] = arrive + durations[s, :, j]
+                end[s, :, j] = arrive + durations_ns[s, :, j]
             t = end[s, :, j]
         step_end[s] = t + gaps[s, :, n_children]
         t = step_end[s] + 1_000

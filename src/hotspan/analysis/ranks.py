@@ -99,8 +99,9 @@ def count_before(
     for r, lo, hi in zip(ranks, first, ends):
         mask = rank_b == r
         if mask.any():
-            side = "right" if strict else "left"
-            out[mask] = lo + np.searchsorted(ta[lo:hi], time_b[mask], side=side)
+            out[mask] = lo + np.searchsorted(
+                ta[lo:hi], time_b[mask], side="right" if strict else "left"
+            )
     # b's of ranks without a's: position past everything of no rank (flagged by callers)
     missing = ~np.isin(rank_b, ranks)
     out[missing] = -1
@@ -303,7 +304,7 @@ class RankAnalysis:
         keys = pa.array(m["key"].astype(np.int32))
         table = pa.table(
             {
-                "key": pa.DictionaryArray.from_arrays(keys, pa.array(self.key_names, pa.string())),
+                "key": pa.array(self.key_names, pa.string()).take(keys),
                 "index": pa.array(m["index"]),
                 "rank": pa.array(m["rank"].astype(np.int32)),
                 "arrival_ns": pa.array(m["arrival"]),
