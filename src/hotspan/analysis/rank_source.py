@@ -119,9 +119,12 @@ class RankSource:
             return
         import pyarrow.dataset as ds
 
-        dataset = ds.dataset(self.files, format="parquet")
-        for batch in dataset.to_batches(columns=list(columns), batch_size=BATCH_ROWS):
-            yield self._filtered(pa.Table.from_batches([batch]))
+        try:
+            dataset = ds.dataset(self.files, format="parquet")
+            for batch in dataset.to_batches(columns=list(columns), batch_size=BATCH_ROWS):
+                yield self._filtered(pa.Table.from_batches([batch]))
+        except pa.ArrowException as exc:
+            raise ValueError(f"not a readable span dataset: {type(exc).__name__}: {exc}") from None
 
     def _filtered(self, table: pa.Table) -> pa.Table:
         return filter_table(table, self.span_filter) if self.span_filter else table

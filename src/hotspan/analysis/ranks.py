@@ -26,7 +26,11 @@ its group, each with chance 1/n, whatever the instance's blame B. A rank's blame
 a sum of independent terms bounded by max B, with mean sum(B/n) and variance
 sum(B^2 (1/n)(1-1/n)); Bennett's inequality bounds the chance of a blame as high as the
 one seen: p. A rank is a straggler when p <= alpha / ranks (Bonferroni; alpha 0.001) and
-its share of all blame exceeds its expected share by at least ``min_share`` (0.05).
+its blame exceeds its expected blame by at least ``min_share`` (0.05) of all blame. Then
+step-down: the instances the stragglers named so far arrived last at are set aside, the
+others' last arriver taken as uniform over the ranks not named, and the test runs again on
+the rest, until it names no more (so that a rank late by a second does not hide another
+late by milliseconds).
 
 Steps. The spans named ``step`` (``step=``) at depth 0, else on each rank its most
 frequent depth-0 span; the k-th step of every rank is step k.
@@ -45,7 +49,14 @@ import pyarrow as pa
 from .filters import SpanFilter
 from .rank_source import RankSource, Strings, gather
 
-__all__ = ["RankAnalysis", "RankOptions", "collectives", "critical_path", "stragglers"]
+__all__ = [
+    "RankAnalysis",
+    "RankOptions",
+    "collectives",
+    "critical_path",
+    "ranks_summary",
+    "stragglers",
+]
 
 META_RANKS = b"hotspan.ranks"
 
@@ -327,28 +338,60 @@ class RankAnalysis:
 
     def straggler_test(self, blame: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per rank: the Bennett bound on the chance of a blame this high were ranks alike,
-        the expected blame, and whether it is a straggler (module doc)."""
+        the expected blame, and whether it is a straggler (module doc). Step-down: once
+        stragglers are named, the instances they arrived last at are set aside and the
+        others are tested again on the rest, so that one rank late by a second does not
+        hide another late by a millisecond."""
         n = len(self.ranks)
-        b_k = self.inst["blame"].astype(np.float64)
-        size = self.inst["count"].astype(np.float64)
+        named = np.zeros(n, bool)
+        p, mean = np.ones(n), np.zeros(n)
+        culprit = self.m["rank_idx"][self.inst["last_row"]]
+        while True:
+            p_now, mean_now, new = self._bennett(blame, named, culprit)
+            untested = ~named
+            p[untested], mean[untested] = p_now[untested], mean_now[untested]
+            if not new.any():
+                return p, mean, named
+            named |= new
+
+    def _bennett(
+        self, blame: np.ndarray, named: np.ndarray, culprit: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One round of the test over the instances whose last arriver is not ``named``;
+        each one's last arriver taken as uniform over its group's ranks not named."""
+        n = len(self.ranks)
+        keep = ~named[culprit]
+        counts = self.inst["count"]
+        b_k = np.where(keep, self.inst["blame"], 0).astype(np.float64)
         member = self.m["rank_idx"]
-        per_row_b = np.repeat(b_k, self.inst["count"])
-        per_row_n = np.repeat(size, self.inst["count"])
-        mean = np.bincount(member, weights=per_row_b / per_row_n, minlength=n)
+        named_in = (
+            np.add.reduceat(named[member].astype(np.int64), self.inst["start"])
+            if len(member)
+            else counts
+        )
+        size = np.maximum(counts - named_in, 1).astype(np.float64)
+        per_row_b = np.repeat(b_k, counts)
+        per_row_n = np.repeat(size, counts)
+        free = ~named[member]
+        mean = np.bincount(member[free], weights=(per_row_b / per_row_n)[free], minlength=n)
         var = np.bincount(
-            member, weights=per_row_b**2 * (1 / per_row_n) * (1 - 1 / per_row_n), minlength=n
+            member[free],
+            weights=(per_row_b**2 * (1 / per_row_n) * (1 - 1 / per_row_n))[free],
+            minlength=n,
         )
         bound = float(b_k.max(initial=0.0))
         total = float(b_k.sum())
         p = np.ones(n)
-        excess = blame - mean
-        ok = (excess > 0) & (var > 0) & (bound > 0)
+        excess = np.where(named, 0, blame) - mean
+        ok = (excess > 0) & (var > 0) & (bound > 0) & ~named
         u = bound * excess[ok] / var[ok]
         h = (1 + u) * np.log1p(u) - u
         p[ok] = np.exp(-(var[ok] / bound**2) * h)
         share_over = excess / total if total > 0 else np.zeros(n)
-        straggler = (p <= self.options.alpha / max(n, 1)) & (share_over >= self.options.min_share)
-        return p, mean, straggler
+        new = (
+            ~named & (p <= self.options.alpha / max(n, 1)) & (share_over >= self.options.min_share)
+        )
+        return p, mean, new
 
     def if_median(self) -> np.ndarray:
         """Per rank: the mean step time had the rank, where it arrived last, arrived with the
@@ -439,3 +482,53 @@ def critical_path(
     options = RankOptions(category=category, step=step, align=align)
     table = critical_path_table(_analysis(spans, options, filter))
     return critical_summary(table) if summary else table
+
+
+def ranks_summary(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    clock_error_ns: int | None = None,
+    alpha: float = 0.001,
+    min_share: float = 0.05,
+    filter: SpanFilter | dict | None = None,
+) -> dict[str, Any]:
+    """What ``hotspan ranks`` prints, from one reading of ``spans``: the run's figures
+    (``ranks``, ``steps``, ``step_ns``, ``instances``, ``total_wait_ns``, clock offsets),
+    ``stragglers`` (every rank's row of :func:`stragglers`, most blamed first, with its
+    ``share`` of all blame) and ``critical_path`` (per name: ``critical_ns``, ``share``)."""
+    from .rank_reasons import critical_path_table, critical_summary, straggler_table
+
+    options = RankOptions(
+        category=category,
+        step=step,
+        align=align,
+        clock_error_ns=clock_error_ns,
+        alpha=alpha,
+        min_share=min_share,
+    )
+    analysis = _analysis(spans, options, filter)
+    table = straggler_table(analysis)
+    meta = json.loads(table.schema.metadata[META_RANKS])
+    rows = table.to_pylist()
+    total = sum(r["blame_ns"] for r in rows)
+    for row in rows:
+        row["share"] = row["blame_ns"] / total if total else 0.0
+        row["p"] = meta["p"][str(row["rank"])]
+    rows.sort(key=lambda r: (-r["blame_ns"], r["rank"]))
+    path = critical_summary(critical_path_table(analysis)).to_pylist()
+    return {
+        "ranks": meta["ranks"],
+        "steps": meta["steps"],
+        "step_ns": meta["step_ns"],
+        "instances": meta["instances"],
+        "unmatched": meta["unmatched"],
+        "total_wait_ns": total,
+        "test": {"name": meta["test"], "alpha": alpha, "min_share": min_share},
+        "clock_offset_ns": meta["clock_offset_ns"],
+        "arrival_error_ns": meta["arrival_error_ns"],
+        "stragglers": rows,
+        "critical_path": path,
+    }
