@@ -137,7 +137,8 @@ def print_summary(answer: dict[str, Any], top: int) -> None:
         ("wait", [human_ns(r["wait_ns"]) for r in rows]),
         ("step if median", [human_ns(r["step_ns_if_median"]) for r in rows]),
     ]
-    shown, width = [], 0
+    shown: list[tuple[str, list[str]]] = []
+    width = 0
     for heading, cells in columns:
         need = max([len(heading), *map(len, cells)]) + 2
         if shown and width + need > console.width:
