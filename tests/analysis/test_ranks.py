@@ -249,3 +249,34 @@ def test_bad_input_is_one_clear_error(tmp_path):
         hotspan.critical_path(tmp_path / "nothing-here")
     with pytest.raises(ValueError, match="alpha"):
         hotspan.stragglers(many_ranks(2, 2).table(), alpha=2)
+
+
+def test_a_collectors_offset_uncertainty_widens_that_ranks_error_bound(tmp_path):
+    from hotspan.formats.dataset import write_part
+
+    run = many_ranks(4, 20, [], seed=12)
+    for rank in range(4):  # as a collector writes them: its measured uncertainty per part
+        uncertainty = 250_000 if rank == 2 else 0
+        write_part(
+            run.table([rank]),
+            tmp_path / "run",
+            rank=rank,
+            pid=40_000 + rank,
+            seq=0,
+            token=f"ab{rank}",
+            part_meta={"offset_ns": 0, "offset_uncertainty_ns": uncertainty},
+        )
+    from_table = hotspan.collectives(run.table())
+    from_dir = hotspan.collectives(tmp_path / "run")
+    error = dict(
+        zip(from_dir.column("rank").to_pylist(), from_dir.column("arrival_error_ns").to_pylist())
+    )
+    before = dict(
+        zip(
+            from_table.column("rank").to_pylist(), from_table.column("arrival_error_ns").to_pylist()
+        )
+    )
+    assert error[2] == before[2] + 250_000
+    assert all(error[r] == before[r] for r in (0, 1, 3))
+    fixed = hotspan.collectives(tmp_path / "run", clock_error_ns=1_000)
+    assert set(fixed.column("arrival_error_ns").to_pylist()) <= {v + 1_000 for v in before.values()}

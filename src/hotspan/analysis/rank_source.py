@@ -66,6 +66,7 @@ class RankSource:
         self.table: pa.Table | None = None
         self.files: list[str] = []
         paths = _paths(spans)
+        self.paths = paths or []
         if paths is None:
             if not isinstance(spans, pa.Table):
                 raise TypeError(
@@ -105,6 +106,31 @@ class RankSource:
             return max(int(clock.get("last_error_ns") or 0), 0)
         except (ValueError, TypeError, AttributeError):
             return 0
+
+    def rank_clock_errors(self) -> dict[int, int]:
+        """Per rank, the largest clock-offset uncertainty a collector measured for its parts
+        (``offset_uncertainty_ns`` in each part's ``hotspan.part`` metadata); {} when the
+        spans were not given as run directories or came through no collector."""
+        from pathlib import Path
+
+        from ..formats.dataset import META_PART, current_parts
+
+        found: dict[int, int] = {}
+        for text in self.paths:
+            if not Path(text).is_dir():
+                continue
+            try:
+                _, parts = current_parts(text)
+            except (ValueError, OSError):
+                continue  # unreadable parts are reported by the read itself
+            for _path, _size, meta in parts:
+                try:
+                    part = json.loads(meta.get(META_PART, b"{}"))
+                    rank, error = int(part["rank"]), int(part.get("offset_uncertainty_ns") or 0)
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    continue
+                found[rank] = max(found.get(rank, 0), error)
+        return found
 
     def batches(self, columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.Table]:
         if self.table is not None:

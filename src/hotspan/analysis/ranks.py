@@ -15,7 +15,9 @@ it at (nearly) the same true time, so each rank's offset is estimated as the med
 its instances, of its end minus the instance's median end (``align=False`` turns this
 off); arrivals and waits use the corrected times. ``arrival_error_ns``, a rank's error
 bound, is the 95th percentile of how far its ends stray from that offset, plus the clock
-calibration error the run's metadata states (``clock_error_ns=`` overrides the latter).
+calibration error the run's metadata states and, for a run directory written through a
+collector, the offset uncertainty it measured for that rank (``offset_uncertainty_ns`` in
+the parts' metadata); ``clock_error_ns=`` replaces those two.
 
 Waits and blame. In an instance the last arriver's arrival is L; each rank waits
 ``L - arrival`` (clipped to its span), and the last arriver is blamed for the sum of the
@@ -229,7 +231,13 @@ class RankAnalysis:
             spread[who] = far
         error = self.options.clock_error_ns
         self.offset = offset
-        self.error = spread + (self.source.clock_error_ns() if error is None else int(error))
+        if error is None:
+            # the calibration's bound, and per rank a collector's offset uncertainty
+            by_rank = self.source.rank_clock_errors()
+            measured = np.array([by_rank.get(int(r), 0) for r in self.ranks], np.int64)
+            self.error = spread + self.source.clock_error_ns() + measured
+        else:
+            self.error = spread + int(error)
         arrival = m["start"] - offset[m["rank_idx"]]
         m["arrival"] = arrival
         # the last arrival of each instance and who made it
