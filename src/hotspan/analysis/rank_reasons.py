@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..units import human_ns
-from .ranks import count_before, group_bounds
+from .ranks import PerRank, group_bounds
 
 if TYPE_CHECKING:
     from .ranks import RankAnalysis
@@ -31,57 +31,99 @@ def _windows(analysis: RankAnalysis) -> dict[str, np.ndarray]:
     return {"order": order, "rank": rank, "start": c["start_ns"][order], "prev_end": prev_end}
 
 
-def _window_sums(
-    analysis: RankAnalysis, wanted: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Self time per (collective span, name) of the non-collective spans that lie between
-    that span's rank's previous collective and it, for the collective spans ``wanted`` (a
-    mask over ``analysis.coll``): span indices, name codes, sums. Summed a batch at a time."""
+def wanted_windows(analysis: RankAnalysis, flagged: np.ndarray) -> np.ndarray:
+    """The collective spans (a mask over ``analysis.coll``) of every rank in the instances
+    whose last arriver is ``flagged``: the windows the reasons compare."""
+    m, inst = analysis.m, analysis.inst
+    culprit = m["rank_idx"][inst["last_row"]]
+    row_interest = np.repeat(np.isin(culprit, np.flatnonzero(flagged)), inst["count"])
+    wanted = np.zeros(len(analysis.coll["rank"]), bool)
+    wanted[m["span"][row_interest]] = True
+    return wanted
+
+
+def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -> None:
+    """One more reading of the spans, a batch at a time: with ``wanted`` (a mask over the
+    collective spans), the self time per (wanted collective span, name) of the
+    non-collective spans between that span's rank's previous collective and it; with
+    ``kids``, the step spans' non-collective children. Kept in ``analysis.found``."""
     w = _windows(analysis)
-    wanted_sorted = wanted[w["order"]]
-    n_names_hint = 1 << 20
+    wanted_sorted = wanted[w["order"]] if wanted is not None else None
+    index = PerRank(w["rank"], w["start"])  # w is sorted by (rank, start) already
+    step_ids = np.sort(analysis.steps["span_id"].astype(np.uint64))
+    n_names = 1 << 20
     parts: list[tuple[np.ndarray, np.ndarray]] = []
-    for table in analysis.source.batches():
+    kid_cols = ("rank", "name", "start_ns", "end_ns", "parent_id")
+    found_kids: dict[str, list[np.ndarray]] = {c: [] for c in kid_cols}
+    columns = ["category", "name", "rank", "start_ns", "end_ns"]
+    columns += ["self_ns"] if wanted is not None else []
+    columns += ["parent_id"] if kids else []
+    for table in analysis.source.batches(tuple(columns)):
         if not table.num_rows:
             continue
-        cat = analysis.strings.codes(table.column("category"))
-        keep = ~analysis._is_collective(cat)
-        rank = table.column("rank").to_numpy()[keep]
-        start = table.column("start_ns").to_numpy()[keep]
-        end = table.column("end_ns").to_numpy()[keep]
-        pos, _ = count_before(w["rank"], w["start"], rank, end, strict=False)
-        ok = (pos >= 0) & (pos < len(w["rank"]))
+        keep = ~analysis._is_collective(analysis.strings.codes(table.column("category")))
+        names_all = analysis.strings.codes(table.column("name"))
+        rank = table.column("rank").to_numpy()
+        start = table.column("start_ns").to_numpy()
+        end = table.column("end_ns").to_numpy()
+        if kids and len(step_ids):
+            parent = table.column("parent_id").fill_null(0).to_numpy().astype(np.uint64)
+            at = np.minimum(np.searchsorted(step_ids, parent), len(step_ids) - 1)
+            hit = (step_ids[at] == parent) & keep
+            for c, values in zip(kid_cols, (rank, names_all, start, end, parent)):
+                found_kids[c].append(values[hit])
+        if wanted_sorted is None:
+            continue
+        pos = index.position(rank, end, strict=False)
+        ok = keep & (pos >= 0) & (pos < len(w["rank"]))
         ok[ok] &= w["rank"][pos[ok]] == rank[ok]
         ok[ok] &= w["prev_end"][pos[ok]] <= start[ok]
         ok[ok] &= wanted_sorted[pos[ok]]
         if not ok.any():
             continue
-        names = analysis.strings.codes(table.column("name"))[keep][ok]
-        self_ns = table.column("self_ns").to_numpy()[keep][ok]
-        combined = pos[ok].astype(np.int64) * n_names_hint + names
-        uniq, inverse = np.unique(combined, return_inverse=True)
-        parts.append((uniq, np.bincount(inverse, weights=self_ns)))
+        self_ns = table.column("self_ns").to_numpy()[ok]
+        at_pos, names = pos[ok].astype(np.int64), names_all[ok].astype(np.int64)
+        low, span = int(at_pos.min()), int(at_pos.max() - at_pos.min() + 1)
+        n_seen = int(names.max()) + 1
+        if span * n_seen <= 4 * len(at_pos) + 4096:
+            # a batch holds a few ranks' spans in order: their windows are a short range
+            sums = np.bincount(
+                (at_pos - low) * n_seen + names, weights=self_ns, minlength=span * n_seen
+            )
+            nz = np.flatnonzero(sums)
+            parts.append(((nz // n_seen + low) * n_names + nz % n_seen, sums[nz]))
+        else:
+            uniq, inverse = np.unique(at_pos * n_names + names, return_inverse=True)
+            parts.append((uniq, np.bincount(inverse, weights=self_ns)))
+    if kids:
+        analysis.found["kids"] = _index_kids(
+            analysis,
+            {
+                c: np.concatenate(v)
+                if v
+                else np.zeros(0, np.uint64 if c == "parent_id" else np.int64)
+                for c, v in found_kids.items()
+            },
+        )
+    if wanted is None:
+        return
     if not parts:
         empty = np.zeros(0, np.int64)
-        return empty, empty, np.zeros(0)
+        analysis.found["sums"] = (empty, empty, np.zeros(0))
+        return
     uniq, inverse = np.unique(np.concatenate([u for u, _ in parts]), return_inverse=True)
     sums = np.bincount(inverse, weights=np.concatenate([s for _, s in parts]))
-    sorted_pos, names = uniq // n_names_hint, uniq % n_names_hint
-    # untracked: the window's length less the self time of the spans in it
-    spans = w["order"][sorted_pos]
-    return spans, names, sums
+    analysis.found["sums"] = (w["order"][uniq // n_names], uniq % n_names, sums)
 
 
 def _reasons(analysis: RankAnalysis, flagged: np.ndarray, steps_last: np.ndarray) -> dict[int, str]:
     """``rank index: reason`` for the ranks ``flagged``."""
     m, inst = analysis.m, analysis.inst
-    last_rows = inst["last_row"]
-    culprit = m["rank_idx"][last_rows]
-    of_interest = np.isin(culprit, np.flatnonzero(flagged))  # per instance
-    row_interest = np.repeat(of_interest, inst["count"])
-    wanted = np.zeros(len(analysis.coll["rank"]), bool)
-    wanted[m["span"][row_interest]] = True
-    spans, names, sums = _window_sums(analysis, wanted)
+    culprit = m["rank_idx"][inst["last_row"]]
+    wanted = wanted_windows(analysis, flagged)
+    if "sums" not in analysis.found:
+        second_pass(analysis, wanted, kids=False)
+    spans, names, sums = analysis.found["sums"]
     # every wanted window also gets its untracked time (window length less the spans' self)
     w = _windows(analysis)
     position = np.empty(len(w["order"]), np.int64)
@@ -163,30 +205,23 @@ def straggler_table(analysis: RankAnalysis) -> pa.Table:
     return table.replace_schema_metadata(analysis._meta(**test))
 
 
-def _step_children(analysis: RankAnalysis) -> dict[str, np.ndarray]:
-    """The non-collective children of the step spans, by (rank, step, start)."""
-    from .rank_source import gather
-
-    step_ids = np.sort(analysis.steps["span_id"].astype(np.uint64))
-    cols = ("rank", "name", "start_ns", "end_ns", "parent_id")
-
-    def pick(b: dict[str, np.ndarray]) -> np.ndarray:
-        parent = b["parent_id"]
-        at = np.minimum(np.searchsorted(step_ids, parent), max(len(step_ids) - 1, 0))
-        hit = step_ids[at] == parent if len(step_ids) else np.zeros(len(parent), bool)
-        return hit & ~analysis._is_collective(b["category"])
-
-    kids = gather(analysis.source, analysis.strings, {"kids": (pick, cols)})["kids"]
-    # their step: the step whose span id is their parent
+def _index_kids(analysis: RankAnalysis, kids: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The step spans' children with their step and rank index, by (rank, step, start)."""
     order = np.argsort(analysis.steps["span_id"].astype(np.uint64))
     sorted_ids = analysis.steps["span_id"].astype(np.uint64)[order]
-    step_row = (
-        order[np.searchsorted(sorted_ids, kids["parent_id"])] if len(sorted_ids) else kids["rank"]
-    )
-    kids["step"] = analysis.steps["step"][step_row] if len(sorted_ids) else kids["rank"]
+    if len(sorted_ids):
+        kids["step"] = analysis.steps["step"][order[np.searchsorted(sorted_ids, kids["parent_id"])]]
+    else:
+        kids["step"] = kids["rank"].astype(np.int64)
     kids["rank_idx"] = np.searchsorted(analysis.ranks, kids["rank"])
     by = np.lexsort((kids["start_ns"], kids["step"], kids["rank_idx"]))
     return {k: v[by] for k, v in kids.items()}
+
+
+def _step_children(analysis: RankAnalysis) -> dict[str, np.ndarray]:
+    if "kids" not in analysis.found:
+        second_pass(analysis, None, kids=True)
+    return analysis.found["kids"]
 
 
 def critical_path_table(analysis: RankAnalysis) -> pa.Table:

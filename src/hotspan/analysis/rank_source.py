@@ -160,14 +160,18 @@ def gather(
     source: RankSource,
     strings: Strings,
     picks: dict[str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray | None], tuple[str, ...]]],
+    read: tuple[str, ...] = (),
 ) -> dict[str, dict[str, np.ndarray]]:
     """One pass over ``source``: per batch its columns as numpy (``name`` and ``category`` as
     codes in ``strings``); for each ``label: (pick, columns)`` the rows ``pick`` keeps (a
-    boolean mask, None for none), those columns concatenated."""
+    boolean mask, None for none), those columns concatenated. Only the columns the picks
+    keep and ``read`` (what the picks look at) are read."""
+    wanted = {c for _, columns in picks.values() for c in columns} | set(read)
+    columns_read = tuple(c for c in COLUMNS if c in wanted)
     kept: dict[str, dict[str, list[np.ndarray]]] = {
         label: {c: [] for c in columns} for label, (_, columns) in picks.items()
     }
-    for table in source.batches():
+    for table in source.batches(columns_read):
         if not table.num_rows:
             continue
         batch = {}

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -99,26 +99,41 @@ def group_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.n
     return keys[order[starts]], values[picked]
 
 
+class PerRank:
+    """Times grouped by rank and sorted, to ask many times where other times fall."""
+
+    def __init__(self, rank: np.ndarray, time: np.ndarray) -> None:
+        self.order = np.lexsort((time, rank))
+        self.rank, self.time = rank[self.order], time[self.order]
+        self.ranks, self.first = np.unique(self.rank, return_index=True)
+        self.ends = np.r_[self.first[1:], len(self.rank)].astype(np.int64)
+
+    def position(self, rank: np.ndarray, time: np.ndarray, strict: bool) -> np.ndarray:
+        """For each (rank, time): the position, in this sorted order, of the first time of
+        its rank at or after (``strict``: after) it; -1 for a rank with no times here.
+        O(n log n): the queries are grouped by rank once, not scanned once per rank."""
+        out = np.full(len(rank), -1, np.int64)
+        by = np.argsort(rank, kind="stable")
+        asked, first = np.unique(rank[by], return_index=True)
+        ends = np.r_[first[1:], len(by)]
+        at = np.searchsorted(self.ranks, asked)
+        side: Literal["left", "right"] = "right" if strict else "left"
+        for r, i, lo, hi in zip(asked, at, first, ends):
+            if i >= len(self.ranks) or self.ranks[i] != r:
+                continue
+            a, b = self.first[i], self.ends[i]
+            chosen = by[lo:hi]
+            out[chosen] = a + np.searchsorted(self.time[a:b], time[chosen], side=side)
+        return out
+
+
 def count_before(
     rank_a: np.ndarray, time_a: np.ndarray, rank_b: np.ndarray, time_b: np.ndarray, strict: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """For each b: the position, in the a's of its rank sorted by time, of the first a at or
-    after (``strict``: after) its time; and the order that sorts the a's by (rank, time)."""
-    order = np.lexsort((time_a, rank_a))
-    ra, ta = rank_a[order], time_a[order]
-    out = np.zeros(len(rank_b), np.int64)
-    ranks, first = np.unique(ra, return_index=True)
-    ends = np.r_[first[1:], len(ra)]
-    for r, lo, hi in zip(ranks, first, ends):
-        mask = rank_b == r
-        if mask.any():
-            out[mask] = lo + np.searchsorted(
-                ta[lo:hi], time_b[mask], side="right" if strict else "left"
-            )
-    # b's of ranks without a's: position past everything of no rank (flagged by callers)
-    missing = ~np.isin(rank_b, ranks)
-    out[missing] = -1
-    return out, order
+    """For each b: the position, in the a's sorted by (rank, time), of the first a of its rank
+    at or after (``strict``: after) its time (-1: no a of its rank); and that sorting order."""
+    index = PerRank(rank_a, time_a)
+    return index.position(rank_b, time_b, strict), index.order
 
 
 class RankAnalysis:
@@ -131,6 +146,8 @@ class RankAnalysis:
         span_filter: SpanFilter | dict | None = None,
     ) -> None:
         self.options = options or RankOptions()
+        #: what the second pass over the spans found (rank_reasons.second_pass)
+        self.found: dict[str, Any] = {}
         self.source = RankSource(spans, span_filter)
         self.strings = Strings()
         self._first_pass()
@@ -156,6 +173,7 @@ class RankAnalysis:
                 "coll": (lambda b: self._is_collective(b["category"]), cols),
                 "top": (lambda b: b["depth"] == 0, cols),
             },
+            read=("depth",),
         )
         self.coll, self.top = found["coll"], found["top"]
 
@@ -507,7 +525,13 @@ def ranks_summary(
     (``ranks``, ``steps``, ``step_ns``, ``instances``, ``total_wait_ns``, clock offsets),
     ``stragglers`` (every rank's row of :func:`stragglers`, most blamed first, with its
     ``share`` of all blame) and ``critical_path`` (per name: ``critical_ns``, ``share``)."""
-    from .rank_reasons import critical_path_table, critical_summary, straggler_table
+    from .rank_reasons import (
+        critical_path_table,
+        critical_summary,
+        second_pass,
+        straggler_table,
+        wanted_windows,
+    )
 
     options = RankOptions(
         category=category,
@@ -518,6 +542,9 @@ def ranks_summary(
         min_share=min_share,
     )
     analysis = _analysis(spans, options, filter)
+    # one more reading of the spans serves both the reasons and the critical path
+    _, _, flagged = analysis.straggler_test(analysis.blame()[0])
+    second_pass(analysis, wanted_windows(analysis, flagged) if flagged.any() else None, kids=True)
     table = straggler_table(analysis)
     meta = json.loads(table.schema.metadata[META_RANKS])
     rows = table.to_pylist()
