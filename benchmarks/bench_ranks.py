@@ -49,8 +49,9 @@ print(json.dumps({"named": [r["rank"] for r in answer["stragglers"] if r["stragg
 """
 
 
-def timed(code: str, directory: Path) -> tuple[float, float, str]:
-    """Wall seconds, peak GiB and stdout of ``python -c code directory``, a fresh process."""
+def timed(code: str, directory: Path) -> tuple[float, float, str, float]:
+    """Wall seconds, peak GiB, stdout and CPU seconds of ``python -c code directory``, a
+    fresh process."""
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-c", code, str(directory)], stdout=subprocess.PIPE, text=True
@@ -61,7 +62,7 @@ def timed(code: str, directory: Path) -> tuple[float, float, str]:
     seconds = time.perf_counter() - start
     if status != 0:
         raise SystemExit(f"failed: {code[:40]!r} (status {status})")
-    return seconds, usage.ru_maxrss / (1 << 20), out
+    return seconds, usage.ru_maxrss / (1 << 20), out, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -99,14 +100,21 @@ def main() -> None:
     for _ in range(args.repeats):
         scans.append(timed(SCAN, args.dir))
         analyses.append(timed(ANALYSE, args.dir))
-    scan = min(s for s, _, _ in scans)
+    scan = min(scans, key=lambda a: a[0])
     best = min(analyses, key=lambda a: a[0])
     answer = json.loads(best[2])
-    print(f"plain scan of the columns: {scan:.1f} s (peak {min(g for _, g, _ in scans):.2f} GiB)")
-    print(f"ranks_summary:             {best[0]:.1f} s (peak {best[1]:.2f} GiB); ratio {best[0] / scan:.2f}")
+    print(
+        f"plain scan of the columns: {scan[0]:.1f} s wall, {scan[3]:.1f} s CPU (peak {scan[1]:.2f} GiB)"
+    )
+    print(
+        f"ranks_summary:             {best[0]:.1f} s wall, {best[3]:.1f} s CPU (peak {best[1]:.2f} GiB); "
+        f"ratio {best[0] / scan[0]:.2f} wall, {best[3] / scan[3]:.2f} CPU"
+    )
     print(f"load after: {open('/proc/loadavg').read().split()[:3]}")
     print(f"named {answer['named']}: " + "; ".join(answer["reasons"]))
-    print(f"{answer['instances']:,} instances, {answer['steps']:,} steps; critical path {answer['critical_path']}")
+    print(
+        f"{answer['instances']:,} instances, {answer['steps']:,} steps; critical path {answer['critical_path']}"
+    )
     assert sorted(answer["named"]) == sorted(s.rank for s in injected), answer["named"]
     assert best[1] <= args.max_gib, f"peak {best[1]:.2f} GiB over {args.max_gib}"
     if not args.keep:
