@@ -95,6 +95,7 @@ def cli(capsys):
     return run
 
 
+@pytest.mark.slow
 def test_hang_names_the_rank_outside_the_collective_while_hung_and_after_the_kill(job, cli):
     hung = job(slow=2)
     answer = hang([hung.dir])
@@ -119,6 +120,7 @@ def test_hang_names_the_rank_outside_the_collective_while_hung_and_after_the_kil
     assert answer["alive"] == 0 and answer["groups"][1]["ranks"] == [2]
 
 
+@pytest.mark.slow
 def test_ranks_that_agree_exit_0(job, cli):
     hung = job(slow=-1)  # every rank waits in all_reduce
     code, out, err = cli("hang", hung.dir)
