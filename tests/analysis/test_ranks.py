@@ -280,3 +280,19 @@ def test_a_collectors_offset_uncertainty_widens_that_ranks_error_bound(tmp_path)
     assert all(error[r] == before[r] for r in (0, 1, 3))
     fixed = hotspan.collectives(tmp_path / "run", clock_error_ns=1_000)
     assert set(fixed.column("arrival_error_ns").to_pylist()) <= {v + 1_000 for v in before.values()}
+
+
+def test_a_filter_keeps_the_same_spans_in_memory_and_streamed(tmp_path, monkeypatch):
+    run = many_ranks(8, 60, [Straggler(4, "data.fetch", 10_000_000, 0.9)], seed=13)
+    directory = run.write(tmp_path / "run")
+    # the first 30 steps only, as a window relative to the run's start
+    half = int(run.step_end_ns[29].min() - run.step_start_ns[0].min())
+    window = {"until": half / 1e9}  # seconds from the run's start
+    in_memory = hotspan.stragglers(run.table(), filter=window)
+    monkeypatch.setenv("HOTSPAN_STREAM_MIN_BYTES", "1")
+    streamed = hotspan.stragglers(str(directory), filter=window)
+    assert info(in_memory)["steps"] == info(streamed)["steps"] < 60
+    assert in_memory.column("blame_ns").to_pylist() == streamed.column("blame_ns").to_pylist()
+    assert named(streamed) == {4}
+    only = hotspan.collectives(run.table(), filter={"ranks": [0, 1, 2]})
+    assert set(only.column("rank").to_pylist()) == {0, 1, 2}

@@ -89,6 +89,15 @@ class RankSource:
             missing = [c for c in COLUMNS if c not in self.table.column_names and c != "self_ns"]
             if missing:
                 raise ValueError(f"spans: not a span table, no column {', '.join(missing)}")
+            if "self_ns" not in self.table.column_names:
+                from .._selftime import with_self_ns
+
+                self.table = with_self_ns(self.table)
+            # filtered once, whole: a time window relative to the run's start means its start
+            self.table = filter_table(self.table, self.span_filter)
+            self.span_filter = SpanFilter()
+        elif self.span_filter.needs_origin:
+            self.span_filter = self.span_filter.with_origin(self._first_start())
 
     def metadata(self) -> dict[bytes, bytes]:
         if self.table is not None:
@@ -134,12 +143,7 @@ class RankSource:
 
     def batches(self, columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.Table]:
         if self.table is not None:
-            table = self.table
-            if "self_ns" not in table.column_names:
-                from .._selftime import with_self_ns
-
-                table = with_self_ns(table)
-            table = table.select([c for c in columns])
+            table = self.table.select(list(columns))
             for batch in table.to_batches(max_chunksize=BATCH_ROWS):
                 yield self._filtered(pa.Table.from_batches([batch]))
             return
@@ -151,6 +155,21 @@ class RankSource:
                 yield self._filtered(pa.Table.from_batches([batch]))
         except pa.ArrowException as exc:
             raise ValueError(f"not a readable span dataset: {type(exc).__name__}: {exc}") from None
+
+    def _first_start(self) -> int:
+        """The earliest start of the streamed run (a time window relative to it needs it)."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        first = None
+        try:
+            for batch in ds.dataset(self.files, format="parquet").to_batches(columns=["start_ns"]):
+                if batch.num_rows:
+                    low = pc.min(batch.column(0)).as_py()
+                    first = low if first is None else min(first, low)
+        except pa.ArrowException as exc:
+            raise ValueError(f"not a readable span dataset: {type(exc).__name__}: {exc}") from None
+        return first or 0
 
     def _filtered(self, table: pa.Table) -> pa.Table:
         return filter_table(table, self.span_filter) if self.span_filter else table
