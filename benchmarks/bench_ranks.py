@@ -7,8 +7,9 @@
    --layers 20: 1,024 ranks x 1,000 steps is about 50 M spans), two ranks made slow
    (rank 7 in data.fetch, 812 of 1,000 steps' worth; rank R/2 in optimizer, less), each
    host's clock off by up to 0.5 ms, written as a run directory (one part per rank).
-2. In fresh processes, alternately: the floor, a plain pyarrow scan of the columns the
-   analysis reads (each batch to numpy), and `hotspan.analysis.ranks.ranks_summary(DIR)`
+2. In fresh processes, alternately: the floor, one plain read of every column the
+   analysis reads, through its reader (rank_source.py: a part at a time, each batch to
+   numpy), and `hotspan.analysis.ranks.ranks_summary(DIR)`
    (matching, clocks, blame, the test, the reasons, the critical path: three passes over
    the parts). Prints both wall times, their ratio, the analysis's peak memory (ru_maxrss
    from os.wait4) and the load average; checks that exactly the injected ranks are named.
@@ -28,13 +29,13 @@ import time
 from pathlib import Path
 
 SCAN = """
-import sys, pyarrow.dataset as ds
-from hotspan.analysis.rank_source import COLUMNS
+import sys
+from hotspan.analysis.rank_source import COLUMNS, RankSource
 n = 0
-for b in ds.dataset(sys.argv[1], format="parquet").to_batches(columns=list(COLUMNS), batch_size=1 << 20):
-    for c in b.columns:
-        c.to_numpy(zero_copy_only=False)
-    n += b.num_rows
+for table in RankSource(sys.argv[1]).batches(COLUMNS):
+    for column in table.columns:
+        column.to_numpy()
+    n += table.num_rows
 print(n)
 """
 

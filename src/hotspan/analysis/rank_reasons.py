@@ -213,9 +213,10 @@ def _index_kids(analysis: RankAnalysis, kids: dict[str, np.ndarray]) -> dict[str
         kids["step"] = analysis.steps["step"][order[np.searchsorted(sorted_ids, kids["parent_id"])]]
     else:
         kids["step"] = kids["rank"].astype(np.int64)
-    kids["rank_idx"] = np.searchsorted(analysis.ranks, kids["rank"])
+    kids["rank_idx"] = np.searchsorted(analysis.ranks, kids["rank"]).astype(np.int32)
     by = np.lexsort((kids["start_ns"], kids["step"], kids["rank_idx"]))
-    return {k: v[by] for k, v in kids.items()}
+    keep = ("rank_idx", "step", "name", "start_ns", "end_ns")  # what the walk reads
+    return {k: kids[k][by] for k in keep}
 
 
 def _step_children(analysis: RankAnalysis) -> dict[str, np.ndarray]:
