@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..units import human_ns
-from .ranks import PerRank, group_bounds
+from .rank_kernel import PerRank, group_bounds
 
 if TYPE_CHECKING:
-    from .ranks import RankAnalysis
+    from .rank_kernel import RankAnalysis
 
 UNTRACKED = "(untracked)"
 

@@ -6,6 +6,7 @@ for the whole input (batches may each carry their own)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +44,10 @@ class Strings:
             self.values.append(value)
         return found
 
+    def find(self, value: str | None) -> int | None:
+        """The code of ``value`` if some batch held it."""
+        return self._index.get(value)
+
     def codes(self, array: pa.Array | pa.ChunkedArray) -> np.ndarray:
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
@@ -55,12 +60,25 @@ class Strings:
         return mapping[indices.to_numpy(zero_copy_only=False)]
 
 
+def _paths(spans: Any) -> list[str] | None:
+    """``spans`` as a list of paths, or None when it is not a path or a list of them."""
+    if isinstance(spans, (str, os.PathLike)):
+        return [os.fspath(spans)]
+    if (
+        isinstance(spans, (list, tuple))
+        and spans
+        and all(isinstance(p, (str, os.PathLike)) for p in spans)
+    ):
+        return [os.fspath(p) for p in spans]
+    return None
+
+
 class RankSource:
     """Re-iterable batches of ``spans`` (a table or paths), the filter applied, and the
     metadata of the run."""
 
     def __init__(self, spans: Any, span_filter: SpanFilter | dict | None = None) -> None:
-        from .engine import _paths, choose
+        from .engine import choose
 
         self.span_filter = SpanFilter.of(span_filter)
         self.table: pa.Table | None = None
