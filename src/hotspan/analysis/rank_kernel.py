@@ -71,11 +71,18 @@ class PerRank:
         its rank at or after (``strict``: after) it; -1 for a rank with no times here.
         O(n log n): the queries are grouped by rank once, not scanned once per rank."""
         out = np.full(len(rank), -1, np.int64)
+        side: Literal["left", "right"] = "right" if strict else "left"
+        if len(rank) and rank[0] == rank[-1] and (rank == rank[0]).all():
+            # one rank's batch (a run directory's part): no grouping needed
+            i = int(np.searchsorted(self.ranks, rank[0]))
+            if i < len(self.ranks) and self.ranks[i] == rank[0]:
+                a, b = self.first[i], self.ends[i]
+                out[:] = a + np.searchsorted(self.time[a:b], time, side=side)
+            return out
         by = np.argsort(rank, kind="stable")
         asked, first = np.unique(rank[by], return_index=True)
         ends = np.r_[first[1:], len(by)]
         at = np.searchsorted(self.ranks, asked)
-        side: Literal["left", "right"] = "right" if strict else "left"
         for r, i, lo, hi in zip(asked, at, first, ends):
             if i >= len(self.ranks) or self.ranks[i] != r:
                 continue

@@ -57,7 +57,7 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
     found_kids: dict[str, list[np.ndarray]] = {c: [] for c in kid_cols}
     columns = ["category", "name", "rank", "start_ns", "end_ns"]
     columns += ["self_ns"] if wanted is not None else []
-    columns += ["parent_id"] if kids else []
+    columns += ["parent_id", "depth"] if kids else []
     for table in analysis.source.batches(tuple(columns)):
         if not table.num_rows:
             continue
@@ -67,9 +67,15 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
         start = table.column("start_ns").to_numpy()
         end = table.column("end_ns").to_numpy()
         if kids and len(step_ids):
-            parent = table.column("parent_id").fill_null(0).to_numpy().astype(np.uint64)
-            at = np.minimum(np.searchsorted(step_ids, parent), len(step_ids) - 1)
-            hit = (step_ids[at] == parent) & keep
+            # a step is a top-level span: its children are at depth 1
+            hit = keep & (table.column("depth").to_numpy() == 1)
+            parent = np.zeros(len(hit), np.uint64)
+            if hit.any():
+                parent[hit] = (
+                    table.column("parent_id").filter(pa.array(hit)).fill_null(0).to_numpy()
+                )
+                at = np.minimum(np.searchsorted(step_ids, parent[hit]), len(step_ids) - 1)
+                hit[hit] = step_ids[at] == parent[hit]
             for c, values in zip(kid_cols, (rank, names_all, start, end, parent)):
                 found_kids[c].append(values[hit])
         if wanted_sorted is None:

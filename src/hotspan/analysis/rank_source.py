@@ -198,17 +198,27 @@ class RankSource:
         return filter_table(table, self.span_filter) if self.span_filter else table
 
 
+def _numpy(strings: Strings, name: str, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    if name in ("name", "category"):
+        return strings.codes(column)
+    if name == "parent_id":
+        return column.fill_null(0).to_numpy().astype(np.uint64)
+    return column.to_numpy()
+
+
 def gather(
     source: RankSource,
     strings: Strings,
     picks: dict[str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray | None], tuple[str, ...]]],
     read: tuple[str, ...] = (),
 ) -> dict[str, dict[str, np.ndarray]]:
-    """One pass over ``source``: per batch its columns as numpy (``name`` and ``category`` as
-    codes in ``strings``); for each ``label: (pick, columns)`` the rows ``pick`` keeps (a
-    boolean mask, None for none), those columns concatenated. Only the columns the picks
-    keep and ``read`` (what the picks look at) are read."""
-    wanted = {c for _, columns in picks.values() for c in columns} | set(read)
+    """One pass over ``source``: for each ``label: (pick, columns)`` the rows ``pick`` keeps
+    (a boolean mask over a batch, None for none), those columns as numpy (``name`` and
+    ``category`` as codes in ``strings``), concatenated. The picks see only ``read`` (and
+    ``category``); the other columns are converted for the rows some pick keeps, which in a
+    run are few (collectives, steps) beside the spans read."""
+    look = tuple(dict.fromkeys(("category", *read)))
+    wanted = {c for _, columns in picks.values() for c in columns} | set(look)
     columns_read = tuple(c for c in COLUMNS if c in wanted)
     kept: dict[str, dict[str, list[np.ndarray]]] = {
         label: {c: [] for c in columns} for label, (_, columns) in picks.items()
@@ -216,21 +226,24 @@ def gather(
     for table in source.batches(columns_read):
         if not table.num_rows:
             continue
-        batch = {}
-        for c in table.column_names:
-            column = table.column(c)
-            if c in ("name", "category"):
-                batch[c] = strings.codes(column)
-            elif c == "parent_id":
-                batch[c] = column.fill_null(0).to_numpy().astype(np.uint64)
-            else:
-                batch[c] = column.to_numpy()
-        for label, (pick, columns) in picks.items():
-            mask = pick(batch)
+        seen = {c: _numpy(strings, c, table.column(c)) for c in look}
+        masks = {label: pick(seen) for label, (pick, _) in picks.items()}
+        chosen = [m for m in masks.values() if m is not None and m.any()]
+        if not chosen:
+            continue
+        union = np.logical_or.reduce(chosen)
+        rows = table.filter(pa.array(union))
+        batch = {c: v[union] for c, v in seen.items()}
+        for c in columns_read:
+            if c not in batch:
+                batch[c] = _numpy(strings, c, rows.column(c))
+        for label, (_, columns) in picks.items():
+            mask = masks[label]
             if mask is None or not mask.any():
                 continue
+            inside = mask[union]
             for c in columns:
-                kept[label][c].append(batch[c][mask])
+                kept[label][c].append(batch[c][inside])
     return {
         label: {
             c: np.concatenate(v)
