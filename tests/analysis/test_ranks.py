@@ -296,3 +296,29 @@ def test_a_filter_keeps_the_same_spans_in_memory_and_streamed(tmp_path, monkeypa
     assert named(streamed) == {4}
     only = hotspan.collectives(run.table(), filter={"ranks": [0, 1, 2]})
     assert set(only.column("rank").to_pylist()) == {0, 1, 2}
+
+
+def test_a_collective_of_some_ranks_is_matched_within_its_group_and_extras_are_counted():
+    run = many_ranks(4, 20, [Straggler(1, "data.fetch", 10_000_000, 1.0)], seed=14)
+    table = run.table()
+    name, rank = table.column("name").cast(pa.string()), table.column("rank")
+    # all_gather on ranks 0 and 1 only; rank 3's last all_reduce lost
+    gone = pc.or_(
+        pc.and_(pc.equal(name, "all_gather"), pc.greater_equal(rank, 2)),
+        pc.and_(
+            pc.and_(pc.equal(name, "all_reduce"), pc.equal(rank, 3)),
+            pc.greater_equal(table.column("start_ns"), int(run.start_ns[19, 3, 3])),
+        ),
+    )
+    rows = hotspan.collectives(table.filter(pc.invert(gone)))
+    gather = rows.filter(pc.equal(rows.column("key"), "all_gather"))
+    assert set(gather.column("rank").to_pylist()) == {0, 1}
+    assert gather.num_rows == 2 * 20
+    for step in range(20):
+        inst = [r for r in gather.to_pylist() if r["index"] == step]
+        (last,) = [r["rank"] for r in inst if r["last"]]
+        assert last == max((0, 1), key=lambda r: run.start_ns[step, r, 5] - run.clock_offset_ns[r])
+    reduce = rows.filter(pc.equal(rows.column("key"), "all_reduce"))
+    assert reduce.num_rows == 4 * 19  # the 20th instance lacks rank 3: left out
+    assert info(rows)["unmatched"] == 3
+    assert set(reduce.filter(reduce.column("last")).column("rank").to_pylist()) == {1}

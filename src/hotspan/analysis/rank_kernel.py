@@ -49,8 +49,29 @@ def group_bounds(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.diff(np.r_[starts, len(sorted_keys)])
 
 
+def sorted_by(*keys: np.ndarray) -> bool:
+    """Whether the rows are already in the order ``np.lexsort(keys[::-1])`` would give
+    (first key first): parts read in order usually are, and a check is O(n)."""
+    if len(keys[0]) < 2:
+        return True
+    tied = np.ones(len(keys[0]) - 1, bool)
+    for key in keys:
+        step = np.diff(key.astype(np.int64) if key.dtype == np.uint64 else key)
+        if (step[tied] < 0).any():
+            return False
+        tied &= step == 0
+    return True
+
+
 def group_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
     """Per distinct key (sorted): the lower ``q``-quantile of its values."""
+    starts, counts = group_bounds(keys) if sorted_by(keys) else (None, None)
+    if counts is not None and len(counts) and (counts == counts[0]).all():
+        # every group the same size, rows grouped already (instances of all ranks): a matrix
+        width = int(counts[0])
+        k = int(np.floor(q * (width - 1)))
+        matrix = values.reshape(len(counts), width)
+        return keys[starts], np.partition(matrix, k, axis=1)[:, k]
     order = np.lexsort((values, keys))
     starts, counts = group_bounds(keys[order])
     picked = order[starts + np.floor(q * (counts - 1)).astype(np.int64)]
@@ -207,11 +228,21 @@ class RankAnalysis:
         if self.options.align and n_ranks > 1 and len(rows):
             _, median_end = group_quantile(m["instance"], m["end"], 0.5)
             residual = m["end"] - np.repeat(median_end, inst_counts)
-            who, offs = group_quantile(m["rank_idx"], residual, 0.5)
-            offset[who] = offs
-            stray = np.abs(residual - offset[m["rank_idx"]])
-            who, far = group_quantile(m["rank_idx"], stray, 0.95)
-            spread[who] = far
+            if (inst_counts == n_ranks).all():
+                # every instance holds every rank, rows by (instance, rank): a matrix whose
+                # columns are the ranks
+                by_rank = residual.reshape(len(inst_counts), n_ranks)
+                k = (len(inst_counts) - 1) // 2
+                offset[:] = np.partition(by_rank, k, axis=0)[k]
+                stray_m = np.abs(by_rank - offset[None, :])
+                k = int(np.floor(0.95 * (len(inst_counts) - 1)))
+                spread[:] = np.partition(stray_m, k, axis=0)[k]
+            else:
+                who, offs = group_quantile(m["rank_idx"], residual, 0.5)
+                offset[who] = offs
+                stray = np.abs(residual - offset[m["rank_idx"]])
+                who, far = group_quantile(m["rank_idx"], stray, 0.95)
+                spread[who] = far
         error = self.options.clock_error_ns
         self.offset = offset
         if error is None:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..units import human_ns
-from .rank_kernel import PerRank, group_bounds
+from .rank_kernel import PerRank, group_bounds, sorted_by
 
 if TYPE_CHECKING:
     from .rank_kernel import RankAnalysis
@@ -22,13 +22,17 @@ UNTRACKED = "(untracked)"
 def _windows(analysis: RankAnalysis) -> dict[str, np.ndarray]:
     """Every collective span of each rank in start order, with the end of the one before it
     on that rank (the start of the window in which the rank worked towards it)."""
+    if "windows" in analysis.found:
+        return analysis.found["windows"]
     c = analysis.coll
     order = np.lexsort((c["start_ns"], c["rank"]))
     rank = c["rank"][order]
     prev_end = np.r_[np.iinfo(np.int64).min, c["end_ns"][order][:-1]]
     first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
     prev_end[first] = np.iinfo(np.int64).min
-    return {"order": order, "rank": rank, "start": c["start_ns"][order], "prev_end": prev_end}
+    found = {"order": order, "rank": rank, "start": c["start_ns"][order], "prev_end": prev_end}
+    analysis.found["windows"] = found
+    return found
 
 
 def wanted_windows(analysis: RankAnalysis, flagged: np.ndarray) -> np.ndarray:
@@ -220,8 +224,10 @@ def _index_kids(analysis: RankAnalysis, kids: dict[str, np.ndarray]) -> dict[str
     else:
         kids["step"] = kids["rank"].astype(np.int64)
     kids["rank_idx"] = np.searchsorted(analysis.ranks, kids["rank"]).astype(np.int32)
-    by = np.lexsort((kids["start_ns"], kids["step"], kids["rank_idx"]))
     keep = ("rank_idx", "step", "name", "start_ns", "end_ns")  # what the walk reads
+    if sorted_by(kids["rank_idx"], kids["step"], kids["start_ns"]):
+        return {k: kids[k] for k in keep}  # a part per rank, read in order: sorted already
+    by = np.lexsort((kids["start_ns"], kids["step"], kids["rank_idx"]))
     return {k: kids[k][by] for k in keep}
 
 
