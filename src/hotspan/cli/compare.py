@@ -245,7 +245,6 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
             "new": "cyan",
             "gone": "yellow",
             "few": "dim",
-            "instant": "dim",
         }
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])
