@@ -45,6 +45,7 @@ def hotspan_cli(capsys, monkeypatch):
     return run
 
 
+@pytest.mark.slow
 def test_the_command_runs_as_a_program(run_dir):
     _, directory = run_dir
     done = subprocess.run(
