@@ -24,6 +24,8 @@ from .statistics import combined_codes, stats, to_numpy
 __all__ = [
     "compare",
     "compare_rows",
+    "drift_line",
+    "drift_of",
     "judge_rows",
     "mann_whitney_u",
     "median_ratio_interval",
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 #: The verdicts ``compare`` gives.
-VERDICTS = ("slower", "faster", "same", "new", "gone", "few", "instant")
+VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "gone", "few", "instant")
 
 
 def compare(
@@ -131,7 +133,15 @@ def compare_rows(
         reference=reference,
         normalize=normalize,
         shift=shift,
+        machine=(machine_of(base.schema.metadata), machine_of(new.schema.metadata)),
     )
+
+
+def machine_of(meta: dict[bytes, bytes] | None) -> dict[str, Any] | None:
+    """A run's machine measure (its ``hotspan.machine`` metadata), None when absent."""
+    from .._schema import META_MACHINE, meta_dict
+
+    return meta_dict(meta, META_MACHINE)
 
 
 def reference_median(by_name: pa.Table, name: str, side: str) -> float:
@@ -201,6 +211,9 @@ COMPARE_FIELDS = [
 ]
 #: Schema metadata key of ``compare``'s table: the shift or normalization it judged against (JSON).
 META_SHIFT = b"hotspan.shift"
+#: Schema metadata key of ``compare``'s table: the machine's drift between the runs (JSON,
+#: :func:`machine_drift`), when either run measured its machine.
+META_DRIFT = b"hotspan.drift"
 
 
 def judge_rows(
@@ -218,11 +231,13 @@ def judge_rows(
     reference: tuple[float, float] | None = None,
     normalize: str | None = None,
     shift: bool = True,
+    machine: tuple[Any, Any] | None = None,
 ) -> pa.Table:
     """``compare``'s table from the two sides' ``stats`` and ``durations(keys)``, which yields
     (key, base durations, new durations) for each row of ``keys`` (the groups to judge, in
     order: the draws of the seeded bootstrap follow it); ``reference``: the medians of the
-    ``normalize`` span on each side."""
+    ``normalize`` span on each side; ``machine``: the two sides' machine measures (their
+    ``hotspan.machine`` metadata, None where absent)."""
     before_stats = {tuple(r[k] for k in by): r for r in base_stats.to_pylist()}
     after_stats = {tuple(r[k] for k in by): r for r in new_stats.to_pylist()}
     rng = np.random.default_rng(seed)
@@ -251,6 +266,7 @@ def judge_rows(
         rows.append(row)
     factor = 1.0
     said: dict[str, Any] | None = None
+    drift = machine_drift(machine, threshold) if shift and reference is None else None
     if reference is not None:
         factor = reference[1] / reference[0]
         said = {
@@ -259,7 +275,7 @@ def judge_rows(
             "reference_new_ns": reference[1],
             "shift": factor - 1,
         }
-    elif shift and judged:
+    elif shift and judged and not (drift and drift["said"]):
         ratios = np.array(
             [
                 (r["p50_ns_new"] or 0) / r["p50_ns_base"] if r["p50_ns_base"] else np.nan
@@ -273,18 +289,127 @@ def judge_rows(
     keys = pa.table(
         {k: pa.array([row[k] for row in judged], base_stats.schema.field(k).type) for k in by}
     )
-    for row, (_key, x, y) in zip(judged, durations(keys)):
-        if factor != 1.0:
-            y = (
-                np.asarray(y, np.float64) / factor
-            )  # judged against the machine's (or the reference's) factor
+    if drift is not None and drift["said"]:
+        # what against_drift needs besides the samples (the rng: the draws stay in order)
+        context = {
+            "confidence": confidence,
+            "resamples": resamples,
+            "rng": rng,
+            "threshold": threshold,
+        }
+        drift_context = {**drift, **context}
+    else:
+        drift_context = None
+
+    def test(x: np.ndarray, y: np.ndarray, by_factor: float) -> tuple[float, float, float, str]:
+        if by_factor != 1.0:  # judged against the machine's (or the reference's) factor
+            y = np.asarray(y, np.float64) / by_factor
         p = mann_whitney_u(x, y)
         low, high = median_ratio_interval(x, y, confidence=confidence, resamples=resamples, rng=rng)
+        return p, low, high, verdict(p, low, high, threshold=threshold, alpha=alpha)
+
+    for row, (_key, x, y) in zip(judged, durations(keys)):
+        used = factor
+        p, low, high, said_verdict = test(x, y, used)
+        if drift_context is not None:
+            used, (p, low, high, said_verdict) = against_drift(x, y, row, drift_context, test)
         row["p_value"], row["change_low"], row["change_high"] = p, low, high
         change = row["p50_ns_change"]
-        row["judged_change"] = None if change is None else (1 + change) / factor - 1
-        row["verdict"] = verdict(p, low, high, threshold=threshold, alpha=alpha)
-    return rows_table(rows, by, base_stats.schema, said)
+        row["judged_change"] = None if change is None else (1 + change) / used - 1
+        row["verdict"] = said_verdict
+    return rows_table(rows, by, base_stats.schema, said, drift)
+
+
+#: The machine's drift is told (and each group judged against it) when the two runs' speeds
+#: differ by more than this fraction: below it, the measure's own wobble.
+DRIFT_TOLERANCE = 0.10
+#: What the drift explains, for calling a group slower: the factor raised to 1 + this (a
+#: machine 2x slower explains up to 2^1.25 = 2.4x), since how much a busy CPU stretches a
+#: span depends on the span (a short one may run between two turns of the other process).
+DRIFT_MARGIN = 0.25
+
+
+def machine_drift(machine: tuple[Any, Any] | None, threshold: float) -> dict[str, Any] | None:
+    """The drift between the two sides' machine measures (``_machine.drift``), with ``said``
+    (it is past :data:`DRIFT_TOLERANCE`) and ``explains`` (the factor a change must pass to be
+    the code's); ``{"said": False, "measured": [base?, new?]}`` when a side has no measure;
+    None when neither does."""
+    from .. import _machine
+
+    if machine is None:
+        return None
+    base, new = machine
+    measured = [isinstance(base, dict), isinstance(new, dict)]
+    if not any(measured):
+        return None
+    found = _machine.drift(base, new)
+    if found is None:
+        return {"said": False, "measured": measured}
+    factor = found["factor"]
+    said = abs(math.log(factor)) > math.log1p(DRIFT_TOLERANCE)
+    explains = factor ** (1 + DRIFT_MARGIN) if factor >= 1 else factor ** (1 - DRIFT_MARGIN)
+    return {**found, "said": said, "explains": explains, "measured": measured}
+
+
+#: The fast part of a group of short spans: this quantile of its durations (the fastest of
+#: up to 50 spans), and how far it must rise to be the code's. Measured on a shared 2-vCPU
+#: host, the fast part of unchanged interpreted code moved by up to 1.5x between two
+#: processes (where it lands in memory, what shares the core's caches), which no
+#: calibration loop saw: a rise under 60% may be that.
+FAST_QUANTILE = 0.02
+FAST_THRESHOLD = 0.6
+#: Short spans: their medians (both sides) last under this share of the process's average
+#: turn on a CPU (the shorter of the two runs'). A span of length L starting anywhere in a
+#: turn T is cut by another process with a chance of about L / T: under 0.6, many run
+#: whole, and the fast part is the code's and the CPU's.
+SHORT_TURN = 0.6
+
+
+def short_spans(row: dict[str, Any], drift: dict[str, Any]) -> bool:
+    """Whether the group's spans are short against the process's turns on a CPU."""
+    turn = drift.get("turn_ns")
+    medians = (row.get("p50_ns_base"), row.get("p50_ns_new"))
+    return bool(turn) and all(m is not None and m <= SHORT_TURN * turn for m in medians)
+
+
+def against_drift(
+    x: np.ndarray,
+    y: np.ndarray,
+    row: dict[str, Any],
+    drift: dict[str, Any],
+    test: Callable[[np.ndarray, np.ndarray, float], tuple[float, float, float, str]],
+) -> tuple[float, tuple[float, float, float, str]]:
+    """A group's test on a machine that drifted: (the factor its new times were divided by,
+    (p, low, high, verdict)). A change the drift could have made is not the code's: a
+    group is ``slower`` only when its raw times are and so are its times divided by what
+    the drift explains (``explains``, when the new run's machine was slower), else
+    ``inconclusive``; ``faster`` only when faster still against a machine that was faster
+    for the new run; else ``same``."""
+    raw = test(x, y, 1.0)
+    factor = drift["factor"]
+    if raw[3] == "slower":
+        explains = max(drift["explains"], 1.0)
+        beyond = test(x, y, explains) if explains > 1.0 else raw
+        if beyond[3] != "slower" and short_spans(row, drift):
+            # Spans shorter than the process's turns on a CPU mostly run uninterrupted:
+            # the busy machine stretches few of them and leaves their fast part alone;
+            # slower code moves it too.
+            fast_low, _ = quantile_ratio_interval(
+                x,
+                y,
+                FAST_QUANTILE,
+                confidence=drift["confidence"],
+                resamples=drift["resamples"],
+                rng=drift["rng"],
+            )
+            if fast_low > max(drift["threshold"], FAST_THRESHOLD):
+                return explains, (*beyond[:3], "slower")
+        return explains, (*beyond[:3], "slower" if beyond[3] == "slower" else "inconclusive")
+    if raw[3] == "faster" and factor < 1.0:
+        explains = factor ** (1 - DRIFT_MARGIN)
+        beyond = test(x, y, explains)
+        return explains, (*beyond[:3], "faster" if beyond[3] == "faster" else "same")
+    return 1.0, raw
 
 
 def verdict(p_value: float, low: float, high: float, *, threshold: float, alpha: float) -> str:
@@ -299,16 +424,26 @@ def verdict(p_value: float, low: float, high: float, *, threshold: float, alpha:
 
 
 def rows_table(
-    rows: list[dict], by: Sequence[str], key_schema: pa.Schema, said: dict | None = None
+    rows: list[dict],
+    by: Sequence[str],
+    key_schema: pa.Schema,
+    said: dict | None = None,
+    drift: dict | None = None,
 ) -> pa.Table:
     """``compare``'s rows as a table: the keys (their types as in ``stats``), then
-    :data:`COMPARE_FIELDS`; the shift it judged against in the metadata."""
+    :data:`COMPARE_FIELDS`; the shift it judged against and the machine's drift in the
+    metadata."""
     import json
 
     fields = [pa.field(k, key_schema.field(k).type) for k in by] + [
         pa.field(n, t) for n, t in COMPARE_FIELDS
     ]
-    schema = pa.schema(fields, metadata={META_SHIFT: json.dumps(said).encode()} if said else None)
+    metadata = {}
+    if said:
+        metadata[META_SHIFT] = json.dumps(said).encode()
+    if drift:
+        metadata[META_DRIFT] = json.dumps(drift).encode()
+    schema = pa.schema(fields, metadata=metadata or None)
     columns = {f.name: [r.get(f.name) for r in rows] for f in fields}
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in fields}, schema=schema)
 
@@ -319,6 +454,43 @@ def shift_of(result: pa.Table) -> dict[str, Any] | None:
 
     raw = (result.schema.metadata or {}).get(META_SHIFT)
     return json.loads(raw) if raw else None
+
+
+def drift_of(result: pa.Table) -> dict[str, Any] | None:
+    """The machine's drift ``compare`` judged against (:func:`machine_drift`), from its
+    table's metadata; None when neither run measured its machine."""
+    import json
+
+    raw = (result.schema.metadata or {}).get(META_DRIFT)
+    return json.loads(raw) if raw else None
+
+
+def drift_line(drift: dict[str, Any] | None, base: str = "BASE", new: str = "NEW") -> str | None:
+    """The machine's drift in one line, or None when there is nothing to say."""
+    if not drift:
+        return None
+    measured = drift.get("measured") or [True, True]
+    if not all(measured):
+        missing = [name for name, has in zip((base, new), measured) if not has]
+        return (
+            f"{' and '.join(missing)} recorded no measure of the machine's speed: times judged as "
+            f"they are (a busy machine cannot be told from slower code)"
+        )
+    if not drift.get("said"):
+        return None
+    factor = drift["factor"]
+    which, ratio = (new, factor) if factor > 1 else (base, 1 / factor)
+    contention = [drift.get("contention_base"), drift.get("contention_new")]
+    busy = (
+        f"CPU contention {contention[0] * 100:.0f}% -> {contention[1] * 100:.0f}%, "
+        if all(isinstance(c, (int, float)) for c in contention)
+        else ""
+    )
+    return (
+        f"the machine was {ratio:.2f}x slower during {which} ({busy}calibration loop "
+        f"{(drift['loop'] - 1) * 100:+.0f}%): a group is slower only past what that explains "
+        f"(x{drift['explains']:.2f}), else inconclusive"
+    )
 
 
 def mann_whitney_u(x: np.ndarray, y: np.ndarray) -> float:
@@ -375,6 +547,39 @@ def median_ratio_interval(
     tail = (1.0 - confidence) / 2.0 * 100
     low, high = np.percentile(ratio, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def quantile_ratio_interval(
+    x: np.ndarray,
+    y: np.ndarray,
+    quantile: float,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of ``q(y) / q(x) - 1`` for the lower ``quantile``
+    (the k-th smallest, ``k = ceil(quantile * n)``), drawn as :func:`median_ratio_interval`
+    draws medians."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    qx = _bootstrap_order_statistic(np.sort(np.asarray(x, np.float64)), resamples, rng, quantile)
+    qy = _bootstrap_order_statistic(np.sort(np.asarray(y, np.float64)), resamples, rng, quantile)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(qx > 0, qy / qx - 1.0, np.where(qy > 0, np.inf, 0.0))
+    tail = (1.0 - confidence) / 2.0 * 100
+    low, high = np.percentile(ratio, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _bootstrap_order_statistic(
+    sorted_values: np.ndarray, resamples: int, rng: np.random.Generator, quantile: float
+) -> np.ndarray:
+    n = len(sorted_values)
+    if n == 1:
+        return np.full(resamples, sorted_values[0])
+    k = min(n, max(1, math.ceil(quantile * n)))
+    u = rng.beta(k, n + 1 - k, resamples)
+    return sorted_values[np.minimum((u * n).astype(np.int64), n - 1)]
 
 
 def _bootstrap_medians(

@@ -1,5 +1,5 @@
 """``hotspan compare BASE NEW``: two traces (or two pytest-benchmark files) span group by span group;
-exit status 1 on a slowdown."""
+exit status 1 on a slowdown, 3 when the machine's drift may explain one."""
 
 from __future__ import annotations
 
@@ -22,13 +22,17 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = add_command(
         sub,
         "compare",
-        "compare two traces span by span; exit 1 on a slowdown",
+        "compare two traces span by span; exit 1 on a slowdown, 3 when inconclusive",
         "For each span group: the median (p50) before and after, its change with a 95% bootstrap "
         "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
         "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
-        "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "
-        "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
-        "when the traces have no group in common, else 0. "
+        "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Every run "
+        "records how fast the machine was (a calibration loop and the CPU contention): when it was "
+        "slower for one run, that is said in one line and a group is slower only past what the "
+        "drift explains, else 'inconclusive'. Exit status: 0 same or faster; 1 a group is slower "
+        "(or, with --fail-on-missing, a group appeared or went); 2 an error (a file that cannot be "
+        "read, traces with no group in common); 3 inconclusive: a group looks slower but the "
+        "machine's drift may explain it (rerun on a quiet machine). "
         "Warns when the traces were recorded in different environments (host, Python, hotspan, "
         "configuration). Two dataset directories (or large Parquet files) are streamed, as for stats. "
         "Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
@@ -78,8 +82,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--absolute",
         action="store_true",
-        help="judge raw times, even when every group moved together (by default such a shared "
-        "shift is taken as the machine's and each group judged against it)",
+        help="judge raw times, even when the machine drifted or every group moved together (by "
+        "default each group is judged against the machine's measured drift, or a shared shift)",
     )
     parser.add_argument(
         "--engine",
@@ -189,6 +193,7 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
             f"({', '.join(by)}) in common"
         )
     slower = [r for r in rows if r["verdict"] == "slower"]
+    inconclusive = [r for r in rows if r["verdict"] == "inconclusive"]
     missing = [r for r in rows if r["verdict"] in ("new", "gone")]
     if args.json:
         print(
@@ -246,11 +251,15 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
             "gone": "yellow",
             "few": "dim",
             "instant": "dim",
+            "inconclusive": "yellow",
         }
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])
         console.print(out)
         line = shift_line(result)
+        if line:
+            console.print(f"[bold]{line}[/bold]")
+        line = _drift_line(args, result)
         if line:
             console.print(f"[bold]{line}[/bold]")
         console.print(
@@ -263,7 +272,38 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
                 f"{sum(r['verdict'] == 'new' for r in rows)} new"
                 + (" (--fail-on-missing: failing)" if args.fail_on_missing else "")
             )
-    return 1 if slower or (missing and args.fail_on_missing) else 0
+        if inconclusive:
+            console.print(
+                f"{len(inconclusive)} inconclusive: slower, but the machine's drift may explain it "
+                f"(exit status 3)"
+            )
+    json_drift_line(args, result)
+    return exit_status(slower, missing, inconclusive, args.fail_on_missing)
+
+
+def json_drift_line(args: argparse.Namespace, result: pa.Table) -> bool:
+    """With --json, the drift line goes to stderr (stdout stays JSON)."""
+    if not args.json:
+        return False
+    line = _drift_line(args, result)
+    if line:
+        print(f"hotspan compare: {line}", file=sys.stderr)
+    return bool(line)
+
+
+def _drift_line(args: argparse.Namespace, result: pa.Table) -> str | None:
+    from ..analysis.comparison import drift_line, drift_of
+
+    return drift_line(drift_of(result), args.base, args.new)
+
+
+def exit_status(
+    slower: list[dict], missing: list[dict], inconclusive: list[dict], fail_on_missing: bool
+) -> int:
+    """1 slower (or missing, with --fail-on-missing), else 3 inconclusive, else 0."""
+    if slower or (missing and fail_on_missing):
+        return 1
+    return 3 if inconclusive else 0
 
 
 def _fmt_change(change: float | None) -> str:

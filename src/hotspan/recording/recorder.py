@@ -144,9 +144,6 @@ class Recorder:
             # Importing that one module here (~1 ms, no pyarrow) takes the race away.
             import concurrent.futures.thread  # noqa: F401
 
-            from .. import _machine
-
-            _machine.sample()  # the machine's speed at the start (its metadata keeps it)
             _running.append(self)
             self._reader = hub.attach(f"record({self.dest})")
             self._pid = os.getpid()
