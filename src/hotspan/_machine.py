@@ -129,8 +129,13 @@ def snapshot() -> dict[str, Any]:
     """The raw counters now (for a measure over an interval: :func:`measure` of two)."""
     sample()
     with _lock:
-        samples = list(_samples)
-    return {"samples": samples, "contention": contention(fresh=True), "at_ns": time.monotonic_ns()}
+        latest, taken = _samples[-1:], _taken
+    return {
+        "latest": latest,
+        "taken": taken,
+        "contention": contention(fresh=True),
+        "at_ns": time.monotonic_ns(),
+    }
 
 
 def _median(values: list[int]) -> float | None:
@@ -152,8 +157,9 @@ def measure(since: dict[str, Any] | None = None) -> dict[str, Any]:
         samples = list(_samples)
         taken = _taken
     if since is not None:
-        fresh = samples[len(since["samples"]) :] if len(samples) > len(since["samples"]) else []
-        samples = (since["samples"][-1:] + fresh) or samples[-1:]
+        # the sample at the start and those taken since (the ring keeps the latest KEEP)
+        fresh = samples[len(samples) - min(taken - since["taken"], len(samples)) :]
+        samples = (since["latest"] + fresh) or samples[-1:]
     now = contention(fresh=since is not None)
     cpu = delay = turns = None
     if now is not None:

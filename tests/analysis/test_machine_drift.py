@@ -168,17 +168,22 @@ def _suite(path: Path, factor: float, hogs: int) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset pins the hogs")
 def test_an_unchanged_suite_with_cpu_hogs_during_one_run_is_never_slower(tmp_path):
-    codes = []
+    told = 0
     for i in range(20):
         base, new = tmp_path / f"base{i}.parquet", tmp_path / f"new{i}.parquet"
         _suite(base, 1.0, hogs=0)
         _suite(new, 1.0, hogs=2)
-        done = _cli("compare", base, new, "--json")
-        assert done.returncode != 2, done.stderr
-        codes.append(done.returncode)
-        assert done.returncode != 1, (i, done.stdout, done.stderr)
-    # the raw times moved (the hogs took the core): the machine's drift was told
-    assert "slower during" in done.stderr or set(codes) == {0}
+        # hotspan.compare is what the CLI prints (one implementation); the CLI's exit status
+        # is checked on the last pair
+        result = hotspan.compare(base, new)
+        verdicts = dict(
+            zip(result.column("name").to_pylist(), result.column("verdict").to_pylist())
+        )
+        assert "slower" not in verdicts.values(), (i, verdicts, drift_of(result))
+        told += bool(drift_of(result)["said"])
+    done = _cli("compare", base, new)
+    assert done.returncode in (0, 3), done.stdout + done.stderr
+    assert told >= 15  # the hogs took the core: the machine's drift was measured and said
 
 
 @pytest.mark.slow

@@ -332,6 +332,7 @@ _VERDICT_STYLES = {
     "new": "cyan",
     "gone": "yellow",
     "few": "dim",
+    "inconclusive": "yellow",
 }
 
 
@@ -362,7 +363,12 @@ def _compare_benchmark_files(args: argparse.Namespace) -> int:
     except BenchmarkFileError as exc:
         raise CliError(str(exc)) from None
     result = compare_benchmarks(
-        base, new, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha
+        base,
+        new,
+        threshold=args.threshold,
+        min_count=args.min_count,
+        alpha=args.alpha,
+        shift=not args.absolute,
     )
     benches, spans = result["benchmarks"], result["spans"]
     if not any(r["verdict"] not in ("new", "gone") for r in benches):
@@ -371,16 +377,45 @@ def _compare_benchmark_files(args: argparse.Namespace) -> int:
         )
     rows = benches + spans
     slower = [r for r in rows if r["verdict"] == "slower"]
+    inconclusive = [r for r in rows if r["verdict"] == "inconclusive"]
     missing = [r for r in rows if r["verdict"] in ("new", "gone")]
+    line = benchmark_drift_line(args, result["machine"])
     if args.json:
         print(
             json.dumps(
-                {key: [_finite_values(r) for r in value] for key, value in result.items()}, indent=1
+                {
+                    key: [_finite_values(r) for r in value]
+                    for key, value in result.items()
+                    if key != "machine"
+                },
+                indent=1,
             )
         )
+        if line:
+            print(f"hotspan compare: {line}", file=sys.stderr)
     else:
-        _print_benchmark_comparison(args, benches, spans, slower, missing)
-    return 1 if slower or (missing and args.fail_on_missing) else 0
+        _print_benchmark_comparison(args, benches, spans, slower, missing, line, inconclusive)
+    return exit_status(slower, missing, inconclusive, args.fail_on_missing)
+
+
+def benchmark_drift_line(args: argparse.Namespace, machine: dict) -> str | None:
+    """The machine's drift over two pytest-benchmark files, in one line."""
+    measured = machine["measured"]
+    if not all(measured):
+        missing = [name for name, has in zip((args.base, args.new), measured) if not has]
+        return (
+            f"{' and '.join(missing)} recorded no measure of the machine's speed (pytest-benchmark's "
+            f"machine_info has none; pytest --hotspan records one per benchmark): times judged as they are"
+        )
+    drifts = machine["drifts"]
+    if not drifts:
+        return None
+    worst = max(drifts, key=lambda f: abs(math.log(f)))
+    which, ratio = (args.new, worst) if worst > 1 else (args.base, 1 / worst)
+    return (
+        f"the machine was up to {ratio:.2f}x slower during {which} ({len(drifts)} benchmarks ran on "
+        f"a machine of another speed): those are slower only past what that explains, else inconclusive"
+    )
 
 
 def _finite_values(row: dict) -> dict:
@@ -395,6 +430,8 @@ def _print_benchmark_comparison(
     spans: list[dict],
     slower: list[dict],
     missing: list[dict],
+    line: str | None = None,
+    inconclusive: list[dict] | None = None,
 ) -> None:
     out = new_console()
     keys = [("benchmark", [r["benchmark"] for r in benches])]
@@ -405,6 +442,7 @@ def _print_benchmark_comparison(
         ("median new", [_human_seconds(r["median_s_new"]) for r in benches]),
         ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in benches]),
         ("Δmean", [_fmt_change(r["mean_s_change"]) for r in benches]),
+        ("test", [r["rule"] or "-" for r in benches]),
         (
             "rounds",
             [
@@ -425,6 +463,7 @@ def _print_benchmark_comparison(
             "95% interval",
             "Δmean",
             "rounds",
+            "test",
             "verdict",
         ],
     )
@@ -443,25 +482,45 @@ def _print_benchmark_comparison(
             ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in spans]),
             ("p50 base", [human_ns(r["p50_ns_base"]) for r in spans]),
             ("p50 new", [human_ns(r["p50_ns_new"]) for r in spans]),
+            ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in spans]),
             ("Δp99", [_fmt_change(r["p99_ns_change"]) for r in spans]),
             ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in spans]),
+            ("test", [r["rule"] or "-" for r in spans]),
         ]
         table, _ = fitted_table(
             keys,
             values,
             out.width,
             title="spans (pytest --hotspan's summaries)",
-            order=["p50 base", "p50 new", "Δp50", "Δp99", "count", "verdict"],
+            order=[
+                "p50 base",
+                "p50 new",
+                "Δp50",
+                "95% interval",
+                "Δp99",
+                "count",
+                "test",
+                "verdict",
+            ],
         )
         _style_verdicts(table, spans)
         out.print(table)
     else:
         out.print("no span summaries in these files (record them with pytest --hotspan)")
+    if line:
+        out.print(f"[bold]{line}[/bold]")
     out.print(
-        f"{len(slower)} of {len(benches) + len(spans)} slower: a benchmark whose median rose significantly "
-        f"(rank test p < {args.alpha:g}, or interquartile ranges apart where the rounds were not saved) by "
-        f"more than +{args.threshold * 100:g}%; a span whose p50 rose by more than +{args.threshold * 100:g}%"
+        f"{len(slower)} of {len(benches) + len(spans)} slower: one rule for benchmarks and spans, the "
+        f"change significant (p < {args.alpha:g}) and its whole 95% interval above "
+        f"+{args.threshold * 100:g}%: Mann-Whitney U and the median's bootstrap interval on the "
+        f"samples (rounds, span durations), Welch's t-test on the means where a file kept only its "
+        f"summary"
     )
+    if inconclusive:
+        out.print(
+            f"{len(inconclusive)} inconclusive: slower, but the machine's drift may explain it "
+            f"(exit status 3)"
+        )
     if missing:
         out.print(
             f"{sum(r['verdict'] == 'gone' for r in missing)} gone, "
