@@ -199,3 +199,41 @@ def test_a_real_2x_slowdown_under_the_same_hogs_is_still_found(tmp_path):
         found += done.returncode == 1 and rows["sort"] == "slower"
         assert rows["tokenize"] != "slower" and rows["dedupe"] != "slower", rows
     assert found >= 2, found
+
+
+def test_serve_answers_inconclusive_and_says_the_drift(tmp_path):
+    from tests.serve._serving import Server
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    base = _with_machine(_one_group(20_000), loop_ns=100_000.0, contention=0.0, turn_ns=1000.0)
+    new = _with_machine(_one_group(40_000), loop_ns=100_000.0, contention=2.0, turn_ns=1000.0)
+    hotspan.export(base, root / "base.parquet")
+    hotspan.export(new, root / "new.parquet")
+    server = Server(root)
+    try:
+        with server.client() as client:
+            ids = {t["path"]: t["id"] for t in client.get("/v1/traces").json()["traces"]}
+            answer = client.get(
+                "/v1/compare", params={"base": ids["base.parquet"], "new": ids["new.parquet"]}
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert [r["verdict"] for r in body["rows"]] == ["inconclusive"]
+            assert "the machine was 3.00x slower during" in body["machine"]
+    finally:
+        server.stop()
+
+
+def test_every_engine_judges_against_the_same_drift(tmp_path):
+    for side in ("a", "b"):
+        with hotspan.record(tmp_path / side):
+            for _ in range(50):
+                with hotspan.span("step", "train"):
+                    sum(range(2_000))
+    drifts = [
+        drift_of(hotspan.compare(tmp_path / "a", tmp_path / "b", engine=engine))
+        for engine in ("memory", "duckdb")
+    ]
+    assert drifts[0] is not None and drifts[0]["measured"] == [True, True]
+    assert drifts[0] == drifts[1]

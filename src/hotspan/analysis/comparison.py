@@ -487,10 +487,15 @@ def drift_line(drift: dict[str, Any] | None, base: str = "BASE", new: str = "NEW
         if all(isinstance(c, (int, float)) for c in contention)
         else ""
     )
+    said = (
+        f"a group is slower only past what that explains (x{drift['explains']:.2f}), else "
+        f"inconclusive"
+        if factor > 1
+        else f"a group is faster only past what that explains (x{1 / drift['explains']:.2f})"
+    )
     return (
         f"the machine was {ratio:.2f}x slower during {which} ({busy}calibration loop "
-        f"{(drift['loop'] - 1) * 100:+.0f}%): a group is slower only past what that explains "
-        f"(x{drift['explains']:.2f}), else inconclusive"
+        f"{(drift['loop'] - 1) * 100:+.0f}%): {said}"
     )
 
 
