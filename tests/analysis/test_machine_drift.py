@@ -15,8 +15,16 @@ from pathlib import Path
 import pytest
 
 import hotspan
-from hotspan._schema import META_MACHINE
-from hotspan.analysis.comparison import drift_of
+
+#: The run's machine measure and compare's drift, in the tables' schema metadata.
+META_MACHINE = b"hotspan.machine"
+META_DRIFT = b"hotspan.drift"
+
+
+def drift_of(result) -> dict | None:
+    raw = (result.schema.metadata or {}).get(META_DRIFT)
+    return json.loads(raw) if raw else None
+
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="CPU pinning and schedstat: Linux"

@@ -218,7 +218,12 @@ def compare_benchmarks(
             x, y = b["stats"].get("data"), a["stats"].get("data")
             if x and y:
                 samples = (np.asarray(x, np.float64), np.asarray(y, np.float64))
-                _judge(row, samples, None, drift, min_count, options)
+                per_round = [
+                    (stats.get("median") or 0.0) * (stats.get("iterations") or 1) * 1e9
+                    for stats in (b["stats"], a["stats"])
+                ]
+                lengths = {"p50_ns_base": per_round[0], "p50_ns_new": per_round[1]}
+                _judge(row, samples, None, drift, min_count, options, lengths)
             else:
                 summaries = (_summary_of(b["stats"]), _summary_of(a["stats"]))
                 _judge(row, None, summaries, drift, min_count, options)
@@ -275,9 +280,12 @@ def _judge(
     drift: dict | None,
     min_count: int,
     options: dict,
+    lengths: dict | None = None,
 ) -> None:
     """The one rule on a row: its samples when it has them, else its summaries (Welch);
-    against the machine's drift when it was told (comparison.against_drift)."""
+    against the machine's drift when it was told (comparison.against_drift: ``lengths``, the
+    median span or round in ns on each side as ``p50_ns_base/new``, lets short ones be
+    judged by their fastest)."""
     from .comparison import (
         against_drift,
         mann_whitney_u,
@@ -326,10 +334,19 @@ def _judge(
         return
     p, low, high, said = test(x, y, 1.0)
     if drift is not None and drift["said"]:
-        # no fast part here: a benchmark's rounds (and a span's thinned samples) are too few
-        _used, (p, low, high, said) = against_drift(x, y, {}, {**drift, **options}, test)
+        short = lengths if samples is not None and lengths is not None else {}
+        _used, (p, low, high, said) = against_drift(x, y, short, {**drift, **options}, test)
     row["p_value"], row["change_low"], row["change_high"] = p, low, high
     row["verdict"] = said
+
+
+def _span_summary(stat: dict, rounds: int) -> tuple[float, float, int] | None:
+    """(mean, stddev, count capped at the benchmark's rounds) of a span summary; None without
+    its spread."""
+    mean, stddev = stat.get("mean_ns"), stat.get("stddev_ns")
+    if not (_number(mean) and _number(stddev)):
+        return None
+    return float(mean), float(stddev), min(stat["count"], rounds or stat["count"])
 
 
 def _thinned(values: list, count: int):
@@ -378,14 +395,9 @@ def _compare_spans(
                 _thinned(sb["data_ns"], rounds[0]),
                 _thinned(sa["data_ns"], rounds[1]),
             )
-            _judge(row, samples, None, drift, 1, options)
+            _judge(row, samples, None, drift, 1, options, row)
         else:
-            summaries = tuple(
-                (float(s["mean_ns"]), float(s["stddev_ns"]), min(s["count"], r or s["count"]))
-                if _number(s.get("mean_ns")) and _number(s.get("stddev_ns"))
-                else None
-                for s, r in ((sb, rounds[0]), (sa, rounds[1]))
-            )
+            summaries = (_span_summary(sb, rounds[0]), _span_summary(sa, rounds[1]))
             _judge(row, None, summaries, drift, 1, options)
         rows.append(row)
     judged = [r for r in rows if r["verdict"] not in ("new", "gone")]

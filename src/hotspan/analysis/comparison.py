@@ -370,7 +370,9 @@ def short_spans(row: dict[str, Any], drift: dict[str, Any]) -> bool:
     """Whether the group's spans are short against the process's turns on a CPU."""
     turn = drift.get("turn_ns")
     medians = (row.get("p50_ns_base"), row.get("p50_ns_new"))
-    return bool(turn) and all(m is not None and m <= SHORT_TURN * turn for m in medians)
+    if not isinstance(turn, (int, float)) or turn <= 0:
+        return False
+    return all(m is not None and m <= SHORT_TURN * turn for m in medians)
 
 
 def against_drift(
@@ -481,10 +483,10 @@ def drift_line(drift: dict[str, Any] | None, base: str = "BASE", new: str = "NEW
         return None
     factor = drift["factor"]
     which, ratio = (new, factor) if factor > 1 else (base, 1 / factor)
-    contention = [drift.get("contention_base"), drift.get("contention_new")]
+    cb, cn = drift.get("contention_base"), drift.get("contention_new")
     busy = (
-        f"CPU contention {contention[0] * 100:.0f}% -> {contention[1] * 100:.0f}%, "
-        if all(isinstance(c, (int, float)) for c in contention)
+        f"CPU contention {cb * 100:.0f}% -> {cn * 100:.0f}%, "
+        if isinstance(cb, (int, float)) and isinstance(cn, (int, float))
         else ""
     )
     said = (
