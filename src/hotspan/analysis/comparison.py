@@ -1,5 +1,5 @@
 """Two span tables compared group by group, as a careful benchmarker would: distributions,
-not means.
+not means, and the machine's drift told apart from the code's.
 
 Re-running one program twice moves a mean by 10% or more whenever one outlier lands on
 one side; the medians barely move. So a group is called ``slower`` only when the shift is
@@ -65,12 +65,23 @@ def compare(
     mean or p99 moved by one outlier does not make a verdict; their changes are reported for
     information.
 
-    The machine, not the code: when most groups (three quarters, at least five) moved by
+    The machine's drift: every run keeps a measure of the machine's speed while it ran
+    (``hotspan.machine``: a calibration loop and the CPU contention, see ``hotspan._machine``).
+    When the two runs' measures differ by more than 10%, each group is judged against that
+    drift, whatever the number of groups: a group whose raw times are slower is ``slower``
+    only when its median's change passes what the drift explains (the drift to the power
+    1.25), or, for spans shorter than the process's turns on a CPU (which contention rarely
+    cuts), when their fastest rose by more than 60%; else ``inconclusive``. The drift is in
+    the table's metadata (:func:`drift_of`; ``{"factor", "loop", "contention_base",
+    "contention_new", "explains", "said", "measured"}``), :func:`drift_line` says it in words.
+
+    The machine, not the code (where no drift is told): when most groups (three quarters, at least five) moved by
     about the same factor, past ``threshold``, that shift is the machine's (a loaded or slower
     host), said in the table's metadata (``hotspan.shift``: ``{"shift", "spread", "groups",
     "moved"}``), and each group is judged against it: its new durations divided by the
     common factor before the test and the interval (``judged_change`` is the median's change
-    so judged). ``shift=False`` judges raw times. ``normalize=NAME`` divides instead by the
+    so judged). ``shift=False`` judges raw times (neither the drift nor a shared shift).
+    ``normalize=NAME`` divides instead by the
     reference span ``NAME``'s median on each side (a fixed workload timed in both runs).
     """
     check_options(alpha, confidence, resamples)
@@ -348,7 +359,7 @@ def machine_drift(machine: tuple[Any, Any] | None, threshold: float) -> dict[str
         return {"said": False, "measured": measured}
     factor = found["factor"]
     said = abs(math.log(factor)) > math.log1p(DRIFT_TOLERANCE)
-    explains = factor ** (1 + DRIFT_MARGIN) if factor >= 1 else factor ** (1 - DRIFT_MARGIN)
+    explains = factor ** (1 + DRIFT_MARGIN)  # past the factor, either way
     return {**found, "said": said, "explains": explains, "measured": measured}
 
 
@@ -409,7 +420,7 @@ def against_drift(
                 return explains, (*beyond[:3], "slower")
         return explains, (*beyond[:3], "slower" if beyond[3] == "slower" else "inconclusive")
     if raw[3] == "faster" and factor < 1.0:
-        explains = factor ** (1 - DRIFT_MARGIN)
+        explains = drift["explains"]
         beyond = test(x, y, explains)
         return explains, (*beyond[:3], "faster" if beyond[3] == "faster" else "same")
     return 1.0, raw
