@@ -8,19 +8,22 @@ Two measures, both off the hot path and nearly free:
   processes taking turns on the core nor the GIL count in it: it moves with the CPU's own
   speed (its clock, a hyperthread sibling busy, a hypervisor stealing cycles). The fastest
   of ``TRIES`` runs of about 0.1 ms; taken when a table's metadata is built (each drain,
-  each flush of ``record()``: at its start, every second and at its end), at most once a
-  second. Interpreted work, as the spans of a Python program are: a loop of native
-  arithmetic kept its pace where Python code on the same core slowed by a third.
+  each flush of ``record()``), at most once a second. Interpreted work, as the spans of a
+  Python program are: a loop of native code (tried in the drain thread) kept its pace where
+  Python code in another process on the same core ran 1.4x slower.
 - **Contention**: the time the process's threads were runnable but waiting for a CPU
   (Linux's ``/proc/self/task/*/schedstat``: CPU time and run-queue delay per thread, kept by
-  the kernel), against their CPU time. ``(cpu + delay) / cpu`` is how much longer CPU-bound
-  work took in wall time than it would have on CPUs of its own: two busy processes on the
-  one core give 2. Elsewhere (macOS) it is unknown (``None``) and the loop alone speaks.
+  the kernel), since ``import hotspan``, against their CPU time. ``(cpu + delay) / cpu``
+  is how much longer CPU-bound work took in wall time than it would have on CPUs of its
+  own: two busy processes on the one core give 2. Elsewhere (macOS) it is unknown (``None``) and the loop alone speaks.
 
 ``slowness = loop_ns × (cpu + delay) / cpu``: the wall time the loop's work costs here,
 now. Its ratio between two runs is the machine's drift (:func:`drift`); ``compare`` judges
 each group against it (analysis/comparison.py). Nothing here imports beyond the standard
-library; ``import hotspan`` runs none of it.
+library; ``import hotspan`` only reads the counters once (:func:`mark_import`, ~20 us), so
+that a run's contention is counted from there: the interpreter's start-up, and the first
+drain's import of pyarrow (measured before it), wait on the disk more than on the CPU and
+would dilute the contention the spans saw.
 """
 
 from __future__ import annotations
@@ -102,8 +105,26 @@ def contention(fresh: bool = False) -> tuple[int, int, int] | None:
     if not fresh and now - _contention_cache[0] < CONTENTION_TTL_NS:
         return _contention_cache[1]
     value = _read_contention()
+    if value is not None and _at_import is not None and value[0] > _at_import[0]:
+        # threads that ended since are gone from both sums' later reads: never negative
+        value = (
+            value[0] - _at_import[0],
+            max(0, value[1] - _at_import[1]),
+            max(0, value[2] - _at_import[2]),
+        )
     _contention_cache = (now, value)
     return value
+
+
+#: The counters when hotspan was imported: a run's contention is counted from there (the
+#: interpreter's start-up, its imports and their waits on the disk, is not the run).
+_at_import: tuple[int, int, int] | None = None
+
+
+def mark_import() -> None:
+    """Keep the counters now (``import hotspan`` calls it: ~20 us)."""
+    global _at_import
+    _at_import = _read_contention()
 
 
 def _read_contention() -> tuple[int, int, int] | None:

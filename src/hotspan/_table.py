@@ -89,6 +89,7 @@ def metadata(
     version: str,
     id_base: int | None = None,
     tasks: bool = False,
+    machine: dict[str, Any] | None = None,
 ) -> dict[bytes, bytes]:
     """all_threads: (thread id, name, spans dropped, of which at the memory cap) per thread."""
     dropped_threads = {str(tid): count for tid, _name, count, _cap in all_threads if count}
@@ -112,7 +113,7 @@ def metadata(
         META_PID: str(pid).encode(),
         META_RUN: run_id().encode(),
         META_ENV: json.dumps(environment(version)).encode(),
-        META_MACHINE: json.dumps(_machine.measure()).encode(),
+        META_MACHINE: json.dumps(machine or _machine.measure()).encode(),
     }
     if id_base is not None:
         meta[META_ID_BASE] = str(id_base).encode()

@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "Warns when the traces were recorded in different environments (host, Python, hotspan, "
         "configuration). Two dataset directories (or large Parquet files) are streamed, as for stats. "
         "Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
-        "compared per benchmark and per span, by the same rule and exit status.",
+        "compared per benchmark and per span, by the same rule and exit status (the rank test on "
+        "their samples: rounds, span durations; Welch's t-test where a file kept only a summary).",
         "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20\n"
         "hotspan compare .benchmarks/*/0001_base.json .benchmarks/*/0002_new.json",
         cmd_compare,
