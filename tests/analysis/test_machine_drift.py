@@ -180,7 +180,7 @@ def test_an_unchanged_suite_with_cpu_hogs_during_one_run_is_never_slower(tmp_pat
     told = 0
     for i in range(20):
         base, new = tmp_path / f"base{i}.parquet", tmp_path / f"new{i}.parquet"
-        _suite(base, 1.0, hogs=0)
+        _quiet_base(base)
         _suite(new, 1.0, hogs=2)
         # hotspan.compare is what the CLI prints (one implementation); the CLI's exit status
         # is checked on the last pair
@@ -195,13 +195,27 @@ def test_an_unchanged_suite_with_cpu_hogs_during_one_run_is_never_slower(tmp_pat
     assert told >= 15  # the hogs took the core: the machine's drift was measured and said
 
 
+#: The run without hogs is the quiet one: when other programs on a shared host kept it
+#: waiting for the CPU more than this many times as long as it ran, it is taken again (the
+#: contention is the run's average, and a burst of load outside its spans is not in them).
+QUIET_CONTENTION = 4.0
+
+
+def _quiet_base(path: Path) -> None:
+    for _ in range(5):
+        _suite(path, 1.0, hogs=0)
+        if machine_of(hotspan.load(path))["contention"] <= QUIET_CONTENTION:
+            return
+    pytest.skip("the host is too busy for a quiet run (CPU contention above 4 five times)")
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset pins the hogs")
 def test_a_real_2x_slowdown_under_the_same_hogs_is_still_found(tmp_path):
     found = 0
     for i in range(3):
         base, new = tmp_path / f"base{i}.parquet", tmp_path / f"new{i}.parquet"
-        _suite(base, 1.0, hogs=0)
+        _quiet_base(base)
         _suite(new, 2.0, hogs=2)
         done = _cli("compare", base, new, "--json")
         rows = {r["name"]: r["verdict"] for r in json.loads(done.stdout)}

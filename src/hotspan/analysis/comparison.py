@@ -75,13 +75,13 @@ def compare(
     the table's metadata (:func:`drift_of`; ``{"factor", "loop", "contention_base",
     "contention_new", "explains", "said", "measured"}``), :func:`drift_line` says it in words.
 
-    The machine, not the code (where no drift is told): when most groups (three quarters, at least five) moved by
-    about the same factor, past ``threshold``, that shift is the machine's (a loaded or slower
-    host), said in the table's metadata (``hotspan.shift``: ``{"shift", "spread", "groups",
-    "moved"}``), and each group is judged against it: its new durations divided by the
-    common factor before the test and the interval (``judged_change`` is the median's change
-    so judged). ``shift=False`` judges raw times (neither the drift nor a shared shift).
-    ``normalize=NAME`` divides instead by the
+    The machine, not the code (where no drift is told): when most groups (three quarters, at
+    least five) moved by about the same factor, past ``threshold``, that shift is the
+    machine's (a loaded or slower host), said in the table's metadata (``hotspan.shift``:
+    ``{"shift", "spread", "groups", "moved"}``), and each group is judged against it: its new
+    durations divided by the common factor before the test and the interval
+    (``judged_change`` is the median's change so judged). ``shift=False`` judges raw times
+    (neither the drift nor a shared shift). ``normalize=NAME`` divides instead by the
     reference span ``NAME``'s median on each side (a fixed workload timed in both runs).
     """
     check_options(alpha, confidence, resamples)
