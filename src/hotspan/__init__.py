@@ -479,6 +479,10 @@ __all__ = [
 # recorder module (no pyarrow at import) loads only when asked for.
 import os as _os  # noqa: E402
 
+from . import _machine as _machine  # noqa: E402
+
+_machine.mark_import()  # a run's CPU contention counts from here (~20 us: see _machine)
+
 if _os.environ.get("HOTSPAN_OUT", "").strip():
     from .recording.recorder import start_from_env as _start_from_env
 

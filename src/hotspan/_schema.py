@@ -63,6 +63,9 @@ META_RUN = b"hotspan.run"
 META_ID_BASE = b"hotspan.id_base"  # the process's random span id base (decimal): ids are base + k
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"
+# JSON: how fast the machine was while the run ran (_machine.measure: calibration loop,
+# run-queue contention, their product "slowness"); `compare` tells machine drift by it
+META_MACHINE = b"hotspan.machine"
 # JSON: {"total": n, "reasons": {why: n}}: rows a loader left out of a damaged file
 # (a truncated last line, ...), set by formats.base.note_skipped; absent when none were.
 META_SKIPPED_ON_LOAD = b"hotspan.skipped_on_load"

@@ -967,6 +967,7 @@ def stream_compare(
     reference: tuple[float, float] | None = None,
     normalize: str | None = None,
     shift: bool = True,
+    machine: tuple[Any, Any] | None = None,
 ) -> pa.Table:
     """``comparison.compare`` of two open sources: see the module doc."""
     from .comparison import judge_rows
@@ -1007,6 +1008,7 @@ def stream_compare(
             reference=reference,
             normalize=normalize,
             shift=shift,
+            machine=machine,
         )
 
 

@@ -183,7 +183,7 @@ class CompareRow(BaseModel):
     change_high: Optional[float] = None
     p_value: Optional[float] = None
     judged_change: Optional[float] = None
-    verdict: Literal["slower", "faster", "same", "new", "gone", "few"]
+    verdict: Literal["slower", "faster", "same", "inconclusive", "new", "gone", "few"]
 
 
 class CompareResponse(BaseModel):
@@ -191,6 +191,8 @@ class CompareResponse(BaseModel):
     new: str
     threshold: float
     rows: list[CompareRow]
+    #: the machine's drift between the runs in one line, as `hotspan compare` prints it
+    machine: Optional[str] = None
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -506,21 +508,18 @@ class Served:
         ),
     ) -> Any:
         """Span group by span group, as `hotspan compare` does: medians, their change with a
-        bootstrap interval, the Mann-Whitney U p-value and a verdict."""
+        bootstrap interval, the Mann-Whitney U p-value and a verdict (`inconclusive`: slower,
+        but the machine's drift between the runs may explain it; `machine` says that drift)."""
         runs = []
         for rid in (base, new):
             run = self.run_or_404(rid)
             if isinstance(run, JSONResponse):
                 return run
             runs.append(run)
-        return {
-            "base": base,
-            "new": new,
-            "threshold": threshold,
-            "rows": queries.compare_rows(
-                runs[0], runs[1], threshold=threshold, min_count=min_count
-            ),
-        }
+        rows, machine = queries.compare_result(
+            runs[0], runs[1], threshold=threshold, min_count=min_count
+        )
+        return {"base": base, "new": new, "threshold": threshold, "rows": rows, "machine": machine}
 
 
 def by_columns(text: str) -> tuple[str, ...]:

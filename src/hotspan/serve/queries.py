@@ -312,9 +312,23 @@ def phases_rows(run: Run) -> list[dict[str, Any]]:
 
 
 def compare_rows(base: Run, new: Run, *, threshold: float, min_count: int) -> list[dict[str, Any]]:
+    return compare_result(base, new, threshold=threshold, min_count=min_count)[0]
+
+
+def compare_result(
+    base: Run, new: Run, *, threshold: float, min_count: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """``compare``'s rows and, in one line, the machine's drift between the runs (None when
+    there is nothing to say): as ``hotspan compare`` prints them."""
+
+    def compute() -> tuple[list[dict[str, Any]], str | None]:
+        from ..analysis.comparison import drift_line, drift_of
+
+        table = _compare(base, new, threshold=threshold, min_count=min_count)
+        return plain(table.to_pylist()), drift_line(drift_of(table), base.id, new.id)
+
     return cached(
-        ("compare", base.id, base.signature, new.id, new.signature, threshold, min_count),
-        lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count).to_pylist()),
+        ("compare", base.id, base.signature, new.id, new.signature, threshold, min_count), compute
     )
 
 
