@@ -14,6 +14,15 @@
  * depth + 1), with no change to the hot path: roots of a task stack are pushed at depth
  * b, the creator's depth, and read their parent from frame b - 1 as any nested span does.
  * Frames below that hold no owner, so nothing ever closes them from the task.
+ *
+ * Self and wait (hs_selftime.h): a task's span is not running while its task is suspended.
+ * The switches of the hot path happen at span events only, so the moments a task resumes
+ * and suspends come from the event loop: every asyncio handle (a task step among them) runs
+ * through asyncio.events.Handle._run, which hotspan._asyncio_steps wraps (once a task's
+ * first span is seen) with _step_begin(context) / _step_end(). At a step's end, the task's
+ * innermost open span of its own is noted with the time; when the task resumes, the time
+ * between is added to that span's wait (hs_wait_add). Sync code and Context.run never
+ * come here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,6 +32,7 @@
 #include <string.h>
 
 #include "hs_recorder.h"
+#include "hs_selftime.h"
 #include "hs_tasks.h"
 
 /* link_thread reads PyThreadState.context, a field of CPython's non-limited thread state
@@ -45,6 +55,10 @@ typedef struct {
                          the address while the object lives; the cycle through the
                          context's variables is the collector's) */
     int is_base;      /* the thread's own stack (frames in hs_tstate.own_*) */
+    uint32_t base;    /* frames below are the creator's (owner NULL), from here the task's own */
+    int observed;     /* a step of it ran inside the loop's step hook: its waits are known */
+    uint64_t susp_since; /* ticks when its task was suspended with a span of its own open (0: not) */
+    uint64_t susp_seq;   /* that span's id */
 } StackObject;
 
 static int stack_traverse(StackObject *s, visitproc visit, void *arg) {
@@ -146,6 +160,11 @@ static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx)
         frames[cd - 1] = cf[cd - 1];
         frames[cd - 1].owner = NULL; /* the creator's to close, never this task's */
         frames[cd - 1].flags &= ~HS_FRAME_NVTX; /* so its NVTX range too */
+        frames[cd - 1].flags |= HS_FRAME_FOREIGN; /* this task's roots: HS_F_TASKROOT */
+        /* A span of a task whose steps the hook sees: its self time follows the task rule
+         * (the roots created under it run while its task is suspended). */
+        if (creator && creator->observed && cd > creator->base)
+            hs_wait_add(cf[cd - 1].seq, 0);
     }
     StackObject *s = PyObject_GC_New(StackObject, &StackType);
     if (!s) {
@@ -158,12 +177,107 @@ static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx)
     s->serial = t->serial;
     s->ctx = Py_NewRef(ctx);
     s->is_base = 0;
+    s->base = cd;
+    s->observed = t->in_step;
+    s->susp_since = s->susp_seq = 0;
     PyObject_GC_Track(s);
     return s;
 }
 
+/* --------------------------------------------------------------- the step hook */
+
+static int steps_installed = 0;
+
+/* Once, at the first task stack: wrap asyncio's handles (hotspan._asyncio_steps), if asyncio
+ * is loaded at all (Context.run alone needs no loop). Any failure: no waits, today's rule. */
+static void install_steps(void) {
+    PyObject *name = PyUnicode_FromString("asyncio");
+    PyObject *asyncio = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (asyncio) {
+        steps_installed = 1;
+        PyObject *mod = PyImport_ImportModule("hotspan._asyncio_steps");
+        PyObject *r = mod ? PyObject_CallMethod(mod, "install", NULL) : NULL;
+        Py_XDECREF(r);
+        Py_XDECREF(mod);
+        Py_DECREF(asyncio);
+    }
+    PyErr_Clear();
+}
+
+/* The step running on the thread has ended (at `now`): its task is suspended, with its
+ * innermost open span of its own (if any) waiting from now. */
+static void stack_suspend(hs_tstate *t, StackObject *so, uint64_t now) {
+    /* the stack's frames: live on the thread while it is current; the thread's own stack
+     * (a task's context can be the one the thread was linked in) keeps them on the thread */
+    int current = so->is_base ? t->stack_owner == NULL : (void *)so == t->stack_owner;
+    hs_frame *frames = current ? t->stack : so->is_base ? t->own_stack : so->frames;
+    uint32_t depth = current ? t->depth : so->is_base ? t->own_depth : so->depth;
+    if (depth > so->base && frames) {
+        so->susp_since = now;
+        so->susp_seq = frames[depth - 1].seq;
+    } else {
+        so->susp_since = 0;
+    }
+}
+
+static void step_suspend(hs_tstate *t, uint64_t now) {
+    StackObject *so = (StackObject *)t->step;
+    t->step = NULL;
+    if (!so) return;
+    stack_suspend(t, so, now);
+    Py_DECREF(so);
+}
+
+static PyObject *py_step_begin(PyObject *mod, PyObject *ctx) {
+    (void)mod;
+    hs_tstate *t = hs_tls;
+    if (!t) Py_RETURN_NONE;
+    uint64_t now = hs_ticks();
+    if (t->step) step_suspend(t, now); /* a step whose end was not seen (before the hook) */
+    t->in_step = 1;
+    if (!PyContext_CheckExact(ctx)) Py_RETURN_NONE;
+    static PyObject *get = NULL;
+    if (!get && !(get = PyUnicode_InternFromString("get"))) return NULL;
+    PyObject *val = PyObject_CallMethodOneArg(ctx, get, stack_var);
+    if (!val) return NULL;
+    if (Py_IS_TYPE(val, &StackType)) {
+        StackObject *so = (StackObject *)val;
+        /* the task's own stack on this thread (a copy of another's context has none yet;
+         * the thread's own stack is a task's when the thread was linked in its step) */
+        if (so->ctx == ctx && so->serial == t->serial) {
+            if (so->susp_since) {
+                if (now > so->susp_since) hs_wait_add(so->susp_seq, now - so->susp_since);
+                so->susp_since = 0;
+            }
+            so->observed = 1;
+            t->step = Py_NewRef(so);
+        }
+    }
+    Py_DECREF(val);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_step_end(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+    hs_tstate *t = hs_tls;
+    if (!t) Py_RETURN_NONE;
+    t->in_step = 0;
+    if (t->step) step_suspend(t, hs_ticks());
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef step_methods[] = {
+    {"_step_begin", py_step_begin, METH_O,
+     "_step_begin(context)\n--\n\nAn event loop handle starts running in context (hotspan._asyncio_steps)."},
+    {"_step_end", py_step_end, METH_NOARGS, "_step_end()\n--\n\nThe handle started by _step_begin has ended."},
+    {NULL, NULL, 0, NULL},
+};
+
 static void ctx_switch(hs_tstate *t) {
     if (!PyGILState_Check()) return; /* a native thread without the GIL: keep the stack */
+    uint64_t now = hs_ticks();
     PyObject *ctx = (PyObject *)*t->ctx_slot;
     if (!ctx) { /* no context (left by a Context.run entered before the link): our own */
         swap_to(t, NULL, NULL);
@@ -193,8 +307,18 @@ static void ctx_switch(hs_tstate *t) {
     /* The calls above may have run a finalizer that recorded spans (and switched): the
      * swap saves whatever is current now. The context pointer is unchanged by them. */
     swap_to(t, target, ctx);
+    /* The step running now is this task's (the hook saw the step begin before the task had
+     * a stack, or never saw it begin: then its next step_begin on this thread ends it). */
+    if (!t->step && !target->is_base) t->step = Py_NewRef(target);
+    /* A task's first span in a step the hook did not see begin (it is not installed yet):
+     * the thread's own stack may be a task's (the thread was linked in its step), which is
+     * suspended now, since this other task runs: noted as of this switch. */
+    if (made && !t->in_step && t->base_stack && t->base_stack != (void *)target)
+        stack_suspend(t, (StackObject *)t->base_stack, now);
+    int first = made != NULL && !steps_installed;
     Py_XDECREF(made);
     Py_XDECREF(val);
+    if (first) install_steps();
     PyErr_Restore(et, ev, etb);
     return;
 fail:
@@ -210,6 +334,11 @@ static void link_dealloc(LinkObject *o) {
     /* On the thread itself (Python deletes a thread state on its own thread, but at
      * finalization): back to its own stack, and no context to follow any more. */
     if (t && t == o->t && t->serial == o->serial) {
+        PyObject *step = t->step, *base = t->base_stack;
+        t->step = t->base_stack = NULL;
+        t->in_step = 0;
+        Py_XDECREF(step);
+        Py_XDECREF(base);
         swap_to(t, NULL, NULL);
         t->ctx_slot = (void *const *)&t->ctx_none;
         t->ctx = NULL;
@@ -237,6 +366,9 @@ static void link_thread(hs_tstate *t) {
         base->serial = t->serial;
         base->ctx = NULL;
         base->is_base = 1;
+        base->base = 0;
+        base->observed = 0;
+        base->susp_since = base->susp_seq = 0;
         PyObject_GC_Track(base);
     }
     LinkObject *link = PyObject_New(LinkObject, &LinkType);
@@ -254,6 +386,7 @@ static void link_thread(hs_tstate *t) {
     Py_DECREF(tok);
     base->ctx = Py_XNewRef(ts->context);
     t->ctx = ts->context;
+    t->base_stack = Py_NewRef(base);
     t->ctx_slot = (void *const *)&ts->context; /* last: switching starts here */
     Py_DECREF(base);
     Py_DECREF(link);
@@ -270,11 +403,10 @@ fail:
 }
 
 int hs_tasks_init(PyObject *m) {
-    (void)m;
     if (PyType_Ready(&StackType) < 0 || PyType_Ready(&LinkType) < 0) return -1;
     stack_var = PyContextVar_New("hotspan.task_stack", NULL);
     if (!stack_var) return -1;
     hs_ctx_switch_hook = ctx_switch;
     hs_thread_link_hook = link_thread;
-    return 0;
+    return PyModule_AddFunctions(m, step_methods);
 }

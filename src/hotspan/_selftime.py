@@ -1,9 +1,12 @@
 """Self time for a span table that does not carry it: the one vectorised implementation.
 
-``drain()`` computes ``self_ns`` in C as spans become a table (csrc/hs_selftime.h), and
-hotspan's own files keep the column. Every other table (a foreign Chrome JSON or Perfetto
-trace, a file written before the column existed, a recovered flight file, a table a user
-built) gets it here, by the same rule: a span's duration minus the time covered by the
+``drain()`` computes ``self_ns`` and ``wait_ns`` in C as spans become a table
+(csrc/hs_selftime.h), and hotspan's own files keep the columns. Every other table (a foreign
+Chrome JSON or Perfetto trace, a file written before the columns existed, a recovered flight
+file, a table a user built) gets them here. ``wait_ns`` (the time a span's asyncio task
+was suspended while the span was its innermost) needs the moments tasks resumed and
+suspended, which only the recorder sees: such a table has none, so ``wait_ns`` is 0 and
+``self_ns`` follows the rule for sync code: a span's duration minus the time covered by the
 union of its children's intervals, children on the same thread (the spans of asyncio tasks
 created under it included, which overlap one another), clipped to the span, never negative.
 Device rows (another thread id) are not a host span's children for this purpose.
@@ -16,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SELF_FIELD = pa.field("self_ns", pa.int64(), nullable=False)
+WAIT_FIELD = pa.field("wait_ns", pa.int64(), nullable=False)
 
 
 def self_ns_column(table: pa.Table) -> pa.Array:
@@ -57,10 +61,15 @@ def self_ns_column(table: pa.Table) -> pa.Array:
 
 
 def with_self_ns(table: pa.Table) -> pa.Table:
-    """``table`` with a ``self_ns`` column appended (computed), or as it is when it has one."""
-    if "self_ns" in table.column_names:
-        return table
-    return table.append_column(SELF_FIELD, self_ns_column(table))
+    """``table`` with ``self_ns`` (computed) and ``wait_ns`` (0: no task's suspensions are
+    known) appended where it lacks them, or as it is when it has both."""
+    if "self_ns" not in table.column_names:
+        table = table.append_column(SELF_FIELD, self_ns_column(table))
+    if "wait_ns" not in table.column_names:
+        table = table.append_column(
+            WAIT_FIELD, pa.array(np.zeros(table.num_rows, np.int64), pa.int64())
+        )
+    return table
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:

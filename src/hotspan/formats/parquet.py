@@ -81,7 +81,7 @@ _PART_COLUMN_ENCODINGS = {
     "parent_id": "DELTA_BINARY_PACKED",
     **{
         name: "BYTE_STREAM_SPLIT"
-        for name in ("start_ns", "end_ns", "duration_ns", "self_ns", "arg")
+        for name in ("start_ns", "end_ns", "duration_ns", "self_ns", "wait_ns", "arg")
     },
     **{name: "PLAIN" for name in ("depth", "thread_id", "pid", "rank", "error")},
 }
