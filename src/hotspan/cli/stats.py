@@ -38,10 +38,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "stats",
         "statistics per span: count, total, self, percentiles, share, args",
         "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
-        "(the self_ns column: duration minus the time its children cover), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
+        "(the self_ns column: duration minus the time its children cover and, in asyncio tasks, minus wait), "
+        "wait (the time its task was suspended, awaiting: shown when there is some), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
         "sum, arg per second and instants. share is the group's self time over the summed self time of its "
         "rank/thread (of the whole trace unless --by names rank, pid, thread_id or thread_name), so the "
-        "column adds up to 100%; busy is total over the trace's wall time (nested spans count twice). "
+        "column adds up to 100%; busy is total less wait over the trace's wall time (nested spans count twice). "
         "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
         "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
         "duration) are counted in a table of their own. Then the phases (each top-level category's "

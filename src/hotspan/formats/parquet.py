@@ -89,7 +89,7 @@ PART_WRITER_OPTIONS = dict(
     compression="lz4",
     use_dictionary=_DICTIONARY_COLUMNS,
     column_encoding=_PART_COLUMN_ENCODINGS,
-    write_statistics=["start_ns", "end_ns", "duration_ns"],
+    write_statistics=["start_ns", "end_ns", "duration_ns", "wait_ns"],
     write_batch_size=1 << 16,
 )
 
