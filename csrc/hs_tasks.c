@@ -26,6 +26,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -229,18 +230,18 @@ static void step_suspend(hs_tstate *t, uint64_t now) {
     Py_DECREF(so);
 }
 
-static PyObject *py_step_begin(PyObject *mod, PyObject *ctx) {
-    (void)mod;
-    hs_tstate *t = hs_tls;
-    if (!t) Py_RETURN_NONE;
+/* A handle starts running in ctx on the thread: the task whose context it is (if it has a
+ * stack of its own here) resumes. Never raises. */
+static void step_begin(hs_tstate *t, PyObject *ctx) {
     uint64_t now = hs_ticks();
     if (t->step) step_suspend(t, now); /* a step whose end was not seen (before the hook) */
     t->in_step = 1;
-    if (!PyContext_CheckExact(ctx)) Py_RETURN_NONE;
-    static PyObject *get = NULL;
-    if (!get && !(get = PyUnicode_InternFromString("get"))) return NULL;
-    PyObject *val = PyObject_CallMethodOneArg(ctx, get, stack_var);
-    if (!val) return NULL;
+    if (!ctx || !PyContext_CheckExact(ctx)) return;
+    PyObject *val = PyObject_GetItem(ctx, stack_var); /* KeyError: a context with no stack */
+    if (!val) {
+        PyErr_Clear();
+        return;
+    }
     if (Py_IS_TYPE(val, &StackType)) {
         StackObject *so = (StackObject *)val;
         /* the task's own stack on this thread (a copy of another's context has none yet;
@@ -255,24 +256,97 @@ static PyObject *py_step_begin(PyObject *mod, PyObject *ctx) {
         }
     }
     Py_DECREF(val);
-    Py_RETURN_NONE;
 }
 
-static PyObject *py_step_end(PyObject *mod, PyObject *unused) {
-    (void)mod;
-    (void)unused;
-    hs_tstate *t = hs_tls;
-    if (!t) Py_RETURN_NONE;
+/* The handle has ended: its task (if any) is suspended from now. Never raises. */
+static void step_end(hs_tstate *t) {
     t->in_step = 0;
     if (t->step) step_suspend(t, hs_ticks());
-    Py_RETURN_NONE;
 }
 
-static PyMethodDef step_methods[] = {
-    {"_step_begin", py_step_begin, METH_O,
-     "_step_begin(context)\n--\n\nAn event loop handle starts running in context (hotspan._asyncio_steps)."},
-    {"_step_end", py_step_end, METH_NOARGS, "_step_end()\n--\n\nThe handle started by _step_begin has ended."},
-    {NULL, NULL, 0, NULL},
+/* hotspan._asyncio_steps puts one in place of asyncio.events.Handle._run: a method
+ * descriptor (no bound method made per call) that runs the original _run between
+ * step_begin and step_end, so the loop pays two C calls a handle and no Python frame. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *original;
+    vectorcallfunc vectorcall;
+} StepRunObject;
+
+static PyObject *context_name = NULL; /* "_context": the handle's contextvars context */
+
+static PyObject *steprun_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    PyObject *original = ((StepRunObject *)self)->original;
+    hs_tstate *t = hs_tls;
+    if (!t || PyVectorcall_NARGS(nargsf) != 1 || kwnames) return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    PyObject *ctx = PyObject_GetAttr(args[0], context_name);
+    if (!ctx) PyErr_Clear();
+    step_begin(t, ctx);
+    Py_XDECREF(ctx);
+    PyObject *result = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    t = hs_tls;
+    if (t && (t->step || t->in_step)) {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb); /* releasing the task's stack may run a finalizer */
+        step_end(t);
+        PyErr_Restore(et, ev, etb);
+    }
+    return result;
+}
+
+static PyObject *steprun_get(PyObject *self, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (!obj || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *steprun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *original;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "_StepRunner(original) takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O:_StepRunner", &original)) return NULL;
+    if (!PyCallable_Check(original)) {
+        PyErr_SetString(PyExc_TypeError, "_StepRunner(original): original must be callable");
+        return NULL;
+    }
+    StepRunObject *o = (StepRunObject *)type->tp_alloc(type, 0);
+    if (!o) return NULL;
+    o->original = Py_NewRef(original);
+    o->vectorcall = steprun_vectorcall;
+    return (PyObject *)o;
+}
+
+static void steprun_dealloc(StepRunObject *o) {
+    PyObject_GC_UnTrack(o);
+    Py_CLEAR(o->original);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static int steprun_traverse(StepRunObject *o, visitproc visit, void *arg) {
+    Py_VISIT(o->original);
+    return 0;
+}
+
+static PyMemberDef steprun_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(StepRunObject, original), READONLY, "The method it runs."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject StepRunType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native._StepRunner",
+    .tp_basicsize = sizeof(StepRunObject),
+    .tp_dealloc = (destructor)steprun_dealloc,
+    .tp_vectorcall_offset = offsetof(StepRunObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "_StepRunner(original)\n--\n\nasyncio.events.Handle._run with the task's resume and suspend noted "
+              "(hotspan._asyncio_steps; internal).",
+    .tp_traverse = (traverseproc)steprun_traverse,
+    .tp_members = steprun_members,
+    .tp_descr_get = steprun_get,
+    .tp_new = steprun_new,
 };
 
 static void ctx_switch(hs_tstate *t) {
@@ -408,5 +482,8 @@ int hs_tasks_init(PyObject *m) {
     if (!stack_var) return -1;
     hs_ctx_switch_hook = ctx_switch;
     hs_thread_link_hook = link_thread;
-    return PyModule_AddFunctions(m, step_methods);
+    if (PyType_Ready(&StepRunType) < 0) return -1;
+    context_name = PyUnicode_InternFromString("_context");
+    if (!context_name) return -1;
+    return PyModule_AddType(m, &StepRunType);
 }

@@ -5,7 +5,7 @@ is suspended (awaiting) that time is ``wait_ns`` (DESIGN.md "Self and wait"). Th
 switches span stacks at span events only, so it cannot see a task suspend inside a span.
 Every step of a task (and every other callback) runs through
 :meth:`asyncio.events.Handle._run`: :func:`install` wraps it, once, with two calls into the
-core (``_step_begin(context)``, ``_step_end()``, csrc/hs_tasks.c) that note, per thread, the
+core (``_native._StepRunner``, csrc/hs_tasks.c) that note, per thread, the
 task running and, at its end, the span it left suspended. The core installs it when a
 task's first span is seen (if asyncio is loaded); sync code and spans outside asyncio pay
 nothing. An event loop whose callbacks bypass ``Handle._run`` (uvloop) leaves the task
@@ -14,32 +14,20 @@ spans' self time by the rule for sync code and their wait at 0.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 def install() -> None:
-    """Wrap ``asyncio.events.Handle._run`` (idempotent)."""
+    """Put the core's step runner in place of ``asyncio.events.Handle._run`` (idempotent)."""
     from asyncio import events
 
     from . import _native
 
     handle = events.Handle
-    original = handle._run
-    if getattr(original, "__hotspan_steps__", False):
+    original = handle.__dict__["_run"]
+    if isinstance(original, _native._StepRunner):
         return
-    begin, end = _native._step_begin, _native._step_end
-
-    def _run(self: Any) -> None:
-        begin(self._context)
-        try:
-            original(self)
-        finally:
-            end()
-
-    _run.__hotspan_steps__ = True  # type: ignore[attr-defined]
-    _run.__wrapped__ = original  # type: ignore[attr-defined]
-    _run.__doc__ = original.__doc__
-    handle._run = _run  # type: ignore[method-assign]
+    # a method descriptor in C: the loop's `handle._run()` calls it with the handle, and it
+    # runs the original between the two notes (no Python frame of its own)
+    handle._run = _native._StepRunner(original)  # type: ignore[method-assign]
     # Installed from inside a task's step, whose end the hook cannot see: a callback queued
     # now runs as soon as that step ends (the loop does not wait in its selector while one
     # is ready), and its begin is when the core notes that task suspended.
