@@ -27,7 +27,7 @@ def install() -> None:
         return
     # a method descriptor in C: the loop's `handle._run()` calls it with the handle, and it
     # runs the original between the two notes (no Python frame of its own)
-    handle._run = _native._StepRunner(original)  # type: ignore[method-assign]
+    handle._run = _native._StepRunner(original)  # type: ignore[method-assign,assignment]
     # Installed from inside a task's step, whose end the hook cannot see: a callback queued
     # now runs as soon as that step ends (the loop does not wait in its selector while one
     # is ready), and its begin is when the core notes that task suspended.
