@@ -462,6 +462,11 @@ static void link_thread(hs_tstate *t) {
     t->ctx = ts->context;
     t->base_stack = Py_NewRef(base);
     t->ctx_slot = (void *const *)&ts->context; /* last: switching starts here */
+    /* The thread's first span may be in an asyncio task's step (its context is then this
+     * one): the hook goes in now if asyncio is loaded, and the step running is this
+     * stack's, whose end the hook's first callback notes (hotspan._asyncio_steps). */
+    if (!t->step) t->step = Py_NewRef(base);
+    if (!steps_installed) install_steps();
     Py_DECREF(base);
     Py_DECREF(link);
     PyErr_Restore(et, ev, etb);

@@ -215,11 +215,18 @@ def test_a_fresh_process_whose_first_span_is_in_a_task():
                 busy(0.002)
                 ran.append(time.perf_counter_ns() - before)
 
+        own = []
+
         async def main():
             with hotspan.span("batch"):
+                entered = time.perf_counter_ns()
                 busy(0.005)
+                own.append(time.perf_counter_ns() - entered)
                 await asyncio.sleep(0.01)
-                await asyncio.gather(*(fetch() for _ in range(10)))
+                resumed = time.perf_counter_ns()
+                gathered = asyncio.gather(*(fetch() for _ in range(10)))
+                own.append(time.perf_counter_ns() - resumed)
+                await gathered
 
         asyncio.run(main())
         t = hotspan.drain()
@@ -228,6 +235,7 @@ def test_a_fresh_process_whose_first_span_is_in_a_task():
             r = t.filter(pc.equal(t["name"], name))
             out[name] = [pc.sum(r[c]).as_py() for c in ("duration_ns", "self_ns", "wait_ns")]
         out["ran"] = sum(ran)
+        out["own"] = sum(own)
         print(json.dumps(out))
     """
     proc = run_python(code)
@@ -236,6 +244,10 @@ def test_a_fresh_process_whose_first_span_is_in_a_task():
     b_dur, b_self, b_wait = out["batch"]
     f_dur, f_self, f_wait = out["fetch"]
     assert b_wait >= 0.95 * (0.01 + 0.02 + 0.02) * 1e9  # its sleep, then the gather
-    assert b_self >= 5_000_000 and b_self + b_wait == b_dur
+    # its own code, the sleep before the gather included as wait (the thread's first span
+    # is this task's: the hook goes in as the thread is linked, and sees the step end)
+    # (5%, and 1 ms for the first call of asyncio.sleep and the scheduler of a loaded machine)
+    assert abs(b_self - out["own"]) <= 0.05 * out["own"] + 1_000_000, (b_self, out["own"])
+    assert b_self + b_wait == b_dur
     assert f_wait >= 10 * 0.02 * 1e9 * 0.99
     assert _close(f_self, out["ran"]), (f_self, out["ran"])
