@@ -18,8 +18,9 @@
  * Self and wait (hs_selftime.h): a task's span is not running while its task is suspended.
  * The switches of the hot path happen at span events only, so the moments a task resumes
  * and suspends come from the event loop: every asyncio handle (a task step among them) runs
- * through asyncio.events.Handle._run, which hotspan._asyncio_steps wraps (once a task's
- * first span is seen) with _step_begin(context) / _step_end(). At a step's end, the task's
+ * through asyncio.events.Handle._run, which hotspan._asyncio_steps replaces (when a thread
+ * or a task records its first span, asyncio loaded) by a _StepRunner that notes the step's
+ * beginning and end around the original. At a step's end, the task's
  * innermost open span of its own is noted with the time; when the task resumes, the time
  * between is added to that span's wait (hs_wait_add). Sync code and Context.run never
  * come here.

@@ -7,8 +7,8 @@ Every step of a task (and every other callback) runs through
 :meth:`asyncio.events.Handle._run`: :func:`install` wraps it, once, with two calls into the
 core (``_native._StepRunner``, csrc/hs_tasks.c) that note, per thread, the
 task running and, at its end, the span it left suspended. The core installs it when a
-task's first span is seen (if asyncio is loaded); sync code and spans outside asyncio pay
-nothing. An event loop whose callbacks bypass ``Handle._run`` (uvloop) leaves the task
+thread records its first span or a task its first (if asyncio is loaded); sync code and
+spans outside asyncio pay nothing. An event loop whose callbacks bypass ``Handle._run`` (uvloop) leaves the task
 spans' self time by the rule for sync code and their wait at 0.
 """
 
