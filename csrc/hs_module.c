@@ -547,6 +547,21 @@ static PyObject *py_sigterm_after_fork_child(PyObject *m, PyObject *a) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_forward_signal(PyObject *m, PyObject *args) {
+    (void)m;
+    int pid, sig;
+    if (!PyArg_ParseTuple(args, "ii:_forward_signal", &pid, &sig)) return NULL;
+    if (hs_forward_signal(pid, sig) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_sigint_filter_install(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    int rc = hs_sigint_filter_install();
+    if (rc < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    return PyBool_FromLong(rc);
+}
+
 /* ---- live log feed -------------------------------------------------------------------- */
 
 static PyObject *py_live_start(PyObject *m, PyObject *args) {
@@ -734,13 +749,13 @@ static PyObject *py_tasks_seen(PyObject *m, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"begin", (PyCFunction)(void (*)(void))py_begin, METH_FASTCALL | METH_KEYWORDS,
-     "begin(name, category=None, *, arg=None, sync=None) -> int\n--\n\nOpen a span on this thread (task); pass the token to end(), which calls sync first."},
+     "begin(name, category=None, *, arg=None, sync=None)\n--\n\nOpen a span on this thread (task); returns the token (an int) to pass to end(), which calls sync first."},
     {"end", (PyCFunction)py_end, METH_O, "end(token)\n--\n\nClose the span begin() opened (and any left open inside it)."},
     {"instant", (PyCFunction)(void (*)(void))py_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, category=None, *, arg=None)\n--\n\nRecord a zero-duration marker."},
     {"enable", py_enable, METH_NOARGS, "enable()\n--\n\nTurn recording on (everywhere, decorated functions too)."},
     {"disable", py_disable, METH_NOARGS, "disable()\n--\n\nTurn recording off."},
-    {"enabled", py_enabled, METH_NOARGS, "enabled() -> bool\n--\n\nWhether recording is on."},
+    {"enabled", py_enabled, METH_NOARGS, "enabled()\n--\n\nWhether recording is on (a bool)."},
     {"set_thread_name", py_set_thread_name, METH_O, "set_thread_name(name)\n--\n\nName the calling thread in traces."},
     {"_drops_reported", py_drops_reported, METH_O,
      "_drops_reported(n)\n--\n\nThe spans dropped that were reported so far (internal: hotspan._core_drops)."},
@@ -773,6 +788,8 @@ static PyMethodDef module_methods[] = {
     {"_sigterm_received", py_sigterm_received, METH_NOARGS, NULL},
     {"_sigterm_die", py_sigterm_die, METH_NOARGS, NULL},
     {"_sigterm_after_fork_child", py_sigterm_after_fork_child, METH_NOARGS, NULL},
+    {"_forward_signal", py_forward_signal, METH_VARARGS, NULL},
+    {"_sigint_filter_install", py_sigint_filter_install, METH_NOARGS, NULL},
     {"_live_start", py_live_start, METH_VARARGS, NULL},
     {"_live_stop", py_live_stop, METH_NOARGS, NULL},
     {"_sweep", py_sweep, METH_NOARGS, NULL},

@@ -32,6 +32,20 @@ int hs_sigterm_wait(void);
 /* SIGTERM's default action back, then die of it (returns only if SIGTERM is blocked in
  * every thread, or the process survived it somehow). */
 void hs_sigterm_die(void);
+/* A launcher (`hotspan run`) passing a signal on to the program it runs: the signal is
+ * queued with a mark (sigqueue, where there is one; a plain kill elsewhere) that the
+ * handlers below recognise. Signalled as a group (kill -TERM -PGID, a terminal), launcher
+ * and program both receive the signal, and the launcher's copy reaches the program a
+ * moment after its own: a second SIGTERM, which would kill at once, before the flush. A
+ * marked signal that follows one the program received directly is that same signal again
+ * and is dropped. 0, or -1 with errno set. */
+int hs_forward_signal(int pid, int sig);
+/* In the program a launcher runs: SIGINT's current handler (Python's) keeps running, behind
+ * a filter that drops the launcher's copy of a SIGINT the program received directly (within
+ * HS_ECHO_WINDOW_NS). 1: installed; 0: SIGINT is not handled by a plain handler (ignored, a
+ * siginfo handler), left alone; -1: errno set. */
+int hs_sigint_filter_install(void);
+
 /* In a forked child: a pipe of its own (the inherited one is the parent's: a byte written
  * here would wake the parent's waiter). Keeps the handler; see hs_sigterm_uninstall. */
 int hs_sigterm_after_fork_child(void);

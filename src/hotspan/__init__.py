@@ -13,8 +13,6 @@ so a program that only records, on every rank of a job, pays nothing for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 # Submodules and classes that need no pyarrow load with the package: ``hotspan.events.Flushed``
 # and ``hotspan.sync.mlx`` work after a bare ``import hotspan``, ``Recorder`` is the real class.
 from . import events, sync
@@ -35,58 +33,167 @@ from ._version import __version__
 from .events import on_event
 from .recording.recorder import Recorder, record
 
+# typing loads for the type checker only: a fresh interpreter has not loaded it yet.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
     from typing import IO, Any
 
     import pyarrow as pa
 
+    from .analysis.filters import SpanFilter as _SpanFilter
+    from .notebook import HtmlView
+    from .proxy import SizeFn
     from .recording.live_log import LiveLog
     from .recording.subscribers import Subscription
+del TYPE_CHECKING  # not a public name of the package
 
 # Why small forwarding functions and no module ``__getattr__``: CPython (3.11-3.14) never
 # specialises ``LOAD_ATTR`` on a module whose dict holds ``__getattr__`` (specialize.c,
 # SPEC_FAIL_OVERRIDDEN), so with one every ``hotspan.span`` written in a hot loop paid a
 # generic attribute lookup (~250 instructions a span, a fifth of the floor). The functions
 # below keep ``import hotspan`` free of pyarrow/numpy: each imports its implementation on call
-# (the import is a dict hit in sys.modules after the first). Options are forwarded as given,
-# so the implementation's signature and its errors stay the one truth.
+# (the import is a dict hit in sys.modules after the first). Each names its implementation's
+# parameters, with the same defaults, so that ``help``, ``inspect.signature`` and an IDE show
+# them before any call (tests/core/test_public_signatures.py holds the two equal); the
+# implementation still checks the values and raises the errors.
 
 
-def export(table: pa.Table, path: str | os.PathLike[str], format: str | None = None) -> Any:
-    """Write a span table to ``path`` in the format its extension names (:func:`hotspan.formats.export`)."""
+def export(table: pa.Table, path: str | os.PathLike[str], format: str | None = None) -> Path:
+    """Write a span table to ``path``, in the format its extension names (``.parquet``,
+    ``.arrow``/``.feather``, ``.json``/``.json.gz`` Chrome trace, ``.pftrace`` Perfetto,
+    ``.csv``, ``.jsonl``, ``.folded``, ``.speedscope.json``) or ``format``. The file appears
+    under its name only once complete. Returns the path written; ``ValueError`` names an
+    unknown extension.
+    """
     from .formats import export as implementation
 
     return implementation(table, path, format)
 
 
-def load(path: str | os.PathLike[str], *args: Any, **options: Any) -> pa.Table:
-    """Read a file written by :func:`export` (or a run directory) as a span table (:func:`hotspan.formats.load`)."""
+def load(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    *,
+    check: bool = True,
+    run: str | None = None,
+) -> pa.Table:
+    """Read a file written by :func:`export` (or a foreign Chrome JSON trace), a run
+    directory of Parquet parts, or a URI (``s3://bucket/run``) as a span table.
+
+    :param format: the format, when the extension does not say it.
+    :param check: refuse a table that breaks the schema's rules (negative durations or
+        depths, ``end_ns != start_ns + duration_ns``, a span id twice), naming the row;
+        ``False`` reads a file the caller chooses to trust as it is.
+    :param run: of a directory holding several runs, only that one (``hotspan runs DIR``
+        lists their ids).
+    :raises OSError: a missing file.
+    :raises hotspan.formats.TraceFileError: (a ``ValueError``) naming the file and what is
+        wrong with it.
+    """
     from .formats import load as implementation
 
-    return implementation(path, *args, **options)
+    return implementation(path, format, check=check, run=run)
 
 
-def stats(spans: Any, *args: Any, **options: Any) -> pa.Table:
-    """Count, total and percentiles per group of spans (:func:`hotspan.analysis.stats`)."""
+def stats(
+    spans: Any,
+    by: str | Sequence[str] | None = None,
+    *,
+    filter: _SpanFilter | dict[str, Any] | None = None,
+    engine: Any = None,
+) -> pa.Table:
+    """Statistics per group of spans, as a ``pyarrow.Table``, largest ``total_ns`` first.
+
+    :param spans: a span table, or a path (a file, a run directory, a URI, a list of them):
+        streamed, to the same result.
+    :param by: the columns to group by (default ``category, name``, plus ``device`` when the
+        run has device rows).
+    :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+    :param engine: who computes: ``None`` (chosen by size), ``"memory"``, ``"duckdb"``, or a
+        ``SparkSession``.
+
+    Columns: the ``by`` keys, ``count``, ``total_ns``, ``self_ns`` (the time the group's own
+    code ran: duration minus its children's), ``mean_ns``, ``min_ns``, ``p50_ns``,
+    ``p90_ns``, ``p99_ns`` (exact), ``max_ns``, ``share`` (self time over the busy time of
+    the group's rank/thread, so it adds up to 1 per lane; headed ``self %`` by ``hotspan
+    stats``), ``busy`` (total time over the run's wall time; ``total %``), ``errors``,
+    ``arg_sum`` and ``arg_per_s``. See :func:`hotspan.analysis.statistics.stats` for each
+    column's exact definition.
+    """
     from .analysis import stats as implementation
 
-    return implementation(spans, *args, **options)
+    return implementation(spans, by, filter=filter, engine=engine)
 
 
-def phases(spans: Any, **options: Any) -> pa.Table:
-    """Where each top-level category's time goes, per rank (:func:`hotspan.analysis.phases`)."""
+def phases(
+    spans: Any, *, filter: _SpanFilter | dict[str, Any] | None = None, engine: Any = None
+) -> pa.Table:
+    """Where each top-level category's time goes, per rank, as a ``pyarrow.Table``: a row
+    per rank and top-level category (``phase``: its time, ``steps``, ``per_step_ns``), then a
+    row per sub-category with its ``share`` of the category's time; with several ranks,
+    rows of ``rank`` null give the mean over them. ``spans``, ``filter`` and ``engine`` as
+    for :func:`stats`; see :func:`hotspan.analysis.statistics.phases`.
+    """
     from .analysis import phases as implementation
 
-    return implementation(spans, **options)
+    return implementation(spans, filter=filter, engine=engine)
 
 
-def compare(base: Any, new: Any, **options: Any) -> pa.Table:
-    """Per span group, what changed between two runs (:func:`hotspan.analysis.compare`)."""
+def compare(
+    base: Any,
+    new: Any,
+    *,
+    by: str | Sequence[str] = ("category", "name"),
+    threshold: float = 0.05,
+    min_count: int = 1,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    filter: _SpanFilter | dict[str, Any] | None = None,
+    normalize: str | None = None,
+    shift: bool = True,
+    engine: Any = None,
+) -> pa.Table:
+    """Per span group, what changed between two runs, as a ``pyarrow.Table``: counts, p50,
+    mean and p99 on each side, the median's change with its bootstrap interval
+    (``change_low``, ``change_high``), the Mann-Whitney U ``p_value`` and a ``verdict``:
+    ``slower`` when ``p_value < alpha`` and the whole interval lies above ``threshold``
+    (``faster`` likewise), ``same``, ``new``/``gone`` (one side only), ``few`` (under
+    ``min_count`` spans on a side) or ``instant``.
+
+    :param base: the run before (a table or a path, as for :func:`stats`).
+    :param new: the run after.
+    :param by: the columns that make a group.
+    :param confidence: of the bootstrap interval, from ``resamples`` resamples drawn with
+        ``seed``.
+    :param normalize: judge against the median of the span of this name on each side.
+    :param shift: judge against a shift most groups share (the machine's); ``False``: raw.
+    :param filter: which spans count, on both sides.
+    :param engine: who computes, as for :func:`stats`.
+
+    See :func:`hotspan.analysis.comparison.compare` for the rule in full.
+    """
     from .analysis import compare as implementation
 
-    return implementation(base, new, **options)
+    return implementation(
+        base,
+        new,
+        by=by,
+        threshold=threshold,
+        min_count=min_count,
+        alpha=alpha,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        filter=filter,
+        normalize=normalize,
+        shift=shift,
+        engine=engine,
+    )
 
 
 def live(min_ns: int = 0, file: IO[str] | None = None) -> LiveLog:
@@ -96,18 +203,45 @@ def live(min_ns: int = 0, file: IO[str] | None = None) -> LiveLog:
     return implementation(min_ns, file)
 
 
-def subscribe(callback: Callable[[pa.RecordBatch], Any], **options: Any) -> Subscription:
-    """Call ``callback(batch)`` with the spans recorded from now on (:func:`hotspan.recording.subscribers.subscribe`)."""
+def subscribe(
+    callback: Callable[[pa.RecordBatch], Any],
+    *,
+    min_ns: int = 0,
+    names: Iterable[str] | str | None = None,
+    categories: Iterable[str] | str | None = None,
+) -> Subscription:
+    """Call ``callback(batch)`` with the spans recorded from now on, about every drain
+    interval, on a hotspan-owned thread: ``batch`` is a ``pyarrow.RecordBatch`` of the spans
+    lasting at least ``min_ns`` whose name is in ``names`` and whose category (or a component
+    of its path) is in ``categories`` (``None``: any). Returns a
+    :class:`~hotspan.recording.subscribers.Subscription`; ``close()`` it (or use ``with``)
+    to deliver what is left and stop.
+    """
     from .recording.subscribers import subscribe as implementation
 
-    return implementation(callback, **options)
+    return implementation(callback, min_ns=min_ns, names=names, categories=categories)
 
 
-def wrap(obj: Any, *args: Any, **kwargs: Any) -> Any:
-    """A proxy of ``obj`` recording one span per method call (:func:`hotspan.proxy.wrap`)."""
+def wrap(
+    obj: Any,
+    category: str | None = "db",
+    size: SizeFn | None = None,
+    methods: Iterable[str] | None = None,
+) -> Any:
+    """A proxy of ``obj`` recording one span per method call, named ``ClassName.method``.
+
+    :param category: the spans' category.
+    :param size: ``size(args, kwargs, result)`` gives the span's ``arg`` (bytes moved,
+        rows...; ``None`` leaves it unset).
+    :param methods: the names to record (default: every public method).
+
+    ``async def`` methods are recorded around the awaited call. An exception marks the span
+    as an error and propagates unchanged. Everything else (attributes, properties, ``with``,
+    iteration) passes through to ``obj``.
+    """
     from .proxy import wrap as implementation
 
-    return implementation(obj, *args, **kwargs)
+    return implementation(obj, category, size, methods)
 
 
 def instrument(name: str) -> None:
@@ -131,16 +265,48 @@ def snapshot() -> pa.Table:
     return implementation()
 
 
-def SpanFilter(*args: Any, **kwargs: Any) -> Any:
-    """Which spans a question is about (:class:`hotspan.analysis.filters.SpanFilter`; a function
-    here so that ``import hotspan`` loads no pyarrow: ``isinstance`` needs the class there)."""
+def SpanFilter(
+    where: tuple[tuple[str, str, str], ...] = (),
+    names: tuple[str, ...] = (),
+    categories: tuple[str, ...] = (),
+    ranks: tuple[int, ...] | None = None,
+    threads: tuple[str, ...] = (),
+    since: float | None = None,
+    until: float | None = None,
+    min_ns: int | None = None,
+    run: str | None = None,
+    origin_ns: int | None = None,
+) -> _SpanFilter:
+    """The spans a question is about (``stats``, ``phases`` and ``compare`` take it as
+    ``filter=``); every field narrows (all must hold), ``None``/empty does not.
+
+    :param where: ``(column, op, value)`` with op ``~`` (regex search) or ``=`` (equals, as
+        text), as ``--filter COL~REGEX`` / ``COL=VALUE`` give them.
+    :param names: exact names (any of).
+    :param categories: a category or any below it (``train`` takes ``train/compute``).
+    :param ranks: ranks (any of).
+    :param threads: thread names or ids (any of).
+    :param since: the window's start: seconds from the run's start, or epoch ns.
+    :param until: the window's end, likewise.
+    :param min_ns: a minimum duration.
+    :param run: a run id (the parts of a directory recorded by that run only).
+    :param origin_ns: the run's start (epoch ns) that relative bounds are taken from, once
+        known.
+
+    A function here so that ``import hotspan`` loads no pyarrow; it returns a
+    :class:`hotspan.analysis.filters.SpanFilter` (``isinstance`` needs that class).
+    """
     from .analysis.filters import SpanFilter as implementation
 
-    return implementation(*args, **kwargs)
+    return implementation(
+        where, names, categories, ranks, threads, since, until, min_ns, run, origin_ns
+    )
 
 
-def display(result: Any, *, title: str = "hotspan") -> Any:
-    """Show a result as HTML in a notebook (:func:`hotspan.notebook.display`)."""
+def display(result: Any, *, title: str = "hotspan") -> HtmlView:
+    """``result`` drawn as HTML in a notebook: a span table (a run summary with a small
+    timeline and the flame graph), or the table :func:`stats`, :func:`phases` or
+    :func:`compare` returns (:func:`hotspan.notebook.display`)."""
     from .notebook import display as implementation
 
     return implementation(result, title=title)
@@ -149,6 +315,13 @@ def display(result: Any, *, title: str = "hotspan") -> Any:
 def load_ipython_extension(shell: Any) -> None:
     """``%load_ext hotspan`` (:func:`hotspan.notebook.load_ipython_extension`)."""
     from .notebook import load_ipython_extension as implementation
+
+    implementation(shell)
+
+
+def unload_ipython_extension(shell: Any) -> None:
+    """``%unload_ext hotspan`` (:func:`hotspan.notebook.unload_ipython_extension`)."""
+    from .notebook import unload_ipython_extension as implementation
 
     implementation(shell)
 

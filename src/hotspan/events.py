@@ -20,13 +20,18 @@ Pure Python: importing this module loads neither pyarrow nor numpy.
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections import deque
-from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
 
-from .quiet_threads import start_quiet
+
+# Why no dataclasses, logging or typing at import: ``import hotspan`` loads this module, and
+# those three (with inspect, ast and tokenize behind dataclasses) were half of its import
+# time. The events are small frozen classes written out; logging loads at the first emit.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+    from typing import Any, Callable
+
+    from ._callbacks import CallbackRunner
 
 __all__ = [
     "CallbackFailed",
@@ -42,37 +47,79 @@ __all__ = [
     "on_event",
 ]
 
-logger = logging.getLogger("hotspan")
+#: Log levels of the ``logging`` module (the same numbers), so describing an event needs no import.
+_INFO, _WARNING, _ERROR = 20, 30, 40
+
+
+def _logger() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("hotspan")
+
 
 #: Events waiting for one slow handler before the newest are dropped (counted).
 HANDLER_QUEUE = 1024
 
 
 class Event:
-    """Base class of every lifecycle event."""
+    """Base class of every lifecycle event: immutable, compared and hashed by its fields."""
 
     __slots__ = ()
+    #: The fields, in order (what a dataclass's ``fields()`` would name).
+    _fields: tuple[str, ...] = ()
+
+    def _init(self, *values: object) -> None:
+        for field, value in zip(self._fields, values):
+            object.__setattr__(self, field, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: {type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: {type(self).__name__} is frozen")
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, field) for field in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._values()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{field}={getattr(self, field)!r}" for field in self._fields)
+        return f"{type(self).__name__}({fields})"
 
 
-@dataclass(frozen=True)
 class RecordingStarted(Event):
     """``record(dest)`` started streaming spans to ``dest`` (``kind``: file, directory, collector)."""
 
+    __slots__ = ("dest", "kind")
+    _fields = ("dest", "kind")
     dest: str
     kind: str
 
+    def __init__(self, dest: str, kind: str) -> None:
+        self._init(dest, kind)
 
-@dataclass(frozen=True)
+
 class Flushed(Event):
     """One flush handed ``spans`` spans (``bytes`` of Arrow data) to ``dest`` in ``seconds``."""
 
+    __slots__ = ("dest", "spans", "bytes", "seconds")
+    _fields = ("dest", "spans", "bytes", "seconds")
     dest: str
     spans: int
     bytes: int
     seconds: float
 
+    def __init__(self, dest: str, spans: int, bytes: int, seconds: float) -> None:
+        self._init(dest, spans, bytes, seconds)
 
-@dataclass(frozen=True)
+
 class SpansDropped(Event):
     """``consumer`` (``drain``, ``record(dest)``, ``subscribe(fn)``) lost ``count`` spans of
     thread ``thread_name`` because it fell behind by more than the memory cap; consumer
@@ -80,96 +127,119 @@ class SpansDropped(Event):
     drained them), said at the next pass of its drain thread, at most once a second a
     thread (``thread_id``: the OS thread id, where known)."""
 
+    __slots__ = ("consumer", "thread_name", "count", "thread_id")
+    _fields = ("consumer", "thread_name", "count", "thread_id")
     consumer: str
     thread_name: str
     count: int
-    thread_id: int | None = None
+    thread_id: int | None
+
+    def __init__(
+        self, consumer: str, thread_name: str, count: int, thread_id: int | None = None
+    ) -> None:
+        self._init(consumer, thread_name, count, thread_id)
 
 
-@dataclass(frozen=True)
 class FlushFailed(Event):
     """Writing a flush to ``dest`` raised ``error`` (recording goes on)."""
 
+    __slots__ = ("dest", "error")
+    _fields = ("dest", "error")
     dest: str
     error: BaseException
 
+    def __init__(self, dest: str, error: BaseException) -> None:
+        self._init(dest, error)
 
-@dataclass(frozen=True)
+
 class CollectorLost(Event):
     """The collector at ``url`` stopped answering (``error``); spans wait in the buffer."""
 
+    __slots__ = ("url", "error")
+    _fields = ("url", "error")
     url: str
     error: BaseException
 
+    def __init__(self, url: str, error: BaseException) -> None:
+        self._init(url, error)
 
-@dataclass(frozen=True)
+
 class CollectorRestored(Event):
     """The collector at ``url`` answers again after ``seconds_lost`` seconds."""
 
+    __slots__ = ("url", "seconds_lost")
+    _fields = ("url", "seconds_lost")
     url: str
     seconds_lost: float
 
+    def __init__(self, url: str, seconds_lost: float) -> None:
+        self._init(url, seconds_lost)
 
-@dataclass(frozen=True)
+
 class CallbackFailed(Event):
     """A subscriber's callback or an event handler raised ``error`` (reported once per
     callback; it keeps being called)."""
 
+    __slots__ = ("callback", "error")
+    _fields = ("callback", "error")
     callback: str
     error: BaseException
+
+    def __init__(self, callback: str, error: BaseException) -> None:
+        self._init(callback, error)
 
 
 def _describe(event: Event) -> tuple[int, str, BaseException | None]:
     """The log level, message and exception (for the traceback) of one event."""
     if isinstance(event, RecordingStarted):
-        return logging.INFO, f"recording to {event.dest} ({event.kind})", None
+        return _INFO, f"recording to {event.dest} ({event.kind})", None
     if isinstance(event, Flushed):
         return (
-            logging.INFO,
+            _INFO,
             f"flushed {event.spans:,} spans ({event.bytes:,} bytes) to {event.dest} "
             f"in {event.seconds * 1e3:.1f} ms",
             None,
         )
     if isinstance(event, SpansDropped) and event.consumer == "core":
         return (
-            logging.WARNING,
+            _WARNING,
             f"{event.count:,} spans of thread {event.thread_name!r} dropped: the recorder's "
             "memory cap was reached before they were drained (configure(memory_cap=), or drain more often)",
             None,
         )
     if isinstance(event, SpansDropped):
         return (
-            logging.WARNING,
+            _WARNING,
             f"{event.consumer} fell behind: {event.count:,} spans of thread "
             f"{event.thread_name!r} dropped",
             None,
         )
     if isinstance(event, FlushFailed):
         return (
-            logging.ERROR,
+            _ERROR,
             f"could not write spans to {event.dest}: {event.error!r} (recording goes on)",
             event.error,
         )
     if isinstance(event, CollectorLost):
         return (
-            logging.ERROR,
+            _ERROR,
             f"lost the collector at {event.url}: {event.error!r} (spans wait in the buffer)",
             event.error,
         )
     if isinstance(event, CollectorRestored):
         return (
-            logging.INFO,
+            _INFO,
             f"the collector at {event.url} is back after {event.seconds_lost:.1f} s",
             None,
         )
     if isinstance(event, CallbackFailed):
         return (
-            logging.ERROR,
+            _ERROR,
             f"callback {event.callback} raised {event.error!r} (reported once; "
             "it keeps being called)",
             event.error,
         )
-    return logging.INFO, repr(event), None
+    return _INFO, repr(event), None
 
 
 def callback_name(fn: Any) -> str:
@@ -181,102 +251,15 @@ def callback_name(fn: Any) -> str:
     return repr(fn)
 
 
-# --------------------------------------------------------------------------- isolation
-
-T = TypeVar("T")
-
-
-class CallbackRunner(Generic[T]):
-    """Calls ``fn(item)`` for each item on a thread of its own.
-
-    The one implementation of callback isolation (subscribers and event handlers): the
-    producer never waits (``put`` only appends to a bounded deque, dropping the newest when
-    full, counted in ``overflow``); an exception is reported once (ERROR on the ``hotspan``
-    logger with the traceback, and a :class:`CallbackFailed` event) and the callback keeps
-    being called with the next items.
-
-    ``source``, when given, replaces the internal queue: a function ``source(timeout)`` that
-    returns the next list of items (waiting at most ``timeout`` seconds) and ``[]`` when
-    there is nothing; the runner stops once ``close()`` was called and ``source`` is empty.
-    """
-
-    def __init__(
-        self,
-        fn: Callable[[T], Any],
-        *,
-        name: str,
-        maxlen: int = HANDLER_QUEUE,
-        source: Callable[[float], list[T]] | None = None,
-    ):
-        self.fn = fn
-        self.name = name
-        self.calls = 0
-        self.errors = 0
-        self.overflow = 0
-        self._maxlen = maxlen
-        self._items: deque[T] = deque()
-        self._source = source
-        self._cond = threading.Condition(threading.Lock())
-        self._closing = False
-        self._thread = threading.Thread(target=self._run, name=f"hotspan-{name}", daemon=True)
-        start_quiet(self._thread)
-
-    def put(self, item: T) -> None:
-        with self._cond:
-            if len(self._items) >= self._maxlen:
-                self.overflow += 1
-                return
-            self._items.append(item)
-            self._cond.notify()
-
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify()
-
-    def _next(self) -> tuple[list[T], bool]:
-        """(items, finished)."""
-        if self._source is not None:
-            with self._cond:
-                closing = self._closing
-            items = self._source(0.0 if closing else 0.1)
-            return items, closing and not items
-        with self._cond:
-            while not self._items and not self._closing:
-                self._cond.wait()  # put() and close() notify: no idle wake-ups
-            items = list(self._items)
-            self._items.clear()
-            return items, self._closing and not items
-
-    def _run(self) -> None:
-        while True:
-            items, finished = self._next()
-            for item in items:
-                self._call(item)
-            if finished:
-                return
-
-    def _call(self, item: T) -> None:
-        try:
-            self.fn(item)
-            self.calls += 1
-        except Exception as exc:  # noqa: BLE001 - one broken callback must not stop the others
-            self.calls += 1
-            self.errors += 1
-            if self.errors == 1:
-                emit(CallbackFailed(callback_name(self.fn), exc))
-
-    def close(self, timeout: float | None = None) -> None:
-        """Deliver what is queued, then stop the thread (not from the callback itself)."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+def report_failure(fn: Any, error: Exception) -> None:
+    """Report a callback's first failure: ERROR on the ``hotspan`` logger (with the
+    traceback) and a :class:`CallbackFailed` event (what a callback runner calls)."""
+    emit(CallbackFailed(callback_name(fn), error))
 
 
 # --------------------------------------------------------------------------- handlers
 
-_handlers: list["EventHandle"] = []
+_handlers: list[EventHandle] = []
 _handlers_lock = threading.Lock()
 
 
@@ -284,8 +267,12 @@ class EventHandle:
     """A registered event handler; ``close()`` (or ``remove()``) unregisters it."""
 
     def __init__(self, fn: Callable[[Event], Any]):
+        from ._callbacks import CallbackRunner
+
         self.fn = fn
-        self._runner: CallbackRunner[Event] = CallbackRunner(fn, name="events")
+        self._runner: CallbackRunner[Event] = CallbackRunner(
+            fn, name="events", report=report_failure, maxlen=HANDLER_QUEUE
+        )
 
     @property
     def errors(self) -> int:
@@ -335,10 +322,10 @@ def emit(event: Event) -> None:
         # say all there is in one line (a collector lost, and retried): stderr stays readable.
         exc_info = (
             (type(error), error, error.__traceback__)
-            if error is not None and level >= logging.ERROR
+            if error is not None and level >= _ERROR
             else None
         )
-        logger.log(level, message, exc_info=exc_info)
+        _logger().log(level, message, exc_info=exc_info)
     except Exception:  # noqa: BLE001 - a broken logging setup must not break recording
         pass
     with _handlers_lock:

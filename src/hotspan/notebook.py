@@ -4,7 +4,9 @@
     hotspan.display(hotspan.stats(table))    # the statistics as an HTML table
     hotspan.display(hotspan.compare(a, b))   # a comparison, verdicts coloured
 
-    %load_ext hotspan
+    %load_ext hotspan                        # then a cell ending in hotspan.stats(t),
+                                             # hotspan.phases(t) or hotspan.compare(a, b)
+                                             # shows the table as HTML
     %%hotspan [NAME]                         # records the cell; shows its stats and flame graph,
                                              # and keeps the spans in NAME (a pyarrow.Table)
 
@@ -23,12 +25,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["HtmlView", "display", "load_ipython_extension"]
+__all__ = ["HtmlView", "display", "load_ipython_extension", "unload_ipython_extension"]
 
 #: Rows of a statistics table or comparison shown before "... more".
 MAX_ROWS = 100
 _SPAN_COLUMNS = {"span_id", "parent_id", "start_ns", "end_ns", "name"}
 _STAT_COLUMNS = {"count", "total_ns", "self_ns", "p50_ns"}
+_PHASE_COLUMNS = {"phase", "time_ns", "steps", "per_step_ns"}
+_COMPARE_COLUMNS = {"verdict", "p50_ns_base", "p50_ns_new"}
+#: Headers that say what a share divides, as ``hotspan stats`` prints them.
+_STAT_HEADS = {"share": "self %", "busy": "total %"}
+_PHASE_HEADS = {"share": "% of phase", "per_step_ns": "per step"}
 _VERDICT_COLOURS = {"slower": "#f8d0d0", "faster": "#d3ecd3", "new": "#e3ecf8", "gone": "#eeeeee"}
 _TABLE_STYLE = (
     "border-collapse:collapse;font:12px system-ui,sans-serif",
@@ -52,8 +59,8 @@ class HtmlView:
 
 def display(result: Any, *, title: str = "hotspan") -> HtmlView:
     """``result`` as HTML for a notebook: a span table (a run summary with a small timeline
-    and the flame graph), the table of ``hotspan.stats``, or the result of
-    ``hotspan.compare`` (a list of rows or a table with a ``verdict`` column)."""
+    and the flame graph), the table of ``hotspan.stats`` or ``hotspan.phases``, or the
+    result of ``hotspan.compare`` (a list of rows or a table with a ``verdict`` column)."""
     import pyarrow as pa
 
     if isinstance(result, HtmlView):
@@ -66,6 +73,8 @@ def display(result: Any, *, title: str = "hotspan") -> HtmlView:
             return _run_view(result, title)
         if _STAT_COLUMNS <= columns:
             return HtmlView(_stats_html(result), f"<hotspan stats: {result.num_rows} groups>")
+        if _PHASE_COLUMNS <= columns:
+            return HtmlView(_phases_html(result), f"<hotspan phases: {result.num_rows} rows>")
         if "verdict" in columns:
             return HtmlView(
                 _compare_html(result.to_pylist()), f"<hotspan comparison: {result.num_rows} groups>"
@@ -75,8 +84,8 @@ def display(result: Any, *, title: str = "hotspan") -> HtmlView:
     ):
         return HtmlView(_compare_html(result), f"<hotspan comparison: {len(result)} groups>")
     raise TypeError(
-        "display() shows a span table, the table of hotspan.stats() or the result of "
-        f"hotspan.compare(), not {type(result).__name__}"
+        "display() shows a span table, the table of hotspan.stats() or hotspan.phases(), or "
+        f"the result of hotspan.compare(), not {type(result).__name__}"
     )
 
 
@@ -119,11 +128,17 @@ def _cell(value: Any, column: str) -> tuple[str, str]:
 
 
 def _html_table(
-    rows: Sequence[dict[str, Any]], columns: Sequence[str], caption: str, row_colour: Any = None
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    caption: str,
+    row_colour: Any = None,
+    heads: dict[str, str] | None = None,
 ) -> str:
     table_style, cell_style = _TABLE_STYLE
+    heads = heads or {}
     head = "".join(
-        f'<th style="{cell_style};background:#f0f0f0">{html.escape(c.removesuffix("_ns"))}</th>'
+        f'<th style="{cell_style};background:#f0f0f0">'
+        f"{html.escape(heads.get(c, c.removesuffix('_ns')))}</th>"
         for c in columns
     )
     body = []
@@ -148,7 +163,31 @@ def _html_table(
 
 def _stats_html(result: pa.Table) -> str:
     shown = [c for c in result.column_names if c not in ("mean_ns", "min_ns", "busy", "arg_sum")]
-    return _html_table(result.to_pylist(), shown, f"hotspan stats: {result.num_rows:,} groups")
+    return _html_table(
+        result.to_pylist(), shown, f"hotspan stats: {result.num_rows:,} groups", heads=_STAT_HEADS
+    )
+
+
+def _phases_html(result: pa.Table) -> str:
+    shown = [c for c in result.column_names if c != "category"]
+    rows = [
+        {**row, "rank": "mean" if row.get("rank") is None else row["rank"]}
+        for row in result.to_pylist()
+    ]
+    return _html_table(rows, shown, "hotspan phases", heads=_PHASE_HEADS)
+
+
+def _table_html(table: pa.Table) -> str | None:
+    """The HTML of a table ``stats``, ``phases`` or ``compare`` returned; None for any other
+    table (IPython then shows its text, or asks the formatter that was there before)."""
+    columns = set(table.column_names)
+    if _STAT_COLUMNS <= columns:
+        return _stats_html(table)
+    if _PHASE_COLUMNS <= columns:
+        return _phases_html(table)
+    if _COMPARE_COLUMNS <= columns:
+        return _compare_html(table.to_pylist())
+    return None
 
 
 def _compare_html(rows: list[dict[str, Any]]) -> str:
@@ -222,7 +261,51 @@ def _record_cell(shell: Any, line: str, cell: str) -> None:
 
 
 def load_ipython_extension(shell: Any) -> None:
-    """``%load_ext hotspan``: registers the ``%%hotspan`` cell magic."""
+    """``%load_ext hotspan``: registers the ``%%hotspan`` cell magic, and an HTML formatter
+    for the tables ``stats``, ``phases`` and ``compare`` return, so that a cell ending in one
+    shows it as :func:`display` would. The formatter is registered by the type's name
+    (``pyarrow.lib.Table``): it loads nothing until a table is shown, and pyarrow itself is
+    left as it is (other tables show as before)."""
     shell.register_magic_function(
         lambda line, cell: _record_cell(shell, line, cell), magic_kind="cell", magic_name="hotspan"
     )
+    formatter = shell.display_formatter.formatters["text/html"]
+    unload_ipython_extension(shell)  # loaded twice: one formatter, not one calling the other
+    try:
+        before = formatter.lookup_by_type("pyarrow.lib.Table")
+    except KeyError:
+        before = None
+
+    def table_html(table: pa.Table) -> str | None:
+        markup = _table_html(table)
+        return markup if markup is not None or before is None else before(table)
+
+    table_html.hotspan = True  # type: ignore[attr-defined]
+    table_html.before = before  # type: ignore[attr-defined]
+    _register(formatter, table_html)
+
+
+def _register(formatter: Any, function: Any) -> None:
+    """By name while pyarrow is not loaded (nothing imported now); by the type once it is (a
+    printer registered for the type itself would otherwise be found first)."""
+    import sys
+
+    pyarrow = sys.modules.get("pyarrow")
+    if pyarrow is not None:
+        formatter.for_type(pyarrow.Table, function)
+    else:
+        formatter.for_type_by_name("pyarrow.lib", "Table", function)
+
+
+def unload_ipython_extension(shell: Any) -> None:
+    """``%unload_ext hotspan``: the tables' HTML formatter goes, the one before it (if any)
+    comes back. (IPython cannot take a magic back; ``%%hotspan`` stays.)"""
+    formatter = shell.display_formatter.formatters["text/html"]
+    try:
+        current = formatter.lookup_by_type("pyarrow.lib.Table")
+    except KeyError:
+        return
+    if getattr(current, "hotspan", False):
+        formatter.pop("pyarrow.lib.Table", None)
+        if current.before is not None:
+            _register(formatter, current.before)

@@ -12,7 +12,9 @@ nothing and a program that never calls ``cuda()`` never loads torch.
 
 from __future__ import annotations
 
-from typing import Callable
+TYPE_CHECKING = False  # typing loads for the type checker only: import hotspan stays light
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["cuda", "mlx"]
 

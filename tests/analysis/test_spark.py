@@ -109,7 +109,7 @@ def test_spark_compare_equals_duckdb(spark, run):
     on_spark = hotspan.compare(run, run, engine=spark, min_count=5)
     on_duckdb = hotspan.compare(run, run, engine="duckdb", min_count=5)
     assert clean(on_spark.to_pylist()) == clean(on_duckdb.to_pylist())
-    assert set(on_spark.column("verdict").to_pylist()) <= {"same", "instant"}
+    assert set(on_spark.column("verdict").to_pylist()) <= {"same"}
 
 
 def test_nothing_of_spark_is_imported_unless_asked(run):

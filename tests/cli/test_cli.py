@@ -55,7 +55,7 @@ def test_demo_writes_parquet_and_prints_a_summary(tmp_path):
     )
     assert "allreduce" in proc.stdout and "mean" in proc.stdout
     # the stats table and the Gantt chart, one row per worker
-    assert "p99" in proc.stdout and "self" in proc.stdout and "share" in proc.stdout
+    assert "p99" in proc.stdout and "self" in proc.stdout and "self %" in proc.stdout
     assert sum(1 for line in proc.stdout.splitlines() if line.startswith("r0 worker-")) == 3
     # a Chrome JSON copy beside the Parquet, for Perfetto UI, with the same spans
     beside = tmp_path / "hotspan-demo.json"

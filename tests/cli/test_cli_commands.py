@@ -128,7 +128,7 @@ def test_stats_table_sort_top_by_and_several_traces(cli, traces):
     assert [r["count"] for r in rows] == sorted((r["count"] for r in rows), reverse=True)
     proc = cli("stats", paths[".parquet"], paths["rank1"], "--by", "rank")
     assert proc.returncode == 0, proc.stderr
-    assert "p99" in proc.stdout and "share" in proc.stdout and "phases" in proc.stdout
+    assert "p99" in proc.stdout and "self %" in proc.stdout and "phases" in proc.stdout
     assert "sync/compute" in proc.stdout and "mean" in proc.stdout  # the mean over the two ranks
 
 

@@ -174,3 +174,65 @@ def test_every_public_name_is_a_plain_attribute_without_pyarrow():
         """
     )
     assert found == {"names": [], "schema": ["numpy", "pyarrow"]}
+
+
+#: Standard-library modules that ``import hotspan`` must not load: together they were half
+#: of its import time (dataclasses brings inspect, ast, dis and tokenize; logging brings
+#: traceback and string). They load with the first handler, log line or analysis.
+SLOW_STDLIB = ("dataclasses", "inspect", "ast", "tokenize", "logging", "traceback")
+
+
+def test_import_loads_no_slow_stdlib_module():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, json; before = set(sys.modules); import hotspan; "
+            f"print(json.dumps(sorted(m for m in {SLOW_STDLIB!r} if m in sys.modules and m not in before)))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("HOTSPAN_")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_modules_loaded_at_import_import_typing_only_for_the_type_checker():
+    """A fresh interpreter (no site packages preloading it) has not loaded ``typing``: the
+    modules ``import hotspan`` loads import it only under ``if TYPE_CHECKING`` (a name
+    bound to ``False``), so the package costs no typing import of its own."""
+    import ast
+    import importlib
+
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, json, hotspan; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'hotspan')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    offenders = []
+    for name in json.loads(listed.stdout):
+        path = getattr(importlib.import_module(name), "__file__", None)
+        if not path or not path.endswith(".py"):
+            continue  # the compiled module
+        with open(path, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+        for node in tree.body:  # module level only: function bodies import on call
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module or ""]
+            if any(
+                m.split(".")[0] in ("typing", "dataclasses", "logging", "inspect") for m in modules
+            ):
+                offenders.append(f"{name}: line {node.lineno}")
+    assert offenders == []

@@ -57,6 +57,8 @@ def test_cell_magic_and_display_in_a_notebook():
         "print(run.num_rows, sorted(set(run.column('name').to_pylist())))",
         "hotspan.display(hotspan.stats(run))",
         "hotspan.display(hotspan.compare(run, run))",
+        "hotspan.stats(run)",  # no display(): the extension's formatter shows it
+        "hotspan.compare(run, run)",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     # "python3": jupyter_client's own kernel, run by this interpreter (hotspan importable).
@@ -76,3 +78,5 @@ def test_cell_magic_and_display_in_a_notebook():
     assert printed.strip() == "17 ['cell', 'forward', 'step']"
     assert "hotspan stats: 3 groups" in html_outputs(notebook.cells[3])[0]
     assert "3 same" in html_outputs(notebook.cells[4])[0]
+    assert "hotspan stats: 3 groups" in html_outputs(notebook.cells[5])[0]
+    assert "3 same" in html_outputs(notebook.cells[6])[0]

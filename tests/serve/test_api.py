@@ -315,3 +315,54 @@ def test_a_part_without_a_rank_column_takes_its_directorys(tmp_path):
             )
     finally:
         srv.stop()
+
+
+def test_the_timeline_answers_what_the_library_computes(client, ids, runs_dir):
+    """GET /v1/traces/{id}/timeline is the library's timeline of the run's parts: the whole
+    run by default, a window and ranks when asked, each span counted once."""
+    from hotspan.analysis.timeline import timeline
+
+    job = hotspan.load(runs_dir / "job")
+    # 64 pixels: whole bins of the run's timeline index, whose answer is then the spans' own
+    # (the server answers from the index once it is built, from the spans before)
+    whole = client.get(f"/v1/traces/{ids['job']}/timeline", params={"width": 64})
+    assert whole.status_code == 200
+    body = whole.json()
+    assert body["id"] == ids["job"] and body["width"] == 64
+    assert body["start_ns"] == pc.min(job["start_ns"]).as_py()
+    assert body["end_ns"] == pc.max(job["end_ns"]).as_py()
+    expected = timeline(job, width=64)
+    assert body["tracks"] == expected["tracks"]
+    counted = sum(len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in body["tracks"])
+    assert counted == job.num_rows
+    assert {t["rank"] for t in body["tracks"]} == {0, 1}
+    # a window whose pixels are shorter than the index's bins: read from the spans, exactly
+    middle = (body["start_ns"] + body["end_ns"]) // 2
+    end = middle + (body["end_ns"] - body["start_ns"]) // 1000
+    window = {"start_ns": middle, "end_ns": end, "width": 80, "rank": "1"}
+    part = client.get(f"/v1/traces/{ids['job']}/timeline", params=window).json()
+    assert part["tracks"] == timeline(job, middle, end, 80, ranks=[1])["tracks"]
+    assert {t["rank"] for t in part["tracks"]} <= {1}
+    # a file run (converted to Parquet once) answers too
+    trace = client.get(f"/v1/traces/{ids['new/trace.json']}/timeline", params={"width": 10})
+    assert trace.status_code == 200 and trace.json()["tracks"]
+
+
+@pytest.mark.parametrize(
+    "params, parameter",
+    [
+        ({"width": 0}, "width"),
+        ({"width": 100_000}, "width"),
+        ({"start_ns": 10, "end_ns": 10}, "end_ns"),
+        ({"rank": "one"}, "rank"),
+    ],
+)
+def test_a_bad_timeline_request_names_its_parameter(client, ids, params, parameter):
+    response = client.get(f"/v1/traces/{ids['job']}/timeline", params=params)
+    assert response.status_code == 422
+    assert any(d["loc"][-1] == parameter for d in response.json()["detail"])
+
+
+def test_the_timeline_of_a_corrupt_run_is_409_and_of_no_run_404(client, ids):
+    assert client.get(f"/v1/traces/{ids['broken/bad.pftrace']}/timeline").status_code == 409
+    assert client.get("/v1/traces/0123456789abcdef/timeline").status_code == 404

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from _util import wait_until
+
 import re
 
 import hotspan
@@ -95,6 +97,30 @@ def test_the_statistics_of_a_run_are_computed_before_anyone_asks(tmp_path):
         rows = client.get(f"/v1/traces/{entry['id']}/stats").json()["rows"]
     assert len(rows) == hotspan.stats(table).num_rows
     assert create_app(tmp_path).state.warmer is None  # the default: an application warms nothing
+
+
+def test_the_timeline_index_is_built_ahead_and_answers_zoomed_out_views(tmp_path):
+    """A warmed run's timeline index is built with its statistics; a zoomed-out view is then
+    the index's answer (for whole bins a pixel, the spans' own)."""
+    from fastapi.testclient import TestClient
+
+    from hotspan.analysis.timeline import timeline
+    from hotspan.formats import export
+    from hotspan.serve import queries
+    from hotspan.serve.app import create_app
+
+    from ._serving import record_steps
+
+    table = record_steps(8)
+    export(table, tmp_path / "run.parquet")
+    app = create_app(tmp_path, warm=True)
+    (run,) = app.state.catalog.scan()
+    wait_until(lambda: app.state.warmer.warmed, what="the warmer")
+    index = queries.timeline_index(run, wait=False)
+    assert index is not None  # built by the warmer, not by this call
+    with TestClient(app) as client:
+        view = client.get(f"/v1/traces/{run.id}/timeline", params={"width": 128}).json()
+    assert view["tracks"] == index.view(width=128)["tracks"] == timeline(table, width=128)["tracks"]
 
 
 def test_hotspan_serve_computes_the_statistics_before_it_imports_fastapi(tmp_path):

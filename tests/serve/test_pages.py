@@ -199,3 +199,32 @@ def test_open_in_perfetto_ui_posts_the_trace_after_the_handshake(runs_dir, tmp_p
     out = tmp_path / "posted.pftrace"
     out.write_bytes(body)
     assert hotspan.load(out).num_rows == hotspan.load(runs_dir / "job").num_rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window_width", [1280, 1920])
+def test_the_run_page_timeline_draws_what_the_server_answers_and_fits(
+    server, tmp_path, ids, client, window_width
+):
+    """The run page's timeline asks /v1/traces/{id}/timeline for as many pixels as its canvas
+    is wide, and draws every track of the answer; the canvas fits the window (no horizontal
+    scrolling), at 1,280 and 1,920 px."""
+    rid = ids["job"]
+    page = run_chromium(
+        tmp_path,
+        f"--window-size={window_width},1000",
+        "--virtual-time-budget=8000",
+        "--dump-dom",
+        f"{server.url}runs/{rid}",
+    )
+    assert page.returncode == 0, page.stderr
+    view = re.search(r'<div id="timeline-view"[^>]*>', page.stdout).group(0)
+    attrs = dict(re.findall(r'data-([a-z]+)="([^"]*)"', view))
+    assert int(attrs["drawn"]) >= 1
+    canvas = re.search(r'<canvas[^>]*width="(\d+)"', page.stdout)
+    assert canvas and int(canvas.group(1)) <= window_width  # device pixel ratio 1 headless
+    # what the page drew is the answer for the canvas's plot width (the label column apart)
+    answer = client.get(f"/v1/traces/{rid}/timeline", params={"width": 50}).json()
+    assert int(attrs["tracks"]) == len(answer["tracks"]) >= 2  # every thread of both ranks
+    drawn = int(attrs["spans"]) + int(attrs["pixels"])
+    assert drawn > 0

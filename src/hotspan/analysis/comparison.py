@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: The verdicts ``compare`` gives.
-VERDICTS = ("slower", "faster", "same", "new", "gone", "few", "instant")
+VERDICTS = ("slower", "faster", "same", "new", "gone", "few")
 
 
 def compare(
@@ -58,7 +58,8 @@ def compare(
     ``slower``: ``p_value < alpha`` and the whole interval is above ``threshold`` (so the
     median rose by more than it; ``faster`` likewise downwards); ``same`` otherwise; ``new`` or
     ``gone``: the group is on one side only; ``few``: fewer than ``min_count`` spans on a
-    side; ``instant``: instants (spans of no duration) on both sides, counted, not timed. A
+    side. Instants (spans of no duration) are not compared: a group of instants only is no
+    row (``stats`` counts them), and a side where a group has instants only lacks it. A
     mean or p99 moved by one outlier does not make a verdict; their changes are reported for
     information.
 
@@ -229,7 +230,11 @@ def judge_rows(
     rows = []
     judged = []
     for key in list(before_stats) + [k for k in after_stats if k not in before_stats]:
-        b, a = before_stats.get(key), after_stats.get(key)
+        # Instants (spans of no duration) have no time to compare: a group of instants only
+        # is not a row, and a side holding only instants counts as absent.
+        b, a = _timed(before_stats.get(key)), _timed(after_stats.get(key))
+        if b is None and a is None:
+            continue
         row: dict[str, Any] = dict(zip(by, key))
         for side, stat in (("base", b), ("new", a)):
             row[f"count_{side}"] = stat["count"] if stat else 0
@@ -242,8 +247,6 @@ def judge_rows(
             row["verdict"] = "new"
         elif a is None:
             row["verdict"] = "gone"
-        elif b.get("instants") == b["count"] and a.get("instants") == a["count"]:
-            row["verdict"] = "instant"  # no duration to judge: counted apart
         elif min(b["count"], a["count"]) < min_count:
             row["verdict"] = "few"
         else:
@@ -285,6 +288,13 @@ def judge_rows(
         row["judged_change"] = None if change is None else (1 + change) / factor - 1
         row["verdict"] = verdict(p, low, high, threshold=threshold, alpha=alpha)
     return rows_table(rows, by, base_stats.schema, said)
+
+
+def _timed(stat: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A side's statistics of a group, or None where it has no timed span (instants only)."""
+    if stat is None or stat.get("instants") == stat["count"]:
+        return None
+    return stat
 
 
 def verdict(p_value: float, low: float, high: float, *, threshold: float, alpha: float) -> str:

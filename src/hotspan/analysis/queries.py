@@ -26,7 +26,6 @@ from .statistics import (
     PERCENTILES,
     STAT_COLUMNS,
     STAT_TYPES,
-    busy_share,
     interpolate,
     order_stats_rows,
     percentile_ranks,
@@ -348,7 +347,7 @@ def finish_stats(
         wall = int(np.max(groups.column("last_end").to_numpy())) - int(
             np.min(groups.column("first_start").to_numpy())
         )
-    columns["busy"] = busy_share(total, wait, wall)
+    columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
     columns["errors"] = np.asarray(groups.column("errors").to_numpy(), np.int64)
     no_arg = np.asarray(groups.column("args").to_numpy(), np.int64) == 0
     arg_sum = np.asarray(groups.column("arg_sum").fill_null(0).to_numpy(), np.int64)

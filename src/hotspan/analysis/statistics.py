@@ -104,9 +104,9 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     spans of its rank/thread: of the lane columns ``rank``, ``pid``, ``thread_id`` and
     ``thread_name``, those in ``by`` say which spans count; with none of them, the whole
     table's; so the column adds up to 1 per rank/thread, or over the table), ``busy`` (total
-    less wait over the trace's wall time, from the first start to the last end: the time
-    the spans were open and not awaiting; nested spans and spans on several threads at once
-    make it add up to more than 1), ``errors``, ``arg_sum`` and ``arg_per_s`` (the args summed, per second of the time of the
+    over the trace's wall time, from the first start to the last end; nested spans, spans
+    on several threads at once and asyncio tasks that overlap make it add up to more than
+    1), ``errors``, ``arg_sum`` and ``arg_per_s`` (the args summed, per second of the time of the
     spans that carry one; both null where no span of the group has an arg).
 
     Rows come largest ``total_ns`` first. Null keys form their own group.
@@ -164,7 +164,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(
         pc.min(table.column("start_ns")).as_py()
     )
-    columns["busy"] = busy_share(total, sums["wait_total"], wall)
+    columns["busy"] = total / wall if wall > 0 else np.full(groups, np.nan)
     columns["errors"] = sums["errors"]
     arg_sum, arg_time = sums["arg_sum"], sums["arg_time"]
     no_arg = sums["args"] == 0
@@ -321,15 +321,6 @@ def _wait_time(table: pa.Table, group: np.ndarray, groups: int) -> np.ndarray:
     return group_sum(
         group, to_numpy(wait.fill_null(0) if wait.null_count else wait, np.int64), groups
     )
-
-
-def busy_share(total: np.ndarray, wait: np.ndarray, wall: int) -> np.ndarray:
-    """``busy``: per group, the time its spans were open less the time they were awaiting,
-    over the wall time (NaN without one)."""
-    total = np.asarray(total, np.int64)
-    if wall <= 0:
-        return np.full(len(total), np.nan)
-    return (total - np.asarray(wait, np.int64)) / wall
 
 
 def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from . import (
@@ -92,7 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return args.func(args)
+        with _ended_by_signals(args.command):
+            return args.func(args)
+    except _Ended as ended:  # what it was writing is gone (formats.base.atomic_path): die of it
+        name = signal.Signals(ended.signum).name
+        print(f"hotspan {args.command}: ended by {name}; no partial output left", file=sys.stderr)
+        sys.stderr.flush()
+        os.kill(os.getpid(), ended.signum)  # the default action is back: this ends the process
+        return 128 + ended.signum
     except CliError as exc:
         print(f"hotspan {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -107,6 +115,57 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hotspan {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+#: Commands that handle the ending signals themselves: ``run`` passes them on to its program;
+#: ``serve``, ``collect`` and ``top`` run until told to end, and end cleanly on them.
+_OWN_SIGNALS = frozenset({"run", "serve", "collect", "top"})
+#: The signals whose default action ends a process without a word (SIGINT is Python's
+#: KeyboardInterrupt already; SIGQUIT dumps core, for a reason).
+_ENDING_SIGNALS = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM")
+
+
+class _Ended(BaseException):
+    """An ending signal, raised in the main thread so that what the command was writing
+    under a temporary name is removed on the way out (as for KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_ended(signum: int, _frame: object) -> None:
+    for name in _ENDING_SIGNALS:  # a second signal while the first unwinds: the default action
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, signal.SIG_DFL)
+    raise _Ended(signum)
+
+
+class _ended_by_signals:
+    """While a command runs, the ending signals raise ``_Ended`` (a half-written file is
+    removed, then the process dies of the signal); the previous handlers come back after."""
+
+    def __init__(self, command: str | None):
+        self.active = command not in _OWN_SIGNALS
+        self.saved: dict[int, object] = {}
+
+    def __enter__(self) -> "_ended_by_signals":
+        if not self.active or sys.platform == "win32":
+            return self
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in _ENDING_SIGNALS:
+            number = getattr(signal, name, None)
+            if number is not None and signal.getsignal(number) == signal.SIG_DFL:
+                self.saved[number] = signal.signal(number, _raise_ended)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for number, handler in self.saved.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def export_trace(table: pa.Table, path: Path) -> None:
         raise CliError(f"{path}: {exc}") from None
 
 
-def _load_one(path: str) -> pa.Table:
+def _load_one(path: str, run: str | None = None) -> pa.Table:
     import warnings
 
     from ..formats import load
@@ -109,7 +109,7 @@ def _load_one(path: str) -> pa.Table:
     try:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", TraceFileWarning)
-            table = load(path)
+            table = load(path, run=run)
         for warning in said:  # rows left out of a damaged file: one line each, no source line
             if issubclass(warning.category, TraceFileWarning):
                 print(f"hotspan: warning: {warning.message}", file=sys.stderr)
@@ -123,9 +123,10 @@ def _load_one(path: str) -> pa.Table:
         raise CliError(message if path in message else f"{path}: {message}") from None
 
 
-def load_traces(paths: Sequence[str]) -> pa.Table:
-    """One table from one or more traces (ranks written to separate files, say)."""
-    tables = [_load_one(p) for p in paths]
+def load_traces(paths: Sequence[str], run: str | None = None) -> pa.Table:
+    """One table from one or more traces (ranks written to separate files, say); ``run``: of
+    a directory holding several runs, that one (``hotspan.load``'s ``run=``)."""
+    tables = [_load_one(p, run) for p in paths]
     if len(tables) == 1:
         return tables[0]
     # The first file's metadata stands for the whole (concat_tables keeps it).
@@ -285,7 +286,7 @@ def load_filtered(path: str, args: argparse.Namespace) -> pa.Table:
     """One trace loaded whole (export, gantt, report), after the filter options."""
     from ..analysis.filters import filter_table
 
-    table = load_traces([path])
+    table = load_traces([path], getattr(args, "run", None))  # --run picks the run's parts
     return filter_table(table, span_filter(args))
 
 

@@ -7,7 +7,7 @@ import argparse
 
 from ..units import human_bytes, human_ns
 from .common import add_command
-from .errors import CliError
+from .errors import CliError, check_dataset
 
 HELP = "merge a dataset's small parts into parts of about 128 MiB, readers reading on"
 DESCRIPTION = (
@@ -59,7 +59,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         raise CliError(f"--grace: expected seconds, 0 or more, not {args.grace}")
     try:
         done = compact(
-            args.dataset,
+            check_dataset(args.dataset),
             target_bytes=max(1, int(args.target_mb * (1 << 20))),
             grace_s=args.grace,
             rank=args.rank,

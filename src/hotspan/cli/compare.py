@@ -82,6 +82,13 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "shift is taken as the machine's and each group judged against it)",
     )
     parser.add_argument(
+        "--flame",
+        metavar="OUT",
+        help="also write a flame graph of the change: OUT.html (the new run's flame graph, each "
+        "frame coloured by its change under the verdicts' noise rule, its title saying it), or "
+        "OUT.speedscope.json (both runs as one speedscope file, a profile each)",
+    )
+    parser.add_argument(
         "--engine",
         choices=("auto", "memory", "duckdb", "spark"),
         default="auto",
@@ -110,7 +117,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if is_benchmark_json(args.base) or is_benchmark_json(
         args.new
     ):  # pytest-benchmark JSON, told by content
+        if args.flame:
+            raise CliError("--flame draws traces, not pytest-benchmark JSON: give two traces")
         return _compare_benchmark_files(args)
+    if args.flame and not args.flame.lower().endswith((".html", ".htm", ".speedscope.json")):
+        raise CliError(f"--flame {args.flame}: name an .html or a .speedscope.json file")
     engine = engine_of(args)
     with (
         open_spans_for([args.base], args, engine) as base,
@@ -135,7 +146,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         except ValueError as exc:  # --normalize naming a span a trace lacks
             raise CliError(str(exc)) from None
+    if args.flame:
+        _write_flame(args, result, by)
     return _print_comparison(args, result, by)
+
+
+def _write_flame(args: argparse.Namespace, result: pa.Table, by: Sequence[str]) -> None:
+    """The flame graph of the change (report/diff_flame.py), coloured by ``result``'s verdicts."""
+    from ..formats.base import atomic_path
+    from ..report.diff_flame import diff_flame_html, diff_speedscope
+    from .common import load_filtered
+
+    base, new = load_filtered(args.base, args), load_filtered(args.new, args)
+    if tuple(by) == ("category", "name"):
+        verdicts = {(r["category"], r["name"]): r["verdict"] for r in result.to_pylist()}
+    else:  # the colours follow the (category, name) groups' verdicts
+        verdicts = None
+    with atomic_path(args.flame) as target:
+        if args.flame.lower().endswith(".speedscope.json"):
+            text = json.dumps(diff_speedscope(base, new), separators=(",", ":"))
+        else:
+            title = f"hotspan: {args.base} → {args.new}"
+            text = diff_flame_html(base, new, verdicts=verdicts, title=title)
+        with open(target, "w", encoding="utf-8") as out:
+            out.write(text)
+    print(f"hotspan compare: the flame graph of the change: {args.flame}", file=sys.stderr)
 
 
 def _warn_environments(
@@ -245,7 +280,6 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
             "new": "cyan",
             "gone": "yellow",
             "few": "dim",
-            "instant": "dim",
         }
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CliError", "EXIT_BAD_INPUT", "check_output"]
+__all__ = ["CliError", "EXIT_BAD_INPUT", "check_dataset", "check_output"]
 
 EXIT_BAD_INPUT = 2
 
@@ -32,4 +32,18 @@ def check_output(path: str | os.PathLike, *, trace: bool = True) -> Path:
     if path.is_dir():
         raise CliError(f"{path}: is a directory, not a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_dataset(path: str) -> str:
+    """A dataset argument (a directory, or a URI left to its file system): a local path that is
+    missing or not a directory is one line, naming it, before any work."""
+    if "://" in path:
+        return path
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such directory")
+    if not os.path.isdir(path):
+        raise CliError(
+            f"{path}: a file, not a dataset directory (this command reads a directory of parts)"
+        )
     return path

@@ -21,8 +21,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "run a Python script or module with recording on, then write its trace",
         "Run a program (in a child process, as python would) with hotspan recording, write the spans "
         "to OUT (format from the extension) and print a summary on stderr. SIGTERM and SIGINT are passed "
-        "on to the program, which flushes; however it ends (a crash too) OUT is written, and the "
-        "program's exit status passes through.",
+        "on to the program, which flushes (once: signalled as a whole process group, the program drops "
+        "the copy it already has); however it ends (a crash too) OUT is written, and the program's exit "
+        "status passes through (died of a signal: hotspan run dies of the same one, 128+N in a shell). "
+        "Where OUT cannot be written (a full disk), the message names the directory holding the spans.",
         "hotspan run train.py --epochs 2\nhotspan run -o out/trace.json -m mypkg.bench --fast",
         cmd_run,
     )
@@ -93,7 +95,13 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..recording.supervisor import ProgramError, exit_as_program, resolve_program, run_program
+    from ..recording.supervisor import (
+        OutputError,
+        ProgramError,
+        exit_as_program,
+        resolve_program,
+        run_program,
+    )
 
     # DIR/ (or an existing directory): the run directory itself, part files as they flush
     as_dir = args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()
@@ -108,12 +116,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         resolve_program(args.program, args.module)  # a missing program: exit 2 before anything runs
     except ProgramError as exc:
         raise CliError(str(exc)) from None
-    result = run_program(
-        args.program,
-        out,
-        module=args.module,
-        live_min_ns=int((args.live_min_ms or 0) * 1e6) if args.live else None,
-    )
+    try:
+        result = run_program(
+            args.program,
+            out,
+            module=args.module,
+            live_min_ns=int((args.live_min_ms or 0) * 1e6) if args.live else None,
+        )
+    except OutputError as exc:  # the program ran; its spans are kept where the message says
+        raise CliError(str(exc)) from None
     # The summary goes to stderr: the program's stdout stays the program's.
     label = "run" if result.processes <= 1 else f"run ({result.processes} processes)"
     print_recording_summary(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Sequence
 
 from .common import add_command
-from .errors import CliError
+from .errors import CliError, check_dataset
 
 HELP = "list the runs a dataset directory holds: id, start, processes, ranks, spans, command"
 DESCRIPTION = (
@@ -34,7 +35,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ..formats.dataset import list_runs
 
     try:
-        runs = list_runs(args.dataset)
+        runs = list_runs(check_dataset(args.dataset))
     except (TraceFileError, OSError, ValueError) as exc:
         raise CliError(str(exc)) from None
     if not runs:
@@ -43,25 +44,48 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for run in runs:
             print(json.dumps(run))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    _print_runs(runs)
+    return 0
 
-    table = Table(box=None, header_style="bold")
-    for heading in ("run", "start (UTC)", "processes", "ranks", "spans", "command"):
-        table.add_column(heading, justify="right" if heading in ("processes", "spans") else "left")
+
+def _print_runs(runs: list[dict]) -> None:
+    """The runs as a table as wide as the terminal: the run ids whole (``--run`` needs them as
+    they are), the command line loses its middle to what room is left."""
+    from rich.text import Text
+
+    from .tables import middle_cut, new_console
+
+    cells = []
     for run in runs:
         start = run["start_ns"]
-        shown = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start / 1e9)) if start else "-"
         ranks = run["ranks"]
-        table.add_row(
-            run["run"] or "(no id)",
-            shown,
-            f"{run['processes']:,}",
-            ",".join(map(str, ranks))
-            if len(ranks) <= 8
-            else f"{len(ranks)} ({ranks[0]}-{ranks[-1]})",
-            f"{run['spans']:,}",
-            run["command"] or "-",
+        cells.append(
+            [
+                run["run"] or "(no id)",
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start / 1e9)) if start else "-",
+                f"{run['processes']:,}",
+                ",".join(map(str, ranks))
+                if len(ranks) <= 8
+                else f"{len(ranks)} ({ranks[0]}-{ranks[-1]})",
+                f"{run['spans']:,}",
+                run["command"] or "-",
+            ]
         )
-    Console(soft_wrap=True).print(table)
-    return 0
+    headings = ("run", "start (UTC)", "processes", "ranks", "spans", "command")
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headings)]
+    console = new_console()
+    gap = 2
+    room = console.width - sum(widths[:-1]) - gap * (len(headings) - 1)
+    widths[-1] = min(widths[-1], max(room, 16))  # the command alone gives way, down to 16
+    right = {"processes", "spans"}
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(
+            cell.rjust(width) if heading in right else cell.ljust(width)
+            for heading, cell, width in zip(headings, row, widths)
+        ).rstrip()
+
+    # Lines of their own, never wrapped or squeezed: a run id is copied from here whole.
+    console.print(Text(line(headings), style="bold"), soft_wrap=True)
+    for row in cells:
+        console.print(Text(line([*row[:-1], middle_cut(row[-1], widths[-1])])), soft_wrap=True)

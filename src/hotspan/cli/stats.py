@@ -36,15 +36,18 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = add_command(
         sub,
         "stats",
-        "statistics per span: count, total, self, percentiles, share, args",
+        "statistics per span: count, total, self, percentiles, shares, args",
         "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
         "(the self_ns column: duration minus the time its children cover and, in asyncio tasks, minus wait), "
-        "wait (the time its task was suspended, awaiting: shown when there is some), mean, min, p50, p90, p99 (exact), max, share, busy, errors, arg "
-        "sum, arg per second and instants. share is the group's self time over the summed self time of its "
-        "rank/thread (of the whole trace unless --by names rank, pid, thread_id or thread_name), so the "
-        "column adds up to 100%; busy is total less wait over the trace's wall time (nested spans count twice). "
-        "The table fits the terminal (COLUMNS when piped): count, total, mean, p50, p99 and share go "
-        "first, the others while they fit (--columns or --all to choose). Instants (spans of no "
+        "wait (the time its task was suspended, awaiting: shown when there is some), mean, min, p50, p90, p99 (exact), max, "
+        "self %, total %, errors, arg sum, arg per second and instants. self % (share in the JSON) is the "
+        "group's self time over the busy time of its rank/thread, the summed self time of its spans (of "
+        "the whole trace unless --by names rank, pid, thread_id or thread_name), so the column adds up "
+        "to 100%; total % (busy in the JSON) is total over the trace's wall time, from the first start "
+        "to the last end (nested spans count twice). "
+        "The table fits the terminal (COLUMNS when piped): count, total, self, p50 and p99 go "
+        "first, the others while they fit (--columns or --all to choose); a name too long for its "
+        "column loses its middle, never so much that two read alike. Instants (spans of no "
         "duration) are counted in a table of their own. Then the phases (each top-level category's "
         "time per step and its sub-categories' shares) when the trace has steps; for a streamed run "
         "with --phases only (they look up each span's parent: a second pass over the run, about as "
@@ -95,7 +98,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--columns",
         metavar="COLS",
-        help=f"the columns to show, comma-separated, from: {', '.join(STAT_HEADS)}",
+        help=f"the columns to show, comma-separated, from: {', '.join(STAT_HEADS)}".replace(
+            "%", "%%"
+        ),
     )
     parser.add_argument(
         "--all", action="store_true", help="show every column (as the width allows)"
@@ -230,7 +235,7 @@ def _stats_command(args: argparse.Namespace) -> int:
     console = new_console()
     print_stats(console, result, by, heads)
     if all_phases is not None and all_phases.num_rows and (args.phases or _has_steps(all_phases)):
-        console.print(phases_renderable(all_phases))
+        console.print(phases_renderable(all_phases, console.width))
     elif streamed and not args.phases and _has_sub_categories(result):
         console.print(
             "[dim]phases: add --phases (a streamed run's take a second pass over it)[/dim]"

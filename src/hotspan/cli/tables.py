@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..units import human_count, human_ns, human_rate
-
-if TYPE_CHECKING:
-    from rich.console import JustifyMethod
 
 
 def new_console(stderr: bool = False):
@@ -40,8 +37,9 @@ STAT_HEADS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "p90": ("p90_ns", human_ns),
     "p99": ("p99_ns", human_ns),
     "max": ("max_ns", human_ns),
-    "share": ("share", _percent),
-    "busy": ("busy", _percent),
+    # What each share divides, in its name: the JSON keeps ``share`` and ``busy``.
+    "self %": ("share", _percent),  # self time over the threads' busy time (adds up to 100%)
+    "total %": ("busy", _percent),  # total time over the wall time (nested spans count twice)
     "errors": ("errors", lambda v: f"{v:,}"),
     "arg sum": ("arg_sum", human_count),
     "arg/s": ("arg_per_s", human_rate),
@@ -50,18 +48,18 @@ STAT_HEADS: dict[str, tuple[str, Callable[[Any], str]]] = {
 _STAT_PRIORITY = (
     "count",
     "total",
-    "mean",
+    "self",  # before the percentiles: a long total with no self time of its own is a parent
     "p50",
     "p99",
-    "share",
-    "self",
-    "wait",
+    "wait",  # beside self where there is any (asyncio tasks' awaited time)
+    "mean",
+    "self %",
     "p90",
     "max",
+    "total %",
     "min",
     "errors",
     "arg/s",
-    "busy",
     "arg sum",
 )
 #: Shown unless --all or --columns says otherwise (when the width allows).
@@ -74,7 +72,7 @@ STAT_DEFAULT = (
     "p90",
     "p99",
     "max",
-    "share",
+    "self %",
     "errors",
     "arg/s",
 )
@@ -97,13 +95,118 @@ def stat_head(column: str) -> str:
     return next(head for head, (col, _) in STAT_HEADS.items() if col == column)
 
 
-def _ellipsize(text: str, width: int) -> str:
-    """A key cut to ``width`` in its middle, between words: ``train/compute`` and
-    ``train/comms`` stay apart (``…/compute``, ``…/comms``) where cutting the end would make
-    both ``train/com…``."""
-    from ..report.gantt import fit_label
+#: Where a key may be cut: beside a separator (``train/compute``, ``test_x.py::test_y[p]``,
+#: ``optimizer_step``), so that what is kept reads as whole words.
+_WORD_SEPARATORS = frozenset(" /.:()[],;=_-")
 
-    return fit_label(text, width)
+
+def _word_breaks(text: str) -> list[int]:
+    return [
+        i
+        for i in range(1, len(text))
+        if text[i - 1] in _WORD_SEPARATORS or text[i] in _WORD_SEPARATORS
+    ]
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, its middle left out. The start and the end are kept
+    as whole words where they can be (as many as fit, the end, which tells ``train/compute``
+    from ``eval/compute`` or ``test_matmul[a]`` from ``test_matmul[b]``, given at least a third
+    of the room): ``training/…/compute``, ``tests/….py::test_matmul[param]``; where no whole
+    start fits beside the end, the start is cut inside a word: ``tr…compute``, ``opti…_step``."""
+    if len(text) <= width:
+        return text
+    indent = len(text) - len(text.lstrip(" "))
+    if indent and width - indent > 1:  # an indented row (a sub-phase) keeps its indent
+        return text[:indent] + middle_cut(text[indent:], width - indent)
+    if width <= 1:
+        return "…"[:width]
+    room = width - 1  # the ellipsis takes one
+    breaks = _word_breaks(text)
+    tails = [len(text) - i for i in breaks]  # longest first
+    least_tail = max(room // 3, 1)
+    whole = [
+        (head + tail, tail, head)
+        for head in breaks
+        for tail in tails
+        if head + tail <= room and tail >= least_tail
+    ]
+    if whole:
+        _, tail, head = max(whole)
+        return text[:head] + "…" + text[len(text) - tail :]
+    least_head = max(room // 3, 1)
+    tail_or_none = next((n for n in tails if n <= room - least_head), None)
+    if tail_or_none is None:  # the last word alone is long: whole, if any start fits beside it
+        tail_or_none = next((n for n in reversed(tails) if n <= room - 1), None)
+    if tail_or_none is None:  # no word fits: the middle of the last one goes
+        head = room - room // 2
+        return text[:head] + "…" + text[len(text) - (room - head) :]
+    return text[: room - tail_or_none] + "…" + text[len(text) - tail_or_none :]
+
+
+class _Lookup:
+    """Which values a cut could stand for: those that start with its head and end with its
+    tail (found by bisecting the values sorted forwards and backwards, so a column of many
+    names is checked in about n log n)."""
+
+    def __init__(self, values: Sequence[str]):
+        self.forward = sorted(values)
+        self.backward = sorted(v[::-1] for v in values)
+
+    @staticmethod
+    def _prefixed(ordered: list[str], prefix: str) -> tuple[int, int]:
+        import bisect
+
+        low = bisect.bisect_left(ordered, prefix)
+        return low, bisect.bisect_left(ordered, prefix + "\U0010ffff", low)
+
+    def stands_for_another(self, value: str, head: str, tail: str) -> bool:
+        """Whether ``head…tail`` could also be a value other than ``value``."""
+        low, high = self._prefixed(self.forward, head)
+        back_low, back_high = self._prefixed(self.backward, tail[::-1])
+        if high - low <= back_high - back_low:
+            candidates = (v for v in self.forward[low:high] if v.endswith(tail))
+        else:
+            candidates = (
+                v[::-1] for v in self.backward[back_low:back_high] if v.endswith(head[::-1])
+            )
+        least = len(head) + len(tail)
+        return any(v != value and len(v) >= least for v in candidates)
+
+
+def distinct_cuts(values: Sequence[str], width: int) -> dict[str, str] | None:
+    """Each distinct value of a column shortened to ``width`` (:func:`middle_cut`) so that no cut
+    could stand for two values (none starts with another's kept start and ends with its kept
+    end): a value whose cut is ambiguous is cut elsewhere, the split moved until what sets it
+    apart shows. None when ``width`` is too narrow for that."""
+    distinct = list(dict.fromkeys(values))
+    lookup = _Lookup(distinct)
+    cuts = {}
+    for value in distinct:
+        cut = middle_cut(value, width)
+        if cut != value:
+            head, _, tail = cut.partition("…")
+            if lookup.stands_for_another(value, head, tail):
+                room = width - 1  # both a start and an end kept, or the cut says too little
+                splits = sorted(range(1, room), key=lambda h: (abs(h - len(head)), h))
+                for split in splits:
+                    head, tail = value[:split], value[len(value) - (room - split) :]
+                    if not lookup.stands_for_another(value, head, tail):
+                        cut = head + "…" + tail
+                        break
+                else:
+                    return None
+        cuts[value] = cut
+    return cuts
+
+
+def _narrowest_distinct(values: Sequence[str], least: int) -> int:
+    """The narrowest width from ``least`` up at which the values keep apart when cut."""
+    natural = max((len(v) for v in values), default=0)
+    width = min(least, natural)
+    while width < natural and distinct_cuts(values, width) is None:
+        width += 1
+    return width
 
 
 def fitted_table(
@@ -120,6 +223,7 @@ def fitted_table(
     the value heads left out."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     gap = 2  # a padding space and the (blank) divider between two columns; no outer edge
 
@@ -128,7 +232,11 @@ def fitted_table(
         return max([len(head), *(len(c) for c in cells)])
 
     key_need = [need(c) for c in keys]
-    key_min = [min(w, _KEY_MIN_WIDTH) for w in key_need]
+    # Never narrower than the names can be cut without two of them reading alike.
+    key_min = [
+        max(min(w, _KEY_MIN_WIDTH), _narrowest_distinct(cells, _KEY_MIN_WIDTH))
+        for w, (_, cells) in zip(key_need, keys)
+    ]
     chosen = list(values)
     while chosen:
         total = sum(key_min) + sum(need(c) for c in chosen) + gap * (len(keys) + len(chosen) - 1)
@@ -159,16 +267,21 @@ def fitted_table(
         title_justify="left",
     )
     for (head, _), w in zip(keys, key_width):
-        out.add_column(_ellipsize(head, w), width=w, no_wrap=True, overflow="ellipsis")
+        out.add_column(Text(middle_cut(head, w)), width=w, no_wrap=True, overflow="ellipsis")
     if order is not None:
         chosen.sort(key=lambda column: list(order).index(column[0]))
     for column in chosen:
         out.add_column(column[0], justify="right", width=need(column), no_wrap=True)
+    shown = [
+        distinct_cuts(cells, w) or distinct_cuts(cells, least) or {}
+        for (_, cells), w, least in zip(keys, key_width, key_min)
+    ]
     rows = len(keys[0][1]) if keys else (len(chosen[0][1]) if chosen else 0)
     for i in range(rows):
+        # Text, not markup: a test id's ``[param]`` is not a style tag to swallow.
         out.add_row(
-            *(_ellipsize(cells[i], w) for (_, cells), w in zip(keys, key_width)),
-            *(cells[i] for _, cells in chosen),
+            *(Text(cuts.get(cells[i], cells[i])) for (_, cells), cuts in zip(keys, shown)),
+            *(Text(cells[i]) for _, cells in chosen),
         )
     return out, left_out
 
@@ -193,32 +306,32 @@ def _stats_renderable(
     return fitted_table(keys, values, width, title=title, order=heads)
 
 
-def phases_renderable(result: pa.Table):
-    from rich.table import Table
+def phases_renderable(result: pa.Table, width: int = 80):
+    """The phases fitted to ``width`` like the statistics: each top-level category (bold) and,
+    indented under it, its sub-categories; ``% of phase`` is a row's time over its top-level
+    category's (100% for the category itself)."""
+    rows = result.to_pylist()
+    tops = [row["phase"] == row["category"] for row in rows]
 
-    out = Table(show_header=True, header_style="bold", title="phases", title_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("rank", "left"),
-        ("phase", "left"),
-        ("time", "right"),
-        ("steps", "right"),
-        ("per step", "right"),
-        ("share", "right"),
+    def percent(share: float | None) -> str:
+        return "-" if share is None or math.isnan(share) else f"{share * 100:.0f}%"
+
+    keys = [
+        ("rank", ["mean" if row["rank"] is None else str(row["rank"]) for row in rows]),
+        ("phase", [row["phase"] if top else "  " + row["phase"] for row, top in zip(rows, tops)]),
+    ]
+    values = [
+        ("time", [human_ns(row["time_ns"]) for row in rows]),
+        ("per step", [human_ns(row["per_step_ns"]) for row in rows]),
+        ("% of phase", [percent(row["share"]) for row in rows]),
+        ("steps", [human_count(row["steps"]) for row in rows]),
+    ]
+    out, _ = fitted_table(
+        keys, values, width, title="phases", order=["time", "steps", "per step", "% of phase"]
     )
-    for head, justify in columns:
-        out.add_column(head, justify=justify)
-    for row in result.to_pylist():
-        top = row["phase"] == row["category"]
-        share = row["share"]
-        out.add_row(
-            "mean" if row["rank"] is None else str(row["rank"]),
-            row["phase"] if top else "  " + row["phase"],
-            human_ns(row["time_ns"]),
-            human_count(row["steps"]),
-            human_ns(row["per_step_ns"]),
-            "-" if share is None or math.isnan(share) else f"{share * 100:.0f}%",
-            style="bold" if top else None,
-        )
+    for i, top in enumerate(tops):
+        if top:
+            out.rows[i].style = "bold"
     return out
 
 

@@ -222,9 +222,16 @@ def atomic_path(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Pa
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "cannot export over a directory", str(path))
     tmp_path = directory / f".{path.name}.{secrets.token_hex(4)}.part"
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    os.close(fd)
+    ours = True
     try:
+        # Inside the try: an exception raised by a signal handler (the CLI's, on SIGTERM)
+        # right after the file is made still removes it.
+        try:
+            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            ours = False  # another writer's temporary file of the same name: left alone
+            raise
+        os.close(fd)
         yield tmp_path
         # Data first, then the name: a crash after the rename must not expose a file
         # whose blocks never reached the disk.
@@ -236,8 +243,9 @@ def atomic_path(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Pa
             os.link(tmp_path, path)
             os.unlink(tmp_path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_path)
+        if ours:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_path)
         raise
 
 

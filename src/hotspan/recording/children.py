@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["forget_children", "track_children", "unflushed_children"]
 

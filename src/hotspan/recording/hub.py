@@ -22,14 +22,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Any
 
 from .. import _api, _native
 from ..events import SpansDropped, emit
 from ..quiet_threads import start_quiet
 from . import lifecycle
 
+TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from typing import Any
+
     import pyarrow as pa
 
 __all__ = ["Reader", "attach", "detach", "drain_for_user", "pump", "streaming"]

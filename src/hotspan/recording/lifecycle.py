@@ -47,11 +47,23 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from typing import Protocol
 
 from .. import _native
 from ..quiet_threads import start_quiet
+
+# Why typing loads only for the type checker: ``import hotspan`` loads this module, and a
+# fresh interpreter has not loaded typing yet (docs/performance.md: import time).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol
+
+    class Stoppable(Protocol):
+        @property
+        def running(self) -> bool: ...
+
+        def stop(self, timeout: float | None = None) -> None: ...
+
 
 __all__ = [
     "FORK_STEPS",
@@ -187,13 +199,6 @@ atexit.register(_run_reports)
 
 
 # --------------------------------------------------------------------------- multiprocessing
-
-
-class Stoppable(Protocol):
-    @property
-    def running(self) -> bool: ...
-
-    def stop(self, timeout: float | None = None) -> None: ...
 
 
 def stop_with_multiprocessing(owner: Stoppable) -> None:

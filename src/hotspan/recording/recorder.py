@@ -28,7 +28,6 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
 
 from .. import _api
 from . import hub, lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
@@ -39,7 +38,10 @@ from .children import forget_children, track_children
 from .sinks import sink_for
 from .sinks import warn as _warn
 
+TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from typing import Any
+
     import pyarrow as pa
 
 __all__ = ["Recorder", "record"]

@@ -11,11 +11,13 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ..quiet_threads import lower_this_thread, start_quiet
 
+TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from typing import Any
+
     import pyarrow as pa
 
     from ..formats.dataset import Location

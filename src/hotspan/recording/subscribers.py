@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _native
-from ..events import CallbackRunner, callback_name
+from .._callbacks import CallbackRunner
+from ..events import callback_name, report_failure
 from . import hub
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class Subscription:
         self._closed = False
         self._reader = hub.attach(f"subscribe({callback_name(callback)})", pumped=True)
         self._runner: CallbackRunner[pa.RecordBatch] = CallbackRunner(
-            callback, name="subscriber", source=self._next_batches
+            callback, name="subscriber", source=self._next_batches, report=report_failure
         )
 
     @property

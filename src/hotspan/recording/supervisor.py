@@ -1,8 +1,8 @@
 """``hotspan run``: run a Python program (a script or ``-m module``) with recording on, and
 write the spans of its whole process tree as one trace.
 
-The program runs in a child process (``python -m hotspan.recording.supervisor``, which
-runs it as ``python script.py`` would: ``__main__``, its argv, its directory first on
+The program runs in a child process (``python -c _CHILD_CODE``, which runs it as
+``python script.py`` would: ``__main__``, its argv, its directory first on
 ``sys.path``), recording as ``HOTSPAN_OUT`` does, into a temporary dataset directory beside
 the output. ``HOTSPAN_OUT`` points there for the program's children too: forked ones record
 there through the at-fork hook, spawned ones (``multiprocessing`` spawn and forkserver,
@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ProgramError", "RunResult", "exit_as_program", "resolve_program", "run_program"]
+__all__ = [
+    "OutputError",
+    "ProgramError",
+    "RunResult",
+    "exit_as_program",
+    "resolve_program",
+    "run_program",
+]
 
 #: The child's instructions (JSON: argv, path entry, module, live threshold); taken out of
 #: its environment before the program runs, so the program's own children never see it.
@@ -47,6 +54,11 @@ FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGINT")
 
 class ProgramError(ValueError):
     """The program to run cannot be found (a missing script, a module that does not import)."""
+
+
+class OutputError(OSError):
+    """The program ran, but its trace could not be written to the output (a full disk): the
+    message names the directory its spans are kept in, and what to run to write them."""
 
 
 @dataclass
@@ -139,17 +151,25 @@ def run_program(
         },
     )
     start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", __name__], env=env)
-    with _passing_signals_to(child) as passing:
+    # The handlers go in before the program starts, and stay until its trace is written: a
+    # signal at any moment after the program started reaches the program once (and a signal
+    # to this process once the program has ended leaves the writing of its trace alone).
+    with _passing_signals_to() as passing:
+        child = subprocess.Popen([sys.executable, "-c", _CHILD_CODE], env=env)
+        passing.attach(child)
         returncode = child.wait()
-    elapsed = time.perf_counter() - start
-    try:
-        table = load_dataset(parts)
-    except NoPartsError:  # nothing was flushed at all (killed before its first part)
-        table = SPAN_SCHEMA.empty_table()
-    if not as_directory:
-        export(table, output)
-        shutil.rmtree(parts, ignore_errors=True)
+        passing.detach()
+        elapsed = time.perf_counter() - start
+        try:
+            table = load_dataset(parts)
+        except NoPartsError:  # nothing was flushed at all (killed before its first part)
+            table = SPAN_SCHEMA.empty_table()
+        if not as_directory:
+            try:
+                export(table, output)
+            except OSError as exc:  # a full disk, say: the spans are in `parts`, whole; say so
+                raise OutputError(_unwritten(exc, table.num_rows, output, parts)) from None
+            shutil.rmtree(parts, ignore_errors=True)
     meta = table.schema.metadata or {}
     dropped = meta_json(meta, META_DROPPED) or {}
     ranks = meta_json(meta, META_RANKS) or {}
@@ -167,6 +187,26 @@ def run_program(
     )
 
 
+#: The child's first lines: the program's argv is in ``sys.argv`` before ``import hotspan``
+#: starts recording (``python -m`` would show ``["-m"]`` there, and the first part, which
+#: the run's metadata and ``hotspan runs`` take the command from, would say so).
+_CHILD_CODE = (
+    "import json, os, sys\n"
+    f"sys.argv[:] = json.loads(os.environ[{ENV_RUN_SPEC!r}])['argv']\n"
+    "from hotspan.recording.supervisor import _child_main\n"
+    "sys.exit(_child_main())\n"
+)
+
+
+def _unwritten(exc: OSError, spans: int, output: Path, parts: Path) -> str:
+    reason = exc.strerror or str(exc)
+    return (
+        f"{output}: could not write the trace: {reason}. The program's {spans:,} spans are kept, "
+        f"whole, in {parts}{os.sep}: `hotspan export {parts}{os.sep} OUT` writes them where "
+        "there is room (then remove that directory)"
+    )
+
+
 def _ending(died_of: int | None, spans: int, output: Path, flush_interval: float) -> str | None:
     if died_of is None:
         return None
@@ -175,32 +215,47 @@ def _ending(died_of: int | None, spans: int, output: Path, flush_interval: float
     except ValueError:
         name = f"signal {died_of}"
     if name in FORWARDED_SIGNALS:
-        return f"hotspan run: the program was ended by {name}; every span it recorded was flushed: {spans:,} in {output}"
+        return f"hotspan run: the program was ended by {name} (-{died_of}); its {spans:,} spans are in {output}"
     return (
-        f"hotspan run: the program died of {name}; the {spans:,} spans it had flushed (all but at most its "
-        f"last {flush_interval:g} s) are in {output}"
+        f"hotspan run: the program died of {name} (-{died_of}); the {spans:,} spans it had flushed "
+        f"(all but at most its last {flush_interval:g} s) are in {output}"
     )
 
 
 class _passing_signals_to:
     """While the program runs, the signals that end a program are passed on to it (it
-    flushes, then dies of them), so this process lives on to write the trace. SIGINT from a
-    terminal reaches the program directly (the whole foreground process group gets it):
-    passed on as well it would interrupt the program's own exit."""
+    flushes, then dies of them), so this process lives on to write the trace. Passed on with
+    a mark (``hs_signals.h``): where the whole process group was signalled, the program has
+    the signal already, and drops this copy of it (a second SIGTERM would kill it before it
+    flushed). A signal that comes before the program exists is passed on once it does; one
+    that comes after it ended is noted only (the trace is being written). SIGINT from a
+    terminal reaches the program directly (the whole foreground process group gets it): not
+    passed on."""
 
-    def __init__(self, child: subprocess.Popen):
-        self.child = child
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
+        self.ended = False
         self.saved: dict[int, object] = {}
         self.received: set[int] = set()
+        self.waiting: list[int] = []
 
     def _pass_on(self, signum: int, _frame: object) -> None:
         self.received.add(signum)
-        if signum == signal.SIGINT and _terminal_sends_to_both():
+        if self.ended or (signum == signal.SIGINT and _terminal_sends_to_both()):
             return
-        try:
-            self.child.send_signal(signum)
-        except OSError:
-            pass  # it has just ended
+        if self.child is None:
+            self.waiting.append(signum)
+            return
+        _forward(self.child, signum)
+
+    def attach(self, child: subprocess.Popen) -> None:
+        self.child = child
+        waiting, self.waiting = self.waiting, []
+        for signum in waiting:
+            _forward(child, signum)
+
+    def detach(self) -> None:
+        self.ended = True
 
     def __enter__(self) -> "_passing_signals_to":
         if threading.current_thread() is not threading.main_thread():
@@ -214,6 +269,17 @@ class _passing_signals_to:
     def __exit__(self, *exc_info: object) -> None:
         for signum, handler in self.saved.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def _forward(child: subprocess.Popen, signum: int) -> None:
+    from .. import _native
+
+    if child.returncode is not None:
+        return  # it has ended (and been waited for): its pid may be another process's now
+    try:
+        _native._forward_signal(child.pid, signum)
+    except OSError:
+        pass  # it has just ended
 
 
 def _terminal_sends_to_both() -> bool:
@@ -231,16 +297,24 @@ def exit_as_program(result: RunResult) -> int:
     if result.signal is not None:
         sys.stdout.flush()
         sys.stderr.flush()
-        signal.signal(result.signal, signal.SIG_DFL)
+        try:
+            signal.signal(result.signal, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL, SIGSTOP: no handler to reset, they kill as they are
         os.kill(os.getpid(), result.signal)
     return result.status
 
 
 def _child_main() -> int:
-    """In the child (``python -m hotspan.recording.supervisor``): HOTSPAN_OUT has started
-    recording inside ``import hotspan``; run the program as ``python`` would."""
+    """In the child (``_CHILD_CODE``): HOTSPAN_OUT has started recording inside ``import
+    hotspan``; run the program as ``python`` would."""
     spec = json.loads(os.environ.pop(ENV_RUN_SPEC))
+    from .. import _native
     from .live_log import live
+
+    # The launcher's copy of a SIGINT sent to the whole group is not a second Ctrl-C: a
+    # second KeyboardInterrupt would break into the program's exit and its final flush.
+    _native._sigint_filter_install()
 
     live_log = live(min_ns=spec["live_min_ns"]) if spec["live_min_ns"] is not None else None
     sys.argv[:] = spec["argv"]
@@ -256,6 +330,11 @@ def _child_main() -> int:
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
+    # The program has ended; what is left is its exit, and the final flush (atexit). A SIGINT
+    # now (the group's, or a late copy from the launcher of one the program took) would break
+    # into that flush as a KeyboardInterrupt, or, once the interpreter has given SIGINT its
+    # default action back, end the process with it: ignored. SIGTERM still ends it (flushed).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     return status
 
 

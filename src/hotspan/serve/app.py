@@ -135,6 +135,47 @@ class SpansPage(BaseModel):
     spans: list[Span]
 
 
+class TimelinePixel(BaseModel):
+    """The spans shorter than a pixel that start under it (a span starting before the
+    window: pixel 0), counted once."""
+
+    x: int
+    count: int
+    #: the name with the most time among them
+    name: str
+    #: the outermost depth among them
+    depth: int
+    #: their time inside the window
+    time_ns: int
+
+
+class TimelineSpan(BaseModel):
+    span_id: int
+    name: str
+    start_ns: int
+    end_ns: int
+    depth: int
+
+
+class TimelineTrack(BaseModel):
+    rank: int
+    pid: int
+    thread_id: int
+    lane: int
+    #: the spans at least a pixel long (every span of a track with at most `width` in the window)
+    spans: list[TimelineSpan]
+    pixels: list[TimelinePixel]
+
+
+class TimelineResponse(BaseModel):
+    id: str
+    start_ns: int
+    end_ns: int
+    width: int
+    ns_per_pixel: float
+    tracks: list[TimelineTrack]
+
+
 class CompareRow(BaseModel):
     model_config = ConfigDict(extra="allow")  # plus the group's key columns
     count_base: int
@@ -146,7 +187,7 @@ class CompareRow(BaseModel):
     change_high: Optional[float] = None
     p_value: Optional[float] = None
     judged_change: Optional[float] = None
-    verdict: Literal["slower", "faster", "same", "new", "gone", "few", "instant"]
+    verdict: Literal["slower", "faster", "same", "new", "gone", "few"]
 
 
 class CompareResponse(BaseModel):
@@ -393,6 +434,49 @@ class Served:
             "spans": rows,
         }
 
+    def get_timeline(
+        self,
+        id: str,
+        start_ns: Optional[int] = Query(
+            None,
+            ge=0,
+            le=2**63 - 1,
+            description="the window's start, epoch ns (default: the run's start)",
+        ),
+        end_ns: Optional[int] = Query(
+            None,
+            ge=1,
+            le=2**63 - 1,
+            description="the window's end, epoch ns (default: the run's end)",
+        ),
+        width: int = Query(1200, ge=1, le=16_384, description="the view's width in pixels"),
+        rank: Optional[str] = Query(
+            None, max_length=2000, description="only these ranks' tracks (comma-separated)"
+        ),
+    ) -> Any:
+        """What a `width`-pixel view of `[start_ns, end_ns)` shows, per track (rank, pid,
+        thread, lane): the spans at least a pixel long exactly, the shorter ones summarised per
+        pixel (count, busiest name, outermost depth), each span counted once, in the pixel where
+        it starts. A track with at most `width` spans in the window lists them all. The answer's
+        size depends on `width` and the tracks, not on the spans; computed from the run's
+        Parquet parts with the window pushed down to the reader."""
+        ranks = None
+        if rank is not None:
+            try:
+                ranks = [int(r) for r in rank.split(",") if r.strip()]
+            except ValueError:
+                raise _bad_value("rank", "give rank numbers, comma-separated") from None
+        if start_ns is not None and end_ns is not None and end_ns <= start_ns:
+            raise _bad_value("end_ns", "the window is empty: end_ns must be after start_ns")
+        run = self.run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        try:
+            view = queries.timeline_view(run, start_ns, end_ns, width, ranks)
+        except ValueError as exc:  # a default window end before the given start, say
+            raise _bad_value("start_ns", str(exc)) from None
+        return {"id": run.id, **view}
+
     def download(
         self,
         id: str,
@@ -493,6 +577,12 @@ def add_api(app: FastAPI, served: Served) -> None:
     app.get("/v1/traces/{id}/spans", response_model=SpansPage, responses=found, tags=["traces"])(
         served.get_spans
     )
+    app.get(
+        "/v1/traces/{id}/timeline",
+        response_model=TimelineResponse,
+        responses=found,
+        tags=["traces"],
+    )(served.get_timeline)
     app.get(
         "/v1/traces/{id}/download",
         response_class=FileResponse,

@@ -30,7 +30,10 @@ __all__ = [
     "spans_page",
     "stats_rows",
     "timeline_html",
+    "timeline_index",
+    "timeline_view",
     "flame_html",
+    "diff_flame_page",
 ]
 
 #: format parameter -> (file extension, media type).
@@ -152,6 +155,93 @@ def _compare(base: Run, new: Run, **options):
 # --------------------------------------------------------------------------- answers
 
 
+def timeline_view(
+    run: Run, start_ns: int | None, end_ns: int | None, width: int, ranks: Sequence[int] | None
+) -> dict[str, Any]:
+    """What a ``width``-pixel view of the run's window shows (``hotspan.analysis.timeline``).
+
+    A zoomed-out view (pixels a bin of the run's index long or more) comes from the run's
+    :class:`~hotspan.analysis.timeline.TimelineIndex`, once it is built: milliseconds, whatever
+    the run's size. Any other view, or one asked before the index is ready, reads the run's
+    Parquet files with the window pushed down; the first such request starts the index's
+    build on a thread of its own. Cached like the other answers, but computed outside
+    ``HEAVY``: its memory is one batch and the answer (bounded by ``width`` and the tracks),
+    and a pan or zoom must not wait behind a run's statistics."""
+    from ..analysis.timeline import timeline
+
+    key = ("timeline", run.id, run.signature, start_ns, end_ns, width, tuple(ranks or ()))
+    found, value = _lookup(key)
+    if found:
+        return value
+    index = timeline_index(run, wait=False)
+    view = index.view(start_ns, end_ns, width, ranks=ranks) if index is not None else None
+    if view is None:
+        files = [str(path) for path, _rank in run.parts]
+        window = index.window if index is not None else None
+        if window is not None:  # the run's window known: no footers read again
+            start_ns = window[0] if start_ns is None else start_ns
+            end_ns = max(window[1], start_ns + 1) if end_ns is None else end_ns
+        view = timeline(files, start_ns, end_ns, width, ranks=ranks)
+    value = plain(view)
+    with _cache_lock:
+        _cache[key] = value
+        while len(_cache) > _CACHE_ENTRIES:
+            _cache.popitem(last=False)
+    return value
+
+
+_indexes: "OrderedDict[tuple, Any]" = OrderedDict()
+_index_lock = threading.Lock()
+_index_building: set[tuple] = set()
+#: Timeline indexes kept (a few MB each: three integers a bin and track).
+_INDEX_ENTRIES = 8
+
+
+def timeline_index(run: Run, *, wait: bool = True) -> Any:
+    """The run's timeline index (per version of the run): built now (``wait``), or None while
+    it is being built on a thread of its own (started by the first call that does not wait)."""
+    from ..analysis.timeline import TimelineIndex
+
+    key = (run.id, run.signature)
+    with _index_lock:
+        if key in _indexes:
+            _indexes.move_to_end(key)
+            return _indexes[key]
+        building = key in _index_building
+        if not building:
+            _index_building.add(key)
+
+    def build() -> Any:
+        try:
+            with HEAVY:  # a whole scan: one heavy computation at a time
+                index = TimelineIndex([str(path) for path, _rank in run.parts])
+            with _index_lock:
+                _indexes[key] = index
+                while len(_indexes) > _INDEX_ENTRIES:
+                    _indexes.popitem(last=False)
+            return index
+        finally:
+            with _index_lock:
+                _index_building.discard(key)
+
+    if wait:
+        if building:  # another thread builds it: build our own rather than poll
+            return TimelineIndex([str(path) for path, _rank in run.parts])
+        return build()
+    if not building:
+        threading.Thread(
+            target=_quietly, args=(build,), name="hotspan-serve-index", daemon=True
+        ).start()
+    return None
+
+
+def _quietly(function: Callable[[], Any]) -> None:
+    try:
+        function()
+    except Exception:  # noqa: BLE001  (a request reading the run reports its error)
+        pass
+
+
 def stats_rows(
     run: Run, by: Sequence[str] | None, span_filter: Any = None
 ) -> tuple[tuple[str, ...], list[dict]]:
@@ -212,6 +302,7 @@ class Warmer:
                     return
             try:
                 stats_rows(run, None)
+                timeline_index(run)  # the zoomed-out timeline answers from it at once
             except Exception:  # noqa: BLE001  (the request that asks reports it)
                 continue
             self.warmed.append((run.id, run.signature))
@@ -339,6 +430,25 @@ def timeline_html(run: Run) -> str | None:
         return html_report(load(run.source), title=run.path, sections=("timeline",))
 
     return cached(("timeline", run.id, run.signature), render)
+
+
+def diff_flame_page(base: Run, new: Run, threshold: float) -> str | None:
+    """The flame graph of the change from ``base`` to ``new`` (``report/diff_flame.py``),
+    coloured by the verdicts of their comparison; None where either run is past
+    ``TIMELINE_MAX_SPANS`` (it loads both)."""
+    if any((run.summary or {}).get("spans", 0) > TIMELINE_MAX_SPANS for run in (base, new)):
+        return None
+
+    def render() -> str:
+        from ..formats import load
+        from ..report.diff_flame import diff_flame_html
+
+        rows = compare_rows(base, new, threshold=threshold, min_count=1)
+        verdicts = {(r["category"], r["name"]): r["verdict"] for r in rows}
+        title = f"{base.path} → {new.path}"
+        return diff_flame_html(load(base.source), load(new.source), verdicts=verdicts, title=title)
+
+    return cached(("diff-flame", base.id, base.signature, new.id, new.signature, threshold), render)
 
 
 def flame_html(run: Run) -> str | None:

@@ -1,0 +1,526 @@
+"""A timeline for any size: what a screen ``width`` pixels wide can show of a time window.
+
+    view = timeline(spans, start_ns=a, end_ns=b, width=1200)
+    for track in view["tracks"]:       # one per (rank, pid, thread_id, lane)
+        track["spans"]                 # the spans at least a pixel long, exactly
+        track["pixels"]                # the shorter ones, summarised per pixel
+
+The answer's size is bounded by ``width`` and the tracks, never by the spans: a span one
+pixel long or more is listed once, exactly (on one track, spans of one depth never overlap,
+so there are at most about ``width`` of them a depth); the shorter spans are counted once,
+in the pixel where they start (a span that starts before the window counts in pixel 0),
+with the busiest name (the most time among them) and the outermost depth under that pixel.
+A track with no more than ``width`` spans in the window lists them all exactly: zoomed in far
+enough, every span is exact.
+
+One kernel, fed batch by batch: a table in memory is cut into batches, a run's Parquet parts
+are read in batches with the window pushed down to the reader (row groups whose
+``start_ns``/``end_ns`` statistics lie outside it are skipped), so memory is that of one
+batch plus the summary. ``hotspan serve`` answers ``GET /v1/traces/{id}/timeline`` with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["TRACK_KEYS", "TimelineIndex", "timeline", "window_of"]
+
+#: The columns that tell tracks apart, in the answer's order.
+TRACK_KEYS = ("rank", "pid", "thread_id", "lane")
+#: The columns the timeline reads.
+_COLUMNS = ("span_id", "name", "start_ns", "end_ns", "depth", "rank", "pid", "thread_id")
+#: Rows read from a Parquet part at a time.
+_BATCH_ROWS = 1 << 18
+#: Widths a request may ask for (a 16k screen at most).
+MAX_WIDTH = 16_384
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, each value's index among them), by pyarrow's hash kernels: linear,
+    where ``np.unique`` sorts (most of a batch's time when it did)."""
+    array = pa.array(values)
+    distinct = pc.unique(array)
+    inverse = pc.index_in(array, value_set=distinct).to_numpy(zero_copy_only=False)
+    return distinct.to_numpy(zero_copy_only=False), inverse.astype(np.int64, copy=False)
+
+
+class _Summary:
+    """The kernel: ``add`` one batch of spans at a time, ``result`` at the end.
+
+    Why arrays indexed by (track, pixel): a view holds at most ``width`` pixels a track, so
+    the count, time and least depth of the shorter spans are added with one ``bincount`` a
+    batch, no sort and no Python loop over spans or tracks. The time per (track, pixel,
+    name), for the busiest name, is kept sparse (few names share a pixel), reduced per batch
+    and merged when it piles up. The spans a pixel long or more are taken as rows (a few a
+    pixel at most); so are all the spans of a track while it has no more than ``width``."""
+
+    def __init__(self, start_ns: int, end_ns: int, width: int) -> None:
+        self.start_ns, self.end_ns, self.width = start_ns, end_ns, width
+        self.ns_per_pixel = (end_ns - start_ns) / width
+        self.names: dict[str, int] = {}
+        self.tracks: dict[tuple[int, int, int, int], int] = {}
+        self.counts = np.zeros((0, width), np.int64)
+        self.times = np.zeros((0, width), np.int64)
+        self.depths = np.zeros((0, width), np.int64)
+        #: (cell * 2**24 + name, time) pairs, each list entry reduced; merged when long
+        self.name_keys: list[np.ndarray] = []
+        self.name_times: list[np.ndarray] = []
+        self.name_rows = 0
+        #: per track: every span seen (for the "at most width spans: exact" rule)
+        self.seen = np.zeros(0, np.int64)
+        self.wide: list[pa.Table] = []
+        #: the rows of tracks that may still be listed whole: track code -> tables
+        self.few: dict[int, list[pa.Table]] = {}
+
+    def _grow(self, tracks: int) -> None:
+        old = len(self.counts)
+        if tracks <= old:
+            return
+        for attr, fill in (("counts", 0), ("times", 0), ("depths", _NO_DEPTH)):
+            grown = np.full((tracks, self.width), fill, np.int64)
+            grown[:old] = getattr(self, attr)
+            setattr(self, attr, grown)
+        seen = np.zeros(tracks, np.int64)
+        seen[:old] = self.seen
+        self.seen = seen
+
+    def _name_codes(self, names: pa.Array) -> np.ndarray:
+        if not pa.types.is_dictionary(names.type):
+            names = pc.dictionary_encode(names)
+        mapping = np.array(
+            [self.names.setdefault(str(n), len(self.names)) for n in names.dictionary.to_pylist()],
+            dtype=np.int64,
+        )
+        indices = names.indices.to_numpy(zero_copy_only=False)
+        return mapping[indices] if len(mapping) else np.zeros(len(indices), np.int64)
+
+    def _track_codes(self, batch: pa.RecordBatch) -> np.ndarray:
+        columns = [
+            batch.column(name).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            if name in batch.schema.names
+            else np.zeros(batch.num_rows, np.int64)
+            for name in TRACK_KEYS
+        ]
+        rank, pid, thread, lane = columns
+        if rank.min() == rank.max() and pid.min() == pid.max() and lane.min() == lane.max():
+            # a recorder's part: one process, its threads apart (the usual case): a hash of
+            # the thread ids, no sort
+            threads, inverse = _codes(thread)
+            keys = [(int(rank[0]), int(pid[0]), int(t), int(lane[0])) for t in threads.tolist()]
+        else:
+            rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+            keys = [tuple(r) for r in rows.tolist()]
+        mapping = np.array(
+            [self.tracks.setdefault(key, len(self.tracks)) for key in keys], dtype=np.int64
+        )
+        return mapping[inverse.reshape(-1)]
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        start = batch.column("start_ns").to_numpy()
+        end = batch.column("end_ns").to_numpy()
+        inside = (start < self.end_ns) & ((end > self.start_ns) | (start >= self.start_ns))
+        if not inside.all():
+            batch = batch.filter(pa.array(inside))
+            if batch.num_rows == 0:
+                return
+            start, end = start[inside], end[inside]
+        track = self._track_codes(batch)
+        self._grow(len(self.tracks))
+        self.seen += np.bincount(track, minlength=len(self.seen))
+        for code in np.unique(track).tolist():
+            if self.seen[code] <= self.width:
+                rows = batch.filter(pa.array(track == code))
+                self.few.setdefault(code, []).append(pa.Table.from_batches([rows]))
+            else:
+                self.few.pop(code, None)  # more than a screen's worth: summarised
+        wide = (end - start) >= self.ns_per_pixel
+        depth = batch.column("depth").to_numpy(zero_copy_only=False).astype(np.int64)
+        names = self._name_codes(batch.column("name"))
+        if wide.any():
+            rows = pa.Table.from_batches([batch.filter(pa.array(wide))])
+            self.wide.append(rows.append_column("track", pa.array(track[wide])))
+            short = ~wide
+            start, end, track, names, depth = (
+                start[short],
+                end[short],
+                track[short],
+                names[short],
+                depth[short],
+            )
+        if not len(start):
+            return
+        clipped = np.maximum(start, self.start_ns)
+        pixel = np.minimum(
+            ((clipped - self.start_ns) / self.ns_per_pixel).astype(np.int64), self.width - 1
+        )
+        cell = track * self.width + pixel
+        size = self.counts.size
+        time = (np.minimum(end, self.end_ns) - clipped).astype(np.float64)
+        self.counts += np.bincount(cell, minlength=size).reshape(self.counts.shape)
+        self.times += (
+            np.bincount(cell, weights=time, minlength=size)
+            .astype(np.int64)
+            .reshape(self.times.shape)
+        )
+        np.minimum.at(self.depths.reshape(-1), cell, depth)
+        keys, inverse = _codes(cell * _NAMES + names)
+        self.name_keys.append(keys)
+        self.name_times.append(np.bincount(inverse, weights=time, minlength=len(keys)))
+        self.name_rows += len(keys)
+        if self.name_rows > 4 * size + (1 << 20):
+            self._merge_names()
+
+    def _merge_names(self) -> None:
+        if len(self.name_keys) <= 1:
+            return
+        keys, inverse = _codes(np.concatenate(self.name_keys))
+        times = np.bincount(inverse, weights=np.concatenate(self.name_times), minlength=len(keys))
+        self.name_keys, self.name_times, self.name_rows = [keys], [times], len(keys)
+
+    def _busiest(self) -> np.ndarray:
+        """Per (track, pixel) cell, the code of the name with the most time (-1: none)."""
+        busiest = np.full(self.counts.size, -1, np.int64)
+        self._merge_names()
+        if not self.name_keys:
+            return busiest.reshape(self.counts.shape)
+        keys, times = self.name_keys[0], self.name_times[0]
+        cell = keys // _NAMES
+        # per cell the largest time, ties to the lowest name code: sorted by (cell, -time)
+        order = np.lexsort((keys % _NAMES, -times, cell))
+        first = np.ones(len(order), bool)
+        first[1:] = cell[order][1:] != cell[order][:-1]
+        chosen = order[first]
+        busiest[cell[chosen]] = keys[chosen] % _NAMES
+        return busiest.reshape(self.counts.shape)
+
+    def result(self, ranks: Sequence[int] | None = None) -> dict[str, Any]:
+        names = np.array(list(self.names) or [""], dtype=object)
+        wide = pa.concat_tables(self.wide, promote_options="permissive") if self.wide else None
+        busiest = self._busiest()
+        tracks = []
+        for key, code in sorted(self.tracks.items()):
+            if ranks is not None and key[0] not in ranks:
+                continue
+            entry: dict[str, Any] = dict(zip(TRACK_KEYS, key))
+            if code in self.few:  # at most width spans: every one of them, exactly
+                few = pa.concat_tables(self.few[code], promote_options="permissive")
+                entry["spans"] = _span_rows(few)
+                entry["pixels"] = []
+                tracks.append(entry)
+                continue
+            mine = wide.filter(pc.equal(wide["track"], code)) if wide is not None else None
+            entry["spans"] = _span_rows(mine) if mine is not None and mine.num_rows else []
+            xs = np.flatnonzero(self.counts[code])
+            entry["pixels"] = [
+                {"x": x, "count": c, "name": str(names[n]), "depth": d, "time_ns": t}
+                for x, c, n, d, t in zip(
+                    xs.tolist(),
+                    self.counts[code][xs].tolist(),
+                    busiest[code][xs].tolist(),
+                    self.depths[code][xs].tolist(),
+                    self.times[code][xs].tolist(),
+                )
+            ]
+            tracks.append(entry)
+        return {
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "width": self.width,
+            "ns_per_pixel": self.ns_per_pixel,
+            "tracks": tracks,
+        }
+
+
+#: Name codes per cell key: a cell's key is cell * _NAMES + name code.
+_NAMES = 1 << 24
+#: The least depth of a pixel with no span yet.
+_NO_DEPTH = np.iinfo(np.int64).max
+
+
+def _span_rows(table: pa.Table) -> list[dict[str, Any]]:
+    table = table.sort_by([("start_ns", "ascending"), ("depth", "ascending")])
+    columns = {
+        name: table[name].to_pylist() for name in ("span_id", "name", "start_ns", "end_ns", "depth")
+    }
+    return [
+        {
+            "span_id": span_id,
+            "name": name,
+            "start_ns": start,
+            "end_ns": end,
+            "depth": depth,
+        }
+        for span_id, name, start, end, depth in zip(
+            columns["span_id"],
+            columns["name"],
+            columns["start_ns"],
+            columns["end_ns"],
+            columns["depth"],
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _parquet_files(spans: Any) -> list[str] | None:
+    """The Parquet files of ``spans`` (a Parquet file, a run directory, or a list of files),
+    or None when it is a table or another format (read in memory)."""
+    if isinstance(spans, (str, os.PathLike)):
+        path = os.fspath(spans)
+        if os.path.isdir(path):
+            from ..formats.dataset import current_parts
+
+            return [p for p, _size, _meta in current_parts(path)[1]]
+        return [path] if path.lower().endswith(".parquet") else None
+    if isinstance(spans, Sequence) and not isinstance(spans, (str, bytes)):
+        files = [os.fspath(p) for p in spans]
+        return files if all(f.lower().endswith(".parquet") for f in files) else None
+    return None
+
+
+def _batches(
+    spans: Any, start_ns: int | None, end_ns: int | None, ranks: Sequence[int] | None
+) -> Iterator[pa.RecordBatch]:
+    """The spans overlapping the window, in batches (the window and ranks pushed down to
+    the Parquet reader where the spans are Parquet files)."""
+    files = _parquet_files(spans)
+    if files is None:
+        table = spans if isinstance(spans, pa.Table) else _load(spans)
+        if ranks is not None:
+            table = table.filter(pc.is_in(table["rank"], pa.array(list(ranks), pa.int32())))
+        yield from table.to_batches(_BATCH_ROWS)
+        return
+    import pyarrow.parquet as pq
+
+    # Why ParquetFile and not pyarrow.dataset: the row groups are picked here from their
+    # start_ns/end_ns statistics (a part's footer), and pyarrow.dataset's import loads pandas.
+    wanted = None if ranks is None else pa.array(list(ranks), pa.int32())
+    for path in files:
+        part = pq.ParquetFile(path)
+        names = part.schema_arrow.names
+        columns = [c for c in (*_COLUMNS, "lane") if c in names]
+        groups = [
+            g
+            for g in range(part.metadata.num_row_groups)
+            if _may_overlap(part.metadata.row_group(g), names, start_ns, end_ns)
+        ]
+        if not groups:
+            continue
+        rank_of_directory = None
+        if "rank" not in names:  # an older rank=R/ part: its rank is its directory's
+            from ..formats.dataset import RANK_DIR_RE
+
+            found = RANK_DIR_RE.match(os.path.basename(os.path.dirname(path)))
+            rank_of_directory = int(found.group(1)) if found else 0
+        for batch in part.iter_batches(
+            batch_size=_BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
+        ):
+            if rank_of_directory is not None:
+                batch = batch.append_column(
+                    "rank", pa.array(np.full(batch.num_rows, rank_of_directory, np.int32))
+                )
+            if wanted is not None:
+                batch = batch.filter(pc.is_in(batch.column("rank"), value_set=wanted))
+            if batch.num_rows:
+                yield batch
+
+
+def _may_overlap(group: Any, names: list[str], start_ns: int | None, end_ns: int | None) -> bool:
+    """Whether a row group may hold spans of the window, by its statistics (none: maybe)."""
+    if group.num_rows == 0:
+        return False
+    if start_ns is None or end_ns is None:
+        return True
+    bounds = {}
+    for column in ("start_ns", "end_ns"):
+        stats = group.column(names.index(column)).statistics
+        if stats is None or not stats.has_min_max:
+            return True
+        bounds[column] = (stats.min, stats.max)
+    # some span starts before the window's end, and some span ends after its start (or an
+    # instant starts in it)
+    return bounds["start_ns"][0] < end_ns and (
+        bounds["end_ns"][1] > start_ns or bounds["start_ns"][1] >= start_ns
+    )
+
+
+def _load(spans: Any) -> pa.Table:
+    from ..formats import load
+
+    return load(spans)
+
+
+def window_of(spans: Any) -> tuple[int, int]:
+    """The run's whole window: (first start, last end), from the Parquet footers' statistics
+    where the spans are Parquet files (no scan), else from the table."""
+    files = _parquet_files(spans)
+    if files is None:
+        table = spans if isinstance(spans, pa.Table) else _load(spans)
+        if table.num_rows == 0:
+            return 0, 1
+        return int(pc.min(table["start_ns"]).as_py()), int(pc.max(table["end_ns"]).as_py())
+    import pyarrow.parquet as pq
+
+    lows: list[int] = []
+    highs: list[int] = []
+    for path in files:
+        meta = pq.ParquetFile(path).metadata
+        names = meta.schema.to_arrow_schema().names
+        for group in range(meta.num_row_groups):
+            if meta.row_group(group).num_rows == 0:
+                continue
+            for column, into, pick in (("start_ns", lows, "min"), ("end_ns", highs, "max")):
+                stats = meta.row_group(group).column(names.index(column)).statistics
+                if stats is None or not stats.has_min_max:
+                    table = pq.read_table(path, columns=["start_ns", "end_ns"])
+                    into.append(getattr(pc, pick)(table[column]).as_py())
+                else:
+                    into.append(getattr(stats, pick))
+    if not lows:
+        return 0, 1
+    return int(min(lows)), int(max(highs))
+
+
+def _checked(
+    spans: Any, start_ns: int | None, end_ns: int | None, width: int, window: tuple[int, int] | None
+) -> tuple[int, int]:
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+        raise ValueError(f"width: {width!r} is not a number of pixels from 1 to {MAX_WIDTH}")
+    if start_ns is None or end_ns is None:
+        first, last = window if window is not None else window_of(spans)
+        start_ns = first if start_ns is None else start_ns
+        end_ns = max(last, start_ns + 1) if end_ns is None else end_ns
+    if end_ns <= start_ns:
+        raise ValueError(f"the window is empty: end_ns {end_ns} is not after start_ns {start_ns}")
+    return int(start_ns), int(end_ns)
+
+
+def timeline(
+    spans: Any,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    width: int = 1200,
+    *,
+    ranks: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """What a ``width``-pixel view of ``[start_ns, end_ns)`` shows of ``spans`` (a table, a
+    Parquet file, a run directory, or any trace file): per track (``rank``, ``pid``,
+    ``thread_id``, ``lane``), the spans at least a pixel long exactly (``spans``: span_id,
+    name, start_ns, end_ns, depth) and the shorter ones summarised per pixel (``pixels``: x,
+    count, the busiest name, the outermost depth, their time in the window); a track with at
+    most ``width`` spans in the window lists them all. Each span is counted once. The window
+    defaults to the whole run; ``ranks`` keeps only those ranks' tracks."""
+    start_ns, end_ns = _checked(spans, start_ns, end_ns, width, None)
+    summary = _Summary(start_ns, end_ns, width)
+    for batch in _batches(spans, start_ns, end_ns, ranks):
+        summary.add(batch)
+    return summary.result(ranks)
+
+
+class TimelineIndex:
+    """A run summarised once into ``bins`` bins a track over its whole window, so that a
+    zoomed-out view (a pixel as long as a bin or longer) is answered from the bins, without
+    reading the spans again: what ``hotspan serve`` keeps per run for its timeline.
+
+    It is the kernel's own summary at ``bins`` pixels: per (track, bin) the count, time and
+    outermost depth of the spans shorter than a bin, the time per name, and the spans a bin
+    long or more as rows (a track with at most ``bins`` spans keeps all its rows). A view
+    maps each bin to the pixel its start falls in: the spans of a bin that straddles two
+    pixels count in the first, so a pixel's count is exact to a bin (exact outright where the
+    view's pixels are whole bins); each span is still counted once. A view with pixels
+    shorter than a bin is read from the spans (``view`` returns None: ask :func:`timeline`).
+
+    Memory: three integers a (track, bin), the names' times, and the long spans."""
+
+    def __init__(self, spans: Any, bins: int = 1 << 14) -> None:
+        self.window = window_of(spans)
+        start, end = self.window
+        self._summary = _Summary(start, max(end, start + 1), bins)
+        for batch in _batches(spans, None, None, None):
+            self._summary.add(batch)
+        self._summary._merge_names()
+        self.bins = bins
+        self.bin_ns = self._summary.ns_per_pixel
+
+    def view(
+        self,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        width: int = 1200,
+        *,
+        ranks: Sequence[int] | None = None,
+    ) -> dict[str, Any] | None:
+        """The timeline's answer for this window from the bins, or None when its pixels are
+        shorter than a bin (then the spans must be read)."""
+        start_ns, end_ns = _checked(None, start_ns, end_ns, width, self.window)
+        index = self._summary
+        out = _Summary(start_ns, end_ns, width)
+        if out.ns_per_pixel < self.bin_ns:
+            return None
+        out.names = dict(index.names)  # the bins' name codes, kept
+        # every track of the run, in its order; the tracks kept whole go through add()
+        order = sorted(index.tracks.items(), key=lambda item: item[1])
+        codes = np.array([out.tracks.setdefault(key, len(out.tracks)) for key, _c in order])
+        out._grow(len(out.tracks))
+        binned = np.array([code not in index.few for _key, code in order], bool)
+        out.seen[codes[binned]] = width + 1  # summarised: never listed whole
+        # the bins holding the window's first and last nanosecond, by the kernel's own rule
+        lo = max(0, int(max(start_ns - index.start_ns, 0) / self.bin_ns))
+        hi = min(self.bins, int(max(end_ns - 1 - index.start_ns, -1) / self.bin_ns) + 1)
+        if end_ns <= index.start_ns:
+            hi = 0
+        if hi > lo and binned.any():
+            # each bin's first nanosecond, as the kernel bins a span's start (float division):
+            # a bin's pixel is then the one the kernel gives a span starting there
+            bins = np.arange(lo, hi)
+            offset = np.ceil(bins * self.bin_ns).astype(np.int64)
+            offset -= ((offset - 1) / self.bin_ns).astype(np.int64) >= bins  # one too late
+            offset += (offset / self.bin_ns).astype(np.int64) < bins  # one too early
+            bin_start = index.start_ns + offset
+            pixel = np.clip(
+                ((np.maximum(bin_start, start_ns) - start_ns) / out.ns_per_pixel).astype(np.int64),
+                0,
+                width - 1,
+            )
+            # pixel is non-decreasing along the bins: each pixel's bins are one run of them
+            first = np.flatnonzero(np.diff(pixel, prepend=-1))
+            rows, cols = np.ix_(codes[binned], pixel[first])
+            for name, reduce in (("counts", np.add), ("times", np.add), ("depths", np.minimum)):
+                reduced = reduce.reduceat(getattr(index, name)[binned, lo:hi], first, axis=1)
+                target = getattr(out, name)
+                target[rows, cols] = reduce(target[rows, cols], reduced)
+            keys, times = index.name_keys[0], index.name_times[0]
+            cell = keys // _NAMES
+            track, bin_ = cell // self.bins, cell % self.bins
+            keep = (bin_ >= lo) & (bin_ < hi) & binned[track]
+            if keep.any():
+                moved = (codes[track[keep]] * width + pixel[bin_[keep] - lo]) * _NAMES + (
+                    keys[keep] % _NAMES
+                )
+                unique, inverse = _codes(moved)
+                out.name_keys.append(unique)
+                out.name_times.append(
+                    np.bincount(inverse, weights=times[keep], minlength=len(unique))
+                )
+                out.name_rows += len(unique)
+        # the long spans of the binned tracks (a whole track's rows include its long ones)
+        whole = pa.array(sorted(index.few), pa.int64())
+        rows_of_index = [
+            t.filter(pc.invert(pc.is_in(t["track"], whole))).drop_columns(["track"])
+            for t in index.wide
+        ]
+        for tables in index.few.values():
+            rows_of_index += tables
+        for table in rows_of_index:
+            for batch in table.to_batches(_BATCH_ROWS):
+                out.add(batch)
+        return out.result(ranks)

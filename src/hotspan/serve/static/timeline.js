@@ -1,0 +1,160 @@
+// hotspan serve: the timeline of a run of any size. It asks the server for what the canvas
+// can show (GET /v1/traces/{id}/timeline?start_ns=&end_ns=&width=): per track, the spans a
+// pixel long or more, exactly, and the shorter ones summarised per pixel. Wheel zooms around
+// the pointer, drag pans, double click shows the whole run again. Times travel as BigInt
+// offsets from the run's start: epoch nanoseconds are beyond a double's exact integers.
+(function () {
+  'use strict';
+  var box = document.getElementById('timeline-view');
+  if (!box) return;
+  var canvas = box.querySelector('canvas');
+  var tip = box.querySelector('.tl-tip');
+  var status = box.querySelector('.tl-status');
+  var ROW = 16, GAP = 6, LABEL = 150;
+  var runStart = BigInt(box.dataset.start), runEnd = BigInt(box.dataset.end);
+  if (runEnd <= runStart) runEnd = runStart + 1n;
+  // The window, as Numbers of ns from the run's start (exact below 2**53 ns: 104 days).
+  var view = {lo: 0, hi: Number(runEnd - runStart)};
+  var answer = null, asked = 0, timer = null, drawn = [];
+
+  function colour(name) {
+    var h = 0;
+    for (var i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+    return 'hsl(' + (h % 360) + ',55%,' + (55 + (h >> 9) % 15) + '%)';
+  }
+  function ms(ns) { return ns >= 1e9 ? (ns / 1e9).toFixed(3) + ' s' : ns >= 1e6 ? (ns / 1e6).toFixed(3) + ' ms' : ns >= 1e3 ? (ns / 1e3).toFixed(2) + ' us' : Math.round(ns) + ' ns'; }
+  function plotWidth() { return Math.max(50, canvas.clientWidth - LABEL); }
+
+  function fetchView() {
+    var width = Math.round(plotWidth());
+    var start = runStart + BigInt(Math.floor(view.lo)), end = runStart + BigInt(Math.ceil(view.hi));
+    if (end <= start) end = start + 1n;
+    var ticket = ++asked;
+    status.textContent = 'loading…';
+    var url = '/v1/traces/' + box.dataset.run + '/timeline?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
+    fetch(url, {credentials: 'same-origin'}).then(function (r) {
+      if (!r.ok) throw new Error('HTTP ' + r.status);
+      return r.json();
+    }).then(function (body) {
+      if (ticket !== asked) return;  // a later pan or zoom asked again
+      answer = {body: body, lo: view.lo, hi: view.hi};
+      draw();
+      var spans = 0, pixels = 0;
+      body.tracks.forEach(function (t) { spans += t.spans.length; pixels += t.pixels.length; });
+      box.dataset.tracks = body.tracks.length;
+      box.dataset.spans = spans;
+      box.dataset.pixels = pixels;
+      box.dataset.drawn = ++box.drawnCount;
+      status.textContent = body.tracks.length + ' tracks · ' + spans + ' spans exact, ' + pixels +
+        ' pixels summarised · window ' + ms(view.hi - view.lo) + ' · wheel: zoom, drag: pan, double click: whole run';
+    }).catch(function (error) { status.textContent = 'could not load the timeline: ' + error.message; });
+  }
+  box.drawnCount = 0;
+  function later() { clearTimeout(timer); timer = setTimeout(fetchView, 120); }
+
+  function draw() {
+    if (!answer) return;
+    var body = answer.body, ratio = window.devicePixelRatio || 1;
+    var rows = [];
+    body.tracks.forEach(function (t) {
+      var depth = 0;
+      t.spans.forEach(function (s) { depth = Math.max(depth, s.depth); });
+      t.pixels.forEach(function (p) { depth = Math.max(depth, p.depth); });
+      rows.push({track: t, depth: depth + 1});
+    });
+    var height = rows.reduce(function (h, r) { return h + r.depth * ROW + GAP; }, 0) || ROW;
+    canvas.style.height = height + 'px';
+    canvas.width = Math.round(canvas.clientWidth * ratio);
+    canvas.height = Math.round(height * ratio);
+    var g = canvas.getContext('2d');
+    g.setTransform(ratio, 0, 0, ratio, 0, 0);
+    g.clearRect(0, 0, canvas.clientWidth, height);
+    g.font = '11px system-ui, sans-serif';
+    g.textBaseline = 'middle';
+    // What the answer covers, mapped to the window shown now (old data, moved, until the new arrives).
+    var base = Number(BigInt(body.start_ns) - runStart), per = body.ns_per_pixel;
+    var scale = plotWidth() / (view.hi - view.lo);
+    function x(ns) { return LABEL + (ns - view.lo) * scale; }
+    drawn = [];
+    var y = 0;
+    rows.forEach(function (row) {
+      var t = row.track;
+      g.fillStyle = '#f4f6f8';
+      g.fillRect(0, y, canvas.clientWidth, row.depth * ROW);
+      g.fillStyle = '#333';
+      var label = 'rank ' + t.rank + ' · ' + t.thread_id + (t.lane ? ' · lane ' + t.lane : '');
+      g.fillText(label.length > 24 ? label.slice(0, 23) + '…' : label, 4, y + ROW / 2);
+      g.save();
+      g.beginPath();
+      g.rect(LABEL, y, plotWidth(), row.depth * ROW);
+      g.clip();
+      t.pixels.forEach(function (p) {
+        var left = x(base + p.x * per), w = Math.max(1, per * scale);
+        g.fillStyle = colour(p.name);
+        g.globalAlpha = Math.min(1, 0.35 + p.count / 8);
+        g.fillRect(left, y + p.depth * ROW, w, ROW - 1);
+        drawn.push({x: left, y: y + p.depth * ROW, w: w, text: p.count + ' spans, most time in ' + p.name + ' (' + ms(p.time_ns) + ')'});
+      });
+      g.globalAlpha = 1;
+      t.spans.forEach(function (s) {
+        var s0 = Number(BigInt(s.start_ns) - runStart), s1 = Number(BigInt(s.end_ns) - runStart);
+        var left = x(s0), w = Math.max(1, (s1 - s0) * scale);
+        var top = y + s.depth * ROW;
+        g.fillStyle = colour(s.name);
+        g.fillRect(left, top, w, ROW - 1);
+        if (w > 30) {
+          g.fillStyle = '#111';
+          g.fillText(s.name, Math.max(left, LABEL) + 3, top + ROW / 2, w - 6);
+        }
+        drawn.push({x: left, y: top, w: w, text: s.name + ' · ' + ms(s1 - s0)});
+      });
+      g.restore();
+      y += row.depth * ROW + GAP;
+    });
+  }
+
+  canvas.addEventListener('wheel', function (event) {
+    event.preventDefault();
+    var rect = canvas.getBoundingClientRect();
+    var at = view.lo + (event.clientX - rect.left - LABEL) / plotWidth() * (view.hi - view.lo);
+    var factor = event.deltaY > 0 ? 1.25 : 0.8;
+    var span = Math.max(1000, (view.hi - view.lo) * factor);
+    view.lo = at - (at - view.lo) * span / (view.hi - view.lo);
+    view.hi = view.lo + span;
+    draw();
+    later();
+  }, {passive: false});
+  var dragging = null;
+  canvas.addEventListener('mousedown', function (event) { dragging = {x: event.clientX, lo: view.lo, hi: view.hi}; });
+  window.addEventListener('mouseup', function () { dragging = null; });
+  canvas.addEventListener('mousemove', function (event) {
+    var rect = canvas.getBoundingClientRect();
+    var px = event.clientX - rect.left, py = event.clientY - rect.top;
+    if (dragging) {
+      var shift = (event.clientX - dragging.x) / plotWidth() * (dragging.hi - dragging.lo);
+      view.lo = dragging.lo - shift;
+      view.hi = dragging.hi - shift;
+      draw();
+      later();
+      return;
+    }
+    var hit = null;
+    for (var i = drawn.length - 1; i >= 0; i--) {
+      var d = drawn[i];
+      if (px >= d.x && px <= d.x + d.w && py >= d.y && py < d.y + ROW) { hit = d; break; }
+    }
+    tip.hidden = !hit;
+    if (hit) {
+      tip.textContent = hit.text;
+      tip.style.left = Math.min(px + 12, canvas.clientWidth - 260) + 'px';
+      tip.style.top = (py + 14) + 'px';
+    }
+  });
+  canvas.addEventListener('mouseleave', function () { tip.hidden = true; });
+  canvas.addEventListener('dblclick', function () { view = {lo: 0, hi: Number(runEnd - runStart)}; fetchView(); });
+  var lastWidth = canvas.clientWidth;
+  window.addEventListener('resize', function () {
+    if (canvas.clientWidth !== lastWidth) { lastWidth = canvas.clientWidth; draw(); later(); }
+  });
+  fetchView();
+})();

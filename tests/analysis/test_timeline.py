@@ -1,0 +1,227 @@
+"""hotspan.analysis.timeline: a view bounded by its width, checked span by span against a
+plain-Python reference on generated spans, from a table and from a run's Parquet parts."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from hotspan._schema import TRACE_SCHEMA
+from hotspan._selftime import with_self_ns
+from hotspan.analysis.timeline import timeline, window_of
+from hotspan.formats.dataset import write_part
+
+
+def generated(seed: int, tracks: int = 3, per_track: int = 3000) -> pa.Table:
+    """Nested spans on ``tracks`` threads: roots of random length, each with children
+    of a tenth of it and instants, names drawn from a few; spread over about a second."""
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = defaultdict(list)
+    span_id = 1
+    for track in range(tracks):
+        t = 1_700_000_000_000_000_000 + int(rng.integers(0, 1_000_000))
+        made = 0
+        while made < per_track:
+            length = int(rng.integers(1_000, 2_000_000))
+            root = span_id
+            spans = [(root, None, "step", t, t + length, 0)]
+            span_id += 1
+            child_start = t
+            for _ in range(int(rng.integers(0, 5))):
+                child_length = max(1, length // 10)
+                if child_start + child_length > t + length:
+                    break
+                spans.append(
+                    (
+                        span_id,
+                        root,
+                        str(rng.choice(["fwd", "bwd", "io"])),
+                        child_start,
+                        child_start + child_length,
+                        1,
+                    )
+                )
+                span_id += 1
+                child_start += child_length + 1
+            if rng.random() < 0.2:
+                spans.append((span_id, root, "mark", t + length // 2, t + length // 2, 1))
+                span_id += 1
+            for sid, parent, name, start, end, depth in spans:
+                rows["span_id"].append(sid)
+                rows["parent_id"].append(parent)
+                rows["name"].append(name)
+                rows["category"].append("train")
+                rows["start_ns"].append(start)
+                rows["end_ns"].append(end)
+                rows["duration_ns"].append(end - start)
+                rows["depth"].append(depth)
+                rows["thread_id"].append(1000 + track)
+                rows["thread_name"].append(f"t{track}")
+                rows["pid"].append(77)
+                rows["rank"].append(track % 2)
+                rows["arg"].append(None)
+                rows["error"].append(False)
+            made += len(spans)
+            t += length + int(rng.integers(0, 50_000))
+    arrays = []
+    for field in TRACE_SCHEMA:
+        if pa.types.is_dictionary(field.type):
+            arrays.append(pa.array(rows[field.name], pa.string()).dictionary_encode())
+        else:
+            arrays.append(pa.array(rows[field.name], field.type))
+    return with_self_ns(pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA))
+
+
+def reference(table: pa.Table, start: int, end: int, width: int) -> dict:
+    """The answer, span by span in plain Python: {track: (exact span ids, {x: (count,
+    {name: time}, least depth)})}."""
+    per_pixel = (end - start) / width
+    by_track: dict[tuple, list[dict]] = defaultdict(list)
+    for row in table.to_pylist():
+        s, e = row["start_ns"], row["end_ns"]
+        if s < end and (e > start or s >= start):
+            by_track[(row["rank"], row["pid"], row["thread_id"], 0)].append(row)
+    out = {}
+    for key, rows in by_track.items():
+        if len(rows) <= width:
+            out[key] = ({r["span_id"] for r in rows}, {})
+            continue
+        exact = {r["span_id"] for r in rows if r["end_ns"] - r["start_ns"] >= per_pixel}
+        pixels: dict[int, list] = {}
+        for r in rows:
+            if r["span_id"] in exact:
+                continue
+            clipped = max(r["start_ns"], start)
+            x = min(int((clipped - start) / per_pixel), width - 1)
+            count, names, depth = pixels.get(x, (0, defaultdict(int), 1 << 60))
+            names[r["name"]] += min(r["end_ns"], end) - clipped
+            pixels[x] = (count + 1, names, min(depth, r["depth"]))
+        out[key] = (exact, pixels)
+    return out
+
+
+def check(answer: dict, expected: dict, width: int) -> None:
+    got = {(t["rank"], t["pid"], t["thread_id"], t["lane"]): t for t in answer["tracks"]}
+    assert set(got) == set(expected)
+    for key, (exact, pixels) in expected.items():
+        track = got[key]
+        ids = [s["span_id"] for s in track["spans"]]
+        assert len(ids) == len(set(ids))  # listed once
+        assert set(ids) == exact
+        assert len(track["pixels"]) <= width
+        assert {p["x"] for p in track["pixels"]} == set(pixels)
+        for p in track["pixels"]:
+            count, names, depth = pixels[p["x"]]
+            assert p["count"] == count
+            assert p["depth"] == depth
+            assert names[p["name"]] == max(names.values())  # the busiest name
+            assert p["time_ns"] == sum(names.values())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_whole_run_counts_each_span_once(seed):
+    table = generated(seed)
+    start, end = window_of(table)
+    answer = timeline(table, width=300)
+    assert (answer["start_ns"], answer["end_ns"]) == (start, end)
+    check(answer, reference(table, start, end, 300), 300)
+    counted = sum(len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in answer["tracks"])
+    assert counted == table.num_rows
+
+
+def test_a_window_counts_what_overlaps_it_and_zoomed_in_every_span_is_exact():
+    table = generated(3)
+    first, last = window_of(table)
+    mid = (first + last) // 2
+    for start, end, width in [
+        (first + (last - first) // 7, mid, 500),  # a wide window: summaries
+        (mid, mid + 20_000_000, 800),  # zoomed in: a few hundred spans a track, all exact
+    ]:
+        answer = timeline(table, start, end, width)
+        expected = reference(table, start, end, width)
+        check(answer, expected, width)
+    assert all(not t["pixels"] for t in answer["tracks"])  # the last one: exact only
+    assert sum(len(t["spans"]) for t in answer["tracks"]) > 0
+
+
+def test_the_answer_is_bounded_by_the_width_not_the_spans():
+    small, large = generated(4, per_track=2000), generated(4, per_track=20000)
+    sizes = []
+    for table in (small, large):
+        answer = timeline(table, width=200)
+        sizes.append(
+            sum(len(t["pixels"]) for t in answer["tracks"]),
+        )
+        for track in answer["tracks"]:
+            assert len(track["pixels"]) <= 200
+            # exact spans are at least a pixel long: on one track at most ~width a depth
+            depths = {s["depth"] for s in track["spans"]}
+            assert len(track["spans"]) <= (200 + 1) * max(1, len(depths))
+    assert sizes[1] <= 200 * 3
+
+
+def test_parquet_parts_give_the_table_s_answer(tmp_path):
+    """The same kernel over a run directory's parts, read in batches with the window pushed
+    down, gives exactly the answer of the table in memory."""
+    table = generated(5)
+    run = tmp_path / "run"
+    run.mkdir()
+    for i, piece in enumerate(table.to_batches(max_chunksize=2500)):
+        write_part(pa.Table.from_batches([piece]), run, rank=0, pid=77, seq=i)
+    first, last = window_of(run)
+    assert (first, last) == window_of(table)
+    for start, end, width in [(first, last, 400), (first + 10**8, first + 2 * 10**8, 700)]:
+        a = timeline(table, start, end, width)
+        b = timeline(run, start, end, width)
+        assert a == b
+    ranks = timeline(run, width=100, ranks=[1])
+    assert {t["rank"] for t in ranks["tracks"]} == {1}
+
+
+def test_bad_windows_and_widths_are_refused():
+    table = generated(6, tracks=1, per_track=10)
+    with pytest.raises(ValueError, match="width"):
+        timeline(table, width=0)
+    with pytest.raises(ValueError, match="empty"):
+        timeline(table, 10, 10, 100)
+
+
+def test_an_index_answers_zoomed_out_views_as_the_spans_do():
+    """Where the view's pixels are whole bins of the index, its answer is the spans' own,
+    exactly; at any other width each span is still counted once; pixels shorter than a
+    bin are not answered from the index."""
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = pa.concat_tables([generated(7), generated(8, tracks=1, per_track=40)])
+    index = TimelineIndex(table, bins=1024)
+    for width in (64, 256, 1024):  # 16, 4 and 1 bins a pixel
+        assert index.view(width=width) == timeline(table, width=width)
+    first, last = index.window
+    bin_ns = index.bin_ns
+    # a window of whole bins: the index counts the spans shorter than a bin that start in
+    # it (one that starts before and reaches into it is in the spans' pixel 0, not the
+    # index's) and the longer ones that overlap it
+    a, b = first + math.ceil(100 * bin_ns), first + math.ceil(612 * bin_ns)
+    view = index.view(a, b, width=128)
+    starts, ends = table["start_ns"].to_numpy(), table["end_ns"].to_numpy()
+    long = (ends - starts) >= bin_ns  # rows of the index: counted where they overlap, as exactly
+    counted = sum(p["count"] for t in view["tracks"] for p in t["pixels"]) + sum(
+        len(t["spans"]) for t in view["tracks"]
+    )
+    short_in = ~long & (starts >= a) & (starts < b)
+    long_over = long & (starts < b) & (ends > a)
+    assert counted == int(short_in.sum() + long_over.sum())
+    for width in (100, 333, 1000):
+        view = index.view(width=width)
+        counted = sum(
+            len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in view["tracks"]
+        )
+        assert counted == table.num_rows
+        assert all(len(t["pixels"]) <= width for t in view["tracks"])
+    assert index.view(first, first + int(bin_ns * 10), width=100) is None  # finer than a bin
+    ranks = index.view(width=64, ranks=[1])
+    assert ranks == timeline(table, width=64, ranks=[1])
