@@ -30,17 +30,24 @@ SPAN_SCHEMA = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("arg", pa.int64(), nullable=True),
         pa.field("error", pa.bool_(), nullable=False),
-        # duration minus the union of its children's intervals (same thread, and the spans of
-        # asyncio tasks created under it): statistics need no parent join (see _selftime.py)
+        # the time its own code ran: duration minus the union of its children's intervals
+        # (same thread, and the spans of asyncio tasks created under it), and for a span of an
+        # asyncio task minus the time its task was suspended: statistics need no parent join
+        # (see _selftime.py)
         pa.field("self_ns", pa.int64(), nullable=False),
+        # the time its asyncio task spent suspended (awaiting) while it was the task's
+        # innermost open span; 0 for sync code (DESIGN.md "Self and wait")
+        pa.field("wait_ns", pa.int64(), nullable=False),
     ]
 )
 
 COLUMNS = tuple(SPAN_SCHEMA.names)
 
-#: The columns a trace format (Chrome JSON, Perfetto) stores: ``self_ns`` is derived from
-#: them on load (``_selftime.with_self_ns``).
-TRACE_SCHEMA = SPAN_SCHEMA.remove(SPAN_SCHEMA.get_field_index("self_ns"))
+#: The columns a trace format (Chrome JSON, Perfetto) stores: ``self_ns`` and ``wait_ns``
+#: are derived from them on load (``_selftime.with_self_ns``).
+TRACE_SCHEMA = SPAN_SCHEMA.remove(SPAN_SCHEMA.get_field_index("wait_ns")).remove(
+    SPAN_SCHEMA.get_field_index("self_ns")
+)
 
 #: Keys of the schema metadata (bytes -> bytes in Arrow; values are UTF-8, JSON where noted).
 META_HOST = b"hotspan.host"

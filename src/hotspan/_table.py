@@ -163,5 +163,6 @@ def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table
         _fixed(raw, "arg", pa.int64(), n, "arg_valid"),
         _fixed(raw, "error", pa.bool_(), n),
         _fixed(raw, "self_ns", pa.int64(), n),
+        _fixed(raw, "wait_ns", pa.int64(), n),
     ]
     return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(meta))

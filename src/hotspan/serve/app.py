@@ -84,6 +84,7 @@ class StatsRow(BaseModel):
     count: int
     total_ns: int
     self_ns: int
+    wait_ns: int = 0
     mean_ns: Optional[float] = None
     min_ns: int
     p50_ns: Optional[float] = None
@@ -114,6 +115,9 @@ class Span(BaseModel):
     duration_ns: int
     #: duration_ns less the union of the children's intervals (null in files older than the column)
     self_ns: Optional[int] = None
+    #: the time its asyncio task was suspended (awaiting) while it was the task's innermost
+    #: span: not part of self_ns (null in files older than the column)
+    wait_ns: Optional[int] = None
     depth: int
     thread_id: int
     thread_name: Optional[str] = None

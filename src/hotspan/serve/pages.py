@@ -30,6 +30,7 @@ STAT_COLUMNS = (
     ("count", "count", lambda v: f"{v:,}"),
     ("total", "total_ns", human_ns),
     ("self", "self_ns", human_ns),
+    ("wait", "wait_ns", human_ns),
     ("mean", "mean_ns", human_ns),
     ("p50", "p50_ns", human_ns),
     ("p90", "p90_ns", human_ns),

@@ -56,6 +56,7 @@ SPAN_FIELDS = (
     "end_ns",
     "duration_ns",
     "self_ns",
+    "wait_ns",
     "depth",
     "thread_id",
     "thread_name",
@@ -402,6 +403,8 @@ def spans_page(
                 )
             if "self_ns" not in table.column_names:  # a part written before self_ns was a column
                 table = table.append_column("self_ns", pa.nulls(table.num_rows, pa.int64()))
+            if "wait_ns" not in table.column_names:  # nor wait_ns: none is known
+                table = table.append_column("wait_ns", pa.nulls(table.num_rows, pa.int64()))
             rows.extend(table.select(list(SPAN_FIELDS)).to_pylist())
             if len(rows) > limit:
                 return plain(rows[:limit]), True
