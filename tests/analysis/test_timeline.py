@@ -225,3 +225,36 @@ def test_an_index_answers_zoomed_out_views_as_the_spans_do():
     assert index.view(first, first + int(bin_ns * 10), width=100) is None  # finer than a bin
     ranks = index.view(width=64, ranks=[1])
     assert ranks == timeline(table, width=64, ranks=[1])
+
+
+def test_overlapping_asyncio_tasks_get_lanes_as_the_exports_give_them():
+    """Tasks under gather overlap on their thread: their span trees are drawn on lanes of
+    the thread (lane 0 its own, then one a tree that overlaps), and on each lane spans nest."""
+    import asyncio
+
+    import hotspan
+
+    async def task(k: int) -> None:
+        with hotspan.span("fetch", "io"):
+            await asyncio.sleep(0.002 * (1 + k % 3))
+            with hotspan.span("parse", "cpu"):
+                sum(range(2000))
+
+    async def main() -> None:
+        with hotspan.span("batch", "io"):
+            await asyncio.gather(*(task(k) for k in range(6)))
+
+    hotspan.drain()
+    asyncio.run(main())
+    table = hotspan.drain()
+    view = timeline(table, width=2000)  # 13 spans: every one exact
+    lanes = [t for t in view["tracks"]]
+    assert len(lanes) > 1 and [t["lane"] for t in lanes] == list(range(len(lanes)))
+    assert sum(len(t["spans"]) for t in lanes) == table.num_rows
+    for track in lanes:
+        by_depth: dict[int, list] = defaultdict(list)
+        for s in track["spans"]:
+            by_depth[s["depth"]].append((s["start_ns"], s["end_ns"]))
+        for intervals in by_depth.values():
+            intervals.sort()
+            assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:]))  # no overlap

@@ -34,7 +34,17 @@ __all__ = ["TRACK_KEYS", "TimelineIndex", "timeline", "window_of"]
 #: The columns that tell tracks apart, in the answer's order.
 TRACK_KEYS = ("rank", "pid", "thread_id", "lane")
 #: The columns the timeline reads.
-_COLUMNS = ("span_id", "name", "start_ns", "end_ns", "depth", "rank", "pid", "thread_id")
+_COLUMNS = (
+    "span_id",
+    "parent_id",
+    "name",
+    "start_ns",
+    "end_ns",
+    "depth",
+    "rank",
+    "pid",
+    "thread_id",
+)
 #: Rows read from a Parquet part at a time.
 _BATCH_ROWS = 1 << 18
 #: Widths a request may ask for (a 16k screen at most).
@@ -212,12 +222,18 @@ class _Summary:
             entry: dict[str, Any] = dict(zip(TRACK_KEYS, key))
             if code in self.few:  # at most width spans: every one of them, exactly
                 few = pa.concat_tables(self.few[code], promote_options="permissive")
-                entry["spans"] = _span_rows(few)
+                lanes = _lanes(few)
+                entry["spans"] = _span_rows(lanes[0])
                 entry["pixels"] = []
                 tracks.append(entry)
+                tracks += [
+                    {**entry, "lane": k, "spans": _span_rows(t)}
+                    for k, t in enumerate(lanes[1:], start=1)
+                ]
                 continue
             mine = wide.filter(pc.equal(wide["track"], code)) if wide is not None else None
-            entry["spans"] = _span_rows(mine) if mine is not None and mine.num_rows else []
+            lanes = _lanes(mine) if mine is not None and mine.num_rows else []
+            entry["spans"] = _span_rows(lanes[0]) if lanes else []
             xs = np.flatnonzero(self.counts[code])
             entry["pixels"] = [
                 {"x": x, "count": c, "name": str(names[n]), "depth": d, "time_ns": t}
@@ -230,6 +246,10 @@ class _Summary:
                 )
             ]
             tracks.append(entry)
+            tracks += [
+                {**entry, "lane": k, "spans": _span_rows(t), "pixels": []}
+                for k, t in enumerate(lanes[1:], start=1)
+            ]
         return {
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
@@ -243,6 +263,29 @@ class _Summary:
 _NAMES = 1 << 24
 #: The least depth of a pixel with no span yet.
 _NO_DEPTH = np.iinfo(np.int64).max
+
+
+def _lanes(spans: pa.Table) -> list[pa.Table]:
+    """A track's exact spans split into lanes, as the exports place asyncio tasks
+    (``formats/lanes.py``): the spans of lane 0, of lane 1, .... Span trees of
+    tasks that overlap on a thread move, whole, to further lanes; spans that nest stay on
+    lane 0 (the usual case: one vectorised check)."""
+    from .._schema import META_TASKS
+    from ..formats.lanes import assign_lanes
+
+    if spans.num_rows < 2 or "parent_id" not in spans.column_names:
+        return [spans]
+    # the search always runs: a window's rows carry no note that tasks ran
+    searched = spans.replace_schema_metadata({META_TASKS: b"1"})
+    if "track" in searched.column_names:
+        searched = searched.drop_columns(["track"])
+    laned, mapping = assign_lanes(searched)
+    if not mapping:
+        return [spans]
+    tid = laned["thread_id"].to_numpy()
+    out = [laned.filter(pa.array(~np.isin(tid, list(mapping))))]
+    out += [laned.filter(pa.array(tid == synthetic)) for synthetic in sorted(mapping)]
+    return out
 
 
 def _span_rows(table: pa.Table) -> list[dict[str, Any]]:
