@@ -128,3 +128,47 @@ def test_a_window_over_the_limit_is_413_naming_its_spans(runs_dir):
             assert small.status_code == 200, small.text
     finally:
         srv.stop()
+
+
+@pytest.mark.slow  # a server of its own and a browser
+def test_the_timeline_has_the_button_and_says_a_window_is_too_large(runs_dir, tmp_path):
+    """The run page's timeline has "Open this window in Perfetto", whose trace is the download
+    of the window shown (the whole run at first); over the limit, the page says how many spans
+    the window holds and how many open, instead of opening Perfetto UI."""
+    import html
+    import re
+
+    from _util import run_chromium
+
+    job = hotspan.load(runs_dir / "job")
+    srv = Server(
+        runs_dir,
+        "--perfetto-ui",
+        "http://127.0.0.1:9/",  # never reached: the window is refused first
+        env={"HOTSPAN_SERVE_WINDOW_MAX_SPANS": "5"},
+    )
+    try:
+        with srv.client() as client:
+            rid = {t["path"]: t["id"] for t in client.get("/v1/traces").json()["traces"]}["job"]
+            result = run_chromium(
+                tmp_path,
+                "--disable-popup-blocking",
+                "--virtual-time-budget=8000",
+                "--dump-dom",
+                f"{srv.url}runs/{rid}#perfetto-window",
+            )
+            assert result.returncode == 0, result.stderr
+            button = re.search(r'<button id="perfetto-window"[^>]*>([^<]*)</button>', result.stdout)
+            assert button and button.group(1) == "Open this window in Perfetto"
+            trace = html.unescape(re.search(r'data-trace="([^"]*)"', button.group(0)).group(1))
+            assert trace.startswith(f"/v1/traces/{rid}/download?format=pftrace&start_ns=")
+            said = re.search(
+                r'<span id="perfetto-window-status"[^>]*>([^<]*)</span>', result.stdout
+            )
+            assert said and said.group(1) == (
+                f"this window holds {job.num_rows:,} spans: zoom in to at most 5"
+            ), result.stdout[-3000:]
+            refused = client.get(trace)
+            assert refused.status_code == 413 and refused.json()["spans"] == job.num_rows
+    finally:
+        srv.stop()
