@@ -135,3 +135,27 @@ def test_a_bad_window_is_one_line_and_exit_2(run_dir, tmp_path):
     assert done.returncode == 2
     assert "--since" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "w.parquet").exists()
+
+
+def test_every_source_gives_the_same_window(run_dir, tmp_path):
+    """A run directory (the window read from the row groups reaching it), a Parquet file, a
+    Chrome JSON trace (loaded whole, then filtered), and the window with a filter besides:
+    the same spans."""
+    whole = hotspan.load(run_dir)
+    hotspan.export(whole, tmp_path / "run.parquet")
+    hotspan.export(whole, tmp_path / "run.json")
+    want = _expected((0, 2), 2_000 * MS, 3_030 * MS)
+    window = ("--since", "2", "--until", "3.03", "--rank", "0,2")
+    for source, extra in (
+        (run_dir, ()),
+        (tmp_path / "run.parquet", ()),
+        (tmp_path / "run.json", ()),
+        (run_dir, ("--filter", "name~.")),
+    ):
+        out = tmp_path / "out.parquet"
+        done = _cli("export", source, out, *window, *extra)
+        assert done.returncode == 0, done.stderr
+        table = hotspan.load(out)
+        assert set(zip(table["rank"].to_pylist(), table["name"].to_pylist())) == want, source
+        assert table.num_rows == len(want)
+        out.unlink()
