@@ -383,6 +383,16 @@ def _group_stats(group: Any, names: list[str], column: str) -> tuple[Any, Any] |
     return stats.min, stats.max
 
 
+def _may_hold_ranks(group: Any, names: list[str], path: str, wanted: set[int] | None) -> bool:
+    """Whether a row group may hold spans of the ``wanted`` ranks, by its statistics."""
+    if wanted is None:
+        return True
+    if "rank" not in names:
+        return _directory_rank(path) in wanted
+    bounds = _group_stats(group, names, "rank")
+    return bounds is None or any(bounds[0] <= r <= bounds[1] for r in wanted)
+
+
 def window_count(
     spans: Any,
     start_ns: int | None = None,
@@ -416,6 +426,8 @@ def window_count(
         for g in range(part.metadata.num_row_groups):
             group = part.metadata.row_group(g)
             if not _may_overlap(group, names, start_ns, end_ns):
+                continue
+            if not _may_hold_ranks(group, names, path, wanted):
                 continue
             starts = _group_stats(group, names, "start_ns")
             inside = starts is not None and (
@@ -470,6 +482,7 @@ def window_spans(
     from ..formats.base import conform_to_schema
     from ..formats.dataset import merge_metadata
 
+    wanted = None if ranks is None else {int(r) for r in ranks}
     tables = []
     metas = []
     for path in files:
@@ -480,22 +493,40 @@ def window_spans(
             g
             for g in range(part.metadata.num_row_groups)
             if _may_overlap(part.metadata.row_group(g), names, start_ns, end_ns)
+            and _may_hold_ranks(part.metadata.row_group(g), names, path, wanted)
         ]
         if not groups:
             continue
-        table = part.read_row_groups(groups, use_threads=False)
-        if "rank" not in names:
-            rank = _directory_rank(path)
-            table = table.append_column("rank", pa.array(np.full(table.num_rows, rank, np.int32)))
-        mask = arrow_mask(table, terms)
-        if mask is not None:
-            table = table.filter(mask)
+        own_rank = None if "rank" in names else _directory_rank(path)
+        keys = [c for c in ("start_ns", "end_ns", "rank") if c in names]
+        kept = []
+        # A row group at a time: its three key columns say which rows are in the window;
+        # only a group holding some is read whole, and only those rows kept (copied out of
+        # it), so memory is one row group and the window's spans, not the run.
+        for g in groups:
+            key = part.read_row_group(g, columns=keys, use_threads=False)
+            if own_rank is not None:
+                key = key.append_column("rank", pa.array(np.full(key.num_rows, own_rank, np.int32)))
+            mask = arrow_mask(key, terms)
+            rows = pc.indices_nonzero(mask) if mask is not None else None
+            if rows is not None and len(rows) == 0:
+                continue
+            table = part.read_row_group(g, use_threads=False)
+            if own_rank is not None:
+                table = table.append_column(
+                    "rank", pa.array(np.full(table.num_rows, own_rank, np.int32))
+                )
+            kept.append(table if rows is None else table.take(rows))
+            del table
+        if not kept:
+            continue
+        table = pa.concat_tables(kept)
         tables.append(conform_to_schema(table, path, metadata={}))
-    if not tables:
-        from ..formats import load
-
-        empty = load(files[0]).slice(0, 0)
-        return empty.replace_schema_metadata(merge_metadata(metas))
+    if not tables:  # no span in the window: the parts' columns, no rows
+        empty = pq.ParquetFile(files[0]).schema_arrow.empty_table()
+        if "rank" not in empty.column_names:
+            empty = empty.append_column("rank", pa.array([], pa.int32()))
+        return conform_to_schema(empty, files[0], metadata=merge_metadata(metas))
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     return table.replace_schema_metadata(merge_metadata(metas))
 
