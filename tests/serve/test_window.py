@@ -172,3 +172,25 @@ def test_the_timeline_has_the_button_and_says_a_window_is_too_large(runs_dir, tm
             assert refused.status_code == 413 and refused.json()["spans"] == job.num_rows
     finally:
         srv.stop()
+
+
+def test_the_cache_keeps_the_newest_window_files_only(tmp_path):
+    """Opening window after window must not fill the disk: past WINDOW_FILES_KEPT window
+    files, the oldest are removed (the run's own download copies are not window files)."""
+    import os
+
+    from hotspan.serve import queries
+
+    kept = queries.WINDOW_FILES_KEPT
+    paths = []
+    for i in range(kept + 5):
+        path = tmp_path / f"run{i}-{i:016x}-window.pftrace"
+        path.write_bytes(b"x")
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+        paths.append(path)
+    other = tmp_path / "run0-abc-download.pftrace"
+    other.write_bytes(b"x")
+    os.utime(other, (1, 1))
+    queries._forget_windows(tmp_path, keep=paths[-1])
+    assert sorted(tmp_path.glob("*-window.*")) == sorted(paths[-kept:])
+    assert other.exists()

@@ -455,7 +455,27 @@ def window_path(
             from ..formats import export
 
             export(window_spans(files, start_ns, end_ns, ranks=wanted), target)
+            _forget_windows(cache, keep=target)
     return target
+
+
+#: Window files kept in the cache (each up to ``WINDOW_MAX_SPANS`` spans): the oldest go first.
+WINDOW_FILES_KEPT = 16
+
+
+def _forget_windows(cache: Path, keep: Path) -> None:
+    """The cache's window files past the newest ``WINDOW_FILES_KEPT`` removed: a user panning
+    and opening window after window must not fill the disk."""
+    found = []
+    for path in cache.glob("*-window.*"):
+        try:
+            found.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    found.sort(reverse=True)
+    for _mtime, path in found[WINDOW_FILES_KEPT:]:
+        if path != keep:
+            path.unlink(missing_ok=True)
 
 
 def download_path(
