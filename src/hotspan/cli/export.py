@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "flame-graph view of it (.speedscope.json for speedscope.app, .folded collapsed stacks with "
         "self time for flamegraph.pl and inferno; written, never loaded back). --since/--until "
         "and --rank export a window of the run: every span that overlaps it on those ranks "
-        "(a span that starts before --since and ends after it too), small enough for Perfetto UI.",
+        "(a span that starts before --since and ends after it too): a window of a run too large for "
+        "Perfetto UI.",
         "hotspan export trace.parquet trace.pftrace          # for ui.perfetto.dev\n"
         "hotspan export run/ run.speedscope.json             # for speedscope.app\n"
         "hotspan export trace.parquet trace.folded           # flamegraph.pl trace.folded > flame.svg\n"
