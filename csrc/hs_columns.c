@@ -221,7 +221,7 @@ static void convert_range(convert_part *part) {
     uint64_t *restrict span_id = c->span_id, *restrict parent_id = c->parent_id;
     int32_t *restrict name_idx = c->name_idx, *restrict category_idx = c->category_idx;
     int64_t *restrict start_ns = c->start_ns, *restrict end_ns = c->end_ns, *restrict duration_ns = c->duration_ns;
-    int64_t *restrict self_ns = c->self_ns;
+    int64_t *restrict self_ns = c->self_ns, *restrict wait_ns = c->wait_ns;
     int32_t *restrict depth_col = c->depth, *restrict thread_idx = c->thread_idx;
     int64_t *restrict thread_id = c->thread_id, *restrict arg_col = c->arg;
     const int32_t *restrict pair_name = x->pair_name, *restrict pair_cat = x->pair_cat;
@@ -267,9 +267,11 @@ static void convert_range(convert_part *part) {
             start_ns[row] = st;
             end_ns[row] = en;
             duration_ns[row] = en - st;
-            /* for now only whether the span may overlap its siblings: self_times() below
-             * turns it into the self time, thread by thread in close order */
-            self_ns[row] = (flags & HS_F_OVERLAP) != 0;
+            /* for now only whether the span may overlap its siblings (and is a task's
+             * root), and its duration in ticks: self_times() below turns them into the self
+             * and wait times, thread by thread in close order */
+            self_ns[row] = flags & (HS_F_OVERLAP | HS_F_TASKROOT);
+            wait_ns[row] = (int64_t)dur;
             depth_col[row] = (int32_t)depth;
             thread_id[row] = tid;
             thread_idx[row] = tix;
@@ -293,13 +295,23 @@ static void convert_range(convert_part *part) {
  * children covered carried from drain to drain on the thread's info. Exact in the table's
  * own nanoseconds. */
 static void self_times(hs_columns *c, const segment_plan *plan, uint64_t nsegs) {
+    /* Waits exist only where asyncio tasks' steps were seen: else one load per batch. */
+    const int waits = hs_wait_any();
     for (uint64_t k = 0; k < nsegs; k++) {
         hs_thread_info *info = plan[k].seg->info;
         uint64_t end_row = plan[k].row + plan[k].seg->nspans;
         for (uint64_t row = plan[k].row; row < end_row; row++) {
             uint64_t parent = (c->parent_valid[row >> 3] >> (row & 7)) & 1 ? c->parent_id[row] : 0;
+            int flags = (int)c->self_ns[row];
+            int64_t dur_ticks = c->wait_ns[row], wait = 0;
+            uint64_t wait_ticks = 0;
+            int in_task = waits && hs_wait_take(c->span_id[row], &wait_ticks);
+            if (in_task && dur_ticks > 0) /* ticks to the span's own ns */
+                wait = (int64_t)((__int128)wait_ticks * c->duration_ns[row] / dur_ticks);
             c->self_ns[row] = hs_self_step(&info->self_state, c->span_id[row], parent, c->start_ns[row],
-                                           c->end_ns[row], (int)c->self_ns[row]);
+                                           c->end_ns[row], (flags & HS_F_OVERLAP) != 0, (flags & HS_F_TASKROOT) != 0,
+                                           in_task, &wait);
+            c->wait_ns[row] = wait;
         }
     }
 }
@@ -381,6 +393,7 @@ static int drain_collect_locked(hs_columns *c, int32_t rank) {
     c->end_ns = hs_buf_alloc(rows * 8);
     c->duration_ns = hs_buf_alloc(rows * 8);
     c->self_ns = hs_buf_alloc(rows * 8);
+    c->wait_ns = hs_buf_alloc(rows * 8);
     c->depth = hs_buf_alloc(rows * 4);
     c->thread_id = hs_buf_alloc(rows * 8);
     c->thread_idx = hs_buf_alloc(rows * 4);
@@ -395,7 +408,7 @@ static int drain_collect_locked(hs_columns *c, int32_t rank) {
     name_ids = malloc(sizeof(uint32_t) * strs.count);
     cat_ids = malloc(sizeof(uint32_t) * strs.count);
     if (!c->span_id || !c->parent_id || !c->parent_valid || !c->name_idx || !c->category_idx ||
-        !c->category_valid || !c->start_ns || !c->end_ns || !c->duration_ns || !c->self_ns || !c->depth || !c->thread_id ||
+        !c->category_valid || !c->start_ns || !c->end_ns || !c->duration_ns || !c->self_ns || !c->wait_ns || !c->depth || !c->thread_id ||
         !c->thread_idx || !c->arg || !c->arg_valid || !c->error || !pair_name || !pair_cat || !str_name_idx ||
         !str_cat_idx || !name_ids || !cat_ids)
         goto fail;
@@ -537,7 +550,7 @@ fail:
 
 void hs_columns_free(hs_columns *c) {
     void *bufs[] = {c->span_id, c->parent_id, c->parent_valid, c->name_idx, c->category_idx, c->category_valid,
-                    c->start_ns, c->end_ns, c->duration_ns, c->self_ns, c->depth, c->thread_id, c->thread_idx,
+                    c->start_ns, c->end_ns, c->duration_ns, c->self_ns, c->wait_ns, c->depth, c->thread_id, c->thread_idx,
                     c->arg, c->arg_valid, c->error};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hs_buf_free(bufs[i]);
     hs_buf_free(c->names_blob);

@@ -31,7 +31,8 @@ typedef struct hs_columns {
     int64_t *start_ns;
     int64_t *end_ns;
     int64_t *duration_ns;
-    int64_t *self_ns; /* duration minus the union of its children's intervals (hs_selftime.h) */
+    int64_t *self_ns; /* the time its own code ran (hs_selftime.h) */
+    int64_t *wait_ns; /* the time its asyncio task was suspended while it was innermost */
     int32_t *depth;
     int64_t *thread_id;
     int32_t *thread_idx;

@@ -18,6 +18,7 @@
 #include "hs_intern.h"
 #include "hs_nvtx.h"
 #include "hs_registry.h"
+#include "hs_selftime.h"
 
 static void prepare(void) {
     hs_collect_lock();       /* first: a drain() in progress finishes before the fork */
@@ -47,6 +48,7 @@ static void child(void) {
     hs_drain_after_fork_child();    /* the parent's segments and drain thread: not ours */
     hs_flight_after_fork_child();   /* then the file: the thread's state may be in the parent's */
     hs_registry_after_fork_child(); /* then every other thread; a fresh id base and chain */
+    hs_wait_after_fork_child();     /* the parent's tasks' waits (a lock another thread may hold) */
     hs_intern_unlock();
     hs_registry_unlock();
     hs_drain_fork_release();

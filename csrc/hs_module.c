@@ -319,7 +319,8 @@ static PyObject *py_drain(PyObject *m, PyObject *rank_obj) {
         put_buffer(d, "category_valid", &c.category_valid, bits) < 0 ||
         put_buffer(d, "start_ns", &c.start_ns, n * 8) < 0 || put_buffer(d, "end_ns", &c.end_ns, n * 8) < 0 ||
         put_buffer(d, "duration_ns", &c.duration_ns, n * 8) < 0 ||
-        put_buffer(d, "self_ns", &c.self_ns, n * 8) < 0 || put_buffer(d, "depth", &c.depth, n * 4) < 0 ||
+        put_buffer(d, "self_ns", &c.self_ns, n * 8) < 0 || put_buffer(d, "wait_ns", &c.wait_ns, n * 8) < 0 ||
+        put_buffer(d, "depth", &c.depth, n * 4) < 0 ||
         put_buffer(d, "thread_id", &c.thread_id, n * 8) < 0 || put_buffer(d, "thread_idx", &c.thread_idx, n * 4) < 0 ||
         put_constant(d, "pid", &const_pid, (int64_t)getpid(), 8, n) < 0 ||
         put_constant(d, "rank", &const_rank, rank, 4, n) < 0 ||

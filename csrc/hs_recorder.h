@@ -51,8 +51,13 @@ extern const char hs_owner_native[1];
 #define HS_FRAME_SPAWNED 0x400u
 #define HS_FRAME_SPAWNED_SHIFT 6
 _Static_assert((HS_FRAME_SPAWNED >> HS_FRAME_SPAWNED_SHIFT) == HS_F_OVERLAP, "frame bit -> record bit");
-/* The record flag a child of the frame carries: one shift and one mask, no branch. */
-#define HS_CHILD_FLAGS(parent_frame_flags) (((parent_frame_flags) >> HS_FRAME_SPAWNED_SHIFT) & HS_F_OVERLAP)
+/* Frame bit: the creator's frame copied below a task's own frames (hs_tasks.c): a span
+ * opened right above it is the task's root and carries HS_F_TASKROOT, by the same shift. */
+#define HS_FRAME_FOREIGN 0x800u
+_Static_assert((HS_FRAME_FOREIGN >> HS_FRAME_SPAWNED_SHIFT) == HS_F_TASKROOT, "frame bit -> record bit");
+/* The record flags a child of the frame carries: one shift and one mask, no branch. */
+#define HS_CHILD_FLAGS(parent_frame_flags) \
+    (((parent_frame_flags) >> HS_FRAME_SPAWNED_SHIFT) & (HS_F_OVERLAP | HS_F_TASKROOT))
 
 int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair);
 void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error);

@@ -81,6 +81,14 @@ typedef struct hs_tstate {
     uint32_t own_depth;
     uint32_t own_cap;
     uint64_t serial; /* unique per registration: stack objects name their thread by it */
+    /* The event loop's step hook (hs_tasks.c), never the hot path: the stack of the task
+     * step running on the thread (a strong reference to the glue's stack object, or NULL),
+     * and whether a step the hook saw begin is running. */
+    void *step;
+    int in_step;
+    /* The thread's own stack object (strong): the thread may have been linked inside a
+     * task's step (its context is then that task's) before the hook was installed. */
+    void *base_stack;
 } hs_tstate;
 
 /* A span site: a (name, category) with its interned ids and a one-entry cache of the

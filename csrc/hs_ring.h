@@ -64,6 +64,10 @@ enum {
      * the root of such a task): it may overlap its siblings, so drain() merges it into
      * their union instead of summing it (hs_selftime.h). */
     HS_F_OVERLAP = 16,
+    /* The span is the root of an asyncio task's stack: its parent (the creator's innermost
+     * span) is on another stack, suspended or busy elsewhere while this one runs
+     * (hs_selftime.h: a task's span does not count its tasks' roots as covering it). */
+    HS_F_TASKROOT = 32,
 };
 
 #define HS_DUR_BITS 40

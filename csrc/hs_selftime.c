@@ -1,6 +1,8 @@
 /* hs_selftime: what the closed children of a thread's open spans cover (see hs_selftime.h). */
 #include "hs_selftime.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,9 @@ typedef struct self_interval {
 typedef struct self_entry {
     uint64_t key;
     int64_t sum;          /* children that overlap nothing: durations summed */
+    int64_t own_sum;      /* children on the span's own stack that may overlap task roots
+                             (closed after it created a task): summed, as they never
+                             overlap one another */
     int64_t merged_len;   /* the length of the union below */
     self_interval *merged; /* children that may overlap: disjoint, by start */
     uint32_t n, cap;
@@ -121,14 +126,15 @@ static int merge_interval(self_entry *e, int64_t start, int64_t end) {
 }
 
 int64_t hs_self_step(hs_self_state **state, uint64_t id, uint64_t parent, int64_t start_ns, int64_t end_ns,
-                     int overlap) {
+                     int overlap, int task_root, int in_task, int64_t *wait_ns) {
     hs_self_state *st = *state;
     int64_t dur = end_ns > start_ns ? end_ns - start_ns : 0;
-    int64_t covered = 0;
+    int64_t covered = 0, own = 0;
     if (st && st->count) {
         int64_t i = self_find(st, id);
         if (i >= 0) {
             covered = st->slots[i].sum + st->slots[i].merged_len;
+            own = st->slots[i].sum + st->slots[i].own_sum;
             self_remove(st, (uint32_t)i);
         }
     }
@@ -138,10 +144,123 @@ int64_t hs_self_step(hs_self_state **state, uint64_t id, uint64_t parent, int64_
             *state = st;
         }
         self_entry *e = st ? self_insert(st, parent) : NULL;
-        if (e && (!overlap || merge_interval(e, start_ns, end_ns) < 0)) e->sum += dur;
+        if (e) {
+            if (!overlap || merge_interval(e, start_ns, end_ns) < 0) e->sum += dur;
+            else if (!task_root) e->own_sum += dur;
+        }
     }
-    int64_t self = dur - covered;
-    return self > 0 ? self : 0;
+    if (!in_task) {
+        *wait_ns = 0;
+        int64_t self = dur - covered;
+        return self > 0 ? self : 0;
+    }
+    /* A task's span: what its own stack leaves it is its own code's time or its task's
+     * suspension; the roots of tasks it created ran while its task was suspended. */
+    int64_t innermost = dur - own;
+    if (innermost < 0) innermost = 0;
+    int64_t wait = *wait_ns < 0 ? 0 : *wait_ns > innermost ? innermost : *wait_ns;
+    *wait_ns = wait;
+    return innermost - wait;
+}
+
+/* ---------------------------------------------------------------- the wait map */
+
+typedef struct wait_slot {
+    uint64_t key; /* span id; 0: empty */
+    uint64_t ticks;
+} wait_slot;
+
+static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+static wait_slot *wait_slots = NULL;
+static uint32_t wait_bits = 0, wait_count = 0;
+static _Atomic uint32_t wait_any = 0;
+
+static inline uint32_t wait_home(uint64_t key) { return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - wait_bits)); }
+
+static int wait_grow(void) {
+    uint32_t old_cap = wait_slots ? 1u << wait_bits : 0;
+    uint32_t bits = wait_slots ? wait_bits + 1 : 6;
+    if (bits > 26) return -1; /* 64 M open spans of suspended tasks: keep no more */
+    wait_slot *slots = calloc((size_t)1 << bits, sizeof(wait_slot));
+    if (!slots) return -1;
+    wait_slot *old = wait_slots;
+    wait_slots = slots;
+    wait_bits = bits;
+    uint32_t mask = (1u << bits) - 1;
+    for (uint32_t k = 0; k < old_cap; k++) {
+        if (!old[k].key) continue;
+        uint32_t i = wait_home(old[k].key);
+        while (slots[i].key) i = (i + 1) & mask;
+        slots[i] = old[k];
+    }
+    free(old);
+    return 0;
+}
+
+void hs_wait_add(uint64_t id, uint64_t ticks) {
+    if (!id) return;
+    pthread_mutex_lock(&wait_lock);
+    if (wait_slots) {
+        uint32_t mask = (1u << wait_bits) - 1;
+        for (uint32_t i = wait_home(id); wait_slots[i].key; i = (i + 1) & mask)
+            if (wait_slots[i].key == id) {
+                wait_slots[i].ticks += ticks;
+                pthread_mutex_unlock(&wait_lock);
+                return;
+            }
+    }
+    if ((!wait_slots || (wait_count + 1) * 2 > (1u << wait_bits)) && wait_grow() < 0) {
+        pthread_mutex_unlock(&wait_lock);
+        return;
+    }
+    uint32_t mask = (1u << wait_bits) - 1, i = wait_home(id);
+    while (wait_slots[i].key) i = (i + 1) & mask;
+    wait_slots[i].key = id;
+    wait_slots[i].ticks = ticks;
+    wait_count++;
+    atomic_store_explicit(&wait_any, wait_count, memory_order_relaxed);
+    pthread_mutex_unlock(&wait_lock);
+}
+
+int hs_wait_take(uint64_t id, uint64_t *ticks) {
+    if (!id || !atomic_load_explicit(&wait_any, memory_order_relaxed)) return 0;
+    int found = 0;
+    pthread_mutex_lock(&wait_lock);
+    if (wait_slots) {
+        uint32_t mask = (1u << wait_bits) - 1;
+        uint32_t i = wait_home(id);
+        for (; wait_slots[i].key; i = (i + 1) & mask)
+            if (wait_slots[i].key == id) break;
+        if (wait_slots[i].key == id) {
+            found = 1;
+            *ticks = wait_slots[i].ticks;
+            /* linear probing's deletion, as self_remove */
+            uint32_t hole = i;
+            for (uint32_t j = (i + 1) & mask; wait_slots[j].key; j = (j + 1) & mask) {
+                uint32_t home = wait_home(wait_slots[j].key);
+                if ((j > hole && (home <= hole || home > j)) || (j < hole && home <= hole && home > j)) {
+                    wait_slots[hole] = wait_slots[j];
+                    hole = j;
+                }
+            }
+            wait_slots[hole].key = 0;
+            wait_slots[hole].ticks = 0;
+            wait_count--;
+            atomic_store_explicit(&wait_any, wait_count, memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&wait_lock);
+    return found;
+}
+
+int hs_wait_any(void) { return atomic_load_explicit(&wait_any, memory_order_relaxed) != 0; }
+
+void hs_wait_after_fork_child(void) {
+    pthread_mutex_init(&wait_lock, NULL);
+    free(wait_slots);
+    wait_slots = NULL;
+    wait_bits = wait_count = 0;
+    atomic_store_explicit(&wait_any, 0, memory_order_relaxed);
 }
 
 void hs_self_state_free(hs_self_state *st) {

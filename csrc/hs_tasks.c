@@ -14,15 +14,27 @@
  * depth + 1), with no change to the hot path: roots of a task stack are pushed at depth
  * b, the creator's depth, and read their parent from frame b - 1 as any nested span does.
  * Frames below that hold no owner, so nothing ever closes them from the task.
+ *
+ * Self and wait (hs_selftime.h): a task's span is not running while its task is suspended.
+ * The switches of the hot path happen at span events only, so the moments a task resumes
+ * and suspends come from the event loop: every asyncio handle (a task step among them) runs
+ * through asyncio.events.Handle._run, which hotspan._asyncio_steps replaces (when a thread
+ * or a task records its first span, asyncio loaded) by a _StepRunner that notes the step's
+ * beginning and end around the original. At a step's end, the task's
+ * innermost open span of its own is noted with the time; when the task resumes, the time
+ * between is added to that span's wait (hs_wait_add). Sync code and Context.run never
+ * come here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hs_recorder.h"
+#include "hs_selftime.h"
 #include "hs_tasks.h"
 
 /* link_thread reads PyThreadState.context, a field of CPython's non-limited thread state
@@ -45,6 +57,10 @@ typedef struct {
                          the address while the object lives; the cycle through the
                          context's variables is the collector's) */
     int is_base;      /* the thread's own stack (frames in hs_tstate.own_*) */
+    uint32_t base;    /* frames below are the creator's (owner NULL), from here the task's own */
+    int observed;     /* a step of it ran inside the loop's step hook: its waits are known */
+    uint64_t susp_since; /* ticks when its task was suspended with a span of its own open (0: not) */
+    uint64_t susp_seq;   /* that span's id */
 } StackObject;
 
 static int stack_traverse(StackObject *s, visitproc visit, void *arg) {
@@ -146,6 +162,11 @@ static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx)
         frames[cd - 1] = cf[cd - 1];
         frames[cd - 1].owner = NULL; /* the creator's to close, never this task's */
         frames[cd - 1].flags &= ~HS_FRAME_NVTX; /* so its NVTX range too */
+        frames[cd - 1].flags |= HS_FRAME_FOREIGN; /* this task's roots: HS_F_TASKROOT */
+        /* A span of a task whose steps the hook sees: its self time follows the task rule
+         * (the roots created under it run while its task is suspended). */
+        if (creator && creator->observed && cd > creator->base)
+            hs_wait_add(cf[cd - 1].seq, 0);
     }
     StackObject *s = PyObject_GC_New(StackObject, &StackType);
     if (!s) {
@@ -158,12 +179,180 @@ static StackObject *stack_new(hs_tstate *t, StackObject *creator, PyObject *ctx)
     s->serial = t->serial;
     s->ctx = Py_NewRef(ctx);
     s->is_base = 0;
+    s->base = cd;
+    s->observed = t->in_step;
+    s->susp_since = s->susp_seq = 0;
     PyObject_GC_Track(s);
     return s;
 }
 
+/* --------------------------------------------------------------- the step hook */
+
+static int steps_installed = 0;
+
+/* Once, at the first task stack: wrap asyncio's handles (hotspan._asyncio_steps), if asyncio
+ * is loaded at all (Context.run alone needs no loop). Any failure: no waits, today's rule. */
+static void install_steps(void) {
+    PyObject *name = PyUnicode_FromString("asyncio");
+    PyObject *asyncio = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (asyncio) {
+        steps_installed = 1;
+        PyObject *mod = PyImport_ImportModule("hotspan._asyncio_steps");
+        PyObject *r = mod ? PyObject_CallMethod(mod, "install", NULL) : NULL;
+        Py_XDECREF(r);
+        Py_XDECREF(mod);
+        Py_DECREF(asyncio);
+    }
+    PyErr_Clear();
+}
+
+/* The step running on the thread has ended (at `now`): its task is suspended, with its
+ * innermost open span of its own (if any) waiting from now. */
+static void stack_suspend(hs_tstate *t, StackObject *so, uint64_t now) {
+    /* the stack's frames: live on the thread while it is current; the thread's own stack
+     * (a task's context can be the one the thread was linked in) keeps them on the thread */
+    int current = so->is_base ? t->stack_owner == NULL : (void *)so == t->stack_owner;
+    hs_frame *frames = current ? t->stack : so->is_base ? t->own_stack : so->frames;
+    uint32_t depth = current ? t->depth : so->is_base ? t->own_depth : so->depth;
+    if (depth > so->base && frames) {
+        so->susp_since = now;
+        so->susp_seq = frames[depth - 1].seq;
+    } else {
+        so->susp_since = 0;
+    }
+}
+
+static void step_suspend(hs_tstate *t, uint64_t now) {
+    StackObject *so = (StackObject *)t->step;
+    t->step = NULL;
+    if (!so) return;
+    stack_suspend(t, so, now);
+    Py_DECREF(so);
+}
+
+/* A handle starts running in ctx on the thread: the task whose context it is (if it has a
+ * stack of its own here) resumes. Never raises. */
+static void step_begin(hs_tstate *t, PyObject *ctx) {
+    uint64_t now = hs_ticks();
+    if (t->step) step_suspend(t, now); /* a step whose end was not seen (before the hook) */
+    t->in_step = 1;
+    if (!ctx || !PyContext_CheckExact(ctx)) return;
+    PyObject *val = PyObject_GetItem(ctx, stack_var); /* KeyError: a context with no stack */
+    if (!val) {
+        PyErr_Clear();
+        return;
+    }
+    if (Py_IS_TYPE(val, &StackType)) {
+        StackObject *so = (StackObject *)val;
+        /* the task's own stack on this thread (a copy of another's context has none yet;
+         * the thread's own stack is a task's when the thread was linked in its step) */
+        if (so->ctx == ctx && so->serial == t->serial) {
+            if (so->susp_since) {
+                if (now > so->susp_since) hs_wait_add(so->susp_seq, now - so->susp_since);
+                so->susp_since = 0;
+            }
+            so->observed = 1;
+            t->step = Py_NewRef(so);
+        }
+    }
+    Py_DECREF(val);
+}
+
+/* The handle has ended: its task (if any) is suspended from now. Never raises. */
+static void step_end(hs_tstate *t) {
+    t->in_step = 0;
+    if (t->step) step_suspend(t, hs_ticks());
+}
+
+/* hotspan._asyncio_steps puts one in place of asyncio.events.Handle._run: a method
+ * descriptor (no bound method made per call) that runs the original _run between
+ * step_begin and step_end, so the loop pays two C calls a handle and no Python frame. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *original;
+    vectorcallfunc vectorcall;
+} StepRunObject;
+
+static PyObject *context_name = NULL; /* "_context": the handle's contextvars context */
+
+static PyObject *steprun_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    PyObject *original = ((StepRunObject *)self)->original;
+    hs_tstate *t = hs_tls;
+    if (!t || PyVectorcall_NARGS(nargsf) != 1 || kwnames) return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    PyObject *ctx = PyObject_GetAttr(args[0], context_name);
+    if (!ctx) PyErr_Clear();
+    step_begin(t, ctx);
+    Py_XDECREF(ctx);
+    PyObject *result = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    t = hs_tls;
+    if (t && (t->step || t->in_step)) {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb); /* releasing the task's stack may run a finalizer */
+        step_end(t);
+        PyErr_Restore(et, ev, etb);
+    }
+    return result;
+}
+
+static PyObject *steprun_get(PyObject *self, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (!obj || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *steprun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *original;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "_StepRunner(original) takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O:_StepRunner", &original)) return NULL;
+    if (!PyCallable_Check(original)) {
+        PyErr_SetString(PyExc_TypeError, "_StepRunner(original): original must be callable");
+        return NULL;
+    }
+    StepRunObject *o = (StepRunObject *)type->tp_alloc(type, 0);
+    if (!o) return NULL;
+    o->original = Py_NewRef(original);
+    o->vectorcall = steprun_vectorcall;
+    return (PyObject *)o;
+}
+
+static void steprun_dealloc(StepRunObject *o) {
+    PyObject_GC_UnTrack(o);
+    Py_CLEAR(o->original);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static int steprun_traverse(StepRunObject *o, visitproc visit, void *arg) {
+    Py_VISIT(o->original);
+    return 0;
+}
+
+static PyMemberDef steprun_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(StepRunObject, original), READONLY, "The method it runs."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject StepRunType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hotspan._native._StepRunner",
+    .tp_basicsize = sizeof(StepRunObject),
+    .tp_dealloc = (destructor)steprun_dealloc,
+    .tp_vectorcall_offset = offsetof(StepRunObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "_StepRunner(original)\n--\n\nasyncio.events.Handle._run with the task's resume and suspend noted "
+              "(hotspan._asyncio_steps; internal).",
+    .tp_traverse = (traverseproc)steprun_traverse,
+    .tp_members = steprun_members,
+    .tp_descr_get = steprun_get,
+    .tp_new = steprun_new,
+};
+
 static void ctx_switch(hs_tstate *t) {
     if (!PyGILState_Check()) return; /* a native thread without the GIL: keep the stack */
+    uint64_t now = hs_ticks();
     PyObject *ctx = (PyObject *)*t->ctx_slot;
     if (!ctx) { /* no context (left by a Context.run entered before the link): our own */
         swap_to(t, NULL, NULL);
@@ -193,8 +382,18 @@ static void ctx_switch(hs_tstate *t) {
     /* The calls above may have run a finalizer that recorded spans (and switched): the
      * swap saves whatever is current now. The context pointer is unchanged by them. */
     swap_to(t, target, ctx);
+    /* The step running now is this task's (the hook saw the step begin before the task had
+     * a stack, or never saw it begin: then its next step_begin on this thread ends it). */
+    if (!t->step && !target->is_base) t->step = Py_NewRef(target);
+    /* A task's first span in a step the hook did not see begin (it is not installed yet):
+     * the thread's own stack may be a task's (the thread was linked in its step), which is
+     * suspended now, since this other task runs: noted as of this switch. */
+    if (made && !t->in_step && t->base_stack && t->base_stack != (void *)target)
+        stack_suspend(t, (StackObject *)t->base_stack, now);
+    int first = made != NULL && !steps_installed;
     Py_XDECREF(made);
     Py_XDECREF(val);
+    if (first) install_steps();
     PyErr_Restore(et, ev, etb);
     return;
 fail:
@@ -210,6 +409,11 @@ static void link_dealloc(LinkObject *o) {
     /* On the thread itself (Python deletes a thread state on its own thread, but at
      * finalization): back to its own stack, and no context to follow any more. */
     if (t && t == o->t && t->serial == o->serial) {
+        PyObject *step = t->step, *base = t->base_stack;
+        t->step = t->base_stack = NULL;
+        t->in_step = 0;
+        Py_XDECREF(step);
+        Py_XDECREF(base);
         swap_to(t, NULL, NULL);
         t->ctx_slot = (void *const *)&t->ctx_none;
         t->ctx = NULL;
@@ -237,6 +441,9 @@ static void link_thread(hs_tstate *t) {
         base->serial = t->serial;
         base->ctx = NULL;
         base->is_base = 1;
+        base->base = 0;
+        base->observed = 0;
+        base->susp_since = base->susp_seq = 0;
         PyObject_GC_Track(base);
     }
     LinkObject *link = PyObject_New(LinkObject, &LinkType);
@@ -254,7 +461,13 @@ static void link_thread(hs_tstate *t) {
     Py_DECREF(tok);
     base->ctx = Py_XNewRef(ts->context);
     t->ctx = ts->context;
+    t->base_stack = Py_NewRef(base);
     t->ctx_slot = (void *const *)&ts->context; /* last: switching starts here */
+    /* The thread's first span may be in an asyncio task's step (its context is then this
+     * one): the hook goes in now if asyncio is loaded, and the step running is this
+     * stack's, whose end the hook's first callback notes (hotspan._asyncio_steps). */
+    if (!t->step) t->step = Py_NewRef(base);
+    if (!steps_installed) install_steps();
     Py_DECREF(base);
     Py_DECREF(link);
     PyErr_Restore(et, ev, etb);
@@ -270,11 +483,13 @@ fail:
 }
 
 int hs_tasks_init(PyObject *m) {
-    (void)m;
     if (PyType_Ready(&StackType) < 0 || PyType_Ready(&LinkType) < 0) return -1;
     stack_var = PyContextVar_New("hotspan.task_stack", NULL);
     if (!stack_var) return -1;
     hs_ctx_switch_hook = ctx_switch;
     hs_thread_link_hook = link_thread;
-    return 0;
+    if (PyType_Ready(&StepRunType) < 0) return -1;
+    context_name = PyUnicode_InternFromString("_context");
+    if (!context_name) return -1;
+    return PyModule_AddType(m, &StepRunType);
 }

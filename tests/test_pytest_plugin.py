@@ -206,10 +206,14 @@ def test_benchmark_spans_land_in_the_saved_json_and_compare_names_the_slower_spa
         spans = {(s["category"], s["name"]): s for s in summary["spans"]}
         assert set(spans) == {("bench", "steady"), ("bench", "hot")}  # not the setup's span
         assert summary["dropped"] == 0
+        # the machine's speed while the benchmark ran (issue 32): loop and contention
+        assert summary["machine"]["loop_ns"] > 0 and summary["machine"]["samples"] >= 1
         rounds = bench["stats"]["rounds"]
         for s in spans.values():
             assert s["count"] >= rounds  # every timed round, and the calibration's
             assert s["p50_ns"] <= s["p99_ns"] and s["total_ns"] >= s["count"] * 20_000
+            assert s["mean_ns"] >= 20_000 and s["stddev_ns"] >= 0
+            assert 0 < len(s["data_ns"]) <= min(s["count"], 200) and min(s["data_ns"]) >= 20_000
         assert spans[("bench", "steady")]["p50_ns"] >= 20_000
     # The dataset is written too, the benchmark's part named by its node id.
     sessions = sorted((pytester.path / "spans").iterdir())
@@ -233,7 +237,7 @@ def test_benchmark_spans_land_in_the_saved_json_and_compare_names_the_slower_spa
     rows = json.loads(said.out)
     assert code == 1
     assert [r["verdict"] for r in rows["benchmarks"]] == ["slower"]
-    assert rows["benchmarks"][0]["rule"] == "quartiles"  # autosave keeps no rounds
+    assert rows["benchmarks"][0]["rule"] == "welch"  # autosave keeps no rounds: the summary
     verdicts = {r["name"]: r["verdict"] for r in rows["spans"]}
     assert verdicts == {"hot": "slower", "steady": "same"}
 

@@ -196,6 +196,103 @@ def compare(
     )
 
 
+def collectives(
+    spans: Any,
+    *,
+    category: str = "comms",
+    align: bool = True,
+    clock_error_ns: int | None = None,
+    filter: _SpanFilter | dict[str, Any] | None = None,
+) -> pa.Table:
+    """Collectives matched across ranks: a row per instance and rank, as a ``pyarrow.Table``.
+
+    :param spans: a span table, or a path (a run directory, a file, a list of them): a run
+        larger than memory is read a batch at a time.
+    :param category: the last part of the collectives' category (``train/comms``: ``comms``).
+    :param align: estimate each rank's clock offset from the collectives' ends and correct it.
+    :param clock_error_ns: each rank's clock error bound, in place of the run's metadata.
+    :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+
+    Columns: ``key`` (the span's name), ``index`` (the k-th of that key on each rank),
+    ``rank``, ``arrival_ns``, ``arrival_error_ns``, ``wait_ns`` (last arrival minus its own,
+    within its span) and ``last``. See :func:`hotspan.analysis.ranks.collectives`.
+    """
+    from .analysis.ranks import collectives as implementation
+
+    return implementation(
+        spans, category=category, align=align, clock_error_ns=clock_error_ns, filter=filter
+    )
+
+
+def stragglers(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    clock_error_ns: int | None = None,
+    alpha: float = 0.001,
+    min_share: float = 0.05,
+    filter: _SpanFilter | dict[str, Any] | None = None,
+) -> pa.Table:
+    """Which rank makes the others wait, and why: a row per rank, as a ``pyarrow.Table``.
+
+    :param spans: a span table, or a path (a run directory, a file, a list of them).
+    :param category: the last part of the collectives' category.
+    :param step: the step span's name (else each rank's most frequent top-level span).
+    :param align: correct each rank's clock offset, estimated from the collectives' ends.
+    :param clock_error_ns: each rank's clock error bound, in place of the run's metadata.
+    :param alpha: the straggler test's level (Bennett's bound, Bonferroni over ranks).
+    :param min_share: how far above its expected share of all blame a straggler must be.
+    :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+
+    Columns: ``rank``, ``blame_ns`` (the others' waits where it arrived last), ``wait_ns``,
+    ``steps_last``, ``straggler``, ``reason`` (``rank 7: data.fetch +38.00 ms a step over
+    the median rank, 812 of 1,000 steps``) and ``step_ns_if_median``. See
+    :func:`hotspan.analysis.ranks.stragglers`.
+    """
+    from .analysis.ranks import stragglers as implementation
+
+    return implementation(
+        spans,
+        category=category,
+        step=step,
+        align=align,
+        clock_error_ns=clock_error_ns,
+        alpha=alpha,
+        min_share=min_share,
+        filter=filter,
+    )
+
+
+def critical_path(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    summary: bool = False,
+    filter: _SpanFilter | dict[str, Any] | None = None,
+) -> pa.Table:
+    """The critical path of each step across ranks: a row per segment, as a ``pyarrow.Table``.
+
+    :param spans: a span table, or a path (a run directory, a file, a list of them).
+    :param category: the last part of the collectives' category.
+    :param step: the step span's name (else each rank's most frequent top-level span).
+    :param align: correct each rank's clock offset, estimated from the collectives' ends.
+    :param summary: per span name instead: ``critical_ns`` and ``share`` of the path.
+    :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+
+    Columns: ``step``, ``rank``, ``name``, ``start_ns``, ``end_ns`` (the rank's own clock).
+    See :func:`hotspan.analysis.ranks.critical_path`.
+    """
+    from .analysis.ranks import critical_path as implementation
+
+    return implementation(
+        spans, category=category, step=step, align=align, summary=summary, filter=filter
+    )
+
+
 def live(min_ns: int = 0, file: IO[str] | None = None) -> LiveLog:
     """Print one line per finished span of at least ``min_ns`` (:func:`hotspan.recording.live_log.live`)."""
     from .recording.live_log import live as implementation
@@ -358,8 +455,10 @@ __all__ = [
     "SpanFilter",
     "__version__",
     "begin",
+    "collectives",
     "compare",
     "configure",
+    "critical_path",
     "disable",
     "drain",
     "dropped",
@@ -380,6 +479,7 @@ __all__ = [
     "set_thread_name",
     "span",
     "stats",
+    "stragglers",
     "subscribe",
     "sync",
     "traced",
@@ -391,6 +491,10 @@ __all__ = [
 # HOTSPAN_OUT=dest: record from import to exit (launchers need no code change). The
 # recorder module (no pyarrow at import) loads only when asked for.
 import os as _os  # noqa: E402
+
+from . import _machine as _machine  # noqa: E402
+
+_machine.mark_import()  # a run's CPU contention counts from here (~20 us: see _machine)
 
 if _os.environ.get("HOTSPAN_OUT", "").strip():
     from .recording.recorder import start_from_env as _start_from_env

@@ -239,6 +239,9 @@ def wait_for_devices() -> None:
 
 def core_table() -> "pa.Table":
     """One pass of the core's drain as a span table (the caller holds ``drain_lock``)."""
+    from . import _machine
+
+    machine = _machine.measure()  # before the first drain imports pyarrow: not the run's time
     from ._table import metadata, table_from_raw
 
     r = rank()
@@ -252,6 +255,7 @@ def core_table() -> "pa.Table":
         version=__version__,
         id_base=raw["id_base"],
         tasks=_native._tasks_seen(),
+        machine=machine,
     )
     table = table_from_raw(raw, meta=meta)
     if _native._cuda_used():  # a device span was entered: its completed pairs are rows

@@ -30,17 +30,24 @@ SPAN_SCHEMA = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("arg", pa.int64(), nullable=True),
         pa.field("error", pa.bool_(), nullable=False),
-        # duration minus the union of its children's intervals (same thread, and the spans of
-        # asyncio tasks created under it): statistics need no parent join (see _selftime.py)
+        # the time its own code ran: duration minus the union of its children's intervals
+        # (same thread, and the spans of asyncio tasks created under it), and for a span of an
+        # asyncio task minus the time its task was suspended: statistics need no parent join
+        # (see _selftime.py)
         pa.field("self_ns", pa.int64(), nullable=False),
+        # the time its asyncio task spent suspended (awaiting) while it was the task's
+        # innermost open span; 0 for sync code (DESIGN.md "Self and wait")
+        pa.field("wait_ns", pa.int64(), nullable=False),
     ]
 )
 
 COLUMNS = tuple(SPAN_SCHEMA.names)
 
-#: The columns a trace format (Chrome JSON, Perfetto) stores: ``self_ns`` is derived from
-#: them on load (``_selftime.with_self_ns``).
-TRACE_SCHEMA = SPAN_SCHEMA.remove(SPAN_SCHEMA.get_field_index("self_ns"))
+#: The columns a trace format (Chrome JSON, Perfetto) stores: ``self_ns`` and ``wait_ns``
+#: are derived from them on load (``_selftime.with_self_ns``).
+TRACE_SCHEMA = SPAN_SCHEMA.remove(SPAN_SCHEMA.get_field_index("wait_ns")).remove(
+    SPAN_SCHEMA.get_field_index("self_ns")
+)
 
 #: Keys of the schema metadata (bytes -> bytes in Arrow; values are UTF-8, JSON where noted).
 META_HOST = b"hotspan.host"
@@ -63,6 +70,9 @@ META_RUN = b"hotspan.run"
 META_ID_BASE = b"hotspan.id_base"  # the process's random span id base (decimal): ids are base + k
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"
+# JSON: how fast the machine was while the run ran (_machine.measure: calibration loop,
+# run-queue contention, their product "slowness"); `compare` tells machine drift by it
+META_MACHINE = b"hotspan.machine"
 # JSON: {"total": n, "reasons": {why: n}}: rows a loader left out of a damaged file
 # (a truncated last line, ...), set by formats.base.note_skipped; absent when none were.
 META_SKIPPED_ON_LOAD = b"hotspan.skipped_on_load"

@@ -1,9 +1,12 @@
 """Self time for a span table that does not carry it: the one vectorised implementation.
 
-``drain()`` computes ``self_ns`` in C as spans become a table (csrc/hs_selftime.h), and
-hotspan's own files keep the column. Every other table (a foreign Chrome JSON or Perfetto
-trace, a file written before the column existed, a recovered flight file, a table a user
-built) gets it here, by the same rule: a span's duration minus the time covered by the
+``drain()`` computes ``self_ns`` and ``wait_ns`` in C as spans become a table
+(csrc/hs_selftime.h), and hotspan's own files keep the columns. Every other table (a foreign
+Chrome JSON or Perfetto trace, a file written before the columns existed, a recovered flight
+file, a table a user built) gets them here. ``wait_ns`` (the time a span's asyncio task
+was suspended while the span was its innermost) needs the moments tasks resumed and
+suspended, which only the recorder sees: such a table has none, so ``wait_ns`` is 0 and
+``self_ns`` follows the rule for sync code: a span's duration minus the time covered by the
 union of its children's intervals, children on the same thread (the spans of asyncio tasks
 created under it included, which overlap one another), clipped to the span, never negative.
 Device rows (another thread id) are not a host span's children for this purpose.
@@ -11,11 +14,19 @@ Device rows (another thread id) are not a host span's children for this purpose.
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 SELF_FIELD = pa.field("self_ns", pa.int64(), nullable=False)
+WAIT_FIELD = pa.field("wait_ns", pa.int64(), nullable=False)
+#: Schema metadata a trace format (Chrome JSON, Perfetto: neither has a column for them)
+#: carries for the rows whose ``self_ns`` or ``wait_ns`` a loader could not compute (spans of
+#: asyncio tasks): base64 of ``span_id`` (uint64), ``self_ns`` and ``wait_ns`` (int64), little
+#: endian, so ``load(export(table))`` gives them back (:func:`note_self_wait`).
+SELF_WAIT_KEY = b"hotspan.self_wait"
 
 
 def self_ns_column(table: pa.Table) -> pa.Array:
@@ -57,10 +68,66 @@ def self_ns_column(table: pa.Table) -> pa.Array:
 
 
 def with_self_ns(table: pa.Table) -> pa.Table:
-    """``table`` with a ``self_ns`` column appended (computed), or as it is when it has one."""
-    if "self_ns" in table.column_names:
+    """``table`` with ``self_ns`` (computed) and ``wait_ns`` (0: no task's suspensions are
+    known) appended where it lacks them, or as it is when it has both; then the values a
+    trace format carried for the spans of asyncio tasks (:data:`SELF_WAIT_KEY`) put back."""
+    if "self_ns" not in table.column_names:
+        table = table.append_column(SELF_FIELD, self_ns_column(table))
+    if "wait_ns" not in table.column_names:
+        table = table.append_column(
+            WAIT_FIELD, pa.array(np.zeros(table.num_rows, np.int64), pa.int64())
+        )
+    if SELF_WAIT_KEY in (table.schema.metadata or {}):
+        table = _apply_self_wait(table)
+    return table
+
+
+def note_self_wait(table: pa.Table) -> pa.Table:
+    """``table`` with :data:`SELF_WAIT_KEY` in its metadata for the rows whose ``self_ns`` or
+    ``wait_ns`` the rule for sync code would not give back on load (the spans of asyncio
+    tasks); as it is when there are none (no column has a wait)."""
+    if "wait_ns" not in table.column_names or "self_ns" not in table.column_names:
         return table
-    return table.append_column(SELF_FIELD, self_ns_column(table))
+    wait = _int64(table, "wait_ns")
+    if not wait.any():
+        return table
+    own = _int64(table, "self_ns")
+    recomputed = self_ns_column(table.drop_columns(["self_ns", "wait_ns"])).to_numpy()
+    rows = np.flatnonzero((wait != 0) | (own != recomputed))
+    ids = table.column("span_id").to_numpy().astype("<u8")[rows]
+    blob = b"".join(
+        (ids.tobytes(), own[rows].astype("<i8").tobytes(), wait[rows].astype("<i8").tobytes())
+    )
+    metadata = dict(table.schema.metadata or {})
+    metadata[SELF_WAIT_KEY] = base64.b64encode(blob)
+    return table.replace_schema_metadata(metadata)
+
+
+def _apply_self_wait(table: pa.Table) -> pa.Table:
+    metadata = dict(table.schema.metadata or {})
+    try:
+        blob = base64.b64decode(metadata.pop(SELF_WAIT_KEY), validate=True)
+    except ValueError:
+        blob = b""  # damaged: the computed values stand
+    table = table.replace_schema_metadata(metadata or None)
+    if not blob or len(blob) % 24:
+        return table
+    n = len(blob) // 24
+    ids = np.frombuffer(blob, "<u8", n)
+    own = np.frombuffer(blob, "<i8", n, 8 * n).astype(np.int64)
+    wait = np.frombuffer(blob, "<i8", n, 16 * n).astype(np.int64)
+    at = pc.index_in(table.column("span_id"), value_set=pa.array(ids, pa.uint64()))
+    found = pc.is_valid(at).to_numpy(zero_copy_only=False)
+    if not found.any():
+        return table
+    which = pc.fill_null(at, 0).to_numpy().astype(np.int64)[found]
+    self_col, wait_col = _int64(table, "self_ns").copy(), _int64(table, "wait_ns").copy()
+    self_col[found] = own[which]
+    wait_col[found] = wait[which]
+    for field, values in ((SELF_FIELD, self_col), (WAIT_FIELD, wait_col)):
+        index = table.schema.get_field_index(field.name)
+        table = table.set_column(index, table.schema.field(index), pa.array(values, pa.int64()))
+    return table
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:

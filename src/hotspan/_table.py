@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
+from . import _machine
 from ._run import run_id
 from ._schema import (
     META_ARGV,
@@ -24,6 +25,7 @@ from ._schema import (
     META_ENV,
     META_HOST,
     META_ID_BASE,
+    META_MACHINE,
     META_TASKS,
     META_PID,
     META_PYTHON,
@@ -87,6 +89,7 @@ def metadata(
     version: str,
     id_base: int | None = None,
     tasks: bool = False,
+    machine: dict[str, Any] | None = None,
 ) -> dict[bytes, bytes]:
     """all_threads: (thread id, name, spans dropped, of which at the memory cap) per thread."""
     dropped_threads = {str(tid): count for tid, _name, count, _cap in all_threads if count}
@@ -110,6 +113,7 @@ def metadata(
         META_PID: str(pid).encode(),
         META_RUN: run_id().encode(),
         META_ENV: json.dumps(environment(version)).encode(),
+        META_MACHINE: json.dumps(machine or _machine.measure()).encode(),
     }
     if id_base is not None:
         meta[META_ID_BASE] = str(id_base).encode()
@@ -159,5 +163,6 @@ def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table
         _fixed(raw, "arg", pa.int64(), n, "arg_valid"),
         _fixed(raw, "error", pa.bool_(), n),
         _fixed(raw, "self_ns", pa.int64(), n),
+        _fixed(raw, "wait_ns", pa.int64(), n),
     ]
     return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(meta))

@@ -15,10 +15,12 @@ hotspan`` stays as light as it is). With ``--hotspan``:
   ``"outcome"``). ``<session>`` is new for every run (time, pid, random bits): nothing is
   ever written over. Read it with ``hotspan stats DIR/<session>`` or ``hotspan.load``.
 - With pytest-benchmark, a benchmark's spans (those of its call, calibration and warm-up
-  rounds included) are summarised per category/name (count, p50, p99, total, by
-  ``hotspan.stats``) into ``benchmark.extra_info["hotspan"]``, so they are in the JSON that
-  ``--benchmark-json`` / ``--benchmark-autosave`` write; ``hotspan compare A.json B.json``
-  compares two of them.
+  rounds included) are summarised per category/name (count, p50, p99, total, mean and
+  standard deviation, by ``hotspan.stats``, and up to :data:`SPAN_SAMPLES` of their
+  durations) into ``benchmark.extra_info["hotspan"]``, with the machine's speed while the
+  benchmark ran (``"machine"``: ``hotspan._machine.measure``, its calibration loop and CPU
+  contention), so they are in the JSON that ``--benchmark-json`` / ``--benchmark-autosave``
+  write; ``hotspan compare A.json B.json`` compares two of them.
 
 The plugin reads spans through a cursor of its own (``recording.hub``): a test calling
 ``hotspan.drain()``, a ``record()`` or a subscriber still gets every span. Spans the
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
 DEFAULT_DIR = ".hotspan"
 #: The key of ``benchmark.extra_info`` the summary goes under.
 EXTRA_INFO_KEY = "hotspan"
+#: At most this many durations of a span are kept in a benchmark's summary (evenly spaced
+#: order statistics of all of them): ``compare`` tests on them.
+SPAN_SAMPLES = 200
 #: In a part's ``hotspan.part`` metadata: the node id of the test whose spans it holds.
 PART_TEST_KEY = "test"
 _PLUGIN_NAME = "hotspan-recorder"
@@ -166,14 +171,19 @@ class _Recorder:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
+        from . import _machine
+
         self._tables.append(self._take())  # the setup's spans (fixtures)
+        machine_at_start = _machine.snapshot()
         yield
         call = self._take()
         self._tables.append(call)
         benchmark = _benchmark_fixture(item)
         if benchmark is not None and call is not None:
             try:
-                benchmark.extra_info[EXTRA_INFO_KEY] = summary(call, dropped=self._dropped_now())
+                benchmark.extra_info[EXTRA_INFO_KEY] = summary(
+                    call, dropped=self._dropped_now(), machine=_machine.measure(machine_at_start)
+                )
             except Exception as exc:  # noqa: BLE001 - never fail a test over its spans
                 self._error(
                     f"{item.nodeid}: could not summarise the spans: {type(exc).__name__}: {exc}"
@@ -278,14 +288,28 @@ def _benchmark_fixture(item: pytest.Item) -> Any:
     return None
 
 
-def summary(table: pa.Table, *, dropped: int = 0) -> dict[str, Any]:
+def summary(
+    table: pa.Table, *, dropped: int = 0, machine: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What goes into ``benchmark.extra_info["hotspan"]``: per category/name (largest total
-    first) the count, p50, p99 and total duration in ns, from ``hotspan.stats``; and the
-    spans lost while the benchmark ran (``dropped``: its figures then leave them out)."""
-    from .analysis import stats
+    first) the count, p50, p99, total, mean and standard deviation of the durations in ns
+    (``hotspan.stats``), and up to :data:`SPAN_SAMPLES` of the durations (``data_ns``: evenly
+    spaced order statistics); the spans lost while the benchmark ran (``dropped``: its
+    figures then leave them out); the machine's speed while it ran (``machine``)."""
+    import numpy as np
 
+    from .analysis import stats
+    from .analysis.comparison import durations_by_group
+
+    durations = durations_by_group(table, ("category", "name"))
     rows = []
     for row in stats(table, by=("category", "name")).to_pylist():
+        values = np.sort(durations.get((row["category"], row["name"]), np.zeros(0, np.int64)))
+        if len(values) > SPAN_SAMPLES:
+            values = values[
+                np.round(np.linspace(0, len(values) - 1, SPAN_SAMPLES)).astype(np.int64)
+            ]
+        everything = durations.get((row["category"], row["name"]))
         rows.append(
             {
                 "category": row["category"],
@@ -294,6 +318,14 @@ def summary(table: pa.Table, *, dropped: int = 0) -> dict[str, Any]:
                 "p50_ns": row["p50_ns"],
                 "p99_ns": row["p99_ns"],
                 "total_ns": row["total_ns"],
+                "mean_ns": row["mean_ns"],
+                "stddev_ns": float(np.std(everything, ddof=1))
+                if everything is not None and len(everything) > 1
+                else 0.0,
+                "data_ns": [int(v) for v in values],
             }
         )
-    return {"spans": rows, "dropped": int(dropped)}
+    out: dict[str, Any] = {"spans": rows, "dropped": int(dropped)}
+    if machine is not None:
+        out["machine"] = machine
+    return out

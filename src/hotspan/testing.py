@@ -11,12 +11,18 @@ import json
 import subprocess
 import sys
 import textwrap
+from typing import TYPE_CHECKING, Any
 
 from . import _native
+
+if TYPE_CHECKING:
+    from .analysis.rank_workload import RanksRun
 
 __all__ = [
     "FLAT_OUT_THREADS",
     "NoopContext",
+    "Straggler",
+    "many_ranks",
     "run_flat_out_threads",
     "set_fake_clock",
     "set_real_clock",
@@ -25,6 +31,21 @@ __all__ = [
 #: A C context manager whose __enter__/__exit__ do nothing: the cost of a ``with`` statement
 #: on a C object, the floor the overhead benchmarks measure a span against.
 NoopContext = _native.NoopContext
+
+
+def many_ranks(ranks: int = 8, steps: int = 100, stragglers: Any = (), **options: Any) -> RanksRun:
+    """A generated many-rank training run with injected stragglers and per-host clock
+    offsets, and its known answers (:func:`hotspan.analysis.rank_workload.many_ranks`)."""
+    from .analysis.rank_workload import many_ranks as implementation
+
+    return implementation(ranks, steps, stragglers, **options)
+
+
+def Straggler(rank: int, *args: Any, **options: Any) -> Any:
+    """A rank made slow in one span (:class:`hotspan.analysis.rank_workload.Straggler`)."""
+    from .analysis.rank_workload import Straggler as implementation
+
+    return implementation(rank, *args, **options)
 
 
 def set_fake_clock(start_ns: int, step_ns: int) -> None:

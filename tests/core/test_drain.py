@@ -33,6 +33,7 @@ EXPECTED_TYPES = {
     "arg": pa.int64(),
     "error": pa.bool_(),
     "self_ns": pa.int64(),
+    "wait_ns": pa.int64(),
 }
 STRING_COLUMNS = ("name", "category", "thread_name")
 
@@ -57,6 +58,7 @@ def test_schema_is_exactly_the_contract():
         "arg",
         "error",
         "self_ns",
+        "wait_ns",
     ]
     for name, typ in EXPECTED_TYPES.items():
         assert t.schema.field(name).type == typ, name

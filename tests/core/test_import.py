@@ -134,7 +134,18 @@ def test_hotspan_out_records_from_import_and_loads_pyarrow_on_its_flush_thread(t
 
 
 SUBMODULES = ["analysis", "cli", "formats", "recording", "report", "units", "demo"]
-FUNCTIONS = ["stats", "live", "record", "export", "load", "phases", "compare"]
+FUNCTIONS = [
+    "stats",
+    "live",
+    "record",
+    "export",
+    "load",
+    "phases",
+    "compare",
+    "collectives",
+    "stragglers",
+    "critical_path",
+]
 
 
 def test_every_subpackage_imports_as_a_module_and_the_functions_stay_functions():

@@ -38,6 +38,7 @@ def _spans(
         "arg": pa.nulls(n, pa.int64()),
         "error": pa.array([False] * n),
         "self_ns": pa.array([5] * n, pa.int64()),
+        "wait_ns": pa.array([0] * n, pa.int64()),
     }
     meta = {
         b"hotspan.host": b"h",

@@ -32,6 +32,7 @@ def awkward_spans() -> pa.Table:
             arg=0,
             error=False,
             self_ns=900,
+            wait_ns=0,
         ),
         dict(
             span_id=(1 << 63) + 12346,
@@ -49,6 +50,7 @@ def awkward_spans() -> pa.Table:
             arg=None,
             error=True,
             self_ns=0,
+            wait_ns=0,
         ),
     ]
     arrays = []

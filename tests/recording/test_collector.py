@@ -71,6 +71,7 @@ def _span_table(rank: int, n: int = 10) -> pa.Table:
         "arg": pa.nulls(n, pa.int64()),
         "error": pa.array([False] * n),
         "self_ns": pa.array([7] * n, pa.int64()),
+        "wait_ns": pa.array([0] * n, pa.int64()),
     }
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in t.schema], schema=t.schema)
 
@@ -530,6 +531,7 @@ def _big_span_table(n: int) -> pa.Table:
         "end_ns": pa.array(zeros + 7),
         "duration_ns": pa.array(zeros + 7),
         "self_ns": pa.array(zeros + 7),
+        "wait_ns": pa.array(zeros),
         "depth": pa.array(np.zeros(n, np.int32)),
         "thread_id": pa.array(zeros + 1),
         "thread_name": pa.DictionaryArray.from_arrays(codes, pa.array(["t"])),

@@ -12,7 +12,8 @@ from hotspan.formats.dataset import list_parts, location, write_part
 from hotspan.recording.compaction import compact
 
 STRING_COLUMNS = {"name", "category", "thread_name"}
-RANGED_COLUMNS = {"start_ns", "end_ns", "duration_ns"}  # analysis/streaming.py column_range
+# analysis/streaming.py column_range (wait_ns: whether phases must sum self times)
+RANGED_COLUMNS = {"start_ns", "end_ns", "duration_ns", "wait_ns"}
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_a_recorders_parts_use_the_light_encoding_and_read_back_exactly(tmp_path
     assert {c.compression for c in columns.values()} == {"LZ4"}  # LZ4_RAW in the file
     dictionary = {name for name, c in columns.items() if "RLE_DICTIONARY" in c.encodings}
     assert dictionary == STRING_COLUMNS
-    for name in ("start_ns", "end_ns", "duration_ns", "self_ns", "arg"):
+    for name in ("start_ns", "end_ns", "duration_ns", "self_ns", "wait_ns", "arg"):
         assert "BYTE_STREAM_SPLIT" in columns[name].encodings, name
     # Spark cannot read byte-stream-split unsigned 64-bit ids
     assert "BYTE_STREAM_SPLIT" not in columns["span_id"].encodings

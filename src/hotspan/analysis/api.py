@@ -107,6 +107,10 @@ def compare_spans(
         "seed": seed,
         "normalize": normalize,
         "shift": shift,
+        "machine": (
+            comparison.machine_of(before.metadata()),
+            comparison.machine_of(after.metadata()),
+        ),
     }
     if before.table is not None and after.table is not None:
         from .statistics import stats as table_stats

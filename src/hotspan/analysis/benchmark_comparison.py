@@ -4,18 +4,32 @@ and per span (the summaries ``pytest --hotspan`` put in each benchmark's ``extra
     pytest --hotspan --benchmark-json=base.json ...; (change); pytest --hotspan --benchmark-json=new.json ...
     hotspan compare base.json new.json
 
-The verdicts and their rule are those of :func:`hotspan.compare` (``slower`` only when surely
-above the threshold), as far as a file holds what the rule needs:
+One rule for every row, benchmark or span, that of :func:`hotspan.compare`: ``slower`` when
+the change is significant (p < ``alpha``) and its whole interval (at ``confidence``) lies
+above the threshold (``comparison.verdict``). The test depends only on what the file holds:
 
-- A benchmark whose file keeps the time of every round (``--benchmark-json`` does, and
-  ``--benchmark-autosave`` with ``--benchmark-save-data``): exactly the rule for span groups,
-  the Mann-Whitney U test on the rounds and the bootstrap interval of the median's change.
-- A benchmark with its summary only: ``slower`` when the median rose by more than the
-  threshold *and* the interquartile ranges are apart (the new first quartile above the old
-  third): half the rounds of the new run slower than three quarters of the old one.
-- A span (category/name within a benchmark): its p50 is already a median over all its
-  occurrences (thousands, in a benchmark); ``slower`` when it rose by more than the
-  threshold, with at least ``min_count`` occurrences on both sides (else ``few``).
+- **Samples** (``rule: "samples"``): a benchmark's rounds (``--benchmark-json`` keeps them,
+  and ``--benchmark-autosave`` with ``--benchmark-save-data``), a span's durations
+  (``pytest --hotspan`` keeps up to :data:`~hotspan.pytest_plugin.SPAN_SAMPLES` of them):
+  the Mann-Whitney U test and the bootstrap interval of the median's change.
+- **A summary** (``rule: "welch"``): Welch's t-test and its interval of the change, on the
+  medians with their standard errors from the interquartile ranges
+  (``sqrt(pi / 2) x IQR / 1.349 / sqrt(rounds)``: a round stalled by the machine moves a
+  mean and a standard deviation, not these), or on the means and standard deviations where
+  a summary has no quartiles (a span's: its count capped at the rounds, see below).
+
+A span's occurrences within one benchmark are not independent repetitions (one slow round
+slows all of its occurrences), the benchmark's rounds are: so a span counts as many samples
+as its benchmark has rounds (its durations thinned to that many evenly spaced order
+statistics, its summary's count capped at the rounds), and a benchmark's only span takes
+its benchmark's verdict on whether it is slower (they measure one thing). A span summary
+without its spread (a file written before hotspan 0.1's wave 4) is not judged: ``few``.
+
+The machine's drift (``extra_info["hotspan"]["machine"]``, the measure ``pytest --hotspan``
+takes around each benchmark): a benchmark (and its spans) is called slower only past what
+the drift explains, else ``inconclusive`` (as for traces). pytest-benchmark's own
+``machine_info`` holds no measure of speed: files written without ``--hotspan`` are judged
+on their times as they are, and the comparison says so.
 
 ``new`` / ``gone``: a benchmark or span on one side only.
 """
@@ -122,7 +136,12 @@ def _spans_of(bench: dict) -> dict[tuple[str, str], dict] | None:
             and isinstance(row.get("name"), str)
             and isinstance(row.get("count"), int)
             and all(
-                row.get(k) is None or _number(row.get(k)) for k in ("p50_ns", "p99_ns", "total_ns")
+                row.get(k) is None or _number(row.get(k))
+                for k in ("p50_ns", "p99_ns", "total_ns", "mean_ns", "stddev_ns")
+            )
+            and (
+                row.get("data_ns") is None
+                or (isinstance(row["data_ns"], list) and all(_number(v) for v in row["data_ns"]))
             )
         ):
             return None
@@ -140,26 +159,39 @@ def compare_benchmarks(
     confidence: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
-) -> dict[str, list[dict]]:
+    shift: bool = True,
+) -> dict[str, Any]:
     """Two loaded files (:func:`load_benchmark_json`) compared: ``{"benchmarks": rows,
-    "spans": rows}``, each row with a ``verdict`` (see the module's docstring).
+    "spans": rows, "machine": {"measured": [base?, new?], "drifts": [...]}}``, each row with
+    a ``verdict`` and the ``rule`` that judged it (see the module's docstring).
 
     A benchmark row: ``benchmark``, ``rounds_base/new``, ``median_s_base/new``,
     ``mean_s_base/new`` and their ``_change`` (fractions), ``change_low``/``change_high``
-    and ``p_value`` (when both files kept the rounds), ``verdict``, ``rule`` (``"rounds"`` or
-    ``"quartiles"``). A span row: ``benchmark``, ``category``, ``name``, ``count_base/new``,
-    ``p50_ns_base/new``, ``p99_ns_base/new``, ``total_ns_base/new``, the ``_change`` of p50
-    and p99, ``verdict``.
+    and ``p_value`` (of the test the rule names), ``drift`` (the machine's, new over base,
+    when both measured it), ``verdict``, ``rule`` (``"samples"``, ``"welch"``). A span row:
+    ``benchmark``, ``category``, ``name``, ``count_base/new``, ``p50_ns_base/new``,
+    ``p99_ns_base/new``, ``total_ns_base/new``, the ``_change`` of p50 and p99,
+    ``change_low``/``change_high``, ``p_value``, ``verdict``, ``rule`` (also
+    ``"benchmark"``: the only span of its benchmark). ``shift=False`` judges raw times.
     """
     import numpy as np
 
-    from .comparison import mann_whitney_u, median_ratio_interval, relative_change, verdict
+    from .comparison import relative_change
 
     rng = np.random.default_rng(seed)
     before = {_name(b): b for b in base["benchmarks"]}
     after = {_name(b): b for b in new["benchmarks"]}
+    options = {
+        "threshold": threshold,
+        "alpha": alpha,
+        "confidence": confidence,
+        "resamples": resamples,
+        "rng": rng,
+    }
     bench_rows: list[dict] = []
     span_rows: list[dict] = []
+    measured = [False, False]
+    drifts: list[float] = []
     for key in list(before) + [k for k in after if k not in before]:
         b, a = before.get(key), after.get(key)
         row: dict[str, Any] = {"benchmark": key}
@@ -170,75 +202,179 @@ def compare_benchmarks(
             row[f"mean_s_{side}"] = stats.get("mean")
         for column in ("median_s", "mean_s"):
             row[f"{column}_change"] = relative_change(row[f"{column}_base"], row[f"{column}_new"])
-        row["change_low"] = row["change_high"] = row["p_value"] = None
+        row["change_low"] = row["change_high"] = row["p_value"] = row["drift"] = None
         row["rule"] = None
+        drift = None
         if b is None or a is None:
             row["verdict"] = "new" if b is None else "gone"
         else:
+            machines = (_machine_of(b), _machine_of(a))
+            measured = [m or bool(x) for m, x in zip(measured, machines)]
+            drift = _drift(machines, threshold) if shift else None
+            if drift is not None:
+                row["drift"] = drift["factor"]
+                if drift["said"]:
+                    drifts.append(drift["factor"])
             x, y = b["stats"].get("data"), a["stats"].get("data")
             if x and y:
-                row["rule"] = "rounds"
-                if min(len(x), len(y)) < min_count:
-                    row["verdict"] = "few"
-                else:
-                    p = mann_whitney_u(np.asarray(x), np.asarray(y))
-                    low, high = median_ratio_interval(
-                        np.asarray(x),
-                        np.asarray(y),
-                        confidence=confidence,
-                        resamples=resamples,
-                        rng=rng,
-                    )
-                    row["p_value"], row["change_low"], row["change_high"] = p, low, high
-                    row["verdict"] = verdict(p, low, high, threshold=threshold, alpha=alpha)
+                samples = (np.asarray(x, np.float64), np.asarray(y, np.float64))
+                per_round = [
+                    (stats.get("median") or 0.0) * (stats.get("iterations") or 1) * 1e9
+                    for stats in (b["stats"], a["stats"])
+                ]
+                lengths = {"p50_ns_base": per_round[0], "p50_ns_new": per_round[1]}
+                _judge(row, samples, None, drift, min_count, options, lengths)
             else:
-                row["rule"] = "quartiles"
-                row["verdict"] = _quartile_verdict(
-                    b["stats"], a["stats"], row["median_s_change"], threshold
-                )
+                summaries = (_summary_of(b["stats"]), _summary_of(a["stats"]))
+                _judge(row, None, summaries, drift, min_count, options)
         bench_rows.append(row)
-        span_rows.extend(_compare_spans(key, b, a, threshold, min_count, row))
-    return {"benchmarks": bench_rows, "spans": span_rows}
+        span_rows.extend(_compare_spans(key, b, a, row, drift, min_count, options))
+    return {
+        "benchmarks": bench_rows,
+        "spans": span_rows,
+        "machine": {"measured": measured, "drifts": drifts},
+    }
 
 
-def _quartile_verdict(b: dict, a: dict, change: float | None, threshold: float) -> str:
-    q1b, q3b, q1a, q3a = b.get("q1"), b.get("q3"), a.get("q1"), a.get("q3")
-    apart_up = apart_down = True  # without quartiles, the median's change alone decides
-    if _number(q1b) and _number(q3b) and _number(q1a) and _number(q3a):
-        apart_up, apart_down = q1a > q3b, q3a < q1b
-    if change is not None and change > threshold and apart_up:
-        return "slower"
-    if change is not None and change < -threshold and apart_down:
-        return "faster"
-    return "same"
+def _machine_of(bench: dict) -> dict | None:
+    extra = bench.get("extra_info")
+    summary = extra.get("hotspan") if isinstance(extra, dict) else None
+    machine = summary.get("machine") if isinstance(summary, dict) else None
+    return machine if isinstance(machine, dict) else None
 
 
-def _span_interval(change: float, bench_row: dict) -> tuple[float, float]:
-    """A span's interval of change: its benchmark's noise (the relative width of the
-    benchmark's bootstrap interval around its own change) put around the span's change. A span
-    summary holds no distribution of its own; its benchmark's rounds say how far a change that
-    large can come from noise, so a benchmark and its only span get one verdict. Without
-    rounds, the point change."""
-    low, high, centre = (
-        bench_row.get("change_low"),
-        bench_row.get("change_high"),
-        bench_row.get("median_s_change"),
+def _drift(machines: tuple[dict | None, dict | None], threshold: float) -> dict | None:
+    from .comparison import machine_drift
+
+    drift = machine_drift(machines, threshold)
+    return drift if drift is not None and "factor" in drift else None
+
+
+#: The standard error of a median of n normal samples is sqrt(pi / 2) sigma / sqrt(n); an
+#: interquartile range is 1.349 sigma.
+_MEDIAN_SE = math.sqrt(math.pi / 2) / 1.349
+
+
+def _summary_of(stats: dict) -> tuple[float, float, int] | None:
+    """What Welch's test takes of a benchmark's summary: (centre, spread, rounds) with
+    spread / sqrt(rounds) the centre's standard error. The median and its spread from the
+    interquartile range (robust: a round stalled by the machine moves a mean and a standard
+    deviation, not them) when the file has quartiles, else the mean and standard deviation;
+    None without either."""
+    rounds = stats.get("rounds")
+    if not isinstance(rounds, int):
+        return None
+    median, q1, q3 = stats.get("median"), stats.get("q1"), stats.get("q3")
+    if _number(median) and _number(q1) and _number(q3) and q3 >= q1:
+        return float(median), _MEDIAN_SE * float(q3 - q1), rounds
+    mean, stddev = stats.get("mean"), stats.get("stddev")
+    if _number(mean) and _number(stddev):
+        return float(mean), float(stddev), rounds
+    return None
+
+
+def _judge(
+    row: dict,
+    samples: tuple[Any, Any] | None,
+    summaries: tuple[Any, Any] | None,
+    drift: dict | None,
+    min_count: int,
+    options: dict,
+    lengths: dict | None = None,
+) -> None:
+    """The one rule on a row: its samples when it has them, else its summaries (Welch);
+    against the machine's drift when it was told (comparison.against_drift: ``lengths``, the
+    median span or round in ns on each side as ``p50_ns_base/new``, lets short ones be
+    judged by their fastest)."""
+    from .comparison import (
+        against_drift,
+        mann_whitney_u,
+        median_ratio_interval,
+        verdict,
+        welch_t_test,
     )
-    if low is None or high is None or centre is None or not math.isfinite(centre) or centre <= -1:
-        return change, change
-    return (1 + change) * (1 + low) / (1 + centre) - 1, (1 + change) * (1 + high) / (1 + centre) - 1
+
+    threshold, alpha = options["threshold"], options["alpha"]
+    if samples is not None:
+        x, y = samples
+        row["rule"] = "samples"
+        if min(len(x), len(y)) < min_count:
+            row["verdict"] = "few"
+            return
+
+        def test(x, y, factor):
+            if factor != 1.0:
+                y = y / factor
+            p = mann_whitney_u(x, y)
+            low, high = median_ratio_interval(
+                x,
+                y,
+                confidence=options["confidence"],
+                resamples=options["resamples"],
+                rng=options["rng"],
+            )
+            return p, low, high, verdict(p, low, high, threshold=threshold, alpha=alpha)
+
+    elif summaries is not None and summaries[0] is not None and summaries[1] is not None:
+        (mb, sb, nb), (ma, sa, na) = summaries
+        row["rule"] = "welch"
+        if min(nb, na) < min_count:
+            row["verdict"] = "few"
+            return
+        x = y = None
+
+        def test(x, y, factor):
+            p, low, high = welch_t_test(
+                (mb, sb, nb), (ma / factor, sa / factor, na), confidence=options["confidence"]
+            )
+            return p, low, high, verdict(p, low, high, threshold=threshold, alpha=alpha)
+
+    else:
+        row["verdict"] = "few"  # neither samples nor a summary with a spread: not judged
+        return
+    p, low, high, said = test(x, y, 1.0)
+    if drift is not None and drift["said"]:
+        short = lengths if samples is not None and lengths is not None else {}
+        _used, (p, low, high, said) = against_drift(x, y, short, {**drift, **options}, test)
+    row["p_value"], row["change_low"], row["change_high"] = p, low, high
+    row["verdict"] = said
+
+
+def _span_summary(stat: dict, rounds: int) -> tuple[float, float, int] | None:
+    """(mean, stddev, count capped at the benchmark's rounds) of a span summary; None without
+    its spread."""
+    mean, stddev = stat.get("mean_ns"), stat.get("stddev_ns")
+    if not (_number(mean) and _number(stddev)):
+        return None
+    return float(mean), float(stddev), min(stat["count"], rounds or stat["count"])
+
+
+def _thinned(values: list, count: int):
+    """``count`` evenly spaced order statistics of ``values`` (all of them when fewer)."""
+    import numpy as np
+
+    ordered = np.sort(np.asarray(values, np.float64))
+    if count <= 0 or len(ordered) <= count:
+        return ordered
+    return ordered[np.round(np.linspace(0, len(ordered) - 1, count)).astype(np.int64)]
 
 
 def _compare_spans(
-    key: str, b: dict | None, a: dict | None, threshold: float, min_count: int, bench_row: dict
+    key: str,
+    b: dict | None,
+    a: dict | None,
+    bench_row: dict,
+    drift: dict | None,
+    min_count: int,
+    options: dict,
 ) -> list[dict]:
-    from .comparison import relative_change, verdict
+    from .comparison import relative_change
 
-    before = _spans_of(b) if b else {}
-    after = _spans_of(a) if a else {}
     if b is None or a is None:
         return []  # the benchmark's own row says new/gone
+    before, after = _spans_of(b), _spans_of(a)
     assert before is not None and after is not None  # malformed spans were refused on load
+    rounds = (b["stats"].get("rounds") or 0, a["stats"].get("rounds") or 0)
     rows = []
     for span in list(before) + [s for s in after if s not in before]:
         sb, sa = before.get(span), after.get(span)
@@ -249,21 +385,29 @@ def _compare_spans(
                 row[f"{column}_{side}"] = stat.get(column) if stat else None
         for column in ("p50_ns", "p99_ns"):
             row[f"{column}_change"] = relative_change(row[f"{column}_base"], row[f"{column}_new"])
-        change = row["p50_ns_change"]
-        row["change_low"] = row["change_high"] = None
+        row["change_low"] = row["change_high"] = row["p_value"] = row["rule"] = None
         if sb is None or sa is None:
             row["verdict"] = "new" if sb is None else "gone"
-        elif (
-            min(sb["count"], sa["count"]) < min_count or change is None or not math.isfinite(change)
-        ):
+        elif min(sb["count"], sa["count"]) < min_count:
             row["verdict"] = "few"
-        else:
-            # compare's one rule (comparison.verdict): the interval wholly past the threshold;
-            # significant when it leaves out no change at all
-            low, high = _span_interval(change, bench_row)
-            row["change_low"], row["change_high"] = low, high
-            row["verdict"] = verdict(
-                0.0 if low > 0 or high < 0 else 1.0, low, high, threshold=threshold, alpha=0.5
+        elif sb.get("data_ns") and sa.get("data_ns"):
+            samples = (
+                _thinned(sb["data_ns"], rounds[0]),
+                _thinned(sa["data_ns"], rounds[1]),
             )
+            _judge(row, samples, None, drift, 1, options, row)
+        else:
+            summaries = (_span_summary(sb, rounds[0]), _span_summary(sa, rounds[1]))
+            _judge(row, None, summaries, drift, 1, options)
         rows.append(row)
+    judged = [r for r in rows if r["verdict"] not in ("new", "gone")]
+    if (
+        len(rows) == 1
+        and len(judged) == 1
+        and bench_row["verdict"] in ("slower", "faster", "same", "inconclusive")
+        and (judged[0]["verdict"] == "slower") != (bench_row["verdict"] == "slower")
+    ):
+        # A benchmark's only span measures what the benchmark does: the rounds, independent
+        # repetitions, say whether it is slower.
+        judged[0]["verdict"], judged[0]["rule"] = bench_row["verdict"], "benchmark"
     return rows

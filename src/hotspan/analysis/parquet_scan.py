@@ -54,6 +54,12 @@ def _readable(schema: pa.Schema, by: Sequence[str]) -> bool:
     return set(keys) | set(VALUE_COLUMNS) <= names
 
 
+def _values(schemas: Sequence[pa.Schema]) -> tuple[str, ...]:
+    """The value columns to read: ``wait_ns`` too where every part has it (an older part's
+    spans waited for nothing known: 0)."""
+    return VALUE_COLUMNS + (("wait_ns",) if all("wait_ns" in s.names for s in schemas) else ())
+
+
 def scan_memory(rows: int, narrow: bool, largest_part: int) -> tuple[int, int]:
     """Bytes :func:`part_groups` holds at most (every duration, 4 or 8 bytes, and the
     largest group's put together once more: at most all of them; plus the parts in flight),
@@ -146,7 +152,17 @@ def _combine(
     """The parts' aggregates added up per group (their ``ids``: each part's groups' numbers):
     every one a sum but ``lo`` and ``hi``."""
     aggregates: dict[str, np.ndarray] = {}
-    for name in ("n", "total", "self_total", "errors", "instants", "args", "arg_sum", "arg_time"):
+    for name in (
+        "n",
+        "total",
+        "self_total",
+        "wait_total",
+        "errors",
+        "instants",
+        "args",
+        "arg_sum",
+        "arg_time",
+    ):
         aggregates[name] = np.zeros(count, np.int64)
         for ids, sums in found:
             np.add.at(aggregates[name], ids, sums[name])  # a part's groups: few
@@ -179,8 +195,10 @@ def part_groups(
 
     parts = _Parts(schemas[0], by, filesystem)
 
+    values_read = _values(schemas)
+
     def read(path: str) -> list[tuple[list[tuple], dict[str, np.ndarray], list[np.ndarray]]]:
-        return [grouped(*batch) for batch in parts.read(path, VALUE_COLUMNS)]
+        return [grouped(*batch) for batch in parts.read(path, values_read)]
 
     def grouped(
         table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray
@@ -252,11 +270,12 @@ def part_buckets(
     from .statistics import PERCENTILES, interpolate, percentile_ranks
 
     parts = _Parts(schemas[0], by, filesystem)
+    values_read = _values(schemas)
 
     def first(
         path: str,
     ) -> list[tuple[list[tuple], dict[str, np.ndarray], np.ndarray, np.ndarray]]:
-        return [counted(*batch) for batch in parts.read(path, VALUE_COLUMNS)]
+        return [counted(*batch) for batch in parts.read(path, values_read)]
 
     def counted(
         table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray

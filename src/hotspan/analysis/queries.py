@@ -101,6 +101,7 @@ STAT_AGGREGATES: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("n", "count", None, None),
     ("total", "sum", "duration_ns", None),
     ("self_total", "sum", "self_ns", None),
+    ("wait_total", "sum", "wait_ns", None),
     ("lo", "min", "duration_ns", None),
     ("hi", "max", "duration_ns", None),
     ("errors", "count_if", None, "error"),
@@ -323,10 +324,17 @@ def finish_stats(
     total = np.asarray(groups.column("total").fill_null(0).to_numpy(), np.int64)
     if self_ns is None:
         self_ns = np.asarray(groups.column("self_total").fill_null(0).to_numpy(), np.int64)
+    # a trace without the column (older files, foreign traces) waited for nothing known
+    wait = (
+        np.asarray(groups.column("wait_total").fill_null(0).to_numpy(), np.int64)
+        if "wait_total" in groups.column_names
+        else np.zeros(len(count), np.int64)
+    )
     columns: dict[str, Any] = {
         "count": count,
         "total_ns": total,
         "self_ns": self_ns,
+        "wait_ns": wait,
         "mean_ns": total / count,
         "min_ns": np.asarray(groups.column("lo").to_numpy(), np.int64),
         **percentiles,
@@ -362,7 +370,9 @@ def finish_stats(
 # --------------------------------------------------------------------------- phases
 
 
-def phases_sql(dialect: Dialect, relation: str, levels: str, *, unique_ids: bool) -> str:
+def phases_sql(
+    dialect: Dialect, relation: str, levels: str, *, unique_ids: bool, waits: bool = False
+) -> str:
     """``statistics.phases`` as one aggregation: per rank, top-level category and sub-category
     number (``levels``: category -> top, sub; ``statistics.category_levels``) and whether the
     span's parent is in the same one (then it does not open it), the time and the steps.
@@ -371,8 +381,14 @@ def phases_sql(dialect: Dialect, relation: str, levels: str, *, unique_ids: bool
     few words a span: at 200 M spans strings ran DuckDB out of its memory limit); the result
     is a few rows a rank, summed by :func:`finish_phases`. A parent is looked up as
     ``statistics.parent_rows`` does: by id; where ids repeat, within the child's rank, pid and
-    thread (one of them, should an id repeat within a thread too)."""
+    thread (one of them, should an id repeat within a thread too). ``waits`` (the relation
+    has ``self_ns`` and ``wait_ns``): the self and wait times summed too (``own``,
+    ``waited``), for the categories whose spans awaited (``statistics.phase_times``)."""
     q = dialect.quote
+    waited_cols = f", s.{q('self_ns')} AS o, s.{q('wait_ns')} AS w" if waits else ""
+    waited_sums = (
+        ", CAST(sum(c.o) AS BIGINT) AS own, CAST(sum(c.w) AS BIGINT) AS waited" if waits else ""
+    )
     lane = () if unique_ids else ("rank", "pid", "thread_id")
     lane_cols = "".join(f", s.{q(c)}" for c in lane if c != "rank")
     parents = (
@@ -389,13 +405,13 @@ def phases_sql(dialect: Dialect, relation: str, levels: str, *, unique_ids: bool
     return f"""
         WITH lv AS {dialect.inline_cte} (
             SELECT s.{q("span_id")} AS span_id, s.{q("parent_id")} AS parent_id, s.{q("rank")} AS {q("rank")},
-                   s.{q("duration_ns")} AS d{lane_cols},
+                   s.{q("duration_ns")} AS d{lane_cols}{waited_cols},
                    CAST(coalesce(l.top, -1) AS INTEGER) AS top, CAST(coalesce(l.sub, -1) AS INTEGER) AS sub
             FROM {relation} AS s LEFT JOIN {levels} AS l ON s.{q("category")} = l.{q("category")})
         SELECT c.{q("rank")} AS {q("rank")}, c.top AS top, c.sub AS sub,
                coalesce(p.span_id IS NOT NULL AND p.top = c.top, FALSE) AS same_top,
                coalesce(p.span_id IS NOT NULL AND p.sub = c.sub, FALSE) AS same_sub,
-               CAST(sum(c.d) AS BIGINT) AS time, CAST(count_if(c.d > 0) AS BIGINT) AS steps
+               CAST(sum(c.d) AS BIGINT) AS time, CAST(count_if(c.d > 0) AS BIGINT) AS steps{waited_sums}
         FROM lv AS c LEFT JOIN {parents} AS p ON p.span_id = c.parent_id AND {same}
         GROUP BY 1, 2, 3, 4, 5"""
 
@@ -407,11 +423,10 @@ def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.
     def column(name: str, dtype: Any) -> np.ndarray:
         return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), dtype)
 
+    names = ["rank", "top", "sub", "same_top", "same_sub", "time", "steps"]
+    names += [n for n in ("own", "waited") if n in rows.column_names]
     return phases_of_sums(
-        {
-            name: column(name, np.bool_ if name.startswith("same") else np.int64)
-            for name in ("rank", "top", "sub", "same_top", "same_sub", "time", "steps")
-        },
+        {name: column(name, np.bool_ if name.startswith("same") else np.int64) for name in names},
         rank_values,
         levels,
     )
@@ -419,8 +434,9 @@ def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.
 
 def phases_of_sums(rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows as numpy columns (``rank``, ``top``,
-    ``sub``, ``same_top``, ``same_sub``, ``time``, ``steps``), however they were summed."""
-    from .statistics import PHASE_SCHEMA, phase_table
+    ``sub``, ``same_top``, ``same_sub``, ``time``, ``steps``; ``own`` and ``waited`` where
+    the spans carry wait times), however they were summed."""
+    from .statistics import PHASE_SCHEMA, phase_table, phase_times
 
     tops, subs = levels[0], levels[1]
     if len(rank_values) == 0:
@@ -438,4 +454,7 @@ def phases_of_sums(rows: dict[str, np.ndarray], rank_values: np.ndarray, levels:
     np.add.at(top_time, (rank[opens_top], top_of[opens_top]), time_of[opens_top])
     np.add.at(top_steps, (rank[opens_top], top_of[opens_top]), steps_of[opens_top])
     np.add.at(sub_time, (rank[opens_sub], sub_of[opens_sub]), time_of[opens_sub])
+    if "own" in rows and "waited" in rows:
+        top_time = phase_times(top_time, rank, top_of, rows["own"], rows["waited"])
+        sub_time = phase_times(sub_time, rank, sub_of, rows["own"], rows["waited"])
     return phase_table(rank_values, tops, subs, top_time, top_steps, sub_time)

@@ -154,7 +154,13 @@ class SparkSpans:
         try:
             result = _to_arrow(
                 self.session.sql(
-                    phases_sql(SPARK, self.view, levels_view, unique_ids=self.unique_ids())
+                    phases_sql(
+                        SPARK,
+                        self.view,
+                        levels_view,
+                        unique_ids=self.unique_ids(),
+                        waits={"self_ns", "wait_ns"} <= set(self.columns),
+                    )
                 )
             )
             ranks = np.array(

@@ -33,6 +33,7 @@ STAT_COLUMNS = (
     "count",
     "total_ns",
     "self_ns",
+    "wait_ns",
     "mean_ns",
     "min_ns",
     "p50_ns",
@@ -52,6 +53,7 @@ STAT_TYPES = {
     "count": pa.int64(),
     "total_ns": pa.int64(),
     "self_ns": pa.int64(),
+    "wait_ns": pa.int64(),
     "mean_ns": pa.float64(),
     "min_ns": pa.int64(),
     "p50_ns": pa.float64(),
@@ -94,14 +96,17 @@ def is_path(value: object) -> TypeGuard[str | os.PathLike]:
 
 def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     """Per group of spans (the distinct values of the ``by`` columns): ``count``,
-    ``total_ns``, ``self_ns`` (total minus the time of direct children), ``mean_ns``,
+    ``total_ns``, ``self_ns`` (the time the spans' own code ran: total minus the time of
+    direct children, and minus ``wait_ns``), ``wait_ns`` (the time their asyncio tasks were
+    suspended, awaiting, while they were the tasks' innermost spans), ``mean_ns``,
     ``min_ns``, ``p50_ns``, ``p90_ns``, ``p99_ns`` (exact, linear interpolation as numpy's
     default), ``max_ns``, ``share`` (the group's self time over the summed self time of all
     spans of its rank/thread: of the lane columns ``rank``, ``pid``, ``thread_id`` and
     ``thread_name``, those in ``by`` say which spans count; with none of them, the whole
     table's; so the column adds up to 1 per rank/thread, or over the table), ``busy`` (total
-    over the trace's wall time, from the first start to the last end; nested spans and spans
-    on several threads at once make it add up to more than 1), ``errors``, ``arg_sum`` and ``arg_per_s`` (the args summed, per second of the time of the
+    over the trace's wall time, from the first start to the last end; nested spans, spans
+    on several threads at once and asyncio tasks that overlap make it add up to more than
+    1), ``errors``, ``arg_sum`` and ``arg_per_s`` (the args summed, per second of the time of the
     spans that carry one; both null where no span of the group has an arg).
 
     Rows come largest ``total_ns`` first. Null keys form their own group.
@@ -147,6 +152,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
         "count": counts,
         "total_ns": total,
         "self_ns": sums["self_total"],
+        "wait_ns": sums["wait_total"],
         "mean_ns": total / counts,
         "min_ns": sorted_duration[starts],
     }
@@ -193,7 +199,7 @@ def group_sums(
 ) -> dict[str, np.ndarray]:
     """Per group (``group``: a code in [0, groups) per row of ``table``) the aggregates of
     ``queries.STAT_AGGREGATES`` that are counts and sums, under their names there: ``n``,
-    ``self_total``, ``errors``, ``instants``, ``args``, ``arg_sum`` (0 where no arg) and
+    ``self_total``, ``wait_total`` (0 without the column), ``errors``, ``instants``, ``args``, ``arg_sum`` (0 where no arg) and
     ``arg_time``, exact int64. One definition for the in-memory path and the streaming one
     that reads Parquet a part at a time (``parquet_scan``, which adds the parts' sums)."""
     error_column = table.column("error")
@@ -209,6 +215,7 @@ def group_sums(
     return {
         "n": np.bincount(group, minlength=groups).astype(np.int64),
         "self_total": _self_time(table, group, duration, groups),
+        "wait_total": _wait_time(table, group, groups),
         "errors": np.bincount(group[error], minlength=groups).astype(np.int64),
         "instants": np.bincount(group[duration == 0], minlength=groups).astype(np.int64),
         "args": np.bincount(arg_group, minlength=groups).astype(np.int64),
@@ -303,6 +310,17 @@ def _self_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups:
 
         column = to_numpy(self_ns_column(table), np.int64)
     return group_sum(group, column, groups)
+
+
+def _wait_time(table: pa.Table, group: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, its spans' wait (the ``wait_ns`` column summed; 0 for a table without it:
+    a foreign trace or an older file knows no task's suspensions)."""
+    if "wait_ns" not in table.column_names:
+        return np.zeros(groups, np.int64)
+    wait = table.column("wait_ns")
+    return group_sum(
+        group, to_numpy(wait.fill_null(0) if wait.null_count else wait, np.int64), groups
+    )
 
 
 def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
@@ -402,7 +420,9 @@ def phases(table: pa.Table) -> pa.Table:
 
     For each rank and top-level category (the first part of the category path, ``sync`` in
     ``sync/compute``): a row with ``phase`` = the category, its time (the outermost spans of
-    the category: a ``sync`` span inside another ``sync`` span is not counted twice), its
+    the category: a ``sync`` span inside another ``sync`` span is not counted twice; where
+    the category's spans awaited in asyncio tasks, the time their code ran: their self
+    times summed, see :func:`phase_times`), its
     number of ``steps`` (those outermost spans, instants excluded) and ``per_step_ns``; then
     a row per sub-category (``sync/compute``: its outermost spans, deeper levels included)
     with its time, time per step of the category and ``share`` of the category's time.
@@ -439,15 +459,38 @@ def phases(table: pa.Table) -> pa.Table:
     )
     sub_time = _sum_by(
         rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs
-    )
+    ).reshape(n_ranks, n_subs)
+    top_time = top_time.reshape(n_ranks, n_tops)
+    if "wait_ns" in table.column_names and "self_ns" in table.column_names:
+        own = to_numpy(table.column("self_ns").fill_null(0), np.int64)
+        waited = to_numpy(table.column("wait_ns").fill_null(0), np.int64)
+        top_time = phase_times(top_time, rank_code, top, own, waited)
+        sub_time = phase_times(sub_time, rank_code, sub, own, waited)
     return phase_table(
-        rank_values,
-        tops,
-        subs,
-        top_time.reshape(n_ranks, n_tops),
-        top_steps.reshape(n_ranks, n_tops),
-        sub_time.reshape(n_ranks, n_subs),
+        rank_values, tops, subs, top_time, top_steps.reshape(n_ranks, n_tops), sub_time
     )
+
+
+def phase_times(
+    time: np.ndarray, rank: np.ndarray, level: np.ndarray, own: np.ndarray, waited: np.ndarray
+) -> np.ndarray:
+    """``time`` (rank x level: the outermost spans' durations) where a level's spans on a
+    rank awaited (asyncio tasks: ``wait_ns``), replaced by the time their code ran: the self
+    times of every span in the level summed (DESIGN.md "Self and wait"). Durations of
+    concurrent tasks add up to more than the wall time; their self times do not. For sync
+    code the two are the same, and the durations are kept. ``rank``, ``level``, ``own`` and
+    ``waited`` are per row (or per summed row: the SQL engines' groups)."""
+    keep = level >= 0
+    if not keep.any():
+        return time
+    shape = time.shape
+    code = rank[keep].astype(np.int64) * shape[1] + level[keep]
+    size = shape[0] * shape[1]
+    awaited = _sum_by(code, np.asarray(waited, np.int64)[keep], size).reshape(shape) > 0
+    if not awaited.any():
+        return time
+    ran = _sum_by(code, np.asarray(own, np.int64)[keep], size).reshape(shape)
+    return np.where(awaited, ran, time)
 
 
 def category_levels(

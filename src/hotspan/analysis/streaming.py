@@ -860,7 +860,12 @@ def _phases(source: SpanSource) -> pa.Table:
     from .queries import DUCKDB, finish_phases, phases_sql
 
     source.check_columns((), _NEEDED + ("category", "rank"))
-    if not source.filtered and source.filesystem is None:
+    waits = {"self_ns", "wait_ns"} <= set(source.columns)
+    if waits:
+        # spans that awaited (asyncio tasks) make the phases' time their self time
+        # (statistics.phase_times), which the per-process stream below does not sum
+        waits = (source.column_range("wait_ns")[1] or 0) > 0
+    if not source.filtered and source.filesystem is None and not waits:
         # Each process's parts read in order, parents found among them: no join (see
         # process_phases); None where the parts are not as it needs, then the join below.
         from .process_phases import phases_of_parts
@@ -885,7 +890,7 @@ def _phases(source: SpanSource) -> pa.Table:
     )
     try:
         rows = source.arrow(
-            phases_sql(DUCKDB, "spans", "hs_levels", unique_ids=source.unique_ids())
+            phases_sql(DUCKDB, "spans", "hs_levels", unique_ids=source.unique_ids(), waits=waits)
         )
         rank_values = np.array(
             sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()), np.int64
@@ -967,6 +972,7 @@ def stream_compare(
     reference: tuple[float, float] | None = None,
     normalize: str | None = None,
     shift: bool = True,
+    machine: tuple[Any, Any] | None = None,
 ) -> pa.Table:
     """``comparison.compare`` of two open sources: see the module doc."""
     from .comparison import judge_rows
@@ -1007,6 +1013,7 @@ def stream_compare(
             reference=reference,
             normalize=normalize,
             shift=shift,
+            machine=machine,
         )
 
 

@@ -1,5 +1,5 @@
 """``hotspan compare BASE NEW``: two traces (or two pytest-benchmark files) span group by span group;
-exit status 1 on a slowdown."""
+exit status 1 on a slowdown, 3 when the machine's drift may explain one."""
 
 from __future__ import annotations
 
@@ -22,17 +22,22 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = add_command(
         sub,
         "compare",
-        "compare two traces span by span; exit 1 on a slowdown",
+        "compare two traces span by span; exit 1 on a slowdown, 3 when inconclusive",
         "For each span group: the median (p50) before and after, its change with a 95% bootstrap "
         "interval, the Mann-Whitney U p-value, the mean's change, and a verdict. A group is slower only "
         "when the shift is significant (p < --alpha) and the whole interval of the median's change is "
-        "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Exit "
-        "status 1 when a group is slower (or, with --fail-on-missing, a group appeared or went), 2 "
-        "when the traces have no group in common, else 0. "
+        "above --threshold: one outlier moving a mean, or a noisy run, is not a regression. Every run "
+        "records how fast the machine was (a calibration loop and the CPU contention): when it was "
+        "slower for one run, that is said in one line and a group is slower only past what the "
+        "drift explains, else 'inconclusive'. Exit status: 0 same or faster; 1 a group is slower "
+        "(or, with --fail-on-missing, a group appeared or went); 2 an error (a file that cannot be "
+        "read, traces with no group in common); 3 inconclusive: a group looks slower but the "
+        "machine's drift may explain it (rerun on a quiet machine). "
         "Warns when the traces were recorded in different environments (host, Python, hotspan, "
         "configuration). Two dataset directories (or large Parquet files) are streamed, as for stats. "
         "Two pytest-benchmark JSON files (pytest --hotspan --benchmark-json=F) are "
-        "compared per benchmark and per span, by the same rule and exit status.",
+        "compared per benchmark and per span, by the same rule and exit status (the rank test on "
+        "their samples: rounds, span durations; Welch's t-test where a file kept only a summary).",
         "hotspan compare base.parquet new.parquet --threshold 0.10 --min-count 20\n"
         "hotspan compare .benchmarks/*/0001_base.json .benchmarks/*/0002_new.json",
         cmd_compare,
@@ -78,8 +83,15 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--absolute",
         action="store_true",
-        help="judge raw times, even when every group moved together (by default such a shared "
-        "shift is taken as the machine's and each group judged against it)",
+        help="judge raw times, even when the machine drifted or every group moved together (by "
+        "default each group is judged against the machine's measured drift, or a shared shift)",
+    )
+    parser.add_argument(
+        "--flame",
+        metavar="OUT",
+        help="also write a flame graph of the change: OUT.html (the new run's flame graph, each "
+        "frame coloured by its change under the verdicts' noise rule, its title saying it), or "
+        "OUT.speedscope.json (both runs as one speedscope file, a profile each)",
     )
     parser.add_argument(
         "--engine",
@@ -110,7 +122,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if is_benchmark_json(args.base) or is_benchmark_json(
         args.new
     ):  # pytest-benchmark JSON, told by content
+        if args.flame:
+            raise CliError("--flame draws traces, not pytest-benchmark JSON: give two traces")
         return _compare_benchmark_files(args)
+    if args.flame and not args.flame.lower().endswith((".html", ".htm", ".speedscope.json")):
+        raise CliError(f"--flame {args.flame}: name an .html or a .speedscope.json file")
     engine = engine_of(args)
     with (
         open_spans_for([args.base], args, engine) as base,
@@ -135,7 +151,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         except ValueError as exc:  # --normalize naming a span a trace lacks
             raise CliError(str(exc)) from None
+    if args.flame:
+        _write_flame(args, result, by)
     return _print_comparison(args, result, by)
+
+
+def _write_flame(args: argparse.Namespace, result: pa.Table, by: Sequence[str]) -> None:
+    """The flame graph of the change (report/diff_flame.py), coloured by ``result``'s verdicts."""
+    from ..formats.base import atomic_path
+    from ..report.diff_flame import diff_flame_html, diff_speedscope
+    from .common import load_filtered
+
+    base, new = load_filtered(args.base, args), load_filtered(args.new, args)
+    if tuple(by) == ("category", "name"):
+        verdicts = {(r["category"], r["name"]): r["verdict"] for r in result.to_pylist()}
+    else:  # the colours follow the (category, name) groups' verdicts
+        verdicts = None
+    with atomic_path(args.flame) as target:
+        if args.flame.lower().endswith(".speedscope.json"):
+            text = json.dumps(diff_speedscope(base, new), separators=(",", ":"))
+        else:
+            title = f"hotspan: {args.base} → {args.new}"
+            text = diff_flame_html(base, new, verdicts=verdicts, title=title)
+        with open(target, "w", encoding="utf-8") as out:
+            out.write(text)
+    print(f"hotspan compare: the flame graph of the change: {args.flame}", file=sys.stderr)
 
 
 def _warn_environments(
@@ -189,6 +229,7 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
             f"({', '.join(by)}) in common"
         )
     slower = [r for r in rows if r["verdict"] == "slower"]
+    inconclusive = [r for r in rows if r["verdict"] == "inconclusive"]
     missing = [r for r in rows if r["verdict"] in ("new", "gone")]
     if args.json:
         print(
@@ -245,11 +286,15 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
             "new": "cyan",
             "gone": "yellow",
             "few": "dim",
+            "inconclusive": "yellow",
         }
         for i, r in enumerate(rows):
             out.rows[i].style = styles.get(r["verdict"])
         console.print(out)
         line = shift_line(result)
+        if line:
+            console.print(f"[bold]{line}[/bold]")
+        line = _drift_line(args, result)
         if line:
             console.print(f"[bold]{line}[/bold]")
         console.print(
@@ -262,7 +307,38 @@ def _print_comparison(args: argparse.Namespace, result: pa.Table, by: Sequence[s
                 f"{sum(r['verdict'] == 'new' for r in rows)} new"
                 + (" (--fail-on-missing: failing)" if args.fail_on_missing else "")
             )
-    return 1 if slower or (missing and args.fail_on_missing) else 0
+        if inconclusive:
+            console.print(
+                f"{len(inconclusive)} inconclusive: slower, but the machine's drift may explain it "
+                f"(exit status 3)"
+            )
+    json_drift_line(args, result)
+    return exit_status(slower, missing, inconclusive, args.fail_on_missing)
+
+
+def json_drift_line(args: argparse.Namespace, result: pa.Table) -> bool:
+    """With --json, the drift line goes to stderr (stdout stays JSON)."""
+    if not args.json:
+        return False
+    line = _drift_line(args, result)
+    if line:
+        print(f"hotspan compare: {line}", file=sys.stderr)
+    return bool(line)
+
+
+def _drift_line(args: argparse.Namespace, result: pa.Table) -> str | None:
+    from ..analysis.comparison import drift_line, drift_of
+
+    return drift_line(drift_of(result), args.base, args.new)
+
+
+def exit_status(
+    slower: list[dict], missing: list[dict], inconclusive: list[dict], fail_on_missing: bool
+) -> int:
+    """1 slower (or missing, with --fail-on-missing), else 3 inconclusive, else 0."""
+    if slower or (missing and fail_on_missing):
+        return 1
+    return 3 if inconclusive else 0
 
 
 def _fmt_change(change: float | None) -> str:
@@ -291,6 +367,7 @@ _VERDICT_STYLES = {
     "new": "cyan",
     "gone": "yellow",
     "few": "dim",
+    "inconclusive": "yellow",
 }
 
 
@@ -321,7 +398,12 @@ def _compare_benchmark_files(args: argparse.Namespace) -> int:
     except BenchmarkFileError as exc:
         raise CliError(str(exc)) from None
     result = compare_benchmarks(
-        base, new, threshold=args.threshold, min_count=args.min_count, alpha=args.alpha
+        base,
+        new,
+        threshold=args.threshold,
+        min_count=args.min_count,
+        alpha=args.alpha,
+        shift=not args.absolute,
     )
     benches, spans = result["benchmarks"], result["spans"]
     if not any(r["verdict"] not in ("new", "gone") for r in benches):
@@ -330,16 +412,45 @@ def _compare_benchmark_files(args: argparse.Namespace) -> int:
         )
     rows = benches + spans
     slower = [r for r in rows if r["verdict"] == "slower"]
+    inconclusive = [r for r in rows if r["verdict"] == "inconclusive"]
     missing = [r for r in rows if r["verdict"] in ("new", "gone")]
+    line = benchmark_drift_line(args, result["machine"])
     if args.json:
         print(
             json.dumps(
-                {key: [_finite_values(r) for r in value] for key, value in result.items()}, indent=1
+                {
+                    key: [_finite_values(r) for r in value]
+                    for key, value in result.items()
+                    if key != "machine"
+                },
+                indent=1,
             )
         )
+        if line:
+            print(f"hotspan compare: {line}", file=sys.stderr)
     else:
-        _print_benchmark_comparison(args, benches, spans, slower, missing)
-    return 1 if slower or (missing and args.fail_on_missing) else 0
+        _print_benchmark_comparison(args, benches, spans, slower, missing, line, inconclusive)
+    return exit_status(slower, missing, inconclusive, args.fail_on_missing)
+
+
+def benchmark_drift_line(args: argparse.Namespace, machine: dict) -> str | None:
+    """The machine's drift over two pytest-benchmark files, in one line."""
+    measured = machine["measured"]
+    if not all(measured):
+        missing = [name for name, has in zip((args.base, args.new), measured) if not has]
+        return (
+            f"{' and '.join(missing)} recorded no measure of the machine's speed (pytest-benchmark's "
+            f"machine_info has none; pytest --hotspan records one per benchmark): times judged as they are"
+        )
+    drifts = machine["drifts"]
+    if not drifts:
+        return None
+    worst = max(drifts, key=lambda f: abs(math.log(f)))
+    which, ratio = (args.new, worst) if worst > 1 else (args.base, 1 / worst)
+    return (
+        f"the machine was up to {ratio:.2f}x slower during {which} ({len(drifts)} benchmarks ran on "
+        f"a machine of another speed): those are slower only past what that explains, else inconclusive"
+    )
 
 
 def _finite_values(row: dict) -> dict:
@@ -354,6 +465,8 @@ def _print_benchmark_comparison(
     spans: list[dict],
     slower: list[dict],
     missing: list[dict],
+    line: str | None = None,
+    inconclusive: list[dict] | None = None,
 ) -> None:
     out = new_console()
     keys = [("benchmark", [r["benchmark"] for r in benches])]
@@ -364,6 +477,7 @@ def _print_benchmark_comparison(
         ("median new", [_human_seconds(r["median_s_new"]) for r in benches]),
         ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in benches]),
         ("Δmean", [_fmt_change(r["mean_s_change"]) for r in benches]),
+        ("test", [r["rule"] or "-" for r in benches]),
         (
             "rounds",
             [
@@ -384,6 +498,7 @@ def _print_benchmark_comparison(
             "95% interval",
             "Δmean",
             "rounds",
+            "test",
             "verdict",
         ],
     )
@@ -402,25 +517,45 @@ def _print_benchmark_comparison(
             ("Δp50", [_fmt_change(r["p50_ns_change"]) for r in spans]),
             ("p50 base", [human_ns(r["p50_ns_base"]) for r in spans]),
             ("p50 new", [human_ns(r["p50_ns_new"]) for r in spans]),
+            ("95% interval", [_fmt_interval(r["change_low"], r["change_high"]) for r in spans]),
             ("Δp99", [_fmt_change(r["p99_ns_change"]) for r in spans]),
             ("count", [f"{r['count_base']:,} → {r['count_new']:,}" for r in spans]),
+            ("test", [r["rule"] or "-" for r in spans]),
         ]
         table, _ = fitted_table(
             keys,
             values,
             out.width,
             title="spans (pytest --hotspan's summaries)",
-            order=["p50 base", "p50 new", "Δp50", "Δp99", "count", "verdict"],
+            order=[
+                "p50 base",
+                "p50 new",
+                "Δp50",
+                "95% interval",
+                "Δp99",
+                "count",
+                "test",
+                "verdict",
+            ],
         )
         _style_verdicts(table, spans)
         out.print(table)
     else:
         out.print("no span summaries in these files (record them with pytest --hotspan)")
+    if line:
+        out.print(f"[bold]{line}[/bold]")
     out.print(
-        f"{len(slower)} of {len(benches) + len(spans)} slower: a benchmark whose median rose significantly "
-        f"(rank test p < {args.alpha:g}, or interquartile ranges apart where the rounds were not saved) by "
-        f"more than +{args.threshold * 100:g}%; a span whose p50 rose by more than +{args.threshold * 100:g}%"
+        f"{len(slower)} of {len(benches) + len(spans)} slower: one rule for benchmarks and spans, the "
+        f"change significant (p < {args.alpha:g}) and its whole 95% interval above "
+        f"+{args.threshold * 100:g}%: Mann-Whitney U and the median's bootstrap interval on the "
+        f"samples (rounds, span durations), Welch's t-test on the means where a file kept only its "
+        f"summary"
     )
+    if inconclusive:
+        out.print(
+            f"{len(inconclusive)} inconclusive: slower, but the machine's drift may explain it "
+            f"(exit status 3)"
+        )
     if missing:
         out.print(
             f"{sum(r['verdict'] == 'gone' for r in missing)} gone, "

@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "stats",
         "statistics per span: count, total, self, percentiles, shares, args",
         "Per group of spans (by category and name unless --by says otherwise): count, total, self time "
-        "(the self_ns column: duration minus the time its children cover), mean, min, p50, p90, p99 (exact), max, "
+        "(the self_ns column: duration minus the time its children cover and, in asyncio tasks, minus wait), "
+        "wait (the time its task was suspended, awaiting: shown when there is some), mean, min, p50, p90, p99 (exact), max, "
         "self %, total %, errors, arg sum, arg per second and instants. self % (share in the JSON) is the "
         "group's self time over the busy time of its rank/thread, the summed self time of its spans (of "
         "the whole trace unless --by names rank, pid, thread_id or thread_name), so the column adds up "

@@ -30,6 +30,7 @@ STAT_HEADS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "count": ("count", lambda v: f"{v:,}"),
     "total": ("total_ns", human_ns),
     "self": ("self_ns", human_ns),
+    "wait": ("wait_ns", human_ns),
     "mean": ("mean_ns", human_ns),
     "min": ("min_ns", human_ns),
     "p50": ("p50_ns", human_ns),
@@ -50,6 +51,7 @@ _STAT_PRIORITY = (
     "self",  # before the percentiles: a long total with no self time of its own is a parent
     "p50",
     "p99",
+    "wait",  # beside self where there is any (asyncio tasks' awaited time)
     "mean",
     "self %",
     "p90",
@@ -341,6 +343,14 @@ def print_stats(
     from ..analysis.statistics import split_instants
 
     timed, instants = split_instants(result)
+    if (
+        heads is STAT_DEFAULT
+        and "wait_ns" in timed.column_names
+        and any(timed["wait_ns"].to_pylist())
+    ):
+        # spans awaited (asyncio tasks): their wait beside their self time
+        at = heads.index("self") + 1
+        heads = (*heads[:at], "wait", *heads[at:])
     if timed.num_rows or not instants.num_rows:
         rendered, left_out = _stats_renderable(timed, by, console.width, heads)
         console.print(rendered)

@@ -177,6 +177,7 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
             "arg",
             "error",
             "self_ns",
+            "wait_ns",
         )
     }
     if not done:
@@ -204,6 +205,7 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
         columns["arg"].append(arg)
         columns["error"].append(error)
         columns["self_ns"].append(end - start)  # a device track's row has no children
+        columns["wait_ns"].append(0)  # nor a task to await in
     return columns
 
 

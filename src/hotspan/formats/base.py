@@ -41,7 +41,7 @@ from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA, with_pandas_dtypes
 from .._selftime import with_self_ns
 
 #: Columns a table may lack: computed from the others when it does (see _selftime.py).
-DERIVED_COLUMNS = ("self_ns",)
+DERIVED_COLUMNS = ("self_ns", "wait_ns")
 
 #: Rows per batch when a format streams the table to a file: memory held by an export
 #: is proportional to this, not to the table or the document.
@@ -324,8 +324,8 @@ def conform_to_schema(
     ]
     if missing:
         raise TraceFileError(path, f"not a span table: missing column(s) {', '.join(missing)}")
-    # hotspan's own files keep self_ns; any other table (a foreign trace, a file from before
-    # the column) gets it computed here, by the one rule (_selftime.py)
+    # hotspan's own files keep self_ns and wait_ns; any other table (a foreign trace, a file
+    # from before the columns) gets them here, by the one rule (_selftime.py)
     table = with_self_ns(table)
     columns = []
     for field in SPAN_SCHEMA:

@@ -54,6 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._schema import META_HOST, TRACE_SCHEMA
+from .._selftime import note_self_wait
 from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import (
@@ -115,6 +116,8 @@ class ChromeJsonExporter(Exporter):
     # ------------------------------------------------------------------ write
 
     def _write(self, table: pa.Table, path: Path) -> None:
+        # the spans of asyncio tasks: their self and wait times, which no loader can compute
+        table = note_self_wait(table)
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         layout = _Layout(table)
         layout.flow_out, layout.flow_in = device_flows(table)  # host span -> its device row

@@ -56,6 +56,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from .. import _machine
 from .uri import is_uri, redact_uri
 from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
 from .._schema import (
@@ -66,6 +67,7 @@ from .._schema import (
     META_CLOCK,
     META_DROPPED,
     META_HOST,
+    META_MACHINE,
     META_PID,
     META_RANK,
     META_RUN,
@@ -517,6 +519,7 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
         clock = meta_json(meta, META_CLOCK)
         if clock is not None:
             proc["clock"] = clock  # the latest part's calibration
+        proc["machine"] = _machine.latest(proc.get("machine"), meta_json(meta, META_MACHINE))
         dropped = meta_json(meta, META_DROPPED)
         if isinstance(dropped, dict) and _dropped_total(dropped) >= _dropped_total(
             proc.get("dropped")
@@ -554,6 +557,9 @@ def merge_metadata(parts: list[tuple[dict[bytes, bytes], int]]) -> dict[bytes, b
         merged[META_TASKS] = b"1"  # a part with task spans: the whole may overlap on a thread
     if starts:
         merged[META_START] = str(min(starts)).encode()
+    machine = _machine.combine([proc.pop("machine", None) for proc in processes.values()])
+    if machine is not None:  # the machine's speed over every process, at their latest parts
+        merged[META_MACHINE] = json.dumps(machine).encode()
     rank_ids = sorted({r for r, _p, _h in processes})
     pids = sorted({p for _r, p, _h in processes})
     merged[META_RANK] = ",".join(map(str, rank_ids)).encode()

@@ -81,7 +81,7 @@ _PART_COLUMN_ENCODINGS = {
     "parent_id": "DELTA_BINARY_PACKED",
     **{
         name: "BYTE_STREAM_SPLIT"
-        for name in ("start_ns", "end_ns", "duration_ns", "self_ns", "arg")
+        for name in ("start_ns", "end_ns", "duration_ns", "self_ns", "wait_ns", "arg")
     },
     **{name: "PLAIN" for name in ("depth", "thread_id", "pid", "rank", "error")},
 }
@@ -89,7 +89,7 @@ PART_WRITER_OPTIONS = dict(
     compression="lz4",
     use_dictionary=_DICTIONARY_COLUMNS,
     column_encoding=_PART_COLUMN_ENCODINGS,
-    write_statistics=["start_ns", "end_ns", "duration_ns"],
+    write_statistics=["start_ns", "end_ns", "duration_ns", "wait_ns"],
     write_batch_size=1 << 16,
 )
 

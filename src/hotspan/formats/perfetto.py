@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._schema import META_ARGV, META_HOST, SPAN_SCHEMA, TRACE_SCHEMA
+from .._selftime import note_self_wait
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import (
@@ -46,6 +47,8 @@ class PerfettoExporter(Exporter):
     # ------------------------------------------------------------------ write
 
     def _write(self, table: pa.Table, path: Path) -> None:
+        # the spans of asyncio tasks: their self and wait times, which no loader can compute
+        table = note_self_wait(table)
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         n = table.num_rows
         duration = column_values(table, "duration_ns", np.int64)

@@ -417,7 +417,8 @@ _LATE_NS = 600 * 10**9
 #: ... and start no earlier than this before it: a process's life, generously (a tick damaged
 #: into an absurd time lands decades away).
 _LIFE_NS = 366 * 86_400 * 10**9
-_KNOWN_FLAGS = 1 | 2 | 4 | 8  # HS_F_ERROR, HS_F_ARG, HS_F_INSTANT, HS_F_EXT (csrc/hs_ring.h)
+# HS_F_ERROR, HS_F_ARG, HS_F_INSTANT, HS_F_EXT, HS_F_OVERLAP, HS_F_TASKROOT (csrc/hs_ring.h)
+_KNOWN_FLAGS = 1 | 2 | 4 | 8 | 16 | 32
 _BAD_IDS = (0, (1 << 64) - 1)  # 0 means "no parent"; the writer never hands out either
 
 

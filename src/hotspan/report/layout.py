@@ -1,5 +1,7 @@
-"""What the terminal Gantt and the HTML timeline share: lanes (one per rank/thread),
-categories in a stable order, and the time each category holds in each cell of a lane."""
+"""What the terminal Gantt and the HTML timeline share: lanes (one per rank/thread, and one
+per set of asyncio task trees that overlap on a thread, as the trace exports lay them out:
+``formats.lanes``), categories in a stable order, and the time each category holds in each
+cell of a lane."""
 
 from __future__ import annotations
 
@@ -44,29 +46,58 @@ def category_order(time_per_category: Mapping[str, int | float]) -> list[str]:
 
 
 def layout(table: pa.Table) -> Layout:
+    from ..formats.lanes import assign_lanes
+
     start = to_numpy(table.column("start_ns"), np.int64)
     end = to_numpy(table.column("end_ns"), np.int64)
     duration = end - start
-    lane, representative = combined_codes(table, ("rank", "pid", "thread_id"))
+    # Task trees that overlap on a thread (asyncio) go to lanes of their own, as the trace
+    # exports place them: {synthetic thread id: real one}; rows keep their order.
+    laned, task_lanes = assign_lanes(table)
+    lane, representative = combined_codes(laned, ("rank", "pid", "thread_id"))
     n_lanes = len(representative)
+    tids = laned.column("thread_id").take(pa.array(representative)).to_pylist()
+    real_tids = [task_lanes.get(t, t) for t in tids]
+    # a task lane's number on its thread (0: the thread's own), in the exports' order
+    per_thread: dict[int, list[int]] = {}
+    for synthetic in sorted(task_lanes):
+        per_thread.setdefault(task_lanes[synthetic], []).append(synthetic)
+    number = {t: k + 1 for lanes in per_thread.values() for k, t in enumerate(lanes)}
+    sub = np.array([number.get(t, 0) for t in tids], np.int64)
+    thread_lane = np.empty(n_lanes, np.int64)  # each lane's own thread's lane code
+    own = {
+        (r, p, t): i
+        for i, (r, p, t) in enumerate(
+            zip(
+                to_numpy(laned.column("rank"), np.int64)[representative].tolist(),
+                laned.column("pid").take(pa.array(representative)).to_pylist(),
+                tids,
+            )
+        )
+        if t not in task_lanes
+    }
     first_start = np.full(n_lanes, np.iinfo(np.int64).max)
     np.minimum.at(first_start, lane, start)
     ranks = to_numpy(table.column("rank"), np.int64)[representative]
-    order = np.lexsort((first_start, ranks))  # lanes by rank, then by when they started
+    pids = table.column("pid").take(pa.array(representative)).to_pylist()
+    for i in range(n_lanes):
+        thread_lane[i] = own.get((int(ranks[i]), pids[i], real_tids[i]), i)
+    # lanes by rank, then by when their thread started; a thread's task lanes right below it
+    order = np.lexsort((sub, first_start[thread_lane], ranks))
     position = np.empty(n_lanes, np.int64)
     position[order] = np.arange(n_lanes)
     names = table.column("thread_name").take(pa.array(representative)).to_pylist()
-    tids = table.column("thread_id").take(pa.array(representative)).to_pylist()
-    pids = table.column("pid").take(pa.array(representative)).to_pylist()
     one_pid_per_rank = len(set(zip(ranks.tolist(), pids))) == len(set(ranks.tolist()))
     labels: list[str] = []
     for i in order:
-        label = f"r{ranks[i]} {names[i] or tids[i]}"
+        label = f"r{ranks[i]} {names[i] or real_tids[i]}"
         if not one_pid_per_rank:
             label += f" pid {pids[i]}"
         labels.append(label)
-    if len(set(labels)) != len(labels):  # two threads of one name: tell them apart by id
-        labels = [f"{label} ({tids[i]})" for label, i in zip(labels, order)]
+    if len(set(zip(labels, sub[order].tolist()))) != len(labels):
+        # two threads of one name: tell them apart by id
+        labels = [f"{label} ({real_tids[i]})" for label, i in zip(labels, order)]
+    labels = [f"{label} tasks {sub[i]}" if sub[i] else label for label, i in zip(labels, order)]
 
     code, values = column_codes(table.column("category"))
     time_per_value = np.zeros(len(values), np.int64)

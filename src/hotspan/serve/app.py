@@ -89,6 +89,7 @@ class StatsRow(BaseModel):
     count: int
     total_ns: int
     self_ns: int
+    wait_ns: int = 0
     mean_ns: Optional[float] = None
     min_ns: int
     p50_ns: Optional[float] = None
@@ -119,6 +120,9 @@ class Span(BaseModel):
     duration_ns: int
     #: duration_ns less the union of the children's intervals (null in files older than the column)
     self_ns: Optional[int] = None
+    #: the time its asyncio task was suspended (awaiting) while it was the task's innermost
+    #: span: not part of self_ns (null in files older than the column)
+    wait_ns: Optional[int] = None
     depth: int
     thread_id: int
     thread_name: Optional[str] = None
@@ -188,7 +192,7 @@ class CompareRow(BaseModel):
     change_high: Optional[float] = None
     p_value: Optional[float] = None
     judged_change: Optional[float] = None
-    verdict: Literal["slower", "faster", "same", "new", "gone", "few"]
+    verdict: Literal["slower", "faster", "same", "inconclusive", "new", "gone", "few"]
 
 
 class CompareResponse(BaseModel):
@@ -196,6 +200,8 @@ class CompareResponse(BaseModel):
     new: str
     threshold: float
     rows: list[CompareRow]
+    #: the machine's drift between the runs in one line, as `hotspan compare` prints it
+    machine: Optional[str] = None
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -538,21 +544,18 @@ class Served:
         ),
     ) -> Any:
         """Span group by span group, as `hotspan compare` does: medians, their change with a
-        bootstrap interval, the Mann-Whitney U p-value and a verdict."""
+        bootstrap interval, the Mann-Whitney U p-value and a verdict (`inconclusive`: slower,
+        but the machine's drift between the runs may explain it; `machine` says that drift)."""
         runs = []
         for rid in (base, new):
             run = self.run_or_404(rid)
             if isinstance(run, JSONResponse):
                 return run
             runs.append(run)
-        return {
-            "base": base,
-            "new": new,
-            "threshold": threshold,
-            "rows": queries.compare_rows(
-                runs[0], runs[1], threshold=threshold, min_count=min_count
-            ),
-        }
+        rows, machine = queries.compare_result(
+            runs[0], runs[1], threshold=threshold, min_count=min_count
+        )
+        return {"base": base, "new": new, "threshold": threshold, "rows": rows, "machine": machine}
 
 
 def _window(start_ns: int | None, end_ns: int | None, rank: str | None) -> list[int] | None:

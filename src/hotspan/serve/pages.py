@@ -30,6 +30,7 @@ STAT_COLUMNS = (
     ("count", "count", lambda v: f"{v:,}"),
     ("total", "total_ns", human_ns),
     ("self", "self_ns", human_ns),
+    ("wait", "wait_ns", human_ns),
     ("mean", "mean_ns", human_ns),
     ("p50", "p50_ns", human_ns),
     ("p90", "p90_ns", human_ns),
@@ -202,6 +203,30 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             "flame graph",
             "download it as .speedscope.json or .folded",
         )
+
+    @app.get("/compare/flame", response_class=HTMLResponse, include_in_schema=False)
+    def compare_flame_page(
+        request: Request,
+        base: str = Query(..., max_length=64),
+        new: str = Query(..., max_length=64),
+        threshold: float = Query(0.05, ge=0, le=100),
+    ):
+        picked = []
+        for rid in (base, new):
+            run = run_or_404(rid)
+            if isinstance(run, JSONResponse):
+                return problem_page(request, run)
+            picked.append(run)
+        html = queries.diff_flame_page(picked[0], picked[1], threshold)
+        if html is None:
+            return page(
+                request,
+                "problem.html",
+                status=413,
+                detail=f"more than {queries.TIMELINE_MAX_SPANS:,} spans in a run: too many for "
+                "the flame graph of the change; run hotspan compare BASE NEW --flame OUT.html",
+            )
+        return HTMLResponse(html)
 
     @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)
     def compare_page(

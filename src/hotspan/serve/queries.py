@@ -33,6 +33,7 @@ __all__ = [
     "timeline_index",
     "timeline_view",
     "flame_html",
+    "diff_flame_page",
 ]
 
 #: format parameter -> (file extension, media type).
@@ -55,6 +56,7 @@ SPAN_FIELDS = (
     "end_ns",
     "duration_ns",
     "self_ns",
+    "wait_ns",
     "depth",
     "thread_id",
     "thread_name",
@@ -311,9 +313,23 @@ def phases_rows(run: Run) -> list[dict[str, Any]]:
 
 
 def compare_rows(base: Run, new: Run, *, threshold: float, min_count: int) -> list[dict[str, Any]]:
+    return compare_result(base, new, threshold=threshold, min_count=min_count)[0]
+
+
+def compare_result(
+    base: Run, new: Run, *, threshold: float, min_count: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """``compare``'s rows and, in one line, the machine's drift between the runs (None when
+    there is nothing to say): as ``hotspan compare`` prints them."""
+
+    def compute() -> tuple[list[dict[str, Any]], str | None]:
+        from ..analysis.comparison import drift_line, drift_of
+
+        table = _compare(base, new, threshold=threshold, min_count=min_count)
+        return plain(table.to_pylist()), drift_line(drift_of(table), base.id, new.id)
+
     return cached(
-        ("compare", base.id, base.signature, new.id, new.signature, threshold, min_count),
-        lambda: plain(_compare(base, new, threshold=threshold, min_count=min_count).to_pylist()),
+        ("compare", base.id, base.signature, new.id, new.signature, threshold, min_count), compute
     )
 
 
@@ -387,6 +403,8 @@ def spans_page(
                 )
             if "self_ns" not in table.column_names:  # a part written before self_ns was a column
                 table = table.append_column("self_ns", pa.nulls(table.num_rows, pa.int64()))
+            if "wait_ns" not in table.column_names:  # nor wait_ns: none is known
+                table = table.append_column("wait_ns", pa.nulls(table.num_rows, pa.int64()))
             rows.extend(table.select(list(SPAN_FIELDS)).to_pylist())
             if len(rows) > limit:
                 return plain(rows[:limit]), True
@@ -521,6 +539,25 @@ def timeline_html(run: Run) -> str | None:
         return html_report(load(run.source), title=run.path, sections=("timeline",))
 
     return cached(("timeline", run.id, run.signature), render)
+
+
+def diff_flame_page(base: Run, new: Run, threshold: float) -> str | None:
+    """The flame graph of the change from ``base`` to ``new`` (``report/diff_flame.py``),
+    coloured by the verdicts of their comparison; None where either run is past
+    ``TIMELINE_MAX_SPANS`` (it loads both)."""
+    if any((run.summary or {}).get("spans", 0) > TIMELINE_MAX_SPANS for run in (base, new)):
+        return None
+
+    def render() -> str:
+        from ..formats import load
+        from ..report.diff_flame import diff_flame_html
+
+        rows = compare_rows(base, new, threshold=threshold, min_count=1)
+        verdicts = {(r["category"], r["name"]): r["verdict"] for r in rows}
+        title = f"{base.path} → {new.path}"
+        return diff_flame_html(load(base.source), load(new.source), verdicts=verdicts, title=title)
+
+    return cached(("diff-flame", base.id, base.signature, new.id, new.signature, threshold), render)
 
 
 def flame_html(run: Run) -> str | None:

@@ -33,6 +33,7 @@
     });
 
     function colour(t, node) {
+      if (t.col) return t.col[node];  // a flame graph of a change: coloured by its change
       if (t.k[node] !== 2) return '#d0d0d0';
       var c = t.c[node];
       return c < 0 ? data.none : (data.colours[t.categories[c]] || '#bbb');
@@ -45,6 +46,7 @@
       s += '\ntotal: ' + ns(t.t[node]) + ' (' + pct(t.t[node], all) + ' of all)';
       s += '\nself: ' + ns(t.s[node]) + ' (' + pct(t.s[node], all) + ' of all)';
       if (t.n[node]) s += '\nspans: ' + t.n[node].toLocaleString();
+      if (t.d) s += '\nbase run: ' + ns(t.b[node]) + (t.d[node] ? ' (change: ' + t.d[node] + ')' : '');
       return s;
     }
     function frame(t, node, x, w, y, cls) {
@@ -56,6 +58,10 @@
       d.style.width = Math.max(w, 1) + 'px';
       d.style.top = y + 'px';
       d.style.background = colour(t, node);
+      if (t.d && t.d[node]) {  // a change: its title says it (+52%, new)
+        d.title = d.dataset.label + ': ' + t.d[node];
+        d.dataset.change = t.d[node];
+      }
       if (w > 30) d.textContent = d.dataset.label;
       view.appendChild(d);
     }

@@ -40,7 +40,7 @@
   }
 
   // The timeline and flame frames (same origin) as tall as their content.
-  ['timeline', 'flame'].forEach(function (id) {
+  ['timeline', 'flame', 'diff-flame'].forEach(function (id) {
     var frame = document.getElementById(id);
     if (!frame) return;
     frame.addEventListener('load', function () {

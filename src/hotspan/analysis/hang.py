@@ -1,0 +1,153 @@
+"""Where a hung job is stuck: every rank's open spans, read from the flight files of its
+processes (``HOTSPAN_FLIGHT=PATH``), while they hang or after they were killed, grouped by
+state. ``hotspan hang`` prints it.
+
+A rank's state is the innermost open collective span on any of its threads (a span whose
+category's last part is ``comms``): it waits there. A rank in no collective is
+``outside``, and its deepest open stack says where it is instead; a process that exited
+cleanly is ``exited``. Ranks agree when they all share one state.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["flight_files", "hang"]
+
+
+def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
+    """The flight files ``targets`` name: a file as it is, a directory's flight files; with
+    none, every flight file mapped by a process of this user."""
+    from ..recording.flight import flight_processes, is_flight_file
+
+    if not targets:
+        return sorted({p for paths in flight_processes().values() for p in paths})
+    found: list[str] = []
+    for target in (str(os.fspath(t)) for t in targets):
+        if os.path.isdir(target):
+            inside = sorted(os.path.join(target, n) for n in os.listdir(target))
+            files = [p for p in inside if os.path.isfile(p) and is_flight_file(p)]
+            if not files:
+                raise FileNotFoundError(2, "no flight file in this directory", target)
+            found += files
+        elif not os.path.exists(target):
+            raise FileNotFoundError(2, "no such flight file or directory", target)
+        else:
+            found.append(target)
+    return found
+
+
+def _is_collective(category: str | None, want: str) -> bool:
+    return category is not None and (category == want or category.endswith("/" + want))
+
+
+def hang(targets: Sequence[str | os.PathLike] = (), *, category: str = "comms") -> dict[str, Any]:
+    """Every rank's state from the flight files of ``targets`` (see :func:`flight_files`):
+    ``ranks`` (per process: rank, pid, alive, state, collective, stack, open_ns),
+    ``groups`` (per state: the ranks in it, largest group first), ``agree`` and
+    ``summary`` (lines for people). Damaged files are listed under ``unreadable``."""
+    from ..recording.flight import Frame, stacks
+
+    now = time.time_ns()
+    ranks: list[dict[str, Any]] = []
+    unreadable: list[str] = []
+    for path in flight_files(targets):
+        try:
+            proc = stacks(path)
+        except FileNotFoundError:
+            continue  # gone between the listing and the read
+        except ValueError as exc:  # FlightFileError names the file
+            unreadable.append(str(exc))
+            continue
+        end = now if proc.alive else proc.last_seen_ns
+        collective: Frame | None = None
+        deepest: list[Frame] = []
+        for thread in proc.threads:
+            frames = thread.stack
+            if len(frames) > len(deepest):
+                deepest = frames
+            for frame in frames:
+                if _is_collective(frame.category, category):
+                    if collective is None or frame.start_ns >= collective.start_ns:
+                        collective = frame
+                        deepest = frames
+        if proc.clean_exit:
+            state = "exited"
+        elif collective is not None:
+            state = f"in {collective.name}"
+        else:
+            state = "outside"
+        ranks.append(
+            {
+                "rank": proc.rank,
+                "pid": proc.pid,
+                "alive": proc.alive,
+                "path": proc.path,
+                "state": state,
+                "collective": None if collective is None else collective.name,
+                "stack": [f.name for f in deepest],
+                "open_ns": max(0, end - deepest[-1].start_ns) if deepest else 0,
+                "collective_ns": None if collective is None else max(0, end - collective.start_ns),
+            }
+        )
+    ranks.sort(key=lambda r: (r["rank"], r["pid"]))
+    by_state: dict[str, list[dict[str, Any]]] = {}
+    for r in ranks:
+        by_state.setdefault(r["state"], []).append(r)
+    groups: list[dict[str, Any]] = [
+        {"state": state, "ranks": [r["rank"] for r in members], "count": len(members)}
+        for state, members in by_state.items()
+    ]
+    groups.sort(key=lambda g: (-len(g["ranks"]), g["state"]))
+    return {
+        "ranks": ranks,
+        "groups": groups,
+        "agree": len(groups) <= 1,
+        "alive": sum(r["alive"] for r in ranks),
+        "unreadable": unreadable,
+        "summary": _summary(ranks, groups, by_state),
+    }
+
+
+def _listing(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:16]))
+    return shown + (f" and {len(ranks) - 16:,} more" if len(ranks) > 16 else "")
+
+
+def _summary(
+    ranks: list[dict[str, Any]], groups: list[dict[str, Any]], by_state: dict[str, list]
+) -> list[str]:
+    from ..units import human_ns
+
+    if not ranks:
+        return ["no flight file of a rank found (start the ranks with HOTSPAN_FLIGHT=PATH)"]
+    lines = []
+    main = groups[0]
+    main_collective = by_state[main["state"]][0]["collective"]
+    for group in groups:
+        members = by_state[group["state"]]
+        n = group["count"]
+        who = f"{n:,} rank{'s' if n > 1 else ''}" if n > 1 else f"rank {members[0]['rank']}"
+        if members[0]["collective"] is not None:
+            longest = max(m["collective_ns"] for m in members)
+            line = f"{who} wait{'' if n > 1 else 's'} in {members[0]['collective']} for up to {human_ns(longest)}"
+        elif group["state"] == "exited":
+            line = f"{who} exited"
+        else:
+            stacks = {" > ".join(m["stack"]) or "(no open span)" for m in members}
+            where = stacks.pop() if len(stacks) == 1 else "several places"
+            never = (
+                f" {'are' if n > 1 else 'is'} not in {main_collective}:" if main_collective else ""
+            )
+            longest = max(m["open_ns"] for m in members)
+            line = f"{who}{never} open stack {where} ({human_ns(longest)})"
+        if n > 1:
+            line += f" (ranks {_listing(group['ranks'])})"
+        lines.append(line)
+    gone = [r["rank"] for r in ranks if not r["alive"] and r["state"] != "exited"]
+    if gone:
+        lines.append(f"not running now (read from their flight files): ranks {_listing(gone)}")
+    return lines

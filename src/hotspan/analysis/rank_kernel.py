@@ -1,0 +1,433 @@
+"""The across-ranks kernel (see :mod:`hotspan.analysis.ranks` for what it answers and how):
+collectives matched across ranks, clocks aligned, waits and blame, the straggler test,
+steps; over numpy columns gathered from Arrow batches (rank_source.py). rank_reasons.py
+adds what needs a second pass over the spans."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from .filters import SpanFilter
+from .rank_source import RankSource, Strings, gather
+
+__all__ = ["META_RANKS", "PerRank", "RankAnalysis", "RankOptions", "group_bounds"]
+
+META_RANKS = b"hotspan.ranks"
+
+
+@dataclass(frozen=True)
+class RankOptions:
+    """How the across-ranks questions are asked (see the module doc)."""
+
+    category: str = "comms"
+    step: str | None = "step"
+    align: bool = True
+    clock_error_ns: int | None = None
+    alpha: float = 0.001
+    min_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha: expected a number between 0 and 1, not {self.alpha!r}")
+        if not 0 <= self.min_share < 1:
+            raise ValueError(f"min_share: expected a number in [0, 1), not {self.min_share!r}")
+        if not self.category:
+            raise ValueError("category: expected the last part of the collectives' category")
+
+
+def group_bounds(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and count of each run of equal values in ``sorted_keys``."""
+    if not len(sorted_keys):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    return starts, np.diff(np.r_[starts, len(sorted_keys)])
+
+
+def sorted_by(*keys: np.ndarray) -> bool:
+    """Whether the rows are already in the order ``np.lexsort(keys[::-1])`` would give
+    (first key first): parts read in order usually are, and a check is O(n)."""
+    if len(keys[0]) < 2:
+        return True
+    tied = np.ones(len(keys[0]) - 1, bool)
+    for key in keys:
+        step = np.diff(key.astype(np.int64) if key.dtype == np.uint64 else key)
+        if (step[tied] < 0).any():
+            return False
+        tied &= step == 0
+    return True
+
+
+def group_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct key (sorted): the lower ``q``-quantile of its values."""
+    starts, counts = group_bounds(keys) if sorted_by(keys) else (None, None)
+    if counts is not None and len(counts) and (counts == counts[0]).all():
+        # every group the same size, rows grouped already (instances of all ranks): a matrix
+        width = int(counts[0])
+        k = int(np.floor(q * (width - 1)))
+        matrix = values.reshape(len(counts), width)
+        return keys[starts], np.partition(matrix, k, axis=1)[:, k]
+    order = np.lexsort((values, keys))
+    starts, counts = group_bounds(keys[order])
+    picked = order[starts + np.floor(q * (counts - 1)).astype(np.int64)]
+    return keys[order[starts]], values[picked]
+
+
+class PerRank:
+    """Times grouped by rank and sorted, to ask many times where other times fall."""
+
+    def __init__(self, rank: np.ndarray, time: np.ndarray) -> None:
+        self.order = np.lexsort((time, rank))
+        self.rank, self.time = rank[self.order], time[self.order]
+        self.ranks, self.first = np.unique(self.rank, return_index=True)
+        self.ends = np.r_[self.first[1:], len(self.rank)].astype(np.int64)
+
+    def position(self, rank: np.ndarray, time: np.ndarray, strict: bool) -> np.ndarray:
+        """For each (rank, time): the position, in this sorted order, of the first time of
+        its rank at or after (``strict``: after) it; -1 for a rank with no times here.
+        O(n log n): the queries are grouped by rank once, not scanned once per rank."""
+        out = np.full(len(rank), -1, np.int64)
+        side: Literal["left", "right"] = "right" if strict else "left"
+        if len(rank) and rank[0] == rank[-1] and (rank == rank[0]).all():
+            # one rank's batch (a run directory's part): no grouping needed
+            i = int(np.searchsorted(self.ranks, rank[0]))
+            if i < len(self.ranks) and self.ranks[i] == rank[0]:
+                a, b = self.first[i], self.ends[i]
+                out[:] = a + np.searchsorted(self.time[a:b], time, side=side)
+            return out
+        by = np.argsort(rank, kind="stable")
+        asked, first = np.unique(rank[by], return_index=True)
+        ends = np.r_[first[1:], len(by)]
+        at = np.searchsorted(self.ranks, asked)
+        for r, i, lo, hi in zip(asked, at, first, ends):
+            if i >= len(self.ranks) or self.ranks[i] != r:
+                continue
+            a, b = self.first[i], self.ends[i]
+            chosen = by[lo:hi]
+            out[chosen] = a + np.searchsorted(self.time[a:b], time[chosen], side=side)
+        return out
+
+
+def count_before(
+    rank_a: np.ndarray, time_a: np.ndarray, rank_b: np.ndarray, time_b: np.ndarray, strict: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each b: the position, in the a's sorted by (rank, time), of the first a of its rank
+    at or after (``strict``: after) its time (-1: no a of its rank); and that sorting order."""
+    index = PerRank(rank_a, time_a)
+    return index.position(rank_b, time_b, strict), index.order
+
+
+class RankAnalysis:
+    """The across-ranks kernel over ``spans`` (a table or paths): computed once, asked thrice."""
+
+    def __init__(
+        self,
+        spans: Any,
+        options: RankOptions | None = None,
+        span_filter: SpanFilter | dict | None = None,
+    ) -> None:
+        self.options = options or RankOptions()
+        #: what the second pass over the spans found (rank_reasons.second_pass)
+        self.found: dict[str, Any] = {}
+        self.source = RankSource(spans, span_filter)
+        self.strings = Strings()
+        self._first_pass()
+        self._match()
+        self._steps()
+
+    # -- pass 1: collectives and top-level spans ---------------------------------------------
+
+    def _is_collective(self, category_codes: np.ndarray) -> np.ndarray:
+        want = self.options.category
+        flags = np.array(
+            [v is not None and (v == want or v.endswith("/" + want)) for v in self.strings.values],
+            bool,
+        )
+        return flags[category_codes]
+
+    def _first_pass(self) -> None:
+        cols = ("rank", "name", "category", "start_ns", "end_ns", "thread_id", "span_id")
+        found = gather(
+            self.source,
+            self.strings,
+            {
+                "coll": (lambda b: self._is_collective(b["category"]), cols),
+                "top": (lambda b: b["depth"] == 0, cols),
+            },
+            read=("depth",),
+        )
+        self.coll, self.top = found["coll"], found["top"]
+
+    # -- matching, clocks, waits -------------------------------------------------------------
+
+    def _match(self) -> None:
+        c = self.coll
+        names, cats = c["name"].astype(np.int64), c["category"].astype(np.int64)
+        pairs = (
+            np.unique(np.stack([names, cats], 1), axis=0)
+            if len(names)
+            else np.zeros((0, 2), np.int64)
+        )
+        per_name = np.bincount(pairs[:, 0]) if len(pairs) else np.zeros(0, np.int64)
+        self.key_name_code = pairs[:, 0]
+        self.key_names = [
+            self.strings.values[n]
+            if per_name[n] == 1
+            else f"{self.strings.values[k]}:{self.strings.values[n]}"
+            for n, k in pairs
+        ]
+        key = (
+            np.searchsorted(
+                pairs[:, 0] * (len(self.strings.values) + 1) + pairs[:, 1],
+                names * (len(self.strings.values) + 1) + cats,
+            )
+            if len(pairs)
+            else np.zeros(0, np.int64)
+        )
+        rank = c["rank"].astype(np.int64)
+        self.ranks = np.unique(np.concatenate([rank, self.top["rank"].astype(np.int64)]))
+        n_ranks = len(self.ranks)
+        order = np.lexsort((c["start_ns"], rank, key))
+        starts, counts = group_bounds(key[order] * (int(rank.max(initial=0)) + 1) + rank[order])
+        index = np.empty(len(order), np.int64)
+        index[order] = np.arange(len(order)) - np.repeat(starts, counts)
+        # instances per key: the fewest any rank of its group has
+        group_key = key[order[starts]]
+        n_instances = np.full(len(pairs), np.iinfo(np.int64).max)
+        np.minimum.at(n_instances, group_key, counts)
+        keep = index < n_instances[key] if len(key) else np.zeros(0, bool)
+        self.unmatched = int((~keep).sum())
+        key_base = np.r_[
+            0, np.cumsum(np.where(n_instances == np.iinfo(np.int64).max, 0, n_instances))
+        ]
+        # the rows of matched instances, by (instance, rank)
+        self.row_of_span = np.full(len(key), -1, np.int64)
+        inst = key_base[key] + index
+        rows = np.flatnonzero(keep)
+        rows = rows[np.lexsort((rank[rows], inst[rows]))]
+        self.row_of_span[rows] = np.arange(len(rows))
+        m = {
+            "span": rows,
+            "instance": inst[rows],
+            "key": key[rows],
+            "index": index[rows],
+            "rank": rank[rows],
+            "start": c["start_ns"][rows],
+            "end": c["end_ns"][rows],
+        }
+        m["rank_idx"] = np.searchsorted(self.ranks, m["rank"])
+        # clocks: each rank's offset from the median end of its instances
+        offset = np.zeros(n_ranks, np.int64)
+        spread = np.zeros(n_ranks, np.int64)
+        inst_starts, inst_counts = group_bounds(m["instance"])
+        if self.options.align and n_ranks > 1 and len(rows):
+            _, median_end = group_quantile(m["instance"], m["end"], 0.5)
+            residual = m["end"] - np.repeat(median_end, inst_counts)
+            if (inst_counts == n_ranks).all():
+                # every instance holds every rank, rows by (instance, rank): a matrix whose
+                # columns are the ranks
+                by_rank = residual.reshape(len(inst_counts), n_ranks)
+                k = (len(inst_counts) - 1) // 2
+                offset[:] = np.partition(by_rank, k, axis=0)[k]
+                stray_m = np.abs(by_rank - offset[None, :])
+                k = int(np.floor(0.95 * (len(inst_counts) - 1)))
+                spread[:] = np.partition(stray_m, k, axis=0)[k]
+            else:
+                who, offs = group_quantile(m["rank_idx"], residual, 0.5)
+                offset[who] = offs
+                stray = np.abs(residual - offset[m["rank_idx"]])
+                who, far = group_quantile(m["rank_idx"], stray, 0.95)
+                spread[who] = far
+        error = self.options.clock_error_ns
+        self.offset = offset
+        if error is None:
+            # the calibration's bound, and per rank a collector's offset uncertainty
+            by_rank = self.source.rank_clock_errors()
+            measured = np.array([by_rank.get(int(r), 0) for r in self.ranks], np.int64)
+            self.error = spread + self.source.clock_error_ns() + measured
+        else:
+            self.error = spread + int(error)
+        arrival = m["start"] - offset[m["rank_idx"]]
+        m["arrival"] = arrival
+        # the last arrival of each instance and who made it
+        by_arrival = np.lexsort((arrival, m["instance"]))
+        last_row = by_arrival[inst_starts + inst_counts - 1]
+        latest = arrival[last_row]
+        second = np.where(
+            inst_counts > 1,
+            arrival[by_arrival[inst_starts + np.maximum(inst_counts - 2, 0)]],
+            latest,
+        )
+        wait = np.clip(np.repeat(latest, inst_counts) - arrival, 0, m["end"] - m["start"])
+        m["wait"] = wait
+        m["last"] = np.zeros(len(rows), bool)
+        m["last"][last_row] = True
+        self.m = m
+        self.inst = {
+            "start": inst_starts,
+            "count": inst_counts,
+            "last_row": last_row,
+            "latest": latest,
+            "lead": latest - second,
+            "blame": np.add.reduceat(wait, inst_starts) if len(rows) else np.zeros(0, np.int64),
+        }
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _steps(self) -> None:
+        t = self.top
+        want = self.options.step
+        code = self.strings.find(want) if want else None
+        if code is not None and (t["name"] == code).any():
+            mask = t["name"] == code
+        elif len(t["rank"]):
+            # each rank's most frequent top-level span
+            rank_idx = np.searchsorted(self.ranks, t["rank"])
+            n_names = len(self.strings.values)
+            counts = np.bincount(
+                rank_idx * n_names + t["name"], minlength=len(self.ranks) * n_names
+            )
+            best = counts.reshape(len(self.ranks), n_names).argmax(axis=1)
+            mask = t["name"] == best[rank_idx]
+        else:
+            mask = np.zeros(0, bool)
+        order = np.flatnonzero(mask)
+        order = order[np.lexsort((t["start_ns"][order], t["rank"][order]))]
+        s = {k: v[order] for k, v in t.items()}
+        starts, counts = group_bounds(s["rank"])
+        s["step"] = np.arange(len(order)) - np.repeat(starts, counts)
+        s["rank_idx"] = np.searchsorted(self.ranks, s["rank"])
+        self.steps = s
+        self.n_steps = int(counts.max(initial=0))
+        durations = s["end_ns"] - s["start_ns"]
+        self.step_ns = float(durations.mean()) if len(durations) else math.nan
+        # each collective row's step: the step of its rank that holds its arrival
+        m = self.m
+        pos, by_rank = count_before(s["rank"], s["start_ns"], m["rank"], m["start"], strict=True)
+        pos = pos - 1
+        inside = (pos >= 0) & (pos < len(order))
+        inside[inside] &= s["rank"][by_rank[pos[inside]]] == m["rank"][inside]
+        inside[inside] &= s["end_ns"][by_rank[pos[inside]]] >= m["start"][inside]
+        m["step"] = np.where(
+            inside, s["step"][by_rank[np.where(inside, pos, 0)]] if len(order) else -1, -1
+        )
+
+    # -- answers -----------------------------------------------------------------------------
+
+    def _meta(self, **more: Any) -> dict[bytes, bytes]:
+        info = {
+            "ranks": len(self.ranks),
+            "steps": self.n_steps,
+            "step_ns": None if math.isnan(self.step_ns) else self.step_ns,
+            "instances": len(self.inst["start"]),
+            "unmatched": self.unmatched,
+            "clock_offset_ns": {int(r): int(o) for r, o in zip(self.ranks, self.offset)},
+            "arrival_error_ns": {int(r): int(e) for r, e in zip(self.ranks, self.error)},
+            **more,
+        }
+        return {META_RANKS: json.dumps(info).encode()}
+
+    def collectives(self) -> pa.Table:
+        m = self.m
+        keys = pa.array(m["key"].astype(np.int32))
+        table = pa.table(
+            {
+                "key": pa.array(self.key_names, pa.string()).take(keys),
+                "index": pa.array(m["index"]),
+                "rank": pa.array(m["rank"].astype(np.int32)),
+                "arrival_ns": pa.array(m["arrival"]),
+                "arrival_error_ns": pa.array(
+                    self.error[m["rank_idx"]] if len(m["rank"]) else np.zeros(0, np.int64)
+                ),
+                "wait_ns": pa.array(m["wait"]),
+                "last": pa.array(m["last"]),
+            }
+        )
+        return table.replace_schema_metadata(self._meta())
+
+    def blame(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank (``self.ranks`` order): blame and wait, in ns."""
+        n = len(self.ranks)
+        who = self.m["rank_idx"][self.inst["last_row"]]
+        blame = np.bincount(who, weights=self.inst["blame"], minlength=n).astype(np.int64)
+        wait = np.bincount(self.m["rank_idx"], weights=self.m["wait"], minlength=n).astype(np.int64)
+        return blame, wait
+
+    def straggler_test(self, blame: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per rank: the Bennett bound on the chance of a blame this high were ranks alike,
+        the expected blame, and whether it is a straggler (module doc). Step-down: once
+        stragglers are named, the instances they arrived last at are set aside and the
+        others are tested again on the rest, so that one rank late by a second does not
+        hide another late by a millisecond."""
+        n = len(self.ranks)
+        named = np.zeros(n, bool)
+        p, mean = np.ones(n), np.zeros(n)
+        culprit = self.m["rank_idx"][self.inst["last_row"]]
+        while True:
+            p_now, mean_now, new = self._bennett(blame, named, culprit)
+            untested = ~named
+            p[untested], mean[untested] = p_now[untested], mean_now[untested]
+            if not new.any():
+                return p, mean, named
+            named |= new
+
+    def _bennett(
+        self, blame: np.ndarray, named: np.ndarray, culprit: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One round of the test over the instances whose last arriver is not ``named``;
+        each one's last arriver taken as uniform over its group's ranks not named."""
+        n = len(self.ranks)
+        keep = ~named[culprit]
+        counts = self.inst["count"]
+        b_k = np.where(keep, self.inst["blame"], 0).astype(np.float64)
+        member = self.m["rank_idx"]
+        named_in = (
+            np.add.reduceat(named[member].astype(np.int64), self.inst["start"])
+            if len(member)
+            else counts
+        )
+        size = np.maximum(counts - named_in, 1).astype(np.float64)
+        per_row_b = np.repeat(b_k, counts)
+        per_row_n = np.repeat(size, counts)
+        free = ~named[member]
+        mean = np.bincount(member[free], weights=(per_row_b / per_row_n)[free], minlength=n)
+        var = np.bincount(
+            member[free],
+            weights=(per_row_b**2 * (1 / per_row_n) * (1 - 1 / per_row_n))[free],
+            minlength=n,
+        )
+        bound = float(b_k.max(initial=0.0))
+        total = float(b_k.sum())
+        p = np.ones(n)
+        excess = np.where(named, 0, blame) - mean
+        ok = (excess > 0) & (var > 0) & (bound > 0) & ~named
+        u = bound * excess[ok] / var[ok]
+        h = (1 + u) * np.log1p(u) - u
+        p[ok] = np.exp(-(var[ok] / bound**2) * h)
+        share_over = excess / total if total > 0 else np.zeros(n)
+        new = (
+            ~named & (p <= self.options.alpha / max(n, 1)) & (share_over >= self.options.min_share)
+        )
+        return p, mean, new
+
+    def if_median(self) -> np.ndarray:
+        """Per rank: the mean step time had the rank, where it arrived last, arrived with the
+        second last (as the median rank would have: the collective then starts that much sooner)."""
+        n = len(self.ranks)
+        who = self.m["rank_idx"][self.inst["last_row"]]
+        saved = np.bincount(who, weights=self.inst["lead"], minlength=n)
+        if not self.n_steps or math.isnan(self.step_ns):
+            return np.full(n, math.nan)
+        return self.step_ns - saved / self.n_steps
+
+    def steps_last(self) -> np.ndarray:
+        n = len(self.ranks)
+        rows = self.inst["last_row"]
+        who, step = self.m["rank_idx"][rows], self.m["step"][rows]
+        pairs = np.unique(np.stack([who[step >= 0], step[step >= 0]], 1), axis=0)
+        return np.bincount(pairs[:, 0], minlength=n) if len(pairs) else np.zeros(n, np.int64)

@@ -1,0 +1,63 @@
+"""``hotspan hang [DIR | FLIGHT_FILE ...]``: where the ranks of a hung job are, from their
+flight files (:func:`hotspan.analysis.hang.hang`; this module only prints)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .common import add_command
+from .errors import CliError
+
+HELP = "where a hung job's ranks are: grouped by the collective they wait in, from flight files"
+DESCRIPTION = (
+    "Reads the flight files of a job's processes (started with HOTSPAN_FLIGHT=PATH; no other change) "
+    "while it hangs, or after it was killed, and groups the ranks by state: the collective each waits "
+    "in (the innermost open span whose category ends in 'comms'), or, for a rank in none, its open "
+    "stack and for how long. With nothing given: every flight file mapped by a process of yours. DIR: "
+    "every flight file in it. Exit status 1 when the ranks disagree on where they are, 0 when they "
+    "agree, 2 on bad input. --json prints the whole answer as one JSON object."
+)
+EXAMPLE = "hotspan hang /dev/shm/job/\nhotspan hang --json | jq .groups"
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hotspan hang`` to the subcommands ``sub``."""
+    parser = add_command(sub, "hang", HELP, DESCRIPTION, EXAMPLE, cmd_hang)
+    parser.add_argument(
+        "targets", nargs="*", metavar="DIR|FLIGHT_FILE", help="flight files or directories of them"
+    )
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+    parser.add_argument(
+        "--collectives",
+        default="comms",
+        metavar="CAT",
+        help="the last part of the collectives' category (default comms)",
+    )
+    return parser
+
+
+def cmd_hang(args: argparse.Namespace) -> int:
+    from ..analysis.hang import hang
+
+    try:
+        answer = hang(args.targets, category=args.collectives)
+    except FileNotFoundError as exc:
+        raise CliError(f"{exc.filename}: {exc.strerror}") from None
+    except (ValueError, OSError) as exc:
+        raise CliError(str(exc)) from None
+    if not answer["ranks"]:
+        if answer["unreadable"]:
+            raise CliError(answer["unreadable"][0])
+        raise CliError("no flight file of a rank found (start the ranks with HOTSPAN_FLIGHT=PATH)")
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        from .tables import new_console
+
+        console = new_console()
+        for line in answer["summary"]:
+            console.print(line, highlight=False, markup=False)
+        for problem in answer["unreadable"]:
+            console.print(f"unreadable: {problem}", highlight=False, markup=False)
+    return 0 if answer["agree"] else 1

@@ -1,0 +1,140 @@
+"""``hotspan hang`` (issue 31): real processes hung in a collective, one rank elsewhere,
+read from their flight files while they hang and again after they are killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from hotspan.analysis.hang import hang
+
+RANK = textwrap.dedent(
+    """
+    import os, sys, time
+    import hotspan
+    rank, slow, ready = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    with hotspan.span("step", "train"):
+        with hotspan.span("forward", "train/compute"):
+            pass
+        if rank == slow:
+            with hotspan.span("data.fetch", "train/data"):
+                open(f"{ready}.{rank}", "w").close()
+                time.sleep(600)
+        else:
+            with hotspan.span("all_reduce", "comms"):
+                open(f"{ready}.{rank}", "w").close()
+                time.sleep(600)
+    """
+)
+
+
+class Job:
+    """Four rank processes with flight files in one directory, hung on purpose."""
+
+    def __init__(self, tmp_path, slow: int) -> None:
+        self.dir = tmp_path / "flight"
+        self.dir.mkdir()
+        ready = tmp_path / "ready"
+        self.procs = []
+        for rank in range(4):
+            env = {
+                **os.environ,
+                "HOTSPAN_FLIGHT": str(self.dir / "hotspan-{pid}"),
+                "HOTSPAN_RANK": str(rank),
+            }
+            env.pop("HOTSPAN_OUT", None)
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", RANK, str(rank), str(slow), str(ready)], env=env
+                )
+            )
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready.{r}").exists() for r in range(4)):
+            assert time.monotonic() < deadline, "the ranks did not reach their hang"
+            assert all(p.poll() is None for p in self.procs), "a rank exited"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p in self.procs:
+            p.wait(timeout=30)
+
+
+@pytest.fixture
+def job(tmp_path):
+    made = []
+
+    def start(slow: int) -> Job:
+        made.append(Job(tmp_path, slow))
+        return made[-1]
+
+    yield start
+    for j in made:
+        j.kill()
+
+
+@pytest.fixture
+def cli(capsys):
+    from hotspan.cli import main
+
+    def run(*args):
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.mark.slow
+def test_hang_names_the_rank_outside_the_collective_while_hung_and_after_the_kill(job, cli):
+    hung = job(slow=2)
+    answer = hang([hung.dir])
+    assert [r["rank"] for r in answer["ranks"]] == [0, 1, 2, 3]
+    assert answer["groups"][0] == {"state": "in all_reduce", "ranks": [0, 1, 3], "count": 3}
+    assert answer["groups"][1]["ranks"] == [2]
+    assert answer["ranks"][2]["stack"] == ["step", "data.fetch"]
+    assert not answer["agree"] and answer["alive"] == 4
+
+    code, out, err = cli("hang", hung.dir)
+    assert code == 1, err
+    assert "3 ranks wait in all_reduce for up to" in out and "(ranks 0, 1, 3)" in out
+    assert "rank 2 is not in all_reduce: open stack step > data.fetch (" in out
+
+    hung.kill()
+    code, out, err = cli("hang", hung.dir)
+    assert code == 1, err
+    assert "rank 2 is not in all_reduce: open stack step > data.fetch (" in out
+    assert "not running now (read from their flight files): ranks 0, 1, 2, 3" in out
+    code, out, _ = cli("hang", hung.dir, "--json")
+    answer = json.loads(out)
+    assert answer["alive"] == 0 and answer["groups"][1]["ranks"] == [2]
+
+
+@pytest.mark.slow
+def test_ranks_that_agree_exit_0(job, cli):
+    hung = job(slow=-1)  # every rank waits in all_reduce
+    code, out, err = cli("hang", hung.dir)
+    assert code == 0, err
+    assert out.startswith("4 ranks wait in all_reduce for up to")
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, cli):
+    code, _, err = cli("hang", tmp_path / "missing")
+    assert code == 2 and "missing: no such flight file or directory" in err
+    code, _, err = cli("hang", tmp_path)
+    assert code == 2 and "no flight file in this directory" in err
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"not a flight file at all")
+    code, _, err = cli("hang", junk)
+    assert code == 2 and str(junk) in err
+    assert len(err.strip().splitlines()) == 1
