@@ -373,6 +373,7 @@ def SpanFilter(
     min_ns: int | None = None,
     run: str | None = None,
     origin_ns: int | None = None,
+    overlap: bool = False,
 ) -> _SpanFilter:
     """The spans a question is about (``stats``, ``phases`` and ``compare`` take it as
     ``filter=``); every field narrows (all must hold), ``None``/empty does not.
@@ -389,6 +390,8 @@ def SpanFilter(
     :param run: a run id (the parts of a directory recorded by that run only).
     :param origin_ns: the run's start (epoch ns) that relative bounds are taken from, once
         known.
+    :param overlap: the window keeps every span overlapping it (as a timeline shows it;
+        ``hotspan export --since/--until``), not only those starting in it.
 
     A function here so that ``import hotspan`` loads no pyarrow; it returns a
     :class:`hotspan.analysis.filters.SpanFilter` (``isinstance`` needs that class).
@@ -396,7 +399,17 @@ def SpanFilter(
     from .analysis.filters import SpanFilter as implementation
 
     return implementation(
-        where, names, categories, ranks, threads, since, until, min_ns, run, origin_ns
+        where,
+        names,
+        categories,
+        ranks,
+        threads,
+        since,
+        until,
+        min_ns,
+        run,
+        overlap=overlap,
+        origin_ns=origin_ns,
     )
 
 

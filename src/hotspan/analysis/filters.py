@@ -10,7 +10,10 @@ renders those terms its own way (:func:`arrow_mask`, :func:`dataset_expression`,
 
 The time window (``since``/``until``) takes seconds from the run's start (its first span's
 start) or, for values of at least 10**15, nanoseconds since the Unix epoch; a span is in the
-window when it *starts* in ``[since, until)``.
+window when it *starts* in ``[since, until)``, or, with ``overlap=True`` (``hotspan export``,
+serve's "Open this window in Perfetto"), when any of it lies in the window, as a timeline
+shows it: it starts before ``until`` and ends after ``since`` (an instant: at or after
+``since``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "arrow_mask",
     "dataset_expression",
     "sql_condition",
+    "window_terms",
 ]
 
 #: A time-window bound of at least this is nanoseconds since the epoch (1e15 ns is 1970-01-12;
@@ -60,7 +64,8 @@ class SpanFilter:
     ``categories``: a category or any below it (``train`` takes ``train/compute``; any of);
     ``ranks``; ``threads``: thread names or ids (any of); ``since``/``until``: the time window
     (see the module doc); ``min_ns``: a minimum duration; ``run``: a run id (the parts of a
-    directory recorded by that run only)."""
+    directory recorded by that run only); ``overlap``: the window keeps the spans overlapping
+    it, not only those starting in it (see the module doc)."""
 
     where: tuple[tuple[str, str, str], ...] = ()
     names: tuple[str, ...] = ()
@@ -71,6 +76,7 @@ class SpanFilter:
     until: float | None = None
     min_ns: int | None = None
     run: str | None = None
+    overlap: bool = False
     #: The run's start (epoch ns), once known: relative bounds are resolved against it.
     origin_ns: int | None = field(default=None, compare=False)
 
@@ -183,14 +189,26 @@ class SpanFilter:
                     ),
                 )
             )
-        low, high = self.window()
-        if low is not None:
-            out.append(("ge", "start_ns", low))
-        if high is not None:
-            out.append(("lt", "start_ns", high))
+        out.extend(window_terms(*self.window(), overlap=self.overlap))
         if self.min_ns is not None:
             out.append(("ge", "duration_ns", int(self.min_ns)))
         return out
+
+
+def window_terms(low: int | None, high: int | None, *, overlap: bool = False) -> list[Term]:
+    """The terms of a window ``[low, high)`` in epoch ns (None: unbounded): the spans that
+    start in it, or with ``overlap`` those any of which lies in it (they start before
+    ``high`` and end after ``low``, or, instants, start at ``low`` or later)."""
+    out: list[Term] = []
+    if low is not None:
+        if overlap:
+            after = min(low + 1, INT64_MAX)  # end_ns > low, as the terms compare: >=
+            out.append(("any", "", (("ge", "end_ns", after), ("ge", "start_ns", low))))
+        else:
+            out.append(("ge", "start_ns", low))
+    if high is not None:
+        out.append(("lt", "start_ns", high))
+    return out
 
 
 # --------------------------------------------------------------------------- in memory (pyarrow)

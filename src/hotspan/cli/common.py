@@ -186,8 +186,11 @@ def _time_bound(text: str | None, option: str) -> float | None:
     return value
 
 
-def add_filter_options(parser: argparse.ArgumentParser) -> None:
-    """The span filter's options (analysis/filters.py), the same on every command that reads spans."""
+def add_filter_options(parser: argparse.ArgumentParser, *, overlap: bool = False) -> None:
+    """The span filter's options (analysis/filters.py), the same on every command that reads
+    spans. ``overlap``: --since/--until keep the spans overlapping the window (a timeline's
+    view of it: ``export``), not only those starting in it (``stats``' question)."""
+    parser.set_defaults(window_overlap=overlap)
     group = parser.add_argument_group("which spans")
     group.add_argument(
         "--filter",
@@ -212,12 +215,14 @@ def add_filter_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME|ID",
         help="only spans of this thread (name or id); repeat for several",
     )
-    group.add_argument(
-        "--since",
-        metavar="T",
-        help="only spans that start at or after T: seconds from the run's start, or epoch ns",
-    )
-    group.add_argument("--until", metavar="T", help="only spans that start before T (as --since)")
+    if overlap:
+        since = "only spans that end after T (or start at it): seconds from the run's start, or epoch ns"
+        until = "only spans that start before T (as --since): with --since, every span overlapping the window"
+    else:
+        since = "only spans that start at or after T: seconds from the run's start, or epoch ns"
+        until = "only spans that start before T (as --since)"
+    group.add_argument("--since", metavar="T", help=since)
+    group.add_argument("--until", metavar="T", help=until)
     group.add_argument(
         "--min-ms", type=float, metavar="MS", help="only spans of at least MS milliseconds"
     )
@@ -250,6 +255,7 @@ def span_filter(args: argparse.Namespace):
             until=_time_bound(args.until, "--until"),
             min_ns=None if args.min_ms is None else round(args.min_ms * 1e6),
             run=args.run,
+            overlap=getattr(args, "window_overlap", False),
         )
     except FilterError as exc:
         raise CliError(f"--filter: {exc}") from None

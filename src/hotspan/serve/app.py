@@ -44,6 +44,11 @@ class Problem(BaseModel):
     detail: str
 
 
+class WindowProblem(Problem):
+    spans: int
+    limit: int
+
+
 class TraceEntry(BaseModel):
     id: str
     path: str
@@ -462,14 +467,7 @@ class Served:
         it starts. A track with at most `width` spans in the window lists them all. The answer's
         size depends on `width` and the tracks, not on the spans; computed from the run's
         Parquet parts with the window pushed down to the reader."""
-        ranks = None
-        if rank is not None:
-            try:
-                ranks = [int(r) for r in rank.split(",") if r.strip()]
-            except ValueError:
-                raise _bad_value("rank", "give rank numbers, comma-separated") from None
-        if start_ns is not None and end_ns is not None and end_ns <= start_ns:
-            raise _bad_value("end_ns", "the window is empty: end_ns must be after start_ns")
+        ranks = _window(start_ns, end_ns, rank)
         run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
@@ -487,18 +485,52 @@ class Served:
             description="pftrace (Perfetto), json / json.gz (Chrome JSON), parquet, speedscope "
             "(speedscope's evented format), folded (collapsed stacks with self time)",
         ),
+        start_ns: Optional[int] = Query(
+            None,
+            ge=0,
+            le=2**63 - 1,
+            description="only the spans overlapping the window from here, epoch ns",
+        ),
+        end_ns: Optional[int] = Query(
+            None, ge=1, le=2**63 - 1, description="... to here (exclusive), epoch ns"
+        ),
+        rank: Optional[str] = Query(
+            None, max_length=2000, description="only these ranks' spans (comma-separated)"
+        ),
     ) -> Any:
         """The run as one file in `format`, streamed from disk (converted once per version of
-        the run)."""
+        the run). With `start_ns`/`end_ns`/`rank`: only the spans overlapping that window on
+        those ranks (a span begun before the window and ending in it too), converted once
+        per (version of the run, window, ranks); a window of more spans than open in Perfetto
+        UI (5,000,000; `HOTSPAN_SERVE_WINDOW_MAX_SPANS`) is 413, naming its spans and the
+        limit (`spans`, `limit`), counted from the parts' statistics."""
+        ranks = _window(start_ns, end_ns, rank)
         run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        path = queries.download_path(run, format, self.cache_dir)
+        windowed = start_ns is not None or end_ns is not None or ranks is not None
+        try:
+            path = queries.download_path(run, format, self.cache_dir, start_ns, end_ns, ranks)
+        except queries.WindowTooLarge as exc:
+            return JSONResponse(
+                {"detail": str(exc), "spans": exc.spans, "limit": exc.limit}, status_code=413
+            )
         extension, media = queries.DOWNLOAD_FORMATS[format]
         stem = run.name
         if run.kind == "file" and run.format:
             stem = stem[: -len(run.format)] if stem.lower().endswith(run.format) else stem
-        return FileResponse(path, media_type=media, filename=(stem or run.id) + extension)
+        stem = stem or run.id
+        if windowed:
+            stem += "-" + "-".join(
+                part
+                for part in (
+                    f"{start_ns}" if start_ns is not None else "",
+                    f"{end_ns}" if end_ns is not None else "",
+                    "rank" + "_".join(map(str, ranks)) if ranks else "",
+                )
+                if part
+            )
+        return FileResponse(path, media_type=media, filename=stem + extension)
 
     def compare(
         self,
@@ -526,6 +558,20 @@ class Served:
         return {"base": base, "new": new, "threshold": threshold, "rows": rows, "machine": machine}
 
 
+def _window(start_ns: int | None, end_ns: int | None, rank: str | None) -> list[int] | None:
+    """The ranks ``rank`` names (None: every rank), or FastAPI's 422 naming the parameter
+    (a rank that is not a number, an empty window)."""
+    ranks = None
+    if rank is not None:
+        try:
+            ranks = [int(r) for r in rank.split(",") if r.strip()]
+        except ValueError:
+            raise _bad_value("rank", "give rank numbers, comma-separated") from None
+    if start_ns is not None and end_ns is not None and end_ns <= start_ns:
+        raise _bad_value("end_ns", "the window is empty: end_ns must be after start_ns")
+    return ranks
+
+
 def by_columns(text: str) -> tuple[str, ...]:
     """The span columns ``text`` (comma-separated) names, or FastAPI's 422 naming ``by``."""
     from .._schema import SPAN_SCHEMA
@@ -546,6 +592,10 @@ def by_columns(text: str) -> tuple[str, ...]:
 
 
 _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    413: {
+        "model": WindowProblem,
+        "description": "the window holds more spans than open in Perfetto UI",
+    },
     200: {
         "description": "the trace, streamed",
         "content": {

@@ -411,11 +411,106 @@ def spans_page(
     return plain(rows), False
 
 
-def download_path(run: Run, fmt: str, cache: Path) -> Path:
-    """A file of the run in ``fmt``: the run's own Parquet file when it is one, else a copy
-    written once into the cache (per version of the run) and streamed from there."""
+#: The most spans a window downloaded for Perfetto UI may hold (``download`` with
+#: ``start_ns``/``end_ns``/``rank``): past it the answer is 413, naming the window's spans and
+#: this limit. Perfetto UI runs in the browser's memory and stops at 1-2 GB of trace; 5 M spans
+#: make a .pftrace of a few hundred MB. ``HOTSPAN_SERVE_WINDOW_MAX_SPANS`` overrides it (read at
+#: each request).
+WINDOW_MAX_SPANS = 5_000_000
+
+
+def window_max_spans() -> int:
+    """``WINDOW_MAX_SPANS``, or ``HOTSPAN_SERVE_WINDOW_MAX_SPANS`` where it is set to a number."""
+    import os
+
+    text = os.environ.get("HOTSPAN_SERVE_WINDOW_MAX_SPANS", "").strip()
+    return int(text) if text.isdigit() else WINDOW_MAX_SPANS
+
+
+class WindowTooLarge(ValueError):
+    """A window holding more spans than ``window_max_spans()``: ``spans`` and ``limit``."""
+
+    def __init__(self, spans: int, limit: int) -> None:
+        self.spans, self.limit = spans, limit
+        super().__init__(
+            f"this window holds {spans:,} spans, more than the {limit:,} that open in Perfetto UI: "
+            f"zoom in to at most {limit:,} spans (or pick fewer ranks)"
+        )
+
+
+def window_path(
+    run: Run,
+    fmt: str,
+    cache: Path,
+    start_ns: int | None,
+    end_ns: int | None,
+    ranks: Sequence[int] | None,
+) -> Path:
+    """A file of the spans overlapping ``[start_ns, end_ns)`` on ``ranks`` in ``fmt``
+    (``hotspan.analysis.timeline.window_spans``), written once into the cache per (version of
+    the run, window, ranks). Counted first from the parts' statistics
+    (``window_count``): a window of more than ``window_max_spans()`` spans raises
+    :class:`WindowTooLarge`, nothing read."""
     import hashlib
 
+    from ..analysis.timeline import window_count, window_spans
+
+    files = [str(path) for path, _rank in run.parts]
+    wanted = None if ranks is None else tuple(sorted({int(r) for r in ranks}))
+    count = cached(
+        ("window-count", run.id, run.signature, start_ns, end_ns, wanted),
+        lambda: window_count(files, start_ns, end_ns, ranks=wanted),
+    )
+    limit = window_max_spans()
+    if count > limit:
+        raise WindowTooLarge(count, limit)
+    extension = DOWNLOAD_FORMATS[fmt][0]
+    key = repr((run.signature, start_ns, end_ns, wanted))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    target = cache / f"{run.id}-{digest}-window{extension}"
+    with HEAVY:
+        if not target.exists():
+            from ..formats import export
+
+            export(window_spans(files, start_ns, end_ns, ranks=wanted), target)
+            _forget_windows(cache, keep=target)
+    return target
+
+
+#: Window files kept in the cache (each up to ``WINDOW_MAX_SPANS`` spans): the oldest go first.
+WINDOW_FILES_KEPT = 16
+
+
+def _forget_windows(cache: Path, keep: Path) -> None:
+    """The cache's window files past the newest ``WINDOW_FILES_KEPT`` removed: a user panning
+    and opening window after window must not fill the disk."""
+    found = []
+    for path in cache.glob("*-window.*"):
+        try:
+            found.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    found.sort(reverse=True)
+    for _mtime, path in found[WINDOW_FILES_KEPT:]:
+        if path != keep:
+            path.unlink(missing_ok=True)
+
+
+def download_path(
+    run: Run,
+    fmt: str,
+    cache: Path,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    ranks: Sequence[int] | None = None,
+) -> Path:
+    """A file of the run in ``fmt``: the run's own Parquet file when it is one, else a copy
+    written once into the cache (per version of the run) and streamed from there. With a
+    window or ranks, the spans overlapping it only (:func:`window_path`)."""
+    import hashlib
+
+    if start_ns is not None or end_ns is not None or ranks is not None:
+        return window_path(run, fmt, cache, start_ns, end_ns, ranks)
     extension = DOWNLOAD_FORMATS[fmt][0]
     if run.kind == "file" and run.format == extension:
         return run.location

@@ -25,10 +25,36 @@
   function ms(ns) { return ns >= 1e9 ? (ns / 1e9).toFixed(3) + ' s' : ns >= 1e6 ? (ns / 1e6).toFixed(3) + ' ms' : ns >= 1e3 ? (ns / 1e3).toFixed(2) + ' us' : Math.round(ns) + ' ns'; }
   function plotWidth() { return Math.max(50, canvas.clientWidth - LABEL); }
 
-  function fetchView() {
-    var width = Math.round(plotWidth());
+  // The window shown, epoch ns: [start, end).
+  function shown() {
     var start = runStart + BigInt(Math.floor(view.lo)), end = runStart + BigInt(Math.ceil(view.hi));
     if (end <= start) end = start + 1n;
+    return {start: start, end: end};
+  }
+  // "Open this window in Perfetto": the spans overlapping the window shown, exported by the
+  // server (download?start_ns=&end_ns=), posted to Perfetto UI as serve.js's button does; a
+  // window of more spans than open there is refused (413) and said.
+  var perfetto = document.getElementById('perfetto-window');
+  var perfettoStatus = document.getElementById('perfetto-window-status');
+  function windowTrace() {
+    var w = shown();
+    return '/v1/traces/' + box.dataset.run + '/download?format=pftrace&start_ns=' + w.start + '&end_ns=' + w.end;
+  }
+  if (perfetto) {
+    perfetto.dataset.trace = windowTrace();
+    perfetto.addEventListener('click', function () {
+      perfetto.dataset.trace = windowTrace();
+      var w = shown();
+      window.hotspanOpenInPerfetto(perfetto.dataset.ui, perfetto.dataset.trace,
+        perfetto.dataset.title + ' [' + ms(Number(w.start - runStart)) + ' +' + ms(Number(w.end - w.start)) + ']',
+        function (text) { perfettoStatus.textContent = text; });
+    });
+  }
+
+  function fetchView() {
+    var width = Math.round(plotWidth());
+    var w = shown(), start = w.start, end = w.end;
+    if (perfetto) perfetto.dataset.trace = windowTrace();
     var ticket = ++asked;
     status.textContent = 'loading…';
     var url = '/v1/traces/' + box.dataset.run + '/timeline?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
