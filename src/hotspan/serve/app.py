@@ -297,7 +297,8 @@ class Served:
         run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        return {**run.entry(), "phases": queries.phases_rows(run)}
+        phases = self.catalog.steady([run], lambda: queries.phases_rows(run))
+        return {**run.entry(), "phases": phases}
 
     def get_stats(
         self,
@@ -352,7 +353,7 @@ class Served:
             ).window()
         except ValueError as exc:  # an infinite time, say
             raise _bad_value("since", str(exc)) from None
-        used, rows = queries.stats_rows(run, keys, span_filter)
+        used, rows = self.catalog.steady([run], lambda: queries.stats_rows(run, keys, span_filter))
         return {"id": run.id, "by": list(used), "rows": rows}
 
     def get_spans(
@@ -378,8 +379,17 @@ class Served:
         run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        rows, more = queries.spans_page(
-            run, offset=offset, limit=limit, name=name, category=category, rank=rank, min_ns=min_ns
+        rows, more = self.catalog.steady(
+            [run],
+            lambda: queries.spans_page(
+                run,
+                offset=offset,
+                limit=limit,
+                name=name,
+                category=category,
+                rank=rank,
+                min_ns=min_ns,
+            ),
         )
         return {
             "id": run.id,
@@ -403,7 +413,9 @@ class Served:
         run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        path = queries.download_path(run, format, self.cache_dir)
+        path = self.catalog.steady(
+            [run], lambda: queries.download_path(run, format, self.cache_dir)
+        )
         extension, media = queries.DOWNLOAD_FORMATS[format]
         stem = run.name
         if run.kind == "file" and run.format:
@@ -433,8 +445,11 @@ class Served:
             "base": base,
             "new": new,
             "threshold": threshold,
-            "rows": queries.compare_rows(
-                runs[0], runs[1], threshold=threshold, min_count=min_count
+            "rows": self.catalog.steady(
+                runs,
+                lambda: queries.compare_rows(
+                    runs[0], runs[1], threshold=threshold, min_count=min_count
+                ),
             ),
         }
 
