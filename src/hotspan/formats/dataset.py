@@ -419,6 +419,11 @@ def list_parts(loc: Location, *, own: bool = False) -> list[tuple[str, int]]:
 
     ``own``: only the dataset's own parts, those in ``loc`` itself and in its ``rank=R``
     directories (not the files of other runs in other subdirectories: ``hotspan serve``)."""
+    return [(path, size) for path, size, _mtime in _list_parts(loc, own=own)]
+
+
+def _list_parts(loc: Location, *, own: bool = False) -> list[tuple[str, int, int]]:
+    """:func:`list_parts` with each part's modification time (ns) too."""
     import pyarrow.fs as pafs
 
     found = []
@@ -441,7 +446,7 @@ def list_parts(loc: Location, *, own: bool = False) -> list[tuple[str, int]]:
         ):  # a FIFO, a socket, a device named like a part: refused, never opened
             require_regular_file(info.path)  # raises, naming what it is
             continue
-        found.append((info.path, info.size or 0))
+        found.append((info.path, info.size or 0, info.mtime_ns or 0))
     return sorted(found, key=lambda item: _part_key(item[0]))
 
 
@@ -452,11 +457,17 @@ def part_files(directory: str | os.PathLike) -> list[Path]:
 
 
 def current_parts(
-    dest: str | os.PathLike | Location, *, own: bool = False
+    dest: str | os.PathLike | Location,
+    *,
+    own: bool = False,
+    footers: dict[str, tuple[tuple[int, int], dict[bytes, bytes]]] | None = None,
 ) -> tuple[Location, list[tuple[str, int, dict[bytes, bytes]]]]:
     """Where ``dest`` lives, and the parts a reader should read now: (path, size, schema
     metadata), parts replaced by a visible compacted part left out. Reads every footer.
-    ``own``: as for :func:`list_parts`.
+    ``own``: as for :func:`list_parts`. ``footers``: a cache of the metadata read, by path,
+    with the (size, modification time) it was read at (a part is never written over), kept
+    up to date here: a reader that lists a dataset again and again (``hotspan serve``) reads
+    each footer once.
 
     One consistent set while a compaction runs: a listed part that vanishes before its footer
     is read is fine when a compacted part of the same listing replaces it; otherwise the
@@ -467,7 +478,15 @@ def current_parts(
     loc = dest if isinstance(dest, Location) else location(dest)
     for _attempt in range(LOAD_ATTEMPTS):
         found, vanished = [], []
-        for path, size in list_parts(loc, own=own):
+        listed = _list_parts(loc, own=own)
+        if footers is not None:  # forget the parts gone
+            for gone in footers.keys() - {path for path, _size, _mtime in listed}:
+                del footers[gone]
+        for path, size, mtime in listed:
+            known = footers.get(path) if footers is not None else None
+            if known is not None and known[0] == (size, mtime):
+                found.append((path, size, known[1]))
+                continue
             try:
                 meta = pq.read_schema(path, filesystem=loc.fs).metadata
             except FileNotFoundError:
@@ -482,6 +501,8 @@ def current_parts(
                     f"not a readable Parquet part: {exc}",
                 ) from None
             found.append((path, size, dict(meta or {})))
+            if footers is not None:
+                footers[path] = ((size, mtime), found[-1][2])
         replaced = replaced_by([(path, meta) for path, _size, meta in found])
         if all(path in replaced for path in vanished):
             return loc, [item for item in found if item[0] not in replaced]

@@ -152,6 +152,8 @@ class Catalog:
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
+        #: Per dataset run: its parts' footers, by path (``formats.dataset.current_parts``).
+        self._footers: dict[str, dict[str, Any]] = {}
         #: Called with each run whose files are new or changed, once summarised (the server
         #: computes the statistics of the runs it finds ahead of the first request for them:
         #: see ``queries.Warmer``).
@@ -270,7 +272,9 @@ class Catalog:
             return [run.location]
         from ..formats.dataset import current_parts
 
-        _loc, parts = current_parts(run.location, own=True)
+        # each part's footer read once (parts are never written over), not at every scan
+        footers = self._footers.setdefault(run.id, {})
+        _loc, parts = current_parts(run.location, own=True, footers=footers)
         return [Path(path) for path, _size, _meta in parts]
 
     def _refresh_once(self, run: Run) -> None:
