@@ -69,6 +69,8 @@ SWEEP_STALE_S = 120.0
 #: Span id ranges the collector remembers to refuse a put that repeats an id already written
 #: (16 bytes each: 64 MiB); a recorder's put is a few ranges (its threads' id ranges).
 MAX_ID_RANGES = 1 << 22
+#: Digests of the latest puts kept (to know a put sent again from a put repeating ids).
+MAX_DIGESTS = 1 << 16
 #: Largest descriptor command (bytes).
 MAX_COMMAND = 4096
 #: Rows a client sends in one put at most: a larger drained table goes as several puts
@@ -195,9 +197,10 @@ class CollectorServer:
         # The span ids written so far (by this collector, into this dataset): a put that
         # repeats one is refused, so one client's repeats never break the others' spans.
         self.ids = _SpanIds(max_id_ranges)
-        # The content digests of the puts written: a put sent again (its client gave up
-        # waiting) repeats its own ids, and is kept once rather than refused.
-        self.digests: set[str] = set()
+        # The content digests of the latest puts written: a put sent again (its client gave
+        # up waiting) repeats its own ids, and is kept once rather than refused (an older one
+        # is recognised by its part's digest, as a resent batch always was).
+        self.digests: dict[str, None] = {}
         middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
         owner = self
         # a base class from the lazily imported module (pyarrow has no types: Any to mypy)
@@ -415,7 +418,7 @@ class CollectorServer:
             raise self._refuse(
                 f"rank {rank} pid {pid}: batch {seq} holds span id {repeated} twice: not written"
             )
-        reserved = self._reserve_ids(rank, pid, seq, digest, starts, ends)
+        reserved = self._reserve_ids(rank, pid, seq, batch, digest, starts, ends)
         written = False
         try:
             written = self._write_named(
@@ -425,9 +428,11 @@ class CollectorServer:
             if reserved and not written:
                 with self.lock:
                     self.ids.remove(starts, ends)
-                    self.digests.discard(digest)
+                    self.digests.pop(digest, None)
 
-    def _reserve_ids(self, rank: int, pid: int, seq: int, digest: str, starts, ends) -> bool:
+    def _reserve_ids(
+        self, rank: int, pid: int, seq: int, batch: str | None, digest: str, starts, ends
+    ) -> bool:
         """Refuse a put whose span ids were written already (by an earlier put of any client);
         else hold them for it. False when nothing was held: the same put sent again (its
         ids are its own), or the index full."""
@@ -439,9 +444,18 @@ class CollectorServer:
                 first_full = not self.ids.full
                 held = self.ids.add(starts, ends)
                 if held:
-                    self.digests.add(digest)
+                    self.digests[digest] = None
+                    while len(self.digests) > MAX_DIGESTS:
+                        del self.digests[next(iter(self.digests))]  # the oldest
                     return True
         if hit is not None:
+            from ..formats.dataset import part_path
+
+            if any(  # an older put sent again: its part holds it already (kept once)
+                self._same_batch(part_path(self.out, rank, pid, seq, token), digest)
+                for token in ([batch] if batch else []) + [(batch or "") + digest[:16]]
+            ):
+                return False
             raise self._refuse(
                 f"rank {rank} pid {pid}: batch {seq} repeats span id {hit}, written already by "
                 "an earlier put: not written (the spans of the dataset stay loadable)"
