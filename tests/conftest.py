@@ -1,10 +1,16 @@
-"""Shared fixtures: every recorder test starts from an empty, enabled recorder."""
+"""Shared fixtures: every recorder test starts from an empty, enabled recorder; and a guard:
+no test leaves a recording (or any other streaming consumer) running, nor drops spans it did
+not mean to (either would end a green run with the recorder's exit line,
+``hotspan: N spans dropped ...``, instead of pytest's own)."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
 import hotspan
+from hotspan import testing
 from hotspan.testing import set_real_clock
 
 DEFAULT_CAPACITY = 1024  # records per block
@@ -41,3 +47,76 @@ def gpu(fake_libcuda_path, fresh):
     driver.start()
     yield driver
     driver.stop()
+
+
+# --------------------------------------------------------------------------- the guard
+
+
+def left_running() -> list[str]:
+    """What is still consuming spans in this process: recordings, subscribers, a live log.
+    Empty when nothing is (modules never imported: nothing of theirs can run)."""
+    found = []
+    hub = sys.modules.get("hotspan.recording.hub")
+    if hub is not None and hub.streaming():
+        readers = [name for name in hub.stats() if name != "drain()"]
+        found.append(f"streaming consumers attached: {', '.join(readers) or '?'}")
+    lifecycle = sys.modules.get("hotspan.recording.lifecycle")
+    if lifecycle is not None and lifecycle._stops:
+        found.append(f"{len(lifecycle._stops)} recording(s) still to be stopped at exit")
+    live_log = sys.modules.get("hotspan.recording.live_log")
+    if live_log is not None and live_log._current is not None:
+        found.append("a live() log still running")
+    return found
+
+
+def _unexpected_drops(before: tuple[int, int]) -> int:
+    from hotspan import _api
+
+    dropped, expected = before
+    return (hotspan.dropped() - dropped) - (_api.dropped_expected - expected)
+
+
+def _counts() -> tuple[int, int]:
+    from hotspan import _api
+
+    return hotspan.dropped(), _api.dropped_expected
+
+
+@pytest.fixture
+def expected_drops():
+    """The test drops spans on purpose (it fills the memory cap): they are left out of the
+    exit line and of the guard's count (``hotspan.testing.expected_drops``)."""
+    with testing.expected_drops():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _leaves_nothing_running(request):
+    """Fails the test that leaves a recording or another consumer running, or that drops
+    spans without saying so (the ``expected_drops`` fixture): either is what ended green runs
+    with ``hotspan: 35,669,448 spans dropped at the memory cap``."""
+    before = _counts()
+    yield
+    problems = left_running()
+    lost = _unexpected_drops(before)
+    if lost > 0:
+        problems.append(
+            f"{lost:,} spans dropped that the test did not expect (spans left undrained past "
+            "the memory cap? a test that fills it on purpose takes the expected_drops fixture)"
+        )
+    if problems:
+        pytest.fail(f"{request.node.nodeid} left behind: " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_leaves_nothing_running():
+    """The same at the end of the session (session fixtures included), so that the last line
+    of a green run is pytest's."""
+    before = _counts()
+    yield
+    problems = left_running()
+    lost = _unexpected_drops(before)
+    if lost > 0:
+        problems.append(f"{lost:,} spans dropped that no test expected")
+    if problems:
+        pytest.fail("the test session left behind: " + "; ".join(problems), pytrace=False)

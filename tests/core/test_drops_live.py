@@ -25,7 +25,7 @@ def _drop_some(n: int = 300_000) -> None:
             pass
 
 
-def test_drops_at_the_cap_are_reported_while_the_program_runs(fresh, caplog):
+def test_drops_at_the_cap_are_reported_while_the_program_runs(fresh, expected_drops, caplog):
     seen: list = []
     with caplog.at_level(logging.WARNING, logger="hotspan"), hotspan.on_event(seen.append):
         hotspan.configure(memory_cap=1 << 20)
@@ -52,7 +52,7 @@ def test_drops_at_the_cap_are_reported_while_the_program_runs(fresh, caplog):
     hotspan.drain()
 
 
-def test_at_most_one_report_a_second_per_thread(fresh):
+def test_at_most_one_report_a_second_per_thread(fresh, expected_drops):
     seen: list = []
     with hotspan.on_event(seen.append):
         hotspan.configure(memory_cap=1 << 20)

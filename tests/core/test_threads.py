@@ -177,7 +177,7 @@ def _budget(records: int) -> int:
     return pending["held_bytes"] - pending["pool_bytes"] + records * _native.RECORD_BYTES
 
 
-def test_a_thread_at_the_memory_cap_drops_its_newest_counted_exactly():
+def test_a_thread_at_the_memory_cap_drops_its_newest_counted_exactly(expected_drops):
     hotspan.configure(capacity=16, drain_thread=False)  # blocks of 16; nothing drains until drain()
     try:
         hotspan.configure(memory_cap=_budget(16))  # room for the thread's first block only
@@ -208,7 +208,7 @@ def test_a_thread_at_the_memory_cap_drops_its_newest_counted_exactly():
         hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
-def test_drops_at_the_cap_are_counted_per_thread():
+def test_drops_at_the_cap_are_counted_per_thread(expected_drops):
     hotspan.configure(capacity=32, drain_thread=False)
     try:
         hotspan.configure(memory_cap=_budget(32))  # one block of 32, reused by each thread in turn
@@ -249,7 +249,7 @@ def test_drops_at_the_cap_are_counted_per_thread():
         hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
-def test_memory_cap_keeps_the_oldest_and_counts_the_rest():
+def test_memory_cap_keeps_the_oldest_and_counts_the_rest(expected_drops):
     hotspan.configure(capacity=100, drain_thread=False)
     try:
         kept = 32 + 64 + 9 * 100  # a thread's blocks grow: 32 records, 64, then 100 each
@@ -272,7 +272,7 @@ def test_memory_cap_keeps_the_oldest_and_counts_the_rest():
         hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
-def test_memory_cap_counts_what_the_drain_side_holds():
+def test_memory_cap_counts_what_the_drain_side_holds(expected_drops):
     # blocks the drain thread has taken (waiting for drain()) still count against the cap
     hotspan.configure(capacity=100)
     try:
@@ -344,7 +344,7 @@ def test_a_new_thread_at_the_cap_takes_a_pooled_block_instead_of_dropping():
         hotspan.configure(capacity=1024, memory_cap=64 << 20, drain_thread=True)
 
 
-def test_capacity_is_the_block_size():
+def test_capacity_is_the_block_size(expected_drops):
     hotspan.configure(capacity=8, drain_thread=False)
     try:
         hotspan.configure(memory_cap=_budget(16))  # two blocks of 8

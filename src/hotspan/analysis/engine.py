@@ -52,6 +52,15 @@ def _paths(spans: Any) -> list[str] | None:
     return None
 
 
+def _size_of(path: Path) -> int:
+    """A part's size; 0 for one deleted since the listing (a compaction's input: the merged
+    part that replaces it is counted)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _parquet_bytes(paths: Sequence[str]) -> int | None:
     """The Parquet bytes under ``paths`` (a URI counts as large), or None when one of them is
     another format (then everything is loaded)."""
@@ -65,7 +74,7 @@ def _parquet_bytes(paths: Sequence[str]) -> int | None:
         elif not path.exists():
             raise FileNotFoundError(2, "no such trace file or dataset directory", text)
         elif path.is_dir():
-            size += sum(p.stat().st_size for p in part_files(path))
+            size += sum(_size_of(p) for p in part_files(path))
         elif path.name.lower().endswith(".parquet") and path.is_file():
             size += path.stat().st_size
         else:

@@ -413,11 +413,19 @@ def _part_key(path: str) -> tuple:
     return (key["rank"], parent, key["pid"], key["token"] or "", key["seq"], name)
 
 
-def list_parts(loc: Location) -> list[tuple[str, int]]:
+def list_parts(loc: Location, *, own: bool = False) -> list[tuple[str, int]]:
     """Every visible ``*.parquet`` under ``loc`` as (path on ``loc.fs``, size in bytes):
     names beginning with ``.`` or ``_`` (and everything below such a directory) skipped, as
     ``pyarrow.dataset`` does; ordered by rank, pid, writer and part number. Parts replaced by
-    a compacted part are still listed: :func:`current_parts` leaves them out."""
+    a compacted part are still listed: :func:`current_parts` leaves them out.
+
+    ``own``: only the dataset's own parts, those in ``loc`` itself and in its ``rank=R``
+    directories (not the files of other runs in other subdirectories: ``hotspan serve``)."""
+    return [(path, size) for path, size, _mtime in _list_parts(loc, own=own)]
+
+
+def _list_parts(loc: Location, *, own: bool = False) -> list[tuple[str, int, int]]:
+    """:func:`list_parts` with each part's modification time (ns) too."""
     import pyarrow.fs as pafs
 
     found = []
@@ -428,14 +436,19 @@ def list_parts(loc: Location) -> list[tuple[str, int]]:
             ".parquet"
         ):
             continue
-        if any(piece.startswith((".", "_")) for piece in loc.relative(info.path).split("/")):
+        pieces = loc.relative(info.path).split("/")
+        if any(piece.startswith((".", "_")) for piece in pieces):
+            continue
+        if own and not (
+            len(pieces) == 1 or (len(pieces) == 2 and _RANK_DIR_RE.match(pieces[0]) is not None)
+        ):
             continue
         if (
             info.type == pafs.FileType.Unknown
         ):  # a FIFO, a socket, a device named like a part: refused, never opened
             require_regular_file(info.path)  # raises, naming what it is
             continue
-        found.append((info.path, info.size or 0))
+        found.append((info.path, info.size or 0, info.mtime_ns or 0))
     return sorted(found, key=lambda item: _part_key(item[0]))
 
 
@@ -447,24 +460,60 @@ def part_files(directory: str | os.PathLike) -> list[Path]:
 
 def current_parts(
     dest: str | os.PathLike | Location,
+    *,
+    own: bool = False,
+    footers: dict[str, tuple[tuple[int, int], dict[bytes, bytes]]] | None = None,
 ) -> tuple[Location, list[tuple[str, int, dict[bytes, bytes]]]]:
     """Where ``dest`` lives, and the parts a reader should read now: (path, size, schema
-    metadata), parts replaced by a visible compacted part left out. Reads every footer."""
+    metadata), parts replaced by a visible compacted part left out. Reads every footer.
+    ``own``: as for :func:`list_parts`. ``footers``: a cache of the metadata read, by path,
+    with the (size, modification time) it was read at (a part is never written over), kept
+    up to date here: a reader that lists a dataset again and again (``hotspan serve``) reads
+    each footer once.
+
+    One consistent set while a compaction runs: a listed part that vanishes before its footer
+    is read is fine when a compacted part of the same listing replaces it; otherwise the
+    listing is stale (the part that replaces it appeared since), and the directory is listed
+    again (``LOAD_ATTEMPTS`` times at most), so a part's spans are never left out."""
     import pyarrow.parquet as pq
 
     loc = dest if isinstance(dest, Location) else location(dest)
-    found = []
-    for path, size in list_parts(loc):
-        try:
-            found.append((path, size, dict(pq.read_schema(path, filesystem=loc.fs).metadata or {})))
-        except FileNotFoundError:
-            continue  # deleted since the listing: a compaction's input, hidden already
-        except (pa.ArrowException, OSError) as exc:
-            raise TraceFileError(
-                redact_uri(path) if not loc.local else path, f"not a readable Parquet part: {exc}"
-            ) from None
-    replaced = replaced_by([(path, meta) for path, _size, meta in found])
-    return loc, [item for item in found if item[0] not in replaced]
+    for _attempt in range(LOAD_ATTEMPTS):
+        found, vanished = [], []
+        listed = _list_parts(loc, own=own)
+        if footers is not None:  # forget the parts gone
+            for gone in footers.keys() - {path for path, _size, _mtime in listed}:
+                del footers[gone]
+        for path, size, mtime in listed:
+            known = footers.get(path) if footers is not None else None
+            if known is not None and known[0] == (size, mtime):
+                found.append((path, size, known[1]))
+                continue
+            try:
+                meta = pq.read_schema(path, filesystem=loc.fs).metadata
+            except FileNotFoundError:
+                vanished.append(path)  # deleted since the listing: replaced, or listed too early
+                continue
+            except (pa.ArrowException, OSError) as exc:
+                if _any_vanished(loc, [path]):
+                    vanished.append(path)
+                    continue
+                raise TraceFileError(
+                    redact_uri(path) if not loc.local else path,
+                    f"not a readable Parquet part: {exc}",
+                ) from None
+            found.append((path, size, dict(meta or {})))
+            if footers is not None:
+                footers[path] = ((size, mtime), found[-1][2])
+        replaced = replaced_by([(path, meta) for path, _size, meta in found])
+        if all(path in replaced for path in vanished):
+            return loc, [item for item in found if item[0] not in replaced]
+        time.sleep(0.01)
+    raise TraceFileError(
+        loc.shown,
+        f"parts kept vanishing while being read ({LOAD_ATTEMPTS} listings): "
+        "is something deleting them?",
+    )
 
 
 def replaced_by(metas: list[tuple[str, dict[bytes, bytes]]]) -> set[str]:

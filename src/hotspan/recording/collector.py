@@ -66,6 +66,11 @@ MAX_INFLIGHT_BYTES = 1 << 30
 #: A temporary part untouched this long at a collector's start was left by a killed one
 #: (a put of MAX_PUT_BYTES is written in seconds; younger ones may be another collector's).
 SWEEP_STALE_S = 120.0
+#: Span id ranges the collector remembers to refuse a put that repeats an id already written
+#: (16 bytes each: 64 MiB); a recorder's put is a few ranges (its threads' id ranges).
+MAX_ID_RANGES = 1 << 22
+#: Digests of the latest puts kept (to know a put sent again from a put repeating ids).
+MAX_DIGESTS = 1 << 16
 #: Largest descriptor command (bytes).
 MAX_COMMAND = 4096
 #: Rows a client sends in one put at most: a larger drained table goes as several puts
@@ -161,6 +166,7 @@ class CollectorServer:
         max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
         compact_on_done: bool = True,
         sweep_stale_s: float = SWEEP_STALE_S,
+        max_id_ranges: int = MAX_ID_RANGES,
     ):
         from ..formats.dataset import sweep_temporaries
 
@@ -188,6 +194,13 @@ class CollectorServer:
         self.compact_on_done = compact_on_done
         self.writers: dict[tuple[int, str], set[int]] = {}
         self.compactions: list[threading.Thread] = []
+        # The span ids written so far (by this collector, into this dataset): a put that
+        # repeats one is refused, so one client's repeats never break the others' spans.
+        self.ids = _SpanIds(max_id_ranges)
+        # The content digests of the latest puts written: a put sent again (its client gave
+        # up waiting) repeats its own ids, and is kept once rather than refused (an older one
+        # is recognised by its part's digest, as a resent batch always was).
+        self.digests: dict[str, None] = {}
         middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
         owner = self
         # a base class from the lazily imported module (pyarrow has no types: Any to mypy)
@@ -204,7 +217,7 @@ class CollectorServer:
                 ]
 
             def do_put(self, context, descriptor, reader, writer):
-                owner._do_put(descriptor, reader)
+                owner._do_put(descriptor, reader, context)
 
         self._flight = flight
         self._service = _Service(f"grpc://{host}:{port}", middleware=middleware)
@@ -235,7 +248,7 @@ class CollectorServer:
         self._say(f"hotspan collect: refused a put: {message}")
         return self._flight.FlightServerError(f"hotspan collector: {message}")
 
-    def _do_put(self, descriptor, reader) -> None:
+    def _do_put(self, descriptor, reader, context=None) -> None:
         from ..formats.base import check_span_table
 
         command = descriptor.command or b""
@@ -317,6 +330,17 @@ class CollectorServer:
                         )
                     _digest_batch(digest, chunk.data)
                     batches.append(chunk.data)
+                # Only a whole put is written: a stream that ends before the rows it announced
+                # (its client killed mid-put: gRPC ends the stream as if it were complete) or
+                # that the client cancelled leaves nothing behind.
+                if (0 <= announced_rows != rows) or (
+                    context is not None and context.is_cancelled()
+                ):
+                    raise self._refuse(
+                        f"rank {rank} pid {pid}: batch {seq} cut short: {rows:,} of "
+                        f"{max(announced_rows, 0):,} rows arrived (the client stopped mid-put): "
+                        "nothing written"
+                    )
                 table = pa.Table.from_batches(batches, schema=reader.schema)
                 table = check_span_table(table)
             except self._flight.FlightError:
@@ -359,8 +383,6 @@ class CollectorServer:
         client_host: str,
         measured: int = 0,
     ) -> None:
-        from ..formats.dataset import part_path, write_part
-
         if table.num_rows:
             import pyarrow.compute as pc
 
@@ -391,6 +413,75 @@ class CollectorServer:
             "collector_host": socket.gethostname(),
             "digest": digest,
         }
+        repeated, starts, ends = _SpanIds.ranges(table.column("span_id"))
+        if repeated is not None:
+            raise self._refuse(
+                f"rank {rank} pid {pid}: batch {seq} holds span id {repeated} twice: not written"
+            )
+        reserved = self._reserve_ids(rank, pid, seq, batch, digest, starts, ends)
+        written = False
+        try:
+            written = self._write_named(
+                table, rank=rank, pid=pid, seq=seq, batch=batch, digest=digest, part_meta=part_meta
+            )
+        finally:
+            if reserved and not written:
+                with self.lock:
+                    self.ids.remove(starts, ends)
+                    self.digests.pop(digest, None)
+
+    def _reserve_ids(
+        self, rank: int, pid: int, seq: int, batch: str | None, digest: str, starts, ends
+    ) -> bool:
+        """Refuse a put whose span ids were written already (by an earlier put of any client);
+        else hold them for it. False when nothing was held: the same put sent again (its
+        ids are its own), or the index full."""
+        with self.lock:
+            if digest in self.digests:
+                return False
+            hit = self.ids.first_overlap(starts, ends)
+            if hit is None:
+                first_full = not self.ids.full
+                held = self.ids.add(starts, ends)
+                if held:
+                    self.digests[digest] = None
+                    while len(self.digests) > MAX_DIGESTS:
+                        del self.digests[next(iter(self.digests))]  # the oldest
+                    return True
+        if hit is not None:
+            from ..formats.dataset import part_path
+
+            if any(  # an older put sent again: its part holds it already (kept once)
+                self._same_batch(part_path(self.out, rank, pid, seq, token), digest)
+                for token in ([batch] if batch else []) + [(batch or "") + digest[:16]]
+            ):
+                return False
+            raise self._refuse(
+                f"rank {rank} pid {pid}: batch {seq} repeats span id {hit}, written already by "
+                "an earlier put: not written (the spans of the dataset stay loadable)"
+            )
+        if first_full:
+            self._say(
+                f"hotspan collect: more than {self.ids.max_ranges:,} span id ranges written: "
+                "later puts are no longer checked for repeated ids"
+            )
+        return False
+
+    def _write_named(
+        self,
+        table: pa.Table,
+        *,
+        rank: int,
+        pid: int,
+        seq: int,
+        batch: str | None,
+        digest: str,
+        part_meta: dict[str, Any],
+    ) -> bool:
+        """Write the put under its name (True), or find it written already (the same batch
+        sent again: False); a refusal when every name it could take holds another batch."""
+        from ..formats.dataset import part_path, write_part
+
         # The client's name for the batch; failing that (an older client) or where that name
         # holds another batch already, one from the content.
         candidates = ([batch] if batch else []) + [(batch or "") + digest[:16]]
@@ -411,7 +502,7 @@ class CollectorServer:
                     self._say(
                         f"hotspan collect: rank {rank} pid {pid} sent batch {seq} again: kept once"
                     )
-                    return
+                    return True  # its ids are in the dataset: they stay held
                 continue
             except (OSError, ValueError, pa.ArrowException) as exc:
                 self._say(f"hotspan collect: could not write a part of rank {rank}: {exc}")
@@ -424,7 +515,7 @@ class CollectorServer:
                 self.ranks.add(rank)
                 if batch and token == batch:
                     self.writers.setdefault((pid, batch), set()).add(rank)
-            return
+            return True
         raise self._refuse(
             f"rank {rank} pid {pid}: batch {seq}: its names are taken by other batches"
         )
@@ -492,6 +583,81 @@ class CollectorServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _SpanIds:
+    """The span ids this collector has written into its dataset, as sorted disjoint ranges of
+    consecutive ids (a recorder draws its ids in ranges, so a put of a thread's spans is a few
+    ranges, not one entry a span), so that a put repeating an id already written (or one id
+    twice) is refused before it is written: ``hotspan.load`` refuses a directory holding an id
+    twice, and one client's repeats must never make the other clients' spans unloadable.
+
+    Past ``max_ranges`` ranges (random ids: a range a span) the index stops growing and later
+    puts are no longer checked (said once by the server)."""
+
+    def __init__(self, max_ranges: int) -> None:
+        import numpy as np
+
+        self.max_ranges = max_ranges
+        self.starts = np.empty(0, np.uint64)
+        self.ends = np.empty(0, np.uint64)  # inclusive
+        self.full = False
+
+    @staticmethod
+    def ranges(ids: pa.ChunkedArray):
+        """(repeated id or None, starts, ends) of one put's ids."""
+        import numpy as np
+
+        values = np.sort(ids.to_numpy())
+        if values.size == 0:
+            return None, values, values
+        step = np.diff(values)
+        if (step == 0).any():
+            return int(values[1:][step == 0][0]), None, None
+        breaks = np.flatnonzero(step != 1)
+        starts = np.concatenate((values[:1], values[breaks + 1]))
+        ends = np.concatenate((values[breaks], values[-1:]))
+        return None, starts, ends
+
+    def first_overlap(self, starts, ends) -> int | None:
+        """The smallest id of ``starts``/``ends`` already written, or None."""
+        import numpy as np
+
+        if self.starts.size == 0 or starts.size == 0:
+            return None
+        # each new range against the first written range that ends at or after its start
+        at = np.searchsorted(self.ends, starts, side="left")
+        inside = at < self.ends.size
+        hit = np.zeros(starts.size, bool)
+        hit[inside] = self.starts[at[inside]] <= ends[inside]
+        if not hit.any():
+            return None
+        k = int(np.flatnonzero(hit)[0])
+        return int(max(starts[k], self.starts[at[k]]))
+
+    def add(self, starts, ends) -> bool:
+        """Add one put's ranges (disjoint from those written: checked first); False once full."""
+        import numpy as np
+
+        if self.full:
+            return False
+        if self.starts.size + starts.size > self.max_ranges:
+            self.full = True
+            return False
+        merged_starts = np.concatenate((self.starts, starts))
+        order = np.argsort(merged_starts, kind="stable")
+        self.starts = merged_starts[order]
+        self.ends = np.concatenate((self.ends, ends))[order]
+        return True
+
+    def remove(self, starts, ends) -> None:
+        """Take back the ranges of a put that could not be written after all."""
+        import numpy as np
+
+        if starts.size == 0 or self.full:
+            return
+        keep = ~np.isin(self.starts, starts)
+        self.starts, self.ends = self.starts[keep], self.ends[keep]
 
 
 def _is_token(text: str) -> bool:

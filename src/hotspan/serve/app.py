@@ -349,7 +349,8 @@ class Served:
         run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        return {**run.entry(), "phases": queries.phases_rows(run)}
+        phases = self.catalog.steady([run], lambda: queries.phases_rows(run))
+        return {**run.entry(), "phases": phases}
 
     def get_stats(
         self,
@@ -404,7 +405,7 @@ class Served:
             ).window()
         except ValueError as exc:  # an infinite time, say
             raise _bad_value("since", str(exc)) from None
-        used, rows = queries.stats_rows(run, keys, span_filter)
+        used, rows = self.catalog.steady([run], lambda: queries.stats_rows(run, keys, span_filter))
         return {"id": run.id, "by": list(used), "rows": rows}
 
     def get_spans(
@@ -430,8 +431,17 @@ class Served:
         run = self.run_or_404(id)
         if isinstance(run, JSONResponse):
             return run
-        rows, more = queries.spans_page(
-            run, offset=offset, limit=limit, name=name, category=category, rank=rank, min_ns=min_ns
+        rows, more = self.catalog.steady(
+            [run],
+            lambda: queries.spans_page(
+                run,
+                offset=offset,
+                limit=limit,
+                name=name,
+                category=category,
+                rank=rank,
+                min_ns=min_ns,
+            ),
         )
         return {
             "id": run.id,
@@ -472,7 +482,9 @@ class Served:
         if isinstance(run, JSONResponse):
             return run
         try:
-            view = queries.timeline_view(run, start_ns, end_ns, width, ranks)
+            view = self.catalog.steady(
+                [run], lambda: queries.timeline_view(run, start_ns, end_ns, width, ranks)
+            )
         except ValueError as exc:  # a default window end before the given start, say
             raise _bad_value("start_ns", str(exc)) from None
         return {"id": run.id, **view}
@@ -510,7 +522,10 @@ class Served:
             return run
         windowed = start_ns is not None or end_ns is not None or ranks is not None
         try:
-            path = queries.download_path(run, format, self.cache_dir, start_ns, end_ns, ranks)
+            path = self.catalog.steady(
+                [run],
+                lambda: queries.download_path(run, format, self.cache_dir, start_ns, end_ns, ranks),
+            )
         except queries.WindowTooLarge as exc:
             return JSONResponse(
                 {"detail": str(exc), "spans": exc.spans, "limit": exc.limit}, status_code=413
@@ -552,8 +567,11 @@ class Served:
             if isinstance(run, JSONResponse):
                 return run
             runs.append(run)
-        rows, machine = queries.compare_result(
-            runs[0], runs[1], threshold=threshold, min_count=min_count
+        rows, machine = self.catalog.steady(
+            runs,
+            lambda: queries.compare_result(
+                runs[0], runs[1], threshold=threshold, min_count=min_count
+            ),
         )
         return {"base": base, "new": new, "threshold": threshold, "rows": rows, "machine": machine}
 

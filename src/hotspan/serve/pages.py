@@ -142,11 +142,11 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
-        _keys, all_stats = queries.stats_rows(run, None)
+        _keys, all_stats = catalog.steady([run], lambda: queries.stats_rows(run, None))
         # instants (no duration) counted apart, below the table
         stats = [r for r in all_stats if r.get("instants") != r["count"]]
         instants = [r for r in all_stats if r.get("instants") == r["count"]]
-        phases = queries.phases_rows(run)
+        phases = catalog.steady([run], lambda: queries.phases_rows(run))
         rows = [
             {
                 "category": r["category"] or "",
@@ -179,7 +179,7 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
-        html = render(run)
+        html = catalog.steady([run], lambda: render(run))
         if html is None:
             return page(
                 request,
@@ -250,6 +250,11 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
                 if isinstance(run, JSONResponse):
                     return problem_page(request, run)
                 picked.append(run)
-            rows = queries.compare_rows(picked[0], picked[1], threshold=threshold, min_count=1)
+            rows = catalog.steady(
+                picked,
+                lambda: queries.compare_rows(
+                    picked[0], picked[1], threshold=threshold, min_count=1
+                ),
+            )
             context.update(rows=rows, base_run=picked[0].entry(), new_run=picked[1].entry())
         return page(request, "compare.html", **context)

@@ -278,7 +278,7 @@ class Warmer:
         self._lock = threading.Lock()
         self._seen: set[str] = set()
         #: (run id, signature) of each run whose statistics it computed, in order.
-        self.warmed: list[tuple[str, tuple]] = []
+        self.warmed: list[tuple[str, tuple | None]] = []
 
     def __call__(self, run: Run) -> None:
         with self._lock:

@@ -23,9 +23,10 @@ import json
 import os
 import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from ..formats.dataset import (
     RANK_DIR_RE as _RANK_DIR,  # one pattern for the layout, the loader's
@@ -33,6 +34,8 @@ from ..formats.dataset import (
 from ..formats.registry import READABLE_EXTENSIONS, format_of
 
 __all__ = ["HEAVY", "Catalog", "Run", "RunError"]
+
+T = TypeVar("T")
 
 #: One heavy computation at a time (statistics, phases, comparisons, timelines, format
 #: conversions): each may read a whole run, so the server's memory is that of one of them
@@ -45,6 +48,14 @@ class RunError(Exception):
     """A run that cannot be read (a corrupt or foreign file): listed with this message."""
 
 
+class _Vanished(Exception):
+    """A file of a run was deleted between its listing and its reading (a compaction's input)."""
+
+
+#: How many listings a run gets when its files keep vanishing as they are read.
+VANISHED_ATTEMPTS = 8
+
+
 @dataclass
 class Run:
     id: str
@@ -54,7 +65,9 @@ class Run:
     location: Path  # absolute
     kind: str  # "file" or "dataset"
     format: str  # the extension (".parquet", ".json.gz", ...) or "dataset"
-    signature: tuple = ()
+    #: The run's files with their sizes and modification times when it was last summarised
+    #: (None: never yet); the version every cached answer is keyed by.
+    signature: tuple | None = None
     #: The Parquet files that hold the run, each with the rank its directory names (or None).
     parts: list[tuple[Path, int | None]] = field(default_factory=list)
     summary: dict[str, Any] | None = None
@@ -139,6 +152,8 @@ class Catalog:
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
+        #: Per dataset run: its parts' footers, by path (``formats.dataset.current_parts``).
+        self._footers: dict[str, dict[str, Any]] = {}
         #: Called with each run whose files are new or changed, once summarised (the server
         #: computes the statistics of the runs it finds ahead of the first request for them:
         #: see ``queries.Warmer``).
@@ -155,7 +170,10 @@ class Catalog:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
             if _is_dataset(dirnames, filenames):
                 found.append((here.relative_to(self.root).as_posix(), here, "dataset"))
-                dirnames[:] = []  # its parts are the run, not runs of their own
+                # Its parts (here and in its rank=R directories) are the run, not runs of
+                # their own; other directories below it hold runs of their own (an empty
+                # rank=0/ in the served directory hides none of them).
+                dirnames[:] = [d for d in dirnames if not _RANK_DIR.match(d)]
                 continue
             for name in sorted(filenames):
                 # Export-only views (.folded, .speedscope.json) hold no spans: not runs.
@@ -211,13 +229,60 @@ class Catalog:
             return self._run_locks.setdefault(rid, threading.Lock())
 
     def refresh(self, run: Run) -> None:
-        """Summarise ``run`` unless its files are as they were when it last was."""
+        """Summarise ``run`` unless its files are as they were when it last was.
+
+        A dataset's files are its current parts (those a compacted part replaces left out:
+        ``formats.dataset.current_parts``), so that a run being compacted reads as one
+        consistent set of parts, before or after each merge; a part that vanishes between the
+        listing and its reading (a compaction deleting the inputs it replaced) has the run
+        listed again."""
+        for _attempt in range(VANISHED_ATTEMPTS):
+            try:
+                self._refresh_once(run)
+                return
+            except _Vanished:
+                time.sleep(0.01)
+        with self._run_lock(run.id):
+            run.signature, run.summary, run.parts = None, None, []
+            run.error = "its parts kept vanishing while being read: is something deleting them?"
+
+    def steady(self, runs: list[Run], compute: Callable[[], T]) -> T:
+        """``compute()`` (an answer read from ``runs``' files), computed again when it failed
+        because a run changed under it: a part it read was deleted meanwhile (a compaction's
+        input, replaced by the merged part), so the answer comes from the run's new version,
+        one consistent set of parts, instead of a 409. Any other failure is raised as it is."""
+        for attempt in range(VANISHED_ATTEMPTS):
+            before = [run.signature for run in runs]
+            try:
+                return compute()
+            except Exception:
+                if attempt == VANISHED_ATTEMPTS - 1:
+                    raise
+                for run in runs:
+                    self.refresh(run)
+                if [run.signature for run in runs] == before or any(
+                    run.error is not None for run in runs
+                ):
+                    raise
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _files(self, run: Run) -> list[Path]:
+        """The files the run reads now: a dataset's current parts, or the trace file."""
+        if run.kind != "dataset":
+            return [run.location]
+        from ..formats.dataset import current_parts
+
+        # each part's footer read once (parts are never written over), not at every scan
+        footers = self._footers.setdefault(run.id, {})
+        _loc, parts = current_parts(run.location, own=True, footers=footers)
+        return [Path(path) for path, _size, _meta in parts]
+
+    def _refresh_once(self, run: Run) -> None:
         from ..formats.base import TraceFileError, require_regular_file
-        from ..formats.dataset import part_files
 
         with self._run_lock(run.id):
             try:
-                files = part_files(run.location) if run.kind == "dataset" else [run.location]
+                files = self._files(run)
                 # Every file the run reads, links resolved, lies inside the directory: a
                 # rank=R directory or a part linked out of it hides the run (never served).
                 run.outside = not all(_inside(f, self.root) for f in (run.location, *files))
@@ -227,6 +292,12 @@ class Catalog:
                 for f in files:  # a FIFO swapped in since the scan: refused, never opened
                     require_regular_file(f)
                 signature = _signature(files)
+            except FileNotFoundError:
+                if run.kind == "dataset" and run.location.is_dir():
+                    raise _Vanished() from None  # a part gone since the listing: list again
+                run.signature, run.summary, run.parts = (), None, []
+                run.error = "no such file or directory (removed since it was listed)"
+                return
             except (
                 TraceFileError
             ) as exc:  # a part that is not a regular file (a FIFO): never opened
@@ -245,14 +316,22 @@ class Catalog:
                 return
             if signature == run.signature:
                 return
-            run.signature = signature
             try:
-                run.parts = self._parts(run, files, signature)
-                run.summary = summarize(run.parts, signature)
-                run.error = None
+                parts = self._parts(run, files, signature)
+                summary = summarize(parts, signature)
             except RunError as exc:
+                run.signature = signature
                 run.parts, run.summary, run.error = [], None, str(exc)
                 return
+            except _Vanished:
+                if run.kind == "dataset":
+                    raise
+                run.signature, run.summary, run.parts = (), None, []
+                run.error = "no such file or directory (removed since it was listed)"
+                return
+            # One assignment after another, each reader taking the list it finds: a request
+            # reads the parts of one version (run.parts is never changed in place).
+            run.signature, run.parts, run.summary, run.error = signature, parts, summary, None
         if self.on_new_version is not None:
             self.on_new_version(run)
 
@@ -261,7 +340,10 @@ class Catalog:
     ) -> list[tuple[Path, int | None]]:
         if run.kind == "dataset":
             if not files:
-                raise RunError("no span parts in this directory (expected part-*.parquet)")
+                raise RunError(
+                    "an empty dataset: no span parts in this directory yet "
+                    "(expected part-*.parquet, here or in its rank=R directories)"
+                )
             parts = []
             for f in files:
                 match = _RANK_DIR.match(f.parent.name)
@@ -333,6 +415,8 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
     except RunError:
         raise
     except Exception as exc:  # noqa: BLE001 -- pyarrow's errors for a torn or foreign file
+        if not all(os.path.exists(path) for path, _rank in parts):
+            raise _Vanished() from exc  # deleted since the listing: not the file's fault
         raise RunError(f"not a readable span table: {type(exc).__name__}: {exc}") from None
     merged = merge_metadata(metas) if len(metas) > 1 else (metas[0][0] if metas else {})
 
