@@ -63,7 +63,14 @@ def env(**extra: str) -> dict[str, str]:
         k: v
         for k, v in os.environ.items()
         if k
-        not in ("HOTSPAN_OUT", "HOTSPAN_TOKEN", "HOTSPAN_RANK", "RANK", "HOTSPAN_FLUSH_INTERVAL")
+        not in (
+            "HOTSPAN_OUT",
+            "HOTSPAN_TOKEN",
+            "HOTSPAN_RANK",
+            "RANK",
+            "HOTSPAN_FLUSH_INTERVAL",
+            "HOTSPAN_RECORD_CHILDREN",  # a test's own record(): not for the processes it starts
+        )
     }
     base.update(extra)
     return base
