@@ -260,3 +260,19 @@ def test_the_readmes_record_example_run_twice_prints_the_same_count(tmp_path):
         printed.append(done.stdout.split())
     assert printed == [["100"], ["100"]]
     assert len(list_runs(tmp_path / "run")) == 2
+
+
+@pytest.mark.slow
+def test_serve_reads_the_run_the_library_reads(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from hotspan.serve import create_app
+
+    served = tmp_path / "served"
+    _ranks_apart(tmp_path, served / "apart")
+    client = TestClient(create_app(served))
+    (entry,) = client.get("/v1/traces").json()["traces"]
+    assert entry["spans"] == 10  # the newest run's, as load() and stats read it (was 20)
+    answer = client.get(f"/v1/traces/{entry['id']}/stats").json()
+    assert [row["count"] for row in answer["rows"]] == [10]
