@@ -19,7 +19,7 @@ import pytest
 import hotspan
 from hotspan.formats.dataset import META_RANKS
 
-from _procs import env
+from _procs import env, kill, start_collector, stop
 
 #: Generous on a loaded 2-core machine: a spawn or forkserver child imports pyarrow to write
 #: its first part.
@@ -191,3 +191,17 @@ def test_a_forkserver_started_before_the_recording_still_records_its_children(tm
     assert done.returncode == 0, done.stderr
     assert sorted(hotspan.load(tmp_path / "a").column("arg").to_pylist()) == [10, 11, 12, 13]
     assert sorted(hotspan.load(tmp_path / "b").column("arg").to_pylist()) == [30, 31, 32, 33]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_children_of_a_recording_to_a_collector_send_to_it(tmp_path, method):
+    out = tmp_path / "collected"
+    collector, port = start_collector(out)
+    try:
+        _record(tmp_path, method, f"grpc://127.0.0.1:{port}", "pool,process")
+        code, _stdout, err = stop(collector)
+        assert code == 0, err
+    finally:
+        kill(collector)
+    _check_pool_and_process(hotspan.load(out))
