@@ -96,9 +96,8 @@ class _Destinations:
     child as ``_follow``: it records there. Nothing when none runs."""
 
     def __reduce__(self) -> tuple:
-        from .recorder import children_specs
-
-        specs = children_specs()
+        recorder = sys.modules.get(__package__ + ".recorder")  # not loaded: nothing records
+        specs = recorder.children_specs() if recorder is not None else []
         return (_follow, (specs,)) if specs else (bool, ())
 
 
@@ -114,7 +113,9 @@ def _follow(specs: list) -> bool:
 
 def offer_to_multiprocessing() -> None:
     """Make the processes ``multiprocessing`` makes from now on carry this process's
-    recordings (their config is a copy of the current process's, taken when each is made)."""
+    recordings (their config is a copy of the current process's, taken when each is made):
+    at a recording's start, and at ``import hotspan`` where multiprocessing is loaded
+    already (a Process made before the recording and started during it)."""
     import multiprocessing.process
 
     process: Any = multiprocessing.process.current_process()
