@@ -126,6 +126,9 @@ class Recorder:
         self.write_errors = 0
         self._write_dropped = 0
         self.flushes = 0
+        #: Named to the processes started while it runs (``children_specs``); not
+        #: ``HOTSPAN_OUT``'s, which their environment names already.
+        self._for_children = True
 
     @property
     def kind(self) -> str:
@@ -533,17 +536,17 @@ def start_from_env() -> Recorder | None:
     """
     from .children import in_forkserver
 
+    started = None
+    dest = os.environ.get(ENV_OUT, "").strip()
+    if dest and _env_recorder is None:
+        try:
+            interval = float(os.environ.get(ENV_INTERVAL, "") or 1.0)
+            started = start_env_recorder(dest, interval)
+        except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
+            _warn(f"{ENV_OUT}={dest}: not recording: {type(exc).__name__}: {exc}")
     if not in_forkserver():  # its environment is the one it started with: out of date
         follow(children_specs_from_env())
-    dest = os.environ.get(ENV_OUT, "").strip()
-    if not dest or _env_recorder is not None:
-        return None
-    try:
-        interval = float(os.environ.get(ENV_INTERVAL, "") or 1.0)
-        return start_env_recorder(dest, interval)
-    except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
-        _warn(f"{ENV_OUT}={dest}: not recording: {type(exc).__name__}: {exc}")
-        return None
+    return started
 
 
 def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> Recorder:
@@ -555,7 +558,9 @@ def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> 
     from .._run import start_run
 
     start_run()  # this process is the run's first: its children inherit the id
-    recorder = record(dest, flush_interval).start()
+    recorder = record(dest, flush_interval)
+    recorder._for_children = False
+    recorder.start()
     _env_recorder = recorder
     _stop_with_the_process(recorder)
     return recorder
@@ -599,10 +604,16 @@ def children_specs() -> "list[dict[str, Any]]":
     repeats."""
     specs: dict[str, dict[str, Any]] = {}
     for recorder in _running:
-        if recorder.running and recorder is not _env_recorder:
+        if recorder.running and recorder._for_children:
             spec = recorder.children_spec()
             specs.setdefault(spec["dest"], spec)
     return list(specs.values())
+
+
+def _same_destination(a: str, b: str) -> bool:
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.abspath(a) == os.path.abspath(b)
 
 
 def children_specs_from_env() -> "list[dict[str, Any]]":
@@ -658,9 +669,9 @@ def follow(specs: "list[dict[str, Any]]") -> None:
     for spec in specs:
         dest = spec.get("dest")
         if not isinstance(dest, str) or any(
-            r.running and (r._target == dest or r.children_spec()["dest"] == dest) for r in _running
+            r.running and _same_destination(r._target, dest) for r in _running
         ):
-            continue
+            continue  # recorded to already (HOTSPAN_OUT's, or named twice)
         run = spec.get("run")
         if isinstance(run, str) and run:
             os.environ[ENV_RUN_ID] = run  # the parent's run (a forkserver's environment is old)
@@ -697,15 +708,16 @@ def _after_fork_child() -> None:
         recorder._stop_guard = threading.Lock()
     specs: dict[str, dict[str, Any]] = {}
     for recorder in parents:
-        if recorder is env:
-            continue
-        spec = recorder.children_spec()
-        specs.setdefault(spec["dest"], spec)
+        if recorder._for_children:
+            spec = recorder.children_spec()
+            specs.setdefault(spec["dest"], spec)
     parent = env if env is not None and env in parents else None
     if parent is not None and parent.kind == "directory":
         # only HOTSPAN_OUT's directory follows; gRPC must not be used across fork
         try:
-            child = record(parent._target, parent.flush_interval).start()
+            child = record(parent._target, parent.flush_interval)
+            child._for_children = False
+            child.start()
         except Exception as exc:  # noqa: BLE001
             _warn(f"{ENV_OUT}: not recording in forked child {os.getpid()}: {exc}")
         else:
