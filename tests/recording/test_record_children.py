@@ -175,9 +175,12 @@ def test_a_forkserver_started_before_the_recording_still_records_its_children(tm
                         pool.map(job, range(10, 14))
                 with ctx.Pool(2) as pool:  # no recording: not recorded anywhere
                     pool.map(job, range(20, 24))
+                early = ctx.Process(target=job, args=(40,))  # made before, started during
                 with hotspan.record(sys.argv[1] + "/b/"):
                     with ctx.Pool(2) as pool:
                         pool.map(job, range(30, 34))
+                    early.start()
+                    early.join()
             """
         )
     )
@@ -190,7 +193,7 @@ def test_a_forkserver_started_before_the_recording_still_records_its_children(tm
     )
     assert done.returncode == 0, done.stderr
     assert sorted(hotspan.load(tmp_path / "a").column("arg").to_pylist()) == [10, 11, 12, 13]
-    assert sorted(hotspan.load(tmp_path / "b").column("arg").to_pylist()) == [30, 31, 32, 33]
+    assert sorted(hotspan.load(tmp_path / "b").column("arg").to_pylist()) == [30, 31, 32, 33, 40]
 
 
 @pytest.mark.slow

@@ -93,22 +93,15 @@ def in_forkserver() -> bool:
 class _Destinations:
     """Pickled as the destinations of the recordings running in this process at the moment
     (``multiprocessing`` pickles the process object as it starts a child); unpickled in the
-    child as ``_follow``: it records there. Nothing when none runs."""
+    child as ``recorder.follow``: it records there. Nothing when none runs."""
 
     def __reduce__(self) -> tuple:
         recorder = sys.modules.get(__package__ + ".recorder")  # not loaded: nothing records
         specs = recorder.children_specs() if recorder is not None else []
-        return (_follow, (specs,)) if specs else (bool, ())
+        return (recorder.follow, (specs,)) if recorder is not None and specs else (bool, ())
 
 
 _OFFER = _Destinations()
-
-
-def _follow(specs: list) -> bool:
-    from .recorder import follow
-
-    follow(specs)
-    return True
 
 
 def offer_to_multiprocessing() -> None:
