@@ -63,16 +63,29 @@ def env(**extra: str) -> dict[str, str]:
         k: v
         for k, v in os.environ.items()
         if k
-        not in ("HOTSPAN_OUT", "HOTSPAN_TOKEN", "HOTSPAN_RANK", "RANK", "HOTSPAN_FLUSH_INTERVAL")
+        not in (
+            "HOTSPAN_OUT",
+            "HOTSPAN_TOKEN",
+            "HOTSPAN_RANK",
+            "RANK",
+            "HOTSPAN_FLUSH_INTERVAL",
+            "HOTSPAN_RECORD_CHILDREN",  # a test's own record(): not for the processes it starts
+        )
     }
     base.update(extra)
     return base
 
 
+#: The job the ranks a test starts belong to, as a launcher would name it (torchrun's
+#: TORCHELASTIC_RUN_ID, Slurm's job id): started apart without one, each rank is a run of its
+#: own, and reading the directory reads the newest (issue 30).
+JOB_RUN_ID = f"test-job-{os.getpid()}"
+
+
 def start_rank(rank: int, out: str, **extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", RANK_CODE],
-        env=env(HOTSPAN_OUT=out, RANK=str(rank), **extra),
+        env=env(HOTSPAN_OUT=out, RANK=str(rank), **{"HOTSPAN_RUN_ID": JOB_RUN_ID, **extra}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

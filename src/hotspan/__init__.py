@@ -488,15 +488,21 @@ __all__ = [
     "wrap",
 ]
 
-# HOTSPAN_OUT=dest: record from import to exit (launchers need no code change). The
+# HOTSPAN_OUT=dest: record from import to exit (launchers need no code change); so does a
+# process started while its parent runs record() (HOTSPAN_RECORD_CHILDREN, set by it). The
 # recorder module (no pyarrow at import) loads only when asked for.
 import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
 
 from . import _machine as _machine  # noqa: E402
 
 _machine.mark_import()  # a run's CPU contention counts from here (~20 us: see _machine)
 
-if _os.environ.get("HOTSPAN_OUT", "").strip():
+if _os.environ.get("HOTSPAN_OUT", "").strip() or _os.environ.get("HOTSPAN_RECORD_CHILDREN"):
     from .recording.recorder import start_from_env as _start_from_env
 
     _start_from_env()
+if "multiprocessing.process" in _sys.modules:  # a Process made now, started while recording
+    from .recording.children import offer_to_multiprocessing as _offer
+
+    _offer()

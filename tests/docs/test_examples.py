@@ -79,7 +79,9 @@ def test_examples_run(page, tmp_path):
             else "no example"
         )
     # Not recording the examples' process into wherever the test run's HOTSPAN_OUT points.
-    env = {k: v for k, v in os.environ.items() if k != "HOTSPAN_OUT"} | {"COLUMNS": "100"}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HOTSPAN_OUT", "HOTSPAN_RECORD_CHILDREN")
+    } | {"COLUMNS": "100"}
     result = subprocess.run(
         [sys.executable, "-c", RUNNER, page.relative_to(ROOT).as_posix()],
         input=json.dumps(run),

@@ -79,13 +79,14 @@ def _run(
 
 
 def _run_side_by_side(
-    commands: list[list[str]], outs: list[Path], timeout: float
+    commands: list[list[str]], outs: list[Path], timeout: float, under_env: bool = True
 ) -> list[subprocess.CompletedProcess]:
-    """``_run`` for several programs at once, each recording a run of its own."""
+    """``_run`` for several programs at once, each recording a run of its own (under
+    ``HOTSPAN_OUT``, or by themselves: ``under_env=False``)."""
     procs = [
         subprocess.Popen(
             args,
-            env=env(HOTSPAN_OUT=str(out) + "/"),
+            env=env(HOTSPAN_OUT=str(out) + "/") if under_env else env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -223,7 +224,8 @@ def test_a_real_torch_dataloader(tmp_path):
     for _ in range(REPEAT):
         result = _run([sys.executable, str(script)], out)
         assert result.returncode == 0, result.stderr
-    assert _spans_by_arg(hotspan.load(out)) == {i: REPEAT for i in range(64)}
+    # each start of the program is a run of its own: all of them
+    assert _spans_by_arg(hotspan.load(out, run="all")) == {i: REPEAT for i in range(64)}
 
 
 RUN_PROGRAM = textwrap.dedent(
@@ -419,11 +421,19 @@ COUNTED_POOL_PROGRAM = textwrap.dedent(
                 time.sleep(0.0005)  # a few thousand spans a second: far from the memory cap
             counts[slot] += 1
 
+    def rounds_of(first, rounds):
+        # argv[5], if given: the rounds run inside record(argv[5]), not under HOTSPAN_OUT
+        if len(sys.argv) > 5:
+            with hotspan.record(sys.argv[5]):
+                yield from range(first, first + rounds)
+        else:
+            yield from range(first, first + rounds)
+
     if __name__ == "__main__":
         method, end, workers = sys.argv[1], sys.argv[2], 4
         first, rounds = int(sys.argv[3]), int(sys.argv[4])
         ctx = mp.get_context(method)
-        for rnd in range(first, first + rounds):
+        for rnd in rounds_of(first, rounds):
             counts = ctx.Array("q", 2 * workers, lock=False)  # room for replaced workers
             next_slot = ctx.Value("i", 0)
             pool = ctx.Pool(workers, initializer=init, initargs=(counts, rnd, next_slot))
@@ -451,32 +461,42 @@ COUNTED_POOL_PROGRAM = textwrap.dedent(
 )
 
 
+#: Rounds of each pool scenario inside record() rather than under HOTSPAN_OUT (issue 30):
+#: the same mechanism, so fewer (HOTSPAN_RECORD_POOL_RUNS sets another count).
+RECORD_POOL_RUNS = int(os.environ.get("HOTSPAN_RECORD_POOL_RUNS", "4"))
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("how", ["HOTSPAN_OUT", "record"])
 @pytest.mark.parametrize("end", ["close_join", "terminate", "terminate_mid_work"])
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
-def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method, end):
+def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method, end, how):
     # Issue 21: a forkserver pool ended by terminate() lost whole workers (no part at all).
     # Every span a worker counted before the parent's signal must be in the run; none more
-    # than it counted at the end; and nothing hangs.
+    # than it counted at the end; and nothing hangs. Issue 30: the same inside record(),
+    # where the workers recorded nothing at all.
     script = tmp_path / "counted_pool.py"
     script.write_text(COUNTED_POOL_PROGRAM)
-    programs = max(1, min(POOL_PROGRAMS, POOL_RUNS))
+    runs = POOL_RUNS if how == "HOTSPAN_OUT" else RECORD_POOL_RUNS
+    programs = max(1, min(POOL_PROGRAMS, runs))
     outs = [tmp_path / f"run{k}" for k in range(programs)]
-    shares = [POOL_RUNS // programs + (k < POOL_RUNS % programs) for k in range(programs)]
+    shares = [runs // programs + (k < runs % programs) for k in range(programs)]
     firsts = [sum(shares[:k]) for k in range(programs)]
     results = _run_side_by_side(
         [
             [sys.executable, str(script), method, end, str(first), str(share)]
-            for first, share in zip(firsts, shares)
+            + ([str(out) + "/"] if how == "record" else [])
+            for first, share, out in zip(firsts, shares, outs)
         ],
         outs,
-        timeout=120 + 15 * POOL_RUNS,  # side by side on fewer cores: no faster than in turn
+        timeout=120 + 15 * runs,  # side by side on fewer cores: no faster than in turn
+        under_env=how == "HOTSPAN_OUT",
     )
     rounds = []
     for result in results:
         assert result.returncode == 0, result.stderr
         rounds += [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert sorted(r["round"] for r in rounds) == list(range(POOL_RUNS))
+    assert sorted(r["round"] for r in rounds) == list(range(runs))
     arrived = {arg: n for out in outs for arg, n in _spans_by_arg(hotspan.load(out)).items()}
     short, expected = [], 0
     for r in rounds:
@@ -489,7 +509,7 @@ def test_every_pool_workers_spans_arrive_however_the_pool_ends(tmp_path, method,
                 )
     total = sum(arrived.values())
     print(
-        f"pool {method} {end} x{POOL_RUNS} ({programs} side by side): "
+        f"pool {method} {end} {how} x{runs} ({programs} side by side): "
         f"expected >= {expected}, arrived {total}"
     )
     assert not short, f"{len(short)} workers short: " + "; ".join(short[:10])

@@ -233,7 +233,7 @@ def _part_files(paths: Sequence[str], run: str | None = None) -> list[str]:
     files as they are, URIs as they are (Spark lists them)."""
     from pathlib import Path
 
-    from ..formats.dataset import current_parts, run_of
+    from ..formats.dataset import current_parts, parts_of_run
 
     files: list[str] = []
     for path in paths:
@@ -241,7 +241,10 @@ def _part_files(paths: Sequence[str], run: str | None = None) -> list[str]:
             files.append(path)
             continue
         files += [
-            p for p, _size, meta in current_parts(Path(path))[1] if run in (None, run_of(meta))
+            p
+            for p, _size, _meta in parts_of_run(
+                current_parts(Path(path))[1], lambda part: part[2], run, path
+            )
         ]
     return files
 

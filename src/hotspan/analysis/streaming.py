@@ -152,6 +152,10 @@ CREATE OR REPLACE TEMP MACRO hs_bucket_exact(d) AS hs_bucket_exact2(d, hs_msb(d)
 """
 
 
+def _meta_of(part: tuple[str, int, dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    return part[2]
+
+
 class SpanSource:
     """A span table in Parquet (one file, a dataset directory of parts, or several of those;
     local paths or URIs) as the DuckDB view ``spans``, optionally filtered by a SQL condition
@@ -167,7 +171,7 @@ class SpanSource:
         span_filter: Any = None,
     ):
         from ..formats.base import TraceFileError, require_regular_file
-        from ..formats.dataset import NoPartsError, current_parts, run_of
+        from ..formats.dataset import NoPartsError, current_parts, parts_of_run
         from .filters import SpanFilter
 
         # the parts of one run only, when the filter names one (as load(dir, run=) selects them)
@@ -180,15 +184,16 @@ class SpanSource:
         files: list[str] = []
         for one in paths:
             if isinstance(one, str) and "://" in one:
-                files += self._remote_files(one)
+                files += self._remote_files(one, wanted_run)
                 continue
             one = Path(one)
             if one.is_dir():
                 # the parts a reader reads now: those a compacted part replaces left out
                 found = [
                     path
-                    for path, _size, meta in current_parts(one)[1]
-                    if wanted_run in (None, run_of(meta))
+                    for path, _size, _meta in parts_of_run(
+                        current_parts(one)[1], _meta_of, wanted_run, str(one), stacklevel=4
+                    )
                 ]
                 if not found:
                     raise NoPartsError(
@@ -373,11 +378,12 @@ class SpanSource:
         """DuckDB's memory limit in bytes (``HOTSPAN_MEMORY_LIMIT``: 1GB, 512MiB, ...)."""
         return parse_size(self.memory_limit)
 
-    def _remote_files(self, uri: str) -> list[str]:
-        """The Parquet parts under (or at) ``uri``, as ``current_parts`` finds them locally."""
+    def _remote_files(self, uri: str, run: str | None = None) -> list[str]:
+        """The Parquet parts under (or at) ``uri``, as ``current_parts`` finds them locally
+        (of one run: ``parts_of_run``)."""
         import pyarrow.fs as pafs
 
-        from ..formats.dataset import NoPartsError, current_parts, location
+        from ..formats.dataset import NoPartsError, current_parts, location, parts_of_run
 
         loc = location(uri)  # errors name the URI without its credentials (loc.shown)
         filesystem, root = loc.fs, loc.root
@@ -391,7 +397,12 @@ class SpanSource:
             return [root]
         if info.type != pafs.FileType.Directory:
             raise FileNotFoundError(2, "no such trace file or dataset directory", loc.shown)
-        found = [path for path, _size, _meta in current_parts(loc)[1]]  # compacted inputs left out
+        found = [  # compacted inputs left out
+            path
+            for path, _size, _meta in parts_of_run(
+                current_parts(loc)[1], _meta_of, run, loc.shown, stacklevel=5
+            )
+        ]
         if not found:
             raise NoPartsError(loc.shown, "no span parts under this URI (expected part-*.parquet)")
         return sorted(found)

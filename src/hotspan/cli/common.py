@@ -227,7 +227,10 @@ def add_filter_options(parser: argparse.ArgumentParser, *, overlap: bool = False
         "--min-ms", type=float, metavar="MS", help="only spans of at least MS milliseconds"
     )
     group.add_argument(
-        "--run", metavar="ID", help="only the run ID of a directory holding several (hotspan runs)"
+        "--run",
+        metavar="ID",
+        help="of a directory holding several runs, the run ID (default: the newest; all: every "
+        "run; hotspan runs lists them)",
     )
 
 

@@ -51,8 +51,10 @@ import os
 import re
 import secrets
 import time
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -79,8 +81,10 @@ __all__ = [
     "META_RANKS",
     "META_RUNS",
     "META_UNFLUSHED",
+    "ALL_RUNS",
     "SeveralRunsWarning",
     "list_runs",
+    "parts_of_run",
     "run_of",
     "Location",
     "NoPartsError",
@@ -629,8 +633,83 @@ def run_of(meta: dict[bytes, bytes]) -> str | None:
     return raw.decode(errors="replace") if raw is not None else None
 
 
+#: ``run=ALL_RUNS`` (``--run all``): every run of a dataset, read together.
+ALL_RUNS = "all"
+#: How a dataset's parts without a run id (written before run ids) are named.
+NO_RUN_ID = "(no id)"
+
+
 class SeveralRunsWarning(UserWarning):
-    """A directory holds the parts of more than one run: the message names them."""
+    """A dataset holds the parts of more than one run and the newest was read: one line
+    naming it and how to read the others (``warnings.simplefilter("ignore",
+    SeveralRunsWarning)`` silences it)."""
+
+
+_T = TypeVar("_T")
+
+
+def parts_of_run(
+    parts: Sequence[_T],
+    meta_of: Callable[[_T], dict[bytes, bytes]],
+    run: str | None,
+    shown: str,
+    stacklevel: int = 2,
+) -> list[_T]:
+    """The parts of a dataset that a reader reads (every reader: ``load``, the streamed and
+    Spark statistics, so the CLI and serve): those of run ``run``; of every run for
+    ``ALL_RUNS``; for None, those of the newest run (the latest to start: one job is one
+    run, each program start outside a job a new one), said in one ``SeveralRunsWarning``
+    when others are there. ``TraceFileError`` for a run that is not there."""
+    by_run: dict[str, list[_T]] = {}
+    starts: dict[str, int] = {}
+    for part in parts:
+        meta = meta_of(part)
+        rid = run_of(meta) or NO_RUN_ID
+        by_run.setdefault(rid, []).append(part)
+        start = meta_int(meta, META_START)
+        if start is not None and start > 0:
+            starts[rid] = min(starts.get(rid, start), start)
+    if run == ALL_RUNS or (run is None and len(by_run) <= 1):
+        return list(parts)
+    if run is not None:
+        if run not in by_run:
+            raise TraceFileError(
+                shown, f"no run {run!r} here; runs: {', '.join(sorted(by_run))} (or run='all')"
+            )
+        return by_run[run]
+    newest = max(by_run, key=lambda rid: (rid in starts, starts.get(rid, 0), rid))
+    warnings.warn(
+        f'{shown}: reading run {newest} (newest of {len(by_run)}; run=ID, run="all" or '
+        "--run ID for the others; hotspan runs DIR lists them)",
+        SeveralRunsWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return by_run[newest]
+
+
+def _format_hotspans_warnings_on_one_line() -> None:
+    """``warnings.formatwarning`` for hotspan's one-line warnings: the message says it all,
+    without the file, line and source line of hotspan's own code; others as before."""
+    before = warnings.formatwarning
+    if getattr(before, "hotspan_one_line", False):
+        return  # installed already (this module loaded again)
+
+    def one_line(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        line: str | None = None,
+    ) -> str:
+        if isinstance(category, type) and issubclass(category, SeveralRunsWarning):
+            return f"hotspan: {message}\n"
+        return before(message, category, filename, lineno, line)
+
+    one_line.hotspan_one_line = True  # type: ignore[attr-defined]
+    warnings.formatwarning = one_line
+
+
+_format_hotspans_warnings_on_one_line()
 
 
 def list_runs(dest: str | os.PathLike) -> list[dict[str, Any]]:
@@ -737,8 +816,8 @@ def load_dataset(
     (deleted by the compaction after its merged part appeared) lists again.
 
     ``run``: only the parts of that run (see ``hotspan._run``; ``hotspan runs DIR`` lists
-    them). Without it, a directory holding several runs loads whole, with a
-    :class:`SeveralRunsWarning` naming them; each process's run stays in ``hotspan.ranks``."""
+    them), or ``"all"``: every run. Without it, a directory holding several runs reads its
+    newest, said in a :class:`SeveralRunsWarning` (:func:`parts_of_run`)."""
     loc = directory if isinstance(directory, Location) else location(directory)
     for _attempt in range(LOAD_ATTEMPTS):
         try:
@@ -788,20 +867,7 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
                 for fragment, (path, meta) in zip(fragments, metas)
                 if path not in replaced
             ]
-            runs = sorted({run_of(meta) or "(no id)" for _fragment, meta in kept})
-            if run is not None:
-                kept = [(fragment, meta) for fragment, meta in kept if run_of(meta) == run]
-                if not kept:
-                    raise TraceFileError(loc.shown, f"no run {run!r} here; runs: {', '.join(runs)}")
-            elif len(runs) > 1:
-                import warnings
-
-                warnings.warn(
-                    f"{loc.shown}: {len(runs)} runs in one directory, loaded together: {', '.join(runs)} "
-                    "(load(path, run=ID) takes one; hotspan runs DIR lists them)",
-                    SeveralRunsWarning,
-                    stacklevel=4,
-                )
+            kept = parts_of_run(kept, lambda part: part[1], run, loc.shown, stacklevel=4)
             parts_meta = [(meta, fragment.count_rows()) for fragment, meta in kept]
             # Each file's own schema, not the first file's: dictionary and plain strings may mix.
             tables = []

@@ -1,7 +1,18 @@
-"""The ``multiprocessing`` children a recording process starts, so that its last part can
-name those that died of a signal before writing any part of their own (killed before their
-metadata part, i.e. before ``import hotspan`` ended in them): nothing they recorded could be
-kept, and the run says who they were (``hotspan.unflushed`` in the loaded metadata)."""
+"""The children of a recording process.
+
+**Into the run.** A process started while ``record()`` runs records to the same
+destination (``recorder.follow``), whichever way it was started: forked (the at-fork hook),
+spawned or started by ``subprocess`` with the environment inherited (``import hotspan``
+reads ``HOTSPAN_RECORD_CHILDREN``), or by ``multiprocessing``'s forkserver, whose children
+have the server's environment, not their parent's: for them (and spawned ones) the process
+object carries the destinations, read as ``multiprocessing`` unpickles it in the child
+(``offer_to_multiprocessing``).
+
+**Named when lost.** The ``multiprocessing`` children a recording process starts, so that
+its last part can name those that died of a signal before writing any part of their own
+(killed before their metadata part, i.e. before ``import hotspan`` ended in them): nothing
+they recorded could be kept, and the run says who they were (``hotspan.unflushed`` in the
+loaded metadata)."""
 
 from __future__ import annotations
 
@@ -12,7 +23,13 @@ TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan 
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["forget_children", "track_children", "unflushed_children"]
+__all__ = [
+    "forget_children",
+    "in_forkserver",
+    "offer_to_multiprocessing",
+    "track_children",
+    "unflushed_children",
+]
 
 #: pid -> multiprocessing Process, for the children started while recording to a directory.
 _started: dict[int, Any] = {}
@@ -58,3 +75,46 @@ def unflushed_children(root: Path) -> list[dict[str, Any]]:
         if next(root.glob(f"rank=*/part-{pid}-*.parquet"), None) is None:
             unflushed.append({"pid": pid, "name": getattr(process, "name", ""), "exitcode": code})
     return unflushed
+
+
+# --------------------------------------------------------------------------- into the run
+
+#: The key of ``multiprocessing``'s process config (copied into every Process made here,
+#: pickled with it for a spawn or forkserver child) under which the destinations travel.
+MP_CONFIG_KEY = "hotspan.record"
+
+
+def in_forkserver() -> bool:
+    """Whether this is ``multiprocessing``'s fork server or a child it forked: their
+    environment is the server's, from when it started (maybe before the recording, or
+    during one that has ended), so only the process object tells them where to record."""
+    return any(
+        "multiprocessing.forkserver import main" in arg for arg in getattr(sys, "orig_argv", ())
+    )
+
+
+class _Destinations:
+    """Pickled as the destinations of the recordings running in this process at the moment
+    (``multiprocessing`` pickles the process object as it starts a child); unpickled in the
+    child as ``recorder.follow``: it records there. Nothing when none runs."""
+
+    def __reduce__(self) -> tuple:
+        recorder = sys.modules.get(__package__ + ".recorder")  # not loaded: nothing records
+        specs = recorder.children_specs() if recorder is not None else []
+        return (recorder.follow, (specs,)) if recorder is not None and specs else (bool, ())
+
+
+_OFFER = _Destinations()
+
+
+def offer_to_multiprocessing() -> None:
+    """Make the processes ``multiprocessing`` makes from now on carry this process's
+    recordings (their config is a copy of the current process's, taken when each is made):
+    at a recording's start, and at ``import hotspan`` where multiprocessing is loaded
+    already (a Process made before the recording and started during it)."""
+    import multiprocessing.process
+
+    process: Any = multiprocessing.process.current_process()
+    config = process._config  # private, stable since 3.4
+    if config.get(MP_CONFIG_KEY) is not _OFFER:
+        config[MP_CONFIG_KEY] = _OFFER

@@ -49,6 +49,11 @@ __all__ = ["Recorder", "record"]
 ENV_OUT = "HOTSPAN_OUT"
 ENV_INTERVAL = "HOTSPAN_FLUSH_INTERVAL"
 ENV_TOKEN = "HOTSPAN_TOKEN"
+#: Set by ``record()`` while it runs, for the processes started meanwhile (JSON: a list of
+#: ``{"dest", "flush_interval", "token", "run"}``): a child that imports hotspan records to
+#: each of them, as a ``HOTSPAN_OUT`` child does to that one (``follow``). Restored when the
+#: last recording that set it stops. Not for users to set.
+ENV_CHILDREN = "HOTSPAN_RECORD_CHILDREN"
 
 #: How often the flusher looks at the recorder's memory between flushes: once the spans
 #: waiting in the core pass half its memory cap (``configure(memory_cap=...)``), it flushes
@@ -63,6 +68,12 @@ PRESSURE_POLL_S = 0.05
 _running: "list[Recorder]" = []
 _active_lock = threading.Lock()
 _env_recorder: "Recorder | None" = None
+#: The recorders this process started because its parent was recording (``follow``): stopped
+#: with the ``HOTSPAN_OUT`` one, at exit, at multiprocessing's exit and on SIGTERM.
+_followers: "list[Recorder]" = []
+#: ENV_CHILDREN as it was before this process's recordings set it (restored after them).
+_children_env_before: "str | None" = None
+_children_env_set = False
 
 
 class Recorder:
@@ -117,6 +128,9 @@ class Recorder:
         self.write_errors = 0
         self._write_dropped = 0
         self.flushes = 0
+        #: Named to the processes started while it runs (``children_specs``); not
+        #: ``HOTSPAN_OUT``'s, which their environment names already.
+        self._for_children = True
 
     @property
     def kind(self) -> str:
@@ -153,6 +167,7 @@ class Recorder:
             self._open_now()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             start_quiet(self._thread)  # signals stay with the program's threads
+            _export_to_children()
         if getattr(self._sink, "remote", False):
             # pyarrow.fs registers its S3 finalizer with atexit when first imported, and atexit
             # runs the last registered first: imported on the flusher, after us, it would
@@ -163,6 +178,20 @@ class Recorder:
         lifecycle.stop_at_exit(self._atexit)
         emit(RecordingStarted(self.dest, self.kind))
         return self
+
+    def children_spec(self) -> dict[str, Any]:
+        """Where a process started while this recording runs records (``ENV_CHILDREN``): the
+        same directory, store or collector; for a file, a hidden directory beside it whose
+        parts the file takes in at ``stop()``."""
+        from .._run import run_id
+
+        dest = getattr(self._sink, "children_dest", None) or self._target
+        return {
+            "dest": dest,
+            "flush_interval": self.flush_interval,
+            "token": self._token,
+            "run": run_id(),
+        }
 
     def _open_now(self) -> None:
         """A local directory: its metadata part is written before start() returns, so a run
@@ -311,7 +340,8 @@ class Recorder:
         finally:
             self._stopping = None
             self._stopped.set()
-        if self is _env_recorder:
+        inherited = _inherited()
+        if self in inherited and not any(r.running for r in inherited):
             lifecycle.die_of_sigterm_received()
 
     def _stop_now(self, timeout: float) -> None:
@@ -339,6 +369,7 @@ class Recorder:
             with _active_lock:
                 if self in _running:
                     _running.remove(self)
+                _export_to_children()
             lifecycle.forget_at_exit(self._atexit)
         if self.dropped:
             _warn(f"{self.dropped:,} spans could not be delivered to {self.dest}")
@@ -497,21 +528,27 @@ def active() -> Recorder | None:
 
 
 def start_from_env() -> Recorder | None:
-    """If ``HOTSPAN_OUT`` is set, start recording to it (called when hotspan is imported).
+    """If ``HOTSPAN_OUT`` is set, start recording to it (called when hotspan is imported); and
+    record to the destinations of the ``record()`` blocks running in the process that started
+    this one (``ENV_CHILDREN``, see ``follow``).
 
     A bad destination is reported on stderr and the program runs on unrecorded. A SIGTERM
     handler (flush, then die of SIGTERM as before) is installed only where the program has
     none.
     """
+    from .children import in_forkserver
+
+    started = None
     dest = os.environ.get(ENV_OUT, "").strip()
-    if not dest or active() is not None:
-        return None
-    try:
-        interval = float(os.environ.get(ENV_INTERVAL, "") or 1.0)
-        return start_env_recorder(dest, interval)
-    except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
-        _warn(f"{ENV_OUT}={dest}: not recording: {type(exc).__name__}: {exc}")
-        return None
+    if dest and _env_recorder is None:
+        try:
+            interval = float(os.environ.get(ENV_INTERVAL, "") or 1.0)
+            started = start_env_recorder(dest, interval)
+        except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
+            _warn(f"{ENV_OUT}={dest}: not recording: {type(exc).__name__}: {exc}")
+    if not in_forkserver():  # its environment is the one it started with: out of date
+        follow(children_specs_from_env())
+    return started
 
 
 def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> Recorder:
@@ -523,51 +560,172 @@ def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> 
     from .._run import start_run
 
     start_run()  # this process is the run's first: its children inherit the id
-    recorder = record(dest, flush_interval).start()
+    recorder = record(dest, flush_interval)
+    recorder._for_children = False
+    recorder.start()
     _env_recorder = recorder
-    lifecycle.flush_on_sigterm(recorder.stop, recorder.stop_timeout)
-    lifecycle.stop_with_multiprocessing(recorder)
+    _stop_with_the_process(recorder)
     return recorder
 
 
 def stop_env_recorder() -> None:
-    """Stop recording started by ``HOTSPAN_OUT`` (the collector does, for itself)."""
+    """Stop recording started by ``HOTSPAN_OUT`` or inherited from a recording parent (the
+    collector does, for itself)."""
     global _env_recorder
-    if _env_recorder is not None:
-        _env_recorder.stop()
-        _env_recorder = None
+    for recorder in _inherited():
+        recorder.stop()
+    _env_recorder = None
+    _followers.clear()
     lifecycle.stop_flushing_on_sigterm()
 
 
+def _inherited() -> "list[Recorder]":
+    """The recorders this process runs until it ends: ``HOTSPAN_OUT``'s, and those it
+    follows its parent's recordings with."""
+    return ([_env_recorder] if _env_recorder is not None else []) + list(_followers)
+
+
+def _stop_inherited() -> None:
+    """What SIGTERM runs: every recorder of ``_inherited``, the last started first."""
+    for recorder in reversed(_inherited()):
+        recorder.stop()
+
+
+def _stop_with_the_process(recorder: Recorder) -> None:
+    """``recorder`` (of ``_inherited``) runs until the process ends, however it ends."""
+    lifecycle.flush_on_sigterm(_stop_inherited, recorder.stop_timeout)
+    lifecycle.stop_with_multiprocessing(recorder)
+
+
+# --------------------------------------------------------------------------- children
+
+
+def children_specs() -> "list[dict[str, Any]]":
+    """Where a process started now records: one entry per ``record()`` running here (not
+    ``HOTSPAN_OUT``'s, which the child's environment names already), in order, without
+    repeats."""
+    specs: dict[str, dict[str, Any]] = {}
+    for recorder in _running:
+        if recorder.running and recorder._for_children:
+            spec = recorder.children_spec()
+            specs.setdefault(spec["dest"], spec)
+    return list(specs.values())
+
+
+def _same_destination(a: str, b: str) -> bool:
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def children_specs_from_env() -> "list[dict[str, Any]]":
+    import json
+
+    raw = os.environ.get(ENV_CHILDREN, "").strip()
+    if not raw:
+        return []
+    try:
+        specs = json.loads(raw)
+        if not isinstance(specs, list) or not all(
+            isinstance(spec, dict) and isinstance(spec.get("dest"), str) for spec in specs
+        ):
+            raise ValueError("expected a JSON list of destinations")
+    except ValueError as exc:
+        _warn(f"{ENV_CHILDREN}: not recording: {exc}")
+        return []
+    return specs
+
+
+def _export_to_children() -> None:
+    """Name this process's recordings in its environment (``ENV_CHILDREN``), for the
+    processes it starts (spawned, started by ``subprocess``...), and to ``multiprocessing``
+    (forkserver children, whose environment is the server's); called with ``_active_lock``
+    held whenever a recorder starts or stops."""
+    global _children_env_before, _children_env_set
+    import json
+
+    specs = children_specs()
+    if specs:
+        if not _children_env_set:
+            _children_env_before = os.environ.get(ENV_CHILDREN)
+            _children_env_set = True
+        os.environ[ENV_CHILDREN] = json.dumps(specs)
+        from .children import offer_to_multiprocessing
+
+        offer_to_multiprocessing()
+    elif _children_env_set:
+        if _children_env_before is None:
+            os.environ.pop(ENV_CHILDREN, None)
+        else:
+            os.environ[ENV_CHILDREN] = _children_env_before
+        _children_env_set = False
+
+
+def follow(specs: "list[dict[str, Any]]") -> None:
+    """Record this process, until it ends, to each destination of a recording running in
+    the process that started it (``children_specs`` there), into the same run; one already
+    recorded to is not recorded to twice. Called in a child: when hotspan is imported (the
+    environment), after a fork, and by ``multiprocessing`` as it unpickles the process."""
+    from .._run import ENV_RUN_ID
+
+    for spec in specs:
+        dest = spec.get("dest")
+        if not isinstance(dest, str) or any(
+            r.running and _same_destination(r._target, dest) for r in _running
+        ):
+            continue  # recorded to already (HOTSPAN_OUT's, or named twice)
+        run = spec.get("run")
+        if isinstance(run, str) and run:
+            os.environ[ENV_RUN_ID] = run  # the parent's run (a forkserver's environment is old)
+        try:
+            recorder = record(
+                dest, float(spec.get("flush_interval") or 1.0), token=spec.get("token")
+            ).start()
+        except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
+            _warn(f"not recording process {os.getpid()} to {dest}: {type(exc).__name__}: {exc}")
+            continue
+        _followers.append(recorder)
+        _stop_with_the_process(recorder)
+
+
 def _after_fork_child() -> None:
-    """A forked child has no flusher thread: forget the parent's recorder, and for
-    ``HOTSPAN_OUT`` pointing at a directory, record the child's own spans there too (under
-    its own part names: its pid, and a token of its own), flushed on SIGTERM by a thread of
-    its own (``lifecycle`` starts it after the fork steps: the parent's is not in the child)."""
+    """A forked child has no flusher thread: forget the parent's recorders; record the
+    child's own spans where the parent's recordings would have a child's (under its own part
+    names: its pid, and a token of its own): ``HOTSPAN_OUT``'s directory and each
+    ``record()``'s (see ``follow``), flushed on SIGTERM by a thread of its own (``lifecycle``
+    starts it after the fork steps: the parent's is not in the child)."""
     global _running, _env_recorder, _active_lock
-    global _fork_held
+    global _fork_held, _followers
     _active_lock = threading.Lock()
     _fork_held = []  # the child's copies of the parent's recorders are replaced below
     forget_children()  # the parent's children are not this one's to name
     parents, _running = _running, []
     env = _env_recorder
     _env_recorder = None
+    _followers = []
     for recorder in parents:  # none runs in the child: no flusher thread here
         recorder._thread = None
         recorder._lock = threading.Lock()
         recorder._lock_owner = recorder._stopping = None
         recorder._stop_guard = threading.Lock()
+    specs: dict[str, dict[str, Any]] = {}
+    for recorder in parents:
+        if recorder._for_children:
+            spec = recorder.children_spec()
+            specs.setdefault(spec["dest"], spec)
     parent = env if env is not None and env in parents else None
-    if parent is None or parent.kind != "directory":
-        return  # only HOTSPAN_OUT's follows; a file would be overwritten, and gRPC must not be used across fork
-    try:
-        child = record(parent._target, parent.flush_interval).start()
-    except Exception as exc:  # noqa: BLE001
-        _warn(f"{ENV_OUT}: not recording in forked child {os.getpid()}: {exc}")
-        return
-    _env_recorder = child
-    lifecycle.flush_on_sigterm(child.stop, child.stop_timeout)
-    lifecycle.stop_with_multiprocessing(child)
+    if parent is not None and parent.kind == "directory":
+        # only HOTSPAN_OUT's directory follows; gRPC must not be used across fork
+        try:
+            child = record(parent._target, parent.flush_interval)
+            child._for_children = False
+            child.start()
+        except Exception as exc:  # noqa: BLE001
+            _warn(f"{ENV_OUT}: not recording in forked child {os.getpid()}: {exc}")
+        else:
+            _env_recorder = child
+            _stop_with_the_process(child)
+    follow(list(specs.values()))
 
 
 lifecycle.on_fork(

@@ -60,6 +60,15 @@ class FileSink:
         self.tables: list[pa.Table] = []
         self.dropped = 0
         self.spans = 0
+        import secrets
+
+        #: Where the processes started while recording record (``Recorder.children_spec``):
+        #: a hidden dataset directory beside the file, made by the first child that writes
+        #: there, taken into the file at close and removed.
+        self.children_dir = path.absolute().parent / (
+            f".{path.name}.hotspan-children-{os.getpid()}-{secrets.token_hex(4)}"
+        )
+        self.children_dest = str(self.children_dir) + os.sep
 
     def write(self, table: pa.Table) -> None:
         self.tables.append(table)
@@ -74,8 +83,30 @@ class FileSink:
 
         table = pa.concat_tables([t.replace_schema_metadata(meta) for t in tables])
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.children_dir.is_dir():
+            table = self._with_children(table)
         export(table, self.path)
         self.tables = []
+        if self.children_dir.is_dir():
+            import shutil
+
+            shutil.rmtree(self.children_dir, ignore_errors=True)
+
+    def _with_children(self, table: pa.Table) -> pa.Table:
+        """This process's spans and those of its children (their parts in ``children_dir``)
+        as one run, read as ``hotspan run`` reads its directory: this process's spans are a
+        part there too."""
+        from ..formats.dataset import load_dataset, location, new_token, write_part
+
+        write_part(
+            table,
+            location(self.children_dir),
+            rank=table.column("rank")[0].as_py() if table.num_rows else _current_rank(),
+            pid=os.getpid(),
+            seq=0,
+            token=new_token(),
+        )
+        return load_dataset(self.children_dir, run="all")
 
 
 class DatasetSink:
@@ -154,6 +185,12 @@ class DatasetSink:
             unflushed
         ):  # a part of its own (no spans): the last flush may have had none to carry them
             self._write(metadata_table(), kind="stop", unflushed_children=unflushed)
+
+
+def _current_rank() -> int:
+    from .._api import rank
+
+    return rank()
 
 
 def metadata_table() -> pa.Table:

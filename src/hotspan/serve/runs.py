@@ -348,7 +348,7 @@ class Catalog:
             for f in files:
                 match = _RANK_DIR.match(f.parent.name)
                 parts.append((f, int(match.group(1)) if match else None))
-            return parts
+            return _newest_run(parts)
         if run.format == ".parquet":
             return [(run.location, None)]
         return [(self._converted(run, signature), None)]
@@ -379,6 +379,24 @@ class Catalog:
 def _message(exc: BaseException, path: Path) -> str:
     text = str(exc)
     return text.replace(str(path), os.path.basename(path)) if str(path) in text else text
+
+
+def _newest_run(parts: list[tuple[Path, int | None]]) -> list[tuple[Path, int | None]]:
+    """A directory holding several runs serves the run the library reads (its newest:
+    ``parts_of_run``), so the list, the pages and the statistics count the same spans."""
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    from ..formats.dataset import SeveralRunsWarning, parts_of_run
+
+    try:
+        metas = {path: dict(pq.read_schema(path).metadata or {}) for path, _rank in parts}
+    except Exception:  # noqa: BLE001 -- a torn part: summarize() names it
+        return parts
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SeveralRunsWarning)  # the server's log: once per read
+        return parts_of_run(parts, lambda part: metas[part[0]], None, "")
 
 
 def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[str, Any]:
