@@ -372,8 +372,8 @@ def SpanFilter(
     until: float | None = None,
     min_ns: int | None = None,
     run: str | None = None,
-    origin_ns: int | None = None,
     overlap: bool = False,
+    origin_ns: int | None = None,
 ) -> _SpanFilter:
     """The spans a question is about (``stats``, ``phases`` and ``compare`` take it as
     ``filter=``); every field narrows (all must hold), ``None``/empty does not.
@@ -388,10 +388,10 @@ def SpanFilter(
     :param until: the window's end, likewise.
     :param min_ns: a minimum duration.
     :param run: a run id (the parts of a directory recorded by that run only).
-    :param origin_ns: the run's start (epoch ns) that relative bounds are taken from, once
-        known.
     :param overlap: the window keeps every span overlapping it (as a timeline shows it;
         ``hotspan export --since/--until``), not only those starting in it.
+    :param origin_ns: the run's start (epoch ns) that relative bounds are taken from, once
+        known.
 
     A function here so that ``import hotspan`` loads no pyarrow; it returns a
     :class:`hotspan.analysis.filters.SpanFilter` (``isinstance`` needs that class).

@@ -31,7 +31,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "MACHINE_VERSION",
