@@ -191,6 +191,7 @@ class RanksRun:
             "arg": pa.nulls(n, pa.int64()),
             "error": pa.array(np.zeros(n, bool)),
             "self_ns": pa.array(self_ns.ravel()),
+            "wait_ns": pa.array(np.zeros(self_ns.size, np.int64)),  # no asyncio task waits
         }
         schema = SPAN_SCHEMA.with_metadata({META_RUN: f"ranks-{self.seed}".encode()})
         return pa.Table.from_pydict(columns, schema=schema)
