@@ -438,9 +438,11 @@ void hs_drain_take(hs_drain_batch *out) {
     used_pairs_words = 0;
     used_pairs_incomplete = 0;
     /* Every segment of a graveyard info is in this batch (its chain is gone): the infos go
-     * with the batch. While the live log is on, its queue may still point at them. */
+     * with the batch. While the live log's entries may point at them (the log is on, or
+     * stopped with lines its writer has not taken or is still formatting), they stay: a
+     * drain() during live().close() freed them under the writer (a segfault). */
     out->dead = NULL;
-    if (!atomic_load_explicit(&hs_live_on, memory_order_relaxed)) {
+    if (graveyard && !hs_live_holds_infos()) {
         out->dead = graveyard;
         graveyard = NULL;
     }

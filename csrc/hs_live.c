@@ -15,6 +15,8 @@ static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
 static hs_live_entry *queue = NULL;
 static uint32_t queue_cap = 0, queue_len = 0, offered = 0;
 static uint64_t min_dur = 0, skipped_count = 0;
+/* Takes whose entries the writer is still reading (their infos must stay): hs_live_done. */
+static uint32_t takes_out = 0;
 
 int hs_live_start(uint64_t min_ticks, uint32_t capacity) {
     hs_live_entry *q = malloc(sizeof(hs_live_entry) * (capacity ? capacity : 1));
@@ -87,6 +89,7 @@ uint32_t hs_live_take(hs_live_entry **out, uint64_t *skipped, uint32_t timeout_m
         if (copy) {
             memcpy(copy, queue, sizeof(hs_live_entry) * n);
             *out = copy;
+            takes_out++;
         } else {
             skipped_count += n;
             n = 0;
@@ -97,4 +100,31 @@ uint32_t hs_live_take(hs_live_entry **out, uint64_t *skipped, uint32_t timeout_m
     skipped_count = 0;
     pthread_mutex_unlock(&live_lock);
     return n;
+}
+
+void hs_live_done(void) {
+    pthread_mutex_lock(&live_lock);
+    if (takes_out) takes_out--;
+    pthread_mutex_unlock(&live_lock);
+}
+
+int hs_live_holds_infos(void) {
+    pthread_mutex_lock(&live_lock);
+    int held = atomic_load(&hs_live_on) || queue_len > 0 || takes_out > 0;
+    pthread_mutex_unlock(&live_lock);
+    return held;
+}
+
+void hs_live_after_fork_child(void) {
+    /* Only the forking thread exists: no writer, and the queue's entries point at the
+     * parent's thread infos, which the child frees. The feed is off until live() again. */
+    pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+    live_lock = fresh_lock;
+    live_cond = fresh_cond;
+    atomic_store(&hs_live_on, 0);
+    queue_len = 0;
+    offered = 0;
+    takes_out = 0;
+    skipped_count = 0;
 }

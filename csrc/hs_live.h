@@ -38,6 +38,14 @@ void hs_live_flush(void);
 /* Writer: wait up to timeout_ms for entries, then take them all (caller frees *out).
  * Returns the count; *skipped gets the entries lost to a full queue since the last take. */
 uint32_t hs_live_take(hs_live_entry **out, uint64_t *skipped, uint32_t timeout_ms);
+/* Writer: done reading the entries of a take that returned some (their infos may go). */
+void hs_live_done(void);
+/* Drain side: whether entries (queued, or taken and still being read) may point at thread
+ * infos: while so, the infos of exited threads are not freed. The feed being off is not
+ * enough: live().close() stops it, then its writer takes and reads what was queued. */
+int hs_live_holds_infos(void);
+/* fork(), in the child: the feed off and empty (the parent's writer is not here). */
+void hs_live_after_fork_child(void);
 
 #ifdef __cplusplus
 }

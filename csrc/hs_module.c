@@ -716,6 +716,7 @@ static PyObject *py_live_take(PyObject *m, PyObject *arg) {
     out = Py_BuildValue("(OK)", list, (unsigned long long)skipped);
 done:
     free(entries);
+    if (n) hs_live_done(); /* the entries' thread infos are not read any more */
     free(clk);
     Py_XDECREF(list);
     Py_XDECREF(cache);

@@ -11,7 +11,7 @@ import pytest
 import hotspan
 from hotspan.units import human_bytes, human_ns
 
-from _util import wait_until
+from _util import run_python, wait_until
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -123,6 +123,85 @@ def test_human_readable_helpers():
     )
     assert human_bytes(3 << 30) == "3.00 GiB"
     assert human_ns(999) == "999 ns" and human_ns(1_500_000) == "1.50 ms"
+
+
+def test_a_drain_while_the_live_log_closes_keeps_exited_threads_lines():
+    """close() stops the feed, then its writer takes and formats what was queued, while a
+    drain() elsewhere may take the spans of threads that exited. That drain freed those
+    threads' infos under the writer's lines: the writer read a freed name (a segfault).
+    The steps of that interleaving, in order, in a process of its own."""
+    result = run_python(
+        """
+        import threading, hotspan
+        from hotspan import _native
+        hotspan.configure(drain_thread=False)  # only the calls below move records
+        hotspan.drain()
+        _native._live_start(0, 1 << 16)        # live()
+
+        def work(i):
+            hotspan.set_thread_name(f"gone-{i}")
+            with hotspan.span(f"s{i}"):
+                pass
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()                            # exited: their records are all there is
+        _native._sweep()                        # close(): the rings' records move, lines queued
+        _native._live_stop()                    # close(): the feed stops
+        assert hotspan.drain().num_rows == 20   # another thread's drain() takes the spans
+        rows, skipped = _native._live_take(0)   # the writer takes the queued lines
+        print(sorted(r[3] for r in rows), skipped)
+        assert hotspan.drain().num_rows == 0    # the infos go at a later drain
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[0] == f"{sorted(f'gone-{i}' for i in range(20))} 0"
+
+
+def test_live_close_while_another_thread_drains_stress():
+    """The same race through the public API: live() logs, threads record and exit, another
+    thread drain()s in a loop while the log closes; every line names its thread."""
+    result = run_python(
+        """
+        import io, re, threading, hotspan
+        stop = threading.Event()
+
+        def drains():
+            while not stop.is_set():
+                hotspan.drain()
+
+        drainer = threading.Thread(target=drains)
+        drainer.start()
+        try:
+            for rnd in range(40):
+                out = io.StringIO()
+                log = hotspan.live(file=out)
+
+                def work(i):
+                    hotspan.set_thread_name(f"t{rnd}-{i}")
+                    for k in range(20):
+                        with hotspan.span(f"s{rnd}-{i}-{k}"):
+                            pass
+
+                threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                log.close()
+                for line in out.getvalue().splitlines():
+                    m = re.search(r" (t\\d+-\\d+) +s(\\d+-\\d+)-\\d+ \\[", line)
+                    assert m and m.group(1)[1:] == m.group(2), line
+        finally:
+            stop.set()
+            drainer.join()
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "ok"
 
 
 @pytest.mark.slow
