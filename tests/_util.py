@@ -92,3 +92,20 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def left_running() -> list[str]:
+    """What is still consuming spans in this process: recordings, subscribers, a live log.
+    Empty when nothing is (modules never imported: nothing of theirs can run)."""
+    found = []
+    hub = sys.modules.get("hotspan.recording.hub")
+    if hub is not None and hub.streaming():
+        readers = [name for name in hub.stats() if name != "drain()"]
+        found.append(f"streaming consumers attached: {', '.join(readers) or '?'}")
+    lifecycle = sys.modules.get("hotspan.recording.lifecycle")
+    if lifecycle is not None and lifecycle._stops:
+        found.append(f"{len(lifecycle._stops)} recording(s) still to be stopped at exit")
+    live_log = sys.modules.get("hotspan.recording.live_log")
+    if live_log is not None and live_log._current is not None:
+        found.append("a live() log still running")
+    return found

@@ -5,13 +5,14 @@ not mean to (either would end a green run with the recorder's exit line,
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
 import hotspan
 from hotspan import testing
 from hotspan.testing import set_real_clock
+
+from _util import left_running
 
 DEFAULT_CAPACITY = 1024  # records per block
 DEFAULT_MEMORY_CAP = 64 << 20
@@ -50,23 +51,6 @@ def gpu(fake_libcuda_path, fresh):
 
 
 # --------------------------------------------------------------------------- the guard
-
-
-def left_running() -> list[str]:
-    """What is still consuming spans in this process: recordings, subscribers, a live log.
-    Empty when nothing is (modules never imported: nothing of theirs can run)."""
-    found = []
-    hub = sys.modules.get("hotspan.recording.hub")
-    if hub is not None and hub.streaming():
-        readers = [name for name in hub.stats() if name != "drain()"]
-        found.append(f"streaming consumers attached: {', '.join(readers) or '?'}")
-    lifecycle = sys.modules.get("hotspan.recording.lifecycle")
-    if lifecycle is not None and lifecycle._stops:
-        found.append(f"{len(lifecycle._stops)} recording(s) still to be stopped at exit")
-    live_log = sys.modules.get("hotspan.recording.live_log")
-    if live_log is not None and live_log._current is not None:
-        found.append("a live() log still running")
-    return found
 
 
 def _unexpected_drops(before: tuple[int, int]) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 import hotspan
 
-from conftest import left_running
+from _util import left_running
 
 ROOT = Path(__file__).resolve().parent.parent
 
