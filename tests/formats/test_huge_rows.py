@@ -10,17 +10,33 @@ import pyarrow as pa
 import pytest
 
 from hotspan.formats import export, load
-from hotspan.formats.registry import FORMATS, READABLE_EXTENSIONS
+from hotspan.formats.registry import EXTENSIONS, FORMATS, READABLE_EXTENSIONS
 
 from conftest import assert_same_spans, plain
 
 
-def with_huge_strings(spans: pa.Table, size: int, category: bool = True) -> pa.Table:
-    """``spans`` with one span's name (and another's category) ``size`` bytes long."""
+def huge(size: int) -> str:
+    return "n" * (size - 1) + "x"
+
+
+def with_huge_strings(
+    spans: pa.Table, size: int, category: bool = True, leaf: bool = False
+) -> pa.Table:
+    """``spans`` with one span's name (and another's category) ``size`` bytes long; ``leaf``:
+    the name on a span with no children and time of its own (a flame view repeats a name on
+    every stack below it, and leaves out spans without self time)."""
     table = plain(spans)
     names = table.column("name").to_pylist()
     categories = table.column("category").to_pylist()
-    names[len(names) // 2] = "n" * (size - 1) + "x"
+    at = len(names) // 2
+    if leaf:
+        parents = set(table.column("parent_id").to_pylist())
+        ids, durations = (
+            table.column("span_id").to_pylist(),
+            table.column("duration_ns").to_pylist(),
+        )
+        at = max((i for i in range(len(ids)) if ids[i] not in parents), key=durations.__getitem__)
+    names[at] = huge(size)
     if category:
         categories[len(categories) // 3] = "c" * size
     table = table.set_column(
@@ -70,3 +86,13 @@ def test_perfetto_refuses_a_name_past_its_packet_limit_before_writing(spans, tmp
     with pytest.raises(ValueError, match=r"a span name of 67,108,864 bytes .*at most 64 MiB"):
         export(with_huge_strings(spans, 64 << 20, category=False), path)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "extension",
+    [ext for ext in EXTENSIONS if ext not in READABLE_EXTENSIONS],  # written, never loaded
+)
+def test_the_export_only_formats_write_a_3_mb_name_whole(spans, extension, tmp_path):
+    path = tmp_path / f"huge{extension}"
+    export(with_huge_strings(spans, 3 << 20, category=False, leaf=True), path)
+    assert huge(3 << 20).encode() in path.read_bytes()
