@@ -107,6 +107,9 @@ int hs_flight_open(const char *path, int32_t rank, const char *version) {
     h->pid = getpid();
     h->rank = rank;
     h->clock_source = atomic_load(&hs_clock_kind);
+    hs_clock_info clock_info;
+    hs_clock_get_info(&clock_info);
+    h->process_start_ns = clock_info.anchor_real_ns;
     h->file_bytes = total;
     h->slots_off = slots_off;
     h->nslots = HS_FLIGHT_SLOTS;

@@ -18,6 +18,7 @@
 #define HS_FLIGHT_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "hs_registry.h"
@@ -72,7 +73,14 @@ typedef struct hs_flight_header {
     _Atomic uint64_t strings_used;    /* bytes of the strings area published */
     _Atomic uint32_t npairs;          /* pairs 0..npairs-1 published */
     _Atomic uint32_t lost_strings;    /* strings or pairs that did not fit */
+    /* CLOCK_REALTIME ns when hotspan's clock was first calibrated in this process (its
+     * start, as far as spans go): no span starts earlier, so `recover` drops a record
+     * whose times a damaged byte moved before it. */
+    int64_t process_start_ns;
 } hs_flight_header;
+/* The reader unpacks the header field by field, with no padding between them. */
+_Static_assert(sizeof(hs_flight_header) == offsetof(hs_flight_header, process_start_ns) + 8,
+               "hs_flight_header has no padding");
 
 /* One thread. gen is a seqlock over the rearrangements of the stack that the hot path
  * does not make (an out-of-order exit's memmove, an asyncio task's stack switch, a rename):

@@ -247,10 +247,12 @@ static PyObject *thread_rows(hs_thread_row *rows, uint32_t n, int with_dropped) 
     PyObject *list = PyList_New(n);
     if (!list) return NULL;
     for (uint32_t i = 0; i < n; i++) {
+        /* A name is NULL when its copy failed (out of memory): an empty name, not None. */
+        const char *name = rows[i].name ? rows[i].name : "";
         PyObject *row = with_dropped
-                            ? Py_BuildValue("(LsKK)", (long long)rows[i].tid, rows[i].name,
+                            ? Py_BuildValue("(LsKK)", (long long)rows[i].tid, name,
                                             (unsigned long long)rows[i].dropped, (unsigned long long)rows[i].dropped_cap)
-                            : Py_BuildValue("(Ls)", (long long)rows[i].tid, rows[i].name);
+                            : Py_BuildValue("(Ls)", (long long)rows[i].tid, name);
         if (!row) {
             Py_DECREF(list);
             return NULL;
@@ -351,9 +353,20 @@ static PyObject *py_drain(PyObject *m, PyObject *rank_obj) {
     hs_columns_free(&c);
     return d;
 fail:
+    /* Out of memory handing the batch over: its spans left the rings and are lost, so they
+     * are counted (hotspan.dropped()), never silently gone. */
+    hs_count_lost(c.n);
     Py_XDECREF(d);
     hs_columns_free(&c);
     return NULL;
+}
+
+static PyObject *py_count_lost(PyObject *m, PyObject *arg) {
+    (void)m;
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    hs_count_lost(n);
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_pending(PyObject *m, PyObject *a) {
@@ -773,6 +786,7 @@ static PyMethodDef module_methods[] = {
     {"_set_nvtx", py_set_nvtx, METH_O, NULL},
     {"_nvtx", py_nvtx, METH_NOARGS, NULL},
     {"_drain", py_drain, METH_O, NULL},
+    {"_count_lost", py_count_lost, METH_O, "_count_lost(n)\n--\n\nCount n drained spans lost before any reader had them (out of memory)."},
     {"_flight_open", py_flight_open, METH_VARARGS, NULL},
     {"_flight_path", py_flight_path, METH_NOARGS, NULL},
     {"_flight_set_rank", py_flight_set_rank, METH_O, NULL},

@@ -315,6 +315,12 @@ void hs_dropped_by_cause(uint64_t *cap, uint64_t *other) {
     *other = o;
 }
 
+void hs_count_lost(uint64_t spans) {
+    pthread_mutex_lock(&registry_lock);
+    exited_other += spans;
+    pthread_mutex_unlock(&registry_lock);
+}
+
 uint64_t hs_dropped_total(void) {
     uint64_t cap, other;
     hs_dropped_by_cause(&cap, &other);

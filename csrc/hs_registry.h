@@ -149,6 +149,9 @@ uint64_t hs_take_id_range(void);
 uint64_t hs_get_capacity(void);
 uint64_t hs_get_memory_cap(void);
 uint64_t hs_dropped_total(void);
+/* Spans the drain side took and then lost (out of memory while handing them over): counted
+ * with the drops for other causes, on no thread (the batch no longer knows its threads). */
+void hs_count_lost(uint64_t spans);
 /* Drops by cause, over every thread (exited ones included). */
 void hs_dropped_by_cause(uint64_t *cap, uint64_t *other);
 

@@ -246,18 +246,24 @@ def core_table() -> "pa.Table":
 
     r = rank()
     raw = _native._drain(r)
-    clock = _native._clock_info()
-    meta = metadata(
-        rank=r,
-        pid=os.getpid(),
-        clock=clock,
-        all_threads=raw["all_threads"],
-        version=__version__,
-        id_base=raw["id_base"],
-        tasks=_native._tasks_seen(),
-        machine=machine,
-    )
-    table = table_from_raw(raw, meta=meta)
+    try:
+        clock = _native._clock_info()
+        meta = metadata(
+            rank=r,
+            pid=os.getpid(),
+            clock=clock,
+            all_threads=raw["all_threads"],
+            version=__version__,
+            id_base=raw["id_base"],
+            tasks=_native._tasks_seen(),
+            machine=machine,
+        )
+        table = table_from_raw(raw, meta=meta)
+    except BaseException:
+        # Out of memory (or interrupted) building the table: the spans left the rings, so
+        # they are counted as dropped (hotspan.dropped()) rather than silently gone.
+        _native._count_lost(raw["n"])
+        raise
     if _native._cuda_used():  # a device span was entered: its completed pairs are rows
         from .devices import cuda
 

@@ -267,3 +267,41 @@ def test_a_depth_that_is_not_its_parents_plus_one_is_refused(spans, tmp_path):
         load(tmp_path / "deep.parquet")
     assert load(tmp_path / "deep.parquet", check=False).num_rows == spans.num_rows
     check_span_rules(spans, "fine")  # the unchanged table keeps the rule
+
+
+@pytest.mark.parametrize(
+    "ph, words",
+    [
+        (7, "1 event(s) whose 'ph' is not a string"),
+        ({"x": 1}, "1 event(s) whose 'ph' is not a string"),
+        ("Z", "1 event(s) with a 'ph' the format does not have"),
+        ("XX", "1 event(s) with a 'ph' the format does not have"),
+        (None, "1 event(s) with no 'ph'"),
+    ],
+)
+def test_a_chrome_event_with_an_unknown_or_non_string_ph_is_counted(ph, words, tmp_path):
+    # An event hotspan cannot read is said in the load's warning and counted in the
+    # metadata, as a 'B' never closed is; a known phase that is no span (a counter) is not.
+    events = [
+        {"ph": "X", "name": "kept", "ts": 1, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "C", "name": "counter", "ts": 1, "pid": 1, "tid": 1, "args": {"v": 1}},
+        {"ph": ph, "name": "odd", "ts": 2, "dur": 1, "pid": 1, "tid": 1},
+    ]
+    if ph is None:
+        del events[2]["ph"]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.warns(TraceFileWarning) as caught:
+        table = load(path)
+    assert table.column("name").to_pylist() == ["kept"]
+    said = [str(w.message) for w in caught if issubclass(w.category, TraceFileWarning)]
+    assert len(said) == 1 and f"1 row(s) left out: {words}; 1 loaded" in said[0], said
+    skipped = json.loads(table.schema.metadata[META_SKIPPED_ON_LOAD])
+    assert skipped["total"] == 1
+
+
+def test_a_chrome_file_of_only_unreadable_events_is_refused(tmp_path):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps([{"ph": 88, "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]))
+    with pytest.raises(TraceFileError, match="'ph' is not a string"):
+        load(path)

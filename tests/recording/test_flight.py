@@ -620,3 +620,92 @@ def test_recover_never_makes_up_spans_from_damaged_blocks(tmp_path, flight_bytes
 
     export(table, out)
     assert hotspan.load(out).num_rows == table.num_rows
+
+
+class _Life:
+    """A flight file's bytes and its process's life seen from outside (a short repr: hypothesis
+    prints the arguments of a failing example)."""
+
+    def __init__(self, flight: bytes, born: int, died: int):
+        self.flight, self.born, self.died = flight, born, died
+
+    def __repr__(self) -> str:
+        return f"<flight file of {len(self.flight):,} bytes, life {self.born}..{self.died}>"
+
+
+@pytest.fixture(scope="module")
+def flight_with_life(tmp_path_factory) -> _Life:
+    """A real flight file left by a killed process, with the bounds of that process's life
+    seen from outside: before it was started, after it died."""
+    tmp = tmp_path_factory.mktemp("life")
+    born = time.time_ns()
+    path, _n, _rc = _run_child(tmp, "sigkill")
+    died = time.time_ns()
+    return _Life(path.read_bytes(), born, died)
+
+
+_FLIP_EXAMPLES = int(os.environ.get("HOTSPAN_FLIGHT_FUZZ", "200"))
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=_FLIP_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(data=st.data())
+def test_one_flipped_byte_never_gives_a_span_outside_the_process_life(
+    tmp_path, flight_with_life, data
+):
+    """One byte flipped anywhere in a real flight file (mostly where it holds something:
+    the header, the threads, the records in use): recover() refuses the file or gives spans
+    that all lie inside the process's life (started after the process was, ended before
+    it died), the rest left out and counted; never another exception."""
+    import struct
+    import warnings
+
+    from hotspan.formats.base import TraceFileWarning
+
+    flight, born, died = flight_with_life.flight, flight_with_life.born, flight_with_life.died
+    h = _header(flight)
+    used = _used_blocks(flight)
+    where = data.draw(
+        st.sampled_from(["records", "records", "records", "header", "slots", "anywhere"]),
+        label="where",
+    )
+    if where == "records":  # a record written and not drained, or a block's counts
+        i = data.draw(st.sampled_from(used), label="block")
+        head = struct.unpack_from("<Q", flight, _block_at(h, i) + h["off_b_head"])[0]
+        written = h["off_b_recs"] + 32 * min(head, h["block_records"])
+        at = _block_at(h, i) + data.draw(st.integers(0, written - 1), label="offset")
+    elif where == "header":
+        at = data.draw(st.integers(0, h["header_bytes"] - 1), label="offset")
+    elif where == "slots":
+        at = h["slots_off"] + data.draw(st.integers(0, 6 * h["slot_bytes"] - 1), label="offset")
+    else:
+        at = data.draw(st.integers(0, len(flight) - 1), label="offset")
+    buf = bytearray(flight)
+    buf[at] ^= data.draw(st.integers(1, 255), label="mask")
+    path = tmp_path / "flipped.flight"
+    path.write_bytes(bytes(buf))
+    try:
+        with warnings.catch_warnings():  # what was left out is said: a warning, not an error
+            warnings.simplefilter("ignore", TraceFileWarning)
+            table = recover(path)
+    except FlightFileError:
+        return
+    # The file cannot say when its process died (a span may end after the drain's last
+    # pass): its spans end no later than now, and start no earlier than the process did.
+    now = time.time_ns()
+    start = table.column("start_ns").to_pylist()
+    end = table.column("end_ns").to_pylist()
+    outside = [(s, e) for s, e in zip(start, end) if not born <= s <= e <= now]
+    assert not outside, (
+        f"byte {at} ({where}): {len(outside)} span(s) outside the life {born}..{died} "
+        f"(recovered at {now}), first {outside[0]}"
+    )

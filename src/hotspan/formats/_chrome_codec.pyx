@@ -15,7 +15,7 @@ tables) and leaves the assembly of the table (thread map, order, nesting) to
 bad bytes are reported with their offset, never half-read.
 """
 from libc.stdint cimport int64_t, uint64_t, int32_t, uint8_t, uint32_t, INT64_MIN
-from libc.string cimport memcpy, memcmp, memmove, memset
+from libc.string cimport memcpy, memcmp, memmove, memset, strchr
 from libc.stdlib cimport strtod, malloc, calloc, free
 from libc.math cimport isfinite, llround
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
@@ -609,6 +609,11 @@ DEF T_NULL = 5
 DEF T_OTHER = 6
 
 # Identifier kinds (pid, tid).
+#: The 'ph' of an event whose "ph" is not a string (a number, an object, ...).
+DEF PH_NOT_STRING = 1
+#: Every phase of the Chrome trace event format: those that are no spans are skipped quietly.
+cdef const char* KNOWN_PHASES = b"BEXiICbneSTpFstfPNODMVvRc()"
+
 DEF ID_INT = 0
 DEF ID_STR = 1
 DEF ID_BAD = 2
@@ -1322,7 +1327,7 @@ cdef class Reader:
                             ph = 63  # '?': no phase we read
                     else:
                         p = self.skip_value(p, &kind)
-                        ph = 63
+                        ph = PH_NOT_STRING
                 elif klen == 2 and k[0] == b't' and k[1] == b's':
                     if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
                         p = self.scan_number(p, &ts)
@@ -1536,7 +1541,16 @@ cdef class Reader:
             return p
         if e.ph != b'X' and e.ph != b'B' and e.ph != b'E' and e.ph != b'i' and e.ph != b'I' \
                 and e.ph != b'b' and e.ph != b'e' and e.ph != b'n':
-            return p  # counters, flows, samples, objects: no spans
+            # Counters, flows, samples, objects: no spans, and known, so nothing to say. A phase
+            # the format does not have (or none, or not a string) is an event we cannot read:
+            # counted, so that the load's warning says it was left out.
+            if e.ph == PH_NOT_STRING:
+                self.count("ph_not_string")
+            elif e.ph == 0:
+                self.count("ph_missing")
+            elif e.ph == 63 or strchr(KNOWN_PHASES, e.ph) == NULL:
+                self.count("ph_unknown")
+            return p
         cdef int64_t start_ns, start_sub, dur_ns = 0, dur_sub = 0, end_ns, total_sub
         if e.ts_kind != T_NUMBER:
             if e.ts_kind == T_MISSING:

@@ -90,6 +90,8 @@ cdef enum:
 ANNOTATIONS = ("span_id", "parent_id", "depth", "arg", "error", "thread_name")
 #: Bits of a decoded row's flags (Decoder.columns()["flags"]).
 ROW_HAS_PARENT, ROW_HAS_ARG, ROW_HAS_CATEGORY, ROW_ERROR = HAS_PARENT, HAS_ARG, HAS_CATEGORY, ERROR
+#: The largest packet the reader takes (the writer refuses strings that would need more).
+PACKET_LIMIT = MAX_PACKET_BYTES
 
 # Track/Process/Thread descriptor fields
 TRACK_UUID, TRACK_PARENT_UUID, TRACK_PROCESS, TRACK_THREAD = 1, 5, 3, 4

@@ -29,7 +29,7 @@ import time
 import warnings
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -369,6 +369,54 @@ def dictionary_batches(reader, schema: pa.Schema) -> pa.Table:
     if not batches:
         return schema.empty_table()
     return pa.Table.from_batches(batches).unify_dictionaries()
+
+
+#: The largest block pyarrow's CSV and JSON readers take (their ``block_size`` is an int32).
+_MAX_BLOCK_BYTES = (1 << 31) - 1
+
+
+def read_line_blocks(open_reader: Callable[[int | None], Any], data: pa.Buffer, schema) -> pa.Table:
+    """:func:`dictionary_batches` of a reader that parses ``data`` (CSV, JSON lines) a block
+    at a time. ``open_reader(block_size)`` opens one (``None``: pyarrow's default, 1 MiB).
+
+    pyarrow refuses a line longer than a block ("straddling object"): a row with a 3 MB span
+    name, which our own writers write. So a read that meets one is done again with blocks
+    sized from the longest line (doubled, up to the whole file, for a CSV row whose quoted
+    values hold newlines); files without such rows cost nothing more."""
+    try:
+        with open_reader(None) as reader:
+            return dictionary_batches(reader, schema)
+    except pa.ArrowInvalid as exc:
+        if "straddling" not in str(exc):
+            raise
+    whole = min(data.size + 1, _MAX_BLOCK_BYTES)
+    block = min(max(2 * longest_line(data) + 1, 2 << 20), whole)
+    while True:
+        try:
+            with open_reader(block) as reader:
+                return dictionary_batches(reader, schema)
+        except pa.ArrowInvalid as exc:
+            if "straddling" not in str(exc) or block >= whole:
+                raise
+        block = min(2 * block, whole)
+
+
+def longest_line(data: pa.Buffer) -> int:
+    """The length of the longest line of ``data`` (newline included), scanned 64 MiB at a
+    time so that a large file costs no copy of itself."""
+    import numpy as np
+
+    longest, line_start, chunk = 0, 0, 64 << 20
+    for offset in range(0, data.size, chunk):
+        view = np.frombuffer(data, np.uint8, min(chunk, data.size - offset), offset)
+        ends = np.flatnonzero(view == 10)
+        if len(ends):
+            ends += offset
+            longest = max(longest, int(ends[0]) + 1 - line_start)
+            if len(ends) > 1:
+                longest = max(longest, int(np.diff(ends).max()))
+            line_start = int(ends[-1]) + 1
+    return max(longest, data.size - line_start)
 
 
 def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:

@@ -90,6 +90,9 @@ _DROPPED_WORDS = {
     "async_end_without_begin": "async 'e' event(s) closing no 'b'",
     "event_cut_at_end_of_file": "event cut by the end of the file",
     "events_missing": "span event(s) missing from the file (lines cut out?)",
+    "ph_unknown": "event(s) with a 'ph' the format does not have",
+    "ph_not_string": "event(s) whose 'ph' is not a string",
+    "ph_missing": "event(s) with no 'ph'",
 }
 
 

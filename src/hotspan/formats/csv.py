@@ -5,6 +5,7 @@ category stay apart: ``""`` versus nothing). CSV has no place for the schema met
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -17,9 +18,9 @@ from .base import (
     Exporter,
     Progress,
     TraceFileError,
-    dictionary_batches,
     missing_parents,
     note_skipped,
+    read_line_blocks,
 )
 
 
@@ -94,6 +95,16 @@ class CsvExporter(Exporter):
             malformed += 1
             return "skip"
 
+        def open_reader(block_size: int | None) -> Any:
+            nonlocal malformed
+            malformed = 0  # counted again on a second read with larger blocks
+            return pacsv.open_csv(
+                pa.BufferReader(data),
+                read_options=pacsv.ReadOptions(block_size=block_size) if block_size else None,
+                convert_options=convert,
+                parse_options=parse,
+            )
+
         # a file from before self_ns: read without it, computed by conform_to_schema
         schema = pa.schema(
             [
@@ -109,10 +120,7 @@ class CsvExporter(Exporter):
             include_columns=schema.names,
         )
         parse = pacsv.ParseOptions(invalid_row_handler=skip)
-        with pacsv.open_csv(
-            pa.BufferReader(data), convert_options=convert, parse_options=parse
-        ) as reader:
-            table = dictionary_batches(reader, schema)
+        table = read_line_blocks(open_reader, data, schema)
         return note_skipped(
             table,
             path,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,9 +23,9 @@ from .base import (
     MISSING_PARENTS,
     Exporter,
     Progress,
-    dictionary_batches,
     missing_parents,
     note_skipped,
+    read_line_blocks,
 )
 
 
@@ -112,8 +113,19 @@ class JsonlExporter(Exporter):
         )
         # Streamed a block at a time, each block's strings dictionary-encoded as it comes: a
         # load peaks near the table's own size, not at the plain strings of the whole file.
-        with pajson.open_json(path, parse_options=options) as reader:
-            table = dictionary_batches(reader, JSONL_SCHEMA)
+        # Mapped, not read (the bytes stay in the page cache), so that a second read with
+        # blocks as large as the longest line (a 3 MB span name) costs no copy.
+        with pa.memory_map(str(path), "r") as source:
+            data = source.read_buffer()
+
+        def open_reader(block_size: int | None) -> Any:
+            return pajson.open_json(
+                pa.BufferReader(data),
+                read_options=pajson.ReadOptions(block_size=block_size) if block_size else None,
+                parse_options=options,
+            )
+
+        table = read_line_blocks(open_reader, data, JSONL_SCHEMA)
         # pyarrow's JSON reader passes invalid UTF-8 inside strings through: checked here,
         # or the damage surfaces later as a UnicodeDecodeError far from the file's name.
         table.validate(full=True)

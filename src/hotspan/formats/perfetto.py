@@ -61,6 +61,15 @@ class PerfettoExporter(Exporter):
         name, names = dictionary_codes(table.column("name"))
         category, categories = dictionary_codes(table.column("category"))
         thread_name, thread_names = dictionary_codes(table.column("thread_name"))
+        encoded = {
+            what: [s.encode() for s in strings]
+            for what, strings in (
+                ("name", names),
+                ("category", categories),
+                ("thread name", thread_names),
+            )
+        }
+        _refuse_oversized_packets(encoded)
         thread, threads, own_name = _threads(table, thread_name)
         processes = list(dict.fromkeys((pid, rank) for pid, rank, _ in threads))
         metadata = dict(table.schema.metadata or {})
@@ -89,9 +98,9 @@ class PerfettoExporter(Exporter):
                 thread,
                 thread_name,
                 own_name,
-                [s.encode() for s in names],
-                [s.encode() for s in categories],
-                [s.encode() for s in thread_names],
+                encoded["name"],
+                encoded["category"],
+                encoded["thread name"],
                 1 + len(processes),
                 progress.advance,
             )
@@ -112,6 +121,27 @@ class PerfettoExporter(Exporter):
 
 
 # --------------------------------------------------------------------------- columns to the codec
+
+
+def _refuse_oversized_packets(encoded: dict[str, list[bytes]]) -> None:
+    """Refuse, before a byte is written, strings that would make a packet larger than a
+    Perfetto reader takes (``PACKET_LIMIT``, 64 MiB; hotspan's reader refuses it past
+    that): one packet interns a span's name with its category, and an event carries its
+    thread's name when the thread was renamed."""
+    limit = codec.PACKET_LIMIT - (1 << 10)  # the packet's own fields around the strings
+    longest = {what: max(strings, key=len, default=b"") for what, strings in encoded.items()}
+    if len(longest["name"]) + len(longest["category"]) > limit:
+        what = "name" if len(longest["name"]) >= len(longest["category"]) else "category"
+    elif len(longest["thread name"]) > limit:
+        what = "thread name"
+    else:
+        return
+    text = longest[what]
+    raise ValueError(
+        f"a span {what} of {len(text):,} bytes ({text[:40].decode('utf-8', 'replace')!r}...): "
+        f"a Perfetto trace packet holds at most {codec.PACKET_LIMIT >> 20} MiB; "
+        "export this table to .parquet, .arrow or .json instead"
+    )
 
 
 def _threads(

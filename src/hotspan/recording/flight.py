@@ -47,6 +47,7 @@ _HEADER = struct.Struct(
     "7I"
     "I"  # slot, tstate, frame, block offsets; pad
     "QQqdQIIQII"  # clock_gen clock_t0 clock_n0 clock_npt last_seen clean nstrings strings_used npairs lost
+    "q"  # process_start_ns
 )
 _NAMES = (
     "magic format header_bytes version pid rank clock_source file_bytes "
@@ -57,7 +58,8 @@ _NAMES = (
     "off_t_depth off_t_stack off_t_seq off_t_own_stack off_t_own_depth off_t_stack_owner "
     "frame_bytes off_f_start off_f_seq off_f_arg off_f_pair off_f_flags "
     "off_b_head off_b_cap off_b_state off_b_tid off_b_base off_b_drained off_b_recs pad0 "
-    "clock_gen clock_t0 clock_n0 clock_npt last_seen clean_exit nstrings strings_used npairs lost_strings"
+    "clock_gen clock_t0 clock_n0 clock_npt last_seen clean_exit nstrings strings_used npairs lost_strings "
+    "process_start_ns"
 ).split()
 assert len(_NAMES) == len(_HEADER.unpack(bytes(_HEADER.size)))
 _CLOCK_AT = struct.calcsize(_HEADER.format[: _HEADER.format.index("QQqdQ")])  # clock_gen's offset
@@ -415,8 +417,16 @@ class _Damaged(Exception):
 #: drain thread's last pass; spans completed between it and the death are later than it).
 _LATE_NS = 600 * 10**9
 #: ... and start no earlier than this before it: a process's life, generously (a tick damaged
-#: into an absurd time lands decades away).
+#: into an absurd time lands decades away). Only for a file without its process's start (the
+#: tests' fake clock, whose ticks are whatever the test says); otherwise a span starts no
+#: earlier than the process's start (the header's ``process_start_ns``).
 _LIFE_NS = 366 * 86_400 * 10**9
+#: How far ticks converted with the file's last clock segment may stray from the segments the
+#: process used (the clock slews at most 5e-4, csrc/hs_clock.c): a margin of this share of
+#: the process's life, and at least _START_SLACK_NS, before its start.
+_SLEW = 1e-3
+_START_SLACK_NS = 1_000_000
+_CLOCK_FAKE = 3  # HS_CLOCK_FAKE (csrc/hs_clock.h)
 # HS_F_ERROR, HS_F_ARG, HS_F_INSTANT, HS_F_EXT, HS_F_OVERLAP, HS_F_TASKROOT (csrc/hs_ring.h)
 _KNOWN_FLAGS = 1 | 2 | 4 | 8 | 16 | 32
 _BAD_IDS = (0, (1 << 64) - 1)  # 0 means "no parent"; the writer never hands out either
@@ -527,7 +537,7 @@ def _decode_block(
         row = int(np.flatnonzero(outside)[0])
         raise _Damaged(
             f"span {int(seq[row])} at {int(start_ns[row])}..{int(end_ns[row])} ns, outside the "
-            f"process's life (at most {_LIFE_NS // 86_400 // 10**9} days before {high_ns} ns)"
+            f"process's life ({low_ns}..{high_ns} ns)"
         )
     keep = prim >= drained
     arg = recs[prim, 1].view(np.int64)
@@ -586,6 +596,27 @@ def _check_records(seq, parent, has_parent, depth, pair, npairs: int) -> None:
                 f"span {int(seq[row])} at depth {int(depth[row])} under span {int(parent[row])} "
                 f"at depth {int(depth[order[where[row]]])}"
             )
+
+
+def _life(f: _File, end_open: int) -> tuple[int, int]:
+    """The times a recovered span may have, in epoch ns: from the process's start (the
+    header's ``process_start_ns``, less the clock's slew) to the last time the file saw it
+    (``end_open``) plus the spans completed after the drain's last pass (``_LATE_NS``), and
+    never after now. A clock that puts the last update in the future, or before the start,
+    is damage: no time the file gives can be trusted."""
+    now = time.time_ns()
+    if f.h["clock_source"] == _CLOCK_FAKE:
+        return end_open - _LIFE_NS, min(end_open + _LATE_NS, now)
+    start = f.h["process_start_ns"]
+    if end_open > now + _START_SLACK_NS:
+        raise f._bad(
+            f"clock: its last update is {(end_open - now) / 1e9:,.3f} s in the future "
+            "(a damaged clock, or a file from a machine whose clock runs ahead)"
+        )
+    if not end_open - _LIFE_NS <= start <= end_open + _START_SLACK_NS:
+        raise f._bad(f"clock: the process started at {start} ns, its last update is {end_open} ns")
+    slack = max(_START_SLACK_NS, int((end_open - start) * _SLEW))
+    return start - slack, min(end_open + _LATE_NS, now)
 
 
 def _stack_damage(thread: FlightThread, npairs: int, life: tuple[int, int]) -> str | None:
@@ -648,7 +679,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         npairs = len(pairs)
         thread_names = f.thread_names()
         end_open = convert(last)
-        life = (end_open - _LIFE_NS, end_open + _LATE_NS)
+        life = _life(f, end_open)
         parts: list[dict[str, Any]] = []
         damaged: list[tuple[int, str, int]] = []  # (block, what, records left out)
         open_rows: list[tuple] = []

@@ -97,8 +97,11 @@ class Reader:
             self._tables.clear()
             self._bytes = 0
             unreported, self._unreported = self._unreported, Counter()
-        for thread_name, count in sorted(unreported.items()):
-            emit(SpansDropped(self.name, thread_name, count))
+        try:
+            for thread_name, count in sorted(unreported.items()):
+                emit(SpansDropped(self.name, thread_name, count))
+        except Exception:  # noqa: BLE001 - out of memory telling it: the spans still go out
+            pass
         return tables
 
     def wait(self, timeout: float) -> bool:
@@ -117,7 +120,14 @@ class Reader:
         (fanned out to every other reader too), as one table with the latest metadata."""
         with _api.drain_lock:
             latest = _pump_locked()
-            return _joined(self._take_all(), latest)
+            tables: list[pa.Table] = []
+            try:
+                tables = self._take_all()
+                return _joined(tables, latest)
+            except BaseException:
+                # Out of memory joining them: taken from the queue and lost, so counted.
+                self.dropped += sum(t.num_rows for t in tables)
+                raise
 
     def __repr__(self) -> str:
         return f"<hotspan reader {self.name}: {len(self._tables)} tables queued, {self.dropped} dropped>"

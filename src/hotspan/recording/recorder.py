@@ -127,6 +127,9 @@ class Recorder:
         self._reader: hub.Reader | None = None  # this recorder's cursor, while it runs
         self.write_errors = 0
         self._write_dropped = 0
+        self._core_dropped_at_start: int | None = None
+        self._no_room = 0  # flushes put off: no room in memory for them
+        self._undelivered = 0  # spans left in the core at stop: no room to take them
         self.flushes = 0
         #: Named to the processes started while it runs (``children_specs``); not
         #: ``HOTSPAN_OUT``'s, which their environment names already.
@@ -160,13 +163,25 @@ class Recorder:
             # Importing that one module here (~1 ms, no pyarrow) takes the race away.
             import concurrent.futures.thread  # noqa: F401
 
+            with contextlib.suppress(Exception):
+                import mmap  # noqa: F401  (_room_to_flush, which must not import out of memory)
+                import resource  # noqa: F401
             _running.append(self)
+            self._core_dropped_at_start = _native.dropped()
             self._reader = hub.attach(f"record({self.dest})")
             self._pid = os.getpid()
             self._stop.clear()
             self._open_now()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
-            start_quiet(self._thread)  # signals stay with the program's threads
+            try:
+                start_quiet(self._thread)  # signals stay with the program's threads
+            except RuntimeError as exc:  # "can't start new thread": out of memory
+                _warmed.set()  # no flusher importing anything for fork() to wait for
+                # Recording goes on without a flusher: stop() takes and writes every span.
+                _say(
+                    f"recording to {self.dest}: no flusher thread ({exc}): the spans are "
+                    "written at stop, if memory allows"
+                )
             _export_to_children()
         if getattr(self._sink, "remote", False):
             # pyarrow.fs registers its S3 finalizer with atexit when first imported, and atexit
@@ -213,7 +228,7 @@ class Recorder:
                         self._sink.open()
         except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
             self.write_errors += 1
-            _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
+            _say(f"recording to {self.dest}: {_problem(exc)} (recording goes on)")
 
     def _loop(self) -> None:
         # pyarrow loads here, on the flusher, not in the recording program's thread: a
@@ -226,14 +241,21 @@ class Recorder:
                     self._sink.open()
         except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad start
             self.write_errors += 1
-            _warn(f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)")
+            _say(f"recording to {self.dest}: {_problem(exc)} (recording goes on)")
         finally:
             _warmed.set()
         next_flush = time.monotonic() + self.flush_interval
         while True:
             wait = min(next_flush - time.monotonic(), PRESSURE_POLL_S)
-            if self._stop.wait(max(wait, 0.0)):
-                return
+            try:
+                if self._stop.wait(max(wait, 0.0)):
+                    return
+            except Exception:  # noqa: BLE001 - out of memory: "can't allocate lock" (a wait's)
+                # The flusher retries rather than dies: spans keep reaching the destination
+                # once memory is back, and stop() still has a flusher to stop.
+                time.sleep(max(wait, PRESSURE_POLL_S))
+                if self._stop.is_set():
+                    return
             try:
                 reader = self._reader  # set before this thread starts, kept until it ends
                 assert reader is not None
@@ -243,13 +265,22 @@ class Recorder:
                     or reader.under_pressure()
                 ):
                     next_flush = time.monotonic() + self.flush_interval
+                    if not _room_to_flush():
+                        self._no_room += 1
+                        if self._no_room == 1:
+                            _say(
+                                f"recording to {self.dest}: out of memory, flushes wait for "
+                                "room (spans past the memory cap are dropped, counted at stop)"
+                            )
+                        continue
                     with _prompt_handoffs():
                         self.flush()
             except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad flush
                 self.write_errors += 1
                 if self.write_errors == 1:
-                    _warn(
-                        f"recording to {self.dest}: {type(exc).__name__}: {exc} (recording goes on)"
+                    _say(
+                        f"recording to {self.dest}: {_problem(exc)} (recording goes on; "
+                        "the spans lost are counted at stop)"
                     )
 
     @contextlib.contextmanager
@@ -273,38 +304,40 @@ class Recorder:
             if not acquired:
                 return
             table = self._take()
-            # What stop() needs of it: the schema and its metadata (the dropped counts only
-            # grow), not the rows: holding the whole batch until the next flush kept its
-            # column buffers from going back to the drain's pool before the next drain. Built
-            # from no batches: Schema.empty_table() makes arrays from Python lists, which
-            # imports pandas (seconds of bytecode holding the GIL, on a collector client too).
-            import pyarrow as pa  # loaded already: the drain built the table
+            written = False
+            try:
+                # What stop() needs of it: the schema and its metadata (the dropped counts
+                # only grow), not the rows: holding the whole batch until the next flush kept
+                # its column buffers from going back to the drain's pool before the next
+                # drain. Built from no batches: Schema.empty_table() makes arrays from Python
+                # lists, which imports pandas (seconds of bytecode holding the GIL, on a
+                # collector client too).
+                import pyarrow as pa  # loaded already: the drain built the table
 
-            self._last = pa.Table.from_batches([], schema=table.schema)
-            self.flushes += 1
-            if self.kind == "directory":
-                track_children()
-            if table.num_rows == 0:
-                if hasattr(self._sink, "idle"):
-                    self._sink.idle()
-            else:
-                try:
-                    began = time.perf_counter()
-                    self._sink.write(table)
-                    emit(
-                        Flushed(
-                            self.dest, table.num_rows, table.nbytes, time.perf_counter() - began
-                        )
-                    )
-                except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
+                self._last = pa.Table.from_batches([], schema=table.schema)
+                self.flushes += 1
+                if self.kind == "directory":
+                    track_children()
+                if table.num_rows == 0:
+                    if hasattr(self._sink, "idle"):
+                        self._sink.idle()
+                    return
+                began = time.perf_counter()
+                self._sink.write(table)
+                written = True
+                emit(Flushed(self.dest, table.num_rows, table.nbytes, time.perf_counter() - began))
+            except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
+                if written:
+                    return  # only the event failed (out of memory): the spans are out
+                self.write_errors += 1
+                self._write_dropped += table.num_rows
+                with contextlib.suppress(Exception):
                     emit(FlushFailed(self.dest, exc))
-                    self.write_errors += 1
-                    self._write_dropped += table.num_rows
-                    if self.write_errors == 1:
-                        _warn(
-                            f"could not write spans to {self.dest}: {type(exc).__name__}: {exc} "
-                            f"(recording goes on; {table.num_rows} spans dropped)"
-                        )
+                if self.write_errors == 1:
+                    _say(
+                        f"could not write spans to {self.dest}: {_problem(exc)} "
+                        f"(recording goes on; {table.num_rows:,} spans dropped)"
+                    )
 
     def _take(self) -> pa.Table:
         """The spans since this recorder last took them (its own cursor: a user's drain()
@@ -333,10 +366,19 @@ class Recorder:
                 self._stopped.clear()
         if stopping is not None:
             if stopping != me:
-                self._stopped.wait(timeout + 2.0)
+                with contextlib.suppress(Exception):  # "can't allocate lock": no wait then
+                    self._stopped.wait(timeout + 2.0)
             return
         try:
             self._stop_now(timeout)
+        except Exception as exc:  # noqa: BLE001 - stop() never raises into the program
+            # Out of memory (MemoryError, "can't allocate lock") past what _stop_now guards:
+            # the recording ends here; what it could not deliver is said in one line.
+            self._thread = None
+            _say(
+                f"{self._lost():,} spans could not be delivered to {self.dest} "
+                f"(stopped: {_problem(exc)})"
+            )
         finally:
             self._stopping = None
             self._stopped.set()
@@ -347,21 +389,28 @@ class Recorder:
     def _stop_now(self, timeout: float) -> None:
         self._stop.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout=max(timeout, 1.0))
         try:
             # The last flush: device spans' pairs still running on the GPU would be lost.
             _api.wait_for_devices()
         except Exception as exc:  # noqa: BLE001 - a device error must not lose the host spans
             _warn(f"could not wait for device spans: {type(exc).__name__}: {exc}")
-        self.flush(lock_timeout=timeout)
+        room = False
+        try:
+            room = _room_to_flush()
+            if room:
+                self.flush(lock_timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - out of memory taking the last spans
+            self.write_errors += 1
+            _say(f"could not take the last spans for {self.dest}: {_problem(exc)}")
         try:
             with self._locked(timeout) as acquired:
-                if acquired:
+                if acquired and (room or self._last is not None):
                     last = self._last if self._last is not None else self._take()
                     self._sink.close(last, timeout)
         except Exception as exc:  # noqa: BLE001
-            _warn(f"could not finish writing spans to {self.dest}: {type(exc).__name__}: {exc}")
+            _say(f"could not finish writing spans to {self.dest}: {_problem(exc)}")
         finally:
             self._thread = None
             if self._reader is not None:
@@ -371,8 +420,30 @@ class Recorder:
                     _running.remove(self)
                 _export_to_children()
             lifecycle.forget_at_exit(self._atexit)
-        if self.dropped:
-            _warn(f"{self.dropped:,} spans could not be delivered to {self.dest}")
+            if not room:
+                # Left in the core, where a later drain() may still get them: not delivered
+                # here (swept out of the rings first, so that the count is all of them).
+                with contextlib.suppress(Exception):
+                    _native._sweep()
+                    self._undelivered += int(_native._pending()["spans"])
+        lost = self._lost()
+        if lost:
+            core = lost - self.dropped
+            why = (
+                f" ({core:,} never left hotspan's memory: out of memory, or its cap)"
+                if core
+                else ""
+            )
+            _say(f"{lost:,} spans could not be delivered to {self.dest}{why}")
+
+    def _lost(self) -> int:
+        """Spans recorded while this recorder ran that never reached its destination: its own
+        losses on the way, and the core's drops since it started (out of memory, the cap)."""
+        core = 0
+        if self._core_dropped_at_start is not None:
+            with contextlib.suppress(Exception):
+                core = max(0, _native.dropped() - self._core_dropped_at_start)
+        return self.dropped + core + self._undelivered
 
     def _atexit(self) -> None:
         if self.running:
@@ -422,6 +493,61 @@ def _prompt_handoffs():
         # The program may have set its own meanwhile (only ours is replaced).
         if sys.getswitchinterval() == ours:
             sys.setswitchinterval(previous)
+
+
+#: Address space a flush must find free before it starts, beyond this many bytes per byte of
+#: records waiting in the core (a drained span is ~3x its record as a table, and the write
+#: holds the table and its encoding at once). See _room_to_flush.
+FLUSH_HEADROOM_BYTES = 64 << 20
+FLUSH_HEADROOM_PER_RECORD_BYTE = 8
+
+
+def _room_to_flush() -> bool:
+    """Whether the process can map what a flush will allocate, tried first with an anonymous
+    mapping never touched (no page is faulted in: a few microseconds). Why: pyarrow's C++ code
+    aborts the process (std::terminate on a bad_alloc thrown where it cannot be caught) when an
+    allocation fails half-way through building or writing a table, so under ``ulimit -v`` (the
+    only limit probed: without one the answer is yes at once) a flush starts only with room for
+    it; else the spans wait in the core (dropped and counted
+    at its memory cap) and the flusher tries again at the next poll."""
+    try:
+        import mmap  # imported at start(): out of memory, a first import may fail
+        import resource
+
+        if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+            return True  # no address-space limit: nothing to probe (the usual case)
+        need = FLUSH_HEADROOM_BYTES
+        need += FLUSH_HEADROOM_PER_RECORD_BYTE * int(_native._pending()["bytes"])
+        mmap.mmap(-1, need).close()
+    except Exception:  # noqa: BLE001 - no room (or no way to tell): the flush waits
+        return False
+    return True
+
+
+def _touch_cxx_thread_state() -> None:
+    """Have the C++ runtime allocate this thread's exception state now, while memory is free:
+    glibc allocates a dlopen'ed library's thread-local data on first use, and when that first
+    use is a C++ throw under ``ulimit -v`` (pyarrow's bad_alloc) the allocation fails and glibc
+    ends the process ("cannot allocate memory for thread-local data: ABORT")."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libstdc++.so.6").__cxa_get_globals()
+    except Exception:  # noqa: BLE001 - no libstdc++ (macOS: libc++), nothing to prepare
+        pass
+
+
+def _problem(exc: BaseException) -> str:
+    """An exception in words (a MemoryError has none of its own)."""
+    if isinstance(exc, MemoryError) or "can't allocate" in str(exc):
+        return "out of memory" + (f" ({exc})" if str(exc) else "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _say(message: str) -> None:
+    """One line on stderr (sinks.warn), never an exception: out of memory, it says nothing."""
+    with contextlib.suppress(Exception):
+        _warn(message)
 
 
 def _under_memory_pressure() -> bool:
@@ -477,9 +603,12 @@ def _warm_up(kind: str) -> None:
 
         from .. import _table  # noqa: F401  (the drain's table builder, and numpy)
 
+        _touch_cxx_thread_state()
         return
     pa.array([""], pa.string())
     import pyarrow.parquet  # noqa: F401
+
+    _touch_cxx_thread_state()
 
     if kind == "directory":
         from ..formats import dataset  # noqa: F401  (and the Parquet exporter it writes with)
