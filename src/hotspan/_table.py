@@ -125,8 +125,6 @@ def metadata(
 def environment(version: str) -> dict[str, Any]:
     """What a run's timings depend on besides the code: host, versions, recorder configuration,
     with a digest of it all so that two traces can be checked for comparability at a glance."""
-    import hashlib
-
     from . import _native
 
     pending = _native._pending()
@@ -139,7 +137,7 @@ def environment(version: str) -> dict[str, Any]:
         "hotspan": version,
         "config": config,
     }
-    env["digest"] = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
+    env["digest"] = _sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
     return env
 
 
@@ -166,3 +164,24 @@ def table_from_raw(raw: dict[str, Any], *, meta: dict[bytes, bytes]) -> pa.Table
         _fixed(raw, "wait_ns", pa.int64(), n),
     ]
     return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA.with_metadata(meta))
+
+
+def _sha256(data: bytes) -> Any:
+    """A SHA-256 object: CPython's own implementation where it has one (``_sha2``, 3.12 on;
+    ``_sha256`` before), hashlib's otherwise. Why not hashlib first: its import loads
+    OpenSSL, and under an address-space limit (a recording stopping out of memory, whose
+    metadata names this digest) that fails and logs a traceback for every algorithm."""
+    import sys
+
+    if "hashlib" not in sys.modules:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found]
+        except ImportError:
+            try:
+                from _sha256 import sha256  # type: ignore[import-not-found]
+            except ImportError:
+                from hashlib import sha256
+        return sha256(data)
+    import hashlib
+
+    return hashlib.sha256(data)
