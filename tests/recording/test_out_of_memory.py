@@ -35,7 +35,11 @@ CHILD = textwrap.dedent(
         limit = vm + (extra_mb << 20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    import pyarrow.parquet  # what a flush needs, loaded before any limit
+    # what a flush needs, loaded before any limit: pyarrow's writer, and hotspan's (its
+    # part names use secrets, whose hmac loads OpenSSL: under the limit that import would
+    # log a traceback per hash algorithm, as any import of hashlib would)
+    import pyarrow.parquet
+    import hotspan.formats.dataset
     if when == "before start":  # no room for the flusher's thread (its stack) itself
         limit_memory()
     rec = hotspan.record(out, flush_interval=0.05).start()
