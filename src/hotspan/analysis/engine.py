@@ -39,7 +39,7 @@ def stream_min_bytes() -> int:
     return int(os.environ.get("HOTSPAN_STREAM_MIN_BYTES") or STREAM_MIN_BYTES)
 
 
-def _paths(spans: Any) -> list[str] | None:
+def paths_of(spans: Any) -> list[str] | None:
     """``spans`` as a list of paths, or None when it is a table."""
     if isinstance(spans, (str, os.PathLike)):
         return [os.fspath(spans)]
@@ -97,7 +97,7 @@ def choose(spans: Any, engine: Any = None) -> str:
             f"engine: expected one of {', '.join(ENGINES)} or a SparkSession, "
             f"not {type(engine).__name__}"
         )
-    paths = _paths(spans)
+    paths = paths_of(spans)
     if paths is None:
         return "memory"
     size = _parquet_bytes(paths)
@@ -118,7 +118,7 @@ class Spans:
         self.kind = choose(spans, engine)
         self.table: pa.Table | None = None
         self.source: Any = None
-        paths = _paths(spans)
+        paths = paths_of(spans)
         self.paths = paths
         self.name = ", ".join(paths) if paths else "table"
         if self.kind == "memory":

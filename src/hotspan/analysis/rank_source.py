@@ -6,7 +6,6 @@ for the whole input (batches may each carry their own)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -60,19 +59,6 @@ class Strings:
         return mapping[indices.to_numpy(zero_copy_only=False)]
 
 
-def _paths(spans: Any) -> list[str] | None:
-    """``spans`` as a list of paths, or None when it is not a path or a list of them."""
-    if isinstance(spans, (str, os.PathLike)):
-        return [os.fspath(spans)]
-    if (
-        isinstance(spans, (list, tuple))
-        and spans
-        and all(isinstance(p, (str, os.PathLike)) for p in spans)
-    ):
-        return [os.fspath(p) for p in spans]
-    return None
-
-
 class RankSource:
     """Re-iterable batches of ``spans`` (a table or paths), the filter applied, and the
     metadata of the run."""
@@ -83,7 +69,9 @@ class RankSource:
         self.span_filter = SpanFilter.of(span_filter)
         self.table: pa.Table | None = None
         self.files: list[str] = []
-        paths = _paths(spans)
+        from .engine import paths_of
+
+        paths = paths_of(spans)
         self.paths = paths or []
         if paths is None:
             if not isinstance(spans, pa.Table):

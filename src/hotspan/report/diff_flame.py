@@ -23,25 +23,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..analysis.flamegraph import FlameTree, flame_tree, frame_label
+from ..analysis.flamegraph import flame_tree, frame_label
 from .flame import asset, prune
 
 __all__ = ["diff_flame_html", "diff_flame_tree", "diff_speedscope"]
 
 #: Colours: no change worth a word, a stack only in the new run.
 SAME, NEW = "#c9c9c9", "#f0a040"
-
-
-def _paths(tree: FlameTree) -> list[tuple[str, ...]]:
-    """Each node's stack, as the frame labels from the top down (the root: ())."""
-    out: list[tuple[str, ...]] = []
-    parent = tree.parent.tolist()
-    for node in range(len(tree.label)):
-        if parent[node] < 0:
-            out.append(())
-            continue
-        out.append(out[parent[node]] + (frame_label(tree.name[node], tree.category[node]),))
-    return out
 
 
 def _shade(change: float, slower: bool) -> str:
@@ -65,10 +53,9 @@ def diff_flame_tree(
         rows = compare(base, new).to_pylist()
         verdicts = {(r["category"], r["name"]): r["verdict"] for r in rows}
     before, after = flame_tree(base, "merged"), flame_tree(new, "merged")
-    base_total = dict(zip(_paths(before), before.total_ns.tolist()))
+    base_total = dict(zip(_stacks(before.to_json()), before.total_ns.tolist()))
     data = prune(after)
-    # prune keeps a subset of the nodes, in order: find their stacks again by their labels
-    kept_paths = _pruned_paths(data, after)
+    kept_paths = _stacks(data)
     totals_new = data["t"]
     b, d, col = [], [], []
     for node, path in enumerate(kept_paths):
@@ -103,8 +90,9 @@ def diff_flame_tree(
     return data
 
 
-def _pruned_paths(data: dict[str, Any], tree: FlameTree) -> list[tuple[str, ...]]:
-    """The stacks of the nodes ``prune`` kept (parents before children, as in ``data``)."""
+def _stacks(data: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Each node's stack, as frame labels from the top down (the root: ()), of a tree's JSON
+    form (``FlameTree.to_json``, pruned or not: parents come before their children)."""
     out: list[tuple[str, ...]] = []
     categories = data["categories"]
     for node, parent in enumerate(data["p"]):

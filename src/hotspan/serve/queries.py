@@ -94,6 +94,11 @@ def cached(key: tuple, compute: Callable[[], Any]) -> Any:
         if found:
             return value
         value = compute()
+    return _remember(key, value)
+
+
+def _remember(key: tuple, value: Any) -> Any:
+    """Keep ``value`` under ``key`` among the last ``_CACHE_ENTRIES`` results; return it."""
     with _cache_lock:
         _cache[key] = value
         while len(_cache) > _CACHE_ENTRIES:
@@ -182,24 +187,21 @@ def timeline_view(
             start_ns = window[0] if start_ns is None else start_ns
             end_ns = max(window[1], start_ns + 1) if end_ns is None else end_ns
         view = timeline(files, start_ns, end_ns, width, ranks=ranks)
-    value = plain(view)
-    with _cache_lock:
-        _cache[key] = value
-        while len(_cache) > _CACHE_ENTRIES:
-            _cache.popitem(last=False)
-    return value
+    return _remember(key, plain(view))
 
 
 _indexes: "OrderedDict[tuple, Any]" = OrderedDict()
 _index_lock = threading.Lock()
-_index_building: set[tuple] = set()
+#: (run id, signature) -> set once that version's index is built (or failed)
+_index_building: dict[tuple, threading.Event] = {}
 #: Timeline indexes kept (a few MB each: three integers a bin and track).
 _INDEX_ENTRIES = 8
 
 
 def timeline_index(run: Run, *, wait: bool = True) -> Any:
-    """The run's timeline index (per version of the run): built now (``wait``), or None while
-    it is being built on a thread of its own (started by the first call that does not wait)."""
+    """The run's timeline index (per version of the run). Built once: the first call starts
+    the build (on this thread when ``wait``, else on a thread of its own, returning None);
+    a call that waits while another builds it waits for that build, not a second one."""
     from ..analysis.timeline import TimelineIndex
 
     key = (run.id, run.signature)
@@ -207,11 +209,11 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
         if key in _indexes:
             _indexes.move_to_end(key)
             return _indexes[key]
-        building = key in _index_building
-        if not building:
-            _index_building.add(key)
+        building = _index_building.get(key)
+        builder = building is None
+        done = _index_building.setdefault(key, threading.Event())
 
-    def build() -> Any:
+    def build() -> None:
         try:
             with HEAVY:  # a whole scan: one heavy computation at a time
                 index = TimelineIndex([str(path) for path, _rank in run.parts])
@@ -219,20 +221,24 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
                 _indexes[key] = index
                 while len(_indexes) > _INDEX_ENTRIES:
                     _indexes.popitem(last=False)
-            return index
         finally:
             with _index_lock:
-                _index_building.discard(key)
+                _index_building.pop(key, None)
+            done.set()
 
-    if wait:
-        if building:  # another thread builds it: build our own rather than poll
-            return TimelineIndex([str(path) for path, _rank in run.parts])
-        return build()
-    if not building:
+    if builder and not wait:
         threading.Thread(
             target=_quietly, args=(build,), name="hotspan-serve-index", daemon=True
         ).start()
-    return None
+        return None
+    if builder:
+        build()
+    elif not wait:
+        return None
+    else:
+        done.wait()
+    with _index_lock:
+        return _indexes.get(key)
 
 
 def _quietly(function: Callable[[], Any]) -> None:
