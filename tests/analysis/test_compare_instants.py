@@ -84,7 +84,7 @@ def test_the_cli_leaves_instants_out(sides):
 def test_serve_leaves_instants_out(sides):
     pytest.importorskip("fastapi", reason="hotspan serve needs the serve extra")
     pytest.importorskip("httpx")
-    from tests.serve._serving import Server
+    from serve._serving import Server
 
     root, _base, _new = sides
     server = Server(root)

@@ -225,7 +225,7 @@ def test_a_real_2x_slowdown_under_the_same_hogs_is_still_found(tmp_path):
 
 
 def test_serve_answers_inconclusive_and_says_the_drift(tmp_path):
-    from tests.serve._serving import Server
+    from serve._serving import Server
 
     root = tmp_path / "runs"
     root.mkdir()
