@@ -70,6 +70,7 @@ def env(**extra: str) -> dict[str, str]:
             "RANK",
             "HOTSPAN_FLUSH_INTERVAL",
             "HOTSPAN_RECORD_CHILDREN",  # a test's own record(): not for the processes it starts
+            "HOTSPAN_RUN_ID",  # the test process's run: each program a test starts is its own
         )
     }
     base.update(extra)

@@ -502,7 +502,7 @@ if _os.environ.get("HOTSPAN_OUT", "").strip() or _os.environ.get("HOTSPAN_RECORD
     from .recording.recorder import start_from_env as _start_from_env
 
     _start_from_env()
-if "multiprocessing.process" in _sys.modules:  # a Process made now, started while recording
-    from .recording.children import offer_to_multiprocessing as _offer
+# multiprocessing's children carry the run id and the recordings (now, or as it loads)
+from .recording.children import offer_to_multiprocessing as _offer  # noqa: E402
 
-    _offer()
+_offer()

@@ -17,7 +17,6 @@ lists them: ``formats/dataset.py``, ``parts_of_run``).
 from __future__ import annotations
 
 import os
-import secrets
 import time
 
 ENV_RUN_ID = "HOTSPAN_RUN_ID"
@@ -64,7 +63,8 @@ def launcher_run_id() -> str | None:
 
 def new_run_id() -> str:
     """A fresh id: the start time (so ids sort by start) and 32 random bits."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+    # os.urandom, not secrets: secrets' import loads OpenSSL (import hotspan stays light)
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(4).hex()
 
 
 def start_run(*, fresh: bool = False) -> str:

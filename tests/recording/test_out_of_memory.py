@@ -40,6 +40,12 @@ CHILD = textwrap.dedent(
     # log a traceback per hash algorithm, as any import of hashlib would)
     import pyarrow.parquet
     import hotspan.formats.dataset
+    # the program's own names, made while memory is free: out of memory, making a new one
+    # fails in the program (as any allocation of its own would), not in hotspan
+    with hotspan.span("warm"):
+        pass
+    with hotspan.span("step", "compute", arg=0):
+        pass
     if when == "before start":  # no room for the flusher's thread (its stack) itself
         limit_memory()
     rec = hotspan.record(out, flush_interval=0.05).start()

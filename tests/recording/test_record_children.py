@@ -208,3 +208,44 @@ def test_children_of_a_recording_to_a_collector_send_to_it(tmp_path, method):
     finally:
         kill(collector)
     _check_pool_and_process(hotspan.load(out))
+
+
+def test_a_recording_never_loads_multiprocessing_yet_children_of_a_later_import_record(tmp_path):
+    # record() offers its destination to multiprocessing as multiprocessing loads, not by
+    # loading it (~7 ms, and memory a process near its limit does not have: under ulimit -v
+    # that import failed inside start()). A forkserver child, whose environment is the
+    # server's, learns where to record only from that offer.
+    program = tmp_path / "later.py"
+    program.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            import hotspan
+
+            def job(i):
+                with hotspan.span("job", arg=i):
+                    pass
+
+            if __name__ == "__main__":
+                with hotspan.record(sys.argv[1] + "/"):
+                    assert "multiprocessing" not in sys.modules, "record() loaded it"
+                    import multiprocessing as mp
+
+                    ctx = mp.get_context("forkserver")
+                    p = ctx.Process(target=job, args=(7,))
+                    p.start()
+                    p.join()
+                    assert p.exitcode == 0
+            """
+        )
+    )
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, str(program), str(out)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert hotspan.load(out).column("arg").to_pylist() == [7]

@@ -16,6 +16,7 @@ loaded metadata)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -109,12 +110,55 @@ _OFFER = _Destinations()
 
 def offer_to_multiprocessing() -> None:
     """Make the processes ``multiprocessing`` makes from now on carry this process's
-    recordings (their config is a copy of the current process's, taken when each is made):
-    at a recording's start, and at ``import hotspan`` where multiprocessing is loaded
-    already (a Process made before the recording and started during it)."""
-    import multiprocessing.process
+    recordings (their config is a copy of the current process's, taken when each is made),
+    and its run id: at ``import hotspan`` (a Process made before a recording and started
+    during it is recorded too), and at a recording's start. Where ``multiprocessing`` is
+    not loaded yet, both happen as it loads (``_WhenMultiprocessingLoads``): hotspan never
+    imports it itself (~7 ms, and memory a process near its limit may not have)."""
+    process_module = sys.modules.get("multiprocessing.process")
+    if process_module is None:
+        if not any(isinstance(finder, _WhenMultiprocessingLoads) for finder in sys.meta_path):
+            sys.meta_path.insert(0, _WhenMultiprocessingLoads())
+        return
+    _multiprocessing_loaded(process_module)
 
-    process: Any = multiprocessing.process.current_process()
+
+def _multiprocessing_loaded(process_module: Any) -> None:
+    """A program that uses ``multiprocessing`` is one run with its children: the run id is
+    drawn now (``_run.run_id``, into the environment), so that its children, forked,
+    spawned or forked by the fork server, inherit it rather than each draw its own (ranks
+    started by a Pool that each ``record()`` are one run, not one run each)."""
+    from .._run import run_id
+
+    run_id()
+    process: Any = process_module.current_process()
     config = process._config  # private, stable since 3.4
     if config.get(MP_CONFIG_KEY) is not _OFFER:
         config[MP_CONFIG_KEY] = _OFFER
+
+
+class _WhenMultiprocessingLoads:
+    """A meta path finder for one module, ``multiprocessing.process``: it finds it as the
+    other finders do, and calls ``_multiprocessing_loaded`` once the module has run. It
+    leaves ``sys.meta_path`` on its first call."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "multiprocessing.process":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        loader: Any = spec.loader if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run_module = loader.exec_module
+
+        def exec_module(module: Any) -> None:  # this module's loader alone (one per spec)
+            run_module(module)
+            with contextlib.suppress(Exception):  # never break the program's import
+                _multiprocessing_loaded(module)
+
+        loader.exec_module = exec_module
+        return spec

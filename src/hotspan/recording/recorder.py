@@ -161,9 +161,8 @@ class Recorder:
             # which registers a threading atexit hook and fails once the interpreter is
             # shutting down (a short program's exit can race the flusher's first import).
             # Importing that one module here (~1 ms, no pyarrow) takes the race away.
-            import concurrent.futures.thread  # noqa: F401
-
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # out of memory, an import fails: go on
+                import concurrent.futures.thread  # noqa: F401
                 import mmap  # noqa: F401  (_room_to_flush, which must not import out of memory)
                 import resource  # noqa: F401
             _running.append(self)
@@ -223,8 +222,10 @@ class Recorder:
             # blocked, so that they inherit the mask and a SIGTERM stays with the program
             with signals_blocked():
                 _warm_up(self.kind)
+                # pyarrow aborts the process where an allocation fails half-way (see
+                # _room_to_flush): without room, the metadata part waits for the first flush
                 with self._locked() as acquired:
-                    if acquired:
+                    if acquired and _room_to_flush():
                         self._sink.open()
         except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
             self.write_errors += 1
@@ -237,7 +238,7 @@ class Recorder:
         try:
             _warm_up(self.kind)
             with self._locked() as acquired:
-                if acquired and hasattr(self._sink, "open"):
+                if acquired and hasattr(self._sink, "open") and _room_to_flush():
                     self._sink.open()
         except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad start
             self.write_errors += 1
@@ -779,9 +780,15 @@ def _export_to_children() -> None:
             _children_env_before = os.environ.get(ENV_CHILDREN)
             _children_env_set = True
         os.environ[ENV_CHILDREN] = json.dumps(specs)
-        from .children import offer_to_multiprocessing
+        try:
+            from .children import offer_to_multiprocessing
 
-        offer_to_multiprocessing()
+            offer_to_multiprocessing()
+        except Exception as exc:  # out of memory while importing multiprocessing: never raise
+            _say(
+                f"recording to {', '.join(str(s.get('dest', '?')) for s in specs)}: "
+                f"multiprocessing's forkserver children will not be recorded ({_problem(exc)})"
+            )
     elif _children_env_set:
         if _children_env_before is None:
             os.environ.pop(ENV_CHILDREN, None)
