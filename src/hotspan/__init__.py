@@ -492,7 +492,6 @@ __all__ = [
 # process started while its parent runs record() (HOTSPAN_RECORD_CHILDREN, set by it). The
 # recorder module (no pyarrow at import) loads only when asked for.
 import os as _os  # noqa: E402
-import sys as _sys  # noqa: E402
 
 from . import _machine as _machine  # noqa: E402
 

@@ -784,7 +784,7 @@ def _export_to_children() -> None:
             from .children import offer_to_multiprocessing
 
             offer_to_multiprocessing()
-        except Exception as exc:  # out of memory while importing multiprocessing: never raise
+        except Exception as exc:  # noqa: BLE001 - out of memory, say so: never raise
             _say(
                 f"recording to {', '.join(str(s.get('dest', '?')) for s in specs)}: "
                 f"multiprocessing's forkserver children will not be recorded ({_problem(exc)})"
