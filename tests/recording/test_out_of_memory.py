@@ -40,7 +40,8 @@ CHILD = textwrap.dedent(
     # log a traceback per hash algorithm, as any import of hashlib would)
     import pyarrow.parquet
     import hotspan.formats.dataset
-    # the program's own names, made while memory is free: out of memory, making a new one
+    # the program's own names, made while memory is free (two spans recorded: the core
+    # records from import on): out of memory, making a new one
     # fails in the program (as any allocation of its own would), not in hotspan
     with hotspan.span("warm"):
         pass
@@ -64,7 +65,7 @@ CHILD = textwrap.dedent(
         raised = None
     except BaseException as exc:  # what the test refuses: stop() raising into the program
         raised = repr(exc)
-    print(json.dumps({"recorded": spans + 1, "raised": raised}), flush=True)
+    print(json.dumps({"recorded": spans + 3, "raised": raised}), flush=True)
     """
 )
 
