@@ -35,9 +35,8 @@ CHILD = textwrap.dedent(
         limit = vm + (extra_mb << 20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    # what a flush needs, loaded before any limit: pyarrow's writer, and hotspan's (its
-    # part names use secrets, whose hmac loads OpenSSL: under the limit that import would
-    # log a traceback per hash algorithm, as any import of hashlib would)
+    # what a flush needs, loaded before any limit: pyarrow's writer, and hotspan's (an
+    # import under the limit may fail: hashlib's, for one, logs a traceback per algorithm)
     import pyarrow.parquet
     import hotspan.formats.dataset
     # the program's own names, made while memory is free (two spans recorded: the core

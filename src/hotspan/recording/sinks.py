@@ -60,13 +60,11 @@ class FileSink:
         self.tables: list[pa.Table] = []
         self.dropped = 0
         self.spans = 0
-        import secrets
-
         #: Where the processes started while recording record (``Recorder.children_spec``):
         #: a hidden dataset directory beside the file, made by the first child that writes
         #: there, taken into the file at close and removed.
         self.children_dir = path.absolute().parent / (
-            f".{path.name}.hotspan-children-{os.getpid()}-{secrets.token_hex(4)}"
+            f".{path.name}.hotspan-children-{os.getpid()}-{os.urandom(4).hex()}"
         )
         self.children_dest = str(self.children_dir) + os.sep
 
