@@ -48,7 +48,7 @@ def test_a_row_per_rank_and_step_with_the_step_spans_times(run, cells):
 
 
 def test_the_blame_cells_are_the_injected_straggler_steps(run, cells):
-    blamed = {(r["rank"], r["step"]) for r in cells.to_pylist() if r["blame_ns"] > 10_000_000}
+    blamed = {(r["rank"], r["step"]) for r in cells.to_pylist() if r["blame_ns"] > 20_000_000}
     assert blamed == {(3, s) for s in SLOW_STEPS}
 
 
