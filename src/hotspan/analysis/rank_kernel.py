@@ -350,6 +350,18 @@ class RankAnalysis:
         )
         return table.replace_schema_metadata(self._meta())
 
+    def instance_spans(self) -> dict[str, np.ndarray]:
+        """The matched collective spans: ``span_id``, ``rank``, ``start_ns`` (as recorded)
+        and ``instance`` (a number per collective instance), rows by (instance, rank). What
+        the trace writers link with flows (``formats.codec_inputs.collective_flows``)."""
+        m = self.m
+        return {
+            "span_id": self.coll["span_id"][m["span"]],
+            "rank": m["rank"],
+            "start_ns": m["start"],
+            "instance": m["instance"],
+        }
+
     def blame(self) -> tuple[np.ndarray, np.ndarray]:
         """Per rank (``self.ranks`` order): blame and wait, in ns."""
         n = len(self.ranks)
