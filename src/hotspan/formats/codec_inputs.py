@@ -131,7 +131,16 @@ def collective_flows(
         return
     from ..analysis.rank_kernel import RankAnalysis, RankOptions
 
-    found = RankAnalysis(table, RankOptions(category=category, step=None, align=False))
+    # The collectives alone, in one order whatever the table's (spans of one rank that start
+    # together are matched in span id order), go to the ranks kernel.
+    categories = table.column("category")
+    if pa.types.is_dictionary(categories.type):
+        categories = categories.cast(categories.type.value_type)
+    mask = pc.or_(
+        pc.equal(categories, category), pc.ends_with(categories, "/" + category)
+    ).fill_null(False)
+    collectives = table.filter(mask).sort_by([("start_ns", "ascending"), ("span_id", "ascending")])
+    found = RankAnalysis(collectives, RankOptions(category=category, step=None, align=False))
     spans = found.instance_spans()
     if not len(spans["span_id"]):
         return
@@ -151,8 +160,15 @@ def collective_flows(
     counts = np.diff(np.r_[starts, len(chain)])
     many = counts >= 2  # an instance of one span here links nothing
     first_id = int(max(flow_out.max(initial=0), flow_in.max(initial=0))) + 1
+    # ids in the order of the instances' first arrivals: the same whatever the rows' order
+    lead = row[starts[many]]
+    by_time = np.lexsort(
+        (span_id[lead], rank[lead], column_values(table, "start_ns", np.int64)[lead])
+    )
+    numbers = np.empty(len(lead), np.uint64)
+    numbers[by_time] = np.arange(first_id, first_id + len(lead), dtype=np.uint64)
     per_instance = np.zeros(len(starts), np.uint64)
-    per_instance[many] = np.arange(first_id, first_id + int(many.sum()), dtype=np.uint64)
+    per_instance[many] = numbers
     ids = np.repeat(per_instance, counts)
     linked = ids != 0
     first = np.zeros(len(chain), bool)
