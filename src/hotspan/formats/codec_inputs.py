@@ -185,7 +185,7 @@ def _has_collectives(table: pa.Table, category: str) -> bool:
     """Whether a category of ``table`` ends in ``category`` (its dictionary, or its values)."""
     column = table.column("category")
     if pa.types.is_dictionary(column.type):
-        values = set()
+        values: set[str] = set()
         for chunk in column.chunks:
             values.update(v for v in chunk.dictionary.to_pylist() if v is not None)
     else:
