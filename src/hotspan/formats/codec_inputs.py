@@ -139,15 +139,20 @@ def collective_flows(
     mask = pc.or_(
         pc.equal(categories, category), pc.ends_with(categories, "/" + category)
     ).fill_null(False)
-    collectives = table.filter(mask).sort_by([("start_ns", "ascending"), ("span_id", "ascending")])
-    found = RankAnalysis(collectives, RankOptions(category=category, step=None, align=False))
+    picked = np.flatnonzero(mask.to_numpy(zero_copy_only=False))  # rows of the table
+    start = column_values(table, "start_ns", np.int64)
+    span_id = column_values(table, "span_id", np.uint64)
+    picked = picked[np.lexsort((span_id[picked], start[picked]))]
+    found = RankAnalysis(
+        table.take(pa.array(picked)), RankOptions(category=category, step=None, align=False)
+    )
     spans = found.instance_spans()
     if not len(spans["span_id"]):
         return
-    span_id = column_values(table, "span_id", np.uint64)
-    order = np.argsort(span_id, kind="stable")
-    at = np.minimum(np.searchsorted(span_id[order], spans["span_id"]), n - 1)
-    row = order[at]
+    # back to the table's rows, by span id among the collectives (and the same rank)
+    order = np.argsort(span_id[picked], kind="stable")
+    at = np.minimum(np.searchsorted(span_id[picked][order], spans["span_id"]), len(picked) - 1)
+    row = picked[order[at]]
     known = (span_id[row] == spans["span_id"]) & (rank[row] == spans["rank"])
     known &= (flow_out[row] == 0) & (flow_in[row] == 0)  # a device row's host span: kept
     # per instance, its spans in the order they started (ties: by rank)
@@ -162,9 +167,7 @@ def collective_flows(
     first_id = int(max(flow_out.max(initial=0), flow_in.max(initial=0))) + 1
     # ids in the order of the instances' first arrivals: the same whatever the rows' order
     lead = row[starts[many]]
-    by_time = np.lexsort(
-        (span_id[lead], rank[lead], column_values(table, "start_ns", np.int64)[lead])
-    )
+    by_time = np.lexsort((span_id[lead], rank[lead], start[lead]))
     numbers = np.empty(len(lead), np.uint64)
     numbers[by_time] = np.arange(first_id, first_id + len(lead), dtype=np.uint64)
     per_instance = np.zeros(len(starts), np.uint64)
