@@ -255,3 +255,12 @@ def test_the_critical_path_overlay_draws_the_known_path_of_the_step(
         assert result.returncode == 0, result.stderr
         shots[critical] = _red_pixels(target.read_bytes())
     assert shots["0"] == 0 and shots["1"] > 100, shots
+    # a run without collectives: each step's path is its own spans, one rank's
+    solo = _attrs(
+        _dom(tmp_path, f"{ranks_server.url}runs/{rid['solo.parquet']}?critical=1"),
+        "timeline-view",
+    )
+    want = hotspan.critical_path(ranks_dir / "solo.parquet")
+    assert int(solo["drawn"]) >= 1 and "critical-error" not in solo
+    assert int(solo["critical"]) == want.num_rows == STEPS * 5  # data.fetch ... log
+    assert set(want.column("rank").to_pylist()) == {0}

@@ -99,10 +99,14 @@
   box.drawnCount = 0;
   function fetchCritical(start, end) {
     var url = '/v1/traces/' + box.dataset.run + '/critical_path?start_ns=' + start + '&end_ns=' + end;
+    // a run whose critical path cannot be found (no steps, say) still shows its timeline
     return fetch(url, {credentials: 'same-origin'}).then(function (r) {
-      if (!r.ok) throw new Error('HTTP ' + r.status + ' (critical path)');
+      if (!r.ok) throw new Error('HTTP ' + r.status);
       return r.json();
-    }).then(function (body) { return body.segments; });
+    }).then(function (body) { return body.segments; }).catch(function (error) {
+      box.dataset.criticalError = error.message;
+      return [];
+    });
   }
   if (criticalBox) {
     criticalBox.addEventListener('change', function () {
