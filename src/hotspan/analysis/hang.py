@@ -40,16 +40,13 @@ def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
     return found
 
 
-def _is_collective(category: str | None, want: str) -> bool:
-    return category is not None and (category == want or category.endswith("/" + want))
-
-
 def hang(targets: Sequence[str | os.PathLike] = (), *, category: str = "comms") -> dict[str, Any]:
     """Every rank's state from the flight files of ``targets`` (see :func:`flight_files`):
     ``ranks`` (per process: rank, pid, alive, state, collective, stack, open_ns),
     ``groups`` (per state: the ranks in it, largest group first), ``agree`` and
     ``summary`` (lines for people). Damaged files are listed under ``unreadable``."""
     from ..recording.flight import Frame, stacks
+    from .comms import is_collective
 
     now = time.time_ns()
     ranks: list[dict[str, Any]] = []
@@ -70,7 +67,7 @@ def hang(targets: Sequence[str | os.PathLike] = (), *, category: str = "comms") 
             if len(frames) > len(deepest):
                 deepest = frames
             for frame in frames:
-                if _is_collective(frame.category, category):
+                if is_collective(frame.category, category):
                     if collective is None or frame.start_ns >= collective.start_ns:
                         collective = frame
                         deepest = frames

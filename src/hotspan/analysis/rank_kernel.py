@@ -13,12 +13,28 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from .comms import group_of, is_collective
 from .filters import SpanFilter
 from .rank_source import RankSource, Strings, gather
 
-__all__ = ["META_RANKS", "PerRank", "RankAnalysis", "RankOptions", "group_bounds"]
+__all__ = [
+    "META_RANKS",
+    "PerRank",
+    "RankAnalysis",
+    "RankOptions",
+    "group_bounds",
+    "group_of",
+    "is_collective",
+]
 
 META_RANKS = b"hotspan.ranks"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(map(str, ranks[:8]))
+    return f"ranks {shown}" + (f" and {len(ranks) - 8:,} more" if len(ranks) > 8 else "")
 
 
 @dataclass(frozen=True)
@@ -144,10 +160,7 @@ class RankAnalysis:
 
     def _is_collective(self, category_codes: np.ndarray) -> np.ndarray:
         want = self.options.category
-        flags = np.array(
-            [v is not None and (v == want or v.endswith("/" + want)) for v in self.strings.values],
-            bool,
-        )
+        flags = np.array([is_collective(v, want) for v in self.strings.values], bool)
         return flags[category_codes]
 
     def _first_pass(self) -> None:
@@ -168,53 +181,132 @@ class RankAnalysis:
     def _match(self) -> None:
         c = self.coll
         names, cats = c["name"].astype(np.int64), c["category"].astype(np.int64)
-        pairs = (
-            np.unique(np.stack([names, cats], 1), axis=0)
-            if len(names)
-            else np.zeros((0, 2), np.int64)
-        )
-        per_name = np.bincount(pairs[:, 0]) if len(pairs) else np.zeros(0, np.int64)
-        self.key_name_code = pairs[:, 0]
-        self.key_names = [
-            self.strings.values[n]
-            if per_name[n] == 1
-            else f"{self.strings.values[k]}:{self.strings.values[n]}"
-            for n, k in pairs
-        ]
-        key = (
-            np.searchsorted(
-                pairs[:, 0] * (len(self.strings.values) + 1) + pairs[:, 1],
-                names * (len(self.strings.values) + 1) + cats,
-            )
-            if len(pairs)
-            else np.zeros(0, np.int64)
-        )
         rank = c["rank"].astype(np.int64)
         self.ranks = np.unique(np.concatenate([rank, self.top["rank"].astype(np.int64)]))
         n_ranks = len(self.ranks)
+        # Each row's match key: its group where its category names one (the torch/MLX
+        # instrumentation's comms:<group>: every collective of the group, whatever its name,
+        # in one sequence, the k-th being sequence number k), else its (name, category).
+        want = self.options.category
+        self.groups: list[str] = []
+        found: dict[str, int] = {}
+        group_code = np.full(len(self.strings.values), -1, np.int64)
+        for code, value in enumerate(self.strings.values):
+            label = group_of(value, want)
+            if label is not None:
+                group_code[code] = found.setdefault(label, len(found))
+        self.groups = list(found)
+        row_group = group_code[cats] if len(cats) else np.zeros(0, np.int64)
+        grouped = row_group >= 0
+        triples = np.stack(
+            [
+                grouped.astype(np.int64),
+                np.where(grouped, row_group, names),
+                np.where(grouped, 0, cats),
+            ],
+            1,
+        )
+        if len(names):
+            pairs, inverse = np.unique(triples, axis=0, return_inverse=True)
+            key = inverse.reshape(-1).astype(np.int64)
+        else:
+            pairs, key = np.zeros((0, 3), np.int64), np.zeros(0, np.int64)
+        n_keys = len(pairs)
         order = np.lexsort((c["start_ns"], rank, key))
         starts, counts = group_bounds(key[order] * (int(rank.max(initial=0)) + 1) + rank[order])
         index = np.empty(len(order), np.int64)
         index[order] = np.arange(len(order)) - np.repeat(starts, counts)
         # instances per key: the fewest any rank of its group has
         group_key = key[order[starts]]
-        n_instances = np.full(len(pairs), np.iinfo(np.int64).max)
+        big = np.iinfo(np.int64).max
+        n_instances = np.full(n_keys, big)
         np.minimum.at(n_instances, group_key, counts)
+        holders = np.bincount(group_key, minlength=n_keys)
+        # the ranks of a group that have more instances than the fewest: said, per key
+        most = np.zeros(n_keys, np.int64)
+        np.maximum.at(most, group_key, counts)
+        self.problems: list[dict[str, Any]] = []
+        label = self._key_label(pairs)
+        reported: set[int] = set()
+        # a group whose ranks disagree on the collective at some sequence number (one skipped
+        # a collective, or called another): matched up to there, nothing from there on
+        if grouped.any():
+            provisional = index < n_instances[key]
+            base = np.r_[0, np.cumsum(np.where(n_instances == big, 0, n_instances))]
+            inst = np.where(provisional, base[key] + index, 0)
+            low = np.full(int(base[-1]), big)
+            high = np.full(int(base[-1]), -1)
+            np.minimum.at(low, inst[provisional], names[provisional])
+            np.maximum.at(high, inst[provisional], names[provisional])
+            for k in np.flatnonzero(pairs[:, 0] == 1):
+                if n_instances[k] == big:
+                    continue
+                span = slice(int(base[k]), int(base[k]) + int(n_instances[k]))
+                bad = np.flatnonzero(low[span] != high[span])
+                if not len(bad):
+                    continue
+                seq = int(bad[0])
+                at = provisional & (key == k) & (index == seq)
+                by_name: dict[str, list[int]] = {}
+                for r, n in zip(rank[at], names[at]):
+                    by_name.setdefault(str(self.strings.values[n]), []).append(int(r))
+                self.problems.append(
+                    {
+                        "group": self.groups[int(pairs[k, 1])],
+                        "seq": seq,
+                        "ranks_by_name": {n: sorted(rs) for n, rs in sorted(by_name.items())},
+                        "left_out": int(n_instances[k]) - seq,
+                        "text": f"group {self.groups[int(pairs[k, 1])]}: ranks disagree at collective #{seq} ("
+                        + "; ".join(
+                            f"{_ranks_text(rs)} in {n}" for n, rs in sorted(by_name.items())
+                        )
+                        + f"): a rank skipped or added a collective; its {int(n_instances[k]) - seq:,} "
+                        "instances from there on are not matched",
+                    }
+                )
+                n_instances[k] = seq
+                reported.add(int(k))
+        for k in np.flatnonzero((most > n_instances) & (n_instances != big)):
+            if int(k) in reported:
+                continue
+            mine = group_key == k
+            short = counts[mine] == n_instances[k]
+            behind = sorted(int(r) for r in rank[order[starts[mine]]][short])
+            self.problems.append(
+                {
+                    "key": label[k],
+                    "seq": int(n_instances[k]),
+                    "ranks_missing": behind,
+                    "text": f"{label[k]}: {_ranks_text(behind)} ha{'s' if len(behind) == 1 else 've'} "
+                    f"{int(n_instances[k]):,} instance{'s' if n_instances[k] != 1 else ''} where "
+                    f"{'another rank has' if holders[k] - len(behind) == 1 else 'other ranks have'} "
+                    f"up to {int(most[k]):,}: instances from #{int(n_instances[k])} on are not matched",
+                }
+            )
         keep = index < n_instances[key] if len(key) else np.zeros(0, bool)
         self.unmatched = int((~keep).sum())
-        key_base = np.r_[
-            0, np.cumsum(np.where(n_instances == np.iinfo(np.int64).max, 0, n_instances))
-        ]
+        key_base = np.r_[0, np.cumsum(np.where(n_instances == big, 0, n_instances))]
         # the rows of matched instances, by (instance, rank)
         self.row_of_span = np.full(len(key), -1, np.int64)
         inst = key_base[key] + index
         rows = np.flatnonzero(keep)
         rows = rows[np.lexsort((rank[rows], inst[rows]))]
         self.row_of_span[rows] = np.arange(len(rows))
+        # the key column's text: a name (with its category or group where one name has
+        # several), per (key, name) met among the matched rows
+        named = np.stack([key[rows], names[rows]], 1)
+        if len(rows):
+            label_pairs, label_of = np.unique(named, axis=0, return_inverse=True)
+            label_of = label_of.reshape(-1)
+        else:
+            label_pairs, label_of = np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
+        self.key_names = self._row_labels(pairs, label_pairs)
         m = {
             "span": rows,
             "instance": inst[rows],
             "key": key[rows],
+            "label": label_of,
+            "name": names[rows],
             "index": index[rows],
             "rank": rank[rows],
             "start": c["start_ns"][rows],
@@ -277,6 +369,37 @@ class RankAnalysis:
             "blame": np.add.reduceat(wait, inst_starts) if len(rows) else np.zeros(0, np.int64),
         }
 
+    def _key_label(self, pairs: np.ndarray) -> list[str]:
+        """Per match key, for messages: ``group G``, or the name (``category:name`` where the
+        name has several collective categories)."""
+        values = self.strings.values
+        plain = pairs[pairs[:, 0] == 0]
+        per_name = np.bincount(plain[:, 1]) if len(plain) else np.zeros(0, np.int64)
+        out = []
+        for grouped, a, b in pairs:
+            if grouped:
+                out.append(f"group {self.groups[int(a)]}")
+            else:
+                out.append(str(values[a]) if per_name[a] == 1 else f"{values[b]}:{values[a]}")
+        return out
+
+    def _row_labels(self, pairs: np.ndarray, label_pairs: np.ndarray) -> list[str]:
+        """The ``key`` column's text per (match key, name): the name, with ``@group`` where
+        the run has several groups, or ``category:`` before it where one name has several
+        collective categories outside groups."""
+        values = self.strings.values
+        plain = pairs[pairs[:, 0] == 0]
+        per_name = np.bincount(plain[:, 1]) if len(plain) else np.zeros(0, np.int64)
+        out = []
+        for k, name in label_pairs:
+            grouped, a, b = pairs[k]
+            if grouped:
+                text = str(values[name])
+                out.append(text if len(self.groups) == 1 else f"{text}@{self.groups[int(a)]}")
+            else:
+                out.append(str(values[a]) if per_name[a] == 1 else f"{values[b]}:{values[a]}")
+        return out
+
     # -- steps -------------------------------------------------------------------------------
 
     def _steps(self) -> None:
@@ -326,6 +449,8 @@ class RankAnalysis:
             "step_ns": None if math.isnan(self.step_ns) else self.step_ns,
             "instances": len(self.inst["start"]),
             "unmatched": self.unmatched,
+            "groups": self.groups,
+            "match_problems": self.problems,
             "clock_offset_ns": {int(r): int(o) for r, o in zip(self.ranks, self.offset)},
             "arrival_error_ns": {int(r): int(e) for r, e in zip(self.ranks, self.error)},
             **more,
@@ -334,7 +459,7 @@ class RankAnalysis:
 
     def collectives(self) -> pa.Table:
         m = self.m
-        keys = pa.array(m["key"].astype(np.int32))
+        keys = pa.array(m["label"].astype(np.int32))
         table = pa.table(
             {
                 "key": pa.array(self.key_names, pa.string()).take(keys),
