@@ -186,15 +186,15 @@ class RankAnalysis:
         n_ranks = len(self.ranks)
         # Each row's match key: its group where its category names one (the torch/MLX
         # instrumentation's comms:<group>: every collective of the group, whatever its name,
-        # in one sequence, the k-th being sequence number k), else its (name, category).
+        # in one sequence, the g-th being sequence number g), else its (name, category).
         want = self.options.category
         self.groups: list[str] = []
         found: dict[str, int] = {}
         group_code = np.full(len(self.strings.values), -1, np.int64)
         for code, value in enumerate(self.strings.values):
-            label = group_of(value, want)
-            if label is not None:
-                group_code[code] = found.setdefault(label, len(found))
+            group = group_of(value, want)
+            if group is not None:
+                group_code[code] = found.setdefault(group, len(found))
         self.groups = list(found)
         row_group = group_code[cats] if len(cats) else np.zeros(0, np.int64)
         grouped = row_group >= 0
@@ -238,49 +238,49 @@ class RankAnalysis:
             high = np.full(int(base[-1]), -1)
             np.minimum.at(low, inst[provisional], names[provisional])
             np.maximum.at(high, inst[provisional], names[provisional])
-            for k in np.flatnonzero(pairs[:, 0] == 1):
-                if n_instances[k] == big:
+            for g in np.flatnonzero(pairs[:, 0] == 1):
+                if n_instances[g] == big:
                     continue
-                span = slice(int(base[k]), int(base[k]) + int(n_instances[k]))
+                span = slice(int(base[g]), int(base[g]) + int(n_instances[g]))
                 bad = np.flatnonzero(low[span] != high[span])
                 if not len(bad):
                     continue
                 seq = int(bad[0])
-                at = provisional & (key == k) & (index == seq)
+                at = provisional & (key == g) & (index == seq)
                 by_name: dict[str, list[int]] = {}
                 for r, n in zip(rank[at], names[at]):
                     by_name.setdefault(str(self.strings.values[n]), []).append(int(r))
                 self.problems.append(
                     {
-                        "group": self.groups[int(pairs[k, 1])],
+                        "group": self.groups[int(pairs[g, 1])],
                         "seq": seq,
                         "ranks_by_name": {n: sorted(rs) for n, rs in sorted(by_name.items())},
-                        "left_out": int(n_instances[k]) - seq,
-                        "text": f"group {self.groups[int(pairs[k, 1])]}: ranks disagree at collective #{seq} ("
+                        "left_out": int(n_instances[g]) - seq,
+                        "text": f"group {self.groups[int(pairs[g, 1])]}: ranks disagree at collective #{seq} ("
                         + "; ".join(
                             f"{_ranks_text(rs)} in {n}" for n, rs in sorted(by_name.items())
                         )
-                        + f"): a rank skipped or added a collective; its {int(n_instances[k]) - seq:,} "
+                        + f"): a rank skipped or added a collective; its {int(n_instances[g]) - seq:,} "
                         "instances from there on are not matched",
                     }
                 )
-                n_instances[k] = seq
-                reported.add(int(k))
-        for k in np.flatnonzero((most > n_instances) & (n_instances != big)):
-            if int(k) in reported:
+                n_instances[g] = seq
+                reported.add(int(g))
+        for g in np.flatnonzero((most > n_instances) & (n_instances != big)):
+            if int(g) in reported:
                 continue
-            mine = group_key == k
-            short = counts[mine] == n_instances[k]
+            mine = group_key == g
+            short = counts[mine] == n_instances[g]
             behind = sorted(int(r) for r in rank[order[starts[mine]]][short])
             self.problems.append(
                 {
-                    "key": label[k],
-                    "seq": int(n_instances[k]),
+                    "key": label[g],
+                    "seq": int(n_instances[g]),
                     "ranks_missing": behind,
-                    "text": f"{label[k]}: {_ranks_text(behind)} ha{'s' if len(behind) == 1 else 've'} "
-                    f"{int(n_instances[k]):,} instance{'s' if n_instances[k] != 1 else ''} where "
-                    f"{'another rank has' if holders[k] - len(behind) == 1 else 'other ranks have'} "
-                    f"up to {int(most[k]):,}: instances from #{int(n_instances[k])} on are not matched",
+                    "text": f"{label[g]}: {_ranks_text(behind)} ha{'s' if len(behind) == 1 else 've'} "
+                    f"{int(n_instances[g]):,} instance{'s' if n_instances[g] != 1 else ''} where "
+                    f"{'another rank has' if holders[g] - len(behind) == 1 else 'other ranks have'} "
+                    f"up to {int(most[g]):,}: instances from #{int(n_instances[g])} on are not matched",
                 }
             )
         keep = index < n_instances[key] if len(key) else np.zeros(0, bool)

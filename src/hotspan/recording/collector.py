@@ -24,6 +24,9 @@ Protocol (all on one Flight service):
 * ``do_action("done")`` with JSON ``{"pid", "batch"}``: the client is closing. The server
   compacts the parts that writer sent (per rank, on a thread of its own: see
   ``recording/compaction.py``; readers see each span once throughout).
+* ``do_action("stacks")`` with a JSON body: a rank's open stacks, read from its flight file,
+  sent every few seconds by the sink's sender thread; ``do_action("open_stacks")``: every
+  process's latest, for ``hotspan hang grpc://HOST:PORT`` (``recording/open_stacks.py``).
 * With a token, every call must carry ``authorization: Bearer <token>``; any other call is
   refused (``FlightUnauthenticatedError``) to that client only.
 
@@ -201,6 +204,9 @@ class CollectorServer:
         # up waiting) repeats its own ids, and is kept once rather than refused (an older one
         # is recognised by its part's digest, as a resent batch always was).
         self.digests: dict[str, None] = {}
+        from .open_stacks import LiveStacks
+
+        self.stacks = LiveStacks()
         middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
         owner = self
         # a base class from the lazily imported module (pyarrow has no types: Any to mypy)
@@ -214,6 +220,8 @@ class CollectorServer:
                 return [
                     ("clock", "the server's time.time_ns(), 8 bytes little-endian"),
                     ("done", "a client is done (JSON pid, batch): its parts are compacted"),
+                    ("stacks", "a process's open stacks now (JSON; see recording/open_stacks.py)"),
+                    ("open_stacks", "every process's latest open stacks (JSON)"),
                 ]
 
             def do_put(self, context, descriptor, reader, writer):
@@ -240,6 +248,15 @@ class CollectorServer:
             return [struct.pack("<q", time.time_ns())]
         if action.type == "done":
             return self._writer_done(action.body.to_pybytes())
+        if action.type == "stacks":
+            body = action.body.to_pybytes()
+            try:
+                self.stacks.update(body)
+            except (ValueError, TypeError) as exc:
+                raise self._refuse(f"bad open stacks: {exc}") from None
+            return []
+        if action.type == "open_stacks":
+            return [self.stacks.answer()]
         raise self._flight.FlightServerError(f"unknown action {action.type!r}")
 
     def _refuse(self, message: str):
@@ -541,6 +558,7 @@ class CollectorServer:
             raise self._refuse(f"bad done action: {exc}") from None
         with self.lock:
             ranks = sorted(self.writers.pop((pid, batch), ()))
+        self.stacks.exited(pid, batch)
         if self.compact_on_done:
             for rank in ranks:
                 thread = threading.Thread(
@@ -733,6 +751,7 @@ class CollectorClient:
         self.failures = 0
         self.failovers = 0  # moves to the next collector of the list after a failure
         self.clock_measurements = 0
+        self.stacks_sent = 0  # open-stack snapshots delivered (send_stacks)
         self.refused = False  # the collector refused our token: no point retrying
         self.last_error: str | None = None
         self.offset_ns = 0
@@ -942,9 +961,28 @@ class CollectorClient:
         self._say_done()
         self._disconnect()
 
+    def send_stacks(self, body: bytes, rank: int) -> bool:
+        """Send this process's open stacks (:func:`~hotspan.recording.open_stacks.encode`):
+        best effort, once (the next interval sends newer ones); True when delivered."""
+        import pyarrow.flight as flight
+
+        if self.refused or time.monotonic() < self._next_try:
+            return False
+        self._pick(rank)
+        try:
+            if self._client is None:
+                self._connect()
+            list(self._client.do_action(flight.Action("stacks", body), options=self._options()))
+        except (flight.FlightError, pa.ArrowException, OSError) as exc:
+            self.last_error = f"{self.url}: open stacks: {type(exc).__name__}: {exc}"
+            self._disconnect()
+            return False
+        self.stacks_sent += 1
+        return True
+
     def _say_done(self) -> None:
         """Tell the collector this writer is done, so it compacts our parts (best effort)."""
-        if self._client is None or not self.sent_parts:
+        if self._client is None or not (self.sent_parts or self.stacks_sent):
             return
         import pyarrow.flight as flight
 
