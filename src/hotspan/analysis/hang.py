@@ -180,7 +180,12 @@ def _summary(
         if n > 1:
             line += f" (ranks {_listing(group['ranks'])})"
         lines.append(line)
-    gone = [r["rank"] for r in ranks if not r["alive"] and r["state"] != "exited"]
-    if gone:
-        lines.append(f"not running now (read from their flight files): ranks {_listing(gone)}")
+    gone = [r for r in ranks if not r["alive"] and r["state"] != "exited"]
+    for where, source in (
+        ("read from their flight files", False),
+        ("the collector has not heard from them since", True),
+    ):
+        listed = [r["rank"] for r in gone if is_collector(r["path"]) == source]
+        if listed:
+            lines.append(f"not running now ({where}): ranks {_listing(listed)}")
     return lines
