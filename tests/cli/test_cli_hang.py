@@ -244,3 +244,12 @@ def test_a_collector_refuses_bad_open_stacks_and_keeps_serving(tmp_path):
     assert [(f.name, f.category, f.start_ns) for f in proc.threads[0].stack] == [
         ("step", "train", 5)
     ]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "7200"])
+def test_a_bad_stacks_interval_is_one_clear_error(monkeypatch, value):
+    import hotspan
+
+    monkeypatch.setenv("HOTSPAN_STACKS_INTERVAL", value)
+    with pytest.raises(ValueError, match=f"HOTSPAN_STACKS_INTERVAL='{value}': expected seconds"):
+        hotspan.record("grpc://127.0.0.1:1")

@@ -240,11 +240,13 @@ class CollectorSink:
         # interval by the sender thread, when this process has a flight file to read them from
         from .open_stacks import ENV_STACKS_INTERVAL, STACKS_INTERVAL_S
 
-        stacks_interval = float(os.environ.get(ENV_STACKS_INTERVAL, "") or STACKS_INTERVAL_S)
+        text = os.environ.get(ENV_STACKS_INTERVAL, "")
+        try:
+            stacks_interval = float(text or STACKS_INTERVAL_S)
+        except ValueError:
+            stacks_interval = float("nan")
         if not 0 < stacks_interval <= 3600:
-            raise ValueError(
-                f"{ENV_STACKS_INTERVAL}={stacks_interval:g}: expected seconds in (0, 3600]"
-            )
+            raise ValueError(f"{ENV_STACKS_INTERVAL}={text!r}: expected seconds in (0, 3600]")
         self.stacks_interval = stacks_interval
         self._next_stacks = 0.0
 
