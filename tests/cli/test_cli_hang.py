@@ -209,7 +209,7 @@ def test_a_collector_refuses_bad_open_stacks_and_keeps_serving(tmp_path):
     import pyarrow.flight as flight
 
     from hotspan.recording.collector import CollectorServer
-    from hotspan.recording.open_stacks import fetch
+    from hotspan.recording.collector import fetch_open_stacks
 
     good = {
         "v": 1,
@@ -238,7 +238,7 @@ def test_a_collector_refuses_bad_open_stacks_and_keeps_serving(tmp_path):
             list(client.do_action(flight.Action("stacks", json.dumps(good).encode())))
         finally:
             client.close()
-        procs, _now = fetch(server.url)
+        procs, _now = fetch_open_stacks(server.url)
     (proc,) = procs
     assert (proc.rank, proc.pid, proc.alive, proc.clean_exit) == (1, 4242, True, False)
     assert [(f.name, f.category, f.start_ns) for f in proc.threads[0].stack] == [

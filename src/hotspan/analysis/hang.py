@@ -67,9 +67,9 @@ def hang(
     collectors = [str(t) for t in targets if is_collector(t)]
     files = [t for t in targets if not is_collector(t)]
     for url in collectors:
-        from ..recording.open_stacks import fetch
+        from ..recording.collector import fetch_open_stacks
 
-        procs, collector_now = fetch(url, token=token)
+        procs, collector_now = fetch_open_stacks(url, token=token)
         found += [(proc, collector_now) for proc in procs]
     for path in flight_files(files) if files or not collectors else []:
         try:

@@ -56,7 +56,14 @@ import pyarrow as pa
 
 from ..events import CollectorLost, CollectorRestored, emit
 
-__all__ = ["CollectorClient", "CollectorServer", "parse_url", "parse_urls"]
+__all__ = [
+    "CollectorClient",
+    "CollectorServer",
+    "bearer",
+    "fetch_open_stacks",
+    "parse_url",
+    "parse_urls",
+]
 
 DEFAULT_PORT = 8815
 #: Largest put the server accepts (rows, and bytes of Arrow data); past either, the put is
@@ -124,8 +131,12 @@ def parse_urls(urls: "str | list[str] | tuple[str, ...]") -> list[str]:
     return out
 
 
-def _bearer(token: str | None) -> bytes | None:
+def bearer(token: str | None) -> bytes | None:
+    """The ``authorization`` header's value for ``token`` (None: no token)."""
     return None if not token else b"Bearer " + token.encode()
+
+
+_bearer = bearer
 
 
 # --------------------------------------------------------------------------- server
@@ -764,7 +775,7 @@ class CollectorClient:
         self._next_try = 0.0
         self._tried = 0  # collectors tried in a row without success (a full round: back off)
         self._lost_since: float | None = None  # monotonic time of the first failure in a row
-        self._host = socket.gethostname()
+        self.host = self._host = socket.gethostname()
         self._pid = os.getpid()
 
     def _pick(self, rank: int) -> None:
@@ -991,6 +1002,73 @@ class CollectorClient:
             list(self._client.do_action(flight.Action("done", body), options=self._options()))
         except (flight.FlightError, pa.ArrowException, OSError):
             pass  # an older collector, or gone: the parts stay as they are
+
+
+def fetch_open_stacks(
+    url: str, *, token: str | None = None, timeout: float = 10.0
+) -> tuple[list[Any], int]:
+    """The open stacks a collector at ``url`` holds, as
+    :class:`~hotspan.recording.flight.FlightProcess` (``path`` names the collector, rank and
+    pid), and the collector's time now. OSError when it cannot be reached or refuses."""
+    import pyarrow.flight as flight
+
+    from .flight import FlightProcess, FlightThread, Frame
+    from .open_stacks import is_gone
+
+    host, port = parse_url(url)
+    where = f"grpc://{host}:{port}"
+    headers = [(b"authorization", bearer(token))] if token else []
+    options = flight.FlightCallOptions(timeout=timeout, headers=headers)
+    try:
+        client = flight.FlightClient(where)
+    except (flight.FlightError, pa.ArrowException) as exc:
+        raise OSError(f"{where}: {exc}") from None
+    try:
+        results = list(client.do_action(flight.Action("open_stacks", b""), options=options))
+    except flight.FlightUnauthenticatedError:
+        raise OSError(
+            f"{where}: the collector refused the token (--token, or $HOTSPAN_TOKEN)"
+        ) from None
+    except flight.FlightServerError as exc:
+        raise OSError(
+            f"{where}: the collector does not keep open stacks (an older hotspan?): {exc}"
+        ) from None
+    except (flight.FlightError, pa.ArrowException) as exc:
+        raise OSError(f"{where}: no collector answers there: {str(exc).splitlines()[0]}") from None
+    finally:
+        client.close()
+    try:
+        info = json.loads(results[0].body.to_pybytes())
+        now = int(info["now_ns"])
+        procs = []
+        for p in info["processes"]:
+            stale = is_gone(now, p["received_ns"], p["interval_s"])
+            threads = [
+                FlightThread(
+                    t["thread_id"],
+                    t["thread_name"],
+                    [
+                        Frame(span_id, None, depth, name, category, start, None)
+                        for span_id, depth, name, category, start in t["stack"]
+                    ],
+                    t["complete"],
+                )
+                for t in p["threads"]
+            ]
+            procs.append(
+                FlightProcess(
+                    f"{where} rank {p['rank']} pid {p['pid']}@{p['host']}",
+                    p["pid"],
+                    p["rank"],
+                    not p["exited"] and not stale,
+                    p["exited"],
+                    p["received_ns"],
+                    threads,
+                )
+            )
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise OSError(f"{where}: not a collector's open stacks: {exc}") from None
+    return procs, now
 
 
 def serve(

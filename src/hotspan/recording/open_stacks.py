@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["ENV_STACKS_INTERVAL", "STACKS_INTERVAL_S", "LiveStacks", "encode", "fetch"]
+__all__ = ["ENV_STACKS_INTERVAL", "STACKS_INTERVAL_S", "LiveStacks", "encode", "is_gone"]
 
 ENV_STACKS_INTERVAL = "HOTSPAN_STACKS_INTERVAL"
 STACKS_INTERVAL_S = 2.0
@@ -182,67 +182,6 @@ class LiveStacks:
         return json.dumps({"v": 1, "now_ns": time.time_ns(), "processes": procs}).encode()
 
 
-def fetch(url: str, *, token: str | None = None, timeout: float = 10.0) -> tuple[list[Any], int]:
-    """The open stacks a collector at ``url`` holds, as
-    :class:`~hotspan.recording.flight.FlightProcess` (``path`` names the collector, rank and
-    pid), and the collector's time now. OSError when it cannot be reached or refuses."""
-    import pyarrow as pa
-    import pyarrow.flight as flight
-
-    from .collector import _bearer, parse_url
-    from .flight import FlightProcess, FlightThread, Frame
-
-    host, port = parse_url(url)
-    where = f"grpc://{host}:{port}"
-    headers = [(b"authorization", _bearer(token))] if token else []
-    options = flight.FlightCallOptions(timeout=timeout, headers=headers)
-    try:
-        client = flight.FlightClient(where)
-    except (flight.FlightError, pa.ArrowException) as exc:
-        raise OSError(f"{where}: {exc}") from None
-    try:
-        results = list(client.do_action(flight.Action("open_stacks", b""), options=options))
-    except flight.FlightUnauthenticatedError:
-        raise OSError(
-            f"{where}: the collector refused the token (--token, or $HOTSPAN_TOKEN)"
-        ) from None
-    except flight.FlightServerError as exc:
-        raise OSError(
-            f"{where}: the collector does not keep open stacks (an older hotspan?): {exc}"
-        ) from None
-    except (flight.FlightError, pa.ArrowException) as exc:
-        raise OSError(f"{where}: no collector answers there: {str(exc).splitlines()[0]}") from None
-    finally:
-        client.close()
-    try:
-        info = json.loads(results[0].body.to_pybytes())
-        now = int(info["now_ns"])
-        procs = []
-        for p in info["processes"]:
-            stale = now - p["received_ns"] > (MISSED * p["interval_s"] + GRACE_S) * 1e9
-            threads = [
-                FlightThread(
-                    t["thread_id"],
-                    t["thread_name"],
-                    [
-                        Frame(span_id, None, depth, name, category, start, None)
-                        for span_id, depth, name, category, start in t["stack"]
-                    ],
-                    t["complete"],
-                )
-                for t in p["threads"]
-            ]
-            procs.append(
-                FlightProcess(
-                    f"{where} rank {p['rank']} pid {p['pid']}@{p['host']}",
-                    p["pid"],
-                    p["rank"],
-                    not p["exited"] and not stale,
-                    p["exited"],
-                    p["received_ns"],
-                    threads,
-                )
-            )
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise OSError(f"{where}: not a collector's open stacks: {exc}") from None
-    return procs, now
+def is_gone(now_ns: int, received_ns: int, interval_s: float) -> bool:
+    """Whether a process last heard from at ``received_ns`` is taken as gone at ``now_ns``."""
+    return now_ns - received_ns > (MISSED * interval_s + GRACE_S) * 1e9

@@ -302,7 +302,7 @@ class CollectorSink:
             body = encode(
                 proc,
                 batch=client.batch_token,
-                host=client._host,
+                host=client.host,
                 interval_s=self.stacks_interval,
                 offset_ns=client.offset_ns,
                 uncertainty_ns=client.uncertainty_ns,
