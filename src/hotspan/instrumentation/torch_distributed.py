@@ -54,6 +54,8 @@ from typing import Any, Callable
 from .._native import span as _span
 
 CATEGORY = "comms"
+#: the default group's collectives
+WORLD = f"{CATEGORY}:world"
 #: point-to-point calls are no collective of their group: plain ``comms``
 P2P = frozenset({"send", "isend", "recv", "irecv"})
 
@@ -137,7 +139,7 @@ def _category(group: Any, dist: Any) -> str:
 def _group_category(group: Any, dist: Any) -> str:
     try:
         if group is None or group is dist.GroupMember.WORLD:
-            return f"{CATEGORY}:world"
+            return WORLD
         if group is dist.GroupMember.NON_GROUP_MEMBER:
             return f"{CATEGORY}.nonmember"
         from torch.distributed import distributed_c10d as c10d
@@ -256,9 +258,12 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
             nbytes = sent(args, kwargs)
         except Exception:  # noqa: BLE001 -- arguments torch itself will refuse: let it say why, below
             nbytes = None
-        sp = span(
-            fname, CATEGORY if p2p else _category(group_param.get(args, kwargs), dist), arg=nbytes
-        )
+        if p2p:
+            category = CATEGORY
+        else:
+            group = group_param.get(args, kwargs)
+            category = WORLD if group is None else _category(group, dist)
+        sp = span(fname, category, arg=nbytes)
         if not (always_async or async_op.get(args, kwargs)):
             with sp:
                 return original(*args, **kwargs)
