@@ -184,9 +184,9 @@ class RankAnalysis:
         rank = c["rank"].astype(np.int64)
         self.ranks = np.unique(np.concatenate([rank, self.top["rank"].astype(np.int64)]))
         n_ranks = len(self.ranks)
-        # Each row's match key: its group where its category names one (the torch/MLX
+        # Each row's match key: its group where its category names one (the torch.distributed
         # instrumentation's comms:<group>: every collective of the group, whatever its name,
-        # in one sequence, the g-th being sequence number g), else its (name, category).
+        # in one sequence, the k-th being sequence number k), else its (name, category).
         want = self.options.category
         self.groups: list[str] = []
         found: dict[str, int] = {}
@@ -198,19 +198,22 @@ class RankAnalysis:
         self.groups = list(found)
         row_group = group_code[cats] if len(cats) else np.zeros(0, np.int64)
         grouped = row_group >= 0
-        triples = np.stack(
+        # one integer per (name, category), past them one per group: unique in one dimension
+        n_strings = len(self.strings.values) + 1
+        past = n_strings * n_strings
+        codes = np.where(grouped, past + row_group, names * n_strings + cats)
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        key = inverse.reshape(-1).astype(np.int64)
+        is_group = uniq >= past
+        # per key: (grouped, group or name, 0 or category)
+        pairs = np.stack(
             [
-                grouped.astype(np.int64),
-                np.where(grouped, row_group, names),
-                np.where(grouped, 0, cats),
+                is_group.astype(np.int64),
+                np.where(is_group, uniq - past, uniq // n_strings),
+                np.where(is_group, 0, uniq % n_strings),
             ],
             1,
-        )
-        if len(names):
-            pairs, inverse = np.unique(triples, axis=0, return_inverse=True)
-            key = inverse.reshape(-1).astype(np.int64)
-        else:
-            pairs, key = np.zeros((0, 3), np.int64), np.zeros(0, np.int64)
+        ).reshape(-1, 3)
         n_keys = len(pairs)
         order = np.lexsort((c["start_ns"], rank, key))
         starts, counts = group_bounds(key[order] * (int(rank.max(initial=0)) + 1) + rank[order])
@@ -294,12 +297,9 @@ class RankAnalysis:
         self.row_of_span[rows] = np.arange(len(rows))
         # the key column's text: a name (with its category or group where one name has
         # several), per (key, name) met among the matched rows
-        named = np.stack([key[rows], names[rows]], 1)
-        if len(rows):
-            label_pairs, label_of = np.unique(named, axis=0, return_inverse=True)
-            label_of = label_of.reshape(-1)
-        else:
-            label_pairs, label_of = np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
+        named, label_of = np.unique(key[rows] * n_strings + names[rows], return_inverse=True)
+        label_of = label_of.reshape(-1)
+        label_pairs = np.stack([named // n_strings, named % n_strings], 1).reshape(-1, 2)
         self.key_names = self._row_labels(pairs, label_pairs)
         m = {
             "span": rows,
