@@ -253,3 +253,51 @@ def test_a_bad_stacks_interval_is_one_clear_error(monkeypatch, value):
     monkeypatch.setenv("HOTSPAN_STACKS_INTERVAL", value)
     with pytest.raises(ValueError, match=f"HOTSPAN_STACKS_INTERVAL='{value}': expected seconds"):
         hotspan.record("grpc://127.0.0.1:1")
+
+
+GROUPED = textwrap.dedent(
+    """
+    import sys, time
+    import hotspan
+    rank, ready = int(sys.argv[1]), sys.argv[2]
+    # as torch.distributed's instrumentation records them: ranks 0, 1 wait in the world's
+    # all_reduce, ranks 2, 3 in their own group's
+    group = "comms:world" if rank < 2 else "comms:tp.1"
+    with hotspan.span("step", "train"):
+        with hotspan.span("all_reduce", group):
+            open(f"{ready}.{rank}", "w").close()
+            time.sleep(600)
+    """
+)
+
+
+@pytest.mark.slow
+def test_ranks_waiting_in_two_groups_collectives_are_in_two_places(tmp_path, cli):
+    flight = tmp_path / "flight"
+    flight.mkdir()
+    ready = tmp_path / "ready"
+    env = {**os.environ, "HOTSPAN_FLIGHT": str(flight / "hotspan-{pid}")}
+    env.pop("HOTSPAN_OUT", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", GROUPED, str(rank), str(ready)],
+            env={**env, "HOTSPAN_RANK": str(rank)},
+        )
+        for rank in range(4)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready.{r}").exists() for r in range(4)):
+            assert time.monotonic() < deadline, "the ranks did not reach their hang"
+            time.sleep(0.05)
+        answer = hang([flight])
+        states = {g["state"]: g["ranks"] for g in answer["groups"]}
+        assert states == {"in all_reduce": [0, 1], "in all_reduce@tp.1": [2, 3]}
+        code, out, err = cli("hang", flight)
+        assert code == 1, err
+        assert "2 ranks wait in all_reduce for up to" in out
+        assert "2 ranks wait in all_reduce@tp.1 for up to" in out
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=30)
