@@ -475,6 +475,18 @@ class RankAnalysis:
         )
         return table.replace_schema_metadata(self._meta())
 
+    def instance_spans(self) -> dict[str, np.ndarray]:
+        """The matched collective spans: ``span_id``, ``rank``, ``start_ns`` (as recorded)
+        and ``instance`` (a number per collective instance), rows by (instance, rank). What
+        the trace writers link with flows (``formats.codec_inputs.collective_flows``)."""
+        m = self.m
+        return {
+            "span_id": self.coll["span_id"][m["span"]],
+            "rank": m["rank"],
+            "start_ns": m["start"],
+            "instance": m["instance"],
+        }
+
     def blame(self) -> tuple[np.ndarray, np.ndarray]:
         """Per rank (``self.ranks`` order): blame and wait, in ns."""
         n = len(self.ranks)
@@ -549,6 +561,40 @@ class RankAnalysis:
         if not self.n_steps or math.isnan(self.step_ns):
             return np.full(n, math.nan)
         return self.step_ns - saved / self.n_steps
+
+    def step_cells(self) -> pa.Table:
+        """A row per (rank, step) the rank has, in (rank, step) order: the step span's
+        ``start_ns``/``end_ns`` (the rank's own clock) and ``step_ns``; ``wait_ns``, the rank's
+        waits in the collectives it arrived at inside that step; ``blame_ns``, the others'
+        waits in the instances it arrived last at inside that step; ``last``, how many
+        those were. Each collective counts in the step of its rank that holds its arrival
+        (none: in no cell), so a column sums to at most :meth:`blame`'s."""
+        s, m = self.steps, self.m
+        n = len(s["rank"])
+        # rows of s are by (rank, step): a (rank, step) pair's row is its rank's first + step
+        first = np.searchsorted(s["rank_idx"], m["rank_idx"]) if n else m["rank_idx"] * 0
+        cell = np.where(m["step"] >= 0, first + m["step"], -1)
+        inside = cell >= 0
+        wait = np.zeros(n, np.int64)  # integer sums: exact at any size
+        np.add.at(wait, cell[inside], m["wait"][inside])
+        last_cell = cell[self.inst["last_row"]]
+        blamed = last_cell >= 0
+        blame = np.zeros(n, np.int64)
+        np.add.at(blame, last_cell[blamed], self.inst["blame"][blamed])
+        last = np.bincount(last_cell[blamed], minlength=n)
+        table = pa.table(
+            {
+                "rank": pa.array(s["rank"].astype(np.int32)),
+                "step": pa.array(s["step"].astype(np.int64)),
+                "start_ns": pa.array(s["start_ns"].astype(np.int64)),
+                "end_ns": pa.array(s["end_ns"].astype(np.int64)),
+                "step_ns": pa.array((s["end_ns"] - s["start_ns"]).astype(np.int64)),
+                "wait_ns": pa.array(wait),
+                "blame_ns": pa.array(blame),
+                "last": pa.array(last[:n].astype(np.int32)),
+            }
+        )
+        return table.replace_schema_metadata(self._meta())
 
     def steps_last(self) -> np.ndarray:
         n = len(self.ranks)

@@ -59,6 +59,7 @@ __all__ = [
     "RankOptions",
     "collectives",
     "critical_path",
+    "rank_steps",
     "ranks_summary",
     "stragglers",
 ]
@@ -135,6 +136,24 @@ def critical_path(
     options = RankOptions(category=category, step=step, align=align)
     table = critical_path_table(_analysis(spans, options, filter))
     return critical_summary(table) if summary else table
+
+
+def rank_steps(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    filter: SpanFilter | dict | None = None,
+) -> pa.Table:
+    """A row per (rank, step), in (rank, step) order: the cells of serve's rank x step
+    heatmap. ``start_ns``/``end_ns`` (the step span, on the rank's own clock), ``step_ns``,
+    ``wait_ns`` (the rank's waits in the collectives it arrived at in that step),
+    ``blame_ns`` (the others' waits in the instances it arrived last at in that step: a
+    rank's cells sum to its :func:`stragglers` ``blame_ns`` when every collective lies in a
+    step) and ``last`` (how many instances those were). Metadata as :func:`collectives`."""
+    options = RankOptions(category=category, step=step, align=align)
+    return _analysis(spans, options, filter).step_cells()
 
 
 def ranks_summary(

@@ -10,12 +10,12 @@ import sys
 import threading
 import time
 from collections import deque
-from pathlib import Path
 
 from ..quiet_threads import lower_this_thread, start_quiet
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     import pyarrow as pa
@@ -60,13 +60,11 @@ class FileSink:
         self.tables: list[pa.Table] = []
         self.dropped = 0
         self.spans = 0
-        import secrets
-
         #: Where the processes started while recording record (``Recorder.children_spec``):
         #: a hidden dataset directory beside the file, made by the first child that writes
         #: there, taken into the file at close and removed.
         self.children_dir = path.absolute().parent / (
-            f".{path.name}.hotspan-children-{os.getpid()}-{secrets.token_hex(4)}"
+            f".{path.name}.hotspan-children-{os.getpid()}-{os.urandom(4).hex()}"
         )
         self.children_dest = str(self.children_dir) + os.sep
 
@@ -125,6 +123,8 @@ class DatasetSink:
             self.target = str(directory)  # opened on the flusher, where pyarrow loads
             self.shown = redact_uri(directory)
         else:
+            from pathlib import Path  # at a recording's start, not at import hotspan
+
             directory = Path(directory)
             if directory.exists() and not directory.is_dir():
                 raise NotADirectoryError(f"{directory}: exists and is not a directory")
@@ -179,6 +179,8 @@ class DatasetSink:
         if self.location is None or not self.location.local:
             return
         from .children import unflushed_children
+
+        from pathlib import Path
 
         unflushed = unflushed_children(Path(self.location.root))
         if (
@@ -397,8 +399,11 @@ def sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
                 f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})"
             )
         return DatasetSink(text)  # s3://bucket/run: a dataset there, a part per flush
-    path = Path(text)
+    from pathlib import Path  # at a recording's start, not at import hotspan
+
     from ..formats import format_of
+
+    path = Path(text)
 
     looks_like_file = format_of(path) is not None
     if path.is_dir() or text.endswith(("/", os.sep)) or not looks_like_file:
