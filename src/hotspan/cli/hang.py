@@ -11,11 +11,12 @@ import os
 from .common import add_command
 from .errors import CliError
 
-HELP = "where a hung job's ranks are: grouped by the collective they wait in, from flight files"
+HELP = "where a hung job's ranks are: grouped by the collective they wait in, from flight files or a collector"
 DESCRIPTION = (
     "Reads the flight files of a job's processes (started with HOTSPAN_FLIGHT=PATH; no other change) "
     "while it hangs, or after it was killed, and groups the ranks by state: the collective each waits "
-    "in (the innermost open span whose category ends in 'comms'), or, for a rank in none, its open "
+    "in (the innermost open span whose category ends in 'comms', or 'comms:GROUP': named NAME@GROUP), "
+    "or, for a rank in none, its open "
     "stack and for how long. With nothing given: every flight file mapped by a process of yours. DIR: "
     "every flight file in it. grpc://HOST:PORT: the collector the ranks record to, which holds the open "
     "stacks each rank with a flight file sends every few seconds (HOTSPAN_STACKS_INTERVAL). Exit status 1 when the ranks disagree on where they are, 0 when they "
