@@ -192,11 +192,13 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 #: ``hotspan`` itself (its ``__init__``) is the package's face: it imports from every floor.
 FACE = "hotspan"
 #: Crossings not yet removed, each named: ``hotspan hang``'s reading of flight files lives in
-#: recording/flight.py (its writer's module) rather than in formats; the exports' flows
-#: between a collective's spans match its instances with the ranks kernel (to come: the
-#: face that exports computes them and hands them to the format).
+#: recording/flight.py (its writer's module) rather than in formats, and its reading of a
+#: collector's open stacks in recording/collector.py (the collector's protocol, both ends);
+#: the exports' flows between a collective's spans match its instances with the ranks
+#: kernel (to come: the face that exports computes them and hands them to the format).
 KNOWN_CROSSINGS = {
     ("hotspan.analysis.hang", "hotspan.recording.flight"),
+    ("hotspan.analysis.hang", "hotspan.recording.collector"),
     ("hotspan.formats.codec_inputs", "hotspan.analysis.rank_kernel"),
 }
 

@@ -140,3 +140,27 @@ def test_perfetto_finds_no_flows_in_a_run_without_collectives(table, extension, 
     hotspan.export(plain, path)
     assert _trace_flows(path) == []
     assert np.asarray(hotspan.load(path).column("rank")).max() == RANKS - 1
+
+
+def test_collectives_of_process_groups_are_linked_within_their_group(table):
+    """The torch.distributed instrumentation's categories (comms:GROUP): the k-th collective
+    of a group on each of its ranks, never across groups."""
+    import pyarrow as pa
+
+    rows = table.to_pylist()
+    for row in rows:  # all_reduce on the world, all_gather on groups of ranks {0, 1}, {2, 3}
+        if row["category"] == "train/comms":
+            group = "world" if row["name"] == "all_reduce" else "ab"[row["rank"] // 2]
+            row["category"] = f"train/comms:{group}"
+    grouped = pa.Table.from_pylist(rows, schema=table.schema)
+    flow_out, flow_in = _flows(grouped)
+    rank = grouped.column("rank").to_pylist()
+    name = grouped.column("name").to_pylist()
+    by_flow: dict[int, set[tuple[str, int]]] = defaultdict(set)
+    for i in np.flatnonzero((flow_out != 0) | (flow_in != 0)):
+        by_flow[int(flow_out[i] or flow_in[i])].add((name[i], rank[i]))
+    chains = sorted(sorted(r for _, r in members) for members in by_flow.values())
+    assert len(by_flow) == 3 * STEPS  # per step: the world's all_reduce, each group's all_gather
+    assert chains.count([0, 1, 2, 3]) == STEPS
+    assert chains.count([0, 1]) == STEPS and chains.count([2, 3]) == STEPS
+    assert all(len({n for n, _ in members}) == 1 for members in by_flow.values())

@@ -7,8 +7,14 @@ memory is read a batch at a time; ``hotspan.collectives``, ``hotspan.stragglers`
 Matching. A collective span is one whose category's last part is ``comms`` (``category=``).
 Instance ``index`` of key ``key`` (the span's name; ``category:name`` when one name has
 several collective categories) is the ``index``-th span of that key on each rank that has
-it, in start order: its group. Instances past the count of the rank that has fewest are
-left out (``unmatched`` in the metadata).
+it, in start order: its group. Spans whose category's last part is ``comms:GROUP`` (the
+torch.distributed instrumentation's) are matched by group and sequence number instead:
+every collective of the group on a rank, whatever its name, in one sequence, instance k
+the k-th of each rank of the group, never across groups (key ``name@GROUP`` when the run
+has several groups); where the ranks of a group disagree on a sequence number's
+collective, nothing from there on is matched. Instances past the count of the rank that
+has fewest are left out (``unmatched`` in the metadata); both are said in the metadata's
+``match_problems``.
 
 Clocks. Ranks on different hosts read different clocks. Every rank of a collective leaves
 it at (nearly) the same true time, so each rank's offset is estimated as the median, over
@@ -200,6 +206,7 @@ def ranks_summary(
         "step_ns": meta["step_ns"],
         "instances": meta["instances"],
         "unmatched": meta["unmatched"],
+        "match_problems": [p["text"] for p in meta["match_problems"]],
         "total_wait_ns": total,
         "test": {"name": meta["test"], "alpha": alpha, "min_share": min_share},
         "clock_offset_ns": meta["clock_offset_ns"],

@@ -4,6 +4,8 @@ writers."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -115,7 +117,8 @@ def collective_flows(
 ) -> None:
     """Add to ``flow_out``/``flow_in`` (``device_flows``') the flows that link the spans of
     one collective instance across ranks, matched as ``hotspan.collectives`` matches them
-    (the k-th span of a name whose category ends in ``comms`` on each rank): per instance
+    (the k-th span of a name whose category ends in ``comms`` on each rank, or the k-th
+    collective of a process group, ``comms:GROUP``): per instance
     one flow id, on every span of it but the last to start as ``flow_out`` and on the last
     as ``flow_in``, so a viewer draws a chain from the first arrival to the last (in
     Perfetto's protobuf ``flow_ids`` continue a flow). ``chain_in``: the spans inside the
@@ -136,9 +139,9 @@ def collective_flows(
     categories = table.column("category")
     if pa.types.is_dictionary(categories.type):
         categories = categories.cast(categories.type.value_type)
-    mask = pc.or_(
-        pc.equal(categories, category), pc.ends_with(categories, "/" + category)
-    ).fill_null(False)
+    # the last part of the path is the category, or category:GROUP (a process group's, as
+    # the torch.distributed instrumentation marks them): analysis/comms.py's rule
+    mask = pc.match_substring_regex(categories, _collective_pattern(category)).fill_null(False)
     picked = np.flatnonzero(mask.to_numpy(zero_copy_only=False))  # rows of the table
     start = column_values(table, "start_ns", np.int64)
     span_id = column_values(table, "span_id", np.uint64)
@@ -193,4 +196,10 @@ def _has_collectives(table: pa.Table, category: str) -> bool:
             values.update(v for v in chunk.dictionary.to_pylist() if v is not None)
     else:
         values = set(pc.unique(column).to_pylist()) - {None}
-    return any(v == category or v.endswith("/" + category) for v in values)
+    pattern = re.compile(_collective_pattern(category))
+    return any(pattern.search(v) for v in values)
+
+
+def _collective_pattern(category: str) -> str:
+    """A collective's category path: its last part ``category`` or ``category:GROUP``."""
+    return f"(^|/){re.escape(category)}(:[^/]*)?$"
