@@ -155,15 +155,16 @@ def _check_columns(table: pa.Table, path: Path) -> pa.Table:
     if not set(COUNTER_SCHEMA.names) <= names:
         if "span_id" in names:
             raise TraceFileError(
-                f"{path}: holds spans, not counters (counters are in a run directory's "
-                f"{RUN_FOLDER}/ folder, or a .json/.pftrace export written with counters=)"
+                path,
+                f"holds spans, not counters (counters are in a run directory's "
+                f"{RUN_FOLDER}/ folder, or a .json/.pftrace export written with counters=)",
             )
         missing = ", ".join(n for n in COUNTER_SCHEMA.names if n not in names)
-        raise TraceFileError(f"{path}: not a counter table (no column {missing})")
+        raise TraceFileError(path, f"not a counter table (no column {missing})")
     try:
         return table.select(COUNTER_SCHEMA.names).cast(COUNTER_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise TraceFileError(f"{path}: counter columns of the wrong type ({exc})") from None
+        raise TraceFileError(path, f"counter columns of the wrong type ({exc})") from None
 
 
 def _concat_sorted(tables: list[pa.Table]) -> pa.Table:
@@ -204,8 +205,9 @@ def load_counters(path: str | os.PathLike[str]) -> pa.Table:
     if name.endswith((SUFFIX, ".parquet", ".arrow", ".feather")):
         return _read_table_file(path)
     raise TraceFileError(
-        f"{path}: unknown counters file extension; supported: a run directory, {SUFFIX}, "
-        ".parquet, .arrow, .feather, .json, .json.gz, .pftrace"
+        path,
+        f"unknown counters file extension; supported: a run directory, {SUFFIX}, "
+        ".parquet, .arrow, .feather, .json, .json.gz, .pftrace",
     )
 
 
@@ -222,7 +224,7 @@ def _read_table_file(path: Path) -> pa.Table:
     except (pa.ArrowInvalid, OSError) as exc:
         if isinstance(exc, (FileNotFoundError, PermissionError)):
             raise
-        raise TraceFileError(f"{path}: not a readable counter table ({exc})") from None
+        raise TraceFileError(path, f"not a readable counter table ({exc})") from None
     return _check_columns(table, path)
 
 
@@ -288,14 +290,14 @@ def _from_chrome(path: Path) -> pa.Table:
     except (ValueError, OSError, EOFError) as exc:
         if isinstance(exc, (FileNotFoundError, PermissionError)):
             raise
-        raise TraceFileError(f"{path}: not a Chrome JSON trace ({exc})") from None
+        raise TraceFileError(path, f"not a Chrome JSON trace ({exc})") from None
     if isinstance(doc, dict):
         events = doc.get("traceEvents", [])
         other = doc.get("otherData") or {}
     elif isinstance(doc, list):
         events, other = doc, {}
     else:
-        raise TraceFileError(f"{path}: not a Chrome JSON trace (a {type(doc).__name__})")
+        raise TraceFileError(path, f"not a Chrome JSON trace (a {type(doc).__name__})")
     start = other.get("hotspan.trace_start_ns", 0) if isinstance(other, dict) else 0
     start = start if isinstance(start, int) else 0
     processes: dict[Any, tuple[int, int]] = {}

@@ -126,6 +126,12 @@ class ChromeJsonExporter(Exporter):
         layout = _Layout(table)
         layout.flow_out, layout.flow_in = device_flows(table)  # host span -> its device row
         layout.counters = counters
+        if not layout.num_rows and counters is not None and counters.num_rows:
+            # times are written from the trace's start: without spans, the first counter's
+            # (from 0, epoch nanoseconds as microseconds would lose the last digits)
+            import pyarrow.compute as pc
+
+            layout.start_ns = int(pc.min(counters.column("time_ns")).as_py())
         # Unbuffered: the codec hands over WRITE_BLOCK bytes at a time, nothing to gather.
         with open(path, "wb", buffering=0) as raw:
             if self.compress:
