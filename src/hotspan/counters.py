@@ -98,8 +98,9 @@ def _pull_locked() -> None:
 def take(consumer: object) -> pa.Table:
     """The counters ``consumer`` has not seen yet (it is registered at its first call)."""
     with _lock:
+        _queues.setdefault(consumer, [])  # first: what the core holds now is this one's too
         _pull_locked()
-        tables = _queues.get(consumer, [])
+        tables = _queues[consumer]
         _queues[consumer] = []
     if not tables:
         return empty()
