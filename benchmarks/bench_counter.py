@@ -28,7 +28,11 @@ def _empty(n: int) -> int:
     return time.perf_counter_ns() - t
 
 
-def _span(n: int, s=hotspan.span("step")) -> int:
+_STEP = hotspan.span("step")
+_FLOOR = NoopContext()
+
+
+def _span(n: int, s=_STEP) -> int:
     t = time.perf_counter_ns()
     for _i in range(n):
         with s:
@@ -43,7 +47,7 @@ def _counter(n: int, counter=hotspan.counter) -> int:
     return time.perf_counter_ns() - t
 
 
-def _floor(n: int, f=NoopContext()) -> int:
+def _floor(n: int, f=_FLOOR) -> int:
     t = time.perf_counter_ns()
     for _i in range(n):
         with f:

@@ -450,7 +450,7 @@ def counter_stats(spans: Any, counters: Any, *, counter: str | None = None) -> p
                 )
             )
     rows.sort(key=lambda r: (-r[6], r[0], r[1]))
-    columns = list(zip(*rows)) if rows else [[]] * 7
+    columns: list[tuple[Any, ...]] = list(zip(*rows)) if rows else [()] * 7
     return pa.table(
         {
             "name": pa.array(columns[0], pa.string()),

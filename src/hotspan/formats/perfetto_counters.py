@@ -70,10 +70,8 @@ def counter_packets(counters: pa.Table, process_uuid: dict[tuple[int, int], int]
             parent = process_uuid.get((pid, rank))
             if parent is not None:
                 body += codec.field_varint(5, parent)
-            # pid and rank for the reader, in an empty CounterDescriptor's unknown field
-            # would be lost to Perfetto; a counter track's own name is what it shows, so they
-            # travel in the descriptor as a static name suffix-free label (field 2 repeated
-            # is not allowed): the descriptor's "description" (field 14).
+            # pid and rank for read_counters, in the descriptor's description (field 14):
+            # Perfetto shows the track's name and ignores what it does not know
             body += codec.field_bytes(14, f"{_LABEL_PREFIX} pid={pid} rank={rank}")
             body += codec.field_bytes(_TRACK_COUNTER, b"")
             out.append(
@@ -109,68 +107,68 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _ints(fields: list, number: int) -> list[int]:
+    return [v for k, v in fields if k == number and isinstance(v, int)]
+
+
+def _bytes(fields: list, number: int) -> list[bytes]:
+    return [v for k, v in fields if k == number and isinstance(v, bytes)]
+
+
+def _descriptor(d: list) -> tuple[int, tuple[str, int, int]]:
+    """A counter track descriptor's uuid, and its (name, pid, rank)."""
+    uuid = next(iter(_ints(d, 1)), 0)
+    name = next(iter(_bytes(d, _TRACK_NAME)), b"").decode("utf-8", "replace")
+    pid = rank = 0
+    for label in _bytes(d, 14):
+        if label.startswith(_LABEL_PREFIX.encode()):
+            parts = dict(p.split("=", 1) for p in label.decode().split()[1:] if "=" in p)
+            pid, rank = int(parts.get("pid", 0)), int(parts.get("rank", 0))
+    return uuid, (name, pid, rank)
+
+
 def read_counters(path: Path) -> pa.Table:
     """The counters of a Perfetto trace: every ``COUNTER`` event of a counter track (any
     writer's; pid and rank from hotspan's label, else 0)."""
     data = Path(path).read_bytes()
-    try:
-        packets = codec.parse_fields(data)
-    except codec.CodecError as exc:
-        raise TraceFileError(path, f"malformed Perfetto trace: {exc}") from exc
     names: dict[int, tuple[str, int, int]] = {}
-    times, values, uuids = [], [], []
+    times: list[int] = []
+    values: list[float] = []
+    uuids: list[int] = []
     try:
-        for number, packet in packets:
-            if number != 1 or not isinstance(packet, bytes):
-                continue
+        for packet in _bytes(codec.parse_fields(data), 1):
             if _TYPE_COUNTER_MARK not in packet and _COUNTER_DESCRIPTOR_MARK not in packet:
                 continue  # a span's packet: no parse
             fields = codec.parse_fields(packet)
-            ts = None
-            for f, v in fields:
-                if f == _TIMESTAMP:
-                    ts = v
-                elif f == _TRACK_DESCRIPTOR:
-                    d = codec.parse_fields(v)
-                    if any(k == _TRACK_COUNTER for k, _ in d):
-                        uuid = next((x for k, x in d if k == 1), 0)
-                        name = next((x for k, x in d if k == _TRACK_NAME), b"").decode()
-                        pid = rank = 0
-                        for k, x in d:
-                            if (
-                                k == 14
-                                and isinstance(x, bytes)
-                                and x.startswith(_LABEL_PREFIX.encode())
-                            ):
-                                parts = dict(p.split("=", 1) for p in x.decode().split()[1:])
-                                pid, rank = int(parts.get("pid", 0)), int(parts.get("rank", 0))
-                        names[uuid] = (name, pid, rank)
-            for f, v in fields:
-                if f != _TRACK_EVENT:
-                    continue
-                event = v
+            ts = next(iter(_ints(fields, _TIMESTAMP)), None)
+            for body in _bytes(fields, _TRACK_DESCRIPTOR):
+                d = codec.parse_fields(body)
+                if _bytes(d, _TRACK_COUNTER):
+                    uuid, track = _descriptor(d)
+                    names[uuid] = track
+            for event in _bytes(fields, _TRACK_EVENT):
                 e = codec.parse_fields(event)
-                if (_EVENT_TYPE, _TYPE_COUNTER) not in e:
+                if _TYPE_COUNTER not in _ints(e, _EVENT_TYPE) or ts is None:
                     continue
-                uuid = next((x for k, x in e if k == _EVENT_TRACK), 0)
-                value = next((float(_signed(x)) for k, x in e if k == _COUNTER_VALUE), None)
+                ints = _ints(e, _COUNTER_VALUE)
+                value = float(_signed(ints[0])) if ints else _double_of(event, path)
                 if value is None:
-                    value = _double_of(event, path)
-                if value is None or ts is None:
                     continue
                 times.append(ts)
                 values.append(value)
-                uuids.append(uuid)
-    except (codec.CodecError, ValueError) as exc:
-        raise TraceFileError(path, f"malformed Perfetto counter: {exc}") from exc
-    rows = [(t, v, names.get(u, (f"track {u}", 0, 0))) for t, v, u in zip(times, values, uuids)]
+                uuids.append(next(iter(_ints(e, _EVENT_TRACK)), 0))
+    except codec.CodecError as exc:
+        raise TraceFileError(path, f"malformed Perfetto trace: {exc}") from exc
+    except ValueError as exc:
+        raise TraceFileError(path, f"malformed Perfetto counter track: {exc}") from exc
+    named = [names.get(u, (f"track {u}", 0, 0)) for u in uuids]
     return pa.Table.from_arrays(
         [
-            pa.array([t for t, _, _ in rows], pa.int64()),
-            pa.array([n[0] for _, _, n in rows], pa.string()),
-            pa.array([v for _, v, _ in rows], pa.float64()),
-            pa.array([n[2] for _, _, n in rows], pa.int32()),
-            pa.array([n[1] for _, _, n in rows], pa.int64()),
+            pa.array(times, pa.int64()),
+            pa.array([n for n, _, _ in named], pa.string()),
+            pa.array(values, pa.float64()),
+            pa.array([r for _, _, r in named], pa.int32()),
+            pa.array([p for _, p, _ in named], pa.int64()),
         ],
         schema=COUNTER_SCHEMA,
     )
