@@ -462,3 +462,84 @@ def counter_stats(spans: Any, counters: Any, *, counter: str | None = None) -> p
             "max": pa.array(columns[6], pa.float64()),
         }
     )
+
+
+# --------------------------------------------------------------------------- a view
+
+
+def counter_lanes(
+    counters: pa.Table, start_ns: int | None = None, end_ns: int | None = None, width: int = 1200
+) -> dict[str, Any]:
+    """What a ``width``-pixel view of ``[start_ns, end_ns)`` shows of each counter (a lane
+    per name, rank and pid): per pixel that holds values, their ``min``, ``max`` and
+    ``last``; ``before``, the value in effect at the window's start (None: none yet); the
+    lane's ``min``/``max`` over both, for its scale. The answer's size depends on ``width``
+    and the lanes, not on the values. Default window: the counters' own span."""
+    if width < 1:
+        raise ValueError(f"width must be at least 1, not {width}")
+    times_all = counters.column("time_ns").to_numpy()
+    if start_ns is None:
+        start_ns = int(times_all.min()) if len(times_all) else 0
+    if end_ns is None:
+        end_ns = int(times_all.max()) + 1 if len(times_all) else start_ns + 1
+    if end_ns <= start_ns:
+        raise ValueError(f"end_ns ({end_ns}) must be after start_ns ({start_ns})")
+    per = (end_ns - start_ns) / width
+    names = counters.column("name").to_pylist()
+    ranks = counters.column("rank").to_numpy()
+    pids = counters.column("pid").to_numpy()
+    values_all = counters.column("value").to_numpy()
+    lanes = []
+    keys = sorted(set(zip(names, ranks.tolist(), pids.tolist())), key=lambda k: (k[1], k[2], k[0]))
+    name_array = np.asarray(names, dtype=object)
+    for name, rank, pid in keys:
+        sel = (name_array == name) & (ranks == rank) & (pids == pid)
+        order = np.argsort(times_all[sel], kind="stable")
+        times, values = times_all[sel][order], values_all[sel][order]
+        first = int(np.searchsorted(times, start_ns, "left"))
+        last = int(np.searchsorted(times, end_ns, "left"))
+        before = float(values[first - 1]) if first > 0 else None
+        inside_t, inside_v = times[first:last], values[first:last]
+        pixels = []
+        if len(inside_t):
+            xs = np.minimum(((inside_t - start_ns) / per).astype(np.int64), width - 1)
+            cuts = np.flatnonzero(np.diff(xs)) + 1
+            starts = np.concatenate([[0], cuts])
+            ends = np.concatenate([cuts, [len(xs)]])
+            mins = np.minimum.reduceat(inside_v, starts)
+            maxs = np.maximum.reduceat(inside_v, starts)
+            lasts = inside_v[ends - 1]
+            pixels = [
+                {"x": int(x), "min": _finite(lo), "max": _finite(hi), "last": _finite(la)}
+                for x, lo, hi, la in zip(
+                    xs[starts].tolist(), mins.tolist(), maxs.tolist(), lasts.tolist()
+                )
+            ]
+        shown = [
+            v
+            for v in [*inside_v.tolist(), *([before] if before is not None else [])]
+            if math.isfinite(v)
+        ]
+        lanes.append(
+            {
+                "name": name,
+                "rank": int(rank),
+                "pid": int(pid),
+                "before": _finite(before) if before is not None else None,
+                "min": min(shown) if shown else None,
+                "max": max(shown) if shown else None,
+                "pixels": pixels,
+            }
+        )
+    return {
+        "start_ns": int(start_ns),
+        "end_ns": int(end_ns),
+        "width": width,
+        "ns_per_pixel": per,
+        "lanes": lanes,
+    }
+
+
+def _finite(value: float) -> float | None:
+    """JSON holds no NaN or infinity: those are None."""
+    return value if math.isfinite(value) else None

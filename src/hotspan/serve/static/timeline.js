@@ -16,6 +16,61 @@
   // The window, as Numbers of ns from the run's start (exact below 2**53 ns: 104 days).
   var view = {lo: 0, hi: Number(runEnd - runStart)};
   var answer = null, asked = 0, timer = null, drawn = [];
+  // Counter lanes under the spans (GET /v1/traces/{id}/counters, same window and width):
+  // a step line per counter, process and rank, scaled to its own min..max.
+  var LANE = 36, counters = null;
+  function fetchCounters(start, end, width, ticket) {
+    var url = '/v1/traces/' + box.dataset.run + '/counters?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
+    fetch(url, {credentials: 'same-origin'}).then(function (r) {
+      if (!r.ok) throw new Error('HTTP ' + r.status);
+      return r.json();
+    }).then(function (body) {
+      if (ticket !== asked) return;
+      counters = {body: body};
+      box.dataset.counterLanes = body.lanes.length;
+      draw();
+    }).catch(function () { counters = null; box.dataset.counterLanes = 0; });
+  }
+  function countersHeight() { return counters ? counters.body.lanes.length * (LANE + GAP) : 0; }
+  function fmt(v) { return v === null ? '–' : Math.abs(v) >= 1e6 ? v.toExponential(3) : String(Math.round(v * 1000) / 1000); }
+  function drawCounters(g, y, x) {
+    if (!counters) return;
+    var body = counters.body, base = Number(BigInt(body.start_ns) - runStart), per = body.ns_per_pixel;
+    body.lanes.forEach(function (lane) {
+      g.fillStyle = '#eef3ee';
+      g.fillRect(0, y, canvas.clientWidth, LANE);
+      g.fillStyle = '#333';
+      var label = lane.name + ' · rank ' + lane.rank;
+      g.fillText(label.length > 24 ? label.slice(0, 23) + '…' : label, 4, y + LANE / 2);
+      var lo = lane.min, hi = lane.max;
+      if (lo === null) { y += LANE + GAP; return; }
+      if (hi === lo) { hi = lo + 1; }
+      function vy(v) { return y + LANE - 3 - (v - lo) / (hi - lo) * (LANE - 6); }
+      g.save();
+      g.beginPath();
+      g.rect(LABEL, y, plotWidth(), LANE);
+      g.clip();
+      g.strokeStyle = colour(lane.name);
+      g.fillStyle = colour(lane.name);
+      g.lineWidth = 1.5;
+      g.beginPath();
+      var value = lane.before;
+      if (value !== null) g.moveTo(LABEL, vy(value));
+      lane.pixels.forEach(function (p) {
+        var left = x(base + p.x * per), w = Math.max(1, per * (plotWidth() / (view.hi - view.lo)));
+        if (value !== null) g.lineTo(left, vy(value));
+        if (p.min !== null && p.max !== null && p.max > p.min) g.fillRect(left, vy(p.max), w, Math.max(1, vy(p.min) - vy(p.max)));
+        if (p.last !== null) { value = p.last; g.moveTo(left, vy(value)); }
+        drawn.push({x: left, y: y, w: w, h: LANE, text: lane.name + ': ' + fmt(p.last) + ' (min ' + fmt(p.min) + ', max ' + fmt(p.max) + ')'});
+      });
+      if (value !== null) g.lineTo(LABEL + plotWidth(), vy(value));
+      g.stroke();
+      g.restore();
+      g.fillStyle = '#666';
+      g.fillText(fmt(lane.max), LABEL - 60, y + 6);
+      y += LANE + GAP;
+    });
+  }
 
   function colour(name) {
     var h = 0;
@@ -58,6 +113,7 @@
     var ticket = ++asked;
     status.textContent = 'loading…';
     var url = '/v1/traces/' + box.dataset.run + '/timeline?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
+    fetchCounters(start, end, width, ticket);
     fetch(url, {credentials: 'same-origin'}).then(function (r) {
       if (!r.ok) throw new Error('HTTP ' + r.status);
       return r.json();
@@ -88,7 +144,7 @@
       t.pixels.forEach(function (p) { depth = Math.max(depth, p.depth); });
       rows.push({track: t, depth: depth + 1});
     });
-    var height = rows.reduce(function (h, r) { return h + r.depth * ROW + GAP; }, 0) || ROW;
+    var height = (rows.reduce(function (h, r) { return h + r.depth * ROW + GAP; }, 0) || ROW) + countersHeight();
     canvas.style.height = height + 'px';
     canvas.width = Math.round(canvas.clientWidth * ratio);
     canvas.height = Math.round(height * ratio);
@@ -137,6 +193,7 @@
       g.restore();
       y += row.depth * ROW + GAP;
     });
+    drawCounters(g, y, x);
   }
 
   canvas.addEventListener('wheel', function (event) {
@@ -167,7 +224,7 @@
     var hit = null;
     for (var i = drawn.length - 1; i >= 0; i--) {
       var d = drawn[i];
-      if (px >= d.x && px <= d.x + d.w && py >= d.y && py < d.y + ROW) { hit = d; break; }
+      if (px >= d.x && px <= d.x + d.w && py >= d.y && py < d.y + (d.h || ROW)) { hit = d; break; }
     }
     tip.hidden = !hit;
     if (hit) {
