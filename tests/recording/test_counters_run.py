@@ -125,3 +125,40 @@ def test_spark_skips_the_counters_folder(run):
     assert _span_ids(r[0] for r in rows) == _span_ids(
         hotspan.load(run).column("span_id").to_pylist()
     )
+
+
+def test_recover_leaves_counters_out_of_a_dead_processs_spans(tmp_path):
+    """Counter records share the flight file's blocks with the spans: recover() skips them
+    (they take no span id) and rebuilds the spans' ids and tree exactly."""
+    import os
+    import signal
+
+    from hotspan.recording.flight import recover
+
+    flight = tmp_path / "counters.flight"
+    code = """
+import os, signal, sys, hotspan
+hotspan.configure(flight=sys.argv[1], drain_thread=False)
+outer, inner = hotspan.span("outer"), hotspan.span("inner")
+for i in range(200):
+    with outer:
+        hotspan.counter("queue", i)
+        with inner:
+            hotspan.counter("queue", -i)
+        hotspan.counter("queue", 2 * i)
+print("killing", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(flight)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGKILL and done.stdout.strip() == "killing", done.stderr
+    rows = recover(flight).to_pylist()
+    assert sorted({r["name"] for r in rows}) == ["inner", "outer"]
+    assert len(rows) == 400
+    outer_ids = {r["span_id"] for r in rows if r["name"] == "outer"}
+    assert len(outer_ids) == 200
+    assert all(
+        r["parent_id"] in outer_ids and r["depth"] == 1 for r in rows if r["name"] == "inner"
+    )
+    assert os.path.exists(flight)
