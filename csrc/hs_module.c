@@ -195,10 +195,12 @@ static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     hs_cap_causes_get(&causes);
     char advice[400];
     drop_advice(advice, sizeof advice, all_cap, all_other, &causes);
-    return Py_BuildValue("{sKsKsKsNs{sKsK}ss}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
+    /* counters (hotspan.counter) are not spans: their drops are counted apart, here */
+    return Py_BuildValue("{sKsKsKsNs{sKsK}sssK}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
                          (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads,
                          "memory_cap_causes", "undrained", (unsigned long long)causes.undrained, "thread_blocks",
-                         (unsigned long long)causes.thread_blocks, "advice", advice);
+                         (unsigned long long)causes.thread_blocks, "advice", advice, "counters",
+                         (unsigned long long)hs_counters_dropped());
 }
 
 /* ---- drain ---------------------------------------------------------------------------- */
@@ -845,8 +847,9 @@ static PyMethodDef module_methods[] = {
     {"dropped", (PyCFunction)(void (*)(void))py_dropped, METH_VARARGS | METH_KEYWORDS,
      "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
      "total, how many at the memory cap and how many for other causes, the same per thread,\n"
-     "what held the cap at each drop (memory_cap_causes: undrained, thread_blocks) and advice:\n"
-     "one sentence on what helps."},
+     "what held the cap at each drop (memory_cap_causes: undrained, thread_blocks), advice:\n"
+     "one sentence on what helps, and counters: the counter values (hotspan.counter) dropped,\n"
+     "counted apart from the spans."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_tasks_seen", py_tasks_seen, METH_NOARGS, NULL},
     {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},

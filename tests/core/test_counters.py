@@ -120,7 +120,8 @@ def test_recorded_equals_drained_plus_dropped_at_the_memory_cap():
             hotspan.counter("n", i)
         table = hotspan.drain_counters()
         values = table.column("value").to_pylist()
-        print(json.dumps({"rows": table.num_rows, "dropped": _native._counters_info()["dropped"],
+        assert hotspan.dropped(detail=True)["counters"] == _native._counters_info()["dropped"]
+        print(json.dumps({"rows": table.num_rows, "dropped": hotspan.dropped(detail=True)["counters"],
                           "span_drops": hotspan.dropped(), "prefix": values == list(map(float, range(len(values))))}))
         """
     )
