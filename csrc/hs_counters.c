@@ -99,9 +99,11 @@ int64_t hs_counters_rss_bytes(void) {
     return (int64_t)resident * (int64_t)sysconf(_SC_PAGESIZE);
 }
 
-int hs_counters_due(uint64_t *ticks, uint32_t *pair, double *value) {
+int (*hs_counters_device_hook)(hs_counter_sample *out, int max) = NULL;
+
+int hs_counters_due(hs_counter_sample *out, int max) {
     uint64_t every = atomic_load_explicit(&interval_ns, memory_order_relaxed);
-    if (!every) {
+    if (!every || max < 1) {
         next_sample_ns = 0;
         return 0;
     }
@@ -110,12 +112,16 @@ int hs_counters_due(uint64_t *ticks, uint32_t *pair, double *value) {
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     if (next_sample_ns && now < next_sample_ns) return 0;
     next_sample_ns = now + every;
+    int n = 0;
     int64_t rss = hs_counters_rss_bytes();
-    if (rss < 0) return 0;
-    *ticks = hs_ticks();
-    *pair = atomic_load(&rss_pair);
-    *value = (double)rss;
-    return 1;
+    if (rss >= 0) {
+        out[n].ticks = hs_ticks();
+        out[n].pair = atomic_load(&rss_pair);
+        out[n].value = (double)rss;
+        n++;
+    }
+    if (hs_counters_device_hook && n < max) n += hs_counters_device_hook(out + n, max - n);
+    return n;
 }
 
 void hs_counters_after_fork_child(void) {

@@ -44,9 +44,20 @@ void hs_counters_count_drop(void);
 /* Sampling: every interval_ns (0: off); the pair the RSS samples carry. */
 void hs_counters_set_sampling(uint64_t interval_ns, uint32_t rss_pair);
 uint64_t hs_counters_interval_ns(void);
-/* Drain thread, each pass (drain lock not held): 1 with a sample when one is due (the
- * caller adds it under the drain lock). */
-int hs_counters_due(uint64_t *ticks, uint32_t *pair, double *value);
+typedef struct hs_counter_sample {
+    uint64_t ticks;
+    uint32_t pair;
+    double value;
+} hs_counter_sample;
+#define HS_COUNTERS_MAX_SAMPLES 17 /* RSS and up to 16 devices */
+/* Drain thread, each pass (drain lock not held): the samples due now (RSS, and each device's
+ * memory in use through the hook below), at most max; the caller adds them under the drain
+ * lock. */
+int hs_counters_due(hs_counter_sample *out, int max);
+/* Set by a device plug-in (hs_cuda.c) at install: writes the memory in use of each device
+ * it has a context for (bytes; a counter per device) and returns how many (0: none loaded).
+ * Called on the drain thread, without the drain lock. */
+extern int (*hs_counters_device_hook)(hs_counter_sample *out, int max);
 /* The process's resident set size in bytes (-1: unknown). */
 int64_t hs_counters_rss_bytes(void);
 /* After fork, in the child (drain lock held, one thread): the parent's rows are not ours. */

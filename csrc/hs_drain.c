@@ -318,13 +318,12 @@ static void *drainer_main(void *arg) {
         if (atomic_load(&drainer_pid) != me) return NULL;
         /* the flight file's "last seen" (the end of spans open at a crash) and clock */
         if (hs_drain_tick_hook) hs_drain_tick_hook();
-        { /* configure(counters=): the process's memory, when a sample is due */
-            uint64_t ticks;
-            uint32_t pair;
-            double value;
-            if (hs_counters_due(&ticks, &pair, &value)) {
+        { /* configure(counters=): the process's and the devices' memory, when due */
+            hs_counter_sample samples[HS_COUNTERS_MAX_SAMPLES];
+            int n = hs_counters_due(samples, HS_COUNTERS_MAX_SAMPLES);
+            if (n > 0) {
                 pthread_mutex_lock(&drain_lock);
-                hs_counters_add(ticks, pair, value);
+                for (int k = 0; k < n; k++) hs_counters_add(samples[k].ticks, samples[k].pair, samples[k].value);
                 pthread_mutex_unlock(&drain_lock);
             }
         }

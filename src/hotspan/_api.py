@@ -133,7 +133,8 @@ def configure(
         environment turns it on at import. Off (the default), a span pays one predictable
         branch for it.
     counters: seconds between samples of the process's resident set size (counter
-        ``rss``, bytes), taken by the native drain thread and returned by
+        ``rss``, bytes) and, once device spans have run, each of their CUDA devices' memory
+        in use (``cuda:<N> memory``), taken by the native drain thread and returned by
         :func:`hotspan.drain_counters` beside the values :func:`hotspan.counter` records;
         ``0`` turns sampling off (the default: a sample costs a read of ``/proc/self/statm``
         on the drain thread, nothing on recording threads).
