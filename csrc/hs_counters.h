@@ -29,7 +29,7 @@ typedef struct hs_counter_row {
 } hs_counter_row;
 
 /* Rows the store holds at most: beyond it counters are dropped, counted. */
-#define HS_COUNTERS_MAX_ROWS (1u << 22)
+#define HS_COUNTERS_MAX_ROWS (1u << 20) /* 32 MiB */
 
 /* Drain lock held (the sweep): the counter record r, written by thread tid. */
 void hs_counters_note(const hs_record *r, int64_t tid);
