@@ -130,15 +130,40 @@ class RankAnalysis:
         spans: Any,
         options: RankOptions | None = None,
         span_filter: SpanFilter | dict | None = None,
+        engine: Any = None,
     ) -> None:
         self.options = options or RankOptions()
         #: what the second pass over the spans found (rank_reasons.second_pass)
         self.found: dict[str, Any] = {}
-        self.source = RankSource(spans, span_filter)
+        self.source = RankSource(spans, span_filter, engine)
         self.strings = Strings()
-        self._first_pass()
-        self._match()
-        self._steps()
+        try:
+            self._first_pass()
+            self._match()
+            self._steps()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Let the engine's resources go (a Spark view); the answers computed stay."""
+        self.source.close()
+
+    def __enter__(self) -> RankAnalysis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def collective_sql(self) -> str:
+        """:meth:`_is_collective` as a Spark SQL condition (for the Spark engine's passes)."""
+        from .queries import SPARK
+
+        want = self.options.category
+        column = SPARK.quote("category")
+        return (
+            f"({column} = {SPARK.string(want)} OR endswith({column}, {SPARK.string('/' + want)}))"
+        )
 
     # -- pass 1: collectives and top-level spans ---------------------------------------------
 
@@ -152,8 +177,12 @@ class RankAnalysis:
 
     def _first_pass(self) -> None:
         cols = ("rank", "name", "category", "start_ns", "end_ns", "thread_id", "span_id")
+        # on Spark, Spark keeps the rows (collectives, top-level spans); the same code picks
+        source = self.source.narrowed(
+            f"{self.collective_sql()} OR depth = 0", (*cols[:-1], "depth", "span_id")
+        )
         found = gather(
-            self.source,
+            source,
             self.strings,
             {
                 "coll": (lambda b: self._is_collective(b["category"]), cols),

@@ -59,10 +59,22 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
     parts: list[tuple[np.ndarray, np.ndarray]] = []
     kid_cols = ("rank", "name", "start_ns", "end_ns", "parent_id")
     found_kids: dict[str, list[np.ndarray]] = {c: [] for c in kid_cols}
+    source = analysis.source
+    if source.spark is not None:
+        # Spark sums the windows (the heavy group-by) and keeps the depth-1 spans; the loop
+        # below picks the steps' children among those, as it does from every span
+        if wanted_sorted is not None:
+            parts.append(_spark_window_sums(analysis, w, index, wanted_sorted, n_names))
+            wanted_sorted = None
+        if kids:
+            source = source.narrowed(
+                f"depth = 1 AND NOT coalesce({analysis.collective_sql()}, false)",
+                ("category", "name", "rank", "start_ns", "end_ns", "parent_id", "depth"),
+            )
     columns = ["category", "name", "rank", "start_ns", "end_ns"]
-    columns += ["self_ns"] if wanted is not None else []
+    columns += ["self_ns"] if wanted_sorted is not None else []
     columns += ["parent_id", "depth"] if kids else []
-    for table in analysis.source.batches(tuple(columns)):
+    for table in source.batches(tuple(columns)) if kids or wanted_sorted is not None else ():
         if not table.num_rows:
             continue
         keep = ~analysis._is_collective(analysis.strings.codes(table.column("category")))
@@ -124,6 +136,27 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
     uniq, inverse = np.unique(np.concatenate([u for u, _ in parts]), return_inverse=True)
     sums = np.bincount(inverse, weights=np.concatenate([s for _, s in parts]))
     analysis.found["sums"] = (w["order"][uniq // n_names], uniq % n_names, sums)
+
+
+def _spark_window_sums(
+    analysis: RankAnalysis,
+    w: dict[str, np.ndarray],
+    index: PerRank,
+    wanted_sorted: np.ndarray,
+    n_names: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """second_pass's window sums, grouped by Spark (spark.py ``window_sums``): the same
+    (window position * n_names + name code, self time) pairs the loop builds."""
+    table = analysis.source.spark.window_sums(analysis.collective_sql())
+    rank = table.column("rank").to_numpy().astype(np.int64)
+    start = table.column("start_ns").to_numpy().astype(np.int64)
+    pos = index.position(rank, start, strict=False)
+    ok = (pos >= 0) & (pos < len(w["rank"]))
+    ok[ok] &= (w["rank"][pos[ok]] == rank[ok]) & (w["start"][pos[ok]] == start[ok])
+    ok[ok] &= wanted_sorted[pos[ok]]
+    names = analysis.strings.codes(table.column("name")).astype(np.int64)
+    sums = table.column("self_ns").to_numpy().astype(np.float64)
+    return pos[ok] * n_names + names[ok], sums[ok]
 
 
 def _reasons(analysis: RankAnalysis, flagged: np.ndarray, steps_last: np.ndarray) -> dict[int, str]:
