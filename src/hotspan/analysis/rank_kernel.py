@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -176,21 +177,36 @@ class RankAnalysis:
         return flags[category_codes]
 
     def _first_pass(self) -> None:
-        cols = ("rank", "name", "category", "start_ns", "end_ns", "thread_id", "span_id")
+        cols: tuple[str, ...] = ("rank", "name", "category", "start_ns", "end_ns", "thread_id")
+        cols += ("span_id",)
+        picks: dict[
+            str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray | None], tuple[str, ...]]
+        ] = {
+            "coll": (lambda b: self._is_collective(b["category"]), cols),
+            "top": (lambda b: b["depth"] == 0, cols),
+        }
+        read: tuple[str, ...] = ("depth",)
+        early = None
+        if self.source.spark is None:
+            # the windows' sums and the steps' children too, so that the spans are read once
+            # (rank_reasons.EarlyWindows; checked, else a second pass reads them again)
+            from .rank_reasons import EarlyWindows
+
+            early = EarlyWindows(self)
+            picks["kids"] = (
+                lambda b: (b["depth"] == 1) & ~self._is_collective(b["category"]),
+                EarlyWindows.KID_COLUMNS,
+            )
+            read = ("depth", "rank", "name", "start_ns", "end_ns", "self_ns")
         # on Spark, Spark keeps the rows (collectives, top-level spans); the same code picks
         source = self.source.narrowed(
             f"{self.collective_sql()} OR depth = 0", (*cols[:-1], "depth", "span_id")
         )
-        found = gather(
-            source,
-            self.strings,
-            {
-                "coll": (lambda b: self._is_collective(b["category"]), cols),
-                "top": (lambda b: b["depth"] == 0, cols),
-            },
-            read=("depth",),
-        )
+        found = gather(source, self.strings, picks, read=read, visit=early.visit if early else None)
         self.coll, self.top = found["coll"], found["top"]
+        if early is not None:
+            early.kids = found["kids"]
+            self.found["early"] = early
 
     # -- matching, clocks, waits -------------------------------------------------------------
 

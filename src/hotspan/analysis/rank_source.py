@@ -253,12 +253,14 @@ def gather(
     strings: Strings,
     picks: dict[str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray | None], tuple[str, ...]]],
     read: tuple[str, ...] = (),
+    visit: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """One pass over ``source``: for each ``label: (pick, columns)`` the rows ``pick`` keeps
     (a boolean mask over a batch, None for none), those columns as numpy (``name`` and
     ``category`` as codes in ``strings``), concatenated. The picks see only ``read`` (and
     ``category``); the other columns are converted for the rows some pick keeps, which in a
-    run are few (collectives, steps) beside the spans read."""
+    run are few (collectives, steps) beside the spans read. ``visit``, if given, sees every
+    batch's ``read`` columns (all rows) too."""
     look = tuple(dict.fromkeys(("category", *read)))
     wanted = {c for _, columns in picks.values() for c in columns} | set(look)
     columns_read = tuple(c for c in COLUMNS if c in wanted)
@@ -269,6 +271,8 @@ def gather(
         if not table.num_rows:
             continue
         seen = {c: _numpy(strings, c, table.column(c)) for c in look}
+        if visit is not None:
+            visit(seen)
         masks = {label: pick(seen) for label, (pick, _) in picks.items()}
         chosen = [m for m in masks.values() if m is not None and m.any()]
         if not chosen:
