@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ranks.py [--ranks 1024] [--steps 1000] [--layers 20]
                                      [--dir /tmp/hotspan-ranks] [--keep] [--max-gib 2]
+                                     [--max-s 30] [--spark]
 
 1. Generates a run with hotspan.testing.many_ranks (49 spans a rank and step with
    --layers 20: 1,024 ranks x 1,000 steps is about 50 M spans), two ranks made slow
@@ -12,7 +13,13 @@
    numpy), and `hotspan.analysis.ranks.ranks_summary(DIR)`
    (matching, clocks, blame, the test, the reasons, the critical path: three passes over
    the parts). Prints both wall times, their ratio, the analysis's peak memory (ru_maxrss
-   from os.wait4) and the load average; checks that exactly the injected ranks are named.
+   from os.wait4) and the load average; checks that exactly the injected ranks are named,
+   and that it took at most --max-s seconds of CPU (the wall time on a machine shared with
+   others is printed beside it, with the load) and --max-gib of memory.
+3. With --spark: the same on Spark local (``engine=`` a local[2] session in a fresh process):
+   the JVM's start and the analysis timed apart, the driver's peak memory (the JVM's heap
+   is capped by spark.driver.memory, 2g here), and the answer checked equal to the
+   streamed one.
 
 Run it under `flock /tmp/hotspan-bench.lock` on a shared machine.
 """
@@ -50,6 +57,29 @@ print(json.dumps({"named": [r["rank"] for r in answer["stragglers"] if r["stragg
 """
 
 
+SPARK = """
+import json, sys, time
+started = time.perf_counter()
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g")
+         .config("spark.sql.shuffle.partitions", "8").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+jvm = time.perf_counter() - started
+from hotspan.analysis.ranks import ranks_summary
+started = time.perf_counter()
+answer = ranks_summary(sys.argv[1], engine=spark)
+seconds = time.perf_counter() - started
+print(json.dumps({"jvm_s": jvm, "analysis_s": seconds, "answer": answer}))
+"""
+
+FULL = """
+import json, sys
+from hotspan.analysis.ranks import ranks_summary
+print(json.dumps({"answer": ranks_summary(sys.argv[1])}))
+"""
+
+
 def timed(code: str, directory: Path) -> tuple[float, float, str, float]:
     """Wall seconds, peak GiB, stdout and CPU seconds of ``python -c code directory``, a
     fresh process."""
@@ -75,6 +105,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="reuse / keep the generated run")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--max-gib", type=float, default=2.0)
+    parser.add_argument("--max-s", type=float, default=30.0, help="CPU seconds of the analysis")
+    parser.add_argument("--spark", action="store_true", help="also on Spark local")
     args = parser.parse_args()
 
     from hotspan.testing import Straggler, many_ranks
@@ -118,6 +150,20 @@ def main() -> None:
     )
     assert sorted(answer["named"]) == sorted(s.rank for s in injected), answer["named"]
     assert best[1] <= args.max_gib, f"peak {best[1]:.2f} GiB over {args.max_gib}"
+    assert best[3] <= args.max_s, f"{best[3]:.1f} s of CPU, over {args.max_s}"
+    if args.spark:
+        streamed = json.loads(timed(FULL, args.dir)[2])["answer"]
+        print(f"load before Spark: {open('/proc/loadavg').read().split()[:3]}")
+        wall, peak, out, cpu = timed(SPARK, args.dir)
+        spark = json.loads(out)
+        print(
+            f"Spark local[2]: JVM start {spark['jvm_s']:.1f} s, ranks_summary "
+            f"{spark['analysis_s']:.1f} s (process {wall:.1f} s wall, driver {cpu:.1f} s CPU, "
+            f"driver peak {peak:.2f} GiB; JVM heap capped at 2g); "
+            f"load after {open('/proc/loadavg').read().split()[:3]}"
+        )
+        assert spark["answer"] == streamed, "Spark's answer differs from the streamed one"
+        print("Spark's answer equals the streamed one")
     if not args.keep:
         shutil.rmtree(args.dir, ignore_errors=True)
 
