@@ -61,18 +61,20 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
     found_kids: dict[str, list[np.ndarray]] = {c: [] for c in kid_cols}
     source = analysis.source
     early = analysis.found.get("early")
-    done = early.finish(analysis, w, index, step_ids, kids) if early is not None else None
-    if done is not None:
-        # the first pass found it all already (EarlyWindows): no second reading
-        found_sums, found_kids_early = done
-        if wanted_sorted is not None:
+    from_early = False
+    if early is not None and kids:
+        # the first pass kept the steps' candidate children (EarlyWindows): no second reading
+        found_kids_early = early.step_children(step_ids)
+        if found_kids_early is not None:
+            analysis.found["kids"] = _index_kids(analysis, found_kids_early)
+            kids = False
+    if early is not None and wanted_sorted is not None:
+        found_sums = early.window_sums(analysis, w, index)
+        if found_sums is not None:
             for keys, sums in found_sums:
                 chosen = wanted_sorted[keys // N_NAMES]
                 parts.append((keys[chosen], sums[chosen]))
-            wanted_sorted = None
-        if kids:
-            kids = False
-            analysis.found["kids"] = _index_kids(analysis, found_kids_early)
+            wanted_sorted, from_early = None, True
     if source.spark is not None:
         # Spark sums the windows (the heavy group-by) and keeps the depth-1 spans; the loop
         # below picks the steps' children among those, as it does from every span
@@ -134,7 +136,7 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
         empty = np.zeros(0, np.int64)
         analysis.found["sums"] = (empty, empty, np.zeros(0))
         return
-    uniq, sums = _merge_sums(parts, disjoint=done is not None)
+    uniq, sums = _merge_sums(parts, disjoint=from_early)
     analysis.found["sums"] = (w["order"][uniq // n_names], uniq % n_names, sums)
 
 
@@ -182,10 +184,11 @@ class EarlyWindows:
     a rank (and name); the spans before a rank's first collective in the batch or after its
     last are kept as they are (few, where a batch holds a rank's spans in order); the steps'
     candidate children (depth 1, not collectives) are kept by the first pass's gather.
-    :meth:`finish` checks that every pair of collectives consecutive in a batch is
+    :meth:`window_sums` checks that every pair of collectives consecutive in a batch is
     consecutive in the whole run (then each window summed in a batch is the run's window)
     and places the kept spans by the same rule as second_pass; when a check fails, or too
-    many spans had to be kept, it answers None and second_pass reads the spans again."""
+    many spans had to be kept, it answers None and second_pass reads the spans again.
+    :meth:`step_children` needs no check (a span's parent is its parent in any batch)."""
 
     RAW_LIMIT = 1 << 22
     KID_COLUMNS = ("rank", "name", "start_ns", "end_ns", "parent_id")
@@ -235,22 +238,20 @@ class EarlyWindows:
             return
         self.raw.append((r[raw], names[nc][raw], st[raw], en[raw], self_ns[nc][raw]))
 
-    def finish(
-        self,
-        analysis: RankAnalysis,
-        w: dict[str, np.ndarray],
-        index: PerRank,
-        step_ids: np.ndarray,
-        kids: bool,
-    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]] | None:
-        """((window key, self time) parts over every window, the steps' children), or None."""
-        if not self.ok or self.kids is None or (kids and not self.kids):
+    def window_sums(
+        self, analysis: RankAnalysis, w: dict[str, np.ndarray], index: PerRank
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """(window key, self time) parts over every window, disjoint, each key once in its
+        part; None when a batch's pair of collectives is not consecutive in the run, or too
+        many spans had to be kept (then the spans are read again)."""
+        if not self.ok:
             return None
         if "early_sums" not in analysis.found:
             for r, a, b in self.pairs:
                 pa_, pb = index.position(r, a, strict=False), index.position(r, b, strict=False)
                 if not ((pa_ >= 0) & (pb == pa_ + 1) & (w["start"][pb] == b)).all():
                     self.ok = False
+                    self.sums, self.raw, self.pairs = [], [], []
                     return None
             # a part per batch: the windows a batch summed, by their place in the run
             parts = []
@@ -275,9 +276,14 @@ class EarlyWindows:
                 parts_raw = (np.zeros(0, np.int64), np.zeros(0))
             analysis.found["early_sums"] = [(keys, sums), parts_raw]
             self.sums, self.raw, self.pairs = [], [], []
-        if not kids:
-            return analysis.found["early_sums"], {}
-        found_kids, self.kids = self.kids, {}  # asked once (second_pass keeps the answer)
+        found: list[tuple[np.ndarray, np.ndarray]] = analysis.found["early_sums"]
+        return found
+
+    def step_children(self, step_ids: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The depth-1 spans the first pass kept whose parent is a step (asked once)."""
+        if not self.kids:
+            return None
+        found_kids, self.kids = self.kids, {}  # second_pass keeps the answer
         if len(step_ids) and len(found_kids["parent_id"]):
             parent = found_kids["parent_id"]
             at = np.minimum(np.searchsorted(step_ids, parent), len(step_ids) - 1)
@@ -285,8 +291,8 @@ class EarlyWindows:
         else:
             hit = np.zeros(len(found_kids["parent_id"]), bool)
         if hit.all():
-            return analysis.found["early_sums"], found_kids
-        return analysis.found["early_sums"], {c: found_kids[c][hit] for c in self.KID_COLUMNS}
+            return found_kids
+        return {c: found_kids[c][hit] for c in self.KID_COLUMNS}
 
 
 def _spark_window_sums(
