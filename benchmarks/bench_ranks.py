@@ -157,7 +157,7 @@ def write_docs(f: dict) -> None:
     if SECTION in text:
         start = text.index(SECTION)
         end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
+        text = text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
     else:
         at = text.index("## Other benchmarks")
         text = text[:at] + section + "\n" + text[at:]
