@@ -239,6 +239,7 @@ def collectives(
     align: bool = True,
     clock_error_ns: int | None = None,
     filter: _SpanFilter | dict[str, Any] | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """Collectives matched across ranks: a row per instance and rank, as a ``pyarrow.Table``.
 
@@ -248,6 +249,8 @@ def collectives(
     :param align: estimate each rank's clock offset from the collectives' ends and correct it.
     :param clock_error_ns: each rank's clock error bound, in place of the run's metadata.
     :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+    :param engine: as for :func:`stats`: ``"memory"``, ``"duckdb"`` (streamed), ``"spark"`` or
+        a SparkSession (the same rows).
 
     Columns: ``key`` (the span's name), ``index`` (the k-th of that key on each rank),
     ``rank``, ``arrival_ns``, ``arrival_error_ns``, ``wait_ns`` (last arrival minus its own,
@@ -256,7 +259,12 @@ def collectives(
     from .analysis.ranks import collectives as implementation
 
     return implementation(
-        spans, category=category, align=align, clock_error_ns=clock_error_ns, filter=filter
+        spans,
+        category=category,
+        align=align,
+        clock_error_ns=clock_error_ns,
+        filter=filter,
+        engine=engine,
     )
 
 
@@ -270,6 +278,7 @@ def stragglers(
     alpha: float = 0.001,
     min_share: float = 0.05,
     filter: _SpanFilter | dict[str, Any] | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """Which rank makes the others wait, and why: a row per rank, as a ``pyarrow.Table``.
 
@@ -281,6 +290,8 @@ def stragglers(
     :param alpha: the straggler test's level (Bennett's bound, Bonferroni over ranks).
     :param min_share: how far above its expected share of all blame a straggler must be.
     :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+    :param engine: as for :func:`stats`: ``"memory"``, ``"duckdb"`` (streamed), ``"spark"`` or
+        a SparkSession (the same rows).
 
     Columns: ``rank``, ``blame_ns`` (the others' waits where it arrived last), ``wait_ns``,
     ``steps_last``, ``straggler``, ``reason`` (``rank 7: data.fetch +38.00 ms a step over
@@ -298,6 +309,7 @@ def stragglers(
         alpha=alpha,
         min_share=min_share,
         filter=filter,
+        engine=engine,
     )
 
 
@@ -309,6 +321,7 @@ def critical_path(
     align: bool = True,
     summary: bool = False,
     filter: _SpanFilter | dict[str, Any] | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """The critical path of each step across ranks: a row per segment, as a ``pyarrow.Table``.
 
@@ -318,6 +331,8 @@ def critical_path(
     :param align: correct each rank's clock offset, estimated from the collectives' ends.
     :param summary: per span name instead: ``critical_ns`` and ``share`` of the path.
     :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+    :param engine: as for :func:`stats`: ``"memory"``, ``"duckdb"`` (streamed), ``"spark"`` or
+        a SparkSession (the same rows).
 
     Columns: ``step``, ``rank``, ``name``, ``start_ns``, ``end_ns`` (the rank's own clock).
     See :func:`hotspan.analysis.ranks.critical_path`.
@@ -325,7 +340,13 @@ def critical_path(
     from .analysis.ranks import critical_path as implementation
 
     return implementation(
-        spans, category=category, step=step, align=align, summary=summary, filter=filter
+        spans,
+        category=category,
+        step=step,
+        align=align,
+        summary=summary,
+        filter=filter,
+        engine=engine,
     )
 
 
@@ -336,6 +357,7 @@ def rank_steps(
     step: str | None = "step",
     align: bool = True,
     filter: _SpanFilter | dict[str, Any] | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """Per rank and step: its time, waits and blame, as a ``pyarrow.Table`` (the cells of
     ``hotspan serve``'s rank x step heatmap).
@@ -345,6 +367,8 @@ def rank_steps(
     :param step: the step span's name (else each rank's most frequent top-level span).
     :param align: correct each rank's clock offset, estimated from the collectives' ends.
     :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+    :param engine: as for :func:`stats`: ``"memory"``, ``"duckdb"`` (streamed), ``"spark"`` or
+        a SparkSession; ``None`` chooses by size.
 
     Columns: ``rank``, ``step``, ``start_ns``, ``end_ns`` (the step span, on the rank's own
     clock), ``step_ns``, ``wait_ns`` (its waits in that step's collectives), ``blame_ns``
@@ -353,7 +377,9 @@ def rank_steps(
     """
     from .analysis.ranks import rank_steps as implementation
 
-    return implementation(spans, category=category, step=step, align=align, filter=filter)
+    return implementation(
+        spans, category=category, step=step, align=align, filter=filter, engine=engine
+    )
 
 
 def live(min_ns: int = 0, file: IO[str] | None = None) -> LiveLog:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from .comms import group_of, is_collective
 from .filters import SpanFilter
+from .rank_arrays import PerRank, group_bounds, sorted_by
 from .rank_source import RankSource, Strings, gather
 
 __all__ = [
@@ -57,28 +59,6 @@ class RankOptions:
             raise ValueError("category: expected the last part of the collectives' category")
 
 
-def group_bounds(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start and count of each run of equal values in ``sorted_keys``."""
-    if not len(sorted_keys):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    return starts, np.diff(np.r_[starts, len(sorted_keys)])
-
-
-def sorted_by(*keys: np.ndarray) -> bool:
-    """Whether the rows are already in the order ``np.lexsort(keys[::-1])`` would give
-    (first key first): parts read in order usually are, and a check is O(n)."""
-    if len(keys[0]) < 2:
-        return True
-    tied = np.ones(len(keys[0]) - 1, bool)
-    for key in keys:
-        step = np.diff(key.astype(np.int64) if key.dtype == np.uint64 else key)
-        if (step[tied] < 0).any():
-            return False
-        tied &= step == 0
-    return True
-
-
 def group_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
     """Per distinct key (sorted): the lower ``q``-quantile of its values."""
     starts, counts = group_bounds(keys) if sorted_by(keys) else (None, None)
@@ -92,41 +72,6 @@ def group_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.n
     starts, counts = group_bounds(keys[order])
     picked = order[starts + np.floor(q * (counts - 1)).astype(np.int64)]
     return keys[order[starts]], values[picked]
-
-
-class PerRank:
-    """Times grouped by rank and sorted, to ask many times where other times fall."""
-
-    def __init__(self, rank: np.ndarray, time: np.ndarray) -> None:
-        self.order = np.lexsort((time, rank))
-        self.rank, self.time = rank[self.order], time[self.order]
-        self.ranks, self.first = np.unique(self.rank, return_index=True)
-        self.ends = np.r_[self.first[1:], len(self.rank)].astype(np.int64)
-
-    def position(self, rank: np.ndarray, time: np.ndarray, strict: bool) -> np.ndarray:
-        """For each (rank, time): the position, in this sorted order, of the first time of
-        its rank at or after (``strict``: after) it; -1 for a rank with no times here.
-        O(n log n): the queries are grouped by rank once, not scanned once per rank."""
-        out = np.full(len(rank), -1, np.int64)
-        side: Literal["left", "right"] = "right" if strict else "left"
-        if len(rank) and rank[0] == rank[-1] and (rank == rank[0]).all():
-            # one rank's batch (a run directory's part): no grouping needed
-            i = int(np.searchsorted(self.ranks, rank[0]))
-            if i < len(self.ranks) and self.ranks[i] == rank[0]:
-                a, b = self.first[i], self.ends[i]
-                out[:] = a + np.searchsorted(self.time[a:b], time, side=side)
-            return out
-        by = np.argsort(rank, kind="stable")
-        asked, first = np.unique(rank[by], return_index=True)
-        ends = np.r_[first[1:], len(by)]
-        at = np.searchsorted(self.ranks, asked)
-        for r, i, lo, hi in zip(asked, at, first, ends):
-            if i >= len(self.ranks) or self.ranks[i] != r:
-                continue
-            a, b = self.first[i], self.ends[i]
-            chosen = by[lo:hi]
-            out[chosen] = a + np.searchsorted(self.time[a:b], time[chosen], side=side)
-        return out
 
 
 def count_before(
@@ -146,15 +91,42 @@ class RankAnalysis:
         spans: Any,
         options: RankOptions | None = None,
         span_filter: SpanFilter | dict | None = None,
+        engine: Any = None,
     ) -> None:
         self.options = options or RankOptions()
         #: what the second pass over the spans found (rank_reasons.second_pass)
         self.found: dict[str, Any] = {}
-        self.source = RankSource(spans, span_filter)
+        self.source = RankSource(spans, span_filter, engine)
         self.strings = Strings()
-        self._first_pass()
-        self._match()
-        self._steps()
+        try:
+            self._first_pass()
+            self._match()
+            self._steps()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Let the engine's resources go (a Spark view); the answers computed stay."""
+        self.source.close()
+
+    def __enter__(self) -> RankAnalysis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def collective_sql(self) -> str:
+        """:meth:`_is_collective` as a Spark SQL condition (for the Spark engine's passes)."""
+        from .queries import SPARK
+
+        want = self.options.category
+        # comms.is_collective: the category's last part is ``want`` or ``want:GROUP``
+        last = f"substring_index({SPARK.quote('category')}, '/', -1)"
+        return (
+            f"({last} = {SPARK.string(want)} OR "
+            f"substr({last}, 1, {len(want) + 1}) = {SPARK.string(want + ':')})"
+        )
 
     # -- pass 1: collectives and top-level spans ---------------------------------------------
 
@@ -164,17 +136,36 @@ class RankAnalysis:
         return flags[category_codes]
 
     def _first_pass(self) -> None:
-        cols = ("rank", "name", "category", "start_ns", "end_ns", "thread_id", "span_id")
-        found = gather(
-            self.source,
-            self.strings,
-            {
-                "coll": (lambda b: self._is_collective(b["category"]), cols),
-                "top": (lambda b: b["depth"] == 0, cols),
-            },
-            read=("depth",),
+        cols: tuple[str, ...] = ("rank", "name", "category", "start_ns", "end_ns", "thread_id")
+        cols += ("span_id",)
+        picks: dict[
+            str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray | None], tuple[str, ...]]
+        ] = {
+            "coll": (lambda b: self._is_collective(b["category"]), cols),
+            "top": (lambda b: b["depth"] == 0, cols),
+        }
+        read: tuple[str, ...] = ("depth",)
+        early = None
+        if self.source.spark is None:
+            # the windows' sums and the steps' children too, so that the spans are read once
+            # (rank_reasons.EarlyWindows; checked, else a second pass reads them again)
+            from .rank_reasons import EarlyWindows
+
+            early = EarlyWindows(self)
+            picks["kids"] = (
+                lambda b: (b["depth"] == 1) & ~self._is_collective(b["category"]),
+                EarlyWindows.KID_COLUMNS,
+            )
+            read = ("depth", "rank", "name", "start_ns", "end_ns", "self_ns")
+        # on Spark, Spark keeps the rows (collectives, top-level spans); the same code picks
+        source = self.source.narrowed(
+            f"{self.collective_sql()} OR depth = 0", (*cols[:-1], "depth", "span_id")
         )
+        found = gather(source, self.strings, picks, read=read, visit=early.visit if early else None)
         self.coll, self.top = found["coll"], found["top"]
+        if early is not None:
+            early.kids = found["kids"]
+            self.found["early"] = early
 
     # -- matching, clocks, waits -------------------------------------------------------------
 

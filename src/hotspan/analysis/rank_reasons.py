@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..units import human_ns
-from .rank_kernel import PerRank, group_bounds, sorted_by
+from .rank_arrays import PerRank, group_bounds, sorted_by
 
 if TYPE_CHECKING:
     from .rank_kernel import RankAnalysis
@@ -55,14 +55,41 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
     wanted_sorted = wanted[w["order"]] if wanted is not None else None
     index = PerRank(w["rank"], w["start"])  # w is sorted by (rank, start) already
     step_ids = np.sort(analysis.steps["span_id"].astype(np.uint64))
-    n_names = 1 << 20
+    n_names = N_NAMES
     parts: list[tuple[np.ndarray, np.ndarray]] = []
     kid_cols = ("rank", "name", "start_ns", "end_ns", "parent_id")
     found_kids: dict[str, list[np.ndarray]] = {c: [] for c in kid_cols}
+    source = analysis.source
+    early = analysis.found.get("early")
+    from_early = False
+    if early is not None and kids:
+        # the first pass kept the steps' candidate children (EarlyWindows): no second reading
+        found_kids_early = early.step_children(step_ids)
+        if found_kids_early is not None:
+            analysis.found["kids"] = _index_kids(analysis, found_kids_early)
+            kids = False
+    if early is not None and wanted_sorted is not None:
+        found_sums = early.window_sums(analysis, w, index)
+        if found_sums is not None:
+            for keys, sums in found_sums:
+                chosen = wanted_sorted[keys // N_NAMES]
+                parts.append((keys[chosen], sums[chosen]))
+            wanted_sorted, from_early = None, True
+    if source.spark is not None:
+        # Spark sums the windows (the heavy group-by) and keeps the depth-1 spans; the loop
+        # below picks the steps' children among those, as it does from every span
+        if wanted_sorted is not None:
+            parts.append(_spark_window_sums(analysis, w, index, wanted_sorted, n_names))
+            wanted_sorted = None
+        if kids:
+            source = source.narrowed(
+                f"depth = 1 AND NOT coalesce({analysis.collective_sql()}, false)",
+                ("category", "name", "rank", "start_ns", "end_ns", "parent_id", "depth"),
+            )
     columns = ["category", "name", "rank", "start_ns", "end_ns"]
-    columns += ["self_ns"] if wanted is not None else []
+    columns += ["self_ns"] if wanted_sorted is not None else []
     columns += ["parent_id", "depth"] if kids else []
-    for table in analysis.source.batches(tuple(columns)):
+    for table in source.batches(tuple(columns)) if kids or wanted_sorted is not None else ():
         if not table.num_rows:
             continue
         keep = ~analysis._is_collective(analysis.strings.codes(table.column("category")))
@@ -92,19 +119,7 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
         if not ok.any():
             continue
         self_ns = table.column("self_ns").to_numpy()[ok]
-        at_pos, names = pos[ok].astype(np.int64), names_all[ok].astype(np.int64)
-        low, span = int(at_pos.min()), int(at_pos.max() - at_pos.min() + 1)
-        n_seen = int(names.max()) + 1
-        if span * n_seen <= 4 * len(at_pos) + 4096:
-            # a batch holds a few ranks' spans in order: their windows are a short range
-            sums = np.bincount(
-                (at_pos - low) * n_seen + names, weights=self_ns, minlength=span * n_seen
-            )
-            nz = np.flatnonzero(sums)
-            parts.append(((nz // n_seen + low) * n_names + nz % n_seen, sums[nz]))
-        else:
-            uniq, inverse = np.unique(at_pos * n_names + names, return_inverse=True)
-            parts.append((uniq, np.bincount(inverse, weights=self_ns)))
+        parts.append(_sum_by_window(pos[ok], names_all[ok], self_ns))
     if kids:
         analysis.found["kids"] = _index_kids(
             analysis,
@@ -121,9 +136,184 @@ def second_pass(analysis: RankAnalysis, wanted: np.ndarray | None, kids: bool) -
         empty = np.zeros(0, np.int64)
         analysis.found["sums"] = (empty, empty, np.zeros(0))
         return
-    uniq, inverse = np.unique(np.concatenate([u for u, _ in parts]), return_inverse=True)
-    sums = np.bincount(inverse, weights=np.concatenate([s for _, s in parts]))
+    uniq, sums = _merge_sums(parts, disjoint=from_early)
     analysis.found["sums"] = (w["order"][uniq // n_names], uniq % n_names, sums)
+
+
+def _merge_sums(
+    parts: list[tuple[np.ndarray, np.ndarray]], disjoint: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(key, sum) parts as one: each key once, its sums added. Parts whose keys rise already
+    (windows summed a rank at a time, in order), or ``disjoint`` ones (each key in one part,
+    once), are merged without a sort of them all."""
+    keys = np.concatenate([u for u, _ in parts])
+    sums = np.concatenate([v for _, v in parts])
+    del parts[:]
+    if disjoint or len(keys) < 2 or (keys[1:] > keys[:-1]).all():
+        return keys, sums
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=sums)
+
+
+N_NAMES = 1 << 20  # window keys: window position * N_NAMES + name code
+
+
+def _sum_by_window(
+    at_pos: np.ndarray, names: np.ndarray, self_ns: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(window * N_NAMES + name, summed self time) of spans at window ``at_pos``."""
+    at_pos, names = at_pos.astype(np.int64), names.astype(np.int64)
+    if not len(at_pos):
+        return np.zeros(0, np.int64), np.zeros(0)
+    low, span = int(at_pos.min()), int(at_pos.max() - at_pos.min() + 1)
+    n_seen = int(names.max()) + 1
+    if span * n_seen <= 4 * len(at_pos) + 4096:
+        # a batch holds a few ranks' spans in order: their windows are a short range
+        sums = np.bincount(
+            (at_pos - low) * n_seen + names, weights=self_ns, minlength=span * n_seen
+        )
+        nz = np.flatnonzero(sums)
+        return (nz // n_seen + low) * N_NAMES + nz % n_seen, sums[nz]
+    uniq, inverse = np.unique(at_pos * N_NAMES + names, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=self_ns)
+
+
+class EarlyWindows:
+    """second_pass's answers found during the first pass, so that a run is read once: each
+    batch's spans are summed per window between that batch's own consecutive collectives of
+    a rank (and name); the spans before a rank's first collective in the batch or after its
+    last are kept as they are (few, where a batch holds a rank's spans in order); the steps'
+    candidate children (depth 1, not collectives) are kept by the first pass's gather.
+    :meth:`window_sums` checks that every pair of collectives consecutive in a batch is
+    consecutive in the whole run (then each window summed in a batch is the run's window)
+    and places the kept spans by the same rule as second_pass; when a check fails, or too
+    many spans had to be kept, it answers None and second_pass reads the spans again.
+    :meth:`step_children` needs no check (a span's parent is its parent in any batch)."""
+
+    RAW_LIMIT = 1 << 22
+    KID_COLUMNS = ("rank", "name", "start_ns", "end_ns", "parent_id")
+
+    def __init__(self, analysis: RankAnalysis) -> None:
+        self.analysis = analysis
+        self.ok = True
+        self.sums: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.raw: list[tuple[np.ndarray, ...]] = []
+        self.n_raw = 0
+        self.kids: dict[str, np.ndarray] | None = None
+
+    def visit(self, seen: dict[str, np.ndarray]) -> None:
+        if not self.ok:
+            return
+        coll = self.analysis._is_collective(seen["category"])
+        rank, start, end = seen["rank"].astype(np.int64), seen["start_ns"], seen["end_ns"]
+        names, self_ns = seen["name"], seen["self_ns"]
+        c = np.flatnonzero(coll)
+        nc = ~coll
+        r, st, en = rank[nc], start[nc], end[nc]
+        inside = np.zeros(len(r), bool)
+        if len(c):
+            index = PerRank(rank[c], start[c])
+            c_rank, c_start, c_end = index.rank, index.time, end[c][index.order]
+            same = c_rank[1:] == c_rank[:-1]
+            if same.any():
+                self.pairs.append((c_rank[1:][same], c_start[:-1][same], c_start[1:][same]))
+            pos = index.position(r, en, strict=False)
+            inside = (pos > 0) & (pos < len(c_rank))
+            inside[inside] &= (c_rank[pos[inside]] == r[inside]) & (
+                c_rank[pos[inside] - 1] == r[inside]
+            )
+            counted = inside.copy()
+            counted[inside] &= c_end[pos[inside] - 1] <= st[inside]
+            keys, sums = _sum_by_window(pos[counted], names[nc][counted], self_ns[nc][counted])
+            at = keys // N_NAMES
+            self.sums.append(
+                (c_rank[at].astype(np.int32), c_start[at], (keys % N_NAMES).astype(np.int32), sums)
+            )
+        raw = ~inside
+        self.n_raw += int(raw.sum())
+        if self.n_raw > self.RAW_LIMIT:
+            self.ok = False
+            self.sums, self.pairs, self.raw = [], [], []
+            return
+        self.raw.append((r[raw], names[nc][raw], st[raw], en[raw], self_ns[nc][raw]))
+
+    def window_sums(
+        self, analysis: RankAnalysis, w: dict[str, np.ndarray], index: PerRank
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """(window key, self time) parts over every window, disjoint, each key once in its
+        part; None when a batch's pair of collectives is not consecutive in the run, or too
+        many spans had to be kept (then the spans are read again)."""
+        if not self.ok:
+            return None
+        if "early_sums" not in analysis.found:
+            for r, a, b in self.pairs:
+                pa_, pb = index.position(r, a, strict=False), index.position(r, b, strict=False)
+                if not ((pa_ >= 0) & (pb == pa_ + 1) & (w["start"][pb] == b)).all():
+                    self.ok = False
+                    self.sums, self.raw, self.pairs = [], [], []
+                    return None
+            # a part per batch: the windows a batch summed, by their place in the run
+            parts = []
+            while self.sums:
+                r, st, n, v = self.sums.pop(0)
+                parts.append((index.position(r, st, strict=False) * N_NAMES + n, v))
+            keys, sums = _merge_sums(parts) if parts else (np.zeros(0, np.int64), np.zeros(0))
+            if self.raw:
+                r, n, st, en, v = (np.concatenate(c) for c in zip(*self.raw))
+                pos = index.position(r, en, strict=False)
+                ok = (pos >= 0) & (pos < len(w["rank"]))
+                ok[ok] &= w["rank"][pos[ok]] == r[ok]
+                ok[ok] &= w["prev_end"][pos[ok]] <= st[ok]
+                k, s = _sum_by_window(pos[ok], n[ok], v[ok])
+                # the kept spans' windows: those summed in a batch too get their sums added,
+                # the others come after (the parts need not be in order, only each key once)
+                at = np.minimum(np.searchsorted(keys, k), max(len(keys) - 1, 0))
+                known = (at < len(keys)) & (keys[at] == k) if len(keys) else np.zeros(len(k), bool)
+                np.add.at(sums, at[known], s[known])
+                parts_raw = (k[~known], s[~known])
+            else:
+                parts_raw = (np.zeros(0, np.int64), np.zeros(0))
+            analysis.found["early_sums"] = [(keys, sums), parts_raw]
+            self.sums, self.raw, self.pairs = [], [], []
+        found: list[tuple[np.ndarray, np.ndarray]] = analysis.found["early_sums"]
+        return found
+
+    def step_children(self, step_ids: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The depth-1 spans the first pass kept whose parent is a step (asked once)."""
+        if not self.kids:
+            return None
+        found_kids, self.kids = self.kids, {}  # second_pass keeps the answer
+        if len(step_ids) and len(found_kids["parent_id"]):
+            parent = found_kids["parent_id"]
+            at = np.minimum(np.searchsorted(step_ids, parent), len(step_ids) - 1)
+            hit = step_ids[at] == parent
+        else:
+            hit = np.zeros(len(found_kids["parent_id"]), bool)
+        if hit.all():
+            return found_kids
+        return {c: found_kids[c][hit] for c in self.KID_COLUMNS}
+
+
+def _spark_window_sums(
+    analysis: RankAnalysis,
+    w: dict[str, np.ndarray],
+    index: PerRank,
+    wanted_sorted: np.ndarray,
+    n_names: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """second_pass's window sums, grouped by Spark (spark.py ``window_sums``): the same
+    (window position * n_names + name code, self time) pairs the loop builds."""
+    table = analysis.source.spark.window_sums(analysis.collective_sql())
+    rank = table.column("rank").to_numpy().astype(np.int64)
+    start = table.column("start_ns").to_numpy().astype(np.int64)
+    pos = index.position(rank, start, strict=False)
+    ok = (pos >= 0) & (pos < len(w["rank"]))
+    ok[ok] &= (w["rank"][pos[ok]] == rank[ok]) & (w["start"][pos[ok]] == start[ok])
+    ok[ok] &= wanted_sorted[pos[ok]]
+    names = analysis.strings.codes(table.column("name")).astype(np.int64)
+    sums = table.column("self_ns").to_numpy().astype(np.float64)
+    return pos[ok] * n_names + names[ok], sums[ok]
 
 
 def _reasons(analysis: RankAnalysis, flagged: np.ndarray, steps_last: np.ndarray) -> dict[int, str]:

@@ -61,34 +61,60 @@ class Strings:
 
 class RankSource:
     """Re-iterable batches of ``spans`` (a table or paths), the filter applied, and the
-    metadata of the run."""
+    metadata of the run. ``engine`` as for ``stats`` (engine.py): ``"memory"`` loads paths,
+    ``"duckdb"`` streams them (through this module's reader, a part at a time), ``"spark"``
+    or a SparkSession leaves the spans to Spark, which hands back only the rows a pass
+    keeps (:meth:`narrowed`) and the windows' sums (spark.py)."""
 
-    def __init__(self, spans: Any, span_filter: SpanFilter | dict | None = None) -> None:
-        from .engine import choose
+    _metadata: dict[bytes, bytes] | None = None
+
+    def __init__(
+        self, spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None
+    ) -> None:
+        from .engine import choose, paths_of
 
         self.span_filter = SpanFilter.of(span_filter)
         self.table: pa.Table | None = None
         self.files: list[str] = []
-        from .engine import paths_of
-
+        self.spark: Any = None
         paths = paths_of(spans)
         self.paths = paths or []
+        kind = choose(spans, engine)
         if paths is None:
             if not isinstance(spans, pa.Table):
                 raise TypeError(
                     f"spans: expected a pyarrow.Table or a path, not {type(spans).__name__}"
                 )
+            if kind == "spark":
+                raise TypeError(
+                    "engine spark: give the spans as paths (Parquet files, run directories, "
+                    "URIs), not a Table"
+                )
             self.table = spans
-        elif choose(spans) == "memory":
+        elif kind == "memory":
             from .engine import load_paths
 
             self.table = load_paths(paths, run=self.span_filter.run)
+        elif kind == "spark":
+            from .spark import SparkSpans
+
+            self.spark = SparkSpans(
+                None if isinstance(engine, str) else engine, paths, self.span_filter
+            )
+            missing = [c for c in COLUMNS if c not in self.spark.columns]
+            if missing:
+                self.spark.close()
+                raise ValueError(
+                    f"{', '.join(paths)}: not a span table, no column {', '.join(missing)}"
+                )
+            self.files = self.spark.files
+            self.span_filter = SpanFilter()  # the Spark view is filtered
         else:
+            from pathlib import Path
+
             from ..formats.dataset import part_files
 
             for text in paths:
-                from pathlib import Path
-
                 path = Path(text)
                 self.files += [str(p) for p in part_files(path)] if path.is_dir() else [text]
         if self.table is not None:
@@ -105,7 +131,33 @@ class RankSource:
         elif self.span_filter.needs_origin:
             self.span_filter = self.span_filter.with_origin(self._first_start())
 
+    @classmethod
+    def of_table(cls, table: pa.Table, like: RankSource) -> RankSource:
+        """A source over ``table`` (rows already filtered) that answers for ``like``'s run."""
+        source = cls.__new__(cls)
+        source.span_filter, source.table, source.spark = SpanFilter(), table, None
+        source.files, source.paths = like.files, like.paths
+        source._metadata = like.metadata()
+        return source
+
+    def narrowed(self, where: str, columns: tuple[str, ...]) -> RankSource:
+        """The rows where ``where`` (a Spark SQL condition) holds, as a source in memory, from
+        Spark; this source itself on the other engines (their passes pick rows themselves)."""
+        if self.spark is None:
+            return self
+        table = self.spark.select(where, columns, order=("rank", "start_ns"))
+        return RankSource.of_table(table, self)
+
+    def close(self) -> None:
+        if self.spark is not None:
+            self.spark.close()
+            self.spark = None
+
     def metadata(self) -> dict[bytes, bytes]:
+        if self._metadata is not None:
+            return self._metadata
+        if self.spark is not None:
+            return self.spark.metadata()
         if self.table is not None:
             return dict(self.table.schema.metadata or {})
         import pyarrow.parquet as pq
@@ -148,6 +200,8 @@ class RankSource:
         return found
 
     def batches(self, columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.Table]:
+        if self.spark is not None:
+            raise RuntimeError("a Spark source is read through narrowed(), not a batch at a time")
         if self.table is not None:
             table = self.table.select(list(columns))
             for batch in table.to_batches(max_chunksize=BATCH_ROWS):
@@ -199,12 +253,14 @@ def gather(
     strings: Strings,
     picks: dict[str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray | None], tuple[str, ...]]],
     read: tuple[str, ...] = (),
+    visit: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """One pass over ``source``: for each ``label: (pick, columns)`` the rows ``pick`` keeps
     (a boolean mask over a batch, None for none), those columns as numpy (``name`` and
     ``category`` as codes in ``strings``), concatenated. The picks see only ``read`` (and
     ``category``); the other columns are converted for the rows some pick keeps, which in a
-    run are few (collectives, steps) beside the spans read."""
+    run are few (collectives, steps) beside the spans read. ``visit``, if given, sees every
+    batch's ``read`` columns (all rows) too."""
     look = tuple(dict.fromkeys(("category", *read)))
     wanted = {c for _, columns in picks.values() for c in columns} | set(look)
     columns_read = tuple(c for c in COLUMNS if c in wanted)
@@ -215,6 +271,8 @@ def gather(
         if not table.num_rows:
             continue
         seen = {c: _numpy(strings, c, table.column(c)) for c in look}
+        if visit is not None:
+            visit(seen)
         masks = {label: pick(seen) for label, (pick, _) in picks.items()}
         chosen = [m for m in masks.values() if m is not None and m.any()]
         if not chosen:

@@ -40,6 +40,12 @@ others' last arriver taken as uniform over the ranks not named, and the test run
 the rest, until it names no more (so that a rank late by a second does not hide another
 late by milliseconds).
 
+Engines. ``engine=`` as for ``stats`` (engine.py chooses alike): a table is read in memory,
+paths are loaded or streamed a part at a time by size, ``"spark"`` or a SparkSession has
+Spark pick the rows each pass keeps (collectives, top-level spans, the steps' children) and
+sum the spans' self time per window before each collective (the heavy group-by), and hands
+them to the same kernel: one definition of every answer, the same rows from every engine.
+
 Steps. The spans named ``step`` (``step=``) at depth 0, else on each rank its most
 frequent depth-0 span; the k-th step of every rank is step k.
 """
@@ -65,8 +71,8 @@ __all__ = [
 ]
 
 
-def _analysis(spans: Any, options: RankOptions, span_filter: Any) -> RankAnalysis:
-    return RankAnalysis(spans, options, span_filter)
+def _analysis(spans: Any, options: RankOptions, span_filter: Any, engine: Any) -> RankAnalysis:
+    return RankAnalysis(spans, options, span_filter, engine)
 
 
 def collectives(
@@ -76,6 +82,7 @@ def collectives(
     align: bool = True,
     clock_error_ns: int | None = None,
     filter: SpanFilter | dict | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """A row per collective instance and rank: ``key`` (the span's name), ``index`` (its
     occurrence on each rank), ``rank``, ``arrival_ns`` (its start, on the common clock),
@@ -83,7 +90,8 @@ def collectives(
     minus its own, within its span) and ``last`` (it arrived last). Rows in instance order.
     The metadata key ``hotspan.ranks`` (JSON) holds each rank's estimated clock offset."""
     options = RankOptions(category=category, align=align, clock_error_ns=clock_error_ns)
-    return _analysis(spans, options, filter).collectives()
+    with _analysis(spans, options, filter, engine) as analysis:
+        return analysis.collectives()
 
 
 def stragglers(
@@ -96,6 +104,7 @@ def stragglers(
     alpha: float = 0.001,
     min_share: float = 0.05,
     filter: SpanFilter | dict | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """A row per rank: ``blame_ns`` (the waits it caused as the last arriver), ``wait_ns``
     (its own waits), ``steps_last`` (steps in which it arrived last at any collective),
@@ -113,7 +122,8 @@ def stragglers(
         alpha=alpha,
         min_share=min_share,
     )
-    return straggler_table(_analysis(spans, options, filter))
+    with _analysis(spans, options, filter, engine) as analysis:
+        return straggler_table(analysis)
 
 
 def critical_path(
@@ -124,6 +134,7 @@ def critical_path(
     align: bool = True,
     summary: bool = False,
     filter: SpanFilter | dict | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """A row per segment of each step's critical path: ``step``, ``rank``, ``name``,
     ``start_ns``, ``end_ns`` (on that rank's own clock, clipped to the segment). Walking back
@@ -134,7 +145,8 @@ def critical_path(
     from .rank_reasons import critical_path_table, critical_summary
 
     options = RankOptions(category=category, step=step, align=align)
-    table = critical_path_table(_analysis(spans, options, filter))
+    with _analysis(spans, options, filter, engine) as analysis:
+        table = critical_path_table(analysis)
     return critical_summary(table) if summary else table
 
 
@@ -145,6 +157,7 @@ def rank_steps(
     step: str | None = "step",
     align: bool = True,
     filter: SpanFilter | dict | None = None,
+    engine: Any = None,
 ) -> pa.Table:
     """A row per (rank, step), in (rank, step) order: the cells of serve's rank x step
     heatmap. ``start_ns``/``end_ns`` (the step span, on the rank's own clock), ``step_ns``,
@@ -153,7 +166,8 @@ def rank_steps(
     rank's cells sum to its :func:`stragglers` ``blame_ns`` when every collective lies in a
     step) and ``last`` (how many instances those were). Metadata as :func:`collectives`."""
     options = RankOptions(category=category, step=step, align=align)
-    return _analysis(spans, options, filter).step_cells()
+    with _analysis(spans, options, filter, engine) as analysis:
+        return analysis.step_cells()
 
 
 def ranks_summary(
@@ -166,6 +180,7 @@ def ranks_summary(
     alpha: float = 0.001,
     min_share: float = 0.05,
     filter: SpanFilter | dict | None = None,
+    engine: Any = None,
 ) -> dict[str, Any]:
     """What ``hotspan ranks`` prints, from one reading of ``spans``: the run's figures
     (``ranks``, ``steps``, ``step_ns``, ``instances``, ``total_wait_ns``, clock offsets),
@@ -187,11 +202,13 @@ def ranks_summary(
         alpha=alpha,
         min_share=min_share,
     )
-    analysis = _analysis(spans, options, filter)
-    # one more reading of the spans serves both the reasons and the critical path
-    _, _, flagged = analysis.straggler_test(analysis.blame()[0])
-    second_pass(analysis, wanted_windows(analysis, flagged) if flagged.any() else None, kids=True)
-    table = straggler_table(analysis)
+    with _analysis(spans, options, filter, engine) as analysis:
+        # one more reading of the spans serves both the reasons and the critical path
+        _, _, flagged = analysis.straggler_test(analysis.blame()[0])
+        wanted = wanted_windows(analysis, flagged) if flagged.any() else None
+        second_pass(analysis, wanted, kids=True)
+        table = straggler_table(analysis)
+        path = critical_summary(critical_path_table(analysis)).to_pylist()
     meta = json.loads(table.schema.metadata[META_RANKS])
     rows = table.to_pylist()
     total = sum(r["blame_ns"] for r in rows)
@@ -199,7 +216,6 @@ def ranks_summary(
         row["share"] = row["blame_ns"] / total if total else 0.0
         row["p"] = meta["p"][str(row["rank"])]
     rows.sort(key=lambda r: (-r["blame_ns"], r["rank"]))
-    path = critical_summary(critical_path_table(analysis)).to_pylist()
     return {
         "ranks": meta["ranks"],
         "steps": meta["steps"],

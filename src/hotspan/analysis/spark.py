@@ -207,6 +207,49 @@ class SparkSpans:
 
         return judge_rows(before, after, by, durations, reference=reference, **options)
 
+    def select(self, where: str, columns: Sequence[str], order: Sequence[str] = ()) -> pa.Table:
+        """The rows where ``where`` holds, ``columns`` of them, as an Arrow table on the driver
+        (for the across-ranks passes: the few rows a pass keeps). Unsigned 64-bit ids, which
+        Spark reads as DECIMAL(20,0), come back as uint64."""
+        q = SPARK.quote
+        sql = f"SELECT {', '.join(q(c) for c in columns)} FROM {self.view} WHERE {where}"
+        if order:
+            sql += f" ORDER BY {', '.join(q(c) for c in order)}"
+        return _plain_ids(_to_arrow(self.session.sql(sql)), columns)
+
+    def window_sums(self, collective: str) -> pa.Table:
+        """The across-ranks reasons' heavy group-by (rank_reasons.second_pass): per rank,
+        collective span (by its ``start_ns``) and name, the sum of ``self_ns`` of the spans
+        that are not collectives (``collective``: the SQL condition that says a span is one)
+        and lie in the window before that collective on its rank: ending at or before its
+        start, starting at or after the end of the rank's previous collective (in start
+        order). The nearest collective at or after each span's end is found in one ordered
+        pass per rank (a running ``last`` over the spans and collectives in descending
+        time), not a range join."""
+        q, low = SPARK.quote, -(1 << 63)
+        rank, start, end = q("rank"), q("start_ns"), q("end_ns")
+        sql = f"""
+WITH events AS (
+  SELECT {rank} AS r, {start} AS t, 1 AS kind, {start} AS cstart,
+         coalesce(lag({end}) OVER (PARTITION BY {rank} ORDER BY {start}), {low}) AS prev_end,
+         CAST(NULL AS STRING) AS n, CAST(NULL AS BIGINT) AS s, CAST(NULL AS BIGINT) AS st
+  FROM {self.view} WHERE {collective}
+  UNION ALL
+  SELECT {rank}, {end}, 0, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
+         {q("name")}, {q("self_ns")}, {start}
+  FROM {self.view} WHERE NOT coalesce({collective}, false)
+), placed AS (
+  SELECT r, kind, n, s, st,
+         last(cstart, true) OVER w AS at_start, last(prev_end, true) OVER w AS at_prev
+  FROM events
+  WINDOW w AS (PARTITION BY r ORDER BY t DESC, kind DESC
+               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT r AS rank, at_start AS start_ns, n AS name, sum(s) AS self_ns
+FROM placed WHERE kind = 0 AND at_start IS NOT NULL AND at_prev <= st
+GROUP BY r, at_start, n"""
+        return _to_arrow(self.session.sql(sql))
+
     def metadata(self) -> dict[bytes, bytes]:
         import pyarrow.parquet as pq
 
@@ -219,6 +262,14 @@ class SparkSpans:
         return merge_metadata(
             [(dict(f.schema_arrow.metadata or {}), f.metadata.num_rows) for f in footers]
         )
+
+
+def _plain_ids(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``span_id`` and ``parent_id`` as uint64 (Spark reads them as DECIMAL(20,0))."""
+    for i, name in enumerate(columns):
+        if name in ("span_id", "parent_id") and pa.types.is_decimal(table.schema.field(i).type):
+            table = table.set_column(i, name, table.column(i).cast(pa.uint64()))
+    return table
 
 
 def _plain_type(name: str) -> pa.DataType:
