@@ -18,7 +18,7 @@ def assert_fits(fit: dict, width: int) -> None:
 
 
 @pytest.mark.slow  # a browser per width
-@pytest.mark.parametrize("width", [1280, 1920])
+@pytest.mark.parametrize("width", [1024, 1280, 1920])
 def test_the_run_page_timeline_fits_the_window(server, ids, tmp_path, width):
     with Page(tmp_path, width) as page:
         page.open(f"{server.url}runs/{ids['job']}")
