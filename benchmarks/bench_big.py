@@ -140,10 +140,12 @@ def _rank_table(
     flat = keep.ravel()
     n = int(flat.sum())
     name_codes = np.broadcast_to(np.arange(T, dtype=np.int32), (steps, T)).ravel()[flat]
-    names = pa.array([t[0] for t in TEMPLATE])
-    categories = pa.array(
-        [t[1] or "" for t in TEMPLATE], pa.string()
-    )  # "" unused: null indices below
+    # Dictionaries of distinct values, as a drain makes them: one with repeats (matmul in
+    # every layer) is written plain, not dictionary-encoded, by pyarrow's Parquet writer,
+    # and every reader then decodes each row's string
+    names, name_of = np.unique([t[0] for t in TEMPLATE], return_inverse=True)
+    categories, category_of = np.unique([t[1] or "" for t in TEMPLATE], return_inverse=True)
+    names, categories = pa.array(names.tolist()), pa.array(categories.tolist(), pa.string())
     no_category = np.array([t[1] is None for t in TEMPLATE])[name_codes]
     thread = np.array([t[3] for t in TEMPLATE])[name_codes]
     arg_of = np.array([ARG_BYTES.get(t[0], -1) for t in TEMPLATE], np.int64)[name_codes]
@@ -155,9 +157,11 @@ def _rank_table(
     columns = {
         "span_id": pa.array(ids.ravel()[flat].astype(np.uint64)),
         "parent_id": pa.array(parent_ids.ravel()[flat].astype(np.uint64), mask=~has_parent),
-        "name": pa.DictionaryArray.from_arrays(pa.array(name_codes), names),
-        "category": pa.DictionaryArray.from_arrays(
-            pa.array(name_codes, mask=no_category), categories
+        "name": pa.DictionaryArray.from_arrays(
+            pa.array(name_of.astype(np.int32)[name_codes]), names
+        ),
+        "category": pa.DictionaryArray.from_arrays(  # "" unused: null indices
+            pa.array(category_of.astype(np.int32)[name_codes], mask=no_category), categories
         ),
         "start_ns": pa.array(s),
         "end_ns": pa.array(s + d),

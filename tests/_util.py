@@ -102,7 +102,7 @@ def left_running() -> list[str]:
     if hub is not None and hub.streaming():
         readers = [name for name in hub.stats() if name != "drain()"]
         found.append(f"streaming consumers attached: {', '.join(readers) or '?'}")
-    lifecycle = sys.modules.get("hotspan.recording.lifecycle")
+    lifecycle = sys.modules.get("hotspan._lifecycle")
     if lifecycle is not None and lifecycle._stops:
         found.append(f"{len(lifecycle._stops)} recording(s) still to be stopped at exit")
     live_log = sys.modules.get("hotspan.recording.live_log")

@@ -293,6 +293,33 @@ def critical_path(
     )
 
 
+def rank_steps(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    filter: _SpanFilter | dict[str, Any] | None = None,
+) -> pa.Table:
+    """Per rank and step: its time, waits and blame, as a ``pyarrow.Table`` (the cells of
+    ``hotspan serve``'s rank x step heatmap).
+
+    :param spans: a span table, or a path (a run directory, a file, a list of them).
+    :param category: the last part of the collectives' category.
+    :param step: the step span's name (else each rank's most frequent top-level span).
+    :param align: correct each rank's clock offset, estimated from the collectives' ends.
+    :param filter: which spans count (:func:`SpanFilter`, or a dict of its fields).
+
+    Columns: ``rank``, ``step``, ``start_ns``, ``end_ns`` (the step span, on the rank's own
+    clock), ``step_ns``, ``wait_ns`` (its waits in that step's collectives), ``blame_ns``
+    (the others' waits where it arrived last in that step) and ``last`` (how many times).
+    See :func:`hotspan.analysis.ranks.rank_steps`.
+    """
+    from .analysis.ranks import rank_steps as implementation
+
+    return implementation(spans, category=category, step=step, align=align, filter=filter)
+
+
 def live(min_ns: int = 0, file: IO[str] | None = None) -> LiveLog:
     """Print one line per finished span of at least ``min_ns`` (:func:`hotspan.recording.live_log.live`)."""
     from .recording.live_log import live as implementation
@@ -475,6 +502,7 @@ __all__ = [
     "on_event",
     "phases",
     "rank",
+    "rank_steps",
     "record",
     "set_thread_name",
     "span",

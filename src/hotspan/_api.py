@@ -6,7 +6,7 @@ import _thread
 import os
 
 from . import _native
-from .recording import lifecycle
+from . import _lifecycle as lifecycle
 from ._version import __version__
 
 # typing, inspect, functools and threading are imported only where needed (type

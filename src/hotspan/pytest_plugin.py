@@ -31,7 +31,6 @@ and reported, never silently missing.
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -107,7 +106,7 @@ def _session_dir(root: Path) -> Path:
     order), the pid and random bits; made here, so no other run can take it."""
     root.mkdir(parents=True, exist_ok=True)
     while True:
-        path = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
+        path = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}"
         try:
             path.mkdir()
             return path

@@ -322,3 +322,84 @@ def test_a_collective_of_some_ranks_is_matched_within_its_group_and_extras_are_c
     assert reduce.num_rows == 4 * 19  # the 20th instance lacks rank 3: left out
     assert info(rows)["unmatched"] == 3
     assert set(reduce.filter(reduce.column("last")).column("rank").to_pylist()) == {1}
+
+
+def _in_groups(table: pa.Table, group_of) -> pa.Table:
+    """``table`` with each collective's category ``train/comms:GROUP``, as the torch.distributed
+    instrumentation marks them; ``group_of(name, rank)`` gives GROUP."""
+    rows = table.to_pylist()
+    for row in rows:
+        if row["category"] == "train/comms":
+            row["category"] = f"train/comms:{group_of(row['name'], row['rank'])}"
+    return pa.Table.from_pylist(rows, schema=table.schema)
+
+
+def test_collectives_marked_with_a_group_are_matched_within_it_never_across_groups():
+    run = many_ranks(4, 20, [Straggler(1, "data.fetch", 10_000_000, 1.0)], seed=21)
+    # all_reduce on the world; all_gather on two groups of two ranks each, same name
+    table = _in_groups(
+        run.table(), lambda name, rank: "world" if name == "all_reduce" else "ab"[rank // 2]
+    )
+    rows = hotspan.collectives(table)
+    assert sorted(info(rows)["groups"]) == ["a", "b", "world"]
+    assert info(rows)["unmatched"] == 0 and info(rows)["match_problems"] == []
+    by_key: dict[str, list[dict]] = {}
+    for row in rows.to_pylist():
+        by_key.setdefault(row["key"], []).append(row)
+    assert set(by_key) == {"all_reduce@world", "all_gather@a", "all_gather@b"}
+    assert {r["rank"] for r in by_key["all_gather@a"]} == {0, 1}
+    assert {r["rank"] for r in by_key["all_gather@b"]} == {2, 3}
+    assert len(by_key["all_reduce@world"]) == 4 * 20
+    for key, members in (("all_gather@a", (0, 1)), ("all_gather@b", (2, 3))):
+        for step in range(20):
+            inst = [r for r in by_key[key] if r["index"] == step]
+            assert sorted(r["rank"] for r in inst) == list(members)
+            # the last arriver within its own group, not of all four ranks
+            (last,) = [r["rank"] for r in inst if r["last"]]
+            expected = max(members, key=lambda r: run.start_ns[step, r, 5] - run.clock_offset_ns[r])
+            assert last == expected
+            # rank 1 (slow) never makes the other group wait
+            if key == "all_gather@b":
+                assert all(r["wait_ns"] < 5_000_000 for r in inst)
+    # the straggler is still found through its own groups
+    assert named(hotspan.stragglers(table)) == {1}
+
+
+def test_a_rank_that_skipped_a_collective_of_its_group_is_said_not_mismatched():
+    run = many_ranks(4, 20, [], seed=22)
+    table = _in_groups(run.table(), lambda name, rank: "world")  # both collectives, one group
+    name, rank = table.column("name").cast(pa.string()), table.column("rank")
+    # rank 2 skips step 7's all_reduce: its later collectives are one behind the others'
+    skipped = pc.and_(
+        pc.and_(pc.equal(name, "all_reduce"), pc.equal(rank, 2)),
+        pc.equal(table.column("start_ns"), int(run.start_ns[7, 2, 3])),
+    )
+    assert pc.sum(skipped.cast(pa.int64())).as_py() == 1
+    rows = hotspan.collectives(table.filter(pc.invert(skipped)))
+    meta = info(rows)
+    # matched up to the collective they disagree on (#14: step 7's all_reduce), none after
+    assert sorted(set(rows.column("index").to_pylist())) == list(range(14))
+    assert rows.num_rows == 4 * 14
+    (problem,) = meta["match_problems"]
+    assert problem["group"] == "world" and problem["seq"] == 14
+    assert problem["ranks_by_name"] == {"all_gather": [2], "all_reduce": [0, 1, 3]}
+    assert "rank 2 in all_gather" in problem["text"] and "#14" in problem["text"]
+    assert meta["unmatched"] == 4 * 40 - 1 - 4 * 14
+    # every matched instance holds one collective: no all_reduce matched with an all_gather
+    for index in range(14):
+        assert len({r["key"] for r in rows.to_pylist() if r["index"] == index}) == 1
+
+
+def test_the_instrumentations_world_group_keeps_the_plain_keys():
+    run = many_ranks(4, 10, [], seed=23)
+    plain = hotspan.collectives(run.table())
+    marked = hotspan.collectives(_in_groups(run.table(), lambda name, rank: "world"))
+    assert set(marked.column("key").to_pylist()) == {"all_reduce", "all_gather"}
+    # the same instances: by group sequence, the k-th all_reduce is #2k, its all_gather #2k+1
+    a = sorted(
+        zip(*(plain.column(c).to_pylist() for c in ("key", "rank", "arrival_ns", "wait_ns")))
+    )
+    b = sorted(
+        zip(*(marked.column(c).to_pylist() for c in ("key", "rank", "arrival_ns", "wait_ns")))
+    )
+    assert a == b

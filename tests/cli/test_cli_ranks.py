@@ -132,3 +132,30 @@ def test_a_corrupt_part_is_one_line_naming_it(hotspan_cli, tmp_path):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_rank_that_skipped_a_collective_of_its_group_is_said(tmp_path, hotspan_cli):
+    import pyarrow as pa
+
+    run = many_ranks(4, 12, [], seed=5)
+    rows = run.table().to_pylist()
+    for row in rows:  # as torch.distributed's instrumentation marks them: one group
+        if row["category"] == "train/comms":
+            row["category"] = "train/comms:world"
+    # rank 2 skips step 3's all_reduce (collective #6 of the group)
+    rows = [
+        r
+        for r in rows
+        if not (
+            r["rank"] == 2 and r["name"] == "all_reduce" and r["start_ns"] == run.start_ns[3, 2, 3]
+        )
+    ]
+    path = tmp_path / "run.parquet"
+    hotspan.export(pa.Table.from_pylist(rows, schema=run.table().schema), str(path))
+    result = hotspan_cli("ranks", path)
+    assert result.returncode == 0, result.stderr
+    assert "6 collectives matched" in result.stdout
+    assert (
+        "group world: ranks disagree at collective #6 (rank 2 in all_gather; ranks 0, 1, 3 in "
+        "all_reduce)" in result.stdout
+    )

@@ -189,8 +189,20 @@ def test_every_public_name_is_a_plain_attribute_without_pyarrow():
 
 #: Standard-library modules that ``import hotspan`` must not load: together they were half
 #: of its import time (dataclasses brings inspect, ast, dis and tokenize; logging brings
-#: traceback and string). They load with the first handler, log line or analysis.
-SLOW_STDLIB = ("dataclasses", "inspect", "ast", "tokenize", "logging", "traceback")
+#: traceback and string; pathlib brings re, fnmatch, urllib.parse and ipaddress: 15 of the
+#: 47 modules it loaded). They load with the first handler, log line, recording or analysis.
+SLOW_STDLIB = (
+    "dataclasses",
+    "inspect",
+    "ast",
+    "tokenize",
+    "logging",
+    "traceback",
+    "pathlib",
+    "re",
+    "urllib",
+    "ipaddress",
+)
 
 
 def test_import_loads_no_slow_stdlib_module():

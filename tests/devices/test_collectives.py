@@ -155,7 +155,7 @@ def test_every_rank_records_each_collective_with_its_bytes(world, tmp_path):
     table = hotspan.load(out)
     # the leaf of the category path: a handle issued while another is in flight opens its
     # span inside that one's (the core keeps the path of the moment a span opens)
-    comms = [r for r in table.to_pylist() if r["category"].split("/")[-1] == "comms"]
+    comms = [r for r in table.to_pylist() if r["category"].split("/")[-1].split(":")[0] == "comms"]
     for rank in range(world):
         mine = sorted((r for r in comms if r["rank"] == rank), key=lambda r: r["start_ns"])
         assert [[r["name"], r["arg"]] for r in mine] == expected[rank], f"rank {rank}"
@@ -163,6 +163,11 @@ def test_every_rank_records_each_collective_with_its_bytes(world, tmp_path):
         # the async all_reduce's span covers the 0.15 s before its wait()
         async_ar = [r for r in mine if r["name"] == "all_reduce" and r["arg"] == 512]
         assert async_ar[0]["duration_ns"] >= 150_000_000
+        # collectives marked with their group; point-to-point calls, no collective, are not
+        for r in mine:
+            leaf = r["category"].split("/")[-1]
+            p2p = r["name"] in ("send", "recv", "isend", "irecv")
+            assert leaf == ("comms" if p2p else "comms:world"), r
         # spans of waited-out-of-order handles don't nest in each other
         by_name = {r["name"]: r for r in mine}
         assert by_name["isend"]["parent_id"] is None and by_name["irecv"]["parent_id"] is None
@@ -191,7 +196,7 @@ def one_rank(fresh):
 
 
 def _comms(table):
-    return [r for r in table.to_pylist() if r["category"].split("/")[-1] == "comms"]
+    return [r for r in table.to_pylist() if r["category"].split("/")[-1].split(":")[0] == "comms"]
 
 
 def test_handle_waited_on_another_thread_closes_at_the_next_call(one_rank):
@@ -244,3 +249,21 @@ def test_bad_arguments_get_torchs_own_error_not_ours(one_rank):
     assert "hotspan" not in str(info.value) and "nbytes" not in str(info.value)
     rs = _comms(hotspan.drain())
     assert [(r["name"], r["arg"], r["error"]) for r in rs] == [("all_reduce", None, True)]
+
+
+def test_each_collective_is_marked_with_its_process_group(one_rank):
+    pair = dist.new_group([0])
+    named = dist.new_group([0], group_desc="tp")
+    dist.all_reduce(torch.ones(2))
+    dist.all_reduce(torch.ones(2), group=pair)
+    dist.barrier(named)
+    dist.broadcast(torch.ones(1), src=0, group=dist.group.WORLD, async_op=True).wait()
+    rows = [(r["name"], r["category"]) for r in _comms(hotspan.drain())]
+    pair_name = dist.distributed_c10d._get_process_group_name(pair)
+    named_name = dist.distributed_c10d._get_process_group_name(named)
+    assert rows == [
+        ("all_reduce", "comms:world"),
+        ("all_reduce", f"comms:{pair_name}"),
+        ("barrier", f"comms:tp.{named_name}"),
+        ("broadcast", "comms:world"),
+    ]

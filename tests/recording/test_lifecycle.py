@@ -1,4 +1,4 @@
-"""The process lifecycle's written order (recording/lifecycle.py), whatever the import order."""
+"""The process lifecycle's written order (hotspan/_lifecycle.py), whatever the import order."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def test_exit_runs_the_stops_then_the_reports_whatever_was_registered_first():
     proc = run_python(
         """
         import atexit
-        from hotspan.recording import lifecycle
+        from hotspan import _lifecycle as lifecycle
 
         lifecycle.report_at_exit(lambda: print("report", flush=True))
         atexit.register(lambda: print("a library's finalizer", flush=True))
@@ -26,7 +26,7 @@ def test_exit_runs_the_stops_then_the_reports_whatever_was_registered_first():
 def test_a_stop_forgotten_does_not_run_at_exit():
     proc = run_python(
         """
-        from hotspan.recording import lifecycle
+        from hotspan import _lifecycle as lifecycle
 
         def stop():
             print("stop")
@@ -40,7 +40,7 @@ def test_a_stop_forgotten_does_not_run_at_exit():
 
 
 def test_an_unknown_fork_step_is_refused():
-    from hotspan.recording import lifecycle
+    from hotspan import _lifecycle as lifecycle
 
     with pytest.raises(ValueError, match="no fork step 'later'"):
         lifecycle.on_fork("later", before=lambda: None)
@@ -50,7 +50,7 @@ def test_a_recorders_final_flush_runs_before_the_dropped_spans_report(tmp_path):
     proc = run_python(
         f"""
         import hotspan
-        from hotspan.recording import lifecycle
+        from hotspan import _lifecycle as lifecycle
 
         lifecycle.report_at_exit(lambda: print("spans on disk:", hotspan.load({str(tmp_path / "run")!r}).num_rows))
         hotspan.record({str(tmp_path / "run")!r}, flush_interval=60).start()

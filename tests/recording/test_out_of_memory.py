@@ -35,12 +35,12 @@ CHILD = textwrap.dedent(
         limit = vm + (extra_mb << 20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    # what a flush needs, loaded before any limit: pyarrow's writer, and hotspan's (its
-    # part names use secrets, whose hmac loads OpenSSL: under the limit that import would
-    # log a traceback per hash algorithm, as any import of hashlib would)
+    # what a flush needs, loaded before any limit: pyarrow's writer, and hotspan's (an
+    # import under the limit may fail: hashlib's, for one, logs a traceback per algorithm)
     import pyarrow.parquet
     import hotspan.formats.dataset
-    # the program's own names, made while memory is free: out of memory, making a new one
+    # the program's own names, made while memory is free (two spans recorded: the core
+    # records from import on): out of memory, making a new one
     # fails in the program (as any allocation of its own would), not in hotspan
     with hotspan.span("warm"):
         pass
@@ -64,7 +64,7 @@ CHILD = textwrap.dedent(
         raised = None
     except BaseException as exc:  # what the test refuses: stop() raising into the program
         raised = repr(exc)
-    print(json.dumps({"recorded": spans + 1, "raised": raised}), flush=True)
+    print(json.dumps({"recorded": spans + 3, "raised": raised}), flush=True)
     """
 )
 

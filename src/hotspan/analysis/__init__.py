@@ -7,12 +7,13 @@ hotspan.compare(base, new)      # per span group: medians, their change with a b
 hotspan.collectives(table)      # per collective instance and rank: arrival, wait, last
 hotspan.stragglers(table)       # per rank: blame, wait, steps last, straggler and why
 hotspan.critical_path(table)    # per step: the (rank, span) segments that set its length
+hotspan.rank_steps(table)       # per rank and step: step time, wait, blame
 """
 
 from __future__ import annotations
 
 from .api import compare, phases, stats
-from .ranks import collectives, critical_path, stragglers
+from .ranks import collectives, critical_path, rank_steps, stragglers
 from .statistics import PERCENTILES, PHASE_COLUMNS, STAT_COLUMNS
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "compare",
     "critical_path",
     "phases",
+    "rank_steps",
     "stats",
     "stragglers",
 ]

@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .statistics import combined_codes, stats, to_numpy
+from .statistics import stats
+from .._columns import combined_codes, to_numpy
 
 __all__ = [
     "compare",

@@ -1,9 +1,11 @@
 """Where a hung job is stuck: every rank's open spans, read from the flight files of its
-processes (``HOTSPAN_FLIGHT=PATH``), while they hang or after they were killed, grouped by
-state. ``hotspan hang`` prints it.
+processes (``HOTSPAN_FLIGHT=PATH``), while they hang or after they were killed, or from the
+collector its ranks record to (``grpc://HOST:PORT``: ranks with a flight file send their
+open stacks there every few seconds), grouped by state. ``hotspan hang`` prints it.
 
 A rank's state is the innermost open collective span on any of its threads (a span whose
-category's last part is ``comms``): it waits there. A rank in no collective is
+category's last part is ``comms``, or ``comms:GROUP``: then named ``name@GROUP`` unless
+GROUP is ``world``): it waits there. A rank in no collective is
 ``outside``, and its deepest open stack says where it is instead; a process that exited
 cleanly is ``exited``. Ranks agree when they all share one state.
 """
@@ -15,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["flight_files", "hang"]
+__all__ = ["flight_files", "hang", "is_collector"]
 
 
 def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
@@ -40,28 +42,53 @@ def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
     return found
 
 
-def _is_collective(category: str | None, want: str) -> bool:
-    return category is not None and (category == want or category.endswith("/" + want))
+def is_collector(target: str | os.PathLike) -> bool:
+    """Whether ``target`` names a collector (``grpc://HOST:PORT``) rather than files."""
+    return isinstance(target, str) and target.startswith(("grpc://", "grpc+tcp://"))
 
 
-def hang(targets: Sequence[str | os.PathLike] = (), *, category: str = "comms") -> dict[str, Any]:
-    """Every rank's state from the flight files of ``targets`` (see :func:`flight_files`):
+def hang(
+    targets: Sequence[str | os.PathLike] = (),
+    *,
+    category: str = "comms",
+    token: str | None = None,
+) -> dict[str, Any]:
+    """Every rank's state from the flight files of ``targets`` (see :func:`flight_files`) or
+    the open stacks a collector holds (a target ``grpc://HOST:PORT``: ranks recording to it
+    with a flight file send theirs every few seconds; ``token`` if it wants one):
     ``ranks`` (per process: rank, pid, alive, state, collective, stack, open_ns),
     ``groups`` (per state: the ranks in it, largest group first), ``agree`` and
     ``summary`` (lines for people). Damaged files are listed under ``unreadable``."""
-    from ..recording.flight import Frame, stacks
+    from ..recording.flight import stacks
 
     now = time.time_ns()
-    ranks: list[dict[str, Any]] = []
+    found: list[tuple[Any, int]] = []  # (process, the time now on its clock)
     unreadable: list[str] = []
-    for path in flight_files(targets):
+    collectors = [str(t) for t in targets if is_collector(t)]
+    files = [t for t in targets if not is_collector(t)]
+    for url in collectors:
+        from ..recording.collector import fetch_open_stacks
+
+        procs, collector_now = fetch_open_stacks(url, token=token)
+        found += [(proc, collector_now) for proc in procs]
+    for path in flight_files(files) if files or not collectors else []:
         try:
-            proc = stacks(path)
+            found.append((stacks(path), now))
         except FileNotFoundError:
             continue  # gone between the listing and the read
         except ValueError as exc:  # FlightFileError names the file
             unreadable.append(str(exc))
             continue
+    return _answer(found, category, unreadable)
+
+
+def _answer(found: list[tuple[Any, int]], category: str, unreadable: list[str]) -> dict[str, Any]:
+    """The answer over processes read from flight files or a collector alike."""
+    from ..recording.flight import Frame
+    from .comms import group_of, is_collective
+
+    ranks: list[dict[str, Any]] = []
+    for proc, now in found:
         end = now if proc.alive else proc.last_seen_ns
         collective: Frame | None = None
         deepest: list[Frame] = []
@@ -70,14 +97,20 @@ def hang(targets: Sequence[str | os.PathLike] = (), *, category: str = "comms") 
             if len(frames) > len(deepest):
                 deepest = frames
             for frame in frames:
-                if _is_collective(frame.category, category):
+                if is_collective(frame.category, category):
                     if collective is None or frame.start_ns >= collective.start_ns:
                         collective = frame
                         deepest = frames
+        label = None
+        if collective is not None:
+            # a collective of a process group other than the world's names its group: ranks
+            # waiting in two groups' all_reduce are in two places
+            group = group_of(collective.category, category)
+            label = collective.name if group in (None, "world") else f"{collective.name}@{group}"
         if proc.clean_exit:
             state = "exited"
-        elif collective is not None:
-            state = f"in {collective.name}"
+        elif label is not None:
+            state = f"in {label}"
         else:
             state = "outside"
         ranks.append(
@@ -87,7 +120,7 @@ def hang(targets: Sequence[str | os.PathLike] = (), *, category: str = "comms") 
                 "alive": proc.alive,
                 "path": proc.path,
                 "state": state,
-                "collective": None if collective is None else collective.name,
+                "collective": label,
                 "stack": [f.name for f in deepest],
                 "open_ns": max(0, end - deepest[-1].start_ns) if deepest else 0,
                 "collective_ns": None if collective is None else max(0, end - collective.start_ns),
@@ -147,7 +180,12 @@ def _summary(
         if n > 1:
             line += f" (ranks {_listing(group['ranks'])})"
         lines.append(line)
-    gone = [r["rank"] for r in ranks if not r["alive"] and r["state"] != "exited"]
-    if gone:
-        lines.append(f"not running now (read from their flight files): ranks {_listing(gone)}")
+    gone = [r for r in ranks if not r["alive"] and r["state"] != "exited"]
+    for where, source in (
+        ("read from their flight files", False),
+        ("the collector has not heard from them since", True),
+    ):
+        listed = [r["rank"] for r in gone if is_collector(r["path"]) == source]
+        if listed:
+            lines.append(f"not running now ({where}): ranks {_listing(listed)}")
     return lines

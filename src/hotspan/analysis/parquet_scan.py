@@ -27,13 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .statistics import (
-    DEVICE_KEY,
-    combined_codes,
-    group_sums,
-    to_numpy,
-    with_device_key,
-)
+from .statistics import DEVICE_KEY, group_sums, with_device_key
+from .._columns import combined_codes, to_numpy
 
 __all__ = ["BUCKETS", "duration_buckets", "part_buckets", "part_groups", "scan_memory"]
 

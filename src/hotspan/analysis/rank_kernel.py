@@ -13,12 +13,28 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from .comms import group_of, is_collective
 from .filters import SpanFilter
 from .rank_source import RankSource, Strings, gather
 
-__all__ = ["META_RANKS", "PerRank", "RankAnalysis", "RankOptions", "group_bounds"]
+__all__ = [
+    "META_RANKS",
+    "PerRank",
+    "RankAnalysis",
+    "RankOptions",
+    "group_bounds",
+    "group_of",
+    "is_collective",
+]
 
 META_RANKS = b"hotspan.ranks"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(map(str, ranks[:8]))
+    return f"ranks {shown}" + (f" and {len(ranks) - 8:,} more" if len(ranks) > 8 else "")
 
 
 @dataclass(frozen=True)
@@ -144,10 +160,7 @@ class RankAnalysis:
 
     def _is_collective(self, category_codes: np.ndarray) -> np.ndarray:
         want = self.options.category
-        flags = np.array(
-            [v is not None and (v == want or v.endswith("/" + want)) for v in self.strings.values],
-            bool,
-        )
+        flags = np.array([is_collective(v, want) for v in self.strings.values], bool)
         return flags[category_codes]
 
     def _first_pass(self) -> None:
@@ -168,53 +181,132 @@ class RankAnalysis:
     def _match(self) -> None:
         c = self.coll
         names, cats = c["name"].astype(np.int64), c["category"].astype(np.int64)
-        pairs = (
-            np.unique(np.stack([names, cats], 1), axis=0)
-            if len(names)
-            else np.zeros((0, 2), np.int64)
-        )
-        per_name = np.bincount(pairs[:, 0]) if len(pairs) else np.zeros(0, np.int64)
-        self.key_name_code = pairs[:, 0]
-        self.key_names = [
-            self.strings.values[n]
-            if per_name[n] == 1
-            else f"{self.strings.values[k]}:{self.strings.values[n]}"
-            for n, k in pairs
-        ]
-        key = (
-            np.searchsorted(
-                pairs[:, 0] * (len(self.strings.values) + 1) + pairs[:, 1],
-                names * (len(self.strings.values) + 1) + cats,
-            )
-            if len(pairs)
-            else np.zeros(0, np.int64)
-        )
         rank = c["rank"].astype(np.int64)
         self.ranks = np.unique(np.concatenate([rank, self.top["rank"].astype(np.int64)]))
         n_ranks = len(self.ranks)
+        # Each row's match key: its group where its category names one (the torch.distributed
+        # instrumentation's comms:<group>: every collective of the group, whatever its name,
+        # in one sequence, the k-th being sequence number k), else its (name, category).
+        want = self.options.category
+        self.groups: list[str] = []
+        found: dict[str, int] = {}
+        group_code = np.full(len(self.strings.values), -1, np.int64)
+        for code, value in enumerate(self.strings.values):
+            group = group_of(value, want)
+            if group is not None:
+                group_code[code] = found.setdefault(group, len(found))
+        self.groups = list(found)
+        row_group = group_code[cats] if len(cats) else np.zeros(0, np.int64)
+        grouped = row_group >= 0
+        # one integer per (name, category), past them one per group: unique in one dimension
+        n_strings = len(self.strings.values) + 1
+        past = n_strings * n_strings
+        codes = np.where(grouped, past + row_group, names * n_strings + cats)
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        key = inverse.reshape(-1).astype(np.int64)
+        is_group = uniq >= past
+        # per key: (grouped, group or name, 0 or category)
+        pairs = np.stack(
+            [
+                is_group.astype(np.int64),
+                np.where(is_group, uniq - past, uniq // n_strings),
+                np.where(is_group, 0, uniq % n_strings),
+            ],
+            1,
+        ).reshape(-1, 3)
+        n_keys = len(pairs)
         order = np.lexsort((c["start_ns"], rank, key))
         starts, counts = group_bounds(key[order] * (int(rank.max(initial=0)) + 1) + rank[order])
         index = np.empty(len(order), np.int64)
         index[order] = np.arange(len(order)) - np.repeat(starts, counts)
         # instances per key: the fewest any rank of its group has
         group_key = key[order[starts]]
-        n_instances = np.full(len(pairs), np.iinfo(np.int64).max)
+        big = np.iinfo(np.int64).max
+        n_instances = np.full(n_keys, big)
         np.minimum.at(n_instances, group_key, counts)
+        holders = np.bincount(group_key, minlength=n_keys)
+        # the ranks of a group that have more instances than the fewest: said, per key
+        most = np.zeros(n_keys, np.int64)
+        np.maximum.at(most, group_key, counts)
+        self.problems: list[dict[str, Any]] = []
+        label = self._key_label(pairs)
+        reported: set[int] = set()
+        # a group whose ranks disagree on the collective at some sequence number (one skipped
+        # a collective, or called another): matched up to there, nothing from there on
+        if grouped.any():
+            provisional = index < n_instances[key]
+            base = np.r_[0, np.cumsum(np.where(n_instances == big, 0, n_instances))]
+            inst = np.where(provisional, base[key] + index, 0)
+            low = np.full(int(base[-1]), big)
+            high = np.full(int(base[-1]), -1)
+            np.minimum.at(low, inst[provisional], names[provisional])
+            np.maximum.at(high, inst[provisional], names[provisional])
+            for g in np.flatnonzero(pairs[:, 0] == 1):
+                if n_instances[g] == big:
+                    continue
+                span = slice(int(base[g]), int(base[g]) + int(n_instances[g]))
+                bad = np.flatnonzero(low[span] != high[span])
+                if not len(bad):
+                    continue
+                seq = int(bad[0])
+                at = provisional & (key == g) & (index == seq)
+                by_name: dict[str, list[int]] = {}
+                for r, n in zip(rank[at], names[at]):
+                    by_name.setdefault(str(self.strings.values[n]), []).append(int(r))
+                self.problems.append(
+                    {
+                        "group": self.groups[int(pairs[g, 1])],
+                        "seq": seq,
+                        "ranks_by_name": {n: sorted(rs) for n, rs in sorted(by_name.items())},
+                        "left_out": int(n_instances[g]) - seq,
+                        "text": f"group {self.groups[int(pairs[g, 1])]}: ranks disagree at collective #{seq} ("
+                        + "; ".join(
+                            f"{_ranks_text(rs)} in {n}" for n, rs in sorted(by_name.items())
+                        )
+                        + f"): a rank skipped or added a collective; its {int(n_instances[g]) - seq:,} "
+                        "instances from there on are not matched",
+                    }
+                )
+                n_instances[g] = seq
+                reported.add(int(g))
+        for g in np.flatnonzero((most > n_instances) & (n_instances != big)):
+            if int(g) in reported:
+                continue
+            mine = group_key == g
+            short = counts[mine] == n_instances[g]
+            behind = sorted(int(r) for r in rank[order[starts[mine]]][short])
+            self.problems.append(
+                {
+                    "key": label[g],
+                    "seq": int(n_instances[g]),
+                    "ranks_missing": behind,
+                    "text": f"{label[g]}: {_ranks_text(behind)} ha{'s' if len(behind) == 1 else 've'} "
+                    f"{int(n_instances[g]):,} instance{'s' if n_instances[g] != 1 else ''} where "
+                    f"{'another rank has' if holders[g] - len(behind) == 1 else 'other ranks have'} "
+                    f"up to {int(most[g]):,}: instances from #{int(n_instances[g])} on are not matched",
+                }
+            )
         keep = index < n_instances[key] if len(key) else np.zeros(0, bool)
         self.unmatched = int((~keep).sum())
-        key_base = np.r_[
-            0, np.cumsum(np.where(n_instances == np.iinfo(np.int64).max, 0, n_instances))
-        ]
+        key_base = np.r_[0, np.cumsum(np.where(n_instances == big, 0, n_instances))]
         # the rows of matched instances, by (instance, rank)
         self.row_of_span = np.full(len(key), -1, np.int64)
         inst = key_base[key] + index
         rows = np.flatnonzero(keep)
         rows = rows[np.lexsort((rank[rows], inst[rows]))]
         self.row_of_span[rows] = np.arange(len(rows))
+        # the key column's text: a name (with its category or group where one name has
+        # several), per (key, name) met among the matched rows
+        named, label_of = np.unique(key[rows] * n_strings + names[rows], return_inverse=True)
+        label_of = label_of.reshape(-1)
+        label_pairs = np.stack([named // n_strings, named % n_strings], 1).reshape(-1, 2)
+        self.key_names = self._row_labels(pairs, label_pairs)
         m = {
             "span": rows,
             "instance": inst[rows],
             "key": key[rows],
+            "label": label_of,
+            "name": names[rows],
             "index": index[rows],
             "rank": rank[rows],
             "start": c["start_ns"][rows],
@@ -277,6 +369,37 @@ class RankAnalysis:
             "blame": np.add.reduceat(wait, inst_starts) if len(rows) else np.zeros(0, np.int64),
         }
 
+    def _key_label(self, pairs: np.ndarray) -> list[str]:
+        """Per match key, for messages: ``group G``, or the name (``category:name`` where the
+        name has several collective categories)."""
+        values = self.strings.values
+        plain = pairs[pairs[:, 0] == 0]
+        per_name = np.bincount(plain[:, 1]) if len(plain) else np.zeros(0, np.int64)
+        out = []
+        for grouped, a, b in pairs:
+            if grouped:
+                out.append(f"group {self.groups[int(a)]}")
+            else:
+                out.append(str(values[a]) if per_name[a] == 1 else f"{values[b]}:{values[a]}")
+        return out
+
+    def _row_labels(self, pairs: np.ndarray, label_pairs: np.ndarray) -> list[str]:
+        """The ``key`` column's text per (match key, name): the name, with ``@group`` where
+        the run has several groups, or ``category:`` before it where one name has several
+        collective categories outside groups."""
+        values = self.strings.values
+        plain = pairs[pairs[:, 0] == 0]
+        per_name = np.bincount(plain[:, 1]) if len(plain) else np.zeros(0, np.int64)
+        out = []
+        for k, name in label_pairs:
+            grouped, a, b = pairs[k]
+            if grouped:
+                text = str(values[name])
+                out.append(text if len(self.groups) == 1 else f"{text}@{self.groups[int(a)]}")
+            else:
+                out.append(str(values[a]) if per_name[a] == 1 else f"{values[b]}:{values[a]}")
+        return out
+
     # -- steps -------------------------------------------------------------------------------
 
     def _steps(self) -> None:
@@ -326,6 +449,8 @@ class RankAnalysis:
             "step_ns": None if math.isnan(self.step_ns) else self.step_ns,
             "instances": len(self.inst["start"]),
             "unmatched": self.unmatched,
+            "groups": self.groups,
+            "match_problems": self.problems,
             "clock_offset_ns": {int(r): int(o) for r, o in zip(self.ranks, self.offset)},
             "arrival_error_ns": {int(r): int(e) for r, e in zip(self.ranks, self.error)},
             **more,
@@ -334,7 +459,7 @@ class RankAnalysis:
 
     def collectives(self) -> pa.Table:
         m = self.m
-        keys = pa.array(m["key"].astype(np.int32))
+        keys = pa.array(m["label"].astype(np.int32))
         table = pa.table(
             {
                 "key": pa.array(self.key_names, pa.string()).take(keys),
@@ -349,6 +474,18 @@ class RankAnalysis:
             }
         )
         return table.replace_schema_metadata(self._meta())
+
+    def instance_spans(self) -> dict[str, np.ndarray]:
+        """The matched collective spans: ``span_id``, ``rank``, ``start_ns`` (as recorded)
+        and ``instance`` (a number per collective instance), rows by (instance, rank). What
+        the trace writers link with flows (``formats.codec_inputs.collective_flows``)."""
+        m = self.m
+        return {
+            "span_id": self.coll["span_id"][m["span"]],
+            "rank": m["rank"],
+            "start_ns": m["start"],
+            "instance": m["instance"],
+        }
 
     def blame(self) -> tuple[np.ndarray, np.ndarray]:
         """Per rank (``self.ranks`` order): blame and wait, in ns."""
@@ -424,6 +561,40 @@ class RankAnalysis:
         if not self.n_steps or math.isnan(self.step_ns):
             return np.full(n, math.nan)
         return self.step_ns - saved / self.n_steps
+
+    def step_cells(self) -> pa.Table:
+        """A row per (rank, step) the rank has, in (rank, step) order: the step span's
+        ``start_ns``/``end_ns`` (the rank's own clock) and ``step_ns``; ``wait_ns``, the rank's
+        waits in the collectives it arrived at inside that step; ``blame_ns``, the others'
+        waits in the instances it arrived last at inside that step; ``last``, how many
+        those were. Each collective counts in the step of its rank that holds its arrival
+        (none: in no cell), so a column sums to at most :meth:`blame`'s."""
+        s, m = self.steps, self.m
+        n = len(s["rank"])
+        # rows of s are by (rank, step): a (rank, step) pair's row is its rank's first + step
+        first = np.searchsorted(s["rank_idx"], m["rank_idx"]) if n else m["rank_idx"] * 0
+        cell = np.where(m["step"] >= 0, first + m["step"], -1)
+        inside = cell >= 0
+        wait = np.zeros(n, np.int64)  # integer sums: exact at any size
+        np.add.at(wait, cell[inside], m["wait"][inside])
+        last_cell = cell[self.inst["last_row"]]
+        blamed = last_cell >= 0
+        blame = np.zeros(n, np.int64)
+        np.add.at(blame, last_cell[blamed], self.inst["blame"][blamed])
+        last = np.bincount(last_cell[blamed], minlength=n)
+        table = pa.table(
+            {
+                "rank": pa.array(s["rank"].astype(np.int32)),
+                "step": pa.array(s["step"].astype(np.int64)),
+                "start_ns": pa.array(s["start_ns"].astype(np.int64)),
+                "end_ns": pa.array(s["end_ns"].astype(np.int64)),
+                "step_ns": pa.array((s["end_ns"] - s["start_ns"]).astype(np.int64)),
+                "wait_ns": pa.array(wait),
+                "blame_ns": pa.array(blame),
+                "last": pa.array(last[:n].astype(np.int32)),
+            }
+        )
+        return table.replace_schema_metadata(self._meta())
 
     def steps_last(self) -> np.ndarray:
         n = len(self.ranks)

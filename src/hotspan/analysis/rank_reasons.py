@@ -293,7 +293,7 @@ def critical_path_table(analysis: RankAnalysis) -> pa.Table:
                 (
                     k,
                     int(m["rank_idx"][lr]),
-                    int(analysis.key_name_code[m["key"][lr]]),
+                    int(m["name"][lr]),
                     int(m["start"][lr]),
                     int(m["end"][lr]),
                 )

@@ -7,8 +7,14 @@ memory is read a batch at a time; ``hotspan.collectives``, ``hotspan.stragglers`
 Matching. A collective span is one whose category's last part is ``comms`` (``category=``).
 Instance ``index`` of key ``key`` (the span's name; ``category:name`` when one name has
 several collective categories) is the ``index``-th span of that key on each rank that has
-it, in start order: its group. Instances past the count of the rank that has fewest are
-left out (``unmatched`` in the metadata).
+it, in start order: its group. Spans whose category's last part is ``comms:GROUP`` (the
+torch.distributed instrumentation's) are matched by group and sequence number instead:
+every collective of the group on a rank, whatever its name, in one sequence, instance k
+the k-th of each rank of the group, never across groups (key ``name@GROUP`` when the run
+has several groups); where the ranks of a group disagree on a sequence number's
+collective, nothing from there on is matched. Instances past the count of the rank that
+has fewest are left out (``unmatched`` in the metadata); both are said in the metadata's
+``match_problems``.
 
 Clocks. Ranks on different hosts read different clocks. Every rank of a collective leaves
 it at (nearly) the same true time, so each rank's offset is estimated as the median, over
@@ -53,6 +59,7 @@ __all__ = [
     "RankOptions",
     "collectives",
     "critical_path",
+    "rank_steps",
     "ranks_summary",
     "stragglers",
 ]
@@ -131,6 +138,24 @@ def critical_path(
     return critical_summary(table) if summary else table
 
 
+def rank_steps(
+    spans: Any,
+    *,
+    category: str = "comms",
+    step: str | None = "step",
+    align: bool = True,
+    filter: SpanFilter | dict | None = None,
+) -> pa.Table:
+    """A row per (rank, step), in (rank, step) order: the cells of serve's rank x step
+    heatmap. ``start_ns``/``end_ns`` (the step span, on the rank's own clock), ``step_ns``,
+    ``wait_ns`` (the rank's waits in the collectives it arrived at in that step),
+    ``blame_ns`` (the others' waits in the instances it arrived last at in that step: a
+    rank's cells sum to its :func:`stragglers` ``blame_ns`` when every collective lies in a
+    step) and ``last`` (how many instances those were). Metadata as :func:`collectives`."""
+    options = RankOptions(category=category, step=step, align=align)
+    return _analysis(spans, options, filter).step_cells()
+
+
 def ranks_summary(
     spans: Any,
     *,
@@ -181,6 +206,7 @@ def ranks_summary(
         "step_ns": meta["step_ns"],
         "instances": meta["instances"],
         "unmatched": meta["unmatched"],
+        "match_problems": [p["text"] for p in meta["match_problems"]],
         "total_wait_ns": total,
         "test": {"name": meta["test"], "alpha": alpha, "min_share": min_share},
         "clock_offset_ns": meta["clock_offset_ns"],

@@ -223,7 +223,7 @@ class SparkSpans:
 
 def _plain_type(name: str) -> pa.DataType:
     from .._schema import SPAN_SCHEMA
-    from .statistics import plain_type
+    from .._columns import plain_type
 
     return plain_type(SPAN_SCHEMA.field(name).type) if name in SPAN_SCHEMA.names else pa.string()
 

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._columns import column_codes, combined_codes, parent_rows, plain_type, to_numpy
+
 __all__ = [
     "DEVICE_KEY",
     "PHASE_COLUMNS",
@@ -607,38 +609,6 @@ def _arrow_array(values: list, type_: pa.DataType) -> pa.Array:
 # --------------------------------------------------------------------------- shared helpers
 
 
-def parent_rows(table: pa.Table) -> np.ndarray:
-    """For each row, the row index of its parent span in ``table``, or -1 (a root, or a
-    parent that is not in the table, drained later or filtered out).
-
-    Span ids are unique within one trace; when they repeat (traces of several processes
-    concatenated) a parent is looked up among the spans of its child's own thread, where it
-    always is.
-    """
-    n = table.num_rows
-    span_id = to_numpy(table.column("span_id"), np.uint64).view(np.int64)
-    parent_column = table.column("parent_id")
-    valid = to_numpy(parent_column.is_valid(), np.bool_)
-    parent = to_numpy(parent_column.fill_null(0), np.uint64).view(np.int64)
-    # Stable argsort: drained span ids come in long ascending runs, which timsort eats fast.
-    order = np.argsort(span_id, kind="stable")
-    keys = span_id[order]
-    if n > 1 and bool((keys[1:] == keys[:-1]).any()):
-        distinct = np.unique(keys)
-        lane, _ = combined_codes(table, ("rank", "pid", "thread_id"))
-        found = np.minimum(np.searchsorted(distinct, parent), len(distinct) - 1)
-        valid &= distinct[found] == parent
-        span_key = lane * len(distinct) + np.searchsorted(distinct, span_id)
-        parent = lane * len(distinct) + found
-        order = np.argsort(span_key, kind="stable")
-        keys = span_key[order]
-    if n == 0:
-        return np.zeros(0, np.int64)
-    position = np.minimum(np.searchsorted(keys, parent), n - 1)
-    hit = valid & (keys[position] == parent)
-    return np.where(hit, order[position], -1)
-
-
 def _check_columns(
     table: pa.Table, by: str | Iterable[str], needed: Iterable[str]
 ) -> tuple[str, ...]:
@@ -661,98 +631,14 @@ def _check_columns(
     return by
 
 
-def to_numpy(column: pa.ChunkedArray | pa.Array, dtype: type) -> np.ndarray:
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
 def _sum_by(code: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     out = np.zeros(size, np.int64)
     np.add.at(out, code, values)
     return out
 
 
-def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """Per row a code in [0, K), and the K values in code order (a null among them if any
-    row is null), so that ``values[codes[i]] == column[i]``."""
-    if isinstance(column, pa.ChunkedArray):
-        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    else:
-        array = column
-    if pa.types.is_dictionary(array.type):
-        dictionary = array.dictionary
-        indices = array.indices
-        if dictionary.null_count == 0 and pc.count_distinct(dictionary).as_py() == len(dictionary):
-            # A dictionary of distinct values (as Parquet reads them): the indices are the
-            # codes as they lie, no copy (speed: a part of a million spans a time).
-            values = dictionary
-            remap = None
-            codes = indices.to_numpy(zero_copy_only=False) if indices.null_count == 0 else None
-        else:
-            # Re-encode the (small) dictionary: it may repeat a value, or hold a null.
-            encoded = pc.dictionary_encode(dictionary, null_encoding="encode")
-            remap = to_numpy(encoded.indices, np.int64)
-            values = encoded.dictionary
-            codes = None
-    else:
-        encoded = pc.dictionary_encode(array, null_encoding="encode")
-        remap = None
-        values = encoded.dictionary
-        indices = encoded.indices
-        codes = None
-    if codes is None:
-        codes = to_numpy(indices.fill_null(0), np.int64)
-        if remap is not None:
-            codes = remap[codes] if len(remap) else codes
-    if indices.null_count:
-        null_code = len(values)
-        values = pa.concat_arrays([values, pa.nulls(1, values.type)])
-        valid = to_numpy(indices.is_valid(), np.bool_)
-        codes = np.where(valid, codes.astype(np.int64, copy=False), null_code)  # (int8 indices)
-    return codes, values
-
-
-def combined_codes(table: pa.Table, columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Dense group ids over the distinct combinations of ``columns`` (0 .. G-1, per row) and,
-    per group, the index of one row holding it."""
-    n = table.num_rows
-    code: np.ndarray | None = None
-    size = 1
-    for name in columns:
-        column_code, values = column_codes(table.column(name))
-        k = max(len(values), 1)
-        if code is None:
-            code, size = column_code, k
-            continue
-        if size * k >= 1 << 62:
-            code, size = _densify(code, size)
-        code = code.astype(np.int64, copy=False) * k + column_code
-        size *= k
-    if code is None:
-        code = np.zeros(n, np.int64)
-    code, _ = _densify(code, size)
-    representative = np.empty(code.max() + 1 if n else 0, np.int64)
-    representative[code] = np.arange(n)  # any row of a group will do: they share its keys
-    return code, representative
-
-
 def _group_codes(table: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return combined_codes(table, by)
-
-
-def _densify(code: np.ndarray, size: int) -> tuple[np.ndarray, int]:
-    """Renumber codes 0 .. G-1 over the values present."""
-    if size <= max(4 * len(code), 1 << 22):
-        present = np.bincount(code, minlength=size) > 0  # a bincount: faster than a scatter
-        remap = np.cumsum(present) - 1
-        return remap[code], int(present.sum())
-    distinct, inverse = np.unique(code, return_inverse=True)
-    return inverse.reshape(-1), len(distinct)
-
-
-def plain_type(type_: pa.DataType) -> pa.DataType:
-    return type_.value_type if pa.types.is_dictionary(type_) else type_
 
 
 def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:

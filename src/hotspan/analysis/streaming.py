@@ -77,8 +77,8 @@ from .statistics import (
     interpolate,
     is_path,
     percentile_ranks,
-    plain_type,
 )
+from .._columns import plain_type
 
 __all__ = [
     "COMPARE_MAX_VALUES",

@@ -109,6 +109,8 @@ def print_summary(answer: dict[str, Any], top: int) -> None:
         + f"; ranks waited {human_ns(answer['total_wait_ns'])} in all",
         soft_wrap=False,
     )
+    for problem in answer.get("match_problems", ()):
+        console.print(f"  {problem}", highlight=False, markup=False)
     if not answer["instances"]:
         console.print("no collectives: no span's category ends in the collectives' category")
         return

@@ -308,9 +308,10 @@ def encode(sink, Py_ssize_t buffer_size,
     formatted, each block's writeback started as soon as it is written.
 
     ``flow_out``/``flow_in`` (uint64 per row, 0: none; ``None``: no flows): a row with one
-    also carries ``"bind_id":N,"flow_out":true`` (or ``"flow_in"``) after its args, the
-    flow events v2 that bind to the event itself (Perfetto draws the arrow from the host
-    span to its device row; the reader ignores both keys).
+    also carries ``"bind_id":N,"flow_out":true`` (or ``"flow_in"``; both, when both are
+    N: a link inside a chain, as between the ranks' spans of one collective) after its
+    args, the flow events v2 that bind to the event itself (Perfetto draws the arrow from
+    the host span to its device row; the reader ignores these keys).
     """
     cdef const uint64_t[::1] fout
     cdef const uint64_t[::1] fin
@@ -404,7 +405,10 @@ def encode(sink, Py_ssize_t buffer_size,
                         p = put(p, thread_names.ptr[code], thread_names.length[code])
                     if flows and (fout[i] or fin[i]):
                         p = put(p, b'},"bind_id":', 12)
-                        if fout[i]:
+                        if fout[i] and fin[i]:  # inside a chain: one id in and out
+                            p = put_u64(p, fout[i])
+                            p = put(p, b',"flow_in":true,"flow_out":true}', 32)
+                        elif fout[i]:
                             p = put_u64(p, fout[i])
                             p = put(p, b',"flow_out":true}', 17)
                         else:

@@ -17,7 +17,9 @@ Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field
   the rare span whose thread was renamed mid-trace), and a span with a device row on
   another track (``codec_inputs.device_flows``) a flow (``flow_ids`` on the host span,
   ``terminating_flow_ids`` on the device row: Perfetto draws the arrow; the decoder skips
-  both, the rows' ``parent_id`` already says it).
+  both, the rows' ``parent_id`` already says it); the ranks' spans of one collective
+  instance (``codec_inputs.collective_flows``) one flow, ``flow_ids`` on each but the last
+  to start, ``terminating_flow_ids`` on the last: a chain in arrival order.
 
 The codec only receives buffers: the caller (``formats/perfetto.py``) turns the table's
 columns into contiguous numpy arrays and back. Every read is bounds-checked: a bad file is a

@@ -21,7 +21,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import stat
 import struct
 import sys
@@ -221,7 +220,7 @@ def atomic_path(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Pa
         )
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "cannot export over a directory", str(path))
-    tmp_path = directory / f".{path.name}.{secrets.token_hex(4)}.part"
+    tmp_path = directory / f".{path.name}.{os.urandom(4).hex()}.part"
     ours = True
     try:
         # Inside the try: an exception raised by a signal handler (the CLI's, on SIGTERM)

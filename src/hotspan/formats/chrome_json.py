@@ -59,6 +59,7 @@ from . import _chrome_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import (
     column_values,
+    collective_flows,
     device_flows,
     dictionary_codes,
     nullable_values,
@@ -124,6 +125,8 @@ class ChromeJsonExporter(Exporter):
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         layout = _Layout(table)
         layout.flow_out, layout.flow_in = device_flows(table)  # host span -> its device row
+        # the ranks' spans of one collective, chained
+        collective_flows(table, layout.flow_out, layout.flow_in, chain_in=True)
         # Unbuffered: the codec hands over WRITE_BLOCK bytes at a time, nothing to gather.
         with open(path, "wb", buffering=0) as raw:
             if self.compress:

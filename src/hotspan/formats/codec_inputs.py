@@ -4,11 +4,20 @@ writers."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["column_values", "device_flows", "dictionary_codes", "nullable_values", "thread_table"]
+__all__ = [
+    "collective_flows",
+    "column_values",
+    "device_flows",
+    "dictionary_codes",
+    "nullable_values",
+    "thread_table",
+]
 
 
 def column_values(table: pa.Table, name: str, dtype) -> np.ndarray:
@@ -96,3 +105,101 @@ def device_flows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     flow_in[device] = ids
     flow_out[parent] = ids
     return flow_out, flow_in
+
+
+def collective_flows(
+    table: pa.Table,
+    flow_out: np.ndarray,
+    flow_in: np.ndarray,
+    category: str = "comms",
+    *,
+    chain_in: bool = False,
+) -> None:
+    """Add to ``flow_out``/``flow_in`` (``device_flows``') the flows that link the spans of
+    one collective instance across ranks, matched as ``hotspan.collectives`` matches them
+    (the k-th span of a name whose category ends in ``comms`` on each rank, or the k-th
+    collective of a process group, ``comms:GROUP``): per instance
+    one flow id, on every span of it but the last to start as ``flow_out`` and on the last
+    as ``flow_in``, so a viewer draws a chain from the first arrival to the last (in
+    Perfetto's protobuf ``flow_ids`` continue a flow). ``chain_in``: the spans inside the
+    chain get ``flow_in`` too (Chrome JSON, where an event continues a flow by both ends of
+    one ``bind_id``). A span that already starts or ends a flow (a device row's host span)
+    keeps it: the chain skips it. Nothing happens for a table of one rank or without
+    collectives (looks at the category dictionary and the rank column)."""
+    n = table.num_rows
+    if n < 2 or not _has_collectives(table, category):
+        return
+    rank = column_values(table, "rank", np.int32)
+    if rank.min() == rank.max():
+        return
+    from ..analysis.rank_kernel import RankAnalysis, RankOptions
+
+    # The collectives alone, in one order whatever the table's (spans of one rank that start
+    # together are matched in span id order), go to the ranks kernel.
+    categories = table.column("category")
+    if pa.types.is_dictionary(categories.type):
+        categories = categories.cast(categories.type.value_type)
+    # the last part of the path is the category, or category:GROUP (a process group's, as
+    # the torch.distributed instrumentation marks them): analysis/comms.py's rule
+    mask = pc.match_substring_regex(categories, _collective_pattern(category)).fill_null(False)
+    picked = np.flatnonzero(mask.to_numpy(zero_copy_only=False))  # rows of the table
+    start = column_values(table, "start_ns", np.int64)
+    span_id = column_values(table, "span_id", np.uint64)
+    picked = picked[np.lexsort((span_id[picked], start[picked]))]
+    found = RankAnalysis(
+        table.take(pa.array(picked)), RankOptions(category=category, step=None, align=False)
+    )
+    spans = found.instance_spans()
+    if not len(spans["span_id"]):
+        return
+    # back to the table's rows, by span id among the collectives (and the same rank)
+    order = np.argsort(span_id[picked], kind="stable")
+    at = np.minimum(np.searchsorted(span_id[picked][order], spans["span_id"]), len(picked) - 1)
+    row = picked[order[at]]
+    known = (span_id[row] == spans["span_id"]) & (rank[row] == spans["rank"])
+    known &= (flow_out[row] == 0) & (flow_in[row] == 0)  # a device row's host span: kept
+    # per instance, its spans in the order they started (ties: by rank)
+    chain = np.lexsort((spans["rank"], spans["start_ns"], spans["instance"]))
+    chain = chain[known[chain]]
+    instance, row = spans["instance"][chain], row[chain]
+    if not len(chain):
+        return
+    starts = np.flatnonzero(np.r_[True, instance[1:] != instance[:-1]])
+    counts = np.diff(np.r_[starts, len(chain)])
+    many = counts >= 2  # an instance of one span here links nothing
+    first_id = int(max(flow_out.max(initial=0), flow_in.max(initial=0))) + 1
+    # ids in the order of the instances' first arrivals: the same whatever the rows' order
+    lead = row[starts[many]]
+    by_time = np.lexsort((span_id[lead], rank[lead], start[lead]))
+    numbers = np.empty(len(lead), np.uint64)
+    numbers[by_time] = np.arange(first_id, first_id + len(lead), dtype=np.uint64)
+    per_instance = np.zeros(len(starts), np.uint64)
+    per_instance[many] = numbers
+    ids = np.repeat(per_instance, counts)
+    linked = ids != 0
+    first = np.zeros(len(chain), bool)
+    first[starts] = True
+    last = np.zeros(len(chain), bool)
+    last[starts + counts - 1] = True
+    out_rows = linked & ~last
+    in_rows = linked & (last | (~first if chain_in else False))
+    flow_out[row[out_rows]] = ids[out_rows]
+    flow_in[row[in_rows]] = ids[in_rows]
+
+
+def _has_collectives(table: pa.Table, category: str) -> bool:
+    """Whether a category of ``table`` ends in ``category`` (its dictionary, or its values)."""
+    column = table.column("category")
+    if pa.types.is_dictionary(column.type):
+        values: set[str] = set()
+        for chunk in column.chunks:
+            values.update(v for v in chunk.dictionary.to_pylist() if v is not None)
+    else:
+        values = set(pc.unique(column).to_pylist()) - {None}
+    pattern = re.compile(_collective_pattern(category))
+    return any(pattern.search(v) for v in values)
+
+
+def _collective_pattern(category: str) -> str:
+    """A collective's category path: its last part ``category`` or ``category:GROUP``."""
+    return f"(^|/){re.escape(category)}(:[^/]*)?$"

@@ -49,7 +49,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -140,7 +139,9 @@ _PARTITIONING_SCHEMA = pa.schema([("rank", pa.int32())])
 def new_token() -> str:
     """A writer's part-name token: its start time (seconds, so a directory listing sorts a
     process's recordings in order) and 32 random bits, 16 hex digits."""
-    return f"{int(time.time()) & 0xFFFFFFFF:08x}{secrets.token_hex(4)}"
+    # os.urandom, not secrets: secrets' import loads hmac and OpenSSL (~30 ms, and under a
+    # memory limit a traceback per hash algorithm)
+    return f"{int(time.time()) & 0xFFFFFFFF:08x}{os.urandom(4).hex()}"
 
 
 def part_name(
@@ -248,7 +249,7 @@ def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str
         return target
     parent, name = target.rsplit("/", 1)
     loc.fs.create_dir(parent, recursive=True)
-    temporary = f"{parent}/.{name}.{secrets.token_hex(4)}.part"
+    temporary = f"{parent}/.{name}.{os.urandom(4).hex()}.part"
     with loc.fs.open_output_stream(temporary) as out:
         out.write(data)
     loc.fs.move(temporary, target)

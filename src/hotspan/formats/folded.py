@@ -2,7 +2,7 @@
 ``step [train];forward [train/compute] 1671347``, as Brendan Gregg's ``flamegraph.pl``,
 inferno (``inferno-flamegraph``) and speedscope read them.
 
-The stacks are those of the flame graph (:mod:`hotspan.analysis.flamegraph`), merged over
+The stacks are those of the flame graph (:mod:`hotspan.analysis.flamegraph`, code in ``hotspan._flame``), merged over
 ranks and threads. The format holds no spans (only their self times summed by stack): it is
 written, never loaded back.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..analysis.flamegraph import folded_stacks
+from .._flame import folded_stacks
 from .base import Exporter, TraceFileError
 
 

@@ -22,6 +22,7 @@ from .._selftime import note_self_wait
 from . import _perfetto_codec as codec
 from .base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from .codec_inputs import (
+    collective_flows,
     column_values,
     device_flows,
     dictionary_codes,
@@ -77,6 +78,7 @@ class PerfettoExporter(Exporter):
         parent_id, has_parent = nullable_values(table, "parent_id", np.uint64)
         arg, has_arg = nullable_values(table, "arg", np.int64)
         flow_out, flow_in = device_flows(table)  # host span -> its device row
+        collective_flows(table, flow_out, flow_in)  # the ranks' spans of one collective
         with open(path, "wb") as sink, Progress(n, f"writing {path.name}") as progress:
             codec.encode(
                 sink.fileno(),

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 
 from .._schema import META_TASKS
-from ..analysis.flamegraph import frame_label
-from ..analysis.statistics import column_codes, combined_codes, to_numpy
+from .._flame import frame_label
+from .._columns import column_codes, combined_codes, to_numpy
 from .base import Exporter, TraceFileError
 from .lanes import LANE_BASE, assign_lanes
 

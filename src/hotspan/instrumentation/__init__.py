@@ -1,6 +1,6 @@
 """Record a framework's calls as spans without touching user code.
 
-    hotspan.instrument("torch.distributed")   # every collective: category "comms"
+    hotspan.instrument("torch.distributed")   # every collective: "comms:GROUP" (send/recv: "comms")
     hotspan.instrument("mlx")                 # mx.eval / async_eval / synchronize: "mlx"
     ...
     hotspan.uninstrument("torch.distributed")

@@ -23,6 +23,17 @@ each way; the count here does not depend on the backend):
 
 A tensor's bytes are ``numel() * element_size()`` (``Tensor.nbytes``).
 
+Process group and sequence number. A collective's category is ``comms:GROUP``:
+``comms:world`` on the default group, ``comms:NAME`` on a group from ``new_group``: torch's
+group name (``1``, ``2``: the same on every member, as groups are made in the same order on
+every rank), after its ``group_desc`` where one was given (``comms:tp.2``). Its sequence number is its
+place among the collectives this rank called on that group (every name together): torch
+requires every member to call a group's collectives in one order, so the k-th collective of
+a group on each member is one instance; ``hotspan.collectives`` matches them so, and says
+where the members disagree (a rank that skipped one). Point-to-point calls (``send``,
+``recv``, ``isend``, ``irecv``) keep ``comms``; a call on a group this rank is not in
+(torch does nothing) is recorded as ``comms.nonmember``, no collective.
+
 A call with ``async_op=True`` (and every ``isend``/``irecv``) returns a handle whose span
 ends when the handle's ``wait()`` or ``synchronize()`` returns, or when ``is_completed()``
 first answers True, on the thread that issued the call (the usual case). Handles waited
@@ -43,6 +54,10 @@ from typing import Any, Callable
 from .._native import span as _span
 
 CATEGORY = "comms"
+#: the default group's collectives
+WORLD = f"{CATEGORY}:world"
+#: point-to-point calls are no collective of their group: plain ``comms``
+P2P = frozenset({"send", "isend", "recv", "irecv"})
 
 # function -> the parameter holding what this rank sends (None: it sends nothing)
 COLLECTIVES: dict[str, str | None] = {
@@ -105,6 +120,37 @@ class _Param:
         if self.index is not None and self.index < len(args):
             return args[self.index]
         return kwargs.get(self.name, self.default)
+
+
+# group object -> (the group, its category): the group kept so that its id stays its own
+_categories: dict[int, tuple[Any, str]] = {}
+
+
+def _category(group: Any, dist: Any) -> str:
+    """``comms:GROUP`` for a collective on ``group`` (None: the default group)."""
+    found = _categories.get(id(group))
+    if found is not None and found[0] is group:
+        return found[1]
+    category = _group_category(group, dist)
+    _categories[id(group)] = (group, category)
+    return category
+
+
+def _group_category(group: Any, dist: Any) -> str:
+    try:
+        if group is None or group is dist.GroupMember.WORLD:
+            return WORLD
+        if group is dist.GroupMember.NON_GROUP_MEMBER:
+            return f"{CATEGORY}.nonmember"
+        from torch.distributed import distributed_c10d as c10d
+
+        label = str(c10d._get_process_group_name(group))
+        desc = getattr(group, "group_desc", None)
+        if desc and desc not in ("undefined", "default_pg"):
+            label = f"{desc}.{label}".replace("/", "_")
+        return f"{CATEGORY}:{label}"
+    except Exception:  # noqa: BLE001 -- a torch without these: the group unnamed, still a collective
+        return f"{CATEGORY}:{id(group):x}"
 
 
 def _close_orphans() -> None:
@@ -179,6 +225,8 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
     async_op = _Param(sig, "async_op")
     always_async = fname in ALWAYS_ASYNC
     span = _span
+    group_param = _Param(sig, "group")
+    p2p = fname in P2P
 
     if fname == "broadcast":
         assert payload is not None  # COLLECTIVES names broadcast's "tensor"
@@ -210,7 +258,12 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
             nbytes = sent(args, kwargs)
         except Exception:  # noqa: BLE001 -- arguments torch itself will refuse: let it say why, below
             nbytes = None
-        sp = span(fname, CATEGORY, arg=nbytes)
+        if p2p:
+            category = CATEGORY
+        else:
+            group = group_param.get(args, kwargs)
+            category = WORLD if group is None else _category(group, dist)
+        sp = span(fname, category, arg=nbytes)
         if not (always_async or async_op.get(args, kwargs)):
             with sp:
                 return original(*args, **kwargs)
@@ -277,3 +330,4 @@ def uninstall() -> None:
     for fname, original in _originals.items():
         setattr(dist, fname, original)
     _originals.clear()
+    _categories.clear()

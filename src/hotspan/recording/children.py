@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 __all__ = [

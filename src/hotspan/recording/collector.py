@@ -24,6 +24,9 @@ Protocol (all on one Flight service):
 * ``do_action("done")`` with JSON ``{"pid", "batch"}``: the client is closing. The server
   compacts the parts that writer sent (per rank, on a thread of its own: see
   ``recording/compaction.py``; readers see each span once throughout).
+* ``do_action("stacks")`` with a JSON body: a rank's open stacks, read from its flight file,
+  sent every few seconds by the sink's sender thread; ``do_action("open_stacks")``: every
+  process's latest, for ``hotspan hang grpc://HOST:PORT`` (``recording/open_stacks.py``).
 * With a token, every call must carry ``authorization: Bearer <token>``; any other call is
   refused (``FlightUnauthenticatedError``) to that client only.
 
@@ -53,7 +56,14 @@ import pyarrow as pa
 
 from ..events import CollectorLost, CollectorRestored, emit
 
-__all__ = ["CollectorClient", "CollectorServer", "parse_url", "parse_urls"]
+__all__ = [
+    "CollectorClient",
+    "CollectorServer",
+    "bearer",
+    "fetch_open_stacks",
+    "parse_url",
+    "parse_urls",
+]
 
 DEFAULT_PORT = 8815
 #: Largest put the server accepts (rows, and bytes of Arrow data); past either, the put is
@@ -121,8 +131,12 @@ def parse_urls(urls: "str | list[str] | tuple[str, ...]") -> list[str]:
     return out
 
 
-def _bearer(token: str | None) -> bytes | None:
+def bearer(token: str | None) -> bytes | None:
+    """The ``authorization`` header's value for ``token`` (None: no token)."""
     return None if not token else b"Bearer " + token.encode()
+
+
+_bearer = bearer
 
 
 # --------------------------------------------------------------------------- server
@@ -201,6 +215,9 @@ class CollectorServer:
         # up waiting) repeats its own ids, and is kept once rather than refused (an older one
         # is recognised by its part's digest, as a resent batch always was).
         self.digests: dict[str, None] = {}
+        from .open_stacks import LiveStacks
+
+        self.stacks = LiveStacks()
         middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
         owner = self
         # a base class from the lazily imported module (pyarrow has no types: Any to mypy)
@@ -214,6 +231,8 @@ class CollectorServer:
                 return [
                     ("clock", "the server's time.time_ns(), 8 bytes little-endian"),
                     ("done", "a client is done (JSON pid, batch): its parts are compacted"),
+                    ("stacks", "a process's open stacks now (JSON; see recording/open_stacks.py)"),
+                    ("open_stacks", "every process's latest open stacks (JSON)"),
                 ]
 
             def do_put(self, context, descriptor, reader, writer):
@@ -240,6 +259,15 @@ class CollectorServer:
             return [struct.pack("<q", time.time_ns())]
         if action.type == "done":
             return self._writer_done(action.body.to_pybytes())
+        if action.type == "stacks":
+            body = action.body.to_pybytes()
+            try:
+                self.stacks.update(body)
+            except (ValueError, TypeError) as exc:
+                raise self._refuse(f"bad open stacks: {exc}") from None
+            return []
+        if action.type == "open_stacks":
+            return [self.stacks.answer()]
         raise self._flight.FlightServerError(f"unknown action {action.type!r}")
 
     def _refuse(self, message: str):
@@ -541,6 +569,7 @@ class CollectorServer:
             raise self._refuse(f"bad done action: {exc}") from None
         with self.lock:
             ranks = sorted(self.writers.pop((pid, batch), ()))
+        self.stacks.exited(pid, batch)
         if self.compact_on_done:
             for rank in ranks:
                 thread = threading.Thread(
@@ -733,6 +762,7 @@ class CollectorClient:
         self.failures = 0
         self.failovers = 0  # moves to the next collector of the list after a failure
         self.clock_measurements = 0
+        self.stacks_sent = 0  # open-stack snapshots delivered (send_stacks)
         self.refused = False  # the collector refused our token: no point retrying
         self.last_error: str | None = None
         self.offset_ns = 0
@@ -745,7 +775,7 @@ class CollectorClient:
         self._next_try = 0.0
         self._tried = 0  # collectors tried in a row without success (a full round: back off)
         self._lost_since: float | None = None  # monotonic time of the first failure in a row
-        self._host = socket.gethostname()
+        self.host = self._host = socket.gethostname()
         self._pid = os.getpid()
 
     def _pick(self, rank: int) -> None:
@@ -942,9 +972,28 @@ class CollectorClient:
         self._say_done()
         self._disconnect()
 
+    def send_stacks(self, body: bytes, rank: int) -> bool:
+        """Send this process's open stacks (:func:`~hotspan.recording.open_stacks.encode`):
+        best effort, once (the next interval sends newer ones); True when delivered."""
+        import pyarrow.flight as flight
+
+        if self.refused or time.monotonic() < self._next_try:
+            return False
+        self._pick(rank)
+        try:
+            if self._client is None:
+                self._connect()
+            list(self._client.do_action(flight.Action("stacks", body), options=self._options()))
+        except (flight.FlightError, pa.ArrowException, OSError) as exc:
+            self.last_error = f"{self.url}: open stacks: {type(exc).__name__}: {exc}"
+            self._disconnect()
+            return False
+        self.stacks_sent += 1
+        return True
+
     def _say_done(self) -> None:
         """Tell the collector this writer is done, so it compacts our parts (best effort)."""
-        if self._client is None or not self.sent_parts:
+        if self._client is None or not (self.sent_parts or self.stacks_sent):
             return
         import pyarrow.flight as flight
 
@@ -953,6 +1002,73 @@ class CollectorClient:
             list(self._client.do_action(flight.Action("done", body), options=self._options()))
         except (flight.FlightError, pa.ArrowException, OSError):
             pass  # an older collector, or gone: the parts stay as they are
+
+
+def fetch_open_stacks(
+    url: str, *, token: str | None = None, timeout: float = 10.0
+) -> tuple[list[Any], int]:
+    """The open stacks a collector at ``url`` holds, as
+    :class:`~hotspan.recording.flight.FlightProcess` (``path`` names the collector, rank and
+    pid), and the collector's time now. OSError when it cannot be reached or refuses."""
+    import pyarrow.flight as flight
+
+    from .flight import FlightProcess, FlightThread, Frame
+    from .open_stacks import is_gone
+
+    host, port = parse_url(url)
+    where = f"grpc://{host}:{port}"
+    headers = [(b"authorization", bearer(token))] if token else []
+    options = flight.FlightCallOptions(timeout=timeout, headers=headers)
+    try:
+        client = flight.FlightClient(where)
+    except (flight.FlightError, pa.ArrowException) as exc:
+        raise OSError(f"{where}: {exc}") from None
+    try:
+        results = list(client.do_action(flight.Action("open_stacks", b""), options=options))
+    except flight.FlightUnauthenticatedError:
+        raise OSError(
+            f"{where}: the collector refused the token (--token, or $HOTSPAN_TOKEN)"
+        ) from None
+    except flight.FlightServerError as exc:
+        raise OSError(
+            f"{where}: the collector does not keep open stacks (an older hotspan?): {exc}"
+        ) from None
+    except (flight.FlightError, pa.ArrowException) as exc:
+        raise OSError(f"{where}: no collector answers there: {str(exc).splitlines()[0]}") from None
+    finally:
+        client.close()
+    try:
+        info = json.loads(results[0].body.to_pybytes())
+        now = int(info["now_ns"])
+        procs = []
+        for p in info["processes"]:
+            stale = is_gone(now, p["received_ns"], p["interval_s"])
+            threads = [
+                FlightThread(
+                    t["thread_id"],
+                    t["thread_name"],
+                    [
+                        Frame(span_id, None, depth, name, category, start, None)
+                        for span_id, depth, name, category, start in t["stack"]
+                    ],
+                    t["complete"],
+                )
+                for t in p["threads"]
+            ]
+            procs.append(
+                FlightProcess(
+                    f"{where} rank {p['rank']} pid {p['pid']}@{p['host']}",
+                    p["pid"],
+                    p["rank"],
+                    not p["exited"] and not stale,
+                    p["exited"],
+                    p["received_ns"],
+                    threads,
+                )
+            )
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise OSError(f"{where}: not a collector's open stacks: {exc}") from None
+    return procs, now
 
 
 def serve(

@@ -26,7 +26,7 @@ from collections import Counter, deque
 from .. import _api, _native
 from ..events import SpansDropped, emit
 from ..quiet_threads import start_quiet
-from . import lifecycle
+from .. import _lifecycle as lifecycle
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:

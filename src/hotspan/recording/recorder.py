@@ -30,7 +30,8 @@ import threading
 import time
 
 from .. import _api
-from . import hub, lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
+from .. import _lifecycle as lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
+from . import hub
 from .. import _native
 from ..quiet_threads import signals_blocked, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit

@@ -10,12 +10,12 @@ import sys
 import threading
 import time
 from collections import deque
-from pathlib import Path
 
 from ..quiet_threads import lower_this_thread, start_quiet
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     import pyarrow as pa
@@ -60,13 +60,11 @@ class FileSink:
         self.tables: list[pa.Table] = []
         self.dropped = 0
         self.spans = 0
-        import secrets
-
         #: Where the processes started while recording record (``Recorder.children_spec``):
         #: a hidden dataset directory beside the file, made by the first child that writes
         #: there, taken into the file at close and removed.
         self.children_dir = path.absolute().parent / (
-            f".{path.name}.hotspan-children-{os.getpid()}-{secrets.token_hex(4)}"
+            f".{path.name}.hotspan-children-{os.getpid()}-{os.urandom(4).hex()}"
         )
         self.children_dest = str(self.children_dir) + os.sep
 
@@ -125,6 +123,8 @@ class DatasetSink:
             self.target = str(directory)  # opened on the flusher, where pyarrow loads
             self.shown = redact_uri(directory)
         else:
+            from pathlib import Path  # at a recording's start, not at import hotspan
+
             directory = Path(directory)
             if directory.exists() and not directory.is_dir():
                 raise NotADirectoryError(f"{directory}: exists and is not a directory")
@@ -179,6 +179,8 @@ class DatasetSink:
         if self.location is None or not self.location.local:
             return
         from .children import unflushed_children
+
+        from pathlib import Path
 
         unflushed = unflushed_children(Path(self.location.root))
         if (
@@ -236,6 +238,19 @@ class CollectorSink:
         self._dropped = 0  # over the cap before reaching the client, or never sent at close
         self._closing = False
         self._thread: threading.Thread | None = None
+        # open stacks for `hotspan hang grpc://...` (recording/open_stacks.py): sent every
+        # interval by the sender thread, when this process has a flight file to read them from
+        from .open_stacks import ENV_STACKS_INTERVAL, STACKS_INTERVAL_S
+
+        text = os.environ.get(ENV_STACKS_INTERVAL, "")
+        try:
+            stacks_interval = float(text or STACKS_INTERVAL_S)
+        except ValueError:
+            stacks_interval = float("nan")
+        if not 0 < stacks_interval <= 3600:
+            raise ValueError(f"{ENV_STACKS_INTERVAL}={text!r}: expected seconds in (0, 3600]")
+        self.stacks_interval = stacks_interval
+        self._next_stacks = 0.0
 
     @property
     def dropped(self) -> int:
@@ -253,15 +268,55 @@ class CollectorSink:
             self._pending.append(table)
             self._pending_spans += table.num_rows
             self._cond.notify()
-            if self._thread is None or not self._thread.is_alive():  # the first batch, or a restart
-                self._closing = False
-                self._thread = threading.Thread(
-                    target=self._send_loop, name="hotspan-send", daemon=True
-                )
-                start_quiet(self._thread)
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None or not self._thread.is_alive():  # the first batch, or a restart
+            self._closing = False
+            self._thread = threading.Thread(
+                target=self._send_loop, name="hotspan-send", daemon=True
+            )
+            start_quiet(self._thread)
 
     def idle(self) -> None:
-        pass  # the sender retries by itself
+        # the sender retries by itself; it must run for the open stacks even when no span
+        # ends (a job hung before its first flush of spans)
+        if self._thread is None and _flight_path() is not None:
+            with self._cond:
+                if not self._closing:
+                    self._start_locked()
+
+    def _send_stacks(self) -> None:
+        """This process's open stacks to the collector, when due (best effort)."""
+        now = time.monotonic()
+        if now < self._next_stacks:
+            return
+        self._next_stacks = now + self.stacks_interval
+        path = _flight_path()
+        if path is None:
+            return
+        from .flight import stacks
+        from .open_stacks import encode
+
+        client = self.client
+        try:
+            proc = stacks(path)
+            body = encode(
+                proc,
+                batch=client.batch_token,
+                host=client.host,
+                interval_s=self.stacks_interval,
+                offset_ns=client.offset_ns,
+                uncertainty_ns=client.uncertainty_ns,
+            )
+        except (OSError, ValueError):
+            return  # the flight file unreadable now: the next interval tries again
+        client.send_stacks(body, proc.rank)
+
+    def _stacks_wait(self) -> float | None:
+        if _flight_path() is None:
+            return None
+        return max(self._next_stacks - time.monotonic(), 0.0)
 
     def _send_loop(self) -> None:
         lower_this_thread(SENDER_NICE)
@@ -269,13 +324,22 @@ class CollectorSink:
         while True:
             with self._cond:
                 while not self._pending and not self._closing:
-                    # Queued in the client (the collector away): wake for the next retry.
-                    self._cond.wait(
+                    # Queued in the client (the collector away): wake for the next retry;
+                    # and for the next open stacks.
+                    waits = [
                         max(client.wait_retry(), 0.01)
                         if client.queue and not client.refused
-                        else None
-                    )
+                        else None,
+                        self._stacks_wait(),
+                    ]
+                    due = [w for w in waits if w is not None]
+                    if due and min(due) <= 0:
+                        break
+                    self._cond.wait(min(due) if due else None)
                     if client.queue and client.wait_retry() <= 0:
+                        break
+                    stacks_wait = self._stacks_wait()
+                    if stacks_wait is not None and stacks_wait <= 0:
                         break
                 tables = list(self._pending)
                 self._pending.clear()
@@ -289,6 +353,11 @@ class CollectorSink:
             except Exception as exc:  # noqa: BLE001 - the sender must outlive one bad batch
                 self._dropped += sum(t.num_rows for t in tables)
                 warn(f"sending spans to {client.url}: {type(exc).__name__}: {exc}")
+            if not closing:
+                try:
+                    self._send_stacks()
+                except Exception as exc:  # noqa: BLE001 - nor one failed snapshot
+                    warn(f"sending open stacks to {client.url}: {type(exc).__name__}: {exc}")
             if closing:
                 return
 
@@ -309,6 +378,12 @@ class CollectorSink:
         self.client.close(max(deadline - time.monotonic(), 0.0))
 
 
+def _flight_path() -> str | None:
+    from .. import _native
+
+    return _native._flight_path()
+
+
 def sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
     text = os.fspath(dest)
     if isinstance(text, bytes):
@@ -324,8 +399,11 @@ def sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
                 f"grpc://HOST:PORT or a file system URI: {', '.join(sorted(FS_SCHEMES))})"
             )
         return DatasetSink(text)  # s3://bucket/run: a dataset there, a part per flush
-    path = Path(text)
+    from pathlib import Path  # at a recording's start, not at import hotspan
+
     from ..formats import format_of
+
+    path = Path(text)
 
     looks_like_file = format_of(path) is not None
     if path.is_dir() or text.endswith(("/", os.sep)) or not looks_like_file:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..analysis.flamegraph import flame_tree, frame_label
+from .._flame import flame_tree, frame_label
 from .flame import asset, prune
 
 __all__ = ["diff_flame_html", "diff_flame_tree", "diff_speedscope"]

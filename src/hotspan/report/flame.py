@@ -17,8 +17,8 @@ from importlib import resources
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.flamegraph import FlameTree, flame_tree
-from ..analysis.statistics import to_numpy
+from .._flame import FlameTree, flame_tree
+from .._columns import to_numpy
 
 #: Nodes thinner than this share of the whole are left out of the page: never drawn (under
 #: half a pixel at any zoom short of 1/100 of the trace) and they would bloat the data.

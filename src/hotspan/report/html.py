@@ -29,7 +29,8 @@ from .._schema import (
     META_START,
     META_VERSION,
 )
-from ..analysis.statistics import STAT_COLUMNS, column_codes, phases, stats, to_numpy
+from ..analysis.statistics import STAT_COLUMNS, phases, stats
+from .._columns import column_codes, to_numpy
 from ..units import human_bytes, human_count, human_ns, human_rate
 from .flame import asset, flame_html
 from .layout import category_order, layout

@@ -11,7 +11,7 @@ from typing import Mapping
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.statistics import column_codes, combined_codes, to_numpy, parent_rows
+from .._columns import column_codes, combined_codes, to_numpy, parent_rows
 
 
 @dataclass

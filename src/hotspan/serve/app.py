@@ -185,6 +185,79 @@ class TimelineResponse(BaseModel):
     tracks: list[TimelineTrack]
 
 
+class CriticalSegment(BaseModel):
+    step: int
+    rank: int
+    name: str
+    #: on the rank's own clock, as its spans
+    start_ns: int
+    end_ns: int
+
+
+class CriticalPathResponse(BaseModel):
+    id: str
+    segments: list[CriticalSegment]
+
+
+class StragglerRow(BaseModel):
+    rank: int
+    blame_ns: int
+    wait_ns: int
+    steps_last: int
+    straggler: bool
+    reason: Optional[str] = None
+    step_ns_if_median: Optional[float] = None
+    #: its share of all blame
+    share: float
+    #: the straggler test's p (Bennett's bound)
+    p: Optional[float] = None
+
+
+class CriticalShare(BaseModel):
+    name: str
+    critical_ns: int
+    share: float
+
+
+class RanksResponse(BaseModel):
+    """What `hotspan ranks --json` prints."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    ranks: int
+    steps: int
+    step_ns: Optional[float] = None
+    instances: int
+    unmatched: int
+    total_wait_ns: int
+    test: dict[str, Any]
+    clock_offset_ns: dict[str, int]
+    arrival_error_ns: dict[str, int]
+    #: every rank, most blamed first
+    stragglers: list[StragglerRow]
+    #: per span name, its time on the steps' critical paths
+    critical_path: list[CriticalShare]
+
+
+class RankStepsResponse(BaseModel):
+    """`hotspan.rank_steps`: a list per column, a cell (rank, step) per index, rows by
+    rank then step."""
+
+    id: str
+    rank: list[int]
+    step: list[int]
+    #: the step span, on the rank's own clock
+    start_ns: list[int]
+    end_ns: list[int]
+    step_ns: list[int]
+    #: the rank's waits in that step's collectives
+    wait_ns: list[int]
+    #: the others' waits in the collectives it arrived last at in that step
+    blame_ns: list[int]
+    #: how many collectives of that step it arrived last at
+    last: list[int]
+
+
 class CompareRow(BaseModel):
     model_config = ConfigDict(extra="allow")  # plus the group's key columns
     count_base: int
@@ -493,6 +566,88 @@ class Served:
             raise _bad_value("start_ns", str(exc)) from None
         return {"id": run.id, **view}
 
+    def get_ranks(
+        self,
+        id: str,
+        collectives: str = Query(
+            "comms",
+            min_length=1,
+            max_length=200,
+            description="the last part of the collectives' category",
+        ),
+        step: str = Query(
+            "step", min_length=1, max_length=1000, description="the step span's name"
+        ),
+    ) -> Any:
+        """Across ranks, as `hotspan ranks --json` prints it (`hotspan.analysis.ranks.ranks_summary`):
+        the run's figures, every rank's straggler row (blame, wait, steps last, the straggler
+        test's verdict and reason), most blamed first, and each span name's share of the
+        critical path."""
+        run = self.run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        answer = self.catalog.steady([run], lambda: queries.ranks_answer(run, collectives, step))
+        return {"id": run.id, **answer}
+
+    def get_rank_steps(
+        self,
+        id: str,
+        collectives: str = Query(
+            "comms",
+            min_length=1,
+            max_length=200,
+            description="the last part of the collectives' category",
+        ),
+        step: str = Query(
+            "step", min_length=1, max_length=1000, description="the step span's name"
+        ),
+    ) -> Any:
+        """Per rank and step (`hotspan.rank_steps`): the step's time, the rank's waits and the
+        blame it earned there, a list per column: the cells of the rank x step heatmap
+        (`/runs/{id}/ranks`)."""
+        run = self.run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        cells = self.catalog.steady(
+            [run], lambda: queries.rank_steps_columns(run, collectives, step)
+        )
+        return {"id": run.id, **cells}
+
+    def get_critical_path(
+        self,
+        id: str,
+        start_ns: Optional[int] = Query(
+            None, ge=0, le=2**63 - 1, description="only segments ending after this, epoch ns"
+        ),
+        end_ns: Optional[int] = Query(
+            None, ge=1, le=2**63 - 1, description="only segments starting before this, epoch ns"
+        ),
+        rank: Optional[str] = Query(
+            None, max_length=2000, description="only these ranks' segments (comma-separated)"
+        ),
+        collectives: str = Query(
+            "comms",
+            min_length=1,
+            max_length=200,
+            description="the last part of the collectives' category",
+        ),
+        step: str = Query(
+            "step", min_length=1, max_length=1000, description="the step span's name"
+        ),
+    ) -> Any:
+        """The segments of each step's critical path across ranks (`hotspan.critical_path`)
+        that overlap the window: step, rank, span name, start and end (on that rank's clock),
+        in path order. The timeline draws them over its tracks."""
+        ranks = _window(start_ns, end_ns, rank)
+        run = self.run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        segments = self.catalog.steady(
+            [run],
+            lambda: queries.critical_segments(run, start_ns, end_ns, ranks, collectives, step),
+        )
+        return {"id": run.id, "segments": segments}
+
     def download(
         self,
         id: str,
@@ -654,6 +809,21 @@ def add_api(app: FastAPI, served: Served) -> None:
         responses=found,
         tags=["traces"],
     )(served.get_timeline)
+    app.get("/v1/traces/{id}/ranks", response_model=RanksResponse, responses=found, tags=["ranks"])(
+        served.get_ranks
+    )
+    app.get(
+        "/v1/traces/{id}/rank_steps",
+        response_model=RankStepsResponse,
+        responses=found,
+        tags=["ranks"],
+    )(served.get_rank_steps)
+    app.get(
+        "/v1/traces/{id}/critical_path",
+        response_model=CriticalPathResponse,
+        responses=found,
+        tags=["ranks"],
+    )(served.get_critical_path)
     app.get(
         "/v1/traces/{id}/download",
         response_class=FileResponse,

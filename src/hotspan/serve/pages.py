@@ -3,8 +3,12 @@
 
 - ``/``: the runs (sortable columns, a filter by name), and a form to compare two;
 - ``/runs/{id}``: the summary, phases per rank as a stacked bar each, the statistics, the
-  HTML report's timeline (``/runs/{id}/timeline``) and flame graph (``/runs/{id}/flame``),
-  each in a frame, and "Open in Perfetto UI";
+  timeline (``?rank=&step=``: on that step's window, that rank's tracks first; ``?critical=1``:
+  the critical path drawn over it), the HTML report's timeline (``/runs/{id}/timeline``) and
+  flame graph (``/runs/{id}/flame``), each in a frame, and "Open in Perfetto UI";
+- ``/runs/{id}/ranks``: across ranks: the stragglers (as ``hotspan ranks``), a rank x step
+  heatmap (blame, wait or step time; a cell links to the timeline at that rank and step)
+  and the critical path's shares;
 - ``/compare?base=&new=``: two runs span group by span group.
 """
 
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Optional
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -42,6 +46,8 @@ STAT_COLUMNS = (
     ("arg/s", "arg_per_s", human_rate),
 )
 MAX_STAT_ROWS = 300
+#: The rank x step heatmap's metrics (columns of ``hotspan.rank_steps``): value -> label.
+HEATMAP_METRICS = (("blame_ns", "blame"), ("wait_ns", "wait"), ("step_ns", "step time"))
 BAR_WIDTH = 900  # the phases chart's bar area, in SVG units
 
 
@@ -141,10 +147,25 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         return page(request, "runs.html", runs=runs, q=q)
 
     @app.get("/runs/{id}", response_class=HTMLResponse, include_in_schema=False)
-    def run_page(request: Request, id: str):
+    def run_page(
+        request: Request,
+        id: str,
+        rank: Optional[int] = Query(None, ge=-(2**31), le=2**31 - 1),
+        step: Optional[int] = Query(None, ge=0, le=2**62),
+        critical: bool = Query(False),
+    ):
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
+        # ?rank=&step= (a cell of the ranks page): the timeline opens on that step's window,
+        # that rank's tracks first and highlighted
+        focus: dict[str, Any] | None = None
+        if rank is not None:
+            focus = {"rank": rank, "step": step, "window": None}
+            if step is not None:
+                focus["window"] = catalog.steady(
+                    [run], lambda: queries.step_window(run, rank, step)
+                )
         _keys, all_stats = catalog.steady([run], lambda: queries.stats_rows(run, None))
         # instants (no duration) counted apart, below the table
         stats = [r for r in all_stats if r.get("instants") != r["count"]]
@@ -175,6 +196,32 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             timeline=(run.summary or {}).get("spans", 0) <= queries.TIMELINE_MAX_SPANS,
             timeline_max=queries.TIMELINE_MAX_SPANS,
             perfetto_ui=perfetto_ui,
+            focus=focus,
+            critical=critical,
+        )
+
+    @app.get("/runs/{id}/ranks", response_class=HTMLResponse, include_in_schema=False)
+    def ranks_page(
+        request: Request,
+        id: str,
+        metric: Literal["step_ns", "wait_ns", "blame_ns"] = Query("blame_ns"),
+        collectives: str = Query("comms", min_length=1, max_length=200),
+        step: str = Query("step", min_length=1, max_length=1000),
+    ):
+        run = run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return problem_page(request, run)
+        answer = catalog.steady([run], lambda: queries.ranks_answer(run, collectives, step))
+        return page(
+            request,
+            "ranks.html",
+            run=run.entry(),
+            answer=answer,
+            named=[r for r in answer["stragglers"] if r["straggler"]],
+            metric=metric,
+            metrics=HEATMAP_METRICS,
+            collectives=collectives,
+            step=step,
         )
 
     def inline_page(request: Request, id: str, render, what: str, instead: str):

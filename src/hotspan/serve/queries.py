@@ -9,6 +9,7 @@ that asks for the same statistics twice computes them once.
 
 from __future__ import annotations
 
+import json
 import math
 import queue
 import threading
@@ -24,10 +25,14 @@ __all__ = [
     "Warmer",
     "cached",
     "compare_rows",
+    "critical_segments",
     "download_path",
     "phases_rows",
     "plain",
+    "rank_steps_columns",
+    "ranks_answer",
     "spans_page",
+    "step_window",
     "stats_rows",
     "timeline_html",
     "timeline_index",
@@ -188,6 +193,94 @@ def timeline_view(
             end_ns = max(window[1], start_ns + 1) if end_ns is None else end_ns
         view = timeline(files, start_ns, end_ns, width, ranks=ranks)
     return _remember(key, plain(view))
+
+
+# --------------------------------------------------------------------------- across ranks
+# hotspan.ranks_summary / rank_steps / critical_path, given the run's path; serve only asks.
+
+#: The columns of /v1/traces/{id}/rank_steps (hotspan.rank_steps).
+RANK_STEP_COLUMNS = ("rank", "step", "start_ns", "end_ns", "step_ns", "wait_ns", "blame_ns", "last")
+
+
+def ranks_answer(run: Run, category: str = "comms", step: str = "step") -> dict[str, Any]:
+    """What ``hotspan ranks --json`` prints for the run (``ranks_summary``)."""
+    from ..analysis.ranks import ranks_summary
+
+    return cached(
+        ("ranks", run.id, run.signature, category, step),
+        # through JSON, as the CLI prints it: rank keys as strings, no NaN
+        lambda: plain(
+            json.loads(json.dumps(ranks_summary(run.source, category=category, step=step)))
+        ),
+    )
+
+
+def rank_steps_columns(run: Run, category: str = "comms", step: str = "step") -> dict[str, Any]:
+    """``hotspan.rank_steps`` of the run, a list per column (rows by rank, then step)."""
+    import hotspan
+
+    def compute() -> dict[str, Any]:
+        table = hotspan.rank_steps(run.source, category=category, step=step)
+        return {c: table.column(c).to_pylist() for c in RANK_STEP_COLUMNS}
+
+    return cached(("rank-steps", run.id, run.signature, category, step), compute)
+
+
+def step_window(run: Run, rank: int, step: int) -> tuple[int, int] | None:
+    """The start and end of step ``step`` of ``rank`` (its step span), or None: no such step."""
+    import bisect
+
+    cells = rank_steps_columns(run)
+    ranks, steps = cells["rank"], cells["step"]
+    at = bisect.bisect_left(ranks, rank) + step  # a rank's steps are 0, 1, ... in order
+    if step >= 0 and at < len(ranks) and ranks[at] == rank and steps[at] == step:
+        return cells["start_ns"][at], cells["end_ns"][at]
+    return None
+
+
+def critical_segments(
+    run: Run,
+    start_ns: int | None,
+    end_ns: int | None,
+    ranks: Sequence[int] | None,
+    category: str = "comms",
+    step: str = "step",
+) -> list[dict[str, Any]]:
+    """The segments of ``hotspan.critical_path`` of the run that overlap ``[start_ns, end_ns)``
+    (None: unbounded), on ``ranks`` (None: all), in path order."""
+    import numpy as np
+
+    import hotspan
+
+    def compute() -> dict[str, np.ndarray]:
+        table = hotspan.critical_path(run.source, category=category, step=step)
+        return {
+            "step": np.asarray(table.column("step").to_numpy(), np.int64),
+            "rank": np.asarray(table.column("rank").to_numpy(), np.int64),
+            "name": np.asarray(table.column("name").to_pylist(), object),
+            "start_ns": np.asarray(table.column("start_ns").to_numpy(), np.int64),
+            "end_ns": np.asarray(table.column("end_ns").to_numpy(), np.int64),
+        }
+
+    path = cached(("critical-path", run.id, run.signature, category, step), compute)
+    keep = np.ones(len(path["step"]), bool)
+    if start_ns is not None:
+        keep &= path["end_ns"] > start_ns
+    if end_ns is not None:
+        keep &= path["start_ns"] < end_ns
+    if ranks is not None:
+        keep &= np.isin(path["rank"], np.asarray(ranks, np.int64))
+    rows = np.flatnonzero(keep)
+    return [
+        {
+            "step": int(path["step"][i]),
+            "rank": int(path["rank"][i]),
+            "name": str(path["name"][i]),
+            "start_ns": int(path["start_ns"][i]),
+            "end_ns": int(path["end_ns"][i]),
+        }
+        for i in rows
+    ]
 
 
 _indexes: "OrderedDict[tuple, Any]" = OrderedDict()

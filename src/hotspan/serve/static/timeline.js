@@ -3,6 +3,11 @@
 // pixel long or more, exactly, and the shorter ones summarised per pixel. Wheel zooms around
 // the pointer, drag pans, double click shows the whole run again. Times travel as BigInt
 // offsets from the run's start: epoch nanoseconds are beyond a double's exact integers.
+// A page opened from a cell of the ranks page (?rank=&step=) starts on that step's window
+// (data-focus-start/-end, the server's) with that rank's tracks first and highlighted
+// (data-focus-rank). "critical path" draws each step's critical path across ranks over the
+// tracks (GET /v1/traces/{id}/critical_path?start_ns=&end_ns=): a band on the rank's first
+// track per segment, a line where the path moves to another rank.
 (function () {
   'use strict';
   var box = document.getElementById('timeline-view');
@@ -15,7 +20,17 @@
   if (runEnd <= runStart) runEnd = runStart + 1n;
   // The window, as Numbers of ns from the run's start (exact below 2**53 ns: 104 days).
   var view = {lo: 0, hi: Number(runEnd - runStart)};
+  var focusRank = box.dataset.focusRank === undefined ? null : Number(box.dataset.focusRank);
+  if (box.dataset.focusStart && box.dataset.focusEnd) {
+    // the step's window, with 2% of it either side so that its edges show
+    var f0 = Number(BigInt(box.dataset.focusStart) - runStart), f1 = Number(BigInt(box.dataset.focusEnd) - runStart);
+    var margin = Math.max(1, (f1 - f0) * 0.02);
+    view = {lo: f0 - margin, hi: f1 + margin};
+  }
   var answer = null, asked = 0, timer = null, drawn = [];
+  var criticalBox = document.getElementById('critical-path');
+  var critical = null;  // {segments} of the window last asked for
+  var CRITICAL = '#d50000';
 
   function colour(name) {
     var h = 0;
@@ -58,9 +73,15 @@
     var ticket = ++asked;
     status.textContent = 'loading…';
     var url = '/v1/traces/' + box.dataset.run + '/timeline?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
+    var path = criticalBox && criticalBox.checked ? fetchCritical(start, end) : Promise.resolve(null);
     ask(url, start, end).then(function (body) {
+      return path.then(function (segments) { return {body: body, segments: segments}; });
+    }).then(function (got) {
+      var body = got.body;
       if (ticket !== asked) return;  // a later pan or zoom asked again
       answer = {body: body, lo: view.lo, hi: view.hi};
+      critical = got.segments ? {segments: got.segments} : null;
+      box.dataset.window = start + ',' + end;
       draw();
       var spans = 0, pixels = 0;
       body.tracks.forEach(function (t) { spans += t.spans.length; pixels += t.pixels.length; });
@@ -100,6 +121,23 @@
     });
   }
   box.drawnCount = 0;
+  function fetchCritical(start, end) {
+    var url = '/v1/traces/' + box.dataset.run + '/critical_path?start_ns=' + start + '&end_ns=' + end;
+    // a run whose critical path cannot be found (no steps, say) still shows its timeline
+    return fetch(url, {credentials: 'same-origin'}).then(function (r) {
+      if (!r.ok) throw new Error('HTTP ' + r.status);
+      return r.json();
+    }).then(function (body) { return body.segments; }).catch(function (error) {
+      box.dataset.criticalError = error.message;
+      return [];
+    });
+  }
+  if (criticalBox) {
+    criticalBox.addEventListener('change', function () {
+      if (!criticalBox.checked) { critical = null; delete box.dataset.critical; draw(); return; }
+      fetchView();
+    });
+  }
   function later() { clearTimeout(timer); timer = setTimeout(fetchView, 120); }
 
   function draw() {
@@ -110,8 +148,12 @@
       var depth = 0;
       t.spans.forEach(function (s) { depth = Math.max(depth, s.depth); });
       t.pixels.forEach(function (p) { depth = Math.max(depth, p.depth); });
-      rows.push({track: t, depth: depth + 1});
+      rows.push({track: t, depth: depth + 1, focus: focusRank !== null && t.rank === focusRank});
     });
+    // the focused rank's tracks first (a stable sort: the server's order otherwise)
+    if (focusRank !== null) {
+      rows = rows.filter(function (r) { return r.focus; }).concat(rows.filter(function (r) { return !r.focus; }));
+    }
     var height = rows.reduce(function (h, r) { return h + r.depth * ROW + GAP; }, 0) || ROW;
     canvas.style.height = height + 'px';
     canvas.width = Math.round(canvas.clientWidth * ratio);
@@ -126,14 +168,17 @@
     var scale = plotWidth() / (view.hi - view.lo);
     function x(ns) { return LABEL + (ns - view.lo) * scale; }
     drawn = [];
-    var y = 0;
+    var y = 0, firstRow = {};
     rows.forEach(function (row) {
       var t = row.track;
-      g.fillStyle = '#f4f6f8';
+      if (!(t.rank in firstRow)) firstRow[t.rank] = {y: y, height: row.depth * ROW};
+      g.fillStyle = row.focus ? '#fff3c4' : '#f4f6f8';
       g.fillRect(0, y, canvas.clientWidth, row.depth * ROW);
       g.fillStyle = '#333';
+      g.font = (row.focus ? 'bold ' : '') + '11px system-ui, sans-serif';
       var label = t.label || ('rank ' + t.rank + ' · ' + t.thread_id + (t.lane ? ' · lane ' + t.lane : ''));
       g.fillText(label.length > 24 ? label.slice(0, 23) + '…' : label, 4, y + ROW / 2);
+      g.font = '11px system-ui, sans-serif';
       g.save();
       g.beginPath();
       g.rect(LABEL, y, plotWidth(), row.depth * ROW);
@@ -166,6 +211,44 @@
       g.restore();
       y += row.depth * ROW + GAP;
     });
+    box.dataset.firstRank = rows.length ? rows[0].track.rank : '';
+    box.dataset.focusTracks = rows.filter(function (r) { return r.focus; }).length;
+    if (critical) drawCritical(g, firstRow, x);
+  }
+
+  // The critical path over the tracks: per segment a band (translucent, outlined) on its
+  // rank's first track, a line from one segment's end to the next one's start on another rank.
+  function drawCritical(g, firstRow, x) {
+    var shown = 0, prev = null;
+    g.save();
+    g.beginPath();
+    g.rect(LABEL, 0, plotWidth(), canvas.clientHeight || 1e6);
+    g.clip();
+    critical.segments.forEach(function (s) {
+      var at = firstRow[s.rank];
+      if (!at) { prev = null; return; }
+      var s0 = Number(BigInt(s.start_ns) - runStart), s1 = Number(BigInt(s.end_ns) - runStart);
+      var left = x(s0), w = Math.max(2, x(s1) - left);
+      g.globalAlpha = 0.28;
+      g.fillStyle = CRITICAL;
+      g.fillRect(left, at.y, w, at.height);
+      g.globalAlpha = 1;
+      g.fillRect(left, at.y, w, 3);
+      g.fillRect(left, at.y + at.height - 3, w, 3);
+      if (prev && prev.rank !== s.rank && prev.step === s.step) {
+        g.strokeStyle = CRITICAL;
+        g.lineWidth = 2;
+        g.beginPath();
+        g.moveTo(prev.x, prev.y + 1);
+        g.lineTo(left, at.y + 1);
+        g.stroke();
+      }
+      prev = {rank: s.rank, step: s.step, x: left + w, y: at.y};
+      if (left + w >= LABEL && left <= LABEL + plotWidth()) shown++;
+      drawn.push({x: left, y: at.y, w: w, text: 'critical path · step ' + s.step + ' · rank ' + s.rank + ' · ' + s.name + ' · ' + ms(s1 - s0)});
+    });
+    g.restore();
+    box.dataset.critical = shown;
   }
 
   canvas.addEventListener('wheel', function (event) {

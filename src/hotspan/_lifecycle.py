@@ -48,8 +48,8 @@ import signal
 import sys
 import threading
 
-from .. import _native
-from ..quiet_threads import start_quiet
+from . import _native
+from .quiet_threads import start_quiet
 
 # Why typing loads only for the type checker: ``import hotspan`` loads this module, and a
 # fresh interpreter has not loaded typing yet (docs/performance.md: import time).
