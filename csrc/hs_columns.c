@@ -236,6 +236,11 @@ static void convert_range(convert_part *part) {
             const hs_record *r = &s->recs[i];
             uint32_t flags = hs_rec_flags(r), depth, pair;
             uint64_t dur, parent_plus1;
+            if (HS_UNLIKELY(flags & HS_F_COUNTER)) { /* not a span (hs_counters.h): no row */
+                i += 1;
+                row--; /* the loop's increment */
+                continue;
+            }
             if (HS_LIKELY(!(flags & HS_F_EXT))) {
                 seq = hs_seq_extend(seq, hs_rec_seq32(r));
                 uint32_t pdelta = hs_rec_pdelta(r);
@@ -461,6 +466,10 @@ static int drain_collect_locked(hs_columns *c, int32_t rank) {
             for (uint64_t i = 0; i < s->nslots;) {
                 const hs_record *r = &s->recs[i];
                 uint32_t pair = hs_rec_pair(r);
+                if (hs_rec_flags(r) & HS_F_COUNTER) { /* not a span: not in the dictionaries */
+                    i += 1;
+                    continue;
+                }
                 if (hs_rec_flags(r) & HS_F_EXT) {
                     const hs_record_ext *x = (const hs_record_ext *)(const void *)&s->recs[i + 1];
                     pair = x->pair;

@@ -32,7 +32,9 @@
 #include <time.h>
 
 #include "hs_clock.h"
+#include "hs_counters.h"
 #include "hs_device.h"
+#include "hs_recorder.h"
 
 /* ---- the driver API, as much of it as we use ------------------------------------------ */
 
@@ -63,6 +65,7 @@ typedef struct {
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*EventDestroy)(CUevent);
     CUresult (*GetErrorName)(CUresult, const char **);
+    CUresult (*MemGetInfo)(size_t *, size_t *); /* optional: configure(counters=)'s samples */
 } cu_api;
 static cu_api cu;
 
@@ -91,6 +94,7 @@ static const struct {
     SYM(EventElapsedTime, "cuEventElapsedTime", 0),
     SYM(EventDestroy, "cuEventDestroy_v2", 0),
     SYM(GetErrorName, "cuGetErrorName", 1),
+    SYM(MemGetInfo, "cuMemGetInfo_v2", 1),
 #undef SYM
 };
 
@@ -206,6 +210,9 @@ typedef struct stream_queue {
 
 #define MAX_DEVICES 64
 static device_state *devices[MAX_DEVICES];
+/* the counter pair of each device ordinal's memory in use (cuda_memory_sample; 0: not
+ * interned yet) */
+static _Atomic uint32_t memory_pairs[MAX_DEVICES];
 static int n_devices = 0;
 static stream_queue **queues = NULL;
 static size_t n_queues = 0, cap_queues = 0;
@@ -726,6 +733,7 @@ static void forget(int driver) {
     }
     if (!driver) {
         n_devices = 0;
+        for (int i = 0; i < MAX_DEVICES; i++) atomic_store(&memory_pairs[i], 0);
         load_state = 0;
         events_created = 0; /* of the driver loaded next */
     }
@@ -820,8 +828,52 @@ void hs_cuda_fork_child(void) {
     pthread_mutex_unlock(&cuda_lock);
 }
 
+/* configure(counters=) (hs_counters.h's device hook, on the drain thread): the memory in use
+ * (total - free, cuMemGetInfo: the whole device's) of each device hotspan's device spans
+ * have a context for, as the counter "cuda:<ordinal> memory". Nothing before the driver is
+ * loaded and a device span has run. */
+static int cuda_memory_sample(hs_counter_sample *out, int max) {
+    /* The names first, without cuda_lock (a leaf lock: interning takes the intern lock). */
+    int missing[MAX_DEVICES], n_missing = 0, n = 0;
+    pthread_mutex_lock(&cuda_lock);
+    int usable = load_state > 0 && cu.MemGetInfo;
+    for (int i = 0; usable && i < n_devices; i++) {
+        int ordinal = devices[i]->ordinal;
+        if (ordinal >= 0 && ordinal < MAX_DEVICES && !atomic_load(&memory_pairs[ordinal]))
+            missing[n_missing++] = ordinal;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    if (!usable) return 0;
+    for (int j = 0; j < n_missing; j++) {
+        char name[48];
+        int len = snprintf(name, sizeof name, "cuda:%d memory", missing[j]);
+        hs_site *site = hs_site_create(name, (size_t)len, NULL, 0);
+        if (site) atomic_store(&memory_pairs[missing[j]], site->root_pair);
+    }
+    pthread_mutex_lock(&cuda_lock);
+    for (int i = 0; load_state > 0 && i < n_devices && n < max; i++) {
+        device_state *d = devices[i];
+        if (d->ordinal < 0 || d->ordinal >= MAX_DEVICES) continue;
+        uint32_t pair = atomic_load(&memory_pairs[d->ordinal]);
+        if (!pair) continue;
+        size_t free_b = 0, total_b = 0;
+        CUcontext prev = NULL;
+        if (cu.CtxPushCurrent(d->ctx) != CUDA_SUCCESS) continue;
+        CUresult rc = cu.MemGetInfo(&free_b, &total_b);
+        cu.CtxPopCurrent(&prev);
+        if (rc != CUDA_SUCCESS || free_b > total_b) continue;
+        out[n].ticks = hs_ticks();
+        out[n].pair = pair;
+        out[n].value = (double)(total_b - free_b);
+        n++;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return n;
+}
+
 int hs_cuda_install(PyObject *module) {
     if (PyModule_AddFunctions(module, cuda_methods) < 0) return -1;
     hs_device_cuda = &cuda_plugin;
+    hs_counters_device_hook = cuda_memory_sample;
     return 0;
 }

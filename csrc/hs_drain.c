@@ -22,6 +22,7 @@
 
 #include "hs_clock.h"
 #include "hs_compiler.h"
+#include "hs_counters.h"
 #include "hs_intern.h"
 #include "hs_live.h"
 #include "hs_selftime.h"
@@ -183,6 +184,11 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
     while (i < n) {
         const hs_record *r = i < na ? &a[i] : &b[i - na];
         uint32_t flags = hs_rec_flags(r);
+        if (HS_UNLIKELY(flags & HS_F_COUNTER)) { /* not a span: into the counters' store */
+            if (kept) hs_counters_note(r, info->tid);
+            i += 1;
+            continue;
+        }
         if (flags & HS_F_EXT) {
             uint64_t j = i + 1;
             const hs_record_ext *x = (const hs_record_ext *)(j < na ? &a[j] : &b[j - na]);
@@ -312,6 +318,15 @@ static void *drainer_main(void *arg) {
         if (atomic_load(&drainer_pid) != me) return NULL;
         /* the flight file's "last seen" (the end of spans open at a crash) and clock */
         if (hs_drain_tick_hook) hs_drain_tick_hook();
+        { /* configure(counters=): the process's and the devices' memory, when due */
+            hs_counter_sample samples[HS_COUNTERS_MAX_SAMPLES];
+            int n = hs_counters_due(samples, HS_COUNTERS_MAX_SAMPLES);
+            if (n > 0) {
+                pthread_mutex_lock(&drain_lock);
+                for (int k = 0; k < n; k++) hs_counters_add(samples[k].ticks, samples[k].pair, samples[k].value);
+                pthread_mutex_unlock(&drain_lock);
+            }
+        }
         if (atomic_load(&paused)) continue; /* only drain() moves records now */
         pthread_mutex_lock(&drain_lock);
         uint64_t moved = sweep_locked();
@@ -408,6 +423,7 @@ void hs_drain_after_fork_child(void) {
     }
     seg_head = seg_tail = NULL;
     seg_bytes = seg_spans = seg_count = 0;
+    hs_counters_after_fork_child();
     while (graveyard) {
         hs_thread_info *next = graveyard->next;
         hs_self_state_free(graveyard->self_state);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hs_columns.h"
+#include "hs_counters.h"
 #include "hs_cuda.h"
 #include "hs_drain.h"
 #include "hs_flight.h"
@@ -194,10 +195,12 @@ static PyObject *py_dropped(PyObject *m, PyObject *args, PyObject *kwargs) {
     hs_cap_causes_get(&causes);
     char advice[400];
     drop_advice(advice, sizeof advice, all_cap, all_other, &causes);
-    return Py_BuildValue("{sKsKsKsNs{sKsK}ss}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
+    /* counters (hotspan.counter) are not spans: their drops are counted apart, here */
+    return Py_BuildValue("{sKsKsKsNs{sKsK}sssK}", "total", (unsigned long long)(all_cap + all_other), "memory_cap",
                          (unsigned long long)all_cap, "other", (unsigned long long)all_other, "threads", threads,
                          "memory_cap_causes", "undrained", (unsigned long long)causes.undrained, "thread_blocks",
-                         (unsigned long long)causes.thread_blocks, "advice", advice);
+                         (unsigned long long)causes.thread_blocks, "advice", advice, "counters",
+                         (unsigned long long)hs_counters_dropped());
 }
 
 /* ---- drain ---------------------------------------------------------------------------- */
@@ -680,6 +683,74 @@ static PyObject *py_pair_strings(PyObject *m, PyObject *arg) {
     return out;
 }
 
+/* _counters_take() -> (time_ns bytes, value bytes, pair bytes, thread_id bytes, n): the
+ * counter values drained so far (a sweep first), oldest first per thread; the Python side
+ * names the pairs and builds the table. */
+static PyObject *py_counters_take(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    hs_counter_row *rows = NULL;
+    uint64_t n;
+    hs_clock_seg *segs = NULL;
+    uint32_t nseg;
+    Py_BEGIN_ALLOW_THREADS
+    hs_drain_sweep();
+    hs_drain_lock();
+    n = hs_counters_take(&rows);
+    hs_drain_unlock();
+    hs_clock_update(0);
+    nseg = hs_clock_snapshot(&segs);
+    Py_END_ALLOW_THREADS
+    if (!nseg) {
+        free(segs);
+        free(rows);
+        return PyErr_NoMemory();
+    }
+    PyObject *t = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
+    PyObject *v = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
+    PyObject *p = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+    PyObject *d = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
+    if (!t || !v || !p || !d) {
+        Py_XDECREF(t); Py_XDECREF(v); Py_XDECREF(p); Py_XDECREF(d);
+        free(segs);
+        free(rows);
+        return NULL;
+    }
+    int64_t *tc = (int64_t *)PyBytes_AS_STRING(t), *dc = (int64_t *)PyBytes_AS_STRING(d);
+    double *vc = (double *)PyBytes_AS_STRING(v);
+    uint32_t *pc = (uint32_t *)PyBytes_AS_STRING(p);
+    for (uint64_t i = 0; i < n; i++) {
+        tc[i] = hs_clock_convert(segs, nseg, rows[i].ticks);
+        vc[i] = rows[i].value;
+        pc[i] = rows[i].pair;
+        dc[i] = rows[i].tid;
+    }
+    free(segs);
+    free(rows);
+    return Py_BuildValue("(NNNNK)", t, v, p, d, (unsigned long long)n);
+}
+
+/* _counters_sampling(interval_ns, rss_name): the drain thread samples the process's RSS
+ * every interval_ns (0: off) as a counter named rss_name. */
+static PyObject *py_counters_sampling(PyObject *m, PyObject *args) {
+    (void)m;
+    unsigned long long ns;
+    const char *name;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "Ks#:_counters_sampling", &ns, &name, &len)) return NULL;
+    hs_site *site = hs_site_create(name, (size_t)len, NULL, 0);
+    if (!site) return PyErr_NoMemory();
+    hs_counters_set_sampling(ns, site->root_pair);
+    if (ns) hs_drainer_ensure();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_counters_info(PyObject *m, PyObject *a) {
+    (void)m; (void)a;
+    return Py_BuildValue("{sKsKsL}", "dropped", (unsigned long long)hs_counters_dropped(), "interval_ns",
+                         (unsigned long long)hs_counters_interval_ns(), "rss_bytes",
+                         (long long)hs_counters_rss_bytes());
+}
+
 /* _take_id_range() -> (first id, count): span ids no thread will use (device rows). */
 static PyObject *py_take_id_range(PyObject *m, PyObject *a) {
     (void)m; (void)a;
@@ -776,8 +847,9 @@ static PyMethodDef module_methods[] = {
     {"dropped", (PyCFunction)(void (*)(void))py_dropped, METH_VARARGS | METH_KEYWORDS,
      "dropped(*, detail=False)\n--\n\nSpans dropped so far in this process, exactly; with detail=True, a dict: the\n"
      "total, how many at the memory cap and how many for other causes, the same per thread,\n"
-     "what held the cap at each drop (memory_cap_causes: undrained, thread_blocks) and advice:\n"
-     "one sentence on what helps."},
+     "what held the cap at each drop (memory_cap_causes: undrained, thread_blocks), advice:\n"
+     "one sentence on what helps, and counters: the counter values (hotspan.counter) dropped,\n"
+     "counted apart from the spans."},
     {"_wrap", (PyCFunction)(void (*)(void))py_wrap, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"_tasks_seen", py_tasks_seen, METH_NOARGS, NULL},
     {"_set_arg", py_set_arg, METH_O, "_set_arg(n)\n--\n\nSet the arg of the calling thread's (task's) innermost open span."},
@@ -812,6 +884,11 @@ static PyMethodDef module_methods[] = {
     {"_live_take", py_live_take, METH_O, NULL},
     {"_pair_strings", py_pair_strings, METH_O, NULL},
     {"_take_id_range", py_take_id_range, METH_NOARGS, NULL},
+    {"counter", (PyCFunction)(void (*)(void))py_counter, METH_FASTCALL,
+     "counter(name, value)\n--\n\nRecord a counter's value (an int or a float) now."},
+    {"_counters_take", py_counters_take, METH_NOARGS, NULL},
+    {"_counters_sampling", py_counters_sampling, METH_VARARGS, NULL},
+    {"_counters_info", py_counters_info, METH_NOARGS, NULL},
     {"_now_ticks", py_now_ticks, METH_NOARGS, NULL},
     {"_ticks_ns", py_ticks_ns, METH_O, NULL},
     {NULL, NULL, 0, NULL},

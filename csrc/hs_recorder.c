@@ -111,6 +111,21 @@ __attribute__((noinline)) hs_record *hs_push_switch(hs_tstate *t, uint64_t n) {
     return NULL;
 }
 
+_Atomic uint64_t hs_counter_drops = 0;
+
+/* hs_push_switch for a counter: a drop is counted as a counter's, not the thread's span
+ * drops (dropped() counts spans). */
+__attribute__((noinline)) hs_record *hs_counter_switch(hs_tstate *t) {
+    int rc = hs_writer_switch(t->chain, &t->w);
+    if (HS_LIKELY(rc == HS_SWITCH_OK)) {
+        hs_block_claim(t->w.blk, t->info->tid, t->last_pushed_seq);
+        return hs_writer_reserve(&t->w, 1);
+    }
+    if (rc == HS_SWITCH_CAP) hs_cap_drop_note(t->w.blk ? t->w.blk->bytes : 0);
+    atomic_fetch_add_explicit(&hs_counter_drops, 1, memory_order_relaxed);
+    return NULL;
+}
+
 void hs_count_drop(hs_tstate *t) {
     atomic_fetch_add_explicit(&t->info->dropped_other, 1, memory_order_relaxed);
 }

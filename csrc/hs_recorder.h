@@ -220,6 +220,29 @@ HS_HOT void hs_instant(hs_site *s, int64_t arg, uint32_t flags) {
     hs_push(t, now, now, seq, pair, arg, flags | HS_F_INSTANT, d, d ? t->stack[d - 1].seq + 1 : 0);
 }
 
+/* Counter records dropped at the memory cap (or out of memory), by the recording threads
+ * (hs_counters.h adds the drain side's). */
+extern _Atomic uint64_t hs_counter_drops;
+hs_record *hs_counter_switch(hs_tstate *t);
+
+/* A counter's value now (hs_counters.h): one record, HS_F_COUNTER, the name's pair (a
+ * site's root_pair) in w1. No span id, no frame, no lock, no allocation, no system call. */
+HS_HOT void hs_counter(uint32_t pair, double value) {
+    if (HS_UNLIKELY(!atomic_load_explicit(&hs_enabled, memory_order_relaxed))) return;
+    hs_tstate *t = hs_tstate_get();
+    if (HS_UNLIKELY(!t)) return;
+    hs_record *rec = hs_writer_reserve(&t->w, 1);
+    if (HS_UNLIKELY(!rec)) {
+        rec = hs_counter_switch(t); /* the block is full: the next one */
+        if (!rec) return;           /* dropped at the memory cap, counted */
+    }
+    rec->start = hs_ticks();
+    __builtin_memcpy(&rec->arg, &value, sizeof value);
+    rec->w0 = (uint64_t)HS_F_COUNTER << 56;
+    rec->w1 = pair;
+    hs_writer_publish(&t->w, 1);
+}
+
 /* Sites: interned (name, category); NULL when out of memory. */
 hs_site *hs_site_create(const char *name, size_t name_len, const char *category, size_t category_len);
 

@@ -68,6 +68,10 @@ enum {
      * span) is on another stack, suspended or busy elsewhere while this one runs
      * (hs_selftime.h: a task's span does not count its tasks' roots as covering it). */
     HS_F_TASKROOT = 32,
+    /* Not a span: a counter's value at a time (hs_counters.h). start: raw ticks, arg: the
+     * value's IEEE-754 bits, w0: only the flags, w1: the name's pair. It takes no span id
+     * (readers skip it when rebuilding ids) and never carries HS_F_EXT. */
+    HS_F_COUNTER = 64,
 };
 
 #define HS_DUR_BITS 40

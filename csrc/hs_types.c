@@ -1197,6 +1197,45 @@ PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyO
     Py_RETURN_NONE;
 }
 
+/* counter(name, value): a value at a time (hs_recorder.h's hs_counter). The warm path: the
+ * name's cached site (the same cache a span's literal hits) and a float or int value. */
+PyObject *py_counter(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    (void)mod;
+    if (HS_UNLIKELY(nargs != 2)) {
+        PyErr_Format(PyExc_TypeError, "counter() takes 2 arguments (name, value), %zd given", nargs);
+        return NULL;
+    }
+    PyObject *name = args[0], *v = args[1];
+    double value;
+    if (HS_LIKELY(PyFloat_CheckExact(v))) {
+        value = PyFloat_AS_DOUBLE(v);
+    } else if (PyLong_Check(v) && !PyBool_Check(v)) {
+        value = PyLong_AsDouble(v);
+        if (value == -1.0 && PyErr_Occurred()) return NULL;
+    } else if (PyFloat_Check(v)) {
+        value = PyFloat_AS_DOUBLE(v);
+    } else {
+        PyErr_Format(PyExc_TypeError, "counter(): value must be an int or a float, not %.100s", Py_TYPE(v)->tp_name);
+        return NULL;
+    }
+    hs_site *site;
+#ifndef Py_GIL_DISABLED
+    lit_entry *e = lit_slot(name, NULL);
+    if (HS_LIKELY(e->name == name && e->category == NULL && e->site)) {
+        hs_counter(e->site->root_pair, value);
+        Py_RETURN_NONE;
+    }
+#endif
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "counter(): name must be a str, not %.100s", Py_TYPE(name)->tp_name);
+        return NULL;
+    }
+    site = site_for(name, NULL);
+    if (!site) return NULL;
+    hs_counter(site->root_pair, value);
+    Py_RETURN_NONE;
+}
+
 /* ---- the benchmark floor -------------------------------------------------------------- */
 
 /* A context manager whose __enter__/__exit__ do nothing, defined as any C type defines them

@@ -25,5 +25,6 @@ PyObject *py_begin(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObj
 PyObject *py_end(PyObject *mod, PyObject *tok);
 PyObject *py_set_arg(PyObject *mod, PyObject *v);
 PyObject *py_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *py_counter(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

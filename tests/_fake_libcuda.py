@@ -55,6 +55,7 @@ class FakeDriver:
         lib.fake_event_time.restype = ctypes.c_int64
         lib.fake_counter.argtypes = [ctypes.c_char_p]
         lib.fake_counter.restype = ctypes.c_int64
+        lib.fake_set_memory_used.argtypes = [ctypes.c_int, ctypes.c_int64]
 
     def start(self, devices: int = 2) -> None:
         """A fresh driver state and a fresh plug-in that loads this file at the next device span."""
@@ -92,6 +93,10 @@ class FakeDriver:
 
     def event_time(self, handle: int) -> int:
         return self.lib.fake_event_time(handle)
+
+    def set_memory_used(self, device: int, nbytes: int) -> None:
+        """cuMemGetInfo's memory in use on ``device`` (of 16 GiB) from now on."""
+        self.lib.fake_set_memory_used(device, nbytes)
 
     def counter(self, name: str) -> int:
         value = self.lib.fake_counter(name.encode())

@@ -172,7 +172,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("table", ("hotspan._columns", "hotspan._flame")),  # a span table's columns and stacks
-    ("formats", ("hotspan.formats",)),
+    # counters: their table, files and per-span figures, beside the formats that write them
+    ("formats", ("hotspan.formats", "hotspan.counters")),
     ("analysis", ("hotspan.analysis",)),
     ("report", ("hotspan.report",)),
     ("recording", ("hotspan.recording",)),

@@ -19,6 +19,7 @@ from . import events, sync
 from ._api import configure, drain, rank, traced
 from ._native import (
     begin,
+    counter,
     disable,
     dropped,
     enable,
@@ -61,16 +62,51 @@ del TYPE_CHECKING  # not a public name of the package
 # implementation still checks the values and raises the errors.
 
 
-def export(table: pa.Table, path: str | os.PathLike[str], format: str | None = None) -> Path:
+def export(
+    table: pa.Table,
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    *,
+    counters: pa.Table | None = None,
+) -> Path:
     """Write a span table to ``path``, in the format its extension names (``.parquet``,
     ``.arrow``/``.feather``, ``.json``/``.json.gz`` Chrome trace, ``.pftrace`` Perfetto,
     ``.csv``, ``.jsonl``, ``.folded``, ``.speedscope.json``) or ``format``. The file appears
     under its name only once complete. Returns the path written; ``ValueError`` names an
     unknown extension.
+
+    :param counters: a counter table (:func:`drain_counters`) written beside the spans:
+        Chrome ``"ph":"C"`` events, Perfetto counter tracks (the two trace formats only).
     """
     from .formats import export as implementation
 
-    return implementation(table, path, format)
+    return implementation(table, path, format, counters=counters)
+
+
+def drain_counters() -> pa.Table:
+    """Every counter value (:func:`counter`, and ``configure(counters=)``'s samples of the
+    process's memory) recorded since the last call, oldest first, as a ``pyarrow.Table``:
+    ``time_ns``, ``name``, ``value`` (float64), ``rank``, ``pid``."""
+    from .counters import drain_counters as implementation
+
+    return implementation()
+
+
+def load_counters(path: str | os.PathLike[str]) -> pa.Table:
+    """Read the counters of a run directory (its ``_counters/`` folder), a counters file, or
+    a Chrome JSON / Perfetto trace written with counters; see
+    :func:`hotspan.counters.load_counters`."""
+    from .counters import load_counters as implementation
+
+    return implementation(path)
+
+
+def counter_stats(spans: Any, counters: Any, *, counter: str | None = None) -> pa.Table:
+    """A counter's min/mean/max while the spans of each name ran (memory while ``forward``
+    ran): a row per span name and counter; see :func:`hotspan.counters.counter_stats`."""
+    from .counters import counter_stats as implementation
+
+    return implementation(spans, counters, counter=counter)
 
 
 def load(
@@ -485,9 +521,12 @@ __all__ = [
     "collectives",
     "compare",
     "configure",
+    "counter",
+    "counter_stats",
     "critical_path",
     "disable",
     "drain",
+    "drain_counters",
     "dropped",
     "enable",
     "enabled",
@@ -499,6 +538,7 @@ __all__ = [
     "instrument",
     "live",
     "load",
+    "load_counters",
     "on_event",
     "phases",
     "rank",

@@ -101,6 +101,7 @@ def configure(
     sync: Callable[[], Any] | None | object = ...,
     flight: str | os.PathLike[str] | bool | None = None,
     nvtx: bool | None = None,
+    counters: float | None = None,
 ) -> None:
     """Set recording options; each left as ``None`` keeps its current value.
 
@@ -131,6 +132,12 @@ def configure(
         tool attached the NVTX calls do nothing but return. ``HOTSPAN_NVTX=1`` in the
         environment turns it on at import. Off (the default), a span pays one predictable
         branch for it.
+    counters: seconds between samples of the process's resident set size (counter
+        ``rss``, bytes) and, once device spans have run, each of their CUDA devices' memory
+        in use (``cuda:<N> memory``), taken by the native drain thread and returned by
+        :func:`hotspan.drain_counters` beside the values :func:`hotspan.counter` records;
+        ``0`` turns sampling off (the default: a sample costs a read of ``/proc/self/statm``
+        on the drain thread, nothing on recording threads).
     """
     global _configured_rank
     for label, value in (("rank", rank), ("capacity", capacity), ("memory_cap", memory_cap)):
@@ -190,6 +197,15 @@ def configure(
         raise TypeError(f"configure(): flight must be a path or True, not {type(flight).__name__}")
     if nvtx is not None and not isinstance(nvtx, bool):
         raise TypeError(f"configure(): nvtx must be a bool, not {type(nvtx).__name__}")
+    if counters is not None:
+        if isinstance(counters, bool) or not isinstance(counters, (int, float)):
+            raise TypeError(
+                f"configure(): counters must be a number of seconds, not {type(counters).__name__}"
+            )
+        if not (counters == 0 or 0.001 <= counters <= 3600):
+            raise ValueError(
+                f"configure(): counters must be 0 (off) or in [0.001, 3600] seconds, not {counters}"
+            )
     if sync is not ...:
         _native._set_default_sync(sync)
     if nvtx is not None:
@@ -200,6 +216,8 @@ def configure(
         interval_us,
         -1 if drain_thread is None else int(drain_thread),
     )
+    if counters is not None:
+        _native._counters_sampling(int(counters * 1e9), "rss")
     # After the sizes: the file holds memory_cap of blocks of `capacity` records.
     if flight is not None and flight is not False:
         _native._flight_open(

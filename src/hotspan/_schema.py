@@ -43,6 +43,17 @@ SPAN_SCHEMA = pa.schema(
 
 COLUMNS = tuple(SPAN_SCHEMA.names)
 
+#: The counter table (hotspan.counter, configure(counters=)'s samples): a value at a time.
+COUNTER_SCHEMA = pa.schema(
+    [
+        pa.field("time_ns", pa.int64(), nullable=False),  # nanoseconds since the Unix epoch
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("pid", pa.int64(), nullable=False),
+    ]
+)
+
 #: The columns a trace format (Chrome JSON, Perfetto) stores: ``self_ns`` and ``wait_ns``
 #: are derived from them on load (``_selftime.with_self_ns``).
 TRACE_SCHEMA = SPAN_SCHEMA.remove(SPAN_SCHEMA.get_field_index("wait_ns")).remove(

@@ -307,6 +307,19 @@ CUresult cuEventDestroy_v2(CUevent e) {
     return OK;
 }
 
+/* Memory: device d has 16 GiB, of which fake_set_memory_used(d, bytes) are in use. Needs a
+ * current context, as CUDA does. */
+static int64_t memory_used[MAX_DEVICES];
+void fake_set_memory_used(int device, int64_t bytes) {
+    if (device >= 0 && device < MAX_DEVICES) memory_used[device] = bytes;
+}
+CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+    if (!ctx_depth) return ERR_INVALID_CONTEXT;
+    *total_b = (size_t)16 << 30;
+    *free_b = *total_b - (size_t)memory_used[current_device()];
+    return OK;
+}
+
 CUresult cuGetErrorName(CUresult rc, const char **name) {
     switch (rc) {
     case OK: *name = "CUDA_SUCCESS"; return OK;

@@ -106,6 +106,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--all", action="store_true", help="show every column (as the width allows)"
     )
     parser.add_argument(
+        "--counter",
+        metavar="NAME",
+        help="instead: the counter NAME's min/mean/max while the spans of each name ran "
+        "(hotspan.counter_stats; the counters of the same run directory or trace file)",
+    )
+    parser.add_argument(
         "--phases",
         action="store_true",
         help="print the phases, even when the trace has no step structure (a streamed run shows "
@@ -180,7 +186,52 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return _stats_command(args)
 
 
+def _counter_command(args: argparse.Namespace) -> int:
+    """``--counter NAME``: hotspan.counter_stats over the trace's spans and counters."""
+    from ..counters import counter_stats, load_counters
+    from ..formats import load
+
+    if len(args.traces) != 1:
+        raise CliError("--counter: give one trace (a run directory or a trace file)")
+    (trace,) = args.traces
+    try:
+        counters = load_counters(trace)
+        spans = load(trace)
+    except (OSError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    names = set(counters.column("name").to_pylist())
+    if args.counter not in names:
+        have = ", ".join(sorted(names)) or "none"
+        raise CliError(f"{trace}: no counter named {args.counter!r} (counters: {have})")
+    result = counter_stats(spans, counters, counter=args.counter)
+    if args.top is not None:
+        result = result.slice(0, args.top)
+    if args.json:
+        print(_json_rows(result))
+        return 0
+    if args.jsonl:
+        for row in json.loads(_json_rows(result)):
+            print(json.dumps(row, default=str))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"{args.counter} while each span ran", title_justify="left")
+    for head in ("name", "spans", "values", "min", "mean", "max"):
+        table.add_column(head, justify="left" if head == "name" else "right")
+    for row in result.to_pylist():
+        table.add_row(
+            row["name"],
+            f"{row['spans']:,}",
+            f"{row['values']:,}",
+            *(f"{row[k]:,.6g}" for k in ("min", "mean", "max")),
+        )
+    new_console().print(table)
+    return 0
+
+
 def _stats_command(args: argparse.Namespace) -> int:
+    if args.counter is not None:
+        return _counter_command(args)
     by = parse_by(args.by)
     sort = args.sort or "total_ns"
     if sort not in by:

@@ -31,14 +31,24 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def export(table: "pa.Table", path: str | os.PathLike, format: str | None = None) -> Path:
+def export(
+    table: "pa.Table",
+    path: str | os.PathLike,
+    format: str | None = None,
+    *,
+    counters: "pa.Table | None" = None,
+) -> Path:
     """Write a span table to ``path`` in the format its extension names (or ``format``).
 
     The file appears under its name only once complete (written beside it, then renamed).
-    Returns the path written.
+    ``counters``: a counter table written beside the spans, by the formats that hold
+    counters (Chrome JSON, Perfetto); ``ValueError`` for another. Returns the path written.
     """
     exporter = exporter_for(path, format)
-    exporter.write(table, path)
+    if counters is None:
+        exporter.write(table, path)
+    else:
+        exporter.write(table, path, counters=counters)
     return Path(path)
 
 

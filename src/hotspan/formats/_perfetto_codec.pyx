@@ -9,6 +9,9 @@ Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field
 * per thread one trusted packet sequence (2 + thread index) whose first packet clears the
   incremental state and interns the debug annotation names; a name or category is interned
   on a sequence just before the first event that uses it there;
+* counters (``export(..., counters=)``, ``formats/perfetto_counters.py``): counter track
+  descriptors and ``COUNTER`` events on a sequence of their own, after the spans; the
+  decoder skips them;
 * per span a ``SLICE_BEGIN``/``SLICE_END`` pair, per instant (``duration_ns == 0``) an
   ``INSTANT``, on the thread's track, in the order a viewer replays them (by start time;
   at one time, instants that close their parent first, ends before the spans opening then,
@@ -63,6 +66,7 @@ cdef enum:
     SLICE_BEGIN = 1
     SLICE_END = 2
     INSTANT = 3
+    COUNTER = 4  # a counter track's value: hotspan.counters reads those (perfetto_counters.py)
     F_ANNOTATION_NAME_IID = 1
     F_ANNOTATION_BOOL = 2
     F_ANNOTATION_UINT = 3
@@ -943,6 +947,8 @@ cdef class Decoder:
                 self.fail("a field runs past the end of its track event", at, base)
         if not has_track:
             self.fail("a track event without a track (not a trace hotspan wrote?)", end, base)
+        if kind == COUNTER:
+            return 0  # not a span (formats/perfetto_counters.py reads counters)
         t = self.track_of(track_uuid)
         track = &self.tracks[t]
         if kind == SLICE_END:

@@ -142,12 +142,31 @@ class Exporter(abc.ABC):
     #: them, such as folded stacks; its ``read`` says so).
     readable: bool = True
 
-    def write(self, table: pa.Table, path: str | os.PathLike, *, replace: bool = True) -> None:
+    #: Whether the format holds counters (``write(..., counters=)``; ``_write`` takes them).
+    writes_counters = False
+
+    def write(
+        self,
+        table: pa.Table,
+        path: str | os.PathLike,
+        *,
+        replace: bool = True,
+        counters: pa.Table | None = None,
+    ) -> None:
         """Write ``table`` to ``path`` atomically (``replace=False``: never over an existing
-        file, ``FileExistsError`` instead)."""
+        file, ``FileExistsError`` instead); ``counters``: a counter table, for the formats
+        that hold counters (``ValueError`` for another)."""
         table = check_span_table(table)
+        if counters is not None and not self.writes_counters:
+            raise ValueError(
+                f"{os.fspath(path)}: the {self.name} format holds no counters "
+                "(export them to .json, .json.gz or .pftrace)"
+            )
         with atomic_path(path, replace=replace) as tmp_path:
-            self._write(table, tmp_path)
+            if counters is None:
+                self._write(table, tmp_path)
+            else:
+                self._write(table, tmp_path, counters=counters)  # type: ignore[call-arg]
 
     def read(self, path: str | os.PathLike, *, check: bool = True) -> pa.Table:
         """Read ``path`` back as a table with ``SPAN_SCHEMA``.

@@ -116,10 +116,11 @@ def _max_inflated_bytes(value: int | None) -> int:
 class ChromeJsonExporter(Exporter):
     keeps_row_order = False
     compress = False
+    writes_counters = True
 
     # ------------------------------------------------------------------ write
 
-    def _write(self, table: pa.Table, path: Path) -> None:
+    def _write(self, table: pa.Table, path: Path, counters: pa.Table | None = None) -> None:
         # the spans of asyncio tasks: their self and wait times, which no loader can compute
         table = note_self_wait(table)
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
@@ -127,6 +128,13 @@ class ChromeJsonExporter(Exporter):
         layout.flow_out, layout.flow_in = device_flows(table)  # host span -> its device row
         # the ranks' spans of one collective, chained
         collective_flows(table, layout.flow_out, layout.flow_in, chain_in=True)
+        layout.counters = counters
+        if not layout.num_rows and counters is not None and counters.num_rows:
+            # times are written from the trace's start: without spans, the first counter's
+            # (from 0, epoch nanoseconds as microseconds would lose the last digits)
+            import pyarrow.compute as pc
+
+            layout.start_ns = int(pc.min(counters.column("time_ns")).as_py())
         # Unbuffered: the codec hands over WRITE_BLOCK bytes at a time, nothing to gather.
         with open(path, "wb", buffering=0) as raw:
             if self.compress:
@@ -176,6 +184,16 @@ class ChromeJsonExporter(Exporter):
                 progress.advance,
                 *((layout.flow_out, layout.flow_in) if layout.flow_in.any() else ()),
             )
+        if layout.counters is not None and layout.counters.num_rows:
+            from ..counters import chrome_events
+
+            by_process = {
+                (int(layout.process_pid[p]), int(layout.process_rank[p])): int(json_pid[p])
+                for p in range(layout.num_processes)
+            }
+            text, _skipped = chrome_events(layout.counters, layout.start_ns, by_process)
+            # after no event at all (no spans: the header holds none), no separator first
+            sink.write(text if layout.num_processes else text[1:])
         sink.write(b"\n]}\n")
 
     @staticmethod
@@ -338,6 +356,7 @@ class _Layout:
 
     def __init__(self, table: pa.Table):
         self.num_rows = n = table.num_rows
+        self.counters: pa.Table | None = None  # written after the spans ("ph":"C")
         self.metadata = dict(table.schema.metadata or {})
         self.host = self.metadata.get(META_HOST, b"").decode("utf-8", "replace")
         self.duration = column_values(table, "duration_ns", np.int64)

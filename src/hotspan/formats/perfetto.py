@@ -44,10 +44,11 @@ _META_LABEL = "hotspan.meta"
 class PerfettoExporter(Exporter):
     keeps_metadata = True
     keeps_row_order = False
+    writes_counters = True
 
     # ------------------------------------------------------------------ write
 
-    def _write(self, table: pa.Table, path: Path) -> None:
+    def _write(self, table: pa.Table, path: Path, counters: pa.Table | None = None) -> None:
         # the spans of asyncio tasks: their self and wait times, which no loader can compute
         table = note_self_wait(table)
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
@@ -106,6 +107,13 @@ class PerfettoExporter(Exporter):
                 1 + len(processes),
                 progress.advance,
             )
+        if counters is not None and counters.num_rows:
+            from .perfetto_counters import counter_packets
+
+            # after the spans, on a sequence of their own (perfetto_counters.py)
+            packets = counter_packets(counters, {key: 1 + i for i, key in enumerate(processes)})
+            with open(path, "ab") as sink:
+                sink.write(packets)
 
     # ------------------------------------------------------------------ read
 

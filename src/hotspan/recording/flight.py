@@ -71,6 +71,7 @@ _MAX_BLOCKS = 1 << 26
 _MAX_RECORDS = 1 << 24
 _RECORD = 32
 _F_ERROR, _F_ARG, _F_EXT = 1, 2, 8
+_F_COUNTER = 64  # HS_F_COUNTER: a counter's value, not a span (csrc/hs_ring.h)
 _SEQLOCK_TRIES = 200
 
 
@@ -486,6 +487,8 @@ def _decode_block(
     if ext_primary[-1]:
         raise _Damaged("an extended record without its extension")
     prim = np.flatnonzero(~is_ext_data)
+    # counter records (hotspan.counter) are not spans and take no span id: left out
+    prim = prim[(flags[prim] & np.uint32(_F_COUNTER)) == 0]
     if not len(prim):
         return None
     fl = flags[prim]

@@ -320,6 +320,7 @@ class Recorder:
                 self.flushes += 1
                 if self.kind == "directory":
                     track_children()
+                    self._flush_counters()
                 if table.num_rows == 0:
                     if hasattr(self._sink, "idle"):
                         self._sink.idle()
@@ -340,6 +341,21 @@ class Recorder:
                         f"could not write spans to {self.dest}: {_problem(exc)} "
                         f"(recording goes on; {table.num_rows:,} spans dropped)"
                     )
+
+    def _flush_counters(self) -> None:
+        """The counters recorded since the last flush, into the local run directory's
+        ``_counters/`` folder (hotspan.counters: a consumer of its own)."""
+        if getattr(self._sink, "remote", False):
+            return
+        try:
+            from .. import counters
+
+            table = counters.take(self)
+            if table.num_rows:
+                self._counter_parts = getattr(self, "_counter_parts", 0) + 1
+                counters.write_run_part(self._target, table, seq=self._counter_parts)
+        except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
+            _say(f"could not write counters to {self.dest}: {_problem(exc)}")
 
     def _take(self) -> pa.Table:
         """The spans since this recorder last took them (its own cursor: a user's drain()
@@ -417,6 +433,8 @@ class Recorder:
             self._thread = None
             if self._reader is not None:
                 hub.detach(self._reader)
+            if "hotspan.counters" in sys.modules:
+                sys.modules["hotspan.counters"].detach(self)
             with _active_lock:
                 if self in _running:
                     _running.remove(self)

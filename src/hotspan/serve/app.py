@@ -258,6 +258,36 @@ class RankStepsResponse(BaseModel):
     last: list[int]
 
 
+class CounterPixel(BaseModel):
+    """A counter's values recorded under one pixel."""
+
+    x: int
+    min: Optional[float]
+    max: Optional[float]
+    last: Optional[float]
+
+
+class CounterLane(BaseModel):
+    name: str
+    rank: int
+    pid: int
+    #: the value in effect at the window's start (null: none recorded yet)
+    before: Optional[float]
+    #: over the window's values and `before`: the lane's scale
+    min: Optional[float]
+    max: Optional[float]
+    pixels: list[CounterPixel]
+
+
+class CountersResponse(BaseModel):
+    id: str
+    start_ns: int
+    end_ns: int
+    width: int
+    ns_per_pixel: float
+    lanes: list[CounterLane]
+
+
 class CompareRow(BaseModel):
     model_config = ConfigDict(extra="allow")  # plus the group's key columns
     count_base: int
@@ -648,6 +678,29 @@ class Served:
         )
         return {"id": run.id, "segments": segments}
 
+    def get_counters(
+        self,
+        id: str,
+        start_ns: int = Query(..., ge=0, le=2**63 - 1, description="the window's start, epoch ns"),
+        end_ns: int = Query(..., ge=1, le=2**63 - 1, description="the window's end, epoch ns"),
+        width: int = Query(1200, ge=1, le=16_384, description="the view's width in pixels"),
+    ) -> Any:
+        """The run's counters (``hotspan.counter``, sampled memory) as a `width`-pixel view of
+        `[start_ns, end_ns)`: a lane per counter name, rank and pid, per pixel the min, max and
+        last value recorded under it (hotspan.counters.counter_lanes). A run without counters
+        has no lanes."""
+        from ..counters import counter_lanes, empty, load_counters
+
+        _window(start_ns, end_ns, None)
+        run = self.run_or_404(id)
+        if isinstance(run, JSONResponse):
+            return run
+        try:
+            counters = load_counters(run.location)
+        except (OSError, ValueError):  # a span file, a format that holds no counters
+            counters = empty()
+        return {"id": run.id, **counter_lanes(counters, start_ns, end_ns, width)}
+
     def download(
         self,
         id: str,
@@ -824,6 +877,12 @@ def add_api(app: FastAPI, served: Served) -> None:
         responses=found,
         tags=["ranks"],
     )(served.get_critical_path)
+    app.get(
+        "/v1/traces/{id}/counters",
+        response_model=CountersResponse,
+        responses=found,
+        tags=["traces"],
+    )(served.get_counters)
     app.get(
         "/v1/traces/{id}/download",
         response_class=FileResponse,

@@ -31,6 +31,61 @@
   var criticalBox = document.getElementById('critical-path');
   var critical = null;  // {segments} of the window last asked for
   var CRITICAL = '#d50000';
+  // Counter lanes under the spans (GET /v1/traces/{id}/counters, same window and width):
+  // a step line per counter, process and rank, scaled to its own min..max.
+  var LANE = 36, counters = null;
+  function fetchCounters(start, end, width, ticket) {
+    var url = '/v1/traces/' + box.dataset.run + '/counters?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
+    fetch(url, {credentials: 'same-origin'}).then(function (r) {
+      if (!r.ok) throw new Error('HTTP ' + r.status);
+      return r.json();
+    }).then(function (body) {
+      if (ticket !== asked) return;
+      counters = {body: body};
+      box.dataset.counterLanes = body.lanes.length;
+      draw();
+    }).catch(function () { counters = null; box.dataset.counterLanes = 0; });
+  }
+  function countersHeight() { return counters ? counters.body.lanes.length * (LANE + GAP) : 0; }
+  function fmt(v) { return v === null ? '–' : Math.abs(v) >= 1e6 ? v.toExponential(3) : String(Math.round(v * 1000) / 1000); }
+  function drawCounters(g, y, x) {
+    if (!counters) return;
+    var body = counters.body, base = Number(BigInt(body.start_ns) - runStart), per = body.ns_per_pixel;
+    body.lanes.forEach(function (lane) {
+      g.fillStyle = '#eef3ee';
+      g.fillRect(0, y, canvas.clientWidth, LANE);
+      g.fillStyle = '#333';
+      var label = lane.name + ' · rank ' + lane.rank;
+      g.fillText(label.length > 24 ? label.slice(0, 23) + '…' : label, 4, y + LANE / 2);
+      var lo = lane.min, hi = lane.max;
+      if (lo === null) { y += LANE + GAP; return; }
+      if (hi === lo) { hi = lo + 1; }
+      function vy(v) { return y + LANE - 3 - (v - lo) / (hi - lo) * (LANE - 6); }
+      g.save();
+      g.beginPath();
+      g.rect(LABEL, y, plotWidth(), LANE);
+      g.clip();
+      g.strokeStyle = colour(lane.name);
+      g.fillStyle = colour(lane.name);
+      g.lineWidth = 1.5;
+      g.beginPath();
+      var value = lane.before;
+      if (value !== null) g.moveTo(LABEL, vy(value));
+      lane.pixels.forEach(function (p) {
+        var left = x(base + p.x * per), w = Math.max(1, per * (plotWidth() / (view.hi - view.lo)));
+        if (value !== null) g.lineTo(left, vy(value));
+        if (p.min !== null && p.max !== null && p.max > p.min) g.fillRect(left, vy(p.max), w, Math.max(1, vy(p.min) - vy(p.max)));
+        if (p.last !== null) { value = p.last; g.moveTo(left, vy(value)); }
+        drawn.push({x: left, y: y, w: w, h: LANE, text: lane.name + ': ' + fmt(p.last) + ' (min ' + fmt(p.min) + ', max ' + fmt(p.max) + ')'});
+      });
+      if (value !== null) g.lineTo(LABEL + plotWidth(), vy(value));
+      g.stroke();
+      g.restore();
+      g.fillStyle = '#666';
+      g.fillText(fmt(lane.max), LABEL - 60, y + 6);
+      y += LANE + GAP;
+    });
+  }
 
   function colour(name) {
     var h = 0;
@@ -74,6 +129,8 @@
     status.textContent = 'loading…';
     var url = '/v1/traces/' + box.dataset.run + '/timeline?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
     var path = criticalBox && criticalBox.checked ? fetchCritical(start, end) : Promise.resolve(null);
+    // counters come from the server (the offline report embeds the spans' answer only)
+    if (!window.hotspanTimelineData) fetchCounters(start, end, width, ticket);
     ask(url, start, end).then(function (body) {
       return path.then(function (segments) { return {body: body, segments: segments}; });
     }).then(function (got) {
@@ -154,7 +211,7 @@
     if (focusRank !== null) {
       rows = rows.filter(function (r) { return r.focus; }).concat(rows.filter(function (r) { return !r.focus; }));
     }
-    var height = rows.reduce(function (h, r) { return h + r.depth * ROW + GAP; }, 0) || ROW;
+    var height = (rows.reduce(function (h, r) { return h + r.depth * ROW + GAP; }, 0) || ROW) + countersHeight();
     canvas.style.height = height + 'px';
     canvas.width = Math.round(canvas.clientWidth * ratio);
     canvas.height = Math.round(height * ratio);
@@ -211,6 +268,7 @@
       g.restore();
       y += row.depth * ROW + GAP;
     });
+    drawCounters(g, y, x);
     box.dataset.firstRank = rows.length ? rows[0].track.rank : '';
     box.dataset.focusTracks = rows.filter(function (r) { return r.focus; }).length;
     if (critical) drawCritical(g, firstRow, x);
@@ -279,7 +337,7 @@
     var hit = null;
     for (var i = drawn.length - 1; i >= 0; i--) {
       var d = drawn[i];
-      if (px >= d.x && px <= d.x + d.w && py >= d.y && py < d.y + ROW) { hit = d; break; }
+      if (px >= d.x && px <= d.x + d.w && py >= d.y && py < d.y + (d.h || ROW)) { hit = d; break; }
     }
     tip.hidden = !hit;
     if (hit) {
