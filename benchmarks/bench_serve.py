@@ -2,6 +2,7 @@
 GET /v1/traces/{id}/stats, and the server's peak memory.
 
     python benchmarks/bench_serve.py [--spans 20000000] [--ranks 4] [--part-spans 1000000] [--dir DIR]
+    python benchmarks/bench_serve.py --runs 5000   # the run list of a directory of many runs
 
 The run is generated straight to a dataset directory (rank=R/part-*.parquet, as a
 collector writes it), a million spans a part, never recorded nor held whole: steps of a
@@ -10,6 +11,11 @@ durations drawn from log-normal distributions. Then ``hotspan serve`` starts in 
 of its own on a free port; its peak resident memory is read from /proc (VmHWM) once the
 requests are answered. The target (issue 15): /stats of a 20 M-span run in at most 5 s,
 the server at most 1.5 GiB.
+
+With ``--runs N``: a directory of N small runs (a dataset directory each, one part of 200
+spans), served; the time of the list (``GET /v1/traces`` and the page ``/``) just after
+the server starts, and again once every run is summarised. The target (issue 33): 5,000
+runs listed in under 1 s.
 """
 
 from __future__ import annotations
@@ -105,6 +111,78 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
+def start_server(root: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hotspan", "serve", str(root), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    match = re.search(r"(http://\S+/)", line)
+    if not match:
+        proc.terminate()
+        raise SystemExit(f"server did not start: {line!r} {proc.stderr.read()}")
+    return proc, match.group(1)
+
+
+def many_runs(count: int, directory: str | None) -> int:
+    """The run list of a directory of ``count`` runs: cold (just started) and warm."""
+    import shutil
+
+    import httpx
+
+    import hotspan
+    from hotspan.formats.dataset import write_part
+
+    with tempfile.TemporaryDirectory(prefix="bench-serve-runs-") as tmp:
+        root = Path(directory or tmp) / "runs"
+        for _ in range(50):
+            with hotspan.span("step", "train"):
+                with hotspan.span("forward", "compute"):
+                    pass
+        write_part(hotspan.drain(), root / "r00000", rank=0, pid=1000, seq=0)
+        for k in range(1, count):
+            shutil.copytree(root / "r00000", root / f"r{k:05d}")
+        proc, url = start_server(root)
+        figures: dict[str, float | int] = {"runs": count}
+        try:
+            with httpx.Client(base_url=url, timeout=600, trust_env=False) as client:
+                t = time.perf_counter()
+                traces = client.get("/v1/traces").json()["traces"]
+                figures["list_first_s"] = time.perf_counter() - t
+                figures["listed_first"] = len(traces)
+                figures["pending_first"] = sum(1 for e in traces if e["pending"])
+                t = time.perf_counter()
+                page = client.get("/")
+                figures["page_first_s"] = time.perf_counter() - t
+                assert page.status_code == 200
+                t = time.perf_counter()
+                while any(e["pending"] or e["spans"] is None for e in traces):
+                    time.sleep(0.2)
+                    traces = client.get("/v1/traces").json()["traces"]
+                figures["all_summarised_after_s"] = time.perf_counter() - t
+                for label, path in (("list_s", "/v1/traces"), ("page_s", "/")):
+                    times = []
+                    for _ in range(3):
+                        t = time.perf_counter()
+                        response = client.get(path)
+                        times.append(time.perf_counter() - t)
+                        assert response.status_code == 200
+                    figures[label] = sorted(times)[1]
+                assert len(client.get("/v1/traces").json()["traces"]) == count
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}))
+    print(
+        f"{count:,} runs: listed in {figures['list_first_s']:.2f} s just after the start "
+        f"({figures['pending_first']:,} still being read), {figures['list_s']:.2f} s once all "
+        f"are summarised; the page {figures['page_s']:.2f} s (target: under 1 s)"
+    )
+    return 0
+
+
 def main() -> int:
     import httpx
 
@@ -113,7 +191,10 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--part-spans", type=int, default=1_000_000)
     parser.add_argument("--dir", help="where to write the run (default: a temporary directory)")
+    parser.add_argument("--runs", type=int, help="instead: the list of a directory of RUNS runs")
     args = parser.parse_args()
+    if args.runs:
+        return many_runs(args.runs, args.dir)
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(args.dir or tmp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from rich.console import Console
@@ -47,8 +48,9 @@ def test_tasks_get_the_lanes_of_the_exports(tasks, tmp_path):
     assert len(tids) == len(lay.lane_labels)
     # the report (and serve's run page, which shows the report's timeline) draws them
     page = html_report(tasks, sections=("timeline",))
-    assert page.count('<div class="lane">') == 1 + len(lay.lane_labels)
-    assert "MainThread tasks 1" in page
+    data = re.search(r"window\.hotspanTimelineData=(\{.*?\});</script>", page).group(1)
+    labels = [track["label"] for track in json.loads(data)["tracks"]]
+    assert labels == lay.lane_labels
 
 
 def test_the_terminal_gantt_draws_task_lanes(tasks):

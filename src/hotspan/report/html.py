@@ -1,10 +1,12 @@
-"""A self-contained HTML report: summary, statistics, phases and an SVG timeline per
-rank/thread with details on hover. Everything (CSS, JS, SVG, data) is inline: the file
-opens offline, from an e-mail or a CI artifact.
+"""A self-contained HTML report: summary, statistics, phases and a timeline per
+rank/thread with details on hover. Everything (CSS, JS, data) is inline: the file opens
+offline, from an e-mail or a CI artifact.
 
-Large traces stay small: spans at least a pixel wide are drawn one by one (up to
-``MAX_RECTS``, the widest first); the rest are merged per lane, depth and pixel column
-into one mark that tells how many spans it holds.
+The timeline is ``hotspan serve``'s own drawing (``serve/static/timeline.js``, a canvas as
+wide as its container, wheel to zoom, drag to pan), fed from the library's timeline of the
+whole run embedded in the page instead of the server: per track, the spans at least a pixel
+of ``REPORT_BINS`` long exactly and the shorter ones summarised per pixel, so a large trace
+stays small.
 """
 
 from __future__ import annotations
@@ -33,11 +35,6 @@ from ..units import human_bytes, human_count, human_ns, human_rate
 from .flame import asset, flame_html
 from .layout import category_order, layout
 
-#: Timeline width in SVG units (the SVG scales to the page).
-TIMELINE_WIDTH = 1200
-ROW_HEIGHT = 16
-MAX_DEPTH_ROWS = 24
-MAX_RECTS = 20_000
 MAX_STAT_ROWS = 300
 PALETTE = (
     "#4e79a7",
@@ -80,8 +77,7 @@ def html_report(
         if table.num_rows:
             parts.append("<h2>Timeline</h2>")
             parts.append(_legend(lay))
-            timeline, spans_json = _timeline(table, lay)
-            parts.append(timeline)
+            parts.append(_timeline(table, lay))
         else:
             parts.append("<p>The trace holds no spans.</p>")
     if "flame" in sections:
@@ -208,148 +204,69 @@ def _legend(lay) -> str:
     return f'<div class="legend">{entries}<span class="lg"><i class="e"></i>error</span></div>'
 
 
-def _ticks(wall_ns: int) -> tuple[float, list[float]]:
-    if wall_ns <= 0:
-        return 1.0, [0.0]
-    raw = wall_ns / 10
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    return step, [i * step for i in range(int(wall_ns // step) + 1)]
+#: Pixels of the timeline embedded in the report, for its whole run: finer than a screen, so
+#: the report zooms in a few times before its pixels show; a track with at most this many
+#: spans is embedded exactly (every span, at any zoom).
+REPORT_BINS = 4096
 
 
-def _timeline(table: pa.Table, lay) -> tuple[str, str]:
-    t0, wall = lay.t0, max(lay.t1 - lay.t0, 1)
-    scale = TIMELINE_WIDTH / wall
-    x = (lay.start - t0) * scale
-    px = lay.duration * scale
-    depth = np.minimum(lay.depth, MAX_DEPTH_ROWS - 1)
+def timeline_script() -> str:
+    """serve's timeline drawing (``serve/static/timeline.js``): the one drawing code of the
+    timeline, which the report feeds from the data it embeds instead of the server."""
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent.parent / "serve" / "static" / "timeline.js").read_text(
+        encoding="utf-8"
+    )
+
+
+def timeline_data(table: pa.Table, lay) -> dict[str, Any]:
+    """The library's timeline of the whole run (:func:`hotspan.analysis.timeline.timeline`,
+    the answer ``GET /v1/traces/{id}/timeline`` gives) at ``REPORT_BINS`` pixels, with what the
+    report adds: each track's label (its thread's name), each span's category colour and
+    error, each pixel's colour (its busiest name's category)."""
+    from ..analysis.timeline import timeline
+
+    view = timeline(table, lay.t0, max(lay.t1, lay.t0) + 1, REPORT_BINS)
+    ids = to_numpy(table.column("span_id"), np.uint64)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
     name_code, name_values = column_codes(table.column("name"))
     names = ["" if v is None else str(v) for v in name_values.to_pylist()]
-    arg_column = table.column("arg")
-    has_arg = to_numpy(arg_column.is_valid(), np.bool_)
-    arg = to_numpy(arg_column.fill_null(0), np.int64)
+    _codes, first = np.unique(name_code, return_index=True)
+    name_colour = {names[name_code[i]]: _color(int(lay.category[i])) for i in first.tolist()}
+    pid = to_numpy(table.column("pid"), np.int64)
+    tid = to_numpy(table.column("thread_id"), np.int64)
+    thread_names = table.column("thread_name").to_pylist()
+    thread_label: dict[tuple[int, int], str] = {}
+    keys, where = np.unique(np.stack([pid, tid], 1), axis=0, return_index=True)
+    for (p, t), i in zip(keys.tolist(), where.tolist()):
+        thread_label[(p, t)] = str(thread_names[i] or t)
+    for track in view["tracks"]:
+        # as the layout labels lanes (the legend, the terminal Gantt): r<rank> <thread>
+        thread = thread_label.get((track["pid"], track["thread_id"]), str(track["thread_id"]))
+        label = f"r{track['rank']} {thread}"
+        track["label"] = label + (f" tasks {track['lane']}" if track["lane"] else "")
+        for span in track["spans"]:
+            k = int(np.searchsorted(sorted_ids, np.uint64(span["span_id"])))
+            row = int(order[min(k, len(order) - 1)])
+            span["colour"] = _color(int(lay.category[row]))
+            if lay.error[row]:
+                span["error"] = True
+        for pixel in track["pixels"]:
+            pixel["colour"] = name_colour.get(pixel["name"], PALETTE[0])
+    return view
 
-    # One by one: spans a pixel wide or more, the widest first when there are too many.
-    threshold = 1.0
-    wide = np.flatnonzero(px >= threshold)
-    if len(wide) > MAX_RECTS:
-        threshold = float(np.partition(px[wide], len(wide) - MAX_RECTS)[len(wide) - MAX_RECTS])
-        wide = np.flatnonzero(px >= threshold)[:MAX_RECTS]
-    is_narrow = np.ones(len(px), np.bool_)
-    is_narrow[wide] = False
-    narrow = np.flatnonzero(is_narrow)
 
-    records: list[list[Any]] = []  # what the tooltip shows, indexed by the marks' data-i
-    marks: list[list[str]] = [[] for _ in lay.lane_labels]
-    for i in wide.tolist():
-        k = len(records)
-        records.append(
-            [
-                names[name_code[i]],
-                lay.categories[lay.category[i]],
-                int(lay.start[i] - t0),
-                int(lay.duration[i]),
-                int(arg[i]) if has_arg[i] else None,
-                bool(lay.error[i]),
-                int(lay.depth[i]),
-                1,
-                lay.lane_labels[lay.lane[i]],
-            ]
-        )
-        y = depth[i] * ROW_HEIGHT
-        cls = "s e" if lay.error[i] else "s"
-        label = ""
-        if px[i] > 40:
-            label = (
-                f'<text x="{x[i] + 3:.1f}" y="{y + 12}">'
-                f"{html.escape(names[name_code[i]][: int(px[i] // 7)])}</text>"
-            )
-        marks[lay.lane[i]].append(
-            f'<g><rect class="{cls}" data-i="{k}" x="{x[i]:.2f}" y="{y + 1}" width="{max(px[i], 1.0):.2f}" '
-            f'height="{ROW_HEIGHT - 2}" fill="{_color(lay.category[i])}"/>{label}</g>'
-        )
-
-    if len(narrow):
-        # Merged marks: one per (lane, depth row, pixel column), showing its longest span.
-        column = np.clip(x[narrow].astype(np.int64), 0, TIMELINE_WIDTH - 1)
-        bucket = (lay.lane[narrow] * MAX_DEPTH_ROWS + depth[narrow]) * TIMELINE_WIDTH + column
-        order = np.lexsort((lay.duration[narrow], bucket))
-        sorted_bucket = bucket[order]
-        boundaries = np.flatnonzero(np.diff(sorted_bucket)) + 1
-        starts = np.concatenate(([0], boundaries))
-        ends = np.concatenate((boundaries, [len(order)]))
-        longest = narrow[order[ends - 1]]
-        counts = ends - starts
-        total = np.add.reduceat(lay.duration[narrow][order], starts)
-        errors = np.add.reduceat(lay.error[narrow][order].astype(np.int64), starts)
-        for b, i, c, tot, err in zip(
-            sorted_bucket[starts].tolist(),
-            longest.tolist(),
-            counts.tolist(),
-            total.tolist(),
-            errors.tolist(),
-        ):
-            k = len(records)
-            records.append(
-                [
-                    names[name_code[i]],
-                    lay.categories[lay.category[i]],
-                    int(lay.start[i] - t0),
-                    int(tot),
-                    int(arg[i]) if has_arg[i] and c == 1 else None,
-                    bool(err),
-                    int(lay.depth[i]),
-                    int(c),
-                    lay.lane_labels[lay.lane[i]],
-                ]
-            )
-            lane, rest = divmod(b, MAX_DEPTH_ROWS * TIMELINE_WIDTH)
-            row, col = divmod(rest, TIMELINE_WIDTH)
-            cls = "m e" if err else "m"
-            marks[lane].append(
-                f'<rect class="{cls}" data-i="{k}" x="{col}" y="{row * ROW_HEIGHT + 1}" width="1" '
-                f'height="{ROW_HEIGHT - 2}" fill="{_color(lay.category[i])}"/>'
-            )
-
-    step, ticks = _ticks(wall)
-    axis = [
-        f'<svg class="axis" viewBox="0 0 {TIMELINE_WIDTH} 18" width="{TIMELINE_WIDTH}" height="18">'
-    ]
-    for t in ticks:
-        tx = t * scale
-        anchor = "end" if tx > TIMELINE_WIDTH - 40 else "start"
-        axis.append(
-            f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="12" y2="18"/>'
-            f'<text x="{tx + (2 if anchor == "start" else -2):.1f}" y="10" text-anchor="{anchor}">'
-            f"{html.escape(human_ns(t))}</text>"
-        )
-    axis.append("</svg>")
-    lanes_html = [
-        '<div class="timeline">',
-        '<div class="lane"><div class="label"></div>' + "".join(axis) + "</div>",
-    ]
-    lane_depth = np.zeros(len(lay.lane_labels), np.int64)
-    np.maximum.at(lane_depth, lay.lane, depth)
-    for lane, label in enumerate(lay.lane_labels):
-        height = (int(lane_depth[lane]) + 1) * ROW_HEIGHT
-        grid = "".join(
-            f'<line class="grid" x1="{t * scale:.1f}" x2="{t * scale:.1f}" y1="0" y2="{height}"/>'
-            for t in ticks
-        )
-        lanes_html.append(
-            f'<div class="lane"><div class="label" title="{html.escape(label)}">{html.escape(label)}</div>'
-            f'<svg viewBox="0 0 {TIMELINE_WIDTH} {height}" width="{TIMELINE_WIDTH}" '
-            f'height="{height}" data-lane="{lane}">{grid}{"".join(marks[lane])}</svg></div>'
-        )
-    lanes_html.append("</div>")
-    note = ""
-    if len(narrow):
-        note = (
-            f'<p class="note">{len(wide):,} spans drawn one by one; {len(narrow):,} narrower than '
-            f"{threshold:.3g} px merged into the thin marks (hover for how many).</p>"
-        )
-    spans_json = json.dumps(records, separators=(",", ":")).replace("</", "<\\/")
-    return "\n".join(lanes_html) + note, spans_json
+def _timeline(table: pa.Table, lay) -> str:
+    data = json.dumps(timeline_data(table, lay), separators=(",", ":")).replace("</", "<\\/")
+    return (
+        f'<div id="timeline-view" class="tlview" data-run="report" data-start="{lay.t0}" '
+        f'data-end="{max(lay.t1, lay.t0) + 1}"><canvas aria-label="timeline"></canvas>'
+        '<div class="tl-tip" hidden></div><p class="tl-status note"></p></div>\n'
+        f"<script>window.hotspanTimelineData={data};</script>\n"
+        f"<script>{timeline_script()}</script>"
+    )
 
 
 # --------------------------------------------------------------------------- tables
@@ -479,6 +396,10 @@ h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:24px 0 8px}
 .lg i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border-radius:2px}
 .lg i.e{background:#fff;border:2px solid #d62728;width:7px;height:7px}
 .timeline{overflow-x:auto;background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px}
+.tlview{position:relative;background:#fff;border:1px solid #ddd;border-radius:6px;padding:4px;max-width:100%;box-sizing:border-box}
+.tlview canvas{display:block;width:100%;height:60px;cursor:grab}
+.tl-tip{position:absolute;background:#263238;color:#fff;font-size:11px;padding:3px 6px;border-radius:4px;pointer-events:none;max-width:260px;overflow-wrap:anywhere}
+table.stats{display:block;overflow-x:auto;max-width:100%}
 .lane{display:flex;align-items:flex-start;border-bottom:1px solid #eee}
 .lane .label{flex:0 0 170px;font-size:12px;padding:1px 6px 0 0;overflow:hidden;white-space:nowrap;text-overflow:ellipsis}
 .lane svg{flex:0 0 auto;display:block}

@@ -64,6 +64,10 @@ class TraceEntry(BaseModel):
     host: Optional[str] = None
     command: Optional[str] = None
     modified: Optional[str] = None
+    #: what the pages call the run: its path, or the served directory's own name for "."
+    title: Optional[str] = None
+    #: listed before being summarised (a directory of many runs): spans etc. come later
+    pending: bool = False
 
 
 class TraceList(BaseModel):

@@ -635,7 +635,7 @@ def timeline_html(run: Run) -> str | None:
         from ..formats import load
         from ..report.html import html_report
 
-        return html_report(load(run.source), title=run.path, sections=("timeline",))
+        return html_report(load(run.source), title=run.title, sections=("timeline",))
 
     return cached(("timeline", run.id, run.signature), render)
 

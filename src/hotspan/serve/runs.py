@@ -52,6 +52,16 @@ class _Vanished(Exception):
     """A file of a run was deleted between its listing and its reading (a compaction's input)."""
 
 
+#: How long before a listing a dataset's directories must have last changed for the listing
+#: to be reused while they stay unchanged (file systems keep times in coarse ticks).
+_SETTLED_NS = 2_000_000_000
+
+#: A directory of more runs than this is listed within about ``LIST_BUDGET_S`` seconds (the
+#: walk included): the runs not summarised by then are listed by their paths and summarised
+#: in the background.
+LISTED_WHOLE = 200
+LIST_BUDGET_S = 0.6
+
 #: How many listings a run gets when its files keep vanishing as they are read.
 VANISHED_ATTEMPTS = 8
 
@@ -75,6 +85,8 @@ class Run:
     #: A file of the run resolves outside the served directory (a link out of it, made
     #: perhaps after the run was first listed): the run is not listed, and its id is a 404.
     outside: bool = False
+    #: Listed before being summarised (a large directory): its summary is on its way.
+    pending: bool = False
 
     @property
     def source(self) -> Path:
@@ -88,15 +100,23 @@ class Run:
     def name(self) -> str:
         return self.location.name if self.path != "." else self.location.name or self.path
 
+    @property
+    def title(self) -> str:
+        """What a page calls the run: its path, or for the served directory itself (a
+        dataset served as ``hotspan serve run/``) the directory's own name, not "."."""
+        return self.path if self.path != "." else self.name
+
     def entry(self) -> dict[str, Any]:
         """The run as ``GET /v1/traces`` lists it."""
         out: dict[str, Any] = {
             "id": self.id,
             "path": self.path,
             "name": self.name,
+            "title": self.title,
             "kind": self.kind,
             "format": self.format,
             "error": self.error,
+            "pending": self.pending and self.summary is None and self.error is None,
         }
         keys = ("ranks", "spans", "start", "start_ns", "duration_ns", "host", "command", "modified")
         summary = self.summary or {}
@@ -110,7 +130,23 @@ def run_id(relative: str) -> str:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    """Whether ``path``, links resolved, lies within ``root`` (a link out of it is ignored)."""
+    """Whether ``path``, links resolved, lies within ``root`` (a link out of it is ignored).
+
+    ``root`` is resolved already: a path below it none of whose components below ``root``
+    is a link lies within it, told by one ``lstat`` a component (the common case, once per
+    file at every listing); only a path through a link is resolved whole."""
+    text, base = os.fspath(path), os.fspath(root)
+    if text.startswith(base + os.sep):
+        current = base
+        try:
+            for piece in text[len(base) + 1 :].split(os.sep):
+                current = os.path.join(current, piece)
+                if stat.S_ISLNK(os.lstat(current).st_mode):
+                    break
+            else:
+                return True
+        except OSError:
+            return False
     try:
         return Path(os.path.realpath(path)).is_relative_to(root)
     except OSError:
@@ -124,6 +160,112 @@ def _regular(path: Path) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
         return False
+
+
+#: Folders never entered: they hold installed packages, not runs.
+SKIPPED_DIRECTORIES = frozenset(
+    {"site-packages", "dist-packages", "node_modules", "bower_components", "__pycache__"}
+)
+#: A folder holding one of these is an environment (a venv's pyvenv.cfg, a conda
+#: environment's conda-meta/): nothing below it is entered.
+ENVIRONMENT_MARKERS = ("pyvenv.cfg", "conda-meta")
+
+
+def _skipped_directory(name: str) -> bool:
+    """Whether the folder ``name`` is left out of the walk: hidden (``.git``, ``.venv``) or
+    private (``_build``), or a folder of installed packages. (An environment is told by its
+    marker, seen as the walk lists it: nothing below it is listed.)"""
+    return name.startswith((".", "_")) or name.lower() in SKIPPED_DIRECTORIES
+
+
+#: Bytes of a JSON or CSV file read to tell a trace from another file.
+SNIFF_BYTES = 256 * 1024
+#: Columns only a span table has, one of which a trace's table (or CSV/JSONL header) names.
+_SPAN_MARKS = ("span_id", "start_ns")
+
+
+def looks_like_trace(path: Path) -> bool:
+    """Whether a file named like a trace is one, decided cheaply: from its name, its magic
+    bytes and its head (never parsed whole). A trace that is damaged still answers True (the
+    list shows it with what is wrong); a file that merely shares an extension with a trace
+    format (a package's ``package.json``, a data CSV, a pandas Parquet file) answers False.
+
+    - ``.pftrace``, ``.perfetto-trace``: always (no other files are named so);
+    - ``.parquet``, ``.arrow``, ``.feather``: a schema whose columns or metadata are a span
+      table's (``span_id``, or ``start_ns`` and ``end_ns``, or hotspan's metadata), read from
+      the footer; a file without the format's magic, or whose footer cannot be read, is a
+      damaged trace;
+    - ``.json``, ``.json.gz``: JSON whose head holds ``"traceEvents"`` (the object form) or
+      ``"ph"`` (the array form of the Chrome trace format);
+    - ``.csv``, ``.jsonl``: a first line naming the span columns."""
+    fmt = format_of(path.name)
+    if fmt in (".pftrace", ".perfetto-trace"):
+        return True
+    try:
+        if fmt in (".parquet", ".arrow", ".feather"):
+            return _columnar_trace(path, fmt)
+        if fmt in (".json", ".json.gz"):
+            return _json_trace(_head(path, SNIFF_BYTES))
+        if fmt in (".csv", ".jsonl"):
+            line = _head(path, 64 * 1024).split(b"\n", 1)[0]
+            return all(mark.encode() in line for mark in _SPAN_MARKS)
+    except OSError:
+        return True  # unreadable now: listed, and the row says why
+    return False
+
+
+def _head(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of the file, inflated when it is gzip (a ``.json.gz``)."""
+    import gzip
+    import zlib
+
+    with open(path, "rb") as f:
+        head = f.read(size)
+        if head[:2] != b"\x1f\x8b":
+            return head
+        f.seek(0)
+        try:
+            with gzip.GzipFile(fileobj=f) as inflated:
+                return inflated.read(size)
+        except (EOFError, zlib.error, gzip.BadGzipFile):
+            return b'"traceEvents"'  # a gzip stream cut short: a damaged trace, listed
+
+
+def _json_trace(head: bytes) -> bool:
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"{":
+        return b'"traceEvents"' in text
+    if text[:1] == b"[":
+        return b'"ph"' in text or len(text.rstrip()) <= 1  # an event array (maybe empty)
+    return False
+
+
+def _columnar_trace(path: Path, fmt: str) -> bool:
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if fmt == ".parquet" and magic[:4] != b"PAR1":
+        return True  # named as Parquet, not Parquet (yet): a damaged or unfinished trace
+    if fmt != ".parquet" and magic != b"ARROW1":
+        return True
+    try:
+        if fmt == ".parquet":
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(path)
+        else:
+            import pyarrow as pa
+
+            with pa.memory_map(str(path), "r") as source:
+                schema = pa.ipc.open_file(source).schema
+    except Exception:  # noqa: BLE001 -- a torn footer: a damaged trace, listed with its error
+        return True
+    names = set(schema.names)
+    meta = schema.metadata or {}
+    return (
+        "span_id" in names
+        or {"start_ns", "end_ns"} <= names
+        or any(key.startswith(b"hotspan.") for key in meta)
+    )
 
 
 def _is_dataset(dirnames: list[str], filenames: list[str]) -> bool:
@@ -150,10 +292,19 @@ class Catalog:
         self.cache = Path(cache)
         self.cache.mkdir(parents=True, exist_ok=True)
         self._runs: dict[str, Run] = {}
+        #: Per file seen by the last walk: (size, mtime, whether it is a trace).
+        self._sniffed: dict[str, tuple[int, int, bool]] = {}
+        #: Per dataset directory the last walk found: its rank=R directories.
+        self._rank_dirs: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
         #: Per dataset run: its parts' footers, by path (``formats.dataset.current_parts``).
         self._footers: dict[str, dict[str, Any]] = {}
+        #: Runs listed before being summarised (a large directory), and who summarises them.
+        self._later: dict[str, Run] = {}
+        self._summariser: threading.Thread | None = None
+        #: Per dataset run: (its directories' modification times, its files) when listed.
+        self._listings: dict[str, tuple[tuple[tuple[str, int], ...], list[Path]]] = {}
         #: Called with each run whose files are new or changed, once summarised (the server
         #: computes the statistics of the runs it finds ahead of the first request for them:
         #: see ``queries.Warmer``).
@@ -163,13 +314,23 @@ class Catalog:
 
     def _walk(self) -> list[tuple[str, Path, str]]:
         found: list[tuple[str, Path, str]] = []
+        seen: dict[str, tuple[int, int, bool]] = {}
+        walked: dict[str, list[str]] = {}
         for dirpath, dirnames, filenames in os.walk(
             self.root
         ):  # links to directories are not followed
             here = Path(dirpath)
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+            # Folders that hold no runs are never entered (a venv's site-packages holds
+            # thousands of JSON files, none of them a trace).
+            if here != self.root and any(
+                marker in filenames or marker in dirnames for marker in ENVIRONMENT_MARKERS
+            ):
+                dirnames[:] = []  # an environment (a venv, a conda env): nothing below it
+                continue
+            dirnames[:] = sorted(d for d in dirnames if not _skipped_directory(d))
             if _is_dataset(dirnames, filenames):
                 found.append((here.relative_to(self.root).as_posix(), here, "dataset"))
+                walked[dirpath] = [d for d in dirnames if _RANK_DIR.match(d)]
                 # Its parts (here and in its rank=R directories) are the run, not runs of
                 # their own; other directories below it hold runs of their own (an empty
                 # rank=0/ in the served directory hides none of them).
@@ -180,12 +341,31 @@ class Catalog:
                 if name.startswith((".", "_")) or format_of(name) not in READABLE_EXTENSIONS:
                     continue
                 path = here / name
-                if _inside(path, self.root) and _regular(path):
+                if _inside(path, self.root) and _regular(path) and self._trace_file(path, seen):
                     found.append((path.relative_to(self.root).as_posix(), path, "file"))
+        self._sniffed = seen  # files gone since the last walk are forgotten
+        self._rank_dirs = walked
         return found
+
+    def _trace_file(self, path: Path, seen: dict[str, tuple[int, int, bool]]) -> bool:
+        """Whether the file is a trace (``looks_like_trace``), asked again only when its size
+        or modification time changed since the last walk."""
+        key = str(path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        old = self._sniffed.get(key)
+        if old is not None and old[:2] == (st.st_size, st.st_mtime_ns):
+            verdict = old[2]
+        else:
+            verdict = looks_like_trace(path)
+        seen[key] = (st.st_size, st.st_mtime_ns, verdict)
+        return verdict
 
     def scan(self) -> list[Run]:
         """Walk the directory again; runs whose files changed are summarised afresh."""
+        began = time.monotonic()
         found = self._walk()
         with self._lock:
             runs: dict[str, Run] = {}
@@ -205,9 +385,45 @@ class Catalog:
                 )
                 runs[rid] = run
             self._runs = runs
+        # A large directory is listed within LIST_BUDGET_S: the runs not summarised by then
+        # are listed as they are (path, kind) and summarised on a thread of its own.
+        deadline = began + LIST_BUDGET_S if len(runs) > LISTED_WHOLE else None
+        later = []
         for run in runs.values():
+            if deadline is not None and run.signature is None and time.monotonic() > deadline:
+                later.append(run)
+                continue
             self.refresh(run)
+        if later:
+            self._summarise_later(later)
         return sorted((r for r in runs.values() if not r.outside), key=lambda r: r.path)
+
+    def _summarise_later(self, runs: list[Run]) -> None:
+        """Summarise ``runs`` on the catalog's background thread (one at a time: a thread
+        already at work takes them on too); each is listed with ``pending`` until then."""
+        with self._lock:
+            for run in runs:
+                run.pending = True
+            self._later.update((run.id, run) for run in runs)
+            if self._summariser is not None and self._summariser.is_alive():
+                return
+            self._summariser = threading.Thread(
+                target=self._summarise_pending, name="hotspan-serve-summaries", daemon=True
+            )
+            self._summariser.start()
+
+    def _summarise_pending(self) -> None:
+        while True:
+            with self._lock:
+                if not self._later:
+                    return
+                _rid, run = self._later.popitem()
+            try:
+                self.refresh(run)
+            except Exception:  # noqa: BLE001 -- the run's own request reports it
+                pass
+            finally:
+                run.pending = False
 
     def get(self, rid: str) -> Run | None:
         """The run of id ``rid`` (scanning again when it is not known yet), refreshed; None
@@ -267,15 +483,56 @@ class Catalog:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _files(self, run: Run) -> list[Path]:
-        """The files the run reads now: a dataset's current parts, or the trace file."""
+        """The files the run reads now: a dataset's current parts, or the trace file.
+
+        A dataset's parts are listed again only when its directory or one of its ``rank=R``
+        directories changed (their modification times), and trusted from the last listing
+        only when those changed more than ``_SETTLED_NS`` before it (a part added within the
+        same clock tick as a listing leaves the times as they were)."""
         if run.kind != "dataset":
             return [run.location]
         from ..formats.dataset import current_parts
 
+        listed_at = time.time_ns()
+        try:
+            directories = self._dataset_directories(
+                run.location, self._rank_dirs.get(str(run.location))
+            )
+        except OSError:
+            directories = None
+        known = self._listings.get(run.id)
+        if directories is not None and known is not None and known[0] == directories:
+            return known[1]
         # each part's footer read once (parts are never written over), not at every scan
         footers = self._footers.setdefault(run.id, {})
         _loc, parts = current_parts(run.location, own=True, footers=footers)
-        return [Path(path) for path, _size, _meta in parts]
+        files = [Path(path) for path, _size, _meta in parts]
+        if directories is not None and all(
+            mtime < listed_at - _SETTLED_NS for _name, mtime in directories
+        ):
+            self._listings[run.id] = (directories, files)
+        else:
+            self._listings.pop(run.id, None)
+        return files
+
+    @staticmethod
+    def _dataset_directories(
+        location: Path, rank_dirs: list[str] | None
+    ) -> tuple[tuple[str, int], ...]:
+        """The dataset directory and its ``rank=R`` directories (``rank_dirs``, as the walk
+        found them, else listed), each with its modification time: what changes when a part
+        is added, renamed or removed (a ``rank=R`` directory added changes the dataset's)."""
+        out = [("", os.stat(location).st_mtime_ns)]
+        if rank_dirs is None:
+            with os.scandir(location) as entries:
+                rank_dirs = [
+                    e.name
+                    for e in entries
+                    if _RANK_DIR.match(e.name) and e.is_dir(follow_symlinks=False)
+                ]
+        for name in rank_dirs:
+            out.append((name, os.lstat(os.path.join(location, name)).st_mtime_ns))
+        return tuple(sorted(out))
 
     def _refresh_once(self, run: Run) -> None:
         from ..formats.base import TraceFileError, require_regular_file
@@ -348,7 +605,8 @@ class Catalog:
             for f in files:
                 match = _RANK_DIR.match(f.parent.name)
                 parts.append((f, int(match.group(1)) if match else None))
-            return _newest_run(parts)
+            known = self._footers.get(run.id, {})
+            return _newest_run(parts, {path: entry[1] for path, entry in known.items()})
         if run.format == ".parquet":
             return [(run.location, None)]
         return [(self._converted(run, signature), None)]
@@ -381,17 +639,24 @@ def _message(exc: BaseException, path: Path) -> str:
     return text.replace(str(path), os.path.basename(path)) if str(path) in text else text
 
 
-def _newest_run(parts: list[tuple[Path, int | None]]) -> list[tuple[Path, int | None]]:
+def _newest_run(
+    parts: list[tuple[Path, int | None]], footers: dict[str, Any]
+) -> list[tuple[Path, int | None]]:
     """A directory holding several runs serves the run the library reads (its newest:
-    ``parts_of_run``), so the list, the pages and the statistics count the same spans."""
+    ``parts_of_run``), so the list, the pages and the statistics count the same spans.
+    ``footers``: the parts' metadata already read, by path (the others are read)."""
     import warnings
 
     import pyarrow.parquet as pq
 
     from ..formats.dataset import SeveralRunsWarning, parts_of_run
 
+    def metadata(path: Path) -> dict:
+        known = footers.get(str(path))
+        return dict(known if known is not None else (pq.read_schema(path).metadata or {}))
+
     try:
-        metas = {path: dict(pq.read_schema(path).metadata or {}) for path, _rank in parts}
+        metas = {path: metadata(path) for path, _rank in parts}
     except Exception:  # noqa: BLE001 -- a torn part: summarize() names it
         return parts
     with warnings.catch_warnings():
@@ -425,7 +690,10 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
             hi = _column_bound(pf, "end_ns", max)
             start = lo if start is None else min(start, lo)
             end = hi if end is None else max(end, hi)
-            if "rank" in names:
+            stamped = _part_rank(schema.metadata)
+            if "rank" in names and stamped is not None and _column_unstated(pf, "rank"):
+                ranks.add(stamped)  # the part writer's word: one rank a part
+            elif "rank" in names:
                 ranks.update(_column_values(pf, "rank"))
             else:  # checked above: a dataset part whose rank=R directory gives it
                 assert rank is not None  # _check_schema refused a part with no rank at all
@@ -466,7 +734,47 @@ def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[st
     }
 
 
+def _part_rank(metadata: dict[bytes, bytes] | None) -> int | None:
+    """The rank a dataset part's writer stamped in its footer (``hotspan.part``), or None."""
+    from ..formats.dataset import META_PART
+
+    raw = (metadata or {}).get(META_PART)
+    if not raw:
+        return None
+    try:
+        rank = json.loads(raw).get("rank")
+    except (ValueError, AttributeError):
+        return None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def _column_unstated(pf, column: str) -> bool:
+    """Whether some row group of the column lacks min/max statistics (so that its values
+    would have to be scanned)."""
+    meta = pf.metadata
+    index = pf.schema_arrow.get_field_index(column)
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return True
+    return False
+
+
+#: Schemas found to be span tables (``_check_schema``), by their columns and types: the
+#: parts of thousands of runs share a few schemas.
+_CHECKED: set[tuple] = set()
+
+
 def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
+    key = (tuple(zip(schema.names, map(str, schema.types))), has_rank)
+    if key in _CHECKED:
+        return
+    _check_schema_once(schema, path, has_rank=has_rank)
+    if len(_CHECKED) < 1024:
+        _CHECKED.add(key)
+
+
+def _check_schema_once(schema, path: Path, *, has_rank: bool) -> None:
     """Refuse a Parquet file that is not a span table (a foreign file under the directory):
     every column of the span schema (``rank`` may come from a ``rank=R`` directory), strings
     where strings belong, integers and booleans where they do; so that every query on it

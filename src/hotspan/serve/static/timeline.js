@@ -129,11 +129,9 @@
     status.textContent = 'loading…';
     var url = '/v1/traces/' + box.dataset.run + '/timeline?start_ns=' + start + '&end_ns=' + end + '&width=' + width;
     var path = criticalBox && criticalBox.checked ? fetchCritical(start, end) : Promise.resolve(null);
-    fetchCounters(start, end, width, ticket);
-    fetch(url, {credentials: 'same-origin'}).then(function (r) {
-      if (!r.ok) throw new Error('HTTP ' + r.status);
-      return r.json();
-    }).then(function (body) {
+    // counters come from the server (the offline report embeds the spans' answer only)
+    if (!window.hotspanTimelineData) fetchCounters(start, end, width, ticket);
+    ask(url, start, end).then(function (body) {
       return path.then(function (segments) { return {body: body, segments: segments}; });
     }).then(function (got) {
       var body = got.body;
@@ -151,6 +149,33 @@
       status.textContent = body.tracks.length + ' tracks · ' + spans + ' spans exact, ' + pixels +
         ' pixels summarised · window ' + ms(view.hi - view.lo) + ' · wheel: zoom, drag: pan, double click: whole run';
     }).catch(function (error) { status.textContent = 'could not load the timeline: ' + error.message; });
+  }
+  // Where the answer comes from: the server, or, in the offline HTML report, the answer the
+  // library computed for the whole run and embedded in the page (window.hotspanTimelineData:
+  // the same shape, finer than a screen), of which the window's part is taken.
+  function ask(url, start, end) {
+    var embedded = window.hotspanTimelineData;
+    if (!embedded) {
+      return fetch(url, {credentials: 'same-origin'}).then(function (r) {
+        if (!r.ok) throw new Error('HTTP ' + r.status);
+        return r.json();
+      });
+    }
+    var lo = Number(start), hi = Number(end);
+    var base = embedded.start_ns, per = embedded.ns_per_pixel;
+    return Promise.resolve({
+      start_ns: base, end_ns: embedded.end_ns, width: embedded.width, ns_per_pixel: per,
+      tracks: embedded.tracks.map(function (t) {
+        var out = {};
+        for (var k in t) out[k] = t[k];
+        out.spans = t.spans.filter(function (s) { return s.start_ns < hi && s.end_ns >= lo; });
+        out.pixels = t.pixels.filter(function (p) {
+          var at = base + p.x * per;
+          return at < hi && at + per >= lo;
+        });
+        return out;
+      })
+    });
   }
   box.drawnCount = 0;
   function fetchCritical(start, end) {
@@ -208,7 +233,7 @@
       g.fillRect(0, y, canvas.clientWidth, row.depth * ROW);
       g.fillStyle = '#333';
       g.font = (row.focus ? 'bold ' : '') + '11px system-ui, sans-serif';
-      var label = 'rank ' + t.rank + ' · ' + t.thread_id + (t.lane ? ' · lane ' + t.lane : '');
+      var label = t.label || ('rank ' + t.rank + ' · ' + t.thread_id + (t.lane ? ' · lane ' + t.lane : ''));
       g.fillText(label.length > 24 ? label.slice(0, 23) + '…' : label, 4, y + ROW / 2);
       g.font = '11px system-ui, sans-serif';
       g.save();
@@ -217,7 +242,7 @@
       g.clip();
       t.pixels.forEach(function (p) {
         var left = x(base + p.x * per), w = Math.max(1, per * scale);
-        g.fillStyle = colour(p.name);
+        g.fillStyle = p.colour || colour(p.name);
         g.globalAlpha = Math.min(1, 0.35 + p.count / 8);
         g.fillRect(left, y + p.depth * ROW, w, ROW - 1);
         drawn.push({x: left, y: y + p.depth * ROW, w: w, text: p.count + ' spans, most time in ' + p.name + ' (' + ms(p.time_ns) + ')'});
@@ -227,13 +252,18 @@
         var s0 = Number(BigInt(s.start_ns) - runStart), s1 = Number(BigInt(s.end_ns) - runStart);
         var left = x(s0), w = Math.max(1, (s1 - s0) * scale);
         var top = y + s.depth * ROW;
-        g.fillStyle = colour(s.name);
+        g.fillStyle = s.colour || colour(s.name);
         g.fillRect(left, top, w, ROW - 1);
+        if (s.error) {  // a span that ended with an exception (the report marks them)
+          g.strokeStyle = '#d62728';
+          g.lineWidth = 2;
+          g.strokeRect(left + 1, top + 1, Math.max(1, w - 2), ROW - 3);
+        }
         if (w > 30) {
           g.fillStyle = '#111';
           g.fillText(s.name, Math.max(left, LABEL) + 3, top + ROW / 2, w - 6);
         }
-        drawn.push({x: left, y: top, w: w, text: s.name + ' · ' + ms(s1 - s0)});
+        drawn.push({x: left, y: top, w: w, text: s.name + ' · ' + ms(s1 - s0) + (s.error ? ' · ended with an exception' : '')});
       });
       g.restore();
       y += row.depth * ROW + GAP;
