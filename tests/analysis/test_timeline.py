@@ -258,3 +258,38 @@ def test_overlapping_asyncio_tasks_get_lanes_as_the_exports_give_them():
         for intervals in by_depth.values():
             intervals.sort()
             assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:]))  # no overlap
+
+
+def test_a_saved_index_reads_back_as_it_was_and_only_for_its_version(tmp_path):
+    """An index saved and loaded answers every view as the index built from the spans does
+    (bins, names, long spans, tracks kept whole); loaded with another version of the run, or
+    from a file that is not an index, there is none (the caller builds it again)."""
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = pa.concat_tables([generated(7), generated(8, tracks=1, per_track=40)])
+    built = TimelineIndex(table, bins=1024)
+    path = tmp_path / "index.npz"
+    built.save(path, "v1")
+    loaded = TimelineIndex.load(path, "v1")
+    assert loaded is not None
+    first, last = built.window
+    for window in ((None, None), (first + (last - first) // 3, last - (last - first) // 5)):
+        for width in (64, 300, 1024):
+            assert loaded.view(*window, width=width) == built.view(*window, width=width)
+    assert loaded.view(width=64, ranks=[1]) == timeline(table, width=64, ranks=[1])
+    assert TimelineIndex.load(path, "v2") is None  # another version of the run
+    assert TimelineIndex.load(tmp_path / "none.npz", "v1") is None
+    (tmp_path / "bad.npz").write_bytes(b"not an index")
+    assert TimelineIndex.load(tmp_path / "bad.npz", "v1") is None
+
+
+def test_a_runs_version_changes_with_its_parts(tmp_path):
+    """The version a saved index is keyed by changes when a part is added or removed."""
+    from hotspan.analysis.timeline import run_version
+
+    a = write_part(generated(1, tracks=1, per_track=50), tmp_path, rank=0, pid=1, seq=0)
+    one = run_version([a])
+    b = write_part(generated(2, tracks=1, per_track=50), tmp_path, rank=0, pid=1, seq=1)
+    assert run_version([a, b]) != one
+    assert run_version([b, a]) == run_version([a, b])  # the order listed does not matter
+    assert run_version([a]) == one

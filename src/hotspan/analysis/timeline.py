@@ -29,7 +29,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["TRACK_KEYS", "TimelineIndex", "timeline", "window_count", "window_of", "window_spans"]
+__all__ = [
+    "INDEX_BINS",
+    "TRACK_KEYS",
+    "TimelineIndex",
+    "run_version",
+    "timeline",
+    "window_count",
+    "window_of",
+    "window_spans",
+]
 
 #: The columns that tell tracks apart, in the answer's order.
 TRACK_KEYS = ("rank", "pid", "thread_id", "lane")
@@ -49,6 +58,8 @@ _COLUMNS = (
 _BATCH_ROWS = 1 << 18
 #: Widths a request may ask for (a 16k screen at most).
 MAX_WIDTH = 16_384
+#: Bins a track of a :class:`TimelineIndex` has over the run's window.
+INDEX_BINS = 1 << 14
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,6 +93,7 @@ class _Summary:
         self.name_keys: list[np.ndarray] = []
         self.name_times: list[np.ndarray] = []
         self.name_rows = 0
+        self.name_merged = 0
         #: per track: every span seen (for the "at most width spans: exact" rule)
         self.seen = np.zeros(0, np.int64)
         self.wide: list[pa.Table] = []
@@ -185,7 +197,10 @@ class _Summary:
         self.name_keys.append(keys)
         self.name_times.append(np.bincount(inverse, weights=time, minlength=len(keys)))
         self.name_rows += len(keys)
-        if self.name_rows > 4 * size + (1 << 20):
+        # merged when the pending pairs outnumber those merged so far (and a few per cell):
+        # each pair is merged a bounded number of times, even when a run has many more
+        # (cell, name) pairs than cells (an index over a long run)
+        if self.name_rows > 2 * self.name_merged + 4 * size + (1 << 20):
             self._merge_names()
 
     def _merge_names(self) -> None:
@@ -194,6 +209,7 @@ class _Summary:
         keys, inverse = _codes(np.concatenate(self.name_keys))
         times = np.bincount(inverse, weights=np.concatenate(self.name_times), minlength=len(keys))
         self.name_keys, self.name_times, self.name_rows = [keys], [times], len(keys)
+        self.name_merged = len(keys)
 
     def _busiest(self) -> np.ndarray:
         """Per (track, pixel) cell, the code of the name with the most time (-1: none)."""
@@ -261,6 +277,8 @@ class _Summary:
 
 #: Name codes per cell key: a cell's key is cell * _NAMES + name code.
 _NAMES = 1 << 24
+#: The most (cell, name) pairs a view from an index adds up in a dense array.
+_DENSE_CELLS = 1 << 24
 #: The least depth of a pixel with no span yet.
 _NO_DEPTH = np.iinfo(np.int64).max
 
@@ -662,7 +680,7 @@ class TimelineIndex:
 
     Memory: three integers a (track, bin), the names' times, and the long spans."""
 
-    def __init__(self, spans: Any, bins: int = 1 << 14) -> None:
+    def __init__(self, spans: Any, bins: int = INDEX_BINS) -> None:
         self.window = window_of(spans)
         start, end = self.window
         self._summary = _Summary(start, max(end, start + 1), bins)
@@ -671,6 +689,120 @@ class TimelineIndex:
         self._summary._merge_names()
         self.bins = bins
         self.bin_ns = self._summary.ns_per_pixel
+
+    #: The persisted form's version: an index file of another version is not read.
+    FORMAT = 1
+
+    def save(self, path: str | os.PathLike, version: str) -> None:
+        """Write the index to ``path`` (a ``.npz`` file, written whole under another name
+        and renamed, so a reader never sees half of one), with ``version``: the version of
+        the run it summarises (see :func:`run_version`), which :meth:`load` checks."""
+        import json
+        import tempfile
+
+        summary = self._summary
+        keys = summary.name_keys[0] if summary.name_keys else np.zeros(0, np.int64)
+        times = summary.name_times[0] if summary.name_times else np.zeros(0, np.float64)
+        wide = [_plain(t) for t in summary.wide]
+        few = [
+            _plain(t).append_column("track", pa.array(np.full(t.num_rows, code, np.int64)))
+            for code, tables in summary.few.items()
+            for t in tables
+        ]
+        head = {
+            "format": self.FORMAT,
+            "version": version,
+            "window": list(self.window),
+            "bins": self.bins,
+            "names": list(summary.names),
+            "few": sorted(summary.few),
+        }
+        arrays: dict[str, np.ndarray] = {
+            "head": np.frombuffer(json.dumps(head).encode(), np.uint8),
+            "tracks": np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS)),
+            "counts": summary.counts,
+            "times": summary.times,
+            "depths": summary.depths,
+            "seen": summary.seen,
+            "name_keys": keys,
+            "name_times": times,
+            "wide": _ipc(wide),
+            "few_rows": _ipc(few),
+        }
+        path = os.fspath(path)
+        folder = os.path.dirname(path) or "."
+        handle, temporary = tempfile.mkstemp(prefix=".hotspan-tmp-", suffix=".npz", dir=folder)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                np.savez(out, **arrays)  # type: ignore[arg-type]
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, version: str) -> TimelineIndex | None:
+        """The index saved at ``path`` if it is of this ``version`` of the run (and of this
+        format), else None: an index of another version of the run is never used."""
+        import json
+
+        try:
+            with np.load(os.fspath(path), allow_pickle=False) as saved:
+                head = json.loads(saved["head"].tobytes())
+                if head.get("format") != cls.FORMAT or head.get("version") != version:
+                    return None
+                arrays = {name: saved[name] for name in saved.files if name != "head"}
+        except (OSError, ValueError, KeyError):  # none, half-gone, or not an index
+            return None
+        index = cls.__new__(cls)
+        index.window = (int(head["window"][0]), int(head["window"][1]))
+        index.bins = int(head["bins"])
+        start, end = index.window
+        summary = _Summary(start, max(end, start + 1), index.bins)
+        summary.names = {name: code for code, name in enumerate(head["names"])}
+        summary.tracks = {
+            (int(r), int(p), int(t), int(lane)): code
+            for code, (r, p, t, lane) in enumerate(arrays["tracks"].tolist())
+        }
+        summary.counts, summary.times, summary.depths = (
+            arrays["counts"],
+            arrays["times"],
+            arrays["depths"],
+        )
+        summary.seen = arrays["seen"]
+        if len(arrays["name_keys"]):
+            summary.name_keys, summary.name_times = [arrays["name_keys"]], [arrays["name_times"]]
+            summary.name_rows = summary.name_merged = len(arrays["name_keys"])
+        wide = _from_ipc(arrays["wide"])
+        summary.wide = [wide] if wide is not None and wide.num_rows else []
+        few = _from_ipc(arrays["few_rows"])
+        summary.few = {int(code): [] for code in head["few"]}
+        if few is not None:
+            track = few["track"].to_numpy()
+            rows = few.drop_columns(["track"])
+            for code in summary.few:
+                summary.few[code].append(rows.filter(pa.array(track == code)))
+        index._summary = summary
+        index.bin_ns = summary.ns_per_pixel
+        return index
+
+    def _name_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The time per (track, bin, name) as four columns: track, bin, name code, time
+        (worked out once from the kernel's keys, then kept)."""
+        if getattr(self, "_names_split", None) is None:
+            summary = self._summary
+            if summary.name_keys:
+                keys, times = summary.name_keys[0], summary.name_times[0]
+            else:
+                keys, times = np.zeros(0, np.int64), np.zeros(0, np.float64)
+            cell = keys // _NAMES
+            self._names_split = (
+                cell // self.bins,
+                cell % self.bins,
+                keys % _NAMES,
+                times,
+            )
+        return self._names_split
 
     def view(
         self,
@@ -719,19 +851,28 @@ class TimelineIndex:
                 reduced = reduce.reduceat(getattr(index, name)[binned, lo:hi], first, axis=1)
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)
-            keys, times = index.name_keys[0], index.name_times[0]
-            cell = keys // _NAMES
-            track, bin_ = cell // self.bins, cell % self.bins
+            track, bin_, named, times = self._name_columns()
             keep = (bin_ >= lo) & (bin_ < hi) & binned[track]
-            if keep.any():
-                moved = (codes[track[keep]] * width + pixel[bin_[keep] - lo]) * _NAMES + (
-                    keys[keep] % _NAMES
-                )
-                unique, inverse = _codes(moved)
-                out.name_keys.append(unique)
-                out.name_times.append(
-                    np.bincount(inverse, weights=times[keep], minlength=len(unique))
-                )
+            if not keep.all():  # (the whole run: no copies)
+                track, bin_, named, times = track[keep], bin_[keep], named[keep], times[keep]
+            if len(track):
+                cells = len(out.tracks) * width
+                moved = codes[track] * width + pixel[bin_ - lo]
+                kinds = max(len(index.names), 1)
+                if cells * kinds <= _DENSE_CELLS:
+                    # few names: a (cell, name) array, one bincount, no hash of the keys
+                    dense = moved * kinds + named
+                    summed = np.bincount(dense, weights=times, minlength=cells * kinds)
+                    present = np.flatnonzero(np.bincount(dense, minlength=cells * kinds))
+                    unique = (present // kinds) * _NAMES + present % kinds
+                    out.name_keys.append(unique)
+                    out.name_times.append(summed[present])
+                else:
+                    unique, inverse = _codes(moved * _NAMES + named)
+                    out.name_keys.append(unique)
+                    out.name_times.append(
+                        np.bincount(inverse, weights=times, minlength=len(unique))
+                    )
                 out.name_rows += len(unique)
         # the long spans of the binned tracks (a whole track's rows include its long ones)
         whole = pa.array(sorted(index.few), pa.int64())
@@ -745,3 +886,42 @@ class TimelineIndex:
             for batch in table.to_batches(_BATCH_ROWS):
                 out.add(batch)
         return out.result(ranks)
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """``table`` with dictionary columns decoded (parts may encode ``name`` either way)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
+    return table
+
+
+def _ipc(tables: list[pa.Table]) -> np.ndarray:
+    """``tables`` as one Arrow IPC stream's bytes (empty: no tables)."""
+    if not tables:
+        return np.zeros(0, np.uint8)
+    table = pa.concat_tables(tables, promote_options="permissive")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return np.frombuffer(sink.getvalue(), np.uint8)
+
+
+def _from_ipc(data: np.ndarray) -> pa.Table | None:
+    if not len(data):
+        return None
+    return pa.ipc.open_stream(pa.py_buffer(data.tobytes())).read_all()
+
+
+def run_version(files: Sequence[str | os.PathLike]) -> str:
+    """A run's version for a persisted :class:`TimelineIndex`: a digest of its files' names,
+    sizes and modification times (a part is never written over: a new, removed or compacted
+    part changes it)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(os.fspath(f) for f in files):
+        st = os.stat(path)
+        name = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
+        digest.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
