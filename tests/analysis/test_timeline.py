@@ -293,3 +293,53 @@ def test_a_runs_version_changes_with_its_parts(tmp_path):
     assert run_version([a, b]) != one
     assert run_version([b, a]) == run_version([a, b])  # the order listed does not matter
     assert run_version([a]) == one
+
+
+def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path):
+    """Built with span blocks, an index answers views whose pixels are shorter than a bin
+    from the blocks a window reaches: the answer :func:`timeline` gives from the parts, to
+    the last span and pixel, down to windows of exact spans, for some ranks too; saved and
+    loaded, the same; with its blocks file gone or changed, it has none (None again)."""
+    from hotspan.analysis import timeline as module
+    from hotspan.analysis.timeline import TimelineIndex
+
+    run = tmp_path / "run"
+    tables = [generated(11), generated(12, tracks=2, per_track=2000)]
+    for rank, table in enumerate(tables):
+        for i, piece in enumerate(table.to_batches(1500)):
+            write_part(pa.Table.from_batches([piece]), run, rank=rank, pid=70 + rank, seq=i)
+    files = sorted(str(p) for p in run.rglob("part-*.parquet"))
+    blocks = tmp_path / "index.blocks"
+    saved_rows = module.BLOCK_ROWS
+    module.BLOCK_ROWS = 700  # many blocks, so that a window reads some and not others
+    try:
+        index = TimelineIndex(files, bins=256, blocks=blocks)
+    finally:
+        module.BLOCK_ROWS = saved_rows
+    assert index.blocks is not None and len(index.blocks.directory) > 10
+    first, last = index.window
+    total = last - first
+    rng = np.random.default_rng(3)
+    windows = []
+    for scale in (300, 3_000, 30_000, 300_000):
+        for _ in range(3):
+            length = max(total // scale, 2)
+            low = first + int(rng.integers(0, total - length))
+            windows.append((low, low + length))
+    exact = 0
+    for low, high in windows:
+        for ranks in (None, [1]):
+            got = index.view(low, high, width=400, ranks=ranks)
+            assert got == timeline(files, low, high, 400, ranks=ranks), (low, high, ranks)
+            exact += sum(len(t["spans"]) for t in got["tracks"] if not t["pixels"])
+    assert exact > 0  # some windows were exact spans
+    path = tmp_path / "index.npz"
+    index.save(path, "v1")
+    loaded = TimelineIndex.load(path, "v1")
+    low, high = windows[5]
+    assert loaded.blocks is not None
+    assert loaded.view(low, high, width=400) == timeline(files, low, high, 400)
+    with open(blocks, "ab") as out:
+        out.write(b"more")
+    assert TimelineIndex.load(path, "v1").blocks is None
+    assert TimelineIndex.load(path, "v1").view(low, high, width=400) is None

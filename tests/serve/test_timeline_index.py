@@ -51,6 +51,16 @@ def test_the_index_is_kept_beside_the_run_and_read_back(tmp_path):
     assert loaded is not None and loaded is not built
     assert loaded.view(width=64) == built.view(width=64) == timeline(table, width=64)
     assert _saved(run_dir) == [saved]
+    # a view finer than a bin: from the span blocks kept beside it, as the spans answer it
+    assert loaded.blocks is not None
+    assert sorted(p.name for p in run_dir.glob(f"{queries.INDEX_PREFIX}*")) == [
+        saved.with_suffix(".blocks").name,
+        saved.name,
+    ]
+    first, last = loaded.window
+    low = first + (last - first) // 3
+    high = low + max((last - first) // 100_000, 2)
+    assert loaded.view(low, high, width=64) == timeline(table, low, high, 64)
 
 
 def test_a_new_part_makes_the_saved_index_stale_and_it_is_built_again(tmp_path):
@@ -75,8 +85,8 @@ def test_a_new_part_makes_the_saved_index_stale_and_it_is_built_again(tmp_path):
         for t in index.view(width=100)["tracks"]
     )
     assert counted == both.num_rows
-    (new,) = _saved(run_dir)  # the old version's index replaced
-    assert new != old and not old.exists()
+    (new,) = _saved(run_dir)  # the old version's index replaced, and its span blocks
+    assert new != old and not old.exists() and not old.with_suffix(".blocks").exists()
 
 
 def test_an_index_of_another_version_under_this_versions_name_is_never_read(tmp_path):

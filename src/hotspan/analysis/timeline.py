@@ -676,19 +676,31 @@ class TimelineIndex:
     maps each bin to the pixel its start falls in: the spans of a bin that straddles two
     pixels count in the first, so a pixel's count is exact to a bin (exact outright where the
     view's pixels are whole bins); each span is still counted once. A view with pixels
-    shorter than a bin is read from the spans (``view`` returns None: ask :func:`timeline`).
+    shorter than a bin is read from the spans: from the index's span blocks when it was built
+    with ``blocks`` (a file: the spans' timeline columns in blocks of ``BLOCK_ROWS`` rows in
+    the parts' order, LZ4-compressed Arrow IPC, with each block's first and last start, last
+    end and ranks: a window reads only the blocks it reaches, where a Parquet row group of a
+    million spans would be decoded whole), the kernel's answer exactly as :func:`timeline`
+    gives it; without blocks ``view`` returns None (ask :func:`timeline`).
 
-    Memory: three integers a (track, bin), the names' times, and the long spans."""
+    Memory: three integers a (track, bin), the names' times, the long spans, and the blocks'
+    directory (five integers a block)."""
 
-    def __init__(self, spans: Any, bins: int = INDEX_BINS) -> None:
+    def __init__(
+        self, spans: Any, bins: int = INDEX_BINS, *, blocks: str | os.PathLike | None = None
+    ) -> None:
         self.window = window_of(spans)
         start, end = self.window
         self._summary = _Summary(start, max(end, start + 1), bins)
+        writer = _BlockWriter(blocks, self._summary) if blocks is not None else None
         for batch in _batches(spans, None, None, None):
             self._summary.add(batch)
+            if writer is not None:
+                writer.add(batch)
         self._summary._merge_names()
         self.bins = bins
         self.bin_ns = self._summary.ns_per_pixel
+        self.blocks = writer.close() if writer is not None else None
 
     #: The persisted form's version: an index file of another version is not read.
     FORMAT = 1
@@ -718,7 +730,6 @@ class TimelineIndex:
             "few": sorted(summary.few),
         }
         arrays: dict[str, np.ndarray] = {
-            "head": np.frombuffer(json.dumps(head).encode(), np.uint8),
             "tracks": np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS)),
             "counts": summary.counts,
             "times": summary.times,
@@ -729,6 +740,13 @@ class TimelineIndex:
             "wide": _ipc(wide),
             "few_rows": _ipc(few),
         }
+        if self.blocks is not None:
+            head["blocks"] = {
+                "file": os.path.basename(self.blocks.path),
+                "size": os.path.getsize(self.blocks.path),
+            }
+            arrays["blocks"] = self.blocks.directory
+        arrays["head"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
         path = os.fspath(path)
         folder = os.path.dirname(path) or "."
         handle, temporary = tempfile.mkstemp(prefix=".hotspan-tmp-", suffix=".npz", dir=folder)
@@ -784,6 +802,15 @@ class TimelineIndex:
                 summary.few[code].append(rows.filter(pa.array(track == code)))
         index._summary = summary
         index.bin_ns = summary.ns_per_pixel
+        index.blocks = None
+        saved_blocks = head.get("blocks")
+        if saved_blocks is not None:  # gone or not the one written with it: none
+            where = os.path.join(os.path.dirname(os.fspath(path)), saved_blocks["file"])
+            try:
+                if os.path.getsize(where) == saved_blocks["size"]:
+                    index.blocks = _Blocks(where, arrays["blocks"], summary)
+            except (OSError, pa.ArrowInvalid):
+                index.blocks = None
         return index
 
     def _name_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -818,7 +845,11 @@ class TimelineIndex:
         index = self._summary
         out = _Summary(start_ns, end_ns, width)
         if out.ns_per_pixel < self.bin_ns:
-            return None
+            if self.blocks is None:
+                return None
+            for batch in self.blocks.batches(start_ns, end_ns, ranks):
+                out.add(batch)
+            return out.result(ranks)
         out.names = dict(index.names)  # the bins' name codes, kept
         # every track of the run, in its order; the tracks kept whole go through add()
         order = sorted(index.tracks.items(), key=lambda item: item[1])
@@ -925,3 +956,173 @@ def run_version(files: Sequence[str | os.PathLike]) -> str:
         name = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
         digest.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:32]
+
+
+#: Rows a block of a :class:`TimelineIndex`'s span blocks holds (at most).
+BLOCK_ROWS = 1 << 14
+#: The columns of the span blocks: the kernel's, the name and the track as codes.
+_BLOCK_SCHEMA = pa.schema(
+    [
+        ("span_id", pa.uint64()),
+        ("parent_id", pa.uint64()),
+        ("name", pa.int32()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("depth", pa.int32()),
+        ("track", pa.int32()),
+    ]
+)
+
+
+class _BlockWriter:
+    """Writes the spans an index is built from as blocks (see :class:`TimelineIndex`), with
+    the index's own name and track codes; a file that cannot be written leaves no blocks
+    (the index still answers, the finer views from the spans)."""
+
+    def __init__(self, path: str | os.PathLike, summary: _Summary) -> None:
+        self.path = os.fspath(path)
+        self.summary = summary
+        self.rows: list[np.ndarray] = []  # per block: first start, last start, last end, ranks
+        self.writer: Any = None
+        try:
+            self.sink = pa.OSFile(self.path, "wb")
+            self.writer = pa.ipc.new_file(
+                self.sink, _BLOCK_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4")
+            )
+        except (OSError, pa.ArrowException):
+            self._drop()
+
+    def _drop(self) -> None:
+        self.writer = None
+        try:
+            self.sink.close()
+        except Exception:  # noqa: BLE001  (never opened)
+            pass
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if self.writer is None or batch.num_rows == 0:
+            return
+        summary = self.summary
+        track = summary._track_codes(batch)
+        names = summary._name_codes(batch.column("name"))
+        keys = np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS))
+        parent = batch.column("parent_id") if "parent_id" in batch.schema.names else None
+        columns = [
+            batch.column("span_id").cast(pa.uint64()),
+            parent.cast(pa.uint64())
+            if parent is not None
+            else pa.nulls(batch.num_rows, pa.uint64()),
+            pa.array(names.astype(np.int32)),
+            batch.column("start_ns").cast(pa.int64()),
+            batch.column("end_ns").cast(pa.int64()),
+            batch.column("depth").cast(pa.int32()),
+            pa.array(track.astype(np.int32)),
+        ]
+        table = pa.RecordBatch.from_arrays(columns, schema=_BLOCK_SCHEMA)
+        start = batch.column("start_ns").to_numpy(zero_copy_only=False)
+        end = batch.column("end_ns").to_numpy(zero_copy_only=False)
+        rank = keys[track, 0]
+        try:
+            for at in range(0, batch.num_rows, BLOCK_ROWS):
+                cut = slice(at, at + BLOCK_ROWS)
+                self.writer.write_batch(table.slice(at, BLOCK_ROWS))
+                self.rows.append(
+                    np.array(
+                        [
+                            start[cut].min(),
+                            start[cut].max(),
+                            end[cut].max(),
+                            rank[cut].min(),
+                            rank[cut].max(),
+                        ],
+                        np.int64,
+                    )
+                )
+        except (OSError, pa.ArrowException):  # a full disk: no blocks
+            self._drop()
+
+    def close(self) -> _Blocks | None:
+        if self.writer is None:
+            return None
+        try:
+            self.writer.close()
+            self.sink.close()
+        except (OSError, pa.ArrowException):
+            self._drop()
+            return None
+        directory = np.array(self.rows, np.int64).reshape(-1, 5)
+        return _Blocks(self.path, directory, self.summary)
+
+
+class _Blocks:
+    """A :class:`TimelineIndex`'s span blocks, read through a memory map: the blocks a
+    window reaches, as the kernel's batches (only the rows in the window)."""
+
+    def __init__(self, path: str, directory: np.ndarray, summary: _Summary) -> None:
+        import threading
+
+        self.path = path
+        self.directory = directory
+        self.names = pa.array(list(summary.names) or [""], pa.string())
+        self.keys = np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS))
+        self.reader = pa.ipc.open_file(pa.memory_map(path))
+        if self.reader.num_record_batches != len(directory):
+            raise pa.ArrowInvalid(
+                f"{path}: {self.reader.num_record_batches} blocks, not {len(directory)}"
+            )
+        self.lock = threading.Lock()
+
+    def batches(
+        self, start_ns: int, end_ns: int, ranks: Sequence[int] | None
+    ) -> Iterator[pa.RecordBatch]:
+        d = self.directory
+        reach = (d[:, 0] < end_ns) & ((d[:, 2] > start_ns) | (d[:, 1] >= start_ns))
+        if ranks is not None:
+            wanted = np.array(sorted({int(r) for r in ranks}), np.int64)
+            lo = np.searchsorted(wanted, d[:, 3])  # some wanted rank in [rank min, rank max]
+            reach &= (lo < len(wanted)) & (wanted[np.minimum(lo, len(wanted) - 1)] <= d[:, 4])
+        for i in np.flatnonzero(reach).tolist():
+            with self.lock:
+                block = self.reader.get_batch(i)
+            start = block.column("start_ns").to_numpy()
+            end = block.column("end_ns").to_numpy()
+            inside = (start < end_ns) & ((end > start_ns) | (start >= start_ns))
+            track = block.column("track").to_numpy()
+            if ranks is not None:
+                inside &= np.isin(self.keys[track, 0], wanted)
+            rows = np.flatnonzero(inside)
+            if not len(rows):
+                continue
+            block = block.take(pa.array(rows))
+            track = track[rows]
+            keys = self.keys[track]
+            yield pa.RecordBatch.from_arrays(
+                [
+                    block.column("span_id"),
+                    block.column("parent_id"),
+                    pa.DictionaryArray.from_arrays(block.column("name"), self.names),
+                    block.column("start_ns"),
+                    block.column("end_ns"),
+                    block.column("depth"),
+                    pa.array(keys[:, 0].astype(np.int32)),
+                    pa.array(keys[:, 1]),
+                    pa.array(keys[:, 2]),
+                    pa.array(keys[:, 3]),
+                ],
+                names=[
+                    "span_id",
+                    "parent_id",
+                    "name",
+                    "start_ns",
+                    "end_ns",
+                    "depth",
+                    "rank",
+                    "pid",
+                    "thread_id",
+                    "lane",
+                ],
+            )

@@ -244,8 +244,9 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
             saved = index_path(run, version)
             index = TimelineIndex.load(saved, version) if saved is not None else None
             if index is None:
+                blocks = saved.with_suffix(".blocks") if saved is not None else None
                 with HEAVY:  # a whole scan: one heavy computation at a time
-                    index = TimelineIndex(files)
+                    index = TimelineIndex(files, blocks=blocks)
                 if saved is not None:
                     _save_index(index, saved, version)
             with _index_lock:
@@ -306,8 +307,8 @@ def _save_index(index: Any, path: Path, version: str) -> None:
     except OSError:
         return
     prefix = path.name[: path.name.index(INDEX_PREFIX) + len(INDEX_PREFIX)]
-    for stale in path.parent.glob(f"{prefix}*.npz"):
-        if stale != path:
+    for stale in path.parent.glob(f"{prefix}*"):
+        if stale.stem != path.stem:  # the index and its span blocks kept
             stale.unlink(missing_ok=True)
 
 
