@@ -90,10 +90,11 @@ class _Summary:
         self.times = np.zeros((0, width), np.int64)
         self.depths = np.zeros((0, width), np.int64)
         #: (cell * 2**24 + name, time) pairs, each list entry reduced; merged when long
-        self.name_keys: list[np.ndarray] = []
-        self.name_times: list[np.ndarray] = []
-        self.name_rows = 0
-        self.name_merged = 0
+        #: per track: (pixel * 2**24 + name, time) pairs, each list entry reduced; merged
+        #: per track when they pile up (a track's pairs are few: at most its pixels x names)
+        self.name_parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.name_pending: dict[int, int] = {}
+        self.name_merged: dict[int, int] = {}
         #: per track: every span seen (for the "at most width spans: exact" rule)
         self.seen = np.zeros(0, np.int64)
         self.wide: list[pa.Table] = []
@@ -193,39 +194,65 @@ class _Summary:
             .reshape(self.times.shape)
         )
         np.minimum.at(self.depths.reshape(-1), cell, depth)
-        keys, inverse = _codes(cell * _NAMES + names)
-        self.name_keys.append(keys)
-        self.name_times.append(np.bincount(inverse, weights=time, minlength=len(keys)))
-        self.name_rows += len(keys)
-        # merged when the pending pairs outnumber those merged so far (and a few per cell):
-        # each pair is merged a bounded number of times, even when a run has many more
-        # (cell, name) pairs than cells (an index over a long run)
-        if self.name_rows > 2 * self.name_merged + 4 * size + (1 << 20):
-            self._merge_names()
+        local = pixel * _NAMES + names
+        groups: list[tuple[int, Any]]
+        if track.min() == track.max():  # one thread's rows (else each thread's apart)
+            groups = [(int(track[0]), slice(None))]
+        else:
+            order = np.argsort(track, kind="stable")
+            bounds = np.flatnonzero(np.diff(track[order])) + 1
+            groups = [(int(track[rows[0]]), rows) for rows in np.split(order, bounds) if len(rows)]
+        for code, rows in groups:
+            keys, inverse = _codes(local[rows])
+            self.add_names(
+                code, keys, np.bincount(inverse, weights=time[rows], minlength=len(keys))
+            )
+
+    def add_names(self, code: int, keys: np.ndarray, times: np.ndarray) -> None:
+        """Add one track's (pixel * 2**24 + name, time) pairs, each key once."""
+        self.name_parts.setdefault(code, []).append((keys, times))
+        pending = self.name_pending.get(code, 0) + len(keys)
+        self.name_pending[code] = pending
+        # merged when the pending pairs outnumber those merged so far (and a few a pixel):
+        # each pair is merged a bounded number of times
+        if pending > 2 * self.name_merged.get(code, 0) + 4 * self.width + (1 << 16):
+            self._merge_track(code)
+
+    def _merge_track(self, code: int) -> tuple[np.ndarray, np.ndarray]:
+        """The track's pairs, merged: (keys, times), each key once."""
+        parts = self.name_parts.get(code, [])
+        if len(parts) != 1:
+            if parts:
+                keys, inverse = _codes(np.concatenate([k for k, _t in parts]))
+                times = np.bincount(
+                    inverse, weights=np.concatenate([t for _k, t in parts]), minlength=len(keys)
+                )
+            else:
+                keys, times = np.zeros(0, np.int64), np.zeros(0, np.float64)
+            parts[:] = [(keys, times)]
+            self.name_parts[code] = parts
+            self.name_pending[code] = self.name_merged[code] = len(keys)
+        return parts[0]
 
     def _merge_names(self) -> None:
-        if len(self.name_keys) <= 1:
-            return
-        keys, inverse = _codes(np.concatenate(self.name_keys))
-        times = np.bincount(inverse, weights=np.concatenate(self.name_times), minlength=len(keys))
-        self.name_keys, self.name_times, self.name_rows = [keys], [times], len(keys)
-        self.name_merged = len(keys)
+        for code in list(self.name_parts):
+            self._merge_track(code)
 
     def _busiest(self) -> np.ndarray:
         """Per (track, pixel) cell, the code of the name with the most time (-1: none)."""
-        busiest = np.full(self.counts.size, -1, np.int64)
-        self._merge_names()
-        if not self.name_keys:
-            return busiest.reshape(self.counts.shape)
-        keys, times = self.name_keys[0], self.name_times[0]
-        cell = keys // _NAMES
-        # per cell the largest time, ties to the lowest name code: sorted by (cell, -time)
-        order = np.lexsort((keys % _NAMES, -times, cell))
-        first = np.ones(len(order), bool)
-        first[1:] = cell[order][1:] != cell[order][:-1]
-        chosen = order[first]
-        busiest[cell[chosen]] = keys[chosen] % _NAMES
-        return busiest.reshape(self.counts.shape)
+        busiest = np.full(self.counts.shape, -1, np.int64)
+        for code in list(self.name_parts):
+            keys, times = self._merge_track(code)
+            if not len(keys):
+                continue
+            pixel = keys // _NAMES
+            # per pixel the largest time, ties to the lowest name code: by (pixel, -time)
+            order = np.lexsort((keys % _NAMES, -times, pixel))
+            first = np.ones(len(order), bool)
+            first[1:] = pixel[order][1:] != pixel[order][:-1]
+            chosen = order[first]
+            busiest[code, pixel[chosen]] = keys[chosen] % _NAMES
+        return busiest
 
     def result(self, ranks: Sequence[int] | None = None) -> dict[str, Any]:
         names = np.array(list(self.names) or [""], dtype=object)
@@ -713,8 +740,10 @@ class TimelineIndex:
         import tempfile
 
         summary = self._summary
-        keys = summary.name_keys[0] if summary.name_keys else np.zeros(0, np.int64)
-        times = summary.name_times[0] if summary.name_times else np.zeros(0, np.float64)
+        merged = [summary._merge_track(code) for code in range(len(summary.tracks))]
+        keys = np.concatenate([k for k, _t in merged] or [np.zeros(0, np.int64)])
+        times = np.concatenate([t for _k, t in merged] or [np.zeros(0, np.float64)])
+        offsets = np.cumsum([0] + [len(k) for k, _t in merged]).astype(np.int64)
         wide = [_plain(t) for t in summary.wide]
         few = [
             _plain(t).append_column("track", pa.array(np.full(t.num_rows, code, np.int64)))
@@ -737,6 +766,7 @@ class TimelineIndex:
             "seen": summary.seen,
             "name_keys": keys,
             "name_times": times,
+            "name_offsets": offsets,
             "wide": _ipc(wide),
             "few_rows": _ipc(few),
         }
@@ -788,9 +818,13 @@ class TimelineIndex:
             arrays["depths"],
         )
         summary.seen = arrays["seen"]
-        if len(arrays["name_keys"]):
-            summary.name_keys, summary.name_times = [arrays["name_keys"]], [arrays["name_times"]]
-            summary.name_rows = summary.name_merged = len(arrays["name_keys"])
+        offsets = arrays["name_offsets"]
+        for code in range(len(offsets) - 1):  # views of the arrays read, no copies
+            low, high = int(offsets[code]), int(offsets[code + 1])
+            summary.name_parts[code] = [
+                (arrays["name_keys"][low:high], arrays["name_times"][low:high])
+            ]
+            summary.name_pending[code] = summary.name_merged[code] = high - low
         wide = _from_ipc(arrays["wide"])
         summary.wide = [wide] if wide is not None and wide.num_rows else []
         few = _from_ipc(arrays["few_rows"])
@@ -812,24 +846,6 @@ class TimelineIndex:
             except (OSError, pa.ArrowInvalid):
                 index.blocks = None
         return index
-
-    def _name_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The time per (track, bin, name) as four columns: track, bin, name code, time
-        (worked out once from the kernel's keys, then kept)."""
-        if getattr(self, "_names_split", None) is None:
-            summary = self._summary
-            if summary.name_keys:
-                keys, times = summary.name_keys[0], summary.name_times[0]
-            else:
-                keys, times = np.zeros(0, np.int64), np.zeros(0, np.float64)
-            cell = keys // _NAMES
-            self._names_split = (
-                cell // self.bins,
-                cell % self.bins,
-                keys % _NAMES,
-                times,
-            )
-        return self._names_split
 
     def view(
         self,
@@ -882,29 +898,27 @@ class TimelineIndex:
                 reduced = reduce.reduceat(getattr(index, name)[binned, lo:hi], first, axis=1)
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)
-            track, bin_, named, times = self._name_columns()
-            keep = (bin_ >= lo) & (bin_ < hi) & binned[track]
-            if not keep.all():  # (the whole run: no copies)
-                track, bin_, named, times = track[keep], bin_[keep], named[keep], times[keep]
-            if len(track):
-                cells = len(out.tracks) * width
-                moved = codes[track] * width + pixel[bin_ - lo]
-                kinds = max(len(index.names), 1)
-                if cells * kinds <= _DENSE_CELLS:
-                    # few names: a (cell, name) array, one bincount, no hash of the keys
+            kinds = max(len(index.names), 1)
+            for code in np.flatnonzero(binned).tolist():
+                keys, times = index._merge_track(code)
+                bin_ = keys // _NAMES
+                keep = (bin_ >= lo) & (bin_ < hi)
+                if not keep.all():
+                    keys, times, bin_ = keys[keep], times[keep], bin_[keep]
+                if not len(keys):
+                    continue
+                named = keys % _NAMES
+                moved = pixel[bin_ - lo]
+                if width * kinds <= _DENSE_CELLS:
+                    # few names: a (pixel, name) array, one bincount, no hash of the keys
                     dense = moved * kinds + named
-                    summed = np.bincount(dense, weights=times, minlength=cells * kinds)
-                    present = np.flatnonzero(np.bincount(dense, minlength=cells * kinds))
-                    unique = (present // kinds) * _NAMES + present % kinds
-                    out.name_keys.append(unique)
-                    out.name_times.append(summed[present])
+                    summed = np.bincount(dense, weights=times, minlength=width * kinds)
+                    present = np.flatnonzero(np.bincount(dense, minlength=width * kinds))
+                    unique, added = (present // kinds) * _NAMES + present % kinds, summed[present]
                 else:
                     unique, inverse = _codes(moved * _NAMES + named)
-                    out.name_keys.append(unique)
-                    out.name_times.append(
-                        np.bincount(inverse, weights=times, minlength=len(unique))
-                    )
-                out.name_rows += len(unique)
+                    added = np.bincount(inverse, weights=times, minlength=len(unique))
+                out.add_names(int(codes[code]), unique, added)
         # the long spans of the binned tracks (a whole track's rows include its long ones)
         whole = pa.array(sorted(index.few), pa.int64())
         rows_of_index = [
