@@ -202,7 +202,16 @@ class _Summary:
             order = np.argsort(track, kind="stable")
             bounds = np.flatnonzero(np.diff(track[order])) + 1
             groups = [(int(track[rows[0]]), rows) for rows in np.split(order, bounds) if len(rows)]
+        kinds = max(len(self.names), 1)
+        dense = self.width * kinds <= _DENSE_CELLS
         for code, rows in groups:
+            if dense:  # few names: a (pixel, name) array, two bincounts, no hash of the keys
+                cells = pixel[rows] * kinds + names[rows]
+                summed = np.bincount(cells, weights=time[rows], minlength=self.width * kinds)
+                present = np.flatnonzero(np.bincount(cells, minlength=self.width * kinds))
+                keys = (present // kinds) * _NAMES + present % kinds
+                self.add_names(code, keys, summed[present])
+                continue
             keys, inverse = _codes(local[rows])
             self.add_names(
                 code, keys, np.bincount(inverse, weights=time[rows], minlength=len(keys))
@@ -304,8 +313,8 @@ class _Summary:
 
 #: Name codes per cell key: a cell's key is cell * _NAMES + name code.
 _NAMES = 1 << 24
-#: The most (cell, name) pairs a view from an index adds up in a dense array.
-_DENSE_CELLS = 1 << 24
+#: The most (pixel, name) pairs the kernel adds up in a dense array (more: a hash of the pairs).
+_DENSE_CELLS = 1 << 20
 #: The least depth of a pixel with no span yet.
 _NO_DEPTH = np.iinfo(np.int64).max
 
