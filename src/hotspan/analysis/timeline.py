@@ -250,11 +250,21 @@ class _Summary:
     def _busiest(self) -> np.ndarray:
         """Per (track, pixel) cell, the code of the name with the most time (-1: none)."""
         busiest = np.full(self.counts.shape, -1, np.int64)
+        kinds = max(len(self.names), 1)
         for code in list(self.name_parts):
             keys, times = self._merge_track(code)
             if not len(keys):
                 continue
             pixel = keys // _NAMES
+            if self.width * kinds <= _DENSE_CELLS:
+                # a (pixel, name) array, no sort: absent -1, so a name present with no time
+                # beats none; argmax takes the first largest: ties to the lowest name code
+                grid = np.full((self.width, kinds), -1.0)
+                grid[pixel, keys % _NAMES] = times
+                best = grid.argmax(axis=1)
+                seen = grid[np.arange(self.width), best] >= 0
+                busiest[code, seen] = best[seen]
+                continue
             # per pixel the largest time, ties to the lowest name code: by (pixel, -time)
             order = np.lexsort((keys % _NAMES, -times, pixel))
             first = np.ones(len(order), bool)
@@ -804,12 +814,11 @@ class TimelineIndex:
         import json
 
         try:
-            with np.load(os.fspath(path), allow_pickle=False) as saved:
-                head = json.loads(saved["head"].tobytes())
-                if head.get("format") != cls.FORMAT or head.get("version") != version:
-                    return None
-                arrays = {name: saved[name] for name in saved.files if name != "head"}
-        except (OSError, ValueError, KeyError):  # none, half-gone, or not an index
+            arrays = _mapped_npz(os.fspath(path))
+            head = json.loads(arrays.pop("head").tobytes())
+            if head.get("format") != cls.FORMAT or head.get("version") != version:
+                return None
+        except (OSError, ValueError, KeyError, EOFError):  # none, half-gone, or not an index
             return None
         index = cls.__new__(cls)
         index.window = (int(head["window"][0]), int(head["window"][1]))
@@ -940,6 +949,49 @@ class TimelineIndex:
             for batch in table.to_batches(_BATCH_ROWS):
                 out.add(batch)
         return out.result(ranks)
+
+
+def _mapped_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed ``.npz`` file (as ``np.savez`` writes it), memory-mapped
+    read-only: reading an index back costs no copy of its hundreds of MB (``np.load`` reads
+    and checks each member whole), and only the pages a view touches are read."""
+    import struct
+    import zipfile
+
+    out: dict[str, np.ndarray] = {}
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise ValueError(f"{path}: not an index") from None
+    with archive, open(path, "rb") as raw:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
+                raise ValueError(f"{path}: not an index ({info.filename})")
+            raw.seek(info.header_offset)
+            local = raw.read(30)
+            if local[:4] != b"PK\x03\x04":
+                raise ValueError(f"{path}: not an index")
+            name_length, extra_length = struct.unpack("<HH", local[26:30])
+            raw.seek(info.header_offset + 30 + name_length + extra_length)
+            major, _minor = np.lib.format.read_magic(raw)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if major == 1
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(raw)
+            if dtype.hasobject:
+                raise ValueError(f"{path}: not an index (objects)")
+            count = int(np.prod(shape)) if shape else 1
+            offset = raw.tell()
+            if count == 0:
+                array = np.zeros(shape, dtype)
+            else:
+                array = np.memmap(
+                    path, dtype, "r", offset=offset, shape=shape, order="F" if fortran else "C"
+                )
+            out[info.filename[: -len(".npy")]] = np.asarray(array)
+    return out
 
 
 def _plain(table: pa.Table) -> pa.Table:
