@@ -24,7 +24,8 @@ spans, and the server's peak memory.
    scales from the whole run down to windows of exact spans, each at a random place (a pan):
    the server's time for each (the browser's Resource Timing, request start to response
    end). Target: at most 300 ms each.
-5. The server's peak resident memory (``VmHWM``). Target: at most 1 GiB.
+5. The server's peak resident memory (``VmHWM``): after the page's statistics and phases,
+   and (reset then, Linux ``clear_refs``) over the timeline's requests. Target: at most 1 GiB.
 
 A table of the figures and the targets last; the load average before and after.
 """
@@ -352,6 +353,10 @@ def main() -> None:
         print(f"serving {server.url} run {rid}: {spans} spans", flush=True)
         took, _b = server.get(f"runs/{rid}")  # the statistics and phases the page shows
         print(f"the run page without a browser (statistics, phases): {took:.1f} s", flush=True)
+        before = server.peak_rss()
+        rows.append(("server peak RSS: statistics, phases", f"{before / 2**20:.0f} MiB", "", ""))
+        # from here on, the peak of what the timeline adds to what the server holds
+        timeline_only = server.reset_peak()
 
         browser = Browser()
         page = browser.page
@@ -413,7 +418,7 @@ def main() -> None:
         peak = server.peak_rss()
         rows.append(
             (
-                "server peak RSS",
+                "server peak RSS: the timeline" if timeline_only else "server peak RSS",
                 f"{peak / 2**20:.0f} MiB",
                 "<= 1024 MiB",
                 "ok" if peak <= 2**30 else "MISSED",

@@ -192,7 +192,9 @@ def timeline_view(
             start_ns = window[0] if start_ns is None else start_ns
             end_ns = max(window[1], start_ns + 1) if end_ns is None else end_ns
         view = timeline(files, start_ns, end_ns, width, ranks=ranks)
-    return _remember(key, plain(view))
+    # only the window's own numbers can be floats: the tracks hold integers and names (no
+    # walk over a hundred thousand pixels, a second of a whole-run view of 128 tracks)
+    return _remember(key, {k: v if k == "tracks" else plain(v) for k, v in view.items()})
 
 
 def _from_index(run: Run, start_ns: int | None, end_ns: int | None, width: int) -> bool:
