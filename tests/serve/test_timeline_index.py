@@ -24,6 +24,7 @@ def _forget() -> None:
         queries._indexes.clear()
     with queries._cache_lock:
         queries._cache.clear()
+        queries._views.clear()
 
 
 def _saved(run_dir):

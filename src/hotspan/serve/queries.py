@@ -176,9 +176,10 @@ def timeline_view(
     from ..analysis.timeline import timeline
 
     key = ("timeline", run.id, run.signature, start_ns, end_ns, width, tuple(ranks or ()))
-    found, value = _lookup(key)
-    if found:
-        return value
+    with _cache_lock:
+        if key in _views:
+            _views.move_to_end(key)
+            return _views[key]
     index = timeline_index(run, wait=False)
     if index is None and _from_index(run, start_ns, end_ns, width):
         # the index being built answers this view: waiting for it is no longer than the
@@ -194,7 +195,19 @@ def timeline_view(
         view = timeline(files, start_ns, end_ns, width, ranks=ranks)
     # only the window's own numbers can be floats: the tracks hold integers and names (no
     # walk over a hundred thousand pixels, a second of a whole-run view of 128 tracks)
-    return _remember(key, {k: v if k == "tracks" else plain(v) for k, v in view.items()})
+    view = {k: v if k == "tracks" else plain(v) for k, v in view.items()}
+    with _cache_lock:
+        _views[key] = view
+        while len(_views) > _VIEW_ENTRIES:
+            _views.popitem(last=False)
+    return view
+
+
+#: The last timeline answers (a page's pan back, a second tab): a few, apart from the other
+#: answers, since a whole-run view of a large run is tens of MB as Python objects (136,000
+#: pixels for 128 tracks), where the 64 entries of the other answers held gigabytes of them.
+_views: "OrderedDict[tuple, Any]" = OrderedDict()
+_VIEW_ENTRIES = 4
 
 
 def _from_index(run: Run, start_ns: int | None, end_ns: int | None, width: int) -> bool:
