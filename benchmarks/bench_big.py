@@ -181,7 +181,10 @@ def _rank_table(
     # Self time computed here from the template (children one after another), not by
     # with_self_ns' sort: generating 200 M spans stays quick; the two agree (same rule).
     columns["self_ns"] = pa.array(self_time.ravel()[flat])
-    return pa.Table.from_pydict(columns, schema=TRACE_SCHEMA.append(SPAN_SCHEMA.field("self_ns")))
+    # no asyncio task: no span waits suspended (hotspan serve refuses parts without the column)
+    columns["wait_ns"] = pa.array(np.zeros(n, np.int64))
+    schema = TRACE_SCHEMA.append(SPAN_SCHEMA.field("self_ns")).append(SPAN_SCHEMA.field("wait_ns"))
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 def generate(

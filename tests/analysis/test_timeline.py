@@ -258,3 +258,88 @@ def test_overlapping_asyncio_tasks_get_lanes_as_the_exports_give_them():
         for intervals in by_depth.values():
             intervals.sort()
             assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:]))  # no overlap
+
+
+def test_a_saved_index_reads_back_as_it_was_and_only_for_its_version(tmp_path):
+    """An index saved and loaded answers every view as the index built from the spans does
+    (bins, names, long spans, tracks kept whole); loaded with another version of the run, or
+    from a file that is not an index, there is none (the caller builds it again)."""
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = pa.concat_tables([generated(7), generated(8, tracks=1, per_track=40)])
+    built = TimelineIndex(table, bins=1024)
+    path = tmp_path / "index.npz"
+    built.save(path, "v1")
+    loaded = TimelineIndex.load(path, "v1")
+    assert loaded is not None
+    first, last = built.window
+    for window in ((None, None), (first + (last - first) // 3, last - (last - first) // 5)):
+        for width in (64, 300, 1024):
+            assert loaded.view(*window, width=width) == built.view(*window, width=width)
+    assert loaded.view(width=64, ranks=[1]) == timeline(table, width=64, ranks=[1])
+    assert TimelineIndex.load(path, "v2") is None  # another version of the run
+    assert TimelineIndex.load(tmp_path / "none.npz", "v1") is None
+    (tmp_path / "bad.npz").write_bytes(b"not an index")
+    assert TimelineIndex.load(tmp_path / "bad.npz", "v1") is None
+
+
+def test_a_runs_version_changes_with_its_parts(tmp_path):
+    """The version a saved index is keyed by changes when a part is added or removed."""
+    from hotspan.analysis.timeline import run_version
+
+    a = write_part(generated(1, tracks=1, per_track=50), tmp_path, rank=0, pid=1, seq=0)
+    one = run_version([a])
+    b = write_part(generated(2, tracks=1, per_track=50), tmp_path, rank=0, pid=1, seq=1)
+    assert run_version([a, b]) != one
+    assert run_version([b, a]) == run_version([a, b])  # the order listed does not matter
+    assert run_version([a]) == one
+
+
+def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path):
+    """Built with span blocks, an index answers views whose pixels are shorter than a bin
+    from the blocks a window reaches: the answer :func:`timeline` gives from the parts, to
+    the last span and pixel, down to windows of exact spans, for some ranks too; saved and
+    loaded, the same; with its blocks file gone or changed, it has none (None again)."""
+    from hotspan.analysis import timeline as module
+    from hotspan.analysis.timeline import TimelineIndex
+
+    run = tmp_path / "run"
+    tables = [generated(11), generated(12, tracks=2, per_track=2000)]
+    for rank, table in enumerate(tables):
+        for i, piece in enumerate(table.to_batches(1500)):
+            write_part(pa.Table.from_batches([piece]), run, rank=rank, pid=70 + rank, seq=i)
+    files = sorted(str(p) for p in run.rglob("part-*.parquet"))
+    blocks = tmp_path / "index.blocks"
+    saved_rows = module.BLOCK_ROWS
+    module.BLOCK_ROWS = 700  # many blocks, so that a window reads some and not others
+    try:
+        index = TimelineIndex(files, bins=256, blocks=blocks)
+    finally:
+        module.BLOCK_ROWS = saved_rows
+    assert index.blocks is not None and len(index.blocks.directory) > 10
+    first, last = index.window
+    total = last - first
+    rng = np.random.default_rng(3)
+    windows = []
+    for scale in (300, 3_000, 30_000, 300_000):
+        for _ in range(3):
+            length = max(total // scale, 2)
+            low = first + int(rng.integers(0, total - length))
+            windows.append((low, low + length))
+    exact = 0
+    for low, high in windows:
+        for ranks in (None, [1]):
+            got = index.view(low, high, width=400, ranks=ranks)
+            assert got == timeline(files, low, high, 400, ranks=ranks), (low, high, ranks)
+            exact += sum(len(t["spans"]) for t in got["tracks"] if not t["pixels"])
+    assert exact > 0  # some windows were exact spans
+    path = tmp_path / "index.npz"
+    index.save(path, "v1")
+    loaded = TimelineIndex.load(path, "v1")
+    low, high = windows[5]
+    assert loaded.blocks is not None
+    assert loaded.view(low, high, width=400) == timeline(files, low, high, 400)
+    with open(blocks, "ab") as out:
+        out.write(b"more")
+    assert TimelineIndex.load(path, "v1").blocks is None
+    assert TimelineIndex.load(path, "v1").view(low, high, width=400) is None

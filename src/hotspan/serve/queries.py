@@ -36,6 +36,7 @@ __all__ = [
     "stats_rows",
     "timeline_html",
     "timeline_index",
+    "index_path",
     "timeline_view",
     "flame_html",
     "diff_flame_page",
@@ -180,10 +181,15 @@ def timeline_view(
     from ..analysis.timeline import timeline
 
     key = ("timeline", run.id, run.signature, start_ns, end_ns, width, tuple(ranks or ()))
-    found, value = _lookup(key)
-    if found:
-        return value
+    with _cache_lock:
+        if key in _views:
+            _views.move_to_end(key)
+            return _views[key]
     index = timeline_index(run, wait=False)
+    if index is None and _from_index(run, start_ns, end_ns, width):
+        # the index being built answers this view: waiting for it is no longer than the
+        # scan of every span that would answer it otherwise, and the scan would be a second one
+        index = timeline_index(run)
     view = index.view(start_ns, end_ns, width, ranks=ranks) if index is not None else None
     if view is None:
         files = [str(path) for path, _rank in run.parts]
@@ -192,7 +198,34 @@ def timeline_view(
             start_ns = window[0] if start_ns is None else start_ns
             end_ns = max(window[1], start_ns + 1) if end_ns is None else end_ns
         view = timeline(files, start_ns, end_ns, width, ranks=ranks)
-    return _remember(key, plain(view))
+    # only the window's own numbers can be floats: the tracks hold integers and names (no
+    # walk over a hundred thousand pixels, a second of a whole-run view of 128 tracks)
+    view = {k: v if k == "tracks" else plain(v) for k, v in view.items()}
+    with _cache_lock:
+        _views[key] = view
+        while len(_views) > _VIEW_ENTRIES:
+            _views.popitem(last=False)
+    return view
+
+
+#: The last timeline answers (a page's pan back, a second tab): a few, apart from the other
+#: answers, since a whole-run view of a large run is tens of MB as Python objects (136,000
+#: pixels for 128 tracks), where the 64 entries of the other answers held gigabytes of them.
+_views: "OrderedDict[tuple, Any]" = OrderedDict()
+_VIEW_ENTRIES = 4
+
+
+def _from_index(run: Run, start_ns: int | None, end_ns: int | None, width: int) -> bool:
+    """Whether the run's index answers this view (its pixels a bin of the index or longer)."""
+    from ..analysis.timeline import INDEX_BINS, window_of
+
+    try:
+        first, last = window_of([str(path) for path, _rank in run.parts])
+    except (OSError, ValueError):  # the scan that follows reports it
+        return False
+    start = first if start_ns is None else start_ns
+    end = max(last, start + 1) if end_ns is None else end_ns
+    return width > 0 and (end - start) / width >= (max(last, first + 1) - first) / INDEX_BINS
 
 
 # --------------------------------------------------------------------------- across ranks
@@ -294,8 +327,14 @@ _INDEX_ENTRIES = 8
 def timeline_index(run: Run, *, wait: bool = True) -> Any:
     """The run's timeline index (per version of the run). Built once: the first call starts
     the build (on this thread when ``wait``, else on a thread of its own, returning None);
-    a call that waits while another builds it waits for that build, not a second one."""
-    from ..analysis.timeline import TimelineIndex
+    a call that waits while another builds it waits for that build, not a second one.
+
+    Persisted beside the run (:func:`index_path`), keyed by the run's version: a server
+    started again, or a later version of the server, reads it back in a fraction of a second
+    (on this thread, even when not ``wait``) instead of reading every span again; a run that
+    changed since (a new or compacted part) has another version, so its old index is never
+    read, and is replaced when the new one is written."""
+    from ..analysis.timeline import TimelineIndex, run_version
 
     key = (run.id, run.signature)
     with _index_lock:
@@ -305,11 +344,19 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
         building = _index_building.get(key)
         builder = building is None
         done = _index_building.setdefault(key, threading.Event())
+    files = [str(path) for path, _rank in run.parts]
 
     def build() -> None:
         try:
-            with HEAVY:  # a whole scan: one heavy computation at a time
-                index = TimelineIndex([str(path) for path, _rank in run.parts])
+            version = run_version(files)
+            saved = index_path(run, version)
+            index = TimelineIndex.load(saved, version) if saved is not None else None
+            if index is None:
+                blocks = saved.with_suffix(".blocks") if saved is not None else None
+                with HEAVY:  # a whole scan: one heavy computation at a time
+                    index = TimelineIndex(files, blocks=blocks)
+                if saved is not None:
+                    _save_index(index, saved, version)
             with _index_lock:
                 _indexes[key] = index
                 while len(_indexes) > _INDEX_ENTRIES:
@@ -319,7 +366,7 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
                 _index_building.pop(key, None)
             done.set()
 
-    if builder and not wait:
+    if builder and not wait and not _saved_index_exists(run, files):
         threading.Thread(
             target=_quietly, args=(build,), name="hotspan-serve-index", daemon=True
         ).start()
@@ -332,6 +379,45 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
         done.wait()
     with _index_lock:
         return _indexes.get(key)
+
+
+#: The name a persisted timeline index starts with, in the run's folder (hidden: serve and
+#: the dataset readers pass over it).
+INDEX_PREFIX = ".hotspan-timeline-"
+
+
+def index_path(run: Run, version: str) -> Path | None:
+    """Where the run's timeline index of ``version`` is kept: in a dataset's folder, or beside
+    a single Parquet file (or beside serve's Parquet copy of a trace of another format)."""
+    if not run.parts:
+        return None
+    if run.kind == "dataset":
+        return Path(run.location) / f"{INDEX_PREFIX}{version}.npz"
+    part = Path(run.parts[0][0])
+    return part.parent / f".{part.name}{INDEX_PREFIX}{version}.npz"
+
+
+def _saved_index_exists(run: Run, files: list[str]) -> bool:
+    from ..analysis.timeline import run_version
+
+    try:
+        saved = index_path(run, run_version(files))
+    except OSError:  # a part gone meanwhile: the build reports it
+        return False
+    return saved is not None and saved.exists()
+
+
+def _save_index(index: Any, path: Path, version: str) -> None:
+    """Write the index, replacing the run's indexes of earlier versions; a folder that cannot
+    be written (a read-only run) keeps none: the index is built again by the next server."""
+    try:
+        index.save(path, version)
+    except OSError:
+        return
+    prefix = path.name[: path.name.index(INDEX_PREFIX) + len(INDEX_PREFIX)]
+    for stale in path.parent.glob(f"{prefix}*"):
+        if stale.stem != path.stem:  # the index and its span blocks kept
+            stale.unlink(missing_ok=True)
 
 
 def _quietly(function: Callable[[], Any]) -> None:
