@@ -25,6 +25,8 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport PyBUF_READ
 from posix.unistd cimport lseek, SEEK_CUR
 
+cimport cython
+
 from ._trace_order cimport trace_order, thread_codes_of
 
 import json
@@ -717,6 +719,7 @@ DEF NEED_MORE = 0
 DEF DONE = 1
 
 
+@cython.final  # direct calls between its parts (no vtable), which the C compiler inlines
 cdef class Reader:
     """Streaming parser of one Chrome JSON document (see the module docstring).
 
@@ -1231,14 +1234,14 @@ cdef class Reader:
     # Two scanners fill an Event from an event's bytes: scan_own (our own spelling, field
     # after field) and scan_any (any spelling, key by key); assemble (below) makes it rows.
 
-    cdef const char* own_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc) except? NULL:
+    cdef inline const char* own_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc) except? NULL:
         """A string whose quote is at p: its text (between the quotes) and escapes."""
         cdef const char* q = self.scan_string(p)
         if q != NULL:
             text[0], n[0], esc[0] = p + 1, q - p - 2, self.s_esc
         return q
 
-    cdef const char* own_arg(self, const char* p, Event* e) except? NULL:
+    cdef inline const char* own_arg(self, const char* p, Event* e) except? NULL:
         """The value of args.arg as we write it: null, or an int64."""
         cdef Num number
         cdef int ok
@@ -1260,7 +1263,7 @@ cdef class Reader:
         e.flags |= F_ARG
         return p
 
-    cdef const char* own_head(self, const char* p, Event* e) except? NULL:
+    cdef inline const char* own_head(self, const char* p, Event* e) except? NULL:
         """Phase, times, pid and tid as encode writes them."""
         cdef uint64_t value
         if self.lit(p, b'{"ph":"X","ts":', 15):
@@ -1295,7 +1298,7 @@ cdef class Reader:
         e.tv = <int64_t>value
         return p
 
-    cdef const char* scan_own(self, const char* p, Event* e) except? NULL:
+    cdef inline const char* scan_own(self, const char* p, Event* e) except? NULL:
         """An event spelled exactly as encode writes it, read field after field with
         no key lookups (most events a load sees are ours, and keys are most of their
         bytes); NULL as soon as the spelling differs: the general scanner then reads the
@@ -1364,7 +1367,7 @@ cdef class Reader:
                 return NULL
         return self.assemble(&e, q)
 
-    cdef const char* scan_any(self, const char* p, Event* e) except? NULL:
+    cdef inline const char* scan_any(self, const char* p, Event* e) except? NULL:
         """One event object, any spelling (p at its brace): its fields into e."""
         cdef const char* k
         cdef Py_ssize_t klen
@@ -1392,7 +1395,7 @@ cdef class Reader:
                 return NULL
         return p
 
-    cdef const char* event_field(self, const char* p, const char* k, Py_ssize_t klen, Event* e) except? NULL:
+    cdef inline const char* event_field(self, const char* p, const char* k, Py_ssize_t klen, Event* e) except? NULL:
         """The value of an event's key k (p at the value): into e, or skipped."""
         cdef int kind
         cdef const char* q
@@ -1420,7 +1423,7 @@ cdef class Reader:
             return q
         return self.skip_value(p, &kind)
 
-    cdef const char* scan_phase(self, const char* p, Event* e) except? NULL:
+    cdef inline const char* scan_phase(self, const char* p, Event* e) except? NULL:
         cdef const char* q
         cdef int kind
         if p[0] != b'"':
@@ -1431,7 +1434,7 @@ cdef class Reader:
             e.ph = p[1] if q - p == 3 else 63  # '?': no phase we read
         return q
 
-    cdef const char* scan_time(self, const char* p, Num* num, int* kind, const char** raw,
+    cdef inline const char* scan_time(self, const char* p, Num* num, int* kind, const char** raw,
                                Py_ssize_t* n) except? NULL:
         """ts or dur: a number, else its JSON text and kind (for the complaint)."""
         cdef const char* q
@@ -1443,7 +1446,7 @@ cdef class Reader:
         n[0] = q - p if q != NULL else 0
         return q
 
-    cdef const char* scan_id(self, const char* p, int* kind, int64_t* value, const char** text,
+    cdef inline const char* scan_id(self, const char* p, int* kind, int64_t* value, const char** text,
                              Py_ssize_t* n, bint* esc) except? NULL:
         """pid or tid: an integer, a string, or (null) 0; anything else is ID_BAD."""
         cdef Num number
@@ -1465,7 +1468,7 @@ cdef class Reader:
             kind[0], value[0] = (ID_INT if vkind == T_NULL else ID_BAD), 0
         return q
 
-    cdef const char* scan_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc,
+    cdef inline const char* scan_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc,
                                bint null_is_none) except? NULL:
         """name or cat: a string's text; any other value's JSON text (a null category: none)."""
         cdef int kind
@@ -1512,7 +1515,7 @@ cdef class Reader:
                 return NULL
         return p
 
-    cdef int arg_field(self, const char* k, Py_ssize_t klen, const char* v, const char* p, int kind,
+    cdef inline int arg_field(self, const char* k, Py_ssize_t klen, const char* v, const char* p, int kind,
                        Num* number, Event* e) except -1:
         """One member of args (its value at v, scanned up to p) into e."""
         cdef int ok = 0
@@ -1562,7 +1565,7 @@ cdef class Reader:
 
     # ------------------------------------------------------------------ events: the assembler
 
-    cdef int no_span(self, Event* e) except -1:
+    cdef inline int no_span(self, Event* e) except -1:
         """Phases that make no span: metadata kept for later, the rest counted or ignored."""
         if e.ph == b'M':
             self.metadata_events.append((self.events, e.first[:self.event_end - e.first]))
@@ -1581,7 +1584,7 @@ cdef class Reader:
             self.count("ph_unknown")
         return True
 
-    cdef int start_and_ids(self, Event* e, int64_t* start_ns, int64_t* start_sub) except -1:
+    cdef inline int start_and_ids(self, Event* e, int64_t* start_ns, int64_t* start_sub) except -1:
         """The event's time (checked) and its pid and tid as integers (strings coded)."""
         if e.ts_kind != T_NUMBER:
             if e.ts_kind == T_MISSING:
@@ -1610,7 +1613,7 @@ cdef class Reader:
         self.async_tracks.add(e.tv)
         return (e.pk, e.pv, cat, e.id_text[:e.id_len] if e.id_text != NULL else b"")
 
-    cdef int64_t end_of(self, Event* e, int64_t start_ns, int64_t start_sub) except? -1:
+    cdef inline int64_t end_of(self, Event* e, int64_t start_ns, int64_t start_sub) except? -1:
         """The end of an X event (rounded once, from start and duration together), of an
         instant, or OPEN for a B/b event; start_ns not yet rounded."""
         cdef int64_t dur_ns = 0, dur_sub = 0, end_ns, total_sub
@@ -1633,7 +1636,7 @@ cdef class Reader:
         total_sub = total_sub % 1000000
         return end_ns + (1 if total_sub >= 500000 else 0)
 
-    cdef Py_ssize_t append_row(self, Event* e, int32_t t, int64_t start_ns, int64_t end_ns) except -1:
+    cdef inline Py_ssize_t append_row(self, Event* e, int32_t t, int64_t start_ns, int64_t end_ns) except -1:
         """A row for an opening event (its strings coded); its index."""
         cdef int32_t name_code, cat_code, tn_code = -1
         cdef Py_ssize_t row
@@ -1659,7 +1662,7 @@ cdef class Reader:
         self.n += 1
         return row
 
-    cdef const char* assemble(self, Event* e, const char* p) except? NULL:
+    cdef inline const char* assemble(self, Event* e, const char* p) except? NULL:
         """What a scanned event (ending at p) means: a row, the end of one, a thread
         name, or nothing."""
         cdef int64_t start_ns, start_sub, end_ns

@@ -30,6 +30,8 @@ from libc.errno cimport errno, EINTR
 from posix.unistd cimport read as c_read, write as c_write
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 
+cimport cython
+
 from ._trace_order cimport trace_order, thread_codes_of
 
 import json
@@ -432,6 +434,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     out.flush()
 
 
+@cython.final
 cdef class _Events:
     """The encoder's loop and its state: the thread (sequence) being written, its heap of
     open ends, and which names and categories each sequence has interned."""
@@ -501,7 +504,7 @@ cdef class _Events:
         interned_packet(self.out, self.sequence, STATE_CLEARED, [], [], True)
         return 0
 
-    cdef int pop_ends(self, int64_t time, int64_t rank, bint everything) except -1:
+    cdef inline int pop_ends(self, int64_t time, int64_t rank, bint everything) except -1:
         """The end events of open spans whose (time, rank) is before (time, rank), or of
         all of them."""
         cdef End e
@@ -514,7 +517,7 @@ cdef class _Events:
         self.out.done(p)
         return 0
 
-    cdef int push_end(self, Py_ssize_t k, Py_ssize_t i) except -1:
+    cdef inline int push_end(self, Py_ssize_t k, Py_ssize_t i) except -1:
         cdef End e
         cdef End* grown
         if self.heap_n == self.heap_cap:
@@ -531,7 +534,7 @@ cdef class _Events:
         self.heap_n += 1
         return 0
 
-    cdef int intern(self, Py_ssize_t i) except -1:
+    cdef inline int intern(self, Py_ssize_t i) except -1:
         """Row i's name and category interned on this sequence when they are not yet."""
         cdef int32_t nm = self.s.name[i], c = self.s.category[i], t = self.t
         if self.name_sent[nm] == t and (c < 0 or self.category_sent[c] == t):
@@ -545,7 +548,7 @@ cdef class _Events:
             self.category_sent[c] = t
         return 0
 
-    cdef int begin(self, Py_ssize_t i) except -1:
+    cdef inline int begin(self, Py_ssize_t i) except -1:
         """Row i's opening event (an instant's only one)."""
         cdef const char* text = NULL
         cdef Py_ssize_t length = 0
@@ -718,6 +721,7 @@ cdef struct Row:
     uint64_t span, parent
 
 
+@cython.final  # direct calls between its parts (no vtable), which the C compiler inlines
 cdef class Decoder:
     """Reads a trace block by block (never the whole file) into span columns: each
     opening event becomes a row when it is read, each SLICE_END closes the last slice open
@@ -948,7 +952,7 @@ cdef class Decoder:
         self.fail(f"wire type {wire} (not a Perfetto trace?)", at, base)
         return NULL
 
-    cdef int scan_event(self, const uint8_t* p, const uint8_t* end, const uint8_t* base, Slice* f) except -1:
+    cdef inline int scan_event(self, const uint8_t* p, const uint8_t* end, const uint8_t* base, Slice* f) except -1:
         """A TrackEvent's fields into f (its annotations found, not yet read)."""
         cdef uint64_t tag, v
         cdef const uint8_t* at
@@ -992,7 +996,7 @@ cdef class Decoder:
                 self.fail("a field runs past the end of its track event", at, base)
         return 0
 
-    cdef const uint8_t* scan_category(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
+    cdef inline const uint8_t* scan_category(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
                                       const uint8_t* base, Slice* f) except? NULL:
         """category_iids: one varint, or a packed list (the first category is the one we keep)."""
         cdef uint64_t v
@@ -1014,7 +1018,7 @@ cdef class Decoder:
             f.has_category = True
         return p
 
-    cdef int scan_annotation(self, const uint8_t* a, const uint8_t* a_end, const uint8_t* base,
+    cdef inline int scan_annotation(self, const uint8_t* a, const uint8_t* a_end, const uint8_t* base,
                              Annotation* x) except -1:
         """A DebugAnnotation's name id, integer (or bool) value and string value."""
         cdef uint64_t a_tag, v
@@ -1051,7 +1055,7 @@ cdef class Decoder:
                 self.fail("a debug annotation field runs past its end", at, base)
         return 0
 
-    cdef int annotate(self, const uint8_t* at, const uint8_t* a_end, const uint8_t* base, Row* r) except -1:
+    cdef inline int annotate(self, const uint8_t* at, const uint8_t* a_end, const uint8_t* base, Row* r) except -1:
         """One debug annotation of a slice (at ``at``) into its row's columns."""
         cdef Annotation x
         cdef int meaning
@@ -1096,14 +1100,18 @@ cdef class Decoder:
                 r.flags |= ERROR
         return 0
 
-    cdef int event(self, const uint8_t* p, const uint8_t* end, int64_t ts, const uint8_t* base) except -1:
+    cdef inline int event(self, const uint8_t* p, const uint8_t* end, int64_t ts, const uint8_t* base) except -1:
         """A TrackEvent at ``ts``: scanned, then a row opened, or its slice's row closed."""
         cdef Slice f
         cdef Row r
         cdef Py_ssize_t t, i
         cdef int64_t open_row
         cdef Track* track
-        memset(&f, 0, sizeof(Slice))
+        # Every field but the annotation pointers (only the first n_ann are read): a
+        # memset of the whole struct was most of the cost of an event.
+        f.kind = f.track_uuid = f.name_iid = f.category_iid = 0
+        f.has_track = f.has_name = f.has_category = False
+        f.n_ann = 0
         memset(&r, 0, sizeof(Row))
         self.scan_event(p, end, base, &f)
         if not f.has_track:
@@ -1134,7 +1142,7 @@ cdef class Decoder:
         self.add_slice(&f, &r, ts, t)
         return 0
 
-    cdef int add_slice(self, Slice* f, Row* r, int64_t ts, Py_ssize_t t) except -1:
+    cdef inline int add_slice(self, Slice* f, Row* r, int64_t ts, Py_ssize_t t) except -1:
         """The row of a slice's begin (kept open on its track) or of an instant."""
         cdef Py_ssize_t row
         cdef Track* track = &self.tracks[t]
