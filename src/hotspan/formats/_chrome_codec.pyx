@@ -1153,7 +1153,7 @@ cdef class Reader:
 
     # ------------------------------------------------------------------ events
 
-    cdef int32_t thread_of(self, int pk, int64_t pv, int tk, int64_t tv) except -1:
+    cdef inline int32_t thread_of(self, int pk, int64_t pv, int tk, int64_t tv) except -1:
         cdef int32_t t
         if self.last_thread >= 0 and pk == self.last_pk and pv == self.last_pv and tk == self.last_tk and tv == self.last_tv:
             return self.last_thread
@@ -1169,7 +1169,7 @@ cdef class Reader:
         self.last_pk, self.last_pv, self.last_tk, self.last_tv, self.last_thread = pk, pv, tk, tv, t
         return t
 
-    cdef int32_t string_code(self, Strings table, const char* p, Py_ssize_t n, bint esc) except -2:
+    cdef inline int32_t string_code(self, Strings table, const char* p, Py_ssize_t n, bint esc) except -2:
         """The code of a JSON string's text (p[:n], between its quotes)."""
         if not esc:
             return table.code(p, n)
@@ -1177,7 +1177,7 @@ cdef class Reader:
         encoded = text.encode("utf-8", "replace")
         return table.code(encoded, len(encoded))
 
-    cdef int add_row(self) except -1:
+    cdef inline int add_row(self) except -1:
         if self.n == self.capacity:
             self.grow(self.capacity * 2)
         return 0
@@ -1356,7 +1356,7 @@ cdef class Reader:
             return NULL
         return p + 2
 
-    cdef const char* parse_event(self, const char* p) except? NULL:
+    cdef inline const char* parse_event(self, const char* p) except? NULL:
         """One event object (p at its brace): scanned (our own spelling first), then
         assembled into what it means."""
         cdef Event e
@@ -1747,7 +1747,7 @@ cdef class Reader:
             self.end_of_file(p)
         return p - self.buf
 
-    cdef const char* step(self, const char* p) except? NULL:
+    cdef inline const char* step(self, const char* p) except? NULL:
         """One step of the document at p (not a blank): the position after it, or NULL
         when the buffer ends first (p is then fed again)."""
         cdef uint8_t c = <uint8_t>p[0]
@@ -1775,7 +1775,7 @@ cdef class Reader:
             return self.step_start(p)
         raise self.unexpected(p, "nothing more after the end of the document")
 
-    cdef const char* step_event(self, const char* p) except? NULL:
+    cdef inline const char* step_event(self, const char* p) except? NULL:
         """In the events array: an event, or the closing bracket of an empty one."""
         cdef const char* q
         cdef int kind

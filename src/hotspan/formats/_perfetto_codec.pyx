@@ -790,7 +790,7 @@ cdef class Decoder:
         self.cap = cap
         return 0
 
-    cdef int64_t track_of(self, uint64_t uuid) except -1:
+    cdef inline int64_t track_of(self, uint64_t uuid) except -1:
         cdef Py_ssize_t index
         cdef void* q
         if self.last_track_index >= 0 and uuid == self.last_track_uuid:
@@ -882,7 +882,7 @@ cdef class Decoder:
             if self.tracks[t].depth:
                 raise CodecError(f"{self.tracks[t].depth} slice(s) on track {self.tracks[t].uuid} begin and never end")
 
-    cdef int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+    cdef inline int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
         cdef uint64_t tag, v, ts = 0
         cdef bint has_ts = False
         cdef const uint8_t* event = NULL
@@ -934,7 +934,7 @@ cdef class Decoder:
             self.event(event, event_end, <int64_t>ts, base)
         return 0
 
-    cdef const uint8_t* skip(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
+    cdef inline const uint8_t* skip(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
                              const uint8_t* base) except? NULL:
         cdef uint64_t v
         if wire == 0:
