@@ -25,6 +25,8 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport PyBUF_READ
 from posix.unistd cimport lseek, SEEK_CUR
 
+cimport cython
+
 from ._trace_order cimport trace_order, thread_codes_of
 
 import json
@@ -59,29 +61,52 @@ for _i in range(100):
     DIGITS[2 * _i + 1] = 48 + _i % 10
 
 
+cdef extern from *:
+    """
+    static inline int hs_clz64(unsigned long long v) { return __builtin_clzll(v | 1); }
+    """
+    int hs_clz64(unsigned long long v) nogil
+
+
+cdef uint64_t P10[20]
+P10[0] = 1
+for _i in range(1, 20):
+    P10[_i] = P10[_i - 1] * 10
+
+
+cdef inline int digits10(uint64_t v) noexcept nogil:
+    """The number of decimal digits of v (> 0): from its bit length (log10(2) ~ 1233 / 4096),
+    corrected by one comparison."""
+    cdef int n = ((64 - hs_clz64(v)) * 1233) >> 12
+    return n + (v >= P10[n])
+
+
 cdef inline char* put_u64(char* p, uint64_t v) noexcept nogil:
-    """Decimal digits of v at p; two digits a step from a table (a division per digit
-    pair is what makes integer formatting slow)."""
-    cdef char tmp[24]
-    cdef int k = 24
-    cdef uint64_t q
+    """Decimal digits of v at p, written from the last one backwards in place (their
+    count known first); two digits a step from a table (a division per digit pair is what
+    makes integer formatting slow)."""
+    cdef int n
+    cdef char* q
+    cdef uint64_t d
     cdef int r
+    if v < 10:
+        p[0] = <char>(48 + v)
+        return p + 1
+    n = digits10(v)
+    q = p + n
     while v >= 100:
-        q = v // 100
-        r = <int>(v - q * 100)
-        v = q
-        k -= 2
-        tmp[k] = DIGITS[2 * r]
-        tmp[k + 1] = DIGITS[2 * r + 1]
+        d = v // 100
+        r = <int>(v - d * 100)
+        v = d
+        q -= 2
+        q[0] = DIGITS[2 * r]
+        q[1] = DIGITS[2 * r + 1]
     if v >= 10:
-        k -= 2
-        tmp[k] = DIGITS[2 * v]
-        tmp[k + 1] = DIGITS[2 * v + 1]
+        q[-2] = DIGITS[2 * v]
+        q[-1] = DIGITS[2 * v + 1]
     else:
-        k -= 1
-        tmp[k] = <char>(48 + v)
-    memcpy(p, &tmp[k], 24 - k)
-    return p + 24 - k
+        q[-1] = <char>(48 + v)
+    return p + n
 
 
 cdef inline char* put_i64(char* p, int64_t v) noexcept nogil:
@@ -288,6 +313,146 @@ cdef int _drain(object sink, char* base, Py_ssize_t length) except -1:
     return 0
 
 
+cdef struct Rows:
+    # The columns encode formats, as pointers, and the pre-encoded texts per code.
+    const int64_t* start
+    const int64_t* duration
+    const int32_t* depth
+    const uint64_t* span_id
+    const uint64_t* parent_id
+    const uint8_t* parent_valid
+    const int64_t* arg
+    const uint8_t* arg_valid
+    const uint8_t* error
+    const int32_t* thread
+    const int32_t* name
+    const int32_t* category
+    const int32_t* thread_name
+    const uint64_t* flow_out  # NULL: no flows
+    const uint64_t* flow_in
+    int64_t origin
+    const char** thread_text
+    Py_ssize_t* thread_len
+    const char** name_text
+    Py_ssize_t* name_len
+    const char** category_text
+    Py_ssize_t* category_len
+    const char** thread_name_text
+    Py_ssize_t* thread_name_len
+
+
+cdef inline char* put_event(char* p, const Rows* r, Py_ssize_t i) noexcept nogil:
+    """Row i's event line (after its ",\\n"): an X event, or an i event for an instant."""
+    cdef int32_t code
+    if r.duration[i] == 0:
+        p = put(p, b',\n{"ph":"i","s":"t","ts":', 25)
+        p = put_us(p, r.start[i] - r.origin)
+    else:
+        p = put(p, b',\n{"ph":"X","ts":', 17)
+        p = put_us(p, r.start[i] - r.origin)
+        p = put(p, b',"dur":', 7)
+        p = put_us(p, r.duration[i])
+    code = r.thread[i]
+    p = put(p, r.thread_text[code], r.thread_len[code])
+    code = r.name[i]
+    p = put(p, r.name_text[code], r.name_len[code])
+    code = r.category[i]
+    if code >= 0:
+        p = put(p, r.category_text[code], r.category_len[code])
+    p = put(p, b',"args":{"span_id":', 19)
+    p = put_u64(p, r.span_id[i])
+    p = put(p, b',"parent_id":', 13)
+    if r.parent_valid[i]:
+        p = put_u64(p, r.parent_id[i])
+    else:
+        p = put(p, b'null', 4)
+    p = put(p, b',"depth":', 9)
+    p = put_i64(p, r.depth[i])
+    p = put(p, b',"arg":', 7)
+    if r.arg_valid[i]:
+        p = put_i64(p, r.arg[i])
+    else:
+        p = put(p, b'null', 4)
+    if r.error[i]:
+        p = put(p, b',"error":true', 13)
+    else:
+        p = put(p, b',"error":false', 14)
+    code = r.thread_name[i]
+    if code >= 0:
+        p = put(p, r.thread_name_text[code], r.thread_name_len[code])
+    return put_event_end(p, r, i)
+
+
+cdef inline char* put_event_end(char* p, const Rows* r, Py_ssize_t i) noexcept nogil:
+    """The end of the args, and a flow bound to the event when it has one."""
+    if r.flow_out == NULL or not (r.flow_out[i] or r.flow_in[i]):
+        return put(p, b'}}', 2)
+    p = put(p, b'},"bind_id":', 12)
+    if r.flow_out[i] and r.flow_in[i]:  # inside a chain: one id in and out
+        p = put_u64(p, r.flow_out[i])
+        return put(p, b',"flow_in":true,"flow_out":true}', 32)
+    if r.flow_out[i]:
+        p = put_u64(p, r.flow_out[i])
+        return put(p, b',"flow_out":true}', 17)
+    p = put_u64(p, r.flow_in[i])
+    return put(p, b',"flow_in":true}', 16)
+
+
+cdef int write_lines(sink, Rows* r, uint32_t* order, Py_ssize_t n, char** buffers, Py_ssize_t cap,
+                     Py_ssize_t line, progress) except -1:
+    """Every row's line in trace order, a buffer at a time: to a file descriptor from a
+    writer thread (``hs_writer``) while the next buffer is formatted, else to
+    ``sink.write``."""
+    cdef Py_ssize_t k = 0, done = 0
+    cdef int current = 0, fd = -1, failed = 0
+    cdef char* base = buffers[0]
+    cdef char* p = base
+    cdef char* limit = base + cap - line
+    cdef long long offset = 0
+    cdef hs_writer writer
+    cdef bint writing = False
+    if isinstance(sink, int):
+        fd = sink
+        offset = lseek(fd, 0, SEEK_CUR)
+        if offset < 0:
+            offset = 0  # not seekable (a pipe): the writeback hint does not apply anyway
+        failed = hs_writer_start(&writer, fd, offset)
+        if failed:
+            _raise_errno(failed)
+        writing = True
+    try:
+        while k < n:
+            with nogil:
+                while k < n and p < limit:
+                    p = put_event(p, r, order[k])
+                    k += 1
+                if writing:
+                    failed = hs_writer_submit(&writer, base, p - base)
+            if writing:
+                if failed:
+                    _raise_errno(failed)
+                current ^= 1
+                base = buffers[current]
+                limit = base + cap - line
+            else:
+                _drain(sink, base, p - base)
+            p = base
+            if progress is not None:
+                progress(k - done)
+                done = k
+        if writing:
+            writing = False
+            with nogil:
+                failed = hs_writer_stop(&writer)
+            if failed:
+                _raise_errno(failed)
+    finally:
+        if writing:
+            with nogil:
+                hs_writer_stop(&writer)
+    return 0
+
+
 def encode(sink, Py_ssize_t buffer_size,
            const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
            const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] parent_valid,
@@ -315,19 +480,24 @@ def encode(sink, Py_ssize_t buffer_size,
     """
     cdef const uint64_t[::1] fout
     cdef const uint64_t[::1] fin
-    cdef bint flows = flow_out is not None
-    if flows:
-        fout = flow_out
-        fin = flow_in
     cdef _Texts threads = _Texts(thread_texts)
     cdef _Texts names = _Texts(name_texts)
     cdef _Texts categories = _Texts(category_texts)
     cdef _Texts thread_names = _Texts(thread_name_texts)
-    cdef Py_ssize_t n = start.shape[0], i, k, done = 0
+    cdef Py_ssize_t n = start.shape[0]
+    cdef Rows r
     if n == 0:
         return
     if n >= 0xFFFFFFFF:
         raise ValueError("a Chrome JSON export holds at most 4,294,967,294 spans")
+    r = Rows(&start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &parent_valid[0], &arg[0],
+             &arg_valid[0], &error[0], &thread[0], &name[0], &category[0], &thread_name[0], NULL, NULL,
+             origin, threads.ptr, threads.length, names.ptr, names.length, categories.ptr,
+             categories.length, thread_names.ptr, thread_names.length)
+    if flow_out is not None:
+        fout = flow_out
+        fin = flow_in
+        r.flow_out, r.flow_in = &fout[0], &fin[0]
     # Fixed text and numbers of a line come to under 260 bytes: with the longest texts a
     # bound on one line, so the loop checks space once a line, not once a field.
     cdef Py_ssize_t line = 320 + threads.longest + names.longest + categories.longest + thread_names.longest
@@ -336,110 +506,14 @@ def encode(sink, Py_ssize_t buffer_size,
     cdef char* buffers[2]
     buffers[0] = <char*>malloc(cap)
     buffers[1] = <char*>malloc(cap)
-    cdef int current = 0
-    cdef char* base = buffers[0]
-    cdef char* p = base
-    cdef char* limit = base + cap - line
-    cdef int32_t code
     cdef uint32_t* order = NULL
-    cdef int fd = -1, failed = 0
-    cdef long long offset = 0
-    cdef hs_writer writer
-    cdef bint writing = False
-    if isinstance(sink, int):
-        fd = sink
-        offset = lseek(fd, 0, SEEK_CUR)
-        if offset < 0:
-            offset = 0  # not seekable (a pipe): the writeback hint does not apply anyway
     try:
         if buffers[0] == NULL or buffers[1] == NULL:
             raise MemoryError()
         order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
                             &parent_valid[0], &thread[0], NULL, NULL, NULL)
-        if fd >= 0:
-            failed = hs_writer_start(&writer, fd, offset)
-            if failed:
-                _raise_errno(failed)
-            writing = True
-        k = 0
-        while k < n:
-            with nogil:
-                while k < n and p < limit:
-                    i = order[k]
-                    k += 1
-                    if duration[i] == 0:
-                        p = put(p, b',\n{"ph":"i","s":"t","ts":', 25)
-                        p = put_us(p, start[i] - origin)
-                    else:
-                        p = put(p, b',\n{"ph":"X","ts":', 17)
-                        p = put_us(p, start[i] - origin)
-                        p = put(p, b',"dur":', 7)
-                        p = put_us(p, duration[i])
-                    code = thread[i]
-                    p = put(p, threads.ptr[code], threads.length[code])
-                    code = name[i]
-                    p = put(p, names.ptr[code], names.length[code])
-                    code = category[i]
-                    if code >= 0:
-                        p = put(p, categories.ptr[code], categories.length[code])
-                    p = put(p, b',"args":{"span_id":', 19)
-                    p = put_u64(p, span_id[i])
-                    p = put(p, b',"parent_id":', 13)
-                    if parent_valid[i]:
-                        p = put_u64(p, parent_id[i])
-                    else:
-                        p = put(p, b'null', 4)
-                    p = put(p, b',"depth":', 9)
-                    p = put_i64(p, depth[i])
-                    p = put(p, b',"arg":', 7)
-                    if arg_valid[i]:
-                        p = put_i64(p, arg[i])
-                    else:
-                        p = put(p, b'null', 4)
-                    if error[i]:
-                        p = put(p, b',"error":true', 13)
-                    else:
-                        p = put(p, b',"error":false', 14)
-                    code = thread_name[i]
-                    if code >= 0:
-                        p = put(p, thread_names.ptr[code], thread_names.length[code])
-                    if flows and (fout[i] or fin[i]):
-                        p = put(p, b'},"bind_id":', 12)
-                        if fout[i] and fin[i]:  # inside a chain: one id in and out
-                            p = put_u64(p, fout[i])
-                            p = put(p, b',"flow_in":true,"flow_out":true}', 32)
-                        elif fout[i]:
-                            p = put_u64(p, fout[i])
-                            p = put(p, b',"flow_out":true}', 17)
-                        else:
-                            p = put_u64(p, fin[i])
-                            p = put(p, b',"flow_in":true}', 16)
-                    else:
-                        p = put(p, b'}}', 2)
-                if writing:
-                    failed = hs_writer_submit(&writer, base, p - base)
-            if writing:
-                if failed:
-                    _raise_errno(failed)
-                current ^= 1
-                base = buffers[current]
-                limit = base + cap - line
-            else:
-                _drain(sink, base, p - base)
-            p = base
-            if progress is not None:
-                progress(k - done)
-                done = k
-        if writing:
-            writing = False
-            with nogil:
-                failed = hs_writer_stop(&writer)
-            if failed:
-                _raise_errno(failed)
+        write_lines(sink, &r, order, n, buffers, cap, line, progress)
     finally:
-        if writing:
-            with nogil:
-                hs_writer_stop(&writer)
         free(order)
         free(buffers[0])
         free(buffers[1])
@@ -649,6 +723,7 @@ DEF NEED_MORE = 0
 DEF DONE = 1
 
 
+@cython.final  # direct calls between its parts (no vtable), which the C compiler inlines
 cdef class Reader:
     """Streaming parser of one Chrome JSON document (see the module docstring).
 
@@ -700,6 +775,7 @@ cdef class Reader:
     cdef const char* stop
     cdef int64_t offset  # file offset of buf[0]
     cdef bint s_esc, s_high  # what the last scanned string held
+    cdef const char* event_end  # where the event being assembled ends
 
     def __cinit__(self, path):
         self.path = path
@@ -926,21 +1002,47 @@ cdef class Reader:
             raise self.fail(p, "NaN and Infinity are not finite numbers (nor JSON)")
         raise self.unexpected(p, "a JSON value")
 
-    cdef const char* key(self, const char* p) except? NULL:
-        """A key and its colon; p at the key's quote (after blanks)."""
-        if p[0] != b'"':
-            if p >= self.stop:
+    cdef inline const char* member(self, const char* p, const char** key, Py_ssize_t* klen) except? NULL:
+        """The key loop's one step (every object this reader walks goes through here): p
+        at a key's quote (after blanks); sets key and klen to the key's text between its
+        quotes and returns the position of its value, blanks skipped (NULL: the buffer
+        ends first). Keys spelled as writers spell them take the ``plain_key`` shortcut."""
+        cdef const char* q = self.plain_key(p)
+        key[0] = p + 1
+        if q != NULL:
+            klen[0] = q - 2 - key[0]
+        else:
+            if p[0] != b'"':
+                if p >= self.stop:
+                    return NULL
+                raise self.unexpected(p, "a key")
+            q = self.scan_string(p)
+            if q == NULL:
                 return NULL
-            raise self.unexpected(p, "a key")
-        p = self.scan_string(p)
-        if p == NULL:
+            klen[0] = q - 1 - key[0]
+            q = self.ws(q)
+            if q[0] != b':':
+                if q >= self.stop:
+                    return NULL
+                raise self.unexpected(q, "':'")
+            q += 1
+        q = self.ws(q)
+        if q >= self.stop:
             return NULL
+        return q
+
+    cdef inline const char* after_member(self, const char* p, bint* more, str expected) except? NULL:
+        """After a member's value: ',' (more, p at the next key) or '}' (no more, p after it)."""
         p = self.ws(p)
-        if p[0] != b':':
-            if p >= self.stop:
-                return NULL
-            raise self.unexpected(p, "':'")
-        return self.ws(p + 1)
+        if p[0] == b',':
+            more[0] = 1
+            return self.ws(p + 1)
+        if p[0] == b'}':
+            more[0] = 0
+            return p + 1
+        if p >= self.stop:
+            return NULL
+        raise self.unexpected(p, expected)
 
     cdef const char* skip_value(self, const char* p, int* kind) except? NULL:
         """Any JSON value (validated, not kept); nesting bounded by MAX_DEPTH."""
@@ -949,6 +1051,8 @@ cdef class Reader:
         cdef uint8_t c
         cdef char top
         cdef int ignored
+        cdef const char* key
+        cdef Py_ssize_t klen
         p = self.ws(p)
         c = <uint8_t>p[0]
         if c == b'{' or c == b'[':
@@ -970,7 +1074,7 @@ cdef class Reader:
                     p += 1
                 else:
                     if c == b'{':
-                        p = self.key(p)
+                        p = self.member(p, &key, &klen)
                         if p == NULL:
                             return NULL
                     continue
@@ -992,7 +1096,7 @@ cdef class Reader:
                 if c == b',':
                     p = self.ws(p + 1)
                     if top == b'{':
-                        p = self.key(p)
+                        p = self.member(p, &key, &klen)
                         if p == NULL:
                             return NULL
                     break
@@ -1053,7 +1157,7 @@ cdef class Reader:
 
     # ------------------------------------------------------------------ events
 
-    cdef int32_t thread_of(self, int pk, int64_t pv, int tk, int64_t tv) except -1:
+    cdef inline int32_t thread_of(self, int pk, int64_t pv, int tk, int64_t tv) except -1:
         cdef int32_t t
         if self.last_thread >= 0 and pk == self.last_pk and pv == self.last_pv and tk == self.last_tk and tv == self.last_tv:
             return self.last_thread
@@ -1069,7 +1173,7 @@ cdef class Reader:
         self.last_pk, self.last_pv, self.last_tk, self.last_tv, self.last_thread = pk, pv, tk, tv, t
         return t
 
-    cdef int32_t string_code(self, Strings table, const char* p, Py_ssize_t n, bint esc) except -2:
+    cdef inline int32_t string_code(self, Strings table, const char* p, Py_ssize_t n, bint esc) except -2:
         """The code of a JSON string's text (p[:n], between its quotes)."""
         if not esc:
             return table.code(p, n)
@@ -1077,7 +1181,7 @@ cdef class Reader:
         encoded = text.encode("utf-8", "replace")
         return table.code(encoded, len(encoded))
 
-    cdef int add_row(self) except -1:
+    cdef inline int add_row(self) except -1:
         if self.n == self.capacity:
             self.grow(self.capacity * 2)
         return 0
@@ -1130,20 +1234,42 @@ cdef class Reader:
     cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
         return self.stop - p >= n and memcmp(p, text, n) == 0
 
-    cdef const char* parse_own(self, const char* p) except? NULL:
-        """An event spelled exactly as encode writes it, read field after field with
-        no key lookups (most events a load sees are ours, and keys are most of their
-        bytes); NULL as soon as the spelling differs: the general path then reads the
-        event from its start. Numbers and strings go through the same scanners, so both
-        paths accept and refuse the same bytes."""
-        cdef Event e
+    # ------------------------------------------------------------------ events: the scanners
+    # Two scanners fill an Event from an event's bytes: scan_own (our own spelling, field
+    # after field) and scan_any (any spelling, key by key); assemble (below) makes it rows.
+
+    cdef inline const char* own_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc) except? NULL:
+        """A string whose quote is at p: its text (between the quotes) and escapes."""
+        cdef const char* q = self.scan_string(p)
+        if q != NULL:
+            text[0], n[0], esc[0] = p + 1, q - p - 2, self.s_esc
+        return q
+
+    cdef inline const char* own_arg(self, const char* p, Event* e) except? NULL:
+        """The value of args.arg as we write it: null, or an int64."""
         cdef Num number
         cdef int ok
         cdef uint64_t value
-        cdef const char* v
-        memset(&e, 0, sizeof(Event))
-        e.first = p
-        e.a_rank = I32_MIN
+        if self.lit(p, b'null', 4):
+            return p + 4
+        if p[0] == b'-':
+            p = self.scan_number(p, &number)
+            if p == NULL:
+                return NULL
+            e.a_arg = self.int_of(&number, &ok)
+            if not ok:
+                return NULL
+        else:
+            p = self.own_uint(p, &value)
+            if p == NULL:
+                return NULL
+            e.a_arg = <int64_t>value
+        e.flags |= F_ARG
+        return p
+
+    cdef inline const char* own_head(self, const char* p, Event* e) except? NULL:
+        """Phase, times, pid and tid as encode writes them."""
+        cdef uint64_t value
         if self.lit(p, b'{"ph":"X","ts":', 15):
             e.ph = b'X'
             p += 15
@@ -1171,20 +1297,31 @@ cdef class Reader:
             return NULL
         e.pv = <int64_t>value
         p = self.own_uint(p + 7, &value)
-        if p == NULL or not self.lit(p, b',"name":"', 9):
-            return NULL
-        e.tv = <int64_t>value
-        v = p + 8
-        p = self.scan_string(v)
         if p == NULL:
             return NULL
-        e.name_text, e.name_len, e.name_esc = v + 1, p - v - 2, self.s_esc
+        e.tv = <int64_t>value
+        return p
+
+    cdef inline const char* scan_own(self, const char* p, Event* e) except? NULL:
+        """An event spelled exactly as encode writes it, read field after field with
+        no key lookups (most events a load sees are ours, and keys are most of their
+        bytes); NULL as soon as the spelling differs: the general scanner then reads the
+        event from its start. Numbers and strings go through the same scanners, so both
+        paths accept and refuse the same bytes."""
+        cdef uint64_t value
+        memset(e, 0, sizeof(Event))
+        e.first = p
+        e.a_rank = I32_MIN
+        p = self.own_head(p, e)
+        if p == NULL or not self.lit(p, b',"name":"', 9):
+            return NULL
+        p = self.own_text(p + 8, &e.name_text, &e.name_len, &e.name_esc)
+        if p == NULL:
+            return NULL
         if self.lit(p, b',"cat":"', 8):
-            v = p + 7
-            p = self.scan_string(v)
+            p = self.own_text(p + 7, &e.cat_text, &e.cat_len, &e.cat_esc)
             if p == NULL:
                 return NULL
-            e.cat_text, e.cat_len, e.cat_esc = v + 1, p - v - 2, self.s_esc
         if not self.lit(p, b',"args":{"span_id":', 19):
             return NULL
         p = self.own_uint(p + 19, &e.a_span_id)
@@ -1205,23 +1342,9 @@ cdef class Reader:
         if p == NULL or value > 0x7FFFFFFF or not self.lit(p, b',"arg":', 7):
             return NULL
         e.a_depth = <int64_t>value
-        p += 7
-        if self.lit(p, b'null', 4):
-            p += 4
-        elif p[0] == b'-':
-            p = self.scan_number(p, &number)
-            if p == NULL:
-                return NULL
-            e.a_arg = self.int_of(&number, &ok)
-            if not ok:
-                return NULL
-            e.flags |= F_ARG
-        else:
-            p = self.own_uint(p, &value)
-            if p == NULL:
-                return NULL
-            e.a_arg = <int64_t>value
-            e.flags |= F_ARG
+        p = self.own_arg(p + 7, e)
+        if p == NULL:
+            return NULL
         if self.lit(p, b',"error":false', 14):
             p += 14
         elif self.lit(p, b',"error":true', 13):
@@ -1230,340 +1353,251 @@ cdef class Reader:
         else:
             return NULL
         if self.lit(p, b',"thread_name":"', 16):
-            v = p + 15
-            p = self.scan_string(v)
+            p = self.own_text(p + 15, &e.tn_text, &e.tn_len, &e.tn_esc)
             if p == NULL:
                 return NULL
-            e.tn_text, e.tn_len, e.tn_esc = v + 1, p - v - 2, self.s_esc
         if not self.lit(p, b'}}', 2):
             return NULL
-        return self.commit(&e, p + 2)
+        return p + 2
 
-    cdef const char* parse_event(self, const char* p) except? NULL:
-        """One event object (p at its brace): its fields, then what it means."""
-        cdef const char* fast = self.parse_own(p)
-        if fast != NULL:
-            return fast
-        return self.parse_any(p)
+    cdef inline const char* parse_event(self, const char* p) except? NULL:
+        """One event object (p at its brace): scanned (our own spelling first), then
+        assembled into what it means."""
+        cdef Event e
+        cdef const char* q = self.scan_own(p, &e)
+        if q == NULL:
+            q = self.scan_any(p, &e)
+            if q == NULL:
+                return NULL
+        return self.assemble(&e, q)
 
-    cdef const char* parse_any(self, const char* p) except? NULL:
-        """One event object, any spelling (p at its brace)."""
-        cdef const char* first = p
+    cdef inline const char* scan_any(self, const char* p, Event* e) except? NULL:
+        """One event object, any spelling (p at its brace): its fields into e."""
         cdef const char* k
-        cdef const char* v
-        cdef const char* q
         cdef Py_ssize_t klen
-        cdef int kind
-        cdef char ph = 0
-        cdef Num ts, dur, number
-        cdef int ts_kind = T_MISSING, dur_kind = T_MISSING
-        cdef const char* ts_raw = NULL
-        cdef const char* dur_raw = NULL
-        cdef Py_ssize_t ts_len = 0, dur_len = 0
-        cdef int pk = ID_INT, tk = ID_INT
-        cdef int64_t pv = 0, tv = 0
-        cdef const char* pid_text = NULL
-        cdef const char* tid_text = NULL
-        cdef Py_ssize_t pid_len = 0, tid_len = 0
-        cdef bint pid_esc = 0, tid_esc = 0
-        cdef const char* name_text = NULL
-        cdef Py_ssize_t name_len = 0
-        cdef bint name_esc = 0
-        cdef const char* cat_text = NULL
-        cdef Py_ssize_t cat_len = 0
-        cdef bint cat_esc = 0
-        cdef const char* id_text = NULL
-        cdef Py_ssize_t id_len = 0
-        # args
-        cdef uint8_t flags = 0
-        cdef uint64_t a_span_id = 0, a_parent = 0
-        cdef int64_t a_depth = 0, a_arg = 0, a_rank = I32_MIN
-        cdef bint has_depth = 0
-        cdef const char* tn_text = NULL
-        cdef Py_ssize_t tn_len = 0
-        cdef bint tn_esc = 0
-        cdef int ok
-        # Copied into the Event whether or not the event had them (their kinds say which):
-        # zeroed, so the copy never reads uninitialized memory (clang's
-        # -Wsometimes-uninitialized on the generated C).
-        memset(&ts, 0, sizeof(Num))
-        memset(&dur, 0, sizeof(Num))
-
+        cdef bint more = 1
+        # Zeroed: fields this path does not set (``exact``) would otherwise hold what
+        # scan_own left (an event whose own spelling broke after ``exact`` was set took
+        # that event's unread dur of 0).
+        memset(e, 0, sizeof(Event))
+        e.first = p
+        e.a_rank = I32_MIN
         p = self.ws(p + 1)
         if p >= self.stop:
             return NULL
         if p[0] == b'}':
-            p += 1
-        else:
-            while True:
-                k = p + 1
-                q = self.plain_key(p)
-                if q != NULL:
-                    klen = q - 2 - k
-                    p = q
-                else:
-                    if p[0] != b'"':
-                        if p >= self.stop:
-                            return NULL
-                        raise self.unexpected(p, "a key")
-                    p = self.scan_string(p)
-                    if p == NULL:
-                        return NULL
-                    klen = p - 1 - k
-                    p = self.ws(p)
-                    if p[0] != b':':
-                        if p >= self.stop:
-                            return NULL
-                        raise self.unexpected(p, "':'")
-                    p = p + 1
-                p = self.ws(p)
-                if p >= self.stop:
-                    return NULL
-                v = p
-                if klen == 2 and k[0] == b'p' and k[1] == b'h':
-                    if p[0] == b'"':
-                        p = self.scan_string(p)
-                        if p == NULL:
-                            return NULL
-                        if p - v == 3:
-                            ph = v[1]
-                        else:
-                            ph = 63  # '?': no phase we read
-                    else:
-                        p = self.skip_value(p, &kind)
-                        ph = PH_NOT_STRING
-                elif klen == 2 and k[0] == b't' and k[1] == b's':
-                    if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
-                        p = self.scan_number(p, &ts)
-                        ts_kind = T_NUMBER
-                    else:
-                        p = self.skip_value(p, &ts_kind)
-                        ts_raw = v
-                        ts_len = p - v if p != NULL else 0
-                elif klen == 3 and memcmp(k, b"dur", 3) == 0:
-                    if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
-                        p = self.scan_number(p, &dur)
-                        dur_kind = T_NUMBER
-                    else:
-                        p = self.skip_value(p, &dur_kind)
-                        dur_raw = v
-                        dur_len = p - v if p != NULL else 0
-                elif klen == 3 and (memcmp(k, b"pid", 3) == 0 or memcmp(k, b"tid", 3) == 0):
-                    if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
-                        p = self.scan_number(p, &number)
-                        if p == NULL:
-                            return NULL
-                        if k[0] == b'p':
-                            pv = self.int_of(&number, &ok)
-                            pk = ID_INT if ok else ID_RANGE if number.is_int else ID_BAD
-                        else:
-                            tv = self.int_of(&number, &ok)
-                            tk = ID_INT if ok else ID_RANGE if number.is_int else ID_BAD
-                    elif p[0] == b'"':
-                        p = self.scan_string(p)
-                        if p == NULL:
-                            return NULL
-                        if k[0] == b'p':
-                            pk, pid_text, pid_len, pid_esc = ID_STR, v + 1, p - v - 2, self.s_esc
-                        else:
-                            tk, tid_text, tid_len, tid_esc = ID_STR, v + 1, p - v - 2, self.s_esc
-                    else:
-                        p = self.skip_value(p, &kind)
-                        if p == NULL:
-                            return NULL
-                        if k[0] == b'p':
-                            pk, pv = (ID_INT, 0) if kind == T_NULL else (ID_BAD, 0)
-                        else:
-                            tk, tv = (ID_INT, 0) if kind == T_NULL else (ID_BAD, 0)
-                elif klen == 4 and memcmp(k, b"name", 4) == 0:
-                    if p[0] == b'"':
-                        p = self.scan_string(p)
-                        if p == NULL:
-                            return NULL
-                        name_text, name_len, name_esc = v + 1, p - v - 2, self.s_esc
-                    else:  # not a string: its JSON text is the name
-                        p = self.skip_value(p, &kind)
-                        if p == NULL:
-                            return NULL
-                        name_text, name_len, name_esc = v, p - v, 0
-                elif klen == 3 and memcmp(k, b"cat", 3) == 0:
-                    if p[0] == b'"':
-                        p = self.scan_string(p)
-                        if p == NULL:
-                            return NULL
-                        cat_text, cat_len, cat_esc = v + 1, p - v - 2, self.s_esc
-                    else:
-                        p = self.skip_value(p, &kind)
-                        if p == NULL:
-                            return NULL
-                        if kind != T_NULL:
-                            cat_text, cat_len, cat_esc = v, p - v, 0
-                elif klen == 4 and memcmp(k, b"args", 4) == 0 and p[0] == b'{':
-                    # The args hotspan writes; everything else in them is skipped.
-                    p = self.ws(p + 1)
-                    if p >= self.stop:
-                        return NULL
-                    if p[0] == b'}':
-                        p += 1
-                    else:
-                        while True:
-                            k = p + 1
-                            q = self.plain_key(p)
-                            if q != NULL:
-                                klen = q - 2 - k
-                                p = q
-                            else:
-                                if p[0] != b'"':
-                                    if p >= self.stop:
-                                        return NULL
-                                    raise self.unexpected(p, "a key")
-                                p = self.scan_string(p)
-                                if p == NULL:
-                                    return NULL
-                                klen = p - 1 - k
-                                p = self.ws(p)
-                                if p[0] != b':':
-                                    if p >= self.stop:
-                                        return NULL
-                                    raise self.unexpected(p, "':'")
-                                p = p + 1
-                            p = self.ws(p)
-                            if p >= self.stop:
-                                return NULL
-                            v = p
-                            if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
-                                p = self.scan_number(p, &number)
-                                if p == NULL:
-                                    return NULL
-                                kind = T_NUMBER
-                            elif p[0] == b'"':
-                                p = self.scan_string(p)
-                                kind = T_STRING
-                            else:
-                                kind = T_OTHER
-                                p = self.skip_value(p, &kind)
-                            if p == NULL:
-                                return NULL
-                            if klen == 7 and memcmp(k, b"span_id", 7) == 0:
-                                if kind == T_NUMBER and number.is_int and not number.neg and not number.overflow:
-                                    a_span_id = number.ip
-                                    flags |= F_SPAN_ID
-                                else:
-                                    self.bad(f"args.span_id is not a span id: {v[:min(p - v, 40)]!r}")
-                            elif klen == 9 and memcmp(k, b"parent_id", 9) == 0:
-                                if kind == T_NUMBER and number.is_int and not number.neg and not number.overflow:
-                                    a_parent = number.ip
-                                    flags |= F_PARENT
-                                elif kind == T_NULL:
-                                    flags &= ~F_PARENT
-                                else:
-                                    self.bad(f"args.parent_id is not a span id: {v[:min(p - v, 40)]!r}")
-                            elif klen == 5 and memcmp(k, b"depth", 5) == 0:
-                                a_depth = self.int_of(&number, &ok) if kind == T_NUMBER else 0
-                                if kind == T_NUMBER and ok and -0x80000000 <= a_depth <= 0x7FFFFFFF:
-                                    has_depth = 1
-                                else:
-                                    a_depth = 0
-                                    self.bad(f"args.depth is not an int32: {v[:min(p - v, 40)]!r}")
-                            elif klen == 3 and memcmp(k, b"arg", 3) == 0:
-                                ok = 0
-                                if kind == T_NUMBER:
-                                    a_arg = self.int_of(&number, &ok)
-                                if ok:
-                                    flags |= F_ARG
-                                else:
-                                    flags &= ~F_ARG
-                                    if kind != T_NULL:
-                                        self.bad(f"args.arg is not an int64: {v[:min(p - v, 40)]!r}")
-                            elif klen == 5 and memcmp(k, b"error", 5) == 0:
-                                if kind == T_TRUE:
-                                    flags |= F_ERROR
-                                else:
-                                    flags &= ~F_ERROR
-                            elif klen == 4 and memcmp(k, b"rank", 4) == 0:
-                                if kind == T_NUMBER:
-                                    a_rank = self.int_of(&number, &ok)
-                                    if not ok or not (-0x80000000 <= a_rank <= 0x7FFFFFFF):
-                                        a_rank = I32_MIN
-                            elif klen == 11 and memcmp(k, b"thread_name", 11) == 0:
-                                if kind == T_STRING:
-                                    tn_text, tn_len, tn_esc = v + 1, p - v - 2, self.s_esc
-                            p = self.ws(p)
-                            if p[0] == b',':
-                                p = self.ws(p + 1)
-                                continue
-                            if p[0] == b'}':
-                                p += 1
-                                break
-                            if p >= self.stop:
-                                return NULL
-                            raise self.unexpected(p, "',' or '}'")
-                elif (klen == 2 and k[0] == b'i' and k[1] == b'd') or (klen == 3 and memcmp(k, b"id2", 3) == 0):
-                    p = self.skip_value(p, &kind)
-                    if p != NULL and (id_text == NULL or klen == 2):
-                        id_text = v
-                        id_len = p - v
-                else:
-                    p = self.skip_value(p, &kind)
-                if p == NULL:
-                    return NULL
-                p = self.ws(p)
-                if p[0] == b',':
-                    p = self.ws(p + 1)
-                    if p >= self.stop:
-                        return NULL
-                    continue
-                if p[0] == b'}':
-                    p += 1
-                    break
-                if p >= self.stop:
-                    return NULL
-                raise self.unexpected(p, "',' or '}' in an event")
+            return p + 1
+        while more:
+            p = self.member(p, &k, &klen)
+            if p == NULL:
+                return NULL
+            p = self.event_field(p, k, klen, e)
+            if p == NULL:
+                return NULL
+            p = self.after_member(p, &more, "',' or '}' in an event")
+            if p == NULL:
+                return NULL
+        return p
 
-        # ------------------------------------------------ what the event means
-        cdef Event e
-        # Zeroed: a C struct local is not, and fields this path does not set (``exact``)
-        # would otherwise hold what parse_own left in the same stack slot (an event whose
-        # own spelling broke after ``exact`` was set took that event's unread dur of 0).
-        memset(&e, 0, sizeof(Event))
-        e.ph, e.first = ph, first
-        e.ts, e.ts_kind, e.ts_raw, e.ts_len = ts, ts_kind, ts_raw, ts_len
-        e.dur, e.dur_kind, e.dur_raw, e.dur_len = dur, dur_kind, dur_raw, dur_len
-        e.pk, e.pv, e.pid_text, e.pid_len, e.pid_esc = pk, pv, pid_text, pid_len, pid_esc
-        e.tk, e.tv, e.tid_text, e.tid_len, e.tid_esc = tk, tv, tid_text, tid_len, tid_esc
-        e.name_text, e.name_len, e.name_esc = name_text, name_len, name_esc
-        e.cat_text, e.cat_len, e.cat_esc = cat_text, cat_len, cat_esc
-        e.id_text, e.id_len = id_text, id_len
-        e.flags, e.a_span_id, e.a_parent, e.a_depth, e.a_arg, e.a_rank = flags, a_span_id, a_parent, a_depth, a_arg, a_rank
-        e.tn_text, e.tn_len, e.tn_esc = tn_text, tn_len, tn_esc
-        return self.commit(&e, p)
+    cdef inline const char* event_field(self, const char* p, const char* k, Py_ssize_t klen, Event* e) except? NULL:
+        """The value of an event's key k (p at the value): into e, or skipped."""
+        cdef int kind
+        cdef const char* q
+        if klen == 2 and k[0] == b'p' and k[1] == b'h':
+            return self.scan_phase(p, e)
+        if klen == 2 and k[0] == b't' and k[1] == b's':
+            return self.scan_time(p, &e.ts, &e.ts_kind, &e.ts_raw, &e.ts_len)
+        if klen == 3 and memcmp(k, b"dur", 3) == 0:
+            return self.scan_time(p, &e.dur, &e.dur_kind, &e.dur_raw, &e.dur_len)
+        if klen == 3 and memcmp(k, b"pid", 3) == 0:
+            return self.scan_id(p, &e.pk, &e.pv, &e.pid_text, &e.pid_len, &e.pid_esc)
+        if klen == 3 and memcmp(k, b"tid", 3) == 0:
+            return self.scan_id(p, &e.tk, &e.tv, &e.tid_text, &e.tid_len, &e.tid_esc)
+        if klen == 4 and memcmp(k, b"name", 4) == 0:
+            return self.scan_text(p, &e.name_text, &e.name_len, &e.name_esc, 0)
+        if klen == 3 and memcmp(k, b"cat", 3) == 0:
+            return self.scan_text(p, &e.cat_text, &e.cat_len, &e.cat_esc, 1)
+        if klen == 4 and memcmp(k, b"args", 4) == 0 and p[0] == b'{':
+            return self.scan_args(p, e)
+        if (klen == 2 and k[0] == b'i' and k[1] == b'd') or (klen == 3 and memcmp(k, b"id2", 3) == 0):
+            q = self.skip_value(p, &kind)
+            if q != NULL and (e.id_text == NULL or klen == 2):
+                e.id_text = p
+                e.id_len = q - p
+            return q
+        return self.skip_value(p, &kind)
 
-    cdef const char* commit(self, Event* e, const char* p) except? NULL:
-        """What a parsed event means: a row, the end of one, a thread name, or nothing."""
+    cdef inline const char* scan_phase(self, const char* p, Event* e) except? NULL:
+        cdef const char* q
+        cdef int kind
+        if p[0] != b'"':
+            e.ph = PH_NOT_STRING
+            return self.skip_value(p, &kind)
+        q = self.scan_string(p)
+        if q != NULL:
+            e.ph = p[1] if q - p == 3 else 63  # '?': no phase we read
+        return q
+
+    cdef inline const char* scan_time(self, const char* p, Num* num, int* kind, const char** raw,
+                               Py_ssize_t* n) except? NULL:
+        """ts or dur: a number, else its JSON text and kind (for the complaint)."""
+        cdef const char* q
+        if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
+            kind[0] = T_NUMBER
+            return self.scan_number(p, num)
+        q = self.skip_value(p, kind)
+        raw[0] = p
+        n[0] = q - p if q != NULL else 0
+        return q
+
+    cdef inline const char* scan_id(self, const char* p, int* kind, int64_t* value, const char** text,
+                             Py_ssize_t* n, bint* esc) except? NULL:
+        """pid or tid: an integer, a string, or (null) 0; anything else is ID_BAD."""
+        cdef Num number
+        cdef int ok, vkind
+        cdef const char* q
+        if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
+            q = self.scan_number(p, &number)
+            if q != NULL:
+                value[0] = self.int_of(&number, &ok)
+                kind[0] = ID_INT if ok else ID_RANGE if number.is_int else ID_BAD
+            return q
+        if p[0] == b'"':
+            q = self.own_text(p, text, n, esc)
+            if q != NULL:
+                kind[0] = ID_STR
+            return q
+        q = self.skip_value(p, &vkind)
+        if q != NULL:
+            kind[0], value[0] = (ID_INT if vkind == T_NULL else ID_BAD), 0
+        return q
+
+    cdef inline const char* scan_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc,
+                               bint null_is_none) except? NULL:
+        """name or cat: a string's text; any other value's JSON text (a null category: none)."""
+        cdef int kind
+        cdef const char* q
+        if p[0] == b'"':
+            return self.own_text(p, text, n, esc)
+        q = self.skip_value(p, &kind)
+        if q != NULL and not (null_is_none and kind == T_NULL):
+            text[0], n[0], esc[0] = p, q - p, 0
+        return q
+
+    cdef const char* scan_args(self, const char* p, Event* e) except? NULL:
+        """The args hotspan writes; everything else in them is skipped (p at the brace)."""
+        cdef const char* k
+        cdef const char* v
+        cdef Py_ssize_t klen
+        cdef bint more = 1
+        cdef int kind
+        cdef Num number
+        p = self.ws(p + 1)
+        if p >= self.stop:
+            return NULL
+        if p[0] == b'}':
+            return p + 1
+        while more:
+            p = self.member(p, &k, &klen)
+            if p == NULL:
+                return NULL
+            v = p
+            if p[0] == b'-' or IS_DIGIT[<uint8_t>p[0]]:
+                p = self.scan_number(p, &number)
+                kind = T_NUMBER
+            elif p[0] == b'"':
+                p = self.scan_string(p)
+                kind = T_STRING
+            else:
+                kind = T_OTHER
+                p = self.skip_value(p, &kind)
+            if p == NULL:
+                return NULL
+            self.arg_field(k, klen, v, p, kind, &number, e)
+            p = self.after_member(p, &more, "',' or '}'")
+            if p == NULL:
+                return NULL
+        return p
+
+    cdef inline int arg_field(self, const char* k, Py_ssize_t klen, const char* v, const char* p, int kind,
+                       Num* number, Event* e) except -1:
+        """One member of args (its value at v, scanned up to p) into e."""
+        cdef int ok = 0
+        cdef bint whole = kind == T_NUMBER and number.is_int and not number.neg and not number.overflow
+        if klen == 7 and memcmp(k, b"span_id", 7) == 0:
+            if whole:
+                e.a_span_id = number.ip
+                e.flags |= F_SPAN_ID
+            else:
+                self.bad(f"args.span_id is not a span id: {v[:min(p - v, 40)]!r}")
+        elif klen == 9 and memcmp(k, b"parent_id", 9) == 0:
+            if whole:
+                e.a_parent = number.ip
+                e.flags |= F_PARENT
+            elif kind == T_NULL:
+                e.flags &= ~F_PARENT
+            else:
+                self.bad(f"args.parent_id is not a span id: {v[:min(p - v, 40)]!r}")
+        elif klen == 5 and memcmp(k, b"depth", 5) == 0:
+            e.a_depth = self.int_of(number, &ok) if kind == T_NUMBER else 0
+            if not (kind == T_NUMBER and ok and -0x80000000 <= e.a_depth <= 0x7FFFFFFF):
+                e.a_depth = 0
+                self.bad(f"args.depth is not an int32: {v[:min(p - v, 40)]!r}")
+        elif klen == 3 and memcmp(k, b"arg", 3) == 0:
+            if kind == T_NUMBER:
+                e.a_arg = self.int_of(number, &ok)
+            if ok:
+                e.flags |= F_ARG
+            else:
+                e.flags &= ~F_ARG
+                if kind != T_NULL:
+                    self.bad(f"args.arg is not an int64: {v[:min(p - v, 40)]!r}")
+        elif klen == 5 and memcmp(k, b"error", 5) == 0:
+            if kind == T_TRUE:
+                e.flags |= F_ERROR
+            else:
+                e.flags &= ~F_ERROR
+        elif klen == 4 and memcmp(k, b"rank", 4) == 0:
+            if kind == T_NUMBER:
+                e.a_rank = self.int_of(number, &ok)
+                if not ok or not (-0x80000000 <= e.a_rank <= 0x7FFFFFFF):
+                    e.a_rank = I32_MIN
+        elif klen == 11 and memcmp(k, b"thread_name", 11) == 0:
+            if kind == T_STRING:
+                e.tn_text, e.tn_len, e.tn_esc = v + 1, p - v - 2, self.s_esc
+        return 0
+
+    # ------------------------------------------------------------------ events: the assembler
+
+    cdef inline int no_span(self, Event* e) except -1:
+        """Phases that make no span: metadata kept for later, the rest counted or ignored."""
         if e.ph == b'M':
-            self.metadata_events.append((self.events, e.first[:p - e.first]))
-            return p
-        if e.ph != b'X' and e.ph != b'B' and e.ph != b'E' and e.ph != b'i' and e.ph != b'I' \
-                and e.ph != b'b' and e.ph != b'e' and e.ph != b'n':
-            # Counters, flows, samples, objects: no spans, and known, so nothing to say. A phase
-            # the format does not have (or none, or not a string) is an event we cannot read:
-            # counted, so that the load's warning says it was left out.
-            if e.ph == PH_NOT_STRING:
-                self.count("ph_not_string")
-            elif e.ph == 0:
-                self.count("ph_missing")
-            elif e.ph == 63 or strchr(KNOWN_PHASES, e.ph) == NULL:
-                self.count("ph_unknown")
-            return p
-        cdef int64_t start_ns, start_sub, dur_ns = 0, dur_sub = 0, end_ns, total_sub
+            self.metadata_events.append((self.events, e.first[:self.event_end - e.first]))
+            return True
+        if e.ph == b'X' or e.ph == b'B' or e.ph == b'E' or e.ph == b'i' or e.ph == b'I' \
+                or e.ph == b'b' or e.ph == b'e' or e.ph == b'n':
+            return False
+        # Counters, flows, samples, objects: no spans, and known, so nothing to say. A phase
+        # the format does not have (or none, or not a string) is an event we cannot read:
+        # counted, so that the load's warning says it was left out.
+        if e.ph == PH_NOT_STRING:
+            self.count("ph_not_string")
+        elif e.ph == 0:
+            self.count("ph_missing")
+        elif e.ph == 63 or strchr(KNOWN_PHASES, e.ph) == NULL:
+            self.count("ph_unknown")
+        return True
+
+    cdef inline int start_and_ids(self, Event* e, int64_t* start_ns, int64_t* start_sub) except -1:
+        """The event's time (checked) and its pid and tid as integers (strings coded)."""
         if e.ts_kind != T_NUMBER:
             if e.ts_kind == T_MISSING:
                 raise self.event_fail("no 'ts'")
             raise self.event_fail(f"'ts' is not a finite number: {e.ts_raw[:min(e.ts_len, 40)].decode('utf-8', 'replace')}")
         if e.exact:
-            start_ns, start_sub = e.ts_ns, 0
+            start_ns[0], start_sub[0] = e.ts_ns, 0
         else:
-            self.time_of(&e.ts, &start_ns, &start_sub, "ts")
+            self.time_of(&e.ts, start_ns, start_sub, "ts")
         if e.pk == ID_BAD or e.tk == ID_BAD:
             raise self.event_fail(f"{'pid' if e.pk == ID_BAD else 'tid'} is neither an integer nor a string")
         if e.pk == ID_RANGE or e.tk == ID_RANGE:
@@ -1572,16 +1606,79 @@ cdef class Reader:
             e.pv = self.string_code(self.ids, e.pid_text, e.pid_len, e.pid_esc)
         if e.tk == ID_STR:
             e.tv = self.string_code(self.ids, e.tid_text, e.tid_len, e.tid_esc)
-        cdef int32_t t, name_code, cat_code, tn_code = -1
+        return 0
+
+    cdef object async_key(self, Event* e):
+        """Async events: on a track of their own per process and category ("async
+        <cat>"), matched by (process, category, id)."""
+        cat = e.cat_text[:e.cat_len].decode("utf-8", "replace") if e.cat_text != NULL else ""
+        e.tv = self.ids.code_of(f"async {cat}".rstrip())
+        e.tk = ID_STR
+        self.async_tracks.add(e.tv)
+        return (e.pk, e.pv, cat, e.id_text[:e.id_len] if e.id_text != NULL else b"")
+
+    cdef inline int64_t end_of(self, Event* e, int64_t start_ns, int64_t start_sub) except? -1:
+        """The end of an X event (rounded once, from start and duration together), of an
+        instant, or OPEN for a B/b event; start_ns not yet rounded."""
+        cdef int64_t dur_ns = 0, dur_sub = 0, end_ns, total_sub
+        if e.ph != b'X':
+            return OPEN if (e.ph == b'B' or e.ph == b'b') else start_ns + (1 if start_sub >= 500000 else 0)
+        if e.exact:
+            dur_ns = e.dur_ns
+        elif e.dur_kind == T_NUMBER:
+            self.time_of(&e.dur, &dur_ns, &dur_sub, "dur")
+            if dur_ns < 0:
+                raise self.event_fail(f"negative duration {self.raw_number(&e.dur)}")
+        elif e.dur_kind != T_MISSING and e.dur_kind != T_NULL:
+            raise self.event_fail(f"'dur' is not a finite number: {e.dur_raw[:min(e.dur_len, 40)].decode('utf-8', 'replace')}")
+        if dur_ns > 0 and start_ns > I64_MAX - dur_ns - 1:
+            raise self.event_fail("'ts' + 'dur' out of range")
+        # Round the end itself, not start and duration apart: a child that ends with
+        # its parent must not end a nanosecond after it.
+        total_sub = start_sub + dur_sub
+        end_ns = start_ns + dur_ns + (1 if total_sub >= 1000000 else 0)
+        total_sub = total_sub % 1000000
+        return end_ns + (1 if total_sub >= 500000 else 0)
+
+    cdef inline Py_ssize_t append_row(self, Event* e, int32_t t, int64_t start_ns, int64_t end_ns) except -1:
+        """A row for an opening event (its strings coded); its index."""
+        cdef int32_t name_code, cat_code, tn_code = -1
         cdef Py_ssize_t row
+        name_code = self.string_code(self.names, e.name_text, e.name_len, e.name_esc) if e.name_text != NULL \
+            else self.names.code(b"", 0)
+        cat_code = self.string_code(self.categories, e.cat_text, e.cat_len, e.cat_esc) if e.cat_text != NULL else -1
+        if e.tn_text != NULL:
+            tn_code = self.string_code(self.thread_names, e.tn_text, e.tn_len, e.tn_esc)
+        self.add_row()
+        row = self.n
+        self.thread[row] = t
+        self.start[row] = start_ns
+        self.end[row] = end_ns
+        self.name[row] = name_code
+        self.category[row] = cat_code
+        self.thread_name[row] = tn_code
+        self.span_id[row] = e.a_span_id
+        self.parent_id[row] = e.a_parent
+        self.depth[row] = <int32_t>e.a_depth
+        self.arg[row] = e.a_arg
+        self.rank[row] = <int32_t>e.a_rank
+        self.flags[row] = e.flags
+        self.n += 1
+        return row
+
+    cdef inline const char* assemble(self, Event* e, const char* p) except? NULL:
+        """What a scanned event (ending at p) means: a row, the end of one, a thread
+        name, or nothing."""
+        cdef int64_t start_ns, start_sub, end_ns
+        cdef int32_t t
+        cdef Py_ssize_t row
+        key = None
+        self.event_end = p
+        if self.no_span(e):
+            return p
+        self.start_and_ids(e, &start_ns, &start_sub)
         if e.ph == b'b' or e.ph == b'e' or e.ph == b'n':
-            # Async events: on a track of their own per process and category ("async
-            # <cat>"), matched by (process, category, id).
-            cat = e.cat_text[:e.cat_len].decode("utf-8", "replace") if e.cat_text != NULL else ""
-            e.tv = self.ids.code_of(f"async {cat}".rstrip())
-            e.tk = ID_STR
-            self.async_tracks.add(e.tv)
-            key = (e.pk, e.pv, cat, e.id_text[:e.id_len] if e.id_text != NULL else b"")
+            key = self.async_key(e)
             if e.ph == b'e':
                 opened = self.async_open.get(key)
                 if not opened:
@@ -1600,49 +1697,11 @@ cdef class Reader:
                 return p
             self.close_row(stack.pop(), start_ns, start_sub, e.flags, e.a_arg, e.a_rank)
             return p
-
-        name_code = self.string_code(self.names, e.name_text, e.name_len, e.name_esc) if e.name_text != NULL \
-            else self.names.code(b"", 0)
-        cat_code = self.string_code(self.categories, e.cat_text, e.cat_len, e.cat_esc) if e.cat_text != NULL else -1
-        if e.tn_text != NULL:
-            tn_code = self.string_code(self.thread_names, e.tn_text, e.tn_len, e.tn_esc)
-        if e.ph == b'X':
-            if e.exact:
-                dur_ns = e.dur_ns
-            elif e.dur_kind == T_NUMBER:
-                self.time_of(&e.dur, &dur_ns, &dur_sub, "dur")
-                if dur_ns < 0:
-                    raise self.event_fail(f"negative duration {self.raw_number(&e.dur)}")
-            elif e.dur_kind != T_MISSING and e.dur_kind != T_NULL:
-                raise self.event_fail(f"'dur' is not a finite number: {e.dur_raw[:min(e.dur_len, 40)].decode('utf-8', 'replace')}")
-            if dur_ns > 0 and start_ns > I64_MAX - dur_ns - 1:
-                raise self.event_fail("'ts' + 'dur' out of range")
-            # Round the end itself, not start and duration apart: a child that ends with
-            # its parent must not end a nanosecond after it.
-            total_sub = start_sub + dur_sub
-            end_ns = start_ns + dur_ns + (1 if total_sub >= 1000000 else 0)
-            total_sub = total_sub % 1000000
-            end_ns += 1 if total_sub >= 500000 else 0
-        else:
-            end_ns = OPEN if (e.ph == b'B' or e.ph == b'b') else start_ns + (1 if start_sub >= 500000 else 0)
+        end_ns = self.end_of(e, start_ns, start_sub)
         start_ns += 1 if start_sub >= 500000 else 0
         if end_ns != OPEN and end_ns < start_ns:
             end_ns = start_ns
-        self.add_row()
-        row = self.n
-        self.thread[row] = t
-        self.start[row] = start_ns
-        self.end[row] = end_ns
-        self.name[row] = name_code
-        self.category[row] = cat_code
-        self.thread_name[row] = tn_code
-        self.span_id[row] = e.a_span_id
-        self.parent_id[row] = e.a_parent
-        self.depth[row] = <int32_t>e.a_depth
-        self.arg[row] = e.a_arg
-        self.rank[row] = <int32_t>e.a_rank
-        self.flags[row] = e.flags
-        self.n += 1
+        row = self.append_row(e, t, start_ns, end_ns)
         if e.ph == b'B':
             (<list>self.stacks[t]).append(row)
         elif e.ph == b'b':
@@ -1678,111 +1737,115 @@ cdef class Reader:
         self.offset = offset
         cdef const char* p = self.buf
         cdef const char* q
-        cdef const char* k
-        cdef Py_ssize_t klen
-        cdef int kind
-        cdef uint8_t c
         if self.state == S_START and offset == 0 and length >= 3 and memcmp(p, b"\xef\xbb\xbf", 3) == 0:
             p += 3  # a UTF-8 byte order mark
         while True:
             p = self.ws(p)
-            c = <uint8_t>p[0]
             if p >= self.stop:
                 break
-            if self.state == S_EVENT:
-                if c == b'{':
-                    q = self.parse_event(p)
-                    if q == NULL:
-                        break
-                    self.events += 1
-                    p = q
-                    self.state = S_EVENT_NEXT
-                    continue
-                if c == b']' and self.events == 0:
-                    p += 1
-                    self.state = S_END if self.array_form else S_KEY_NEXT
-                    continue
-                # Not an object: valid JSON (then the complaint is the type) or not.
-                q = self.skip_value(p, &kind)
-                if q == NULL:
-                    break
-                raise self.event_fail(f"not an object: {p[:min(q - p, 60)].decode('utf-8', 'replace')}")
-            elif self.state == S_EVENT_NEXT:
-                if c == b',':
-                    p += 1
-                    self.state = S_EVENT
-                    continue
-                if c == b']':
-                    p += 1
-                    self.state = S_END if self.array_form else S_KEY_NEXT
-                    continue
-                raise self.unexpected(p, "',' or ']' after an event")
-            elif self.state == S_KEY:
-                if c == b'}' and not self.top and not self.saw_events:
-                    p += 1
-                    self.state = S_END
-                    continue
-                k = p + 1
-                q = self.key(p)
-                if q == NULL:
-                    break
-                klen = q - k
-                while klen > 0 and k[klen - 1] != b'"':
-                    klen -= 1
-                klen -= 1
-                if klen == 11 and memcmp(k, b"traceEvents", 11) == 0:
-                    if q[0] != b'[':
-                        if q >= self.stop:
-                            break
-                        raise TraceFileError(self.path, "'traceEvents' is not a list of events")
-                    self.saw_events = 1
-                    self.state = S_EVENT
-                    p = q + 1
-                    continue
-                q = self.skip_value(q, &kind)
-                if q == NULL:
-                    break  # p is still at the key: the next block starts there
-                p = self.ws(k + klen + 1)
-                p = self.ws(p + 1)  # the colon
-                name = k[:klen].decode("utf-8", "replace")
-                if name in ("otherData", "baseTimeNanoseconds", "viztracer_metadata", "distributedInfo"):
-                    self.top[name] = json.loads(p[:q - p])
-                else:
-                    self.top[name] = True
-                p = q
-                self.state = S_KEY_NEXT
-            elif self.state == S_KEY_NEXT:
-                if c == b',':
-                    p += 1
-                    self.state = S_KEY
-                    continue
-                if c == b'}':
-                    p += 1
-                    self.state = S_END
-                    continue
-                raise self.unexpected(p, "',' or '}'")
-            elif self.state == S_START:
-                if c == b'{':
-                    p += 1
-                    self.state = S_KEY
-                    continue
-                if c == b'[':
-                    p += 1
-                    self.array_form = 1
-                    self.saw_events = 1
-                    self.state = S_EVENT
-                    continue
-                q = self.skip_value(p, &kind)
-                if q == NULL:
-                    break
-                what = {T_STRING: "string (str)", T_NUMBER: "number", T_TRUE: "boolean", T_FALSE: "boolean",
-                        T_NULL: "null"}.get(kind, "value")
-                raise TraceFileError(self.path, f"a JSON {what}, not a Chrome trace (an object or an array of events)")
-            else:  # S_END
-                raise self.unexpected(p, "nothing more after the end of the document")
+            q = self.step(p)
+            if q == NULL:
+                break
+            p = q
         if eof:
             self.end_of_file(p)
         return p - self.buf
+
+    cdef inline const char* step(self, const char* p) except? NULL:
+        """One step of the document at p (not a blank): the position after it, or NULL
+        when the buffer ends first (p is then fed again)."""
+        cdef uint8_t c = <uint8_t>p[0]
+        if self.state == S_EVENT:
+            return self.step_event(p)
+        if self.state == S_EVENT_NEXT:
+            if c == b',':
+                self.state = S_EVENT
+                return p + 1
+            if c == b']':
+                self.state = S_END if self.array_form else S_KEY_NEXT
+                return p + 1
+            raise self.unexpected(p, "',' or ']' after an event")
+        if self.state == S_KEY:
+            return self.step_key(p)
+        if self.state == S_KEY_NEXT:
+            if c == b',':
+                self.state = S_KEY
+                return p + 1
+            if c == b'}':
+                self.state = S_END
+                return p + 1
+            raise self.unexpected(p, "',' or '}'")
+        if self.state == S_START:
+            return self.step_start(p)
+        raise self.unexpected(p, "nothing more after the end of the document")
+
+    cdef inline const char* step_event(self, const char* p) except? NULL:
+        """In the events array: an event, or the closing bracket of an empty one."""
+        cdef const char* q
+        cdef int kind
+        if p[0] == b'{':
+            q = self.parse_event(p)
+            if q != NULL:
+                self.events += 1
+                self.state = S_EVENT_NEXT
+            return q
+        if p[0] == b']' and self.events == 0:
+            self.state = S_END if self.array_form else S_KEY_NEXT
+            return p + 1
+        # Not an object: valid JSON (then the complaint is the type) or not.
+        q = self.skip_value(p, &kind)
+        if q == NULL:
+            return NULL
+        raise self.event_fail(f"not an object: {p[:min(q - p, 60)].decode('utf-8', 'replace')}")
+
+    cdef const char* step_key(self, const char* p) except? NULL:
+        """In the top-level object: a key and its value (the events array entered)."""
+        cdef const char* k
+        cdef const char* v
+        cdef const char* q
+        cdef Py_ssize_t klen
+        cdef int kind
+        if p[0] == b'}' and not self.top and not self.saw_events:
+            self.state = S_END
+            return p + 1
+        v = self.member(p, &k, &klen)
+        if v == NULL:
+            return NULL
+        if klen == 11 and memcmp(k, b"traceEvents", 11) == 0:
+            if v[0] != b'[':
+                raise TraceFileError(self.path, "'traceEvents' is not a list of events")
+            self.saw_events = 1
+            self.state = S_EVENT
+            return v + 1
+        q = self.skip_value(v, &kind)
+        if q == NULL:
+            return NULL  # p is still at the key: the next block starts there
+        name = k[:klen].decode("utf-8", "replace")
+        if name in ("otherData", "baseTimeNanoseconds", "viztracer_metadata", "distributedInfo"):
+            self.top[name] = json.loads(v[:q - v])
+        else:
+            self.top[name] = True
+        self.state = S_KEY_NEXT
+        return q
+
+    cdef const char* step_start(self, const char* p) except? NULL:
+        """The document's first value: an object, or the array form."""
+        cdef const char* q
+        cdef int kind
+        if p[0] == b'{':
+            self.state = S_KEY
+            return p + 1
+        if p[0] == b'[':
+            self.array_form = 1
+            self.saw_events = 1
+            self.state = S_EVENT
+            return p + 1
+        q = self.skip_value(p, &kind)
+        if q == NULL:
+            return NULL
+        what = {T_STRING: "string (str)", T_NUMBER: "number", T_TRUE: "boolean", T_FALSE: "boolean",
+                T_NULL: "null"}.get(kind, "value")
+        raise TraceFileError(self.path, f"a JSON {what}, not a Chrome trace (an object or an array of events)")
 
     cdef int end_of_file(self, const char* p) except -1:
         cdef const char* rest

@@ -75,6 +75,18 @@ class _Out:
     def __init__(self, fd: int, cap: int) -> None: ...
     def write(self, data: bytes) -> None: ...
 
+class _Events:
+    """The encoder's loop and its state (internal to ``encode``)."""
+
+    def __init__(
+        self,
+        out: _Out,
+        names: list[bytes],
+        categories: list[bytes],
+        thread_names: list[bytes],
+        first_thread_uuid: int,
+    ) -> None: ...
+
 class _Column:
     """A malloc'd buffer handed to numpy/pyarrow without a copy."""
 

@@ -35,6 +35,8 @@ from libc.errno cimport errno, EINTR
 from posix.unistd cimport read as c_read, write as c_write
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 
+cimport cython
+
 from ._trace_order cimport trace_order, thread_codes_of
 
 import json
@@ -376,6 +378,26 @@ cdef inline uint8_t* put_end(uint8_t* p, int64_t time, uint64_t track, uint64_t 
     return p
 
 
+cdef struct Spans:
+    # The columns encode writes, as pointers (trace order aside).
+    const int64_t* start
+    const int64_t* duration
+    const int32_t* depth
+    const uint64_t* span_id
+    const uint64_t* parent_id
+    const uint8_t* has_parent
+    const int64_t* arg
+    const uint8_t* has_arg
+    const uint8_t* error
+    const uint64_t* flow_out
+    const uint64_t* flow_in
+    const int32_t* name
+    const int32_t* category
+    const int32_t* thread
+    const int32_t* thread_name
+    const int32_t* own_name
+
+
 def encode(int fd, bytes header, Py_ssize_t buffer_size,
            const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
            const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
@@ -395,182 +417,223 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     ``flow_out``/``flow_in``: per row the id of a flow that starts / ends at its slice
     (0: none): the arrow from a host span to its device row.
     """
-    cdef Py_ssize_t n = start.shape[0], i, k, j
+    cdef Py_ssize_t n = start.shape[0]
     cdef _Out out = _Out(fd, buffer_size)
+    cdef _Events events
     out.write(header)
     if n == 0:
         out.flush()
         return
     if n >= 0xFFFFFFFF:
         raise ValueError("a Perfetto export holds at most 4,294,967,294 spans")
-
+    cdef Spans s = Spans(&start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &has_parent[0],
+                         &arg[0], &has_arg[0], &error[0], &flow_out[0], &flow_in[0], &name[0],
+                         &category[0], &thread[0], &thread_name[0], &own_name[0])
+    events = _Events(out, names, categories, thread_names, first_thread_uuid)
+    events.s = s
     # Trace order (shared with the Chrome JSON codec, ``_trace_order.pxd``): the
     # permutation, each row's rank at its time and the instants closing their parent.
-    cdef int64_t* rank = NULL
-    cdef uint8_t* closing = NULL
-    cdef int64_t max_depth = 0
-    cdef uint32_t* order = NULL
-    cdef End* heap = NULL
-    cdef Py_ssize_t heap_cap = 64
-    try:
-        order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &has_parent[0],
-                            &thread[0], &rank, &closing, &max_depth)
-        heap = <End*>malloc(heap_cap * sizeof(End))
-        if heap == NULL:
-            raise MemoryError()
-        encode_events(out, n, order, rank, closing, start, duration, depth, span_id, parent_id, has_parent,
-                      arg, has_arg, error, flow_out, flow_in, name, category, thread, thread_name, own_name, names, categories, thread_names,
-                      first_thread_uuid, max_depth, &heap, &heap_cap, progress)
-        out.flush()
-    finally:
-        free(order)
-        free(rank)
-        free(closing)
-        free(heap)
+    events.order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
+                               &has_parent[0], &thread[0], &events.rank, &events.closing,
+                               &events.max_depth)
+    events.write(n, progress)
+    out.flush()
 
 
-cdef int encode_events(_Out out, Py_ssize_t n, uint32_t* order, int64_t* rank, uint8_t* closing,
-                       const int64_t[::1] start, const int64_t[::1] duration, const int32_t[::1] depth,
-                       const uint64_t[::1] span_id, const uint64_t[::1] parent_id, const uint8_t[::1] has_parent,
-                       const int64_t[::1] arg, const uint8_t[::1] has_arg, const uint8_t[::1] error,
-                       const uint64_t[::1] flow_out, const uint64_t[::1] flow_in,
-                       const int32_t[::1] name, const int32_t[::1] category, const int32_t[::1] thread,
-                       const int32_t[::1] thread_name, const int32_t[::1] own_name, list names,
-                       list categories, list thread_names,
-                       int64_t first_thread_uuid, int64_t max_depth, End** heap_p, Py_ssize_t* heap_cap_p,
-                       progress) except -1:
-    cdef Py_ssize_t k, i, heap_n = 0, extra
-    cdef int32_t t = -1, c, nm
-    cdef uint64_t track = 0, sequence = 0
-    cdef End e
-    cdef End* heap = heap_p[0]
-    cdef uint8_t* p
-    cdef uint8_t* lp1
-    cdef uint8_t* lp2
-    cdef uint8_t* lp
-    cdef bytes text = None
+@cython.final
+cdef class _Events:
+    """The encoder's loop and its state: the thread (sequence) being written, its heap of
+    open ends, and which names and categories each sequence has interned."""
+    cdef _Out out
+    cdef list names, categories, thread_names
+    cdef Spans s
+    cdef uint32_t* order
+    cdef int64_t* rank
+    cdef uint8_t* closing
+    cdef int64_t max_depth, first_thread_uuid
+    cdef End* heap
+    cdef Py_ssize_t heap_n, heap_cap
+    cdef int32_t t
+    cdef uint64_t track, sequence
     # Which thread each name/category was last interned on: a thread's events are
     # contiguous, so "interned on this sequence" is "last interned on this thread".
-    cdef int32_t* name_sent = <int32_t*>malloc((len(names) + 1) * sizeof(int32_t))
-    cdef int32_t* category_sent = <int32_t*>malloc((len(categories) + 1) * sizeof(int32_t))
-    if name_sent == NULL or category_sent == NULL:
-        free(name_sent); free(category_sent)
-        raise MemoryError()
-    for k in range(len(names)):
-        name_sent[k] = -1
-    for k in range(len(categories)):
-        category_sent[k] = -1
-    try:
-        for k in range(n + 1):
-            if k < n:
-                i = order[k]
-            if k == n or thread[i] != t:
-                # The previous thread's open ends, then the next thread's sequence start.
-                p = out.room(heap_n * 48 + 64)
-                while heap_n:
-                    e = heap_pop(heap, heap_n)
-                    heap_n -= 1
-                    p = put_end(p, e.time, track, sequence)
-                out.done(p)
-                if k == n:
-                    break
-                t = thread[i]
-                track = <uint64_t>(first_thread_uuid + t)
-                sequence = <uint64_t>(DESCRIPTOR_SEQUENCE + 1 + t)
-                interned_packet(out, sequence, STATE_CLEARED, [], [], True)
+    cdef int32_t* name_sent
+    cdef int32_t* category_sent
+
+    def __cinit__(self, _Out out, list names, list categories, list thread_names, int64_t first_thread_uuid):
+        cdef Py_ssize_t k
+        self.out, self.names, self.categories, self.thread_names = out, names, categories, thread_names
+        self.first_thread_uuid = first_thread_uuid
+        self.t = -1
+        self.heap_cap = 64
+        self.heap = <End*>malloc(self.heap_cap * sizeof(End))
+        self.name_sent = <int32_t*>malloc((len(names) + 1) * sizeof(int32_t))
+        self.category_sent = <int32_t*>malloc((len(categories) + 1) * sizeof(int32_t))
+        if self.heap == NULL or self.name_sent == NULL or self.category_sent == NULL:
+            raise MemoryError()
+        for k in range(len(names)):
+            self.name_sent[k] = -1
+        for k in range(len(categories)):
+            self.category_sent[k] = -1
+
+    def __dealloc__(self):
+        free(self.order)
+        free(self.rank)
+        free(self.closing)
+        free(self.heap)
+        free(self.name_sent)
+        free(self.category_sent)
+
+    cdef int write(self, Py_ssize_t n, progress) except -1:
+        """Every row's events in trace order, each thread's open ends at its last row."""
+        cdef Py_ssize_t k, i
+        for k in range(n):
+            i = self.order[k]
+            if self.s.thread[i] != self.t:
+                self.pop_ends(0, 0, True)
+                self.start_thread(self.s.thread[i])
             # Ends due before this opening: (time, rank) strictly smaller.
-            p = out.room(heap_n * 48 + 64)
-            while heap_n and (heap[0].time < start[i] or (heap[0].time == start[i] and heap[0].rank < rank[i])):
-                e = heap_pop(heap, heap_n)
-                heap_n -= 1
-                p = put_end(p, e.time, track, sequence)
-            out.done(p)
-            nm = name[i]
-            c = category[i]
-            if name_sent[nm] != t or (c >= 0 and category_sent[c] != t):
-                interned_packet(
-                    out, sequence, NEEDS_STATE,
-                    [(c + 1, categories[c])] if c >= 0 and category_sent[c] != t else [],
-                    [(nm + 1, names[nm])] if name_sent[nm] != t else [], False)
-                name_sent[nm] = t
-                if c >= 0:
-                    category_sent[c] = t
-            extra = 0
-            if thread_name[i] != own_name[t]:
-                text = thread_names[thread_name[i]]
-                extra = len(text) + 16
-            p = out.room(184 + extra)
-            p[0] = 0x0A
-            lp1 = p + 1
-            p[2] = F_TIMESTAMP << 3
-            p = put_varint(p + 3, <uint64_t>start[i])
-            p[0] = (F_TRACK_EVENT << 3) | 2
-            lp2 = p + 1
-            p[2] = F_EVENT_TYPE << 3
-            p[3] = SLICE_BEGIN if duration[i] > 0 else INSTANT
-            p[4] = F_EVENT_TRACK_UUID << 3
-            p = put_varint(p + 5, track)
-            if c >= 0:
-                p[0] = F_EVENT_CATEGORY_IIDS << 3
-                p = put_varint(p + 1, <uint64_t>(c + 1))
-            p[0] = F_EVENT_NAME_IID << 3
-            p = put_varint(p + 1, <uint64_t>(nm + 1))
-            p = put_annotation(p, A_SPAN_ID, F_ANNOTATION_UINT << 3, span_id[i])
-            if has_parent[i]:
-                p = put_annotation(p, A_PARENT_ID, F_ANNOTATION_UINT << 3, parent_id[i])
-            p = put_annotation(p, A_DEPTH, F_ANNOTATION_INT << 3, <uint64_t><int64_t>depth[i])
-            if has_arg[i]:
-                p = put_annotation(p, A_ARG, F_ANNOTATION_INT << 3, <uint64_t>arg[i])
-            if error[i]:
-                p = put_annotation(p, A_ERROR, F_ANNOTATION_BOOL << 3, 1)
-            if extra:
-                p[0] = (F_EVENT_ANNOTATIONS << 3) | 2
-                lp = p + 1
-                p[2] = F_ANNOTATION_NAME_IID << 3
-                p[3] = A_THREAD_NAME
-                p[4] = (F_ANNOTATION_STRING << 3) | 2
-                p = put_varint(p + 5, <uint64_t>len(text))
-                memcpy(p, PyBytes_AS_STRING(text), len(text))
-                p = close_len(lp, p + len(text))
-            # Flows as TrackEvent.flow_ids (47) / terminating_flow_ids (48), fixed64 (wire
-            # type 1): the two-byte tags precomputed, the id copied little-endian (the
-            # protobuf order, and every platform's we build for).
-            if flow_out[i]:
-                p[0] = 0xF9
-                p[1] = 0x02
-                memcpy(p + 2, &flow_out[i], 8)
-                p += 10
-            if flow_in[i]:
-                p[0] = 0x81
-                p[1] = 0x03
-                memcpy(p + 2, &flow_in[i], 8)
-                p += 10
-            p = close_len(lp2, p)
-            p[0] = F_SEQUENCE_ID << 3
-            p = put_varint(p + 1, sequence)
-            p[0] = F_SEQUENCE_FLAGS << 3
-            p[1] = NEEDS_STATE
-            p = close_len(lp1, p + 2)
-            out.done(p)
-            if duration[i] > 0:
-                if heap_n == heap_cap_p[0]:
-                    heap_cap_p[0] *= 2
-                    heap = <End*>realloc(heap, heap_cap_p[0] * sizeof(End))
-                    if heap == NULL:
-                        raise MemoryError()
-                    heap_p[0] = heap
-                e.time = start[i] + duration[i]
-                e.rank = max_depth - depth[i]
-                e.seq = k
-                e.row = i
-                heap_push(heap, heap_n, e)
-                heap_n += 1
+            self.pop_ends(self.s.start[i], self.rank[i], False)
+            self.intern(i)
+            self.begin(i)
+            if self.s.duration[i] > 0:
+                self.push_end(k, i)
             if progress is not None and (k & 0xFFFFF) == 0xFFFFF:
                 progress(0x100000)
-    finally:
-        free(name_sent)
-        free(category_sent)
-    return 0
+        self.pop_ends(0, 0, True)
+        return 0
+
+    cdef int start_thread(self, int32_t t) except -1:
+        self.t = t
+        self.track = <uint64_t>(self.first_thread_uuid + t)
+        self.sequence = <uint64_t>(DESCRIPTOR_SEQUENCE + 1 + t)
+        interned_packet(self.out, self.sequence, STATE_CLEARED, [], [], True)
+        return 0
+
+    cdef inline int pop_ends(self, int64_t time, int64_t rank, bint everything) except -1:
+        """The end events of open spans whose (time, rank) is before (time, rank), or of
+        all of them."""
+        cdef End e
+        cdef uint8_t* p = self.out.room(self.heap_n * 48 + 64)
+        while self.heap_n and (everything or self.heap[0].time < time
+                               or (self.heap[0].time == time and self.heap[0].rank < rank)):
+            e = heap_pop(self.heap, self.heap_n)
+            self.heap_n -= 1
+            p = put_end(p, e.time, self.track, self.sequence)
+        self.out.done(p)
+        return 0
+
+    cdef inline int push_end(self, Py_ssize_t k, Py_ssize_t i) except -1:
+        cdef End e
+        cdef End* grown
+        if self.heap_n == self.heap_cap:
+            grown = <End*>realloc(self.heap, 2 * self.heap_cap * sizeof(End))
+            if grown == NULL:
+                raise MemoryError()
+            self.heap = grown
+            self.heap_cap *= 2
+        e.time = self.s.start[i] + self.s.duration[i]
+        e.rank = self.max_depth - self.s.depth[i]
+        e.seq = k
+        e.row = i
+        heap_push(self.heap, self.heap_n, e)
+        self.heap_n += 1
+        return 0
+
+    cdef inline int intern(self, Py_ssize_t i) except -1:
+        """Row i's name and category interned on this sequence when they are not yet."""
+        cdef int32_t nm = self.s.name[i], c = self.s.category[i], t = self.t
+        if self.name_sent[nm] == t and (c < 0 or self.category_sent[c] == t):
+            return 0
+        interned_packet(
+            self.out, self.sequence, NEEDS_STATE,
+            [(c + 1, self.categories[c])] if c >= 0 and self.category_sent[c] != t else [],
+            [(nm + 1, self.names[nm])] if self.name_sent[nm] != t else [], False)
+        self.name_sent[nm] = t
+        if c >= 0:
+            self.category_sent[c] = t
+        return 0
+
+    cdef inline int begin(self, Py_ssize_t i) except -1:
+        """Row i's opening event (an instant's only one)."""
+        cdef const char* text = NULL
+        cdef Py_ssize_t length = 0
+        cdef int32_t code = self.s.thread_name[i]
+        if code != self.s.own_name[self.t]:
+            item = self.thread_names[code]
+            text = PyBytes_AS_STRING(item)
+            length = PyBytes_GET_SIZE(item)
+        cdef uint8_t* p = self.out.room(184 + (length + 16 if text != NULL else 0))
+        self.out.done(put_begin(p, &self.s, i, self.track, self.sequence, text, length))
+        return 0
+
+
+cdef inline uint8_t* put_begin(uint8_t* p, const Spans* s, Py_ssize_t i, uint64_t track, uint64_t sequence,
+                               const char* text, Py_ssize_t length) noexcept nogil:
+    """A TracePacket with row i's TrackEvent (a slice's begin, or an instant) on ``track``;
+    ``text`` (not NULL): the thread name it carries as an annotation."""
+    cdef uint8_t* lp1
+    cdef uint8_t* lp2
+    cdef int32_t c = s.category[i]
+    p[0] = 0x0A
+    lp1 = p + 1
+    p[2] = F_TIMESTAMP << 3
+    p = put_varint(p + 3, <uint64_t>s.start[i])
+    p[0] = (F_TRACK_EVENT << 3) | 2
+    lp2 = p + 1
+    p[2] = F_EVENT_TYPE << 3
+    p[3] = SLICE_BEGIN if s.duration[i] > 0 else INSTANT
+    p[4] = F_EVENT_TRACK_UUID << 3
+    p = put_varint(p + 5, track)
+    if c >= 0:
+        p[0] = F_EVENT_CATEGORY_IIDS << 3
+        p = put_varint(p + 1, <uint64_t>(c + 1))
+    p[0] = F_EVENT_NAME_IID << 3
+    p = put_varint(p + 1, <uint64_t>(s.name[i] + 1))
+    p = put_annotations(p, s, i, text, length)
+    p = close_len(lp2, p)
+    p[0] = F_SEQUENCE_ID << 3
+    p = put_varint(p + 1, sequence)
+    p[0] = F_SEQUENCE_FLAGS << 3
+    p[1] = NEEDS_STATE
+    return close_len(lp1, p + 2)
+
+
+cdef inline uint8_t* put_annotations(uint8_t* p, const Spans* s, Py_ssize_t i, const char* text,
+                                     Py_ssize_t length) noexcept nogil:
+    """Row i's columns as debug annotations, then its flows."""
+    cdef uint8_t* lp
+    p = put_annotation(p, A_SPAN_ID, F_ANNOTATION_UINT << 3, s.span_id[i])
+    if s.has_parent[i]:
+        p = put_annotation(p, A_PARENT_ID, F_ANNOTATION_UINT << 3, s.parent_id[i])
+    p = put_annotation(p, A_DEPTH, F_ANNOTATION_INT << 3, <uint64_t><int64_t>s.depth[i])
+    if s.has_arg[i]:
+        p = put_annotation(p, A_ARG, F_ANNOTATION_INT << 3, <uint64_t>s.arg[i])
+    if s.error[i]:
+        p = put_annotation(p, A_ERROR, F_ANNOTATION_BOOL << 3, 1)
+    if text != NULL:
+        p[0] = (F_EVENT_ANNOTATIONS << 3) | 2
+        lp = p + 1
+        p[2] = F_ANNOTATION_NAME_IID << 3
+        p[3] = A_THREAD_NAME
+        p[4] = (F_ANNOTATION_STRING << 3) | 2
+        p = put_varint(p + 5, <uint64_t>length)
+        memcpy(p, text, length)
+        p = close_len(lp, p + length)
+    # Flows as TrackEvent.flow_ids (47) / terminating_flow_ids (48), fixed64 (wire
+    # type 1): the two-byte tags precomputed, the id copied little-endian (the
+    # protobuf order, and every platform's we build for).
+    if s.flow_out[i]:
+        p[0] = 0xF9
+        p[1] = 0x02
+        memcpy(p + 2, &s.flow_out[i], 8)
+        p += 10
+    if s.flow_in[i]:
+        p[0] = 0x81
+        p[1] = 0x03
+        memcpy(p + 2, &s.flow_in[i], 8)
+        p += 10
+    return p
 
 
 # =========================================================================== decoder
@@ -641,6 +704,30 @@ cdef struct Track:
 # Row flags
 
 
+cdef struct Slice:
+    # A TrackEvent's fields, as the decoder's scanner found them.
+    uint64_t kind, track_uuid, name_iid, category_iid
+    bint has_track, has_name, has_category
+    const uint8_t* ann[32]
+    const uint8_t* ann_end[32]
+    int n_ann
+
+
+cdef struct Annotation:
+    uint64_t iid, value
+    bint has_value
+    const uint8_t* string
+    uint64_t string_len
+
+
+cdef struct Row:
+    # A slice's columns from its annotations.
+    uint8_t flags
+    int64_t depth, argv
+    uint64_t span, parent
+
+
+@cython.final  # direct calls between its parts (no vtable), which the C compiler inlines
 cdef class Decoder:
     """Reads a trace block by block (never the whole file) into span columns: each
     opening event becomes a row when it is read, each SLICE_END closes the last slice open
@@ -709,7 +796,7 @@ cdef class Decoder:
         self.cap = cap
         return 0
 
-    cdef int64_t track_of(self, uint64_t uuid) except -1:
+    cdef inline int64_t track_of(self, uint64_t uuid) except -1:
         cdef Py_ssize_t index
         cdef void* q
         if self.last_track_index >= 0 and uuid == self.last_track_uuid:
@@ -801,7 +888,7 @@ cdef class Decoder:
             if self.tracks[t].depth:
                 raise CodecError(f"{self.tracks[t].depth} slice(s) on track {self.tracks[t].uuid} begin and never end")
 
-    cdef int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+    cdef inline int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
         cdef uint64_t tag, v, ts = 0
         cdef bint has_ts = False
         cdef const uint8_t* event = NULL
@@ -853,7 +940,7 @@ cdef class Decoder:
             self.event(event, event_end, <int64_t>ts, base)
         return 0
 
-    cdef const uint8_t* skip(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
+    cdef inline const uint8_t* skip(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
                              const uint8_t* base) except? NULL:
         cdef uint64_t v
         if wire == 0:
@@ -871,29 +958,11 @@ cdef class Decoder:
         self.fail(f"wire type {wire} (not a Perfetto trace?)", at, base)
         return NULL
 
-    cdef int event(self, const uint8_t* p, const uint8_t* end, int64_t ts, const uint8_t* base) except -1:
-        cdef uint64_t tag, v, kind = 0, track_uuid = 0, name_iid = 0, category_iid = 0
-        cdef uint64_t a_tag, a_iid, a_value
-        cdef bint has_track = False, has_name = False, has_category = False, a_has_value
+    cdef inline int scan_event(self, const uint8_t* p, const uint8_t* end, const uint8_t* base, Slice* f) except -1:
+        """A TrackEvent's fields into f (its annotations found, not yet read)."""
+        cdef uint64_t tag, v
         cdef const uint8_t* at
-        cdef const uint8_t* a
-        cdef const uint8_t* a_end
-        cdef const uint8_t* a_string = NULL
-        cdef uint64_t a_string_len = 0
-        cdef int field, wire, a_field, a_wire, meaning
-        cdef Py_ssize_t row = -1, t
-        cdef uint8_t flags = 0
-        cdef int64_t depth = 0, open_row
-        cdef uint64_t span = 0, parent = 0
-        cdef int64_t argv = 0
-        cdef Track* track
-        cdef void* q
-        cdef const uint8_t* ann[32]
-        cdef const uint8_t* ann_end[32]
-        cdef int n_ann = 0
-        cdef int i
-        cdef bint known
-        cdef str text
+        cdef int field, wire
         while p < end:
             at = p
             p = get_varint(p, end, &tag)
@@ -906,155 +975,201 @@ cdef class Decoder:
                     self.fail(f"track event field {field} with wire type {wire}, not a varint", at, base)
                 p = get_varint(p, end, &v)
                 if field == F_EVENT_TYPE:
-                    kind = v
+                    f.kind = v
                 elif field == F_EVENT_TRACK_UUID:
-                    track_uuid = v
-                    has_track = True
+                    f.track_uuid = v
+                    f.has_track = True
                 else:
-                    name_iid = v
-                    has_name = True
+                    f.name_iid = v
+                    f.has_name = True
             elif field == F_EVENT_CATEGORY_IIDS:
-                if wire == 0:
-                    p = get_varint(p, end, &v)
-                elif wire == 2:  # packed: the first category is the one we keep
-                    p = get_varint(p, end, &v)
-                    if p == NULL or v > <uint64_t>(end - p) or v == 0:
-                        self.fail("a category list runs past its track event", at, base)
-                    a_end = p + v
-                    p = get_varint(p, a_end, &v)
-                    if p != NULL:
-                        p = a_end
-                else:
-                    self.fail(f"category ids with wire type {wire}", at, base)
-                if p != NULL:
-                    category_iid = v
-                    has_category = True
+                p = self.scan_category(p, end, wire, at, base, f)
             elif field == F_EVENT_ANNOTATIONS:
                 if wire != 2:
                     self.fail(f"a debug annotation with wire type {wire}, not a message", at, base)
                 p = get_varint(p, end, &v)
                 if p == NULL or v > <uint64_t>(end - p):
                     self.fail("a debug annotation runs past its track event", at, base)
-                if n_ann == 32:
+                if f.n_ann == 32:
                     self.fail("more than 32 debug annotations on one event (not a trace hotspan wrote?)", at, base)
-                ann[n_ann] = p
-                ann_end[n_ann] = p + v
-                n_ann += 1
+                f.ann[f.n_ann] = p
+                f.ann_end[f.n_ann] = p + v
+                f.n_ann += 1
                 p += v
             else:
                 p = self.skip(p, end, wire, at, base)
             if p == NULL:
                 self.fail("a field runs past the end of its track event", at, base)
-        if not has_track:
+        return 0
+
+    cdef inline const uint8_t* scan_category(self, const uint8_t* p, const uint8_t* end, int wire, const uint8_t* at,
+                                      const uint8_t* base, Slice* f) except? NULL:
+        """category_iids: one varint, or a packed list (the first category is the one we keep)."""
+        cdef uint64_t v
+        cdef const uint8_t* list_end
+        if wire == 0:
+            p = get_varint(p, end, &v)
+        elif wire == 2:
+            p = get_varint(p, end, &v)
+            if p == NULL or v > <uint64_t>(end - p) or v == 0:
+                self.fail("a category list runs past its track event", at, base)
+            list_end = p + v
+            p = get_varint(p, list_end, &v)
+            if p != NULL:
+                p = list_end
+        else:
+            self.fail(f"category ids with wire type {wire}", at, base)
+        if p != NULL:
+            f.category_iid = v
+            f.has_category = True
+        return p
+
+    cdef inline int scan_annotation(self, const uint8_t* a, const uint8_t* a_end, const uint8_t* base,
+                             Annotation* x) except -1:
+        """A DebugAnnotation's name id, integer (or bool) value and string value."""
+        cdef uint64_t a_tag, v
+        cdef const uint8_t* at
+        cdef int a_field, a_wire
+        memset(x, 0, sizeof(Annotation))
+        while a < a_end:
+            at = a
+            a = get_varint(a, a_end, &a_tag)
+            if a == NULL:
+                self.fail("a debug annotation field runs past its end", at, base)
+            a_field = <int>(a_tag >> 3) if a_tag < (<uint64_t>1 << 32) else -1
+            a_wire = a_tag & 7
+            if a_field == F_ANNOTATION_NAME_IID or a_field == F_ANNOTATION_BOOL or a_field == F_ANNOTATION_UINT \
+                    or a_field == F_ANNOTATION_INT:
+                if a_wire != 0:
+                    self.fail(f"debug annotation field {a_field} with wire type {a_wire}", at, base)
+                a = get_varint(a, a_end, &v)
+                if a_field == F_ANNOTATION_NAME_IID:
+                    x.iid = v
+                else:
+                    x.value = v
+                    x.has_value = True
+            elif a_field == F_ANNOTATION_STRING and a_wire == 2:
+                a = get_varint(a, a_end, &v)
+                if a == NULL or v > <uint64_t>(a_end - a):
+                    self.fail("a debug annotation string runs past its end", at, base)
+                x.string = a
+                x.string_len = v
+                a += v
+            else:
+                a = self.skip(a, a_end, a_wire, at, base)
+            if a == NULL:
+                self.fail("a debug annotation field runs past its end", at, base)
+        return 0
+
+    cdef inline int annotate(self, const uint8_t* at, const uint8_t* a_end, const uint8_t* base, Row* r) except -1:
+        """One debug annotation of a slice (at ``at``) into its row's columns."""
+        cdef Annotation x
+        cdef int meaning
+        cdef bint known
+        cdef int64_t depth
+        self.scan_annotation(at, a_end, base, &x)
+        if x.iid < 64:
+            meaning = self.annotation_kind[x.iid]
+            known = meaning != 0 or x.iid in self.annotation_names
+        else:
+            entry = self.annotation_names.get(x.iid)
+            known = entry is not None
+            meaning = entry[0] if known else 0
+        if not known:
+            self.fail(f"a debug annotation names id {x.iid}, never interned", at, base)
+        if meaning == A_THREAD_NAME:
+            if x.string == NULL:
+                self.fail("a thread_name annotation that is not a string", at, base)
+            self.renamed[self.n] = (<char*>x.string)[:x.string_len].decode("utf-8")
+            return 0
+        if meaning == 0:
+            return 0  # an annotation of someone else's: not a column
+        if not x.has_value:
+            self.fail(f"a {ANNOTATIONS[meaning - 1]} annotation without an integer value", at, base)
+        if meaning == A_SPAN_ID:
+            r.span = x.value
+            r.flags |= HAS_SPAN_ID
+        elif meaning == A_PARENT_ID:
+            r.parent = x.value
+            r.flags |= HAS_PARENT
+        elif meaning == A_DEPTH:
+            depth = <int64_t>x.value
+            if depth < -2147483648 or depth > 2147483647:
+                self.fail(f"a depth of {depth}", at, base)
+            r.depth = depth
+            r.flags |= HAS_DEPTH
+        elif meaning == A_ARG:
+            r.argv = <int64_t>x.value
+            r.flags |= HAS_ARG
+        elif meaning == A_ERROR:
+            if x.value:
+                r.flags |= ERROR
+        return 0
+
+    cdef inline int event(self, const uint8_t* p, const uint8_t* end, int64_t ts, const uint8_t* base) except -1:
+        """A TrackEvent at ``ts``: scanned, then a row opened, or its slice's row closed."""
+        cdef Slice f
+        cdef Row r
+        cdef Py_ssize_t t, i
+        cdef int64_t open_row
+        cdef Track* track
+        # Every field but the annotation pointers (only the first n_ann are read): a
+        # memset of the whole struct was most of the cost of an event.
+        f.kind = f.track_uuid = f.name_iid = f.category_iid = 0
+        f.has_track = f.has_name = f.has_category = False
+        f.n_ann = 0
+        memset(&r, 0, sizeof(Row))
+        self.scan_event(p, end, base, &f)
+        if not f.has_track:
             self.fail("a track event without a track (not a trace hotspan wrote?)", end, base)
-        if kind == COUNTER:
+        if f.kind == COUNTER:
             return 0  # not a span (formats/perfetto_counters.py reads counters)
-        t = self.track_of(track_uuid)
+        t = self.track_of(f.track_uuid)
         track = &self.tracks[t]
-        if kind == SLICE_END:
+        if f.kind == SLICE_END:
             if track.depth == 0:
-                self.fail(f"a slice ends on track {track_uuid} that never began", end, base)
+                self.fail(f"a slice ends on track {f.track_uuid} that never began", end, base)
             track.depth -= 1
             open_row = track.stack[track.depth]
             if ts < self.start[open_row]:
                 self.fail("a slice ends before it begins", end, base)
             self.end[open_row] = ts
             return 0
-        if kind != SLICE_BEGIN and kind != INSTANT:
-            self.fail(f"a track event of type {kind} (not a trace hotspan wrote?)", end, base)
-        if not has_name:
+        if f.kind != SLICE_BEGIN and f.kind != INSTANT:
+            self.fail(f"a track event of type {f.kind} (not a trace hotspan wrote?)", end, base)
+        if not f.has_name:
             self.fail("a slice without an interned name (not a trace hotspan wrote?)", end, base)
-        if name_iid > 0xFFFFFFFF or category_iid > 0xFFFFFFFF:
+        if f.name_iid > 0xFFFFFFFF or f.category_iid > 0xFFFFFFFF:
             self.fail("an interned id past 2^32 (not a trace hotspan wrote?)", end, base)
-        if has_category:
-            flags |= HAS_CATEGORY
-        for i in range(n_ann):
-            a = ann[i]
-            a_end = ann_end[i]
-            a_iid = 0
-            a_has_value = False
-            a_string = NULL
-            while a < a_end:
-                at = a
-                a = get_varint(a, a_end, &a_tag)
-                if a == NULL:
-                    self.fail("a debug annotation field runs past its end", at, base)
-                a_field = <int>(a_tag >> 3) if a_tag < (<uint64_t>1 << 32) else -1
-                a_wire = a_tag & 7
-                if a_field == F_ANNOTATION_NAME_IID or a_field == F_ANNOTATION_BOOL or a_field == F_ANNOTATION_UINT \
-                        or a_field == F_ANNOTATION_INT:
-                    if a_wire != 0:
-                        self.fail(f"debug annotation field {a_field} with wire type {a_wire}", at, base)
-                    a = get_varint(a, a_end, &v)
-                    if a_field == F_ANNOTATION_NAME_IID:
-                        a_iid = v
-                    else:
-                        a_value = v
-                        a_has_value = True
-                elif a_field == F_ANNOTATION_STRING and a_wire == 2:
-                    a = get_varint(a, a_end, &v)
-                    if a == NULL or v > <uint64_t>(a_end - a):
-                        self.fail("a debug annotation string runs past its end", at, base)
-                    a_string = a
-                    a_string_len = v
-                    a += v
-                else:
-                    a = self.skip(a, a_end, a_wire, at, base)
-                if a == NULL:
-                    self.fail("a debug annotation field runs past its end", at, base)
-            if a_iid < 64:
-                meaning = self.annotation_kind[a_iid]
-                known = meaning != 0 or a_iid in self.annotation_names
-            else:
-                entry = self.annotation_names.get(a_iid)
-                known = entry is not None
-                meaning = entry[0] if known else 0
-            if not known:
-                self.fail(f"a debug annotation names id {a_iid}, never interned", ann[i], base)
-            if meaning == A_THREAD_NAME:
-                if a_string == NULL:
-                    self.fail("a thread_name annotation that is not a string", ann[i], base)
-                text = (<char*>a_string)[:a_string_len].decode("utf-8")
-                self.renamed[self.n] = text
-                continue
-            if meaning == 0:
-                continue  # an annotation of someone else's: not a column
-            if not a_has_value:
-                self.fail(f"a {ANNOTATIONS[meaning - 1]} annotation without an integer value", ann[i], base)
-            if meaning == A_SPAN_ID:
-                span = a_value
-                flags |= HAS_SPAN_ID
-            elif meaning == A_PARENT_ID:
-                parent = a_value
-                flags |= HAS_PARENT
-            elif meaning == A_DEPTH:
-                depth = <int64_t>a_value
-                if depth < -2147483648 or depth > 2147483647:
-                    self.fail(f"a depth of {depth}", ann[i], base)
-                flags |= HAS_DEPTH
-            elif meaning == A_ARG:
-                argv = <int64_t>a_value
-                flags |= HAS_ARG
-            elif meaning == A_ERROR:
-                if a_value:
-                    flags |= ERROR
-        if not (flags & HAS_SPAN_ID):
+        if f.has_category:
+            r.flags |= HAS_CATEGORY
+        for i in range(f.n_ann):
+            self.annotate(f.ann[i], f.ann_end[i], base, &r)
+        if not (r.flags & HAS_SPAN_ID):
             self.fail("a slice without a span_id annotation (not a trace hotspan wrote?)", end, base)
+        self.add_slice(&f, &r, ts, t)
+        return 0
+
+    cdef inline int add_slice(self, Slice* f, Row* r, int64_t ts, Py_ssize_t t) except -1:
+        """The row of a slice's begin (kept open on its track) or of an instant."""
+        cdef Py_ssize_t row
+        cdef Track* track = &self.tracks[t]
+        cdef void* q
         if self.n == self.cap:
             self.grow()
         row = self.n
         self.n += 1
         self.start[row] = ts
         self.end[row] = ts  # an instant ends where it starts; a slice's end comes later
-        self.span_id[row] = span
-        self.parent_id[row] = parent
-        self.arg[row] = argv
-        self.depth[row] = <int32_t>depth
-        self.name[row] = <uint32_t>name_iid
-        self.category[row] = <uint32_t>category_iid
+        self.span_id[row] = r.span
+        self.parent_id[row] = r.parent
+        self.arg[row] = r.argv
+        self.depth[row] = <int32_t>r.depth
+        self.name[row] = <uint32_t>f.name_iid
+        self.category[row] = <uint32_t>f.category_iid
         self.track[row] = <int32_t>t
-        self.flags[row] = flags
-        if kind == SLICE_BEGIN:
+        self.flags[row] = r.flags
+        if f.kind == SLICE_BEGIN:
             if track.depth == track.cap:
                 track.cap = track.cap * 2 if track.cap else 16
                 q = realloc(track.stack, track.cap * sizeof(int64_t))
