@@ -234,16 +234,13 @@ def test_configure_counters_samples_rss_until_turned_off(clean):
     configure(counters=0) stops them."""
     hotspan.configure(counters=0.01)
     try:
-        got = wait_until(
-            lambda: [
-                v
-                for n, v in zip(
-                    *(hotspan.drain_counters().column(c).to_pylist() for c in ("name", "value"))
-                )
-                if n == "rss"
-            ],
-            what="an rss sample",
-        )
+
+        def rss_values() -> list[float]:
+            drained = hotspan.drain_counters()  # once a poll: each call takes what it returns
+            names, values = (drained.column(c).to_pylist() for c in ("name", "value"))
+            return [v for n, v in zip(names, values) if n == "rss"]
+
+        got = wait_until(rss_values, what="an rss sample")
     finally:
         hotspan.configure(counters=0)
     assert all(v > 1 << 20 for v in got)
