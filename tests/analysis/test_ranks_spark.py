@@ -18,24 +18,6 @@ from hotspan.testing import Straggler, many_ranks
 pytestmark = pytest.mark.slow  # the JVM's start, and a few Spark jobs per question
 
 
-@pytest.fixture(scope="session")
-def spark():
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("hotspan-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 LAYOUTS = {
     "none": dict(ranks=8, stragglers=[], seed=11),
     "one": dict(ranks=8, stragglers=[Straggler(3, "data.fetch", 20_000_000, 0.8)], seed=12),

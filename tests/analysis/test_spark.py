@@ -17,24 +17,6 @@ import hotspan
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
-def spark():
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("hotspan-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2] / "benchmarks"))

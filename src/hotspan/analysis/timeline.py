@@ -1188,16 +1188,5 @@ class _Blocks:
                     pa.array(keys[:, 2]),
                     pa.array(keys[:, 3]),
                 ],
-                names=[
-                    "span_id",
-                    "parent_id",
-                    "name",
-                    "start_ns",
-                    "end_ns",
-                    "depth",
-                    "rank",
-                    "pid",
-                    "thread_id",
-                    "lane",
-                ],
+                names=[*_COLUMNS, "lane"],
             )
