@@ -101,11 +101,12 @@ cdef inline char* put_u64(char* p, uint64_t v) noexcept nogil:
         q -= 2
         q[0] = DIGITS[2 * r]
         q[1] = DIGITS[2 * r + 1]
+    q -= 1 if v < 10 else 2  # the first one or two digits (pointer steps, no negative index)
     if v >= 10:
-        q[-2] = DIGITS[2 * v]
-        q[-1] = DIGITS[2 * v + 1]
+        q[0] = DIGITS[2 * v]
+        q[1] = DIGITS[2 * v + 1]
     else:
-        q[-1] = <char>(48 + v)
+        q[0] = <char>(48 + v)
     return p + n
 
 
