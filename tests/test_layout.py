@@ -236,3 +236,33 @@ def test_the_known_crossings_still_exist():
     # each one removed is taken off the list, so the list never hides a new one
     for name, target in KNOWN_CROSSINGS:
         assert target in {t for _line, t in edges(name)}, (name, target)
+
+
+def test_every_public_module_says_what_it_offers():
+    # __all__ in every module whose name has no underscored part (issue 34: "a smaller
+    # face"), each name in it defined or imported there
+    missing, unknown = [], []
+    for name, path in MODULES.items():
+        if any(is_private(part) for part in name.split(".")) or name.endswith("__main__"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        declared = None
+        defined: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        defined.add(target.id)
+                        if target.id == "__all__" and node in tree.body:
+                            declared = ast.literal_eval(node.value)
+        if declared is None:
+            missing.append(str(path.relative_to(SRC)))
+        else:
+            unknown += [f"{path.relative_to(SRC)}: {n}" for n in declared if n not in defined]
+    assert missing == [], "modules without __all__"
+    assert unknown == [], "names in __all__ the module does not have"

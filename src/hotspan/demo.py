@@ -10,6 +10,8 @@ import numpy as np
 
 import hotspan
 
+__all__ = ["run"]
+
 
 def _worker(rank_in_node: int, steps: int, size: int, barrier: threading.Barrier) -> None:
     hotspan.set_thread_name(f"worker-{rank_in_node}")

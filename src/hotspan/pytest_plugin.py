@@ -41,6 +41,16 @@ import pytest
 if TYPE_CHECKING:
     import pyarrow as pa
 
+__all__ = [
+    "DEFAULT_DIR",
+    "EXTRA_INFO_KEY",
+    "PART_TEST_KEY",
+    "SPAN_SAMPLES",
+    "pytest_addoption",
+    "pytest_configure",
+    "summary",
+]
+
 DEFAULT_DIR = ".hotspan"
 #: The key of ``benchmark.extra_info`` the summary goes under.
 EXTRA_INFO_KEY = "hotspan"

@@ -16,6 +16,17 @@ from .rank_arrays import PerRank, group_bounds, sorted_by
 if TYPE_CHECKING:
     from .rank_kernel import RankAnalysis
 
+__all__ = [
+    "EarlyWindows",
+    "N_NAMES",
+    "UNTRACKED",
+    "critical_path_table",
+    "critical_summary",
+    "second_pass",
+    "straggler_table",
+    "wanted_windows",
+]
+
 UNTRACKED = "(untracked)"
 
 

@@ -14,6 +14,8 @@ import pyarrow as pa
 
 from .filters import SpanFilter, filter_table
 
+__all__ = ["BATCH_ROWS", "COLUMNS", "RankSource", "Strings", "gather"]
+
 COLUMNS = (
     "span_id",
     "parent_id",

@@ -11,6 +11,8 @@ from pathlib import Path
 from .common import add_command
 from .errors import CliError
 
+__all__ = ["cmd_collect", "register"]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan collect`` to the subcommands ``sub``."""

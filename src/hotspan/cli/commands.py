@@ -36,6 +36,8 @@ from . import (
 from .common import CliParser
 from .errors import EXIT_BAD_INPUT, CliError
 
+__all__ = ["COMMANDS", "build_parser", "main"]
+
 #: The commands, in the order ``hotspan --help`` lists them.
 COMMANDS = (
     demo,

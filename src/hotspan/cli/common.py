@@ -16,6 +16,22 @@ import pyarrow as pa
 
 from .errors import EXIT_BAD_INPUT, CliError
 
+__all__ = [
+    "CliParser",
+    "DEFAULT_BY",
+    "add_command",
+    "add_filter_options",
+    "engine_of",
+    "export_trace",
+    "load_filtered",
+    "load_traces",
+    "open_spans_for",
+    "parse_by",
+    "span_filter",
+    "without_pandas",
+    "write_atomically",
+]
+
 DEFAULT_BY = ("category", "name")
 
 

@@ -9,6 +9,8 @@ from ..units import human_bytes, human_ns
 from .common import add_command
 from .errors import CliError, check_dataset
 
+__all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "add_arguments", "cmd_compact", "register"]
+
 HELP = "merge a dataset's small parts into parts of about 128 MiB, readers reading on"
 DESCRIPTION = (
     "Merge each writer's small parts (part-r<R>-<pid>-<token>-<n>.parquet, one per flush) of the dataset "

@@ -16,6 +16,15 @@ from .common import add_command, add_filter_options, engine_of, open_spans_for, 
 from .errors import CliError
 from .tables import fitted_table, new_console
 
+__all__ = [
+    "benchmark_drift_line",
+    "cmd_compare",
+    "exit_status",
+    "json_drift_line",
+    "register",
+    "shift_line",
+]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan compare`` to the subcommands ``sub``."""

@@ -13,6 +13,8 @@ import sys
 
 from .common import add_command
 
+__all__ = ["SHELLS", "bash_script", "cmd_completion", "fish_script", "register", "zsh_script"]
+
 SHELLS = ("bash", "zsh", "fish")
 
 

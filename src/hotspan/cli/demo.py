@@ -10,6 +10,8 @@ from .common import add_command, export_trace
 from .errors import CliError, check_output
 from .tables import new_console, print_recording_summary
 
+__all__ = ["cmd_demo", "register"]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan demo`` to the subcommands ``sub``."""

@@ -11,6 +11,8 @@ import pyarrow as pa
 from .common import add_command, add_filter_options, export_trace, load_filtered, span_filter
 from .errors import check_output
 
+__all__ = ["cmd_export", "register"]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan export`` to the subcommands ``sub``."""

@@ -8,6 +8,8 @@ from .common import add_command, add_filter_options, load_filtered
 from .errors import CliError
 from .tables import new_console
 
+__all__ = ["cmd_gantt", "register"]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan gantt`` to the subcommands ``sub``."""

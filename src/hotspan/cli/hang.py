@@ -11,6 +11,8 @@ import os
 from .common import add_command
 from .errors import CliError
 
+__all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "cmd_hang", "register"]
+
 HELP = "where a hung job's ranks are: grouped by the collective they wait in, from flight files or a collector"
 DESCRIPTION = (
     "Reads the flight files of a job's processes (started with HOTSPAN_FLIGHT=PATH; no other change) "

@@ -10,6 +10,8 @@ from typing import Any
 from .common import add_command, add_filter_options, span_filter, without_pandas
 from .errors import CliError
 
+__all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "cmd_ranks", "print_summary", "register"]
+
 HELP = "across ranks: stragglers (who makes the others wait, and why) and the critical path"
 DESCRIPTION = (
     "Matches each collective (a span whose category ends in 'comms', e.g. train/comms) across ranks: "

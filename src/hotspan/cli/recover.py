@@ -9,6 +9,8 @@ import sys
 from .common import add_command
 from .errors import CliError, check_output
 
+__all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "add_arguments", "cmd_recover", "register"]
+
 HELP = "rebuild the spans a crashed process left in its flight file (HOTSPAN_FLIGHT)"
 DESCRIPTION = (
     "Read the flight file of a process that died (SIGKILL, SIGSEGV, abort(), the OOM killer) and write "

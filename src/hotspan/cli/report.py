@@ -8,6 +8,8 @@ from pathlib import Path
 from .common import add_command, add_filter_options, load_filtered, write_atomically
 from .errors import check_output
 
+__all__ = ["cmd_report", "register"]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan report`` to the subcommands ``sub``."""

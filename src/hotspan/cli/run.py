@@ -12,6 +12,8 @@ from .common import add_command
 from .errors import CliError, check_output
 from .tables import print_recording_summary
 
+__all__ = ["add_arguments", "cmd_run", "register", "split_argv"]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan run`` to the subcommands ``sub``."""

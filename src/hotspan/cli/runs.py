@@ -10,6 +10,8 @@ from typing import Sequence
 from .common import add_command
 from .errors import CliError, check_dataset
 
+__all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "cmd_runs", "register"]
+
 HELP = "list the runs a dataset directory holds: id, start, processes, ranks, spans, command"
 DESCRIPTION = (
     "Each run has an id, drawn by its first process (hotspan run, a HOTSPAN_OUT parent) or taken from "

@@ -9,6 +9,8 @@ import sys
 from .common import add_command, without_pandas
 from .errors import CliError
 
+__all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "add_arguments", "cmd_serve", "register"]
+
 DESCRIPTION = (
     "Serve the runs under DIR (every trace file of any format hotspan reads, and every dataset directory "
     "part-*.parquet, found anywhere below it; new runs appear without a restart): a JSON API under /v1 "

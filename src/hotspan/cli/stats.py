@@ -30,6 +30,8 @@ from .tables import (
     stat_head,
 )
 
+__all__ = ["cmd_stats", "register"]
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hotspan stats`` to the subcommands ``sub``."""

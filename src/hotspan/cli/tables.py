@@ -12,6 +12,20 @@ import pyarrow.compute as pc
 
 from ..units import human_count, human_ns, human_rate
 
+__all__ = [
+    "STAT_DEFAULT",
+    "STAT_HEADS",
+    "distinct_cuts",
+    "fitted_table",
+    "middle_cut",
+    "new_console",
+    "phases_renderable",
+    "print_recording_summary",
+    "print_stats",
+    "stat_column",
+    "stat_head",
+]
+
 
 def new_console(stderr: bool = False):
     """A console as wide as the terminal; piped or captured, as wide as ``COLUMNS`` says

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from .common import add_command
 from .errors import CliError
 
+__all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "add_arguments", "cmd_top", "register"]
+
 HELP = "the open spans of running processes, per rank and thread, from their flight files"
 DESCRIPTION = (
     "Show, per rank and thread, the stack of spans open now and how long each has been open, read from "

@@ -4,3 +4,5 @@
 C core through the CUDA driver; this module turns them into rows). Loaded by the first
 drain after a device span; nothing here imports pyarrow at import.
 """
+
+__all__: list[str] = []  # a namespace: its modules are what it offers

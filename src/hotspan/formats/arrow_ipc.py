@@ -13,6 +13,8 @@ import pyarrow as pa
 from . import base
 from .base import Exporter, Progress
 
+__all__ = ["ArrowIpcExporter"]
+
 
 class ArrowIpcExporter(Exporter):
     def _write(self, table: pa.Table, path: Path) -> None:

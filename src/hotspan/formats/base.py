@@ -39,6 +39,27 @@ if TYPE_CHECKING:
 from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA, with_pandas_dtypes
 from .._selftime import with_self_ns
 
+__all__ = [
+    "BATCH_ROWS",
+    "DERIVED_COLUMNS",
+    "Exporter",
+    "MISSING_PARENTS",
+    "Progress",
+    "TraceFileError",
+    "TraceFileWarning",
+    "atomic_path",
+    "check_span_rules",
+    "check_span_table",
+    "conform_to_schema",
+    "dictionary_batches",
+    "longest_line",
+    "missing_parents",
+    "note_skipped",
+    "open_regular_file",
+    "read_line_blocks",
+    "require_regular_file",
+]
+
 #: Columns a table may lack: computed from the others when it does (see _selftime.py).
 DERIVED_COLUMNS = ("self_ns", "wait_ns")
 

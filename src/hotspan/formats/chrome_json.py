@@ -67,6 +67,18 @@ from .codec_inputs import (
 )
 from .lanes import assign_lanes, restore_lanes
 
+__all__ = [
+    "ChromeJsonExporter",
+    "ChromeJsonGzExporter",
+    "FORMAT_MARK",
+    "MAX_INFLATED_BYTES",
+    "MAX_VALUE_BYTES",
+    "META_SOURCE",
+    "READ_BLOCK",
+    "UINT32_MAX",
+    "WRITE_BLOCK",
+]
+
 FORMAT_MARK = "hotspan-chrome-json/1"
 UINT32_MAX = (1 << 32) - 1
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -23,6 +23,8 @@ from .base import (
     read_line_blocks,
 )
 
+__all__ = ["CsvExporter", "INCOMPLETE_LAST_ROW"]
+
 
 #: The reason said for a file that ends mid-row (``hotspan.skipped_on_load``'s key).
 INCOMPLETE_LAST_ROW = (

@@ -16,6 +16,8 @@ import pyarrow as pa
 from .._flame import folded_stacks
 from .base import Exporter, TraceFileError
 
+__all__ = ["FoldedExporter"]
+
 
 class FoldedExporter(Exporter):
     keeps_metadata = False

@@ -28,6 +28,8 @@ from .base import (
     read_line_blocks,
 )
 
+__all__ = ["JSONL_SCHEMA", "JsonlExporter", "SPANS_KEY"]
+
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:
     return type_.value_type if pa.types.is_dictionary(type_) else type_

@@ -25,6 +25,8 @@ import pyarrow.compute as pc
 
 from .._schema import META_TASKS, META_VERSION
 
+__all__ = ["LANES_KEY", "LANE_BASE", "assign_lanes", "may_overlap", "restore_lanes"]
+
 #: Schema metadata key: JSON ``{"synthetic thread id": real thread id}``.
 LANES_KEY = b"hotspan.lanes"
 #: First synthetic thread id: above any Linux thread id (at most 2**22) and within int32,

@@ -21,6 +21,15 @@ import pyarrow.parquet as pq
 from . import _thrift
 from .base import Exporter, Progress
 
+__all__ = [
+    "PARALLEL_MIN_ROWS",
+    "PARALLEL_ROWS",
+    "PART_WRITER_OPTIONS",
+    "ParquetExporter",
+    "PartParquetExporter",
+    "ROW_GROUP_ROWS",
+]
+
 ROW_GROUP_ROWS = 1 << 20
 
 # Measured on the 1 M-span benchmark table (pyarrow 26, one core: pyarrow's writer encodes

@@ -31,6 +31,8 @@ from .codec_inputs import (
 )
 from .lanes import assign_lanes, restore_lanes
 
+__all__ = ["PerfettoExporter"]
+
 #: Bytes read per block: the decoder never holds more of the file than this (plus one
 #: packet, which is small in our traces and refused past 64 MiB in any).
 _READ_BLOCK = 4 << 20

@@ -17,6 +17,8 @@ from .._schema import COUNTER_SCHEMA
 from . import _perfetto_codec as codec
 from .base import TraceFileError
 
+__all__ = ["SEQUENCE", "counter_packets", "read_counters"]
+
 #: The counters' packet sequence: past any the span encoder uses (2 + thread index).
 SEQUENCE = 0x7FFF0001
 #: Counter track uuids: past the process and thread tracks' (1 + index).

@@ -28,6 +28,8 @@ from .._columns import column_codes, combined_codes, to_numpy
 from .base import Exporter, TraceFileError
 from .lanes import LANE_BASE, assign_lanes
 
+__all__ = ["SCHEMA_URL", "SpeedscopeExporter", "speedscope_document"]
+
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from .._api import traced
 
+__all__ = ["CATEGORY", "FUNCTIONS", "install", "uninstall"]
+
 CATEGORY = "mlx"
 FUNCTIONS = ("eval", "async_eval", "synchronize")
 

@@ -53,6 +53,18 @@ from typing import Any, Callable
 
 from .._native import span as _span
 
+__all__ = [
+    "ALWAYS_ASYNC",
+    "CATEGORY",
+    "COLLECTIVES",
+    "Collective",
+    "P2P",
+    "TracedWork",
+    "WORLD",
+    "install",
+    "uninstall",
+]
+
 CATEGORY = "comms"
 #: the default group's collectives
 WORLD = f"{CATEGORY}:world"

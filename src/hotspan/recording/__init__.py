@@ -8,3 +8,5 @@ with its own cursor (the hub).
     with hotspan.subscribe(callback): ...    # hotspan.recording.subscribers
                                              # hotspan.recording.hub: every reader's cursor
 """
+
+__all__: list[str] = []  # a namespace: its modules are what it offers

@@ -17,6 +17,8 @@ from .. import _native
 from ..quiet_threads import start_quiet
 from ..units import human_ns
 
+__all__ = ["LiveLog", "format_line", "live"]
+
 _QUEUE_ENTRIES = 1 << 16
 _current: "LiveLog | None" = None
 _current_lock = threading.Lock()

@@ -20,6 +20,8 @@ import pyarrow as pa
 from .._flame import FlameTree, flame_tree
 from .._columns import to_numpy
 
+__all__ = ["MIN_SHARE", "NO_CATEGORY", "asset", "flame_html", "prune"]
+
 #: Nodes thinner than this share of the whole are left out of the page: never drawn (under
 #: half a pixel at any zoom short of 1/100 of the trace) and they would bloat the data.
 MIN_SHARE = 1e-6

@@ -17,6 +17,18 @@ from rich.text import Text
 from ..units import human_ns
 from .layout import Layout, cell_coverage, error_cells, layout
 
+__all__ = [
+    "COLORS",
+    "ERROR_GLYPH",
+    "GLYPHS",
+    "LABEL_WIDTH",
+    "OTHER_GLYPH",
+    "fit_label",
+    "gantt",
+    "legend",
+    "step_gantts",
+]
+
 #: Glyphs for categories, most time first; "!" is kept for errors.
 GLYPHS = "█▓▒░#=+*%@&o~^:"
 COLORS = (

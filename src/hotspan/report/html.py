@@ -35,6 +35,19 @@ from ..units import human_bytes, human_count, human_ns, human_rate
 from .flame import asset, flame_html
 from .layout import category_order, layout
 
+__all__ = [
+    "MAX_STAT_ROWS",
+    "PALETTE",
+    "REPORT_BINS",
+    "SECTIONS",
+    "category_colours",
+    "colours_by_time",
+    "html_report",
+    "rank_list",
+    "timeline_data",
+    "timeline_script",
+]
+
 MAX_STAT_ROWS = 300
 PALETTE = (
     "#4e79a7",

@@ -13,6 +13,8 @@ import pyarrow as pa
 
 from .._columns import column_codes, combined_codes, to_numpy, parent_rows
 
+__all__ = ["Layout", "category_order", "cell_coverage", "error_cells", "layout"]
+
 
 @dataclass
 class Layout:

@@ -28,6 +28,17 @@ from ..units import human_bytes, human_count, human_ns, human_rate
 from . import queries
 from .runs import Catalog
 
+__all__ = [
+    "BAR_WIDTH",
+    "HEATMAP_METRICS",
+    "HERE",
+    "MAX_STAT_ROWS",
+    "STAT_COLUMNS",
+    "add_pages",
+    "category_colours",
+    "phase_bars",
+]
+
 HERE = Path(__file__).resolve().parent
 
 #: The stats columns the run page shows: heading -> (column, formatter).
