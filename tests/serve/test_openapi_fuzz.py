@@ -39,7 +39,7 @@ def test_api_conforms_to_its_openapi_document(server, real_ids, readable_ids):
 
     schema = schemathesis.openapi.from_url(server.url + "openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 10  # with ranks, rank_steps and critical_path
+    assert len(operations) == 11  # with ranks, rank_steps, critical_path and counters
 
     # Random ids only ever meet 404: half of the cases ask about the real runs (the corrupt one
     # included), so the generated query values reach the statistics, pages of spans and so on.
