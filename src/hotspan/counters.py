@@ -251,13 +251,8 @@ def chrome_events(
     skipped = 0
     pids = dict(json_pid)
     used = set(pids.values())
-    rows = zip(
-        counters.column("time_ns").to_pylist(),
-        counters.column("name").to_pylist(),
-        counters.column("value").to_pylist(),
-        counters.column("rank").to_pylist(),
-        counters.column("pid").to_pylist(),
-    )
+    # (time_ns, name, value, rank, pid): the schema's order
+    rows = zip(*(counters.column(c).to_pylist() for c in COUNTER_SCHEMA.names))
     for time_ns, name, value, rank, pid in rows:
         key = (pid, rank)
         if key not in pids:

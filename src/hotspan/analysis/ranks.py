@@ -71,10 +71,6 @@ __all__ = [
 ]
 
 
-def _analysis(spans: Any, options: RankOptions, span_filter: Any, engine: Any) -> RankAnalysis:
-    return RankAnalysis(spans, options, span_filter, engine)
-
-
 def collectives(
     spans: Any,
     *,
@@ -90,7 +86,7 @@ def collectives(
     minus its own, within its span) and ``last`` (it arrived last). Rows in instance order.
     The metadata key ``hotspan.ranks`` (JSON) holds each rank's estimated clock offset."""
     options = RankOptions(category=category, align=align, clock_error_ns=clock_error_ns)
-    with _analysis(spans, options, filter, engine) as analysis:
+    with RankAnalysis(spans, options, filter, engine) as analysis:
         return analysis.collectives()
 
 
@@ -122,7 +118,7 @@ def stragglers(
         alpha=alpha,
         min_share=min_share,
     )
-    with _analysis(spans, options, filter, engine) as analysis:
+    with RankAnalysis(spans, options, filter, engine) as analysis:
         return straggler_table(analysis)
 
 
@@ -145,7 +141,7 @@ def critical_path(
     from .rank_reasons import critical_path_table, critical_summary
 
     options = RankOptions(category=category, step=step, align=align)
-    with _analysis(spans, options, filter, engine) as analysis:
+    with RankAnalysis(spans, options, filter, engine) as analysis:
         table = critical_path_table(analysis)
     return critical_summary(table) if summary else table
 
@@ -166,7 +162,7 @@ def rank_steps(
     rank's cells sum to its :func:`stragglers` ``blame_ns`` when every collective lies in a
     step) and ``last`` (how many instances those were). Metadata as :func:`collectives`."""
     options = RankOptions(category=category, step=step, align=align)
-    with _analysis(spans, options, filter, engine) as analysis:
+    with RankAnalysis(spans, options, filter, engine) as analysis:
         return analysis.step_cells()
 
 
@@ -202,7 +198,7 @@ def ranks_summary(
         alpha=alpha,
         min_share=min_share,
     )
-    with _analysis(spans, options, filter, engine) as analysis:
+    with RankAnalysis(spans, options, filter, engine) as analysis:
         # one more reading of the spans serves both the reasons and the critical path
         _, _, flagged = analysis.straggler_test(analysis.blame()[0])
         wanted = wanted_windows(analysis, flagged) if flagged.any() else None

@@ -181,6 +181,18 @@ def _json_rows(result: pa.Table) -> str:
     return json.dumps(rows, indent=1, default=str)
 
 
+def _printed_as_json(result: pa.Table, args: argparse.Namespace) -> bool:
+    """``--json`` (one array) or ``--jsonl`` (a row a line): printed, True; else False."""
+    if args.json:
+        print(_json_rows(result))
+        return True
+    if args.jsonl:
+        for row in json.loads(_json_rows(result)):
+            print(json.dumps(row, default=str))
+        return True
+    return False
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     if args.engine == "spark":  # Spark hands its rows over through pandas
         return _stats_command(args)
@@ -208,12 +220,7 @@ def _counter_command(args: argparse.Namespace) -> int:
     result = counter_stats(spans, counters, counter=args.counter)
     if args.top is not None:
         result = result.slice(0, args.top)
-    if args.json:
-        print(_json_rows(result))
-        return 0
-    if args.jsonl:
-        for row in json.loads(_json_rows(result)):
-            print(json.dumps(row, default=str))
+    if _printed_as_json(result, args):
         return 0
     from rich.table import Table
 
@@ -278,12 +285,7 @@ def _stats_command(args: argparse.Namespace) -> int:
         import pyarrow.csv as pcsv
 
         write_atomically(csv_path, lambda tmp: pcsv.write_csv(result, tmp))
-    if args.json:
-        print(_json_rows(result))
-        return 0
-    if args.jsonl:
-        for row in json.loads(_json_rows(result)):
-            print(json.dumps(row, default=str))
+    if _printed_as_json(result, args):
         return 0
     console = new_console()
     print_stats(console, result, by, heads)

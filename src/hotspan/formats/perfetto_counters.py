@@ -55,13 +55,8 @@ def counter_packets(counters: pa.Table, process_uuid: dict[tuple[int, int], int]
         return b""
     out = []
     tracks: dict[tuple[int, int, str], int] = {}
-    rows = zip(
-        counters.column("time_ns").to_pylist(),
-        counters.column("name").to_pylist(),
-        counters.column("value").to_pylist(),
-        counters.column("rank").to_pylist(),
-        counters.column("pid").to_pylist(),
-    )
+    # (time_ns, name, value, rank, pid): the schema's order
+    rows = zip(*(counters.column(c).to_pylist() for c in COUNTER_SCHEMA.names))
     first = True
     for time_ns, name, value, rank, pid in rows:
         key = (pid, rank, name)

@@ -799,15 +799,9 @@ def _export_to_children() -> None:
             _children_env_before = os.environ.get(ENV_CHILDREN)
             _children_env_set = True
         os.environ[ENV_CHILDREN] = json.dumps(specs)
-        try:
-            from .children import offer_to_multiprocessing
+        from .children import offer_to_multiprocessing
 
-            offer_to_multiprocessing()
-        except Exception as exc:  # noqa: BLE001 - out of memory, say so: never raise
-            _say(
-                f"recording to {', '.join(str(s.get('dest', '?')) for s in specs)}: "
-                f"multiprocessing's forkserver children will not be recorded ({_problem(exc)})"
-            )
+        offer_to_multiprocessing()  # imports nothing: multiprocessing, if loaded, or as it loads
     elif _children_env_set:
         if _children_env_before is None:
             os.environ.pop(ENV_CHILDREN, None)

@@ -20,7 +20,7 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 from urllib.parse import unquote
 
 from fastapi import FastAPI, Query, Request
@@ -38,6 +38,14 @@ _UNKNOWN = "no run with this id under the served directory"
 
 
 # --------------------------------------------------------------------------- response models
+
+
+#: The across-ranks endpoints' options (ranks, rank_steps, critical_path), declared once.
+CollectivesQuery = Annotated[
+    str,
+    Query(min_length=1, max_length=200, description="the last part of the collectives' category"),
+]
+StepQuery = Annotated[str, Query(min_length=1, max_length=1000, description="the step span's name")]
 
 
 class Problem(BaseModel):
@@ -599,15 +607,8 @@ class Served:
     def get_ranks(
         self,
         id: str,
-        collectives: str = Query(
-            "comms",
-            min_length=1,
-            max_length=200,
-            description="the last part of the collectives' category",
-        ),
-        step: str = Query(
-            "step", min_length=1, max_length=1000, description="the step span's name"
-        ),
+        collectives: CollectivesQuery = "comms",
+        step: StepQuery = "step",
     ) -> Any:
         """Across ranks, as `hotspan ranks --json` prints it (`hotspan.analysis.ranks.ranks_summary`):
         the run's figures, every rank's straggler row (blame, wait, steps last, the straggler
@@ -622,15 +623,8 @@ class Served:
     def get_rank_steps(
         self,
         id: str,
-        collectives: str = Query(
-            "comms",
-            min_length=1,
-            max_length=200,
-            description="the last part of the collectives' category",
-        ),
-        step: str = Query(
-            "step", min_length=1, max_length=1000, description="the step span's name"
-        ),
+        collectives: CollectivesQuery = "comms",
+        step: StepQuery = "step",
     ) -> Any:
         """Per rank and step (`hotspan.rank_steps`): the step's time, the rank's waits and the
         blame it earned there, a list per column: the cells of the rank x step heatmap
@@ -655,15 +649,8 @@ class Served:
         rank: Optional[str] = Query(
             None, max_length=2000, description="only these ranks' segments (comma-separated)"
         ),
-        collectives: str = Query(
-            "comms",
-            min_length=1,
-            max_length=200,
-            description="the last part of the collectives' category",
-        ),
-        step: str = Query(
-            "step", min_length=1, max_length=1000, description="the step span's name"
-        ),
+        collectives: CollectivesQuery = "comms",
+        step: StepQuery = "step",
     ) -> Any:
         """The segments of each step's critical path across ranks (`hotspan.critical_path`)
         that overlap the window: step, rank, span name, start and end (on that rank's clock),
