@@ -91,17 +91,26 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair) {
     return 0;
 }
 
+/* The thread's next block, claimed, and n records reserved in it; *rc says why not (the
+ * caller counts the drop as its own: a span's or a counter's). */
+static inline hs_record *next_block(hs_tstate *t, uint64_t n, int *rc) {
+    *rc = hs_writer_switch(t->chain, &t->w);
+    if (HS_UNLIKELY(*rc != HS_SWITCH_OK)) {
+        if (*rc == HS_SWITCH_CAP) hs_cap_drop_note(t->w.blk ? t->w.blk->bytes : 0);
+        return NULL;
+    }
+    hs_block_claim(t->w.blk, t->info->tid, t->last_pushed_seq);
+    return hs_writer_reserve(&t->w, n);
+}
+
 /* Out of line: the current block is full. A fresh one from the pool (or allocated under
  * the memory cap); at the cap the record is dropped and counted as such (the owning
  * thread is the counter's only writer: no read-modify-write needed). */
 __attribute__((noinline)) hs_record *hs_push_switch(hs_tstate *t, uint64_t n) {
-    int rc = hs_writer_switch(t->chain, &t->w);
-    if (HS_LIKELY(rc == HS_SWITCH_OK)) {
-        hs_block_claim(t->w.blk, t->info->tid, t->last_pushed_seq);
-        return hs_writer_reserve(&t->w, n);
-    }
+    int rc;
+    hs_record *rec = next_block(t, n, &rc);
+    if (HS_LIKELY(rc == HS_SWITCH_OK)) return rec;
     if (rc == HS_SWITCH_CAP) {
-        hs_cap_drop_note(t->w.blk ? t->w.blk->bytes : 0);
         atomic_store_explicit(&t->info->dropped_cap,
                               atomic_load_explicit(&t->info->dropped_cap, memory_order_relaxed) + 1,
                               memory_order_relaxed);
@@ -116,12 +125,9 @@ _Atomic uint64_t hs_counter_drops = 0;
 /* hs_push_switch for a counter: a drop is counted as a counter's, not the thread's span
  * drops (dropped() counts spans). */
 __attribute__((noinline)) hs_record *hs_counter_switch(hs_tstate *t) {
-    int rc = hs_writer_switch(t->chain, &t->w);
-    if (HS_LIKELY(rc == HS_SWITCH_OK)) {
-        hs_block_claim(t->w.blk, t->info->tid, t->last_pushed_seq);
-        return hs_writer_reserve(&t->w, 1);
-    }
-    if (rc == HS_SWITCH_CAP) hs_cap_drop_note(t->w.blk ? t->w.blk->bytes : 0);
+    int rc;
+    hs_record *rec = next_block(t, 1, &rc);
+    if (HS_LIKELY(rc == HS_SWITCH_OK)) return rec;
     atomic_fetch_add_explicit(&hs_counter_drops, 1, memory_order_relaxed);
     return NULL;
 }
