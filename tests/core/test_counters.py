@@ -153,6 +153,9 @@ def test_rss_rises_by_what_the_program_allocates():
                     return s
                 time.sleep(0.01)
             raise SystemExit("no rss sample")
+        # The first drain loads pyarrow, and the samples it returns were taken while that
+        # import was still growing the process: the baseline is a sample taken after it.
+        wait_sample()
         before = wait_sample()[-1]
         with hotspan.span("allocate"):
             block = bytearray(256 << 20)
@@ -171,7 +174,9 @@ def test_rss_rises_by_what_the_program_allocates():
     )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert 250 << 20 <= got["after"] - got["before"] <= 300 << 20
+    # The upper bound catches a wrong unit (pages, KiB), not the machine's noise: CI's
+    # machine rose by 301 MiB where this one rises by 258-263 (allocator arenas, huge pages).
+    assert 250 << 20 <= got["after"] - got["before"] <= 384 << 20, got
 
 
 def test_configure_counters_checks_its_argument(clean):
