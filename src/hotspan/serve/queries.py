@@ -739,7 +739,7 @@ def diff_flame_page(base: Run, new: Run, threshold: float) -> str | None:
 
         rows = compare_rows(base, new, threshold=threshold, min_count=1)
         verdicts = {(r["category"], r["name"]): r["verdict"] for r in rows}
-        title = f"{base.path} → {new.path}"
+        title = f"{base.title} → {new.title}"
         return diff_flame_html(load(base.source), load(new.source), verdicts=verdicts, title=title)
 
     return cached(("diff-flame", base.id, base.signature, new.id, new.signature, threshold), render)
@@ -755,6 +755,6 @@ def flame_html(run: Run) -> str | None:
         from ..formats import load
         from ..report.html import html_report
 
-        return html_report(load(run.source), title=run.path, sections=("flame",))
+        return html_report(load(run.source), title=run.title, sections=("flame",))
 
     return cached(("flame", run.id, run.signature), render)
