@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import add_command, add_filter_options, span_filter, without_pandas
+from .common import add_command, add_filter_options, engine_of, span_filter, without_pandas
 from .errors import CliError
 
 __all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "cmd_ranks", "print_summary", "register"]
@@ -24,7 +24,8 @@ DESCRIPTION = (
     "name's share of it. --json prints the whole answer as one JSON object."
 )
 EXAMPLE = (
-    "hotspan ranks run/\nhotspan ranks run/ --top 20\nhotspan ranks run/ --json | jq .stragglers[0]"
+    "hotspan ranks run/\nhotspan ranks run/ --top 20\nhotspan ranks run/ --json | jq .stragglers[0]\n"
+    "hotspan ranks run/ --engine spark"
 )
 
 
@@ -59,6 +60,13 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="blame a straggler has above its fair share, as a fraction of all (default 0.05)",
     )
     add_filter_options(parser)
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "memory", "duckdb", "spark"),
+        default="auto",
+        help="who reads the run, as for hotspan stats: auto (by size), memory, duckdb, or spark "
+        "(SparkSession.builder.getOrCreate(): your Spark settings)",
+    )
     return parser
 
 
@@ -78,6 +86,7 @@ def cmd_ranks(args: argparse.Namespace) -> int:
                 alpha=args.alpha,
                 min_share=args.min_share,
                 filter=span_filter(args),
+                engine=engine_of(args),
             )
     except FileNotFoundError as exc:
         raise CliError(
