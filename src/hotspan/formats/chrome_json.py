@@ -49,10 +49,9 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from .._schema import META_HOST, TRACE_SCHEMA
@@ -68,6 +67,9 @@ from .codec_inputs import (
     thread_table,
 )
 from .lanes import assign_lanes, restore_lanes
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = [
     "ChromeJsonExporter",

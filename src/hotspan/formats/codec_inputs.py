@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = [
     "collective_flows",
