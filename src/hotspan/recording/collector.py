@@ -148,8 +148,7 @@ _bearer = bearer
 def _server_classes() -> tuple[Any, type[Any]]:
     import pyarrow.flight as flight
 
-    # pyarrow has no types: its base classes are Any to mypy
-    class TokenMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+    class TokenMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]  # pyarrow: no types
         def __init__(self, expected: bytes) -> None:
             super().__init__()
             self.expected = expected
