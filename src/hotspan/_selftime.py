@@ -134,7 +134,8 @@ def _int64(table: pa.Table, name: str) -> np.ndarray:
     column = table.column(name)
     if column.type != pa.int64():
         column = column.cast(pa.int64())
-    return column.to_numpy()
+    values: np.ndarray = column.to_numpy()
+    return values
 
 
 def _union_lengths(

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
 __all__ = [
@@ -179,7 +181,7 @@ class _Recorder:
         self._dropped_at_start = self._drop_counts()
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         from . import _machine
 
         self._tables.append(self._take())  # the setup's spans (fixtures)

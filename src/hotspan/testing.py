@@ -127,7 +127,7 @@ def run_flat_out_threads(
     every_s: float,
     timeout: float = 600,
     python: list[str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """FLAT_OUT_THREADS in a fresh interpreter at the default settings: its JSON object.
     ``python``: the command that starts that interpreter (default ``sys.executable``; the
     tests pass theirs, which under arm64 emulation goes through qemu)."""
@@ -142,4 +142,5 @@ def run_flat_out_threads(
         raise RuntimeError(
             f"the flat-out workload failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
         )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result

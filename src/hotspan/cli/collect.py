@@ -7,14 +7,18 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .common import add_command
 from .errors import CliError
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 __all__ = ["cmd_collect", "register"]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan collect`` to the subcommands ``sub``."""
     parser = add_command(
         sub,
@@ -127,7 +131,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     token = args.token if args.token is not None else (os.environ.get("HOTSPAN_TOKEN") or None)
     stop = threading.Event()
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
         stop.set()
 
     if port:

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         with _ended_by_signals(args.command):
-            return args.func(args)
+            status: int = args.func(args)
+            return status
     except _Ended as ended:  # what it was writing is gone (formats.base.atomic_path): die of it
         name = signal.Signals(ended.signum).name
         print(f"hotspan {args.command}: ended by {name}; no partial output left", file=sys.stderr)

@@ -10,11 +10,15 @@ import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 
 from .errors import EXIT_BAD_INPUT, CliError
+
+if TYPE_CHECKING:
+    from ..analysis.engine import Spans
+    from ..analysis.filters import SpanFilter
 
 __all__ = [
     "CliParser",
@@ -44,7 +48,12 @@ class CliParser(argparse.ArgumentParser):
 
 
 def add_command(
-    sub, name: str, help: str, description: str, example: str, func
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help: str,
+    description: str,
+    example: str,
+    func: Callable[[argparse.Namespace], int],
 ) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         name,
@@ -250,7 +259,7 @@ def add_filter_options(parser: argparse.ArgumentParser, *, overlap: bool = False
     )
 
 
-def span_filter(args: argparse.Namespace):
+def span_filter(args: argparse.Namespace) -> SpanFilter:
     """The filter the options of :func:`add_filter_options` ask for."""
     from ..analysis.filters import FilterError, SpanFilter
 
@@ -280,7 +289,7 @@ def span_filter(args: argparse.Namespace):
         raise CliError(f"--filter: {exc}") from None
 
 
-def open_spans_for(paths: Sequence[str], args: argparse.Namespace, engine: Any = None):
+def open_spans_for(paths: Sequence[str], args: argparse.Namespace, engine: Any = None) -> Spans:
     """The spans of ``paths`` after the filter options, held by the engine the analysis layer
     chooses (analysis/engine.py); load errors as one line naming the file."""
     import warnings

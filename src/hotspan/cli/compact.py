@@ -23,7 +23,7 @@ DESCRIPTION = (
 EXAMPLE = "hotspan compact run/\nhotspan compact s3://bucket/run --target-mb 256"
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan compact`` to the subcommands ``sub``."""
     parser = add_command(sub, "compact", HELP, DESCRIPTION, EXAMPLE, cmd_compact)
     add_arguments(parser)

@@ -7,7 +7,7 @@ import argparse
 import json
 import math
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pyarrow as pa
 
@@ -15,6 +15,9 @@ from ..units import human_ns
 from .common import add_command, add_filter_options, engine_of, open_spans_for, parse_by
 from .errors import CliError
 from .tables import fitted_table, new_console
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = [
     "benchmark_drift_line",
@@ -26,7 +29,7 @@ __all__ = [
 ]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan compare`` to the subcommands ``sub``."""
     parser = add_command(
         sub,
@@ -112,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
-def _environment(meta: dict[bytes, bytes] | None) -> dict | None:
+def _environment(meta: dict[bytes, bytes] | None) -> dict[str, Any] | None:
     from .._schema import META_ENV, meta_dict
 
     return meta_dict(meta, META_ENV)
@@ -188,7 +191,7 @@ def _write_flame(args: argparse.Namespace, result: pa.Table, by: Sequence[str]) 
 
 
 def _warn_environments(
-    args: argparse.Namespace, env_base: dict | None, env_new: dict | None
+    args: argparse.Namespace, env_base: dict[str, Any] | None, env_new: dict[str, Any] | None
 ) -> None:
     """A warning when the traces were recorded in different environments."""
     if env_base and env_new and env_base.get("digest") != env_new.get("digest"):
@@ -342,7 +345,10 @@ def _drift_line(args: argparse.Namespace, result: pa.Table) -> str | None:
 
 
 def exit_status(
-    slower: list[dict], missing: list[dict], inconclusive: list[dict], fail_on_missing: bool
+    slower: list[dict[str, Any]],
+    missing: list[dict[str, Any]],
+    inconclusive: list[dict[str, Any]],
+    fail_on_missing: bool,
 ) -> int:
     """1 slower (or missing, with --fail-on-missing), else 3 inconclusive, else 0."""
     if slower or (missing and fail_on_missing):
@@ -442,7 +448,7 @@ def _compare_benchmark_files(args: argparse.Namespace) -> int:
     return exit_status(slower, missing, inconclusive, args.fail_on_missing)
 
 
-def benchmark_drift_line(args: argparse.Namespace, machine: dict) -> str | None:
+def benchmark_drift_line(args: argparse.Namespace, machine: dict[str, Any]) -> str | None:
     """The machine's drift over two pytest-benchmark files, in one line."""
     measured = machine["measured"]
     if not all(measured):
@@ -462,7 +468,7 @@ def benchmark_drift_line(args: argparse.Namespace, machine: dict) -> str | None:
     )
 
 
-def _finite_values(row: dict) -> dict:
+def _finite_values(row: dict[str, Any]) -> dict[str, Any]:
     return {
         k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
     }
@@ -470,12 +476,12 @@ def _finite_values(row: dict) -> dict:
 
 def _print_benchmark_comparison(
     args: argparse.Namespace,
-    benches: list[dict],
-    spans: list[dict],
-    slower: list[dict],
-    missing: list[dict],
+    benches: list[dict[str, Any]],
+    spans: list[dict[str, Any]],
+    slower: list[dict[str, Any]],
+    missing: list[dict[str, Any]],
     line: str | None = None,
-    inconclusive: list[dict] | None = None,
+    inconclusive: list[dict[str, Any]] | None = None,
 ) -> None:
     out = new_console()
     keys = [("benchmark", [r["benchmark"] for r in benches])]
@@ -573,7 +579,7 @@ def _print_benchmark_comparison(
         )
 
 
-def _style_verdicts(table, rows: list[dict]) -> None:
+def _style_verdicts(table: Table, rows: list[dict[str, Any]]) -> None:
     for i, r in enumerate(rows):
         table.rows[i].style = _VERDICT_STYLES.get(r["verdict"])
 

@@ -18,7 +18,7 @@ __all__ = ["SHELLS", "bash_script", "cmd_completion", "fish_script", "register",
 SHELLS = ("bash", "zsh", "fish")
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan completion`` to the subcommands ``sub``."""
     parser = add_command(
         sub,

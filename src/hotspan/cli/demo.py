@@ -13,7 +13,7 @@ from .tables import new_console, print_recording_summary
 __all__ = ["cmd_demo", "register"]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan demo`` to the subcommands ``sub``."""
     parser = add_command(
         sub,

@@ -18,7 +18,7 @@ class CliError(Exception):
     """Bad input: reported as one line on stderr, exit status 2."""
 
 
-def check_output(path: str | os.PathLike, *, trace: bool = True) -> Path:
+def check_output(path: str | os.PathLike[str], *, trace: bool = True) -> Path:
     """An output path, checked before any work: known format, not a directory; its missing
     directories are made now."""
     path = Path(path)

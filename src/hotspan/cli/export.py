@@ -14,7 +14,7 @@ from .errors import check_output
 __all__ = ["cmd_export", "register"]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan export`` to the subcommands ``sub``."""
     parser = add_command(
         sub,

@@ -11,7 +11,7 @@ from .tables import new_console
 __all__ = ["cmd_gantt", "register"]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan gantt`` to the subcommands ``sub``."""
     parser = add_command(
         sub,

@@ -30,7 +30,7 @@ EXAMPLE = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan hang`` to the subcommands ``sub``."""
     parser = add_command(sub, "hang", HELP, DESCRIPTION, EXAMPLE, cmd_hang)
     parser.add_argument(

@@ -29,7 +29,7 @@ EXAMPLE = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan ranks`` to the subcommands ``sub``."""
     parser = add_command(sub, "ranks", HELP, DESCRIPTION, EXAMPLE, cmd_ranks)
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="a run directory or trace files")

@@ -24,7 +24,7 @@ DESCRIPTION = (
 EXAMPLE = "hotspan recover /dev/shm/hotspan-4242.flight -o crash.parquet"
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan recover`` to the subcommands ``sub``."""
     parser = add_command(sub, "recover", HELP, DESCRIPTION, EXAMPLE, cmd_recover)
     add_arguments(parser)

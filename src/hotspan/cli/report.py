@@ -11,7 +11,7 @@ from .errors import check_output
 __all__ = ["cmd_report", "register"]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan report`` to the subcommands ``sub``."""
     parser = add_command(
         sub,

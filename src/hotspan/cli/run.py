@@ -15,7 +15,7 @@ from .tables import print_recording_summary
 __all__ = ["add_arguments", "cmd_run", "register", "split_argv"]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan run`` to the subcommands ``sub``."""
     parser = add_command(
         sub,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from .common import add_command
 from .errors import CliError, check_dataset
@@ -22,7 +22,7 @@ DESCRIPTION = (
 EXAMPLE = "hotspan runs runs/train\nhotspan runs s3://bucket/run --json"
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan runs`` to the subcommands ``sub``."""
     parser = add_command(sub, "runs", HELP, DESCRIPTION, EXAMPLE, cmd_runs)
     parser.add_argument(
@@ -50,7 +50,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_runs(runs: list[dict]) -> None:
+def _print_runs(runs: list[dict[str, Any]]) -> None:
     """The runs as a table as wide as the terminal: the run ids whole (``--run`` needs them as
     they are), the command line loses its middle to what room is left."""
     from rich.text import Text

@@ -27,7 +27,7 @@ EXAMPLE = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan serve`` to the subcommands ``sub``."""
     parser = add_command(sub, "serve", HELP, DESCRIPTION, EXAMPLE, cmd_serve)
     add_arguments(parser)

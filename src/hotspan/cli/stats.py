@@ -33,7 +33,7 @@ from .tables import (
 __all__ = ["cmd_stats", "register"]
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan stats`` to the subcommands ``sub``."""
     parser = add_command(
         sub,

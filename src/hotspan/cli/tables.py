@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..units import human_count, human_ns, human_rate
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = [
     "STAT_DEFAULT",
@@ -27,7 +31,7 @@ __all__ = [
 ]
 
 
-def new_console(stderr: bool = False):
+def new_console(stderr: bool = False) -> Console:
     """A console as wide as the terminal; piped or captured, as wide as ``COLUMNS`` says
     (80 when unset), so that ``COLUMNS=200 hotspan stats t.parquet | less`` is wide."""
     from rich.console import Console
@@ -229,7 +233,7 @@ def fitted_table(
     width: int,
     title: str | None = None,
     order: Sequence[str] | None = None,
-):
+) -> tuple[Table, list[str]]:
     """A table of text columns that fits ``width``: the key columns (left) shrink down to
     ``_KEY_MIN_WIDTH`` with an ellipsis in the middle; the value columns (right-aligned numbers, in
     priority order) are dropped from the last while they do not fit, and never cut; those
@@ -306,7 +310,7 @@ def _stats_renderable(
     width: int,
     heads: Sequence[str] = STAT_DEFAULT,
     title: str | None = None,
-):
+) -> tuple[Table, list[str]]:
     """The stats rows as a table that fits ``width``: ``heads`` in screen order, dropped from
     the least important (see ``_STAT_PRIORITY``) while they do not fit."""
     rows = result.to_pylist()
@@ -320,7 +324,7 @@ def _stats_renderable(
     return fitted_table(keys, values, width, title=title, order=heads)
 
 
-def phases_renderable(result: pa.Table, width: int = 80):
+def phases_renderable(result: pa.Table, width: int = 80) -> Table:
     """The phases fitted to ``width`` like the statistics: each top-level category (bold) and,
     indented under it, its sub-categories; ``% of phase`` is a row's time over its top-level
     category's (100% for the category itself)."""
@@ -350,7 +354,7 @@ def phases_renderable(result: pa.Table, width: int = 80):
 
 
 def print_stats(
-    console, result: pa.Table, by: Sequence[str], heads: Sequence[str] = STAT_DEFAULT
+    console: Console, result: pa.Table, by: Sequence[str], heads: Sequence[str] = STAT_DEFAULT
 ) -> None:
     """The stats table fitted to the console, then the instants (spans of no duration: counts,
     not times) in a table of their own."""

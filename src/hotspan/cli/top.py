@@ -9,9 +9,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .common import add_command
 from .errors import CliError
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "add_arguments", "cmd_top", "register"]
 
@@ -33,7 +37,7 @@ EXAMPLE = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``hotspan top`` to the subcommands ``sub``."""
     parser = add_command(sub, "top", HELP, DESCRIPTION, EXAMPLE, cmd_top)
     add_arguments(parser)
@@ -86,11 +90,11 @@ def _targets(arg: str | None) -> list[_Target]:
     return [_Target(None, arg)]
 
 
-def _read(targets: list[_Target]) -> list[dict]:
+def _read(targets: list[_Target]) -> list[dict[str, Any]]:
     """One dict per process (the --json shape, plus "path")."""
     from ..recording.flight import FlightFileError, pid_alive, stacks
 
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     now = time.time_ns()
     for t in targets:
         if t.path is None:
@@ -140,7 +144,7 @@ def _read(targets: list[_Target]) -> list[dict]:
     return out
 
 
-def _render(procs: list[dict]):
+def _render(procs: list[dict[str, Any]]) -> Table:
     from rich.table import Table
     from rich.text import Text
 

@@ -51,9 +51,12 @@ driver or a device, making a device span raises a RuntimeError naming CUDA.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _native
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "RECALIBRATE_NS",
@@ -154,12 +157,12 @@ class _Ids:
 _strings: dict[int, tuple[str, str | None]] = {}
 
 
-def resolve_columns(rank: int = 0) -> dict[str, list]:
+def resolve_columns(rank: int = 0) -> dict[str, list[Any]]:
     """The completed pairs as device rows (columns of the span table, as lists; ``rank`` for
     their rank column, the drain's). Never waits: an incomplete pair stays queued, and the
     pairs behind it on its stream (they complete after it) too."""
     done = _native._cuda_resolve()
-    columns: dict[str, list] = {
+    columns: dict[str, list[Any]] = {
         name: []
         for name in (
             "span_id",
@@ -209,7 +212,7 @@ def resolve_columns(rank: int = 0) -> dict[str, list]:
     return columns
 
 
-def resolve_table(meta: dict[bytes, bytes] | None, rank: int = 0):
+def resolve_table(meta: dict[bytes, bytes] | None, rank: int = 0) -> pa.Table | None:
     """The completed device pairs as a span table (``SPAN_SCHEMA``, ``meta`` as metadata,
     ``rank`` in the rank column), or ``None`` when there are none."""
     columns = resolve_columns(rank)

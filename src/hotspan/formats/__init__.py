@@ -19,10 +19,12 @@ from .registry import EXTENSIONS, FORMATS, exporter_for, format_of
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .base import TraceFileError
+
 __all__ = ["EXTENSIONS", "FORMATS", "TraceFileError", "export", "exporter_for", "format_of", "load"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type[TraceFileError]:
     # TraceFileError lives with the base class; loading it loads pyarrow, so only on demand.
     if name == "TraceFileError":
         from .base import TraceFileError
@@ -33,7 +35,7 @@ def __getattr__(name: str):
 
 def export(
     table: "pa.Table",
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     format: str | None = None,
     *,
     counters: "pa.Table | None" = None,
@@ -53,7 +55,7 @@ def export(
 
 
 def load(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     format: str | None = None,
     *,
     check: bool = True,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import errno
+import io
 import json
 import os
 import stat
@@ -28,7 +29,7 @@ import time
 import warnings
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,7 +72,7 @@ BATCH_ROWS = 1 << 16
 class TraceFileError(ValueError):
     """A file that cannot be read as the expected format; the message names the file."""
 
-    def __init__(self, path: str | os.PathLike, problem: str):
+    def __init__(self, path: str | os.PathLike[str], problem: str):
         self.path = os.fspath(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
@@ -100,7 +101,7 @@ def _not_regular(mode: int) -> str | None:
 
 
 def require_regular_file(
-    path: str | os.PathLike, error: type[TraceFileError] | None = None
+    path: str | os.PathLike[str], error: type[TraceFileError] | None = None
 ) -> None:
     """Refuse (``TraceFileError``, or ``error``, naming the file) anything but a regular
     file, links followed: every loader calls this before it opens a trace, so that a FIFO,
@@ -115,8 +116,8 @@ def require_regular_file(
 
 
 def open_regular_file(
-    path: str | os.PathLike, error: type[TraceFileError] | None = None
-) -> BinaryIO:
+    path: str | os.PathLike[str], error: type[TraceFileError] | None = None
+) -> io.BufferedReader:
     """``open(path, "rb")`` for a regular file only (see :func:`require_regular_file`).
 
     Checked twice: ``stat`` before opening (a device is never even opened), and ``fstat``
@@ -169,7 +170,7 @@ class Exporter(abc.ABC):
     def write(
         self,
         table: pa.Table,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         replace: bool = True,
         counters: pa.Table | None = None,
@@ -189,7 +190,7 @@ class Exporter(abc.ABC):
             else:
                 self._write(table, tmp_path, counters=counters)  # type: ignore[call-arg]
 
-    def read(self, path: str | os.PathLike, *, check: bool = True) -> pa.Table:
+    def read(self, path: str | os.PathLike[str], *, check: bool = True) -> pa.Table:
         """Read ``path`` back as a table with ``SPAN_SCHEMA``.
 
         ``check``: refuse a table that breaks the schema's rules (:func:`check_span_rules`);
@@ -242,7 +243,7 @@ class Exporter(abc.ABC):
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str], *, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` on success only.
 
     ``replace=False``: never over an existing file (``FileExistsError``, the temporary file
@@ -296,7 +297,7 @@ _STRING_COLUMNS = ("name", "category", "thread_name")
 def _is_string_like(type_: pa.DataType) -> bool:
     if pa.types.is_dictionary(type_):
         type_ = type_.value_type
-    return (
+    return bool(
         pa.types.is_string(type_)
         or pa.types.is_large_string(type_)
         or pa.types.is_string_view(type_)
@@ -349,7 +350,7 @@ def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
 
 
 def conform_to_schema(
-    table: pa.Table, path: str | os.PathLike, metadata: dict | None = None
+    table: pa.Table, path: str | os.PathLike[str], metadata: dict[bytes, bytes] | None = None
 ) -> pa.Table:
     """``table`` cast to ``SPAN_SCHEMA`` exactly (dictionary-encoded strings, one dictionary
     per column across chunks), metadata kept.
@@ -394,7 +395,7 @@ def conform_to_schema(
     return pa.Table.from_arrays(columns, schema=schema).unify_dictionaries()
 
 
-def dictionary_batches(reader, schema: pa.Schema) -> pa.Table:
+def dictionary_batches(reader: Iterator[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     """The record batches of a streaming reader (CSV, JSON lines) as one table whose string
     columns are dictionary-encoded batch by batch: the plain strings of one batch are held
     at a time, never those of the whole file."""
@@ -414,7 +415,9 @@ def dictionary_batches(reader, schema: pa.Schema) -> pa.Table:
 _MAX_BLOCK_BYTES = (1 << 31) - 1
 
 
-def read_line_blocks(open_reader: Callable[[int | None], Any], data: pa.Buffer, schema) -> pa.Table:
+def read_line_blocks(
+    open_reader: Callable[[int | None], Any], data: pa.Buffer, schema: pa.Schema
+) -> pa.Table:
     """:func:`dictionary_batches` of a reader that parses ``data`` (CSV, JSON lines) a block
     at a time. ``open_reader(block_size)`` opens one (``None``: pyarrow's default, 1 MiB).
 
@@ -455,10 +458,11 @@ def longest_line(data: pa.Buffer) -> int:
             if len(ends) > 1:
                 longest = max(longest, int(np.diff(ends).max()))
             line_start = int(ends[-1]) + 1
-    return max(longest, data.size - line_start)
+    size: int = data.size
+    return max(longest, size - line_start)
 
 
-def check_span_rules(table: pa.Table, path: str | os.PathLike) -> None:
+def check_span_rules(table: pa.Table, path: str | os.PathLike[str]) -> None:
     """Refuse (``TraceFileError``, the first offending row named) a table that breaks the
     schema's own rules: ``duration_ns < 0``, ``end_ns != start_ns + duration_ns``,
     ``depth < 0``, a ``span_id`` twice, a ``depth`` that is not its parent's + 1 (where the
@@ -592,11 +596,13 @@ def _all_distinct(ids: pa.ChunkedArray) -> bool:
     return not bool((ordered[1:] == ordered[:-1]).any())
 
 
-def _describe(values: dict) -> str:
+def _describe(values: dict[str, Any]) -> str:
     return ", ".join(f"{name}={value}" for name, value in values.items())
 
 
-def note_skipped(table: pa.Table, path: str | os.PathLike, reasons: dict[str, int]) -> pa.Table:
+def note_skipped(
+    table: pa.Table, path: str | os.PathLike[str], reasons: dict[str, int]
+) -> pa.Table:
     """``table`` with the rows a loader left out of ``path`` counted, by reason, in its
     metadata (``hotspan.skipped_on_load``) and said in a :class:`TraceFileWarning`; a
     ``TraceFileError`` when nothing valid is left. Reasons with no rows are ignored."""
@@ -641,7 +647,7 @@ class Progress:
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def advance(self, amount: int) -> None:

@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import contextvars
 import gzip
+import io
 import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -66,6 +67,9 @@ from .codec_inputs import (
     thread_table,
 )
 from .lanes import assign_lanes, restore_lanes
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = [
     "ChromeJsonExporter",
@@ -156,7 +160,9 @@ class ChromeJsonExporter(Exporter):
             else:
                 self._write_events(layout, raw, path, fd=raw.fileno())
 
-    def _write_events(self, layout: _Layout, sink, path: Path, fd: int | None = None) -> None:
+    def _write_events(
+        self, layout: _Layout, sink: BinaryIO | gzip.GzipFile, path: Path, fd: int | None = None
+    ) -> None:
         """The header, the event lines and the tail to ``sink``; ``fd`` (the same unbuffered
         file's descriptor): the codec writes the lines there itself, and starts their
         writeback as it goes."""
@@ -282,7 +288,13 @@ class ChromeJsonExporter(Exporter):
 
     # ------------------------------------------------------------------ read
 
-    def read(self, path, *, check: bool = True, max_inflated_bytes: int | None = None) -> pa.Table:
+    def read(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        check: bool = True,
+        max_inflated_bytes: int | None = None,
+    ) -> pa.Table:
         """Read ``path``; a gzip file may inflate to at most ``max_inflated_bytes``
         (default: ``HOTSPAN_MAX_INFLATED_BYTES`` or 16 GiB). ``check`` as for every format."""
         # A context variable, not an attribute: the registry shares one exporter between
@@ -314,7 +326,7 @@ class ChromeJsonGzExporter(ChromeJsonExporter):
     compress = True
 
 
-def _feed(reader: codec.Reader, stream, path: Path, limit: int | None) -> None:
+def _feed(reader: codec.Reader, stream: io.BufferedIOBase, path: Path, limit: int | None) -> None:
     """The file to the reader in blocks; only the unconsumed tail (an event cut by the
     block's end) is carried over, so memory stays one block plus one event."""
     buffer = bytearray(READ_BLOCK + 1)
@@ -421,7 +433,7 @@ class _Layout:
 # --------------------------------------------------------------------------- assembly
 
 
-def _source(top: dict, own: bool) -> str:
+def _source(top: dict[str, Any], own: bool) -> str:
     if own:
         return "hotspan"
     if "viztracer_metadata" in top:
@@ -446,11 +458,11 @@ def _int(value: Any) -> int | None:
     )
 
 
-def _origin(top: dict, other: Any, own: bool, path: Path) -> int:
+def _origin(top: dict[str, Any], other: Any, own: bool, path: Path) -> int:
     """What to add to the file's timestamps (in ns) to put them on the epoch."""
     if own:
-        origin = other.get("hotspan.trace_start_ns", 0)
-        if _int(origin) is None:
+        origin = _int(other.get("hotspan.trace_start_ns", 0))
+        if origin is None:
             raise TraceFileError(path, "otherData['hotspan.trace_start_ns'] is not an integer")
         return origin
     # torch.profiler (2.4+): ts are microseconds since baseTimeNanoseconds, top level;
@@ -469,7 +481,7 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     own = isinstance(other, dict) and other.get("hotspan.format") == FORMAT_MARK
     counts: dict[str, int] = dict(reader.counts)
 
-    def column(col: codec.Column, dtype) -> np.ndarray:
+    def column(col: codec.Column, dtype: npt.DTypeLike) -> np.ndarray:
         return np.frombuffer(col.data, dtype, n)
 
     thread = column(reader.c_thread, np.int32)
@@ -622,11 +634,11 @@ class _Threads:
 
     def __init__(self, reader: codec.Reader, path: Path, own: bool):
         self.path = path
-        self.keys: list[tuple] = reader.thread_keys
+        self.keys: list[tuple[Any, ...]] = reader.thread_keys
         ids = reader.ids.values
-        declared_names: dict[tuple, str] = {}
-        processes: dict[tuple, tuple[int, int]] = {}
-        declared_ids: dict[tuple, int] = {}
+        declared_names: dict[tuple[Any, ...], str] = {}
+        processes: dict[tuple[Any, ...], tuple[int, int]] = {}
+        declared_ids: dict[tuple[Any, ...], int] = {}
         for index, raw in reader.metadata_events:
             event = json.loads(raw)
             args = event.get("args")
@@ -707,7 +719,8 @@ class _Threads:
 
     def rank(self, thread: np.ndarray, parsed: np.ndarray) -> np.ndarray:
         if self.thread_rank is not None:
-            return self.thread_rank[thread]
+            ranks: np.ndarray = self.thread_rank[thread]
+            return ranks
         return np.where(
             parsed == np.iinfo(np.int32).min, np.int32(self.default_rank), parsed
         ).astype(np.int32)

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import re
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = [
     "collective_flows",
@@ -20,14 +25,16 @@ __all__ = [
 ]
 
 
-def column_values(table: pa.Table, name: str, dtype) -> np.ndarray:
+def column_values(table: pa.Table, name: str, dtype: npt.DTypeLike) -> np.ndarray:
     """A non-null column as one contiguous array (no copy for a single chunk)."""
     column = table.column(name)
     array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
 
 
-def nullable_values(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+def nullable_values(
+    table: pa.Table, name: str, dtype: npt.DTypeLike
+) -> tuple[np.ndarray, np.ndarray]:
     """A nullable column's values (0 where null) and validity (uint8)."""
     column = table.column(name)
     if column.null_count == 0:
@@ -54,8 +61,8 @@ def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
 
 
 def thread_table(
-    codes: np.ndarray, keys: list, name_rows: dict
-) -> tuple[np.ndarray, list, np.ndarray]:
+    codes: np.ndarray, keys: list[Any], name_rows: dict[tuple[int, int], int]
+) -> tuple[np.ndarray, list[Any], np.ndarray]:
     """From a codec's ``thread_codes`` (per-row thread codes, the (pid, rank, tid) keys,
     rows per (thread, name code)): per row its thread's index in trace order (by rank, then
     pid, then thread id), the keys in that order, and each thread's own name: the one most

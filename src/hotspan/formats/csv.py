@@ -92,7 +92,7 @@ class CsvExporter(Exporter):
             cut, data = 1, data.slice(0, _last_line_end(data))
         malformed = 0
 
-        def skip(row) -> str:  # a row with the wrong number of fields: counted, left out
+        def skip(row: Any) -> str:  # a row with the wrong number of fields: counted, left out
             nonlocal malformed
             malformed += 1
             return "skip"
@@ -142,10 +142,10 @@ class CsvExporter(Exporter):
 def _last_line_end(data: pa.Buffer) -> int:
     """Offset just past the last newline of ``data`` (0 if none), looked for from the end
     a megabyte at a time rather than by copying the whole file."""
-    end = data.size
+    end: int = data.size
     while end > 0:
         start = max(0, end - (1 << 20))
-        found = data.slice(start, end - start).to_pybytes().rfind(b"\n")
+        found: int = data.slice(start, end - start).to_pybytes().rfind(b"\n")
         if found >= 0:
             return start + found + 1
         end = start

@@ -156,7 +156,7 @@ def part_name(
 
 
 def part_path(
-    directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None
+    directory: str | os.PathLike[str], rank: int, pid: int, seq: int, token: str | None = None
 ) -> Path:
     """Where part ``seq`` of writer ``token`` (process ``pid`` of ``rank``) lives in a local
     dataset directory; without a token, the older ``part-<pid>-<seq>`` name."""
@@ -181,7 +181,7 @@ class Location:
     path there, no trailing ``/``), ``shown`` (the name to print) and ``local`` (a local
     directory, written with ``os`` calls: an atomic rename, fsync)."""
 
-    def __init__(self, fs, root: str, shown: str, local: bool):
+    def __init__(self, fs: Any, root: str, shown: str, local: bool):
         self.fs, self.root, self.shown, self.local = fs, root.rstrip("/") or root, shown, local
 
     @property
@@ -198,7 +198,7 @@ class Location:
         return f"<Location {self.shown}>"
 
 
-def location(dest: str | os.PathLike) -> Location:
+def location(dest: str | os.PathLike[str]) -> Location:
     """Where ``dest`` (a local path, or any URI ``pyarrow.fs.FileSystem.from_uri`` accepts)
     lives. A bad URI is a ``ValueError`` that names it without its credentials."""
     import pyarrow.fs as pafs
@@ -221,7 +221,7 @@ def location(dest: str | os.PathLike) -> Location:
     return Location(fs, root, shown, False)
 
 
-def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str:
+def put_file(loc: Location, local_file: str | os.PathLike[str], relative: str) -> str:
     """Publish a complete local file as ``relative`` under ``loc`` (not a local directory:
     ``write_part`` writes those in place, with ``atomic_path``), never over an existing one
     (``FileExistsError``); return its path on ``loc.fs``.
@@ -258,7 +258,7 @@ def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str
 
 def write_part(
     table: pa.Table,
-    directory: str | os.PathLike | Location,
+    directory: str | os.PathLike[str] | Location,
     *,
     rank: int,
     pid: int,
@@ -313,7 +313,7 @@ def write_part(
         return put_file(loc, staged, relative)
 
 
-def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
+def part_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``hotspan.part`` metadata of one written part (its footer only is read)."""
     import pyarrow.parquet as pq
 
@@ -321,7 +321,7 @@ def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def sweep_temporaries(
-    directory: str | os.PathLike, *, stale_s: float = STALE_TEMP_S, by_pid: bool = True
+    directory: str | os.PathLike[str], *, stale_s: float = STALE_TEMP_S, by_pid: bool = True
 ) -> int:
     """Remove what writers killed mid-part left in ``directory`` (hidden temporary parts);
     return how many. A temporary part goes when its writer is a process of this host that no
@@ -377,7 +377,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_dataset(path: str | os.PathLike) -> bool:
+def is_dataset(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a directory or a file system URI (``load()`` reads both as datasets)."""
     return is_uri(path) or Path(path).is_dir()
 
@@ -409,7 +409,7 @@ def part_key(path: str) -> dict[str, Any] | None:
     }
 
 
-def _part_key(path: str) -> tuple:
+def _part_key(path: str) -> tuple[Any, ...]:
     """Order parts by rank, directory, pid, writer token and part number."""
     parent, _, name = path.rpartition("/")
     key = part_key(path)
@@ -457,14 +457,14 @@ def _list_parts(loc: Location, *, own: bool = False) -> list[tuple[str, int, int
     return sorted(found, key=lambda item: _part_key(item[0]))
 
 
-def part_files(directory: str | os.PathLike) -> list[Path]:
+def part_files(directory: str | os.PathLike[str]) -> list[Path]:
     """The parts of a local dataset directory, as paths, in :func:`list_parts`'s order (parts
     that a compacted part replaces included: see :func:`current_parts`)."""
     return [Path(path) for path, _size in list_parts(location(directory))]
 
 
 def current_parts(
-    dest: str | os.PathLike | Location,
+    dest: str | os.PathLike[str] | Location,
     *,
     own: bool = False,
     footers: dict[str, tuple[tuple[int, int], dict[bytes, bytes]]] | None = None,
@@ -713,7 +713,7 @@ def _format_hotspans_warnings_on_one_line() -> None:
 _format_hotspans_warnings_on_one_line()
 
 
-def list_runs(dest: str | os.PathLike) -> list[dict[str, Any]]:
+def list_runs(dest: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The runs in a dataset (a directory or URI), from its parts' footers only, oldest
     first: ``run`` (its id; None for parts written before run ids), ``start_ns``,
     ``processes``, ``ranks``, ``spans``, ``parts`` and ``command`` (the first process's argv)."""
@@ -806,7 +806,7 @@ def load_uri(
 
 
 def load_dataset(
-    directory: str | os.PathLike | Location, *, check: bool = True, run: str | None = None
+    directory: str | os.PathLike[str] | Location, *, check: bool = True, run: str | None = None
 ) -> pa.Table:
     """Every part of a dataset (a directory, or a URI: all ranks, all processes) as one table
     with exactly ``SPAN_SCHEMA``, ordered by rank, process and part; metadata merged (see
@@ -909,7 +909,7 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
 TEST_COLUMN = "test"
 
 
-def _with_test_column(tables: list[pa.Table], metas: list[dict]) -> list[pa.Table]:
+def _with_test_column(tables: list[pa.Table], metas: list[dict[bytes, bytes]]) -> list[pa.Table]:
     """``tables`` with a ``test`` column when any part names its test (``hotspan.part`` key
     ``test``, written by the pytest plugin): the part's test id on its rows, null on the rows of
     parts that name none; the tables as they are otherwise."""

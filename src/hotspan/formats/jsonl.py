@@ -57,7 +57,7 @@ def _json_values(column: pa.Array) -> pa.Array:
 def _lines(batch: pa.RecordBatch) -> bytes:
     """The batch as JSON lines, built column-wise with Arrow kernels (a Python loop over rows
     writes some 30 thousand spans a second; this, millions)."""
-    pieces: list = []
+    pieces: list[Any] = []
     for i, name in enumerate(JSONL_SCHEMA.names):
         pieces.append(("{" if i == 0 else ",") + json.dumps(name) + ":")
         pieces.append(_json_values(batch.column(i)))

@@ -110,7 +110,14 @@ def _thread_groups(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return order, np.concatenate(([0], change, [len(order)]))
 
 
-def _walk(start, end, depth, span_id, parent_id, has_parent) -> np.ndarray:
+def _walk(
+    start: np.ndarray,
+    end: np.ndarray,
+    depth: np.ndarray,
+    span_id: np.ndarray,
+    parent_id: np.ndarray,
+    has_parent: np.ndarray,
+) -> np.ndarray:
     """Lane (0 = the thread's own track) of each span of one thread.
 
     Spans in Perfetto's order (by start, outer first). A span stays on its parent's lane

@@ -14,6 +14,7 @@ import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -114,7 +115,7 @@ PARALLEL_ROWS = 1 << 19  # a row group of the parallel writer
 
 class ParquetExporter(Exporter):
     #: pyarrow.parquet's writer options (compression, encodings, statistics)
-    writer_options: dict = _WRITER_OPTIONS
+    writer_options: dict[str, Any] = _WRITER_OPTIONS
     #: Large tables written on several cores (``_write_parallel``)
     parallel = True
 
@@ -198,12 +199,12 @@ class _JoinedFile:
 
     def __init__(self) -> None:
         self.offset = 4  # past the leading "PAR1"
-        self.footer: list | None = None
-        self.row_groups: list = []
+        self.footer: list[list[Any]] | None = None
+        self.row_groups: list[list[list[Any]]] = []
         self.rows = 0
         self.last_rows = 0
 
-    def add(self, data: pa.Buffer, out) -> None:
+    def add(self, data: pa.Buffer, out: BinaryIO) -> None:
         view = memoryview(data)
         (length,) = struct.unpack("<I", view[-8:-4])
         footer = _thrift.read_struct(bytes(view[-8 - length : -8]))
@@ -222,7 +223,7 @@ class _JoinedFile:
         out.write(body)
         self.offset += len(body)
 
-    def _move(self, row_group: list, by: int) -> None:
+    def _move(self, row_group: list[list[Any]], by: int) -> None:
         for entry in row_group:
             if entry[0] in self._ROW_GROUP_OFFSETS:
                 entry[2] += by
@@ -236,7 +237,7 @@ class _JoinedFile:
                     if entry[0] in self._COLUMN_META_OFFSETS:
                         entry[2] += by
 
-    def finish(self, out) -> None:
+    def finish(self, out: BinaryIO) -> None:
         footer = self.footer
         assert footer is not None  # add() ran at least once
         _thrift.required_field(footer, 3)[2] = self.rows

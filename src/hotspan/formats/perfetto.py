@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -171,7 +173,14 @@ def _threads(
     return thread_table(codes, keys, name_rows)
 
 
-def _descriptors(threads, processes, own_name, thread_names, metadata: dict, spans: int) -> bytes:
+def _descriptors(
+    threads: list[tuple[int, int, int]],
+    processes: list[tuple[int, int]],
+    own_name: np.ndarray,
+    thread_names: list[str],
+    metadata: dict[bytes, bytes],
+    spans: int,
+) -> bytes:
     """The track descriptor packets (sequence 1): processes, then threads. A process's
     pid is an int32 in Perfetto: real pids are renumbered when one does not fit or two
     ranks share one (the labels keep the real ones)."""
@@ -245,7 +254,7 @@ def _descriptors(threads, processes, own_name, thread_names, metadata: dict, spa
 # --------------------------------------------------------------------------- columns from the codec
 
 
-def _table(decoder, path: Path) -> pa.Table:
+def _table(decoder: codec.Decoder, path: Path) -> pa.Table:
     def fail(problem: str) -> TraceFileError:
         return TraceFileError(path, problem)
 
@@ -298,7 +307,9 @@ def _table(decoder, path: Path) -> pa.Table:
     return note_skipped(pa.table(arrays, schema=schema), path, missing)
 
 
-def _metadata(processes: dict, fail) -> dict[bytes, bytes]:
+def _metadata(
+    processes: dict[Any, Any], fail: Callable[[str], TraceFileError]
+) -> dict[bytes, bytes]:
     for process in processes.values():
         if process["meta"] is not None:
             try:
@@ -314,7 +325,12 @@ def _metadata(processes: dict, fail) -> dict[bytes, bytes]:
     return {}
 
 
-def _thread_columns(decoder, track_uuids: np.ndarray, track: np.ndarray, fail) -> dict:
+def _thread_columns(
+    decoder: codec.Decoder,
+    track_uuids: np.ndarray,
+    track: np.ndarray,
+    fail: Callable[[str], TraceFileError],
+) -> dict[str, Any]:
     """Per row: pid, rank, tid (from its track's thread and process descriptors) and the
     thread name (a dictionary array; a renamed span keeps its own)."""
     pid, rank, tid, name_code = [], [], [], []
@@ -346,7 +362,12 @@ def _thread_columns(decoder, track_uuids: np.ndarray, track: np.ndarray, fail) -
 
 
 def _strings(
-    iids: np.ndarray, table: dict, flags: np.ndarray, flag: int, what: str, fail
+    iids: np.ndarray,
+    table: dict[Any, Any],
+    flags: np.ndarray,
+    flag: int,
+    what: str,
+    fail: Callable[[str], TraceFileError],
 ) -> pa.Array:
     """Interned ids as a dictionary array, mapped in place (null where the row's flags
     lack ``flag``; 0: none is null)."""

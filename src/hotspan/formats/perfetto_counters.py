@@ -104,15 +104,15 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def _ints(fields: list, number: int) -> list[int]:
+def _ints(fields: list[tuple[int, int | bytes]], number: int) -> list[int]:
     return [v for k, v in fields if k == number and isinstance(v, int)]
 
 
-def _bytes(fields: list, number: int) -> list[bytes]:
+def _bytes(fields: list[tuple[int, int | bytes]], number: int) -> list[bytes]:
     return [v for k, v in fields if k == number and isinstance(v, bytes)]
 
 
-def _descriptor(d: list) -> tuple[int, tuple[str, int, int]]:
+def _descriptor(d: list[tuple[int, int | bytes]]) -> tuple[int, tuple[str, int, int]]:
     """A counter track descriptor's uuid, and its (name, pid, rank)."""
     uuid = next(iter(_ints(d, 1)), 0)
     name = next(iter(_bytes(d, _TRACK_NAME)), b"").decode("utf-8", "replace")

@@ -69,7 +69,7 @@ def _exporter(name: str) -> "Exporter":
     return exporter
 
 
-class _Formats(Mapping):
+class _Formats(Mapping[str, "Exporter"]):
     """File extension -> its exporter, each imported on first use."""
 
     def __getitem__(self, extension: str) -> "Exporter":
@@ -93,7 +93,7 @@ def _supported() -> str:
     return ", ".join(EXTENSIONS)
 
 
-def format_of(path: str | os.PathLike) -> str | None:
+def format_of(path: str | os.PathLike[str]) -> str | None:
     """The extension of ``path`` that names its format, or None (no pyarrow needed)."""
     name = Path(path).name.lower()
     for extension in _BY_LENGTH:
@@ -102,7 +102,7 @@ def format_of(path: str | os.PathLike) -> str | None:
     return None
 
 
-def exporter_for(path: str | os.PathLike, format: str | None = None) -> "Exporter":
+def exporter_for(path: str | os.PathLike[str], format: str | None = None) -> "Exporter":
     """The exporter for ``format`` (a name like ``"parquet"`` or an extension like
     ``".json.gz"``) or, without one, for the file name's extension."""
     if format is not None:
@@ -117,7 +117,7 @@ def exporter_for(path: str | os.PathLike, format: str | None = None) -> "Exporte
     return FORMATS[known_format(path)]
 
 
-def known_format(path: str | os.PathLike) -> str:
+def known_format(path: str | os.PathLike[str]) -> str:
     """The extension of ``path`` that names its format; ``ValueError`` when none does.
     Imports no codec: a recorder checks its destination with this at start."""
     extension = format_of(path)

@@ -22,7 +22,7 @@ _SECRET_KEYS = re.compile(
 )
 
 
-def scheme_of(path: str | os.PathLike) -> str | None:
+def scheme_of(path: str | os.PathLike[str]) -> str | None:
     """The scheme of a URI (lower case), None for a plain path."""
     text = os.fspath(path)
     if isinstance(text, bytes):
@@ -31,14 +31,14 @@ def scheme_of(path: str | os.PathLike) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def is_uri(path: str | os.PathLike) -> bool:
+def is_uri(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` names a file system by URI (``s3://...``, ``file:///...``) rather than a
     local path; ``grpc://`` (a collector) is not a file system."""
     scheme = scheme_of(path)
     return scheme is not None and not scheme.startswith("grpc")
 
 
-def redact_uri(text: str | os.PathLike) -> str:
+def redact_uri(text: str | os.PathLike[str]) -> str:
     """``text`` fit to print: a URI's user info (``s3://KEY:SECRET@bucket``) and the values of
     secret-looking query keys (``?secret_key=...``) replaced by ``***``."""
     from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit

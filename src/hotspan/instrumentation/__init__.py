@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from types import ModuleType
 
 __all__ = ["KNOWN", "instrument", "instrumented", "uninstrument"]
 
@@ -30,7 +31,7 @@ _lock = threading.Lock()
 _active: set[str] = set()
 
 
-def _integration(name: object):
+def _integration(name: object) -> ModuleType:
     if not isinstance(name, str):
         raise TypeError(f"instrument(): the name must be a str, not {type(name).__name__}")
     if name not in KNOWN:

@@ -105,7 +105,8 @@ def _nbytes(value: Any) -> int:
     # Tensor.nbytes is numel() * element_size() in one call (half the cost of the two)
     if isinstance(value, (list, tuple)):
         return sum(v.nbytes for v in value)
-    return value.nbytes
+    nbytes: int = value.nbytes
+    return nbytes
 
 
 class _Param:
@@ -128,7 +129,7 @@ class _Param:
         else:
             self.index, self.default = None, None
 
-    def get(self, args: tuple, kwargs: dict) -> Any:
+    def get(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self.index is not None and self.index < len(args):
             return args[self.index]
         return kwargs.get(self.name, self.default)
@@ -218,7 +219,7 @@ class TracedWork:
         self._finish()
 
     def is_completed(self) -> bool:
-        done = self._work.is_completed()
+        done: bool = self._work.is_completed()
         if done:
             self._finish()
         return done
@@ -245,7 +246,7 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
         broadcast_payload = payload
         src, group, group_src = _Param(sig, "src"), _Param(sig, "group"), _Param(sig, "group_src")
 
-        def sent(args: tuple, kwargs: dict) -> int:
+        def sent(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
             gsrc = group_src.get(args, kwargs)
             if gsrc is not None:
                 is_source = dist.get_rank(group.get(args, kwargs)) == gsrc
@@ -255,12 +256,12 @@ def _make_wrapper(fname: str, original: Callable[..., Any], dist: Any) -> Callab
 
     elif payload is not None:
 
-        def sent(args: tuple, kwargs: dict) -> int:
+        def sent(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
             return _nbytes(payload.get(args, kwargs))
 
     else:
 
-        def sent(args: tuple, kwargs: dict) -> int:
+        def sent(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
             return 0
 
     def call(*args: Any, **kwargs: Any) -> Any:

@@ -37,7 +37,7 @@ _started: dict[int, Any] = {}
 MAX_TRACKED = 10_000
 
 
-class _TrackedChildren(set):
+class _TrackedChildren(set[object]):
     """``multiprocessing.process._children`` (the set every ``Process.start()`` adds to), noting
     each child as it is added: multiprocessing offers no hook of its own for it."""
 
@@ -99,7 +99,7 @@ class _Destinations:
     (``multiprocessing`` pickles the process object as it starts a child); unpickled in the
     child as ``recorder.follow``: it records there. Nothing when none runs."""
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         recorder = sys.modules.get(__package__ + ".recorder")  # not loaded: nothing records
         specs = recorder.children_specs() if recorder is not None else []
         return (recorder.follow, (specs,)) if recorder is not None and specs else (bool, ())

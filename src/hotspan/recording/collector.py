@@ -49,12 +49,15 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 
 from ..events import CollectorLost, CollectorRestored, emit
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "CollectorClient",
@@ -142,15 +145,15 @@ _bearer = bearer
 # --------------------------------------------------------------------------- server
 
 
-def _server_classes():
+def _server_classes() -> tuple[Any, type[Any]]:
     import pyarrow.flight as flight
 
-    class TokenMiddlewareFactory(flight.ServerMiddlewareFactory):
-        def __init__(self, expected: bytes):
+    class TokenMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]  # pyarrow: no types
+        def __init__(self, expected: bytes) -> None:
             super().__init__()
             self.expected = expected
 
-        def start_call(self, info, headers):
+        def start_call(self, info: Any, headers: dict[str, list[str | bytes]]) -> None:
             for value in headers.get("authorization", []):
                 if isinstance(value, str):
                     value = value.encode()
@@ -170,10 +173,10 @@ class CollectorServer:
 
     def __init__(
         self,
-        out: str | os.PathLike,
+        out: str | os.PathLike[str],
         listen: str = f"grpc://127.0.0.1:{DEFAULT_PORT}",
         token: str | None = None,
-        log=None,
+        log: IO[str] | None = None,
         *,
         max_put_rows: int = MAX_PUT_ROWS,
         max_put_bytes: int = MAX_PUT_BYTES,
@@ -181,7 +184,7 @@ class CollectorServer:
         compact_on_done: bool = True,
         sweep_stale_s: float = SWEEP_STALE_S,
         max_id_ranges: int = MAX_ID_RANGES,
-    ):
+    ) -> None:
         from ..formats.dataset import sweep_temporaries
 
         flight, TokenMiddlewareFactory = _server_classes()
@@ -223,11 +226,11 @@ class CollectorServer:
         # a base class from the lazily imported module (pyarrow has no types: Any to mypy)
         service_base: Any = flight.FlightServerBase
 
-        class _Service(service_base):
-            def do_action(self, context, action):
+        class _Service(service_base):  # type: ignore[misc]  # the Any base above
+            def do_action(self, context: Any, action: Any) -> list[bytes]:
                 return owner._do_action(action)
 
-            def list_actions(self, context):
+            def list_actions(self, context: Any) -> list[tuple[str, str]]:
                 return [
                     ("clock", "the server's time.time_ns(), 8 bytes little-endian"),
                     ("done", "a client is done (JSON pid, batch): its parts are compacted"),
@@ -235,7 +238,7 @@ class CollectorServer:
                     ("open_stacks", "every process's latest open stacks (JSON)"),
                 ]
 
-            def do_put(self, context, descriptor, reader, writer):
+            def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
                 owner._do_put(descriptor, reader, context)
 
         self._flight = flight
@@ -254,7 +257,7 @@ class CollectorServer:
             except (OSError, ValueError):
                 pass
 
-    def _do_action(self, action):
+    def _do_action(self, action: Any) -> list[bytes]:
         if action.type == "clock":
             return [struct.pack("<q", time.time_ns())]
         if action.type == "done":
@@ -270,13 +273,14 @@ class CollectorServer:
             return [self.stacks.answer()]
         raise self._flight.FlightServerError(f"unknown action {action.type!r}")
 
-    def _refuse(self, message: str):
+    def _refuse(self, message: str) -> Exception:
         with self.lock:
             self.refused += 1
         self._say(f"hotspan collect: refused a put: {message}")
-        return self._flight.FlightServerError(f"hotspan collector: {message}")
+        error: Exception = self._flight.FlightServerError(f"hotspan collector: {message}")
+        return error
 
-    def _do_put(self, descriptor, reader, context=None) -> None:
+    def _do_put(self, descriptor: Any, reader: Any, context: Any = None) -> None:
         from ..formats.base import check_span_table
 
         command = descriptor.command or b""
@@ -446,6 +450,7 @@ class CollectorServer:
             raise self._refuse(
                 f"rank {rank} pid {pid}: batch {seq} holds span id {repeated} twice: not written"
             )
+        assert starts is not None and ends is not None  # given both when no id repeats
         reserved = self._reserve_ids(rank, pid, seq, batch, digest, starts, ends)
         written = False
         try:
@@ -459,7 +464,14 @@ class CollectorServer:
                     self.digests.pop(digest, None)
 
     def _reserve_ids(
-        self, rank: int, pid: int, seq: int, batch: str | None, digest: str, starts, ends
+        self,
+        rank: int,
+        pid: int,
+        seq: int,
+        batch: str | None,
+        digest: str,
+        starts: np.ndarray,
+        ends: np.ndarray,
     ) -> bool:
         """Refuse a put whose span ids were written already (by an earlier put of any client);
         else hold them for it. False when nothing was held: the same put sent again (its
@@ -557,7 +569,7 @@ class CollectorServer:
         except (OSError, ValueError, pa.ArrowException):
             return False  # unreadable: certainly not to be taken for this batch
 
-    def _writer_done(self, body: bytes) -> list:
+    def _writer_done(self, body: bytes) -> list[bytes]:
         """A client closing (``{"pid", "batch"}``): compact the parts it sent, per rank, on a
         thread of their own (the client does not wait; readers see each span once throughout)."""
         try:
@@ -610,7 +622,7 @@ class CollectorServer:
     def __enter__(self) -> "CollectorServer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -633,7 +645,7 @@ class _SpanIds:
         self.full = False
 
     @staticmethod
-    def ranges(ids: pa.ChunkedArray):
+    def ranges(ids: pa.ChunkedArray) -> tuple[int | None, np.ndarray | None, np.ndarray | None]:
         """(repeated id or None, starts, ends) of one put's ids."""
         import numpy as np
 
@@ -648,7 +660,7 @@ class _SpanIds:
         ends = np.concatenate((values[breaks], values[-1:]))
         return None, starts, ends
 
-    def first_overlap(self, starts, ends) -> int | None:
+    def first_overlap(self, starts: np.ndarray, ends: np.ndarray) -> int | None:
         """The smallest id of ``starts``/``ends`` already written, or None."""
         import numpy as np
 
@@ -664,7 +676,7 @@ class _SpanIds:
         k = int(np.flatnonzero(hit)[0])
         return int(max(starts[k], self.starts[at[k]]))
 
-    def add(self, starts, ends) -> bool:
+    def add(self, starts: np.ndarray, ends: np.ndarray) -> bool:
         """Add one put's ranges (disjoint from those written: checked first); False once full."""
         import numpy as np
 
@@ -679,7 +691,7 @@ class _SpanIds:
         self.ends = np.concatenate((self.ends, ends))[order]
         return True
 
-    def remove(self, starts, ends) -> None:
+    def remove(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Take back the ranges of a put that could not be written after all."""
         import numpy as np
 
@@ -693,7 +705,7 @@ def _is_token(text: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{1,32}", text) is not None
 
 
-def _digest_batch(digest, batch: pa.RecordBatch) -> None:
+def _digest_batch(digest: hashlib.blake2b, batch: pa.RecordBatch) -> None:
     """Feed a record batch's data to ``digest``: a resent batch arrives as the same buffers."""
     for column in batch.columns:
         arrays = [column]
@@ -706,7 +718,9 @@ def _digest_batch(digest, batch: pa.RecordBatch) -> None:
         digest.update(b"|")
 
 
-def _bounded_int(info: dict, key: str, lo: int, hi: int, default: int | None = None) -> int:
+def _bounded_int(
+    info: dict[str, Any], key: str, lo: int, hi: int, default: int | None = None
+) -> int:
     value = info.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{key} must be an integer")
@@ -786,7 +800,7 @@ class CollectorClient:
 
     # -- connection
 
-    def _options(self, timeout: float | None = None):
+    def _options(self, timeout: float | None = None) -> Any:
         import pyarrow.flight as flight
 
         headers = [(b"authorization", _bearer(self.token))] if self.token else []
@@ -805,7 +819,7 @@ class CollectorClient:
             raise
         self._client = client
 
-    def _measure_clock(self, client) -> None:
+    def _measure_clock(self, client: Any) -> None:
         """A few round trips; keep the one with the smallest round trip time. Done at connect
         and again every ``clock_interval`` seconds (clocks drift: an offset measured at the
         start of a long run is off by the end); each put carries the offset it was shifted by."""
@@ -1072,13 +1086,13 @@ def fetch_open_stacks(
 
 
 def serve(
-    out: str | os.PathLike,
+    out: str | os.PathLike[str],
     listen: str,
     token: str | None,
     *,
-    ready=None,
+    ready: Callable[[CollectorServer], object] | None = None,
     stop: threading.Event,
-    log=sys.stderr,
+    log: IO[str] | None = sys.stderr,
 ) -> CollectorServer:
     """Run a collector until ``stop`` is set; return it (shut down) for its counts."""
     server = CollectorServer(out, listen, token=token, log=log)

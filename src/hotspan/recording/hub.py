@@ -65,7 +65,8 @@ class Reader:
 
     def under_pressure(self) -> bool:
         """True once the backlog passes half the memory cap (time to take it)."""
-        return self._bytes * 2 >= _native._pending()["memory_cap"]
+        cap: int = _native._pending()["memory_cap"]
+        return self._bytes * 2 >= cap
 
     def _offer(self, table: pa.Table, nbytes: int, cap: int) -> None:
         if self.since_ns is not None:
@@ -250,7 +251,7 @@ def drain_for_user() -> pa.Table:
 
 
 def _pump_period() -> float:
-    period = _native._pending()["drain_period_us"] / 1e6
+    period: float = _native._pending()["drain_period_us"] / 1e6
     return min(max(period, PUMP_MIN_S), PUMP_MAX_S)
 
 

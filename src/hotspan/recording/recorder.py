@@ -41,6 +41,7 @@ from .sinks import warn as _warn
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
     import pyarrow as pa
@@ -87,7 +88,7 @@ class Recorder:
 
     def __init__(
         self,
-        dest: str | os.PathLike,
+        dest: str | os.PathLike[str],
         flush_interval: float = 1.0,
         *,
         token: str | None = None,
@@ -226,7 +227,8 @@ class Recorder:
                 # pyarrow aborts the process where an allocation fails half-way (see
                 # _room_to_flush): without room, the metadata part waits for the first flush
                 with self._locked() as acquired:
-                    if acquired and _room_to_flush():
+                    # hasattr: always true here (a local directory), and says so to mypy
+                    if acquired and hasattr(self._sink, "open") and _room_to_flush():
                         self._sink.open()
         except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
             self.write_errors += 1
@@ -286,7 +288,7 @@ class Recorder:
                     )
 
     @contextlib.contextmanager
-    def _locked(self, timeout: float = -1):
+    def _locked(self, timeout: float = -1) -> Iterator[bool]:
         """``_lock``, noting its owner; yields False (not acquired) when this thread holds it
         already (a signal handler nested in a flush) or when ``timeout`` passed."""
         me = threading.get_ident()
@@ -498,7 +500,7 @@ FLUSH_SWITCH_INTERVAL_S = 0.0002
 
 
 @contextlib.contextmanager
-def _prompt_handoffs():
+def _prompt_handoffs() -> Iterator[None]:
     previous = sys.getswitchinterval()
     if previous <= FLUSH_SWITCH_INTERVAL_S:  # the program's own choice is shorter: keep it
         yield
@@ -573,7 +575,8 @@ def _say(message: str) -> None:
 def _under_memory_pressure() -> bool:
 
     pending = _native._pending()
-    return pending["bytes"] * 2 >= pending["memory_cap"]
+    pressed: bool = pending["bytes"] * 2 >= pending["memory_cap"]
+    return pressed
 
 
 # Set once the flusher has imported what flushing needs. A fork while another thread is
@@ -638,7 +641,7 @@ def _warm_up(kind: str) -> None:
 
 
 def record(
-    dest: str | os.PathLike,
+    dest: str | os.PathLike[str],
     flush_interval: float = 1.0,
     *,
     token: str | None = None,
@@ -700,7 +703,7 @@ def start_from_env() -> Recorder | None:
     return started
 
 
-def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> Recorder:
+def start_env_recorder(dest: str | os.PathLike[str], flush_interval: float = 1.0) -> Recorder:
     """Record this process to ``dest`` the way ``HOTSPAN_OUT`` does: until exit (``atexit``,
     SIGTERM where the program has no handler of its own, and ``multiprocessing``'s exit of
     its children, which skips ``atexit``), with every forked child recording to the same

@@ -233,7 +233,7 @@ class CollectorSink:
         )
         self.buffer_spans = buffer_spans
         self._cond = threading.Condition()
-        self._pending: deque = deque()
+        self._pending: deque[pa.Table] = deque()
         self._pending_spans = 0
         self._dropped = 0  # over the cap before reaching the client, or never sent at close
         self._closing = False
@@ -384,7 +384,9 @@ def _flight_path() -> str | None:
     return _native._flight_path()
 
 
-def sink_for(dest: str | os.PathLike, token: str | None, buffer_spans: int):
+def sink_for(
+    dest: str | os.PathLike[str], token: str | None, buffer_spans: int
+) -> FileSink | DatasetSink | CollectorSink:
     text = os.fspath(dest)
     if isinstance(text, bytes):
         text = text.decode()

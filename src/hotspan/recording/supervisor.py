@@ -104,7 +104,7 @@ def resolve_program(program: Sequence[str], module: str | None = None) -> tuple[
 
 def run_program(
     program: Sequence[str],
-    output: str | os.PathLike,
+    output: str | os.PathLike[str],
     *,
     module: str | None = None,
     live_min_ns: int | None = None,
@@ -233,7 +233,7 @@ class _passing_signals_to:
     passed on."""
 
     def __init__(self) -> None:
-        self.child: subprocess.Popen | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         self.ended = False
         self.saved: dict[int, object] = {}
         self.received: set[int] = set()
@@ -248,7 +248,7 @@ class _passing_signals_to:
             return
         _forward(self.child, signum)
 
-    def attach(self, child: subprocess.Popen) -> None:
+    def attach(self, child: subprocess.Popen[bytes]) -> None:
         self.child = child
         waiting, self.waiting = self.waiting, []
         for signum in waiting:
@@ -271,7 +271,7 @@ class _passing_signals_to:
             signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
-def _forward(child: subprocess.Popen, signum: int) -> None:
+def _forward(child: subprocess.Popen[bytes], signum: int) -> None:
     from .. import _native
 
     if child.returncode is not None:

@@ -13,6 +13,7 @@ import html
 import json
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +36,7 @@ def asset(name: str) -> str:
     return (resources.files(__package__) / "assets" / name).read_text(encoding="utf-8")
 
 
-def prune(tree: FlameTree, min_share: float = MIN_SHARE) -> dict:
+def prune(tree: FlameTree, min_share: float = MIN_SHARE) -> dict[str, Any]:
     """``tree.to_json()`` without the nodes under ``min_share`` of the root's total (their
     time stays in their ancestors' totals)."""
     data = tree.to_json()

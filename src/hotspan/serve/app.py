@@ -385,8 +385,8 @@ class Served:
 
     def __init__(
         self,
-        root: str | os.PathLike,
-        cache: str | os.PathLike,
+        root: str | os.PathLike[str],
+        cache: str | os.PathLike[str],
         *,
         token: str | None = None,
         perfetto_ui: str = PERFETTO_UI,
@@ -890,10 +890,10 @@ def _scan_quietly(catalog: Catalog) -> None:
 
 
 def create_app(
-    root: str | os.PathLike,
+    root: str | os.PathLike[str],
     *,
     token: str | None = None,
-    cache: str | os.PathLike | None = None,
+    cache: str | os.PathLike[str] | None = None,
     perfetto_ui: str = PERFETTO_UI,
     warm: bool = False,
 ) -> FastAPI:

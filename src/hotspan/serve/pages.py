@@ -26,7 +26,7 @@ from fastapi.templating import Jinja2Templates
 from ..report.html import PALETTE, colours_by_time, rank_list
 from ..units import human_bytes, human_count, human_ns, human_rate
 from . import queries
-from .runs import Catalog
+from .runs import Catalog, Run
 
 __all__ = [
     "BAR_WIDTH",
@@ -136,7 +136,13 @@ def category_colours(stats_rows: list[dict[str, Any]]) -> dict[str, str]:
     return colours_by_time(time)
 
 
-def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_ui: str) -> None:
+def add_pages(
+    app: FastAPI,
+    catalog: Catalog,
+    run_or_404: Callable[[str], Run | JSONResponse],
+    *,
+    perfetto_ui: str,
+) -> None:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters.update(ns=human_ns, count=human_count, bytes=human_bytes, ranks=rank_list)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
@@ -151,7 +157,7 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         return page(request, "problem.html", status=response.status_code, detail=detail)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def runs_page(request: Request, q: str = Query("", max_length=200)):
+    def runs_page(request: Request, q: str = Query("", max_length=200)) -> HTMLResponse:
         # Rows as objects: a template's ``r.path`` on a dict tries the attribute first, and
         # with thousands of rows that lookup was most of the page's time.
         runs = [SimpleNamespace(**r.entry()) for r in catalog.scan()]
@@ -164,7 +170,7 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         rank: Optional[int] = Query(None, ge=-(2**31), le=2**31 - 1),
         step: Optional[int] = Query(None, ge=0, le=2**62),
         critical: bool = Query(False),
-    ):
+    ) -> HTMLResponse:
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
@@ -218,7 +224,7 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         metric: Literal["step_ns", "wait_ns", "blame_ns"] = Query("blame_ns"),
         collectives: str = Query("comms", min_length=1, max_length=200),
         step: str = Query("step", min_length=1, max_length=1000),
-    ):
+    ) -> HTMLResponse:
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
             return problem_page(request, run)
@@ -235,7 +241,13 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
             step=step,
         )
 
-    def inline_page(request: Request, id: str, render, what: str, instead: str):
+    def inline_page(
+        request: Request,
+        id: str,
+        render: Callable[[Run], str | None],
+        what: str,
+        instead: str,
+    ) -> HTMLResponse:
         """A run's page drawn inline (timeline, flame graph), or 413 for a run too large."""
         run = run_or_404(id)
         if isinstance(run, JSONResponse):
@@ -246,17 +258,17 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
                 request,
                 "problem.html",
                 status=413,
-                detail=f"{run.path}: {run.summary['spans']:,} spans: too many for the inline {what} "
+                detail=f"{run.path}: {(run.summary or {}).get('spans', 0):,} spans: too many for the inline {what} "
                 f"(at most {queries.TIMELINE_MAX_SPANS:,}); {instead}",
             )
         return HTMLResponse(html)
 
     @app.get("/runs/{id}/timeline", response_class=HTMLResponse, include_in_schema=False)
-    def timeline_page(request: Request, id: str):
+    def timeline_page(request: Request, id: str) -> HTMLResponse:
         return inline_page(request, id, queries.timeline_html, "timeline", "open it in Perfetto UI")
 
     @app.get("/runs/{id}/flame", response_class=HTMLResponse, include_in_schema=False)
-    def flame_page(request: Request, id: str):
+    def flame_page(request: Request, id: str) -> HTMLResponse:
         return inline_page(
             request,
             id,
@@ -271,7 +283,7 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         base: str = Query(..., max_length=64),
         new: str = Query(..., max_length=64),
         threshold: float = Query(0.05, ge=0, le=100),
-    ):
+    ) -> HTMLResponse:
         picked = []
         for rid in (base, new):
             run = run_or_404(rid)
@@ -295,7 +307,7 @@ def add_pages(app: FastAPI, catalog: Catalog, run_or_404: Callable, *, perfetto_
         base: str = Query("", max_length=64),
         new: str = Query("", max_length=64),
         threshold: float = Query(0.05, ge=0, le=100),
-    ):
+    ) -> HTMLResponse:
         runs = [r.entry() for r in catalog.scan() if r.error is None]
         context: dict[str, Any] = {
             "runs": runs,

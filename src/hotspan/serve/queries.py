@@ -15,9 +15,16 @@ import queue
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
 
 from .runs import HEAVY, Run
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..analysis.filters import SpanFilter
+
+_T = TypeVar("_T")
 
 __all__ = [
     "DOWNLOAD_FORMATS",
@@ -76,12 +83,12 @@ SPAN_FIELDS = (
 #: run in memory while it is drawn); larger ones point to Perfetto UI instead.
 TIMELINE_MAX_SPANS = 500_000
 
-_cache: "OrderedDict[tuple, Any]" = OrderedDict()
+_cache: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
 _cache_lock = threading.Lock()
 _CACHE_ENTRIES = 64
 
 
-def _lookup(key: tuple) -> tuple[bool, Any]:
+def _lookup(key: tuple[Any, ...]) -> tuple[bool, Any]:
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
@@ -89,21 +96,21 @@ def _lookup(key: tuple) -> tuple[bool, Any]:
     return False, None
 
 
-def cached(key: tuple, compute: Callable[[], Any]) -> Any:
+def cached(key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
     """``compute()``, remembered under ``key`` (which holds the run's signature) among the
     last ``_CACHE_ENTRIES`` results; computed under ``HEAVY``."""
     found, value = _lookup(key)
     if found:
-        return value
+        return cast(_T, value)
     with HEAVY:
         found, value = _lookup(key)  # computed meanwhile by the request this one waited for
         if found:
-            return value
+            return cast(_T, value)
         value = compute()
     return _remember(key, value)
 
 
-def _remember(key: tuple, value: Any) -> Any:
+def _remember(key: tuple[Any, ...], value: _T) -> _T:
     """Keep ``value`` under ``key`` among the last ``_CACHE_ENTRIES`` results; return it."""
     with _cache_lock:
         _cache[key] = value
@@ -128,7 +135,7 @@ def plain(value: Any) -> Any:
 # in memory or streamed, by the one rule the CLI follows too.
 
 
-def make_filter(**fields: Any):
+def make_filter(**fields: Any) -> SpanFilter:
     """The library's span filter from the API's query parameters (None: not asked)."""
     from ..analysis.filters import SpanFilter
 
@@ -151,13 +158,13 @@ def _stats(run: Run, by: Sequence[str] | None, span_filter: Any) -> tuple[tuple[
         return keys, spans.stats(keys)
 
 
-def _phases(run: Run):
+def _phases(run: Run) -> pa.Table:
     import hotspan
 
     return hotspan.phases(run.source)
 
 
-def _compare(base: Run, new: Run, **options):
+def _compare(base: Run, new: Run, **options: Any) -> pa.Table:
     import hotspan
 
     return hotspan.compare(base.source, new.source, **options)
@@ -211,7 +218,7 @@ def timeline_view(
 #: The last timeline answers (a page's pan back, a second tab): a few, apart from the other
 #: answers, since a whole-run view of a large run is tens of MB as Python objects (136,000
 #: pixels for 128 tracks), where the 64 entries of the other answers held gigabytes of them.
-_views: "OrderedDict[tuple, Any]" = OrderedDict()
+_views: "OrderedDict[tuple[Any, ...], dict[str, Any]]" = OrderedDict()
 _VIEW_ENTRIES = 4
 
 
@@ -316,10 +323,10 @@ def critical_segments(
     ]
 
 
-_indexes: "OrderedDict[tuple, Any]" = OrderedDict()
+_indexes: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
 _index_lock = threading.Lock()
 #: (run id, signature) -> set once that version's index is built (or failed)
-_index_building: dict[tuple, threading.Event] = {}
+_index_building: dict[tuple[Any, ...], threading.Event] = {}
 #: Timeline indexes kept (a few MB each: three integers a bin and track).
 _INDEX_ENTRIES = 8
 
@@ -429,14 +436,14 @@ def _quietly(function: Callable[[], Any]) -> None:
 
 def stats_rows(
     run: Run, by: Sequence[str] | None, span_filter: Any = None
-) -> tuple[tuple[str, ...], list[dict]]:
+) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
     """(the keys grouped by, the rows): by the library's default keys when ``by`` is None."""
     from ..analysis.filters import SpanFilter
 
     if span_filter == SpanFilter():  # no filter: one cache entry with None (pages, the warmer)
         span_filter = None
 
-    def compute() -> tuple[tuple[str, ...], list[dict]]:
+    def compute() -> tuple[tuple[str, ...], list[dict[str, Any]]]:
         keys, result = _stats(run, by, span_filter)
         return keys, plain(result.to_pylist())
 
@@ -463,7 +470,7 @@ class Warmer:
         self._lock = threading.Lock()
         self._seen: set[str] = set()
         #: (run id, signature) of each run whose statistics it computed, in order.
-        self.warmed: list[tuple[str, tuple | None]] = []
+        self.warmed: list[tuple[str, tuple[Any, ...] | None]] = []
 
     def __call__(self, run: Run) -> None:
         with self._lock:
@@ -525,7 +532,7 @@ def _filter(
     category: str | None,
     rank: int | None,
     min_ns: int | None,
-):
+) -> Any:
     """The filter as a pyarrow expression over one part's columns (pushed down to the
     Parquet reader: row groups whose statistics exclude it are skipped): the library's
     filter (analysis/filters.py), rendered for pyarrow.dataset."""

@@ -26,12 +26,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..formats.dataset import (
     RANK_DIR_RE as _RANK_DIR,  # one pattern for the layout, the loader's
 )
 from ..formats.registry import READABLE_EXTENSIONS, format_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["HEAVY", "Catalog", "Run", "RunError"]
 
@@ -77,7 +81,7 @@ class Run:
     format: str  # the extension (".parquet", ".json.gz", ...) or "dataset"
     #: The run's files with their sizes and modification times when it was last summarised
     #: (None: never yet); the version every cached answer is keyed by.
-    signature: tuple | None = None
+    signature: tuple[tuple[str, int, int], ...] | None = None
     #: The Parquet files that hold the run, each with the rank its directory names (or None).
     parts: list[tuple[Path, int | None]] = field(default_factory=list)
     summary: dict[str, Any] | None = None
@@ -274,7 +278,7 @@ def _is_dataset(dirnames: list[str], filenames: list[str]) -> bool:
     )
 
 
-def _signature(paths: list[Path]) -> tuple:
+def _signature(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
     out = []
     for p in paths:
         st = p.stat()
@@ -285,7 +289,7 @@ def _signature(paths: list[Path]) -> tuple:
 class Catalog:
     """The runs under ``root``; ``cache`` holds the Parquet copies of non-Parquet traces."""
 
-    def __init__(self, root: str | os.PathLike, cache: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike[str], cache: str | os.PathLike[str]):
         self.root = Path(os.path.realpath(root))
         if not self.root.is_dir():
             raise NotADirectoryError(f"{root}: not a directory")
@@ -593,7 +597,7 @@ class Catalog:
             self.on_new_version(run)
 
     def _parts(
-        self, run: Run, files: list[Path], signature: tuple
+        self, run: Run, files: list[Path], signature: tuple[tuple[str, int, int], ...]
     ) -> list[tuple[Path, int | None]]:
         if run.kind == "dataset":
             if not files:
@@ -611,7 +615,7 @@ class Catalog:
             return [(run.location, None)]
         return [(self._converted(run, signature), None)]
 
-    def _converted(self, run: Run, signature: tuple) -> Path:
+    def _converted(self, run: Run, signature: tuple[tuple[str, int, int], ...]) -> Path:
         """The Parquet copy of a trace in another format, made once per version of it."""
         digest = hashlib.sha256(repr(signature).encode()).hexdigest()[:16]
         target = self.cache / f"{run.id}-{digest}.parquet"
@@ -651,7 +655,7 @@ def _newest_run(
 
     from ..formats.dataset import SeveralRunsWarning, parts_of_run
 
-    def metadata(path: Path) -> dict:
+    def metadata(path: Path) -> dict[bytes, bytes]:
         known = footers.get(str(path))
         return dict(known if known is not None else (pq.read_schema(path).metadata or {}))
 
@@ -664,7 +668,9 @@ def _newest_run(
         return parts_of_run(parts, lambda part: metas[part[0]], None, "")
 
 
-def summarize(parts: list[tuple[Path, int | None]], signature: tuple) -> dict[str, Any]:
+def summarize(
+    parts: list[tuple[Path, int | None]], signature: tuple[tuple[str, int, int], ...]
+) -> dict[str, Any]:
     """What the run list shows: spans, ranks, start and duration, host and command, from the
     Parquet footers (row counts, column statistics, metadata); a column is scanned only
     where the statistics do not tell."""
@@ -748,7 +754,7 @@ def _part_rank(metadata: dict[bytes, bytes] | None) -> int | None:
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
-def _column_unstated(pf, column: str) -> bool:
+def _column_unstated(pf: pq.ParquetFile, column: str) -> bool:
     """Whether some row group of the column lacks min/max statistics (so that its values
     would have to be scanned)."""
     meta = pf.metadata
@@ -762,10 +768,10 @@ def _column_unstated(pf, column: str) -> bool:
 
 #: Schemas found to be span tables (``_check_schema``), by their columns and types: the
 #: parts of thousands of runs share a few schemas.
-_CHECKED: set[tuple] = set()
+_CHECKED: set[tuple[Any, ...]] = set()
 
 
-def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
+def _check_schema(schema: pa.Schema, path: Path, *, has_rank: bool) -> None:
     key = (tuple(zip(schema.names, map(str, schema.types))), has_rank)
     if key in _CHECKED:
         return
@@ -774,7 +780,7 @@ def _check_schema(schema, path: Path, *, has_rank: bool) -> None:
         _CHECKED.add(key)
 
 
-def _check_schema_once(schema, path: Path, *, has_rank: bool) -> None:
+def _check_schema_once(schema: pa.Schema, path: Path, *, has_rank: bool) -> None:
     """Refuse a Parquet file that is not a span table (a foreign file under the directory):
     every column of the span schema (``rank`` may come from a ``rank=R`` directory), strings
     where strings belong, integers and booleans where they do; so that every query on it
@@ -813,7 +819,7 @@ def _iso(ns: int | None) -> str | None:
     return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _column_bound(pf, column: str, pick) -> int:
+def _column_bound(pf: pq.ParquetFile, column: str, pick: Callable[..., Any]) -> int:
     """The min or max of an integer column: from the row groups' statistics when every one
     has them (nothing read), else from a scan of that column alone."""
     meta = pf.metadata
@@ -840,7 +846,7 @@ def _column_bound(pf, column: str, pick) -> int:
     return int(found or 0)
 
 
-def _column_values(pf, column: str) -> set[int]:
+def _column_values(pf: pq.ParquetFile, column: str) -> set[int]:
     """The distinct values of a small-cardinality integer column (``rank``): the statistics
     when a row group holds one value, else a scan of that column alone."""
     meta = pf.metadata

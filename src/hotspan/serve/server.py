@@ -34,7 +34,7 @@ def _listening_socket(host: str, port: int) -> tuple[socket.socket, str]:
 
 
 def _uvicorn_server(
-    root: str | os.PathLike, cache: str, token: str | None, perfetto_ui: str | None
+    root: str | os.PathLike[str], cache: str, token: str | None, perfetto_ui: str | None
 ) -> uvicorn.Server:
     import uvicorn
 
@@ -51,7 +51,7 @@ def _uvicorn_server(
     return uvicorn.Server(config)
 
 
-def warm_early(root: str | os.PathLike, cache: str) -> Warmer | None:
+def warm_early(root: str | os.PathLike[str], cache: str) -> Warmer | None:
     """Find the runs under ``root`` and start computing their statistics on a thread of its
     own (``queries.Warmer``), before the application's slow imports (FastAPI, uvicorn: about
     a second): a request that asks for them as soon as the server listens finds them done or
@@ -79,7 +79,7 @@ def warm_early(root: str | os.PathLike, cache: str) -> Warmer | None:
 
 
 def serve(
-    root: str | os.PathLike,
+    root: str | os.PathLike[str],
     *,
     host: str = "127.0.0.1",
     port: int = 8765,
@@ -113,7 +113,7 @@ class Server:
 
     def __init__(
         self,
-        root: str | os.PathLike,
+        root: str | os.PathLike[str],
         *,
         host: str = "127.0.0.1",
         port: int = 8765,
