@@ -19,10 +19,15 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .statistics import stats
 from .._columns import combined_codes, to_numpy
+from .options import CompareOptions, keys_of
+from .statistics import stats
+
+#: ``durations(keys)``: (key, base durations, new durations) for each row of ``keys``, in order.
+Durations = Callable[[pa.Table], Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]]
 
 __all__ = [
+    "CompareOptions",
     "compare",
     "compare_rows",
     "drift_line",
@@ -86,11 +91,8 @@ def compare(
     (neither the drift nor a shared shift). ``normalize=NAME`` divides instead by the
     reference span ``NAME``'s median on each side (a fixed workload timed in both runs).
     """
-    check_options(alpha, confidence, resamples)
-    return compare_rows(
-        base,
-        new,
-        by=by,
+    options = CompareOptions(
+        by=keys_of(by),
         threshold=threshold,
         min_count=min_count,
         alpha=alpha,
@@ -100,53 +102,33 @@ def compare(
         normalize=normalize,
         shift=shift,
     )
+    return compare_rows(base, new, options)
 
 
-def compare_rows(
-    base: pa.Table,
-    new: pa.Table,
-    *,
-    by: Sequence[str],
-    threshold: float,
-    min_count: int,
-    alpha: float,
-    confidence: float,
-    resamples: int,
-    seed: int,
-    normalize: str | None = None,
-    shift: bool = True,
-) -> pa.Table:
+def compare_rows(base: pa.Table, new: pa.Table, options: CompareOptions) -> pa.Table:
     """``compare`` of two tables in memory."""
-    by = tuple((by,) if isinstance(by, str) else by)
+    by = options.by
     before = durations_by_group(base, by)
     after = durations_by_group(new, by)
     empty = np.zeros(0, np.int64)
 
-    def durations(keys: pa.Table):
+    def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
         for row in keys.to_pylist():
             key = tuple(row[k] for k in by)
             yield key, before.get(key, empty), after.get(key, empty)
 
     reference = None
-    if normalize is not None:
+    if options.normalize is not None:
         reference = (
-            reference_median(stats(base, by=("name",)), normalize, "base"),
-            reference_median(stats(new, by=("name",)), normalize, "new"),
+            reference_median(stats(base, by=("name",)), options.normalize, "base"),
+            reference_median(stats(new, by=("name",)), options.normalize, "new"),
         )
     return judge_rows(
         stats(base, by=by),
         stats(new, by=by),
-        by,
         durations,
-        threshold=threshold,
-        min_count=min_count,
-        alpha=alpha,
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
+        options,
         reference=reference,
-        normalize=normalize,
-        shift=shift,
         machine=(machine_of(base.schema.metadata), machine_of(new.schema.metadata)),
     )
 
@@ -168,12 +150,7 @@ def reference_median(by_name: pa.Table, name: str, side: str) -> float:
 
 
 def check_options(alpha: float, confidence: float, resamples: int) -> None:
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), not {alpha}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), not {confidence}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be at least 100, not {resamples}")
+    CompareOptions(alpha=alpha, confidence=confidence, resamples=resamples)
 
 
 #: A shift is the machine's when at least this share of the judged groups (and 5) moved
@@ -233,18 +210,10 @@ META_DRIFT = b"hotspan.drift"
 def judge_rows(
     base_stats: pa.Table,
     new_stats: pa.Table,
-    by: Sequence[str],
-    durations: Callable[[pa.Table], Iterator[tuple[tuple, np.ndarray, np.ndarray]]],
+    durations: Durations,
+    options: CompareOptions,
     *,
-    threshold: float,
-    min_count: int,
-    alpha: float,
-    confidence: float,
-    resamples: int,
-    seed: int,
     reference: tuple[float, float] | None = None,
-    normalize: str | None = None,
-    shift: bool = True,
     machine: tuple[Any, Any] | None = None,
 ) -> pa.Table:
     """``compare``'s table from the two sides' ``stats`` and ``durations(keys)``, which yields
@@ -252,9 +221,12 @@ def judge_rows(
     order: the draws of the seeded bootstrap follow it); ``reference``: the medians of the
     ``normalize`` span on each side; ``machine``: the two sides' machine measures (their
     ``hotspan.machine`` metadata, None where absent)."""
+    by, threshold, min_count = options.by, options.threshold, options.min_count
+    alpha, confidence, resamples = options.alpha, options.confidence, options.resamples
+    shift, normalize = options.shift, options.normalize
     before_stats = {tuple(r[k] for k in by): r for r in base_stats.to_pylist()}
     after_stats = {tuple(r[k] for k in by): r for r in new_stats.to_pylist()}
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(options.seed)
     rows = []
     judged = []
     for key in list(before_stats) + [k for k in after_stats if k not in before_stats]:
