@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .statistics import DEVICE_KEY, group_sums, with_device_key
+from .kernels import group_sums
+from .statistics import DEVICE_KEY, with_device_key
 from .._columns import combined_codes, to_numpy
 
 __all__ = ["BUCKETS", "duration_buckets", "part_buckets", "part_groups", "scan_memory"]
@@ -262,7 +263,8 @@ def part_buckets(
     :func:`part_groups` gives None, or a duration is negative (no bucket)."""
     if not files or not all(_readable(s, by) for s in schemas):
         return None
-    from .statistics import PERCENTILES, interpolate, percentile_ranks
+    from .kernels import interpolate, percentile_ranks
+    from .statistics import PERCENTILES
 
     parts = _Parts(schemas[0], by, filesystem)
     values_read = _values(schemas)

@@ -22,13 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .kernels import interpolate, percentile_ranks
 from .statistics import (
     PERCENTILES,
     STAT_COLUMNS,
     STAT_TYPES,
-    interpolate,
     order_stats_rows,
-    percentile_ranks,
     self_share,
 )
 

@@ -66,13 +66,12 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 import pyarrow as pa
 
+from .kernels import interpolate, percentile_ranks
 from .statistics import (
     PERCENTILES,
     STAT_COLUMNS,
     STAT_TYPES,
-    interpolate,
     is_path,
-    percentile_ranks,
 )
 from .._columns import plain_type
 from .duckdb_source import _MACROS as _MACROS  # the duration buckets' macros (tests read them)
