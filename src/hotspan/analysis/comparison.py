@@ -430,11 +430,11 @@ def verdict(p_value: float, low: float, high: float, *, threshold: float, alpha:
 
 
 def rows_table(
-    rows: list[dict],
+    rows: list[dict[str, Any]],
     by: Sequence[str],
     key_schema: pa.Schema,
-    said: dict | None = None,
-    drift: dict | None = None,
+    said: dict[str, Any] | None = None,
+    drift: dict[str, Any] | None = None,
 ) -> pa.Table:
     """``compare``'s rows as a table: the keys (their types as in ``stats``), then
     :data:`COMPARE_FIELDS`; the shift it judged against and the machine's drift in the
@@ -504,7 +504,7 @@ def drift_line(drift: dict[str, Any] | None, base: str = "BASE", new: str = "NEW
     )
 
 
-def durations_by_group(table: pa.Table, by: Sequence[str]) -> dict[tuple, np.ndarray]:
+def durations_by_group(table: pa.Table, by: Sequence[str]) -> dict[tuple[Any, ...], np.ndarray]:
     """Per group key, the durations of its spans."""
     if table.num_rows == 0:
         return {}

@@ -80,11 +80,11 @@ class SpanSource:
 
     def __init__(
         self,
-        path: str | os.PathLike | Sequence[str | os.PathLike],
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         where: str | None = None,
         memory_limit: str | None = None,
-        temp_directory: str | os.PathLike | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
         span_filter: Any = None,
     ):
         from ..formats.base import TraceFileError, require_regular_file
@@ -324,7 +324,7 @@ class SpanSource:
             raise NoPartsError(loc.shown, "no span parts under this URI (expected part-*.parquet)")
         return sorted(found)
 
-    def _dataset(self, hive: bool):
+    def _dataset(self, hive: bool) -> Any:
         """The files as one pyarrow dataset on ``self.filesystem`` (DuckDB scans it as it
         streams: batches, only the columns a query reads). Strings plain: parts may hold
         them as dictionaries or not."""

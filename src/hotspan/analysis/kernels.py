@@ -78,7 +78,7 @@ def interpolate(below: np.ndarray, above: np.ndarray, gamma: np.ndarray) -> np.n
     a = below.astype(np.float64)
     b = above.astype(np.float64)
     diff = b - a
-    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return np.asarray(np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma))
 
 
 def sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
@@ -93,7 +93,7 @@ def sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np
     if (groups - 1).bit_length() + value_bits <= 63:
         packed = (group.astype(np.int64) << value_bits) | (values - low)
         packed.sort()
-        return (packed & ((1 << value_bits) - 1)) + low
+        return np.asarray((packed & ((1 << value_bits) - 1)) + low)
     return values[np.lexsort((values, group))]
 
 

@@ -128,7 +128,7 @@ class _IdIndex:
             offset = wanted - self.low
             outside = offset >= np.uint64(self.width)
             offset[outside] = 0
-            out = self.table[offset.view(np.int64)]
+            out: np.ndarray = self.table[offset.view(np.int64)]
             out[outside] = -1
             return out
         position = np.minimum(np.searchsorted(self.sorted, wanted), self.n - 1)
@@ -279,7 +279,9 @@ class _Lanes:
         return remap[inverse.reshape(-1)]
 
 
-def _lane_keys(lane: np.ndarray, ids: np.ndarray, wanted_lane: np.ndarray, wanted: np.ndarray):
+def _lane_keys(
+    lane: np.ndarray, ids: np.ndarray, wanted_lane: np.ndarray, wanted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(lane, id) pairs as single dense keys, the same numbering for the row group's spans and
     the wanted parents (absent ids: a key no span has)."""
     distinct = np.unique(ids)

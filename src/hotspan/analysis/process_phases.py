@@ -112,7 +112,7 @@ def _processes(files: Sequence[str], footers: Sequence[Any]) -> list[list[tuple[
     a file not named as a part is a group of its own."""
     from ..formats.dataset import part_key
 
-    groups: dict[tuple, list[tuple[int, str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[tuple[int, str, Any]]] = {}
     for i, (path, footer) in enumerate(zip(files, footers)):
         key = part_key(path)
         if key is None:
@@ -269,7 +269,9 @@ def _run(
 
     stop = threading.Event()
 
-    def one(parts: list[tuple[str, Any]]):
+    def one(
+        parts: list[tuple[str, Any]],
+    ) -> tuple[_Sums, _Carried, _Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
         try:
             return _stream(parts, categories, lane_codes, budget, stop)
         except (GiveUp, RepeatedIds):

@@ -415,7 +415,7 @@ def phases_sql(
         GROUP BY 1, 2, 3, 4, 5"""
 
 
-def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.Table:
+def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple[Any, ...]) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows (``levels``: what
     ``statistics.category_levels`` gave for the categories it numbered)."""
 
@@ -431,7 +431,9 @@ def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.
     )
 
 
-def phases_of_sums(rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple) -> pa.Table:
+def phases_of_sums(
+    rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple[Any, ...]
+) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows as numpy columns (``rank``, ``top``,
     ``sub``, ``same_top``, ``same_sub``, ``time``, ``steps``; ``own`` and ``waited`` where
     the spans carry wait times), however they were summed."""

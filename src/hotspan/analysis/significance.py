@@ -201,4 +201,4 @@ def _bootstrap_medians(
         return lower
     upper_u = lower_u + (1.0 - lower_u) * rng.beta(1, n - k, resamples)
     upper = sorted_values[np.minimum((upper_u * n).astype(np.int64), n - 1)]
-    return (lower + upper) / 2.0
+    return np.asarray((lower + upper) / 2.0)

@@ -180,7 +180,9 @@ class SparkSpans:
             self.session.catalog.dropTempView(levels_view)
         return finish_phases(result, ranks, levels)
 
-    def durations(self, by: Sequence[str], keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
+    def durations(
+        self, by: Sequence[str], keys: pa.Table
+    ) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
         """(key, the group's durations) for the groups of ``keys``, in key order (collected
         to the driver one group at a time)."""
         from .queries import key_sql
@@ -213,7 +215,7 @@ class SparkSpans:
         request = StatsRequest(by)
         before, after = self.stats(request), other.stats(request)
 
-        def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+        def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
             for (key, x), (_, y) in zip(self.durations(by, keys), other.durations(by, keys)):
                 yield key, x, y
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterable, Sequence, TypeGuard
+from typing import Any, Iterable, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -94,7 +94,7 @@ PHASE_SCHEMA = pa.schema(
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
 
 
-def is_path(value: object) -> TypeGuard[str | os.PathLike]:
+def is_path(value: object) -> TypeGuard[str | os.PathLike[str]]:
     """Whether ``value`` names a trace to stream (a file, a dataset directory, a URI) rather
     than a table."""
     return isinstance(value, (str, os.PathLike))
@@ -395,7 +395,7 @@ def phase_table(
     sub_names = list(subs)
     sub_top = np.array([tops[name.split("/", 1)[0]] for name in sub_names], np.int64)
 
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
 
     def emit(rank: int | None, times: np.ndarray, steps: np.ndarray, subs_time: np.ndarray) -> None:
         for t in np.argsort(-times, kind="stable"):
@@ -447,7 +447,7 @@ def phase_table(
     )
 
 
-def _arrow_array(values: list, type_: pa.DataType) -> pa.Array:
+def _arrow_array(values: list[Any], type_: pa.DataType) -> pa.Array:
     """``pa.array(values, type_, from_pandas=True)`` (None and NaN null) for the few types of
     ``PHASE_SCHEMA``, built from buffers: ``pa.array`` imports pandas on its first call (a
     few tenths of a second of a fresh process that streams a run's phases and needs none)."""

@@ -16,7 +16,7 @@ from .streaming import _load, _open, _other_format, _reading
 __all__ = ["stream_phases"]
 
 
-def stream_phases(path: str | os.PathLike | SpanSource) -> pa.Table:
+def stream_phases(path: str | os.PathLike[str] | SpanSource) -> pa.Table:
     """``statistics.phases`` of the spans in ``path``, streamed (see the module doc)."""
     if _other_format(path):
         from .statistics import phases

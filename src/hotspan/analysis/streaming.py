@@ -93,18 +93,18 @@ __all__ = [
 COMPARE_MAX_VALUES = 5_000_000  # x 2 sides x ~40 bytes of working copies: ~400 MB at most
 
 
-def _other_format(path: Any) -> TypeGuard[str | os.PathLike]:
+def _other_format(path: Any) -> TypeGuard[str | os.PathLike[str]]:
     """A trace file of a format other than Parquet (JSON, Perfetto, ...): loaded in memory."""
     return is_path(path) and Path(path).is_file() and not str(path).lower().endswith(".parquet")
 
 
-def _load(path: str | os.PathLike) -> pa.Table:
+def _load(path: str | os.PathLike[str]) -> pa.Table:
     from ..formats import load
 
     return load(path)
 
 
-def _open(path: str | os.PathLike | SpanSource) -> tuple[SpanSource, bool]:
+def _open(path: str | os.PathLike[str] | SpanSource) -> tuple[SpanSource, bool]:
     if isinstance(path, SpanSource):
         return path, False
     return SpanSource(path), True
@@ -133,7 +133,7 @@ def _reading(source: SpanSource) -> Iterator[None]:
 
 
 def stream_stats(
-    path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")
+    path: str | os.PathLike[str] | SpanSource, by: str | Sequence[str] = ("category", "name")
 ) -> pa.Table:
     """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
     an open ``SpanSource``), streamed: see the module doc."""
@@ -335,7 +335,7 @@ def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
         SELECT count(*) FROM (
             SELECT hi, lead(lo) OVER ({"PARTITION BY " + keys if by else ""} ORDER BY b) AS next_lo FROM hs_h)
         WHERE next_lo <= hi""").fetchall()[0]  # all: DuckDB 2 holds an unfinished result
-    return broken == 0
+    return bool(broken == 0)
 
 
 def _percentiles(
@@ -466,7 +466,7 @@ def group_durations(
         current, seen = -1, 0
         parts: list[np.ndarray] = []
 
-        def flush():
+        def flush() -> tuple[int, np.ndarray]:
             values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
             return current, values
 
@@ -514,7 +514,7 @@ def stream_compare(
     with _reading(new):
         after = _stats(new, by)
 
-    def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+    def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
         """Per group of ``keys``: (key, base durations, new durations), in order."""
         b_counts = _counts_for(before, by, keys)
         a_counts = _counts_for(after, by, keys)
@@ -541,7 +541,7 @@ def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int
 # --------------------------------------------------------------------------- comparing results
 
 
-def canonical_rows(result: pa.Table, by: Sequence[str]) -> list[dict]:
+def canonical_rows(result: pa.Table, by: Sequence[str]) -> list[dict[str, Any]]:
     """The rows of a ``stats`` result in key order, NaN as None: what "equal" means between
     the streaming and the in-memory paths (whose order may differ among equal totals)."""
 
