@@ -21,10 +21,10 @@ from .filters import sql_literal
 __all__ = ["DEFAULT_MEMORY_LIMIT", "SpanSource", "parse_size"]
 
 DEFAULT_MEMORY_LIMIT = "1GB"
-_NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
+NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
 
 
-def _quote(name: str) -> str:
+def quote_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -41,12 +41,12 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * base**power)
 
 
-def _same(columns: Sequence[str], left: str, right: str) -> str:
+def same_keys(columns: Sequence[str], left: str, right: str) -> str:
     """Null-safe equality of ``columns`` between two relations (null keys form a group)."""
     if not columns:
         return "TRUE"
     return " AND ".join(
-        f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns
+        f"{left}.{quote_name(c)} IS NOT DISTINCT FROM {right}.{quote_name(c)}" for c in columns
     )
 
 
@@ -57,7 +57,7 @@ def _same(columns: Sequence[str], left: str, right: str) -> str:
 # bucket's largest value at most the next one's smallest), falling back to an exact integer
 # version (the highest set bit, corrected by two comparisons, then the next 10 bits), three
 # times slower, should it ever not be.
-_MACROS = """
+BUCKET_MACROS = """
 CREATE OR REPLACE TEMP MACRO hs_bucket(d) AS
     CASE WHEN d < 0 THEN d ELSE floor(log2(d + 1.0) * 1024)::BIGINT END;
 CREATE OR REPLACE TEMP MACRO hs_msb2(d, f) AS
@@ -228,7 +228,7 @@ class SpanSource:
                 con.execute(self._spans_view)
                 # fetched: DuckDB 2 refuses other work (register, say) on a connection whose
                 # last result is unfinished
-                con.execute(_MACROS).fetchall()
+                con.execute(BUCKET_MACROS).fetchall()
             except duckdb.Error as exc:
                 con.close()
                 raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
@@ -265,7 +265,7 @@ class SpanSource:
             if all(column in f.schema.to_arrow_schema().names for f in self.footers()):
                 return self._read_range(column)
             row = self.sql(
-                f"SELECT min({_quote(column)}), max({_quote(column)}) FROM all_spans"
+                f"SELECT min({quote_name(column)}), max({quote_name(column)}) FROM all_spans"
             ).fetchall()[0]  # all: DuckDB 2 holds an unfinished result
             return row[0], row[1]
 
@@ -412,8 +412,8 @@ class SpanSource:
         if self.unique_ids():
             return f"JOIN spans AS {parent} ON {parent}.span_id = {child}.parent_id"
         lane = ("rank", "pid", "thread_id")
-        keys = ", ".join(_quote(c) for c in (*lane, "span_id"))
+        keys = ", ".join(quote_name(c) for c in (*lane, "span_id"))
         return (
             f"JOIN (SELECT * FROM spans QUALIFY row_number() OVER (PARTITION BY {keys}) = 1) AS {parent} "
-            f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}"
+            f"ON {parent}.span_id = {child}.parent_id AND {same_keys(lane, parent, child)}"
         )

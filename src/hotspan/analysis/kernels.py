@@ -155,11 +155,11 @@ def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
     return total
 
 
-def _sum_by(code: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+def sum_by(code: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     out = np.zeros(size, np.int64)
     np.add.at(out, code, values)
     return out
 
 
-def _group_codes(table: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+def group_codes(table: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return combined_codes(table, by)

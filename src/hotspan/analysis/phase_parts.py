@@ -20,7 +20,7 @@ class GiveUp(Exception):
     the caller takes the DuckDB path."""
 
 
-class _Categories:
+class Categories:
     """Category strings numbered in order of first sight (None: a null category), shared by
     the workers (a lock: only distinct values of each row group's dictionary come here)."""
 
@@ -42,22 +42,22 @@ class _Categories:
             null = self.codes.setdefault(None, len(self.codes))
         if not len(values):
             return np.full(len(array), null, np.int64)
-        indices, valid = _values_and_validity(array.indices)
+        indices, valid = values_and_validity(array.indices)
         codes = remap[np.where(valid, indices, 0) if valid is not None else indices]
         if valid is not None:
             codes[~valid] = null
         return codes
 
 
-def _numpy(column: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
+def numpy_of(column: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
     """An integer column as numpy, nulls as 0 (pyarrow's ``to_numpy`` would import pandas:
     ~0.3 s of a fresh process)."""
-    values, valid = _values_and_validity(column)
+    values, valid = values_and_validity(column)
     values = values.astype(dtype, copy=False)
     return values if valid is None else np.where(valid, values, 0).astype(dtype, copy=False)
 
 
-def _values_and_validity(
+def values_and_validity(
     column: pa.Array | pa.ChunkedArray,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """An integer (or bool-free fixed-width) column's values, read straight from its buffers
@@ -76,7 +76,7 @@ def _values_and_validity(
     return values, bits[offset : offset + n].view(np.bool_)
 
 
-class _IdIndex:
+class IdIndex:
     """Row of each id among a row group's spans (keys: ids, or (lane, id) pairs made dense).
 
     The recorder draws a process's ids as ``base + k``: the ids of a row group lie in a
@@ -135,7 +135,7 @@ class _IdIndex:
         return np.where(self.sorted[position] == wanted, self.order[position], -1)
 
 
-class _Ranges:
+class Ranges:
     """Disjoint ranges of ids seen, merged as row groups come: an overlap is a repeated id."""
 
     def __init__(self, budget: int) -> None:
@@ -164,7 +164,7 @@ class _Ranges:
         return overlap
 
 
-class _Sums:
+class Sums:
     """Time and steps per (rank, category, parent's category; -1: no parent), integer sums."""
 
     def __init__(self) -> None:
@@ -210,14 +210,14 @@ class _Sums:
             total[0] += int(time[k])
             total[1] += int(steps[k])
 
-    def merge(self, other: _Sums) -> None:
+    def merge(self, other: Sums) -> None:
         for key, (time, steps) in other.sums.items():
             total = self.sums.setdefault(key, [0, 0])
             total[0] += time
             total[1] += steps
 
 
-class _Carried:
+class Carried:
     """Children whose parent is not found yet, summed per (parent key, lane, rank, category):
     parent_id (uint64), lane (int64, 0 without lanes), rank, category, time, steps, count."""
 
@@ -257,7 +257,7 @@ class _Carried:
         return taken
 
 
-class _Lanes:
+class Lanes:
     """Dense numbers for (rank, pid, thread_id) lanes, shared by the workers."""
 
     def __init__(self) -> None:
@@ -265,7 +265,7 @@ class _Lanes:
         self.lock = threading.Lock()
 
     def of(self, table: pa.Table) -> np.ndarray:
-        columns = [_numpy(table.column(c).fill_null(0), np.int64) for c in LANE]
+        columns = [numpy_of(table.column(c).fill_null(0), np.int64) for c in LANE]
         stacked = np.stack(columns, axis=1)
         distinct, inverse = np.unique(stacked, axis=0, return_inverse=True)
         with self.lock:
@@ -279,7 +279,7 @@ class _Lanes:
         return remap[inverse.reshape(-1)]
 
 
-def _lane_keys(
+def lane_keys(
     lane: np.ndarray, ids: np.ndarray, wanted_lane: np.ndarray, wanted: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(lane, id) pairs as single dense keys, the same numbering for the row group's spans and

@@ -7,7 +7,7 @@ closes after its children, and a process drains spans in the order they close). 
 of one process (one writer: the same rank, pid and token, by part number) are read in order,
 a row group at a time, with only the columns the answer needs (``span_id``, ``parent_id``,
 ``category``, ``duration_ns``, ``rank``), and each span's parent is looked up among the spans
-of that row group (``_IdIndex``: a direct-address table where the ids are dense, as the
+of that row group (``IdIndex``: a direct-address table where the ids are dense, as the
 recorder draws them, else a sort). Children whose parent is not in it yet are carried to the
 next row group, summed per (parent, rank, category): a parent with a million children drained
 before it carries a row, not a million. What is left at the end (a parent in another
@@ -17,7 +17,7 @@ could hold it; what is not found has no parent, as in memory.
 Whether ids repeat decides how a parent is found (``statistics.parent_rows``: by id alone, or
 within its child's rank, pid and thread). It is known from the ids read, at no extra scan:
 each row group's ids as runs of consecutive values, merged per process and then over the run
-(``_Ranges``; the recorder draws ids ``base + k``, so a process's ids are a few runs), and
+(``Ranges``; the recorder draws ids ``base + k``, so a process's ids are a few runs), and
 any overlap is a repeated id. Should the run turn out to repeat ids, it is read once more
 with the ids looked up within their (rank, pid, thread).
 
@@ -46,15 +46,15 @@ import pyarrow as pa
 from .phase_parts import (
     LANE,
     GiveUp,
-    _Carried,
-    _Categories,
-    _IdIndex,
-    _Lanes,
-    _numpy,
-    _Ranges,
-    _Sums,
-    _lane_keys,
-    _values_and_validity,
+    Carried,
+    Categories,
+    IdIndex,
+    Lanes,
+    numpy_of,
+    Ranges,
+    Sums,
+    lane_keys,
+    values_and_validity,
 )
 
 __all__ = ["phases_of_parts"]
@@ -130,18 +130,18 @@ def _processes(files: Sequence[str], footers: Sequence[Any]) -> list[list[tuple[
 
 def _stream(
     parts: list[tuple[str, Any]],
-    categories: _Categories,
-    lanes: _Lanes | None,
+    categories: Categories,
+    lanes: Lanes | None,
     budget: int,
     stop: threading.Event,
-) -> tuple[_Sums, _Carried, _Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
     """One process's parts in order: its sums, the children left without a parent, its id
     ranges, its ranks, and each row group's lowest and highest id (by path and number: the
     parts' footers keep no statistics of the ids). ``stop``: another process gave up (or
     found a repeated id), this one need not go on."""
     import pyarrow.parquet as pq
 
-    sums, carried, ranges = _Sums(), _Carried(budget), _Ranges(budget)
+    sums, carried, ranges = Sums(), Carried(budget), Ranges(budget)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     ranks: set[int] = set()
     columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
@@ -169,22 +169,22 @@ def _stream(
                 continue
             if one_rank is None and table.column("rank").null_count:
                 raise GiveUp("null ranks")
-            ids = _numpy(table.column("span_id"), np.uint64)
+            ids = numpy_of(table.column("span_id"), np.uint64)
             bounds[(path, g)] = (int(ids.min()), int(ids.max()))
-            parent, parent_valid = _values_and_validity(table.column("parent_id"))
+            parent, parent_valid = values_and_validity(table.column("parent_id"))
             parent = parent.astype(np.uint64, copy=False)  # (a signed column compares as ids)
             has_parent = parent_valid if parent_valid is not None else np.ones(n, np.bool_)
             child = categories.codes_of(table.column("category"))
-            duration = _numpy(table.column("duration_ns"), np.int64)
+            duration = numpy_of(table.column("duration_ns"), np.int64)
             if one_rank is not None:
                 rank = np.broadcast_to(np.int32(one_rank), n)  # no copy
                 ranks.add(int(one_rank))
             else:
-                rank = _numpy(table.column("rank"), np.int32)
+                rank = numpy_of(table.column("rank"), np.int32)
                 low, high = int(rank.min()), int(rank.max())  # (np.unique sorts: 10% of it all)
                 ranks.update([low] if low == high else np.unique(rank).tolist())
             if lanes is None:
-                index = _IdIndex(ids)
+                index = IdIndex(ids)
                 if index.repeated or ranges.add(*index.runs):
                     raise RepeatedIds()
                 carried_row = index.find(carried.columns["parent"])
@@ -192,13 +192,13 @@ def _stream(
                 lane = np.zeros(n, np.int64)
             else:
                 lane = lanes.of(table)
-                span_key, wanted_key = _lane_keys(
+                span_key, wanted_key = lane_keys(
                     lane,
                     ids,
                     np.concatenate((carried.columns["lane"], lane)),
                     np.concatenate((carried.columns["parent"], parent)),
                 )
-                row = _IdIndex(span_key).find(wanted_key)
+                row = IdIndex(span_key).find(wanted_key)
                 carried_row, row = row[: len(carried)], row[len(carried) :]
             # the children carried from earlier row groups whose parent is here
             found_carried = carried_row >= 0
@@ -234,7 +234,7 @@ def _read(reader: Any, path: str, group: int, columns: list[str]) -> pa.Table:
         raise TraceFileError(path, f"not a readable Parquet part: {exc}") from exc
 
 
-def _add_summed(sums: _Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
+def _add_summed(sums: Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
     """Carried rows (already summed: time, steps) with their parent's category now known."""
     for rank, child, parent, time, steps in zip(
         rows["rank"].tolist(),
@@ -264,14 +264,14 @@ def _run(
     from .queries import phases_of_sums
     from .statistics import category_levels
 
-    categories = _Categories()
-    lane_codes = _Lanes() if lanes else None
+    categories = Categories()
+    lane_codes = Lanes() if lanes else None
 
     stop = threading.Event()
 
     def one(
         parts: list[tuple[str, Any]],
-    ) -> tuple[_Sums, _Carried, _Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+    ) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
         try:
             return _stream(parts, categories, lane_codes, budget, stop)
         except (GiveUp, RepeatedIds):
@@ -291,9 +291,9 @@ def _run(
             if error is not None:
                 raise error
         results = [f.result() for f in futures]
-    sums = _Sums()
+    sums = Sums()
     ranks: set[int] = set()
-    carried = _Carried(budget * workers)
+    carried = Carried(budget * workers)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     for group_sums, group_carried, _group_ranges, group_ranks, group_bounds in results:
         sums.merge(group_sums)
@@ -329,7 +329,7 @@ def _run(
     return phases_of_sums(rows, np.array(sorted(ranks), np.int64), levels)
 
 
-def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
+def _repeated_across(ranges: list[Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
     """Whether an id repeats between processes (each process's own ids are unique: checked as
     they were read). Processes draw ids from a random base each, so their spans of ids
     (lowest to highest) do not overlap, and nothing more is needed; where they do, their
@@ -339,7 +339,7 @@ def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[]
     spans = sorted((r.starts[0], r.ends[-1]) for r in ranges if len(r.starts))
     if all(later[0] > earlier[1] for earlier, later in zip(spans, spans[1:])):
         return False
-    merged = _Ranges(budget)
+    merged = Ranges(budget)
     for r in ranges:
         if merged.add(r.starts, r.ends):
             return True
@@ -347,12 +347,12 @@ def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[]
 
 
 def _resolve_carried(
-    carried: _Carried,
-    sums: _Sums,
+    carried: Carried,
+    sums: Sums,
     bounds: dict[tuple[str, int], tuple[int, int]],
     groups: list[list[tuple[str, Any]]],
-    categories: _Categories,
-    lanes: _Lanes | None,
+    categories: Categories,
+    lanes: Lanes | None,
 ) -> None:
     """The children whose parent was not in their own process's parts after them: looked up
     in every row group whose ids (lowest to highest, as read) could hold one; not found, no
@@ -375,15 +375,15 @@ def _resolve_carried(
                     continue  # none of the wanted ids in this row group
                 reader = reader or pq.ParquetFile(path, metadata=footer)
                 table = _read(reader, path, g, columns)
-                ids = _numpy(table.column("span_id"), np.uint64)
+                ids = numpy_of(table.column("span_id"), np.uint64)
                 category = categories.codes_of(table.column("category"))
                 if lanes is None:
-                    row = _IdIndex(ids).find(carried.columns["parent"])
+                    row = IdIndex(ids).find(carried.columns["parent"])
                 else:
-                    span_key, wanted_key = _lane_keys(
+                    span_key, wanted_key = lane_keys(
                         lanes.of(table), ids, carried.columns["lane"], carried.columns["parent"]
                     )
-                    row = _IdIndex(span_key).find(wanted_key)
+                    row = IdIndex(span_key).find(wanted_key)
                 found = row >= 0
                 if found.any():
                     _add_summed(sums, carried.take(found), category[row[found]])

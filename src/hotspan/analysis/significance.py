@@ -146,8 +146,8 @@ def median_ratio_interval(
     rng = rng if rng is not None else np.random.default_rng(0)
     xs = np.sort(np.asarray(x, np.float64))
     ys = np.sort(np.asarray(y, np.float64))
-    mx = _bootstrap_medians(xs, resamples, rng)
-    my = _bootstrap_medians(ys, resamples, rng)
+    mx = bootstrap_medians(xs, resamples, rng)
+    my = bootstrap_medians(ys, resamples, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(mx > 0, my / mx - 1.0, np.where(my > 0, np.inf, 0.0))
     tail = (1.0 - confidence) / 2.0 * 100
@@ -188,7 +188,7 @@ def _bootstrap_order_statistic(
     return sorted_values[np.minimum((u * n).astype(np.int64), n - 1)]
 
 
-def _bootstrap_medians(
+def bootstrap_medians(
     sorted_values: np.ndarray, resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
     n = len(sorted_values)

@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 
 from .._columns import column_codes, combined_codes, parent_rows, plain_type, to_numpy
 from .kernels import (
-    _group_codes,
-    _sum_by,
+    group_codes,
+    sum_by,
     group_percentile,
     group_sums,
     sort_within_groups,
@@ -147,7 +147,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     if n == 0:
         return _empty_stats(table, by)
 
-    group, representative = _group_codes(table, by)
+    group, representative = group_codes(table, by)
     groups = len(representative)
     duration = to_numpy(table.column("duration_ns"), np.int64)
     sums = group_sums(table, group, groups, duration)
@@ -313,14 +313,14 @@ def phases(table: pa.Table) -> pa.Table:
         to_numpy(table.column("rank"), np.int64), return_inverse=True
     )
     n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
-    top_time = _sum_by(
+    top_time = sum_by(
         rank_code[opens_top] * n_tops + top[opens_top], duration[opens_top], n_ranks * n_tops
     )
     stepping = opens_top & (duration > 0)
     top_steps = np.bincount(
         rank_code[stepping] * n_tops + top[stepping], minlength=n_ranks * n_tops
     )
-    sub_time = _sum_by(
+    sub_time = sum_by(
         rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs
     ).reshape(n_ranks, n_subs)
     top_time = top_time.reshape(n_ranks, n_tops)
@@ -349,10 +349,10 @@ def phase_times(
     shape = time.shape
     code = rank[keep].astype(np.int64) * shape[1] + level[keep]
     size = shape[0] * shape[1]
-    awaited = _sum_by(code, np.asarray(waited, np.int64)[keep], size).reshape(shape) > 0
+    awaited = sum_by(code, np.asarray(waited, np.int64)[keep], size).reshape(shape) > 0
     if not awaited.any():
         return time
-    ran = _sum_by(code, np.asarray(own, np.int64)[keep], size).reshape(shape)
+    ran = sum_by(code, np.asarray(own, np.int64)[keep], size).reshape(shape)
     return np.where(awaited, ran, time)
 
 

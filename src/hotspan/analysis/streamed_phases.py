@@ -9,22 +9,22 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .duckdb_source import _NEEDED, SpanSource
+from .duckdb_source import NEEDED, SpanSource
 from .statistics import category_levels
-from .streaming import _load, _open, _other_format, _reading
+from .streaming import load_trace, open_source, other_format, reading
 
 __all__ = ["stream_phases"]
 
 
 def stream_phases(path: str | os.PathLike[str] | SpanSource) -> pa.Table:
     """``statistics.phases`` of the spans in ``path``, streamed (see the module doc)."""
-    if _other_format(path):
+    if other_format(path):
         from .statistics import phases
 
-        return phases(_load(path))
-    source, owned = _open(path)
+        return phases(load_trace(path))
+    source, owned = open_source(path)
     try:
-        with _reading(source):
+        with reading(source):
             return _phases(source)
     finally:
         if owned:
@@ -34,7 +34,7 @@ def stream_phases(path: str | os.PathLike[str] | SpanSource) -> pa.Table:
 def _phases(source: SpanSource) -> pa.Table:
     from .queries import DUCKDB, finish_phases, phases_sql
 
-    source.check_columns((), _NEEDED + ("category", "rank"))
+    source.check_columns((), NEEDED + ("category", "rank"))
     waits = {"self_ns", "wait_ns"} <= set(source.columns)
     if waits:
         # spans that awaited (asyncio tasks) make the phases' time their self time

@@ -27,7 +27,7 @@ that run out of memory), with bounded memory (DuckDB's ``memory_limit``, spillin
 
 - Counts, sums, min, max, errors and args: one scan, grouped by the keys and a *bucket* of
   durations (log-spaced: 1024 a power of two, so a bucket spans less than 0.1% of its
-  values; monotone in the duration, checked: see ``_MACROS``), then combined per group
+  values; monotone in the duration, checked: see ``BUCKET_MACROS``), then combined per group
   (``queries.combine_sql``: every aggregate is a count, sum, min or max); the counts per
   bucket stay for the percentiles.
 - Exact percentiles: DuckDB's own ``quantile_cont`` keeps every value of a group in memory
@@ -74,11 +74,14 @@ from .statistics import (
     is_path,
 )
 from .._columns import plain_type
-from .duckdb_source import _MACROS as _MACROS  # the duration buckets' macros (tests read them)
-from .duckdb_source import _NEEDED, SpanSource, _quote, _same
+from .duckdb_source import BUCKET_MACROS
+from .duckdb_source import NEEDED, SpanSource, quote_name, same_keys
 
 if TYPE_CHECKING:
     from .options import CompareOptions
+
+#: The duration buckets' macros (duckdb_source.py), under the name the tests read.
+_MACROS = BUCKET_MACROS
 
 __all__ = [
     "COMPARE_MAX_VALUES",
@@ -93,25 +96,25 @@ __all__ = [
 COMPARE_MAX_VALUES = 5_000_000  # x 2 sides x ~40 bytes of working copies: ~400 MB at most
 
 
-def _other_format(path: Any) -> TypeGuard[str | os.PathLike[str]]:
+def other_format(path: Any) -> TypeGuard[str | os.PathLike[str]]:
     """A trace file of a format other than Parquet (JSON, Perfetto, ...): loaded in memory."""
     return is_path(path) and Path(path).is_file() and not str(path).lower().endswith(".parquet")
 
 
-def _load(path: str | os.PathLike[str]) -> pa.Table:
+def load_trace(path: str | os.PathLike[str]) -> pa.Table:
     from ..formats import load
 
     return load(path)
 
 
-def _open(path: str | os.PathLike[str] | SpanSource) -> tuple[SpanSource, bool]:
+def open_source(path: str | os.PathLike[str] | SpanSource) -> tuple[SpanSource, bool]:
     if isinstance(path, SpanSource):
         return path, False
     return SpanSource(path), True
 
 
 @contextlib.contextmanager
-def _reading(source: SpanSource) -> Iterator[None]:
+def reading(source: SpanSource) -> Iterator[None]:
     """DuckDB's errors while reading (a damaged part found mid-scan) as ``TraceFileError``
     naming the trace. (DuckDB is not imported for it: the fast path of ``stats`` runs none.)"""
     from ..formats.base import TraceFileError
@@ -138,13 +141,13 @@ def stream_stats(
     """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
     an open ``SpanSource``), streamed: see the module doc."""
     by = check_by(by)
-    if _other_format(path):
+    if other_format(path):
         from .statistics import stats
 
-        return stats(_load(path), by)
-    source, owned = _open(path)
+        return stats(load_trace(path), by)
+    source, owned = open_source(path)
     try:
-        with _reading(source):
+        with reading(source):
             return _stats(source, by)
     finally:
         if owned:
@@ -184,7 +187,7 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
     the column (older files) gets it from a parent join."""
     from .queries import DUCKDB, finish_stats, list_order_statistics, stats_sql
 
-    source.check_columns(by, _NEEDED)
+    source.check_columns(by, NEEDED)
     columns = list(source.columns)
     wall = None
     if not source.filtered:
@@ -266,7 +269,7 @@ def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table 
 def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> np.ndarray:
     """Self time per group (in ``groups``' row order) for a trace without a ``self_ns`` column:
     the group's total minus the durations of its spans' direct children (a parent join)."""
-    parent_keys = ", ".join(f"p.{_quote(k)}" for k in by)
+    parent_keys = ", ".join(f"p.{quote_name(k)}" for k in by)
     child = source.arrow(f"""
         SELECT {parent_keys + "," if by else ""} sum(c.duration_ns)::BIGINT AS child
         FROM spans AS c {source.parent_join("c", "p")}
@@ -301,7 +304,7 @@ def _bucket_stats(
         if _check_buckets(source, by):
             break
     # 2. Per group, the aggregates, numbered largest total first (keys in order among equal totals).
-    order = ", ".join(f"{_quote(k)} ASC NULLS LAST" for k in by)
+    order = ", ".join(f"{quote_name(k)} ASC NULLS LAST" for k in by)
     source.sql("DROP TABLE IF EXISTS hs_g")
     source.sql(f"CREATE TEMP TABLE hs_g AS {combine_sql(DUCKDB, 'hs_h', by, columns=columns)}")
     source.sql(
@@ -330,7 +333,7 @@ def _bucket_stats(
 def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
     """Whether the buckets of ``hs_h`` are monotone: per group, each one's largest duration
     below the next one's smallest."""
-    keys = ", ".join(_quote(k) for k in by)
+    keys = ", ".join(quote_name(k) for k in by)
     (broken,) = source.sql(f"""
         SELECT count(*) FROM (
             SELECT hi, lead(lo) OVER ({"PARTITION BY " + keys if by else ""} ORDER BY b) AS next_lo FROM hs_h)
@@ -352,14 +355,14 @@ def _percentiles(
     want = pa.table({"gid": ranks_gid, "pos": ranks})
     source.con.register("hs_want", want)
     try:
-        keys_g = ", ".join(f"g.{_quote(k)}" for k in by)
+        keys_g = ", ".join(f"g.{quote_name(k)}" for k in by)
         # Each wanted rank's bucket: where the cumulative count passes it.
         source.sql("DROP TABLE IF EXISTS hs_target")
         source.sql(f"""
             CREATE TEMP TABLE hs_target AS
             WITH cum AS (
                 SELECT g.gid, h.b, h.n, sum(h.n) OVER (PARTITION BY g.gid ORDER BY h.b) - h.n AS before
-                FROM hs_h AS h JOIN hs_g AS g ON {_same(by, "h", "g")})
+                FROM hs_h AS h JOIN hs_g AS g ON {same_keys(by, "h", "g")})
             SELECT DISTINCT w.gid, cum.b, cum.before::BIGINT AS before, w.pos
             FROM (SELECT DISTINCT gid, pos FROM hs_want) AS w JOIN cum ON w.gid = cum.gid
             WHERE w.pos >= cum.before AND w.pos < cum.before + cum.n""")
@@ -368,7 +371,7 @@ def _percentiles(
             WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + "," if by else ""} 0 AS _
                        FROM hs_target AS t JOIN hs_g AS g ON t.gid = g.gid)
             SELECT t.gid, t.b, s.duration_ns AS d, count(*) AS c
-            FROM spans AS s JOIN t ON {_same(by, "s", "t")} AND {bucket}(s.duration_ns) = t.b
+            FROM spans AS s JOIN t ON {same_keys(by, "s", "t")} AND {bucket}(s.duration_ns) = t.b
             GROUP BY ALL ORDER BY t.gid, t.b, d""")
         targets = source.arrow("SELECT gid, b, before, pos FROM hs_target")
     finally:
@@ -461,7 +464,7 @@ def group_durations(
     reader = None
     try:
         reader = source.batches(f"""
-            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, "s", "o")}
+            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {same_keys(by, "s", "o")}
             ORDER BY o.hs_i, s.duration_ns""")
         current, seen = -1, 0
         parts: list[np.ndarray] = []
@@ -509,9 +512,9 @@ def stream_compare(
     from .comparison import judge_rows
 
     by = check_by(options.by)
-    with _reading(base):
+    with reading(base):
         before = _stats(base, by)
-    with _reading(new):
+    with reading(new):
         after = _stats(new, by)
 
     def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
@@ -529,7 +532,7 @@ def stream_compare(
                 y, a_next = a_next[1], next(a_stream, None)
             yield tuple(key[k] for k in by), x, y
 
-    with _reading(base), _reading(new):
+    with reading(base), reading(new):
         return judge_rows(before, after, durations, options, reference=reference, machine=machine)
 
 
