@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterable, Sequence, TypeGuard
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -156,24 +157,55 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     ends = starts + counts
 
     sorted_duration = sort_within_groups(group, duration, groups)
-    total = np.add.reduceat(sorted_duration, starts)
-    columns: dict[str, np.ndarray | pa.Array] = {
-        "count": counts,
-        "total_ns": total,
-        "self_ns": sums["self_total"],
-        "wait_ns": sums["wait_total"],
-        "mean_ns": total / counts,
-        "min_ns": sorted_duration[starts],
+    percentiles = {
+        column: group_percentile(sorted_duration, starts, counts, q) for column, q in PERCENTILES
     }
-    for column, q in PERCENTILES:
-        columns[column] = group_percentile(sorted_duration, starts, counts, q)
-    columns["max_ns"] = sorted_duration[ends - 1]
-
-    columns["share"] = self_share(table, by, columns["self_ns"], representative)
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(
         pc.min(table.column("start_ns")).as_py()
     )
-    columns["busy"] = total / wall if wall > 0 else np.full(groups, np.nan)
+    keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
+    return stats_table(
+        by,
+        keys,
+        sums,
+        total=np.add.reduceat(sorted_duration, starts),
+        low=sorted_duration[starts],
+        high=sorted_duration[ends - 1],
+        percentiles=percentiles,
+        wall=wall,
+    )
+
+
+def stats_table(
+    by: Sequence[str],
+    keys: Sequence[pa.Array],
+    sums: Mapping[str, np.ndarray],
+    *,
+    total: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    percentiles: Mapping[str, np.ndarray],
+    wall: int,
+) -> pa.Table:
+    """The ``stats`` table from each group's keys (``keys``: one array per column of ``by``,
+    one row a group), counts and sums (``sums``: those of :func:`kernels.group_sums`, under
+    its names), total, min and max duration, percentiles, and the run's wall time: one
+    definition for every path (in memory here; the Parquet scan, DuckDB and Spark through
+    ``queries.finish_stats``). Rows largest total first, keys in order among equal totals."""
+    count = sums["n"]
+    columns: dict[str, np.ndarray | pa.Array] = {
+        "count": count,
+        "total_ns": total,
+        "self_ns": sums["self_total"],
+        "wait_ns": sums["wait_total"],
+        "mean_ns": total / count,
+        "min_ns": low,
+        **percentiles,
+        "max_ns": high,
+    }
+    key_table = pa.table(dict(zip(by, keys))) if by else pa.table({"_": pa.nulls(len(count))})
+    columns["share"] = self_share(key_table, by, sums["self_total"], np.arange(len(count)))
+    columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
     columns["errors"] = sums["errors"]
     arg_sum, arg_time = sums["arg_sum"], sums["arg_time"]
     no_arg = sums["args"] == 0
@@ -182,18 +214,15 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
         per_s = arg_sum / (arg_time / 1e9)
     columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
     columns["instants"] = sums["instants"]
-
-    keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
     stat_arrays = [
-        columns[name]
-        if isinstance(columns[name], pa.Array)
-        else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
+        value
+        if isinstance(value := columns[name], pa.Array)
+        else pa.array(np.asarray(value), STAT_TYPES[name])
         for name in STAT_COLUMNS
     ]
     # One order for every engine: largest total first, then the keys (order_stats_rows).
-    return order_stats_rows(
-        pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS)), by
-    )
+    result = pa.Table.from_arrays(list(keys) + stat_arrays, names=list(by) + list(STAT_COLUMNS))
+    return order_stats_rows(result, by)
 
 
 def split_instants(result: pa.Table) -> tuple[pa.Table, pa.Table]:
