@@ -13,6 +13,14 @@ The rule (:func:`choose`), one for everybody:
 
 Every path gives the same columns, types and values (percentiles to the last bit), for the
 same :class:`~hotspan.analysis.filters.SpanFilter` and the same default ``by``.
+
+Each engine answers through one contract, :class:`Engine`: ``stats(StatsRequest)``,
+``phases()``, ``compare(other, CompareOptions, ...)``, ``metadata()``, ``default_by()``,
+``close()`` (options.py: the questions as frozen objects). :class:`MemoryEngine` is the
+core itself (statistics.py over kernels.py); :class:`DuckDBEngine` streams Parquet
+(streaming.py, whose Parquet scan feeds the same kernels a part's batches at a time);
+spark.SparkSpans runs the SQL of queries.py. tests/analysis/test_core_engines.py holds
+every engine to the core's answers.
 """
 
 from __future__ import annotations
