@@ -40,7 +40,10 @@ import json
 import math
 import os
 import re
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["BenchmarkFileError", "compare_benchmarks", "is_benchmark_json", "load_benchmark_json"]
 
@@ -53,12 +56,12 @@ _HEAD_RE = re.compile(rb'^\s*\{\s*"(machine_info|commit_info|benchmarks)"\s*:')
 class BenchmarkFileError(ValueError):
     """A pytest-benchmark JSON file that cannot be read; the message names the file."""
 
-    def __init__(self, path: str | os.PathLike, problem: str):
+    def __init__(self, path: str | os.PathLike[str], problem: str):
         self.path = os.fspath(path)
         super().__init__(f"{self.path}: {problem}")
 
 
-def is_benchmark_json(path: str | os.PathLike) -> bool:
+def is_benchmark_json(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` looks like a pytest-benchmark JSON file, from its first bytes (a JSON
     object whose first key is one of pytest-benchmark's): a trace, however large, is not
     read. A missing or unreadable file is not one (its loader says why)."""
@@ -72,7 +75,7 @@ def is_benchmark_json(path: str | os.PathLike) -> bool:
     return _HEAD_RE.match(head.removeprefix(b"\xef\xbb\xbf")) is not None
 
 
-def load_benchmark_json(path: str | os.PathLike) -> dict[str, Any]:
+def load_benchmark_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The file's contents, checked: an object with a ``benchmarks`` list whose entries have a
     name and ``stats`` with ``median`` and ``mean``. ``BenchmarkFileError`` otherwise."""
     from ..formats.base import TraceFileError, open_regular_file
@@ -115,11 +118,11 @@ def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _name(bench: dict) -> str:
-    return bench.get("fullname") or bench["name"]
+def _name(bench: dict[str, Any]) -> str:
+    return str(bench.get("fullname") or bench["name"])
 
 
-def _spans_of(bench: dict) -> dict[tuple[str, str], dict] | None:
+def _spans_of(bench: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]] | None:
     """The benchmark's span summaries by (category, name); {} when it has none; None when
     they are malformed."""
     extra = bench.get("extra_info")
@@ -188,8 +191,8 @@ def compare_benchmarks(
         "resamples": resamples,
         "rng": rng,
     }
-    bench_rows: list[dict] = []
-    span_rows: list[dict] = []
+    bench_rows: list[dict[str, Any]] = []
+    span_rows: list[dict[str, Any]] = []
     measured = [False, False]
     drifts: list[float] = []
     for key in list(before) + [k for k in after if k not in before]:
@@ -236,14 +239,16 @@ def compare_benchmarks(
     }
 
 
-def _machine_of(bench: dict) -> dict | None:
+def _machine_of(bench: dict[str, Any]) -> dict[str, Any] | None:
     extra = bench.get("extra_info")
     summary = extra.get("hotspan") if isinstance(extra, dict) else None
     machine = summary.get("machine") if isinstance(summary, dict) else None
     return machine if isinstance(machine, dict) else None
 
 
-def _drift(machines: tuple[dict | None, dict | None], threshold: float) -> dict | None:
+def _drift(
+    machines: tuple[dict[str, Any] | None, dict[str, Any] | None], threshold: float
+) -> dict[str, Any] | None:
     from .comparison import machine_drift
 
     drift = machine_drift(machines, threshold)
@@ -255,7 +260,7 @@ def _drift(machines: tuple[dict | None, dict | None], threshold: float) -> dict 
 _MEDIAN_SE = math.sqrt(math.pi / 2) / 1.349
 
 
-def _summary_of(stats: dict) -> tuple[float, float, int] | None:
+def _summary_of(stats: dict[str, Any]) -> tuple[float, float, int] | None:
     """What Welch's test takes of a benchmark's summary: (centre, spread, rounds) with
     spread / sqrt(rounds) the centre's standard error. The median and its spread from the
     interquartile range (robust: a round stalled by the machine moves a mean and a standard
@@ -274,13 +279,13 @@ def _summary_of(stats: dict) -> tuple[float, float, int] | None:
 
 
 def _judge(
-    row: dict,
+    row: dict[str, Any],
     samples: tuple[Any, Any] | None,
     summaries: tuple[Any, Any] | None,
-    drift: dict | None,
+    drift: dict[str, Any] | None,
     min_count: int,
-    options: dict,
-    lengths: dict | None = None,
+    options: dict[str, Any],
+    lengths: dict[str, Any] | None = None,
 ) -> None:
     """The one rule on a row: its samples when it has them, else its summaries (Welch);
     against the machine's drift when it was told (comparison.against_drift: ``lengths``, the
@@ -302,7 +307,7 @@ def _judge(
             row["verdict"] = "few"
             return
 
-        def test(x, y, factor):
+        def test(x: Any, y: Any, factor: float) -> tuple[float, float, float, str]:
             if factor != 1.0:
                 y = y / factor
             p = mann_whitney_u(x, y)
@@ -323,7 +328,7 @@ def _judge(
             return
         x = y = None
 
-        def test(x, y, factor):
+        def test(x: Any, y: Any, factor: float) -> tuple[float, float, float, str]:
             p, low, high = welch_t_test(
                 (mb, sb, nb), (ma / factor, sa / factor, na), confidence=options["confidence"]
             )
@@ -340,7 +345,7 @@ def _judge(
     row["verdict"] = said
 
 
-def _span_summary(stat: dict, rounds: int) -> tuple[float, float, int] | None:
+def _span_summary(stat: dict[str, Any], rounds: int) -> tuple[float, float, int] | None:
     """(mean, stddev, count capped at the benchmark's rounds) of a span summary; None without
     its spread."""
     mean, stddev = stat.get("mean_ns"), stat.get("stddev_ns")
@@ -349,7 +354,7 @@ def _span_summary(stat: dict, rounds: int) -> tuple[float, float, int] | None:
     return float(mean), float(stddev), min(stat["count"], rounds or stat["count"])
 
 
-def _thinned(values: list, count: int):
+def _thinned(values: list[Any], count: int) -> np.ndarray:
     """``count`` evenly spaced order statistics of ``values`` (all of them when fewer)."""
     import numpy as np
 
@@ -361,13 +366,13 @@ def _thinned(values: list, count: int):
 
 def _compare_spans(
     key: str,
-    b: dict | None,
-    a: dict | None,
-    bench_row: dict,
-    drift: dict | None,
+    b: dict[str, Any] | None,
+    a: dict[str, Any] | None,
+    bench_row: dict[str, Any],
+    drift: dict[str, Any] | None,
     min_count: int,
-    options: dict,
-) -> list[dict]:
+    options: dict[str, Any],
+) -> list[dict[str, Any]]:
     from .comparison import relative_change
 
     if b is None or a is None:

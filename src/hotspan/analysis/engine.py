@@ -13,21 +13,41 @@ The rule (:func:`choose`), one for everybody:
 
 Every path gives the same columns, types and values (percentiles to the last bit), for the
 same :class:`~hotspan.analysis.filters.SpanFilter` and the same default ``by``.
+
+Each engine answers through one contract, :class:`Engine`: ``stats(StatsRequest)``,
+``phases()``, ``compare(other, CompareOptions, ...)``, ``metadata()``, ``default_by()``,
+``close()`` (options.py: the questions as frozen objects). :class:`MemoryEngine` is the
+core itself (statistics.py over kernels.py); :class:`DuckDBEngine` streams Parquet
+(streaming.py, whose Parquet scan feeds the same kernels a part's batches at a time);
+spark.SparkSpans runs the SQL of queries.py. tests/analysis/test_core_engines.py holds
+every engine to the core's answers.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .filters import SpanFilter, filter_table
+from .options import CompareOptions, StatsRequest
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["STREAM_MIN_BYTES", "Spans", "choose", "open_spans", "stream_min_bytes"]
+__all__ = [
+    "STREAM_MIN_BYTES",
+    "CompareOptions",
+    "DuckDBEngine",
+    "Engine",
+    "MemoryEngine",
+    "Spans",
+    "StatsRequest",
+    "choose",
+    "open_spans",
+    "stream_min_bytes",
+]
 
 #: Parquet inputs at least this large (together) are streamed rather than loaded.
 STREAM_MIN_BYTES = 64 << 20
@@ -106,49 +126,179 @@ def choose(spans: Any, engine: Any = None) -> str:
     return "duckdb" if size >= stream_min_bytes() else "memory"
 
 
+@runtime_checkable
+class Engine(Protocol):
+    """What answers the analysis layer's questions over one set of spans (the filter applied
+    when it was opened): the in-memory core (:class:`MemoryEngine`), DuckDB streaming
+    Parquet (:class:`DuckDBEngine`) or Spark (spark.py). Every engine gives the core's
+    answer on the same spans (tests/analysis/test_core_engines.py holds them to it)."""
+
+    kind: str
+
+    def default_by(self) -> tuple[str, ...]: ...
+
+    def stats(self, request: StatsRequest) -> pa.Table: ...
+
+    def phases(self) -> pa.Table: ...
+
+    def compare(
+        self,
+        other: Any,
+        options: CompareOptions,
+        reference: tuple[float, float] | None,
+        machine: tuple[Any, Any],
+    ) -> pa.Table: ...
+
+    def metadata(self) -> dict[bytes, bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class MemoryEngine:
+    """The core itself: the kernels of statistics.py over a table in memory."""
+
+    kind = "memory"
+
+    def __init__(self, table: pa.Table, default_by: tuple[str, ...]) -> None:
+        self.table = table
+        self._default_by = default_by
+
+    def default_by(self) -> tuple[str, ...]:
+        return self._default_by
+
+    def stats(self, request: StatsRequest) -> pa.Table:
+        from .statistics import stats
+
+        return stats(self.table, request.keys(self._default_by))
+
+    def phases(self) -> pa.Table:
+        from .statistics import phases
+
+        return phases(self.table)
+
+    def compare(
+        self,
+        other: MemoryEngine,
+        options: CompareOptions,
+        reference: tuple[float, float] | None,
+        machine: tuple[Any, Any],
+    ) -> pa.Table:
+        import numpy as np
+
+        from .comparison import durations_by_group, judge_rows
+        from .statistics import stats
+
+        by = options.by
+        tables = (self.table, other.table)
+        grouped = [durations_by_group(t, by) for t in tables]
+        empty = np.zeros(0, np.int64)
+
+        def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
+            for row in keys.to_pylist():
+                key = tuple(row[k] for k in by)
+                yield key, grouped[0].get(key, empty), grouped[1].get(key, empty)
+
+        return judge_rows(
+            stats(tables[0], by),
+            stats(tables[1], by),
+            durations,
+            options,
+            reference=reference,
+            machine=machine,
+        )
+
+    def metadata(self) -> dict[bytes, bytes]:
+        return dict(self.table.schema.metadata or {})
+
+    def close(self) -> None:
+        pass
+
+
+class DuckDBEngine:
+    """Parquet streamed through DuckDB (streaming.py) with bounded memory."""
+
+    kind = "duckdb"
+
+    def __init__(self, paths: Sequence[str], span_filter: SpanFilter) -> None:
+        from .duckdb_source import SpanSource
+
+        self.source = SpanSource(paths if len(paths) > 1 else paths[0], span_filter=span_filter)
+        low, _ = self.source.column_range("thread_id")
+        device = low is not None and low < 0
+        self._default_by = ("category", "name", "device") if device else ("category", "name")
+
+    def default_by(self) -> tuple[str, ...]:
+        return self._default_by
+
+    def stats(self, request: StatsRequest) -> pa.Table:
+        from .streaming import stream_stats
+
+        return stream_stats(self.source, request.keys(self._default_by))
+
+    def phases(self) -> pa.Table:
+        from .streamed_phases import stream_phases
+
+        return stream_phases(self.source)
+
+    def compare(
+        self,
+        other: DuckDBEngine,
+        options: CompareOptions,
+        reference: tuple[float, float] | None,
+        machine: tuple[Any, Any],
+    ) -> pa.Table:
+        from .streaming import stream_compare
+
+        return stream_compare(self.source, other.source, options, reference, machine)
+
+    def metadata(self) -> dict[bytes, bytes]:
+        return self.source.metadata()
+
+    def close(self) -> None:
+        self.source.close()
+
+
 class Spans:
     """Spans to ask questions of, held by the engine :func:`choose` picks, after the filter:
-    ``stats(by)``, ``phases()``, ``durations(by, keys)`` (compare), ``metadata()``,
+    ``stats(by)``, ``phases()``, ``compare(other, options)``, ``metadata()``,
     ``default_by()``. Close it (or use ``with``) to let an engine's resources go."""
 
     def __init__(
-        self, spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None
+        self,
+        spans: Any,
+        span_filter: SpanFilter | Mapping[str, Any] | None = None,
+        engine: Any = None,
     ):
         self.span_filter = SpanFilter.of(span_filter)
         self.kind = choose(spans, engine)
+        #: the spans in memory (after the filter), None when an engine streams them
         self.table: pa.Table | None = None
-        self.source: Any = None
         paths = paths_of(spans)
         self.paths = paths
         self.name = ", ".join(paths) if paths else "table"
+        self.engine: Engine
         if self.kind == "memory":
             unfiltered = spans if paths is None else load_paths(paths, run=self.span_filter.run)
-            self._default_by = _table_default_by(unfiltered)
             self.table = filter_table(unfiltered, self.span_filter)
+            self.engine = MemoryEngine(self.table, _table_default_by(unfiltered))
         elif paths is None:
             raise TypeError(
                 f"engine {self.kind}: give the spans as paths (Parquet files, run directories, URIs), "
                 f"not a {type(spans).__name__}"
             )
         elif self.kind == "duckdb":
-            from .streaming import SpanSource
-
-            self.source = SpanSource(
-                paths if len(paths) > 1 else paths[0], span_filter=self.span_filter
-            )
-            low, _ = self.source.column_range("thread_id")
-            self._default_by = (
-                ("category", "name", "device")
-                if low is not None and low < 0
-                else ("category", "name")
-            )
+            self.engine = DuckDBEngine(paths, self.span_filter)
         else:
             from .spark import SparkSpans
 
-            self.source = SparkSpans(
-                engine if not isinstance(engine, str) else None, paths, self.span_filter
-            )
-            self._default_by = self.source.default_by()
+            session = engine if not isinstance(engine, str) else None
+            self.engine = SparkSpans(session, paths, self.span_filter)
+        self._closed = False
+
+    @property
+    def source(self) -> Any:
+        """The engine's own handle on the spans (DuckDB's SpanSource, Spark's SparkSpans)."""
+        return getattr(self.engine, "source", self.engine if self.kind == "spark" else None)
 
     def __enter__(self) -> Spans:
         return self
@@ -157,49 +307,48 @@ class Spans:
         self.close()
 
     def close(self) -> None:
-        if self.source is not None:
-            self.source.close()
-            self.source = None
+        if not self._closed:
+            self._closed = True
+            self.engine.close()
 
     def default_by(self) -> tuple[str, ...]:
         """``(category, name)``, plus ``device`` when the spans (before the filter) have device rows."""
-        return tuple(self._default_by)
+        return self.engine.default_by()
 
     def stats(self, by: str | Sequence[str] | None = None) -> pa.Table:
-        from . import statistics
-
-        by = self.default_by() if by is None else ((by,) if isinstance(by, str) else tuple(by))
-        if self.table is not None:
-            return statistics.stats(self.table, by)
-        if self.kind == "duckdb":
-            from .streaming import stream_stats
-
-            return stream_stats(self.source, by)
-        return self.source.stats(by)
+        return self.engine.stats(StatsRequest.of(by, self.span_filter))
 
     def phases(self) -> pa.Table:
-        from . import statistics
+        return self.engine.phases()
 
-        if self.table is not None:
-            return statistics.phases(self.table)
-        if self.kind == "duckdb":
-            from .streaming import stream_phases
+    def compare(self, other: Spans, options: CompareOptions) -> pa.Table:
+        """``compare`` of these spans (the base) and ``other`` (the new run)."""
+        from .comparison import machine_of, reference_median
 
-            return stream_phases(self.source)
-        return self.source.phases()
+        before, after = self, other
+        if before.kind != after.kind:
+            # one side loaded (small, or another format), the other streamed: both in memory
+            before, after = before.in_memory(), after.in_memory()
+        reference = None
+        if options.normalize is not None:
+            reference = (
+                reference_median(before.stats(("name",)), options.normalize, "base"),
+                reference_median(after.stats(("name",)), options.normalize, "new"),
+            )
+        machine = (machine_of(before.metadata()), machine_of(after.metadata()))
+        return before.engine.compare(after.engine, options, reference, machine)
 
     def in_memory(self) -> Spans:
         """These spans loaded and analysed in memory (itself when they are)."""
         if self.table is not None:
             return self
+        assert self.paths is not None
         spans = Spans(self.paths, self.span_filter, "memory")
         self.close()
         return spans
 
     def metadata(self) -> dict[bytes, bytes]:
-        if self.table is not None:
-            return dict(self.table.schema.metadata or {})
-        return self.source.metadata()
+        return self.engine.metadata()
 
 
 def _table_default_by(table: Any) -> tuple[str, ...]:
@@ -237,7 +386,7 @@ def _check_run_selection(load: Any) -> None:
 
 
 def open_spans(
-    spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None
+    spans: Any, span_filter: SpanFilter | Mapping[str, Any] | None = None, engine: Any = None
 ) -> Spans:
     """:class:`Spans` over ``spans`` (a table, a path, paths), ``span_filter`` applied."""
     return Spans(spans, span_filter, engine)

@@ -20,7 +20,7 @@ from typing import Any
 __all__ = ["flight_files", "hang", "is_collector"]
 
 
-def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
+def flight_files(targets: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
     """The flight files ``targets`` name: a file as it is, a directory's flight files; with
     none, every flight file mapped by a process of this user."""
     from ..recording.flight import flight_processes, is_flight_file
@@ -42,13 +42,13 @@ def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
     return found
 
 
-def is_collector(target: str | os.PathLike) -> bool:
+def is_collector(target: str | os.PathLike[str]) -> bool:
     """Whether ``target`` names a collector (``grpc://HOST:PORT``) rather than files."""
     return isinstance(target, str) and target.startswith(("grpc://", "grpc+tcp://"))
 
 
 def hang(
-    targets: Sequence[str | os.PathLike] = (),
+    targets: Sequence[str | os.PathLike[str]] = (),
     *,
     category: str = "comms",
     token: str | None = None,
@@ -151,7 +151,7 @@ def _listing(ranks: list[int]) -> str:
 
 
 def _summary(
-    ranks: list[dict[str, Any]], groups: list[dict[str, Any]], by_state: dict[str, list]
+    ranks: list[dict[str, Any]], groups: list[dict[str, Any]], by_state: dict[str, list[Any]]
 ) -> list[str]:
     from ..units import human_ns
 

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .statistics import DEVICE_KEY, group_sums, with_device_key
+from .kernels import group_sums
+from .statistics import DEVICE_KEY, with_device_key
 from .._columns import combined_codes, to_numpy
 
 __all__ = ["BUCKETS", "duration_buckets", "part_buckets", "part_groups", "scan_memory"]
@@ -86,7 +87,7 @@ class _Parts:
 
     def read(
         self, path: str, values: Sequence[str]
-    ) -> list[tuple[pa.Table, np.ndarray, list[tuple], np.ndarray]]:
+    ) -> list[tuple[pa.Table, np.ndarray, list[tuple[Any, ...]], np.ndarray]]:
         """One part's ``values`` columns in batches of ``_BATCH_ROWS`` rows, and per batch,
         per row its group (0 .. G-1 in the batch), the G key tuples, and the durations."""
         import pyarrow.parquet as pq
@@ -109,7 +110,9 @@ class _Parts:
             raise TraceFileError(path, f"not a readable Parquet file: {why}") from exc
         return out
 
-    def _grouped(self, table: pa.Table) -> tuple[pa.Table, np.ndarray, list[tuple], np.ndarray]:
+    def _grouped(
+        self, table: pa.Table
+    ) -> tuple[pa.Table, np.ndarray, list[tuple[Any, ...]], np.ndarray]:
         if self.derived:
             table = with_device_key(table, self.by)
         group, representative = combined_codes(table, self.by)
@@ -169,7 +172,7 @@ def _combine(
     return aggregates
 
 
-Found = tuple[dict[tuple, int], dict[str, np.ndarray], dict[str, np.ndarray]]
+Found = tuple[dict[tuple[Any, ...], int], dict[str, np.ndarray], dict[str, np.ndarray]]
 
 
 def part_groups(
@@ -192,12 +195,14 @@ def part_groups(
 
     values_read = _values(schemas)
 
-    def read(path: str) -> list[tuple[list[tuple], dict[str, np.ndarray], list[np.ndarray]]]:
+    def read(
+        path: str,
+    ) -> list[tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]]:
         return [grouped(*batch) for batch in parts.read(path, values_read)]
 
     def grouped(
-        table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray
-    ) -> tuple[list[tuple], dict[str, np.ndarray], list[np.ndarray]]:
+        table: pa.Table, group: np.ndarray, keys: list[tuple[Any, ...]], duration: np.ndarray
+    ) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]:
         sums = group_sums(table, group, len(keys), duration)
         ordered, starts, extremes = _by_group(group, duration, sums["n"])
         sums.update(extremes)
@@ -205,7 +210,7 @@ def part_groups(
         kept = ordered.astype(np.int32) if narrow else ordered  # the same values, in 4 bytes
         return keys, sums, np.split(kept, starts[1:])
 
-    numbers: dict[tuple, int] = {}
+    numbers: dict[tuple[Any, ...], int] = {}
     found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     values: list[list[np.ndarray]] = []
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -262,19 +267,20 @@ def part_buckets(
     :func:`part_groups` gives None, or a duration is negative (no bucket)."""
     if not files or not all(_readable(s, by) for s in schemas):
         return None
-    from .statistics import PERCENTILES, interpolate, percentile_ranks
+    from .kernels import interpolate, percentile_ranks
+    from .statistics import PERCENTILES
 
     parts = _Parts(schemas[0], by, filesystem)
     values_read = _values(schemas)
 
     def first(
         path: str,
-    ) -> list[tuple[list[tuple], dict[str, np.ndarray], np.ndarray, np.ndarray]]:
+    ) -> list[tuple[list[tuple[Any, ...]], dict[str, np.ndarray], np.ndarray, np.ndarray]]:
         return [counted(*batch) for batch in parts.read(path, values_read)]
 
     def counted(
-        table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray
-    ) -> tuple[list[tuple], dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        table: pa.Table, group: np.ndarray, keys: list[tuple[Any, ...]], duration: np.ndarray
+    ) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray], np.ndarray, np.ndarray]:
         sums = group_sums(table, group, len(keys), duration)
         ordered, starts, extremes = _by_group(group, duration, sums["n"])
         sums.update(extremes)
@@ -291,7 +297,7 @@ def part_buckets(
         codes, counts = np.unique(code, return_counts=True)
         return keys, sums, codes, counts
 
-    numbers: dict[tuple, int] = {}
+    numbers: dict[tuple[Any, ...], int] = {}
     found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     histogram: list[tuple[np.ndarray, np.ndarray]] = []
     held = 0
@@ -335,7 +341,7 @@ def part_buckets(
         return [chosen(*batch) for batch in parts.read(path, ("duration_ns",))]
 
     def chosen(
-        _table: pa.Table, group: np.ndarray, keys: list[tuple], duration: np.ndarray
+        _table: pa.Table, group: np.ndarray, keys: list[tuple[Any, ...]], duration: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ids = np.array([numbers[k] for k in keys], np.int64)
         code = ids[group] * BUCKETS + duration_buckets(duration)

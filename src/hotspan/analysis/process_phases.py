@@ -7,7 +7,7 @@ closes after its children, and a process drains spans in the order they close). 
 of one process (one writer: the same rank, pid and token, by part number) are read in order,
 a row group at a time, with only the columns the answer needs (``span_id``, ``parent_id``,
 ``category``, ``duration_ns``, ``rank``), and each span's parent is looked up among the spans
-of that row group (``_IdIndex``: a direct-address table where the ids are dense, as the
+of that row group (``IdIndex``: a direct-address table where the ids are dense, as the
 recorder draws them, else a sort). Children whose parent is not in it yet are carried to the
 next row group, summed per (parent, rank, category): a parent with a million children drained
 before it carries a row, not a million. What is left at the end (a parent in another
@@ -17,7 +17,7 @@ could hold it; what is not found has no parent, as in memory.
 Whether ids repeat decides how a parent is found (``statistics.parent_rows``: by id alone, or
 within its child's rank, pid and thread). It is known from the ids read, at no extra scan:
 each row group's ids as runs of consecutive values, merged per process and then over the run
-(``_Ranges``; the recorder draws ids ``base + k``, so a process's ids are a few runs), and
+(``Ranges``; the recorder draws ids ``base + k``, so a process's ids are a few runs), and
 any overlap is a repeated id. Should the run turn out to repeat ids, it is read once more
 with the ids looked up within their (rank, pid, thread).
 
@@ -43,21 +43,29 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .phase_parts import (
+    LANE,
+    GiveUp,
+    Carried,
+    Categories,
+    IdIndex,
+    Lanes,
+    numpy_of,
+    Ranges,
+    Sums,
+    lane_keys,
+    values_and_validity,
+)
+
 __all__ = ["phases_of_parts"]
 
 #: The columns read; ``pid`` and ``thread_id`` too where ids repeat.
 COLUMNS = ("span_id", "parent_id", "category", "duration_ns", "rank")
-LANE = ("rank", "pid", "thread_id")
 #: Bytes per span a worker holds while it looks up one row group: the columns (~40), the
 #: index (up to 4 x 4 for the direct table, or 16 for a sort) and the temporaries.
 BYTES_PER_SPAN = 160
 #: Bytes per carried child row and per id run: a budget of each, against ``memory_bytes``.
 BYTES_PER_ROW = 64
-
-
-class GiveUp(Exception):
-    """The stream cannot answer within its memory share (or the parts are not as it needs):
-    the caller takes the DuckDB path."""
 
 
 class RepeatedIds(Exception):
@@ -104,7 +112,7 @@ def _processes(files: Sequence[str], footers: Sequence[Any]) -> list[list[tuple[
     a file not named as a part is a group of its own."""
     from ..formats.dataset import part_key
 
-    groups: dict[tuple, list[tuple[int, str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[tuple[int, str, Any]]] = {}
     for i, (path, footer) in enumerate(zip(files, footers)):
         key = part_key(path)
         if key is None:
@@ -120,293 +128,20 @@ def _processes(files: Sequence[str], footers: Sequence[Any]) -> list[list[tuple[
 # --------------------------------------------------------------------------- one process
 
 
-class _Categories:
-    """Category strings numbered in order of first sight (None: a null category), shared by
-    the workers (a lock: only distinct values of each row group's dictionary come here)."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str | None, int] = {}
-        self.lock = threading.Lock()
-
-    def codes_of(self, column: pa.ChunkedArray) -> np.ndarray:
-        import pyarrow.compute as pc
-
-        array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-        if not pa.types.is_dictionary(array.type):
-            array = pc.dictionary_encode(array)
-        values = array.dictionary.to_pylist()
-        with self.lock:
-            remap = np.array(
-                [self.codes.setdefault(v, len(self.codes)) for v in values] or [0], np.int64
-            )
-            null = self.codes.setdefault(None, len(self.codes))
-        if not len(values):
-            return np.full(len(array), null, np.int64)
-        indices, valid = _values_and_validity(array.indices)
-        codes = remap[np.where(valid, indices, 0) if valid is not None else indices]
-        if valid is not None:
-            codes[~valid] = null
-        return codes
-
-
-def _numpy(column: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
-    """An integer column as numpy, nulls as 0 (pyarrow's ``to_numpy`` would import pandas:
-    ~0.3 s of a fresh process)."""
-    values, valid = _values_and_validity(column)
-    values = values.astype(dtype, copy=False)
-    return values if valid is None else np.where(valid, values, 0).astype(dtype, copy=False)
-
-
-def _values_and_validity(
-    column: pa.Array | pa.ChunkedArray,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """An integer (or bool-free fixed-width) column's values, read straight from its buffers
-    (anything where null), and its validity (None: no nulls); ``fill_null`` and ``is_valid``
-    would each copy the column first."""
-    array = column
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-    n, offset = len(array), array.offset
-    validity, data = array.buffers()[:2]
-    dtype = np.dtype(array.type.to_pandas_dtype())
-    values = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
-    if validity is None or array.null_count == 0:
-        return values, None
-    bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
-    return values, bits[offset : offset + n].view(np.bool_)
-
-
-class _IdIndex:
-    """Row of each id among a row group's spans (keys: ids, or (lane, id) pairs made dense).
-
-    The recorder draws a process's ids as ``base + k``: the ids of a row group lie in a
-    range not much wider than their number, and a table indexed by ``id - lowest`` finds
-    each in one step, with no sort (a sort of a million ids costs several times the whole
-    lookup). Ids spread wider (other writers' random ids) are sorted instead."""
-
-    def __init__(self, keys: np.ndarray) -> None:
-        n = len(keys)
-        self.n = n
-        if n == 0:
-            self.direct, self.repeated, self.runs = False, False, (keys, keys)
-            return
-        self.low = keys.min()
-        width = int(keys.max() - self.low) + 1
-        self.direct = width <= 4 * n + 4096
-        if self.direct:
-            offset = (keys - self.low).view(np.int64)  # below width: a view, no copy
-            self.width = width
-            # Rows in reverse: where an id repeats, its first row is the one left (as the
-            # in-memory path's stable sort picks the first).
-            table = np.full(width, -1, np.int32 if n < 2**31 else np.int64)
-            rows = np.arange(n, dtype=table.dtype)
-            table[offset[::-1]] = rows[::-1]
-            self.table = table
-            present = table >= 0
-            # fewer distinct ids than rows: one repeats
-            self.repeated = int(np.count_nonzero(present)) != n
-            # runs of consecutive ids: where presence switches on and off
-            edges = np.flatnonzero(np.diff(np.r_[False, present, False].view(np.int8)))
-            self.runs = (
-                self.low + edges[0::2].astype(np.uint64),
-                self.low + (edges[1::2] - 1).astype(np.uint64),
-            )
-        else:
-            self.order = np.argsort(keys, kind="stable")
-            self.sorted = keys[self.order]
-            self.repeated = bool(n > 1 and (self.sorted[1:] == self.sorted[:-1]).any())
-            distinct = np.unique(self.sorted) if self.repeated else self.sorted
-            breaks = np.flatnonzero(distinct[1:] != distinct[:-1] + np.uint64(1))
-            self.runs = (distinct[np.r_[0, breaks + 1]], distinct[np.r_[breaks, len(distinct) - 1]])
-
-    def find(self, wanted: np.ndarray) -> np.ndarray:
-        """The row of each wanted key, -1 where absent."""
-        if self.n == 0 or len(wanted) == 0:
-            return np.full(len(wanted), -1, np.int64)
-        if self.direct:
-            # below the lowest id, the difference wraps around past the width: one test
-            offset = wanted - self.low
-            outside = offset >= np.uint64(self.width)
-            offset[outside] = 0
-            out = self.table[offset.view(np.int64)]
-            out[outside] = -1
-            return out
-        position = np.minimum(np.searchsorted(self.sorted, wanted), self.n - 1)
-        return np.where(self.sorted[position] == wanted, self.order[position], -1)
-
-
-class _Ranges:
-    """Disjoint ranges of ids seen, merged as row groups come: an overlap is a repeated id."""
-
-    def __init__(self, budget: int) -> None:
-        self.starts = np.zeros(0, np.uint64)
-        self.ends = np.zeros(0, np.uint64)
-        self.budget = budget
-        self.overflow = False  # too many runs to keep: uniqueness asked of DuckDB instead
-
-    def add(self, starts: np.ndarray, ends: np.ndarray) -> bool:
-        """Merge; whether an id was seen before."""
-        if self.overflow:
-            return False
-        starts = np.concatenate((self.starts, starts))
-        ends = np.concatenate((self.ends, ends))
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-        reach = np.maximum.accumulate(ends) if len(ends) else ends
-        overlap = bool(len(starts) > 1 and (starts[1:] <= reach[:-1]).any())
-        # a run that starts right after the reach so far continues it (+1 wraps only at 2**64-1)
-        begins = np.r_[True, starts[1:] > reach[:-1] + np.uint64(1)] if len(starts) else starts
-        last = np.r_[np.flatnonzero(begins)[1:] - 1, len(starts) - 1] if len(starts) else starts
-        self.starts, self.ends = starts[begins], reach[last.astype(np.int64)]
-        if len(self.starts) > self.budget:
-            self.overflow = True
-            self.starts = self.ends = np.zeros(0, np.uint64)
-        return overlap
-
-
-class _Sums:
-    """Time and steps per (rank, category, parent's category; -1: no parent), integer sums."""
-
-    def __init__(self) -> None:
-        self.sums: dict[tuple[int, int, int], list[int]] = {}
-
-    def add(
-        self,
-        rank: np.ndarray,
-        child: np.ndarray,
-        parent: np.ndarray,
-        d: np.ndarray,
-        skip: np.ndarray | None = None,
-    ) -> None:
-        """Add each row's duration (and a step where it is positive) to its (rank, category,
-        parent's category), the rows of ``skip`` (a mask) left out."""
-        from .statistics import group_sum
-
-        if len(d) == 0:
-            return
-        width = int(max(child.max(), parent.max())) + 2  # parent -1 .. C-1
-        if rank.min() == rank.max():  # one rank (a process's row group): no per-row rank code
-            ranks = rank[:1]
-            key = child * width  # (in place from here: no temporaries of a million)
-        else:
-            ranks, rank_code = np.unique(rank, return_inverse=True)
-            key = (rank_code.reshape(-1) * width + child) * width
-        key += parent
-        key += 1
-        size = len(ranks) * width * width
-        if skip is not None:
-            key[skip] = size  # a bin of their own, dropped below
-        steps = np.bincount(key[d > 0], minlength=size + 1)[:size]
-        if len(d) and int(d.max()) < (1 << 53) // len(d) and int(d.min()) >= 0:
-            # every partial sum an integer below 2**53: float64 sums them exactly, in one pass
-            time = np.bincount(key, weights=d, minlength=size + 1)[:size].astype(np.int64)
-        else:
-            time = group_sum(key, d, size + 1)[:size]
-        # a (rank, category, parent) of no time and no step adds nothing (instants only)
-        for k in np.flatnonzero((time != 0) | (steps != 0)):
-            r, rest = divmod(int(k), width * width)
-            entry = (int(ranks[r]), rest // width, rest % width - 1)
-            total = self.sums.setdefault(entry, [0, 0])
-            total[0] += int(time[k])
-            total[1] += int(steps[k])
-
-    def merge(self, other: _Sums) -> None:
-        for key, (time, steps) in other.sums.items():
-            total = self.sums.setdefault(key, [0, 0])
-            total[0] += time
-            total[1] += steps
-
-
-class _Carried:
-    """Children whose parent is not found yet, summed per (parent key, lane, rank, category):
-    parent_id (uint64), lane (int64, 0 without lanes), rank, category, time, steps, count."""
-
-    FIELDS = ("parent", "lane", "rank", "child", "time", "steps")
-
-    def __init__(self, budget: int) -> None:
-        self.columns = {
-            name: np.zeros(0, np.uint64 if name == "parent" else np.int64) for name in self.FIELDS
-        }
-        self.budget = budget
-
-    def __len__(self) -> int:
-        return len(self.columns["parent"])
-
-    def add(self, **columns: np.ndarray) -> None:
-        merged = {k: np.concatenate((self.columns[k], columns[k])) for k in self.FIELDS}
-        if len(merged["parent"]) > 1:
-            order = np.lexsort((merged["child"], merged["rank"], merged["lane"], merged["parent"]))
-            merged = {k: v[order] for k, v in merged.items()}
-            key = ("parent", "lane", "rank", "child")
-            same = np.ones(len(order) - 1, np.bool_)
-            for k in key:
-                same &= merged[k][1:] == merged[k][:-1]
-            starts = np.flatnonzero(np.r_[True, ~same])
-            merged = {
-                k: (np.add.reduceat(v, starts) if k in ("time", "steps") else v[starts])
-                for k, v in merged.items()
-            }
-        if len(merged["parent"]) > self.budget:
-            raise GiveUp("too many children waiting for their parents")
-        self.columns = merged
-
-    def take(self, keep: np.ndarray) -> dict[str, np.ndarray]:
-        """The rows of ``keep`` (a mask) out of the carried ones."""
-        taken = {k: v[keep] for k, v in self.columns.items()}
-        self.columns = {k: v[~keep] for k, v in self.columns.items()}
-        return taken
-
-
-class _Lanes:
-    """Dense numbers for (rank, pid, thread_id) lanes, shared by the workers."""
-
-    def __init__(self) -> None:
-        self.codes: dict[tuple[int, ...], int] = {}
-        self.lock = threading.Lock()
-
-    def of(self, table: pa.Table) -> np.ndarray:
-        columns = [_numpy(table.column(c).fill_null(0), np.int64) for c in LANE]
-        stacked = np.stack(columns, axis=1)
-        distinct, inverse = np.unique(stacked, axis=0, return_inverse=True)
-        with self.lock:
-            remap = np.array(
-                [
-                    self.codes.setdefault(tuple(int(x) for x in row), len(self.codes))
-                    for row in distinct
-                ],
-                np.int64,
-            )
-        return remap[inverse.reshape(-1)]
-
-
-def _lane_keys(lane: np.ndarray, ids: np.ndarray, wanted_lane: np.ndarray, wanted: np.ndarray):
-    """(lane, id) pairs as single dense keys, the same numbering for the row group's spans and
-    the wanted parents (absent ids: a key no span has)."""
-    distinct = np.unique(ids)
-    k = np.uint64(len(distinct) + 1)
-    span_key = lane.astype(np.uint64) * k + np.searchsorted(distinct, ids).astype(np.uint64)
-    found = np.minimum(np.searchsorted(distinct, wanted), max(len(distinct) - 1, 0))
-    hit = distinct[found] == wanted if len(distinct) else np.zeros(len(wanted), np.bool_)
-    wanted_key = wanted_lane.astype(np.uint64) * k + np.where(hit, found, len(distinct)).astype(
-        np.uint64
-    )
-    return span_key, wanted_key
-
-
 def _stream(
     parts: list[tuple[str, Any]],
-    categories: _Categories,
-    lanes: _Lanes | None,
+    categories: Categories,
+    lanes: Lanes | None,
     budget: int,
     stop: threading.Event,
-) -> tuple[_Sums, _Carried, _Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
     """One process's parts in order: its sums, the children left without a parent, its id
     ranges, its ranks, and each row group's lowest and highest id (by path and number: the
     parts' footers keep no statistics of the ids). ``stop``: another process gave up (or
     found a repeated id), this one need not go on."""
     import pyarrow.parquet as pq
 
-    sums, carried, ranges = _Sums(), _Carried(budget), _Ranges(budget)
+    sums, carried, ranges = Sums(), Carried(budget), Ranges(budget)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     ranks: set[int] = set()
     columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
@@ -434,22 +169,22 @@ def _stream(
                 continue
             if one_rank is None and table.column("rank").null_count:
                 raise GiveUp("null ranks")
-            ids = _numpy(table.column("span_id"), np.uint64)
+            ids = numpy_of(table.column("span_id"), np.uint64)
             bounds[(path, g)] = (int(ids.min()), int(ids.max()))
-            parent, parent_valid = _values_and_validity(table.column("parent_id"))
+            parent, parent_valid = values_and_validity(table.column("parent_id"))
             parent = parent.astype(np.uint64, copy=False)  # (a signed column compares as ids)
             has_parent = parent_valid if parent_valid is not None else np.ones(n, np.bool_)
             child = categories.codes_of(table.column("category"))
-            duration = _numpy(table.column("duration_ns"), np.int64)
+            duration = numpy_of(table.column("duration_ns"), np.int64)
             if one_rank is not None:
                 rank = np.broadcast_to(np.int32(one_rank), n)  # no copy
                 ranks.add(int(one_rank))
             else:
-                rank = _numpy(table.column("rank"), np.int32)
+                rank = numpy_of(table.column("rank"), np.int32)
                 low, high = int(rank.min()), int(rank.max())  # (np.unique sorts: 10% of it all)
                 ranks.update([low] if low == high else np.unique(rank).tolist())
             if lanes is None:
-                index = _IdIndex(ids)
+                index = IdIndex(ids)
                 if index.repeated or ranges.add(*index.runs):
                     raise RepeatedIds()
                 carried_row = index.find(carried.columns["parent"])
@@ -457,13 +192,13 @@ def _stream(
                 lane = np.zeros(n, np.int64)
             else:
                 lane = lanes.of(table)
-                span_key, wanted_key = _lane_keys(
+                span_key, wanted_key = lane_keys(
                     lane,
                     ids,
                     np.concatenate((carried.columns["lane"], lane)),
                     np.concatenate((carried.columns["parent"], parent)),
                 )
-                row = _IdIndex(span_key).find(wanted_key)
+                row = IdIndex(span_key).find(wanted_key)
                 carried_row, row = row[: len(carried)], row[len(carried) :]
             # the children carried from earlier row groups whose parent is here
             found_carried = carried_row >= 0
@@ -499,7 +234,7 @@ def _read(reader: Any, path: str, group: int, columns: list[str]) -> pa.Table:
         raise TraceFileError(path, f"not a readable Parquet part: {exc}") from exc
 
 
-def _add_summed(sums: _Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
+def _add_summed(sums: Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
     """Carried rows (already summed: time, steps) with their parent's category now known."""
     for rank, child, parent, time, steps in zip(
         rows["rank"].tolist(),
@@ -529,12 +264,14 @@ def _run(
     from .queries import phases_of_sums
     from .statistics import category_levels
 
-    categories = _Categories()
-    lane_codes = _Lanes() if lanes else None
+    categories = Categories()
+    lane_codes = Lanes() if lanes else None
 
     stop = threading.Event()
 
-    def one(parts: list[tuple[str, Any]]):
+    def one(
+        parts: list[tuple[str, Any]],
+    ) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
         try:
             return _stream(parts, categories, lane_codes, budget, stop)
         except (GiveUp, RepeatedIds):
@@ -554,9 +291,9 @@ def _run(
             if error is not None:
                 raise error
         results = [f.result() for f in futures]
-    sums = _Sums()
+    sums = Sums()
     ranks: set[int] = set()
-    carried = _Carried(budget * workers)
+    carried = Carried(budget * workers)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     for group_sums, group_carried, _group_ranges, group_ranks, group_bounds in results:
         sums.merge(group_sums)
@@ -592,7 +329,7 @@ def _run(
     return phases_of_sums(rows, np.array(sorted(ranks), np.int64), levels)
 
 
-def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
+def _repeated_across(ranges: list[Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
     """Whether an id repeats between processes (each process's own ids are unique: checked as
     they were read). Processes draw ids from a random base each, so their spans of ids
     (lowest to highest) do not overlap, and nothing more is needed; where they do, their
@@ -602,7 +339,7 @@ def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[]
     spans = sorted((r.starts[0], r.ends[-1]) for r in ranges if len(r.starts))
     if all(later[0] > earlier[1] for earlier, later in zip(spans, spans[1:])):
         return False
-    merged = _Ranges(budget)
+    merged = Ranges(budget)
     for r in ranges:
         if merged.add(r.starts, r.ends):
             return True
@@ -610,12 +347,12 @@ def _repeated_across(ranges: list[_Ranges], budget: int, unique_ids: Callable[[]
 
 
 def _resolve_carried(
-    carried: _Carried,
-    sums: _Sums,
+    carried: Carried,
+    sums: Sums,
     bounds: dict[tuple[str, int], tuple[int, int]],
     groups: list[list[tuple[str, Any]]],
-    categories: _Categories,
-    lanes: _Lanes | None,
+    categories: Categories,
+    lanes: Lanes | None,
 ) -> None:
     """The children whose parent was not in their own process's parts after them: looked up
     in every row group whose ids (lowest to highest, as read) could hold one; not found, no
@@ -638,15 +375,15 @@ def _resolve_carried(
                     continue  # none of the wanted ids in this row group
                 reader = reader or pq.ParquetFile(path, metadata=footer)
                 table = _read(reader, path, g, columns)
-                ids = _numpy(table.column("span_id"), np.uint64)
+                ids = numpy_of(table.column("span_id"), np.uint64)
                 category = categories.codes_of(table.column("category"))
                 if lanes is None:
-                    row = _IdIndex(ids).find(carried.columns["parent"])
+                    row = IdIndex(ids).find(carried.columns["parent"])
                 else:
-                    span_key, wanted_key = _lane_keys(
+                    span_key, wanted_key = lane_keys(
                         lanes.of(table), ids, carried.columns["lane"], carried.columns["parent"]
                     )
-                    row = _IdIndex(span_key).find(wanted_key)
+                    row = IdIndex(span_key).find(wanted_key)
                 found = row >= 0
                 if found.any():
                     _add_summed(sums, carried.take(found), category[row[found]])

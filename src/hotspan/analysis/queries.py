@@ -22,14 +22,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .kernels import interpolate, percentile_ranks
 from .statistics import (
     PERCENTILES,
-    STAT_COLUMNS,
-    STAT_TYPES,
-    interpolate,
-    order_stats_rows,
-    percentile_ranks,
-    self_share,
+    stats_table,
 )
 
 __all__ = [
@@ -320,51 +316,30 @@ def finish_stats(
     """The ``stats`` table from per-group aggregates (the columns of :data:`STAT_AGGREGATES`,
     one row a group; ``self_ns`` when the engine found self time otherwise), rows largest
     total first, keys in order among equal totals."""
-    count = np.asarray(groups.column("n").to_numpy(), np.int64)
-    total = np.asarray(groups.column("total").fill_null(0).to_numpy(), np.int64)
-    if self_ns is None:
-        self_ns = np.asarray(groups.column("self_total").fill_null(0).to_numpy(), np.int64)
+
+    def ints(name: str) -> np.ndarray:
+        return np.asarray(groups.column(name).fill_null(0).to_numpy(), np.int64)
+
+    count = ints("n")
+    sums = {name: ints(name) for name in ("n", "errors", "instants", "args", "arg_sum", "arg_time")}
+    sums["self_total"] = ints("self_total") if self_ns is None else np.asarray(self_ns, np.int64)
     # a trace without the column (older files, foreign traces) waited for nothing known
-    wait = (
-        np.asarray(groups.column("wait_total").fill_null(0).to_numpy(), np.int64)
-        if "wait_total" in groups.column_names
-        else np.zeros(len(count), np.int64)
-    )
-    columns: dict[str, Any] = {
-        "count": count,
-        "total_ns": total,
-        "self_ns": self_ns,
-        "wait_ns": wait,
-        "mean_ns": total / count,
-        "min_ns": np.asarray(groups.column("lo").to_numpy(), np.int64),
-        **percentiles,
-        "max_ns": np.asarray(groups.column("hi").to_numpy(), np.int64),
-    }
-    key_arrays = [groups.column(k).combine_chunks().cast(key_types[k]) for k in by]
-    key_table = pa.table(dict(zip(by, key_arrays))) if by else pa.table({"_": pa.nulls(len(count))})
-    columns["share"] = self_share(key_table, by, columns["self_ns"], np.arange(len(count)))
+    has_wait = "wait_total" in groups.column_names
+    sums["wait_total"] = ints("wait_total") if has_wait else np.zeros(len(count), np.int64)
     if wall is None:
         wall = int(np.max(groups.column("last_end").to_numpy())) - int(
             np.min(groups.column("first_start").to_numpy())
         )
-    columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
-    columns["errors"] = np.asarray(groups.column("errors").to_numpy(), np.int64)
-    no_arg = np.asarray(groups.column("args").to_numpy(), np.int64) == 0
-    arg_sum = np.asarray(groups.column("arg_sum").fill_null(0).to_numpy(), np.int64)
-    arg_time = np.asarray(groups.column("arg_time").fill_null(0).to_numpy(), np.int64)
-    columns["arg_sum"] = pa.array(arg_sum, pa.int64(), mask=no_arg)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_s = arg_sum / (arg_time / 1e9)
-    columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
-    columns["instants"] = np.asarray(groups.column("instants").to_numpy(), np.int64)
-    stat_arrays = [
-        columns[name]
-        if isinstance(columns[name], pa.Array)
-        else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
-        for name in STAT_COLUMNS
-    ]
-    result = pa.Table.from_arrays(key_arrays + stat_arrays, names=list(by) + list(STAT_COLUMNS))
-    return order_stats_rows(result, by)
+    return stats_table(
+        by,
+        [groups.column(k).combine_chunks().cast(key_types[k]) for k in by],
+        sums,
+        total=ints("total"),
+        low=np.asarray(groups.column("lo").to_numpy(), np.int64),
+        high=np.asarray(groups.column("hi").to_numpy(), np.int64),
+        percentiles=percentiles,
+        wall=wall,
+    )
 
 
 # --------------------------------------------------------------------------- phases
@@ -416,7 +391,7 @@ def phases_sql(
         GROUP BY 1, 2, 3, 4, 5"""
 
 
-def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.Table:
+def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple[Any, ...]) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows (``levels``: what
     ``statistics.category_levels`` gave for the categories it numbered)."""
 
@@ -432,7 +407,9 @@ def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple) -> pa.
     )
 
 
-def phases_of_sums(rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple) -> pa.Table:
+def phases_of_sums(
+    rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple[Any, ...]
+) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows as numpy columns (``rank``, ``top``,
     ``sub``, ``same_top``, ``same_sub``, ``time``, ``steps``; ``own`` and ``waited`` where
     the spans carry wait times), however they were summed."""

@@ -90,7 +90,7 @@ class RankAnalysis:
         self,
         spans: Any,
         options: RankOptions | None = None,
-        span_filter: SpanFilter | dict | None = None,
+        span_filter: SpanFilter | dict[str, Any] | None = None,
         engine: Any = None,
     ) -> None:
         self.options = options or RankOptions()
@@ -133,7 +133,7 @@ class RankAnalysis:
     def _is_collective(self, category_codes: np.ndarray) -> np.ndarray:
         want = self.options.category
         flags = np.array([is_collective(v, want) for v in self.strings.values], bool)
-        return flags[category_codes]
+        return np.asarray(flags[category_codes])
 
     def _first_pass(self) -> None:
         cols: tuple[str, ...] = ("rank", "name", "category", "start_ns", "end_ns", "thread_id")

@@ -5,7 +5,7 @@ and the critical path of each step."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,8 @@ def _windows(analysis: RankAnalysis) -> dict[str, np.ndarray]:
     """Every collective span of each rank in start order, with the end of the one before it
     on that rank (the start of the window in which the rank worked towards it)."""
     if "windows" in analysis.found:
-        return analysis.found["windows"]
+        windows: dict[str, np.ndarray] = analysis.found["windows"]
+        return windows
     c = analysis.coll
     order = np.lexsort((c["start_ns"], c["rank"]))
     rank = c["rank"][order]
@@ -435,7 +436,8 @@ def _index_kids(analysis: RankAnalysis, kids: dict[str, np.ndarray]) -> dict[str
 def _step_children(analysis: RankAnalysis) -> dict[str, np.ndarray]:
     if "kids" not in analysis.found:
         second_pass(analysis, None, kids=True)
-    return analysis.found["kids"]
+    kids: dict[str, np.ndarray] = analysis.found["kids"]
+    return kids
 
 
 def critical_path_table(analysis: RankAnalysis) -> pa.Table:
@@ -452,9 +454,9 @@ def critical_path_table(analysis: RankAnalysis) -> pa.Table:
     last_row = inst["last_row"]
     step_key = s["rank_idx"] * n_steps + s["step"]
     aligned_end = s["end_ns"] - analysis.offset[s["rank_idx"]]
-    out: dict[str, list] = {"step": [], "rank": [], "name": [], "start_ns": [], "end_ns": []}
+    out: dict[str, list[Any]] = {"step": [], "rank": [], "name": [], "start_ns": [], "end_ns": []}
 
-    def emit(step: int, ri: int, lo: int, hi: int) -> list[tuple]:
+    def emit(step: int, ri: int, lo: int, hi: int) -> list[tuple[Any, ...]]:
         """The step's children on rank ``ri`` within [lo, hi], clipped."""
         key = ri * n_steps + step
         a, b = np.searchsorted(kid_key, key), np.searchsorted(kid_key, key, side="right")
@@ -472,7 +474,7 @@ def critical_path_table(analysis: RankAnalysis) -> pa.Table:
         k = int(s["step"][rows_k[0]])
         final = rows_k[np.argmax(aligned_end[rows_k])]
         ri, hi = int(s["rank_idx"][final]), int(s["end_ns"][final])
-        segments: list[tuple] = []
+        segments: list[tuple[Any, ...]] = []
         while True:
             key = ri * n_steps + k
             a, b = np.searchsorted(coll_key, key), np.searchsorted(coll_key, key, side="right")

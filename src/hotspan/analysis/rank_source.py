@@ -58,7 +58,7 @@ class Strings:
             [self.code(v) for v in array.dictionary.to_pylist()] + [self.code(None)], np.int32
         )
         indices = array.indices.fill_null(len(array.dictionary))
-        return mapping[indices.to_numpy(zero_copy_only=False)]
+        return np.asarray(mapping[indices.to_numpy(zero_copy_only=False)])
 
 
 class RankSource:
@@ -71,7 +71,7 @@ class RankSource:
     _metadata: dict[bytes, bytes] | None = None
 
     def __init__(
-        self, spans: Any, span_filter: SpanFilter | dict | None = None, engine: Any = None
+        self, spans: Any, span_filter: SpanFilter | dict[str, Any] | None = None, engine: Any = None
     ) -> None:
         from .engine import choose, paths_of
 
@@ -159,7 +159,8 @@ class RankSource:
         if self._metadata is not None:
             return self._metadata
         if self.spark is not None:
-            return self.spark.metadata()
+            meta: dict[bytes, bytes] = self.spark.metadata()
+            return meta
         if self.table is not None:
             return dict(self.table.schema.metadata or {})
         import pyarrow.parquet as pq
@@ -246,8 +247,8 @@ def _numpy(strings: Strings, name: str, column: pa.ChunkedArray | pa.Array) -> n
     if name in ("name", "category"):
         return strings.codes(column)
     if name == "parent_id":
-        return column.fill_null(0).to_numpy().astype(np.uint64)
-    return column.to_numpy()
+        return np.asarray(column.fill_null(0).to_numpy(), np.uint64)
+    return np.asarray(column.to_numpy())
 
 
 def gather(

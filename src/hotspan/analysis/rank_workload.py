@@ -23,6 +23,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -76,7 +77,7 @@ class RanksRun:
     wait_ns: np.ndarray
     last_rank: np.ndarray
     seed: int
-    _cache: dict = field(default_factory=dict, repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def injected(self) -> set[int]:
@@ -118,7 +119,7 @@ class RanksRun:
         tables = [self._rank_table(r) for r in ranks]
         return pa.concat_tables(tables).unify_dictionaries() if tables else self._rank_table(0)[:0]
 
-    def write(self, directory: str | os.PathLike) -> Path:
+    def write(self, directory: str | os.PathLike[str]) -> Path:
         """The run as a run directory (one part per rank, ``part-r<R>-...parquet``)."""
         import pyarrow.parquet as pq
 

@@ -77,7 +77,7 @@ def collectives(
     category: str = "comms",
     align: bool = True,
     clock_error_ns: int | None = None,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per collective instance and rank: ``key`` (the span's name), ``index`` (its
@@ -99,7 +99,7 @@ def stragglers(
     clock_error_ns: int | None = None,
     alpha: float = 0.001,
     min_share: float = 0.05,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per rank: ``blame_ns`` (the waits it caused as the last arriver), ``wait_ns``
@@ -129,7 +129,7 @@ def critical_path(
     step: str | None = "step",
     align: bool = True,
     summary: bool = False,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per segment of each step's critical path: ``step``, ``rank``, ``name``,
@@ -152,7 +152,7 @@ def rank_steps(
     category: str = "comms",
     step: str | None = "step",
     align: bool = True,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per (rank, step), in (rank, step) order: the cells of serve's rank x step
@@ -175,7 +175,7 @@ def ranks_summary(
     clock_error_ns: int | None = None,
     alpha: float = 0.001,
     min_share: float = 0.05,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> dict[str, Any]:
     """What ``hotspan ranks`` prints, from one reading of ``spans``: the run's figures

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from .filters import SpanFilter, sql_condition
+from .options import CompareOptions, StatsRequest
 from .queries import (
     SPARK,
     device_sql,
@@ -48,7 +49,9 @@ def _to_arrow(frame: Any) -> pa.Table:
 
 class SparkSpans:
     """The spans of ``paths`` (Parquet files, run directories, URIs Spark reads) as a Spark
-    temporary view, filtered."""
+    temporary view, filtered: the Spark engine (engine.Engine)."""
+
+    kind = "spark"
 
     def __init__(self, session: Any, paths: Sequence[str], span_filter: SpanFilter):
         if session is None:
@@ -83,16 +86,19 @@ class SparkSpans:
         if device:
             self.columns.append("device")
         self._unique: bool | None = None
+        self._default_by: tuple[str, ...] | None = None
 
     def close(self) -> None:
         for view in (self.view, self.all_view):
             self.session.catalog.dropTempView(view)
 
     def default_by(self) -> tuple[str, ...]:
-        (low,) = self.session.sql(f"SELECT min(thread_id) FROM {self.all_view}").collect()[0]
-        return (
-            ("category", "name", "device") if low is not None and low < 0 else ("category", "name")
-        )
+        if self._default_by is None:
+            sql = f"SELECT min(thread_id) FROM {self.all_view}"
+            (low,) = self.session.sql(sql).collect()[0]
+            device = low is not None and low < 0
+            self._default_by = ("category", "name", "device") if device else ("category", "name")
+        return self._default_by
 
     def _check(self, by: Sequence[str], needed: Sequence[str]) -> None:
         missing = [c for c in (*by, *needed) if c not in self.columns]
@@ -102,10 +108,10 @@ class SparkSpans:
                 f"(columns: {', '.join(self.columns)})"
             )
 
-    def stats(self, by: Sequence[str]) -> pa.Table:
+    def stats(self, request: StatsRequest) -> pa.Table:
         from .streaming import check_by
 
-        by = check_by(by)
+        by = check_by(request.keys(self.default_by()))
         self._check(by, _NEEDED)
         if "self_ns" not in self.columns:
             raise ValueError(
@@ -174,7 +180,9 @@ class SparkSpans:
             self.session.catalog.dropTempView(levels_view)
         return finish_phases(result, ranks, levels)
 
-    def durations(self, by: Sequence[str], keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
+    def durations(
+        self, by: Sequence[str], keys: pa.Table
+    ) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
         """(key, the group's durations) for the groups of ``keys``, in key order (collected
         to the driver one group at a time)."""
         from .queries import key_sql
@@ -195,17 +203,23 @@ class SparkSpans:
             yield key, found.get(key, np.zeros(0, np.int64))
 
     def compare(
-        self, other: SparkSpans, *, by: Sequence[str], reference: Any, **options: Any
+        self,
+        other: SparkSpans,
+        options: CompareOptions,
+        reference: tuple[float, float] | None,
+        machine: tuple[Any, Any],
     ) -> pa.Table:
         from .comparison import judge_rows
 
-        before, after = self.stats(by), other.stats(by)
+        by = options.by
+        request = StatsRequest(by)
+        before, after = self.stats(request), other.stats(request)
 
-        def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+        def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
             for (key, x), (_, y) in zip(self.durations(by, keys), other.durations(by, keys)):
                 yield key, x, y
 
-        return judge_rows(before, after, by, durations, reference=reference, **options)
+        return judge_rows(before, after, durations, options, reference=reference, machine=machine)
 
     def select(self, where: str, columns: Sequence[str], order: Sequence[str] = ()) -> pa.Table:
         """The rows where ``where`` holds, ``columns`` of them, as an Arrow table on the driver

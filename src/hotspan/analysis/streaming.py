@@ -27,7 +27,7 @@ that run out of memory), with bounded memory (DuckDB's ``memory_limit``, spillin
 
 - Counts, sums, min, max, errors and args: one scan, grouped by the keys and a *bucket* of
   durations (log-spaced: 1024 a power of two, so a bucket spans less than 0.1% of its
-  values; monotone in the duration, checked: see ``_MACROS``), then combined per group
+  values; monotone in the duration, checked: see ``BUCKET_MACROS``), then combined per group
   (``queries.combine_sql``: every aggregate is a count, sum, min or max); the counts per
   bucket stay for the percentiles.
 - Exact percentiles: DuckDB's own ``quantile_cont`` keeps every value of a group in memory
@@ -58,27 +58,30 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import sys
-import tempfile
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
 
+from .kernels import interpolate, percentile_ranks
 from .statistics import (
     PERCENTILES,
     STAT_COLUMNS,
     STAT_TYPES,
-    category_levels,
-    interpolate,
     is_path,
-    percentile_ranks,
 )
 from .._columns import plain_type
+from .duckdb_source import BUCKET_MACROS
+from .duckdb_source import NEEDED, SpanSource, quote_name, same_keys
+
+if TYPE_CHECKING:
+    from .options import CompareOptions
+
+#: The duration buckets' macros (duckdb_source.py), under the name the tests read.
+_MACROS = BUCKET_MACROS
 
 __all__ = [
     "COMPARE_MAX_VALUES",
@@ -86,441 +89,32 @@ __all__ = [
     "canonical_rows",
     "is_path",
     "stream_compare",
-    "stream_phases",
     "stream_stats",
 ]
 
 #: Above this many spans of one group on one side, compare thins the group (see the module doc).
 COMPARE_MAX_VALUES = 5_000_000  # x 2 sides x ~40 bytes of working copies: ~400 MB at most
-DEFAULT_MEMORY_LIMIT = "1GB"
-_NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def sql_literal(value: Any) -> str:
-    """``value`` as a SQL literal (str, int, float, bool, None)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def parse_size(text: str) -> int:
-    """A size as DuckDB's memory_limit takes it (``1GB``, ``512MiB``, ``2 GB``, bytes) in bytes."""
-    import re
-
-    match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?i?B?)?\s*", str(text), re.IGNORECASE)
-    if not match:
-        raise ValueError(f"HOTSPAN_MEMORY_LIMIT: not a size: {text!r} (1GB, 512MiB, ...)")
-    unit = (match.group(2) or "").upper().rstrip("B")
-    base = 1024 if unit.endswith("I") else 1000
-    power = " KMGT".index(unit[:1]) if unit[:1] in "KMGT" and unit else 0
-    return int(float(match.group(1)) * base**power)
-
-
-def _same(columns: Sequence[str], left: str, right: str) -> str:
-    """Null-safe equality of ``columns`` between two relations (null keys form a group)."""
-    if not columns:
-        return "TRUE"
-    return " AND ".join(
-        f"{left}.{_quote(c)} IS NOT DISTINCT FROM {right}.{_quote(c)}" for c in columns
-    )
-
-
-# A duration's bucket: 1024 a power of two (floor(1024 log2(d + 1))), so a bucket holds
-# distinct values only within 0.07% of each other. Locating an order statistic by cumulative
-# counts needs the bucket to be monotone in the duration: log2 in floating point is (glibc's
-# is within 0.502 ulp), and each run checks it (``_check_buckets``: per group, every
-# bucket's largest value at most the next one's smallest), falling back to an exact integer
-# version (the highest set bit, corrected by two comparisons, then the next 10 bits), three
-# times slower, should it ever not be.
-_MACROS = """
-CREATE OR REPLACE TEMP MACRO hs_bucket(d) AS
-    CASE WHEN d < 0 THEN d ELSE floor(log2(d + 1.0) * 1024)::BIGINT END;
-CREATE OR REPLACE TEMP MACRO hs_msb2(d, f) AS
-    f - (d < (1::BIGINT << f))::INT + (f < 62 AND d >= (1::BIGINT << least(f + 1, 62)))::INT;
-CREATE OR REPLACE TEMP MACRO hs_msb(d) AS hs_msb2(d, least(floor(log2(greatest(d, 1)::DOUBLE))::INT, 62));
-CREATE OR REPLACE TEMP MACRO hs_bucket_exact2(d, e) AS
-    CASE WHEN d < 2048 THEN d ELSE (e - 10)::BIGINT * 1024 + (d >> (e - 10)) END;
-CREATE OR REPLACE TEMP MACRO hs_bucket_exact(d) AS hs_bucket_exact2(d, hs_msb(d));
-"""
-
-
-def _meta_of(part: tuple[str, int, dict[bytes, bytes]]) -> dict[bytes, bytes]:
-    return part[2]
-
-
-class SpanSource:
-    """A span table in Parquet (one file, a dataset directory of parts, or several of those;
-    local paths or URIs) as the DuckDB view ``spans``, optionally filtered by a SQL condition
-    (``where``)."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike | Sequence[str | os.PathLike],
-        *,
-        where: str | None = None,
-        memory_limit: str | None = None,
-        temp_directory: str | os.PathLike | None = None,
-        span_filter: Any = None,
-    ):
-        from ..formats.base import TraceFileError, require_regular_file
-        from ..formats.dataset import NoPartsError, current_parts, parts_of_run
-        from .filters import SpanFilter
-
-        # the parts of one run only, when the filter names one (as load(dir, run=) selects them)
-        wanted_run = SpanFilter.of(span_filter).run
-        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)  # is_path
-        self.path = Path(paths[0]) if len(paths) == 1 else Path(", ".join(map(str, paths)))
-        #: Set for a URI (s3://, gs://, hdfs://, file://: any that pyarrow.fs reads): the files
-        #: are then scanned through pyarrow.dataset on that filesystem, else by DuckDB itself.
-        self.filesystem = None
-        files: list[str] = []
-        for one in paths:
-            if isinstance(one, str) and "://" in one:
-                files += self._remote_files(one, wanted_run)
-                continue
-            one = Path(one)
-            if one.is_dir():
-                # the parts a reader reads now: those a compacted part replaces left out
-                found = [
-                    path
-                    for path, _size, _meta in parts_of_run(
-                        current_parts(one)[1], _meta_of, wanted_run, str(one), stacklevel=4
-                    )
-                ]
-                if not found:
-                    raise NoPartsError(
-                        one,
-                        "no span parts in this directory (expected part-*.parquet)"
-                        + (f" of run {wanted_run!r}" if wanted_run is not None else ""),
-                    )
-                files += found
-            elif one.exists():
-                require_regular_file(one)  # a FIFO or a device: refused, never waited on
-                files.append(str(one))
-            else:
-                raise FileNotFoundError(2, "no such trace file or dataset directory", str(one))
-        self.files = files
-        self._own_temp = temp_directory is None and not os.environ.get("HOTSPAN_TEMP_DIR")
-        temp = (
-            temp_directory
-            or os.environ.get("HOTSPAN_TEMP_DIR")
-            or tempfile.mkdtemp(prefix="hotspan-duckdb-")
-        )
-        self.temp_directory = str(temp)
-        limit = memory_limit or os.environ.get("HOTSPAN_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
-        self.memory_limit = limit
-        self._footers: list[Any] | None = None
-        #: DuckDB's connection, made on first use (``con``): the fast path of ``stats`` reads
-        #: the parts with pyarrow and needs none (a command's start-up saved).
-        self._con: Any = None
-        try:
-            import pyarrow.parquet as pq
-
-            self.schema = pq.read_schema(files[0], filesystem=self.filesystem)
-            # a part written without its rank column: from rank=R
-            self._hive = "rank" not in self.schema.names
-            # every part's columns (DuckDB reads them by name: union_by_name)
-            self.columns = list(
-                dict.fromkeys(
-                    name
-                    for footer in self.footers()
-                    for name in footer.schema.to_arrow_schema().names
-                )
-            )
-            if self._hive and "rank" not in self.columns:
-                self.columns.append("rank")
-            from .filters import SpanFilter, sql_condition
-            from .queries import DUCKDB, device_sql
-
-            self.span_filter = SpanFilter.of(span_filter)
-            if self.span_filter.needs_origin:
-                self.span_filter = self.span_filter.with_origin(self.column_range("start_ns")[0])
-            conditions = [c for c in (where, sql_condition(self.span_filter.terms(), DUCKDB)) if c]
-            # ``device``: a key derived per row (statistics.device_labels), computed only by the
-            # queries that group by it.
-            device = "" if "device" in self.columns else f", {device_sql(DUCKDB)} AS device"
-            self._spans_view = (
-                f"CREATE TEMP VIEW spans AS SELECT *{device} FROM all_spans "
-                f"WHERE {' AND '.join(conditions) or 'TRUE'}"
-            )
-            if device:
-                self.columns.append("device")
-            self.filtered = bool(conditions)
-        except pa.ArrowException as exc:
-            self.close()
-            raise TraceFileError(files[0], f"not a readable Parquet file: {exc}") from exc
-        except Exception as exc:
-            self.close()
-            if type(exc).__module__.startswith("duckdb"):  # (a query for the time origin)
-                raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
-            raise
-        self._unique_ids: bool | None = None
-
-    def footers(self) -> list[Any]:
-        """The parts' Parquet footers (``pyarrow.parquet.FileMetaData``), read once."""
-        if self._footers is None:
-            import pyarrow.parquet as pq
-
-            from ..formats.base import TraceFileError
-
-            footers = []
-            for f in self.files:
-                try:
-                    footers.append(pq.ParquetFile(f, filesystem=self.filesystem).metadata)
-                except pa.ArrowException as exc:
-                    raise TraceFileError(f, f"not a readable Parquet file: {exc}") from exc
-            self._footers = footers
-        return self._footers
-
-    @property
-    def con(self) -> Any:
-        """The DuckDB connection with the views ``all_spans`` and ``spans`` (filtered), made
-        on first use."""
-        if self._con is None:
-            import duckdb
-
-            from ..formats.base import TraceFileError
-
-            con = duckdb.connect(
-                config={
-                    "memory_limit": self.memory_limit,
-                    "temp_directory": self.temp_directory,
-                    # no order to keep: lets DuckDB stream and spill more freely
-                    "preserve_insertion_order": False,
-                }
-            )
-            try:
-                con.execute("SET enable_progress_bar = false")  # not on the caller's stderr
-                if self.filesystem is None:
-                    listing = ", ".join(sql_literal(f) for f in self.files)
-                    con.execute(
-                        f"CREATE TEMP VIEW all_spans AS SELECT * FROM read_parquet([{listing}], "
-                        f"hive_partitioning={'true' if self._hive else 'false'}, union_by_name=true)"
-                    )
-                else:
-                    con.register("hs_dataset", self._dataset(self._hive))
-                    con.execute("CREATE TEMP VIEW all_spans AS SELECT * FROM hs_dataset")
-                con.execute(self._spans_view)
-                # fetched: DuckDB 2 refuses other work (register, say) on a connection whose
-                # last result is unfinished
-                con.execute(_MACROS).fetchall()
-            except duckdb.Error as exc:
-                con.close()
-                raise TraceFileError(self.path, f"not a readable span table: {exc}") from exc
-            self._con = con
-        return self._con
-
-    @property
-    def rows(self) -> int:
-        """The rows of every part (before any filter), from the footers."""
-        return sum(f.num_rows for f in self.footers())
-
-    def column_range(self, column: str, query: bool = True) -> tuple[int | None, int | None]:
-        """The smallest and largest value of ``column`` over every part (before any filter):
-        from the footers' row-group statistics when every row group has them, else a query
-        (``query=False``: else None, None)."""
-        low: int | None = None
-        high: int | None = None
-        try:
-            for footer in self.footers():
-                index = footer.schema.to_arrow_schema().get_field_index(column)
-                for g in range(footer.num_row_groups):
-                    group = footer.row_group(g)
-                    if group.num_rows == 0:
-                        continue
-                    st = group.column(index).statistics if index >= 0 else None
-                    if st is None or not st.has_min_max:
-                        raise LookupError(column)
-                    low = st.min if low is None else min(low, st.min)
-                    high = st.max if high is None else max(high, st.max)
-            return low, high
-        except LookupError:
-            if not query:
-                return None, None
-            if all(column in f.schema.to_arrow_schema().names for f in self.footers()):
-                return self._read_range(column)
-            row = self.sql(
-                f"SELECT min({_quote(column)}), max({_quote(column)}) FROM all_spans"
-            ).fetchall()[0]  # all: DuckDB 2 holds an unfinished result
-            return row[0], row[1]
-
-    def _read_range(self, column: str) -> tuple[int | None, int | None]:
-        """``column_range`` of a column every part has, read with pyarrow (one column: no
-        query engine started for it)."""
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        low: int | None = None
-        high: int | None = None
-        for f in self.files:
-            try:
-                values = pq.ParquetFile(f, filesystem=self.filesystem).read(columns=[column])
-            except (pa.ArrowException, OSError) as exc:
-                from ..formats.base import TraceFileError
-
-                why = " ".join(str(exc).split())
-                raise TraceFileError(f, f"not a readable Parquet file: {why}") from exc
-            found = pc.min_max(values.column(0)).as_py()
-            if found["min"] is not None:
-                low = found["min"] if low is None else min(low, found["min"])
-                high = found["max"] if high is None else max(high, found["max"])
-        return low, high
-
-    def memory_bytes(self) -> int:
-        """DuckDB's memory limit in bytes (``HOTSPAN_MEMORY_LIMIT``: 1GB, 512MiB, ...)."""
-        return parse_size(self.memory_limit)
-
-    def _remote_files(self, uri: str, run: str | None = None) -> list[str]:
-        """The Parquet parts under (or at) ``uri``, as ``current_parts`` finds them locally
-        (of one run: ``parts_of_run``)."""
-        import pyarrow.fs as pafs
-
-        from ..formats.dataset import NoPartsError, current_parts, location, parts_of_run
-
-        loc = location(uri)  # errors name the URI without its credentials (loc.shown)
-        filesystem, root = loc.fs, loc.root
-        if self.filesystem is not None and filesystem.type_name != self.filesystem.type_name:
-            raise ValueError(
-                f"{loc.shown}: traces on different filesystems cannot be streamed together"
-            )
-        self.filesystem = filesystem
-        info = filesystem.get_file_info(root)
-        if info.type == pafs.FileType.File:
-            return [root]
-        if info.type != pafs.FileType.Directory:
-            raise FileNotFoundError(2, "no such trace file or dataset directory", loc.shown)
-        found = [  # compacted inputs left out
-            path
-            for path, _size, _meta in parts_of_run(
-                current_parts(loc)[1], _meta_of, run, loc.shown, stacklevel=5
-            )
-        ]
-        if not found:
-            raise NoPartsError(loc.shown, "no span parts under this URI (expected part-*.parquet)")
-        return sorted(found)
-
-    def _dataset(self, hive: bool):
-        """The files as one pyarrow dataset on ``self.filesystem`` (DuckDB scans it as it
-        streams: batches, only the columns a query reads). Strings plain: parts may hold
-        them as dictionaries or not."""
-        import pyarrow.dataset as ds
-
-        fields = [pa.field(f.name, plain_type(f.type)) for f in self.schema]
-        if hive:
-            fields.append(pa.field("rank", pa.int32()))
-        return ds.dataset(
-            self.files,
-            schema=pa.schema(fields),
-            format="parquet",
-            filesystem=self.filesystem,
-            partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive")
-            if hive
-            else None,
-        )
-
-    def __enter__(self) -> SpanSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        con = getattr(self, "_con", None)
-        if con is not None:
-            con.close()
-            self._con = None
-        if self._own_temp:
-            shutil.rmtree(self.temp_directory, ignore_errors=True)
-
-    def sql(self, query: str, *args: Any) -> Any:
-        return self.con.execute(query, *args)
-
-    def arrow(self, query: str) -> pa.Table:
-        result = self.con.execute(query)
-        # DuckDB 1.4 calls it fetch_arrow_table, 1.5 and later to_arrow_table.
-        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
-        with warnings.catch_warnings():  # "an extra copy of the rows": small results only come here
-            warnings.simplefilter("ignore")
-            return fetch()
-
-    def batches(self, query: str, rows: int = 1 << 20) -> pa.RecordBatchReader:
-        """The result of ``query`` as a stream of Arrow batches (nothing held whole)."""
-        result = self.con.sql(query)
-        reader = getattr(result, "to_arrow_reader", None) or result.fetch_arrow_reader
-        return reader(rows)
-
-    def metadata(self) -> dict[bytes, bytes]:
-        """The schema metadata ``load()`` would give the whole (the parts' footers merged)."""
-        from ..formats.dataset import merge_metadata
-
-        # the footers read already (no second open of every part)
-        schemas = [f.schema.to_arrow_schema() for f in self.footers()]
-        if len(schemas) == 1 and self.files[0] == str(self.path):  # a file, not a directory of one
-            return dict(schemas[0].metadata or {})
-        return merge_metadata(
-            [(dict(s.metadata or {}), f.num_rows) for s, f in zip(schemas, self.footers())]
-        )
-
-    def check_columns(self, by: Sequence[str], needed: Sequence[str]) -> None:
-        missing = [name for name in (*by, *needed) if name not in self.columns]
-        if missing:
-            raise ValueError(
-                f"no column {', '.join(repr(m) for m in dict.fromkeys(missing))} in the span table {self.path} "
-                f"(columns: {', '.join(self.columns)})"
-            )
-
-    def unique_ids(self) -> bool:
-        """Whether no span id repeats (then a parent is looked up by id alone, as in memory)."""
-        if self._unique_ids is None:
-            # A grouped aggregate (which spills), not count(DISTINCT ...).
-            (repeated,) = self.sql(
-                "SELECT count(*) FROM (SELECT span_id FROM spans GROUP BY span_id "
-                "HAVING count(*) > 1)"
-            ).fetchall()[0]  # all: DuckDB 2 holds an unfinished result
-            self._unique_ids = repeated == 0
-        return self._unique_ids
-
-    def parent_join(self, child: str, parent: str) -> str:
-        """``JOIN <parents> AS parent ON ...``: each span's parent, found as ``parent_rows``
-        finds it: by id; where ids repeat, among the spans of the child's own rank, pid and
-        thread (one of them, should an id repeat within a thread too)."""
-        if self.unique_ids():
-            return f"JOIN spans AS {parent} ON {parent}.span_id = {child}.parent_id"
-        lane = ("rank", "pid", "thread_id")
-        keys = ", ".join(_quote(c) for c in (*lane, "span_id"))
-        return (
-            f"JOIN (SELECT * FROM spans QUALIFY row_number() OVER (PARTITION BY {keys}) = 1) AS {parent} "
-            f"ON {parent}.span_id = {child}.parent_id AND {_same(lane, parent, child)}"
-        )
-
-
-def _other_format(path: Any) -> TypeGuard[str | os.PathLike]:
+def other_format(path: Any) -> TypeGuard[str | os.PathLike[str]]:
     """A trace file of a format other than Parquet (JSON, Perfetto, ...): loaded in memory."""
     return is_path(path) and Path(path).is_file() and not str(path).lower().endswith(".parquet")
 
 
-def _load(path: str | os.PathLike) -> pa.Table:
+def load_trace(path: str | os.PathLike[str]) -> pa.Table:
     from ..formats import load
 
     return load(path)
 
 
-def _open(path: str | os.PathLike | SpanSource) -> tuple[SpanSource, bool]:
+def open_source(path: str | os.PathLike[str] | SpanSource) -> tuple[SpanSource, bool]:
     if isinstance(path, SpanSource):
         return path, False
     return SpanSource(path), True
 
 
 @contextlib.contextmanager
-def _reading(source: SpanSource) -> Iterator[None]:
+def reading(source: SpanSource) -> Iterator[None]:
     """DuckDB's errors while reading (a damaged part found mid-scan) as ``TraceFileError``
     naming the trace. (DuckDB is not imported for it: the fast path of ``stats`` runs none.)"""
     from ..formats.base import TraceFileError
@@ -542,18 +136,18 @@ def _reading(source: SpanSource) -> Iterator[None]:
 
 
 def stream_stats(
-    path: str | os.PathLike | SpanSource, by: str | Sequence[str] = ("category", "name")
+    path: str | os.PathLike[str] | SpanSource, by: str | Sequence[str] = ("category", "name")
 ) -> pa.Table:
     """``statistics.stats`` of the spans in ``path`` (a Parquet file or dataset directory, or
     an open ``SpanSource``), streamed: see the module doc."""
     by = check_by(by)
-    if _other_format(path):
+    if other_format(path):
         from .statistics import stats
 
-        return stats(_load(path), by)
-    source, owned = _open(path)
+        return stats(load_trace(path), by)
+    source, owned = open_source(path)
     try:
-        with _reading(source):
+        with reading(source):
             return _stats(source, by)
     finally:
         if owned:
@@ -593,7 +187,7 @@ def _stats(source: SpanSource, by: tuple[str, ...]) -> pa.Table:
     the column (older files) gets it from a parent join."""
     from .queries import DUCKDB, finish_stats, list_order_statistics, stats_sql
 
-    source.check_columns(by, _NEEDED)
+    source.check_columns(by, NEEDED)
     columns = list(source.columns)
     wall = None
     if not source.filtered:
@@ -675,7 +269,7 @@ def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table 
 def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> np.ndarray:
     """Self time per group (in ``groups``' row order) for a trace without a ``self_ns`` column:
     the group's total minus the durations of its spans' direct children (a parent join)."""
-    parent_keys = ", ".join(f"p.{_quote(k)}" for k in by)
+    parent_keys = ", ".join(f"p.{quote_name(k)}" for k in by)
     child = source.arrow(f"""
         SELECT {parent_keys + "," if by else ""} sum(c.duration_ns)::BIGINT AS child
         FROM spans AS c {source.parent_join("c", "p")}
@@ -710,7 +304,7 @@ def _bucket_stats(
         if _check_buckets(source, by):
             break
     # 2. Per group, the aggregates, numbered largest total first (keys in order among equal totals).
-    order = ", ".join(f"{_quote(k)} ASC NULLS LAST" for k in by)
+    order = ", ".join(f"{quote_name(k)} ASC NULLS LAST" for k in by)
     source.sql("DROP TABLE IF EXISTS hs_g")
     source.sql(f"CREATE TEMP TABLE hs_g AS {combine_sql(DUCKDB, 'hs_h', by, columns=columns)}")
     source.sql(
@@ -739,12 +333,12 @@ def _bucket_stats(
 def _check_buckets(source: SpanSource, by: tuple[str, ...]) -> bool:
     """Whether the buckets of ``hs_h`` are monotone: per group, each one's largest duration
     below the next one's smallest."""
-    keys = ", ".join(_quote(k) for k in by)
+    keys = ", ".join(quote_name(k) for k in by)
     (broken,) = source.sql(f"""
         SELECT count(*) FROM (
             SELECT hi, lead(lo) OVER ({"PARTITION BY " + keys if by else ""} ORDER BY b) AS next_lo FROM hs_h)
         WHERE next_lo <= hi""").fetchall()[0]  # all: DuckDB 2 holds an unfinished result
-    return broken == 0
+    return bool(broken == 0)
 
 
 def _percentiles(
@@ -761,14 +355,14 @@ def _percentiles(
     want = pa.table({"gid": ranks_gid, "pos": ranks})
     source.con.register("hs_want", want)
     try:
-        keys_g = ", ".join(f"g.{_quote(k)}" for k in by)
+        keys_g = ", ".join(f"g.{quote_name(k)}" for k in by)
         # Each wanted rank's bucket: where the cumulative count passes it.
         source.sql("DROP TABLE IF EXISTS hs_target")
         source.sql(f"""
             CREATE TEMP TABLE hs_target AS
             WITH cum AS (
                 SELECT g.gid, h.b, h.n, sum(h.n) OVER (PARTITION BY g.gid ORDER BY h.b) - h.n AS before
-                FROM hs_h AS h JOIN hs_g AS g ON {_same(by, "h", "g")})
+                FROM hs_h AS h JOIN hs_g AS g ON {same_keys(by, "h", "g")})
             SELECT DISTINCT w.gid, cum.b, cum.before::BIGINT AS before, w.pos
             FROM (SELECT DISTINCT gid, pos FROM hs_want) AS w JOIN cum ON w.gid = cum.gid
             WHERE w.pos >= cum.before AND w.pos < cum.before + cum.n""")
@@ -777,7 +371,7 @@ def _percentiles(
             WITH t AS (SELECT DISTINCT t.gid, t.b, {keys_g + "," if by else ""} 0 AS _
                        FROM hs_target AS t JOIN hs_g AS g ON t.gid = g.gid)
             SELECT t.gid, t.b, s.duration_ns AS d, count(*) AS c
-            FROM spans AS s JOIN t ON {_same(by, "s", "t")} AND {bucket}(s.duration_ns) = t.b
+            FROM spans AS s JOIN t ON {same_keys(by, "s", "t")} AND {bucket}(s.duration_ns) = t.b
             GROUP BY ALL ORDER BY t.gid, t.b, d""")
         targets = source.arrow("SELECT gid, b, before, pos FROM hs_target")
     finally:
@@ -849,68 +443,6 @@ def _empty_stats(source: SpanSource, by: Sequence[str]) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-# --------------------------------------------------------------------------- phases
-
-
-def stream_phases(path: str | os.PathLike | SpanSource) -> pa.Table:
-    """``statistics.phases`` of the spans in ``path``, streamed (see the module doc)."""
-    if _other_format(path):
-        from .statistics import phases
-
-        return phases(_load(path))
-    source, owned = _open(path)
-    try:
-        with _reading(source):
-            return _phases(source)
-    finally:
-        if owned:
-            source.close()
-
-
-def _phases(source: SpanSource) -> pa.Table:
-    from .queries import DUCKDB, finish_phases, phases_sql
-
-    source.check_columns((), _NEEDED + ("category", "rank"))
-    waits = {"self_ns", "wait_ns"} <= set(source.columns)
-    if waits:
-        # spans that awaited (asyncio tasks) make the phases' time their self time
-        # (statistics.phase_times), which the per-process stream below does not sum
-        waits = (source.column_range("wait_ns")[1] or 0) > 0
-    if not source.filtered and source.filesystem is None and not waits:
-        # Each process's parts read in order, parents found among them: no join (see
-        # process_phases); None where the parts are not as it needs, then the join below.
-        from .process_phases import phases_of_parts
-
-        streamed = phases_of_parts(
-            source.files, source.footers(), source.memory_bytes(), source.unique_ids
-        )
-        if streamed is not None:
-            return streamed
-    categories = [
-        row[0]
-        for row in source.sql(
-            "SELECT DISTINCT category FROM spans WHERE category IS NOT NULL ORDER BY category"
-        ).fetchall()
-    ]
-    levels = category_levels(categories)
-    source.con.register(
-        "hs_levels",
-        pa.table(
-            {"category": pa.array(categories, pa.string()), "top": levels[2], "sub": levels[3]}
-        ),
-    )
-    try:
-        rows = source.arrow(
-            phases_sql(DUCKDB, "spans", "hs_levels", unique_ids=source.unique_ids(), waits=waits)
-        )
-        rank_values = np.array(
-            sorted(r[0] for r in source.sql("SELECT DISTINCT rank FROM spans").fetchall()), np.int64
-        )
-    finally:
-        source.con.unregister("hs_levels")
-    return finish_phases(rows, rank_values, levels)
-
-
 # --------------------------------------------------------------------------- compare
 
 
@@ -932,12 +464,12 @@ def group_durations(
     reader = None
     try:
         reader = source.batches(f"""
-            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {_same(by, "s", "o")}
+            SELECT o.hs_i AS i, s.duration_ns AS d FROM spans AS s JOIN hs_order AS o ON {same_keys(by, "s", "o")}
             ORDER BY o.hs_i, s.duration_ns""")
         current, seen = -1, 0
         parts: list[np.ndarray] = []
 
-        def flush():
+        def flush() -> tuple[int, np.ndarray]:
             values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
             return current, values
 
@@ -972,29 +504,20 @@ def group_durations(
 def stream_compare(
     base: SpanSource,
     new: SpanSource,
-    *,
-    by: Sequence[str],
-    threshold: float,
-    min_count: int,
-    alpha: float,
-    confidence: float,
-    resamples: int,
-    seed: int,
+    options: CompareOptions,
     reference: tuple[float, float] | None = None,
-    normalize: str | None = None,
-    shift: bool = True,
     machine: tuple[Any, Any] | None = None,
 ) -> pa.Table:
     """``comparison.compare`` of two open sources: see the module doc."""
     from .comparison import judge_rows
 
-    by = check_by(by)
-    with _reading(base):
+    by = check_by(options.by)
+    with reading(base):
         before = _stats(base, by)
-    with _reading(new):
+    with reading(new):
         after = _stats(new, by)
 
-    def durations(keys: pa.Table) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+    def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
         """Per group of ``keys``: (key, base durations, new durations), in order."""
         b_counts = _counts_for(before, by, keys)
         a_counts = _counts_for(after, by, keys)
@@ -1009,23 +532,8 @@ def stream_compare(
                 y, a_next = a_next[1], next(a_stream, None)
             yield tuple(key[k] for k in by), x, y
 
-    with _reading(base), _reading(new):
-        return judge_rows(
-            before,
-            after,
-            by,
-            durations,
-            threshold=threshold,
-            min_count=min_count,
-            alpha=alpha,
-            confidence=confidence,
-            resamples=resamples,
-            seed=seed,
-            reference=reference,
-            normalize=normalize,
-            shift=shift,
-            machine=machine,
-        )
+    with reading(base), reading(new):
+        return judge_rows(before, after, durations, options, reference=reference, machine=machine)
 
 
 def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int]:
@@ -1036,7 +544,7 @@ def _counts_for(result: pa.Table, by: Sequence[str], keys: pa.Table) -> list[int
 # --------------------------------------------------------------------------- comparing results
 
 
-def canonical_rows(result: pa.Table, by: Sequence[str]) -> list[dict]:
+def canonical_rows(result: pa.Table, by: Sequence[str]) -> list[dict[str, Any]]:
     """The rows of a ``stats`` result in key order, NaN as None: what "equal" means between
     the streaming and the in-memory paths (whose order may differ among equal totals)."""
 

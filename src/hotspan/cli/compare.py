@@ -145,22 +145,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         open_spans_for([args.new], args, engine) as new,
     ):
         _warn_environments(args, _environment(base.metadata()), _environment(new.metadata()))
-        from ..analysis.api import compare_spans
+        from ..analysis.options import CompareOptions
 
         try:
-            result = compare_spans(
-                base,
-                new,
+            options = CompareOptions(
                 by=by,
                 threshold=args.threshold,
                 min_count=args.min_count,
                 alpha=args.alpha,
-                confidence=0.95,
-                resamples=2000,
-                seed=0,
                 normalize=args.normalize,
                 shift=not args.absolute,
             )
+            result = base.compare(new, options)
         except ValueError as exc:  # --normalize naming a span a trace lacks
             raise CliError(str(exc)) from None
     if args.flame:
