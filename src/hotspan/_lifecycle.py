@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import sys
 import threading
 
@@ -54,6 +53,12 @@ from .quiet_threads import start_quiet
 # Why typing loads only for the type checker: ``import hotspan`` loads this module, and a
 # fresh interpreter has not loaded typing yet (docs/performance.md: import time).
 TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal
+else:
+    # _signal, the C module under signal: the same functions and constants (as ints), without
+    # the three IntEnum conversions ``import signal`` runs (a sixth of ``import hotspan``).
+    import _signal as signal
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Protocol
@@ -226,7 +231,7 @@ def _finalize_with_multiprocessing(owner: Stoppable) -> None:
 #: What SIGTERM runs before the process dies (the ``HOTSPAN_OUT`` recorder's stop), and how
 #: long it may take before the process dies anyway.
 _sigterm_stop: "tuple[Callable[[], None], float] | None" = None
-_fork_sigmask: "set[int | signal.Signals] | None" = None
+_fork_sigmask: "set[int] | None" = None
 
 
 def flush_on_sigterm(stop: Callable[[], None], timeout_s: float) -> None:

@@ -13,10 +13,17 @@ meanwhile stays pending and goes to the caller. The C core's threads do the same
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import threading
 from collections.abc import Iterator
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal
+else:
+    # _signal, the C module under signal: the same functions and constants (as ints), without
+    # the three IntEnum conversions ``import signal`` runs (``import hotspan`` loads this one).
+    import _signal as signal
 
 __all__ = ["ASYNC_SIGNALS", "lower_this_thread", "signals_blocked", "start_quiet"]
 
