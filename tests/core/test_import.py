@@ -133,7 +133,7 @@ def test_hotspan_out_records_from_import_and_loads_pyarrow_on_its_flush_thread(t
     assert "step" in pq.read_table(out).column("name").to_pylist()
 
 
-SUBMODULES = ["analysis", "cli", "formats", "recording", "report", "units", "demo"]
+SUBMODULES = ["analysis", "cli", "formats", "recording", "report", "serve", "testing"]
 FUNCTIONS = [
     "stats",
     "live",
