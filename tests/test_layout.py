@@ -156,6 +156,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "hotspan._core_drops",
             "hotspan._lifecycle",
             "hotspan._machine",
+            "hotspan._public_api",
             "hotspan._run",
             "hotspan._schema",
             "hotspan._selftime",

@@ -28,6 +28,7 @@ Only whole names that resolve to a module of the mapping change: metadata keys s
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import subprocess
 import sys
@@ -197,6 +198,33 @@ PATH = re.compile(
 REGISTRY_ROW = re.compile(r'(\(\s*"[\w-]+",\s*")(\w+)(",)')
 
 
+def package_binds(package: str, name: str) -> bool:
+    """Whether the package ``package``'s ``__init__`` binds ``name`` to something other than
+    its submodule (``report/__init__.py``: ``from .gantt import gantt``, a function): then
+    ``from package import name`` means that, and stays."""
+    init = SRC.joinpath(*renamed(package).split(".")) / "__init__.py"
+    if not init.is_file():
+        init = SRC.joinpath(*convert(package, INVERSE).split(".")) / "__init__.py"
+    if not init.is_file():
+        return False
+    for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == name:
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            submodule = node.level == 1 and not node.module
+            for alias in node.names:
+                if (alias.asname or alias.name) == name and not (
+                    submodule and alias.name.lstrip("_") == name.lstrip("_")
+                ):
+                    return True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
+
+
 def module_of(path: Path) -> str | None:
     """The module a source file under src/ is (its name after any moves), else None."""
     try:
@@ -241,8 +269,9 @@ def rewrite_from(match: re.Match[str], importer: str | None, is_package: bool) -
     def name(m: re.Match[str]) -> str:
         if m["name"] == "import" or m["name"] == "as":
             return m[0]
-        if is_renamed_module(f"{absolute}.{m['name']}"):
-            new = renamed(f"{absolute}.{m['name']}").rpartition(".")[2]
+        full = f"{absolute}.{m['name']}"
+        if is_renamed_module(full) and not package_binds(absolute, m["name"]):
+            new = renamed(full).rpartition(".")[2]
             if new != m["name"]:
                 return new + (m["alias"] or f" as {m['name']}")
         return m[0]
