@@ -71,6 +71,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "stragglers",
     ),
     "hotspan.analysis.comparison": (
+        "CompareOptions",
         "compare",
         "compare_rows",
         "drift_line",
