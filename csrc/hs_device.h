@@ -19,7 +19,7 @@ typedef struct {
     uint64_t stream_id; /* what the rows name the stream by: torch's stream_id, else the handle */
 } hs_stream_spec;
 
-typedef struct {
+typedef struct hs_device_ops {
     const char *name; /* "cuda" */
     /* At span creation (cold): 0 when the device can be used, else -1 with a RuntimeError
      * naming the device and why (fn: the function asked, "span"). */
