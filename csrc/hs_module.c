@@ -424,7 +424,7 @@ static PyObject *py_set_default_sync(PyObject *m, PyObject *fn) {
     Py_RETURN_NONE;
 }
 
-/* ---- hooks ---------------------------------------------------------------------------- */
+/* ---- the glue's callbacks (a thread's name, drops): installed by install_layer_ops ---- */
 
 static PyObject *thread_name_hook = NULL;
 /* Set by the first _set_hooks (hotspan._api's import): drops are reported from then on. */
