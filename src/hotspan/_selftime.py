@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._selftime_kernel import self_times
+from ._span_tree import self_times
 
 SELF_FIELD = pa.field("self_ns", pa.int64(), nullable=False)
 WAIT_FIELD = pa.field("wait_ns", pa.int64(), nullable=False)
@@ -35,7 +35,7 @@ def self_ns_column(table: pa.Table) -> pa.Array:
     """``self_ns`` of every row of ``table`` (which needs span_id, parent_id, start_ns,
     end_ns and thread_id; pid too when present), as an int64 array.
 
-    One pass over the rows in start order (``_selftime_kernel``): each parent's children
+    One pass over the rows in start order (``_span_tree``): each parent's children
     are merged as they come, so overlapping children count once. A loader's rows are in
     that order already (per thread by start time); others (a drained table is per thread
     in end order) are visited through their start order (a sort).
@@ -43,7 +43,7 @@ def self_ns_column(table: pa.Table) -> pa.Array:
     n = table.num_rows
     if n == 0:
         return pa.array([], pa.int64())
-    span_id, parent_id, has_parent = _ids(table)
+    span_id, parent_id, has_parent = tree_columns(table)
     pid = _int64(table, "pid") if "pid" in table.column_names else None
     start = _int64(table, "start_ns")
     columns = (start, _int64(table, "end_ns"), span_id, parent_id, has_parent)
@@ -55,7 +55,7 @@ def self_ns_column(table: pa.Table) -> pa.Array:
     return pa.array(values, pa.int64())
 
 
-def _ids(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def tree_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """span_id and parent_id as uint64 (the bits of signed ids: equal ids stay equal), and
     per row 1 where parent_id is given. Ids of another type (strings, say) are numbered by
     the row of their first occurrence."""

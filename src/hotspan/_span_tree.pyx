@@ -1,5 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Self time of a span table in one pass over its rows (``hotspan._selftime``'s kernel).
+"""A span table's parent links, followed in one pass over its rows: each span's self time
+(:func:`self_times`, for ``hotspan._selftime``) and the schema's rules a loader checks
+(:func:`span_rules`, for ``formats.base.check_span_rules``).
 
 A span's self time is its duration minus the length of the union of its children's
 intervals (children on its own thread and process, each clipped to the span). Visited in
@@ -11,7 +13,8 @@ start order instead.
 
 Parents are found by id through an array over the ids' range (a process's ids are a
 counter under fixed high bits: linear, one 4-byte slot an id) or, for ids spread wider
-(several ranks merged), an open-addressing hash table. Arithmetic wraps as numpy's does.
+(several ranks merged), an open-addressing hash table; either notices an id given twice
+as it is built. Arithmetic wraps as numpy's does.
 """
 from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, INT64_MIN
 from libc.stdlib cimport malloc, free
@@ -37,9 +40,10 @@ cdef inline uint64_t _slot(uint64_t key, int bits) noexcept nogil:
     return (key * <uint64_t>0x9E3779B97F4A7C15) >> (64 - bits)
 
 
-cdef int index_build(IdIndex* index, const uint64_t* ids, Py_ssize_t n) noexcept nogil:
-    """The row of each id (the first row, for an id given twice); -1 out of memory."""
-    cdef Py_ssize_t i
+cdef Py_ssize_t index_build(IdIndex* index, const uint64_t* ids, Py_ssize_t n) noexcept nogil:
+    """The row of each id (its first row, for an id given twice). Returns the first row
+    whose id an earlier row has (``-1``: none), ``-2`` out of memory."""
+    cdef Py_ssize_t i, repeat = -1
     cdef uint64_t low = ids[0], high = ids[0], size, slot
     for i in range(n):
         if ids[i] < low:
@@ -52,12 +56,16 @@ cdef int index_build(IdIndex* index, const uint64_t* ids, Py_ssize_t n) noexcept
         index.low, index.last, index.mask = low, high - low, 0
         index.rows = <int32_t*>malloc(size * sizeof(int32_t))
         if index.rows == NULL:
-            return -1
+            return -2
         for i in range(<Py_ssize_t>size):
             index.rows[i] = -1
-        for i in range(n - 1, -1, -1):  # backwards: the first row of an id wins
-            index.rows[ids[i] - low] = <int32_t>i
-        return 0
+        for i in range(n):
+            slot = ids[i] - low
+            if index.rows[slot] < 0:
+                index.rows[slot] = <int32_t>i
+            elif repeat < 0:
+                repeat = i
+        return repeat
     index.bits = 1
     while (<uint64_t>1 << index.bits) < <uint64_t>(2 * n):
         index.bits += 1
@@ -66,7 +74,7 @@ cdef int index_build(IdIndex* index, const uint64_t* ids, Py_ssize_t n) noexcept
     index.rows = <int32_t*>malloc(size * sizeof(int32_t))
     index.keys = <uint64_t*>malloc(size * sizeof(uint64_t))
     if index.rows == NULL or index.keys == NULL:
-        return -1
+        return -2
     for i in range(<Py_ssize_t>size):
         index.rows[i] = -1
     for i in range(n):
@@ -76,7 +84,9 @@ cdef int index_build(IdIndex* index, const uint64_t* ids, Py_ssize_t n) noexcept
         if index.rows[slot] < 0:
             index.rows[slot] = <int32_t>i
             index.keys[slot] = ids[i]
-    return 0
+        elif repeat < 0:
+            repeat = i
+    return repeat
 
 
 cdef inline Py_ssize_t index_row(const IdIndex* index, uint64_t id) noexcept nogil:
@@ -158,11 +168,13 @@ def self_times(const int64_t[::1] start not None, const int64_t[::1] end not Non
     cdef int64_t[::1] covered = out, reach = reach_array, last_start = last_array
     cdef IdIndex index
     cdef int unsorted = 0
+    cdef Py_ssize_t built
     cdef const int64_t* pid_ptr = &pid[0] if pid is not None else NULL
     cdef const Py_ssize_t* order_ptr = &order[0] if order is not None else NULL
     cdef int64_t duration
     with nogil:
-        if index_build(&index, &span_id[0], n) == 0:
+        built = index_build(&index, &span_id[0], n)
+        if built != -2:
             unsorted = merge_children(n, order_ptr, &index, &start[0], &end[0], &parent_id[0],
                                       &has_parent[0], &thread[0], pid_ptr, &covered[0],
                                       &reach[0], &last_start[0])
@@ -181,3 +193,47 @@ def self_times(const int64_t[::1] start not None, const int64_t[::1] end not Non
             duration = wrap_sub(duration, covered[i])
             covered[i] = duration if duration > 0 else 0
     return out
+
+
+def span_rules(const uint64_t[::1] span_id not None, const uint64_t[::1] parent_id not None,
+               const uint8_t[::1] has_parent not None, const int64_t[::1] start not None,
+               const int64_t[::1] end not None, const int64_t[::1] duration not None,
+               const int32_t[::1] depth not None):
+    """The first row breaking each of the schema's rules (``-1``: none), as a tuple:
+    ``duration < 0``, ``end != start + duration`` (a wrapping add), ``depth < 0``, a
+    ``span_id`` an earlier row has (then the row that has it first), a ``depth`` that is not
+    its parent's + 1 where the parent is in the table (then the parent's row; looked for
+    only when no id repeats)."""
+    cdef Py_ssize_t n = span_id.shape[0], i, p
+    cdef Py_ssize_t negative = -1, unequal = -1, shallow = -1, repeat = -1, earlier = -1
+    cdef Py_ssize_t deep = -1, deep_parent = -1
+    if not (parent_id.shape[0] == has_parent.shape[0] == start.shape[0] == end.shape[0]
+            == duration.shape[0] == depth.shape[0] == n):
+        raise ValueError("span_rules: columns of different lengths")
+    if n >= 0x7FFFFFFF:
+        raise ValueError("span_rules: more than 2**31 - 1 rows")
+    if n == 0:
+        return (-1, -1, -1, -1, -1, -1, -1)
+    cdef IdIndex index
+    with nogil:
+        for i in range(n):
+            if negative < 0 and duration[i] < 0:
+                negative = i
+            if unequal < 0 and <uint64_t>end[i] != <uint64_t>start[i] + <uint64_t>duration[i]:
+                unequal = i
+            if shallow < 0 and depth[i] < 0:
+                shallow = i
+        repeat = index_build(&index, &span_id[0], n)
+        if repeat >= 0:
+            earlier = index_row(&index, span_id[repeat])
+        elif repeat == -1:
+            for i in range(n):
+                if has_parent[i]:
+                    p = index_row(&index, parent_id[i])
+                    if p >= 0 and <int64_t>depth[i] != <int64_t>depth[p] + 1:
+                        deep, deep_parent = i, p
+                        break
+        index_free(&index)
+    if repeat == -2:
+        raise MemoryError("span_rules: no memory for the id index")
+    return (negative, unequal, shallow, repeat, earlier, deep, deep_parent)
