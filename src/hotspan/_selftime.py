@@ -140,7 +140,12 @@ def _apply_self_wait(table: pa.Table) -> pa.Table:
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:
+    """A column as one contiguous int64 array; a null as 0 (a table with nulls where the
+    schema allows none is refused after this, by the caller's schema check, naming the
+    column)."""
     column = table.column(name)
     if column.type != pa.int64():
         column = column.cast(pa.int64())
-    return column.to_numpy()
+    if column.null_count:
+        column = column.fill_null(0)
+    return np.ascontiguousarray(column.to_numpy())

@@ -160,6 +160,10 @@ def self_times(const int64_t[::1] start not None, const int64_t[::1] end not Non
         raise ValueError("self_times: columns of different lengths")
     if n >= 0x7FFFFFFF:
         raise ValueError("self_times: more than 2**31 - 1 rows")
+    if order is not None:
+        for i in range(n):
+            if order[i] < 0 or order[i] >= n:
+                raise ValueError(f"self_times: order[{i}] = {order[i]} is not a row")
     out = np.zeros(n, np.int64)
     if n == 0:
         return out

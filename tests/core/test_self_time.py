@@ -355,3 +355,37 @@ def test_shared_function_reads_a_million_rows_in_one_pass():
     assert (values[rows % 10 == 0] == 1000 - 9 * 50).all()
     assert (values[rows % 10 != 0] == 50).all()
     assert min(took) < 0.1, took
+
+
+def test_a_table_with_null_times_is_refused_by_name(tmp_path):
+    # Self time is computed before the schema check (nulls read as 0 there): the export
+    # still refuses the table naming the column, rather than failing inside the kernel.
+    table = pa.table(
+        {
+            "span_id": pa.array([1, 2], pa.uint64()),
+            "parent_id": pa.array([None, 1], pa.uint64()),
+            "name": ["a", "b"],
+            "category": pa.array([None, None], pa.string()),
+            "start_ns": pa.array([1, None], pa.int64()),
+            "end_ns": [5, 4],
+            "duration_ns": [4, 2],
+            "depth": pa.array([0, 1], pa.int32()),
+            "thread_id": [1, 1],
+            "thread_name": ["m", "m"],
+            "pid": [1, 1],
+            "rank": pa.array([0, 0], pa.int32()),
+            "arg": pa.array([None, None], pa.int64()),
+            "error": [False, False],
+        }
+    )
+    with pytest.raises(ValueError, match="column 'start_ns' has 1 null value"):
+        hotspan.export(table, tmp_path / "t.parquet")
+
+
+def test_the_kernel_refuses_an_order_that_names_no_row():
+    from hotspan._span_tree import self_times
+
+    one = np.zeros(2, np.int64)
+    ids = np.array([1, 2], np.uint64)
+    with pytest.raises(ValueError, match="is not a row"):
+        self_times(one, one, ids, ids, np.zeros(2, np.uint8), one, None, np.array([0, 5]))
