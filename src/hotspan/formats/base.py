@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import rich.progress
 
 from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA, with_pandas_dtypes
-from .._selftime import with_self_ns
+from .._selftime import tree_columns, with_self_ns
 
 __all__ = [
     "BATCH_ROWS",
@@ -468,26 +468,28 @@ def check_span_rules(table: pa.Table, path: str | os.PathLike[str]) -> None:
     ``depth < 0``, a ``span_id`` twice, a ``depth`` that is not its parent's + 1 (where the
     parent is in the table).
 
-    Vectorised: a few kernels over the columns, ~20 ms a million rows (one process's
-    ids; ~50 ms for ids merged from several ranks); the row is looked for only once a
-    rule fails.
+    One pass over the columns and the parent links (``hotspan._span_tree.span_rules``),
+    ~10 ms a million rows; each rule's first offending row comes out of the same pass.
     """
     if table.num_rows == 0:
         return
-    start, end, duration = (
-        table.column("start_ns"),
-        table.column("end_ns"),
-        table.column("duration_ns"),
+    from .._span_tree import span_rules
+
+    negative, unequal, shallow, repeat, earlier, deep, deep_parent = span_rules(
+        *tree_columns(table),
+        _values(table, "start_ns", pa.int64()),
+        _values(table, "end_ns", pa.int64()),
+        _values(table, "duration_ns", pa.int64()),
+        _values(table, "depth", pa.int32()),
     )
     rules = (
-        ("duration_ns is negative", pc.less(duration, 0)),
+        ("duration_ns is negative", negative),
         # Wrapping add: a sum that overflows int64 cannot equal a valid end either.
-        ("end_ns != start_ns + duration_ns", pc.not_equal(end, pc.add(start, duration))),
-        ("depth is negative", pc.less(table.column("depth"), 0)),
+        ("end_ns != start_ns + duration_ns", unequal),
+        ("depth is negative", shallow),
     )
-    for rule, broken in rules:
-        if pc.any(broken).as_py():
-            row = pc.index(broken, True).as_py()
+    for rule, row in rules:
+        if row >= 0:
             values = {
                 name: table.column(name)[row].as_py()
                 for name in ("span_id", "start_ns", "end_ns", "duration_ns", "depth")
@@ -497,65 +499,32 @@ def check_span_rules(table: pa.Table, path: str | os.PathLike[str]) -> None:
                 f"row {row}: {rule} ({_describe(values)}); "
                 "load(path, check=False) reads a trusted file anyway",
             )
-    ids = table.column("span_id")
-    if not _all_distinct(ids):
-        # Only now the costlier search (a sort): the first row whose id an earlier row has.
-        order = pc.sort_indices(ids)  # stable: equal ids keep their row order
-        in_order = ids.take(order)
-        repeats = pc.equal(in_order.slice(1), in_order.slice(0, table.num_rows - 1))
-        row = pc.min(order.slice(1).filter(repeats)).as_py()
-        span_id = ids[row].as_py()
-        earlier = pc.index(ids, span_id).as_py()
+    if repeat >= 0:
+        # the first row whose id an earlier row has
         raise TraceFileError(
             path,
-            f"row {row}: span_id {span_id} already used by row {earlier}; "
-            "load(path, check=False) reads a trusted file anyway",
+            f"row {repeat}: span_id {table.column('span_id')[repeat].as_py()} already used by "
+            f"row {earlier}; load(path, check=False) reads a trusted file anyway",
         )
-    found = _depth_under_parent(table)
-    if found is not None:
-        row, parent_row = found
+    if deep >= 0:
         depth = table.column("depth")
         raise TraceFileError(
             path,
-            f"row {row}: depth {depth[row].as_py()} under a parent at depth "
-            f"{depth[parent_row].as_py()} (row {parent_row}), not one level up; "
+            f"row {deep}: depth {depth[deep].as_py()} under a parent at depth "
+            f"{depth[deep_parent].as_py()} (row {deep_parent}), not one level up; "
             "load(path, check=False) reads a trusted file anyway",
         )
 
 
-def _depth_under_parent(table: pa.Table) -> tuple[int, int] | None:
-    """The first (row, its parent's row) whose depth is not its parent's + 1, among the rows
-    whose parent is in the table (ids distinct: checked before). A process's ids span a
-    narrow range: each id's row is found through an array over that range (linear); ids
-    spread wider are looked up in their sorted order."""
+def _values(table: pa.Table, name: str, type_: pa.DataType) -> Any:
+    """A column as one contiguous numpy array of ``type_`` (no copy when it is one chunk of
+    that type without nulls)."""
     import numpy as np
 
-    parents = table.column("parent_id")
-    if parents.null_count == table.num_rows:
-        return None
-    ids = table.column("span_id").to_numpy()
-    has_parent = parents.is_valid().to_numpy(zero_copy_only=False)
-    parent = parents.fill_null(0).to_numpy()
-    depth = table.column("depth").to_numpy()
-    children = np.flatnonzero(has_parent)
-    wanted = parent[children]
-    low, high = int(ids.min()), int(ids.max())
-    if high - low < 8 * len(ids):
-        row_of = np.full(high - low + 1, -1, np.int64)
-        row_of[ids - np.uint64(low)] = np.arange(len(ids))
-        inside = (wanted >= np.uint64(low)) & (wanted <= np.uint64(high))
-        parent_row = np.full(len(children), -1, np.int64)
-        parent_row[inside] = row_of[wanted[inside] - np.uint64(low)]
-    else:
-        order = np.argsort(ids)
-        where = np.minimum(np.searchsorted(ids[order], wanted), len(ids) - 1)
-        parent_row = np.where(ids[order][where] == wanted, order[where], -1)
-    present = parent_row >= 0
-    wrong = present & (depth[children] != depth[np.maximum(parent_row, 0)] + 1)
-    if not wrong.any():
-        return None
-    first = int(np.flatnonzero(wrong)[0])
-    return int(children[first]), int(parent_row[first])
+    column = table.column(name)
+    if column.type != type_:
+        column = column.cast(type_)
+    return np.ascontiguousarray(column.to_numpy())
 
 
 #: What a loader that cannot count its rows (CSV, JSON lines) says of those it finds missing.
@@ -577,23 +546,6 @@ def missing_parents(table: pa.Table) -> int:
     ids = np.sort(table.column("span_id").to_numpy())
     where = np.minimum(np.searchsorted(ids, wanted), max(len(ids) - 1, 0))
     return int(len(wanted) - (ids[where] == wanted).sum()) if len(ids) else len(wanted)
-
-
-def _all_distinct(ids: pa.ChunkedArray) -> bool:
-    """Whether no span id repeats. pyarrow's count_distinct hashes every id (~280 ms a
-    million); a process's ids are a counter under fixed high bits, so they span a range
-    not much wider than their number: one byte a possible id marks them (~15 ms a
-    million). Ids spread wider (several ranks' merged) are sorted instead (~45 ms)."""
-    import numpy as np
-
-    values = ids.to_numpy()
-    low, high = int(values.min()), int(values.max())
-    if high - low < 8 * len(values):
-        seen = np.zeros(high - low + 1, np.bool_)
-        seen[values - np.uint64(low)] = True
-        return int(np.count_nonzero(seen)) == len(values)
-    ordered = np.sort(values)
-    return not bool((ordered[1:] == ordered[:-1]).any())
 
 
 def _describe(values: dict[str, Any]) -> str:

@@ -553,12 +553,18 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         has_parent = np.zeros(m, np.uint8)
         codec.nest(thread, start, end, parent_id, depth, has_parent)
         flags = (flags & ~np.uint8(codec.FLAG_PARENT)) | has_parent * np.uint8(codec.FLAG_PARENT)
-    start_ns = start + threads.origin
-    end_ns = end + threads.origin
+    duration = end - start
+    # In place: the reader's columns (or the copies take() made) are not read again.
+    start_ns, end_ns = start, end
+    if threads.origin:
+        start_ns += threads.origin
+        end_ns += threads.origin
     rank = threads.rank(thread, take(column(reader.c_rank, np.int32)))
     # A span's own thread name (a thread renamed mid-trace) or its thread's.
     renamed = take(column(reader.c_thread_name, np.int32))
-    if m:
+    if m and not reader.thread_names.values:  # no span renamed: each its thread's name
+        thread_name_codes = threads.name_code[thread]
+    elif m:
         known = threads.name_codes
         remap = np.array(
             [known.setdefault(name, len(known)) for name in reader.thread_names.values] or [0],
@@ -571,7 +577,7 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         thread_name_codes = renamed
 
     def bits(mask: int) -> pa.Buffer:
-        return pa.py_buffer(np.packbits((flags & mask) != 0, bitorder="little"))
+        return pa.py_buffer(np.packbits(flags & mask, bitorder="little"))  # nonzero: 1
 
     def dictionary(
         codes: np.ndarray, values: list[str], nullable: bool = False
@@ -588,7 +594,7 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         ),
         pa.array(start_ns, pa.int64()),
         pa.array(end_ns, pa.int64()),
-        pa.array(end - start, pa.int64()),
+        pa.array(duration, pa.int64()),
         pa.array(depth, pa.int32()),
         pa.array(threads.tid[thread] if m else np.empty(0, np.int64), pa.int64()),
         dictionary(thread_name_codes, list(threads.name_codes)),

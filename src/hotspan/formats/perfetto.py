@@ -278,11 +278,17 @@ def _table(decoder: codec.Decoder, path: Path) -> pa.Table:
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
     start, end = columns.pop("start"), columns.pop("end")
-    has_parent = (flags & codec.ROW_HAS_PARENT) != 0
-    has_arg = (flags & codec.ROW_HAS_ARG) != 0
+
+    def bits(flag: int) -> pa.Buffer:
+        """The rows' flag as an Arrow bitmap (validity or booleans), without a copy of
+        the values it goes with."""
+        return pa.py_buffer(np.packbits(flags & flag, bitorder="little"))  # nonzero: 1
+
     arrays = {
         "span_id": pa.array(columns.pop("span_id"), pa.uint64()),
-        "parent_id": pa.array(columns.pop("parent_id"), pa.uint64(), mask=~has_parent),
+        "parent_id": pa.Array.from_buffers(
+            pa.uint64(), n, [bits(codec.ROW_HAS_PARENT), pa.py_buffer(columns.pop("parent_id"))]
+        ),
         "name": _strings(columns.pop("name"), decoder.names, flags, 0, "name", fail),
         "category": _strings(
             columns.pop("category"),
@@ -300,8 +306,10 @@ def _table(decoder: codec.Decoder, path: Path) -> pa.Table:
         "thread_name": thread["name"],
         "pid": pa.array(thread["pid"], pa.int64()),
         "rank": pa.array(thread["rank"], pa.int32()),
-        "arg": pa.array(columns.pop("arg"), pa.int64(), mask=~has_arg),
-        "error": pa.array((flags & codec.ROW_ERROR) != 0, pa.bool_()),
+        "arg": pa.Array.from_buffers(
+            pa.int64(), n, [bits(codec.ROW_HAS_ARG), pa.py_buffer(columns.pop("arg"))]
+        ),
+        "error": pa.Array.from_buffers(pa.bool_(), n, [None, bits(codec.ROW_ERROR)]),
     }
     # self_ns comes in conform_to_schema (Exporter.read), once the lanes are the real threads again
     return note_skipped(pa.table(arrays, schema=schema), path, missing)
