@@ -328,12 +328,10 @@ def test_shared_function_follows_the_rule_in_any_row_order(ids):
         assert self_ns_column(table).to_pylist() == _rule(rows), (ids, trial)
 
 
-def test_shared_function_reads_a_million_rows_in_one_pass():
-    # The loaders' self time (Chrome JSON, Perfetto): linear in the rows, no sort when they
-    # come in start order. 1 M rows of 10-span trees: well under the ~0.3 s the vectorised
-    # sort-and-merge took (issue 35: codecs at 10 M spans a second).
-    import time
-
+def test_shared_function_answers_a_million_rows_of_trees():
+    # The loaders' self time (Chrome JSON, Perfetto) over a loader-sized table: 1 M rows of
+    # 10-span trees, each root's self time its length less its nine children's. Its speed
+    # (issue 35: codecs at 10 M spans a second) is benchmarks/bench_export.py's, not a test's.
     n = 1_000_000
     rows = np.arange(n)
     root = rows - rows % 10
@@ -346,15 +344,9 @@ def test_shared_function_reads_a_million_rows_in_one_pass():
             "thread_id": pa.array(np.zeros(n, np.int64)),
         }
     )
-    took = []
-    for _ in range(3):
-        t0 = time.process_time()
-        got = self_ns_column(table)
-        took.append(time.process_time() - t0)
-    values = got.to_numpy()
+    values = self_ns_column(table).to_numpy()
     assert (values[rows % 10 == 0] == 1000 - 9 * 50).all()
     assert (values[rows % 10 != 0] == 50).all()
-    assert min(took) < 0.1, took
 
 
 def test_a_table_with_null_times_is_refused_by_name(tmp_path):
