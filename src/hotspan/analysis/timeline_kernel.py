@@ -1,0 +1,345 @@
+"""The timeline's kernel (see :mod:`hotspan.analysis.timeline`): a view's summary, added up
+batch by batch, and its answer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: The columns that tell tracks apart, in the answer's order.
+TRACK_KEYS = ("rank", "pid", "thread_id", "lane")
+#: The columns the timeline reads.
+_COLUMNS = (
+    "span_id",
+    "parent_id",
+    "name",
+    "start_ns",
+    "end_ns",
+    "depth",
+    "rank",
+    "pid",
+    "thread_id",
+)
+#: Rows read from a Parquet part at a time.
+_BATCH_ROWS = 1 << 18
+#: Widths a request may ask for (a 16k screen at most).
+MAX_WIDTH = 16_384
+#: Bins a track of a :class:`TimelineIndex` has over the run's window.
+INDEX_BINS = 1 << 14
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, each value's index among them), by pyarrow's hash kernels: linear,
+    where ``np.unique`` sorts (most of a batch's time when it did)."""
+    array = pa.array(values)
+    distinct = pc.unique(array)
+    inverse = pc.index_in(array, value_set=distinct).to_numpy(zero_copy_only=False)
+    return distinct.to_numpy(zero_copy_only=False), inverse.astype(np.int64, copy=False)
+
+
+class _Summary:
+    """The kernel: ``add`` one batch of spans at a time, ``result`` at the end.
+
+    Why arrays indexed by (track, pixel): a view holds at most ``width`` pixels a track, so
+    the count, time and least depth of the shorter spans are added with one ``bincount`` a
+    batch, no sort and no Python loop over spans or tracks. The time per (track, pixel,
+    name), for the busiest name, is kept sparse (few names share a pixel), reduced per batch
+    and merged when it piles up. The spans a pixel long or more are taken as rows (a few a
+    pixel at most); so are all the spans of a track while it has no more than ``width``."""
+
+    def __init__(self, start_ns: int, end_ns: int, width: int) -> None:
+        self.start_ns, self.end_ns, self.width = start_ns, end_ns, width
+        self.ns_per_pixel = (end_ns - start_ns) / width
+        self.names: dict[str, int] = {}
+        self.tracks: dict[tuple[int, int, int, int], int] = {}
+        self.counts = np.zeros((0, width), np.int64)
+        self.times = np.zeros((0, width), np.int64)
+        self.depths = np.zeros((0, width), np.int64)
+        #: (cell * 2**24 + name, time) pairs, each list entry reduced; merged when long
+        #: per track: (pixel * 2**24 + name, time) pairs, each list entry reduced; merged
+        #: per track when they pile up (a track's pairs are few: at most its pixels x names)
+        self.name_parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.name_pending: dict[int, int] = {}
+        self.name_merged: dict[int, int] = {}
+        #: per track: every span seen (for the "at most width spans: exact" rule)
+        self.seen = np.zeros(0, np.int64)
+        self.wide: list[pa.Table] = []
+        #: the rows of tracks that may still be listed whole: track code -> tables
+        self.few: dict[int, list[pa.Table]] = {}
+
+    def _grow(self, tracks: int) -> None:
+        old = len(self.counts)
+        if tracks <= old:
+            return
+        for attr, fill in (("counts", 0), ("times", 0), ("depths", _NO_DEPTH)):
+            grown = np.full((tracks, self.width), fill, np.int64)
+            grown[:old] = getattr(self, attr)
+            setattr(self, attr, grown)
+        seen = np.zeros(tracks, np.int64)
+        seen[:old] = self.seen
+        self.seen = seen
+
+    def _name_codes(self, names: pa.Array) -> np.ndarray:
+        if not pa.types.is_dictionary(names.type):
+            names = pc.dictionary_encode(names)
+        mapping = np.array(
+            [self.names.setdefault(str(n), len(self.names)) for n in names.dictionary.to_pylist()],
+            dtype=np.int64,
+        )
+        indices = names.indices.to_numpy(zero_copy_only=False)
+        return mapping[indices] if len(mapping) else np.zeros(len(indices), np.int64)
+
+    def _track_codes(self, batch: pa.RecordBatch) -> np.ndarray:
+        columns = [
+            batch.column(name).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            if name in batch.schema.names
+            else np.zeros(batch.num_rows, np.int64)
+            for name in TRACK_KEYS
+        ]
+        rank, pid, thread, lane = columns
+        if rank.min() == rank.max() and pid.min() == pid.max() and lane.min() == lane.max():
+            # a recorder's part: one process, its threads apart (the usual case): a hash of
+            # the thread ids, no sort
+            threads, inverse = _codes(thread)
+            keys = [(int(rank[0]), int(pid[0]), int(t), int(lane[0])) for t in threads.tolist()]
+        else:
+            rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+            keys = [tuple(r) for r in rows.tolist()]
+        mapping = np.array(
+            [self.tracks.setdefault(key, len(self.tracks)) for key in keys], dtype=np.int64
+        )
+        return mapping[inverse.reshape(-1)]
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        start = batch.column("start_ns").to_numpy()
+        end = batch.column("end_ns").to_numpy()
+        inside = (start < self.end_ns) & ((end > self.start_ns) | (start >= self.start_ns))
+        if not inside.all():
+            batch = batch.filter(pa.array(inside))
+            if batch.num_rows == 0:
+                return
+            start, end = start[inside], end[inside]
+        track = self._track_codes(batch)
+        self._grow(len(self.tracks))
+        self.seen += np.bincount(track, minlength=len(self.seen))
+        for code in np.unique(track).tolist():
+            if self.seen[code] <= self.width:
+                rows = batch.filter(pa.array(track == code))
+                self.few.setdefault(code, []).append(pa.Table.from_batches([rows]))
+            else:
+                self.few.pop(code, None)  # more than a screen's worth: summarised
+        wide = (end - start) >= self.ns_per_pixel
+        depth = batch.column("depth").to_numpy(zero_copy_only=False).astype(np.int64)
+        names = self._name_codes(batch.column("name"))
+        if wide.any():
+            rows = pa.Table.from_batches([batch.filter(pa.array(wide))])
+            self.wide.append(rows.append_column("track", pa.array(track[wide])))
+            short = ~wide
+            start, end, track, names, depth = (
+                start[short],
+                end[short],
+                track[short],
+                names[short],
+                depth[short],
+            )
+        if not len(start):
+            return
+        clipped = np.maximum(start, self.start_ns)
+        pixel = np.minimum(
+            ((clipped - self.start_ns) / self.ns_per_pixel).astype(np.int64), self.width - 1
+        )
+        cell = track * self.width + pixel
+        size = self.counts.size
+        time = (np.minimum(end, self.end_ns) - clipped).astype(np.float64)
+        self.counts += np.bincount(cell, minlength=size).reshape(self.counts.shape)
+        self.times += (
+            np.bincount(cell, weights=time, minlength=size)
+            .astype(np.int64)
+            .reshape(self.times.shape)
+        )
+        np.minimum.at(self.depths.reshape(-1), cell, depth)
+        local = pixel * _NAMES + names
+        groups: list[tuple[int, Any]]
+        if track.min() == track.max():  # one thread's rows (else each thread's apart)
+            groups = [(int(track[0]), slice(None))]
+        else:
+            order = np.argsort(track, kind="stable")
+            bounds = np.flatnonzero(np.diff(track[order])) + 1
+            groups = [(int(track[rows[0]]), rows) for rows in np.split(order, bounds) if len(rows)]
+        kinds = max(len(self.names), 1)
+        dense = self.width * kinds <= _DENSE_CELLS
+        for code, rows in groups:
+            if dense:  # few names: a (pixel, name) array, two bincounts, no hash of the keys
+                cells = pixel[rows] * kinds + names[rows]
+                summed = np.bincount(cells, weights=time[rows], minlength=self.width * kinds)
+                present = np.flatnonzero(np.bincount(cells, minlength=self.width * kinds))
+                keys = (present // kinds) * _NAMES + present % kinds
+                self.add_names(code, keys, summed[present])
+                continue
+            keys, inverse = _codes(local[rows])
+            self.add_names(
+                code, keys, np.bincount(inverse, weights=time[rows], minlength=len(keys))
+            )
+
+    def add_names(self, code: int, keys: np.ndarray, times: np.ndarray) -> None:
+        """Add one track's (pixel * 2**24 + name, time) pairs, each key once."""
+        self.name_parts.setdefault(code, []).append((keys, times))
+        pending = self.name_pending.get(code, 0) + len(keys)
+        self.name_pending[code] = pending
+        # merged when the pending pairs outnumber those merged so far (and a few a pixel):
+        # each pair is merged a bounded number of times
+        if pending > 2 * self.name_merged.get(code, 0) + 4 * self.width + (1 << 16):
+            self._merge_track(code)
+
+    def _merge_track(self, code: int) -> tuple[np.ndarray, np.ndarray]:
+        """The track's pairs, merged: (keys, times), each key once."""
+        parts = self.name_parts.get(code, [])
+        if len(parts) != 1:
+            if parts:
+                keys, inverse = _codes(np.concatenate([k for k, _t in parts]))
+                times = np.bincount(
+                    inverse, weights=np.concatenate([t for _k, t in parts]), minlength=len(keys)
+                )
+            else:
+                keys, times = np.zeros(0, np.int64), np.zeros(0, np.float64)
+            parts[:] = [(keys, times)]
+            self.name_parts[code] = parts
+            self.name_pending[code] = self.name_merged[code] = len(keys)
+        return parts[0]
+
+    def _merge_names(self) -> None:
+        for code in list(self.name_parts):
+            self._merge_track(code)
+
+    def _busiest(self) -> np.ndarray:
+        """Per (track, pixel) cell, the code of the name with the most time (-1: none)."""
+        busiest = np.full(self.counts.shape, -1, np.int64)
+        kinds = max(len(self.names), 1)
+        for code in list(self.name_parts):
+            keys, times = self._merge_track(code)
+            if not len(keys):
+                continue
+            pixel = keys // _NAMES
+            if self.width * kinds <= _DENSE_CELLS:
+                # a (pixel, name) array, no sort: absent -1, so a name present with no time
+                # beats none; argmax takes the first largest: ties to the lowest name code
+                grid = np.full((self.width, kinds), -1.0)
+                grid[pixel, keys % _NAMES] = times
+                best = grid.argmax(axis=1)
+                seen = grid[np.arange(self.width), best] >= 0
+                busiest[code, seen] = best[seen]
+                continue
+            # per pixel the largest time, ties to the lowest name code: by (pixel, -time)
+            order = np.lexsort((keys % _NAMES, -times, pixel))
+            first = np.ones(len(order), bool)
+            first[1:] = pixel[order][1:] != pixel[order][:-1]
+            chosen = order[first]
+            busiest[code, pixel[chosen]] = keys[chosen] % _NAMES
+        return busiest
+
+    def result(self, ranks: Sequence[int] | None = None) -> dict[str, Any]:
+        names = np.array(list(self.names) or [""], dtype=object)
+        wide = pa.concat_tables(self.wide, promote_options="permissive") if self.wide else None
+        busiest = self._busiest()
+        tracks = []
+        for key, code in sorted(self.tracks.items()):
+            if ranks is not None and key[0] not in ranks:
+                continue
+            entry: dict[str, Any] = dict(zip(TRACK_KEYS, key))
+            if code in self.few:  # at most width spans: every one of them, exactly
+                few = pa.concat_tables(self.few[code], promote_options="permissive")
+                lanes = _lanes(few)
+                entry["spans"] = _span_rows(lanes[0])
+                entry["pixels"] = []
+                tracks.append(entry)
+                tracks += [
+                    {**entry, "lane": k, "spans": _span_rows(t)}
+                    for k, t in enumerate(lanes[1:], start=1)
+                ]
+                continue
+            mine = wide.filter(pc.equal(wide["track"], code)) if wide is not None else None
+            lanes = _lanes(mine) if mine is not None and mine.num_rows else []
+            entry["spans"] = _span_rows(lanes[0]) if lanes else []
+            xs = np.flatnonzero(self.counts[code])
+            entry["pixels"] = [
+                {"x": x, "count": c, "name": str(names[n]), "depth": d, "time_ns": t}
+                for x, c, n, d, t in zip(
+                    xs.tolist(),
+                    self.counts[code][xs].tolist(),
+                    busiest[code][xs].tolist(),
+                    self.depths[code][xs].tolist(),
+                    self.times[code][xs].tolist(),
+                )
+            ]
+            tracks.append(entry)
+            tracks += [
+                {**entry, "lane": k, "spans": _span_rows(t), "pixels": []}
+                for k, t in enumerate(lanes[1:], start=1)
+            ]
+        return {
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "width": self.width,
+            "ns_per_pixel": self.ns_per_pixel,
+            "tracks": tracks,
+        }
+
+
+#: Name codes per cell key: a cell's key is cell * _NAMES + name code.
+_NAMES = 1 << 24
+#: The most (pixel, name) pairs the kernel adds up in a dense array (more: a hash of the pairs).
+_DENSE_CELLS = 1 << 20
+#: The least depth of a pixel with no span yet.
+_NO_DEPTH = np.iinfo(np.int64).max
+
+
+def _lanes(spans: pa.Table) -> list[pa.Table]:
+    """A track's exact spans split into lanes, as the exports place asyncio tasks
+    (``formats/lanes.py``): the spans of lane 0, of lane 1, .... Span trees of
+    tasks that overlap on a thread move, whole, to further lanes; spans that nest stay on
+    lane 0 (the usual case: one vectorised check)."""
+    from .._schema import META_TASKS
+    from ..formats.lanes import assign_lanes
+
+    if spans.num_rows < 2 or "parent_id" not in spans.column_names:
+        return [spans]
+    # the search always runs: a window's rows carry no note that tasks ran
+    searched = spans.replace_schema_metadata({META_TASKS: b"1"})
+    if "track" in searched.column_names:
+        searched = searched.drop_columns(["track"])
+    laned, mapping = assign_lanes(searched)
+    if not mapping:
+        return [spans]
+    tid = laned["thread_id"].to_numpy()
+    out = [laned.filter(pa.array(~np.isin(tid, list(mapping))))]
+    out += [laned.filter(pa.array(tid == synthetic)) for synthetic in sorted(mapping)]
+    return out
+
+
+def _span_rows(table: pa.Table) -> list[dict[str, Any]]:
+    table = table.sort_by([("start_ns", "ascending"), ("depth", "ascending")])
+    columns = {
+        name: table[name].to_pylist() for name in ("span_id", "name", "start_ns", "end_ns", "depth")
+    }
+    return [
+        {
+            "span_id": span_id,
+            "name": name,
+            "start_ns": start,
+            "end_ns": end,
+            "depth": depth,
+        }
+        for span_id, name, start, end, depth in zip(
+            columns["span_id"],
+            columns["name"],
+            columns["start_ns"],
+            columns["end_ns"],
+            columns["depth"],
+        )
+    ]
