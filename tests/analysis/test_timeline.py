@@ -231,6 +231,7 @@ def test_overlapping_asyncio_tasks_get_lanes_as_the_exports_give_them():
     """Tasks under gather overlap on their thread: their span trees are drawn on lanes of
     the thread (lane 0 its own, then one a tree that overlaps), and on each lane spans nest."""
     import asyncio
+    import json
 
     import hotspan
 
@@ -248,6 +249,7 @@ def test_overlapping_asyncio_tasks_get_lanes_as_the_exports_give_them():
     asyncio.run(main())
     table = hotspan.drain()
     view = timeline(table, width=2000)  # 13 spans: every one exact
+    assert json.loads(timeline(table, width=2000, encoded=True)) == view  # serve's text too
     lanes = [t for t in view["tracks"]]
     assert len(lanes) > 1 and [t["lane"] for t in lanes] == list(range(len(lanes)))
     assert sum(len(t["spans"]) for t in lanes) == table.num_rows
@@ -343,3 +345,42 @@ def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path)
         out.write(b"more")
     assert TimelineIndex.load(path, "v1").blocks is None
     assert TimelineIndex.load(path, "v1").view(low, high, width=400) is None
+
+
+def test_the_answer_as_json_text_is_the_answer(tmp_path):
+    """``encoded=True`` writes the answer as JSON straight from its columns (what serve sends):
+    parsed, it is the dict answer exactly, for pixels, exact spans, lanes, names that need
+    escaping, an empty window and an index's views (bins and span blocks)."""
+    import json
+
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = generated(13)
+    names = table["name"].combine_chunks()
+    odd = pa.array(
+        ['say "hi"\\', "naïve ✓", "tab\there"], pa.string()
+    )  # quotes, backslash, non-ASCII, control
+    table = table.set_column(
+        table.schema.get_field_index("name"),
+        "name",
+        pa.DictionaryArray.from_arrays(names.indices, pa.concat_arrays([odd, names.dictionary])),
+    )
+    first, last = window_of(table)
+    mid = (first + last) // 2
+    for window, width in [
+        ((None, None), 300),
+        ((first + (last - first) // 7, mid), 500),
+        ((mid, mid + 20_000_000), 800),
+        ((last + 10, last + 20), 50),  # nothing in it
+    ]:
+        text = timeline(table, *window, width, encoded=True)
+        assert isinstance(text, bytes)
+        assert json.loads(text) == timeline(table, *window, width)
+    run = tmp_path / "run"
+    for i, piece in enumerate(table.to_batches(max_chunksize=2500)):
+        write_part(pa.Table.from_batches([piece]), run, rank=0, pid=77, seq=i)
+    index = TimelineIndex(run, bins=256, blocks=tmp_path / "index.blocks")
+    for window in ((None, None), (mid, mid + 20_000_000)):
+        expected = index.view(*window, width=128)
+        assert json.loads(index.view(*window, width=128, encoded=True)) == expected
+    assert any(t["pixels"] for t in timeline(table, width=300)["tracks"])

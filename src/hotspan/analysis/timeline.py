@@ -47,16 +47,18 @@ def timeline(
     width: int = 1200,
     *,
     ranks: Sequence[int] | None = None,
-) -> dict[str, Any]:
+    encoded: bool = False,
+) -> Any:
     """What a ``width``-pixel view of ``[start_ns, end_ns)`` shows of ``spans`` (a table, a
     Parquet file, a run directory, or any trace file): per track (``rank``, ``pid``,
     ``thread_id``, ``lane``), the spans at least a pixel long exactly (``spans``: span_id,
     name, start_ns, end_ns, depth) and the shorter ones summarised per pixel (``pixels``: x,
     count, the busiest name, the outermost depth, their time in the window); a track with at
     most ``width`` spans in the window lists them all. Each span is counted once. The window
-    defaults to the whole run; ``ranks`` keeps only those ranks' tracks."""
+    defaults to the whole run; ``ranks`` keeps only those ranks' tracks. ``encoded``: the same
+    answer as JSON text (bytes), written from its columns (what ``hotspan serve`` sends)."""
     start_ns, end_ns = _checked(spans, start_ns, end_ns, width, None)
     summary = _Summary(start_ns, end_ns, width)
     for batch in _batches(spans, start_ns, end_ns, ranks):
         summary.add(batch)
-    return summary.result(ranks)
+    return summary.result(ranks, encoded=encoded)

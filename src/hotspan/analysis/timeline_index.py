@@ -185,9 +185,11 @@ class TimelineIndex:
         width: int = 1200,
         *,
         ranks: Sequence[int] | None = None,
-    ) -> dict[str, Any] | None:
+        encoded: bool = False,
+    ) -> Any:
         """The timeline's answer for this window from the bins, or None when its pixels are
-        shorter than a bin (then the spans must be read)."""
+        shorter than a bin (then the spans must be read); ``encoded``: as JSON text (bytes),
+        as :func:`~hotspan.analysis.timeline.timeline` gives it."""
         start_ns, end_ns = _checked(None, start_ns, end_ns, width, self.window)
         index = self._summary
         out = _Summary(start_ns, end_ns, width)
@@ -196,7 +198,7 @@ class TimelineIndex:
                 return None
             for batch in self.blocks.batches(start_ns, end_ns, ranks):
                 out.add(batch)
-            return out.result(ranks)
+            return out.result(ranks, encoded=encoded)
         out.names = dict(index.names)  # the bins' name codes, kept
         # every track of the run, in its order; the tracks kept whole go through add()
         order = sorted(index.tracks.items(), key=lambda item: item[1])
@@ -261,7 +263,7 @@ class TimelineIndex:
         for table in rows_of_index:
             for batch in table.to_batches(_BATCH_ROWS):
                 out.add(batch)
-        return out.result(ranks)
+        return out.result(ranks, encoded=encoded)
 
 
 def _mapped_npz(path: str) -> dict[str, np.ndarray]:

@@ -3,6 +3,8 @@ batch by batch, and its answer."""
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -243,52 +245,148 @@ class _Summary:
             busiest[code, pixel[chosen]] = keys[chosen] % _NAMES
         return busiest
 
-    def result(self, ranks: Sequence[int] | None = None) -> dict[str, Any]:
-        names = np.array(list(self.names) or [""], dtype=object)
+    def result(self, ranks: Sequence[int] | None = None, *, encoded: bool = False) -> Any:
+        """The answer: a dict, or (``encoded``) the same as JSON text, in bytes."""
+        answer = self.answer(ranks)
+        return answer.to_json() if encoded else answer.to_dict()
+
+    def answer(self, ranks: Sequence[int] | None = None) -> _Answer:
+        """The answer's columns: per track its exact spans (a table) and its pixels (arrays)."""
         wide = pa.concat_tables(self.wide, promote_options="permissive") if self.wide else None
         busiest = self._busiest()
-        tracks = []
+        tracks: list[tuple[dict[str, int], pa.Table | None, tuple[np.ndarray, ...] | None]] = []
         for key, code in sorted(self.tracks.items()):
             if ranks is not None and key[0] not in ranks:
                 continue
-            entry: dict[str, Any] = dict(zip(TRACK_KEYS, key))
+            entry: dict[str, int] = dict(zip(TRACK_KEYS, key))
             if code in self.few:  # at most width spans: every one of them, exactly
                 few = pa.concat_tables(self.few[code], promote_options="permissive")
                 lanes = _lanes(few)
-                entry["spans"] = _span_rows(lanes[0])
-                entry["pixels"] = []
-                tracks.append(entry)
-                tracks += [
-                    {**entry, "lane": k, "spans": _span_rows(t)}
-                    for k, t in enumerate(lanes[1:], start=1)
-                ]
+                tracks.append((entry, lanes[0], None))
+                tracks += [({**entry, "lane": k}, t, None) for k, t in enumerate(lanes[1:], 1)]
                 continue
             mine = wide.filter(pc.equal(wide["track"], code)) if wide is not None else None
             lanes = _lanes(mine) if mine is not None and mine.num_rows else []
-            entry["spans"] = _span_rows(lanes[0]) if lanes else []
             xs = np.flatnonzero(self.counts[code])
-            entry["pixels"] = [
-                {"x": x, "count": c, "name": str(names[n]), "depth": d, "time_ns": t}
-                for x, c, n, d, t in zip(
-                    xs.tolist(),
-                    self.counts[code][xs].tolist(),
-                    busiest[code][xs].tolist(),
-                    self.depths[code][xs].tolist(),
-                    self.times[code][xs].tolist(),
-                )
-            ]
-            tracks.append(entry)
-            tracks += [
-                {**entry, "lane": k, "spans": _span_rows(t), "pixels": []}
-                for k, t in enumerate(lanes[1:], start=1)
-            ]
-        return {
+            pixels = (
+                xs,
+                self.counts[code][xs],
+                busiest[code][xs],
+                self.depths[code][xs],
+                self.times[code][xs],
+            )
+            tracks.append((entry, lanes[0] if lanes else None, pixels))
+            tracks += [({**entry, "lane": k}, t, None) for k, t in enumerate(lanes[1:], 1)]
+        head = {
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
             "width": self.width,
             "ns_per_pixel": self.ns_per_pixel,
-            "tracks": tracks,
         }
+        return _Answer(head, list(self.names) or [""], tracks)
+
+
+class _Answer:
+    """A view's answer in columns, written out either as Python objects (:meth:`to_dict`) or
+    straight from its columns as JSON text (:meth:`to_json`: pyarrow's string kernels, no
+    Python object a pixel or span, where building and then serialising objects took seconds
+    for a whole-run view of a large run). Both give the same document."""
+
+    def __init__(
+        self,
+        head: dict[str, Any],
+        names: list[str],
+        tracks: list[tuple[dict[str, int], pa.Table | None, tuple[np.ndarray, ...] | None]],
+    ) -> None:
+        self.head, self.names, self.tracks = head, names, tracks
+
+    def to_dict(self) -> dict[str, Any]:
+        names = np.array(self.names, dtype=object)
+        tracks = []
+        for entry, spans, pixels in self.tracks:
+            rows: list[dict[str, Any]] = []
+            if pixels is not None:
+                rows = [
+                    {"x": x, "count": c, "name": str(names[n]), "depth": d, "time_ns": t}
+                    for x, c, n, d, t in zip(*(column.tolist() for column in pixels))
+                ]
+            tracks.append(
+                {
+                    **entry,
+                    "spans": _span_rows(spans) if spans is not None else [],
+                    "pixels": rows,
+                }
+            )
+        return {**self.head, "tracks": tracks}
+
+    def to_json(self, **first: Any) -> bytes:
+        """The answer as JSON text (``first``: members written before the answer's own)."""
+        names = pa.array([json.dumps(n) for n in self.names], pa.string())
+        out = [json.dumps({**first, **self.head})[:-1].encode(), b', "tracks": [']
+        for i, (entry, spans, pixels) in enumerate(self.tracks):
+            out.append(b"," if i else b"")
+            out.append(json.dumps(entry)[:-1].encode() + b', "spans": [')
+            if spans is not None and spans.num_rows:
+                spans = _sorted_spans(spans)
+                out.append(
+                    _json_rows(
+                        [
+                            ("span_id", _text(spans["span_id"])),
+                            ("name", _json_names(spans["name"])),
+                            ("start_ns", _text(spans["start_ns"])),
+                            ("end_ns", _text(spans["end_ns"])),
+                            ("depth", _text(spans["depth"])),
+                        ]
+                    )
+                )
+            out.append(b'], "pixels": [')
+            if pixels is not None and len(pixels[0]):
+                x, count, name, depth, time = pixels
+                out.append(
+                    _json_rows(
+                        [
+                            ("x", _text(x)),
+                            ("count", _text(count)),
+                            ("name", names.take(pa.array(name % len(self.names)))),
+                            ("depth", _text(depth)),
+                            ("time_ns", _text(time)),
+                        ]
+                    )
+                )
+            out.append(b"]}")
+        out.append(b"]}")
+        return b"".join(out)
+
+
+def _text(values: Any) -> pa.Array:
+    """Integers as their JSON text."""
+    if isinstance(values, np.ndarray):
+        values = pa.array(values)
+    elif isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return pc.cast(values, pa.string())
+
+
+def _json_names(values: pa.ChunkedArray) -> pa.Array:
+    """Strings as their JSON text (each distinct one escaped once)."""
+    array = values.combine_chunks()
+    if not pa.types.is_dictionary(array.type):
+        array = pc.dictionary_encode(array)
+    escaped = pa.array([json.dumps(str(v)) for v in array.dictionary.to_pylist()], pa.string())
+    return escaped.take(array.indices)
+
+
+def _json_rows(fields: list[tuple[str, pa.Array]]) -> bytes:
+    """Rows as JSON objects separated by commas: ``fields`` (member, each row's JSON text)."""
+    pieces: list[Any] = []
+    for i, (member, text) in enumerate(fields):
+        pieces.append(pa.scalar(("{" if i == 0 else ", ") + json.dumps(member) + ": "))
+        pieces.append(text)
+    pieces.append(pa.scalar("},"))
+    rows = pc.binary_join_element_wise(*pieces, "")
+    offsets = np.frombuffer(rows.buffers()[1], np.int32, len(rows) + 1, rows.offset * 4)
+    data = rows.buffers()[2]
+    return data.to_pybytes()[int(offsets[0]) : int(offsets[-1]) - 1]  # no last comma
 
 
 #: Name codes per cell key: a cell's key is cell * _NAMES + name code.
@@ -322,8 +420,13 @@ def _lanes(spans: pa.Table) -> list[pa.Table]:
     return out
 
 
+def _sorted_spans(table: pa.Table) -> pa.Table:
+    """A track's exact spans in the answer's order: by start, outer first."""
+    return table.sort_by([("start_ns", "ascending"), ("depth", "ascending")])
+
+
 def _span_rows(table: pa.Table) -> list[dict[str, Any]]:
-    table = table.sort_by([("start_ns", "ascending"), ("depth", "ascending")])
+    table = _sorted_spans(table)
     columns = {
         name: table[name].to_pylist() for name in ("span_id", "name", "start_ns", "end_ns", "depth")
     }
