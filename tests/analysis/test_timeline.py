@@ -384,3 +384,50 @@ def test_the_answer_as_json_text_is_the_answer(tmp_path):
         expected = index.view(*window, width=128)
         assert json.loads(index.view(*window, width=128, encoded=True)) == expected
     assert any(t["pixels"] for t in timeline(table, width=300)["tracks"])
+
+
+def test_each_level_of_an_index_is_the_spans_own_view_at_its_width(tmp_path):
+    """An index keeps its bins at coarser levels too (half as many bins each, down to 256):
+    a view of the whole run at any level's width is the spans' own answer, exactly, saved
+    and loaded as built; at other widths each span is still counted once; a window holding
+    a few bins of the finest level is answered from it, as the spans count it."""
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = pa.concat_tables([generated(14), generated(15, tracks=1, per_track=40)])
+    index = TimelineIndex(table, bins=4096)
+    assert [level.width for level in index.levels] == [4096, 2048, 1024, 512, 256]
+    index.save(tmp_path / "index.npz", "v1")
+    loaded = TimelineIndex.load(tmp_path / "index.npz", "v1")
+    assert [level.width for level in loaded.levels] == [4096, 2048, 1024, 512, 256]
+    for width in (4096, 2048, 1024, 512, 256, 64):
+        expected = timeline(table, width=width)
+        assert index.view(width=width) == expected
+        assert loaded.view(width=width) == expected
+    for width in (300, 1000, 3000):
+        for view in (index.view(width=width), loaded.view(width=width)):
+            counted = sum(
+                len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in view["tracks"]
+            )
+            assert counted == table.num_rows
+    first, _last = index.window
+    a, b = first + math.ceil(1000 * index.bin_ns), first + math.ceil(1016 * index.bin_ns)
+    assert loaded.view(a, b, width=16) == timeline(table, a, b, width=16)
+
+
+def test_an_index_saved_in_an_earlier_format_is_not_read(tmp_path):
+    """A file of the first format (one level, names unsorted) under the right version is
+    not an index of this one: load gives None, so the caller builds it again."""
+    import json
+
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = generated(16, tracks=1, per_track=300)
+    path = tmp_path / "index.npz"
+    TimelineIndex(table, bins=512).save(path, "v1")
+    assert TimelineIndex.load(path, "v1") is not None
+    arrays = dict(np.load(path))
+    head = json.loads(arrays["head"].tobytes())
+    head["format"] = 1
+    arrays["head"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
+    np.savez(path, **arrays)
+    assert TimelineIndex.load(path, "v1") is None

@@ -42,8 +42,14 @@ class TimelineIndex:
     million spans would be decoded whole), the kernel's answer exactly as :func:`timeline`
     gives it; without blocks ``view`` returns None (ask :func:`timeline`).
 
-    Memory: three integers a (track, bin), the names' times, the long spans, and the blocks'
-    directory (five integers a block)."""
+    The bins are kept at ``bins`` and at each coarser level down to ``LEVEL_BINS`` (half as
+    many bins a level, each the sum of two): a view reads the coarsest level whose bins are
+    no longer than its pixels, so at most about twice ``width`` bins a track, whatever the
+    window (a whole-run view of a large run read every bin of every track: 18 M name times).
+
+    Memory: three integers a (track, bin) and level, the names' times (sorted by bin, so a
+    window reads its own), the long spans, and the blocks' directory (five integers a block);
+    read back from a saved index, all of it memory-mapped."""
 
     def __init__(
         self, spans: Any, bins: int = INDEX_BINS, *, blocks: str | os.PathLike | None = None
@@ -57,12 +63,15 @@ class TimelineIndex:
             if writer is not None:
                 writer.add(batch)
         self._summary._merge_names()
+        _sort_names(self._summary)
+        self.levels = _pyramid(self._summary)
         self.bins = bins
         self.bin_ns = self._summary.ns_per_pixel
         self.blocks = writer.close() if writer is not None else None
 
-    #: The persisted form's version: an index file of another version is not read.
-    FORMAT = 1
+    #: The persisted form's version: an index file of another version is not read (2: the
+    #: levels, the names' times sorted by bin).
+    FORMAT = 2
 
     def save(self, path: str | os.PathLike, version: str) -> None:
         """Write the index to ``path`` (a ``.npz`` file, written whole under another name
@@ -72,10 +81,6 @@ class TimelineIndex:
         import tempfile
 
         summary = self._summary
-        merged = [summary._merge_track(code) for code in range(len(summary.tracks))]
-        keys = np.concatenate([k for k, _t in merged] or [np.zeros(0, np.int64)])
-        times = np.concatenate([t for _k, t in merged] or [np.zeros(0, np.float64)])
-        offsets = np.cumsum([0] + [len(k) for k, _t in merged]).astype(np.int64)
         wide = [_plain(t) for t in summary.wide]
         few = [
             _plain(t).append_column("track", pa.array(np.full(t.num_rows, code, np.int64)))
@@ -87,21 +92,30 @@ class TimelineIndex:
             "version": version,
             "window": list(self.window),
             "bins": self.bins,
+            "levels": [level.width for level in self.levels],
             "names": list(summary.names),
             "few": sorted(summary.few),
         }
         arrays: dict[str, np.ndarray] = {
             "tracks": np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS)),
-            "counts": summary.counts,
-            "times": summary.times,
-            "depths": summary.depths,
             "seen": summary.seen,
-            "name_keys": keys,
-            "name_times": times,
-            "name_offsets": offsets,
             "wide": _ipc(wide),
             "few_rows": _ipc(few),
         }
+        for i, level in enumerate(self.levels):
+            merged = [level._merge_track(code) for code in range(len(summary.tracks))]
+            arrays[f"level{i}_counts"] = level.counts
+            arrays[f"level{i}_times"] = level.times
+            arrays[f"level{i}_depths"] = level.depths
+            arrays[f"level{i}_name_keys"] = np.concatenate(
+                [k for k, _t in merged] or [np.zeros(0, np.int64)]
+            )
+            arrays[f"level{i}_name_times"] = np.concatenate(
+                [t for _k, t in merged] or [np.zeros(0, np.float64)]
+            )
+            arrays[f"level{i}_name_offsets"] = np.cumsum([0] + [len(k) for k, _t in merged]).astype(
+                np.int64
+            )
         if self.blocks is not None:
             head["blocks"] = {
                 "file": os.path.basename(self.blocks.path),
@@ -143,19 +157,23 @@ class TimelineIndex:
             (int(r), int(p), int(t), int(lane)): code
             for code, (r, p, t, lane) in enumerate(arrays["tracks"].tolist())
         }
-        summary.counts, summary.times, summary.depths = (
-            arrays["counts"],
-            arrays["times"],
-            arrays["depths"],
-        )
         summary.seen = arrays["seen"]
-        offsets = arrays["name_offsets"]
-        for code in range(len(offsets) - 1):  # views of the arrays read, no copies
-            low, high = int(offsets[code]), int(offsets[code + 1])
-            summary.name_parts[code] = [
-                (arrays["name_keys"][low:high], arrays["name_times"][low:high])
-            ]
-            summary.name_pending[code] = summary.name_merged[code] = high - low
+        index.levels = []
+        for i, bins in enumerate(head["levels"]):
+            level = summary if i == 0 else _Summary(start, max(end, start + 1), int(bins))
+            level.names, level.tracks, level.seen = summary.names, summary.tracks, summary.seen
+            level.counts, level.times, level.depths = (
+                arrays[f"level{i}_counts"],
+                arrays[f"level{i}_times"],
+                arrays[f"level{i}_depths"],
+            )
+            offsets = arrays[f"level{i}_name_offsets"]
+            keys, times = arrays[f"level{i}_name_keys"], arrays[f"level{i}_name_times"]
+            for code in range(len(offsets) - 1):  # views of the arrays read, no copies
+                low, high = int(offsets[code]), int(offsets[code + 1])
+                level.name_parts[code] = [(keys[low:high], times[low:high])]
+                level.name_pending[code] = level.name_merged[code] = high - low
+            index.levels.append(level)
         wide = _from_ipc(arrays["wide"])
         summary.wide = [wide] if wide is not None and wide.num_rows else []
         few = _from_ipc(arrays["few_rows"])
@@ -207,17 +225,23 @@ class TimelineIndex:
         binned = np.array([code not in index.few for _key, code in order], bool)
         out.seen[codes[binned]] = width + 1  # summarised: never listed whole
         # the bins holding the window's first and last nanosecond, by the kernel's own rule
-        lo = max(0, int(max(start_ns - index.start_ns, 0) / self.bin_ns))
-        hi = min(self.bins, int(max(end_ns - 1 - index.start_ns, -1) / self.bin_ns) + 1)
+        # the coarsest level whose bins are no longer than a pixel: at most ~2 bins a pixel
+        level = next(
+            (lv for lv in reversed(self.levels) if lv.ns_per_pixel <= out.ns_per_pixel),
+            index,
+        )
+        bin_ns, bins_of_level = level.ns_per_pixel, level.width
+        lo = max(0, int(max(start_ns - index.start_ns, 0) / bin_ns))
+        hi = min(bins_of_level, int(max(end_ns - 1 - index.start_ns, -1) / bin_ns) + 1)
         if end_ns <= index.start_ns:
             hi = 0
         if hi > lo and binned.any():
             # each bin's first nanosecond, as the kernel bins a span's start (float division):
             # a bin's pixel is then the one the kernel gives a span starting there
             bins = np.arange(lo, hi)
-            offset = np.ceil(bins * self.bin_ns).astype(np.int64)
-            offset -= ((offset - 1) / self.bin_ns).astype(np.int64) >= bins  # one too late
-            offset += (offset / self.bin_ns).astype(np.int64) < bins  # one too early
+            offset = np.ceil(bins * bin_ns).astype(np.int64)
+            offset -= ((offset - 1) / bin_ns).astype(np.int64) >= bins  # one too late
+            offset += (offset / bin_ns).astype(np.int64) < bins  # one too early
             bin_start = index.start_ns + offset
             pixel = np.clip(
                 ((np.maximum(bin_start, start_ns) - start_ns) / out.ns_per_pixel).astype(np.int64),
@@ -228,18 +252,18 @@ class TimelineIndex:
             first = np.flatnonzero(np.diff(pixel, prepend=-1))
             rows, cols = np.ix_(codes[binned], pixel[first])
             for name, reduce in (("counts", np.add), ("times", np.add), ("depths", np.minimum)):
-                reduced = reduce.reduceat(getattr(index, name)[binned, lo:hi], first, axis=1)
+                reduced = reduce.reduceat(getattr(level, name)[binned, lo:hi], first, axis=1)
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)
             kinds = max(len(index.names), 1)
             for code in np.flatnonzero(binned).tolist():
-                keys, times = index._merge_track(code)
-                bin_ = keys // _NAMES
-                keep = (bin_ >= lo) & (bin_ < hi)
-                if not keep.all():
-                    keys, times, bin_ = keys[keep], times[keep], bin_[keep]
-                if not len(keys):
+                keys, times = level._merge_track(code)
+                # sorted by bin: the window's own pairs, found by bisection
+                a, b = np.searchsorted(keys, [lo * _NAMES, hi * _NAMES])
+                if a == b:
                     continue
+                keys, times = keys[a:b], times[a:b]
+                bin_ = keys // _NAMES
                 named = keys % _NAMES
                 moved = pixel[bin_ - lo]
                 if width * kinds <= _DENSE_CELLS:
@@ -264,6 +288,47 @@ class TimelineIndex:
             for batch in table.to_batches(_BATCH_ROWS):
                 out.add(batch)
         return out.result(ranks, encoded=encoded)
+
+
+#: The fewest bins a level of a :class:`TimelineIndex` has (coarser: not worth a level).
+LEVEL_BINS = 256
+
+
+def _sort_names(summary: _Summary) -> None:
+    """Each track's (bin * 2**24 + name, time) pairs of ``summary``, merged, sorted by key."""
+    for code in range(len(summary.tracks)):
+        keys, times = summary._merge_track(code)
+        order = np.argsort(keys, kind="stable")
+        summary.name_parts[code] = [(keys[order], times[order])]
+
+
+def _pyramid(finest: _Summary) -> list[_Summary]:
+    """``finest`` and its coarser levels: each half as many bins (the sums of two, the least
+    depth of two), down to ``LEVEL_BINS``. A span's bin at a level is its bin at the level
+    below halved, exactly as the kernel bins it at that width (a power of two scales the
+    float division exactly), so a view of whole bins of any level is the spans' own."""
+    levels = [finest]
+    while levels[-1].width % 2 == 0 and levels[-1].width // 2 >= LEVEL_BINS:
+        fine = levels[-1]
+        bins = fine.width // 2
+        level = _Summary(fine.start_ns, fine.end_ns, bins)
+        level.names, level.tracks, level.seen = fine.names, fine.tracks, fine.seen
+        tracks = len(fine.counts)
+        level.counts = fine.counts.reshape(tracks, bins, 2).sum(axis=2)
+        level.times = fine.times.reshape(tracks, bins, 2).sum(axis=2)
+        level.depths = fine.depths.reshape(tracks, bins, 2).min(axis=2)
+        for code in range(len(fine.tracks)):
+            keys, times = fine._merge_track(code)
+            coarse = (keys // _NAMES // 2) * _NAMES + keys % _NAMES
+            if len(coarse):
+                unique, inverse = _codes(coarse)
+                summed = np.bincount(inverse, weights=times, minlength=len(unique))
+            else:
+                unique, summed = coarse, times
+            level.name_parts[code] = [(unique, summed)]
+        _sort_names(level)
+        levels.append(level)
+    return levels
 
 
 def _mapped_npz(path: str) -> dict[str, np.ndarray]:

@@ -358,6 +358,9 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
                     index = TimelineIndex(files, blocks=blocks)
                 if saved is not None:
                     _save_index(index, saved, version)
+                    # read back memory-mapped: the build's arrays (hundreds of MB for a large
+                    # run) given back, only the pages views touch then held
+                    index = TimelineIndex.load(saved, version) or index
             with _index_lock:
                 _indexes[key] = index
                 while len(_indexes) > _INDEX_ENTRIES:
