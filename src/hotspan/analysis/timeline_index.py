@@ -96,7 +96,7 @@ class TimelineIndex:
             "names": list(summary.names),
             "few": sorted(summary.few),
         }
-        arrays: dict[str, np.ndarray] = {
+        arrays: dict[str, np.ndarray | list[np.ndarray]] = {
             "tracks": np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS)),
             "seen": summary.seen,
             "wide": _ipc(wide),
@@ -107,12 +107,9 @@ class TimelineIndex:
             arrays[f"level{i}_counts"] = level.counts
             arrays[f"level{i}_times"] = level.times
             arrays[f"level{i}_depths"] = level.depths
-            arrays[f"level{i}_name_keys"] = np.concatenate(
-                [k for k, _t in merged] or [np.zeros(0, np.int64)]
-            )
-            arrays[f"level{i}_name_times"] = np.concatenate(
-                [t for _k, t in merged] or [np.zeros(0, np.float64)]
-            )
+            # the tracks' pieces written one after the other: no concatenated copy
+            arrays[f"level{i}_name_keys"] = [k for k, _t in merged] or [np.zeros(0, np.int64)]
+            arrays[f"level{i}_name_times"] = [t for _k, t in merged] or [np.zeros(0, np.float64)]
             arrays[f"level{i}_name_offsets"] = np.cumsum([0] + [len(k) for k, _t in merged]).astype(
                 np.int64
             )
@@ -128,7 +125,7 @@ class TimelineIndex:
         handle, temporary = tempfile.mkstemp(prefix=".hotspan-tmp-", suffix=".npz", dir=folder)
         try:
             with os.fdopen(handle, "wb") as out:
-                np.savez(out, **arrays)  # type: ignore[arg-type]
+                _write_npz(out, arrays)
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
@@ -329,6 +326,27 @@ def _pyramid(finest: _Summary) -> list[_Summary]:
         _sort_names(level)
         levels.append(level)
     return levels
+
+
+def _write_npz(out: Any, arrays: dict[str, np.ndarray | list[np.ndarray]]) -> None:
+    """An uncompressed ``.npz`` file, as ``np.savez`` writes it (``np.load`` reads it), where a
+    member given as a list of arrays is written as their concatenation, piece by piece."""
+    import zipfile
+
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in arrays.items():
+            pieces = value if isinstance(value, list) else [value]
+            pieces = [np.ascontiguousarray(piece) for piece in pieces]
+            shape = (sum(len(p) for p in pieces), *pieces[0].shape[1:]) if pieces[0].ndim else ()
+            header: dict[str, Any] = {
+                "descr": np.lib.format.dtype_to_descr(pieces[0].dtype),
+                "fortran_order": False,
+                "shape": shape,
+            }
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array_header_2_0(member, header)
+                for piece in pieces:
+                    member.write(piece.tobytes() if piece.ndim == 0 else piece.data)
 
 
 def _mapped_npz(path: str) -> dict[str, np.ndarray]:
