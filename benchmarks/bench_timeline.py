@@ -241,6 +241,13 @@ class Server:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def rss(self) -> int:
+        """The server's resident memory now, bytes (VmRSS)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
     def peak_rss(self) -> int:
         """The server's peak resident memory, bytes (VmHWM)."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -373,6 +380,9 @@ def main() -> None:
         rows.append(("server peak RSS: statistics, phases", f"{before / 2**20:.0f} MiB", "", ""))
         # from here on, the peak of what the timeline adds to what the server holds
         timeline_only = server.reset_peak()
+        held = server.rss()
+        print(f"server RSS when the timeline starts: {held / 2**20:.0f} MiB", flush=True)
+        rows.append(("server RSS when the timeline starts", f"{held / 2**20:.0f} MiB", "", ""))
 
         browser = Browser()
         page = browser.page

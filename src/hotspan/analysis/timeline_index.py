@@ -432,7 +432,7 @@ def run_version(files: Sequence[str | os.PathLike]) -> str:
 
 
 #: Rows a block of a :class:`TimelineIndex`'s span blocks holds (at most).
-BLOCK_ROWS = 1 << 14
+BLOCK_ROWS = 1 << 12
 #: The columns of the span blocks: the kernel's, the name and the track as codes.
 _BLOCK_SCHEMA = pa.schema(
     [
@@ -532,8 +532,11 @@ class _BlockWriter:
 
 
 class _Blocks:
-    """A :class:`TimelineIndex`'s span blocks, read through a memory map: the blocks a
-    window reaches, as the kernel's batches (only the rows in the window)."""
+    """A :class:`TimelineIndex`'s span blocks: the blocks a window reaches, as the kernel's
+    batches (only the rows in the window). Read with plain reads, not a memory map: the
+    pages of a map stay in the server's resident memory once touched (hundreds of MB after
+    a few zooms over 200 M spans), where a read's buffer is given back with its block and
+    the file's pages stay in the page cache all the same."""
 
     def __init__(self, path: str, directory: np.ndarray, summary: _Summary) -> None:
         import threading
@@ -542,7 +545,7 @@ class _Blocks:
         self.directory = directory
         self.names = pa.array(list(summary.names) or [""], pa.string())
         self.keys = np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS))
-        self.reader = pa.ipc.open_file(pa.memory_map(path))
+        self.reader = pa.ipc.open_file(pa.OSFile(path))
         if self.reader.num_record_batches != len(directory):
             raise pa.ArrowInvalid(
                 f"{path}: {self.reader.num_record_batches} blocks, not {len(directory)}"
@@ -558,33 +561,45 @@ class _Blocks:
             wanted = np.array(sorted({int(r) for r in ranks}), np.int64)
             lo = np.searchsorted(wanted, d[:, 3])  # some wanted rank in [rank min, rank max]
             reach &= (lo < len(wanted)) & (wanted[np.minimum(lo, len(wanted) - 1)] <= d[:, 4])
+        # the rows in the window of several blocks are handed over together (a batch of
+        # up to _BATCH_ROWS): the kernel's cost per batch is paid once, not once a block
+        taken: list[pa.RecordBatch] = []
+        held = 0
         for i in np.flatnonzero(reach).tolist():
             with self.lock:
                 block = self.reader.get_batch(i)
             start = block.column("start_ns").to_numpy()
             end = block.column("end_ns").to_numpy()
             inside = (start < end_ns) & ((end > start_ns) | (start >= start_ns))
-            track = block.column("track").to_numpy()
             if ranks is not None:
-                inside &= np.isin(self.keys[track, 0], wanted)
+                inside &= np.isin(self.keys[block.column("track").to_numpy(), 0], wanted)
             rows = np.flatnonzero(inside)
             if not len(rows):
                 continue
-            block = block.take(pa.array(rows))
-            track = track[rows]
-            keys = self.keys[track]
-            yield pa.RecordBatch.from_arrays(
-                [
-                    block.column("span_id"),
-                    block.column("parent_id"),
-                    pa.DictionaryArray.from_arrays(block.column("name"), self.names),
-                    block.column("start_ns"),
-                    block.column("end_ns"),
-                    block.column("depth"),
-                    pa.array(keys[:, 0].astype(np.int32)),
-                    pa.array(keys[:, 1]),
-                    pa.array(keys[:, 2]),
-                    pa.array(keys[:, 3]),
-                ],
-                names=[*_COLUMNS, "lane"],
-            )
+            taken.append(block if len(rows) == block.num_rows else block.take(pa.array(rows)))
+            held += len(rows)
+            if held >= _BATCH_ROWS:
+                yield self._batch(taken)
+                taken, held = [], 0
+        if taken:
+            yield self._batch(taken)
+
+    def _batch(self, blocks: list[pa.RecordBatch]) -> pa.RecordBatch:
+        """Rows of blocks as one of the kernel's batches: names and tracks decoded."""
+        block = pa.Table.from_batches(blocks).combine_chunks()
+        keys = self.keys[block.column("track").to_numpy()]
+        return pa.RecordBatch.from_arrays(
+            [
+                block.column("span_id").chunk(0),
+                block.column("parent_id").chunk(0),
+                pa.DictionaryArray.from_arrays(block.column("name").chunk(0), self.names),
+                block.column("start_ns").chunk(0),
+                block.column("end_ns").chunk(0),
+                block.column("depth").chunk(0),
+                pa.array(keys[:, 0].astype(np.int32)),
+                pa.array(keys[:, 1]),
+                pa.array(keys[:, 2]),
+                pa.array(keys[:, 3]),
+            ],
+            names=[*_COLUMNS, "lane"],
+        )

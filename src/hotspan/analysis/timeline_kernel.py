@@ -320,39 +320,69 @@ class _Answer:
         return {**self.head, "tracks": tracks}
 
     def to_json(self, **first: Any) -> bytes:
-        """The answer as JSON text (``first``: members written before the answer's own)."""
-        names = pa.array([json.dumps(n) for n in self.names], pa.string())
+        """The answer as JSON text (``first``: members written before the answer's own).
+        Every track's rows are written at once (one sort, one pass of the string kernels
+        over all spans, one over all pixels), then cut per track: a view has up to hundreds
+        of tracks, and kernels called per track cost more than the rows."""
+        spans = [t for _e, t, _p in self.tracks if t is not None and t.num_rows]
+        span_text, span_ends = b"", np.zeros(1, np.int64)
+        if spans:
+            table = pa.concat_tables(
+                [
+                    pa.table(
+                        {
+                            "order": pa.array(np.full(t.num_rows, i, np.int32)),
+                            "span_id": t["span_id"],
+                            "name": t["name"].cast(pa.string()),
+                            "start_ns": t["start_ns"],
+                            "end_ns": t["end_ns"],
+                            "depth": t["depth"],
+                        }
+                    )
+                    for i, t in enumerate(spans)
+                ],
+                promote_options="permissive",
+            )
+            table = table.sort_by(
+                [("order", "ascending"), ("start_ns", "ascending"), ("depth", "ascending")]
+            )
+            span_text, span_ends = _json_rows(
+                [
+                    ("span_id", _text(table["span_id"])),
+                    ("name", _json_names(table["name"])),
+                    ("start_ns", _text(table["start_ns"])),
+                    ("end_ns", _text(table["end_ns"])),
+                    ("depth", _text(table["depth"])),
+                ]
+            )
+        pixels = [p for _e, _t, p in self.tracks if p is not None and len(p[0])]
+        pixel_text, pixel_ends = b"", np.zeros(1, np.int64)
+        if pixels:
+            x, count, name, depth, time = (np.concatenate(c) for c in zip(*pixels))
+            names = pa.array([json.dumps(n) for n in self.names], pa.string())
+            pixel_text, pixel_ends = _json_rows(
+                [
+                    ("x", _text(x)),
+                    ("count", _text(count)),
+                    ("name", names.take(pa.array(name % len(self.names)))),
+                    ("depth", _text(depth)),
+                    ("time_ns", _text(time)),
+                ]
+            )
         out = [json.dumps({**first, **self.head})[:-1].encode(), b', "tracks": [']
-        for i, (entry, spans, pixels) in enumerate(self.tracks):
+        row_of_spans = row_of_pixels = 0
+        for i, (entry, track_spans, track_pixels) in enumerate(self.tracks):
             out.append(b"," if i else b"")
             out.append(json.dumps(entry)[:-1].encode() + b', "spans": [')
-            if spans is not None and spans.num_rows:
-                spans = _sorted_spans(spans)
-                out.append(
-                    _json_rows(
-                        [
-                            ("span_id", _text(spans["span_id"])),
-                            ("name", _json_names(spans["name"])),
-                            ("start_ns", _text(spans["start_ns"])),
-                            ("end_ns", _text(spans["end_ns"])),
-                            ("depth", _text(spans["depth"])),
-                        ]
-                    )
-                )
+            if track_spans is not None and track_spans.num_rows:
+                row_of_spans += track_spans.num_rows
+                a, b = span_ends[row_of_spans - track_spans.num_rows], span_ends[row_of_spans]
+                out.append(span_text[a : b - 1])  # no last comma
             out.append(b'], "pixels": [')
-            if pixels is not None and len(pixels[0]):
-                x, count, name, depth, time = pixels
-                out.append(
-                    _json_rows(
-                        [
-                            ("x", _text(x)),
-                            ("count", _text(count)),
-                            ("name", names.take(pa.array(name % len(self.names)))),
-                            ("depth", _text(depth)),
-                            ("time_ns", _text(time)),
-                        ]
-                    )
-                )
+            if track_pixels is not None and len(track_pixels[0]):
+                row_of_pixels += len(track_pixels[0])
+                a, b = pixel_ends[row_of_pixels - len(track_pixels[0])], pixel_ends[row_of_pixels]
+                out.append(pixel_text[a : b - 1])
             out.append(b"]}")
         out.append(b"]}")
         return b"".join(out)
@@ -376,17 +406,20 @@ def _json_names(values: pa.ChunkedArray) -> pa.Array:
     return escaped.take(array.indices)
 
 
-def _json_rows(fields: list[tuple[str, pa.Array]]) -> bytes:
-    """Rows as JSON objects separated by commas: ``fields`` (member, each row's JSON text)."""
+def _json_rows(fields: list[tuple[str, pa.Array]]) -> tuple[bytes, np.ndarray]:
+    """Rows as JSON objects, each followed by a comma: ``fields`` (member, each row's JSON
+    text). Returns the text and where each row starts in it (and, last, its length)."""
     pieces: list[Any] = []
     for i, (member, text) in enumerate(fields):
         pieces.append(pa.scalar(("{" if i == 0 else ", ") + json.dumps(member) + ": "))
         pieces.append(text)
     pieces.append(pa.scalar("},"))
     rows = pc.binary_join_element_wise(*pieces, "")
-    offsets = np.frombuffer(rows.buffers()[1], np.int32, len(rows) + 1, rows.offset * 4)
+    if rows.type != pa.large_string():
+        rows = rows.cast(pa.large_string())  # offsets of 64 bits: any size of answer
+    offsets = np.frombuffer(rows.buffers()[1], np.int64, len(rows) + 1, rows.offset * 8)
     data = rows.buffers()[2]
-    return data.to_pybytes()[int(offsets[0]) : int(offsets[-1]) - 1]  # no last comma
+    return data[int(offsets[0]) : int(offsets[-1])].to_pybytes(), offsets - offsets[0]
 
 
 #: Name codes per cell key: a cell's key is cell * _NAMES + name code.
@@ -403,10 +436,12 @@ def _lanes(spans: pa.Table) -> list[pa.Table]:
     tasks that overlap on a thread move, whole, to further lanes; spans that nest stay on
     lane 0 (the usual case: one vectorised check)."""
     from .._schema import META_TASKS
-    from ..formats.lanes import assign_lanes
+    from ..formats.lanes import _nests, assign_lanes
 
     if spans.num_rows < 2 or "parent_id" not in spans.column_names:
         return [spans]
+    if _nests(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()):
+        return [spans]  # one thread's spans that nest: one lane (no search)
     # the search always runs: a window's rows carry no note that tasks ran
     searched = spans.replace_schema_metadata({META_TASKS: b"1"})
     if "track" in searched.column_names:
