@@ -369,16 +369,17 @@ class _Answer:
                     ("time_ns", _text(time)),
                 ]
             )
-        out = [json.dumps({**first, **self.head})[:-1].encode(), b', "tracks": [']
+        out = [json.dumps({**first, **self.head}, separators=(",", ":"))[:-1].encode()]
+        out.append(b',"tracks":[')
         row_of_spans = row_of_pixels = 0
         for i, (entry, track_spans, track_pixels) in enumerate(self.tracks):
             out.append(b"," if i else b"")
-            out.append(json.dumps(entry)[:-1].encode() + b', "spans": [')
+            out.append(json.dumps(entry, separators=(",", ":"))[:-1].encode() + b',"spans":[')
             if track_spans is not None and track_spans.num_rows:
                 row_of_spans += track_spans.num_rows
                 a, b = span_ends[row_of_spans - track_spans.num_rows], span_ends[row_of_spans]
                 out.append(span_text[a : b - 1])  # no last comma
-            out.append(b'], "pixels": [')
+            out.append(b'],"pixels":[')
             if track_pixels is not None and len(track_pixels[0]):
                 row_of_pixels += len(track_pixels[0])
                 a, b = pixel_ends[row_of_pixels - len(track_pixels[0])], pixel_ends[row_of_pixels]
@@ -411,7 +412,7 @@ def _json_rows(fields: list[tuple[str, pa.Array]]) -> tuple[bytes, np.ndarray]:
     text). Returns the text and where each row starts in it (and, last, its length)."""
     pieces: list[Any] = []
     for i, (member, text) in enumerate(fields):
-        pieces.append(pa.scalar(("{" if i == 0 else ", ") + json.dumps(member) + ": "))
+        pieces.append(pa.scalar(("{" if i == 0 else ",") + json.dumps(member) + ":"))
         pieces.append(text)
     pieces.append(pa.scalar("},"))
     rows = pc.binary_join_element_wise(*pieces, "")

@@ -608,7 +608,7 @@ class Served:
         except ValueError as exc:  # a default window end before the given start, say
             raise _bad_value("start_ns", str(exc)) from None
         return Response(
-            b'{"id": ' + json.dumps(run.id).encode() + b", " + view[1:],
+            b'{"id":' + json.dumps(run.id).encode() + b"," + view[1:],
             media_type="application/json",
         )
 

@@ -245,7 +245,8 @@
         g.fillStyle = p.colour || colour(p.name);
         g.globalAlpha = Math.min(1, 0.35 + p.count / 8);
         g.fillRect(left, y + p.depth * ROW, w, ROW - 1);
-        drawn.push({x: left, y: y + p.depth * ROW, w: w, text: p.count + ' spans, most time in ' + p.name + ' (' + ms(p.time_ns) + ')'});
+        // the tip's text made when hovered: a whole-run view has a hundred thousand pixels
+        drawn.push({x: left, y: y + p.depth * ROW, w: w, pixel: p});
       });
       g.globalAlpha = 1;
       t.spans.forEach(function (s) {
@@ -341,7 +342,8 @@
     }
     tip.hidden = !hit;
     if (hit) {
-      tip.textContent = hit.text;
+      var p = hit.pixel;
+      tip.textContent = p ? p.count + ' spans, most time in ' + p.name + ' (' + ms(p.time_ns) + ')' : hit.text;
       tip.style.left = Math.min(px + 12, canvas.clientWidth - 260) + 'px';
       tip.style.top = (py + 14) + 'px';
     }
