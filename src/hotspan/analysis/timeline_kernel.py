@@ -4,6 +4,7 @@ batch by batch, and its answer."""
 from __future__ import annotations
 
 import json
+import math
 
 from collections.abc import Sequence
 from typing import Any
@@ -109,8 +110,23 @@ class _Summary:
             threads, inverse = _codes(thread)
             keys = [(int(rank[0]), int(pid[0]), int(t), int(lane[0])) for t in threads.tolist()]
         else:
-            rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-            keys = [tuple(r) for r in rows.tolist()]
+            # rows of several processes (span blocks of many parts, a merged table): each
+            # column's codes by a hash, combined into one code, hashed again; no sort
+            coded = [_codes(column) for column in columns]
+            if math.prod(len(distinct) for distinct, _c in coded) < 1 << 62:
+                combined = np.zeros(batch.num_rows, np.int64)
+                for distinct, codes in coded:
+                    combined = combined * len(distinct) + codes
+                unique, inverse = _codes(combined)
+                rows = np.empty((len(unique), len(columns)), np.int64)
+                rest = unique.astype(np.int64)
+                for i in range(len(coded) - 1, -1, -1):
+                    distinct = coded[i][0]
+                    rows[:, i] = distinct[rest % len(distinct)]
+                    rest //= len(distinct)
+            else:  # too many distinct values to combine in 64 bits: sorted
+                rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+            keys = [(int(r), int(p), int(t), int(k)) for r, p, t, k in rows.tolist()]
         mapping = np.array(
             [self.tracks.setdefault(key, len(self.tracks)) for key in keys], dtype=np.int64
         )
@@ -130,7 +146,7 @@ class _Summary:
         track = self._track_codes(batch)
         self._grow(len(self.tracks))
         self.seen += np.bincount(track, minlength=len(self.seen))
-        for code in np.unique(track).tolist():
+        for code in np.flatnonzero(np.bincount(track)).tolist():
             if self.seen[code] <= self.width:
                 rows = batch.filter(pa.array(track == code))
                 self.few.setdefault(code, []).append(pa.Table.from_batches([rows]))
