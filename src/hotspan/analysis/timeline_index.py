@@ -211,8 +211,8 @@ class TimelineIndex:
         if out.ns_per_pixel < self.bin_ns:
             if self.blocks is None:
                 return None
-            for batch in self.blocks.batches(start_ns, end_ns, ranks):
-                out.add(batch)
+            for batch, track in self.blocks.batches(start_ns, end_ns, ranks):
+                out.add(batch, (track, self.blocks.keys))
             return out.result(ranks, encoded=encoded)
         out.names = dict(index.names)  # the bins' name codes, kept
         # every track of the run, in its order; the tracks kept whole go through add()
@@ -554,7 +554,9 @@ class _Blocks:
 
     def batches(
         self, start_ns: int, end_ns: int, ranks: Sequence[int] | None
-    ) -> Iterator[pa.RecordBatch]:
+    ) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+        """The rows of the window (on ``ranks``), in batches, each with its rows' track codes
+        (into ``keys``)."""
         d = self.directory
         reach = (d[:, 0] < end_ns) & ((d[:, 2] > start_ns) | (d[:, 1] >= start_ns))
         if ranks is not None:
@@ -584,10 +586,12 @@ class _Blocks:
         if taken:
             yield self._batch(taken)
 
-    def _batch(self, blocks: list[pa.RecordBatch]) -> pa.RecordBatch:
-        """Rows of blocks as one of the kernel's batches: names and tracks decoded."""
+    def _batch(self, blocks: list[pa.RecordBatch]) -> tuple[pa.RecordBatch, np.ndarray]:
+        """Rows of blocks as one of the kernel's batches (names and tracks decoded), and their
+        track codes."""
         block = pa.Table.from_batches(blocks).combine_chunks()
-        keys = self.keys[block.column("track").to_numpy()]
+        track = block.column("track").to_numpy()
+        keys = self.keys[track]
         return pa.RecordBatch.from_arrays(
             [
                 block.column("span_id").chunk(0),
@@ -602,4 +606,4 @@ class _Blocks:
                 pa.array(keys[:, 3]),
             ],
             names=[*_COLUMNS, "lane"],
-        )
+        ), track

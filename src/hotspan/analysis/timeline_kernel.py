@@ -132,7 +132,20 @@ class _Summary:
         )
         return mapping[inverse.reshape(-1)]
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def _known_codes(self, codes: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        present = np.flatnonzero(np.bincount(codes))
+        mapping = np.zeros(len(keys), np.int64)
+        mapping[present] = [
+            self.tracks.setdefault((int(r), int(p), int(t), int(k)), len(self.tracks))
+            for r, p, t, k in keys[present].tolist()
+        ]
+        return mapping[codes]
+
+    def add(
+        self, batch: pa.RecordBatch, known: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> None:
+        """Add a batch of spans; ``known``: each row's track as a code into a table of track
+        keys (rank, pid, thread_id, lane: the index's), so that tracks need no hashing."""
         if batch.num_rows == 0:
             return
         start = batch.column("start_ns").to_numpy()
@@ -143,7 +156,9 @@ class _Summary:
             if batch.num_rows == 0:
                 return
             start, end = start[inside], end[inside]
-        track = self._track_codes(batch)
+            if known is not None:
+                known = (known[0][inside], known[1])
+        track = self._track_codes(batch) if known is None else self._known_codes(*known)
         self._grow(len(self.tracks))
         self.seen += np.bincount(track, minlength=len(self.seen))
         for code in np.flatnonzero(np.bincount(track)).tolist():
