@@ -17,6 +17,10 @@ One kernel, fed batch by batch: a table in memory is cut into batches, a run's P
 are read in batches with the window pushed down to the reader (row groups whose
 ``start_ns``/``end_ns`` statistics lie outside it are skipped), so memory is that of one
 batch plus the summary. ``hotspan serve`` answers ``GET /v1/traces/{id}/timeline`` with it.
+
+The kernel and the answer's two forms (dicts, JSON text) are in ``timeline_kernel``, the
+sources (Parquet parts, a window's spans) in ``timeline_source``, the index serve keeps per
+run (levels of bins, span blocks, saved beside the run) in ``timeline_index``.
 """
 
 from __future__ import annotations
