@@ -20,7 +20,8 @@ batch plus the summary. ``hotspan serve`` answers ``GET /v1/traces/{id}/timeline
 
 The kernel and the answer's two forms (dicts, JSON text) are in ``timeline_kernel``, the
 sources (Parquet parts, a window's spans) in ``timeline_source``, the index serve keeps per
-run (levels of bins, span blocks, saved beside the run) in ``timeline_index``.
+run (levels of bins, span blocks, saved beside the run) in ``timeline_index``, the file it is
+kept in (an ``.npz`` written member by member, memory-mapped back) in ``timeline_store``.
 """
 
 from __future__ import annotations
