@@ -335,6 +335,8 @@ def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path)
             assert got == timeline(files, low, high, 400, ranks=ranks), (low, high, ranks)
             exact += sum(len(t["spans"]) for t in got["tracks"] if not t["pixels"])
     assert exact > 0  # some windows were exact spans
+    low, high = windows[-1]  # no rank asked (serve's `rank=` empty): no track, as the spans say
+    assert index.view(low, high, width=400, ranks=[]) == timeline(files, low, high, 400, ranks=[])
     path = tmp_path / "index.npz"
     index.save(path, "v1")
     loaded = TimelineIndex.load(path, "v1")

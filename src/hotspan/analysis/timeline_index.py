@@ -473,6 +473,8 @@ class _Blocks:
         reach = (d[:, 0] < end_ns) & ((d[:, 2] > start_ns) | (d[:, 1] >= start_ns))
         if ranks is not None:
             wanted = np.array(sorted({int(r) for r in ranks}), np.int64)
+            if not len(wanted):  # no rank asked (``rank=`` empty): no block
+                return
             lo = np.searchsorted(wanted, d[:, 3])  # some wanted rank in [rank min, rank max]
             reach &= (lo < len(wanted)) & (wanted[np.minimum(lo, len(wanted) - 1)] <= d[:, 4])
         # the rows in the window of several blocks are handed over together (a batch of
