@@ -87,7 +87,9 @@
     });
   }
 
-  var colours = {};  // a name's colour, made once (a whole-run view paints 100,000 pixels)
+  // a name's colour, made once (a whole-run view paints 100,000 pixels); no prototype, so a
+  // span named "constructor" gets its colour too
+  var colours = Object.create(null);
   function colour(name) {
     var known = colours[name];
     if (known !== undefined) return known;
