@@ -240,7 +240,7 @@ def timeline_data(table: pa.Table, lay: Layout) -> dict[str, Any]:
     error, each pixel's colour (its busiest name's category)."""
     from ..analysis.timeline import timeline
 
-    view = timeline(table, lay.t0, max(lay.t1, lay.t0) + 1, REPORT_BINS)
+    view: dict[str, Any] = timeline(table, lay.t0, max(lay.t1, lay.t0) + 1, REPORT_BINS)
     ids = to_numpy(table.column("span_id"), np.uint64)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]

@@ -175,8 +175,9 @@ def _compare(base: Run, new: Run, **options: Any) -> pa.Table:
 
 def timeline_view(
     run: Run, start_ns: int | None, end_ns: int | None, width: int, ranks: Sequence[int] | None
-) -> dict[str, Any]:
-    """What a ``width``-pixel view of the run's window shows (``hotspan.analysis.timeline``).
+) -> bytes:
+    """What a ``width``-pixel view of the run's window shows (``hotspan.analysis.timeline``),
+    as the JSON text the library writes from the answer's columns.
 
     A zoomed-out view (pixels a bin of the run's index long or more) comes from the run's
     :class:`~hotspan.analysis.timeline.TimelineIndex`, once it is built: milliseconds, whatever
@@ -197,17 +198,18 @@ def timeline_view(
         # the index being built answers this view: waiting for it is no longer than the
         # scan of every span that would answer it otherwise, and the scan would be a second one
         index = timeline_index(run)
-    view = index.view(start_ns, end_ns, width, ranks=ranks) if index is not None else None
+    view: bytes | None = (
+        index.view(start_ns, end_ns, width, ranks=ranks, encoded=True)
+        if index is not None
+        else None
+    )
     if view is None:
         files = [str(path) for path, _rank in run.parts]
         window = index.window if index is not None else None
         if window is not None:  # the run's window known: no footers read again
             start_ns = window[0] if start_ns is None else start_ns
             end_ns = max(window[1], start_ns + 1) if end_ns is None else end_ns
-        view = timeline(files, start_ns, end_ns, width, ranks=ranks)
-    # only the window's own numbers can be floats: the tracks hold integers and names (no
-    # walk over a hundred thousand pixels, a second of a whole-run view of 128 tracks)
-    view = {k: v if k == "tracks" else plain(v) for k, v in view.items()}
+        view = timeline(files, start_ns, end_ns, width, ranks=ranks, encoded=True)
     with _cache_lock:
         _views[key] = view
         while len(_views) > _VIEW_ENTRIES:
@@ -216,10 +218,9 @@ def timeline_view(
 
 
 #: The last timeline answers (a page's pan back, a second tab): a few, apart from the other
-#: answers, since a whole-run view of a large run is tens of MB as Python objects (136,000
-#: pixels for 128 tracks), where the 64 entries of the other answers held gigabytes of them.
-_views: "OrderedDict[tuple[Any, ...], dict[str, Any]]" = OrderedDict()
-_VIEW_ENTRIES = 4
+#: answers, as JSON text (a whole-run view of 128 tracks is about 9 MB of it).
+_views: "OrderedDict[tuple[Any, ...], bytes]" = OrderedDict()
+_VIEW_ENTRIES = 8
 
 
 def _from_index(run: Run, start_ns: int | None, end_ns: int | None, width: int) -> bool:
@@ -364,6 +365,9 @@ def timeline_index(run: Run, *, wait: bool = True) -> Any:
                     index = TimelineIndex(files, blocks=blocks)
                 if saved is not None:
                     _save_index(index, saved, version)
+                    # read back memory-mapped: the build's arrays (hundreds of MB for a large
+                    # run) given back, only the pages views touch then held
+                    index = TimelineIndex.load(saved, version) or index
             with _index_lock:
                 _indexes[key] = index
                 while len(_indexes) > _INDEX_ENTRIES:
