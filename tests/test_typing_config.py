@@ -1,6 +1,5 @@
 """The type gate's configuration: ``mypy src/hotspan`` (.ci/run) checks the whole package
-strictly. Only third-party libraries (no type information) get overrides of their own, and
-``hotspan.analysis`` until its typed rework merges (issue 34: the lead removes it then); a
+strictly. Only third-party libraries (no type information) get overrides of their own; a
 ``# type: ignore`` in the package always names the error it silences."""
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the gate is the same o
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "hotspan"
-#: Our modules an override may relax, for now: analysis/ is typed by its rework (p5-core).
-RELAXED_FOR_NOW = {"hotspan.analysis.*"}
+#: Our modules an override may relax: none.
+RELAXED_FOR_NOW: set[str] = set()
 
 
 def mypy_config() -> dict:

@@ -61,6 +61,10 @@ INTERNAL = [
     "hotspan.analysis.spark",
     "hotspan.analysis.streamed_phases",
     "hotspan.analysis.streaming",
+    "hotspan.analysis.timeline_index",
+    "hotspan.analysis.timeline_kernel",
+    "hotspan.analysis.timeline_source",
+    "hotspan.analysis.timeline_store",
     # cli: one module per command; the public face is hotspan.cli (main, build_parser)
     "hotspan.cli.collect",
     "hotspan.cli.commands",

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .timeline_index import TimelineIndex, run_version
-from .timeline_kernel import INDEX_BINS, TRACK_KEYS, _Summary
-from .timeline_source import _batches, _checked, window_count, window_of, window_spans
+from .timeline_kernel import INDEX_BINS, TRACK_KEYS, Summary
+from .timeline_source import window_batches, checked_window, window_count, window_of, window_spans
 
 __all__ = [
     "INDEX_BINS",
@@ -62,8 +62,8 @@ def timeline(
     most ``width`` spans in the window lists them all. Each span is counted once. The window
     defaults to the whole run; ``ranks`` keeps only those ranks' tracks. ``encoded``: the same
     answer as JSON text (bytes), written from its columns (what ``hotspan serve`` sends)."""
-    start_ns, end_ns = _checked(spans, start_ns, end_ns, width, None)
-    summary = _Summary(start_ns, end_ns, width)
-    for batch in _batches(spans, start_ns, end_ns, ranks):
+    start_ns, end_ns = checked_window(spans, start_ns, end_ns, width, None)
+    summary = Summary(start_ns, end_ns, width)
+    for batch in window_batches(spans, start_ns, end_ns, ranks):
         summary.add(batch)
     return summary.result(ranks, encoded=encoded)

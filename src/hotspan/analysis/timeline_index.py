@@ -12,17 +12,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .timeline_kernel import (
-    _BATCH_ROWS,
-    _COLUMNS,
-    _NAMES,
-    _DENSE_CELLS,
+    BATCH_ROWS,
+    COLUMNS,
+    NAMES,
+    DENSE_CELLS,
     INDEX_BINS,
     TRACK_KEYS,
-    _codes,
-    _Summary,
+    value_codes,
+    Summary,
 )
-from .timeline_source import _batches, _checked, window_of
-from .timeline_store import _from_ipc, _ipc, _mapped_npz, _plain, _write_npz
+from .timeline_source import window_batches, checked_window, window_of
+from .timeline_store import from_ipc_bytes, ipc_bytes, mapped_npz, decoded_table, write_npz
+
+__all__ = ["BLOCK_ROWS", "LEVEL_BINS", "TimelineIndex", "run_version"]
 
 
 class TimelineIndex:
@@ -53,13 +55,13 @@ class TimelineIndex:
     read back from a saved index, all of it memory-mapped."""
 
     def __init__(
-        self, spans: Any, bins: int = INDEX_BINS, *, blocks: str | os.PathLike | None = None
+        self, spans: Any, bins: int = INDEX_BINS, *, blocks: str | os.PathLike[str] | None = None
     ) -> None:
         self.window = window_of(spans)
         start, end = self.window
-        self._summary = _Summary(start, max(end, start + 1), bins)
+        self._summary = Summary(start, max(end, start + 1), bins)
         writer = _BlockWriter(blocks, self._summary) if blocks is not None else None
-        for batch in _batches(spans, None, None, None):
+        for batch in window_batches(spans, None, None, None):
             self._summary.add(batch)
             if writer is not None:
                 writer.add(batch)
@@ -74,7 +76,7 @@ class TimelineIndex:
     #: levels, the names' times sorted by bin).
     FORMAT = 2
 
-    def save(self, path: str | os.PathLike, version: str) -> None:
+    def save(self, path: str | os.PathLike[str], version: str) -> None:
         """Write the index to ``path`` (a ``.npz`` file, written whole under another name
         and renamed, so a reader never sees half of one), with ``version``: the version of
         the run it summarises (see :func:`run_version`), which :meth:`load` checks."""
@@ -82,9 +84,9 @@ class TimelineIndex:
         import tempfile
 
         summary = self._summary
-        wide = [_plain(t) for t in summary.wide]
+        wide = [decoded_table(t) for t in summary.wide]
         few = [
-            _plain(t).append_column("track", pa.array(np.full(t.num_rows, code, np.int64)))
+            decoded_table(t).append_column("track", pa.array(np.full(t.num_rows, code, np.int64)))
             for code, tables in summary.few.items()
             for t in tables
         ]
@@ -100,8 +102,8 @@ class TimelineIndex:
         arrays: dict[str, np.ndarray | list[np.ndarray]] = {
             "tracks": np.array(list(summary.tracks), np.int64).reshape(-1, len(TRACK_KEYS)),
             "seen": summary.seen,
-            "wide": _ipc(wide),
-            "few_rows": _ipc(few),
+            "wide": ipc_bytes(wide),
+            "few_rows": ipc_bytes(few),
         }
         for i, level in enumerate(self.levels):
             merged = [level._merge_track(code) for code in range(len(summary.tracks))]
@@ -126,20 +128,20 @@ class TimelineIndex:
         handle, temporary = tempfile.mkstemp(prefix=".hotspan-tmp-", suffix=".npz", dir=folder)
         try:
             with os.fdopen(handle, "wb") as out:
-                _write_npz(out, arrays)
+                write_npz(out, arrays)
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
             raise
 
     @classmethod
-    def load(cls, path: str | os.PathLike, version: str) -> TimelineIndex | None:
+    def load(cls, path: str | os.PathLike[str], version: str) -> TimelineIndex | None:
         """The index saved at ``path`` if it is of this ``version`` of the run (and of this
         format), else None: an index of another version of the run is never used."""
         import json
 
         try:
-            arrays = _mapped_npz(os.fspath(path))
+            arrays = mapped_npz(os.fspath(path))
             head = json.loads(arrays.pop("head").tobytes())
             if head.get("format") != cls.FORMAT or head.get("version") != version:
                 return None
@@ -149,7 +151,7 @@ class TimelineIndex:
         index.window = (int(head["window"][0]), int(head["window"][1]))
         index.bins = int(head["bins"])
         start, end = index.window
-        summary = _Summary(start, max(end, start + 1), index.bins)
+        summary = Summary(start, max(end, start + 1), index.bins)
         summary.names = {name: code for code, name in enumerate(head["names"])}
         summary.tracks = {
             (int(r), int(p), int(t), int(lane)): code
@@ -158,7 +160,7 @@ class TimelineIndex:
         summary.seen = arrays["seen"]
         index.levels = []
         for i, bins in enumerate(head["levels"]):
-            level = summary if i == 0 else _Summary(start, max(end, start + 1), int(bins))
+            level = summary if i == 0 else Summary(start, max(end, start + 1), int(bins))
             level.names, level.tracks, level.seen = summary.names, summary.tracks, summary.seen
             level.counts, level.times, level.depths = (
                 arrays[f"level{i}_counts"],
@@ -172,9 +174,9 @@ class TimelineIndex:
                 level.name_parts[code] = [(keys[low:high], times[low:high])]
                 level.name_pending[code] = level.name_merged[code] = high - low
             index.levels.append(level)
-        wide = _from_ipc(arrays["wide"])
+        wide = from_ipc_bytes(arrays["wide"])
         summary.wide = [wide] if wide is not None and wide.num_rows else []
-        few = _from_ipc(arrays["few_rows"])
+        few = from_ipc_bytes(arrays["few_rows"])
         summary.few = {int(code): [] for code in head["few"]}
         if few is not None:
             track = few["track"].to_numpy()
@@ -206,9 +208,9 @@ class TimelineIndex:
         """The timeline's answer for this window from the bins, or None when its pixels are
         shorter than a bin (then the spans must be read); ``encoded``: as JSON text (bytes),
         as :func:`~hotspan.analysis.timeline.timeline` gives it."""
-        start_ns, end_ns = _checked(None, start_ns, end_ns, width, self.window)
+        start_ns, end_ns = checked_window(None, start_ns, end_ns, width, self.window)
         index = self._summary
-        out = _Summary(start_ns, end_ns, width)
+        out = Summary(start_ns, end_ns, width)
         if out.ns_per_pixel < self.bin_ns:
             if self.blocks is None:
                 return None
@@ -257,21 +259,21 @@ class TimelineIndex:
             for code in np.flatnonzero(binned).tolist():
                 keys, times = level._merge_track(code)
                 # sorted by bin: the window's own pairs, found by bisection
-                a, b = np.searchsorted(keys, [lo * _NAMES, hi * _NAMES])
+                a, b = np.searchsorted(keys, [lo * NAMES, hi * NAMES])
                 if a == b:
                     continue
                 keys, times = keys[a:b], times[a:b]
-                bin_ = keys // _NAMES
-                named = keys % _NAMES
+                bin_ = keys // NAMES
+                named = keys % NAMES
                 moved = pixel[bin_ - lo]
-                if width * kinds <= _DENSE_CELLS:
+                if width * kinds <= DENSE_CELLS:
                     # few names: a (pixel, name) array, one bincount, no hash of the keys
                     dense = moved * kinds + named
                     summed = np.bincount(dense, weights=times, minlength=width * kinds)
                     present = np.flatnonzero(np.bincount(dense, minlength=width * kinds))
-                    unique, added = (present // kinds) * _NAMES + present % kinds, summed[present]
+                    unique, added = (present // kinds) * NAMES + present % kinds, summed[present]
                 else:
-                    unique, inverse = _codes(moved * _NAMES + named)
+                    unique, inverse = value_codes(moved * NAMES + named)
                     added = np.bincount(inverse, weights=times, minlength=len(unique))
                 out.add_names(int(codes[code]), unique, added)
         # the long spans of the binned tracks (a whole track's rows include its long ones)
@@ -283,7 +285,7 @@ class TimelineIndex:
         for tables in index.few.values():
             rows_of_index += tables
         for table in rows_of_index:
-            for batch in table.to_batches(_BATCH_ROWS):
+            for batch in table.to_batches(BATCH_ROWS):
                 out.add(batch)
         return out.result(ranks, encoded=encoded)
 
@@ -292,7 +294,7 @@ class TimelineIndex:
 LEVEL_BINS = 256
 
 
-def _sort_names(summary: _Summary) -> None:
+def _sort_names(summary: Summary) -> None:
     """Each track's (bin * 2**24 + name, time) pairs of ``summary``, merged, sorted by key."""
     for code in range(len(summary.tracks)):
         keys, times = summary._merge_track(code)
@@ -300,7 +302,7 @@ def _sort_names(summary: _Summary) -> None:
         summary.name_parts[code] = [(keys[order], times[order])]
 
 
-def _pyramid(finest: _Summary) -> list[_Summary]:
+def _pyramid(finest: Summary) -> list[Summary]:
     """``finest`` and its coarser levels: each half as many bins (the sums of two, the least
     depth of two), down to ``LEVEL_BINS``. A span's bin at a level is its bin at the level
     below halved, exactly as the kernel bins it at that width (a power of two scales the
@@ -309,7 +311,7 @@ def _pyramid(finest: _Summary) -> list[_Summary]:
     while levels[-1].width % 2 == 0 and levels[-1].width // 2 >= LEVEL_BINS:
         fine = levels[-1]
         bins = fine.width // 2
-        level = _Summary(fine.start_ns, fine.end_ns, bins)
+        level = Summary(fine.start_ns, fine.end_ns, bins)
         level.names, level.tracks, level.seen = fine.names, fine.tracks, fine.seen
         tracks = len(fine.counts)
         level.counts = fine.counts.reshape(tracks, bins, 2).sum(axis=2)
@@ -317,9 +319,9 @@ def _pyramid(finest: _Summary) -> list[_Summary]:
         level.depths = fine.depths.reshape(tracks, bins, 2).min(axis=2)
         for code in range(len(fine.tracks)):
             keys, times = fine._merge_track(code)
-            coarse = (keys // _NAMES // 2) * _NAMES + keys % _NAMES
+            coarse = (keys // NAMES // 2) * NAMES + keys % NAMES
             if len(coarse):
-                unique, inverse = _codes(coarse)
+                unique, inverse = value_codes(coarse)
                 summed = np.bincount(inverse, weights=times, minlength=len(unique))
             else:
                 unique, summed = coarse, times
@@ -329,7 +331,7 @@ def _pyramid(finest: _Summary) -> list[_Summary]:
     return levels
 
 
-def run_version(files: Sequence[str | os.PathLike]) -> str:
+def run_version(files: Sequence[str | os.PathLike[str]]) -> str:
     """A run's version for a persisted :class:`TimelineIndex`: a digest of its files' names,
     sizes and modification times (a part is never written over: a new, removed or compacted
     part changes it)."""
@@ -364,7 +366,7 @@ class _BlockWriter:
     the index's own name and track codes; a file that cannot be written leaves no blocks
     (the index still answers, the finer views from the spans)."""
 
-    def __init__(self, path: str | os.PathLike, summary: _Summary) -> None:
+    def __init__(self, path: str | os.PathLike[str], summary: Summary) -> None:
         self.path = os.fspath(path)
         self.summary = summary
         self.rows: list[np.ndarray] = []  # per block: first start, last start, last end, ranks
@@ -450,7 +452,7 @@ class _Blocks:
     a few zooms over 200 M spans), where a read's buffer is given back with its block and
     the file's pages stay in the page cache all the same."""
 
-    def __init__(self, path: str, directory: np.ndarray, summary: _Summary) -> None:
+    def __init__(self, path: str, directory: np.ndarray, summary: Summary) -> None:
         import threading
 
         self.path = path
@@ -478,7 +480,7 @@ class _Blocks:
             lo = np.searchsorted(wanted, d[:, 3])  # some wanted rank in [rank min, rank max]
             reach &= (lo < len(wanted)) & (wanted[np.minimum(lo, len(wanted) - 1)] <= d[:, 4])
         # the rows in the window of several blocks are handed over together (a batch of
-        # up to _BATCH_ROWS): the kernel's cost per batch is paid once, not once a block
+        # up to BATCH_ROWS): the kernel's cost per batch is paid once, not once a block
         taken: list[pa.RecordBatch] = []
         held = 0
         for i in np.flatnonzero(reach).tolist():
@@ -494,7 +496,7 @@ class _Blocks:
                 continue
             taken.append(block if len(rows) == block.num_rows else block.take(pa.array(rows)))
             held += len(rows)
-            if held >= _BATCH_ROWS:
+            if held >= BATCH_ROWS:
                 yield self._batch(taken)
                 taken, held = [], 0
         if taken:
@@ -519,5 +521,5 @@ class _Blocks:
                 pa.array(keys[:, 2]),
                 pa.array(keys[:, 3]),
             ],
-            names=[*_COLUMNS, "lane"],
+            names=[*COLUMNS, "lane"],
         ), track

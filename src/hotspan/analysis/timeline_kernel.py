@@ -13,10 +13,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+__all__ = [
+    "BATCH_ROWS",
+    "COLUMNS",
+    "DENSE_CELLS",
+    "INDEX_BINS",
+    "MAX_WIDTH",
+    "NAMES",
+    "Summary",
+    "TRACK_KEYS",
+    "value_codes",
+]
+
 #: The columns that tell tracks apart, in the answer's order.
 TRACK_KEYS = ("rank", "pid", "thread_id", "lane")
 #: The columns the timeline reads.
-_COLUMNS = (
+COLUMNS = (
     "span_id",
     "parent_id",
     "name",
@@ -28,14 +40,14 @@ _COLUMNS = (
     "thread_id",
 )
 #: Rows read from a Parquet part at a time.
-_BATCH_ROWS = 1 << 18
+BATCH_ROWS = 1 << 18
 #: Widths a request may ask for (a 16k screen at most).
 MAX_WIDTH = 16_384
 #: Bins a track of a :class:`TimelineIndex` has over the run's window.
 INDEX_BINS = 1 << 14
 
 
-def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def value_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct values, each value's index among them), by pyarrow's hash kernels: linear,
     where ``np.unique`` sorts (most of a batch's time when it did)."""
     array = pa.array(values)
@@ -44,7 +56,7 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct.to_numpy(zero_copy_only=False), inverse.astype(np.int64, copy=False)
 
 
-class _Summary:
+class Summary:
     """The kernel: ``add`` one batch of spans at a time, ``result`` at the end.
 
     Why arrays indexed by (track, pixel): a view holds at most ``width`` pixels a track, so
@@ -107,17 +119,17 @@ class _Summary:
         if rank.min() == rank.max() and pid.min() == pid.max() and lane.min() == lane.max():
             # a recorder's part: one process, its threads apart (the usual case): a hash of
             # the thread ids, no sort
-            threads, inverse = _codes(thread)
+            threads, inverse = value_codes(thread)
             keys = [(int(rank[0]), int(pid[0]), int(t), int(lane[0])) for t in threads.tolist()]
         else:
             # rows of several processes (span blocks of many parts, a merged table): each
             # column's codes by a hash, combined into one code, hashed again; no sort
-            coded = [_codes(column) for column in columns]
+            coded = [value_codes(column) for column in columns]
             if math.prod(len(distinct) for distinct, _c in coded) < 1 << 62:
                 combined = np.zeros(batch.num_rows, np.int64)
                 for distinct, codes in coded:
                     combined = combined * len(distinct) + codes
-                unique, inverse = _codes(combined)
+                unique, inverse = value_codes(combined)
                 rows = np.empty((len(unique), len(columns)), np.int64)
                 rest = unique.astype(np.int64)
                 for i in range(len(coded) - 1, -1, -1):
@@ -130,7 +142,8 @@ class _Summary:
         mapping = np.array(
             [self.tracks.setdefault(key, len(self.tracks)) for key in keys], dtype=np.int64
         )
-        return mapping[inverse.reshape(-1)]
+        tracks: np.ndarray = mapping[inverse.reshape(-1)]
+        return tracks
 
     def _known_codes(self, codes: np.ndarray, keys: np.ndarray) -> np.ndarray:
         present = np.flatnonzero(np.bincount(codes))
@@ -139,7 +152,8 @@ class _Summary:
             self.tracks.setdefault((int(r), int(p), int(t), int(k)), len(self.tracks))
             for r, p, t, k in keys[present].tolist()
         ]
-        return mapping[codes]
+        tracks: np.ndarray = mapping[codes]
+        return tracks
 
     def add(
         self, batch: pa.RecordBatch, known: tuple[np.ndarray, np.ndarray] | None = None
@@ -197,7 +211,7 @@ class _Summary:
             .reshape(self.times.shape)
         )
         np.minimum.at(self.depths.reshape(-1), cell, depth)
-        local = pixel * _NAMES + names
+        local = pixel * NAMES + names
         groups: list[tuple[int, Any]]
         if track.min() == track.max():  # one thread's rows (else each thread's apart)
             groups = [(int(track[0]), slice(None))]
@@ -206,16 +220,16 @@ class _Summary:
             bounds = np.flatnonzero(np.diff(track[order])) + 1
             groups = [(int(track[rows[0]]), rows) for rows in np.split(order, bounds) if len(rows)]
         kinds = max(len(self.names), 1)
-        dense = self.width * kinds <= _DENSE_CELLS
+        dense = self.width * kinds <= DENSE_CELLS
         for code, rows in groups:
             if dense:  # few names: a (pixel, name) array, two bincounts, no hash of the keys
                 cells = pixel[rows] * kinds + names[rows]
                 summed = np.bincount(cells, weights=time[rows], minlength=self.width * kinds)
                 present = np.flatnonzero(np.bincount(cells, minlength=self.width * kinds))
-                keys = (present // kinds) * _NAMES + present % kinds
+                keys = (present // kinds) * NAMES + present % kinds
                 self.add_names(code, keys, summed[present])
                 continue
-            keys, inverse = _codes(local[rows])
+            keys, inverse = value_codes(local[rows])
             self.add_names(
                 code, keys, np.bincount(inverse, weights=time[rows], minlength=len(keys))
             )
@@ -235,7 +249,7 @@ class _Summary:
         parts = self.name_parts.get(code, [])
         if len(parts) != 1:
             if parts:
-                keys, inverse = _codes(np.concatenate([k for k, _t in parts]))
+                keys, inverse = value_codes(np.concatenate([k for k, _t in parts]))
                 times = np.bincount(
                     inverse, weights=np.concatenate([t for _k, t in parts]), minlength=len(keys)
                 )
@@ -258,22 +272,22 @@ class _Summary:
             keys, times = self._merge_track(code)
             if not len(keys):
                 continue
-            pixel = keys // _NAMES
-            if self.width * kinds <= _DENSE_CELLS:
+            pixel = keys // NAMES
+            if self.width * kinds <= DENSE_CELLS:
                 # a (pixel, name) array, no sort: absent -1, so a name present with no time
                 # beats none; argmax takes the first largest: ties to the lowest name code
                 grid = np.full((self.width, kinds), -1.0)
-                grid[pixel, keys % _NAMES] = times
+                grid[pixel, keys % NAMES] = times
                 best = grid.argmax(axis=1)
                 seen = grid[np.arange(self.width), best] >= 0
                 busiest[code, seen] = best[seen]
                 continue
             # per pixel the largest time, ties to the lowest name code: by (pixel, -time)
-            order = np.lexsort((keys % _NAMES, -times, pixel))
+            order = np.lexsort((keys % NAMES, -times, pixel))
             first = np.ones(len(order), bool)
             first[1:] = pixel[order][1:] != pixel[order][:-1]
             chosen = order[first]
-            busiest[code, pixel[chosen]] = keys[chosen] % _NAMES
+            busiest[code, pixel[chosen]] = keys[chosen] % NAMES
         return busiest
 
     def result(self, ranks: Sequence[int] | None = None, *, encoded: bool = False) -> Any:
@@ -454,10 +468,10 @@ def _json_rows(fields: list[tuple[str, pa.Array]]) -> tuple[bytes, np.ndarray]:
     return data[int(offsets[0]) : int(offsets[-1])].to_pybytes(), offsets - offsets[0]
 
 
-#: Name codes per cell key: a cell's key is cell * _NAMES + name code.
-_NAMES = 1 << 24
+#: Name codes per cell key: a cell's key is cell * NAMES + name code.
+NAMES = 1 << 24
 #: The most (pixel, name) pairs the kernel adds up in a dense array (more: a hash of the pairs).
-_DENSE_CELLS = 1 << 20
+DENSE_CELLS = 1 << 20
 #: The least depth of a pixel with no span yet.
 _NO_DEPTH = np.iinfo(np.int64).max
 
@@ -468,11 +482,11 @@ def _lanes(spans: pa.Table) -> list[pa.Table]:
     tasks that overlap on a thread move, whole, to further lanes; spans that nest stay on
     lane 0 (the usual case: one vectorised check)."""
     from .._schema import META_TASKS
-    from ..formats.lanes import _nests, assign_lanes
+    from ..formats.lanes import intervals_nest, assign_lanes
 
     if spans.num_rows < 2 or "parent_id" not in spans.column_names:
         return [spans]
-    if _nests(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()):
+    if intervals_nest(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()):
         return [spans]  # one thread's spans that nest: one lane (no search)
     # the search always runs: a window's rows carry no note that tasks ran
     searched = spans.replace_schema_metadata({META_TASKS: b"1"})

@@ -12,7 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .timeline_kernel import _BATCH_ROWS, _COLUMNS, MAX_WIDTH
+from .timeline_kernel import BATCH_ROWS, COLUMNS, MAX_WIDTH
+
+__all__ = ["checked_window", "window_batches", "window_count", "window_of", "window_spans"]
 
 
 def _parquet_files(spans: Any) -> list[str] | None:
@@ -31,7 +33,7 @@ def _parquet_files(spans: Any) -> list[str] | None:
     return None
 
 
-def _batches(
+def window_batches(
     spans: Any, start_ns: int | None, end_ns: int | None, ranks: Sequence[int] | None
 ) -> Iterator[pa.RecordBatch]:
     """The spans overlapping the window, in batches (the window and ranks pushed down to
@@ -41,7 +43,7 @@ def _batches(
         table = spans if isinstance(spans, pa.Table) else _load(spans)
         if ranks is not None:
             table = table.filter(pc.is_in(table["rank"], pa.array(list(ranks), pa.int32())))
-        yield from table.to_batches(_BATCH_ROWS)
+        yield from table.to_batches(BATCH_ROWS)
         return
     import pyarrow.parquet as pq
 
@@ -51,7 +53,7 @@ def _batches(
     for path in files:
         part = pq.ParquetFile(path)
         names = part.schema_arrow.names
-        columns = [c for c in (*_COLUMNS, "lane") if c in names]
+        columns = [c for c in (*COLUMNS, "lane") if c in names]
         groups = [
             g
             for g in range(part.metadata.num_row_groups)
@@ -66,7 +68,7 @@ def _batches(
             found = RANK_DIR_RE.match(os.path.basename(os.path.dirname(path)))
             rank_of_directory = int(found.group(1)) if found else 0
         for batch in part.iter_batches(
-            batch_size=_BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
+            batch_size=BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
         ):
             if rank_of_directory is not None:
                 batch = batch.append_column(
@@ -92,15 +94,18 @@ def _may_overlap(group: Any, names: list[str], start_ns: int | None, end_ns: int
         bounds[column] = (stats.min, stats.max)
     # some span starts before the window's end, and some span ends after its start (or an
     # instant starts in it)
-    return bounds["start_ns"][0] < end_ns and (
+    overlaps: bool = bounds["start_ns"][0] < end_ns and (
         bounds["end_ns"][1] > start_ns or bounds["start_ns"][1] >= start_ns
     )
+    return overlaps
 
 
 # --------------------------------------------------------------------------- a window's spans
 
 
-def _window_terms(start_ns: int | None, end_ns: int | None, ranks: Sequence[int] | None) -> list:
+def _window_terms(
+    start_ns: int | None, end_ns: int | None, ranks: Sequence[int] | None
+) -> list[tuple[str, str, Any]]:
     """The span filter's terms for the spans overlapping ``[start_ns, end_ns)`` on ``ranks``."""
     from .filters import window_terms
 
@@ -312,7 +317,7 @@ def window_of(spans: Any) -> tuple[int, int]:
     return int(min(lows)), int(max(highs))
 
 
-def _checked(
+def checked_window(
     spans: Any, start_ns: int | None, end_ns: int | None, width: int, window: tuple[int, int] | None
 ) -> tuple[int, int]:
     if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:

@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+__all__ = ["decoded_table", "from_ipc_bytes", "ipc_bytes", "mapped_npz", "write_npz"]
 
-def _write_npz(out: Any, arrays: dict[str, np.ndarray | list[np.ndarray]]) -> None:
+
+def write_npz(out: Any, arrays: dict[str, np.ndarray | list[np.ndarray]]) -> None:
     """An uncompressed ``.npz`` file, as ``np.savez`` writes it (``np.load`` reads it), where a
     member given as a list of arrays is written as their concatenation, piece by piece."""
     import zipfile
@@ -31,7 +33,7 @@ def _write_npz(out: Any, arrays: dict[str, np.ndarray | list[np.ndarray]]) -> No
                     member.write(piece.tobytes() if piece.ndim == 0 else piece.data)
 
 
-def _mapped_npz(path: str) -> dict[str, np.ndarray]:
+def mapped_npz(path: str) -> dict[str, np.ndarray]:
     """The arrays of an uncompressed ``.npz`` file (as ``np.savez`` writes it), memory-mapped
     read-only: reading an index back costs no copy of its hundreds of MB (``np.load`` reads
     and checks each member whole), and only the pages a view touches are read."""
@@ -74,7 +76,7 @@ def _mapped_npz(path: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _plain(table: pa.Table) -> pa.Table:
+def decoded_table(table: pa.Table) -> pa.Table:
     """``table`` with dictionary columns decoded (parts may encode ``name`` either way)."""
     for i, field in enumerate(table.schema):
         if pa.types.is_dictionary(field.type):
@@ -82,7 +84,7 @@ def _plain(table: pa.Table) -> pa.Table:
     return table
 
 
-def _ipc(tables: list[pa.Table]) -> np.ndarray:
+def ipc_bytes(tables: list[pa.Table]) -> np.ndarray:
     """``tables`` as one Arrow IPC stream's bytes (empty: no tables)."""
     if not tables:
         return np.zeros(0, np.uint8)
@@ -93,7 +95,7 @@ def _ipc(tables: list[pa.Table]) -> np.ndarray:
     return np.frombuffer(sink.getvalue(), np.uint8)
 
 
-def _from_ipc(data: np.ndarray) -> pa.Table | None:
+def from_ipc_bytes(data: np.ndarray) -> pa.Table | None:
     if not len(data):
         return None
     return pa.ipc.open_stream(pa.py_buffer(data.tobytes())).read_all()

@@ -34,7 +34,7 @@ LANES_KEY = b"hotspan.lanes"
 LANE_BASE = 0x7F000000
 
 
-def _nests(start: np.ndarray, end: np.ndarray) -> bool:
+def intervals_nest(start: np.ndarray, end: np.ndarray) -> bool:
     """Whether the intervals ``[start, end)`` of one thread form a laminar family (any two
     either nest or are disjoint; touching ends are disjoint), as Perfetto's stack needs.
 
@@ -180,7 +180,7 @@ def assign_lanes(table: pa.Table) -> tuple[pa.Table, dict[int, int]]:
     overlapping = [
         order[a:b]
         for a, b in zip(bounds[:-1], bounds[1:])
-        if not _nests(start[order[a:b]], end[order[a:b]])
+        if not intervals_nest(start[order[a:b]], end[order[a:b]])
     ]
     if not overlapping:
         return table, {}
