@@ -281,14 +281,20 @@ def part_buckets(
         if int(sums["lo"].min()) < 0:
             raise _Negative
         # (group, bucket) codes, counted: a bincount where the codes are few enough (a
-        # part's groups x BUCKETS), else np.unique (a sort)
+        # part's groups x the buckets its durations span, not all BUCKETS: a 4x smaller
+        # count array to fill and search at 256 K spans a batch), else np.unique (a sort)
         in_order = np.repeat(np.arange(len(keys), dtype=np.int64), sums["n"])
-        code = in_order * BUCKETS + duration_buckets(ordered)
-        if len(keys) * BUCKETS <= _DENSE_CODES:
-            counts = np.bincount(code, minlength=len(keys) * BUCKETS)
-            codes = np.flatnonzero(counts)
-            return keys, sums, codes, counts[codes]
-        codes, counts = np.unique(code, return_counts=True)
+        bucket = duration_buckets(ordered)
+        low = int(bucket.min())
+        width = int(bucket.max()) - low + 1
+        if len(keys) * width <= _DENSE_CODES:
+            bucket -= low
+            bucket += in_order * width
+            counts = np.bincount(bucket, minlength=len(keys) * width)
+            found = np.flatnonzero(counts)
+            codes = found // width * BUCKETS + found % width + low
+            return keys, sums, codes, counts[found]
+        codes, counts = np.unique(in_order * BUCKETS + bucket, return_counts=True)
         return keys, sums, codes, counts
 
     numbers: dict[tuple, int] = {}
