@@ -6,9 +6,11 @@
 The same description as DuckDB's (``queries.stats_sql``, ``queries.phases_sql``) in Spark's
 dialect; the per-group rows come back to the driver (a few per group) and are finished by the
 same functions (``queries.finish_stats``, ``queries.finish_phases``), so the columns, types and
-values equal the other engines', percentiles to the last bit: Spark takes each group's two
-order statistics (``sort_array(collect_list(...))``, ``element_at`` at numpy's ranks) and
-numpy interpolates. Nothing of Spark is imported until a Spark engine is asked for.
+values equal the other engines', percentiles to the last bit: Spark counts each group's
+durations per bucket (``_BUCKET_SQL``), the driver finds the buckets that hold numpy's ranks,
+a second scan brings back those buckets' distinct durations with their counts, and numpy
+interpolates (no group's durations are ever gathered in one place: a billion spans run in a
+bounded memory). Nothing of Spark is imported until a Spark engine is asked for.
 """
 
 from __future__ import annotations
