@@ -10,6 +10,12 @@
         --as-installed --phases --serve
     python benchmarks/bench_big.py --spans 200e6 --ranks 64 --dir big/200m --keep \
         --as-installed --repeats 1 --check-spans 0
+    # issue 35's billion: generated on both cores with hotspan's own Parquet options, then
+    # timed alone (DuckDB cannot answer it within 1 GB)
+    nice python benchmarks/bench_big.py --spans 1e9 --ranks 256 --dir big/1b --keep \
+        --jobs 2 --writer hotspan --generate-only
+    python benchmarks/bench_big.py --dir big/1b --keep --as-installed --no-duckdb \
+        --check-spans 0 --max-gib 1
 
 1. Generates a run (a hive dataset, rank=R/part-<pid>-<token>-<n>.parquet, as
    hotspan.record("dir/") and the collector write it) straight with pyarrow, no recording:
