@@ -39,7 +39,14 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
             # codes as they lie, no copy (speed: a part of a million spans a time).
             values = dictionary
             remap = None
-            codes = indices.to_numpy(zero_copy_only=False) if indices.null_count == 0 else None
+            if indices.null_count == 0:
+                codes = indices.to_numpy(zero_copy_only=False)
+            else:  # (category: nulls) the indices as they lie, nulls' slots given a code below
+                codes, valid = _with_validity(indices)
+                null_code = len(values)
+                values = pa.concat_arrays([values, pa.nulls(1, values.type)])
+                wide = np.promote_types(codes.dtype, np.min_scalar_type(null_code))
+                return np.where(valid, codes, wide.type(null_code)), values
         else:
             # Re-encode the (small) dictionary: it may repeat a value, or hold a null.
             encoded = pc.dictionary_encode(dictionary, null_encoding="encode")
@@ -62,6 +69,19 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
         valid = to_numpy(indices.is_valid(), np.bool_)
         codes = np.where(valid, codes.astype(np.int64, copy=False), null_code)  # (int8 indices)
     return codes, values
+
+
+def _with_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed-width integer array's values as they lie in its buffer (a null's slot holds
+    whatever it holds) and its validity as booleans: no copy to fill the nulls first (a
+    tenth of a microsecond a row less than ``fill_null`` and ``is_valid``)."""
+    validity, data = array.buffers()[:2]
+    end = array.offset + len(array)
+    values = np.frombuffer(data, dtype=array.type.to_pandas_dtype(), count=end)[array.offset :]
+    if validity is None:
+        return values, np.ones(len(array), np.bool_)
+    bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=end, bitorder="little")
+    return values, bits[array.offset :].view(np.bool_)
 
 
 def combined_codes(table: pa.Table, columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

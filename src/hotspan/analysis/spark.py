@@ -6,9 +6,11 @@
 The same description as DuckDB's (``queries.stats_sql``, ``queries.phases_sql``) in Spark's
 dialect; the per-group rows come back to the driver (a few per group) and are finished by the
 same functions (``queries.finish_stats``, ``queries.finish_phases``), so the columns, types and
-values equal the other engines', percentiles to the last bit: Spark takes each group's two
-order statistics (``sort_array(collect_list(...))``, ``element_at`` at numpy's ranks) and
-numpy interpolates. Nothing of Spark is imported until a Spark engine is asked for.
+values equal the other engines', percentiles to the last bit: Spark counts each group's
+durations per bucket (``_BUCKET_SQL``), the driver finds the buckets that hold numpy's ranks,
+a second scan brings back those buckets' distinct durations with their counts, and numpy
+interpolates (no group's durations are ever gathered in one place: a billion spans run in a
+bounded memory). Nothing of Spark is imported until a Spark engine is asked for.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from .filters import SpanFilter, sql_condition
 from .options import CompareOptions, StatsRequest
 from .queries import (
     SPARK,
+    combine_sql,
     device_sql,
     finish_phases,
     finish_stats,
     phases_sql,
-    sql_order_statistics,
     stats_sql,
 )
 
@@ -37,6 +39,16 @@ __all__ = ["SparkSpans"]
 
 _views = itertools.count()
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
+#: A duration's bucket for the order statistics (``SparkSpans.stats``): itself below 2048,
+#: above it 1024 buckets a power of two (``log2`` is monotone, so each bucket's durations are
+#: a range of them, within 0.07% of each other). A group's counts per bucket are a small
+#: table however many spans it has; Spark's ``collect_list`` of a group's durations is not
+#: (a billion spans: gigabytes on one executor).
+_BUCKET = "hs_b"
+_BUCKET_SQL = (
+    "CASE WHEN `duration_ns` < 2048 THEN `duration_ns` "
+    "ELSE 2048 + CAST(floor((log2(`duration_ns`) - 11) * 1024) AS BIGINT) END"
+)
 
 
 def _to_arrow(frame: Any) -> pa.Table:
@@ -118,19 +130,126 @@ class SparkSpans:
                 f"{', '.join(self.paths)}: no self_ns column: the Spark engine reads self time from it "
                 f"(hotspan writes it; convert older files with hotspan export)"
             )
-        groups = _to_arrow(
-            self.session.sql(stats_sql(SPARK, self.view, by, columns=self.columns, values="sql"))
-        )
         types = {k: (pa.string() if k == "device" else _plain_type(k)) for k in by}
-        if groups.num_rows == 0:
-            from .statistics import STAT_COLUMNS, STAT_TYPES
+        # One scan: the aggregates per group and duration bucket (a small table, kept on the
+        # executors), then combined per group; the order statistics from the buckets' counts
+        # and a second scan that keeps the durations of the few buckets that hold them.
+        fine = self.session.sql(
+            stats_sql(
+                SPARK,
+                self.view,
+                by,
+                columns=self.columns,
+                values="none",
+                extra_keys=(f"{_BUCKET_SQL} AS {_BUCKET}",),
+            )
+        ).persist()
+        fine_view = f"hotspan_buckets_{next(_views)}"
+        fine.createOrReplaceTempView(fine_view)
+        try:
+            groups = _to_arrow(
+                self.session.sql(combine_sql(SPARK, fine_view, by, columns=self.columns))
+            )
+            if groups.num_rows == 0:
+                from .statistics import STAT_COLUMNS, STAT_TYPES
 
-            return pa.schema(
-                [pa.field(k, types[k]) for k in by]
-                + [pa.field(n, STAT_TYPES[n]) for n in STAT_COLUMNS]
-            ).empty_table()
+                return pa.schema(
+                    [pa.field(k, types[k]) for k in by]
+                    + [pa.field(n, STAT_TYPES[n]) for n in STAT_COLUMNS]
+                ).empty_table()
+            buckets = _to_arrow(
+                fine.select(*[SPARK.quote(k) for k in by], _BUCKET, "n", "lo", "hi")
+            )
+            percentiles = self._bucket_order_statistics(by, groups, buckets, fine)
+        finally:
+            self.session.catalog.dropTempView(fine_view)
+            fine.unpersist()
+        return finish_stats(groups, by, percentiles, types)
+
+    def _bucket_order_statistics(
+        self, by: Sequence[str], groups: pa.Table, buckets: pa.Table, fine: Any
+    ) -> dict[str, np.ndarray]:
+        """Per percentile, its exact value in each group (``groups``' order): each wanted
+        rank located in its group's buckets (``buckets``: per group and bucket, the count and
+        the extremes) by their cumulative counts, then the distinct durations of those
+        buckets only, with their counts, read in a second scan."""
+        from pyspark.sql import functions as F
+
+        from .statistics import PERCENTILES, interpolate, percentile_ranks
+
+        def keys_of(table: pa.Table) -> list[tuple]:
+            columns = [table.column(k).to_pylist() for k in by]
+            return list(zip(*columns)) if by else [()] * table.num_rows
+
+        number = {key: i for i, key in enumerate(keys_of(groups))}
         count = np.asarray(groups.column("n").to_numpy(), np.int64)
-        return finish_stats(groups, by, sql_order_statistics(groups, count), types)
+        gid = np.array([number[k] for k in keys_of(buckets)], np.int64)
+        bucket = np.asarray(buckets.column(_BUCKET).to_numpy(), np.int64)
+        n = np.asarray(buckets.column("n").to_numpy(), np.int64)
+        lo = np.asarray(buckets.column("lo").to_numpy(), np.int64)
+        hi = np.asarray(buckets.column("hi").to_numpy(), np.int64)
+        order = np.lexsort((bucket, gid))
+        gid, bucket, n, lo, hi = gid[order], bucket[order], n[order], lo[order], hi[order]
+        same = gid[1:] == gid[:-1]
+        if bool((same & (hi[:-1] >= lo[1:])).any()):  # log2 is monotone: never expected
+            raise RuntimeError("Spark's duration buckets are not monotone")
+        cumulative = np.cumsum(n)
+        before_group = np.concatenate(([0], np.cumsum(count)[:-1]))
+        wanted = {column: percentile_ranks(count, q) for column, q in PERCENTILES}
+        ranks = np.concatenate([np.concatenate((a, b)) for a, b, _ in wanted.values()])
+        rank_gid = np.tile(np.arange(len(count)), 2 * len(wanted))
+        row = np.searchsorted(cumulative, before_group[rank_gid] + ranks, side="right")
+        within = before_group[rank_gid] + ranks - (cumulative[row] - n[row])
+        # The second scan: the durations of the wanted (group, bucket) pairs, distinct, counted.
+        targets = sorted({(int(gid[r]), int(bucket[r])) for r in row})
+        group_keys = keys_of(groups)
+        schema = fine.select(*[SPARK.quote(k) for k in by], _BUCKET).schema
+        wanted_frame = self.session.createDataFrame(
+            [(*group_keys[g], b) for g, b in targets], schema=schema
+        ).toDF(*[f"hs_t{i}" for i in range(len(by))], "hs_tb")
+        spans = self.session.table(self.view).select(
+            *[F.col(SPARK.quote(k)) for k in by],
+            F.expr(_BUCKET_SQL).alias(_BUCKET),
+            F.col("duration_ns"),
+        )
+        condition = [spans[SPARK.quote(k)].eqNullSafe(F.col(f"hs_t{i}")) for i, k in enumerate(by)]
+        condition.append(spans[_BUCKET] == F.col("hs_tb"))
+        picked = _to_arrow(
+            spans.join(F.broadcast(wanted_frame), condition)
+            .groupBy(*[spans[SPARK.quote(k)] for k in by], spans[_BUCKET], spans["duration_ns"])
+            .count()
+        )
+        values: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        p_gid = np.array([number[k] for k in keys_of(picked)], np.int64)
+        p_bucket = np.asarray(picked.column(_BUCKET).to_numpy(), np.int64)
+        p_value = np.asarray(picked.column("duration_ns").to_numpy(), np.int64)
+        p_count = np.asarray(picked.column("count").to_numpy(), np.int64)
+        p_order = np.lexsort((p_value, p_bucket, p_gid))
+        p_gid, p_bucket, p_value, p_count = (
+            p_gid[p_order],
+            p_bucket[p_order],
+            p_value[p_order],
+            p_count[p_order],
+        )
+        starts = np.flatnonzero(
+            np.r_[True, (p_gid[1:] != p_gid[:-1]) | (p_bucket[1:] != p_bucket[:-1])]
+        )
+        for start, end in zip(starts, np.r_[starts[1:], len(p_gid)]):
+            values[(int(p_gid[start]), int(p_bucket[start]))] = (
+                p_value[start:end],
+                np.cumsum(p_count[start:end]),
+            )
+        at_rank = np.empty(len(row), np.int64)
+        for i, (r, w) in enumerate(zip(row, within)):
+            value, running = values[(int(gid[r]), int(bucket[r]))]
+            at_rank[i] = value[np.searchsorted(running, w, side="right")]
+        size = len(count)
+        out = {}
+        for i, (column, (_below, _above, gamma)) in enumerate(wanted.items()):
+            below = at_rank[2 * i * size : (2 * i + 1) * size]
+            above = at_rank[(2 * i + 1) * size : (2 * i + 2) * size]
+            out[column] = interpolate(below, above, gamma)
+        return out
 
     def unique_ids(self) -> bool:
         if self._unique is None:
