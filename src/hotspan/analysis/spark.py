@@ -175,9 +175,10 @@ class SparkSpans:
         buckets only, with their counts, read in a second scan."""
         from pyspark.sql import functions as F
 
-        from .statistics import PERCENTILES, interpolate, percentile_ranks
+        from .kernels import interpolate, percentile_ranks
+        from .statistics import PERCENTILES
 
-        def keys_of(table: pa.Table) -> list[tuple]:
+        def keys_of(table: pa.Table) -> list[tuple[Any, ...]]:
             columns = [table.column(k).to_pylist() for k in by]
             return list(zip(*columns)) if by else [()] * table.num_rows
 
