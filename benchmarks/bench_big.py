@@ -28,7 +28,7 @@
    limit, both as whole fresh commands (start-up counts), alternating, --repeats pairs:
    both times and their ratio (issue 23: at most 1.5x); and how many of DuckDB's
    quantile_cont values differ from the exact (numpy linear) percentiles hotspan gives.
-   (hotspan reads the parts with pyarrow, analysis/parquet_scan.py: at 20 M spans each
+   (hotspan reads the parts with pyarrow, analysis/_parquet_scan.py: at 20 M spans each
    group's durations are held, 4 bytes a span; at 200 M, past the 1 GB limit, the parts are
    read twice, the second time keeping only the durations of the buckets that hold the
    percentiles' order statistics. DuckDB answers neither 200 M query within 1 GB: its
@@ -210,7 +210,7 @@ def _write_rank(
     out.mkdir(parents=True, exist_ok=True)
     t0 = 1_700_000_000_000_000_000 + int(rng.integers(0, 1_000_000))
     if writer == "hotspan":  # the options hotspan's own Parquet files are written with
-        from hotspan.formats.parquet import ParquetExporter
+        from hotspan.formats._parquet import ParquetExporter
 
         options = dict(ParquetExporter.writer_options)
     else:  # pyarrow's defaults, zstd
@@ -547,7 +547,7 @@ def check_subset(directory: Path) -> None:
     """The streaming path equals the in-memory path on ``directory``: stats by the default
     and by lane keys, and phases."""
     import hotspan
-    from hotspan.analysis.streaming import canonical_rows
+    from hotspan.analysis._streaming import canonical_rows
 
     table = hotspan.load(directory)
     for by in (("category", "name"), ("rank", "thread_name", "name")):

@@ -15,7 +15,7 @@ then (in the child) SIGTERM's thread, then SIGTERM is unblocked. The steps, and 
 
 1. ``core`` (``hotspan._api``): the C core's own fork handlers (``csrc/hs_fork.c``) have
    already run; the child's drain is the user's again.
-2. ``hub`` (``hotspan.recording.hub``): the hub forgets the parent's pump thread and
+2. ``hub`` (``hotspan.recording._hub``): the hub forgets the parent's pump thread and
    consumers, so that
 3. ``recorder`` (``hotspan.recording.recorder``) may start a child's own ``HOTSPAN_OUT``
    recorder on a clean hub (and hand it to ``flush_on_sigterm``; the parent's registration
@@ -48,7 +48,7 @@ import sys
 import threading
 
 from . import _native
-from .quiet_threads import start_quiet
+from ._quiet_threads import start_quiet
 
 # Why typing loads only for the type checker: ``import hotspan`` loads this module, and a
 # fresh interpreter has not loaded typing yet (docs/performance.md: import time).

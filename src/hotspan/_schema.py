@@ -73,7 +73,7 @@ META_DROPPED = (
 META_RANK = b"hotspan.rank"
 META_PID = b"hotspan.pid"
 #: "1" when spans ran in asyncio tasks (copied contexts): trees may overlap on a thread, and
-#: the trace exports lay them on lanes (formats/lanes.py); absent otherwise.
+#: the trace exports lay them on lanes (formats/_lanes.py); absent otherwise.
 META_TASKS = b"hotspan.tasks"
 #: The run's id (see hotspan._run.run_id): every process of one run, every rank of one job,
 #: carries the same; two runs written into one directory stay apart by it.

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from . import _api, _native
 from ._schema import COUNTER_SCHEMA
-from .formats.base import TraceFileError
+from .formats._base import TraceFileError
 
 __all__ = [
     "COUNTER_SCHEMA",
@@ -200,7 +200,7 @@ def load_counters(path: str | os.PathLike[str]) -> pa.Table:
     if name.endswith((".json", ".json.gz")):
         return _concat_sorted([_from_chrome(path)])
     if name.endswith((".pftrace", ".perfetto-trace")):
-        from .formats.perfetto_counters import read_counters
+        from .formats._perfetto_counters import read_counters
 
         return _concat_sorted([read_counters(path)])
     if name.endswith((SUFFIX, ".parquet", ".arrow", ".feather")):

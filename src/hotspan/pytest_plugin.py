@@ -130,7 +130,7 @@ class _Recorder:
     """The per-test hooks, registered only with ``--hotspan``."""
 
     def __init__(self, config: pytest.Config, root: Path):
-        from .recording import hub
+        from .recording import _hub as hub
 
         self.config = config
         try:

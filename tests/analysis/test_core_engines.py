@@ -21,7 +21,7 @@ import hotspan
 from hotspan._schema import TRACE_SCHEMA
 from hotspan._selftime import with_self_ns
 from hotspan.analysis import statistics
-from hotspan.analysis.engine import CompareOptions, Engine, StatsRequest, open_spans
+from hotspan.analysis._engine import CompareOptions, Engine, StatsRequest, open_spans
 from hotspan.analysis.filters import SpanFilter, filter_table
 from hotspan.formats.dataset import write_part
 

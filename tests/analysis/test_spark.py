@@ -1,6 +1,6 @@
 """The same statistics on Spark (issue 23 items 2-3): ``hotspan.stats(path, engine=spark)`` and
 ``phases`` equal DuckDB's and the in-memory path's (columns, types, values, percentiles to the
-last bit), from the same query description (analysis/queries.py). Spark in local mode; the JVM
+last bit), from the same query description (analysis/_queries.py). Spark in local mode; the JVM
 starts once (a session-scoped fixture)."""
 
 from __future__ import annotations

@@ -273,12 +273,12 @@ IMPORT_MODULES = [
     "hotspan._native",
     "hotspan._version",
     "hotspan.events",
-    "hotspan.quiet_threads",
+    "hotspan._quiet_threads",
     "hotspan.recording",
-    "hotspan.recording.children",
-    "hotspan.recording.hub",
+    "hotspan.recording._children",
+    "hotspan.recording._hub",
     "hotspan.recording.recorder",
-    "hotspan.recording.sinks",
+    "hotspan.recording._sinks",
     "hotspan.sync",
 ]
 

@@ -15,13 +15,13 @@ import pytest
 import hotspan
 from hotspan._schema import META_SKIPPED_ON_LOAD
 from hotspan.formats import TraceFileError, export, load
-from hotspan.formats.base import (
+from hotspan.formats._base import (
     MISSING_PARENTS,
     TraceFileWarning,
     check_span_rules,
     missing_parents,
 )
-from hotspan.formats.csv import INCOMPLETE_LAST_ROW
+from hotspan.formats._csv import INCOMPLETE_LAST_ROW
 from hotspan.formats.dataset import write_part
 
 from conftest import assert_same_spans

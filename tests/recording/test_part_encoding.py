@@ -12,7 +12,7 @@ from hotspan.formats.dataset import list_parts, location, write_part
 from hotspan.recording.compaction import compact
 
 STRING_COLUMNS = {"name", "category", "thread_name"}
-# analysis/streaming.py column_range (wait_ns: whether phases must sum self times)
+# analysis/_streaming.py column_range (wait_ns: whether phases must sum self times)
 RANGED_COLUMNS = {"start_ns", "end_ns", "duration_ns", "wait_ns"}
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from hotspan.formats import export
 from hotspan.formats.dataset import write_part
-from hotspan.serve.runs import Catalog
+from hotspan.serve._runs import Catalog
 
 from _util import wait_until
 
@@ -174,7 +174,7 @@ def test_many_runs_are_listed_fast(tmp_path):
     """A test-sized check of "5,000 runs listed in under 1 s" (benchmarks/bench_serve.py
     --runs 5000 measures the whole figure): 400 runs, listed at first within the listing's
     budget (the rest summarised in the background, each row saying so), then in full."""
-    from hotspan.serve import runs as runs_module
+    from hotspan.serve import _runs as runs_module
 
     root = tmp_path / "many"
     write_part(record_steps(1, threads=1), root / "r0000", rank=0, pid=1, seq=0)

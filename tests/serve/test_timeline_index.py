@@ -12,7 +12,7 @@ import pytest
 
 from hotspan.analysis.timeline import TimelineIndex, run_version, timeline
 from hotspan.formats.dataset import write_part
-from hotspan.serve import queries
+from hotspan.serve import _queries as queries
 from hotspan.serve.app import create_app
 
 from ._serving import record_steps

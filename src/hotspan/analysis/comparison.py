@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from .._columns import combined_codes, to_numpy
-from .options import CompareOptions, keys_of
-from .significance import bootstrap_medians
-from .significance import (
+from ._options import CompareOptions, keys_of
+from ._significance import bootstrap_medians
+from ._significance import (
     mann_whitney_u,
     median_ratio_interval,
     quantile_ratio_interval,

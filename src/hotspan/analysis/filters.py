@@ -331,7 +331,7 @@ def sql_literal(value: Any) -> str:
 
 
 def sql_condition(terms: Sequence[Term], dialect: Any) -> str | None:
-    """The terms as one SQL condition in ``dialect`` (analysis/queries.py), nulls false."""
+    """The terms as one SQL condition in ``dialect`` (analysis/_queries.py), nulls false."""
 
     def one(term: Term) -> str:
         kind, column, value = term

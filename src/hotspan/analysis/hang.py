@@ -67,7 +67,7 @@ def hang(
     collectors = [str(t) for t in targets if is_collector(t)]
     files = [t for t in targets if not is_collector(t)]
     for url in collectors:
-        from ..recording.collector import fetch_open_stacks
+        from ..recording._collector import fetch_open_stacks
 
         procs, collector_now = fetch_open_stacks(url, token=token)
         found += [(proc, collector_now) for proc in procs]
@@ -85,7 +85,7 @@ def hang(
 def _answer(found: list[tuple[Any, int]], category: str, unreadable: list[str]) -> dict[str, Any]:
     """The answer over processes read from flight files or a collector alike."""
     from ..recording.flight import Frame
-    from .comms import group_of, is_collective
+    from ._comms import group_of, is_collective
 
     ranks: list[dict[str, Any]] = []
     for proc, now in found:
@@ -153,7 +153,7 @@ def _listing(ranks: list[int]) -> str:
 def _summary(
     ranks: list[dict[str, Any]], groups: list[dict[str, Any]], by_state: dict[str, list[Any]]
 ) -> list[str]:
-    from ..units import human_ns
+    from .._units import human_ns
 
     if not ranks:
         return ["no flight file of a rank found (start the ranks with HOTSPAN_FLIGHT=PATH)"]

@@ -58,7 +58,7 @@ from typing import Any
 import pyarrow as pa
 
 from .filters import SpanFilter
-from .rank_kernel import META_RANKS, RankAnalysis, RankOptions
+from ._rank_kernel import META_RANKS, RankAnalysis, RankOptions
 
 __all__ = [
     "RankAnalysis",
@@ -108,7 +108,7 @@ def stragglers(
     spent longest in, over the median rank, before arriving late) and ``step_ns_if_median``
     (the mean step time had it kept up with the second last). Blame and wait each sum to the
     same total."""
-    from .rank_reasons import straggler_table
+    from ._rank_reasons import straggler_table
 
     options = RankOptions(
         category=category,
@@ -138,7 +138,7 @@ def critical_path(
     last arrival to its end on the last arriver's rank, that rank's spans (the step's
     children) since its previous collective. ``summary=True``: per name, its time on the
     path (``critical_ns``) and ``share``."""
-    from .rank_reasons import critical_path_table, critical_summary
+    from ._rank_reasons import critical_path_table, critical_summary
 
     options = RankOptions(category=category, step=step, align=align)
     with RankAnalysis(spans, options, filter, engine) as analysis:
@@ -182,7 +182,7 @@ def ranks_summary(
     (``ranks``, ``steps``, ``step_ns``, ``instances``, ``total_wait_ns``, clock offsets),
     ``stragglers`` (every rank's row of :func:`stragglers`, most blamed first, with its
     ``share`` of all blame) and ``critical_path`` (per name: ``critical_ns``, ``share``)."""
-    from .rank_reasons import (
+    from ._rank_reasons import (
         critical_path_table,
         critical_summary,
         second_pass,

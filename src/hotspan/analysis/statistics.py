@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._columns import column_codes, combined_codes, parent_rows, plain_type, to_numpy
-from .kernels import (
+from ._kernels import (
     group_codes,
     sum_by,
     group_percentile,
@@ -121,7 +121,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
 
     Rows come largest ``total_ns`` first. Null keys form their own group.
 
-    ``hotspan.stats`` also takes a path (analysis/api.py): streamed, to the same result.
+    ``hotspan.stats`` also takes a path (analysis/_api.py): streamed, to the same result.
     Device rows (``span(..., device="cuda")``: a negative ``thread_id``) are kept apart from
     host spans: ``by`` may name ``device``, a key derived per row (``host``, or the device of
     a device row: ``cuda:0``; see :func:`device_labels`), and the default ``by`` is
@@ -270,7 +270,7 @@ DEVICE_KEY = "device"
 
 def device_labels(table: pa.Table) -> pa.Array:
     """Per row where it ran: ``host`` for a span of a thread, the device for a device row
-    (a negative ``thread_id``, see ``hotspan.devices.cuda``): its ``thread_name`` up to
+    (a negative ``thread_id``, see ``hotspan._devices.cuda``): its ``thread_name`` up to
     `` stream `` (``cuda:0`` for ``cuda:0 stream 7``)."""
     thread_id = table.column("thread_id")
     names = table.column("thread_name")
@@ -322,7 +322,7 @@ def phases(table: pa.Table) -> pa.Table:
     When the trace holds several ranks, rows with ``rank`` null follow: the mean over the
     ranks that have the category (``share`` is then the ratio of the means).
 
-    ``hotspan.phases`` also takes a path (analysis/api.py): streamed, to the same result.
+    ``hotspan.phases`` also takes a path (analysis/_api.py): streamed, to the same result.
     """
     _check_columns(table, (), _NEEDED + ("category", "rank"))
     if table.num_rows == 0:

@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .timeline_index import TimelineIndex, run_version
-from .timeline_kernel import INDEX_BINS, TRACK_KEYS, Summary
-from .timeline_source import window_batches, checked_window, window_count, window_of, window_spans
+from ._timeline_index import TimelineIndex, run_version
+from ._timeline_kernel import INDEX_BINS, TRACK_KEYS, Summary
+from ._timeline_source import window_batches, checked_window, window_count, window_of, window_spans
 
 __all__ = [
     "INDEX_BINS",

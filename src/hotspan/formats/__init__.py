@@ -14,12 +14,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .registry import EXTENSIONS, FORMATS, exporter_for, format_of
+from ._registry import EXTENSIONS, FORMATS, exporter_for, format_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .base import TraceFileError
+    from ._base import TraceFileError
 
 __all__ = ["EXTENSIONS", "FORMATS", "TraceFileError", "export", "exporter_for", "format_of", "load"]
 
@@ -27,7 +27,7 @@ __all__ = ["EXTENSIONS", "FORMATS", "TraceFileError", "export", "exporter_for", 
 def __getattr__(name: str) -> type[TraceFileError]:
     # TraceFileError lives with the base class; loading it loads pyarrow, so only on demand.
     if name == "TraceFileError":
-        from .base import TraceFileError
+        from ._base import TraceFileError
 
         return TraceFileError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -77,7 +77,7 @@ def load(
     lists them; a directory of several runs loads whole with a warning naming them).
     """
     if not isinstance(path, Path) and "://" in str(os.fspath(path)):
-        from .uri import is_uri
+        from ._uri import is_uri
 
         if is_uri(path):
             from .dataset import load_uri
@@ -91,7 +91,7 @@ def load(
     table = exporter_for(path, format).read(path, check=check)
     if run is not None:
         from .._schema import META_RUN
-        from .base import TraceFileError
+        from ._base import TraceFileError
 
         found = (table.schema.metadata or {}).get(META_RUN, b"").decode(errors="replace")
         if found != run:

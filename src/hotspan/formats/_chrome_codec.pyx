@@ -32,7 +32,7 @@ from ._trace_order cimport trace_order, thread_codes_of
 import json
 import os
 
-from .base import TraceFileError
+from ._base import TraceFileError
 
 cdef int64_t I64_MAX = 0x7FFFFFFFFFFFFFFF
 # INT64_MIN from <stdint.h>: Cython folds "-0x7FFFFFFFFFFFFFFF - 1" into the literal

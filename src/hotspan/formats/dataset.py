@@ -58,8 +58,8 @@ from typing import Any, TypeVar, cast
 import pyarrow as pa
 
 from .. import _machine
-from .uri import is_uri, redact_uri
-from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
+from ._uri import is_uri, redact_uri
+from ._base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
 from .._schema import (
     meta_int,
     meta_json,
@@ -283,7 +283,7 @@ def write_part(
     """
     import tempfile
 
-    from .parquet import ParquetExporter, PartParquetExporter
+    from ._parquet import ParquetExporter, PartParquetExporter
 
     if encoding not in ("part", "file"):
         raise ValueError(f"write_part: encoding must be 'part' or 'file', not {encoding!r}")
@@ -783,7 +783,7 @@ def load_uri(
 
     import pyarrow.fs as pafs
 
-    from .registry import exporter_for
+    from ._registry import exporter_for
 
     loc = location(uri)
     if not loc.local and loc.fs.get_file_info(loc.root).type == pafs.FileType.File:

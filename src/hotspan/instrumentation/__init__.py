@@ -23,8 +23,8 @@ __all__ = ["KNOWN", "instrument", "instrumented", "uninstrument"]
 
 #: name accepted by instrument() -> (module implementing install/uninstall, what to pip install)
 KNOWN: dict[str, tuple[str, str]] = {
-    "torch.distributed": ("hotspan.instrumentation.torch_distributed", "torch"),
-    "mlx": ("hotspan.instrumentation.mlx", "'mlx[cpu]' on Linux, mlx on macOS"),
+    "torch.distributed": ("hotspan.instrumentation._torch_distributed", "torch"),
+    "mlx": ("hotspan.instrumentation._mlx", "'mlx[cpu]' on Linux, mlx on macOS"),
 }
 
 _lock = threading.Lock()

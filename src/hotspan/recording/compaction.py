@@ -209,7 +209,7 @@ def _merge(
     import pyarrow.parquet as pq
 
     from .._schema import META_START, meta_int, meta_json
-    from ..formats.base import conform_to_schema
+    from ..formats._base import conform_to_schema
     from ..formats.dataset import META_PART, part_key, write_part
 
     rank, pid, token = writer

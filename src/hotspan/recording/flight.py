@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..formats.base import TraceFileError, open_regular_file
+from ..formats._base import TraceFileError, open_regular_file
 from ..formats.dataset import pid_alive
 
 if TYPE_CHECKING:
@@ -680,7 +680,7 @@ def recover(path: str | os.PathLike[str]) -> "pa.Table":
 
     from .._schema import META_PID, META_RANK, META_VERSION, SPAN_SCHEMA
     from .._selftime import with_self_ns
-    from ..formats.base import check_span_rules, note_skipped
+    from ..formats._base import check_span_rules, note_skipped
 
     f = _File(path)
     try:

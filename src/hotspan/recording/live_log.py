@@ -14,8 +14,8 @@ import threading
 from typing import IO, Any
 
 from .. import _native
-from ..quiet_threads import start_quiet
-from ..units import human_ns
+from .._quiet_threads import start_quiet
+from .._units import human_ns
 
 __all__ = ["LiveLog", "format_line", "live"]
 

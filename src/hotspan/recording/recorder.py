@@ -17,7 +17,7 @@ how often the clock offset to it is measured again, default 60 s) go with it.
 fails over to the next when that one is down.
 
 Parts reach the disk (or the collector) every interval: a process killed with SIGKILL loses
-at most its last interval. The recorder reads its own cursor of the hub (recording/hub.py):
+at most its last interval. The recorder reads its own cursor of the hub (recording/_hub.py):
 ``drain()``, ``live()`` and subscribers still get every span while it records.
 """
 
@@ -31,13 +31,13 @@ import time
 
 from .. import _api
 from .. import _lifecycle as lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
-from . import hub
+from . import _hub as hub
 from .. import _native
-from ..quiet_threads import signals_blocked, start_quiet
+from .._quiet_threads import signals_blocked, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
-from .children import forget_children, track_children
-from .sinks import sink_for
-from .sinks import warn as _warn
+from ._children import forget_children, track_children
+from ._sinks import sink_for
+from ._sinks import warn as _warn
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class Recorder:
             )
         if isinstance(buffer_spans, bool) or not isinstance(buffer_spans, int) or buffer_spans < 0:
             raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
-        from ..formats.uri import redact_uri
+        from ..formats._uri import redact_uri
 
         self._target = os.fspath(dest)  # as given: a forked child records to it too
         self.dest = redact_uri(self._target)  # shown in messages and events: no credentials
@@ -635,7 +635,7 @@ def _warm_up(kind: str) -> None:
 
     if kind == "directory":
         from ..formats import dataset  # noqa: F401  (and the Parquet exporter it writes with)
-        from ..formats.registry import exporter_for
+        from ..formats._registry import exporter_for
 
         exporter_for("x.parquet")
 
@@ -688,7 +688,7 @@ def start_from_env() -> Recorder | None:
     handler (flush, then die of SIGTERM as before) is installed only where the program has
     none.
     """
-    from .children import in_forkserver
+    from ._children import in_forkserver
 
     started = None
     dest = os.environ.get(ENV_OUT, "").strip()
@@ -802,7 +802,7 @@ def _export_to_children() -> None:
             _children_env_before = os.environ.get(ENV_CHILDREN)
             _children_env_set = True
         os.environ[ENV_CHILDREN] = json.dumps(specs)
-        from .children import offer_to_multiprocessing
+        from ._children import offer_to_multiprocessing
 
         offer_to_multiprocessing()  # imports nothing: multiprocessing, if loaded, or as it loads
     elif _children_env_set:

@@ -31,9 +31,9 @@ from .._schema import (
 )
 from ..analysis.statistics import STAT_COLUMNS, phases, stats
 from .._columns import column_codes, to_numpy
-from ..units import human_bytes, human_count, human_ns, human_rate
-from .flame import asset, flame_html
-from .layout import Layout, category_order, layout
+from .._units import human_bytes, human_count, human_ns, human_rate
+from ._flame import asset, flame_html
+from ._layout import Layout, category_order, layout
 
 __all__ = [
     "MAX_STAT_ROWS",
@@ -204,7 +204,7 @@ def category_colours(lay: Layout) -> dict[str, str]:
 
 def colours_by_time(time_per_category: Mapping[str, int | float]) -> dict[str, str]:
     """Category path -> colour, from each category's summed span time, as the timeline
-    takes them (:func:`~hotspan.report.layout.category_order`): for views that have the
+    takes them (:func:`~hotspan.report._layout.category_order`): for views that have the
     statistics and not the spans (serve's phases bars)."""
     return {name: _color(i) for i, name in enumerate(category_order(time_per_category))}
 

@@ -30,8 +30,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
-from . import queries
-from .runs import Catalog, Run
+from . import _queries as queries
+from ._runs import Catalog, Run
 
 __all__ = ["Served", "create_app"]
 
@@ -914,8 +914,8 @@ def create_app(
     (``queries.Warmer``; ``hotspan serve`` does)."""
     import pyarrow as pa
 
-    from ..formats.base import TraceFileError
-    from .pages import add_pages
+    from ..formats._base import TraceFileError
+    from ._pages import add_pages
 
     own_cache = None
     if cache is None:
@@ -928,7 +928,7 @@ def create_app(
     served = Served(root, cache, token=token, perfetto_ui=perfetto_ui)
     warmer = None
     if warm:
-        from .queries import Warmer
+        from ._queries import Warmer
 
         served.catalog.on_new_version = warmer = Warmer()
         # The runs found (and their statistics started) as the server starts, not at the
