@@ -15,9 +15,11 @@ then (in the child) SIGTERM's thread, then SIGTERM is unblocked. The steps, and 
 
 1. ``core`` (``hotspan._api``): the C core's own fork handlers (``csrc/hs_fork.c``) have
    already run; the child's drain is the user's again.
-2. ``hub`` (``hotspan.recording._hub``): the hub forgets the parent's pump thread and
+2. ``counters`` (``hotspan.counters``, once loaded): the child's counter queues start empty
+   under a fresh lock (the parent's consumers are not the child's).
+3. ``hub`` (``hotspan.recording._hub``): the hub forgets the parent's pump thread and
    consumers, so that
-3. ``recorder`` (``hotspan.recording.recorder``) may start a child's own ``HOTSPAN_OUT``
+4. ``recorder`` (``hotspan.recording.recorder``) may start a child's own ``HOTSPAN_OUT``
    recorder on a clean hub (and hand it to ``flush_on_sigterm``; the parent's registration
    is forgotten in the child before the steps run). Before the fork this step holds the
    flusher's lock; the parent's step gives it back.
@@ -83,7 +85,7 @@ __all__ = [
 ]
 
 #: The steps around fork, in the order their after-fork parts run (see the module's doc).
-FORK_STEPS = ("core", "hub", "recorder")
+FORK_STEPS = ("core", "counters", "hub", "recorder")
 
 _before: dict[str, Callable[[], None]] = {}
 _parent: dict[str, Callable[[], None]] = {}

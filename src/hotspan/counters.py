@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import _api, _native
+from . import _api, _lifecycle, _native
 from ._schema import COUNTER_SCHEMA
 from .formats._base import TraceFileError
 
@@ -124,7 +124,7 @@ def _after_fork_child() -> None:
     _queues.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_child)
+_lifecycle.on_fork("counters", after_in_child=_after_fork_child)
 
 
 # --------------------------------------------------------------------------- run directories

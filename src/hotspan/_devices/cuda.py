@@ -161,28 +161,10 @@ def resolve_columns(rank: int = 0) -> dict[str, list[Any]]:
     """The completed pairs as device rows (columns of the span table, as lists; ``rank`` for
     their rank column, the drain's). Never waits: an incomplete pair stays queued, and the
     pairs behind it on its stream (they complete after it) too."""
+    from .._schema import SPAN_SCHEMA
+
     done = _native._cuda_resolve()
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "span_id",
-            "parent_id",
-            "name",
-            "category",
-            "start_ns",
-            "end_ns",
-            "duration_ns",
-            "depth",
-            "thread_id",
-            "thread_name",
-            "pid",
-            "rank",
-            "arg",
-            "error",
-            "self_ns",
-            "wait_ns",
-        )
-    }
+    columns: dict[str, list[Any]] = {name: [] for name in SPAN_SCHEMA.names}
     if not done:
         return columns
     pid = os.getpid()

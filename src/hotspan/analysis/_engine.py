@@ -26,7 +26,7 @@ every engine to the core's answers.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -183,29 +183,9 @@ class MemoryEngine:
         reference: tuple[float, float] | None,
         machine: tuple[Any, Any],
     ) -> pa.Table:
-        import numpy as np
+        from .comparison import compare_rows
 
-        from .comparison import durations_by_group, judge_rows
-        from .statistics import stats
-
-        by = options.by
-        tables = (self.table, other.table)
-        grouped = [durations_by_group(t, by) for t in tables]
-        empty = np.zeros(0, np.int64)
-
-        def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
-            for row in keys.to_pylist():
-                key = tuple(row[k] for k in by)
-                yield key, grouped[0].get(key, empty), grouped[1].get(key, empty)
-
-        return judge_rows(
-            stats(tables[0], by),
-            stats(tables[1], by),
-            durations,
-            options,
-            reference=reference,
-            machine=machine,
-        )
+        return compare_rows(self.table, other.table, options, reference=reference, machine=machine)
 
     def metadata(self) -> dict[bytes, bytes]:
         return dict(self.table.schema.metadata or {})

@@ -3,8 +3,9 @@
 ``stats`` per group is a handful of aggregates over the span columns (:data:`STAT_AGGREGATES`)
 plus, for the exact percentiles, two order statistics per percentile (ranks
 ``floor((n - 1) q)`` and the next one, interpolated afterwards with numpy's own formula,
-``statistics.interpolate``, so a percentile equals ``numpy.percentile``'s to the last bit
-whatever computed the order statistics). :func:`stats_sql` renders that description as SQL
+``_kernels.interpolate``, so a percentile equals ``numpy.percentile``'s to the last bit
+whatever found the order statistics: numpy over a group's values, or duration buckets).
+:func:`stats_sql` renders the aggregates as SQL
 for a :class:`Dialect`: DuckDB's (embedded, the default engine) or Spark SQL's. The
 in-memory path (statistics.py) computes the same aggregates with numpy, and
 :func:`finish_stats` turns the per-group aggregates of any engine into the ``stats`` table,
@@ -36,7 +37,6 @@ __all__ = [
     "combine_sql",
     "device_sql",
     "finish_stats",
-    "order_statistic_ranks",
     "stats_sql",
 ]
 
@@ -51,10 +51,6 @@ class Dialect:
     #: inline, at 200 M spans the parent join stayed within the memory limit).
     inline_cte: str
     text_type: str
-    #: The aggregate that collects a group's values, and how to take its k-th smallest (1-based
-    #: k, an SQL expression): None where the engine hands the values to numpy instead.
-    sorted_list: str
-    element: str
 
     def quote(self, name: str) -> str:
         q = self.quote_char
@@ -84,10 +80,8 @@ class Dialect:
         return f"CAST(sum({expr}) AS BIGINT)"
 
 
-DUCKDB = Dialect("duckdb", '"', "NOT MATERIALIZED", "VARCHAR", "list_sort(list({}))", "{}[{}]")
-SPARK = Dialect(
-    "spark", "`", "", "STRING", "sort_array(collect_list({}))", "element_at({}, CAST({} AS INT))"
-)
+DUCKDB = Dialect("duckdb", '"', "NOT MATERIALIZED", "VARCHAR")
+SPARK = Dialect("spark", "`", "", "STRING")
 
 
 #: Per group: (alias, aggregate, column, condition). Aggregates: count (rows, or a column's
@@ -153,31 +147,21 @@ def key_sql(dialect: Dialect, key: str) -> str:
     return dialect.quote(key)
 
 
-def order_statistic_ranks(q: float) -> tuple[str, str]:
-    """The 0-based ranks numpy's linear percentile interpolates between, as SQL over ``n``
-    (the group's count): ``floor((n - 1) q)`` and the next one, at most ``n - 1``."""
-    # In double precision, as numpy computes it: a decimal literal's exact product can land on
-    # the other side of an integer (0.99 is not 0.99 in binary).
-    below = f"CAST(floor(CAST(n - 1 AS DOUBLE) * CAST({q!r} AS DOUBLE)) AS BIGINT)"
-    return below, f"least({below} + 1, n - 1)"
-
-
 def stats_sql(
     dialect: Dialect,
     relation: str,
     by: Sequence[str],
     *,
     columns: Sequence[str],
-    values: str = "sql",
+    values: str,
     extra_keys: Sequence[str] = (),
 ) -> str:
     """The per-group aggregates of ``stats`` over ``relation`` (a table or view of spans with
-    ``columns``), grouped by ``by``; ``values``: ``"sql"`` adds, per percentile, the two order
-    statistics (``p50_ns_a``, ``p50_ns_b``, ...) taken in SQL from the group's sorted values;
-    ``"list"`` adds the group's values unsorted (``v``) for numpy to select from (``"list32"``:
-    as 32-bit integers, for durations known to fit); ``"none"``
-    neither (the bounded path finds them by buckets). ``extra_keys``: select expressions
-    (``expr AS alias``) that group too, after ``by`` (the bounded path's duration bucket)."""
+    ``columns``), grouped by ``by``; ``values``: ``"list"`` adds the group's values unsorted
+    (``v``) for numpy to select from (``"list32"``: as 32-bit integers, for durations known to
+    fit); ``"none"`` does not (the bounded path finds the percentiles by buckets).
+    ``extra_keys``: select expressions (``expr AS alias``) that group too, after ``by`` (the
+    bounded path's duration bucket)."""
     keys = [key_sql(dialect, k) for k in by] + list(extra_keys)
     aggregates = [
         aggregate_sql(dialect, *a) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns
@@ -187,22 +171,10 @@ def stats_sql(
         aggregates.append(f"list({dur}) AS v")
     elif values == "list32":  # durations known to fit in 32 bits: half the bytes to collect
         aggregates.append(f"list(CAST({dur} AS INTEGER)) AS v")
-    elif values == "sql":
-        aggregates.append(f"{dialect.sorted_list.format(dur)} AS sorted_values")
+    elif values != "none":
+        raise ValueError(f"stats_sql: values must be list, list32 or none, not {values!r}")
     group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(keys)))}" if keys else ""
-    inner = f"SELECT {', '.join(keys + aggregates)} FROM {relation}{group}"
-    if values != "sql":
-        return inner
-    picks = []
-    for column, q in PERCENTILES:
-        for suffix, rank in zip(("a", "b"), order_statistic_ranks(q)):
-            picks.append(
-                f"{dialect.element.format('sorted_values', f'{rank} + 1')} AS {column}_{suffix}"
-            )
-    kept = [dialect.quote(k) for k in by] + [
-        dialect.quote(a[0]) for a in STAT_AGGREGATES if a[2] is None or a[2] in columns
-    ]
-    return f"SELECT {', '.join(kept + picks)} FROM ({inner}) AS g"
+    return f"SELECT {', '.join(keys + aggregates)} FROM {relation}{group}"
 
 
 #: How each kind of aggregate of :data:`STAT_AGGREGATES` combines over finer groups.
@@ -290,18 +262,6 @@ def order_statistics(
         for item in groups:
             select(item)
     return {c: interpolate(below[c], above[c], wanted[c][2]) for c in wanted}
-
-
-def sql_order_statistics(groups: pa.Table, counts: np.ndarray) -> dict[str, np.ndarray]:
-    """Per percentile, its value in each group from the two order statistics ``stats_sql``
-    took (``<column>_a``, ``<column>_b``), interpolated numpy's way."""
-    out = {}
-    for column, q in PERCENTILES:
-        _below, _above, gamma = percentile_ranks(counts, q)
-        a = np.asarray(groups.column(f"{column}_a").to_numpy(zero_copy_only=False), np.int64)
-        b = np.asarray(groups.column(f"{column}_b").to_numpy(zero_copy_only=False), np.int64)
-        out[column] = interpolate(a, b, gamma)
-    return out
 
 
 def finish_stats(

@@ -115,8 +115,16 @@ def compare(
     return compare_rows(base, new, options)
 
 
-def compare_rows(base: pa.Table, new: pa.Table, options: CompareOptions) -> pa.Table:
-    """``compare`` of two tables in memory."""
+def compare_rows(
+    base: pa.Table,
+    new: pa.Table,
+    options: CompareOptions,
+    *,
+    reference: tuple[float, float] | None = None,
+    machine: tuple[Any, Any] | None = None,
+) -> pa.Table:
+    """``compare`` of two tables in memory; ``reference`` (the ``normalize`` span's medians)
+    and ``machine`` (the runs' machine measures) found from the tables where not given."""
     by = options.by
     before = durations_by_group(base, by)
     after = durations_by_group(new, by)
@@ -127,8 +135,7 @@ def compare_rows(base: pa.Table, new: pa.Table, options: CompareOptions) -> pa.T
             key = tuple(row[k] for k in by)
             yield key, before.get(key, empty), after.get(key, empty)
 
-    reference = None
-    if options.normalize is not None:
+    if reference is None and options.normalize is not None:
         reference = (
             reference_median(stats(base, by=("name",)), options.normalize, "base"),
             reference_median(stats(new, by=("name",)), options.normalize, "new"),
@@ -139,7 +146,7 @@ def compare_rows(base: pa.Table, new: pa.Table, options: CompareOptions) -> pa.T
         durations,
         options,
         reference=reference,
-        machine=(machine_of(base.schema.metadata), machine_of(new.schema.metadata)),
+        machine=machine or (machine_of(base.schema.metadata), machine_of(new.schema.metadata)),
     )
 
 
@@ -157,10 +164,6 @@ def reference_median(by_name: pa.Table, name: str, side: str) -> float:
         if row["name"] == name and row["p50_ns"]:
             return float(row["p50_ns"])
     raise ValueError(f"normalize: no span named {name!r} with a duration in the {side} trace")
-
-
-def check_options(alpha: float, confidence: float, resamples: int) -> None:
-    CompareOptions(alpha=alpha, confidence=confidence, resamples=resamples)
 
 
 #: A shift is the machine's when at least this share of the judged groups (and 5) moved

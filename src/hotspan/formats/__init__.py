@@ -46,11 +46,7 @@ def export(
     ``counters``: a counter table written beside the spans, by the formats that hold
     counters (Chrome JSON, Perfetto); ``ValueError`` for another. Returns the path written.
     """
-    exporter = exporter_for(path, format)
-    if counters is None:
-        exporter.write(table, path)
-    else:
-        exporter.write(table, path, counters=counters)
+    exporter_for(path, format).write(table, path, counters=counters)
     return Path(path)
 
 

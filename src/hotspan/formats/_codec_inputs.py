@@ -134,10 +134,11 @@ def collective_flows(
     keeps it: the chain skips it. Nothing happens for a table of one rank or without
     collectives (looks at the category dictionary and the rank column)."""
     n = table.num_rows
-    if n < 2 or not _has_collectives(table, category):
+    if n < 2:
         return
+    # one rank first: the cheap test, and the case of most exports
     rank = column_values(table, "rank", np.int32)
-    if rank.min() == rank.max():
+    if rank.min() == rank.max() or not _has_collectives(table, category):
         return
     from ..analysis._rank_kernel import RankAnalysis, RankOptions
 

@@ -139,9 +139,6 @@ def bearer(token: str | None) -> bytes | None:
     return None if not token else b"Bearer " + token.encode()
 
 
-_bearer = bearer
-
-
 # --------------------------------------------------------------------------- server
 
 
@@ -221,7 +218,7 @@ class CollectorServer:
         from ._open_stacks import LiveStacks
 
         self.stacks = LiveStacks()
-        middleware = {"auth": TokenMiddlewareFactory(_bearer(token))} if token else {}
+        middleware = {"auth": TokenMiddlewareFactory(bearer(token))} if token else {}
         owner = self
         # a base class from the lazily imported module (pyarrow has no types: Any to mypy)
         service_base: Any = flight.FlightServerBase
@@ -789,7 +786,7 @@ class CollectorClient:
         self._next_try = 0.0
         self._tried = 0  # collectors tried in a row without success (a full round: back off)
         self._lost_since: float | None = None  # monotonic time of the first failure in a row
-        self.host = self._host = socket.gethostname()
+        self.host = socket.gethostname()
         self._pid = os.getpid()
 
     def _pick(self, rank: int) -> None:
@@ -803,7 +800,7 @@ class CollectorClient:
     def _options(self, timeout: float | None = None) -> Any:
         import pyarrow.flight as flight
 
-        headers = [(b"authorization", _bearer(self.token))] if self.token else []
+        headers = [(b"authorization", bearer(self.token))] if self.token else []
         return flight.FlightCallOptions(
             timeout=self.timeout if timeout is None else timeout, headers=headers
         )
@@ -940,7 +937,7 @@ class CollectorClient:
                 "v": 1,
                 "rank": rank,
                 "pid": self._pid,
-                "host": self._host[:256],
+                "host": self.host[:256],
                 "batch": self.batch_token,
                 "seq": seq,
                 "offset_ns": self.offset_ns,

@@ -132,6 +132,7 @@ class Recorder:
         self._core_dropped_at_start: int | None = None
         self._no_room = 0  # flushes put off: no room in memory for them
         self._undelivered = 0  # spans left in the core at stop: no room to take them
+        self._counter_parts = 0  # counter parts written (their names' sequence numbers)
         self.flushes = 0
         #: Named to the processes started while it runs (``children_specs``); not
         #: ``HOTSPAN_OUT``'s, which their environment names already.
@@ -354,7 +355,7 @@ class Recorder:
 
             table = counters.take(self)
             if table.num_rows:
-                self._counter_parts = getattr(self, "_counter_parts", 0) + 1
+                self._counter_parts += 1
                 counters.write_run_part(self._target, table, seq=self._counter_parts)
         except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
             _say(f"could not write counters to {self.dest}: {_problem(exc)}")
