@@ -15,7 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["column_codes", "combined_codes", "densify", "parent_rows", "plain_type", "to_numpy"]
+__all__ = [
+    "column_codes",
+    "combined_codes",
+    "densify",
+    "parent_rows",
+    "plain_type",
+    "to_numpy",
+    "values_and_validity",
+]
 
 
 def to_numpy(column: pa.ChunkedArray | pa.Array, dtype: type) -> np.ndarray:
@@ -42,7 +50,8 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
             if indices.null_count == 0:
                 codes = indices.to_numpy(zero_copy_only=False)
             else:  # (category: nulls) the indices as they lie, nulls' slots given a code below
-                codes, valid = _with_validity(indices)
+                codes, valid = values_and_validity(indices)
+                assert valid is not None  # (the indices hold nulls)
                 null_code = len(values)
                 values = pa.concat_arrays([values, pa.nulls(1, values.type)])
                 wide = np.promote_types(codes.dtype, np.min_scalar_type(null_code))
@@ -71,17 +80,23 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     return codes, values
 
 
-def _with_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed-width integer array's values as they lie in its buffer (a null's slot holds
-    whatever it holds) and its validity as booleans: no copy to fill the nulls first (a
-    tenth of a microsecond a row less than ``fill_null`` and ``is_valid``)."""
+def values_and_validity(
+    column: pa.Array | pa.ChunkedArray,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """An integer (or bool-free fixed-width) column's values, read straight from its buffers
+    (anything where null), and its validity (None: no nulls); ``fill_null`` and ``is_valid``
+    would each copy the column first."""
+    array = column
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    n, offset = len(array), array.offset
     validity, data = array.buffers()[:2]
-    end = array.offset + len(array)
-    values = np.frombuffer(data, dtype=array.type.to_pandas_dtype(), count=end)[array.offset :]
-    if validity is None:
-        return values, np.ones(len(array), np.bool_)
-    bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=end, bitorder="little")
-    return values, bits[array.offset :].view(np.bool_)
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    values = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
+    if validity is None or array.null_count == 0:
+        return values, None
+    bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
+    return values, bits[offset : offset + n].view(np.bool_)
 
 
 def combined_codes(table: pa.Table, columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

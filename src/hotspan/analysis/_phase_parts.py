@@ -9,6 +9,8 @@ import threading
 import numpy as np
 import pyarrow as pa
 
+from .._columns import values_and_validity
+
 __all__ = ["LANE", "GiveUp"]
 
 #: The columns that tell a span's thread apart where ids repeat.
@@ -55,25 +57,6 @@ def numpy_of(column: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
     values, valid = values_and_validity(column)
     values = values.astype(dtype, copy=False)
     return values if valid is None else np.where(valid, values, 0).astype(dtype, copy=False)
-
-
-def values_and_validity(
-    column: pa.Array | pa.ChunkedArray,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """An integer (or bool-free fixed-width) column's values, read straight from its buffers
-    (anything where null), and its validity (None: no nulls); ``fill_null`` and ``is_valid``
-    would each copy the column first."""
-    array = column
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-    n, offset = len(array), array.offset
-    validity, data = array.buffers()[:2]
-    dtype = np.dtype(array.type.to_pandas_dtype())
-    values = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
-    if validity is None or array.null_count == 0:
-        return values, None
-    bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
-    return values, bits[offset : offset + n].view(np.bool_)
 
 
 class IdIndex:

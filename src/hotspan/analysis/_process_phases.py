@@ -54,8 +54,8 @@ from ._phase_parts import (
     Ranges,
     Sums,
     lane_keys,
-    values_and_validity,
 )
+from .._columns import values_and_validity
 
 __all__ = ["phases_of_parts"]
 
