@@ -49,6 +49,7 @@ INTERNAL = [
     "hotspan.analysis.kernels",
     "hotspan.analysis.options",
     "hotspan.analysis.parquet_scan",
+    "hotspan.analysis.phase_kernel",
     "hotspan.analysis.phase_parts",
     "hotspan.analysis.process_phases",
     "hotspan.analysis.queries",

@@ -21,10 +21,10 @@ each row group's ids as runs of consecutive values, merged per process and then 
 any overlap is a repeated id. Should the run turn out to repeat ids, it is read once more
 with the ids looked up within their (rank, pid, thread).
 
-Per span the result is a (rank, category, parent's category) triple; their times and steps
-are summed and handed to ``queries.phases_of_sums``, the same arithmetic as the DuckDB and
-Spark paths' (``queries.phases_sql``) and the in-memory path's (``statistics.phase_table``),
-to the same result.
+Per span the result is a (rank, category, parent's category) triple, fed a row group at a
+time to the phases kernel (``_phase_kernel.PhaseSums``), which the in-memory path feeds its
+table's batches alike and whose finishing step (``phases_of_sums``) the DuckDB and Spark
+paths' SQL rows (``queries.phases_sql``) end in: one arithmetic, to the same result.
 
 Memory: a row group at a time per worker thread (the parts' row groups are what a writer
 flushes: about a million spans), plus the carried children and the id runs, both small for
@@ -52,10 +52,10 @@ from ._phase_parts import (
     Lanes,
     numpy_of,
     Ranges,
-    Sums,
     lane_keys,
 )
 from .._columns import values_and_validity
+from ._phase_kernel import PhaseSums
 
 __all__ = ["phases_of_parts"]
 
@@ -134,14 +134,14 @@ def _stream(
     lanes: Lanes | None,
     budget: int,
     stop: threading.Event,
-) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+) -> tuple[PhaseSums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
     """One process's parts in order: its sums, the children left without a parent, its id
     ranges, its ranks, and each row group's lowest and highest id (by path and number: the
     parts' footers keep no statistics of the ids). ``stop``: another process gave up (or
     found a repeated id), this one need not go on."""
     import pyarrow.parquet as pq
 
-    sums, carried, ranges = Sums(), Carried(budget), Ranges(budget)
+    sums, carried, ranges = PhaseSums(), Carried(budget), Ranges(budget)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     ranks: set[int] = set()
     columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
@@ -234,7 +234,7 @@ def _read(reader: Any, path: str, group: int, columns: list[str]) -> pa.Table:
         raise TraceFileError(path, f"not a readable Parquet part: {exc}") from exc
 
 
-def _add_summed(sums: Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
+def _add_summed(sums: PhaseSums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
     """Carried rows (already summed: time, steps) with their parent's category now known."""
     for rank, child, parent, time, steps in zip(
         rows["rank"].tolist(),
@@ -243,9 +243,7 @@ def _add_summed(sums: Sums, rows: dict[str, np.ndarray], parent_category: np.nda
         rows["time"].tolist(),
         rows["steps"].tolist(),
     ):
-        total = sums.sums.setdefault((rank, child, parent), [0, 0])
-        total[0] += time
-        total[1] += steps
+        sums.add_one((rank, child, parent), time, steps)
 
 
 # --------------------------------------------------------------------------- the run
@@ -261,9 +259,6 @@ def _run(
 ) -> pa.Table:
     from concurrent.futures import ThreadPoolExecutor
 
-    from ._queries import phases_of_sums
-    from .statistics import category_levels
-
     categories = Categories()
     lane_codes = Lanes() if lanes else None
 
@@ -271,7 +266,7 @@ def _run(
 
     def one(
         parts: list[tuple[str, Any]],
-    ) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+    ) -> tuple[PhaseSums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
         try:
             return _stream(parts, categories, lane_codes, budget, stop)
         except (GiveUp, RepeatedIds):
@@ -291,7 +286,7 @@ def _run(
             if error is not None:
                 raise error
         results = [f.result() for f in futures]
-    sums = Sums()
+    sums = PhaseSums()
     ranks: set[int] = set()
     carried = Carried(budget * workers)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
@@ -307,26 +302,9 @@ def _run(
         _resolve_carried(carried, sums, bounds, groups, categories, lane_codes)
 
     names = list(categories.codes)
+    # levels numbered in sorted order, as the DuckDB path numbers them
     ordered = sorted(c for c in names if c is not None)
-    levels = category_levels(ordered)  # numbered in sorted order, as the DuckDB path numbers them
-    position = {c: i for i, c in enumerate(ordered)}
-    top_of = np.array([levels[2][position[c]] if c is not None else -1 for c in names] + [-1])
-    sub_of = np.array([levels[3][position[c]] if c is not None else -1 for c in names] + [-1])
-    keys = list(sums.sums)
-    rank = np.array([k[0] for k in keys], np.int64)
-    child = np.array([k[1] for k in keys], np.int64)
-    parent = np.array([k[2] for k in keys], np.int64)  # -1: none (top_of[-1] is -1)
-    has_parent = parent >= 0
-    rows = {
-        "rank": rank,
-        "top": top_of[child],
-        "sub": sub_of[child],
-        "same_top": has_parent & (top_of[parent] == top_of[child]),
-        "same_sub": has_parent & (sub_of[parent] == sub_of[child]),
-        "time": np.array([sums.sums[k][0] for k in keys], np.int64),
-        "steps": np.array([sums.sums[k][1] for k in keys], np.int64),
-    }
-    return phases_of_sums(rows, np.array(sorted(ranks), np.int64), levels)
+    return sums.table(names, ordered, np.array(sorted(ranks), np.int64))
 
 
 def _repeated_across(ranges: list[Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
@@ -348,7 +326,7 @@ def _repeated_across(ranges: list[Ranges], budget: int, unique_ids: Callable[[],
 
 def _resolve_carried(
     carried: Carried,
-    sums: Sums,
+    sums: PhaseSums,
     bounds: dict[tuple[str, int], tuple[int, int]],
     groups: list[list[tuple[str, Any]]],
     categories: Categories,

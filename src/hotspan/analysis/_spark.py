@@ -262,7 +262,7 @@ class SparkSpans:
         return self._unique
 
     def phases(self) -> pa.Table:
-        from .statistics import category_levels
+        from ._phase_kernel import category_levels
 
         self._check((), _NEEDED + ("category", "rank"))
         categories = sorted(

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ._duckdb_source import NEEDED, SpanSource
-from .statistics import category_levels
+from ._phase_kernel import category_levels
 from ._streaming import load_trace, open_source, other_format, reading
 
 __all__ = ["stream_phases"]
@@ -38,7 +38,7 @@ def _phases(source: SpanSource) -> pa.Table:
     waits = {"self_ns", "wait_ns"} <= set(source.columns)
     if waits:
         # spans that awaited (asyncio tasks) make the phases' time their self time
-        # (statistics.phase_times), which the per-process stream below does not sum
+        # (_phase_kernel.phase_times), which the per-process stream below does not sum
         waits = (source.column_range("wait_ns")[1] or 0) > 0
     if not source.filtered and source.filesystem is None and not waits:
         # Each process's parts read in order, parents found among them: no join (see
