@@ -172,7 +172,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "hotspan._units",
         ),
     ),
-    ("table", ("hotspan._columns", "hotspan._flame")),  # a span table's columns and stacks
+    # a span table's columns and stacks; which spans are one collective across ranks
+    ("table", ("hotspan._columns", "hotspan._flame", "hotspan._collective_match")),
     # counters: their table, files and per-span figures, beside the formats that write them
     ("formats", ("hotspan.formats", "hotspan.counters")),
     ("analysis", ("hotspan.analysis",)),
@@ -195,13 +196,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 FACE = "hotspan"
 #: Crossings not yet removed, each named: ``hotspan hang``'s reading of flight files lives in
 #: recording/flight.py (its writer's module) rather than in formats, and its reading of a
-#: collector's open stacks in recording/_collector.py (the collector's protocol, both ends);
-#: the exports' flows between a collective's spans match its instances with the ranks
-#: kernel (to come: the face that exports computes them and hands them to the format).
+#: collector's open stacks in recording/_collector.py (the collector's protocol, both ends).
 KNOWN_CROSSINGS = {
     ("hotspan.analysis.hang", "hotspan.recording.flight"),
     ("hotspan.analysis.hang", "hotspan.recording._collector"),
-    ("hotspan.formats._codec_inputs", "hotspan.analysis._rank_kernel"),
 }
 
 

@@ -43,7 +43,6 @@ INTERNAL = [
     # analysis: the engines and kernels behind stats/phases/compare/ranks
     "hotspan.analysis.api",
     "hotspan.analysis.benchmark_comparison",
-    "hotspan.analysis.comms",
     "hotspan.analysis.duckdb_source",
     "hotspan.analysis.engine",
     "hotspan.analysis.kernels",
@@ -88,6 +87,7 @@ INTERNAL = [
     "hotspan.cli.tables",
     "hotspan.cli.top",
     # the package's helpers
+    "hotspan.collective_match",
     "hotspan.demo",
     "hotspan.devices",
     "hotspan.quiet_threads",

@@ -85,7 +85,7 @@ def hang(
 def _answer(found: list[tuple[Any, int]], category: str, unreadable: list[str]) -> dict[str, Any]:
     """The answer over processes read from flight files or a collector alike."""
     from ..recording.flight import Frame
-    from ._comms import group_of, is_collective
+    from .._collective_match import group_of, is_collective
 
     ranks: list[dict[str, Any]] = []
     for proc, now in found:
