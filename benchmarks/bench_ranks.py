@@ -41,7 +41,7 @@ SCAN = """
 import sys
 from hotspan.analysis._rank_source import COLUMNS, RankSource
 n = 0
-for table in RankSource(sys.argv[1]).batches(COLUMNS):
+for table in RankSource.open(sys.argv[1]).batches(COLUMNS):
     for column in table.columns:
         column.to_numpy()
     n += table.num_rows

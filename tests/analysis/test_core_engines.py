@@ -23,6 +23,8 @@ from hotspan._selftime import with_self_ns
 from hotspan.analysis import _phase_kernel, statistics
 from hotspan.analysis._engine import CompareOptions, Engine, StatsRequest, open_spans
 from hotspan.analysis.filters import SpanFilter, filter_table
+from hotspan.analysis.ranks import RankAnalysis
+from hotspan.analysis._rank_source import RankSource
 from hotspan.formats.dataset import write_part
 
 pytest.importorskip("duckdb")
@@ -290,6 +292,53 @@ def test_every_engine_answers_through_one_contract(run, streamed):
     assert answers[0] == answers[1] == answers[2] == clean(statistics.stats(table, request.by))
 
 
+RANK_QUESTIONS = ("collectives", "stragglers", "critical_path", "rank_steps")
+
+
+def oracle_ranks(table: pa.Table, question: str, span_filter=None) -> pa.Table:
+    """The across-ranks kernel itself over the table's batches, the filter applied once."""
+    from hotspan.analysis._rank_reasons import critical_path_table, straggler_table
+
+    source = RankSource.in_memory(table, SpanFilter.of(span_filter))
+    with RankAnalysis(source) as analysis:
+        if question == "collectives":
+            return analysis.collectives()
+        if question == "stragglers":
+            return straggler_table(analysis)
+        if question == "critical_path":
+            return critical_path_table(analysis)
+        return analysis.step_cells()
+
+
+@pytest.mark.parametrize(
+    "span_filter", [None, FILTERS[1], FILTERS[4], FILTERS[5], FILTERS[7]], ids=str
+)
+@pytest.mark.parametrize("question", RANK_QUESTIONS)
+def test_rank_analyses_of_every_engine_equal_the_cores(run, streamed, question, span_filter):
+    table, directory = run
+    expected = oracle_ranks(table, question, span_filter)
+    if question == "collectives" and span_filter is None:
+        assert expected.num_rows == 2 * 2 * 150  # both ranks' threads, every step
+    ask = getattr(hotspan, question)
+    for spans_in, engine in ((table, None), (directory, None), (directory, "memory")):
+        got = ask(spans_in, filter=span_filter, engine=engine)
+        assert got.schema.remove_metadata() == expected.schema.remove_metadata(), engine
+        assert clean(got) == clean(expected), (engine, spans_in)
+
+
+def test_every_engine_gives_the_ranks_kernel_its_spans(run, streamed):
+    table, directory = run
+    ways = ((table, None, "memory"), (directory, None, "duckdb"), (directory, "memory", "memory"))
+    for spans_in, engine, kind in ways:
+        with open_spans(spans_in, engine=engine) as opened:
+            assert opened.kind == kind
+            source = opened.engine.rank_source()
+            assert isinstance(source, RankSource)
+            assert (source.table is None) == (kind == "duckdb")  # streamed: parts in batches
+            rows = sum(t.num_rows for t in source.batches(("span_id",)))
+            assert rows == table.num_rows
+
+
 def test_options_travel_as_one_frozen_object():
     request = StatsRequest.of("name", {"ranks": (1,)})
     assert request.by == ("name",) and request.filter == SpanFilter(ranks=(1,))
@@ -335,3 +384,11 @@ def test_spark_answers_the_cores_stats_and_phases(spark, run, by, span_filter):
     if by is None:
         phases = hotspan.phases(directory, filter=span_filter, engine=spark)
         assert clean(phases) == clean(oracle_phases(table, span_filter))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question", RANK_QUESTIONS)
+def test_spark_answers_the_cores_rank_analyses(spark, run, question):
+    table, directory = run
+    got = getattr(hotspan, question)(directory, engine=spark)
+    assert clean(got) == clean(oracle_ranks(table, question))

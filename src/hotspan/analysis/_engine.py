@@ -16,6 +16,7 @@ same :class:`~hotspan.analysis.filters.SpanFilter` and the same default ``by``.
 
 Each engine answers through one contract, :class:`Engine`: ``stats(StatsRequest)``,
 ``phases()``, ``compare(other, CompareOptions, ...)``, ``metadata()``, ``default_by()``,
+``rank_source()`` (the spans as the across-ranks kernel reads them: ranks.py),
 ``close()`` (options.py: the questions as frozen objects). :class:`MemoryEngine` is the
 core itself (statistics.py over kernels.py); :class:`DuckDBEngine` streams Parquet
 (streaming.py, whose Parquet scan feeds the same kernels a part's batches at a time);
@@ -35,6 +36,9 @@ from ._options import CompareOptions, StatsRequest
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from ._duckdb_source import SpanSource
+    from ._rank_source import RankSource
 
 __all__ = [
     "STREAM_MIN_BYTES",
@@ -151,6 +155,8 @@ class Engine(Protocol):
 
     def metadata(self) -> dict[bytes, bytes]: ...
 
+    def rank_source(self) -> RankSource: ...
+
     def close(self) -> None: ...
 
 
@@ -159,9 +165,20 @@ class MemoryEngine:
 
     kind = "memory"
 
-    def __init__(self, table: pa.Table, default_by: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        default_by: tuple[str, ...],
+        unfiltered: pa.Table | None = None,
+        span_filter: SpanFilter | None = None,
+        paths: Sequence[str] = (),
+    ) -> None:
         self.table = table
         self._default_by = default_by
+        #: the spans before the filter (``table`` when none was given), and the paths read
+        self.unfiltered = table if unfiltered is None else unfiltered
+        self.span_filter = span_filter or SpanFilter()
+        self.paths = list(paths)
 
     def default_by(self) -> tuple[str, ...]:
         return self._default_by
@@ -190,6 +207,14 @@ class MemoryEngine:
     def metadata(self) -> dict[bytes, bytes]:
         return dict(self.table.schema.metadata or {})
 
+    def rank_source(self) -> RankSource:
+        from ._rank_source import RankSource
+
+        if "self_ns" in self.table.column_names:
+            return RankSource.in_memory(self.table, paths=self.paths)  # filtered already
+        # self times of the spans before the filter (a parent filtered out still covers)
+        return RankSource.in_memory(self.unfiltered, self.span_filter, self.paths)
+
     def close(self) -> None:
         pass
 
@@ -199,21 +224,41 @@ class DuckDBEngine:
 
     kind = "duckdb"
 
-    def __init__(self, paths: Sequence[str], span_filter: SpanFilter) -> None:
-        from ._duckdb_source import SpanSource
+    def __init__(
+        self, paths: Sequence[str], span_filter: SpanFilter, *, lazy: bool = False
+    ) -> None:
+        self.paths = list(paths)
+        self.span_filter = span_filter
+        self._source: SpanSource | None = None
+        self._default_by: tuple[str, ...] | None = None
+        if not lazy:
+            self.default_by()  # the parts opened now: a damaged one is named by whoever opens
 
-        self.source = SpanSource(paths if len(paths) > 1 else paths[0], span_filter=span_filter)
-        low, _ = self.source.column_range("thread_id")
-        device = low is not None and low < 0
-        self._default_by = ("category", "name", "device") if device else ("category", "name")
+    @property
+    def source(self) -> SpanSource:
+        """DuckDB's view of the parts (``_duckdb_source.SpanSource``): opened with the engine,
+        or on first use where it was opened ``lazy`` (the ranks read the parts with pyarrow
+        and need none)."""
+        if self._source is None:
+            from ._duckdb_source import SpanSource
+
+            paths = self.paths
+            self._source = SpanSource(
+                paths if len(paths) > 1 else paths[0], span_filter=self.span_filter
+            )
+        return self._source
 
     def default_by(self) -> tuple[str, ...]:
+        if self._default_by is None:
+            low, _ = self.source.column_range("thread_id")
+            device = low is not None and low < 0
+            self._default_by = ("category", "name", "device") if device else ("category", "name")
         return self._default_by
 
     def stats(self, request: StatsRequest) -> pa.Table:
         from ._streaming import stream_stats
 
-        return stream_stats(self.source, request.keys(self._default_by))
+        return stream_stats(self.source, request.keys(self.default_by()))
 
     def phases(self) -> pa.Table:
         from ._streamed_phases import stream_phases
@@ -234,8 +279,14 @@ class DuckDBEngine:
     def metadata(self) -> dict[bytes, bytes]:
         return self.source.metadata()
 
+    def rank_source(self) -> RankSource:
+        from ._rank_source import RankSource
+
+        return RankSource.of_files(self.paths, self.span_filter)
+
     def close(self) -> None:
-        self.source.close()
+        if self._source is not None:
+            self._source.close()
 
 
 class Spans:
@@ -248,6 +299,8 @@ class Spans:
         spans: Any,
         span_filter: SpanFilter | Mapping[str, Any] | None = None,
         engine: Any = None,
+        *,
+        lazy: bool = False,
     ):
         self.span_filter = SpanFilter.of(span_filter)
         self.kind = choose(spans, engine)
@@ -260,14 +313,16 @@ class Spans:
         if self.kind == "memory":
             unfiltered = spans if paths is None else load_paths(paths, run=self.span_filter.run)
             self.table = filter_table(unfiltered, self.span_filter)
-            self.engine = MemoryEngine(self.table, _table_default_by(unfiltered))
+            self.engine = MemoryEngine(
+                self.table, _table_default_by(unfiltered), unfiltered, self.span_filter, paths or ()
+            )
         elif paths is None:
             raise TypeError(
                 f"engine {self.kind}: give the spans as paths (Parquet files, run directories, URIs), "
                 f"not a {type(spans).__name__}"
             )
         elif self.kind == "duckdb":
-            self.engine = DuckDBEngine(paths, self.span_filter)
+            self.engine = DuckDBEngine(paths, self.span_filter, lazy=lazy)
         else:
             from ._spark import SparkSpans
 
@@ -366,7 +421,12 @@ def _check_run_selection(load: Any) -> None:
 
 
 def open_spans(
-    spans: Any, span_filter: SpanFilter | Mapping[str, Any] | None = None, engine: Any = None
+    spans: Any,
+    span_filter: SpanFilter | Mapping[str, Any] | None = None,
+    engine: Any = None,
+    *,
+    lazy: bool = False,
 ) -> Spans:
-    """:class:`Spans` over ``spans`` (a table, a path, paths), ``span_filter`` applied."""
-    return Spans(spans, span_filter, engine)
+    """:class:`Spans` over ``spans`` (a table, a path, paths), ``span_filter`` applied
+    (``lazy``: an engine's own resources, DuckDB's view, opened on first use only)."""
+    return Spans(spans, span_filter, engine, lazy=lazy)

@@ -96,7 +96,10 @@ class RankAnalysis:
         self.options = options or RankOptions()
         #: what the second pass over the spans found (rank_reasons.second_pass)
         self.found: dict[str, Any] = {}
-        self.source = RankSource(spans, span_filter, engine)
+        # the engine's own source (Engine.rank_source): a table, Parquet parts, a Spark view
+        self.source = (
+            spans if isinstance(spans, RankSource) else RankSource.open(spans, span_filter, engine)
+        )
         self.strings = Strings()
         try:
             self._first_pass()

@@ -384,6 +384,12 @@ FROM placed WHERE kind = 0 AND at_start IS NOT NULL AND at_prev <= st
 GROUP BY r, at_start, n"""
         return _to_arrow(self.session.sql(sql))
 
+    def rank_source(self) -> Any:
+        """The across-ranks kernel's source (_rank_source.RankSource) over this Spark view."""
+        from ._rank_source import RankSource
+
+        return RankSource.on_spark(self)
+
     def metadata(self) -> dict[bytes, bytes]:
         import pyarrow.parquet as pq
 
