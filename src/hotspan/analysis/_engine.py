@@ -50,6 +50,7 @@ __all__ = [
     "StatsRequest",
     "choose",
     "open_spans",
+    "rank_source",
     "stream_min_bytes",
 ]
 
@@ -418,6 +419,32 @@ def _check_run_selection(load: Any) -> None:
         raise ValueError(
             "run: this hotspan's loader cannot select a run yet (parts carry no run id)"
         )
+
+
+def rank_source(
+    spans: Any, span_filter: SpanFilter | Mapping[str, Any] | None = None, engine: Any = None
+) -> RankSource:
+    """The spans of ``spans`` (a table or paths) as the across-ranks kernel reads them, from
+    the engine :func:`choose` picks (``"memory"`` loads paths, ``"duckdb"`` streams them a
+    part at a time, ``"spark"`` or a SparkSession leaves them to Spark); closing the source
+    closes the engine."""
+    import pyarrow as pa
+
+    if paths_of(spans) is None:
+        if not isinstance(spans, pa.Table):
+            raise TypeError(
+                f"spans: expected a pyarrow.Table or a path, not {type(spans).__name__}"
+            )
+        if choose(spans, engine) != "spark":
+            engine = "memory"  # a table is read in memory, whatever engine was named
+    opened = open_spans(spans, span_filter, engine, lazy=True)
+    try:
+        source = opened.engine.rank_source()
+    except BaseException:
+        opened.close()
+        raise
+    source.owner = opened
+    return source
 
 
 def open_spans(

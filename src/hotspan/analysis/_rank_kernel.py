@@ -97,9 +97,12 @@ class RankAnalysis:
         #: what the second pass over the spans found (rank_reasons.second_pass)
         self.found: dict[str, Any] = {}
         # the engine's own source (Engine.rank_source): a table, Parquet parts, a Spark view
-        self.source = (
-            spans if isinstance(spans, RankSource) else RankSource.open(spans, span_filter, engine)
-        )
+        if isinstance(spans, RankSource):
+            self.source = spans
+        else:
+            from ._engine import rank_source
+
+            self.source = rank_source(spans, span_filter, engine)
         self.strings = Strings()
         try:
             self._first_pass()

@@ -67,7 +67,7 @@ class RankSource:
     the in-memory one over its table (:meth:`in_memory`), DuckDB's over the Parquet parts read
     with pyarrow a batch at a time (:meth:`of_files`), Spark's leaving the spans to Spark,
     which hands back only the rows a pass keeps (:meth:`narrowed`) and the windows' sums
-    (:meth:`on_spark`). :meth:`open` asks the engine ``engine.choose`` picks."""
+    (:meth:`on_spark`). ``engine.rank_source`` asks the engine ``engine.choose`` picks."""
 
     _metadata: dict[bytes, bytes] | None = None
 
@@ -86,32 +86,7 @@ class RankSource:
         self.span_filter = span_filter or SpanFilter()
         self.spark = spark
         #: the spans opened for this source (engine.Spans), closed with it
-        self._owner: Any = None
-
-    @classmethod
-    def open(
-        cls, spans: Any, span_filter: SpanFilter | dict[str, Any] | None = None, engine: Any = None
-    ) -> RankSource:
-        """The source of ``spans`` (a table or paths) that the engine chosen for them makes
-        (``engine`` as for ``stats``: ``"memory"`` loads paths, ``"duckdb"`` streams them, a
-        part at a time, ``"spark"`` or a SparkSession leaves them to Spark)."""
-        from ._engine import choose, open_spans, paths_of
-
-        if paths_of(spans) is None:
-            if not isinstance(spans, pa.Table):
-                raise TypeError(
-                    f"spans: expected a pyarrow.Table or a path, not {type(spans).__name__}"
-                )
-            if choose(spans, engine) != "spark":
-                engine = "memory"  # a table is read in memory, whatever engine was named
-        opened = open_spans(spans, span_filter, engine, lazy=True)
-        try:
-            source: RankSource = opened.engine.rank_source()
-        except BaseException:
-            opened.close()
-            raise
-        source._owner = opened
-        return source
+        self.owner: Any = None
 
     @classmethod
     def in_memory(
@@ -171,7 +146,7 @@ class RankSource:
         return RankSource.of_table(table, self)
 
     def close(self) -> None:
-        owner, self._owner = self._owner, None
+        owner, self.owner = self.owner, None
         if owner is not None:
             owner.close()  # the engine's (a Spark view) with it
         elif self.spark is not None:
