@@ -198,6 +198,22 @@ def rewritten(directory: Path, out: Path, rows_per_group: int, drain_order: bool
     return out
 
 
+def scan_spy(monkeypatch) -> list:
+    """What the per-process Parquet scan answers, each time it is asked (None: it left the
+    spans to DuckDB's join)."""
+    from hotspan.analysis import _process_phases
+
+    scanned: list = []
+    real = _process_phases.phases_of_parts
+
+    def spy(*args, **kwargs):
+        scanned.append(result := real(*args, **kwargs))
+        return result
+
+    monkeypatch.setattr(_process_phases, "phases_of_parts", spy)
+    return scanned
+
+
 @pytest.mark.parametrize("drain_order", [False, True], ids=["parents-first", "drain-order"])
 @pytest.mark.parametrize("rows_per_group", [7, 100_000])
 def test_phases_scan_feeds_the_kernel_row_groups_alike(
@@ -208,16 +224,7 @@ def test_phases_scan_feeds_the_kernel_row_groups_alike(
     table, directory = run
     expected = oracle_phases(table)
     parts = rewritten(directory, tmp_path / "parts", rows_per_group, drain_order)
-    from hotspan.analysis import _process_phases
-
-    scanned = []
-    real = _process_phases.phases_of_parts
-
-    def spy(*args, **kwargs):
-        scanned.append(result := real(*args, **kwargs))
-        return result
-
-    monkeypatch.setattr(_process_phases, "phases_of_parts", spy)
+    scanned = scan_spy(monkeypatch)
     assert clean(hotspan.phases(parts)) == clean(expected)
     assert scanned and scanned[0] is not None  # the scan answered, not DuckDB's join
     monkeypatch.setattr(_phase_kernel, "BATCH_ROWS", 5)
@@ -225,13 +232,17 @@ def test_phases_scan_feeds_the_kernel_row_groups_alike(
 
 
 @pytest.mark.parametrize("span_filter", [None, FILTERS[3], FILTERS[7]], ids=["all", "rank", "win"])
-def test_phases_of_spans_that_waited_equal_the_cores(run, streamed, tmp_path, span_filter):
+def test_phases_of_spans_that_waited_equal_the_cores(
+    run, streamed, tmp_path, monkeypatch, span_filter
+):
+    # no filter: the Parquet scan sums the self and wait times too; a filter: DuckDB's join
     table, _ = run
     table = waiting(table)
     directory = tmp_path / "run"
     for rank in (0, 1):
         part = table.filter(pc.equal(table.column("rank"), rank))
         write_part(part, directory, rank=rank, pid=100 + rank, seq=0)
+    scanned = scan_spy(monkeypatch)
     expected = oracle_phases(table, span_filter)
     # the collectives' time is their self time: less than their spans' durations
     plain = oracle_phases(table.drop_columns(["wait_ns"]), span_filter)
@@ -243,6 +254,9 @@ def test_phases_of_spans_that_waited_equal_the_cores(run, streamed, tmp_path, sp
     for spans_in, engine in ((table, None), (directory, None), (directory, "memory")):
         got = hotspan.phases(spans_in, filter=span_filter, engine=engine)
         assert clean(got) == clean(expected), (engine, spans_in)
+    assert bool(scanned and scanned[0] is not None) == (span_filter is None)
+    small = rewritten(directory, tmp_path / "small", 7, drain_order=True)  # children carried
+    assert clean(hotspan.phases(small, filter=span_filter)) == clean(expected)
 
 
 def shifted(table: pa.Table, factor: float) -> pa.Table:

@@ -150,9 +150,11 @@ class Ranges:
 
 class Carried:
     """Children whose parent is not found yet, summed per (parent key, lane, rank, category):
-    parent_id (uint64), lane (int64, 0 without lanes), rank, category, time, steps, count."""
+    parent_id (uint64), lane (int64, 0 without lanes), rank, category, and the sums: time,
+    steps, self time and wait (0 where the spans carry no wait times)."""
 
-    FIELDS = ("parent", "lane", "rank", "child", "time", "steps")
+    FIELDS = ("parent", "lane", "rank", "child", "time", "steps", "own", "waited")
+    SUMMED = ("time", "steps", "own", "waited")
 
     def __init__(self, budget: int) -> None:
         self.columns = {
@@ -174,7 +176,7 @@ class Carried:
                 same &= merged[k][1:] == merged[k][:-1]
             starts = np.flatnonzero(np.r_[True, ~same])
             merged = {
-                k: (np.add.reduceat(v, starts) if k in ("time", "steps") else v[starts])
+                k: (np.add.reduceat(v, starts) if k in self.SUMMED else v[starts])
                 for k, v in merged.items()
             }
         if len(merged["parent"]) > self.budget:

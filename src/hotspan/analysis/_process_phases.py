@@ -6,7 +6,7 @@ in its child's own process, drained in the same part as the child or a later one
 closes after its children, and a process drains spans in the order they close). So the parts
 of one process (one writer: the same rank, pid and token, by part number) are read in order,
 a row group at a time, with only the columns the answer needs (``span_id``, ``parent_id``,
-``category``, ``duration_ns``, ``rank``), and each span's parent is looked up among the spans
+``category``, ``duration_ns``, ``rank``; ``self_ns`` and ``wait_ns`` where spans awaited), and each span's parent is looked up among the spans
 of that row group (``IdIndex``: a direct-address table where the ids are dense, as the
 recorder draws them, else a sort). Children whose parent is not in it yet are carried to the
 next row group, summed per (parent, rank, category): a parent with a million children drained
@@ -61,6 +61,8 @@ __all__ = ["phases_of_parts"]
 
 #: The columns read; ``pid`` and ``thread_id`` too where ids repeat.
 COLUMNS = ("span_id", "parent_id", "category", "duration_ns", "rank")
+#: Read too where spans awaited (asyncio tasks): the phases then sum their self times.
+WAIT_COLUMNS = ("self_ns", "wait_ns")
 #: Bytes per span a worker holds while it looks up one row group: the columns (~40), the
 #: index (up to 4 x 4 for the direct table, or 16 for a sort) and the temporaries.
 BYTES_PER_SPAN = 160
@@ -78,6 +80,8 @@ def phases_of_parts(
     memory_bytes: int,
     unique_ids: Callable[[], bool],
     workers: int | None = None,
+    *,
+    waits: bool = False,
 ) -> pa.Table | None:
     """``statistics.phases`` of the spans in ``files`` (local Parquet parts, their footers
     ``pyarrow.parquet.FileMetaData``; ``unique_ids`` answers whether no span id repeats, asked
@@ -85,7 +89,8 @@ def phases_of_parts(
     doc): a part without one of the columns (a rank taken from a ``rank=R`` directory), a row
     group too large for ``memory_bytes``, null ranks."""
     schemas = [f.schema.to_arrow_schema() for f in footers]
-    if any(not set(COLUMNS) <= set(s.names) for s in schemas):
+    needed = set(COLUMNS) | (set(WAIT_COLUMNS) if waits else set())
+    if any(not needed <= set(s.names) for s in schemas):
         return None
     largest = max(
         (f.row_group(g).num_rows for f in footers for g in range(f.num_row_groups)), default=0
@@ -100,9 +105,11 @@ def phases_of_parts(
     budget = max((memory_bytes // 4) // BYTES_PER_ROW // workers, 1 << 16)
     try:
         try:
-            return _run(groups, unique_ids, lanes=False, workers=workers, budget=budget)
+            return _run(
+                groups, unique_ids, lanes=False, workers=workers, budget=budget, waits=waits
+            )
         except RepeatedIds:
-            return _run(groups, unique_ids, lanes=True, workers=workers, budget=budget)
+            return _run(groups, unique_ids, lanes=True, workers=workers, budget=budget, waits=waits)
     except GiveUp:
         return None
 
@@ -134,6 +141,7 @@ def _stream(
     lanes: Lanes | None,
     budget: int,
     stop: threading.Event,
+    waits: bool = False,
 ) -> tuple[PhaseSums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
     """One process's parts in order: its sums, the children left without a parent, its id
     ranges, its ranks, and each row group's lowest and highest id (by path and number: the
@@ -145,6 +153,7 @@ def _stream(
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     ranks: set[int] = set()
     columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
+    columns += list(WAIT_COLUMNS) if waits else []
     for path, footer in parts:
         reader = pq.ParquetFile(path, metadata=footer)
         rank_index = footer.schema.to_arrow_schema().get_field_index("rank")
@@ -210,7 +219,11 @@ def _stream(
             waiting = has_parent & ~found
             # (row -1 reads the last row's category, replaced by -1 at once)
             parent_category = np.where(found, child[row], -1)
-            sums.add(rank, child, parent_category, duration, skip=waiting)
+            own = waited = None
+            if waits:
+                own = numpy_of(table.column("self_ns"), np.int64)
+                waited = numpy_of(table.column("wait_ns"), np.int64)
+            sums.add(rank, child, parent_category, duration, skip=waiting, own=own, waited=waited)
             if waiting.any():
                 carried.add(
                     parent=parent[waiting],
@@ -219,6 +232,12 @@ def _stream(
                     child=child[waiting],
                     time=duration[waiting],
                     steps=(duration[waiting] > 0).astype(np.int64),
+                    own=own[waiting] if own is not None else np.zeros(int(waiting.sum()), np.int64),
+                    waited=(
+                        waited[waiting]
+                        if waited is not None
+                        else np.zeros(int(waiting.sum()), np.int64)
+                    ),
                 )
     return sums, carried, ranges, ranks, bounds
 
@@ -235,15 +254,18 @@ def _read(reader: Any, path: str, group: int, columns: list[str]) -> pa.Table:
 
 
 def _add_summed(sums: PhaseSums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
-    """Carried rows (already summed: time, steps) with their parent's category now known."""
-    for rank, child, parent, time, steps in zip(
+    """Carried rows (already summed: time, steps, self and wait time) with their parent's
+    category now known."""
+    for rank, child, parent, time, steps, own, waited in zip(
         rows["rank"].tolist(),
         rows["child"].tolist(),
         parent_category.tolist(),
         rows["time"].tolist(),
         rows["steps"].tolist(),
+        rows["own"].tolist(),
+        rows["waited"].tolist(),
     ):
-        sums.add_one((rank, child, parent), time, steps)
+        sums.add_one((rank, child, parent), time, steps, own, waited)
 
 
 # --------------------------------------------------------------------------- the run
@@ -256,6 +278,7 @@ def _run(
     lanes: bool,
     workers: int,
     budget: int,
+    waits: bool = False,
 ) -> pa.Table:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -268,7 +291,7 @@ def _run(
         parts: list[tuple[str, Any]],
     ) -> tuple[PhaseSums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
         try:
-            return _stream(parts, categories, lane_codes, budget, stop)
+            return _stream(parts, categories, lane_codes, budget, stop, waits)
         except (GiveUp, RepeatedIds):
             stop.set()  # the others stop at their next row group
             raise
@@ -287,6 +310,7 @@ def _run(
                 raise error
         results = [f.result() for f in futures]
     sums = PhaseSums()
+    sums.waits = waits  # (the workers' sums merged say so too, where they read a row)
     ranks: set[int] = set()
     carried = Carried(budget * workers)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
