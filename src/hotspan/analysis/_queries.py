@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from ._kernels import interpolate, percentile_ranks
+from ._phase_kernel import phases_of_sums
 from .statistics import (
     PERCENTILES,
     stats_table,
@@ -309,7 +310,7 @@ def phases_sql(
     dialect: Dialect, relation: str, levels: str, *, unique_ids: bool, waits: bool = False
 ) -> str:
     """``statistics.phases`` as one aggregation: per rank, top-level category and sub-category
-    number (``levels``: category -> top, sub; ``statistics.category_levels``) and whether the
+    number (``levels``: category -> top, sub; ``_phase_kernel.category_levels``) and whether the
     span's parent is in the same one (then it does not open it), the time and the steps.
 
     Small integers, not category strings, go through the parent join (its hash table holds a
@@ -318,7 +319,7 @@ def phases_sql(
     ``statistics.parent_rows`` does: by id; where ids repeat, within the child's rank, pid and
     thread (one of them, should an id repeat within a thread too). ``waits`` (the relation
     has ``self_ns`` and ``wait_ns``): the self and wait times summed too (``own``,
-    ``waited``), for the categories whose spans awaited (``statistics.phase_times``)."""
+    ``waited``), for the categories whose spans awaited (``_phase_kernel.phase_times``)."""
     q = dialect.quote
     waited_cols = f", s.{q('self_ns')} AS o, s.{q('wait_ns')} AS w" if waits else ""
     waited_sums = (
@@ -353,7 +354,7 @@ def phases_sql(
 
 def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple[Any, ...]) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows (``levels``: what
-    ``statistics.category_levels`` gave for the categories it numbered)."""
+    ``_phase_kernel.category_levels`` gave for the categories it numbered)."""
 
     def column(name: str, dtype: Any) -> np.ndarray:
         return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), dtype)
@@ -365,33 +366,3 @@ def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple[Any, ..
         rank_values,
         levels,
     )
-
-
-def phases_of_sums(
-    rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple[Any, ...]
-) -> pa.Table:
-    """The ``phases`` table from :func:`phases_sql`'s rows as numpy columns (``rank``, ``top``,
-    ``sub``, ``same_top``, ``same_sub``, ``time``, ``steps``; ``own`` and ``waited`` where
-    the spans carry wait times), however they were summed."""
-    from .statistics import PHASE_SCHEMA, phase_table, phase_times
-
-    tops, subs = levels[0], levels[1]
-    if len(rank_values) == 0:
-        return PHASE_SCHEMA.empty_table()
-    top_of, sub_of = rows["top"], rows["sub"]
-    same_top, same_sub = rows["same_top"], rows["same_sub"]
-    rank_of, time_of, steps_of = rows["rank"], rows["time"], rows["steps"]
-    opens_top, opens_sub = (top_of >= 0) & ~same_top, (sub_of >= 0) & ~same_sub
-    n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
-    top_time = np.zeros((n_ranks, n_tops), np.int64)
-    top_steps = np.zeros((n_ranks, n_tops), np.int64)
-    sub_time = np.zeros((n_ranks, n_subs), np.int64)
-    rank = np.searchsorted(rank_values, rank_of)
-    # summed: a (rank, level) comes in several rows (one per combination of the flags)
-    np.add.at(top_time, (rank[opens_top], top_of[opens_top]), time_of[opens_top])
-    np.add.at(top_steps, (rank[opens_top], top_of[opens_top]), steps_of[opens_top])
-    np.add.at(sub_time, (rank[opens_sub], sub_of[opens_sub]), time_of[opens_sub])
-    if "own" in rows and "waited" in rows:
-        top_time = phase_times(top_time, rank, top_of, rows["own"], rows["waited"])
-        sub_time = phase_times(sub_time, rank, sub_of, rows["own"], rows["waited"])
-    return phase_table(rank_values, tops, subs, top_time, top_steps, sub_time)
