@@ -11,8 +11,6 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-import pyarrow as pa
-
 __all__ = ["GRACE_S", "MISSED", "bearer", "fetch_open_stacks", "is_gone", "parse_url"]
 
 #: Missed intervals before a process is taken as gone (plus GRACE_S).
@@ -55,6 +53,7 @@ def fetch_open_stacks(
     """The open stacks a collector at ``url`` holds, as
     :class:`~hotspan.formats._flight.FlightProcess` (``path`` names the collector, rank and
     pid), and the collector's time now. OSError when it cannot be reached or refuses."""
+    import pyarrow as pa
     import pyarrow.flight as flight
 
     from ._flight import FlightProcess, FlightThread, Frame
