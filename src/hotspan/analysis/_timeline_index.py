@@ -21,6 +21,9 @@ from ._timeline_kernel import (
     value_codes,
     Summary,
 )
+from ._timeline_fine import FINE_BINS, FineLevel, FineLevels, build_fine_levels, fine_widths
+from ._timeline_fine import _NO_DEPTH as FINE_NO_DEPTH
+from ._timeline_kernel import _NO_DEPTH
 from ._timeline_source import window_batches, checked_window, window_of
 from ._timeline_store import from_ipc_bytes, ipc_bytes, mapped_npz, decoded_table, write_npz
 
@@ -55,7 +58,12 @@ class TimelineIndex:
     read back from a saved index, all of it memory-mapped."""
 
     def __init__(
-        self, spans: Any, bins: int = INDEX_BINS, *, blocks: str | os.PathLike[str] | None = None
+        self,
+        spans: Any,
+        bins: int = INDEX_BINS,
+        *,
+        blocks: str | os.PathLike[str] | None = None,
+        fine_bins: int = FINE_BINS,
     ) -> None:
         self.window = window_of(spans)
         start, end = self.window
@@ -71,10 +79,44 @@ class TimelineIndex:
         self.bins = bins
         self.bin_ns = self._summary.ns_per_pixel
         self.blocks = writer.close() if writer is not None else None
+        self.fine: FineLevels | None = None
+        self._fine_ranges = np.zeros((0, 2), np.int64)
+        if self.blocks is not None:
+            self._build_fine(fine_bins)
+
+    def _build_fine(self, fine_bins: int) -> None:
+        """The fine levels (see :mod:`._timeline_fine`), in files beside the span blocks;
+        none where the run is too sparse for them or the files cannot be written."""
+        summary = self._summary
+        assert self.blocks is not None
+        binned = np.array([code not in summary.few for code in range(len(summary.tracks))], bool)
+        widths = fine_widths(self.bins, summary.seen, binned, fine_bins)
+        if not widths:
+            return
+        stem = os.path.splitext(self.blocks.path)[0]
+        path, rows_path = stem + ".fine", stem + ".rows"
+        try:
+            ranges = build_fine_levels(summary, self.blocks, widths, path, rows_path, _BLOCK_SCHEMA)
+            self.fine = FineLevels(
+                path,
+                rows_path,
+                summary.start_ns,
+                summary.end_ns,
+                widths,
+                len(summary.tracks),
+                ranges,
+            )
+            self._fine_ranges = ranges
+        except (OSError, pa.ArrowException):  # a full disk, say: no fine levels
+            for leftover in (path, rows_path):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
 
     #: The persisted form's version: an index file of another version is not read (2: the
-    #: levels, the names' times sorted by bin).
-    FORMAT = 2
+    #: levels, the names' times sorted by bin; 3: the fine levels).
+    FORMAT = 3
 
     def save(self, path: str | os.PathLike[str], version: str) -> None:
         """Write the index to ``path`` (a ``.npz`` file, written whole under another name
@@ -122,6 +164,15 @@ class TimelineIndex:
                 "size": os.path.getsize(self.blocks.path),
             }
             arrays["blocks"] = self.blocks.directory
+        if self.fine is not None:
+            head["fine"] = {
+                "widths": self.fine.widths,
+                "file": os.path.basename(self.fine.path),
+                "size": os.path.getsize(self.fine.path),
+                "rows": os.path.basename(self.fine.rows_path),
+                "rows_size": os.path.getsize(self.fine.rows_path),
+            }
+            arrays["fine_ranges"] = self.fine.ranges
         arrays["head"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
         path = os.fspath(path)
         folder = os.path.dirname(path) or "."
@@ -194,6 +245,28 @@ class TimelineIndex:
                     index.blocks = _Blocks(where, arrays["blocks"], summary)
             except (OSError, pa.ArrowInvalid):
                 index.blocks = None
+        index.fine = None
+        saved_fine = head.get("fine")
+        if saved_fine is not None and index.blocks is not None:
+            folder = os.path.dirname(os.fspath(path))
+            where = os.path.join(folder, saved_fine["file"])
+            rows = os.path.join(folder, saved_fine["rows"])
+            try:
+                if (
+                    os.path.getsize(where) == saved_fine["size"]
+                    and os.path.getsize(rows) == saved_fine["rows_size"]
+                ):
+                    index.fine = FineLevels(
+                        where,
+                        rows,
+                        start,
+                        max(end, start + 1),
+                        [int(w) for w in saved_fine["widths"]],
+                        len(summary.tracks),
+                        arrays["fine_ranges"],
+                    )
+            except (OSError, ValueError, KeyError, pa.ArrowInvalid):
+                index.fine = None
         return index
 
     def view(
@@ -211,7 +284,8 @@ class TimelineIndex:
         start_ns, end_ns = checked_window(None, start_ns, end_ns, width, self.window)
         index = self._summary
         out = Summary(start_ns, end_ns, width)
-        if out.ns_per_pixel < self.bin_ns:
+        fine = self.fine.levels if self.fine is not None else []
+        if out.ns_per_pixel < (fine[-1].ns_per_pixel if fine else self.bin_ns):
             if self.blocks is None:
                 return None
             for batch, track in self.blocks.batches(start_ns, end_ns, ranks):
@@ -226,10 +300,8 @@ class TimelineIndex:
         out.seen[codes[binned]] = width + 1  # summarised: never listed whole
         # the bins holding the window's first and last nanosecond, by the kernel's own rule
         # the coarsest level whose bins are no longer than a pixel: at most ~2 bins a pixel
-        level = next(
-            (lv for lv in reversed(self.levels) if lv.ns_per_pixel <= out.ns_per_pixel),
-            index,
-        )
+        candidates: list[Summary | FineLevel] = [*reversed(self.levels), *fine]
+        level = next((lv for lv in candidates if lv.ns_per_pixel <= out.ns_per_pixel), index)
         bin_ns, bins_of_level = level.ns_per_pixel, level.width
         lo = max(0, int(max(start_ns - index.start_ns, 0) / bin_ns))
         hi = min(bins_of_level, int(max(end_ns - 1 - index.start_ns, -1) / bin_ns) + 1)
@@ -252,11 +324,18 @@ class TimelineIndex:
             first = np.flatnonzero(np.diff(pixel, prepend=-1))
             rows, cols = np.ix_(codes[binned], pixel[first])
             for name, reduce in (("counts", np.add), ("times", np.add), ("depths", np.minimum)):
-                reduced = reduce.reduceat(getattr(level, name)[binned, lo:hi], first, axis=1)
+                values = np.asarray(getattr(level, name)[binned, lo:hi]).astype(np.int64)
+                if name == "depths" and isinstance(level, FineLevel):
+                    values[values == FINE_NO_DEPTH] = _NO_DEPTH
+                reduced = reduce.reduceat(values, first, axis=1)
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)
+            if isinstance(level, FineLevel):
+                _fine_names(out, level, codes[binned], binned, lo, hi, pixel, first)
             kinds = max(len(index.names), 1)
             for code in np.flatnonzero(binned).tolist():
+                if not isinstance(level, Summary):
+                    break  # a fine level's names: its busiest, above
                 keys, times = level._merge_track(code)
                 # sorted by bin: the window's own pairs, found by bisection
                 a, b = np.searchsorted(keys, [lo * NAMES, hi * NAMES])
@@ -284,6 +363,15 @@ class TimelineIndex:
         ]
         for tables in index.few.values():
             rows_of_index += tables
+        if isinstance(level, FineLevel) and self.fine is not None and self.blocks is not None:
+            # the spans a bin of this level long or more and shorter than the index's bin
+            between = self.fine.rows_of(
+                np.flatnonzero(binned).tolist(), start_ns, end_ns, level.ns_per_pixel, self.bin_ns
+            )
+            if between is not None:
+                for batch in between.to_batches(BATCH_ROWS):
+                    decoded, track = self.blocks._batch([batch])
+                    out.add(decoded, (track, self.blocks.keys))
         for table in rows_of_index:
             for batch in table.to_batches(BATCH_ROWS):
                 out.add(batch)
@@ -292,6 +380,38 @@ class TimelineIndex:
 
 #: The fewest bins a level of a :class:`TimelineIndex` has (coarser: not worth a level).
 LEVEL_BINS = 256
+
+
+def _fine_names(
+    out: Summary,
+    level: FineLevel,
+    out_codes: np.ndarray,
+    binned: np.ndarray,
+    lo: int,
+    hi: int,
+    pixel: np.ndarray,
+    first: np.ndarray,
+) -> None:
+    """Each pixel's busiest name from a fine level's bins ``lo:hi`` (``pixel``: each bin's
+    pixel; ``first``: where each pixel's bins begin): the busiest name of its bin with the
+    most time (one bin a pixel where the view's pixels are whole bins: the spans' own)."""
+    names = np.asarray(level.names[binned, lo:hi]).astype(np.int64)
+    times = np.asarray(level.times[binned, lo:hi]).astype(np.int64)
+    times[names < 0] = -1
+    most = np.maximum.reduceat(times, first, axis=1)
+    lengths = np.diff(np.append(first, hi - lo))
+    segment = np.repeat(np.arange(len(first)), lengths)
+    column = np.arange(hi - lo)
+    chosen = np.where((times == most[:, segment]) & (names >= 0), column, hi - lo)
+    pick = np.minimum.reduceat(chosen, first, axis=1)
+    pixels = pixel[first]
+    for row, code in enumerate(out_codes.tolist()):
+        found = pick[row] < hi - lo
+        if not found.any():
+            continue
+        at = pick[row][found]
+        keys = pixels[found] * NAMES + names[row, at]
+        out.add_names(int(code), keys, np.maximum(times[row, at], 0).astype(np.float64))
 
 
 def _sort_names(summary: Summary) -> None:
