@@ -34,7 +34,14 @@ import pyarrow as pa
 
 from ._timeline_kernel import NAMES, Summary, value_codes
 
-__all__ = ["FINE_BINS", "FineLevel", "FineLevels", "build_fine_levels", "fine_widths"]
+__all__ = [
+    "FINE_BINS",
+    "FINE_NO_DEPTH",
+    "FineLevel",
+    "FineLevels",
+    "build_fine_levels",
+    "fine_widths",
+]
 
 #: The most bins a track of a fine level has (the finest level's width at most).
 FINE_BINS = 1 << 17
@@ -44,7 +51,7 @@ _SPANS_A_BIN = 4
 #: The arrays of a fine level, in the file's order: (name, dtype).
 _ARRAYS = (("counts", np.uint32), ("times", np.int64), ("depths", np.int32), ("names", np.int32))
 #: The least depth of a bin with no span, as stored.
-_NO_DEPTH = np.iinfo(np.int32).max
+FINE_NO_DEPTH = np.iinfo(np.int32).max
 
 
 def fine_widths(
@@ -220,7 +227,7 @@ def build_fine_levels(
                 if level.width != width:
                     level = _halved(level, width, long_rows, mine_keys)
                 busiest = level._busiest()
-                depths = np.where(level.depths > _NO_DEPTH, _NO_DEPTH, level.depths)
+                depths = np.where(level.depths > FINE_NO_DEPTH, FINE_NO_DEPTH, level.depths)
                 values = {
                     "counts": level.counts,
                     "times": level.times,

@@ -18,12 +18,18 @@ from ._timeline_kernel import (
     DENSE_CELLS,
     INDEX_BINS,
     TRACK_KEYS,
+    NO_DEPTH,
     value_codes,
     Summary,
 )
-from ._timeline_fine import FINE_BINS, FineLevel, FineLevels, build_fine_levels, fine_widths
-from ._timeline_fine import _NO_DEPTH as FINE_NO_DEPTH
-from ._timeline_kernel import _NO_DEPTH
+from ._timeline_fine import (
+    FINE_BINS,
+    FINE_NO_DEPTH,
+    FineLevel,
+    FineLevels,
+    build_fine_levels,
+    fine_widths,
+)
 from ._timeline_source import window_batches, checked_window, window_of
 from ._timeline_store import from_ipc_bytes, ipc_bytes, mapped_npz, decoded_table, write_npz
 
@@ -326,7 +332,7 @@ class TimelineIndex:
             for name, reduce in (("counts", np.add), ("times", np.add), ("depths", np.minimum)):
                 values = np.asarray(getattr(level, name)[binned, lo:hi]).astype(np.int64)
                 if name == "depths" and isinstance(level, FineLevel):
-                    values[values == FINE_NO_DEPTH] = _NO_DEPTH
+                    values[values == FINE_NO_DEPTH] = NO_DEPTH
                 reduced = reduce.reduceat(values, first, axis=1)
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)

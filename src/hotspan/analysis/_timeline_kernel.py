@@ -19,6 +19,7 @@ __all__ = [
     "DENSE_CELLS",
     "INDEX_BINS",
     "MAX_WIDTH",
+    "NO_DEPTH",
     "NAMES",
     "Summary",
     "TRACK_KEYS",
@@ -90,7 +91,7 @@ class Summary:
         old = len(self.counts)
         if tracks <= old:
             return
-        for attr, fill in (("counts", 0), ("times", 0), ("depths", _NO_DEPTH)):
+        for attr, fill in (("counts", 0), ("times", 0), ("depths", NO_DEPTH)):
             grown = np.full((tracks, self.width), fill, np.int64)
             grown[:old] = getattr(self, attr)
             setattr(self, attr, grown)
@@ -473,7 +474,7 @@ NAMES = 1 << 24
 #: The most (pixel, name) pairs the kernel adds up in a dense array (more: a hash of the pairs).
 DENSE_CELLS = 1 << 20
 #: The least depth of a pixel with no span yet.
-_NO_DEPTH = np.iinfo(np.int64).max
+NO_DEPTH = np.iinfo(np.int64).max
 
 
 def _lanes(spans: pa.Table) -> list[pa.Table]:
