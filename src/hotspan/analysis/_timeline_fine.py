@@ -50,6 +50,8 @@ FINE_BINS = 1 << 17
 _SPANS_A_BIN = 4
 #: The arrays of a fine level, in the file's order: (name, dtype).
 _ARRAYS = (("counts", np.uint32), ("times", np.int64), ("depths", np.int32), ("names", np.int32))
+#: One row start in this many of each track's rows is kept in memory (see :class:`FineLevels`).
+_SAMPLE = 64
 #: The least depth of a bin with no span, as stored.
 FINE_NO_DEPTH = np.iinfo(np.int32).max
 
@@ -70,20 +72,34 @@ def fine_widths(
 
 
 class FineLevel:
-    """One fine level: ``width`` bins a track, arrays indexed by (track code, bin)."""
+    """One fine level: ``width`` bins a track, arrays indexed by (track code, bin), read from
+    its file with plain reads (:meth:`read`): a page cache of large folios maps a MB around
+    each page a memory map touches, 130 MB for the 4 KB a track of a view reads."""
 
-    def __init__(self, start_ns: int, end_ns: int, width: int, arrays: dict[str, np.ndarray]):
+    def __init__(
+        self, start_ns: int, end_ns: int, width: int, fd: int, offsets: dict[str, int]
+    ) -> None:
         self.start_ns, self.end_ns, self.width = start_ns, end_ns, width
         self.ns_per_pixel = (end_ns - start_ns) / width
-        self.counts = arrays["counts"]
-        self.times = arrays["times"]
-        self.depths = arrays["depths"]
-        self.names = arrays["names"]
+        self.fd, self.offsets = fd, offsets
+
+    def read(self, name: str, codes: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """Bins ``lo:hi`` of the tracks ``codes`` of the array ``name``, as int64."""
+        dtype = np.dtype(dict(_ARRAYS)[name])
+        out = np.empty((len(codes), hi - lo), dtype)
+        row = self.width * dtype.itemsize
+        for i, code in enumerate(np.asarray(codes).tolist()):
+            at = self.offsets[name] + code * row + lo * dtype.itemsize
+            data = os.pread(self.fd, (hi - lo) * dtype.itemsize, at)
+            if len(data) != (hi - lo) * dtype.itemsize:
+                raise OSError(f"fine level: {len(data)} bytes read at {at}")
+            out[i] = np.frombuffer(data, dtype)
+        return out.astype(np.int64)
 
 
 class FineLevels:
     """An index's fine levels (coarsest first) and the rows between its finest bin and the
-    index's own bin, read from the file at ``path`` (the levels, memory-mapped) and the Arrow
+    index's own bin, read from the file at ``path`` (the levels, plain reads) and the Arrow
     IPC file at ``rows_path`` (memory-mapped), as :func:`build_fine_levels` wrote them."""
 
     def __init__(
@@ -96,25 +112,50 @@ class FineLevels:
         tracks: int,
         ranges: np.ndarray,
     ) -> None:
+        import mmap
+
         self.path, self.rows_path = path, rows_path
         self.widths = list(widths)
         self.levels = []
+        size = os.path.getsize(path)
+        self.fd = os.open(path, os.O_RDONLY)
+        with open(rows_path, "rb") as rows:
+            self._map = mmap.mmap(rows.fileno(), 0, access=mmap.ACCESS_READ)
         offset = 0
         for width in self.widths:
-            arrays = {}
+            offsets = {}
             for name, dtype in _ARRAYS:
-                size = tracks * width * np.dtype(dtype).itemsize
-                arrays[name] = (
-                    np.memmap(path, dtype, "r", offset=offset, shape=(tracks, width))
-                    if size
-                    else np.zeros((tracks, width), dtype)
-                )
-                offset += size
-            self.levels.append(FineLevel(start_ns, end_ns, width, arrays))
-        if os.path.getsize(path) != offset:
-            raise ValueError(f"{path}: {os.path.getsize(path)} bytes, not {offset}")
+                offsets[name] = offset
+                offset += tracks * width * np.dtype(dtype).itemsize
+            self.levels.append(FineLevel(start_ns, end_ns, width, self.fd, offsets))
+        if size != offset:
+            os.close(self.fd)
+            raise ValueError(f"{path}: {size} bytes, not {offset}")
         self.ranges = ranges
-        self.rows = pa.ipc.open_file(pa.memory_map(rows_path)).read_all()
+        self.rows = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(self._map))).read_all()
+        # every _SAMPLE-th row's start of each track, in memory: a window's rows are found
+        # there, and only they are read from the map
+        starts = self.rows.column("start_ns")
+        self.samples = [
+            starts.slice(int(at), int(count)).to_numpy()[::_SAMPLE].copy()
+            for at, count in ranges.tolist()
+        ]
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except (OSError, AttributeError):
+            pass
+
+    def release(self) -> None:
+        """Give back the pages of the rows' file that views touched (they stay in the page
+        cache, read again from there): without it, every page a zoom ever touched stays
+        counted in the server's resident memory. Safe while other views read: a page given
+        back is mapped again on its next read."""
+        import mmap
+
+        self._map.madvise(mmap.MADV_DONTNEED)
 
     def rows_of(
         self, codes: Sequence[int], start_ns: int, end_ns: int, shortest: float, reach: float
@@ -126,12 +167,12 @@ class FineLevels:
             at, count = (int(v) for v in self.ranges[code])
             if not count:
                 continue
-            rows = self.rows.slice(at, count)
-            starts = rows.column("start_ns").to_numpy()
-            a, b = np.searchsorted(starts, [start_ns - int(reach) - 1, end_ns])
-            if a == b:
+            # the rows from the sample at or before the window's first to the one after its last
+            i, j = np.searchsorted(self.samples[code], [start_ns - int(reach) - 1, end_ns])
+            a, b = max(int(i) - 1, 0) * _SAMPLE, min(int(j) * _SAMPLE, count)
+            if a >= b:
                 continue
-            rows = rows.slice(int(a), int(b - a))
+            rows = self.rows.slice(at + a, b - a)
             start = rows.column("start_ns").to_numpy()
             end = rows.column("end_ns").to_numpy()
             keep = ((end - start) >= shortest) & (start < end_ns) & (end > start_ns)

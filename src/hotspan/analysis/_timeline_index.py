@@ -31,7 +31,14 @@ from ._timeline_fine import (
     fine_widths,
 )
 from ._timeline_source import window_batches, checked_window, window_of
-from ._timeline_store import from_ipc_bytes, ipc_bytes, mapped_npz, decoded_table, write_npz
+from ._timeline_store import (
+    from_ipc_bytes,
+    ipc_bytes,
+    mapped_npz,
+    decoded_table,
+    release_mapped,
+    write_npz,
+)
 
 __all__ = ["BLOCK_ROWS", "LEVEL_BINS", "TimelineIndex", "run_version"]
 
@@ -86,6 +93,7 @@ class TimelineIndex:
         self.bin_ns = self._summary.ns_per_pixel
         self.blocks = writer.close() if writer is not None else None
         self.fine: FineLevels | None = None
+        self._mapped: list[np.ndarray] = []
         self._fine_ranges = np.zeros((0, 2), np.int64)
         if self.blocks is not None:
             self._build_fine(fine_bins)
@@ -205,6 +213,7 @@ class TimelineIndex:
         except (OSError, ValueError, KeyError, EOFError):  # none, half-gone, or not an index
             return None
         index = cls.__new__(cls)
+        index._mapped = list(arrays.values())
         index.window = (int(head["window"][0]), int(head["window"][1]))
         index.bins = int(head["bins"])
         start, end = index.window
@@ -330,9 +339,12 @@ class TimelineIndex:
             first = np.flatnonzero(np.diff(pixel, prepend=-1))
             rows, cols = np.ix_(codes[binned], pixel[first])
             for name, reduce in (("counts", np.add), ("times", np.add), ("depths", np.minimum)):
-                values = np.asarray(getattr(level, name)[binned, lo:hi]).astype(np.int64)
-                if name == "depths" and isinstance(level, FineLevel):
-                    values[values == FINE_NO_DEPTH] = NO_DEPTH
+                if isinstance(level, FineLevel):
+                    values = level.read(name, np.flatnonzero(binned), lo, hi)
+                    if name == "depths":
+                        values[values == FINE_NO_DEPTH] = NO_DEPTH
+                else:
+                    values = np.asarray(getattr(level, name)[binned, lo:hi]).astype(np.int64)
                 reduced = reduce.reduceat(values, first, axis=1)
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)
@@ -378,10 +390,20 @@ class TimelineIndex:
                 for batch in between.to_batches(BATCH_ROWS):
                     decoded, track = self.blocks._batch([batch])
                     out.add(decoded, (track, self.blocks.keys))
+            del between
         for table in rows_of_index:
             for batch in table.to_batches(BATCH_ROWS):
                 out.add(batch)
-        return out.result(ranks, encoded=encoded)
+        answer = out.result(ranks, encoded=encoded)
+        self._release()
+        return answer
+
+    def _release(self) -> None:
+        """The pages of the saved index's files this view read given back (see
+        :func:`release_mapped`): the server's memory stays that of one view."""
+        release_mapped(self._mapped)
+        if self.fine is not None:
+            self.fine.release()
 
 
 #: The fewest bins a level of a :class:`TimelineIndex` has (coarser: not worth a level).
@@ -401,8 +423,8 @@ def _fine_names(
     """Each pixel's busiest name from a fine level's bins ``lo:hi`` (``pixel``: each bin's
     pixel; ``first``: where each pixel's bins begin): the busiest name of its bin with the
     most time (one bin a pixel where the view's pixels are whole bins: the spans' own)."""
-    names = np.asarray(level.names[binned, lo:hi]).astype(np.int64)
-    times = np.asarray(level.times[binned, lo:hi]).astype(np.int64)
+    names = level.read("names", np.flatnonzero(binned), lo, hi)
+    times = level.read("times", np.flatnonzero(binned), lo, hi)
     times[names < 0] = -1
     most = np.maximum.reduceat(times, first, axis=1)
     lengths = np.diff(np.append(first, hi - lo))
