@@ -449,7 +449,8 @@ def _padded(table: pa.Table, bins: int) -> pa.Table:
 
 def test_fine_levels_answer_zooms_finer_than_the_index_as_the_spans_do(tmp_path):
     """Views with pixels shorter than the index's bins but holding many spans a track are
-    answered from the fine levels (2, 4, 8 times as many bins, built from the span blocks):
+    answered from the fine levels (fine_bins, its half, its quarter..., built from the span
+    blocks):
     at each fine level's width the whole run is the spans' own answer, built and read back;
     a window of whole fine bins gives the spans' pixels (past its first, which the spans
     begun before the window also reach) and counts each span once; without the fine files
@@ -493,6 +494,11 @@ def test_fine_levels_answer_zooms_finer_than_the_index_as_the_spans_do(tmp_path)
         )
         short_in = ~long & (starts >= a) & (starts < b)
         assert counted == int(short_in.sum() + (long & (starts < b) & (ends > a)).sum())
+    # levels of 3 x 2^k bins (between the index's powers of two), as the server keeps them
+    thirds = TimelineIndex(table, bins=256, blocks=tmp_path / "thirds.blocks", fine_bins=1536)
+    assert thirds.fine is not None and thirds.fine.widths == [384, 768, 1536]
+    for width in (1536, 768, 384):
+        assert thirds.view(width=width) == timeline(table, width=width)
     # the fine files gone: not read; the same views from the span blocks
     (tmp_path / "index.fine").unlink()
     again = TimelineIndex.load(tmp_path / "index.npz", "v1")

@@ -43,8 +43,12 @@ __all__ = [
     "fine_widths",
 ]
 
-#: The most bins a track of a fine level has (the finest level's width at most).
-FINE_BINS = 1 << 17
+#: The most bins a track of a fine level has (the finest level's width at most): 3 x 2^17, not
+#: a power of two, so that the levels (this, its half, quarter, ... down to the index's
+#: 2^14) fall between the index's powers of two: on the 200 M-span run (855 s) the 1/16,
+#: 1/64 and 1/256 zooms of a 1,065-pixel view have pixels just shorter than a bin of 2^16
+#: and 2^18 bins, and the levels of 3 x 2^k bins still answer them.
+FINE_BINS = 3 << 17
 #: A fine level is kept only while its bins hold this many spans of the busiest track or more
 #: on average (finer: a window of a screen's bins holds few spans, read from the blocks fast).
 _SPANS_A_BIN = 4
@@ -59,16 +63,20 @@ FINE_NO_DEPTH = np.iinfo(np.int32).max
 def fine_widths(
     bins: int, seen: np.ndarray, binned: np.ndarray, limit: int = FINE_BINS
 ) -> list[int]:
-    """The widths of the fine levels worth keeping over an index of ``bins`` bins (finest
-    last): twice ``bins``, four times, ... up to ``limit``, while the busiest summarised track
-    has ``_SPANS_A_BIN`` spans a bin or more."""
+    """The widths of the fine levels worth keeping over an index of ``bins`` bins (coarsest
+    first): ``limit``, its half, quarter, ... while more than ``bins`` (each level halves the
+    next finer one), those whose bins hold ``_SPANS_A_BIN`` spans of the busiest summarised
+    track or more on average."""
     most = int(seen[binned].max()) if binned.any() else 0
     widths = []
-    width = bins * 2
-    while width <= limit and width * _SPANS_A_BIN <= most:
-        widths.append(width)
-        width *= 2
-    return widths
+    width = limit
+    while width > bins:
+        if width * _SPANS_A_BIN <= most:
+            widths.append(width)
+        if width % 2:
+            break
+        width //= 2
+    return widths[::-1]
 
 
 class FineLevel:
