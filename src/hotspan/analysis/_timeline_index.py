@@ -86,17 +86,18 @@ class TimelineIndex:
             self._summary.add(batch)
             if writer is not None:
                 writer.add(batch)
-        self._summary._merge_names()
-        _sort_names(self._summary)
-        self.levels = _pyramid(self._summary)
         self.bins = bins
         self.bin_ns = self._summary.ns_per_pixel
         self.blocks = writer.close() if writer is not None else None
         self.fine: FineLevels | None = None
         self._mapped: list[np.ndarray] = []
-        self._fine_ranges = np.zeros((0, 2), np.int64)
         if self.blocks is not None:
+            # before the coarser levels are made: the build's memory is then the first
+            # pass's and one rank's fine levels, not also every level's names
             self._build_fine(fine_bins)
+        self._summary._merge_names()
+        _sort_names(self._summary)
+        self.levels = _pyramid(self._summary)
 
     def _build_fine(self, fine_bins: int) -> None:
         """The fine levels (see :mod:`._timeline_fine`), in files beside the span blocks;
@@ -120,7 +121,6 @@ class TimelineIndex:
                 len(summary.tracks),
                 ranges,
             )
-            self._fine_ranges = ranges
         except (OSError, pa.ArrowException):  # a full disk, say: no fine levels
             for leftover in (path, rows_path):
                 try:
