@@ -186,7 +186,8 @@ class FineLevels:
             keep = ((end - start) >= shortest) & (start < end_ns) & (end > start_ns)
             if keep.any():
                 pieces.append(rows.filter(pa.array(keep)))
-        return pa.concat_tables(pieces) if pieces else None
+        # one table of one chunk: the kernel's cost is paid once a batch, not once a track
+        return pa.concat_tables(pieces).combine_chunks() if pieces else None
 
 
 def _halved(fine: Summary, width: int, rows: list[pa.Table], keys: np.ndarray) -> Summary:
