@@ -499,6 +499,12 @@ def test_fine_levels_answer_zooms_finer_than_the_index_as_the_spans_do(tmp_path)
     assert thirds.fine is not None and thirds.fine.widths == [384, 768, 1536]
     for width in (1536, 768, 384):
         assert thirds.view(width=width) == timeline(table, width=width)
+    # the fine rows cut short (not those written with the index): not read
+    rows = (tmp_path / "index.rows").read_bytes()
+    (tmp_path / "index.rows").write_bytes(rows[:-100])
+    assert TimelineIndex.load(tmp_path / "index.npz", "v1").fine is None
+    (tmp_path / "index.rows").write_bytes(rows)
+    assert TimelineIndex.load(tmp_path / "index.npz", "v1").fine is not None
     # the fine files gone: not read; the same views from the span blocks
     (tmp_path / "index.fine").unlink()
     again = TimelineIndex.load(tmp_path / "index.npz", "v1")
