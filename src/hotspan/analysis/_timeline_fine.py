@@ -40,6 +40,7 @@ __all__ = [
     "FineLevel",
     "FineLevels",
     "build_fine_levels",
+    "fine_names",
     "fine_widths",
 ]
 
@@ -337,3 +338,35 @@ def _codes(names: Any, summary: Summary) -> pa.Array:
         [summary.names[str(n)] for n in array.dictionary.to_pylist()] or [0], np.int32
     )
     return pa.array(mapping[array.indices.to_numpy(zero_copy_only=False)])
+
+
+def fine_names(
+    out: Summary,
+    level: FineLevel,
+    out_codes: np.ndarray,
+    binned: np.ndarray,
+    lo: int,
+    hi: int,
+    pixel: np.ndarray,
+    first: np.ndarray,
+) -> None:
+    """Each pixel's busiest name from a fine level's bins ``lo:hi`` (``pixel``: each bin's
+    pixel; ``first``: where each pixel's bins begin): the busiest name of its bin with the
+    most time (one bin a pixel where the view's pixels are whole bins: the spans' own)."""
+    names = level.read("names", np.flatnonzero(binned), lo, hi)
+    times = level.read("times", np.flatnonzero(binned), lo, hi)
+    times[names < 0] = -1
+    most = np.maximum.reduceat(times, first, axis=1)
+    lengths = np.diff(np.append(first, hi - lo))
+    segment = np.repeat(np.arange(len(first)), lengths)
+    column = np.arange(hi - lo)
+    chosen = np.where((times == most[:, segment]) & (names >= 0), column, hi - lo)
+    pick = np.minimum.reduceat(chosen, first, axis=1)
+    pixels = pixel[first]
+    for row, code in enumerate(out_codes.tolist()):
+        found = pick[row] < hi - lo
+        if not found.any():
+            continue
+        at = pick[row][found]
+        keys = pixels[found] * NAMES + names[row, at]
+        out.add_names(int(code), keys, np.maximum(times[row, at], 0).astype(np.float64))

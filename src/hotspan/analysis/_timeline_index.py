@@ -28,6 +28,7 @@ from ._timeline_fine import (
     FineLevel,
     FineLevels,
     build_fine_levels,
+    fine_names,
     fine_widths,
 )
 from ._timeline_source import window_batches, checked_window, window_of
@@ -349,7 +350,7 @@ class TimelineIndex:
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)
             if isinstance(level, FineLevel):
-                _fine_names(out, level, codes[binned], binned, lo, hi, pixel, first)
+                fine_names(out, level, codes[binned], binned, lo, hi, pixel, first)
             kinds = max(len(index.names), 1)
             for code in np.flatnonzero(binned).tolist():
                 if not isinstance(level, Summary):
@@ -408,38 +409,6 @@ class TimelineIndex:
 
 #: The fewest bins a level of a :class:`TimelineIndex` has (coarser: not worth a level).
 LEVEL_BINS = 256
-
-
-def _fine_names(
-    out: Summary,
-    level: FineLevel,
-    out_codes: np.ndarray,
-    binned: np.ndarray,
-    lo: int,
-    hi: int,
-    pixel: np.ndarray,
-    first: np.ndarray,
-) -> None:
-    """Each pixel's busiest name from a fine level's bins ``lo:hi`` (``pixel``: each bin's
-    pixel; ``first``: where each pixel's bins begin): the busiest name of its bin with the
-    most time (one bin a pixel where the view's pixels are whole bins: the spans' own)."""
-    names = level.read("names", np.flatnonzero(binned), lo, hi)
-    times = level.read("times", np.flatnonzero(binned), lo, hi)
-    times[names < 0] = -1
-    most = np.maximum.reduceat(times, first, axis=1)
-    lengths = np.diff(np.append(first, hi - lo))
-    segment = np.repeat(np.arange(len(first)), lengths)
-    column = np.arange(hi - lo)
-    chosen = np.where((times == most[:, segment]) & (names >= 0), column, hi - lo)
-    pick = np.minimum.reduceat(chosen, first, axis=1)
-    pixels = pixel[first]
-    for row, code in enumerate(out_codes.tolist()):
-        found = pick[row] < hi - lo
-        if not found.any():
-            continue
-        at = pick[row][found]
-        keys = pixels[found] * NAMES + names[row, at]
-        out.add_names(int(code), keys, np.maximum(times[row, at], 0).astype(np.float64))
 
 
 def _sort_names(summary: Summary) -> None:
