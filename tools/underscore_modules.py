@@ -65,6 +65,7 @@ INTERNAL = [
     "hotspan.analysis.timeline_kernel",
     "hotspan.analysis.timeline_source",
     "hotspan.analysis.timeline_store",
+    "hotspan.analysis.timeline_fine",
     # cli: one module per command; the public face is hotspan.cli (main, build_parser)
     "hotspan.cli.collect",
     "hotspan.cli.commands",
