@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The Chrome JSON codec: one writer and one reader, typed loops over buffers.
 
-Writer: :func:`encode` puts the rows in trace order (a radix sort shared with the Perfetto
+Writer: :func:`encode` puts the rows in trace order (a sort shared with the Perfetto
 codec, ``_trace_order.pxd``) and formats them (columns as buffers, strings pre-encoded once
 per distinct value) into event lines, a bounded buffer at a time.
 
@@ -464,7 +464,7 @@ def encode(sink, Py_ssize_t buffer_size,
     """Every row's event line to ``sink`` (an int: a file descriptor open for writing,
     else an object with ``write(bytes-like)``), in trace order.
 
-    Rows may come in any order: they are put in trace order here with the radix sort the
+    Rows may come in any order: they are put in trace order here with the sort the
     Perfetto codec uses too (``_trace_order.pxd``). One event a line, each after ",\\n"
     (the header ends with an event): an ``X`` event a span, an ``i`` event (thread scope)
     an instant. ``*_texts`` are the pre-encoded pieces per code: ``,"pid":P,"tid":T`` per

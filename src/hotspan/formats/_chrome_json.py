@@ -19,7 +19,7 @@ What the file holds:
 The compiled codec (``_chrome_codec.pyx``) writes the event lines and reads every Chrome
 trace, ours and foreign, with one streaming parser over bounded blocks of the file. The
 writer takes the table's columns in any row order and sorts them into trace order itself
-(the radix sort the Perfetto codec shares, ``_trace_order.pxd``). This module prepares the
+(the sort the Perfetto codec shares, ``_trace_order.pxd``). This module prepares the
 writer's inputs (contiguous columns, dictionary codes, the thread and process tables) and
 turns the reader's columns into the span table:
 

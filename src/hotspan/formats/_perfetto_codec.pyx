@@ -409,7 +409,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     """Write the header (descriptor packets) and every span's events to ``fd``.
 
     Rows may come in any order: they are put in trace order here (per thread by start time,
-    see the module's docstring) with one radix sort, and each span's end is emitted from a
+    see the module's docstring) by the sort the Chrome codec shares, and each span's end is emitted from a
     heap of open ends when the next opening comes after it. ``thread`` holds indices in
     trace order of the threads (rank, pid, tid); ``name``/``category``/``thread_name``
     codes into ``names``/``categories``/``thread_names`` (bytes; category -1: none), and
