@@ -4,7 +4,9 @@ a hang or unbounded memory)."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -421,3 +423,14 @@ def test_deep_nesting_keeps_every_span_paired_with_its_own_end(tmp_path, deepest
     path = tmp_path / "deep.pftrace"
     export(table, path)
     assert_same_spans(table, load(path), keep_order=False)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_failed_write_is_an_os_error(spans):
+    """A write that fails (the disk is full) reaches the caller as OSError from the thread
+    that writes the blocks, and nothing hangs; a later export still works."""
+    from pathlib import Path
+
+    with pytest.raises(OSError) as caught:
+        perfetto.PerfettoExporter()._write(spans, Path("/dev/full"))
+    assert caught.value.errno == errno.ENOSPC
