@@ -601,3 +601,21 @@ def test_a_failed_write_is_an_os_error(spans):
             0,
         )
     assert caught.value.errno == 28  # ENOSPC
+
+
+@pytest.mark.parametrize("extension", [".json", ".pftrace"])
+def test_a_sliced_table_writes_what_its_rows_hold(spans, tmp_path, extension):
+    """A slice of a table (its arrays at an offset that is no multiple of 8, their null
+    parents and args read from the validity bitmap as it is) writes the same file as a copy
+    of the same rows, and loads back as them."""
+    sliced = spans.slice(5, 3001)
+    copied = sliced.take(pa.array(range(sliced.num_rows)))
+    assert sliced.column("parent_id").chunk(0).offset == 5
+    assert sliced.column("parent_id").null_count and sliced.column("arg").null_count
+    export(sliced, tmp_path / f"a{extension}")
+    export(copied, tmp_path / f"b{extension}")
+    assert (tmp_path / f"a{extension}").read_bytes() == (tmp_path / f"b{extension}").read_bytes()
+    back = load(tmp_path / f"a{extension}", check=False)
+    assert sorted(back.column("arg").to_pylist(), key=str) == sorted(
+        sliced.column("arg").to_pylist(), key=str
+    )

@@ -35,12 +35,23 @@ def column_values(table: pa.Table, name: str, dtype: npt.DTypeLike) -> np.ndarra
 def nullable_values(
     table: pa.Table, name: str, dtype: npt.DTypeLike
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A nullable column's values (0 where null) and validity (uint8)."""
+    """A nullable column's values and validity (uint8, 1 where valid). Where a row is null
+    its value is whatever the column's buffer holds there (0 unless the buffer is shared):
+    the codecs read a value only where it is valid."""
     column = table.column(name)
     if column.null_count == 0:
         return column_values(table, name, dtype), np.ones(table.num_rows, np.uint8)
-    values = np.ascontiguousarray(pc.fill_null(column, 0).combine_chunks().to_numpy(), dtype)
-    valid = column.is_valid().combine_chunks().to_numpy(zero_copy_only=False).view(np.uint8)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if array.type == pa.from_numpy_dtype(np.dtype(dtype)):
+        # One chunk of the right type: its value buffer as it is, its validity bitmap
+        # unpacked (no pass to fill the nulls, no copy of the values)
+        bitmap, data = array.buffers()
+        start, n = array.offset, len(array)
+        values = np.frombuffer(data, dtype, count=start + n)[start:]
+        valid = np.unpackbits(np.frombuffer(bitmap, np.uint8), count=start + n, bitorder="little")
+        return values, np.ascontiguousarray(valid[start:])
+    values = np.ascontiguousarray(pc.fill_null(array, 0).to_numpy(), dtype)
+    valid = array.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     return values, np.ascontiguousarray(valid)
 
 
