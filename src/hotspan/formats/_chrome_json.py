@@ -59,6 +59,7 @@ from .._selftime import note_self_wait
 from . import _chrome_codec as codec
 from ._base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from ._codec_inputs import (
+    bool_values,
     column_values,
     collective_flows,
     device_flows,
@@ -393,7 +394,7 @@ class _Layout:
         self.span_id = column_values(table, "span_id", np.uint64)
         self.parent_id, self.has_parent = nullable_values(table, "parent_id", np.uint64)
         self.arg, self.has_arg = nullable_values(table, "arg", np.int64)
-        self.error = column_values(table, "error", np.bool_).view(np.uint8)
+        self.error = bool_values(table, "error")
         self.name, self.names = dictionary_codes(table.column("name"))
         self.category, self.categories = dictionary_codes(table.column("category"))
         thread_name, self.thread_names = dictionary_codes(table.column("thread_name"))

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "bool_values",
     "collective_flows",
     "column_values",
     "device_flows",
@@ -30,6 +31,19 @@ def column_values(table: pa.Table, name: str, dtype: npt.DTypeLike) -> np.ndarra
     column = table.column(name)
     array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
+
+
+def bool_values(table: pa.Table, name: str) -> np.ndarray:
+    """A non-null boolean column as uint8 (1: true): its bitmap unpacked."""
+    column = table.column(name)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if array.null_count or not pa.types.is_boolean(array.type):
+        return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), np.bool_).view(np.uint8)
+    start, n = array.offset, len(array)
+    bits = np.unpackbits(
+        np.frombuffer(array.buffers()[1], np.uint8), count=start + n, bitorder="little"
+    )
+    return np.ascontiguousarray(bits[start:])
 
 
 def nullable_values(
