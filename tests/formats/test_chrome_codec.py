@@ -619,3 +619,13 @@ def test_a_sliced_table_writes_what_its_rows_hold(spans, tmp_path, extension):
     assert sorted(back.column("arg").to_pylist(), key=str) == sorted(
         sliced.column("arg").to_pylist(), key=str
     )
+
+
+def test_a_gzipped_export_is_the_same_bytes_every_time(spans, tmp_path):
+    """The gzip header holds no time and no file name (the export writes a temporary file
+    of a random name first): exporting one table twice gives the same bytes."""
+    export(spans, tmp_path / "a.json.gz")
+    first = (tmp_path / "a.json.gz").read_bytes()
+    export(spans, tmp_path / "a.json.gz")
+    assert (tmp_path / "a.json.gz").read_bytes() == first
+    assert first[3] & 0x08 == 0  # FNAME: not set

@@ -155,8 +155,11 @@ class ChromeJsonExporter(Exporter):
         # Unbuffered: the codec hands over WRITE_BLOCK bytes at a time, nothing to gather.
         with open(path, "wb", buffering=0) as raw:
             if self.compress:
-                # mtime=0: the same table gives the same bytes.
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as sink:
+                # mtime=0 and no file name (gzip would record the temporary file's, a random
+                # one): the same table gives the same bytes.
+                with gzip.GzipFile(
+                    filename="", fileobj=raw, mode="wb", compresslevel=3, mtime=0
+                ) as sink:
                     self._write_events(layout, sink, path)
             else:
                 self._write_events(layout, raw, path, fd=raw.fileno())
