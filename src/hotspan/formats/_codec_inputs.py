@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "bool_values",
     "collective_flows",
     "column_values",
     "device_flows",
@@ -34,15 +35,39 @@ def column_values(table: pa.Table, name: str, dtype: npt.DTypeLike) -> np.ndarra
     return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
 
 
+def bool_values(table: pa.Table, name: str) -> np.ndarray:
+    """A non-null boolean column as uint8 (1: true): its bitmap unpacked."""
+    column = table.column(name)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if array.null_count or not pa.types.is_boolean(array.type):
+        return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), np.bool_).view(np.uint8)
+    start, n = array.offset, len(array)
+    bits = np.unpackbits(
+        np.frombuffer(array.buffers()[1], np.uint8), count=start + n, bitorder="little"
+    )
+    return np.ascontiguousarray(bits[start:])
+
+
 def nullable_values(
     table: pa.Table, name: str, dtype: npt.DTypeLike
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A nullable column's values (0 where null) and validity (uint8)."""
+    """A nullable column's values and validity (uint8, 1 where valid). Where a row is null
+    its value is whatever the column's buffer holds there (0 unless the buffer is shared):
+    the codecs read a value only where it is valid."""
     column = table.column(name)
     if column.null_count == 0:
         return column_values(table, name, dtype), np.ones(table.num_rows, np.uint8)
-    values = np.ascontiguousarray(pc.fill_null(column, 0).combine_chunks().to_numpy(), dtype)
-    valid = column.is_valid().combine_chunks().to_numpy(zero_copy_only=False).view(np.uint8)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if array.type == pa.from_numpy_dtype(np.dtype(dtype)):
+        # One chunk of the right type: its value buffer as it is, its validity bitmap
+        # unpacked (no pass to fill the nulls, no copy of the values)
+        bitmap, data = array.buffers()
+        start, n = array.offset, len(array)
+        values = np.frombuffer(data, dtype, count=start + n)[start:]
+        valid = np.unpackbits(np.frombuffer(bitmap, np.uint8), count=start + n, bitorder="little")
+        return values, np.ascontiguousarray(valid[start:])
+    values = np.ascontiguousarray(pc.fill_null(array, 0).to_numpy(), dtype)
+    valid = array.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     return values, np.ascontiguousarray(valid)
 
 
