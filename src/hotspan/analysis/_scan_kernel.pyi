@@ -22,3 +22,6 @@ def group_aggregates(
     arg_valid: npt.NDArray[np.bool_] | npt.NDArray[np.uint8] | None = None,
     ordered: bool = False,
 ) -> dict[str, np.ndarray]: ...
+def select_ranks(
+    pieces: list[np.ndarray], ranks: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]: ...

@@ -9,6 +9,9 @@ past the Parquet decoding).
   (``n``, ``self_total``, ``wait_total``, ``errors``, ``instants``, ``args``, ``arg_sum``,
   ``arg_time``, and ``total``, ``lo``, ``hi``) and, if asked, the durations ordered by group
   (rows in their order within a group: a counting sort), in 4 bytes where they all fit.
+- :func:`select_ranks`: the values at given ranks of a group's durations, held in pieces
+  (the batches'), by a histogram of their top bits: what numpy's partition of the pieces put
+  together gives, without putting them together.
 
 Sums are taken modulo 2**64 and read as int64, as numpy's integer additions wrap.
 """
@@ -195,3 +198,124 @@ cdef const uint8_t[::1] _flags(object column, Py_ssize_t n):
     if flags.shape[0] != n:
         raise ValueError("a column differs in length from the groups")
     return flags
+
+
+#: Buckets of the first pass of :func:`select_ranks` (the top bits of a value's offset from
+#: the group's least).
+cdef enum:
+    SELECT_BUCKETS = 1 << 16
+
+
+def select_ranks(list pieces, ranks):
+    """The values at 0-based ``ranks`` (int64, each in [0, n)) of the n values held in
+    ``pieces`` (int32 or int64 arrays, in any order), as int64: what sorting them all and
+    indexing would give, without putting them together. Three passes over the pieces: their
+    least and greatest; a histogram of 65,536 buckets (the top bits of each value's offset
+    from the least), whose cumulative counts place each rank in a bucket; the values of those
+    few buckets gathered, each bucket's then partitioned by numpy at the ranks within it."""
+    wanted = np.ascontiguousarray(ranks, np.int64)
+    cdef const int64_t[::1] rank = wanted
+    cdef Py_ssize_t r, b, p, i, m, count = 0
+    cdef int64_t least = INT64_MAX, most = INT64_MIN, v
+    cdef const int32_t[::1] narrow
+    cdef const int64_t[::1] wide
+    views = []
+    for piece in pieces:
+        array = np.asarray(piece)
+        if array.dtype != np.int32:
+            array = np.ascontiguousarray(array, np.int64)
+        else:
+            array = np.ascontiguousarray(array)
+        views.append(array)
+        count += len(array)
+    result = np.zeros(len(wanted), np.int64)
+    if count == 0:
+        return result
+    for r in range(rank.shape[0]):
+        if rank[r] < 0 or rank[r] >= count:
+            raise IndexError(f"rank {rank[r]} of {count} values")
+    for array in views:
+        if array.dtype == np.int32:
+            narrow = array
+            m = narrow.shape[0]
+            with nogil:
+                for i in range(m):
+                    v = narrow[i]
+                    if v < least:
+                        least = v
+                    if v > most:
+                        most = v
+        else:
+            wide = array
+            m = wide.shape[0]
+            with nogil:
+                for i in range(m):
+                    v = wide[i]
+                    if v < least:
+                        least = v
+                    if v > most:
+                        most = v
+    # the shift that puts every offset (most - least: at most 2**64 - 1) in a bucket
+    cdef int shift = 0
+    cdef uint64_t span = <uint64_t>most - <uint64_t>least
+    while (span >> shift) >= SELECT_BUCKETS:
+        shift += 1
+    histogram_array = np.zeros(SELECT_BUCKETS, np.int64)
+    cdef int64_t[::1] histogram = histogram_array
+    for array in views:
+        if array.dtype == np.int32:
+            narrow = array
+            m = narrow.shape[0]
+            with nogil:
+                for i in range(m):
+                    histogram[(<uint64_t>(<int64_t>narrow[i]) - <uint64_t>least) >> shift] += 1
+        else:
+            wide = array
+            m = wide.shape[0]
+            with nogil:
+                for i in range(m):
+                    histogram[(<uint64_t>wide[i] - <uint64_t>least) >> shift] += 1
+    # each rank's bucket, and its place among the bucket's values
+    before_array = np.concatenate(([0], np.cumsum(histogram_array)[:-1]))
+    cdef const int64_t[::1] before = before_array
+    bucket_of = np.searchsorted(np.cumsum(histogram_array), wanted, side="right")
+    targets = np.unique(bucket_of)
+    # a slot per target bucket (1-based; 0: not wanted), and where its values go
+    slot_array = np.zeros(SELECT_BUCKETS, np.int32)
+    slot_array[targets] = np.arange(1, len(targets) + 1, dtype=np.int32)
+    cdef const int32_t[::1] slot = slot_array
+    sizes = histogram_array[targets]
+    offsets_array = np.concatenate(([0], np.cumsum(sizes)))
+    place_array = offsets_array[:-1].copy()
+    cdef int64_t[::1] place = place_array
+    gathered_array = np.empty(int(offsets_array[-1]), np.int64)
+    cdef int64_t[::1] gathered = gathered_array
+    cdef int32_t s
+    for array in views:
+        if array.dtype == np.int32:
+            narrow = array
+            m = narrow.shape[0]
+            with nogil:
+                for i in range(m):
+                    v = narrow[i]
+                    s = slot[(<uint64_t>v - <uint64_t>least) >> shift]
+                    if s:
+                        gathered[place[s - 1]] = v
+                        place[s - 1] += 1
+        else:
+            wide = array
+            m = wide.shape[0]
+            with nogil:
+                for i in range(m):
+                    v = wide[i]
+                    s = slot[(<uint64_t>v - <uint64_t>least) >> shift]
+                    if s:
+                        gathered[place[s - 1]] = v
+                        place[s - 1] += 1
+    for t, bucket in enumerate(targets):
+        here = bucket_of == bucket
+        within = wanted[here] - before[bucket]
+        values = gathered_array[offsets_array[t] : offsets_array[t + 1]]
+        values.partition(np.unique(within))
+        result[here] = values[within]
+    return result
