@@ -103,3 +103,14 @@ def test_group_codes_number_as_combined_codes():
         assert (code == expected).all(), by
         assert (code[representative] == np.arange(len(representative))).all(), by
         assert len(representative) == len(expected_rep), by
+
+
+def test_select_ranks_with_the_extremes_given():
+    rng = np.random.default_rng(11)
+    v = np.exp(rng.normal(10, 3, 10_000)).astype(np.int64)
+    pieces = np.split(v, [100, 5000])
+    ranks = np.array([0, 17, 5000, 9999])
+    got = select_ranks(pieces, ranks, int(v.min()), int(v.max()))
+    assert (got == np.sort(v)[ranks]).all()
+    with pytest.raises(ValueError, match="outside"):  # extremes that are not: refused, no write
+        select_ranks(pieces, ranks, int(v.min()) + 1, int(v.max()))

@@ -201,7 +201,9 @@ def part_groups(
                 values[i].append(piece)
             found.append((ids, sums))
     aggregates = _combine(found, len(numbers))
-    percentiles = order_statistics(list(enumerate(values)), aggregates["n"])
+    percentiles = order_statistics(
+        list(enumerate(values)), aggregates["n"], (aggregates["lo"], aggregates["hi"])
+    )
     return numbers, aggregates, percentiles
 
 

@@ -224,13 +224,16 @@ def list_order_statistics(
 
 
 def order_statistics(
-    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]], counts: np.ndarray
+    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]],
+    counts: np.ndarray,
+    extremes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per percentile, its value in each group from the group's values (``groups``: (group,
     its values, or a list of pieces of them) in any order): the two order statistics of each
     percentile by ``_scan_kernel.select_ranks`` (a histogram of the values' top bits, the
     few values of the buckets that hold the ranks partitioned: linear time, the pieces never
-    put together), then numpy's interpolation."""
+    put together), then numpy's interpolation. ``extremes``: each group's least and greatest
+    value where known (the aggregates' ``lo`` and ``hi``), which saves a pass."""
     from ._scan_kernel import select_ranks
 
     wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
@@ -242,7 +245,11 @@ def order_statistics(
         if counts[g] == 0:
             return
         ranks = np.array([r for w in wanted.values() for r in (w[0][g], w[1][g])], np.int64)
-        found = select_ranks(values if isinstance(values, list) else [values], ranks)
+        pieces = values if isinstance(values, list) else [values]
+        if extremes is None:
+            found = select_ranks(pieces, ranks)
+        else:
+            found = select_ranks(pieces, ranks, int(extremes[0][g]), int(extremes[1][g]))
         if isinstance(values, list):
             values.clear()  # the pieces go now, not at the end
         for i, c in enumerate(wanted):

@@ -23,5 +23,8 @@ def group_aggregates(
     ordered: bool = False,
 ) -> dict[str, np.ndarray]: ...
 def select_ranks(
-    pieces: list[np.ndarray], ranks: npt.NDArray[np.int64]
+    pieces: list[np.ndarray],
+    ranks: npt.NDArray[np.int64],
+    least_known: int | None = None,
+    most_known: int | None = None,
 ) -> npt.NDArray[np.int64]: ...

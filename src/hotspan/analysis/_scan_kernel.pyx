@@ -45,26 +45,30 @@ def dense_codes(list codes, list sizes):
         if key.shape[0] != n:
             raise ValueError("the key codes differ in length")
         if j == 0:
-            for i in range(n):
-                group[i] = key[i]
+            with nogil:
+                for i in range(n):
+                    group[i] = key[i]
         else:
             k = max(<int32_t>sizes[j], 1)
-            for i in range(n):
-                group[i] = group[i] * k + key[i]
+            with nogil:
+                for i in range(n):
+                    group[i] = group[i] * k + key[i]
     table_array = np.zeros(size, np.int32)
     cdef int32_t[::1] table = table_array
-    for i in range(n):
-        table[group[i]] = 1
     cdef int32_t count = 0
-    for i in range(size):
-        if table[i]:
-            table[i] = count
-            count += 1
+    with nogil:
+        for i in range(n):
+            table[group[i]] = 1
+        for i in range(size):
+            if table[i]:
+                table[i] = count
+                count += 1
     representative_array = np.empty(count, np.int64)
     cdef int64_t[::1] representative = representative_array
-    for i in range(n):
-        group[i] = table[group[i]]
-        representative[group[i]] = i
+    with nogil:
+        for i in range(n):
+            group[i] = table[group[i]]
+            representative[group[i]] = i
     return group_array, representative_array
 
 
@@ -206,13 +210,15 @@ cdef enum:
     SELECT_BUCKETS = 1 << 16
 
 
-def select_ranks(list pieces, ranks):
+def select_ranks(list pieces, ranks, least_known=None, most_known=None):
     """The values at 0-based ``ranks`` (int64, each in [0, n)) of the n values held in
     ``pieces`` (int32 or int64 arrays, in any order), as int64: what sorting them all and
     indexing would give, without putting them together. Three passes over the pieces: their
     least and greatest; a histogram of 65,536 buckets (the top bits of each value's offset
     from the least), whose cumulative counts place each rank in a bucket; the values of those
-    few buckets gathered, each bucket's then partitioned by numpy at the ranks within it."""
+    few buckets gathered, each bucket's then partitioned by numpy at the ranks within it.
+    ``least_known`` and ``most_known``, where given (the group's least and greatest value,
+    which the aggregates hold), save the first pass."""
     wanted = np.ascontiguousarray(ranks, np.int64)
     cdef const int64_t[::1] rank = wanted
     cdef Py_ssize_t r, b, p, i, m, count = 0
@@ -234,7 +240,12 @@ def select_ranks(list pieces, ranks):
     for r in range(rank.shape[0]):
         if rank[r] < 0 or rank[r] >= count:
             raise IndexError(f"rank {rank[r]} of {count} values")
-    for array in views:
+    if least_known is not None and most_known is not None:
+        least, most = least_known, most_known
+        views_to_scan = []
+    else:
+        views_to_scan = views
+    for array in views_to_scan:
         if array.dtype == np.int32:
             narrow = array
             m = narrow.shape[0]
@@ -262,19 +273,31 @@ def select_ranks(list pieces, ranks):
         shift += 1
     histogram_array = np.zeros(SELECT_BUCKETS, np.int64)
     cdef int64_t[::1] histogram = histogram_array
+    cdef uint64_t bucket_at
+    cdef bint outside = False  # a value past the extremes given
     for array in views:
         if array.dtype == np.int32:
             narrow = array
             m = narrow.shape[0]
             with nogil:
                 for i in range(m):
-                    histogram[(<uint64_t>(<int64_t>narrow[i]) - <uint64_t>least) >> shift] += 1
+                    bucket_at = (<uint64_t>(<int64_t>narrow[i]) - <uint64_t>least) >> shift
+                    if bucket_at < SELECT_BUCKETS:
+                        histogram[bucket_at] += 1
+                    else:
+                        outside = True
         else:
             wide = array
             m = wide.shape[0]
             with nogil:
                 for i in range(m):
-                    histogram[(<uint64_t>wide[i] - <uint64_t>least) >> shift] += 1
+                    bucket_at = (<uint64_t>wide[i] - <uint64_t>least) >> shift
+                    if bucket_at < SELECT_BUCKETS:
+                        histogram[bucket_at] += 1
+                    else:
+                        outside = True
+    if outside or (<uint64_t>most - <uint64_t>least) != span:
+        raise ValueError(f"a value outside [{least}, {most}], the extremes given")
     # each rank's bucket, and its place among the bucket's values
     before_array = np.concatenate(([0], np.cumsum(histogram_array)[:-1]))
     cdef const int64_t[::1] before = before_array
