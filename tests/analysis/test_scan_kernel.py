@@ -114,3 +114,16 @@ def test_select_ranks_with_the_extremes_given():
     assert (got == np.sort(v)[ranks]).all()
     with pytest.raises(ValueError, match="outside"):  # extremes that are not: refused, no write
         select_ranks(pieces, ranks, int(v.min()) + 1, int(v.max()))
+
+
+def test_group_sums_take_a_column_of_nulls_only_as_no_args():
+    table = pa.table(
+        {
+            "duration_ns": pa.array([5, 7], pa.int64()),
+            "self_ns": pa.array([5, 7], pa.int64()),
+            "error": pa.array([False, True]),
+            "arg": pa.nulls(2),
+        }
+    )
+    sums = group_sums(table, np.zeros(2, np.int64), 1, np.array([5, 7]))
+    assert (sums["args"], sums["arg_sum"], sums["errors"], sums["total"]) == ([0], [0], [1], [12])

@@ -75,6 +75,8 @@ def _int64_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | Non
     if pa.types.is_int64(column.type):
         values, valid = values_and_validity(column)
         return np.ascontiguousarray(values), valid
+    if pa.types.is_null(column.type):  # a column of nulls only (a foreign table's): no values
+        return np.zeros(len(column), np.int64), np.zeros(len(column), np.bool_)
     valid = to_numpy(column.is_valid(), np.bool_) if column.null_count else None
     return to_numpy(column.fill_null(0) if column.null_count else column, np.int64), valid
 
