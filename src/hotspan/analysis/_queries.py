@@ -225,13 +225,18 @@ def list_order_statistics(
 
 
 def order_statistics(
-    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]], counts: np.ndarray
+    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]],
+    counts: np.ndarray,
+    extremes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per percentile, its value in each group from the group's values (``groups``: (group,
-    its values, or a list of pieces of them) in any order): the two order statistics by
-    ``numpy.partition`` (linear time), then numpy's interpolation. A group given in pieces
-    is put together one group at a time, the pieces let go as it is (memory: the values
-    once, plus one group)."""
+    its values, or a list of pieces of them) in any order): the two order statistics of each
+    percentile by ``_scan_kernel.select_ranks`` (a histogram of the values' top bits, the
+    few values of the buckets that hold the ranks partitioned: linear time, the pieces never
+    put together), then numpy's interpolation. ``extremes``: each group's least and greatest
+    value where known (the aggregates' ``lo`` and ``hi``), which saves a pass."""
+    from ._scan_kernel import select_ranks
+
     wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
     below = {c: np.zeros(len(counts), np.int64) for c in wanted}
     above = {c: np.zeros(len(counts), np.int64) for c in wanted}
@@ -240,19 +245,19 @@ def order_statistics(
         g, values = item
         if counts[g] == 0:
             return
-        ranks = sorted({int(r) for w in wanted.values() for r in (w[0][g], w[1][g])})
-        if isinstance(values, list):
-            part = np.concatenate(values) if len(values) != 1 else values[0].copy()
-            values.clear()  # the pieces go now, not at the end
-            part.partition(ranks)  # in place: the copy above is ours
+        ranks = np.array([r for w in wanted.values() for r in (w[0][g], w[1][g])], np.int64)
+        pieces = values if isinstance(values, list) else [values]
+        if extremes is None:
+            found = select_ranks(pieces, ranks)
         else:
-            part = np.partition(values, ranks)  # each rank's value in place, in O(n)
-        for c, (lo, hi, _gamma) in wanted.items():
-            below[c][g], above[c][g] = part[lo[g]], part[hi[g]]
+            found = select_ranks(pieces, ranks, int(extremes[0][g]), int(extremes[1][g]))
+        if isinstance(values, list):
+            values.clear()  # the pieces go now, not at the end
+        for i, c in enumerate(wanted):
+            below[c][g], above[c][g] = found[2 * i], found[2 * i + 1]
 
     if len(groups) > 1 and int(np.sum(counts)) > 1 << 20:
-        # numpy partitions without the GIL: the groups on every core (DuckDB used them all
-        # for the query; this is most of what is left after it).
+        # the kernel lets the GIL go: the groups on every core
         from concurrent.futures import ThreadPoolExecutor
 
         # largest groups first: the last one to finish is a small one
