@@ -66,6 +66,7 @@ INTERNAL = [
     "hotspan.analysis.timeline_source",
     "hotspan.analysis.timeline_store",
     "hotspan.analysis.timeline_fine",
+    "hotspan.analysis.timeline_blocks",
     # cli: one module per command; the public face is hotspan.cli (main, build_parser)
     "hotspan.cli.collect",
     "hotspan.cli.commands",

@@ -302,7 +302,7 @@ def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path)
     from the blocks a window reaches: the answer :func:`timeline` gives from the parts, to
     the last span and pixel, down to windows of exact spans, for some ranks too; saved and
     loaded, the same; with its blocks file gone or changed, it has none (None again)."""
-    from hotspan.analysis import _timeline_index as module
+    from hotspan.analysis import _timeline_blocks as module
     from hotspan.analysis.timeline import TimelineIndex
 
     run = tmp_path / "run"
