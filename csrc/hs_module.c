@@ -93,6 +93,55 @@ static PyObject *py_flight_open(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* record(dir)'s raw log (hs_rawlog.h): the drain thread appends the records to it. */
+static PyObject *py_raw_open(PyObject *m, PyObject *args) {
+    (void)m;
+    PyObject *path_obj;
+    int rank;
+    const char *version;
+    if (!PyArg_ParseTuple(args, "O&is:_raw_open", PyUnicode_FSConverter, &path_obj, &rank, &version)) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hs_drain_raw_open(PyBytes_AS_STRING(path_obj), rank, version);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    Py_DECREF(path_obj);
+    Py_RETURN_NONE;
+}
+
+static PyObject *raw_stats_dict(const hs_rawlog_stats *st, uint64_t shed) {
+    return Py_BuildValue("{sKsKsKsKsKsKsO}", "spans", (unsigned long long)st->spans, "bytes",
+                         (unsigned long long)st->bytes, "frames", (unsigned long long)st->frames, "write_errors",
+                         (unsigned long long)st->write_errors, "lost_spans", (unsigned long long)st->lost_spans,
+                         "shed_from_memory", (unsigned long long)shed, "open", st->open ? Py_True : Py_False);
+}
+
+static PyObject *py_raw_close(PyObject *m, PyObject *a) {
+    (void)m;
+    (void)a;
+    hs_rawlog_stats st;
+    uint64_t shed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    hs_drain_raw_close(&st, &shed);
+    Py_END_ALLOW_THREADS
+    return raw_stats_dict(&st, shed);
+}
+
+static PyObject *py_raw_stats(PyObject *m, PyObject *a) {
+    (void)m;
+    (void)a;
+    hs_rawlog_stats st;
+    uint64_t shed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    hs_drain_raw_stats(&st, &shed);
+    Py_END_ALLOW_THREADS
+    return raw_stats_dict(&st, shed);
+}
+
 static PyObject *py_flight_path(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     const char *p = hs_flight_path();
@@ -861,6 +910,9 @@ static PyMethodDef module_methods[] = {
     {"_count_lost", py_count_lost, METH_O, "_count_lost(n)\n--\n\nCount n drained spans lost before any reader had them (out of memory)."},
     {"_flight_open", py_flight_open, METH_VARARGS, NULL},
     {"_flight_path", py_flight_path, METH_NOARGS, NULL},
+    {"_raw_open", py_raw_open, METH_VARARGS, NULL},
+    {"_raw_close", py_raw_close, METH_NOARGS, NULL},
+    {"_raw_stats", py_raw_stats, METH_NOARGS, NULL},
     {"_flight_set_rank", py_flight_set_rank, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},
     {"_clock_info", py_clock_info, METH_NOARGS, NULL},

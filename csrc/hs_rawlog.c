@@ -1,0 +1,375 @@
+/* hs_rawlog: the raw log (see hs_rawlog.h). */
+#define _GNU_SOURCE
+#include "hs_rawlog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "hs_clock.h"
+#include "hs_intern.h"
+
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+
+/* A frame waiting for the pass's write: its header and payload (owned: freed once written;
+ * else records in a block the caller's segment holds until the flush). */
+typedef struct pending_frame {
+    hs_rawlog_frame h;
+    const void *payload;
+    uint64_t padded;
+    int owned;
+} pending_frame;
+
+static _Atomic int raw_on = 0;
+static int fd = -1;
+static uint64_t offset = 0; /* bytes of whole frames in the file: a failed write is cut back to it */
+static hs_rawlog_stats stats;
+static pending_frame *pend = NULL;
+static uint64_t npend = 0, cap_pend = 0;
+static uint64_t pend_spans = 0;
+static uint32_t strings_sent = 1; /* string ids 1.. written (0 is "none") */
+static uint32_t pairs_sent = 0;
+static hs_clock_seg clock_sent;
+static int clock_kind_sent = -1;
+/* tid -> a hash of the name last written for it (open addressing; tid 0 never used as a key
+ * since a real thread id is never 0: key 0 marks an empty slot) */
+typedef struct name_slot {
+    int64_t tid;
+    uint64_t hash;
+} name_slot;
+static name_slot *names = NULL;
+static uint64_t names_cap = 0, names_count = 0;
+static const uint64_t zeros[1] = {0};
+
+int hs_rawlog_on(void) { return atomic_load_explicit(&raw_on, memory_order_relaxed); }
+
+static uint64_t pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
+
+static void sum_words(const void *p, uint64_t bytes, uint64_t *a, uint64_t *b) {
+    const unsigned char *c = p;
+    uint64_t x = *a, y = *b, whole = bytes / 8;
+    for (uint64_t i = 0; i < whole; i++) {
+        uint64_t w;
+        memcpy(&w, c + i * 8, 8); /* little-endian hosts only (x86-64, arm64): the reader's order */
+        x += w;
+        y += x;
+    }
+    if (bytes % 8) {
+        uint64_t w = 0;
+        memcpy(&w, c + whole * 8, bytes % 8);
+        x += w;
+        y += x;
+    }
+    *a = x;
+    *b = y;
+}
+
+static void frame_sum(hs_rawlog_frame *h, const void *payload) {
+    uint64_t a = 0, b = 0;
+    sum_words(h, offsetof(hs_rawlog_frame, sum), &a, &b);
+    if (h->payload_bytes) sum_words(payload, h->payload_bytes, &a, &b);
+    h->sum = a + HS_RAWLOG_SUM_K * b;
+}
+
+/* Queue a frame; 0, or -1 out of memory (the frame is not written: counted as lost). */
+static int queue(uint32_t kind, uint64_t a, uint64_t b, uint64_t c, const void *payload, uint64_t bytes, int owned) {
+    if (npend == cap_pend) {
+        uint64_t nc = cap_pend ? cap_pend * 2 : 64;
+        pending_frame *grown = realloc(pend, nc * sizeof *grown);
+        if (!grown) {
+            if (owned) free((void *)payload);
+            return -1;
+        }
+        pend = grown;
+        cap_pend = nc;
+    }
+    pending_frame *f = &pend[npend++];
+    memset(&f->h, 0, sizeof f->h);
+    f->h.magic = HS_RAWLOG_FRAME_MAGIC;
+    f->h.kind = kind;
+    f->h.payload_bytes = bytes;
+    f->h.a = a;
+    f->h.b = b;
+    f->h.c = c;
+    frame_sum(&f->h, payload);
+    f->payload = payload;
+    f->padded = pad8(bytes);
+    f->owned = owned;
+    return 0;
+}
+
+static void queue_clock(void) {
+    hs_clock_seg seg;
+    if (hs_clock_last_seg(&seg) != 0) return;
+    int kind = atomic_load(&hs_clock_kind);
+    if (kind == clock_kind_sent && seg.t0 == clock_sent.t0 && seg.n0 == clock_sent.n0 &&
+        seg.ns_per_tick == clock_sent.ns_per_tick)
+        return;
+    hs_clock_seg *copy = malloc(sizeof *copy);
+    if (!copy) return; /* the next pass tries again */
+    *copy = seg;
+    if (queue(HS_RAW_CLOCK, (uint64_t)kind, 0, 0, copy, sizeof *copy, 1) == 0) {
+        clock_sent = seg;
+        clock_kind_sent = kind;
+    }
+}
+
+static void queue_tables(void) {
+    hs_pair *pairs = NULL;
+    uint32_t np = hs_intern_pairs_snapshot(&pairs);
+    /* strings after the pairs' snapshot: every string a pair names is interned before it */
+    for (;;) {
+        size_t len = 0;
+        char *s = hs_intern_string_dup(strings_sent, &len);
+        if (!s) break;
+        if (queue(HS_RAW_STRING, strings_sent, len, 0, s, len, 1) != 0) break;
+        strings_sent++;
+    }
+    for (; pairs && pairs_sent < np; pairs_sent++)
+        if (queue(HS_RAW_PAIR, pairs_sent, pairs[pairs_sent].name, pairs[pairs_sent].path, NULL, 0, 0) != 0) break;
+    free(pairs);
+}
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a; never 0 for a name written */
+    for (; s && *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h | 1;
+}
+
+static name_slot *name_find(int64_t tid) {
+    if (names_count * 2 >= names_cap) {
+        uint64_t nc = names_cap ? names_cap * 2 : 64;
+        name_slot *grown = calloc(nc, sizeof *grown);
+        if (!grown) return NULL;
+        for (uint64_t i = 0; i < names_cap; i++) {
+            if (!names[i].tid) continue;
+            uint64_t k = (uint64_t)names[i].tid * 0x9e3779b97f4a7c15ull & (nc - 1);
+            while (grown[k].tid) k = (k + 1) & (nc - 1);
+            grown[k] = names[i];
+        }
+        free(names);
+        names = grown;
+        names_cap = nc;
+    }
+    uint64_t k = (uint64_t)tid * 0x9e3779b97f4a7c15ull & (names_cap - 1);
+    while (names[k].tid && names[k].tid != tid) k = (k + 1) & (names_cap - 1);
+    if (!names[k].tid) {
+        names[k].tid = tid;
+        names[k].hash = 0;
+        names_count++;
+    }
+    return &names[k];
+}
+
+/* The thread's name, when it is new or changed since it was last written. */
+static void queue_name(hs_thread_info *info) {
+    hs_registry_lock(); /* a rename writes info->name under it */
+    uint64_t h = hash_name(info->name);
+    name_slot *slot = info->tid ? name_find(info->tid) : NULL;
+    char *copy = NULL;
+    size_t len = 0;
+    if (slot && slot->hash != h) {
+        len = info->name ? strlen(info->name) : 0;
+        copy = malloc(len + 1);
+        if (copy) {
+            memcpy(copy, info->name ? info->name : "", len + 1);
+            slot->hash = h;
+        }
+    }
+    int64_t tid = info->tid;
+    hs_registry_unlock();
+    if (copy) queue(HS_RAW_THREAD, (uint64_t)tid, len, 0, copy, len, 1);
+}
+
+/* The queued frames, a writev per IOV_MAX / 3 of them; on a failure the file is cut back to
+ * its last whole frame and the frames not written are counted. */
+static void write_frames(void) {
+    uint64_t i = 0, pass_start = offset, frames_before = stats.frames;
+    while (i < npend) {
+        struct iovec iov[IOV_MAX];
+        int n = 0;
+        uint64_t first = i, total = 0;
+        while (i < npend && n + 3 <= IOV_MAX) {
+            pending_frame *f = &pend[i++];
+            iov[n].iov_base = &f->h;
+            iov[n++].iov_len = sizeof f->h;
+            total += sizeof f->h;
+            if (f->h.payload_bytes) {
+                iov[n].iov_base = (void *)f->payload;
+                iov[n++].iov_len = f->h.payload_bytes;
+                total += f->h.payload_bytes;
+            }
+            if (f->padded != f->h.payload_bytes) {
+                iov[n].iov_base = (void *)zeros;
+                iov[n++].iov_len = f->padded - f->h.payload_bytes;
+                total += f->padded - f->h.payload_bytes;
+            }
+        }
+        /* writev may write less than asked (a signal, a full disk): go on from there */
+        uint64_t done = 0;
+        int k = 0;
+        while (done < total) {
+            ssize_t w = writev(fd, iov + k, n - k);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            done += (uint64_t)w;
+            while (k < n && (uint64_t)w >= iov[k].iov_len) {
+                w -= (ssize_t)iov[k].iov_len;
+                k++;
+            }
+            if (k < n && w) {
+                iov[k].iov_base = (char *)iov[k].iov_base + w;
+                iov[k].iov_len -= (size_t)w;
+            }
+        }
+        if (done < total) {
+            stats.write_errors++;
+            /* O_APPEND: the next write goes to the new end */
+            if (ftruncate(fd, (off_t)pass_start) != 0) stats.write_errors++;
+            stats.bytes -= offset - pass_start;
+            stats.frames = frames_before;
+            offset = pass_start;
+            /* the spans of this pass not written (a pass's frames are cut back whole) */
+            stats.lost_spans += pend_spans;
+            stats.spans -= pend_spans;
+            pend_spans = 0;
+            /* the tables, clock and names of the frames cut back go again with the next pass */
+            strings_sent = 1;
+            pairs_sent = 0;
+            clock_kind_sent = -1;
+            for (uint64_t j = 0; j < names_cap; j++) names[j].hash = 0;
+            return;
+        }
+        offset += total;
+        stats.bytes += total;
+        stats.frames += i - first;
+    }
+    pend_spans = 0;
+}
+
+void hs_rawlog_segment_locked(hs_thread_info *info, const hs_record *recs, uint64_t n, uint64_t base_seq,
+                              uint64_t nspans) {
+    if (fd < 0 || !n) return;
+    queue_name(info);
+    if (queue(HS_RAW_RECORDS, (uint64_t)info->tid, base_seq, n, recs, n * sizeof(hs_record), 0) != 0) {
+        stats.lost_spans += nspans;
+        return;
+    }
+    stats.spans += nspans;
+    pend_spans += nspans;
+}
+
+void hs_rawlog_flush_locked(void) {
+    if (fd < 0) return;
+    if (!npend) {
+        queue_clock();
+        if (!npend) return;
+    }
+    /* The tables and the clock the segments' records need, written before them: move the
+     * queued segments behind them. */
+    uint64_t segs = npend;
+    queue_clock();
+    queue_tables();
+    if (npend > segs) {
+        uint64_t extra = npend - segs;
+        pending_frame *tmp = malloc(extra * sizeof *tmp);
+        if (tmp) {
+            memcpy(tmp, pend + segs, extra * sizeof *tmp);
+            memmove(pend + extra, pend, segs * sizeof *tmp);
+            memcpy(pend, tmp, extra * sizeof *tmp);
+            free(tmp);
+        }
+    }
+    write_frames();
+    for (uint64_t j = 0; j < npend; j++)
+        if (pend[j].owned) free((void *)pend[j].payload);
+    npend = 0;
+}
+
+int hs_rawlog_open_locked(const char *path, int32_t rank, const char *version) {
+    if (fd >= 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    int f = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_APPEND, 0644);
+    if (f < 0) return -1;
+    hs_rawlog_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, HS_RAWLOG_MAGIC, 8);
+    h.format = HS_RAWLOG_FORMAT;
+    h.header_bytes = sizeof h;
+    h.pid = getpid();
+    h.rank = rank;
+    h.clock_source = atomic_load(&hs_clock_kind);
+    h.id_base = hs_id_base();
+    strncpy(h.version, version, sizeof h.version - 1);
+    if (write(f, &h, sizeof h) != (ssize_t)sizeof h) {
+        int e = errno ? errno : EIO;
+        close(f);
+        unlink(path);
+        errno = e;
+        return -1;
+    }
+    fd = f;
+    offset = sizeof h;
+    memset(&stats, 0, sizeof stats);
+    stats.bytes = sizeof h;
+    stats.open = 1;
+    strings_sent = 1;
+    pairs_sent = 0;
+    clock_kind_sent = -1;
+    memset(&clock_sent, 0, sizeof clock_sent);
+    free(names);
+    names = NULL;
+    names_cap = names_count = 0;
+    npend = 0;
+    pend_spans = 0;
+    atomic_store(&raw_on, 1);
+    return 0;
+}
+
+void hs_rawlog_stats_locked(hs_rawlog_stats *out) {
+    *out = stats;
+    out->open = fd >= 0;
+}
+
+int hs_rawlog_close_locked(hs_rawlog_stats *out) {
+    if (fd < 0) {
+        if (out) hs_rawlog_stats_locked(out);
+        return -1;
+    }
+    hs_rawlog_flush_locked();
+    queue(HS_RAW_END, stats.spans, hs_dropped_total(), 0, NULL, 0, 0);
+    write_frames();
+    npend = 0;
+    close(fd);
+    fd = -1;
+    atomic_store(&raw_on, 0);
+    stats.open = 0;
+    if (out) *out = stats;
+    return 0;
+}
+
+void hs_rawlog_after_fork_child(void) {
+    /* the parent's file: the child records to a file of its own if it records (its own
+     * record() opens one); the descriptor is closed, nothing written */
+    if (fd >= 0) close(fd);
+    fd = -1;
+    for (uint64_t j = 0; j < npend; j++)
+        if (pend[j].owned) free((void *)pend[j].payload);
+    npend = 0;
+    pend_spans = 0;
+    memset(&stats, 0, sizeof stats);
+    atomic_store(&raw_on, 0);
+}
