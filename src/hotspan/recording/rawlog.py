@@ -252,6 +252,8 @@ def _decode(raw: RawFile, frames: list[tuple[int, int, int, int, int]]) -> dict[
         "has_arg": (fl & _F_ARG) != 0,
         "error": (fl & _F_ERROR) != 0,
         "thread_id": np.array([f[1] for f in frames], np.int64)[fr],
+        "frame_tids": np.array([f[1] for f in frames], np.int64),
+        "frame": fr,
     }
 
 
@@ -284,45 +286,78 @@ def _convert(raw: RawFile, frames, fr, ticks, dur):
     return start, end
 
 
+def _arr(values: "np.ndarray", type: "pa.DataType", valid: "np.ndarray | None" = None) -> pa.Array:
+    """A numpy column as an Arrow array, zero copy (``pa.array`` of a numpy array imports
+    pandas: ~1 s at a program's stop())."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    bitmap = None
+    nulls = 0
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        nulls = int(len(valid) - np.count_nonzero(valid))
+    if type == pa.bool_():
+        data = pa.py_buffer(np.packbits(values, bitorder="little"))
+    else:
+        data = pa.py_buffer(values)
+    return pa.Array.from_buffers(type, len(values), [bitmap, data], null_count=nulls)
+
+
 def _table(raw: RawFile, cols: dict[str, Any], metadata: dict[bytes, bytes]) -> pa.Table:
     import numpy as np
     import pyarrow as pa
 
+    from .._table import string_array
+
     n = len(cols["span_id"])
-    uniq, inverse = np.unique(cols["pair"], return_inverse=True)
+    pair = cols["pair"]
+    if n and int(pair.max()) < (1 << 20):  # the usual: a lookup table, no sort
+        seen = np.flatnonzero(np.bincount(pair))
+        lookup = np.zeros(int(seen[-1]) + 1, np.int32)
+        lookup[seen] = np.arange(len(seen), dtype=np.int32)
+        uniq, index = seen, lookup[pair]
+    else:
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        index = inverse.astype(np.int32).reshape(-1)
     names, paths = [], []
     for p in uniq.tolist():
         name_id, path_id = raw.pairs.get(p, (None, None))
         names.append(raw.strings.get(name_id, f"<unknown span {p}>") if name_id else "")
         paths.append(raw.strings.get(path_id) if path_id else None)
-    index = inverse.astype(np.int32).reshape(-1)
+    # no category: a null row (the dictionary holds none: pyarrow cannot unify such)
+    has_path = np.array([p is not None for p in paths], bool)
+    path_index = np.cumsum(has_path, dtype=np.int32) - 1
+    category = pa.DictionaryArray.from_arrays(
+        _arr(path_index[index] if len(paths) else index, pa.int32(), has_path[index]),
+        string_array([p for p in paths if p is not None]),
+    )
     tids = cols["thread_id"]
-    tid_values = np.unique(tids)
+    tid_values = np.array(sorted(set(cols["frame_tids"].tolist())), np.int64)
+    thread_index = np.searchsorted(tid_values, cols["frame_tids"]).astype(np.int32)[cols["frame"]]
     start, end = cols["start_ns"], cols["end_ns"]
     return pa.table(
         {
-            "span_id": pa.array(cols["span_id"], pa.uint64()),
-            "parent_id": pa.array(cols["parent_id"], pa.uint64(), mask=~cols["has_parent"]),
-            "name": pa.DictionaryArray.from_arrays(pa.array(index), pa.array(names, pa.string())),
-            "category": pa.DictionaryArray.from_arrays(
-                pa.array(index), pa.array(paths, pa.string())
-            ),
-            "start_ns": pa.array(start, pa.int64()),
-            "end_ns": pa.array(end, pa.int64()),
-            "duration_ns": pa.array(end - start, pa.int64()),
-            "depth": pa.array(cols["depth"].astype(np.int32), pa.int32()),
-            "thread_id": pa.array(tids, pa.int64()),
+            "span_id": _arr(cols["span_id"], pa.uint64()),
+            "parent_id": _arr(cols["parent_id"], pa.uint64(), cols["has_parent"]),
+            "name": pa.DictionaryArray.from_arrays(_arr(index, pa.int32()), string_array(names)),
+            "category": category,
+            "start_ns": _arr(start, pa.int64()),
+            "end_ns": _arr(end, pa.int64()),
+            "duration_ns": _arr(end - start, pa.int64()),
+            "depth": _arr(cols["depth"].astype(np.int32), pa.int32()),
+            "thread_id": _arr(tids, pa.int64()),
             "thread_name": pa.DictionaryArray.from_arrays(
-                pa.array(np.searchsorted(tid_values, tids).astype(np.int32)),
-                pa.array(
-                    [raw.thread_names.get(int(t), f"Thread-{int(t)}") for t in tid_values],
-                    pa.string(),
+                _arr(thread_index, pa.int32()),
+                string_array(
+                    [raw.thread_names.get(int(t), f"Thread-{int(t)}") for t in tid_values]
                 ),
             ),
-            "pid": pa.array(np.full(n, raw.pid, np.int64), pa.int64()),
-            "rank": pa.array(np.full(n, raw.rank, np.int32), pa.int32()),
-            "arg": pa.array(cols["arg"], pa.int64(), mask=~cols["has_arg"]),
-            "error": pa.array(cols["error"], pa.bool_()),
+            "pid": _arr(np.full(n, raw.pid, np.int64), pa.int64()),
+            "rank": _arr(np.full(n, raw.rank, np.int32), pa.int32()),
+            "arg": _arr(cols["arg"], pa.int64(), cols["has_arg"]),
+            "error": _arr(cols["error"], pa.bool_()),
         }
     ).replace_schema_metadata(metadata)
 
@@ -340,86 +375,99 @@ def tables(
     import pyarrow as pa
 
     from .._schema import SPAN_SCHEMA
-    from .._selftime import self_ns_column
     from ..formats.base import note_skipped
 
     raw = RawFile(path)
     meta = dict(metadata or {})
     try:
-        carry: pa.Table | None = None  # children of spans not read yet (see _carried)
+        carry: dict[str, Any] | None = None  # children of spans not read yet (see _self_ns)
         produced = False
         for frames in raw.chunks(max_rows):
-            table = _table(raw, _decode(raw, frames), {})
-            narrow = table.select(_SELF_KEYS)
-            both = pa.concat_tables([carry, narrow]) if carry is not None else narrow
-            self_ns = self_ns_column(both).slice(both.num_rows - table.num_rows)
-            table = table.append_column("self_ns", self_ns).append_column(
-                "wait_ns", pa.array(np.zeros(table.num_rows, np.int64))
+            cols = _decode(raw, frames)
+            self_ns, carry = _self_ns(cols, carry)
+            table = (
+                _table(raw, cols, {})
+                .append_column("self_ns", _arr(self_ns, pa.int64()))
+                .append_column("wait_ns", _arr(np.zeros(len(self_ns), np.int64), pa.int64()))
             )
-            carry = _carried(both)
             out = table.cast(SPAN_SCHEMA).replace_schema_metadata(meta)
             if raw.cut is not None:
                 out = note_skipped(out, raw.path, {f"the rest of the raw log ({raw.cut})": 1})
             produced = True
             yield out
         if not produced:
-            out = SPAN_SCHEMA.empty_table().replace_schema_metadata(meta)
-            yield out
+            yield SPAN_SCHEMA.empty_table().replace_schema_metadata(meta)
     finally:
         raw.close()
 
 
-_SELF_KEYS = ["span_id", "parent_id", "start_ns", "end_ns", "thread_id", "pid"]
+_SELF_KEYS = ("span_id", "parent_id", "has_parent", "start_ns", "end_ns", "thread_id")
 
 
-def _carried(table: pa.Table) -> pa.Table | None:
-    """What a later piece needs of ``table`` to compute self time: its rows whose parent is
-    not in it (a parent's record comes after its children's), one row per such parent that
-    covers as much as they do (their union, from their earliest start: inside the parent,
-    before its later children), so what is carried stays one row per open span."""
+def _self_ns(
+    cols: dict[str, Any], carry: dict[str, Any] | None
+) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """``self_ns`` of a piece's spans (``_selftime``'s rule for sync code: the duration less
+    the union of the same thread's children's intervals, each clipped to the parent), and what
+    the next piece needs: the spans whose parent is not read yet (a parent's record comes
+    after its children's), as one row per such parent that covers as much as they do (their
+    union, from their earliest start: inside the parent, before its later children), so what
+    is carried stays about one row per span open at the piece's end. ``carry``: the previous
+    piece's."""
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from .._selftime import self_ns_column
+    from .._selftime import _union_lengths
 
-    if table.num_rows == 0:
-        return None
-    known = pc.is_in(table.column("parent_id"), value_set=table.column("span_id"))
-    orphans = table.filter(pc.and_(pc.is_valid(table.column("parent_id")), pc.invert(known)))
-    if orphans.num_rows == 0:
-        return None
-    groups = orphans.group_by("parent_id").aggregate(
-        [("start_ns", "min"), ("end_ns", "max"), ("thread_id", "min"), ("pid", "min")]
+    both = (
+        {k: np.concatenate([carry[k], cols[k]]) for k in _SELF_KEYS}
+        if carry is not None
+        else {k: cols[k] for k in _SELF_KEYS}
     )
-    if groups.num_rows * 2 > orphans.num_rows:
-        return orphans
-    n = groups.num_rows
-    first = groups.column("start_ns_min")
-    parents = pa.table(
-        {
-            "span_id": groups.column("parent_id"),
-            "parent_id": pa.nulls(n, pa.uint64()),
-            "start_ns": first,
-            "end_ns": groups.column("end_ns_max"),
-            "thread_id": groups.column("thread_id_min"),
-            "pid": groups.column("pid_min"),
-        }
-    ).cast(orphans.schema)
-    own = self_ns_column(pa.concat_tables([parents, orphans])).slice(0, n).to_numpy()
-    start = first.to_numpy()
-    union = groups.column("end_ns_max").to_numpy() - start - own
-    return pa.table(
-        {
-            # ids no span has (a process's ids are its random base plus a count)
-            "span_id": pa.array(np.uint64((1 << 64) - 2) - np.arange(n, dtype=np.uint64)),
-            "parent_id": groups.column("parent_id"),
-            "start_ns": first,
-            "end_ns": pa.array(start + union),
-            "thread_id": groups.column("thread_id_min"),
-            "pid": groups.column("pid_min"),
-        }
-    ).cast(orphans.schema)
+    n = len(both["span_id"])
+    own = len(cols["span_id"])
+    if n == 0:
+        return np.zeros(0, np.int64), None
+    ids, parents, tids = both["span_id"], both["parent_id"], both["thread_id"]
+    start, end = both["start_ns"], both["end_ns"]
+    order = np.argsort(ids, kind="stable")
+    pos = np.minimum(np.searchsorted(ids[order], parents), n - 1)
+    parent_row = order[pos]
+    found = both["has_parent"] & (ids[parent_row] == parents)
+    child = np.flatnonzero(found & (tids == tids[parent_row]))
+    covered = np.zeros(n, np.int64)
+    if len(child):
+        parent = parent_row[child]
+        s = np.maximum(start[child], start[parent])
+        e = np.minimum(end[child], end[parent])
+        keep = e > s
+        union = _union_lengths(parent[keep], s[keep], e[keep])
+        if union is not None:
+            covered[union[0]] = union[1]
+    self_ns = np.maximum((end - start) - covered, 0)[n - own :]
+    orphan = np.flatnonzero(both["has_parent"] & ~found)
+    if not len(orphan):
+        return self_ns, None
+    waiting, group = np.unique(parents[orphan], return_inverse=True)
+    group = group.reshape(-1)
+    if len(waiting) * 2 > len(orphan):
+        return self_ns, {k: both[k][orphan] for k in _SELF_KEYS}
+    first = np.full(len(waiting), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, group, start[orphan])
+    lengths = np.zeros(len(waiting), np.int64)
+    union = _union_lengths(group.astype(np.int64), start[orphan], end[orphan])
+    if union is not None:
+        lengths[union[0]] = union[1]
+    tid = np.zeros(len(waiting), np.int64)
+    tid[group] = tids[orphan]
+    return self_ns, {
+        # ids no span has (a process's ids are its random base plus a count)
+        "span_id": np.uint64((1 << 64) - 2) - np.arange(len(waiting), dtype=np.uint64),
+        "parent_id": waiting,
+        "has_parent": np.ones(len(waiting), bool),
+        "start_ns": first,
+        "end_ns": first + lengths,
+        "thread_id": tid,
+    }
 
 
 def read(path: str | os.PathLike, metadata: dict[bytes, bytes] | None = None) -> pa.Table:
