@@ -147,7 +147,8 @@ class Recorder:
 
     @property
     def spans(self) -> int:
-        return self._sink.spans
+        raw = self._sink.raw_spans() if getattr(self._sink, "raw", False) else 0
+        return self._sink.spans + raw
 
     @property
     def dropped(self) -> int:
@@ -172,6 +173,7 @@ class Recorder:
             self._pid = os.getpid()
             self._stop.clear()
             self._open_now()
+            self._use_raw()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             try:
                 start_quiet(self._thread)  # signals stay with the program's threads
@@ -241,6 +243,7 @@ class Recorder:
             with self._locked() as acquired:
                 if acquired and hasattr(self._sink, "open") and _room_to_flush():
                     self._sink.open()
+                    self._use_raw()
         except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad start
             self.write_errors += 1
             _say(f"recording to {self.dest}: {_problem(exc)} (recording goes on)")
@@ -259,12 +262,11 @@ class Recorder:
                 if self._stop.is_set():
                     return
             try:
-                reader = self._reader  # set before this thread starts, kept until it ends
-                assert reader is not None
+                reader = self._reader  # None once the drain thread writes the spans (raw log)
                 if (
                     time.monotonic() >= next_flush
                     or _under_memory_pressure()
-                    or reader.under_pressure()
+                    or (reader is not None and reader.under_pressure())
                 ):
                     next_flush = time.monotonic() + self.flush_interval
                     if not _room_to_flush():
@@ -285,6 +287,23 @@ class Recorder:
                         "the spans lost are counted at stop)"
                     )
 
+    def _use_raw(self) -> None:
+        """Once the sink's raw log is open (a local directory: recording/rawlog.py), the
+        native drain thread writes this recording's spans as it moves them out of the rings
+        (no interpreter lock, a few ns a span): this recorder takes nothing from the hub any
+        more, and its flushes only write the counters and follow the children. What the hub
+        had queued for it already goes out as a part of its own."""
+        if not getattr(self._sink, "raw", False) or self._reader is None:
+            return
+        reader, self._reader = self._reader, None
+        hub.detach(reader)
+        from .sinks import metadata_table
+
+        self._last = metadata_table()  # what stop() hands the sink (no drain to take it from)
+        for table in reader.take_queued():
+            if table.num_rows:
+                self._sink.write(table)
+
     @contextlib.contextmanager
     def _locked(self, timeout: float = -1):
         """``_lock``, noting its owner; yields False (not acquired) when this thread holds it
@@ -304,6 +323,11 @@ class Recorder:
         """Drain now and hand the spans to the destination (the flusher does this every interval)."""
         with self._locked(lock_timeout) as acquired:
             if not acquired:
+                return
+            if self._reader is None and getattr(self._sink, "raw", False):
+                self.flushes += 1  # the spans: written by the drain thread (_use_raw)
+                track_children()
+                self._flush_counters()
                 return
             table = self._take()
             written = False

@@ -5,6 +5,7 @@ of lower priority). ``sink_for(dest)`` picks one from the destination's form; th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     from ..formats.dataset import Location
 
 __all__ = ["CollectorSink", "DatasetSink", "FileSink", "sink_for"]
+
+#: ``0``: a recording to a local directory writes a Parquet part per flush from the flusher
+#: thread, as before the raw log (for comparisons; the raw log is the default).
+ENV_RAW_LOG = "HOTSPAN_RAW_LOG"
 
 #: Seconds between two measurements of a collector client's clock offset (default 60).
 ENV_CLOCK_INTERVAL = "HOTSPAN_CLOCK_INTERVAL"
@@ -137,6 +142,10 @@ class DatasetSink:
         self.dropped = 0
         self.spans = 0
         self.parts = 0
+        #: The raw log the drain thread writes while the recording runs (a local directory:
+        #: ``recording/rawlog.py``), its process; None: a part per flush instead.
+        self.raw_path: str | None = None
+        self._raw_pid: int | None = None
 
     def open(self) -> None:
         """On the flusher, once pyarrow is loaded: sweep what killed writers left, draw this
@@ -151,6 +160,63 @@ class DatasetSink:
             sweep_temporaries(opened.root)
         self.token = new_token()
         self._write(metadata_table(), kind="start")
+        if opened.local:
+            self._open_raw(opened.root)
+
+    def _open_raw(self, root: str) -> None:
+        """The raw log, when this process has none open already (one a process: a second
+        recording to a directory writes a Parquet part per flush, as before) and
+        ``HOTSPAN_RAW_LOG`` is not ``0``."""
+        if os.environ.get(ENV_RAW_LOG, "1") == "0":
+            return
+        from .. import _native
+        from .._api import rank as current_rank
+        from .._version import __version__
+        from .rawlog import raw_name
+
+        assert self.token is not None
+        path = os.path.join(root, raw_name(current_rank(), os.getpid(), self.token))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _native._raw_open(path, current_rank(), __version__)
+        except OSError:
+            return  # another recording of this process has it, or no room: parts per flush
+        self.raw_path = path
+        self._raw_pid = os.getpid()
+
+    @property
+    def raw(self) -> bool:
+        """Whether the drain thread writes this recording's spans (no flush takes them)."""
+        return self.raw_path is not None and self._raw_pid == os.getpid()
+
+    def raw_spans(self) -> int:
+        from .. import _native
+
+        return int(_native._raw_stats()["spans"]) if self.raw else 0
+
+    def _close_raw(self) -> None:
+        """stop(): every span recorded so far into the raw log, then the log into Parquet
+        parts (``PART_ROWS`` spans at most each, each naming the log it replaces, so a reader
+        never counts a span twice), then the log removed."""
+        from .. import _native
+        from .rawlog import LIVE_DIR, convert
+
+        assert self.raw_path is not None
+        stats = _native._raw_close()
+        self.dropped += int(stats["lost_spans"])
+        path, self.raw_path = self.raw_path, None
+        name = f"{LIVE_DIR}/{os.path.basename(path)}"
+        meta = dict(metadata_table().schema.metadata or {})
+        meta.update(_dropped_meta())
+
+        def write(table: pa.Table) -> None:
+            self._write(table, kind="raw", replaces_live=[name])
+            self.spans += table.num_rows
+
+        convert(path, write, meta)
+        os.unlink(path)
+        with contextlib.suppress(OSError):  # others' raw logs may still be there
+            os.rmdir(os.path.dirname(path))
 
     def write(self, table: pa.Table) -> None:
         self.open()
@@ -178,6 +244,8 @@ class DatasetSink:
     def close(self, last: pa.Table, timeout: float) -> None:
         if self.location is None or not self.location.local:
             return
+        if self.raw:
+            self._close_raw()
         from .children import unflushed_children
 
         from pathlib import Path
@@ -187,6 +255,29 @@ class DatasetSink:
             unflushed
         ):  # a part of its own (no spans): the last flush may have had none to carry them
             self._write(metadata_table(), kind="stop", unflushed_children=unflushed)
+
+
+def _dropped_meta() -> dict[bytes, bytes]:
+    """The dropped counts as a drain's metadata gives them (``hotspan.dropped``), for the
+    parts a raw log becomes (no drain made them)."""
+    import json
+
+    from .. import _native
+    from .._schema import META_DROPPED
+
+    d = _native.dropped(detail=True)
+    threads = d.get("threads") or {}
+    counts = {str(t): int(v["memory_cap"]) + int(v["other"]) for t, v in threads.items()}
+    return {
+        META_DROPPED: json.dumps(
+            {
+                "total": int(d["total"]),
+                "threads": {t: c for t, c in counts.items() if c},
+                "names": {str(t): str(v["name"]) for t, v in threads.items()},
+                "memory_cap": int(d["memory_cap"]),
+            }
+        ).encode()
+    }
 
 
 def _current_rank() -> int:
