@@ -885,6 +885,19 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
                         "rank", pa.array([partition["rank"]] * table.num_rows, pa.int32())
                     )
                 tables.append(conform_to_schema(table, fragment.path, metadata={}))
+            metas_read = [meta for _fragment, meta in kept]
+            if loc.local:
+                # a live run's raw logs (recording/rawlog.py): the spans no part holds yet
+                from ..recording.rawlog import live_tables
+
+                try:
+                    live = live_tables(loc.root, metas_read)
+                except FileNotFoundError as exc:  # converted meanwhile: its parts appeared
+                    raise _PartVanished() from exc
+                for table, meta in live:
+                    tables.append(table)
+                    metas_read.append(meta)
+                    parts_meta.append((meta, table.num_rows))
         except (pa.ArrowException, OSError) as exc:
             if _any_vanished(loc, [path for path, _size in files]):
                 raise _PartVanished() from exc
@@ -895,7 +908,7 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
         raise TraceFileError(
             loc.shown, f"not a readable span dataset: {type(exc).__name__}: {exc}"
         ) from exc
-    tables = _with_test_column(tables, [meta for _fragment, meta in kept])
+    tables = _with_test_column(tables, metas_read)
     # One dictionary per string column across the parts: pyarrow's group_by and joins
     # refuse differing ones ("Unifying differing dictionaries").
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]

@@ -32,7 +32,16 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-__all__ = ["LIVE_DIR", "RawFile", "RawLogError", "convert", "raw_name", "read", "tables"]
+__all__ = [
+    "LIVE_DIR",
+    "RawFile",
+    "RawLogError",
+    "convert",
+    "live_tables",
+    "raw_name",
+    "read",
+    "tables",
+]
 
 #: Where a run directory keeps its raw logs: a ``_``-prefixed folder, which pyarrow.dataset,
 #: pandas, polars, DuckDB's ``*.parquet`` globs and Spark leave alone.
@@ -367,31 +376,38 @@ def tables(
     metadata: dict[bytes, bytes] | None = None,
     *,
     max_rows: int = PART_ROWS,
+    skip: "set[int] | frozenset[int]" = frozenset(),
+    raw: "RawFile | None" = None,
 ) -> "Iterator[pa.Table]":
     """The raw log's spans as span tables (``SPAN_SCHEMA``, ``metadata`` on each) of about
     ``max_rows`` spans each, in the order they were written. ``self_ns`` of a span whose
-    children are in an earlier piece counts them (a carried row per such parent)."""
+    children are in an earlier piece counts them (a carried row per such parent). ``skip``:
+    pieces (their index) not given (read, for the self time of the pieces after them)."""
     import numpy as np
     import pyarrow as pa
 
     from .._schema import SPAN_SCHEMA
     from ..formats.base import note_skipped
 
-    raw = RawFile(path)
+    raw = raw if raw is not None else RawFile(path)
     meta = dict(metadata or {})
     try:
         carry: dict[str, Any] | None = None  # children of spans not read yet (see _self_ns)
         produced = False
-        for frames in raw.chunks(max_rows):
+        for piece, frames in enumerate(raw.chunks(max_rows)):
             cols = _decode(raw, frames)
             self_ns, carry = _self_ns(cols, carry)
+            if piece in skip:
+                continue
             table = (
                 _table(raw, cols, {})
                 .append_column("self_ns", _arr(self_ns, pa.int64()))
                 .append_column("wait_ns", _arr(np.zeros(len(self_ns), np.int64), pa.int64()))
             )
             out = table.cast(SPAN_SCHEMA).replace_schema_metadata(meta)
-            if raw.cut is not None:
+            if raw.cut is not None and not raw.cut.startswith("a frame cut short"):
+                # damage (a frame cut short at the end is a write under way, or the last one
+                # a kill interrupted: nothing readable was there)
                 out = note_skipped(out, raw.path, {f"the rest of the raw log ({raw.cut})": 1})
             produced = True
             yield out
@@ -470,11 +486,20 @@ def _self_ns(
     }
 
 
-def read(path: str | os.PathLike, metadata: dict[bytes, bytes] | None = None) -> pa.Table:
+def read(
+    path: str | os.PathLike,
+    metadata: dict[bytes, bytes] | None = None,
+    *,
+    skip: "set[int] | frozenset[int]" = frozenset(),
+) -> pa.Table:
     """The raw log's spans as one table (see :func:`tables`)."""
     import pyarrow as pa
 
-    parts = list(tables(path, metadata))
+    from .._schema import SPAN_SCHEMA
+
+    parts = list(tables(path, metadata, skip=skip)) or [
+        SPAN_SCHEMA.empty_table().replace_schema_metadata(dict(metadata or {}))
+    ]
     if len(parts) == 1:
         return parts[0]
     return pa.concat_tables(parts).unify_dictionaries()
@@ -485,12 +510,71 @@ def convert(
     write: "Any",
     metadata: dict[bytes, bytes] | None = None,
 ) -> int:
-    """Hand the raw log's spans to ``write(table)`` a piece at a time (a Parquet part each:
-    the caller's); returns the spans. The caller removes the file once every piece is
-    written."""
+    """Hand the raw log's spans to ``write(table, piece, pieces)`` a piece at a time (a
+    Parquet part each: the caller's, which names the log, the piece and the number of pieces
+    in the part's metadata: see :func:`live_tables`); returns the spans. The caller removes
+    the file once every piece is written."""
+    raw = RawFile(path)
+    pieces = sum(1 for _ in raw.chunks(PART_ROWS)) or 1
     spans = 0
-    for table in tables(path, metadata):
-        if table.num_rows:
-            write(table)
-            spans += table.num_rows
+    for piece, table in enumerate(tables(path, metadata, raw=raw)):
+        write(table, piece, pieces)
+        spans += table.num_rows
     return spans
+
+
+def live_tables(
+    root: str | os.PathLike, metas: list[dict[bytes, bytes]]
+) -> list[tuple[pa.Table, dict[bytes, bytes]]]:
+    """The spans of the raw logs in a run directory (``_live/``) that the parts read
+    (``metas``: their schema metadata) do not hold yet, with the metadata of the start part of
+    the recording that writes each (a log whose start part is not among them is another
+    run's, or not this listing's: left out). A part converted from a log names it, its piece
+    and the number of pieces (``hotspan.part``: ``replaces_live``, ``piece``, ``pieces``):
+    a log whose every piece is visible is not read; one that is being converted gives the
+    pieces not visible yet. A log that vanishes meanwhile raises ``FileNotFoundError`` (its
+    parts appeared: list again)."""
+    import json
+
+    from .._schema import META_RUN  # noqa: F401  (the start part's metadata carries the run)
+    from ..formats.dataset import META_PART
+
+    live_dir = os.path.join(os.fspath(root), LIVE_DIR)
+    try:
+        names = sorted(os.listdir(live_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    seen: dict[str, set[int]] = {}
+    pieces: dict[str, int] = {}
+    starts: dict[tuple[int, str], dict[bytes, bytes]] = {}
+    for meta in metas:
+        try:
+            part = json.loads(meta.get(META_PART, b"{}"))
+        except ValueError:
+            continue
+        if not isinstance(part, dict):
+            continue
+        for name in part.get("replaces_live") or ():
+            if isinstance(name, str):
+                seen.setdefault(name, set()).add(int(part.get("piece", 0)))
+                pieces[name] = int(part.get("pieces", 1))
+        if part.get("kind") == "start" and isinstance(part.get("token"), str):
+            starts[(int(part.get("pid", -1)), part["token"])] = meta
+    out = []
+    for name in names:
+        match = RAW_RE.match(name)
+        key = f"{LIVE_DIR}/{name}"
+        if match is None:
+            continue
+        if key in seen and len(seen[key]) >= pieces.get(key, 1):
+            continue  # converted: its parts hold every span
+        start = starts.get((int(match.group(2)), match.group(3)))
+        if start is None:
+            continue
+        meta = dict(start)
+        part = json.loads(meta[META_PART])
+        part.update(kind="live", raw=key)
+        meta[META_PART] = json.dumps(part).encode()
+        table = read(os.path.join(live_dir, name), meta, skip=seen.get(key, set()))
+        out.append((table, meta))
+    return out

@@ -209,9 +209,10 @@ class DatasetSink:
         meta = dict(metadata_table().schema.metadata or {})
         meta.update(_dropped_meta())
 
-        def write(table: pa.Table) -> None:
-            self._write(table, kind="raw", replaces_live=[name])
-            self.spans += table.num_rows
+        def write(table: pa.Table, piece: int, pieces: int) -> None:
+            if table.num_rows:
+                self._write(table, kind="raw", replaces_live=[name], piece=piece, pieces=pieces)
+                self.spans += table.num_rows
 
         convert(path, write, meta)
         os.unlink(path)
