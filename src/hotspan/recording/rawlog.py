@@ -578,3 +578,67 @@ def live_tables(
         table = read(os.path.join(live_dir, name), meta, skip=seen.get(key, set()))
         out.append((table, meta))
     return out
+
+
+def convert_left(root: str | os.PathLike, log: "Any" = None) -> int:
+    """``hotspan compact``: the raw logs whose process is gone (killed before its stop())
+    into Parquet parts of their recording (after its last part), then removed. A log whose
+    start part is missing, or whose process still runs, is left alone. Returns the logs
+    converted."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from ..formats.dataset import part_key, pid_alive, write_part
+
+    root = os.fspath(root)
+    live_dir = os.path.join(root, LIVE_DIR)
+    try:
+        names = sorted(os.listdir(live_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    done = 0
+    for name in names:
+        match = RAW_RE.match(name)
+        if match is None:
+            continue
+        rank, pid, token = int(match.group(1)), int(match.group(2)), match.group(3)
+        if pid_alive(pid) and pid != os.getpid():
+            continue  # still recording (or a pid reused here: left for a later compact)
+        own = []
+        for p in glob.glob(os.path.join(root, f"part-r{rank}-{pid}-{token}-*.parquet")):
+            k = part_key(p)
+            if k is not None:
+                own.append((int(k["seq"]), int(k["last"] if k["last"] is not None else k["seq"]), p))
+        if not own:
+            continue  # no start part: not a recording's log this reader can name
+        meta = dict(pq.read_schema(min(own)[2]).metadata or {})
+        meta.pop(b"hotspan.part", None)
+        key = f"{LIVE_DIR}/{name}"
+        next_seq = max(last for _seq, last, _p in own)
+
+        def write(table: "pa.Table", piece: int, pieces: int) -> None:
+            nonlocal next_seq
+            if not table.num_rows:
+                return
+            next_seq += 1
+            write_part(
+                table,
+                root,
+                rank=rank,
+                pid=pid,
+                seq=next_seq,
+                token=token,
+                part_meta={"kind": "raw", "replaces_live": [key], "piece": piece, "pieces": pieces},
+            )
+
+        spans = convert(os.path.join(live_dir, name), write, meta)
+        os.unlink(os.path.join(live_dir, name))
+        done += 1
+        if log is not None:
+            log(f"rank {rank}: the raw log of process {pid} ({spans:,} spans) into Parquet")
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        os.rmdir(live_dir)
+    return done
