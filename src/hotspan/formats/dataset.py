@@ -72,6 +72,7 @@ from .._schema import (
     META_PID,
     META_RANK,
     META_RUN,
+    META_SKIPPED_ON_LOAD,
     META_START,
 )
 
@@ -886,6 +887,7 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
                     )
                 tables.append(conform_to_schema(table, fragment.path, metadata={}))
             metas_read = [meta for _fragment, meta in kept]
+            live_skipped = None
             if loc.local:
                 # a live run's raw logs (recording/rawlog.py): the spans no part holds yet
                 from ..recording.rawlog import live_tables
@@ -898,6 +900,9 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
                     tables.append(table)
                     metas_read.append(meta)
                     parts_meta.append((meta, table.num_rows))
+                    skipped = (table.schema.metadata or {}).get(META_SKIPPED_ON_LOAD)
+                    if skipped is not None:  # a damaged raw log (said in a warning already)
+                        live_skipped = skipped
         except (pa.ArrowException, OSError) as exc:
             if _any_vanished(loc, [path for path, _size in files]):
                 raise _PartVanished() from exc
@@ -914,7 +919,10 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     if check:
         check_span_rules(table, loc.shown)
-    return table.replace_schema_metadata(merge_metadata(parts_meta))
+    merged = merge_metadata(parts_meta)
+    if live_skipped is not None:
+        merged[META_SKIPPED_ON_LOAD] = live_skipped
+    return table.replace_schema_metadata(merged)
 
 
 #: The column a run written by ``pytest --hotspan`` gets on load: each span's test (the node

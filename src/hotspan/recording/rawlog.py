@@ -173,6 +173,19 @@ class RawFile:
             pass
 
     @property
+    def damaged(self) -> bool:
+        """Whether reading stopped at damage (a frame cut short at the end is a write under
+        way, or the one a kill interrupted: no whole frame was there, nothing readable lost)."""
+        return self.cut is not None and not self.cut.startswith("a frame cut short")
+
+    def cut_reason(self) -> str:
+        return f"record(s) after {self.cut} in the raw log"
+
+    def lost_estimate(self) -> int:
+        """Records past the damage, at most (32 bytes each): not read, so not known exactly."""
+        return max(1, (len(self.mm) - self.cut_at) // 32)
+
+    @property
     def slots(self) -> int:
         return sum(r[3] for r in self.records)
 
@@ -394,7 +407,8 @@ def tables(
     try:
         carry: dict[str, Any] | None = None  # children of spans not read yet (see _self_ns)
         produced = False
-        for piece, frames in enumerate(raw.chunks(max_rows)):
+        pieces = list(raw.chunks(max_rows))
+        for piece, frames in enumerate(pieces):
             cols = _decode(raw, frames)
             self_ns, carry = _self_ns(cols, carry)
             if piece in skip:
@@ -405,10 +419,8 @@ def tables(
                 .append_column("wait_ns", _arr(np.zeros(len(self_ns), np.int64), pa.int64()))
             )
             out = table.cast(SPAN_SCHEMA).replace_schema_metadata(meta)
-            if raw.cut is not None and not raw.cut.startswith("a frame cut short"):
-                # damage (a frame cut short at the end is a write under way, or the last one
-                # a kill interrupted: nothing readable was there)
-                out = note_skipped(out, raw.path, {f"the rest of the raw log ({raw.cut})": 1})
+            if piece == len(pieces) - 1 and raw.damaged:
+                out = note_skipped(out, raw.path, {raw.cut_reason(): raw.lost_estimate()})
             produced = True
             yield out
         if not produced:
