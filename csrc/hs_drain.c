@@ -224,7 +224,7 @@ static void segment_free_locked(hs_segment *s) {
  * behind loses its oldest tables), so that the recording threads never meet the cap. */
 static void shed_written_locked(void) {
     uint64_t keep = atomic_load(&hs_memory_cap) / 4;
-    while (seg_head && seg_bytes > keep) {
+    while (seg_head && seg_head->in_raw && seg_bytes > keep) {
         hs_segment *s = seg_head;
         seg_head = s->next;
         if (!seg_head) seg_tail = NULL;
@@ -265,7 +265,8 @@ static uint64_t sweep_locked(void) {
             s->nspans = walk_records(info, recs, n, NULL, 0, 1);
             /* record(dir): the records go to the raw log too, as they are (written at the
              * pass's end, below, while this segment holds the block) */
-            if (hs_rawlog_on()) hs_rawlog_segment_locked(info, recs, n, s->base_seq, s->nspans);
+            s->in_raw = hs_rawlog_on();
+            if (s->in_raw) hs_rawlog_segment_locked(info, recs, n, s->base_seq, s->nspans);
             blk->refs++;
             hs_chain_advance(ch, n);
             if (seg_tail) seg_tail->next = s;
@@ -307,7 +308,10 @@ int hs_drain_raw_open(const char *path, int32_t rank, const char *version) {
         /* what the core holds already (recorded before the recording started, not drained)
          * is the recording's too: a recorder started late still writes it */
         for (hs_segment *s = seg_head; s; s = s->next)
-            hs_rawlog_segment_locked(s->info, s->recs, s->nslots, s->base_seq, s->nspans);
+            if (!s->in_raw) { /* not an earlier recording's */
+                hs_rawlog_segment_locked(s->info, s->recs, s->nslots, s->base_seq, s->nspans);
+                s->in_raw = 1;
+            }
         hs_rawlog_flush_locked();
         raw_shed_spans = 0;
     }

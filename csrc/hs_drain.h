@@ -28,6 +28,7 @@ typedef struct hs_segment {
     uint64_t base_seq;     /* info->drain_seq before this segment's first record */
     uint64_t nslots;
     uint64_t nspans;
+    int in_raw; /* written to a raw log already (hs_rawlog.h): a later one does not take it */
 } hs_segment;
 
 /* What drain() takes from the drain side at once: every segment, and the pairs they use. */

@@ -201,8 +201,9 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
     with _api.drain_lock:
         if _user is None:
             _user = Reader("drain()")
-        if _streaming:
-            # Other readers stream already (a record() nested in another, or in HOTSPAN_OUT's):
+        if _streaming or _native._raw_stats()["open"]:
+            # Other readers stream already (or a record(dir) whose raw log the drain thread
+            # writes: recording/rawlog.py) (a record() nested in another, or in HOTSPAN_OUT's):
             # what the core holds now was recorded before this one started, and is theirs.
             # Filtered when offered, not drained here: a drain on the caller's thread would start
             # pyarrow's threads from a thread that takes signals (and import pyarrow there).
