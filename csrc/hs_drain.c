@@ -209,7 +209,8 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
     return spans;
 }
 
-/* Spans the raw log has that drain() will not see: shed from memory (below). */
+/* Spans the raw logs have that drain() will not see: shed from memory (below); counted
+ * over the process's life (drain() says the increase). */
 static uint64_t raw_shed_spans = 0;
 
 static void segment_free_locked(hs_segment *s) {
@@ -313,7 +314,6 @@ int hs_drain_raw_open(const char *path, int32_t rank, const char *version) {
                 s->in_raw = 1;
             }
         hs_rawlog_flush_locked();
-        raw_shed_spans = 0;
     }
     pthread_mutex_unlock(&drain_lock);
     if (rc == 0) hs_drainer_ensure();

@@ -343,27 +343,41 @@ def _table(raw: RawFile, cols: dict[str, Any], metadata: dict[bytes, bytes]) -> 
     else:
         uniq, inverse = np.unique(pair, return_inverse=True)
         index = inverse.astype(np.int32).reshape(-1)
-    names, paths = [], []
-    for p in uniq.tolist():
+    # one dictionary entry per distinct string (pairs share names and paths; a dictionary
+    # with a value twice is written PLAIN by Parquet's writer)
+    names: dict[str, int] = {}
+    paths: dict[str, int] = {}
+    name_of = np.empty(len(uniq), np.int32)
+    path_of = np.empty(len(uniq), np.int32)
+    for k, p in enumerate(uniq.tolist()):
         name_id, path_id = raw.pairs.get(p, (None, None))
-        names.append(raw.strings.get(name_id, f"<unknown span {p}>") if name_id else "")
-        paths.append(raw.strings.get(path_id) if path_id else None)
-    # no category: a null row (the dictionary holds none: pyarrow cannot unify such)
-    has_path = np.array([p is not None for p in paths], bool)
-    path_index = np.cumsum(has_path, dtype=np.int32) - 1
+        name = raw.strings.get(name_id, f"<unknown span {p}>") if name_id else ""
+        path = raw.strings.get(path_id) if path_id else None
+        name_of[k] = names.setdefault(name, len(names))
+        path_of[k] = paths.setdefault(path, len(paths)) if path is not None else -1
+    has_path = path_of[index] >= 0
     category = pa.DictionaryArray.from_arrays(
-        _arr(path_index[index] if len(paths) else index, pa.int32(), has_path[index]),
-        string_array([p for p in paths if p is not None]),
+        _arr(np.maximum(path_of[index], 0), pa.int32(), has_path), string_array(list(paths))
     )
     tids = cols["thread_id"]
     tid_values = np.array(sorted(set(cols["frame_tids"].tolist())), np.int64)
-    thread_index = np.searchsorted(tid_values, cols["frame_tids"]).astype(np.int32)[cols["frame"]]
+    thread_names: dict[str, int] = {}  # threads may share a name: one entry each name
+    name_of_tid = np.array(
+        [
+            thread_names.setdefault(raw.thread_names.get(int(t), f"Thread-{int(t)}"), len(thread_names))
+            for t in tid_values
+        ],
+        np.int32,
+    )
+    thread_index = name_of_tid[np.searchsorted(tid_values, cols["frame_tids"])][cols["frame"]]
     start, end = cols["start_ns"], cols["end_ns"]
     return pa.table(
         {
             "span_id": _arr(cols["span_id"], pa.uint64()),
             "parent_id": _arr(cols["parent_id"], pa.uint64(), cols["has_parent"]),
-            "name": pa.DictionaryArray.from_arrays(_arr(index, pa.int32()), string_array(names)),
+            "name": pa.DictionaryArray.from_arrays(
+                _arr(name_of[index], pa.int32()), string_array(list(names))
+            ),
             "category": category,
             "start_ns": _arr(start, pa.int64()),
             "end_ns": _arr(end, pa.int64()),
@@ -372,9 +386,7 @@ def _table(raw: RawFile, cols: dict[str, Any], metadata: dict[bytes, bytes]) -> 
             "thread_id": _arr(tids, pa.int64()),
             "thread_name": pa.DictionaryArray.from_arrays(
                 _arr(thread_index, pa.int32()),
-                string_array(
-                    [raw.thread_names.get(int(t), f"Thread-{int(t)}") for t in tid_values]
-                ),
+                string_array(list(thread_names)),
             ),
             "pid": _arr(np.full(n, raw.pid, np.int64), pa.int64()),
             "rank": _arr(np.full(n, raw.rank, np.int32), pa.int32()),
@@ -391,13 +403,17 @@ def tables(
     max_rows: int = PART_ROWS,
     skip: "set[int] | frozenset[int]" = frozenset(),
     raw: "RawFile | None" = None,
+    since_ns: int | None = None,
 ) -> "Iterator[pa.Table]":
     """The raw log's spans as span tables (``SPAN_SCHEMA``, ``metadata`` on each) of about
     ``max_rows`` spans each, in the order they were written. ``self_ns`` of a span whose
     children are in an earlier piece counts them (a carried row per such parent). ``skip``:
-    pieces (their index) not given (read, for the self time of the pieces after them)."""
+    pieces (their index) not given (read, for the self time of the pieces after them).
+    ``since_ns``: spans that ended before it are left out (a recording started while others
+    streamed: they are theirs)."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from .._schema import SPAN_SCHEMA
     from ..formats.base import note_skipped
@@ -419,6 +435,8 @@ def tables(
                 .append_column("wait_ns", _arr(np.zeros(len(self_ns), np.int64), pa.int64()))
             )
             out = table.cast(SPAN_SCHEMA).replace_schema_metadata(meta)
+            if since_ns is not None:
+                out = out.filter(pc.greater_equal(out.column("end_ns"), since_ns))
             if piece == len(pieces) - 1 and raw.damaged:
                 out = note_skipped(out, raw.path, {raw.cut_reason(): raw.lost_estimate()})
             produced = True
@@ -503,13 +521,14 @@ def read(
     metadata: dict[bytes, bytes] | None = None,
     *,
     skip: "set[int] | frozenset[int]" = frozenset(),
+    since_ns: int | None = None,
 ) -> pa.Table:
     """The raw log's spans as one table (see :func:`tables`)."""
     import pyarrow as pa
 
     from .._schema import SPAN_SCHEMA
 
-    parts = list(tables(path, metadata, skip=skip)) or [
+    parts = list(tables(path, metadata, skip=skip, since_ns=since_ns)) or [
         SPAN_SCHEMA.empty_table().replace_schema_metadata(dict(metadata or {}))
     ]
     if len(parts) == 1:
@@ -521,6 +540,8 @@ def convert(
     path: str | os.PathLike,
     write: "Any",
     metadata: dict[bytes, bytes] | None = None,
+    *,
+    since_ns: int | None = None,
 ) -> int:
     """Hand the raw log's spans to ``write(table, piece, pieces)`` a piece at a time (a
     Parquet part each: the caller's, which names the log, the piece and the number of pieces
@@ -529,7 +550,7 @@ def convert(
     raw = RawFile(path)
     pieces = sum(1 for _ in raw.chunks(PART_ROWS)) or 1
     spans = 0
-    for piece, table in enumerate(tables(path, metadata, raw=raw)):
+    for piece, table in enumerate(tables(path, metadata, raw=raw, since_ns=since_ns)):
         write(table, piece, pieces)
         spans += table.num_rows
     return spans
@@ -587,7 +608,13 @@ def live_tables(
         part = json.loads(meta[META_PART])
         part.update(kind="live", raw=key)
         meta[META_PART] = json.dumps(part).encode()
-        table = read(os.path.join(live_dir, name), meta, skip=seen.get(key, set()))
+        since = part.get("since_ns")
+        table = read(
+            os.path.join(live_dir, name),
+            meta,
+            skip=seen.get(key, set()),
+            since_ns=since if isinstance(since, int) else None,
+        )
         out.append((table, meta))
     return out
 
@@ -598,6 +625,7 @@ def convert_left(root: str | os.PathLike, log: "Any" = None) -> int:
     start part is missing, or whose process still runs, is left alone. Returns the logs
     converted."""
     import glob
+    import json
 
     import pyarrow.parquet as pq
 
@@ -625,7 +653,10 @@ def convert_left(root: str | os.PathLike, log: "Any" = None) -> int:
         if not own:
             continue  # no start part: not a recording's log this reader can name
         meta = dict(pq.read_schema(min(own)[2]).metadata or {})
-        meta.pop(b"hotspan.part", None)
+        try:
+            since = json.loads(meta.pop(b"hotspan.part", b"{}")).get("since_ns")
+        except (ValueError, AttributeError):
+            since = None
         key = f"{LIVE_DIR}/{name}"
         next_seq = max(last for _seq, last, _p in own)
 
@@ -644,7 +675,12 @@ def convert_left(root: str | os.PathLike, log: "Any" = None) -> int:
                 part_meta={"kind": "raw", "replaces_live": [key], "piece": piece, "pieces": pieces},
             )
 
-        spans = convert(os.path.join(live_dir, name), write, meta)
+        spans = convert(
+            os.path.join(live_dir, name),
+            write,
+            meta,
+            since_ns=since if isinstance(since, int) else None,
+        )
         os.unlink(os.path.join(live_dir, name))
         done += 1
         if log is not None:

@@ -170,6 +170,8 @@ class Recorder:
             _running.append(self)
             self._core_dropped_at_start = _native.dropped()
             self._reader = hub.attach(f"record({self.dest})")
+            if hasattr(self._sink, "since_ns"):  # its start part says it (raw log readers)
+                self._sink.since_ns = self._reader.since_ns
             self._pid = os.getpid()
             self._stop.clear()
             self._open_now()
@@ -287,13 +289,34 @@ class Recorder:
                         "the spans lost are counted at stop)"
                     )
 
+    def _say_raw(self) -> None:
+        """What the drain thread wrote to the raw log since the last flush, as the events a
+        flush of a part gives: ``Flushed``, and ``FlushFailed`` for a write that failed."""
+        stats = _native._raw_stats()
+        said = getattr(self, "_raw_said", None) or {"spans": 0, "bytes": 0, "write_errors": 0}
+        self._raw_said = {k: int(stats[k]) for k in said}
+        if stats["write_errors"] > said["write_errors"]:
+            emit(FlushFailed(self.dest, OSError(f"{self.dest}: could not append to the raw log")))
+        if stats["spans"] > said["spans"]:
+            emit(
+                Flushed(
+                    self.dest,
+                    int(stats["spans"]) - said["spans"],
+                    int(stats["bytes"]) - said["bytes"],
+                    0.0,
+                )
+            )
+
     def _use_raw(self) -> None:
         """Once the sink's raw log is open (a local directory: recording/rawlog.py), the
         native drain thread writes this recording's spans as it moves them out of the rings
         (no interpreter lock, a few ns a span): this recorder takes nothing from the hub any
         more, and its flushes only write the counters and follow the children. What the hub
         had queued for it already goes out as a part of its own."""
-        if not getattr(self._sink, "raw", False) or self._reader is None:
+        if self._reader is None or not hasattr(self._sink, "start_raw"):
+            return
+        self._sink.start_raw()
+        if not self._sink.raw:
             return
         reader, self._reader = self._reader, None
         hub.detach(reader)
@@ -328,6 +351,7 @@ class Recorder:
                 self.flushes += 1  # the spans: written by the drain thread (_use_raw)
                 track_children()
                 self._flush_counters()
+                self._say_raw()
                 return
             table = self._take()
             written = False

@@ -146,6 +146,10 @@ class DatasetSink:
         #: ``recording/rawlog.py``), its process; None: a part per flush instead.
         self.raw_path: str | None = None
         self._raw_pid: int | None = None
+        #: Epoch ns: spans that ended before are another recording's (this one started while
+        #: others streamed: ``hub.Reader.since_ns``); kept in the start part for readers of
+        #: the raw log.
+        self.since_ns: int | None = None
 
     def open(self) -> None:
         """On the flusher, once pyarrow is loaded: sweep what killed writers left, draw this
@@ -159,16 +163,23 @@ class DatasetSink:
         if opened.local:
             sweep_temporaries(opened.root)
         self.token = new_token()
-        self._write(metadata_table(), kind="start")
-        if opened.local:
-            self._open_raw(opened.root)
+        self._write(metadata_table(), kind="start", **self._since())
 
-    def _open_raw(self, root: str) -> None:
-        """The raw log, when this process has none open already (one a process: a second
-        recording to a directory writes a Parquet part per flush, as before) and
-        ``HOTSPAN_RAW_LOG`` is not ``0``."""
-        if os.environ.get(ENV_RAW_LOG, "1") == "0":
+    def _since(self) -> dict[str, int]:
+        return {"since_ns": self.since_ns} if self.since_ns is not None else {}
+
+    def start_raw(self) -> None:
+        """A running recorder's, once open: the raw log, when this process has none open
+        already (one a process: a second recording to a directory writes a Parquet part per
+        flush, as before) and ``HOTSPAN_RAW_LOG`` is not ``0``."""
+        if (
+            self.raw
+            or self.location is None
+            or not self.location.local
+            or os.environ.get(ENV_RAW_LOG, "1") == "0"
+        ):
             return
+        root = self.location.root
         from .. import _native
         from .._api import rank as current_rank
         from .._version import __version__
@@ -214,7 +225,18 @@ class DatasetSink:
                 self._write(table, kind="raw", replaces_live=[name], piece=piece, pieces=pieces)
                 self.spans += table.num_rows
 
-        convert(path, write, meta)
+        written = self.spans
+        try:
+            convert(path, write, meta, since_ns=self.since_ns)
+        except Exception as exc:
+            # the spans not converted are lost to this destination (a log left in place is
+            # still read by load() and converted by `hotspan compact`)
+            from ..events import FlushFailed, emit
+
+            if not os.path.exists(path):
+                self.dropped += max(0, int(stats["spans"]) - (self.spans - written))
+            emit(FlushFailed(self.shown, exc))
+            raise
         os.unlink(path)
         with contextlib.suppress(OSError):  # others' raw logs may still be there
             os.rmdir(os.path.dirname(path))
