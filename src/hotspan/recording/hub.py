@@ -208,6 +208,10 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
             # Filtered when offered, not drained here: a drain on the caller's thread would start
             # pyarrow's threads from a thread that takes signals (and import pyarrow there).
             reader.since_ns = time.time_ns()
+        elif _raw_closed_ns is not None:
+            # What a raw log took is that recording's, though the core may still hold it for
+            # drain(): the spans that ended before the last one closed are not this reader's.
+            reader.since_ns = _raw_closed_ns
         # Not drained here: what the core holds now goes to the new reader too (a recorder
         # started late still writes the spans nobody drained), and the caller's thread
         # never imports pyarrow for it (HOTSPAN_OUT starts a recorder inside import hotspan).
@@ -217,6 +221,15 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
             _pumped_by_thread += 1
             _start_pump_thread()
     return reader
+
+
+_raw_closed_ns: int | None = None
+
+
+def raw_log_closed() -> None:
+    """A raw log (recording/rawlog.py) closed now, with every span that ended before."""
+    global _raw_closed_ns
+    _raw_closed_ns = time.time_ns()
 
 
 def detach(reader: Reader, *, pumped: bool = False) -> None:

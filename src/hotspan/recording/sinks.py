@@ -214,6 +214,9 @@ class DatasetSink:
 
         assert self.raw_path is not None
         stats = _native._raw_close()
+        from . import hub
+
+        hub.raw_log_closed()
         self.dropped += int(stats["lost_spans"])
         path, self.raw_path = self.raw_path, None
         name = f"{LIVE_DIR}/{os.path.basename(path)}"
