@@ -142,6 +142,52 @@ static PyObject *py_raw_stats(PyObject *m, PyObject *a) {
     return raw_stats_dict(&st, shed);
 }
 
+/* _raw_decode(data, frames, clocks) -> (columns, spans): the spans of a raw log's records
+ * frames (packed hs_rawlog_span_frame) with its clock segments (packed hs_clock_seg), as
+ * columns of cap = the frames' slots rows each, in hs_rawlog_columns' order: span_id,
+ * parent_id, start_ns, end_ns, arg (8 bytes), pair, frame, depth (4), flags (1). */
+static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
+    (void)m;
+    Py_buffer data, frames, clocks;
+    if (!PyArg_ParseTuple(args, "y*y*y*:_raw_decode", &data, &frames, &clocks)) return NULL;
+    PyObject *out = NULL;
+    uint64_t nframes = (uint64_t)frames.len / sizeof(hs_rawlog_span_frame), cap = 0;
+    const hs_rawlog_span_frame *fr = frames.buf;
+    for (uint64_t i = 0; i < nframes; i++) {
+        if (fr[i].slots > (uint64_t)data.len / sizeof(hs_record)) {
+            PyErr_SetString(PyExc_ValueError, "_raw_decode: a frame larger than the data");
+            goto done;
+        }
+        cap += fr[i].slots;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 53));
+    if (!out) goto done;
+    char *p = PyBytes_AS_STRING(out);
+    hs_rawlog_columns cols = {
+        (uint64_t *)(void *)p,
+        (uint64_t *)(void *)(p + cap * 8),
+        (int64_t *)(void *)(p + cap * 16),
+        (int64_t *)(void *)(p + cap * 24),
+        (int64_t *)(void *)(p + cap * 32),
+        (uint32_t *)(void *)(p + cap * 40),
+        (uint32_t *)(void *)(p + cap * 44),
+        (int32_t *)(void *)(p + cap * 48),
+        (uint8_t *)(p + cap * 52),
+    };
+    uint64_t k;
+    Py_BEGIN_ALLOW_THREADS
+    k = hs_rawlog_decode(data.buf, (uint64_t)data.len, fr, nframes, clocks.buf,
+                         (uint64_t)clocks.len / sizeof(hs_clock_seg), &cols, cap);
+    Py_END_ALLOW_THREADS
+    PyObject *pair = Py_BuildValue("(NK)", out, (unsigned long long)k);
+    out = pair;
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&frames);
+    PyBuffer_Release(&clocks);
+    return out;
+}
+
 static PyObject *py_flight_path(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     const char *p = hs_flight_path();
@@ -913,6 +959,7 @@ static PyMethodDef module_methods[] = {
     {"_raw_open", py_raw_open, METH_VARARGS, NULL},
     {"_raw_close", py_raw_close, METH_NOARGS, NULL},
     {"_raw_stats", py_raw_stats, METH_NOARGS, NULL},
+    {"_raw_decode", py_raw_decode, METH_VARARGS, NULL},
     {"_flight_set_rank", py_flight_set_rank, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},
     {"_clock_info", py_clock_info, METH_NOARGS, NULL},

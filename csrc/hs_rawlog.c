@@ -373,3 +373,67 @@ void hs_rawlog_after_fork_child(void) {
     memset(&stats, 0, sizeof stats);
     atomic_store(&raw_on, 0);
 }
+
+/* ---- reading (recording/rawlog.py, at stop() and in compact: no lock, no state) ---------- */
+
+uint64_t hs_rawlog_decode(const unsigned char *data, uint64_t data_bytes, const hs_rawlog_span_frame *frames,
+                          uint64_t nframes, const hs_clock_seg *clocks, uint64_t nclocks, hs_rawlog_columns *out,
+                          uint64_t cap) {
+    uint64_t k = 0;
+    for (uint64_t f = 0; f < nframes; f++) {
+        const hs_rawlog_span_frame *fr = &frames[f];
+        if (fr->offset > data_bytes || fr->slots > (data_bytes - fr->offset) / sizeof(hs_record)) break;
+        const hs_record *recs = (const hs_record *)(const void *)(data + fr->offset);
+        uint32_t nclk = (uint32_t)(fr->clocks < nclocks ? fr->clocks : nclocks);
+        uint64_t seq = fr->base_seq, n = fr->slots;
+        for (uint64_t i = 0; i < n && k < cap;) {
+            hs_record r;
+            memcpy(&r, &recs[i], sizeof r); /* the mapping's alignment is the file's: 8 */
+            uint32_t flags = hs_rec_flags(&r);
+            if (flags & HS_F_COUNTER) { /* a counter's value, not a span */
+                i += 1;
+                continue;
+            }
+            uint64_t dur, parent;
+            uint32_t depth, pair;
+            int has_parent;
+            if (flags & HS_F_EXT) {
+                if (i + 1 >= n) break; /* an extension always follows in the same frame */
+                hs_record_ext x;
+                memcpy(&x, &recs[i + 1], sizeof x);
+                seq = x.seq;
+                has_parent = x.parent_seq_plus1 != 0;
+                parent = has_parent ? x.parent_seq_plus1 - 1 : 0;
+                dur = x.dur;
+                depth = x.depth;
+                pair = x.pair;
+                i += 2;
+            } else {
+                seq = hs_seq_extend(seq, hs_rec_seq32(&r));
+                uint32_t pd = hs_rec_pdelta(&r);
+                has_parent = pd != 0;
+                parent = seq - pd;
+                dur = hs_rec_dur(&r);
+                depth = hs_rec_depth(&r);
+                pair = hs_rec_pair(&r);
+                i += 1;
+            }
+            out->span_id[k] = seq;
+            out->parent_id[k] = parent;
+            out->arg[k] = r.arg;
+            if (nclk) {
+                out->start_ns[k] = hs_clock_convert(clocks, nclk, r.start);
+                out->end_ns[k] = hs_clock_convert(clocks, nclk, r.start + dur);
+            } else {
+                out->start_ns[k] = (int64_t)r.start;
+                out->end_ns[k] = (int64_t)(r.start + dur);
+            }
+            out->pair[k] = pair;
+            out->depth[k] = (int32_t)depth;
+            out->flags[k] = (uint8_t)((flags & (HS_F_ERROR | HS_F_ARG)) | (has_parent ? HS_RAWLOG_HAS_PARENT : 0));
+            out->frame[k] = (uint32_t)f;
+            k++;
+        }
+    }
+    return k;
+}

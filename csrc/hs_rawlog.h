@@ -25,6 +25,7 @@
 
 #include <stdint.h>
 
+#include "hs_clock.h"
 #include "hs_registry.h"
 #include "hs_ring.h"
 
@@ -89,6 +90,29 @@ void hs_rawlog_flush_locked(void);
 /* Flush, write the end frame, close; the counts so far into out (may be NULL). */
 int hs_rawlog_close_locked(hs_rawlog_stats *out);
 void hs_rawlog_stats_locked(hs_rawlog_stats *out);
+/* Reading (recording/rawlog.py, at stop() and in compact; no lock, no state): a records
+ * frame's payload offset in the file, its slots, the full id before its first record and the
+ * clock segments written before it. */
+typedef struct hs_rawlog_span_frame {
+    uint64_t offset, slots, base_seq, clocks;
+} hs_rawlog_span_frame;
+#define HS_RAWLOG_HAS_PARENT 0x80u
+/* The spans' columns, cap rows each (flags: HS_F_ERROR | HS_F_ARG | HS_RAWLOG_HAS_PARENT;
+ * frame: the index of the span's frame). */
+typedef struct hs_rawlog_columns {
+    uint64_t *span_id, *parent_id;
+    int64_t *start_ns, *end_ns, *arg;
+    uint32_t *pair, *frame;
+    int32_t *depth;
+    uint8_t *flags;
+} hs_rawlog_columns;
+/* The spans of the frames (ids rebuilt, ticks converted as drain() converts them, counter
+ * records skipped); returns the spans written, at most cap. A frame outside the data ends
+ * the decoding. */
+uint64_t hs_rawlog_decode(const unsigned char *data, uint64_t data_bytes, const hs_rawlog_span_frame *frames,
+                          uint64_t nframes, const hs_clock_seg *clocks, uint64_t nclocks, hs_rawlog_columns *out,
+                          uint64_t cap);
+
 /* fork(), in the child: the file is the parent's; the child writes nothing to it. */
 void hs_rawlog_after_fork_child(void);
 

@@ -58,7 +58,7 @@ _SUM_K = 0x9E3779B97F4A7C15
 _M64 = (1 << 64) - 1
 RECORDS, STRING, PAIR, THREAD, CLOCK, END = 1, 2, 3, 4, 5, 6
 # csrc/hs_ring.h
-_F_ERROR, _F_ARG, _F_EXT, _F_COUNTER = 1, 2, 8, 64
+_F_ERROR, _F_ARG = 1, 2
 
 #: Rows a converted Parquet part holds at most (stop() and compact convert a raw log in
 #: pieces of this many spans: memory stays bounded whatever the run's length).
@@ -204,108 +204,39 @@ class RawFile:
 
 
 def _decode(raw: RawFile, frames: list[tuple[int, int, int, int, int]]) -> dict[str, Any]:
-    """The spans of ``frames`` as numpy columns (the records' layout: csrc/hs_ring.h; the
-    same arithmetic as a flight file's blocks, recording/flight.py, across frames)."""
+    """The spans of ``frames`` as numpy columns: decoded in C (csrc/hs_rawlog.c
+    ``hs_rawlog_decode``: the ids rebuilt, the ticks converted as drain() converts them, with
+    the clock segments written before each frame)."""
     import numpy as np
 
-    counts = np.array([f[3] for f in frames], np.int64)
-    recs = np.concatenate(
-        [np.frombuffer(raw.mm, np.uint64, count=4 * f[3], offset=f[0]) for f in frames]
-    ).reshape(-1, 4)
-    frame_of = np.repeat(np.arange(len(frames)), counts)
-    w0, w1 = recs[:, 2], recs[:, 3]
-    flags = (w0 >> np.uint64(56)).astype(np.uint32)
-    n = len(recs)
-    ext_flag = (flags & _F_EXT) != 0
-    is_ext_data = np.zeros(n, dtype=bool)
-    if ext_flag.any():
-        idx = np.arange(n)
-        last_clear = np.maximum.accumulate(np.where(ext_flag, -1, idx))
-        run = np.where(ext_flag, idx - last_clear, 0)
-        is_ext_data[1:] = (run[:-1] % 2) == 1
-    ext_primary = ext_flag & ~is_ext_data
-    prim = np.flatnonzero(~is_ext_data & ((flags & np.uint32(_F_COUNTER)) == 0))
-    fr = frame_of[prim]
-    low = (w1[prim] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    base = np.array([f[2] for f in frames], np.uint64)
-    first = np.ones(len(prim), bool)
-    first[1:] = fr[1:] != fr[:-1]
-    prev_low = np.empty_like(low)
-    prev_low[1:] = low[:-1]
-    prev_low[first] = (base[fr[first]] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    delta = (low - prev_low).astype(np.int32).astype(np.int64).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        cum = np.cumsum(delta, dtype=np.uint64)
-        first_row = np.maximum.accumulate(np.where(first, np.arange(len(prim)), 0))
-        before = cum[first_row] - delta[first_row]
-        seq = base[fr] + (cum - before)
-        ext_row = ext_primary[prim]
-        ext_rows = np.flatnonzero(ext_row)
-        if len(ext_rows):
-            full = recs[prim[ext_rows] + 1, 0]
-            last = np.maximum.accumulate(np.where(ext_row, np.arange(len(prim)), -1))
-            anchored = last >= first_row  # an extension earlier in the same frame
-            which = np.searchsorted(ext_rows, last[anchored])
-            seq[anchored] = full[which] + (cum[anchored] - cum[last[anchored]])
-        pdelta = (w1[prim] >> np.uint64(32)) & np.uint64(0xFFFFFF)
-        depth = (w1[prim] >> np.uint64(56)).astype(np.int64)
-        dur = w0[prim] & np.uint64((1 << 40) - 1)
-        pair = ((w0[prim] >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.int64)
-        parent = seq - pdelta
-        has_parent = pdelta != 0
-        if len(ext_rows):
-            x = recs[prim[ext_rows] + 1]
-            parent[ext_rows] = x[:, 1] - np.uint64(1)
-            has_parent[ext_rows] = x[:, 1] != 0
-            dur[ext_rows] = x[:, 2]
-            depth[ext_rows] = (x[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            pair[ext_rows] = (x[:, 3] >> np.uint64(32)).astype(np.int64)
-    start_ns, end_ns = _convert(raw, frames, fr, recs[prim, 0], dur)
-    fl = flags[prim]
+    from .. import _native
+
+    packed = np.array([(f[0], f[3], f[2], f[4] + 1) for f in frames], dtype=np.uint64).tobytes()
+    clocks = np.array(raw.clocks, dtype=[("t0", "<u8"), ("n0", "<i8"), ("npt", "<f8")]).tobytes()
+    data, k = _native._raw_decode(raw.mm, packed, clocks)
+    cap = sum(f[3] for f in frames)
+
+    def column(at: int, dtype: Any) -> np.ndarray:
+        return np.frombuffer(data, dtype, count=k, offset=at * cap)
+
+    flags = column(52, np.uint8)
+    frame = column(44, np.uint32)
+    frame_tids = np.array([f[1] for f in frames], np.int64)
     return {
-        "span_id": seq,
-        "parent_id": parent,
-        "has_parent": has_parent,
-        "pair": pair,
-        "start_ns": start_ns,
-        "end_ns": end_ns,
-        "depth": depth,
-        "arg": recs[prim, 1].view(np.int64),
-        "has_arg": (fl & _F_ARG) != 0,
-        "error": (fl & _F_ERROR) != 0,
-        "thread_id": np.array([f[1] for f in frames], np.int64)[fr],
-        "frame_tids": np.array([f[1] for f in frames], np.int64),
-        "frame": fr,
+        "span_id": column(0, np.uint64),
+        "parent_id": column(8, np.uint64),
+        "has_parent": (flags & 0x80) != 0,
+        "pair": column(40, np.uint32),
+        "start_ns": column(16, np.int64),
+        "end_ns": column(24, np.int64),
+        "depth": column(48, np.int32),
+        "arg": column(32, np.int64),
+        "has_arg": (flags & _F_ARG) != 0,
+        "error": (flags & _F_ERROR) != 0,
+        "thread_id": frame_tids[frame],
+        "frame_tids": frame_tids,
+        "frame": frame,
     }
-
-
-def _convert(raw: RawFile, frames, fr, ticks, dur):
-    """Ticks -> epoch ns as drain() converts them (csrc/hs_clock.h hs_clock_convert): with
-    the clock segment that holds the tick, among those written before the frame (segments
-    only ever follow on from each other), truncated toward zero."""
-    import numpy as np
-
-    start = np.empty(len(ticks), np.int64)
-    end = np.empty(len(ticks), np.int64)
-    if not raw.clocks:  # no clock written (cannot happen but for a damaged file): raw ticks
-        start[:] = ticks.view(np.int64)
-        return start, start + dur.view(np.int64)
-    t0s = np.array([c[0] for c in raw.clocks], np.uint64)
-    n0s = np.array([c[1] for c in raw.clocks], np.int64)
-    npts = np.array([c[2] for c in raw.clocks], np.float64)
-    clock_of = np.maximum(np.array([f[4] for f in frames], np.int64)[fr], 0)
-    with np.errstate(over="ignore"):
-        ends = ticks + dur
-        for k in np.unique(clock_of):
-            rows = np.flatnonzero(clock_of == k)
-            for out, t in ((start, ticks[rows]), (end, ends[rows])):
-                seg = np.maximum(np.searchsorted(t0s[: k + 1], t, side="right") - 1, 0)
-                d = (t - t0s[seg]).view(np.int64)
-                exact = npts[seg] == 1.0
-                out[rows] = n0s[seg] + np.where(
-                    exact, d, (d.astype(np.float64) * npts[seg]).astype(np.int64)
-                )
-    return start, end
 
 
 def _arr(values: "np.ndarray", type: "pa.DataType", valid: "np.ndarray | None" = None) -> pa.Array:
