@@ -102,7 +102,9 @@ def _watch(out: str, proc: subprocess.Popen, seen: list[tuple[float, int]]) -> N
         time.sleep(0.005)
 
 
-def one_run(n_threads: int, seconds: float, interval: float, switch: float = 0.0, mode: str = "raw") -> dict:
+def one_run(
+    n_threads: int, seconds: float, interval: float, switch: float = 0.0, mode: str = "raw"
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="hotspan-flush-latency-") as tmp:
         out = os.path.join(tmp, "run")
         env = dict(os.environ, HOTSPAN_RAW_LOG="1" if mode == "raw" else "0")

@@ -165,9 +165,7 @@ def test_a_sigkill_loses_at_most_half_a_second_whatever_the_flush_interval(tmp_p
         assert done > 0, "the program recorded nothing (a starved machine?)"
         mine = pc.filter(
             args,
-            pc.and_(
-                pc.greater_equal(args, k * 100_000_000), pc.less(args, (k + 1) * 100_000_000)
-            ),
+            pc.and_(pc.greater_equal(args, k * 100_000_000), pc.less(args, (k + 1) * 100_000_000)),
         )
         # every span a thread had recorded half a second before the kill, none twice
         assert pc.count_distinct(mine).as_py() == len(mine) >= done

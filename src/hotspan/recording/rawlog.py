@@ -295,7 +295,9 @@ def _table(raw: RawFile, cols: dict[str, Any], metadata: dict[bytes, bytes]) -> 
     thread_names: dict[str, int] = {}  # threads may share a name: one entry each name
     name_of_tid = np.array(
         [
-            thread_names.setdefault(raw.thread_names.get(int(t), f"Thread-{int(t)}"), len(thread_names))
+            thread_names.setdefault(
+                raw.thread_names.get(int(t), f"Thread-{int(t)}"), len(thread_names)
+            )
             for t in tid_values
         ],
         np.int32,
@@ -555,12 +557,9 @@ def convert_left(root: str | os.PathLike, log: "Any" = None) -> int:
     into Parquet parts of their recording (after its last part), then removed. A log whose
     start part is missing, or whose process still runs, is left alone. Returns the logs
     converted."""
-    import glob
-    import json
+    import contextlib
 
-    import pyarrow.parquet as pq
-
-    from ..formats.dataset import part_key, pid_alive, write_part
+    from ..formats.dataset import pid_alive
 
     root = os.fspath(root)
     live_dir = os.path.join(root, LIVE_DIR)
@@ -576,48 +575,58 @@ def convert_left(root: str | os.PathLike, log: "Any" = None) -> int:
         rank, pid, token = int(match.group(1)), int(match.group(2)), match.group(3)
         if pid_alive(pid) and pid != os.getpid():
             continue  # still recording (or a pid reused here: left for a later compact)
-        own = []
-        for p in glob.glob(os.path.join(root, f"part-r{rank}-{pid}-{token}-*.parquet")):
-            k = part_key(p)
-            if k is not None:
-                own.append((int(k["seq"]), int(k["last"] if k["last"] is not None else k["seq"]), p))
-        if not own:
+        spans = _convert_one(root, name, rank, pid, token)
+        if spans is None:
             continue  # no start part: not a recording's log this reader can name
-        meta = dict(pq.read_schema(min(own)[2]).metadata or {})
-        try:
-            since = json.loads(meta.pop(b"hotspan.part", b"{}")).get("since_ns")
-        except (ValueError, AttributeError):
-            since = None
-        key = f"{LIVE_DIR}/{name}"
-        next_seq = max(last for _seq, last, _p in own)
-
-        def write(table: "pa.Table", piece: int, pieces: int) -> None:
-            nonlocal next_seq
-            if not table.num_rows:
-                return
-            next_seq += 1
-            write_part(
-                table,
-                root,
-                rank=rank,
-                pid=pid,
-                seq=next_seq,
-                token=token,
-                part_meta={"kind": "raw", "replaces_live": [key], "piece": piece, "pieces": pieces},
-            )
-
-        spans = convert(
-            os.path.join(live_dir, name),
-            write,
-            meta,
-            since_ns=since if isinstance(since, int) else None,
-        )
-        os.unlink(os.path.join(live_dir, name))
         done += 1
         if log is not None:
             log(f"rank {rank}: the raw log of process {pid} ({spans:,} spans) into Parquet")
-    import contextlib
-
     with contextlib.suppress(OSError):
         os.rmdir(live_dir)
     return done
+
+
+def _convert_one(root: str, name: str, rank: int, pid: int, token: str) -> int | None:
+    """One raw log of a process that is gone into its recording's parts, then removed:
+    the spans, or None without a start part to take the metadata from."""
+    import glob
+    import json
+
+    import pyarrow.parquet as pq
+
+    from ..formats.dataset import part_key, write_part
+
+    own = []
+    for p in glob.glob(os.path.join(root, f"part-r{rank}-{pid}-{token}-*.parquet")):
+        k = part_key(p)
+        if k is not None:
+            own.append((int(k["seq"]), int(k["last"] if k["last"] is not None else k["seq"]), p))
+    if not own:
+        return None
+    meta = dict(pq.read_schema(min(own)[2]).metadata or {})
+    try:
+        since = json.loads(meta.pop(b"hotspan.part", b"{}")).get("since_ns")
+    except (ValueError, AttributeError):
+        since = None
+    key = f"{LIVE_DIR}/{name}"
+    next_seq = max(last for _seq, last, _p in own)
+
+    def write(table: "pa.Table", piece: int, pieces: int) -> None:
+        nonlocal next_seq
+        if not table.num_rows:
+            return
+        next_seq += 1
+        write_part(
+            table,
+            root,
+            rank=rank,
+            pid=pid,
+            seq=next_seq,
+            token=token,
+            part_meta={"kind": "raw", "replaces_live": [key], "piece": piece, "pieces": pieces},
+        )
+
+    path = os.path.join(root, key)
+    spans = convert(path, write, meta, since_ns=since if isinstance(since, int) else None)
+    os.unlink(path)
+    return spans
