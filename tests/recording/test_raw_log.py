@@ -233,3 +233,57 @@ def test_a_file_that_is_not_a_raw_log_is_refused_in_one_line(tmp_path):
     bad.write_bytes(b"short")
     with pytest.raises(rawlog.RawLogError, match="no header"):
         rawlog.read(bad)
+
+
+def test_a_long_run_becomes_several_parts_equal_to_drain(tmp_path, monkeypatch):
+    # pieces of 20,000 spans: self time across pieces (a root open over all of them), the
+    # pieces written on a thread of their own while the next is decoded
+    monkeypatch.setattr(rawlog, "PART_ROWS", 20_000)
+    run = tmp_path / "run"
+    hotspan.drain()
+    with hotspan.record(run, flush_interval=60):
+        threads = [threading.Thread(target=_work, args=(10_000,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    drained = hotspan.drain()
+    parts = sorted(run.glob("*.parquet"))
+    assert len(parts) >= 4 and not (run / "_live").exists()
+    _same_rows(hotspan.load(run), drained)
+
+
+def test_a_reader_during_the_conversion_reads_each_span_once(tmp_path, monkeypatch):
+    # stop() was interrupted half-way: some pieces are parts (naming the log), the log is
+    # still there; a reader takes the parts, and the other pieces from the log
+    monkeypatch.setattr(rawlog, "PART_ROWS", 1_000)
+    run, raw = _killed_run(tmp_path, spans=5000)
+    expected = hotspan.load(run).column("arg").to_pylist()
+    assert sorted(expected) == list(range(5000))
+    from hotspan.formats.dataset import write_part
+
+    def write(table, piece, pieces):
+        if piece % 2 == 0:  # every other piece converted
+            write_part(
+                table,
+                run,
+                rank=0,
+                pid=int(raw.name.split("-")[2]),
+                seq=100 + piece,
+                token=raw.name.split("-")[3].split(".")[0],
+                part_meta={
+                    "kind": "raw",
+                    "replaces_live": [f"_live/{raw.name}"],
+                    "piece": piece,
+                    "pieces": pieces,
+                },
+            )
+
+    import pyarrow.parquet as pq
+
+    (start,) = run.glob("*-000000.parquet")
+    meta = dict(pq.read_schema(start).metadata)  # the recording's, as stop() gives its parts
+    del meta[b"hotspan.part"]
+    rawlog.convert(raw, write, meta)
+    assert len(list(run.glob("*.parquet"))) > 2 and raw.exists()
+    assert sorted(hotspan.load(run).column("arg").to_pylist()) == list(range(5000))

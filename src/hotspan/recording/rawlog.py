@@ -189,8 +189,12 @@ class RawFile:
     def slots(self) -> int:
         return sum(r[3] for r in self.records)
 
-    def chunks(self, max_rows: int = PART_ROWS) -> "Iterator[list[tuple[int, int, int, int, int]]]":
-        """The record frames in groups of about ``max_rows`` slots (whole frames)."""
+    def chunks(
+        self, max_rows: int | None = None
+    ) -> "Iterator[list[tuple[int, int, int, int, int]]]":
+        """The record frames in groups of about ``max_rows`` slots (whole frames; default
+        ``PART_ROWS``)."""
+        max_rows = PART_ROWS if max_rows is None else max_rows
         group: list[tuple[int, int, int, int, int]] = []
         rows = 0
         for frame in self.records:
@@ -333,7 +337,7 @@ def tables(
     path: str | os.PathLike,
     metadata: dict[bytes, bytes] | None = None,
     *,
-    max_rows: int = PART_ROWS,
+    max_rows: int | None = None,
     skip: "set[int] | frozenset[int]" = frozenset(),
     raw: "RawFile | None" = None,
     since_ns: int | None = None,
@@ -480,12 +484,45 @@ def convert(
     Parquet part each: the caller's, which names the log, the piece and the number of pieces
     in the part's metadata: see :func:`live_tables`); returns the spans. The caller removes
     the file once every piece is written."""
+    import queue
+    import threading
+
+    from ..quiet_threads import start_quiet
+
     raw = RawFile(path)
-    pieces = sum(1 for _ in raw.chunks(PART_ROWS)) or 1
+    pieces = sum(1 for _ in raw.chunks()) or 1
+    if pieces == 1:
+        spans = 0
+        for table in tables(path, metadata, raw=raw, since_ns=since_ns):
+            write(table, 0, 1)
+            spans += table.num_rows
+        return spans
+    # Several pieces: each written (Parquet, without the interpreter lock) on a thread of its
+    # own while this one decodes the next; one piece waits at most (memory: two pieces).
+    handoff: queue.Queue = queue.Queue(maxsize=1)
+    failed: list[BaseException] = []
+
+    def writer() -> None:
+        while (item := handoff.get()) is not None:
+            if not failed:
+                try:
+                    write(*item)
+                except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread
+                    failed.append(exc)
+
+    thread = start_quiet(threading.Thread(target=writer, name="hotspan-convert", daemon=True))
     spans = 0
-    for piece, table in enumerate(tables(path, metadata, raw=raw, since_ns=since_ns)):
-        write(table, piece, pieces)
-        spans += table.num_rows
+    try:
+        for piece, table in enumerate(tables(path, metadata, raw=raw, since_ns=since_ns)):
+            if failed:
+                break
+            handoff.put((table, piece, pieces))
+            spans += table.num_rows
+    finally:
+        handoff.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
     return spans
 
 
