@@ -366,13 +366,13 @@ def test_sigterm_arriving_inside_a_flush_neither_hangs_nor_loses(tmp_path):
             with hotspan.span("x"):
                 pass
         rec = recorder.active()
-        write = rec._sink.write
-        def write_then_signal(table):
+        write = rec._sink._write  # a part's write: a flush's, or stop()'s from the raw log
+        def write_then_signal(table, **part_meta):
             os.kill(os.getpid(), signal.SIGTERM)  # delivered at the next bytecode: inside this flush
             for _ in range(1000):
                 pass
-            write(table)
-        rec._sink.write = write_then_signal
+            write(table, **part_meta)
+        rec._sink._write = write_then_signal
         rec.stop()
         print("not reached: the SIGTERM must end the process once the flush is done", flush=True)
         """
