@@ -147,7 +147,12 @@ class Recorder:
 
     @property
     def spans(self) -> int:
-        raw = self._sink.raw_spans() if getattr(self._sink, "raw", False) else 0
+        # in the raw log while it runs; at stop, those left in it (no room to convert them)
+        raw = (
+            self._sink.raw_spans()
+            if getattr(self._sink, "raw", False)
+            else getattr(self._sink, "raw_kept", 0)
+        )
         return self._sink.spans + raw
 
     @property
@@ -453,6 +458,7 @@ class Recorder:
             lifecycle.die_of_sigterm_received()
 
     def _stop_now(self, timeout: float) -> None:
+        raw = self._reader is None and getattr(self._sink, "raw", False)
         self._stop.set()
         thread = self._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
@@ -488,9 +494,10 @@ class Recorder:
                     _running.remove(self)
                 _export_to_children()
             lifecycle.forget_at_exit(self._atexit)
-            if not room:
+            if not room and not raw:
                 # Left in the core, where a later drain() may still get them: not delivered
                 # here (swept out of the rings first, so that the count is all of them).
+                # (With a raw log they are in it, whatever the core still holds for drain().)
                 with contextlib.suppress(Exception):
                     _native._sweep()
                     self._undelivered += int(_native._pending()["spans"])

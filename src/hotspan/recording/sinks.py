@@ -150,6 +150,8 @@ class DatasetSink:
         #: others streamed: ``hub.Reader.since_ns``); kept in the start part for readers of
         #: the raw log.
         self.since_ns: int | None = None
+        #: Spans left in the raw log at stop() (no room to convert them): on disk, not lost.
+        self.raw_kept = 0
 
     def open(self) -> None:
         """On the flusher, once pyarrow is loaded: sweep what killed writers left, draw this
@@ -228,16 +230,28 @@ class DatasetSink:
                 self._write(table, kind="raw", replaces_live=[name], piece=piece, pieces=pieces)
                 self.spans += table.num_rows
 
+        from .recorder import _room_to_flush
+
+        kept = (
+            f"its spans stay in {path}, which hotspan.load reads and `hotspan compact` "
+            "turns into Parquet parts"
+        )
+        if not _room_to_flush():  # under ulimit -v: no room for pyarrow (see _room_to_flush)
+            self.raw_kept = int(stats["spans"])
+            warn(f"recording to {self.shown}: out of memory to write Parquet at stop; {kept}")
+            return
         written = self.spans
         try:
             convert(path, write, meta, since_ns=self.since_ns)
         except Exception as exc:
-            # the spans not converted are lost to this destination (a log left in place is
-            # still read by load() and converted by `hotspan compact`)
+            if os.path.exists(path):  # nothing lost: the log stays, whole (its end written)
+                self.raw_kept = int(stats["spans"]) - (self.spans - written)
+                warn(f"recording to {self.shown}: {type(exc).__name__}: {exc}; {kept}")
+                return
+            # the log is gone (the directory with it): the spans not converted are lost
             from ..events import FlushFailed, emit
 
-            if not os.path.exists(path):
-                self.dropped += max(0, int(stats["spans"]) - (self.spans - written))
+            self.dropped += max(0, int(stats["spans"]) - (self.spans - written))
             emit(FlushFailed(self.shown, exc))
             raise
         os.unlink(path)
