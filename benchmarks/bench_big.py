@@ -10,6 +10,12 @@
         --as-installed --phases --serve
     python benchmarks/bench_big.py --spans 200e6 --ranks 64 --dir big/200m --keep \
         --as-installed --repeats 1 --check-spans 0
+    # issue 35's billion: generated on both cores with hotspan's own Parquet options, then
+    # timed alone (DuckDB cannot answer it within 1 GB)
+    nice python benchmarks/bench_big.py --spans 1e9 --ranks 256 --dir big/1b --keep \
+        --jobs 2 --writer hotspan --generate-only
+    python benchmarks/bench_big.py --dir big/1b --keep --as-installed --no-duckdb \
+        --check-spans 0 --max-gib 1
 
 1. Generates a run (a hive dataset, rank=R/part-<pid>-<token>-<n>.parquet, as
    hotspan.record("dir/") and the collector write it) straight with pyarrow, no recording:
@@ -22,7 +28,7 @@
    limit, both as whole fresh commands (start-up counts), alternating, --repeats pairs:
    both times and their ratio (issue 23: at most 1.5x); and how many of DuckDB's
    quantile_cont values differ from the exact (numpy linear) percentiles hotspan gives.
-   (hotspan reads the parts with pyarrow, analysis/parquet_scan.py: at 20 M spans each
+   (hotspan reads the parts with pyarrow, analysis/_parquet_scan.py: at 20 M spans each
    group's durations are held, 4 bytes a span; at 200 M, past the 1 GB limit, the parts are
    read twice, the second time keeping only the durations of the buckets that hold the
    percentiles' order statistics. DuckDB answers neither 200 M query within 1 GB: its
@@ -187,36 +193,67 @@ def _rank_table(
     return pa.Table.from_pydict(columns, schema=schema)
 
 
+def _write_rank(
+    directory: Path,
+    rank: int,
+    steps_per_rank: int,
+    steps_per_part: int,
+    seed: int,
+    writer: str,
+) -> int:
+    """One rank's parts (its own random stream: ranks are written in any order, on any
+    number of processes, and give the same files); the spans written."""
+    rng = np.random.default_rng([seed, rank])
+    base = int(rng.integers(1, 1 << 20)) << 40  # as the recorder: a random base a process
+    pid, token = 40_000 + rank, f"{0x65000000 + rank:08x}{rank:08x}"
+    out = directory / f"rank={rank}"
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = 1_700_000_000_000_000_000 + int(rng.integers(0, 1_000_000))
+    if writer == "hotspan":  # the options hotspan's own Parquet files are written with
+        from hotspan.formats._parquet import ParquetExporter
+
+        options = dict(ParquetExporter.writer_options)
+    else:  # pyarrow's defaults, zstd
+        options = {"compression": "zstd"}
+    written = 0
+    for seq, step0 in enumerate(range(0, steps_per_rank, steps_per_part)):
+        steps = min(steps_per_part, steps_per_rank - step0)
+        table = _rank_table(rank, steps, step0, rng, base, t0)
+        t0 = int(table.column("end_ns").to_numpy().max()) + 10_000
+        pq.write_table(
+            table,
+            out / f"part-{pid}-{token}-{seq:06d}.parquet",
+            row_group_size=1 << 20,
+            **options,
+        )
+        written += table.num_rows
+    return written
+
+
 def generate(
-    directory: Path, spans: int, ranks: int, part_spans: int = 1 << 20, seed: int = 0
+    directory: Path,
+    spans: int,
+    ranks: int,
+    part_spans: int = 1 << 20,
+    seed: int = 0,
+    jobs: int = 1,
+    writer: str = "pyarrow",
 ) -> int:
     """Write a run of about ``spans`` spans over ``ranks`` ranks into ``directory``; return
-    the number of spans written. Memory: one part at a time."""
+    the number of spans written. ``jobs`` processes write the ranks; ``writer``: the Parquet
+    options, ``pyarrow`` (its defaults, zstd) or ``hotspan`` (hotspan's own file options:
+    dictionaries on the strings only, delta and byte-stream-split encodings; about 3x faster
+    to write and smaller). Memory: one part at a time a process."""
     per_step = T - 1 + 1 / 50  # the checkpoint instant every 50 steps
     steps_per_rank = max(int(spans / ranks / per_step), 1)
     steps_per_part = max(int(part_spans / per_step), 50)
-    written = 0
-    rng = np.random.default_rng(seed)
-    for rank in range(ranks):
-        base = (
-            int(rng.integers(1, 1 << 20)) << 40
-        )  # as the recorder: a random base per process, ids base + k
-        pid, token = 40_000 + rank, f"{0x65000000 + rank:08x}{rank:08x}"
-        out = directory / f"rank={rank}"
-        out.mkdir(parents=True, exist_ok=True)
-        t0 = 1_700_000_000_000_000_000 + int(rng.integers(0, 1_000_000))
-        for seq, step0 in enumerate(range(0, steps_per_rank, steps_per_part)):
-            steps = min(steps_per_part, steps_per_rank - step0)
-            table = _rank_table(rank, steps, step0, rng, base, t0)
-            t0 = int(table.column("end_ns").to_numpy().max()) + 10_000
-            pq.write_table(
-                table,
-                out / f"part-{pid}-{token}-{seq:06d}.parquet",
-                compression="zstd",
-                row_group_size=1 << 20,
-            )
-            written += table.num_rows
-    return written
+    args = [(directory, r, steps_per_rank, steps_per_part, seed, writer) for r in range(ranks)]
+    if jobs <= 1:
+        return sum(_write_rank(*a) for a in args)
+    from multiprocessing import get_context
+
+    with get_context("spawn").Pool(jobs) as pool:
+        return sum(pool.starmap(_write_rank, args, chunksize=1))
 
 
 def subset(directory: Path, target: Path, spans: int) -> int:
@@ -275,6 +312,12 @@ def installed_copy(target: Path) -> dict[str, str]:
         shutil.copy2(built, target / "hotspan" / relative)
     include = Path(hotspan.get_include())
     shutil.copytree(include, target / "hotspan" / "include", dirs_exist_ok=True)
+    # Byte-compiled, as pip compiles a wheel's modules when it installs them: a run under
+    # PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module it imports, every time
+    # (50-100 ms of a 1 s command here)
+    import compileall
+
+    compileall.compile_dir(target / "hotspan", quiet=1)
     build = os.environ.get("SKBUILD_EDITABLE_SKIP", "")
     finder = next(
         (f for f in sys.meta_path if type(f).__module__.startswith("_editable_skbc")), None
@@ -504,7 +547,7 @@ def check_subset(directory: Path) -> None:
     """The streaming path equals the in-memory path on ``directory``: stats by the default
     and by lane keys, and phases."""
     import hotspan
-    from hotspan.analysis.streaming import canonical_rows
+    from hotspan.analysis._streaming import canonical_rows
 
     table = hotspan.load(directory)
     for by in (("category", "name"), ("rank", "thread_name", "name")):
@@ -523,6 +566,18 @@ def main() -> None:
         "--keep", action="store_true", help="reuse (and keep) an existing run in --dir"
     )
     parser.add_argument("--check-spans", type=float, default=2e6)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes generating the run (a rank at a time each)"
+    )
+    parser.add_argument(
+        "--generate-only", action="store_true", help="generate the run (or reuse it) and stop"
+    )
+    parser.add_argument(
+        "--writer",
+        choices=("pyarrow", "hotspan"),
+        default="pyarrow",
+        help="the generated parts' Parquet options: pyarrow's defaults (zstd) or hotspan's own",
+    )
     parser.add_argument("--max-gib", type=float, default=2.0)
     parser.add_argument(
         "--duckdb",
@@ -557,7 +612,7 @@ def main() -> None:
     if not (args.keep and run.is_dir()):
         shutil.rmtree(run, ignore_errors=True)
         start = time.perf_counter()
-        n = generate(run, int(args.spans), args.ranks)
+        n = generate(run, int(args.spans), args.ranks, jobs=args.jobs, writer=args.writer)
         size = sum(p.stat().st_size for p in run.rglob("*.parquet"))
         print(
             f"generated {n:,} spans over {args.ranks} ranks in {time.perf_counter() - start:.1f} s "
@@ -568,6 +623,8 @@ def main() -> None:
         n = sum(pq.ParquetFile(p).metadata.num_rows for p in run.rglob("*.parquet"))
         args.ranks = len(list(run.glob("rank=*"))) or args.ranks  # the run's, not --ranks'
         print(f"reusing {n:,} spans over {args.ranks} ranks in {run}", flush=True)
+    if args.generate_only:
+        return
     if args.as_installed:
         HOTSPAN_ENV.update(installed_copy(args.dir / "installed"))
         check = subprocess.run(

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 assert sum(1 for t in table.column("thread_id").to_pylist() if t < 0) == n
         finally:
             gc.enable()
-        from hotspan.devices import cuda
+        from hotspan._devices import cuda
 
         result = {
             "host_span_ns": statistics.median(host_ns),

@@ -166,14 +166,17 @@ def _load_average() -> str:
         return "unknown"
 
 
-def best_of(repeat: int, fn) -> float:
-    times = []
+def best_of(repeat: int, fn) -> tuple[float, float]:
+    """The shortest wall time and the least CPU time of the process (every thread) over
+    ``repeat`` runs: on a shared machine the CPU time is what the code itself costs."""
+    times, cpu = [], []
     for _ in range(repeat):
         gc.collect()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+        cpu.append(time.process_time() - c0)
+    return min(times), min(cpu)
 
 
 def main() -> int:
@@ -216,13 +219,16 @@ def main() -> int:
         nonlocal reference_bytes
         reference_bytes = len(orjson.dumps(table.to_pylist()))
 
-    reference_s = best_of(args.repeat, reference) if args.reference else float("nan")
+    reference_s = best_of(args.repeat, reference)[0] if args.reference else float("nan")
 
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         for extension in args.formats.split(","):
             path = Path(directory) / f"bench{extension}"
-            export_s = best_of(args.repeat, lambda: hotspan_export.export(table, path))  # noqa: B023
+            export_s, export_cpu = best_of(
+                args.repeat,
+                lambda: hotspan_export.export(table, path),  # noqa: B023
+            )
             size = path.stat().st_size
             loaded = None
 
@@ -230,12 +236,15 @@ def main() -> int:
                 nonlocal loaded
                 loaded = hotspan_export.load(path)  # noqa: B023
 
-            load_s = best_of(args.repeat, load)
+            load_s, load_cpu = best_of(args.repeat, load)
             assert loaded.num_rows == n, (extension, loaded.num_rows)
-            rows.append((extension, export_s, size, load_s))
+            rows.append((extension, export_s, size, load_s, export_cpu, load_cpu))
             path.unlink()
 
-    header = f"{'format':<12}{'export s':>10}{'Mspans/s':>10}{'vs ref':>9}{'MB':>9}{'B/span':>8}{'load s':>9}{'Mspans/s':>10}"
+    header = (
+        f"{'format':<12}{'export s':>10}{'Mspans/s':>10}{'vs ref':>9}{'MB':>9}{'B/span':>8}"
+        f"{'load s':>9}{'Mspans/s':>10}{'export cpu':>12}{'load cpu':>10}"
+    )
     print(header)
     print("-" * len(header))
     if args.reference:
@@ -243,36 +252,36 @@ def main() -> int:
             f"{'reference':<12}{reference_s:>10.3f}{n / reference_s / 1e6:>10.2f}{1:>8.1f}x"
             f"{reference_bytes / 1e6:>9.1f}{reference_bytes / n:>8.0f}{'':>9}{'':>10}   orjson.dumps(table.to_pylist())"
         )
-    for extension, export_s, size, load_s in rows:
+    for extension, export_s, size, load_s, export_cpu, load_cpu in rows:
         print(
             f"{extension:<12}{export_s:>10.3f}{n / export_s / 1e6:>10.2f}"
             + (f"{reference_s / export_s:>8.1f}x" if args.reference else f"{'':>9}")
             + f"{size / 1e6:>9.1f}{size / n:>8.0f}{load_s:>9.3f}{n / load_s / 1e6:>10.2f}"
+            + f"{export_cpu:>12.3f}{load_cpu:>10.3f}"
         )
+    print("(s: the best wall time; cpu: the least process CPU time, every thread, in seconds)")
 
-    by_format = {extension: (export_s, load_s) for extension, export_s, _, load_s in rows}
-    # Issue 35: every codec at memory speed, export and load, on one core.
-    targets = [
-        (
-            f"{label} {step} >= {GOAL:g} M spans/s",
-            n / by_format[extension][k] / 1e6,
-            GOAL,
-            " M spans/s",
-        )
-        for extension, label in (
-            (".json", "Chrome JSON"),
-            (".pftrace", "Perfetto"),
-            (".parquet", "Parquet"),
-        )
-        for k, step in enumerate(("export", "load"))
-        if extension in by_format
-    ]
+    # per format: (export wall, export CPU), (load wall, load CPU)
+    by_format = {row[0]: ((row[1], row[4]), (row[3], row[5])) for row in rows}
+    # Issue 35: every codec at memory speed, export and load, on one core (wall time; the
+    # CPU time's rate beside it, what the code costs whatever else the machine runs).
     print()
     failed = 0
-    for label, value, goal, unit in targets:
-        ok = value >= goal
-        failed += not ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}: {value:.1f}{unit}")
+    for extension, label in (
+        (".json", "Chrome JSON"),
+        (".pftrace", "Perfetto"),
+        (".parquet", "Parquet"),
+    ):
+        if extension not in by_format:
+            continue
+        for step, (wall, cpu) in zip(("export", "load"), by_format[extension]):
+            value = n / wall / 1e6
+            ok = value >= GOAL
+            failed += not ok
+            print(
+                f"  [{'ok' if ok else 'MISSED'}] {label} {step} >= {GOAL:g} M spans/s: "
+                f"{value:.1f} M spans/s ({n / cpu / 1e6:.1f} by CPU time)"
+            )
     print(f"\n  load average at the end: {_load_average()}")
     return 1 if failed else 0
 

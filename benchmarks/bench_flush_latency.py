@@ -27,7 +27,7 @@ Measured (2 cores shared with other work, load average 3-3.7 before each run; 2 
 
 What changed: a flush's CPU a span. Measured apart on 1 M spans (one core, CPU time): the
 drain ~20 ns, the table ~1 ns, the part 53 ns flat / 81 ns nested (was 87 / 116: LZ4 and
-byte-stream-split times on one core, formats/parquet.py ``PART_WRITER_OPTIONS``); while
+byte-stream-split times on one core, formats/_parquet.py ``PART_WRITER_OPTIONS``); while
 recording, the drain also faulted in fresh column buffers at ~10 page faults a thousand
 spans (the pool wanted an exact size; now the next size up, hs_columns.c), 30-60 ns
 more. Everything but the recording threads, per span written: 151-198 ns before, 95-118

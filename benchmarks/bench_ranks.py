@@ -39,7 +39,7 @@ from pathlib import Path
 
 SCAN = """
 import sys
-from hotspan.analysis.rank_source import COLUMNS, RankSource
+from hotspan.analysis._rank_source import COLUMNS, RankSource
 n = 0
 for table in RankSource(sys.argv[1]).batches(COLUMNS):
     for column in table.columns:

@@ -23,7 +23,8 @@ spans, and the server's peak memory.
 4. ``--zooms`` views asked from inside the page as the canvas asks them (same width), at
    scales from the whole run down to windows of exact spans, each at a random place (a pan):
    the server's time for each (the browser's Resource Timing, request start to response
-   end). Target: at most 300 ms each.
+   end), and the server process's CPU time over it (``/proc/PID/stat``: less noisy than wall
+   time on a shared machine). Target: at most 300 ms each.
 5. The server's peak resident memory (``VmHWM``): after the page's statistics and phases,
    and (reset then, Linux ``clear_refs``) over the timeline's requests. Target: at most 1 GiB.
 
@@ -234,6 +235,19 @@ class Server:
         except OSError:
             return False
 
+    def cpu_s(self) -> float:
+        """The server process's CPU time so far (user + system, all its threads), seconds:
+        less noisy than wall time on a shared machine."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss(self) -> int:
+        """The server's resident memory now, bytes (VmRSS)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
     def peak_rss(self) -> int:
         """The server's peak resident memory, bytes (VmHWM)."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -366,9 +380,13 @@ def main() -> None:
         rows.append(("server peak RSS: statistics, phases", f"{before / 2**20:.0f} MiB", "", ""))
         # from here on, the peak of what the timeline adds to what the server holds
         timeline_only = server.reset_peak()
+        held = server.rss()
+        print(f"server RSS when the timeline starts: {held / 2**20:.0f} MiB", flush=True)
+        rows.append(("server RSS when the timeline starts", f"{held / 2**20:.0f} MiB", "", ""))
 
         browser = Browser()
         page = browser.page
+        cpu = server.cpu_s()
         page.call("Page.addScriptToEvaluateOnNewDocument", source=WATCH)
         page.call("Page.navigate", url=f"{server.url}runs/{rid}")
         deadline = time.monotonic() + 1200
@@ -377,11 +395,13 @@ def main() -> None:
                 sys.exit("bench_timeline: the page never loaded")
             time.sleep(0.05)
         first = page.evaluate(FIRST_PAINT, timeout_s=1200)
+        paint_cpu = server.cpu_s() - cpu
         own = first["response"] - first["request"] if first["request"] is not None else None
         print(
             f"first paint: {first['drawn']:.0f} ms after the page's request (page {first['page']:.0f} ms, "
             f"timeline request {first['request']:.0f}-{first['response']:.0f} ms: {own:.0f} ms); "
-            f"{first['tracks']} tracks, {first['spans']} spans exact, {first['pixels']} pixels",
+            f"{first['tracks']} tracks, {first['spans']} spans exact, {first['pixels']} pixels; "
+            f"server CPU {paint_cpu * 1000:.0f} ms",
             flush=True,
         )
         rows.append(
@@ -393,21 +413,34 @@ def main() -> None:
             )
         )
         rows.append(("  of which the timeline's request", f"{own:.0f} ms", "", ""))
+        rows.append(("  server CPU, page and timeline", f"{paint_cpu * 1000:.0f} ms", "", ""))
         width = int(re.search(r"width=(\d+)", first["url"]).group(1))
         start = int(re.search(r"start_ns=(\d+)", first["url"]).group(1))
         end = int(re.search(r"end_ns=(\d+)", first["url"]).group(1))
 
         times = []
+        cpus = []
         for what, lo, hi in windows(start, end, args.zooms, args.seed):
             url = f"/v1/traces/{rid}/timeline?start_ns={lo}&end_ns={hi}&width={width}"
+            cpu = server.cpu_s()
             got = page.evaluate(ASK % json.dumps(url), timeout_s=1200)
+            cpus.append((server.cpu_s() - cpu) * 1000)
             times.append(got["ms"])
             print(
-                f"{what:>12}: {got['ms']:8.0f} ms (first byte {got['wait']:.0f} ms) "
+                f"{what:>12}: {got['ms']:8.0f} ms (first byte {got['wait']:.0f} ms, server CPU "
+                f"{cpus[-1]:.0f} ms) "
                 f"{got['tracks']} tracks, {got['spans']} spans exact, {got['pixels']} pixels",
                 flush=True,
             )
         worst = max(times)
+        rows.append(
+            (
+                "zoom/pan: server CPU, median / slowest",
+                f"{sorted(cpus)[len(cpus) // 2]:.0f} / {max(cpus):.0f} ms",
+                "",
+                "",
+            )
+        )
         rows.append(
             (
                 f"zoom/pan, {len(times)} views: median",

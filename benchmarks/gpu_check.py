@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             best = min(best, _best_per_iter(loop(cm), n, 1))
             hotspan.drain(wait_device=True)  # the pairs back to the pool: a warm recorder
         costs[label] = best
-    from hotspan.devices import cuda
+    from hotspan._devices import cuda
 
     result.update(
         plugin=cuda.info(),

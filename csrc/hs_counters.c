@@ -99,7 +99,13 @@ int64_t hs_counters_rss_bytes(void) {
     return (int64_t)resident * (int64_t)sysconf(_SC_PAGESIZE);
 }
 
-int (*hs_counters_device_hook)(hs_counter_sample *out, int max) = NULL;
+/* The device plug-in's (hs_counters.h): written once by hs_counters_set_ops. */
+static hs_counters_ops ops;
+
+void hs_counters_set_ops(const hs_counters_ops *given) {
+    static const hs_counters_ops none;
+    ops = given ? *given : none;
+}
 
 int hs_counters_due(hs_counter_sample *out, int max) {
     uint64_t every = atomic_load_explicit(&interval_ns, memory_order_relaxed);
@@ -120,7 +126,7 @@ int hs_counters_due(hs_counter_sample *out, int max) {
         out[n].value = (double)rss;
         n++;
     }
-    if (hs_counters_device_hook && n < max) n += hs_counters_device_hook(out + n, max - n);
+    if (ops.device_memory && n < max) n += ops.device_memory(out + n, max - n);
     return n;
 }
 

@@ -51,13 +51,19 @@ typedef struct hs_counter_sample {
 } hs_counter_sample;
 #define HS_COUNTERS_MAX_SAMPLES 17 /* RSS and up to 16 devices */
 /* Drain thread, each pass (drain lock not held): the samples due now (RSS, and each device's
- * memory in use through the hook below), at most max; the caller adds them under the drain
+ * memory in use through the ops below), at most max; the caller adds them under the drain
  * lock. */
 int hs_counters_due(hs_counter_sample *out, int max);
-/* Set by a device plug-in (hs_cuda.c) at install: writes the memory in use of each device
- * it has a context for (bytes; a counter per device) and returns how many (0: none loaded).
- * Called on the drain thread, without the drain lock. */
-extern int (*hs_counters_device_hook)(hs_counter_sample *out, int max);
+/* What the sampler calls up into: a device plug-in (hs_cuda.c). One struct, installed
+ * whole at init (the module's); a field left NULL does nothing. */
+typedef struct hs_counters_ops {
+    /* Writes the memory in use of each device it has a context for (bytes; a counter per
+     * device) and returns how many (0: none loaded). Called on the drain thread, without
+     * the drain lock. */
+    int (*device_memory)(hs_counter_sample *out, int max);
+} hs_counters_ops;
+/* Installs a copy of *ops (NULL: none). Once, before any thread records. */
+void hs_counters_set_ops(const hs_counters_ops *ops);
 /* The process's resident set size in bytes (-1: unknown). */
 int64_t hs_counters_rss_bytes(void);
 /* After fork, in the child (drain lock held, one thread): the parent's rows are not ours. */

@@ -210,7 +210,7 @@ typedef struct stream_queue {
 
 #define MAX_DEVICES 64
 static device_state *devices[MAX_DEVICES];
-/* the counter pair of each device ordinal's memory in use (cuda_memory_sample; 0: not
+/* the counter pair of each device ordinal's memory in use (hs_cuda_memory_sample; 0: not
  * interned yet) */
 static _Atomic uint32_t memory_pairs[MAX_DEVICES];
 static int n_devices = 0;
@@ -458,7 +458,7 @@ static int current_stream(CUstream *stream, uint64_t *stream_id) {
 
 /* ---- the plug-in ------------------------------------------------------------------------ */
 
-static int cuda_available(const char *fn) {
+int hs_cuda_available(const char *fn) {
     pthread_mutex_lock(&cuda_lock);
     int rc = load_driver();
     pthread_mutex_unlock(&cuda_lock);
@@ -467,7 +467,7 @@ static int cuda_available(const char *fn) {
     return -1;
 }
 
-static int cuda_start(const hs_stream_spec *spec, uint64_t host_id, uint32_t depth, uint32_t pair_id) {
+int hs_cuda_start(const hs_stream_spec *spec, uint64_t host_id, uint32_t depth, uint32_t pair_id) {
     CUstream stream;
     uint64_t stream_id;
     if (spec->given) {
@@ -525,7 +525,7 @@ static int cuda_start(const hs_stream_spec *spec, uint64_t host_id, uint32_t dep
     return -1;
 }
 
-static int cuda_stop(uint64_t host_id, int64_t arg, int has_arg, int error) {
+int hs_cuda_stop(uint64_t host_id, int64_t arg, int has_arg, int error) {
     CUresult rc = CUDA_SUCCESS;
     const char *call = NULL;
     pthread_mutex_lock(&cuda_lock);
@@ -568,8 +568,6 @@ static int cuda_stop(uint64_t host_id, int64_t arg, int has_arg, int error) {
     set_driver_error(call, rc);
     return -1;
 }
-
-static const hs_device_plugin cuda_plugin = {"cuda", cuda_available, cuda_start, cuda_stop};
 
 /* ---- drain side (module functions) --------------------------------------------------------- */
 
@@ -828,11 +826,11 @@ void hs_cuda_fork_child(void) {
     pthread_mutex_unlock(&cuda_lock);
 }
 
-/* configure(counters=) (hs_counters.h's device hook, on the drain thread): the memory in use
+/* configure(counters=) (hs_counters_ops.device_memory, on the drain thread): the memory in use
  * (total - free, cuMemGetInfo: the whole device's) of each device hotspan's device spans
  * have a context for, as the counter "cuda:<ordinal> memory". Nothing before the driver is
  * loaded and a device span has run. */
-static int cuda_memory_sample(hs_counter_sample *out, int max) {
+int hs_cuda_memory_sample(hs_counter_sample *out, int max) {
     /* The names first, without cuda_lock (a leaf lock: interning takes the intern lock). */
     int missing[MAX_DEVICES], n_missing = 0, n = 0;
     pthread_mutex_lock(&cuda_lock);
@@ -871,9 +869,4 @@ static int cuda_memory_sample(hs_counter_sample *out, int max) {
     return n;
 }
 
-int hs_cuda_install(PyObject *module) {
-    if (PyModule_AddFunctions(module, cuda_methods) < 0) return -1;
-    hs_device_cuda = &cuda_plugin;
-    hs_counters_device_hook = cuda_memory_sample;
-    return 0;
-}
+int hs_cuda_init(PyObject *module) { return PyModule_AddFunctions(module, cuda_methods); }

@@ -7,9 +7,17 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* Sets hs_device_cuda (hs_device.h) and adds the drain side's functions (_cuda_*) to the
- * module. 0, or -1 with an exception set. */
-int hs_cuda_install(PyObject *module);
+#include "hs_counters.h"
+#include "hs_device.h"
+
+/* Adds the drain side's functions (_cuda_*) to the module. 0, or -1 with an exception set. */
+int hs_cuda_init(PyObject *module);
+/* The device ops (hs_device_ops, see hs_device.h for each) and the counters' device memory
+ * (hs_counters_ops.device_memory), installed by the module's init. */
+int hs_cuda_available(const char *fn);
+int hs_cuda_start(const hs_stream_spec *stream, uint64_t host_id, uint32_t depth, uint32_t pair);
+int hs_cuda_stop(uint64_t host_id, int64_t arg, int has_arg, int error);
+int hs_cuda_memory_sample(hs_counter_sample *out, int max);
 
 /* Fork: its lock is a leaf (taken last, released first). The child forgets the parent's
  * pairs and driver state: CUDA contexts do not survive a fork. */

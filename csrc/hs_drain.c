@@ -67,9 +67,13 @@ static _Atomic uint64_t period_us = 5000;
 static _Atomic uint64_t fixed_period_us = 0; /* configure(drain_interval=...) */
 static _Atomic int paused = 0;                /* configure(drain_thread=False) */
 
-/* The plug-ins' part of a pass and of a release (see hs_drain.h): set once at import. */
-void (*hs_drain_tick_hook)(void) = NULL;
-void (*hs_block_drained_hook)(hs_block *b, uint64_t upto) = NULL;
+/* The units above (see hs_drain.h): written once by hs_drain_set_ops. */
+static hs_drain_ops ops;
+
+void hs_drain_set_ops(const hs_drain_ops *given) {
+    static const hs_drain_ops none;
+    ops = given ? *given : none;
+}
 
 void hs_drain_lock(void) { pthread_mutex_lock(&drain_lock); }
 void hs_drain_unlock(void) { pthread_mutex_unlock(&drain_lock); }
@@ -214,7 +218,7 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
 static uint64_t raw_shed_spans = 0;
 
 static void segment_free_locked(hs_segment *s) {
-    if (hs_block_drained_hook) hs_block_drained_hook(s->block, (uint64_t)(s->recs - s->block->recs) + s->nslots);
+    if (ops.block_drained) ops.block_drained(s->block, (uint64_t)(s->recs - s->block->recs) + s->nslots);
     hs_block_unref(s->block);
     free(s);
 }
@@ -345,7 +349,6 @@ void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments) {
     pthread_mutex_unlock(&drain_lock);
 }
 
-void (*hs_drops_hook)(void) = NULL;
 _Atomic uint64_t hs_drops_reported = 0;
 
 static uint64_t now_ns(void) {
@@ -358,13 +361,13 @@ static uint64_t now_ns(void) {
  * every HS_DROPS_SIGNAL_NS (a program dropping millions of spans a second is not
  * interrupted every pass; the report itself is rate-limited per thread in Python). */
 static void signal_drops(uint64_t *last_signal_ns) {
-    if (!hs_drops_hook) return;
+    if (!ops.drops) return;
     uint64_t total = hs_dropped_total();
     if (total <= atomic_load_explicit(&hs_drops_reported, memory_order_relaxed)) return;
     uint64_t now = now_ns();
     if (*last_signal_ns && now - *last_signal_ns < HS_DROPS_SIGNAL_NS) return;
     *last_signal_ns = now;
-    hs_drops_hook();
+    ops.drops();
 }
 
 static void *drainer_main(void *arg) {
@@ -388,7 +391,7 @@ static void *drainer_main(void *arg) {
         seen = atomic_load_explicit(&wake_word, memory_order_acquire);
         if (atomic_load(&drainer_pid) != me) return NULL;
         /* the flight file's "last seen" (the end of spans open at a crash) and clock */
-        if (hs_drain_tick_hook) hs_drain_tick_hook();
+        if (ops.tick) ops.tick();
         { /* configure(counters=): the process's and the devices' memory, when due */
             hs_counter_sample samples[HS_COUNTERS_MAX_SAMPLES];
             int n = hs_counters_due(samples, HS_COUNTERS_MAX_SAMPLES);
@@ -452,11 +455,6 @@ void hs_configure(int64_t capacity, int64_t cap_bytes, int64_t drain_interval_us
     if (capacity > 0) atomic_store(&hs_block_records, (uint64_t)capacity);
     if (cap_bytes > 0) atomic_store(&hs_memory_cap, (uint64_t)cap_bytes);
     if (drain_interval_us > 0) hs_drain_set_period_us((uint64_t)drain_interval_us);
-}
-
-void hs_drain_install(void) {
-    hs_thread_started_hook = hs_drainer_ensure;
-    hs_thread_exited_hook = hs_wake_drainer;
 }
 
 void hs_drainer_ensure(void) {

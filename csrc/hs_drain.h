@@ -45,11 +45,7 @@ void hs_drain_take(hs_drain_batch *out);
 /* Give the batch back once converted (blocks to the pool, dead infos freed). */
 void hs_drain_release(hs_drain_batch *batch);
 
-/* Drops said while the program runs: the drain thread calls this (never holding a lock)
- * at its first pass after the dropped count changed, then at most every
- * HS_DROPS_SIGNAL_NS while drops stay unreported (hs_drops_reported below the total).
- * Set by the Python glue, which hands the report to the interpreter. */
-extern void (*hs_drops_hook)(void);
+/* Drops not yet reported (see hs_drain_ops.drops): the glue says how many it has reported. */
 extern _Atomic uint64_t hs_drops_reported;
 #define HS_DROPS_SIGNAL_NS 200000000ull
 
@@ -85,13 +81,24 @@ void hs_drain_after_fork_child(void);
 
 /* Block size, memory cap (the ring's) and the drain thread's period (0 or less: unchanged). */
 void hs_configure(int64_t capacity, int64_t memory_cap, int64_t drain_interval_us);
-/* Point the registry's thread hooks at the drain (a new thread starts the drain thread if
- * there is none; an exited one wakes it). At import, before any thread registers. */
-void hs_drain_install(void);
-/* Plug-ins (the flight file), set once at import: tick runs on each pass of the drain
- * thread; drained is told that drain() converted a block's slots up to `upto`. */
-extern void (*hs_drain_tick_hook)(void);
-extern void (*hs_block_drained_hook)(hs_block *b, uint64_t upto);
+/* What the drain calls up into: the flight file (tick, block_drained) and the Python glue
+ * (drops). One struct, installed whole at init (the module's, before any thread records);
+ * a field left NULL does nothing. (The registry's thread_started and thread_exited are
+ * hs_drainer_ensure and hs_wake_drainer: a new thread starts the drain thread if there is
+ * none; an exited one wakes it.) */
+typedef struct hs_drain_ops {
+    /* On each pass of the drain thread (the flight file's "last seen" and clock). */
+    void (*tick)(void);
+    /* drain() converted a block's slots up to `upto` (drain lock held). */
+    void (*block_drained)(hs_block *b, uint64_t upto);
+    /* Drops said while the program runs: the drain thread calls this (never holding a
+     * lock) at its first pass after the dropped count changed, then at most every
+     * HS_DROPS_SIGNAL_NS while drops stay unreported (hs_drops_reported below the total).
+     * The Python glue hands the report to the interpreter. */
+    void (*drops)(void);
+} hs_drain_ops;
+/* Installs a copy of *ops (NULL: none). Once, before any thread records. */
+void hs_drain_set_ops(const hs_drain_ops *ops);
 /* pthread_create for hotspan's own threads: the new thread starts with every signal
  * blocked, so signals reach the program's threads (see hs_drain.c). */
 int hs_thread_create_quiet(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);

@@ -40,13 +40,9 @@ static void on_exit_clean(void) {
     }
 }
 
-static void mirror_on(void) {
-    hs_intern_string_hook = hs_flight_note_string; /* intern lock held (hs_intern_mirror) */
-    hs_intern_pair_hook = hs_flight_note_pair;
-    hs_block_free_hook = hs_flight_block_free;
-    hs_block_alloc_hook = hs_flight_block_alloc;
-    atomic_store(&hs_flight_on, 1);
-}
+/* Under the intern lock (hs_intern_mirror): from here on, each of the ops below acts (they
+ * were installed at init, and did nothing while no file was open). */
+static void mirror_on(void) { atomic_store(&hs_flight_on, 1); }
 
 int hs_flight_open(const char *path, int32_t rank, const char *version) {
     pthread_mutex_lock(&flight_lock);
@@ -249,6 +245,8 @@ void hs_flight_gen_end(hs_tstate *t) {
 
 /* ---- blocks ------------------------------------------------------------------------------ */
 
+int hs_flight_providing(void) { return atomic_load_explicit(&hs_flight_on, memory_order_relaxed); }
+
 hs_block *hs_flight_block_alloc(uint64_t records, uint64_t *bytes) {
     if (!atomic_load_explicit(&hs_flight_on, memory_order_relaxed) || records != hdr->block_records) return NULL;
     hs_block *b = NULL;
@@ -332,8 +330,8 @@ void hs_flight_after_fork_child(void) {
     if (!base) return;
     /* The file and every block in it stay the parent's: the child records into memory of
      * its own (hs_block_discard_ref leaves flight blocks alone). */
-    atomic_store(&hs_flight_on, 0);
-    hs_block_alloc_hook = NULL; /* the free hook stays: never called for flight blocks here */
+    atomic_store(&hs_flight_on, 0); /* every op does nothing from now on (the ring's block_free
+                                     * is never called for flight blocks here) */
     hs_tstate *t = hs_tls;
     hs_flight_slot *s = t ? slot_of(t) : NULL;
     if (s) {
@@ -363,18 +361,6 @@ void hs_flight_after_fork_child(void) {
     slots = NULL;
 }
 
-/* The drain thread's pass: only while a file is open. */
-static void tick_if_on(void) {
+void hs_flight_drain_tick(void) {
     if (atomic_load_explicit(&hs_flight_on, memory_order_relaxed)) hs_flight_tick();
-}
-
-void hs_flight_install(void) {
-    hs_tstate_alloc_hook = hs_flight_tstate_alloc;
-    hs_tstate_release_hook = hs_flight_tstate_release;
-    hs_stack_kept_hook = hs_flight_owns;
-    hs_thread_renamed_hook = hs_flight_set_name;
-    hs_stack_edit_begin_hook = hs_flight_gen_begin;
-    hs_stack_edit_end_hook = hs_flight_gen_end;
-    hs_drain_tick_hook = tick_if_on;
-    hs_block_drained_hook = hs_flight_block_drained;
 }

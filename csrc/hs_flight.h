@@ -106,8 +106,8 @@ int hs_flight_open(const char *path, int32_t rank, const char *version);
 const char *hs_flight_path(void);
 void hs_flight_set_rank(int32_t rank);
 
-/* A zeroed hs_tstate in a free slot, with the slot's frames as its stack (NULL: no flight
- * file, or every slot taken). */
+/* Threads (the registry's hs_registry_ops). A zeroed hs_tstate in a free slot, with the
+ * slot's frames as its stack (NULL: no flight file, or every slot taken). */
 hs_tstate *hs_flight_tstate_alloc(int64_t tid, const char *name, hs_frame **frames, uint32_t *nframes);
 /* Thread exit: 1 when t lives in the file (the slot is marked exited, not freed). */
 int hs_flight_tstate_release(hs_tstate *t);
@@ -118,23 +118,25 @@ void hs_flight_set_name(hs_tstate *t, const char *name);
 void hs_flight_gen_begin(hs_tstate *t);
 void hs_flight_gen_end(hs_tstate *t);
 
-/* Blocks (hs_block_alloc_hook / hs_block_free_hook while the file is open): a free block of
- * `records` records from the file (NULL: none of that size left). */
+/* Blocks (the ring's hs_ring_ops): whether a file is open (its blocks are all of one size),
+ * a free block of `records` records from the file (NULL: none of that size left, or no file
+ * open), and one back to it. */
+int hs_flight_providing(void);
 hs_block *hs_flight_block_alloc(uint64_t records, uint64_t *bytes);
 void hs_flight_block_free(hs_block *b);
-/* drain() converted the block's slots up to `upto`. */
+/* drain() converted the block's slots up to `upto` (the drain's hs_drain_ops). */
 void hs_flight_block_drained(hs_block *b, uint64_t upto);
 
-/* The intern tables (intern lock held). */
+/* The intern tables (the intern's hs_intern_ops, intern lock held; nothing while no file is
+ * open). */
 void hs_flight_note_string(uint32_t id, const char *s, uint32_t len);
 void hs_flight_note_pair(uint32_t id, uint32_t name, uint32_t path);
 
-/* The drain thread, each pass: the last time the process was seen, and the clock. */
+/* The last time the process was seen, and the clock (at open and at exit). */
 void hs_flight_tick(void);
-
-/* Point the registry's and the drain's hooks at the functions above (at import, one
- * thread: each does nothing while no file is open, as they did when called by name). */
-void hs_flight_install(void);
+/* The drain thread, each pass (the drain's hs_drain_ops.tick): hs_flight_tick while a file
+ * is open. */
+void hs_flight_drain_tick(void);
 
 /* fork(), in the child (one thread, locks held): the file stays the parent's. The calling
  * thread's state moves to private memory; the child writes nothing to the file. */

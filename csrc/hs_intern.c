@@ -10,9 +10,14 @@ hs_pair *_Atomic hs_pair_chunks[HS_PAIR_MAX_CHUNKS];
 
 static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The flight file's mirror of the tables (see hs_intern.h): set and read under intern_lock. */
-void (*hs_intern_string_hook)(uint32_t id, const char *s, uint32_t len) = NULL;
-void (*hs_intern_pair_hook)(uint32_t id, uint32_t name, uint32_t path) = NULL;
+/* The mirror's operations (hs_intern.h): written once by hs_intern_set_ops, called under
+ * intern_lock. */
+static hs_intern_ops ops;
+
+void hs_intern_set_ops(const hs_intern_ops *given) {
+    static const hs_intern_ops none;
+    ops = given ? *given : none;
+}
 
 /* strings: id 0 is "none" */
 static char **str_text = NULL;
@@ -94,7 +99,7 @@ static uint32_t intern_string_locked(const char *s, size_t len) {
     str_text[id] = copy;
     str_len[id] = (uint32_t)len;
     str_slots[i] = id;
-    if (hs_intern_string_hook) hs_intern_string_hook(id, copy, (uint32_t)len);
+    if (ops.string) ops.string(id, copy, (uint32_t)len);
     return id;
 }
 
@@ -188,7 +193,7 @@ uint32_t hs_intern_pair(uint32_t name, uint32_t path) {
             chunk[id & (HS_PAIR_CHUNK - 1)].name = name;
             chunk[id & (HS_PAIR_CHUNK - 1)].path = path;
             pair_count++;
-            if (hs_intern_pair_hook) hs_intern_pair_hook(id, name, path);
+            if (ops.pair) ops.pair(id, name, path);
             slot->key = key;
             slot->val = id;
             slot->used = 1;
@@ -267,10 +272,10 @@ char *hs_intern_string_dup(uint32_t id, size_t *len) {
 void hs_intern_mirror(void (*start)(void)) {
     pthread_mutex_lock(&intern_lock);
     start(); /* from here on, each new string and pair is mirrored as it is interned */
-    for (uint32_t id = 1; id < str_count && hs_intern_string_hook; id++) hs_intern_string_hook(id, str_text[id], str_len[id]);
+    for (uint32_t id = 1; id < str_count && ops.string; id++) ops.string(id, str_text[id], str_len[id]);
     for (uint32_t id = 0; id < pair_count; id++) {
         hs_pair *chunk = hs_pair_chunks[id >> HS_PAIR_CHUNK_BITS];
-        if (hs_intern_pair_hook) hs_intern_pair_hook(id, chunk[id & (HS_PAIR_CHUNK - 1)].name, chunk[id & (HS_PAIR_CHUNK - 1)].path);
+        if (ops.pair) ops.pair(id, chunk[id & (HS_PAIR_CHUNK - 1)].name, chunk[id & (HS_PAIR_CHUNK - 1)].path);
     }
     pthread_mutex_unlock(&intern_lock);
 }

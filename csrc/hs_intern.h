@@ -54,13 +54,18 @@ void hs_string_snapshot_free(hs_string_snapshot *s);
 /* A malloc'd copy of one string (NULL for id 0 or out of memory). */
 char *hs_intern_string_dup(uint32_t id, size_t *len);
 
-/* Each string and pair as it is interned, under the intern lock (NULL: none). The flight
- * file (a plug-in, hs_flight.c) sets them in hs_intern_mirror's start(). */
-extern void (*hs_intern_string_hook)(uint32_t id, const char *s, uint32_t len);
-extern void (*hs_intern_pair_hook)(uint32_t id, uint32_t name, uint32_t path);
-/* Under the intern lock: start() (the flight file sets the hooks above and turns its
- * mirror on), then every string and pair so far goes through the hooks; new ones follow
- * as interned. */
+/* What the tables call up into: a mirror of them (the flight file, hs_flight.c), told of
+ * each string and pair as it is interned, under the intern lock. One struct, installed
+ * whole at init (the module's, before any thread records); a field left NULL does
+ * nothing; the mirror itself ignores what comes while it is off. */
+typedef struct hs_intern_ops {
+    void (*string)(uint32_t id, const char *s, uint32_t len);
+    void (*pair)(uint32_t id, uint32_t name, uint32_t path);
+} hs_intern_ops;
+/* Installs a copy of *ops (NULL: none). Once, before any thread records. */
+void hs_intern_set_ops(const hs_intern_ops *ops);
+/* Under the intern lock: start() (the flight file turns its mirror on), then every string
+ * and pair so far goes through the ops; new ones follow as interned. */
 void hs_intern_mirror(void (*start)(void));
 
 /* Lock-order participation for fork (see hs_registry.c). */

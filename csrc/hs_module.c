@@ -515,13 +515,15 @@ static PyObject *py_set_default_sync(PyObject *m, PyObject *fn) {
         PyErr_Format(PyExc_TypeError, "configure(): sync must be a callable or None, not %.100s", Py_TYPE(fn)->tp_name);
         return NULL;
     }
-    Py_XSETREF(hs_default_sync, fn == Py_None ? NULL : Py_NewRef(fn));
+    hs_types_set_default_sync(fn == Py_None ? NULL : fn);
     Py_RETURN_NONE;
 }
 
-/* ---- hooks ---------------------------------------------------------------------------- */
+/* ---- the glue's callbacks (a thread's name, drops): installed by install_layer_ops ---- */
 
 static PyObject *thread_name_hook = NULL;
+/* Set by the first _set_hooks (hotspan._api's import): drops are reported from then on. */
+static _Atomic int glue_ready = 0;
 
 static char *call_thread_name_hook(void) {
     if (!thread_name_hook || !PyGILState_Check()) return NULL;
@@ -573,7 +575,7 @@ static void *drops_thread_main(void *arg) {
 }
 
 static void drops_hook(void) {
-    if (atomic_exchange(&drops_call_queued, 1)) return;
+    if (!atomic_load(&glue_ready) || atomic_exchange(&drops_call_queued, 1)) return;
     pthread_t th;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -597,9 +599,8 @@ static PyObject *py_set_hooks(PyObject *m, PyObject *args) {
     PyObject *name_hook, *deco_hook;
     if (!PyArg_ParseTuple(args, "OO:_set_hooks", &name_hook, &deco_hook)) return NULL;
     Py_XSETREF(thread_name_hook, name_hook == Py_None ? NULL : Py_NewRef(name_hook));
-    Py_XSETREF(hs_decorate_hook, deco_hook == Py_None ? NULL : Py_NewRef(deco_hook));
-    hs_thread_name_hook = call_thread_name_hook;
-    hs_drops_hook = drops_hook;
+    hs_types_set_decorate(deco_hook == Py_None ? NULL : deco_hook);
+    atomic_store(&glue_ready, 1);
     Py_RETURN_NONE;
 }
 
@@ -993,6 +994,72 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* ---- the layers joined ------------------------------------------------------------------- */
+
+/* Each layer that the units above call back into declares one operations struct in its
+ * header; here, and only here, each is written whole, naming the functions of the units
+ * that implement it, and installed once at init, before any thread records (no global
+ * function pointer is set from another unit; tests/test_c_layout.py holds this). A field
+ * left out does nothing. */
+static const hs_ring_ops ring_ops = {
+    /* the flight file's blocks, while one is open */
+    .providing = hs_flight_providing,
+    .block_alloc = hs_flight_block_alloc,
+    .block_free = hs_flight_block_free,
+};
+static const hs_intern_ops intern_ops = {
+    /* the flight file's copy of the tables, while one is open */
+    .string = hs_flight_note_string,
+    .pair = hs_flight_note_pair,
+};
+static const hs_registry_ops registry_ops = {
+    /* the Python glue */
+    .thread_name = call_thread_name_hook,
+    .thread_link = hs_tasks_link_thread,
+    .ctx_switch = hs_tasks_ctx_switch,
+    /* the flight file's thread slots, while one is open */
+    .tstate_alloc = hs_flight_tstate_alloc,
+    .tstate_release = hs_flight_tstate_release,
+    .stack_kept = hs_flight_owns,
+    .thread_renamed = hs_flight_set_name,
+    .stack_edit_begin = hs_flight_gen_begin,
+    .stack_edit_end = hs_flight_gen_end,
+    /* the drain */
+    .thread_started = hs_drainer_ensure,
+    .thread_exited = hs_wake_drainer,
+};
+static const hs_recorder_ops recorder_ops = {
+    /* the NVTX passthrough, while hs_nvtx_on */
+    .enter = hs_nvtx_enter,
+    .pop = hs_nvtx_pop,
+    .mark = hs_nvtx_mark,
+    .pair_seen = hs_nvtx_pair_seen,
+};
+static const hs_counters_ops counters_ops = {
+    .device_memory = hs_cuda_memory_sample,
+};
+static const hs_drain_ops drain_ops = {
+    .tick = hs_flight_drain_tick,
+    .block_drained = hs_flight_block_drained,
+    .drops = drops_hook, /* the Python glue, from hotspan._api's import */
+};
+static const hs_device_ops device_ops = {
+    .name = "cuda",
+    .available = hs_cuda_available,
+    .start = hs_cuda_start,
+    .stop = hs_cuda_stop,
+};
+
+static void install_layer_ops(void) {
+    hs_ring_set_ops(&ring_ops);
+    hs_intern_set_ops(&intern_ops);
+    hs_registry_set_ops(&registry_ops);
+    hs_recorder_set_ops(&recorder_ops);
+    hs_counters_set_ops(&counters_ops);
+    hs_drain_set_ops(&drain_ops);
+    hs_device_set_ops(&device_ops);
+}
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_native", "hotspan's C core: rings, clock, registry and drain.", -1, module_methods,
     NULL, NULL, NULL, NULL,
@@ -1013,11 +1080,9 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    /* The plug-ins and the drain hook into the units below them, once, before any thread
-     * records; then the one set of fork handlers. */
-    hs_drain_install();
-    hs_flight_install();
-    hs_nvtx_install();
+    /* The layers joined, once, before any thread records; then the one set of fork
+     * handlers. */
+    install_layer_ops();
     hs_fork_init();
     hs_clock_init();
     if (hs_tasks_init(m) < 0) {
@@ -1028,7 +1093,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (env && (!strcmp(env, "0") || !strcasecmp(env, "false") || !strcasecmp(env, "off") || !strcasecmp(env, "no")))
         atomic_store(&hs_enabled, 0);
     hs_nvtx_init_from_env(); /* HOTSPAN_NVTX=1 */
-    if (hs_cuda_install(m) < 0) { /* device spans' plug-in: the driver loads at the first one */
+    if (hs_cuda_init(m) < 0) { /* device spans' plug-in: the driver loads at the first one */
         Py_DECREF(m);
         return NULL;
     }

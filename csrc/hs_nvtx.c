@@ -166,13 +166,6 @@ int hs_nvtx_set(int on) {
     return 0;
 }
 
-void hs_nvtx_install(void) {
-    hs_nvtx_enter_hook = hs_nvtx_enter;
-    hs_nvtx_pop_hook = hs_nvtx_pop;
-    hs_nvtx_mark_hook = hs_nvtx_mark;
-    hs_nvtx_pair_hook = hs_nvtx_pair_seen;
-}
-
 void hs_nvtx_init_from_env(void) {
     const char *v = getenv("HOTSPAN_NVTX");
     if (v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "on") || !strcasecmp(v, "yes")))

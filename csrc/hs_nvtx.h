@@ -25,12 +25,11 @@ extern "C" {
 
 /* HS_FRAME_NVTX and hs_nvtx_on: hs_recorder.h (the hot path tests them). */
 
-/* Point the recorder's NVTX hooks at the functions below (at import, one thread). */
-void hs_nvtx_install(void);
 /* fork() (hs_fork.c): hold the registration lock across it. */
 void hs_nvtx_fork_prepare(void);
 void hs_nvtx_fork_release(void);
-/* The frame just opened (pair, arg, flags set): push its range, mark the frame. */
+/* The recorder's hs_recorder_ops (installed by the module's init), called only while
+ * hs_nvtx_on. The frame just opened (pair, arg, flags set): push its range, mark the frame. */
 void hs_nvtx_enter(hs_frame *f);
 /* A frame marked HS_FRAME_NVTX was closed. */
 void hs_nvtx_pop(void);

@@ -8,12 +8,14 @@
 const char hs_owner_begin[1] = {0};
 const char hs_owner_native[1] = {0};
 
-/* NVTX passthrough's switch and hooks (see hs_recorder.h): set by hs_nvtx.c. */
+/* NVTX passthrough's switch (set by hs_nvtx.c) and the ops it calls (see hs_recorder.h). */
 _Atomic int hs_nvtx_on = 0;
-void (*hs_nvtx_enter_hook)(hs_frame *f) = NULL;
-void (*hs_nvtx_pop_hook)(void) = NULL;
-void (*hs_nvtx_mark_hook)(uint32_t pair, int64_t arg, uint32_t flags) = NULL;
-void (*hs_nvtx_pair_hook)(uint32_t pair) = NULL;
+hs_recorder_ops hs_recorder_installed = {0};
+
+void hs_recorder_set_ops(const hs_recorder_ops *given) {
+    static const hs_recorder_ops none;
+    hs_recorder_installed = given ? *given : none;
+}
 
 /* Sites by (name, category) ids, so every object for the same span shares one site and
  * its nested-path cache. */
@@ -74,7 +76,7 @@ hs_site *hs_site_create(const char *name, size_t name_len, const char *category,
 done:
     pthread_mutex_unlock(&site_lock);
     /* NVTX on: the site's name and category are registered now, never in a span */
-    if (out && atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_hook(pair);
+    if (out && atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_recorder_installed.pair_seen(pair);
     return out;
 }
 
@@ -84,7 +86,7 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair) {
     uint32_t p = hs_intern_pair(s->name, path);
     if (p == UINT32_MAX) return -1;
     *pair = p;
-    if (atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_nvtx_pair_hook(p); /* a new path: named now */
+    if (atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed)) hs_recorder_installed.pair_seen(p); /* a new path: named now */
     /* One entry: a site nested under alternating parents pays this lock each time; the
      * common case (a site always under the same parent path) pays it once. */
     atomic_store_explicit(&s->nested, ((uint64_t)parent_path << 32) | p, memory_order_release);
@@ -145,23 +147,15 @@ void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error) {
     if (k == 0) return; /* opened while recording was off: nothing to close */
     k--;
     hs_frame f = t->stack[k];
-    if (hs_stack_edit_begin_hook) hs_stack_edit_begin_hook(t); /* frames move under a reader's feet: it retries */
+    hs_stack_edit_begin(t); /* frames move under a reader's feet: it retries */
     memmove(&t->stack[k], &t->stack[k + 1], sizeof(hs_frame) * (t->depth - k - 1));
     t->depth--;
-    if (hs_stack_edit_end_hook) hs_stack_edit_end_hook(t);
+    hs_stack_edit_end(t);
     hs_push(t, f.start, end, f.seq, f.pair, f.arg,
             f.flags | (k ? HS_CHILD_FLAGS(t->stack[k - 1].flags) : 0) | (error ? HS_F_ERROR : 0), k,
             k ? t->stack[k - 1].seq + 1 : 0);
     /* NVTX ranges are a per-thread stack: this pops the innermost one, whichever span it
      * belongs to (pushes and pops stay balanced; the names of ranges closed out of order
      * are NVTX's innermost, not these). */
-    if (f.flags & HS_FRAME_NVTX) hs_nvtx_pop_hook();
-}
-
-/* Out of line: the thread's context changed since its stack was made current (a task
- * step began or ended). The glue switches stacks; whatever it could not do, the current
- * stack is adopted for the new context, as before tasks had stacks of their own. */
-__attribute__((noinline)) void hs_ctx_switch(hs_tstate *t) {
-    if (hs_ctx_switch_hook) hs_ctx_switch_hook(t);
-    if (*t->ctx_slot != t->ctx) t->ctx = *t->ctx_slot;
+    if (f.flags & HS_FRAME_NVTX) hs_recorder_installed.pop();
 }

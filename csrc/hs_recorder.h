@@ -26,19 +26,27 @@ extern "C" {
  * range that was not pushed. (hs_types.c's HS_FRAME_SYNC is bit 8.) */
 #define HS_FRAME_NVTX 0x200u
 
-/* NVTX passthrough, a plug-in (hs_nvtx.c installs the hooks at import, before it can set
- * hs_nvtx_on): 1 while it is on. Off, the hot path pays one load of hs_nvtx_on and a
- * branch predicted not taken; on, it calls through the hooks, so the recorder never names
- * the plug-in. */
+/* NVTX passthrough, a plug-in (hs_nvtx.c): 1 while it is on. Off, the hot path pays one
+ * load of hs_nvtx_on and a branch predicted not taken; on, it calls through the installed
+ * ops below, so the recorder never names the plug-in. */
 extern _Atomic int hs_nvtx_on;
-/* The frame just opened (pair, arg, flags set): push its range, mark the frame. */
-extern void (*hs_nvtx_enter_hook)(hs_frame *f);
-/* A frame marked HS_FRAME_NVTX was closed. */
-extern void (*hs_nvtx_pop_hook)(void);
-/* An instant: an NVTX mark. */
-extern void (*hs_nvtx_mark_hook)(uint32_t pair, int64_t arg, uint32_t flags);
-/* A (name, path) pair was interned or resolved while NVTX is on. */
-extern void (*hs_nvtx_pair_hook)(uint32_t pair);
+/* What the recorder calls up into (the NVTX passthrough), only while hs_nvtx_on. One
+ * struct, installed whole at init (the module's, before it can set hs_nvtx_on). */
+typedef struct hs_recorder_ops {
+    /* The frame just opened (pair, arg, flags set): push its range, mark the frame. */
+    void (*enter)(hs_frame *f);
+    /* A frame marked HS_FRAME_NVTX was closed. */
+    void (*pop)(void);
+    /* An instant: an NVTX mark. */
+    void (*mark)(uint32_t pair, int64_t arg, uint32_t flags);
+    /* A (name, path) pair was interned or resolved while NVTX is on. */
+    void (*pair_seen)(uint32_t pair);
+} hs_recorder_ops;
+/* Installs a copy of *ops (NULL: none). Once, before hs_nvtx_on can be set. */
+void hs_recorder_set_ops(const hs_recorder_ops *ops);
+/* The installed copy, read by the inline paths below (one load, as a plain function
+ * pointer would be: no extra indirection); written only by hs_recorder_set_ops. */
+extern hs_recorder_ops hs_recorder_installed;
 
 /* Owners of frames that no span object opened. */
 extern const char hs_owner_begin[1];
@@ -63,7 +71,6 @@ int hs_site_resolve_slow(hs_site *s, uint32_t parent_path, uint32_t *pair);
 void hs_exit_slow(hs_tstate *t, const void *owner, uint64_t end, int error);
 void hs_count_drop(hs_tstate *t);
 hs_record *hs_push_switch(hs_tstate *t, uint64_t n);
-void hs_ctx_switch(hs_tstate *t);
 
 /* The current stack must be the current context's (see hs_tstate.ctx_slot): a pointer
  * compare; sync code never takes the branch. */
@@ -127,7 +134,7 @@ HS_HOT int hs_enter(hs_site *s, const void *owner, int64_t arg, uint32_t flags) 
     /* NVTX passthrough: off, one load of a global and a branch predicted not taken; on, the
      * range is pushed (out of line) before the start timestamp, so its cost stays outside
      * the span. */
-    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_enter_hook(f);
+    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_recorder_installed.enter(f);
     f->start = hs_ticks(); /* last but the depth, so the span measures little of itself */
     __atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
     return 1;
@@ -183,7 +190,7 @@ HS_HOT void hs_close_top(hs_tstate *t, uint64_t end, int error) {
     hs_push(t, f->start, end, f->seq, f->pair, f->arg, flags | child_flags | (error ? HS_F_ERROR : 0), d,
             parent_seq_plus1);
     /* the frame's own flag, already loaded: a test and a branch predicted not taken */
-    if (HS_UNLIKELY(flags & HS_FRAME_NVTX)) hs_nvtx_pop_hook();
+    if (HS_UNLIKELY(flags & HS_FRAME_NVTX)) hs_recorder_installed.pop();
 }
 
 /* Close the innermost span opened by owner (normally the top frame). */
@@ -215,7 +222,7 @@ HS_HOT void hs_instant(hs_site *s, int64_t arg, uint32_t flags) {
     uint64_t seq = t->seq;
     if (HS_UNLIKELY(seq == t->seq_end)) seq = hs_seq_refill(t);
     t->seq = seq + 1;
-    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_nvtx_mark_hook(pair, arg, flags);
+    if (HS_UNLIKELY(atomic_load_explicit(&hs_nvtx_on, memory_order_relaxed))) hs_recorder_installed.mark(pair, arg, flags);
     uint64_t now = hs_ticks();
     hs_push(t, now, now, seq, pair, arg, flags | HS_F_INSTANT, d, d ? t->stack[d - 1].seq + 1 : 0);
 }

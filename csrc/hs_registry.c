@@ -17,18 +17,26 @@
 
 _Thread_local hs_tstate *hs_tls __attribute__((tls_model("initial-exec"))) = NULL;
 _Atomic int hs_enabled = 1;
-char *(*hs_thread_name_hook)(void) = NULL;
-void (*hs_thread_link_hook)(hs_tstate *t) = NULL;
-void (*hs_ctx_switch_hook)(hs_tstate *t) = NULL;
-/* Plug-ins and the units above (see hs_registry.h): set once at import, read after. */
-hs_tstate *(*hs_tstate_alloc_hook)(int64_t tid, const char *name, hs_frame **frames, uint32_t *nframes) = NULL;
-int (*hs_tstate_release_hook)(hs_tstate *t) = NULL;
-int (*hs_stack_kept_hook)(const void *frames) = NULL;
-void (*hs_thread_renamed_hook)(hs_tstate *t, const char *name) = NULL;
-void (*hs_stack_edit_begin_hook)(hs_tstate *t) = NULL;
-void (*hs_stack_edit_end_hook)(hs_tstate *t) = NULL;
-void (*hs_thread_started_hook)(void) = NULL;
-void (*hs_thread_exited_hook)(void) = NULL;
+/* The units above (hs_registry.h): written once by hs_registry_set_ops, read after. */
+static hs_registry_ops ops;
+
+void hs_registry_set_ops(const hs_registry_ops *given) {
+    static const hs_registry_ops none;
+    ops = given ? *given : none;
+}
+
+void hs_stack_edit_begin(hs_tstate *t) {
+    if (ops.stack_edit_begin) ops.stack_edit_begin(t);
+}
+
+void hs_stack_edit_end(hs_tstate *t) {
+    if (ops.stack_edit_end) ops.stack_edit_end(t);
+}
+
+__attribute__((noinline)) void hs_ctx_switch(hs_tstate *t) {
+    if (ops.ctx_switch) ops.ctx_switch(t);
+    if (*t->ctx_slot != t->ctx) t->ctx = *t->ctx_slot;
+}
 static _Atomic uint64_t next_serial = 1;
 
 #define INITIAL_STACK 64
@@ -152,13 +160,13 @@ static void on_thread_exit(void *p) {
     /* Another context's stack (owned by its stack object) may be current: free our own
      * (unless it is a flight file slot's, which stays with the slot). */
     hs_frame *own = t->stack_owner ? t->own_stack : t->stack;
-    if (!(hs_stack_kept_hook && hs_stack_kept_hook(own))) free(own);
-    if (!(hs_tstate_release_hook && hs_tstate_release_hook(t))) free(t);
+    if (!(ops.stack_kept && ops.stack_kept(own))) free(own);
+    if (!(ops.tstate_release && ops.tstate_release(t))) free(t);
     hs_tls = NULL;
     /* Last: once retired, the drain side may free the chain and (after a drain()) the
      * info at any moment. */
     atomic_store_explicit(&chain->retired, 1, memory_order_release);
-    if (hs_thread_exited_hook) hs_thread_exited_hook();
+    if (ops.thread_exited) ops.thread_exited();
 }
 
 static void make_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
@@ -173,8 +181,8 @@ hs_tstate *hs_tstate_register(void) {
         return NULL;
     }
     info->tid = os_thread_id();
-    /* Named outside the lock: the hook may run Python code. */
-    info->name = hs_thread_name_hook ? hs_thread_name_hook() : NULL;
+    /* Named outside the lock: the glue may run Python code. */
+    info->name = ops.thread_name ? ops.thread_name() : NULL;
     if (!info->name) {
         char buf[48];
         snprintf(buf, sizeof buf, "Thread-%lld", (long long)info->tid);
@@ -184,7 +192,7 @@ hs_tstate *hs_tstate_register(void) {
      * its open spans outlive the process and can be read from outside. */
     hs_frame *stack = NULL;
     uint32_t stack_cap = INITIAL_STACK;
-    hs_tstate *t = hs_tstate_alloc_hook ? hs_tstate_alloc_hook(info->tid, info->name, &stack, &stack_cap) : NULL;
+    hs_tstate *t = ops.tstate_alloc ? ops.tstate_alloc(info->tid, info->name, &stack, &stack_cap) : NULL;
     if (!t) {
         t = calloc(1, sizeof(*t));
         stack = malloc(sizeof(hs_frame) * INITIAL_STACK);
@@ -225,8 +233,8 @@ hs_tstate *hs_tstate_register(void) {
 
     hs_tls = t;
     pthread_setspecific(exit_key, t);
-    if (hs_thread_started_hook) hs_thread_started_hook();
-    if (hs_thread_link_hook) hs_thread_link_hook(t);
+    if (ops.thread_started) ops.thread_started();
+    if (ops.thread_link) ops.thread_link(t);
     return t;
 }
 
@@ -238,13 +246,13 @@ void hs_set_thread_name(hs_tstate *t, const char *name) {
     t->info->name = copy;
     pthread_mutex_unlock(&registry_lock);
     free(old);
-    if (hs_thread_renamed_hook) hs_thread_renamed_hook(t, name);
+    if (ops.thread_renamed) ops.thread_renamed(t, name);
 }
 
 int hs_stack_grow(hs_tstate *t) {
     uint32_t nc = t->stack_cap * 2;
     hs_frame *ns;
-    if (hs_stack_kept_hook && hs_stack_kept_hook(t->stack)) {
+    if (ops.stack_kept && ops.stack_kept(t->stack)) {
         /* A flight slot's frames stay in place (the slot keeps them): deeper stacks move to
          * memory of their own, and the file shows the thread's stack as too deep. */
         ns = malloc(sizeof(hs_frame) * nc);

@@ -109,33 +109,51 @@ extern _Atomic int hs_enabled;
 /* Register the calling thread (its chain, and a first block when under the cap). NULL when
  * out of memory. */
 hs_tstate *hs_tstate_register(void);
-/* Called once per new thread at registration, outside any lock, to name it; returns a
- * malloc'd string or NULL. Set by the Python glue. */
-extern char *(*hs_thread_name_hook)(void);
-/* Called once per new thread at registration, after hs_tls is set: the Python glue points
- * ctx_slot at the thread's context (when Python runs on it). */
-extern void (*hs_thread_link_hook)(hs_tstate *t);
-/* The thread's current context is not its stack's (ctx_slot != ctx): the glue makes the
- * context's own stack current. Unset, or when it cannot, the current stack is kept. */
-extern void (*hs_ctx_switch_hook)(hs_tstate *t);
-/* What the units above and the plug-ins do at a thread's events, through pointers so that
- * the registry names none of them (NULL: nothing). Set once at import, before any thread
- * registers. The flight file (hs_flight.c) keeps a thread's state and first frames in a
- * slot of its file: alloc gives a zeroed state with the slot's frames (NULL: none), release
- * says whether the state was the file's (then not freed), kept whether frames are a slot's
- * (never freed nor reallocated); renamed follows hs_set_thread_name. */
-extern hs_tstate *(*hs_tstate_alloc_hook)(int64_t tid, const char *name, hs_frame **frames, uint32_t *nframes);
-extern int (*hs_tstate_release_hook)(hs_tstate *t);
-extern int (*hs_stack_kept_hook)(const void *frames);
-extern void (*hs_thread_renamed_hook)(hs_tstate *t, const char *name);
-/* Around a slow path that rearranges a thread's current stack in place (an out-of-order
- * exit, an asyncio task's stack switch): the flight file's seqlock, so a reader retries. */
-extern void (*hs_stack_edit_begin_hook)(hs_tstate *t);
-extern void (*hs_stack_edit_end_hook)(hs_tstate *t);
-/* A thread registered (the drain starts its thread if this process has none), and one
- * exited (the drain is woken to take what it left). */
-extern void (*hs_thread_started_hook)(void);
-extern void (*hs_thread_exited_hook)(void);
+/* What the registry calls up into, so that it names none of the units above it: the
+ * Python glue (a thread's name, its context), the drain (a thread started, one exited)
+ * and the flight file (where a thread's state and first frames live). One struct,
+ * installed whole at init (the module's, before any thread registers); a field left NULL
+ * does nothing. */
+typedef struct hs_registry_ops {
+    /* Once per new thread at registration, outside any lock, to name it: a malloc'd
+     * string or NULL (the glue: threading's name; it may run Python code). */
+    char *(*thread_name)(void);
+    /* Once per new thread at registration, after hs_tls is set: the glue points ctx_slot at
+     * the thread's context (when Python runs on it). */
+    void (*thread_link)(hs_tstate *t);
+    /* The thread's current context is not its stack's (ctx_slot != ctx): the glue makes
+     * the context's own stack current. Unset, or when it cannot, the current stack is kept. */
+    void (*ctx_switch)(hs_tstate *t);
+    /* The flight file keeps a thread's state and first frames in a slot of its file:
+     * tstate_alloc gives a zeroed state with the slot's frames (NULL: none, allocate as
+     * usual), tstate_release says whether the state was the file's (then not freed),
+     * stack_kept whether frames are a slot's (never freed nor reallocated); thread_renamed
+     * follows hs_set_thread_name. */
+    hs_tstate *(*tstate_alloc)(int64_t tid, const char *name, hs_frame **frames, uint32_t *nframes);
+    int (*tstate_release)(hs_tstate *t);
+    int (*stack_kept)(const void *frames);
+    void (*thread_renamed)(hs_tstate *t, const char *name);
+    /* Around a slow path that rearranges a thread's current stack in place (an
+     * out-of-order exit, an asyncio task's stack switch): the flight file's seqlock, so a
+     * reader retries. */
+    void (*stack_edit_begin)(hs_tstate *t);
+    void (*stack_edit_end)(hs_tstate *t);
+    /* A thread registered (the drain starts its thread if this process has none), and one
+     * exited (the drain is woken to take what it left). */
+    void (*thread_started)(void);
+    void (*thread_exited)(void);
+} hs_registry_ops;
+/* Installs a copy of *ops (NULL: none). Once, before any thread registers. */
+void hs_registry_set_ops(const hs_registry_ops *ops);
+/* The ops' stack edits, for the units that rearrange a stack in place (the recorder's
+ * out-of-order exit, the task glue's switch): slow paths only. */
+void hs_stack_edit_begin(hs_tstate *t);
+void hs_stack_edit_end(hs_tstate *t);
+/* Out of line: the thread's context changed since its stack was made current (a task
+ * step began or ended). The glue switches stacks (ops.ctx_switch); whatever it could not
+ * do, the current stack is adopted for the new context, as before tasks had stacks of
+ * their own. The hot path's hs_ctx_check calls it. */
+void hs_ctx_switch(hs_tstate *t);
 void hs_set_thread_name(hs_tstate *t, const char *name);
 int hs_stack_grow(hs_tstate *t);
 /* The thread's id range is used up: take the next one; returns its first id. */

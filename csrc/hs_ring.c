@@ -12,10 +12,16 @@
 #define MAP_MIN_BYTES (16u << 10)        /* smaller blocks (tests) come from malloc */
 
 _Atomic uint64_t hs_block_records = DEFAULT_BLOCK_RECORDS;
-hs_block *(*hs_block_alloc_hook)(uint64_t records, uint64_t *bytes) = NULL;
-void (*hs_block_free_hook)(hs_block *b) = NULL;
 _Atomic uint64_t hs_memory_cap = DEFAULT_MEMORY_CAP;
 _Atomic uint64_t hs_first_block_records = HS_FIRST_BLOCK_RECORDS;
+
+/* The block provider's operations (hs_ring.h): written once by hs_ring_set_ops. */
+static hs_ring_ops ops;
+
+void hs_ring_set_ops(const hs_ring_ops *given) {
+    static const hs_ring_ops none;
+    ops = given ? *given : none;
+}
 
 static _Atomic uint64_t held_bytes = 0;   /* every block allocated, pooled ones included */
 static _Atomic uint64_t pooled_bytes = 0;
@@ -77,7 +83,7 @@ static hs_block *block_alloc(uint64_t records) {
     /* With a flight file, blocks of its size are carved from it (MAP_SHARED: the kernel
      * keeps their records when the process dies); others, or when it is full, as usual. */
     uint64_t fbytes = 0;
-    hs_block *fb = hs_block_alloc_hook ? hs_block_alloc_hook(records, &fbytes) : NULL;
+    hs_block *fb = ops.block_alloc ? ops.block_alloc(records, &fbytes) : NULL;
     if (fb) {
         b = fb;
         bytes = fbytes;
@@ -107,7 +113,7 @@ static hs_block *block_alloc(uint64_t records) {
 }
 
 static void block_release_memory(hs_block *b) {
-    if (b->mapped == HS_BLOCK_FLIGHT) hs_block_free_hook(b);
+    if (b->mapped == HS_BLOCK_FLIGHT) ops.block_free(b);
     else if (b->mapped) munmap(b, b->alloc);
     else free(b);
 }
@@ -235,7 +241,7 @@ void hs_blocks_after_fork_child(void) {
 /* The size of the writer's next block: the first is small and each next one twice the
  * last, up to the configured size (a flight file's blocks are all of that size). */
 static uint64_t next_block_records(const hs_writer *w, uint64_t full) {
-    if (hs_block_alloc_hook) return full;
+    if (ops.providing && ops.providing()) return full;
     uint64_t first = atomic_load_explicit(&hs_first_block_records, memory_order_relaxed);
     uint64_t want = w->blk ? w->blk->cap * 2 : first;
     if (want < first) want = first;

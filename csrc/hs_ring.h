@@ -118,11 +118,21 @@ typedef struct hs_block {
 
 #define HS_BLOCK_FLIGHT 2u
 
-/* Set while a flight file is open (hs_flight.c; the ring stays free of it): blocks of its
- * size come from the file (NULL: none left, allocate as usual; *bytes: the block's size in
- * it), and go back to it. */
-extern hs_block *(*hs_block_alloc_hook)(uint64_t records, uint64_t *bytes);
-extern void (*hs_block_free_hook)(hs_block *b);
+/* What the ring calls up into: a provider of block memory (the flight file, hs_flight.c;
+ * the ring stays free of it). One struct, installed whole at init (the module's, before
+ * any thread records); a field left NULL does nothing. */
+typedef struct hs_ring_ops {
+    /* Whether blocks come from the provider now: every block is then of the configured
+     * size (a flight file's are all of it). */
+    int (*providing)(void);
+    /* A free block of `records` records (NULL: none of that size left, or not providing:
+     * allocate as usual); *bytes: the block's size in the provider. */
+    hs_block *(*block_alloc)(uint64_t records, uint64_t *bytes);
+    /* A block it gave (mapped == HS_BLOCK_FLIGHT) goes back to it. */
+    void (*block_free)(hs_block *b);
+} hs_ring_ops;
+/* Installs a copy of *ops (NULL: none). Once, before any thread records. */
+void hs_ring_set_ops(const hs_ring_ops *ops);
 
 /* A block taken by the thread tid whose last pushed id is base_seq (slow path: after a
  * switch, before its first record is published). Only flight file blocks keep it. */

@@ -37,7 +37,7 @@
 #include "hs_selftime.h"
 #include "hs_tasks.h"
 
-/* link_thread reads PyThreadState.context, a field of CPython's non-limited thread state
+/* hs_tasks_link_thread reads PyThreadState.context, a field of CPython's non-limited thread state
  * (Include/cpython/pystate.h): the current contextvars context, swapped by Context.run and
  * every asyncio task step. It is there, with that meaning, from 3.7 through 3.14; a newer
  * CPython must be checked against its pystate.h before this range is widened. */
@@ -109,7 +109,7 @@ int hs_tasks_seen(void) { return atomic_load_explicit(&tasks_seen, memory_order_
  * consistent by then). */
 static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
     StackObject *old = t->stack_owner;
-    if (hs_stack_edit_begin_hook) hs_stack_edit_begin_hook(t); /* a reader of the flight file retries across the switch */
+    hs_stack_edit_begin(t); /* a reader of the flight file retries across the switch */
     if (old) {
         old->frames = t->stack;
         old->depth = t->depth;
@@ -131,7 +131,7 @@ static void swap_to(hs_tstate *t, StackObject *target, void *ctx) {
         t->stack_owner = NULL;
     }
     t->ctx = ctx;
-    if (hs_stack_edit_end_hook) hs_stack_edit_end_hook(t);
+    hs_stack_edit_end(t);
     Py_XDECREF(old);
 }
 
@@ -350,7 +350,7 @@ static PyTypeObject StepRunType = {
     .tp_new = steprun_new,
 };
 
-static void ctx_switch(hs_tstate *t) {
+void hs_tasks_ctx_switch(hs_tstate *t) {
     if (!PyGILState_Check()) return; /* a native thread without the GIL: keep the stack */
     uint64_t now = hs_ticks();
     PyObject *ctx = (PyObject *)*t->ctx_slot;
@@ -429,7 +429,7 @@ static PyTypeObject LinkType = {
     .tp_doc = "Unlinks hotspan's thread state from Python's when Python deletes it (internal).",
 };
 
-static void link_thread(hs_tstate *t) {
+void hs_tasks_link_thread(hs_tstate *t) {
     if (!PyGILState_Check()) return; /* a native thread: no contexts, one stack */
     PyThreadState *ts = PyThreadState_Get();
     PyObject *et, *ev, *etb;
@@ -486,8 +486,6 @@ int hs_tasks_init(PyObject *m) {
     if (PyType_Ready(&StackType) < 0 || PyType_Ready(&LinkType) < 0) return -1;
     stack_var = PyContextVar_New("hotspan.task_stack", NULL);
     if (!stack_var) return -1;
-    hs_ctx_switch_hook = ctx_switch;
-    hs_thread_link_hook = link_thread;
     if (PyType_Ready(&StepRunType) < 0) return -1;
     context_name = PyUnicode_InternFromString("_context");
     if (!context_name) return -1;

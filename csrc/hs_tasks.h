@@ -5,8 +5,15 @@
 
 #include <Python.h>
 
-/* Sets the core's link and switch hooks; 0, or -1 with an exception set. */
+#include "hs_registry.h"
+
+/* The task types; 0, or -1 with an exception set. */
 int hs_tasks_init(PyObject *m);
+/* The registry's thread_link and ctx_switch (hs_registry_ops, installed by the module):
+ * point a new thread's ctx_slot at its Python context, and make the current context's own
+ * stack current. */
+void hs_tasks_link_thread(hs_tstate *t);
+void hs_tasks_ctx_switch(hs_tstate *t);
 /* Whether spans ran in a task's (a copied context's) own stack: trees may overlap. */
 int hs_tasks_seen(void);
 

@@ -127,7 +127,9 @@ typedef struct {
 enum { KW_SYNC = 1, KW_DEVICE = 2 };
 
 /* configure(sync=fn): what spans opened with sync=True call (NULL: none configured). */
-PyObject *hs_default_sync = NULL;
+static PyObject *default_sync = NULL;
+
+void hs_types_set_default_sync(PyObject *fn) { Py_XSETREF(default_sync, Py_XNewRef(fn)); }
 
 static int check_span_args(const char *fn, PyObject *name, PyObject *category, PyObject *arg, span_args *out) {
     if (!name) {
@@ -228,7 +230,7 @@ static int parse_stream(const char *fn, PyObject *stream, hs_stream_spec *spec) 
 static int check_sync_device(const char *fn, PyObject *sync, PyObject *device, PyObject *stream, span_args *out) {
     if (sync && sync != Py_None && sync != Py_False) {
         if (sync == Py_True) {
-            if (!hs_default_sync) {
+            if (!default_sync) {
                 PyErr_Format(PyExc_RuntimeError,
                              "%s(sync=True) needs a sync function: hotspan.configure(sync=fn) first "
                              "(e.g. hotspan.sync.mlx), or pass sync=fn", fn);
@@ -342,10 +344,12 @@ typedef struct {
  * span's exit (the hot path) has no test for it at all. */
 typedef struct {
     SpanObject base;
-    PyObject *sync; /* a callable, or Py_True: hs_default_sync at exit */
+    PyObject *sync; /* a callable, or Py_True: default_sync at exit */
 } SyncSpanObject;
 
-PyObject *hs_decorate_hook = NULL; /* hotspan._api._decorate_with(span, func) */
+static PyObject *decorate_with = NULL; /* hotspan._api._decorate_with(span, func) */
+
+void hs_types_set_decorate(PyObject *fn) { Py_XSETREF(decorate_with, Py_XNewRef(fn)); }
 
 /* ---- bound methods without an allocation ------------------------------------------------ */
 
@@ -711,7 +715,7 @@ static PyObject *span_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     PyObject *func = PyTuple_GET_ITEM(args, 0);
     /* Decoration is rare: the package's hook copies __name__/__doc__ and handles async. */
-    if (hs_decorate_hook) return PyObject_CallFunctionObjArgs(hs_decorate_hook, self, func, NULL);
+    if (decorate_with) return PyObject_CallFunctionObjArgs(decorate_with, self, func, NULL);
     return traced_make(s->site, s->arg, s->flags, func, s->name, s->category);
 }
 
@@ -774,7 +778,7 @@ PyTypeObject SpanType = {
 };
 
 /* The sync function of a span (NULL: none now: sync=True with configure(sync=None)). */
-static inline PyObject *sync_fn(PyObject *sync) { return sync == Py_True ? hs_default_sync : sync; }
+static inline PyObject *sync_fn(PyObject *sync) { return sync == Py_True ? default_sync : sync; }
 
 static PyObject *sync_span_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *fn = sync_fn(((SyncSpanObject *)self)->sync);

@@ -10,10 +10,12 @@ extern PyTypeObject TracedType;     /* hotspan.traced_function */
 extern PyTypeObject SyncSpanType;   /* hotspan.span(..., sync=fn) */
 extern PyTypeObject DeviceSpanType; /* hotspan.span(..., device="cuda") */
 extern PyTypeObject NoopType;       /* hotspan._native.NoopContext: the benchmark floor */
-/* hotspan._api._decorate_with(span, func), set by _set_hooks; NULL: decorate in C. */
-extern PyObject *hs_decorate_hook;
-/* configure(sync=fn): the function spans opened with sync=True call (NULL: none). */
-extern PyObject *hs_default_sync;
+/* What the types call up into, Python callables the glue hands over (each kept as a new
+ * reference; NULL clears): hotspan._api._decorate_with(span, func) (_set_hooks; NULL:
+ * decorate in C), and configure(sync=fn)'s function, which spans opened with sync=True
+ * call (NULL: none). */
+void hs_types_set_decorate(PyObject *fn);
+void hs_types_set_default_sync(PyObject *fn);
 
 /* After PyType_Ready(&SpanType), before its subtypes: span's allocation-free bound
  * __enter__/__exit__ (hs_types.c). 0, or -1 with an exception set. */

@@ -98,7 +98,7 @@ def left_running() -> list[str]:
     """What is still consuming spans in this process: recordings, subscribers, a live log.
     Empty when nothing is (modules never imported: nothing of theirs can run)."""
     found = []
-    hub = sys.modules.get("hotspan.recording.hub")
+    hub = sys.modules.get("hotspan.recording._hub")
     if hub is not None and hub.streaming():
         readers = [name for name in hub.stats() if name != "drain()"]
         found.append(f"streaming consumers attached: {', '.join(readers) or '?'}")

@@ -18,7 +18,7 @@ from hotspan.formats.dataset import part_metadata
 # Imported here, before any pytester, they stay.
 import pandas  # noqa: E402,F401
 import pyarrow.dataset  # noqa: E402,F401
-import hotspan.cli.commands  # noqa: E402,F401
+import hotspan.cli._commands  # noqa: E402,F401
 
 pytest_plugins = ["pytester"]
 

@@ -56,7 +56,12 @@ def module_names(module: types.ModuleType) -> set[str]:
 
 @pytest.mark.parametrize(
     "module_name",
-    ["hotspan._native", "hotspan.formats._chrome_codec", "hotspan.formats._perfetto_codec"],
+    [
+        "hotspan._native",
+        "hotspan._span_tree",
+        "hotspan.formats._chrome_codec",
+        "hotspan.formats._perfetto_codec",
+    ],
 )
 def test_stub_names_match_the_compiled_module(module_name):
     module = importlib.import_module(module_name)

@@ -596,6 +596,6 @@ if _os.environ.get("HOTSPAN_OUT", "").strip() or _os.environ.get("HOTSPAN_RECORD
 
     _start_from_env()
 # multiprocessing's children carry the run id and the recordings (now, or as it loads)
-from .recording.children import offer_to_multiprocessing as _offer  # noqa: E402
+from .recording._children import offer_to_multiprocessing as _offer  # noqa: E402
 
 _offer()

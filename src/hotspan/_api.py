@@ -31,16 +31,16 @@ RANK_MAX = (1 << 31) - 1
 CAPACITY_MAX = 1 << 24
 
 _configured_rank: int | None = None
-#: The lock of every pass of the core's drain (drain(), recording/hub.py). Re-entrant: a
+#: The lock of every pass of the core's drain (drain(), recording/_hub.py). Re-entrant: a
 #: SIGTERM handler that flushes (record()) may run while this thread drains.
 drain_lock = _thread.RLock()
-# While a streaming consumer (record(), subscribe()) exists, recording/hub.py owns the
+# While a streaming consumer (record(), subscribe()) exists, recording/_hub.py owns the
 # native drain and drain() reads its own cursor there; None otherwise (one global lookup).
 _hub: Any = None
 
 
 def set_drain_hook(hub: Any) -> None:
-    """Route ``drain()`` to ``hub.drain()`` (``None``: back to the core). recording/hub.py
+    """Route ``drain()`` to ``hub.drain()`` (``None``: back to the core). recording/_hub.py
     sets it while it owns the core's drain."""
     global _hub
     _hub = hub
@@ -254,7 +254,7 @@ _raw_shed_said = 0
 
 
 def _say_raw_shed() -> None:
-    """Spans a raw log has (``record(dir)``: recording/rawlog.py) that the core did not keep
+    """Spans a raw log has (``record(dir)``: formats/_rawlog.py) that the core did not keep
     for ``drain()`` past a quarter of its memory cap (the oldest): said as this cursor's loss,
     as a hub reader's that fell behind (``SpansDropped``, consumer ``drain()``)."""
     global _raw_shed_said
@@ -301,7 +301,7 @@ def core_table() -> "pa.Table":
         _native._count_lost(raw["n"])
         raise
     if _native._cuda_used():  # a device span was entered: its completed pairs are rows
-        from .devices import cuda
+        from ._devices import cuda
 
         device_rows = cuda.resolve_table(meta, r)
         if device_rows is not None:
@@ -545,7 +545,7 @@ def _after_fork_child() -> None:
     global drain_lock, _hub
     _native._after_fork_child()
     # A thread of the parent may have held the lock at the fork; the child has none of the
-    # parent's streaming consumers (recording/hub.py resets its own state after this).
+    # parent's streaming consumers (recording/_hub.py resets its own state after this).
     drain_lock = _thread.RLock()
     _hub = None
 

@@ -11,7 +11,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Generic, TypeVar
 
-from .quiet_threads import start_quiet
+from ._quiet_threads import start_quiet
 
 __all__ = ["CallbackRunner"]
 

@@ -15,7 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["column_codes", "combined_codes", "densify", "parent_rows", "plain_type", "to_numpy"]
+__all__ = [
+    "column_codes",
+    "combined_codes",
+    "densify",
+    "parent_rows",
+    "plain_type",
+    "to_numpy",
+    "values_and_validity",
+]
 
 
 def to_numpy(column: pa.ChunkedArray | pa.Array, dtype: type) -> np.ndarray:
@@ -39,7 +47,15 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
             # codes as they lie, no copy (speed: a part of a million spans a time).
             values = dictionary
             remap = None
-            codes = indices.to_numpy(zero_copy_only=False) if indices.null_count == 0 else None
+            if indices.null_count == 0:
+                codes = indices.to_numpy(zero_copy_only=False)
+            else:  # (category: nulls) the indices as they lie, nulls' slots given a code below
+                codes, valid = values_and_validity(indices)
+                assert valid is not None  # (the indices hold nulls)
+                null_code = len(values)
+                values = pa.concat_arrays([values, pa.nulls(1, values.type)])
+                wide = np.promote_types(codes.dtype, np.min_scalar_type(null_code))
+                return np.where(valid, codes, wide.type(null_code)), values
         else:
             # Re-encode the (small) dictionary: it may repeat a value, or hold a null.
             encoded = pc.dictionary_encode(dictionary, null_encoding="encode")
@@ -62,6 +78,25 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
         valid = to_numpy(indices.is_valid(), np.bool_)
         codes = np.where(valid, codes.astype(np.int64, copy=False), null_code)  # (int8 indices)
     return codes, values
+
+
+def values_and_validity(
+    column: pa.Array | pa.ChunkedArray,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """An integer (or bool-free fixed-width) column's values, read straight from its buffers
+    (anything where null), and its validity (None: no nulls); ``fill_null`` and ``is_valid``
+    would each copy the column first."""
+    array = column
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    n, offset = len(array), array.offset
+    validity, data = array.buffers()[:2]
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    values = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
+    if validity is None or array.null_count == 0:
+        return values, None
+    bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
+    return values, bits[offset : offset + n].view(np.bool_)
 
 
 def combined_codes(table: pa.Table, columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -53,7 +53,8 @@ def _same_side_children(table: pa.Table, parent: np.ndarray) -> np.ndarray:
     """Rows whose parent is in the table and on the same side (host or device) as they are."""
     child = parent >= 0
     on_device = to_numpy(table.column("thread_id"), np.int64) < 0
-    return child & (on_device == on_device[np.where(child, parent, 0)])
+    same_side: np.ndarray = child & (on_device == on_device[np.where(child, parent, 0)])
+    return same_side
 
 
 def frame_label(name: str | None, category: str | None) -> str:

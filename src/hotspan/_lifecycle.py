@@ -15,9 +15,11 @@ then (in the child) SIGTERM's thread, then SIGTERM is unblocked. The steps, and 
 
 1. ``core`` (``hotspan._api``): the C core's own fork handlers (``csrc/hs_fork.c``) have
    already run; the child's drain is the user's again.
-2. ``hub`` (``hotspan.recording.hub``): the hub forgets the parent's pump thread and
+2. ``counters`` (``hotspan.counters``, once loaded): the child's counter queues start empty
+   under a fresh lock (the parent's consumers are not the child's).
+3. ``hub`` (``hotspan.recording._hub``): the hub forgets the parent's pump thread and
    consumers, so that
-3. ``recorder`` (``hotspan.recording.recorder``) may start a child's own ``HOTSPAN_OUT``
+4. ``recorder`` (``hotspan.recording.recorder``) may start a child's own ``HOTSPAN_OUT``
    recorder on a clean hub (and hand it to ``flush_on_sigterm``; the parent's registration
    is forgotten in the child before the steps run). Before the fork this step holds the
    flusher's lock; the parent's step gives it back.
@@ -44,16 +46,21 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import sys
 import threading
 
 from . import _native
-from .quiet_threads import start_quiet
+from ._quiet_threads import start_quiet
 
 # Why typing loads only for the type checker: ``import hotspan`` loads this module, and a
 # fresh interpreter has not loaded typing yet (docs/performance.md: import time).
 TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal
+else:
+    # _signal, the C module under signal: the same functions and constants (as ints), without
+    # the three IntEnum conversions ``import signal`` runs (a sixth of ``import hotspan``).
+    import _signal as signal
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Protocol
@@ -78,7 +85,7 @@ __all__ = [
 ]
 
 #: The steps around fork, in the order their after-fork parts run (see the module's doc).
-FORK_STEPS = ("core", "hub", "recorder")
+FORK_STEPS = ("core", "counters", "hub", "recorder")
 
 _before: dict[str, Callable[[], None]] = {}
 _parent: dict[str, Callable[[], None]] = {}
@@ -226,7 +233,7 @@ def _finalize_with_multiprocessing(owner: Stoppable) -> None:
 #: What SIGTERM runs before the process dies (the ``HOTSPAN_OUT`` recorder's stop), and how
 #: long it may take before the process dies anyway.
 _sigterm_stop: "tuple[Callable[[], None], float] | None" = None
-_fork_sigmask: "set[int | signal.Signals] | None" = None
+_fork_sigmask: "set[int] | None" = None
 
 
 def flush_on_sigterm(stop: Callable[[], None], timeout_s: float) -> None:

@@ -255,7 +255,10 @@ def latest(a: Any, b: Any) -> Any:
         return b if isinstance(b, dict) else None
     if not isinstance(b, dict):
         return a
-    key = lambda m: (m.get("cpu_ns") or 0, m.get("samples") or 0)  # noqa: E731
+
+    def key(m: dict[str, Any]) -> tuple[Any, Any]:
+        return (m.get("cpu_ns") or 0, m.get("samples") or 0)
+
     return b if key(b) >= key(a) else a
 
 

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._span_tree import self_times
+
 SELF_FIELD = pa.field("self_ns", pa.int64(), nullable=False)
 WAIT_FIELD = pa.field("wait_ns", pa.int64(), nullable=False)
 #: Schema metadata a trace format (Chrome JSON, Perfetto: neither has a column for them)
@@ -33,38 +35,45 @@ def self_ns_column(table: pa.Table) -> pa.Array:
     """``self_ns`` of every row of ``table`` (which needs span_id, parent_id, start_ns,
     end_ns and thread_id; pid too when present), as an int64 array.
 
-    O(n log n): the children are sorted by (parent, start) and merged with a running
-    maximum of their ends per parent (one ``maximum.accumulate`` over keys that keep the
-    parents apart), so overlapping children count once.
+    One pass over the rows in start order (``_span_tree``): each parent's children
+    are merged as they come, so overlapping children count once. A loader's rows are in
+    that order already (per thread by start time); others (a drained table is per thread
+    in end order) are visited through their start order (a sort).
     """
     n = table.num_rows
     if n == 0:
         return pa.array([], pa.int64())
+    span_id, parent_id, has_parent = tree_columns(table)
+    pid = _int64(table, "pid") if "pid" in table.column_names else None
     start = _int64(table, "start_ns")
-    end = _int64(table, "end_ns")
-    duration = np.maximum(end - start, 0)
-    covered = np.zeros(n, np.int64)
-    parent_row = pc.index_in(
-        table.column("parent_id"), value_set=table.column("span_id").combine_chunks()
+    columns = (start, _int64(table, "end_ns"), span_id, parent_id, has_parent)
+    values = self_times(*columns, _int64(table, "thread_id"), pid)
+    if values is None:  # some parent's children not by start time: visit in start order
+        order = np.argsort(start, kind="stable")
+        values = self_times(*columns, _int64(table, "thread_id"), pid, order)
+    assert values is not None  # in start order, every parent's children are
+    return pa.array(values, pa.int64())
+
+
+def tree_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """span_id and parent_id as uint64 (the bits of signed ids: equal ids stay equal), and
+    per row 1 where parent_id is given. Ids of another type (strings, say) are numbered by
+    the row of their first occurrence."""
+    ids, parents = table.column("span_id"), table.column("parent_id")
+    if not (pa.types.is_integer(ids.type) and pa.types.is_integer(parents.type)):
+        parents = pc.index_in(parents, value_set=ids.combine_chunks())
+        ids = pc.index_in(ids, value_set=ids.combine_chunks())
+    ids = ids.cast(pa.uint64(), safe=False)
+    parents = parents.cast(pa.uint64(), safe=False)
+    if parents.null_count:
+        has_parent = parents.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+    else:
+        has_parent = np.ones(len(parents), np.uint8)
+    return (
+        np.ascontiguousarray(ids.fill_null(0).to_numpy()),
+        np.ascontiguousarray(parents.fill_null(0).to_numpy()),
+        np.ascontiguousarray(has_parent),
     )
-    child = np.flatnonzero(pc.is_valid(parent_row).to_numpy(zero_copy_only=False))
-    if len(child):
-        parent = pc.fill_null(parent_row, 0).to_numpy().astype(np.int64)[child]
-        same = _int64(table, "thread_id")[child] == _int64(table, "thread_id")[parent]
-        if "pid" in table.column_names:
-            same &= _int64(table, "pid")[child] == _int64(table, "pid")[parent]
-        same &= child != parent
-        child, parent = child[same], parent[same]
-        # each child clipped to its parent
-        s = np.maximum(start[child], start[parent])
-        e = np.minimum(end[child], end[parent])
-        keep = e > s
-        s, e, parent = s[keep], e[keep], parent[keep]
-        covered_by = _union_lengths(parent, s, e)
-        if covered_by is not None:
-            parents, lengths = covered_by
-            covered[parents] = lengths
-    return pa.array(np.maximum(duration - covered, 0), pa.int64())
 
 
 def with_self_ns(table: pa.Table) -> pa.Table:
@@ -131,36 +140,13 @@ def _apply_self_wait(table: pa.Table) -> pa.Table:
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:
+    """A column as one contiguous int64 array; a null as 0 (a table with nulls where the
+    schema allows none is refused after this, by the caller's schema check, naming the
+    column)."""
     column = table.column(name)
     if column.type != pa.int64():
         column = column.cast(pa.int64())
-    return column.to_numpy()
-
-
-def _union_lengths(
-    parent: np.ndarray, s: np.ndarray, e: np.ndarray
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """For intervals [s, e) grouped by parent: each parent and the length of its intervals'
-    union."""
-    m = len(s)
-    if m == 0:
-        return None
-    order = np.lexsort((s, parent))
-    parent, s, e = parent[order], s[order], e[order]
-    # The running maximum of the ends seen so far in the same parent, without a loop: ends
-    # replaced by their rank (< m + 1) and offset by parent * (m + 1), so one cumulative
-    # maximum never carries a value across parents.
-    ends_sorted = np.sort(e)
-    rank = np.searchsorted(ends_sorted, e)
-    running = np.maximum.accumulate(parent * (m + 1) + rank)
-    new_group = np.empty(m, np.bool_)
-    new_group[0] = True
-    new_group[1:] = parent[1:] != parent[:-1]
-    previous_end = np.empty(m, np.int64)
-    previous_end[0] = np.iinfo(np.int64).min
-    previous_end[1:] = ends_sorted[running[:-1] % (m + 1)]
-    previous_end[new_group] = np.iinfo(np.int64).min
-    # what each interval adds beyond those before it in its group (sorted by start)
-    added = np.maximum(e - np.maximum(s, previous_end), 0)
-    starts = np.flatnonzero(new_group)
-    return parent[starts], np.add.reduceat(added, starts)
+    if column.null_count:
+        column = column.fill_null(0)
+    values: np.ndarray = np.ascontiguousarray(column.to_numpy())
+    return values

@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import _api, _native
+from . import _api, _lifecycle, _native
 from ._schema import COUNTER_SCHEMA
-from .formats.base import TraceFileError
+from .formats._base import TraceFileError
 
 __all__ = [
     "COUNTER_SCHEMA",
@@ -124,7 +124,7 @@ def _after_fork_child() -> None:
     _queues.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_child)
+_lifecycle.on_fork("counters", after_in_child=_after_fork_child)
 
 
 # --------------------------------------------------------------------------- run directories
@@ -200,7 +200,7 @@ def load_counters(path: str | os.PathLike[str]) -> pa.Table:
     if name.endswith((".json", ".json.gz")):
         return _concat_sorted([_from_chrome(path)])
     if name.endswith((".pftrace", ".perfetto-trace")):
-        from .formats.perfetto_counters import read_counters
+        from .formats._perfetto_counters import read_counters
 
         return _concat_sorted([read_counters(path)])
     if name.endswith((SUFFIX, ".parquet", ".arrow", ".feather")):

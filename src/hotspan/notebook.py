@@ -106,7 +106,7 @@ def _run_view(table: pa.Table, title: str) -> HtmlView:
 
 def _cell(value: Any, column: str) -> tuple[str, str]:
     """(text, CSS text-align) of one value as the CLI writes it."""
-    from .units import human_count, human_ns, human_rate
+    from ._units import human_count, human_ns, human_rate
 
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-", "right"

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
 __all__ = [
@@ -128,7 +130,7 @@ class _Recorder:
     """The per-test hooks, registered only with ``--hotspan``."""
 
     def __init__(self, config: pytest.Config, root: Path):
-        from .recording import hub
+        from .recording import _hub as hub
 
         self.config = config
         try:
@@ -179,7 +181,7 @@ class _Recorder:
         self._dropped_at_start = self._drop_counts()
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         from . import _machine
 
         self._tables.append(self._take())  # the setup's spans (fixtures)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from . import _native
 
 if TYPE_CHECKING:
-    from .analysis.rank_workload import RanksRun
+    from .analysis._rank_workload import RanksRun
 
 __all__ = [
     "FLAT_OUT_THREADS",
@@ -37,15 +37,15 @@ NoopContext = _native.NoopContext
 
 def many_ranks(ranks: int = 8, steps: int = 100, stragglers: Any = (), **options: Any) -> RanksRun:
     """A generated many-rank training run with injected stragglers and per-host clock
-    offsets, and its known answers (:func:`hotspan.analysis.rank_workload.many_ranks`)."""
-    from .analysis.rank_workload import many_ranks as implementation
+    offsets, and its known answers (:func:`hotspan.analysis._rank_workload.many_ranks`)."""
+    from .analysis._rank_workload import many_ranks as implementation
 
     return implementation(ranks, steps, stragglers, **options)
 
 
 def Straggler(rank: int, *args: Any, **options: Any) -> Any:
-    """A rank made slow in one span (:class:`hotspan.analysis.rank_workload.Straggler`)."""
-    from .analysis.rank_workload import Straggler as implementation
+    """A rank made slow in one span (:class:`hotspan.analysis._rank_workload.Straggler`)."""
+    from .analysis._rank_workload import Straggler as implementation
 
     return implementation(rank, *args, **options)
 
@@ -127,7 +127,7 @@ def run_flat_out_threads(
     every_s: float,
     timeout: float = 600,
     python: list[str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """FLAT_OUT_THREADS in a fresh interpreter at the default settings: its JSON object.
     ``python``: the command that starts that interpreter (default ``sys.executable``; the
     tests pass theirs, which under arm64 emulation goes through qemu)."""
@@ -142,4 +142,5 @@ def run_flat_out_threads(
         raise RuntimeError(
             f"the flat-out workload failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
         )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result

@@ -1,4 +1,4 @@
-"""Comparing pytest-benchmark JSON files (analysis/benchmark_comparison.py) and its CLI:
+"""Comparing pytest-benchmark JSON files (analysis/_benchmark_comparison.py) and its CLI:
 the verdict rules, the detection by content, bad files."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from hotspan.analysis.benchmark_comparison import (
+from hotspan.analysis._benchmark_comparison import (
     BenchmarkFileError,
     compare_benchmarks,
     is_benchmark_json,

@@ -238,7 +238,7 @@ def test_serve_stats_answers_as_the_library(run, tmp_path):
 
 
 def test_the_rule_and_the_engine_option(run, monkeypatch):
-    from hotspan.analysis.engine import choose
+    from hotspan.analysis._engine import choose
 
     table, directory = run
     assert choose(table) == "memory"

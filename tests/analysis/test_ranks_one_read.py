@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import hotspan
-from hotspan.analysis import rank_reasons, rank_source
-from hotspan.analysis.rank_kernel import RankAnalysis
-from hotspan.analysis.rank_reasons import critical_path_table, straggler_table
+from hotspan.analysis import _rank_reasons as rank_reasons, _rank_source as rank_source
+from hotspan.analysis._rank_kernel import RankAnalysis
+from hotspan.analysis._rank_reasons import critical_path_table, straggler_table
 from hotspan.analysis.ranks import ranks_summary
 from hotspan.testing import Straggler, many_ranks
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan.analysis.rank_kernel import RankAnalysis, RankOptions
-from hotspan.analysis.rank_reasons import second_pass
+from hotspan.analysis._rank_kernel import RankAnalysis, RankOptions
+from hotspan.analysis._rank_reasons import second_pass
 from hotspan.analysis.ranks import ranks_summary
 from hotspan.testing import Straggler, many_ranks
 
@@ -122,7 +122,7 @@ def test_spark_needs_paths_not_a_table(spark):
 
 def test_spark_matches_collectives_marked_with_their_process_group(spark, tmp_path):
     # The torch.distributed instrumentation's categories (comms:GROUP, issue 31 item 1):
-    # Spark picks the same collectives as the kernel's rule (analysis/comms.py).
+    # Spark picks the same collectives as the kernel's rule (analysis/_comms.py).
     run = many_ranks(6, 30, [Straggler(2, "data.fetch", 10_000_000, 0.6)], seed=21)
     table = run.table()
     category = pa.array(

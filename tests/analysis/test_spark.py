@@ -1,6 +1,6 @@
 """The same statistics on Spark (issue 23 items 2-3): ``hotspan.stats(path, engine=spark)`` and
 ``phases`` equal DuckDB's and the in-memory path's (columns, types, values, percentiles to the
-last bit), from the same query description (analysis/queries.py). Spark in local mode; the JVM
+last bit), from the same query description (analysis/_queries.py). Spark in local mode; the JVM
 starts once (a session-scoped fixture)."""
 
 from __future__ import annotations
@@ -109,3 +109,31 @@ def test_cli_engine_spark(run, spark):
         main(["stats", str(run), "--engine", "spark", "--json"]) == 0
     )  # getOrCreate(): the session above
     assert isinstance(hotspan.stats(run, engine="spark"), pa.Table)
+
+
+def test_spark_percentiles_exact_at_bucket_edges(spark, run, tmp_path):
+    # issue 35 item 4: Spark takes a group's order statistics from counts per duration bucket
+    # and the few buckets that hold them (a billion spans: no group's durations collected in
+    # one place); durations on either side of the buckets' edges (2047/2048, powers of two),
+    # ties, zeros and 62-bit ones give numpy's percentiles to the last bit
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    table = hotspan.load(run)
+    rng = np.random.default_rng(5)
+    edges = np.array([0, 1, 2047, 2048, 2049, 4095, 4096, 4097, (1 << 30) - 1, 1 << 30], np.int64)
+    duration = np.where(
+        rng.random(table.num_rows) < 0.5,
+        edges[rng.integers(0, len(edges), table.num_rows)],
+        rng.integers(0, 1 << 23, table.num_rows),
+    )
+    duration[:2] = (1 << 61) - 1, 1 << 61  # (sums stay within 64 bits)
+    table = table.set_column(
+        table.schema.get_field_index("duration_ns"), "duration_ns", pa.array(duration)
+    )
+    pq.write_table(table, tmp_path / "edges.parquet")
+    by = ("category", "name")
+    on_spark = hotspan.stats(tmp_path / "edges.parquet", by=by, engine=spark)
+    in_memory = hotspan.stats(table, by=by)
+    assert on_spark.schema == in_memory.schema
+    assert clean(on_spark.to_pylist()) == clean(in_memory.to_pylist())

@@ -18,9 +18,9 @@ import hotspan
 from hotspan._schema import TRACE_SCHEMA
 from hotspan._selftime import with_self_ns
 from hotspan.analysis import statistics
-from hotspan.analysis.process_phases import phases_of_parts
-from hotspan.analysis.streaming import SpanSource, canonical_rows, group_durations
-from hotspan.formats.base import TraceFileError
+from hotspan.analysis._process_phases import phases_of_parts
+from hotspan.analysis._streaming import SpanSource, canonical_rows, group_durations
+from hotspan.formats._base import TraceFileError
 from hotspan.formats.dataset import write_part
 
 duckdb = pytest.importorskip("duckdb")  # a runtime dependency: installed with hotspan
@@ -28,7 +28,7 @@ duckdb = pytest.importorskip("duckdb")  # a runtime dependency: installed with h
 
 @pytest.fixture(autouse=True)
 def _always_stream(monkeypatch):
-    """Paths of any size streamed through DuckDB (the rule loads small ones: analysis/engine.py)."""
+    """Paths of any size streamed through DuckDB (the rule loads small ones: analysis/_engine.py)."""
     monkeypatch.setenv("HOTSPAN_STREAM_MIN_BYTES", "0")
 
 
@@ -163,13 +163,13 @@ BYS = [
 #: The ways of the streaming stats, and the function only that way calls.
 STATS_PATHS = {
     # the parts read with pyarrow, each group's durations held (the run fits in memory)
-    "scan": ("hotspan.analysis.parquet_scan", "part_groups"),
+    "scan": ("hotspan.analysis._parquet_scan", "part_groups"),
     # the same reads, in bounded memory: duration buckets, two reads
-    "scan-bounded": ("hotspan.analysis.parquet_scan", "part_buckets"),
+    "scan-bounded": ("hotspan.analysis._parquet_scan", "part_buckets"),
     # DuckDB collecting each group's durations with list() (where the scan does not apply)
-    "duckdb": ("hotspan.analysis.queries", "list_order_statistics"),
+    "duckdb": ("hotspan.analysis._queries", "list_order_statistics"),
     # DuckDB, bounded: duration buckets, two scans
-    "duckdb-bounded": ("hotspan.analysis.streaming", "_bucket_stats"),
+    "duckdb-bounded": ("hotspan.analysis._streaming", "_bucket_stats"),
 }
 
 
@@ -178,7 +178,7 @@ def stats_path(request, monkeypatch):
     """Each way of the streaming stats in turn; the test asserts the way was taken (``calls``)."""
     import importlib
 
-    from hotspan.analysis import parquet_scan, streaming
+    from hotspan.analysis import _parquet_scan as parquet_scan, _streaming as streaming
 
     if request.param == "scan-bounded":  # nothing fits: the bounded reads
         monkeypatch.setattr(parquet_scan, "scan_memory", lambda rows, narrow, largest: (1 << 62, 0))
@@ -465,7 +465,7 @@ def test_percentiles_to_the_last_bit_on_awkward_durations(tmp_path, stats_path):
 
 def test_the_duration_buckets_are_monotone_and_the_exact_one_is_exact():
     """Percentiles rely on buckets that never put a larger duration before a smaller one."""
-    from hotspan.analysis.streaming import _MACROS
+    from hotspan.analysis._streaming import _MACROS
 
     con = duckdb.connect()
     con.execute(_MACROS)
@@ -714,7 +714,7 @@ def test_bounded_reads_of_parts_of_narrow_and_wide_durations(tmp_path, monkeypat
     """Parts whose durations fit in 32 bits beside parts whose do not (kept in 4 and 8 bytes),
     each read in several batches, and the bounded reads' (group, bucket) codes counted
     densely or by sorting: the same statistics as in memory."""
-    from hotspan.analysis import parquet_scan
+    from hotspan.analysis import _parquet_scan as parquet_scan
 
     monkeypatch.setattr(parquet_scan, "_BATCH_ROWS", 64)  # parts read in several batches
     monkeypatch.setattr(parquet_scan, "_HISTOGRAM_ENTRIES", 1)  # bucket counts merged as read

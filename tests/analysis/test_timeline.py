@@ -231,6 +231,7 @@ def test_overlapping_asyncio_tasks_get_lanes_as_the_exports_give_them():
     """Tasks under gather overlap on their thread: their span trees are drawn on lanes of
     the thread (lane 0 its own, then one a tree that overlaps), and on each lane spans nest."""
     import asyncio
+    import json
 
     import hotspan
 
@@ -248,6 +249,7 @@ def test_overlapping_asyncio_tasks_get_lanes_as_the_exports_give_them():
     asyncio.run(main())
     table = hotspan.drain()
     view = timeline(table, width=2000)  # 13 spans: every one exact
+    assert json.loads(timeline(table, width=2000, encoded=True)) == view  # serve's text too
     lanes = [t for t in view["tracks"]]
     assert len(lanes) > 1 and [t["lane"] for t in lanes] == list(range(len(lanes)))
     assert sum(len(t["spans"]) for t in lanes) == table.num_rows
@@ -300,7 +302,7 @@ def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path)
     from the blocks a window reaches: the answer :func:`timeline` gives from the parts, to
     the last span and pixel, down to windows of exact spans, for some ranks too; saved and
     loaded, the same; with its blocks file gone or changed, it has none (None again)."""
-    from hotspan.analysis import timeline as module
+    from hotspan.analysis import _timeline_index as module
     from hotspan.analysis.timeline import TimelineIndex
 
     run = tmp_path / "run"
@@ -333,6 +335,8 @@ def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path)
             assert got == timeline(files, low, high, 400, ranks=ranks), (low, high, ranks)
             exact += sum(len(t["spans"]) for t in got["tracks"] if not t["pixels"])
     assert exact > 0  # some windows were exact spans
+    low, high = windows[-1]  # no rank asked (serve's `rank=` empty): no track, as the spans say
+    assert index.view(low, high, width=400, ranks=[]) == timeline(files, low, high, 400, ranks=[])
     path = tmp_path / "index.npz"
     index.save(path, "v1")
     loaded = TimelineIndex.load(path, "v1")
@@ -343,3 +347,89 @@ def test_an_index_with_span_blocks_answers_finer_views_as_the_spans_do(tmp_path)
         out.write(b"more")
     assert TimelineIndex.load(path, "v1").blocks is None
     assert TimelineIndex.load(path, "v1").view(low, high, width=400) is None
+
+
+def test_the_answer_as_json_text_is_the_answer(tmp_path):
+    """``encoded=True`` writes the answer as JSON straight from its columns (what serve sends):
+    parsed, it is the dict answer exactly, for pixels, exact spans, lanes, names that need
+    escaping, an empty window and an index's views (bins and span blocks)."""
+    import json
+
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = generated(13)
+    names = table["name"].combine_chunks()
+    odd = pa.array(
+        ['say "hi"\\', "naïve ✓", "tab\there"], pa.string()
+    )  # quotes, backslash, non-ASCII, control
+    table = table.set_column(
+        table.schema.get_field_index("name"),
+        "name",
+        pa.DictionaryArray.from_arrays(names.indices, pa.concat_arrays([odd, names.dictionary])),
+    )
+    first, last = window_of(table)
+    mid = (first + last) // 2
+    for window, width in [
+        ((None, None), 300),
+        ((first + (last - first) // 7, mid), 500),
+        ((mid, mid + 20_000_000), 800),
+        ((last + 10, last + 20), 50),  # nothing in it
+    ]:
+        text = timeline(table, *window, width, encoded=True)
+        assert isinstance(text, bytes)
+        assert json.loads(text) == timeline(table, *window, width)
+    run = tmp_path / "run"
+    for i, piece in enumerate(table.to_batches(max_chunksize=2500)):
+        write_part(pa.Table.from_batches([piece]), run, rank=0, pid=77, seq=i)
+    index = TimelineIndex(run, bins=256, blocks=tmp_path / "index.blocks")
+    for window in ((None, None), (mid, mid + 20_000_000)):
+        expected = index.view(*window, width=128)
+        assert json.loads(index.view(*window, width=128, encoded=True)) == expected
+    assert any(t["pixels"] for t in timeline(table, width=300)["tracks"])
+
+
+def test_each_level_of_an_index_is_the_spans_own_view_at_its_width(tmp_path):
+    """An index keeps its bins at coarser levels too (half as many bins each, down to 256):
+    a view of the whole run at any level's width is the spans' own answer, exactly, saved
+    and loaded as built; at other widths each span is still counted once; a window holding
+    a few bins of the finest level is answered from it, as the spans count it."""
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = pa.concat_tables([generated(14), generated(15, tracks=1, per_track=40)])
+    index = TimelineIndex(table, bins=4096)
+    assert [level.width for level in index.levels] == [4096, 2048, 1024, 512, 256]
+    index.save(tmp_path / "index.npz", "v1")
+    loaded = TimelineIndex.load(tmp_path / "index.npz", "v1")
+    assert [level.width for level in loaded.levels] == [4096, 2048, 1024, 512, 256]
+    for width in (4096, 2048, 1024, 512, 256, 64):
+        expected = timeline(table, width=width)
+        assert index.view(width=width) == expected
+        assert loaded.view(width=width) == expected
+    for width in (300, 1000, 3000):
+        for view in (index.view(width=width), loaded.view(width=width)):
+            counted = sum(
+                len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in view["tracks"]
+            )
+            assert counted == table.num_rows
+    first, _last = index.window
+    a, b = first + math.ceil(1000 * index.bin_ns), first + math.ceil(1016 * index.bin_ns)
+    assert loaded.view(a, b, width=16) == timeline(table, a, b, width=16)
+
+
+def test_an_index_saved_in_an_earlier_format_is_not_read(tmp_path):
+    """A file of the first format (one level, names unsorted) under the right version is
+    not an index of this one: load gives None, so the caller builds it again."""
+    import json
+
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = generated(16, tracks=1, per_track=300)
+    path = tmp_path / "index.npz"
+    TimelineIndex(table, bins=512).save(path, "v1")
+    assert TimelineIndex.load(path, "v1") is not None
+    arrays = dict(np.load(path))
+    head = json.loads(arrays["head"].tobytes())
+    head["format"] = 1
+    arrays["head"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
+    np.savez(path, **arrays)
+    assert TimelineIndex.load(path, "v1") is None

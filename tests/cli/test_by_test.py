@@ -10,7 +10,7 @@ import pyarrow.dataset  # noqa: F401
 import pytest
 
 import hotspan
-import hotspan.cli.commands
+import hotspan.cli._commands
 from hotspan.cli import main
 
 pytest_plugins = ["pytester"]

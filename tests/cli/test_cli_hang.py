@@ -146,7 +146,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, cli):
 @pytest.mark.slow
 def test_hang_reads_the_open_stacks_of_ranks_recording_to_a_collector(job, cli, tmp_path):
     # no span has ended when the ranks hang: they send their stacks all the same
-    from hotspan.recording.collector import CollectorServer
+    from hotspan.recording._collector import CollectorServer
 
     with CollectorServer(tmp_path / "run", "grpc://127.0.0.1:0") as server:
         hung = job(slow=2, out=server.url)
@@ -189,7 +189,7 @@ def test_hang_reads_the_open_stacks_of_ranks_recording_to_a_collector(job, cli, 
 def test_a_collector_without_stacks_or_none_there_is_one_line_and_exit_2(tmp_path, cli):
     import socket
 
-    from hotspan.recording.collector import CollectorServer
+    from hotspan.recording._collector import CollectorServer
 
     with CollectorServer(tmp_path / "run", "grpc://127.0.0.1:0") as server:
         code, _, err = cli("hang", server.url)
@@ -208,8 +208,8 @@ def test_a_collector_without_stacks_or_none_there_is_one_line_and_exit_2(tmp_pat
 def test_a_collector_refuses_bad_open_stacks_and_keeps_serving(tmp_path):
     import pyarrow.flight as flight
 
-    from hotspan.recording.collector import CollectorServer
-    from hotspan.recording.collector import fetch_open_stacks
+    from hotspan.recording._collector import CollectorServer
+    from hotspan.recording._collector import fetch_open_stacks
 
     good = {
         "v": 1,

@@ -159,3 +159,29 @@ def test_a_rank_that_skipped_a_collective_of_its_group_is_said(tmp_path, hotspan
         "group world: ranks disagree at collective #6 (rank 2 in all_gather; ranks 0, 1, 3 in "
         "all_reduce)" in result.stdout
     )
+
+
+@pytest.mark.parametrize("engine", ["memory", "duckdb"])
+def test_ranks_engine_gives_the_same_answer(hotspan_cli, run_dir, engine):
+    """``--engine`` picks who reads the run, as for ``stats``; every engine answers alike."""
+    _, directory = run_dir
+    default = hotspan_cli("ranks", directory, "--json")
+    chosen = hotspan_cli("ranks", directory, "--json", "--engine", engine)
+    assert chosen.returncode == 0, chosen.stderr
+    assert json.loads(chosen.stdout) == json.loads(default.stdout)
+
+
+@pytest.mark.slow
+def test_ranks_on_spark_gives_the_same_answer(run_dir):
+    """``hotspan ranks --engine spark`` (a local Spark session) prints the library's answer."""
+    _, directory = run_dir
+    done = subprocess.run(
+        [sys.executable, "-m", "hotspan", "ranks", str(directory), "--json", "--engine", "spark"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    from hotspan.analysis.ranks import ranks_summary
+
+    assert json.loads(done.stdout) == json.loads(json.dumps(ranks_summary(directory)))

@@ -45,7 +45,7 @@ def cli(capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """The demo's workload (what ``hotspan demo`` records), small."""
-    from hotspan import demo
+    from hotspan import _demo as demo
 
     hotspan.enable()
     hotspan.drain()

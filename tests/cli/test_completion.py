@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from hotspan.cli import main
-from hotspan.cli.commands import COMMANDS
+from hotspan.cli._commands import COMMANDS
 
 
 def script(shell: str, capsys) -> str:
@@ -32,7 +32,7 @@ def bash_complete(text: str, words: list[str], tmp_path) -> list[str]:
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_bash_completes_commands_options_and_files(capsys, tmp_path):
     text = script("bash", capsys)
-    names = [module.__name__.rsplit(".", 1)[1] for module in COMMANDS]
+    names = [module.__name__.rsplit(".", 1)[1].lstrip("_") for module in COMMANDS]
     assert bash_complete(text, ["hotspan", "''"], tmp_path) == sorted(
         names + ["-h", "--help", "--version"], key=(names + ["-h", "--help", "--version"]).index
     )
@@ -49,7 +49,7 @@ def test_bash_completes_commands_options_and_files(capsys, tmp_path):
 def test_zsh_and_fish_scripts_parse_and_name_every_command(shell, check, capsys, tmp_path):
     text = script(shell, capsys)
     for module in COMMANDS:
-        assert module.__name__.rsplit(".", 1)[1] in text
+        assert module.__name__.rsplit(".", 1)[1].lstrip("_") in text
     assert "--perfetto-ui" in text or "-l perfetto-ui" in text
     if shutil.which(check[0]) is None:
         pytest.skip(f"{check[0]} is not installed: the script's syntax is not checked")

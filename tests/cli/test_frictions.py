@@ -10,10 +10,10 @@ import pytest
 
 import hotspan
 from hotspan.cli import main
-from hotspan.cli.commands import COMMANDS
+from hotspan.cli._commands import COMMANDS
 
 
-@pytest.mark.parametrize("command", [m.__name__.rsplit(".", 1)[1] for m in COMMANDS])
+@pytest.mark.parametrize("command", [m.__name__.rsplit(".", 1)[1].lstrip("_") for m in COMMANDS])
 def test_help_prints_percent_signs_once(command, capsys):
     assert main([command, "--help"]) == 0
     out = capsys.readouterr().out
@@ -66,7 +66,7 @@ def test_names_at_80_columns_lose_whole_words(tmp_path, capsys, monkeypatch):
 def test_the_room_left_is_shared_between_the_key_columns():
     """At 80 columns the first key column (a long category path) used to take all the room
     left, squeezing the names to 10 characters."""
-    from hotspan.cli.tables import fitted_table
+    from hotspan.cli._tables import fitted_table
 
     keys = [
         ("category", ["training/optimizer_state/compute"]),

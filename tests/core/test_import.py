@@ -133,7 +133,7 @@ def test_hotspan_out_records_from_import_and_loads_pyarrow_on_its_flush_thread(t
     assert "step" in pq.read_table(out).column("name").to_pylist()
 
 
-SUBMODULES = ["analysis", "cli", "formats", "recording", "report", "units", "demo"]
+SUBMODULES = ["analysis", "cli", "formats", "recording", "report", "serve", "testing"]
 FUNCTIONS = [
     "stats",
     "live",
@@ -259,3 +259,90 @@ def test_modules_loaded_at_import_import_typing_only_for_the_type_checker():
             ):
                 offenders.append(f"{name}: line {node.lineno}")
     assert offenders == []
+
+
+#: Every module ``import hotspan`` loads of its own: the recorder, its lifecycle and the
+#: recording machinery that ``hotspan.Recorder`` (the real class) needs. A module added here
+#: costs every program that imports hotspan, on every rank: load it on first use instead
+#: (benchmarks/bench_import.py holds the time, <= 10 ms over a bare interpreter).
+IMPORT_MODULES = [
+    "hotspan",
+    "hotspan._api",
+    "hotspan._lifecycle",
+    "hotspan._machine",
+    "hotspan._native",
+    "hotspan._version",
+    "hotspan.events",
+    "hotspan._quiet_threads",
+    "hotspan.recording",
+    "hotspan.recording._children",
+    "hotspan.recording._hub",
+    "hotspan.recording.recorder",
+    "hotspan.recording._sinks",
+    "hotspan.sync",
+]
+
+#: The standard library ``import hotspan`` may use beyond a bare interpreter's, with what
+#: they load in turn: nothing else (``signal`` is read through ``_signal``: its three
+#: IntEnum conversions were a sixth of the import; ``__future__`` is what ``from __future__
+#: import annotations`` loads).
+CHEAP_STDLIB = (
+    "__future__",
+    "atexit",
+    "collections",
+    "collections.abc",
+    "contextlib",
+    "threading",
+    "time",
+)
+
+
+@pytest.fixture(scope="module")
+def wheel_layout(tmp_path_factory):
+    """(PYTHONPATH, environment) importing hotspan as a wheel lays it out. An editable
+    install's finder rebuilds on import (loading subprocess, selectors, locale...): a
+    development convenience, not what a user pays, so the package is staged beside its
+    compiled module (benchmarks/bench_import.py measures the same copy)."""
+    import shutil
+    from pathlib import Path
+
+    import hotspan
+    from hotspan import _native
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("HOTSPAN_")}
+    finder = next(
+        (f for f in sys.meta_path if type(f).__name__ == "ScikitBuildRedirectingFinder"), None
+    )
+    if finder is None:
+        return environment  # installed as a wheel: measured as it is
+    stage = tmp_path_factory.mktemp("wheel-layout")
+    package = Path(hotspan.__file__).parent
+    shutil.copytree(package, stage / "hotspan", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(_native.__file__, stage / "hotspan")
+    environment["PYTHONPATH"] = str(stage)
+    environment["SKBUILD_EDITABLE_SKIP"] = str(finder.path)  # the finder's rebuild check off
+    return environment
+
+
+def test_import_loads_the_listed_modules_and_nothing_else(wheel_layout):
+    """The import's cost held as a list of modules (a timed test would measure the machine):
+    hotspan's own modules are IMPORT_MODULES exactly, and beyond what a bare interpreter
+    and CHEAP_STDLIB load, nothing from the standard library or any other package."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, json; import {', '.join(CHEAP_STDLIB)}; before = set(sys.modules); "
+            "import hotspan; assert hotspan.__file__.startswith(sys.argv[1]), hotspan.__file__; "
+            "print(json.dumps(sorted(set(sys.modules) - before)))",
+            wheel_layout.get("PYTHONPATH", ""),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=wheel_layout,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert [m for m in loaded if m.split(".")[0] == "hotspan"] == sorted(IMPORT_MODULES)
+    assert [m for m in loaded if m.split(".")[0] != "hotspan"] == []

@@ -22,9 +22,9 @@ import hotspan
 FORWARDED = {
     "export": "hotspan.formats:export",
     "load": "hotspan.formats:load",
-    "stats": "hotspan.analysis.api:stats",
-    "phases": "hotspan.analysis.api:phases",
-    "compare": "hotspan.analysis.api:compare",
+    "stats": "hotspan.analysis._api:stats",
+    "phases": "hotspan.analysis._api:phases",
+    "compare": "hotspan.analysis._api:compare",
     "collectives": "hotspan.analysis.ranks:collectives",
     "stragglers": "hotspan.analysis.ranks:stragglers",
     "critical_path": "hotspan.analysis.ranks:critical_path",

@@ -20,7 +20,7 @@ import pytest
 
 import hotspan
 from hotspan import _native
-from hotspan.devices import cuda
+from hotspan._devices import cuda
 from hotspan.testing import set_fake_clock
 
 from _util import rows
@@ -442,7 +442,7 @@ def test_device_spans_need_no_torch(fake_libcuda_path):
 import sys
 sys.modules["torch"] = None  # import torch would fail: nothing may need it
 import hotspan
-from hotspan.devices import cuda
+from hotspan._devices import cuda
 for _ in range(3):
     with hotspan.span("k", "gpu", device="cuda"):
         pass

@@ -293,7 +293,7 @@ def test_hotspan_hang_reads_a_collectors_live_state_of_a_hung_job(tmp_path):
 
     from hotspan.analysis.hang import hang
     from hotspan.cli import main
-    from hotspan.recording.collector import CollectorServer
+    from hotspan.recording._collector import CollectorServer
 
     script = tmp_path / "hung.py"
     script.write_text(HUNG)

@@ -17,7 +17,7 @@ import pytest
 from conftest import assert_same_spans, build_spans
 
 from hotspan._schema import SPAN_SCHEMA
-from hotspan.formats import TraceFileError, chrome_json, export, load
+from hotspan.formats import TraceFileError, _chrome_json as chrome_json, export, load
 
 
 def _write(path: Path, document) -> Path:

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan.formats.codec_inputs import collective_flows, device_flows
+from hotspan.formats._codec_inputs import collective_flows, device_flows
 from hotspan.testing import many_ranks
 
 RANKS, STEPS = 4, 3

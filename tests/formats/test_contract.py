@@ -17,9 +17,9 @@ import pytest
 from conftest import assert_same_spans, build_spans, plain
 
 from hotspan._schema import SPAN_SCHEMA
-from hotspan.formats.registry import READABLE_EXTENSIONS
+from hotspan.formats._registry import READABLE_EXTENSIONS
 from hotspan.formats import FORMATS, TraceFileError, export, exporter_for, load
-from hotspan.formats import base as _base
+from hotspan.formats import _base as _base
 
 # The formats that load back as spans (.folded and .speedscope.json are views, written only:
 # tests/formats/test_flame_exports.py holds them).
@@ -228,7 +228,7 @@ def test_truncated_file(extension, spans, tmp_path, keep):
         # CSV has no end marker: a cut inside a line leaves that row out, said in a
         # warning, never a garbled row; the parents of rows kept that were cut away are
         # counted too (a cut at a line break is a shorter file, said only through them).
-        from hotspan.formats.base import TraceFileWarning
+        from hotspan.formats._base import TraceFileWarning
 
         with pytest.warns(
             TraceFileWarning, match=f"^{path}: [\\d,]+ row.s. left out: 1 incomplete last row"
@@ -280,7 +280,7 @@ def test_parquet_row_groups_written_in_parallel_join_into_one_valid_file(
     import duckdb
     import pyarrow.parquet as pq
 
-    from hotspan.formats import parquet
+    from hotspan.formats import _parquet as parquet
 
     monkeypatch.setattr(parquet, "PARALLEL_MIN_ROWS", 1000)
     monkeypatch.setattr(parquet, "PARALLEL_ROWS", 997)  # many row groups, over several rounds

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan.formats.codec_inputs import device_flows
+from hotspan.formats._codec_inputs import device_flows
 
 from _fake_libcuda import FakeDriver  # tests/: the CUDA driver, which these machines lack
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from hotspan.formats import FORMATS, export
-from hotspan.formats.csv import INCOMPLETE_LAST_ROW
-from hotspan.formats.registry import READABLE_EXTENSIONS as EXTENSIONS
+from hotspan.formats._csv import INCOMPLETE_LAST_ROW
+from hotspan.formats._registry import READABLE_EXTENSIONS as EXTENSIONS
 
 from conftest import build_spans
 

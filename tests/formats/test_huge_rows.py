@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from hotspan.formats import export, load
-from hotspan.formats.registry import EXTENSIONS, FORMATS, READABLE_EXTENSIONS
+from hotspan.formats._registry import EXTENSIONS, FORMATS, READABLE_EXTENSIONS
 
 from conftest import assert_same_spans, plain
 

@@ -20,8 +20,8 @@ from conftest import assert_same_spans
 import hotspan
 from hotspan._schema import TRACE_SCHEMA
 from hotspan._selftime import with_self_ns
-from hotspan.formats import chrome_json, export, load, perfetto
-from hotspan.formats.lanes import LANE_BASE, LANES_KEY, assign_lanes, restore_lanes
+from hotspan.formats import _chrome_json as chrome_json, export, load, _perfetto as perfetto
+from hotspan.formats._lanes import LANE_BASE, LANES_KEY, assign_lanes, restore_lanes
 
 TASKS = 24
 TRACES = [".json", ".json.gz", ".pftrace"]
@@ -265,7 +265,7 @@ def test_only_tables_with_tasks_are_searched(fresh):
 
     code = textwrap.dedent("""
         import asyncio, hotspan
-        from hotspan.formats.lanes import may_overlap
+        from hotspan.formats._lanes import may_overlap
         for _ in range(3):
             with hotspan.span("sync"):
                 pass

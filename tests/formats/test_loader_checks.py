@@ -15,13 +15,13 @@ import pytest
 import hotspan
 from hotspan._schema import META_SKIPPED_ON_LOAD
 from hotspan.formats import TraceFileError, export, load
-from hotspan.formats.base import (
+from hotspan.formats._base import (
     MISSING_PARENTS,
     TraceFileWarning,
     check_span_rules,
     missing_parents,
 )
-from hotspan.formats.csv import INCOMPLETE_LAST_ROW
+from hotspan.formats._csv import INCOMPLETE_LAST_ROW
 from hotspan.formats.dataset import write_part
 
 from conftest import assert_same_spans
@@ -305,3 +305,36 @@ def test_a_chrome_file_of_only_unreadable_events_is_refused(tmp_path):
     path.write_text(json.dumps([{"ph": 88, "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]))
     with pytest.raises(TraceFileError, match="'ph' is not a string"):
         load(path)
+
+
+def test_the_rules_hold_for_ids_spread_over_ranks(spans):
+    # Ids of several ranks merged spread far wider than their number: looked up through a
+    # hash table rather than an array over their range; the same rows are named.
+    import numpy as np
+
+    def spread(values):
+        return values * np.uint64(1 << 40) + np.uint64(5)
+
+    ids = spread(spans.column("span_id").to_numpy())
+    parents = spans.column("parent_id")
+    spread_parents = pa.array(
+        spread(parents.fill_null(0).to_numpy()), pa.uint64(), mask=parents.is_null().to_numpy()
+    )
+    table = spans.set_column(0, spans.schema.field(0), pa.array(ids, pa.uint64()))
+    table = table.set_column(1, spans.schema.field(1), spread_parents)
+    check_span_rules(table, "x")
+    twice = ids.copy()
+    twice[30] = twice[12]
+    with pytest.raises(TraceFileError, match=r"^x: row 30: span_id \d+ already used by row 12;"):
+        check_span_rules(table.set_column(0, spans.schema.field(0), pa.array(twice)), "x")
+    child = next(i for i, p in enumerate(parents.to_pylist()) if p is not None)
+    parent_row = int(np.flatnonzero(ids == spread_parents[child].as_py())[0])
+    depth = spans.column("depth").to_numpy().copy()
+    depth[child] += 1
+    index = spans.schema.get_field_index("depth")
+    with pytest.raises(
+        TraceFileError, match=rf"^x: row {child}: depth .* \(row {parent_row}\), not one level up"
+    ):
+        check_span_rules(
+            table.set_column(index, spans.schema.field(index), pa.array(depth, pa.int32())), "x"
+        )

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan.formats.registry import READABLE_EXTENSIONS as EXTENSIONS
+from hotspan.formats._registry import READABLE_EXTENSIONS as EXTENSIONS
 
 
 def _recorded() -> pa.Table:

@@ -13,7 +13,7 @@ import pytest
 from conftest import THREADS
 
 from hotspan.formats import export
-from hotspan.formats import base as _base
+from hotspan.formats import _base as _base
 
 TRACES = {
     "json": ".json",

@@ -15,9 +15,9 @@ from conftest import assert_same_spans, build_spans
 
 from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA, with_pandas_dtypes
 from hotspan._selftime import with_self_ns
-from hotspan.formats import TraceFileError, export, load, perfetto
+from hotspan.formats import TraceFileError, export, load, _perfetto as perfetto
 from hotspan.formats import _perfetto_codec as codec
-from hotspan.formats import base as _base
+from hotspan.formats import _base as _base
 
 
 def varint(value: int) -> bytes:

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 import hotspan
-from hotspan.formats.base import conform_to_schema
+from hotspan.formats._base import conform_to_schema
 
 
 def two_drains() -> pa.Table:

@@ -20,7 +20,7 @@ import pytest
 import pyarrow.flight as flight  # noqa: E402  (in every pyarrow wheel)
 
 import hotspan  # noqa: E402
-from hotspan.recording.collector import CollectorClient, CollectorServer, parse_url  # noqa: E402
+from hotspan.recording._collector import CollectorClient, CollectorServer, parse_url  # noqa: E402
 from hotspan.formats.dataset import META_RANKS  # noqa: E402
 
 from _procs import (  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 
 import hotspan
 from hotspan.formats.dataset import list_parts, location
-from hotspan.recording.collector import CollectorServer
+from hotspan.recording._collector import CollectorServer
 
 from _procs import env, kill, read_line
 
@@ -50,7 +50,7 @@ _CLIENT = """
 import sys
 import pyarrow as pa
 import hotspan
-from hotspan.recording.collector import CollectorClient
+from hotspan.recording._collector import CollectorClient
 port, rank, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 hotspan.configure(rank=rank)
 for _ in range(1000):

@@ -187,7 +187,7 @@ def test_span_ids_unique_in_fixture(tmp_path, fresh_table):
 
 
 def test_the_collector_compacts_a_writer_when_it_closes(tmp_path, fresh_table):
-    from hotspan.recording.collector import CollectorClient, CollectorServer
+    from hotspan.recording._collector import CollectorClient, CollectorServer
 
     tables = [fresh_table(3, 40) for _ in range(6)]
     other = fresh_table(4, 40)

@@ -557,7 +557,7 @@ def test_recover_never_makes_up_spans_from_damaged_blocks(tmp_path, flight_bytes
 
     import numpy as np
 
-    from hotspan.formats.base import TraceFileWarning
+    from hotspan.formats._base import TraceFileWarning
 
     h = _header(flight_bytes)
     used = _used_blocks(flight_bytes)
@@ -669,7 +669,7 @@ def test_one_flipped_byte_never_gives_a_span_outside_the_process_life(
     import struct
     import warnings
 
-    from hotspan.formats.base import TraceFileWarning
+    from hotspan.formats._base import TraceFileWarning
 
     flight, born, died = flight_with_life.flight, flight_with_life.born, flight_with_life.died
     h = _header(flight)

@@ -10,7 +10,7 @@ import pytest
 from _util import wait_until
 
 import hotspan
-from hotspan.recording.collector import CollectorServer
+from hotspan.recording._collector import CollectorServer
 
 
 def test_record_closes_with_close_and_its_file_is_then_written(tmp_path):

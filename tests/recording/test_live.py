@@ -9,7 +9,7 @@ import time
 import pytest
 
 import hotspan
-from hotspan.units import human_bytes, human_ns
+from hotspan._units import human_bytes, human_ns
 
 from _util import run_python, wait_until
 

@@ -14,7 +14,7 @@ import pytest
 
 import hotspan
 from hotspan.formats.dataset import part_metadata
-from hotspan.recording.collector import CollectorClient, CollectorServer, parse_urls
+from hotspan.recording._collector import CollectorClient, CollectorServer, parse_urls
 
 from _procs import check_tree, finish, kill, spans_per_rank, start_collector, start_rank, stop
 
@@ -213,7 +213,7 @@ def test_a_streaming_client_stays_light(tmp_path):
 def test_the_sender_runs_below_the_program_and_the_flusher_does_not(tmp_path):
     import threading
 
-    from hotspan.recording.sinks import SENDER_NICE
+    from hotspan.recording._sinks import SENDER_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     s = hotspan.span("x", "c")

@@ -211,7 +211,7 @@ def test_errors_name_the_uri_never_the_credentials(s3, tmp_path):
     assert code == 0 and "recorded" in out
     assert "no-such-bucket" in err and SECRET not in err
     assert (
-        hotspan.formats.uri.redact_uri(f"s3://bucket/x?secret_key={SECRET}&region=eu")
+        hotspan.formats._uri.redact_uri(f"s3://bucket/x?secret_key={SECRET}&region=eu")
         == "s3://bucket/x?secret_key=***&region=eu"
     )
 

@@ -12,7 +12,7 @@ from hotspan.formats.dataset import list_parts, location, write_part
 from hotspan.recording.compaction import compact
 
 STRING_COLUMNS = {"name", "category", "thread_name"}
-# analysis/streaming.py column_range (wait_ns: whether phases must sum self times)
+# analysis/_streaming.py column_range (wait_ns: whether phases must sum self times)
 RANGED_COLUMNS = {"start_ns", "end_ns", "duration_ns", "wait_ns"}
 
 
@@ -46,7 +46,7 @@ def test_a_recorders_parts_use_the_light_encoding_and_read_back_exactly(tmp_path
                     pass
         rec.flush()
     # written at stop(): the raw log that the drain thread wrote while the run was live,
-    # encoded once, as a part per flush was (recording/rawlog.py)
+    # encoded once, as a part per flush was (formats/_rawlog.py)
     (part,) = _span_parts(run)
     columns = _columns(part)
     assert {c.compression for c in columns.values()} == {"LZ4"}  # LZ4_RAW in the file

@@ -105,7 +105,7 @@ BUSY_PROGRAM = textwrap.dedent(
     while time.monotonic() - t0 < seconds:
         time.sleep(0.01)
         # the moments spans reached the disk: a new part, or the raw log growing (the
-        # drain thread's writes: recording/rawlog.py)
+        # drain thread's writes: formats/_rawlog.py)
         size = 0
         for path in glob.glob(out + "/part-*.parquet") + glob.glob(out + "/_live/*.hsraw"):
             try:

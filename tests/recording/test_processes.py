@@ -331,7 +331,7 @@ def test_a_run_killed_before_its_first_flush_loads_empty_with_its_metadata(tmp_p
     table = hotspan.load(out)
     # and the span, once the drain thread's next pass (milliseconds after the raw log opened,
     # right after the metadata part) wrote it: a kill at once may come first
-    # (recording/rawlog.py; test_raw_log.py holds the raw log to its half second)
+    # (formats/_rawlog.py; test_raw_log.py holds the raw log to its half second)
     assert table.num_rows in (0, 1) and table.schema.equals(SPAN_SCHEMA)
     (process,) = json.loads(table.schema.metadata[META_RANKS])["0"]
     assert process["pid"] == proc.pid and "anchor_real_ns" in process["clock"]

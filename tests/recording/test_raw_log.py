@@ -1,5 +1,5 @@
-"""The raw log of ``record(dir)`` (csrc/hs_rawlog.c, recording/rawlog.py): while a run is
-live the native drain thread appends its records to ``DIR/_live/*.hsraw``; ``hotspan.load``
+"""The raw log of ``record(dir)`` (csrc/hs_rawlog.c, formats/_rawlog.py, recording/_rawlog.py):
+while a run is live the native drain thread appends its records to ``DIR/_live/*.hsraw``; ``hotspan.load``
 reads them there; ``stop()`` leaves only Parquet parts holding exactly what ``drain()`` gives;
 a SIGKILL loses at most the last half second whatever the flush interval; ``hotspan compact``
 converts what a killed process left; a damaged log reads up to the damage."""
@@ -20,8 +20,9 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan.formats.base import TraceFileWarning
-from hotspan.recording import rawlog
+from hotspan.formats._base import TraceFileWarning
+from hotspan.formats import _rawlog as rawlog
+from hotspan.recording._rawlog import convert
 from hotspan.schema import SPAN_SCHEMA
 
 from _procs import DEADLINE_S, env, kill, read_line
@@ -285,6 +286,6 @@ def test_a_reader_during_the_conversion_reads_each_span_once(tmp_path, monkeypat
     (start,) = run.glob("*-000000.parquet")
     meta = dict(pq.read_schema(start).metadata)  # the recording's, as stop() gives its parts
     del meta[b"hotspan.part"]
-    rawlog.convert(raw, write, meta)
+    convert(raw, write, meta)
     assert len(list(run.glob("*.parquet"))) > 2 and raw.exists()
     assert sorted(hotspan.load(run).column("arg").to_pylist()) == list(range(5000))

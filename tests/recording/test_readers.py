@@ -330,7 +330,7 @@ def test_bad_arguments():
 def test_collector_lost_and_restored_are_events(tmp_path, caplog):
     import socket
 
-    from hotspan.recording.collector import CollectorClient, CollectorServer
+    from hotspan.recording._collector import CollectorClient, CollectorServer
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,7 +12,7 @@ import pytest
 
 import hotspan
 from _util import run_python
-from hotspan.quiet_threads import start_quiet
+from hotspan._quiet_threads import start_quiet
 
 
 def test_start_quiet_thread_blocks_signals_from_its_first_instruction():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hotspan.report.gantt import fit_label
+from hotspan.report._gantt import fit_label
 
 
 @pytest.mark.parametrize(

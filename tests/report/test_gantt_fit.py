@@ -10,7 +10,7 @@ from rich.console import Console
 from hotspan._schema import TRACE_SCHEMA
 from hotspan._selftime import with_self_ns
 from hotspan.report import gantt
-from hotspan.report.gantt import LABEL_WIDTH
+from hotspan.report._gantt import LABEL_WIDTH
 
 
 def lanes_table(lanes: list[tuple[int, int, int, str]]) -> pa.Table:

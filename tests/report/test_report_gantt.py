@@ -9,7 +9,7 @@ from rich.console import Console
 from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA
 from hotspan._selftime import with_self_ns
 from hotspan.report import gantt, step_gantts
-from hotspan.report.gantt import ERROR_GLYPH, GLYPHS
+from hotspan.report._gantt import ERROR_GLYPH, GLYPHS
 
 
 def table_of(rows):

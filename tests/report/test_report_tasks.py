@@ -1,5 +1,5 @@
 """asyncio tasks in the report and serve's timeline: task trees that overlap on a thread are
-drawn in lanes of their own, the ones the trace exports give them (formats/lanes.py)."""
+drawn in lanes of their own, the ones the trace exports give them (formats/_lanes.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from rich.console import Console
 
 import hotspan
-from hotspan.formats.lanes import assign_lanes
-from hotspan.report.gantt import gantt
+from hotspan.formats._lanes import assign_lanes
+from hotspan.report._gantt import gantt
 from hotspan.report.html import html_report
-from hotspan.report.layout import layout
+from hotspan.report._layout import layout
 
 pytestmark = pytest.mark.usefixtures("fresh")
 

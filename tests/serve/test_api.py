@@ -348,6 +348,25 @@ def test_the_timeline_answers_what_the_library_computes(client, ids, runs_dir):
     assert trace.status_code == 200 and trace.json()["tracks"]
 
 
+def test_the_timeline_sent_as_text_is_what_its_documented_model_describes(client, ids):
+    """The timeline's answer is sent as the library writes it (not through the response
+    model, which took seconds on a large run): it is still JSON that the model the OpenAPI
+    document gives for it accepts, field for field, in the model's order."""
+    from hotspan.serve.app import TimelineResponse
+
+    response = client.get(f"/v1/traces/{ids['job']}/timeline", params={"width": 2})
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert TimelineResponse.model_validate(body).model_dump() == body
+    assert list(body) == list(TimelineResponse.model_fields)
+    track = next(t for t in body["tracks"] if t["pixels"])  # 2 pixels: summaries
+    assert list(track) == ["rank", "pid", "thread_id", "lane", "spans", "pixels"]
+    assert list(track["pixels"][0]) == ["x", "count", "name", "depth", "time_ns"]
+    operation = client.get("/openapi.json").json()["paths"]["/v1/traces/{id}/timeline"]["get"]
+    schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/TimelineResponse"}
+
+
 @pytest.mark.parametrize(
     "params, parameter",
     [

@@ -106,7 +106,7 @@ def test_the_timeline_index_is_built_ahead_and_answers_zoomed_out_views(tmp_path
 
     from hotspan.analysis.timeline import timeline
     from hotspan.formats import export
-    from hotspan.serve import queries
+    from hotspan.serve import _queries as queries
     from hotspan.serve.app import create_app
 
     from ._serving import record_steps
@@ -140,7 +140,7 @@ def test_hotspan_serve_computes_the_statistics_before_it_imports_fastapi(tmp_pat
     code = (
         "import json, sys, tempfile, time\n"
         "from hotspan.serve import serve  # the function, not yet the application\n"
-        "from hotspan.serve.server import warm_early\n"
+        "from hotspan.serve._server import warm_early\n"
         f"warmer = warm_early({str(tmp_path)!r}, tempfile.mkdtemp())\n"
         "deadline = time.monotonic() + 60\n"
         "while not warmer.warmed and time.monotonic() < deadline:\n"

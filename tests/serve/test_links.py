@@ -13,7 +13,7 @@ import pytest
 
 from hotspan.formats import export
 from hotspan.formats.dataset import write_part
-from hotspan.serve.runs import run_id
+from hotspan.serve._runs import run_id
 
 from ._serving import Server, record_steps, with_rank
 

@@ -17,7 +17,7 @@ import pytest
 
 from hotspan.formats import export
 from hotspan.formats.dataset import write_part
-from hotspan.serve.runs import Catalog
+from hotspan.serve._runs import Catalog
 
 from _util import wait_until
 
@@ -140,6 +140,32 @@ def test_the_served_run_itself_is_titled_by_its_folder(tmp_path):
             assert f'<a href="/runs/{entry["id"]}">run</a>' in listed
             page = client.get(f"/runs/{entry['id']}").text
             assert "<h1>run</h1>" in page and "<title>run · hotspan serve</title>" in page
+            ranks = client.get(f"/runs/{entry['id']}/ranks").text
+            assert "<h1>run: across ranks</h1>" in ranks, ranks
+            compare = client.get(f"/compare?base={entry['id']}&new={entry['id']}").text
+            assert f'<a href="/runs/{entry["id"]}">run</a> → ' in compare, compare
+            assert ">.<" not in ranks + compare
+    finally:
+        server.stop()
+
+
+def test_a_part_from_before_wait_ns_is_listed_and_served(tmp_path):
+    """A part written before ``wait_ns`` joined the schema (hotspan 0.3) is still a span
+    table: the listing reads it, and its pages answer, with no error row."""
+    run = tmp_path / "runs" / "old"
+    table = record_steps(2)
+    write_part(table, run, rank=0, pid=1000, seq=0)
+    (part,) = run.rglob("*.parquet")
+    old = pq.read_table(part)
+    pq.write_table(old.drop_columns(["wait_ns"]), part)
+    (entry,) = [r.entry() for r in Catalog(tmp_path / "runs", tmp_path / "cache").scan()]
+    assert entry["error"] is None, entry
+    server = Server(tmp_path / "runs")
+    try:
+        with server.client() as client:
+            assert client.get(f"/runs/{entry['id']}").status_code == 200
+            stats = client.get(f"/v1/traces/{entry['id']}/stats").json()
+            assert sum(row["count"] for row in stats["rows"]) == table.num_rows, stats
     finally:
         server.stop()
 
@@ -148,7 +174,7 @@ def test_many_runs_are_listed_fast(tmp_path):
     """A test-sized check of "5,000 runs listed in under 1 s" (benchmarks/bench_serve.py
     --runs 5000 measures the whole figure): 400 runs, listed at first within the listing's
     budget (the rest summarised in the background, each row saying so), then in full."""
-    from hotspan.serve import runs as runs_module
+    from hotspan.serve import _runs as runs_module
 
     root = tmp_path / "many"
     write_part(record_steps(1, threads=1), root / "r0000", rank=0, pid=1, seq=0)

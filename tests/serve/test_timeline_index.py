@@ -12,7 +12,7 @@ import pytest
 
 from hotspan.analysis.timeline import TimelineIndex, run_version, timeline
 from hotspan.formats.dataset import write_part
-from hotspan.serve import queries
+from hotspan.serve import _queries as queries
 from hotspan.serve.app import create_app
 
 from ._serving import record_steps
@@ -133,3 +133,35 @@ def test_a_run_that_cannot_be_written_beside_keeps_no_index_and_still_answers(tm
         assert _saved(run_dir) == []
     finally:
         os.chmod(run_dir, 0o755)
+
+
+def test_an_index_saved_by_an_earlier_format_is_built_again(tmp_path):
+    """A run's saved index of the first format (as the previous server wrote it), under this
+    version's name, is not read: the server builds the index again, answers with the spans'
+    own view and saves the new format in its place."""
+    import json
+
+    import numpy as np
+
+    run_dir = tmp_path / "run"
+    table = record_steps(4)
+    write_part(table, run_dir, rank=0, pid=11, seq=0)
+    catalog = create_app(tmp_path).state.catalog
+    (run,) = catalog.scan()
+    _forget()
+    queries.timeline_index(run)
+    (saved,) = _saved(run_dir)
+    arrays = dict(np.load(saved))
+    head = json.loads(arrays["head"].tobytes())
+    head["format"] = 1
+    arrays["head"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
+    np.savez(saved, **arrays)
+    _forget()
+    version = run_version(_files(run))
+    assert TimelineIndex.load(saved, version) is None
+    index = queries.timeline_index(run)
+    assert index.levels[0].width == index.bins  # built by this format
+    assert index.view(width=64) == timeline(table, width=64)
+    (again,) = _saved(run_dir)
+    assert again == saved
+    assert TimelineIndex.load(saved, version) is not None  # the new format written over it

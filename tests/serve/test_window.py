@@ -179,7 +179,7 @@ def test_the_cache_keeps_the_newest_window_files_only(tmp_path):
     files, the oldest are removed (the run's own download copies are not window files)."""
     import os
 
-    from hotspan.serve import queries
+    from hotspan.serve import _queries as queries
 
     kept = queries.WINDOW_FILES_KEPT
     paths = []

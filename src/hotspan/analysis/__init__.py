@@ -12,7 +12,7 @@ hotspan.rank_steps(table)       # per rank and step: step time, wait, blame
 
 from __future__ import annotations
 
-from .api import compare, phases, stats
+from ._api import compare, phases, stats
 from .ranks import collectives, critical_path, rank_steps, stragglers
 from .statistics import PERCENTILES, PHASE_COLUMNS, STAT_COLUMNS
 

@@ -19,10 +19,25 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .statistics import stats
 from .._columns import combined_codes, to_numpy
+from ._options import CompareOptions, keys_of
+from ._significance import bootstrap_medians
+from ._significance import (
+    mann_whitney_u,
+    median_ratio_interval,
+    quantile_ratio_interval,
+    welch_t_test,
+)
+from .statistics import stats
+
+#: ``durations(keys)``: (key, base durations, new durations) for each row of ``keys``, in order.
+Durations = Callable[[pa.Table], Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]]
+
+#: The bootstrap's draws (significance.py), under the name the tests read.
+_bootstrap_medians = bootstrap_medians
 
 __all__ = [
+    "CompareOptions",
     "compare",
     "compare_rows",
     "drift_line",
@@ -73,9 +88,10 @@ def compare(
     drift, whatever the number of groups: a group whose raw times are slower is ``slower``
     only when its median's change passes what the drift explains (the drift to the power
     1.25), or, for spans shorter than the process's turns on a CPU (which contention rarely
-    cuts), when their fastest rose by more than 60%; else ``inconclusive``. The drift is in
-    the table's metadata (:func:`drift_of`; ``{"factor", "loop", "contention_base",
-    "contention_new", "explains", "said", "measured"}``), :func:`drift_line` says it in words.
+    cuts), when their fastest rose by more than 60% past the calibration loop's own
+    slowdown; else ``inconclusive``. The drift is in the table's metadata
+    (:func:`drift_of`; ``{"factor", "loop", "contention_base", "contention_new", "explains",
+    "said", "measured"}``), :func:`drift_line` says it in words.
 
     The machine, not the code (where no drift is told): when most groups (three quarters, at
     least five) moved by about the same factor, past ``threshold``, that shift is the
@@ -86,11 +102,8 @@ def compare(
     (neither the drift nor a shared shift). ``normalize=NAME`` divides instead by the
     reference span ``NAME``'s median on each side (a fixed workload timed in both runs).
     """
-    check_options(alpha, confidence, resamples)
-    return compare_rows(
-        base,
-        new,
-        by=by,
+    options = CompareOptions(
+        by=keys_of(by),
         threshold=threshold,
         min_count=min_count,
         alpha=alpha,
@@ -100,54 +113,41 @@ def compare(
         normalize=normalize,
         shift=shift,
     )
+    return compare_rows(base, new, options)
 
 
 def compare_rows(
     base: pa.Table,
     new: pa.Table,
+    options: CompareOptions,
     *,
-    by: Sequence[str],
-    threshold: float,
-    min_count: int,
-    alpha: float,
-    confidence: float,
-    resamples: int,
-    seed: int,
-    normalize: str | None = None,
-    shift: bool = True,
+    reference: tuple[float, float] | None = None,
+    machine: tuple[Any, Any] | None = None,
 ) -> pa.Table:
-    """``compare`` of two tables in memory."""
-    by = tuple((by,) if isinstance(by, str) else by)
+    """``compare`` of two tables in memory; ``reference`` (the ``normalize`` span's medians)
+    and ``machine`` (the runs' machine measures) found from the tables where not given."""
+    by = options.by
     before = durations_by_group(base, by)
     after = durations_by_group(new, by)
     empty = np.zeros(0, np.int64)
 
-    def durations(keys: pa.Table):
+    def durations(keys: pa.Table) -> Iterator[tuple[tuple[Any, ...], np.ndarray, np.ndarray]]:
         for row in keys.to_pylist():
             key = tuple(row[k] for k in by)
             yield key, before.get(key, empty), after.get(key, empty)
 
-    reference = None
-    if normalize is not None:
+    if reference is None and options.normalize is not None:
         reference = (
-            reference_median(stats(base, by=("name",)), normalize, "base"),
-            reference_median(stats(new, by=("name",)), normalize, "new"),
+            reference_median(stats(base, by=("name",)), options.normalize, "base"),
+            reference_median(stats(new, by=("name",)), options.normalize, "new"),
         )
     return judge_rows(
         stats(base, by=by),
         stats(new, by=by),
-        by,
         durations,
-        threshold=threshold,
-        min_count=min_count,
-        alpha=alpha,
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
+        options,
         reference=reference,
-        normalize=normalize,
-        shift=shift,
-        machine=(machine_of(base.schema.metadata), machine_of(new.schema.metadata)),
+        machine=machine or (machine_of(base.schema.metadata), machine_of(new.schema.metadata)),
     )
 
 
@@ -165,15 +165,6 @@ def reference_median(by_name: pa.Table, name: str, side: str) -> float:
         if row["name"] == name and row["p50_ns"]:
             return float(row["p50_ns"])
     raise ValueError(f"normalize: no span named {name!r} with a duration in the {side} trace")
-
-
-def check_options(alpha: float, confidence: float, resamples: int) -> None:
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), not {alpha}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), not {confidence}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be at least 100, not {resamples}")
 
 
 #: A shift is the machine's when at least this share of the judged groups (and 5) moved
@@ -233,18 +224,10 @@ META_DRIFT = b"hotspan.drift"
 def judge_rows(
     base_stats: pa.Table,
     new_stats: pa.Table,
-    by: Sequence[str],
-    durations: Callable[[pa.Table], Iterator[tuple[tuple, np.ndarray, np.ndarray]]],
+    durations: Durations,
+    options: CompareOptions,
     *,
-    threshold: float,
-    min_count: int,
-    alpha: float,
-    confidence: float,
-    resamples: int,
-    seed: int,
     reference: tuple[float, float] | None = None,
-    normalize: str | None = None,
-    shift: bool = True,
     machine: tuple[Any, Any] | None = None,
 ) -> pa.Table:
     """``compare``'s table from the two sides' ``stats`` and ``durations(keys)``, which yields
@@ -252,9 +235,12 @@ def judge_rows(
     order: the draws of the seeded bootstrap follow it); ``reference``: the medians of the
     ``normalize`` span on each side; ``machine``: the two sides' machine measures (their
     ``hotspan.machine`` metadata, None where absent)."""
+    by, threshold, min_count = options.by, options.threshold, options.min_count
+    alpha, confidence, resamples = options.alpha, options.confidence, options.resamples
+    shift, normalize = options.shift, options.normalize
     before_stats = {tuple(r[k] for k in by): r for r in base_stats.to_pylist()}
     after_stats = {tuple(r[k] for k in by): r for r in new_stats.to_pylist()}
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(options.seed)
     rows = []
     judged = []
     for key in list(before_stats) + [k for k in after_stats if k not in before_stats]:
@@ -420,7 +406,11 @@ def against_drift(
                 resamples=drift["resamples"],
                 rng=drift["rng"],
             )
-            if fast_low > max(drift["threshold"], FAST_THRESHOLD):
+            # The fast part is the code's and the CPU's: a CPU whose own calibration loop ran
+            # slower (a throttled clock, a busy hyperthread sibling) explains that much of its
+            # rise, so it is judged divided by the loop's ratio where that is above 1.
+            cpu = max(1.0, float(drift.get("loop") or 1.0))
+            if (1.0 + fast_low) / cpu - 1.0 > max(drift["threshold"], FAST_THRESHOLD):
                 return explains, (*beyond[:3], "slower")
         return explains, (*beyond[:3], "slower" if beyond[3] == "slower" else "inconclusive")
     if raw[3] == "faster" and factor < 1.0:
@@ -449,11 +439,11 @@ def verdict(p_value: float, low: float, high: float, *, threshold: float, alpha:
 
 
 def rows_table(
-    rows: list[dict],
+    rows: list[dict[str, Any]],
     by: Sequence[str],
     key_schema: pa.Schema,
-    said: dict | None = None,
-    drift: dict | None = None,
+    said: dict[str, Any] | None = None,
+    drift: dict[str, Any] | None = None,
 ) -> pa.Table:
     """``compare``'s rows as a table: the keys (their types as in ``stats``), then
     :data:`COMPARE_FIELDS`; the shift it judged against and the machine's drift in the
@@ -523,195 +513,7 @@ def drift_line(drift: dict[str, Any] | None, base: str = "BASE", new: str = "NEW
     )
 
 
-def mann_whitney_u(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided p-value of the Mann-Whitney U test that ``x`` and ``y`` come from one
-    distribution: the normal approximation with continuity and tie corrections (what
-    ``scipy.stats.mannwhitneyu(method="asymptotic")`` computes). 1.0 when a side is empty or
-    every value is the same."""
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
-    n1, n2 = len(x), len(y)
-    if n1 == 0 or n2 == 0:
-        return 1.0
-    both = np.concatenate((x, y))
-    values, inverse, counts = np.unique(both, return_inverse=True, return_counts=True)
-    # Average rank of each distinct value: the ranks it spans, 1-based, averaged (ties).
-    first_rank = np.cumsum(counts) - counts + 1
-    average_rank = first_rank + (counts - 1) / 2.0
-    rank_sum_y = float(average_rank[inverse[n1:]].sum())
-    u_y = rank_sum_y - n2 * (n2 + 1) / 2.0
-    n = n1 + n2
-    ties = float(((counts.astype(np.float64) ** 3) - counts).sum())
-    variance = n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
-    if variance <= 0:
-        return 1.0
-    mean = n1 * n2 / 2.0
-    z = (abs(u_y - mean) - 0.5) / math.sqrt(variance)
-    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0)))
-
-
-def welch_t_test(
-    base: tuple[float, float, int],
-    new: tuple[float, float, int],
-    *,
-    confidence: float = 0.95,
-) -> tuple[float, float, float]:
-    """Welch's t-test on two summaries, each (mean, standard deviation, number of samples):
-    the two-sided p-value that the means are equal, and the interval (at ``confidence``) of
-    the means' relative change ``new / base - 1`` (on the log scale, by the delta method,
-    with Welch-Satterthwaite degrees of freedom). What judges a benchmark whose file kept
-    its summary but not its rounds. (1.0, change, change) when a side has under two samples
-    or no spread."""
-    (mb, sb, nb), (ma, sa, na) = base, new
-    change = ma / mb - 1 if mb > 0 else (0.0 if ma == 0 else math.inf)
-    if nb < 2 or na < 2 or mb <= 0 or ma <= 0:
-        return 1.0, change, change
-    vb, va = sb * sb / nb, sa * sa / na
-    se = math.sqrt(vb + va)
-    if se == 0:
-        return (1.0 if ma == mb else 0.0), change, change
-    p = _t_two_sided(abs(ma - mb) / se, _welch_df(vb, nb, va, na))
-    # the interval of log(ma / mb): each mean's relative variance
-    lb, la = vb / (mb * mb), va / (ma * ma)
-    half = _t_quantile(confidence, _welch_df(lb, nb, la, na)) * math.sqrt(lb + la)
-    ratio = math.log(ma / mb)
-    return p, math.exp(ratio - half) - 1, math.exp(ratio + half) - 1
-
-
-def _welch_df(v1: float, n1: int, v2: float, n2: int) -> float:
-    denominator = v1 * v1 / (n1 - 1) + v2 * v2 / (n2 - 1)
-    return (v1 + v2) ** 2 / denominator if denominator > 0 else float(n1 + n2 - 2)
-
-
-def _t_two_sided(t: float, df: float) -> float:
-    """P(|T| >= t) for Student's t with ``df`` degrees of freedom: I_{df/(df+t²)}(df/2, 1/2)."""
-    if not math.isfinite(t):
-        return 0.0
-    return min(1.0, _betainc(df / 2.0, 0.5, df / (df + t * t)))
-
-
-def _t_quantile(confidence: float, df: float) -> float:
-    """The t with P(|T| >= t) = 1 - confidence (bisection: 200 halvings of [0, 1e6])."""
-    low, high = 0.0, 1e6
-    for _ in range(200):
-        mid = (low + high) / 2
-        if _t_two_sided(mid, df) > 1 - confidence:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b) (Numerical Recipes' continued
-    fraction, by Lentz's method)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _betainc(b, a, 1.0 - x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    f = d
-    for m in range(1, 400):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            f *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return front * f / a
-
-
-def median_ratio_interval(
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    rng: np.random.Generator | None = None,
-) -> tuple[float, float]:
-    """The percentile bootstrap interval of ``median(y) / median(x) - 1``.
-
-    Resampling n values and taking their median costs O(n) per resample, too much at a
-    million spans; but the median of a resample *is* an order statistic of the sorted sample,
-    whose index has a known law. The k-th smallest of n uniform indices is
-    ``floor(n * U_(k))`` with ``U_(k) ~ Beta(k, n + 1 - k)``, and the next one up is
-    ``U_(k) + (1 - U_(k)) * Beta(1, n - k)`` (the least of the n - k draws above it). So each
-    resampled median is drawn in O(1), exactly as the resampling would give it.
-    """
-    rng = rng if rng is not None else np.random.default_rng(0)
-    xs = np.sort(np.asarray(x, np.float64))
-    ys = np.sort(np.asarray(y, np.float64))
-    mx = _bootstrap_medians(xs, resamples, rng)
-    my = _bootstrap_medians(ys, resamples, rng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(mx > 0, my / mx - 1.0, np.where(my > 0, np.inf, 0.0))
-    tail = (1.0 - confidence) / 2.0 * 100
-    low, high = np.percentile(ratio, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def quantile_ratio_interval(
-    x: np.ndarray,
-    y: np.ndarray,
-    quantile: float,
-    *,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    rng: np.random.Generator | None = None,
-) -> tuple[float, float]:
-    """The percentile bootstrap interval of ``q(y) / q(x) - 1`` for the lower ``quantile``
-    (the k-th smallest, ``k = ceil(quantile * n)``), drawn as :func:`median_ratio_interval`
-    draws medians."""
-    rng = rng if rng is not None else np.random.default_rng(0)
-    qx = _bootstrap_order_statistic(np.sort(np.asarray(x, np.float64)), resamples, rng, quantile)
-    qy = _bootstrap_order_statistic(np.sort(np.asarray(y, np.float64)), resamples, rng, quantile)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(qx > 0, qy / qx - 1.0, np.where(qy > 0, np.inf, 0.0))
-    tail = (1.0 - confidence) / 2.0 * 100
-    low, high = np.percentile(ratio, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def _bootstrap_order_statistic(
-    sorted_values: np.ndarray, resamples: int, rng: np.random.Generator, quantile: float
-) -> np.ndarray:
-    n = len(sorted_values)
-    if n == 1:
-        return np.full(resamples, sorted_values[0])
-    k = min(n, max(1, math.ceil(quantile * n)))
-    u = rng.beta(k, n + 1 - k, resamples)
-    return sorted_values[np.minimum((u * n).astype(np.int64), n - 1)]
-
-
-def _bootstrap_medians(
-    sorted_values: np.ndarray, resamples: int, rng: np.random.Generator
-) -> np.ndarray:
-    n = len(sorted_values)
-    if n == 1:
-        return np.full(resamples, sorted_values[0])
-    k = (n + 1) // 2  # 1-based rank of the (lower) median
-    lower_u = rng.beta(k, n + 1 - k, resamples)
-    lower = sorted_values[np.minimum((lower_u * n).astype(np.int64), n - 1)]
-    if n % 2:
-        return lower
-    upper_u = lower_u + (1.0 - lower_u) * rng.beta(1, n - k, resamples)
-    upper = sorted_values[np.minimum((upper_u * n).astype(np.int64), n - 1)]
-    return (lower + upper) / 2.0
-
-
-def durations_by_group(table: pa.Table, by: Sequence[str]) -> dict[tuple, np.ndarray]:
+def durations_by_group(table: pa.Table, by: Sequence[str]) -> dict[tuple[Any, ...], np.ndarray]:
     """Per group key, the durations of its spans."""
     if table.num_rows == 0:
         return {}

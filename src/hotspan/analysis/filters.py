@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +107,7 @@ class SpanFilter:
             raise FilterError(f"minimum duration must be >= 0 ns, not {self.min_ns}")
 
     @classmethod
-    def of(cls, value: SpanFilter | dict | None) -> SpanFilter:
+    def of(cls, value: SpanFilter | Mapping[str, Any] | None) -> SpanFilter:
         """``value`` as a filter: a filter, a dict of its fields, or None (every span)."""
         if value is None:
             return cls()
@@ -331,13 +331,13 @@ def sql_literal(value: Any) -> str:
 
 
 def sql_condition(terms: Sequence[Term], dialect: Any) -> str | None:
-    """The terms as one SQL condition in ``dialect`` (analysis/queries.py), nulls false."""
+    """The terms as one SQL condition in ``dialect`` (analysis/_queries.py), nulls false."""
 
     def one(term: Term) -> str:
         kind, column, value = term
         col = dialect.quote(column) if column else ""
         if kind == "regex":
-            return dialect.regex(f"CAST({col} AS {dialect.text_type})", value)
+            return str(dialect.regex(f"CAST({col} AS {dialect.text_type})", value))
         if kind == "eq":
             return f"CAST({col} AS {dialect.text_type}) = {dialect.string(value)}"
         if kind == "prefix":

@@ -20,7 +20,7 @@ from typing import Any
 __all__ = ["flight_files", "hang", "is_collector"]
 
 
-def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
+def flight_files(targets: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
     """The flight files ``targets`` name: a file as it is, a directory's flight files; with
     none, every flight file mapped by a process of this user."""
     from ..recording.flight import flight_processes, is_flight_file
@@ -42,13 +42,13 @@ def flight_files(targets: Sequence[str | os.PathLike] = ()) -> list[str]:
     return found
 
 
-def is_collector(target: str | os.PathLike) -> bool:
+def is_collector(target: str | os.PathLike[str]) -> bool:
     """Whether ``target`` names a collector (``grpc://HOST:PORT``) rather than files."""
     return isinstance(target, str) and target.startswith(("grpc://", "grpc+tcp://"))
 
 
 def hang(
-    targets: Sequence[str | os.PathLike] = (),
+    targets: Sequence[str | os.PathLike[str]] = (),
     *,
     category: str = "comms",
     token: str | None = None,
@@ -67,7 +67,7 @@ def hang(
     collectors = [str(t) for t in targets if is_collector(t)]
     files = [t for t in targets if not is_collector(t)]
     for url in collectors:
-        from ..recording.collector import fetch_open_stacks
+        from ..recording._collector import fetch_open_stacks
 
         procs, collector_now = fetch_open_stacks(url, token=token)
         found += [(proc, collector_now) for proc in procs]
@@ -85,7 +85,7 @@ def hang(
 def _answer(found: list[tuple[Any, int]], category: str, unreadable: list[str]) -> dict[str, Any]:
     """The answer over processes read from flight files or a collector alike."""
     from ..recording.flight import Frame
-    from .comms import group_of, is_collective
+    from ._comms import group_of, is_collective
 
     ranks: list[dict[str, Any]] = []
     for proc, now in found:
@@ -151,9 +151,9 @@ def _listing(ranks: list[int]) -> str:
 
 
 def _summary(
-    ranks: list[dict[str, Any]], groups: list[dict[str, Any]], by_state: dict[str, list]
+    ranks: list[dict[str, Any]], groups: list[dict[str, Any]], by_state: dict[str, list[Any]]
 ) -> list[str]:
-    from ..units import human_ns
+    from .._units import human_ns
 
     if not ranks:
         return ["no flight file of a rank found (start the ranks with HOTSPAN_FLIGHT=PATH)"]

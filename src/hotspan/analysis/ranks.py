@@ -58,7 +58,7 @@ from typing import Any
 import pyarrow as pa
 
 from .filters import SpanFilter
-from .rank_kernel import META_RANKS, RankAnalysis, RankOptions
+from ._rank_kernel import META_RANKS, RankAnalysis, RankOptions
 
 __all__ = [
     "RankAnalysis",
@@ -77,7 +77,7 @@ def collectives(
     category: str = "comms",
     align: bool = True,
     clock_error_ns: int | None = None,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per collective instance and rank: ``key`` (the span's name), ``index`` (its
@@ -99,7 +99,7 @@ def stragglers(
     clock_error_ns: int | None = None,
     alpha: float = 0.001,
     min_share: float = 0.05,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per rank: ``blame_ns`` (the waits it caused as the last arriver), ``wait_ns``
@@ -108,7 +108,7 @@ def stragglers(
     spent longest in, over the median rank, before arriving late) and ``step_ns_if_median``
     (the mean step time had it kept up with the second last). Blame and wait each sum to the
     same total."""
-    from .rank_reasons import straggler_table
+    from ._rank_reasons import straggler_table
 
     options = RankOptions(
         category=category,
@@ -129,7 +129,7 @@ def critical_path(
     step: str | None = "step",
     align: bool = True,
     summary: bool = False,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per segment of each step's critical path: ``step``, ``rank``, ``name``,
@@ -138,7 +138,7 @@ def critical_path(
     last arrival to its end on the last arriver's rank, that rank's spans (the step's
     children) since its previous collective. ``summary=True``: per name, its time on the
     path (``critical_ns``) and ``share``."""
-    from .rank_reasons import critical_path_table, critical_summary
+    from ._rank_reasons import critical_path_table, critical_summary
 
     options = RankOptions(category=category, step=step, align=align)
     with RankAnalysis(spans, options, filter, engine) as analysis:
@@ -152,7 +152,7 @@ def rank_steps(
     category: str = "comms",
     step: str | None = "step",
     align: bool = True,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> pa.Table:
     """A row per (rank, step), in (rank, step) order: the cells of serve's rank x step
@@ -175,14 +175,14 @@ def ranks_summary(
     clock_error_ns: int | None = None,
     alpha: float = 0.001,
     min_share: float = 0.05,
-    filter: SpanFilter | dict | None = None,
+    filter: SpanFilter | dict[str, Any] | None = None,
     engine: Any = None,
 ) -> dict[str, Any]:
     """What ``hotspan ranks`` prints, from one reading of ``spans``: the run's figures
     (``ranks``, ``steps``, ``step_ns``, ``instances``, ``total_wait_ns``, clock offsets),
     ``stragglers`` (every rank's row of :func:`stragglers`, most blamed first, with its
     ``share`` of all blame) and ``critical_path`` (per name: ``critical_ns``, ``share``)."""
-    from .rank_reasons import (
+    from ._rank_reasons import (
         critical_path_table,
         critical_summary,
         second_pass,

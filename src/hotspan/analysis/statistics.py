@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterable, Sequence, TypeGuard
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._columns import column_codes, combined_codes, parent_rows, plain_type, to_numpy
+from ._kernels import (
+    group_codes,
+    sum_by,
+    group_percentile,
+    group_sums,
+    sort_within_groups,
+)
 
 __all__ = [
     "DEVICE_KEY",
@@ -87,7 +95,7 @@ PHASE_SCHEMA = pa.schema(
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
 
 
-def is_path(value: object) -> TypeGuard[str | os.PathLike]:
+def is_path(value: object) -> TypeGuard[str | os.PathLike[str]]:
     """Whether ``value`` names a trace to stream (a file, a dataset directory, a URI) rather
     than a table."""
     return isinstance(value, (str, os.PathLike))
@@ -113,7 +121,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
 
     Rows come largest ``total_ns`` first. Null keys form their own group.
 
-    ``hotspan.stats`` also takes a path (analysis/api.py): streamed, to the same result.
+    ``hotspan.stats`` also takes a path (analysis/_api.py): streamed, to the same result.
     Device rows (``span(..., device="cuda")``: a negative ``thread_id``) are kept apart from
     host spans: ``by`` may name ``device``, a key derived per row (``host``, or the device of
     a device row: ``cuda:0``; see :func:`device_labels`), and the default ``by`` is
@@ -140,7 +148,7 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     if n == 0:
         return _empty_stats(table, by)
 
-    group, representative = _group_codes(table, by)
+    group, representative = group_codes(table, by)
     groups = len(representative)
     duration = to_numpy(table.column("duration_ns"), np.int64)
     sums = group_sums(table, group, groups, duration)
@@ -148,25 +156,56 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     ends = starts + counts
 
-    sorted_duration = _sort_within_groups(group, duration, groups)
-    total = np.add.reduceat(sorted_duration, starts)
-    columns: dict[str, np.ndarray | pa.Array] = {
-        "count": counts,
-        "total_ns": total,
-        "self_ns": sums["self_total"],
-        "wait_ns": sums["wait_total"],
-        "mean_ns": total / counts,
-        "min_ns": sorted_duration[starts],
+    sorted_duration = sort_within_groups(group, duration, groups)
+    percentiles = {
+        column: group_percentile(sorted_duration, starts, counts, q) for column, q in PERCENTILES
     }
-    for column, q in PERCENTILES:
-        columns[column] = _percentile(sorted_duration, starts, counts, q)
-    columns["max_ns"] = sorted_duration[ends - 1]
-
-    columns["share"] = self_share(table, by, columns["self_ns"], representative)
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(
         pc.min(table.column("start_ns")).as_py()
     )
-    columns["busy"] = total / wall if wall > 0 else np.full(groups, np.nan)
+    keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
+    return stats_table(
+        by,
+        keys,
+        sums,
+        total=np.add.reduceat(sorted_duration, starts),
+        low=sorted_duration[starts],
+        high=sorted_duration[ends - 1],
+        percentiles=percentiles,
+        wall=wall,
+    )
+
+
+def stats_table(
+    by: Sequence[str],
+    keys: Sequence[pa.Array],
+    sums: Mapping[str, np.ndarray],
+    *,
+    total: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    percentiles: Mapping[str, np.ndarray],
+    wall: int,
+) -> pa.Table:
+    """The ``stats`` table from each group's keys (``keys``: one array per column of ``by``,
+    one row a group), counts and sums (``sums``: those of :func:`kernels.group_sums`, under
+    its names), total, min and max duration, percentiles, and the run's wall time: one
+    definition for every path (in memory here; the Parquet scan, DuckDB and Spark through
+    ``queries.finish_stats``). Rows largest total first, keys in order among equal totals."""
+    count = sums["n"]
+    columns: dict[str, np.ndarray | pa.Array] = {
+        "count": count,
+        "total_ns": total,
+        "self_ns": sums["self_total"],
+        "wait_ns": sums["wait_total"],
+        "mean_ns": total / count,
+        "min_ns": low,
+        **percentiles,
+        "max_ns": high,
+    }
+    key_table = pa.table(dict(zip(by, keys))) if by else pa.table({"_": pa.nulls(len(count))})
+    columns["share"] = self_share(key_table, by, sums["self_total"], np.arange(len(count)))
+    columns["busy"] = total / wall if wall > 0 else np.full(len(count), np.nan)
     columns["errors"] = sums["errors"]
     arg_sum, arg_time = sums["arg_sum"], sums["arg_time"]
     no_arg = sums["args"] == 0
@@ -175,18 +214,15 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
         per_s = arg_sum / (arg_time / 1e9)
     columns["arg_per_s"] = pa.array(per_s, pa.float64(), mask=no_arg | (arg_time <= 0))
     columns["instants"] = sums["instants"]
-
-    keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
     stat_arrays = [
-        columns[name]
-        if isinstance(columns[name], pa.Array)
-        else pa.array(np.asarray(columns[name]), STAT_TYPES[name])
+        value
+        if isinstance(value := columns[name], pa.Array)
+        else pa.array(np.asarray(value), STAT_TYPES[name])
         for name in STAT_COLUMNS
     ]
     # One order for every engine: largest total first, then the keys (order_stats_rows).
-    return order_stats_rows(
-        pa.Table.from_arrays(keys + stat_arrays, names=list(by) + list(STAT_COLUMNS)), by
-    )
+    result = pa.Table.from_arrays(list(keys) + stat_arrays, names=list(by) + list(STAT_COLUMNS))
+    return order_stats_rows(result, by)
 
 
 def split_instants(result: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -194,37 +230,6 @@ def split_instants(result: pa.Table) -> tuple[pa.Table, pa.Table]:
     duration, ``hotspan.instant``) are counts, not times, and every view shows them apart."""
     only_instants = pc.equal(result.column("instants"), result.column("count"))
     return result.filter(pc.invert(only_instants)), result.filter(only_instants)
-
-
-def group_sums(
-    table: pa.Table, group: np.ndarray, groups: int, duration: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Per group (``group``: a code in [0, groups) per row of ``table``) the aggregates of
-    ``queries.STAT_AGGREGATES`` that are counts and sums, under their names there: ``n``,
-    ``self_total``, ``wait_total`` (0 without the column), ``errors``, ``instants``, ``args``, ``arg_sum`` (0 where no arg) and
-    ``arg_time``, exact int64. One definition for the in-memory path and the streaming one
-    that reads Parquet a part at a time (``parquet_scan``, which adds the parts' sums)."""
-    error_column = table.column("error")
-    error = to_numpy(
-        error_column.fill_null(False) if error_column.null_count else error_column, np.bool_
-    )
-    arg_column = table.column("arg")
-    has_arg = to_numpy(arg_column.is_valid(), np.bool_)
-    # Counts as bincounts of the rows selected (not weighted ones: no float copy of a mask);
-    # sums over the rows with an arg only (a null arg adds nothing).
-    arg_group = group[has_arg]
-    arg = to_numpy(arg_column.drop_null() if arg_column.null_count else arg_column, np.int64)
-    return {
-        "n": np.bincount(group, minlength=groups).astype(np.int64),
-        "self_total": _self_time(table, group, duration, groups),
-        "wait_total": _wait_time(table, group, groups),
-        "errors": np.bincount(group[error], minlength=groups).astype(np.int64),
-        "instants": np.bincount(group[duration == 0], minlength=groups).astype(np.int64),
-        "args": np.bincount(arg_group, minlength=groups).astype(np.int64),
-        # exact integer sums (a plain bincount goes through float64)
-        "arg_sum": group_sum(arg_group, arg, groups),
-        "arg_time": group_sum(arg_group, duration[has_arg], groups),
-    }
 
 
 #: Columns that name a rank or thread (or device): ``share`` is taken within the values of
@@ -257,121 +262,6 @@ def _empty_stats(table: pa.Table, by: Sequence[str]) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-def _percentile(
-    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float
-) -> np.ndarray:
-    """numpy.percentile(..., method="linear") of every group at once, computed the way
-    numpy computes it (same virtual index, same two-sided interpolation), so results agree
-    to the last bit."""
-    below, above, gamma = percentile_ranks(counts, q)
-    return interpolate(sorted_values[starts + below], sorted_values[starts + above], gamma)
-
-
-def percentile_ranks(counts: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """numpy's linear percentile of groups of ``counts`` values: the 0-based ranks of the two
-    order statistics it interpolates between (``below``, ``above``), and the weight ``gamma``."""
-    virtual = (counts - 1) * q
-    below = np.floor(virtual).astype(np.int64)
-    above = np.minimum(below + 1, counts - 1)
-    return below, above, virtual - below
-
-
-def interpolate(below: np.ndarray, above: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """numpy's two-sided linear interpolation between the order statistics ``below`` and ``above``."""
-    a = below.astype(np.float64)
-    b = above.astype(np.float64)
-    diff = b - a
-    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
-
-
-def _sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """``values`` ordered by (group, value).
-
-    When group and value fit together in 63 bits they are packed into one int64 and sorted
-    by value alone: numpy's SIMD sort of plain int64s is several times faster than an
-    argsort or a lexsort, which matters at a million spans.
-    """
-    low = int(values.min())
-    value_bits = (int(values.max()) - low).bit_length()
-    if (groups - 1).bit_length() + value_bits <= 63:
-        packed = (group.astype(np.int64) << value_bits) | (values - low)
-        packed.sort()
-        return (packed & ((1 << value_bits) - 1)) + low
-    return values[np.lexsort((values, group))]
-
-
-def _self_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
-    """Per group, its spans' self time: the ``self_ns`` column summed (hotspan computes it where
-    spans become a table: no parent join here); a table built without the column gets it by
-    the same rule (``_selftime.self_ns_column``: duration minus the union of its children)."""
-    if "self_ns" in table.column_names:
-        self_ns = table.column("self_ns")
-        column = to_numpy(self_ns.fill_null(0) if self_ns.null_count else self_ns, np.int64)
-    else:
-        from .._selftime import self_ns_column
-
-        column = to_numpy(self_ns_column(table), np.int64)
-    return group_sum(group, column, groups)
-
-
-def _wait_time(table: pa.Table, group: np.ndarray, groups: int) -> np.ndarray:
-    """Per group, its spans' wait (the ``wait_ns`` column summed; 0 for a table without it:
-    a foreign trace or an older file knows no task's suspensions)."""
-    if "wait_ns" not in table.column_names:
-        return np.zeros(groups, np.int64)
-    wait = table.column("wait_ns")
-    return group_sum(
-        group, to_numpy(wait.fill_null(0) if wait.null_count else wait, np.int64), groups
-    )
-
-
-def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Exact int64 sums of ``values`` per group. ``np.add.at`` is exact but slow (an unbuffered
-    loop: ~10x a bincount), and a bincount sums in float64 (inexact past 2**53); so the values,
-    shifted to start at 0, are cut into three 21-bit pieces whose float sums stay exact below
-    2**32 values, and put together as integers."""
-    if len(values) == 0:
-        return np.zeros(groups, np.int64)
-    low = int(values.min())
-    if int(values.max()) - low >= 1 << 63 or len(values) >= 1 << 32:
-        out = np.zeros(groups, np.int64)
-        np.add.at(out, group, values)
-        return out
-    span = int(values.max()) - low
-    if span * len(values) < 1 << 53:
-        # Every partial sum an integer below 2**53: one float64 bincount is exact (durations
-        # of a part of a million spans, say: a third of the work of the pieces below).
-        sums = np.bincount(group, weights=(values - low).astype(np.float64), minlength=groups)
-        total = sums.astype(np.int64)
-        if low:
-            total += np.bincount(group, minlength=groups).astype(np.int64) * low
-        return total
-    shifted = (values - low).view(np.uint64) if low else values.view(np.uint64)
-    total = np.zeros(groups, np.int64)
-    mask = np.uint64((1 << 21) - 1)
-    for piece in range(3):
-        part = (shifted >> np.uint64(21 * piece)) & mask
-        sums = np.bincount(group, weights=part.astype(np.float64), minlength=groups)
-        total += sums.astype(np.int64) << (21 * piece)
-    if low:
-        total += np.bincount(group, minlength=groups).astype(np.int64) * low
-    return total
-
-
-def _child_time(
-    table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int
-) -> np.ndarray:
-    """Per group, the summed durations of the direct children of its spans; a device row
-    under a host span is not counted (it runs on the device, beside its parent)."""
-    parent = parent_rows(table)
-    child = parent >= 0
-    on_device = to_numpy(table.column("thread_id"), np.int64) < 0
-    child &= on_device == on_device[np.where(child, parent, 0)]
-    out = np.zeros(groups, np.int64)
-    np.add.at(out, group[parent[child]], duration[child])
-    return out
-
-
 # --------------------------------------------------------------------------- device rows
 
 #: The key of ``by`` derived per row, not read from the table: where the span ran.
@@ -380,7 +270,7 @@ DEVICE_KEY = "device"
 
 def device_labels(table: pa.Table) -> pa.Array:
     """Per row where it ran: ``host`` for a span of a thread, the device for a device row
-    (a negative ``thread_id``, see ``hotspan.devices.cuda``): its ``thread_name`` up to
+    (a negative ``thread_id``, see ``hotspan._devices.cuda``): its ``thread_name`` up to
     `` stream `` (``cuda:0`` for ``cuda:0 stream 7``)."""
     thread_id = table.column("thread_id")
     names = table.column("thread_name")
@@ -432,7 +322,7 @@ def phases(table: pa.Table) -> pa.Table:
     When the trace holds several ranks, rows with ``rank`` null follow: the mean over the
     ranks that have the category (``share`` is then the ratio of the means).
 
-    ``hotspan.phases`` also takes a path (analysis/api.py): streamed, to the same result.
+    ``hotspan.phases`` also takes a path (analysis/_api.py): streamed, to the same result.
     """
     _check_columns(table, (), _NEEDED + ("category", "rank"))
     if table.num_rows == 0:
@@ -452,14 +342,14 @@ def phases(table: pa.Table) -> pa.Table:
         to_numpy(table.column("rank"), np.int64), return_inverse=True
     )
     n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
-    top_time = _sum_by(
+    top_time = sum_by(
         rank_code[opens_top] * n_tops + top[opens_top], duration[opens_top], n_ranks * n_tops
     )
     stepping = opens_top & (duration > 0)
     top_steps = np.bincount(
         rank_code[stepping] * n_tops + top[stepping], minlength=n_ranks * n_tops
     )
-    sub_time = _sum_by(
+    sub_time = sum_by(
         rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs
     ).reshape(n_ranks, n_subs)
     top_time = top_time.reshape(n_ranks, n_tops)
@@ -488,10 +378,10 @@ def phase_times(
     shape = time.shape
     code = rank[keep].astype(np.int64) * shape[1] + level[keep]
     size = shape[0] * shape[1]
-    awaited = _sum_by(code, np.asarray(waited, np.int64)[keep], size).reshape(shape) > 0
+    awaited = sum_by(code, np.asarray(waited, np.int64)[keep], size).reshape(shape) > 0
     if not awaited.any():
         return time
-    ran = _sum_by(code, np.asarray(own, np.int64)[keep], size).reshape(shape)
+    ran = sum_by(code, np.asarray(own, np.int64)[keep], size).reshape(shape)
     return np.where(awaited, ran, time)
 
 
@@ -534,7 +424,7 @@ def phase_table(
     sub_names = list(subs)
     sub_top = np.array([tops[name.split("/", 1)[0]] for name in sub_names], np.int64)
 
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
 
     def emit(rank: int | None, times: np.ndarray, steps: np.ndarray, subs_time: np.ndarray) -> None:
         for t in np.argsort(-times, kind="stable"):
@@ -586,7 +476,7 @@ def phase_table(
     )
 
 
-def _arrow_array(values: list, type_: pa.DataType) -> pa.Array:
+def _arrow_array(values: list[Any], type_: pa.DataType) -> pa.Array:
     """``pa.array(values, type_, from_pandas=True)`` (None and NaN null) for the few types of
     ``PHASE_SCHEMA``, built from buffers: ``pa.array`` imports pandas on its first call (a
     few tenths of a second of a fresh process that streams a run's phases and needs none)."""
@@ -629,16 +519,6 @@ def _check_columns(
             f"(columns: {', '.join(table.column_names)})"
         )
     return by
-
-
-def _sum_by(code: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
-    out = np.zeros(size, np.int64)
-    np.add.at(out, code, values)
-    return out
-
-
-def _group_codes(table: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    return combined_codes(table, by)
 
 
 def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:

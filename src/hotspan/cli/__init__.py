@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .commands import build_parser, main
+from ._commands import build_parser, main
 
 __all__ = ["build_parser", "main"]

@@ -14,18 +14,20 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .registry import EXTENSIONS, FORMATS, exporter_for, format_of
+from ._registry import EXTENSIONS, FORMATS, exporter_for, format_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ._base import TraceFileError
+
 __all__ = ["EXTENSIONS", "FORMATS", "TraceFileError", "export", "exporter_for", "format_of", "load"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type[TraceFileError]:
     # TraceFileError lives with the base class; loading it loads pyarrow, so only on demand.
     if name == "TraceFileError":
-        from .base import TraceFileError
+        from ._base import TraceFileError
 
         return TraceFileError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -33,7 +35,7 @@ def __getattr__(name: str):
 
 def export(
     table: "pa.Table",
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     format: str | None = None,
     *,
     counters: "pa.Table | None" = None,
@@ -44,16 +46,12 @@ def export(
     ``counters``: a counter table written beside the spans, by the formats that hold
     counters (Chrome JSON, Perfetto); ``ValueError`` for another. Returns the path written.
     """
-    exporter = exporter_for(path, format)
-    if counters is None:
-        exporter.write(table, path)
-    else:
-        exporter.write(table, path, counters=counters)
+    exporter_for(path, format).write(table, path, counters=counters)
     return Path(path)
 
 
 def load(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     format: str | None = None,
     *,
     check: bool = True,
@@ -75,7 +73,7 @@ def load(
     lists them; a directory of several runs loads whole with a warning naming them).
     """
     if not isinstance(path, Path) and "://" in str(os.fspath(path)):
-        from .uri import is_uri
+        from ._uri import is_uri
 
         if is_uri(path):
             from .dataset import load_uri
@@ -89,7 +87,7 @@ def load(
     table = exporter_for(path, format).read(path, check=check)
     if run is not None:
         from .._schema import META_RUN
-        from .base import TraceFileError
+        from ._base import TraceFileError
 
         found = (table.schema.metadata or {}).get(META_RUN, b"").decode(errors="replace")
         if found != run:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .base import TraceFileError as TraceFileError
+from ._base import TraceFileError as TraceFileError
 
 _Buffer = Any  # a C-contiguous buffer of the item type the .pyx names
 

@@ -16,7 +16,7 @@ bad bytes are reported with their offset, never half-read.
 """
 from libc.stdint cimport int64_t, uint64_t, int32_t, uint8_t, uint32_t, INT64_MIN
 from libc.string cimport memcpy, memcmp, memmove, memset, strchr
-from libc.stdlib cimport strtod, malloc, calloc, free
+from libc.stdlib cimport strtod, malloc, calloc, realloc, free
 from libc.math cimport isfinite, llround
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -32,7 +32,7 @@ from ._trace_order cimport trace_order, thread_codes_of
 import json
 import os
 
-from .base import TraceFileError
+from ._base import TraceFileError
 
 cdef int64_t I64_MAX = 0x7FFFFFFFFFFFFFFF
 # INT64_MIN from <stdint.h>: Cython folds "-0x7FFFFFFFFFFFFFFF - 1" into the literal
@@ -544,10 +544,15 @@ cdef class Strings:
     """Distinct strings and their codes, looked up by their UTF-8 bytes (an open-addressing
     table in C, so a repeated name costs a hash and a compare, no Python object)."""
     cdef public list values  # str, index = code
-    cdef list keys  # bytes, index = code
+    cdef list keys  # bytes, index = code (they own the bytes key_text points into)
     cdef int32_t* slots
     cdef uint64_t* slot_hash
     cdef Py_ssize_t mask
+    # Per code its UTF-8 bytes and their length: a lookup compares them without touching a
+    # Python object (no list item, no reference count).
+    cdef const char** key_text
+    cdef Py_ssize_t* key_len
+    cdef Py_ssize_t key_cap
 
     def __cinit__(self):
         self.values = []
@@ -555,13 +560,18 @@ cdef class Strings:
         self.mask = 63
         self.slots = <int32_t*>malloc(64 * sizeof(int32_t))
         self.slot_hash = <uint64_t*>malloc(64 * sizeof(uint64_t))
-        if self.slots == NULL or self.slot_hash == NULL:
+        self.key_cap = 32
+        self.key_text = <const char**>malloc(self.key_cap * sizeof(char*))
+        self.key_len = <Py_ssize_t*>malloc(self.key_cap * sizeof(Py_ssize_t))
+        if self.slots == NULL or self.slot_hash == NULL or self.key_text == NULL or self.key_len == NULL:
             raise MemoryError()
         memset(self.slots, 0xFF, 64 * sizeof(int32_t))
 
     def __dealloc__(self):
         free(self.slots)
         free(self.slot_hash)
+        free(self.key_text)
+        free(self.key_len)
 
     cdef int grow(self) except -1:
         cdef Py_ssize_t size = (self.mask + 1) * 2, i, j
@@ -586,6 +596,19 @@ cdef class Strings:
         self.mask = size - 1
         return 0
 
+    cdef int grow_keys(self) except -1:
+        cdef Py_ssize_t cap = self.key_cap * 2
+        cdef const char** text = <const char**>realloc(self.key_text, cap * sizeof(char*))
+        if text == NULL:
+            raise MemoryError()
+        self.key_text = text
+        cdef Py_ssize_t* length = <Py_ssize_t*>realloc(self.key_len, cap * sizeof(Py_ssize_t))
+        if length == NULL:
+            raise MemoryError()
+        self.key_len = length
+        self.key_cap = cap
+        return 0
+
     cdef int32_t code(self, const char* p, Py_ssize_t n) except -1:
         """The code of the UTF-8 text p[:n], added when new (UnicodeDecodeError if not UTF-8)."""
         cdef uint64_t h = hash_bytes(p, n)
@@ -596,15 +619,18 @@ cdef class Strings:
             c = self.slots[j]
             if c < 0:
                 break
-            if self.slot_hash[j] == h:
-                key = <bytes>self.keys[c]
-                if PyBytes_GET_SIZE(key) == n and memcmp(PyBytes_AS_STRING(key), p, n) == 0:
-                    return c
+            if self.slot_hash[j] == h and self.key_len[c] == n and memcmp(self.key_text[c], p, n) == 0:
+                return c
             j = (j + 1) & self.mask
         value = PyUnicode_DecodeUTF8(p, n, NULL)
         c = <int32_t>len(self.values)
+        if c == self.key_cap:
+            self.grow_keys()
+        key = p[:n]
         self.values.append(value)
-        self.keys.append(p[:n])
+        self.keys.append(key)
+        self.key_text[c] = PyBytes_AS_STRING(key)
+        self.key_len[c] = n
         self.slots[j] = c
         self.slot_hash[j] = h
         if 2 * len(self.values) > self.mask:

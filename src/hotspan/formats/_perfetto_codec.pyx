@@ -9,7 +9,7 @@ Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field
 * per thread one trusted packet sequence (2 + thread index) whose first packet clears the
   incremental state and interns the debug annotation names; a name or category is interned
   on a sequence just before the first event that uses it there;
-* counters (``export(..., counters=)``, ``formats/perfetto_counters.py``): counter track
+* counters (``export(..., counters=)``, ``formats/_perfetto_counters.py``): counter track
   descriptors and ``COUNTER`` events on a sequence of their own, after the spans; the
   decoder skips them;
 * per span a ``SLICE_BEGIN``/``SLICE_END`` pair, per instant (``duration_ns == 0``) an
@@ -24,7 +24,7 @@ Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field
   instance (``codec_inputs.collective_flows``) one flow, ``flow_ids`` on each but the last
   to start, ``terminating_flow_ids`` on the last: a chain in arrival order.
 
-The codec only receives buffers: the caller (``formats/perfetto.py``) turns the table's
+The codec only receives buffers: the caller (``formats/_perfetto.py``) turns the table's
 columns into contiguous numpy arrays and back. Every read is bounds-checked: a bad file is a
 :class:`CodecError` (a ``ValueError``) with the byte offset, never a crash.
 """
@@ -1123,7 +1123,7 @@ cdef class Decoder:
         if not f.has_track:
             self.fail("a track event without a track (not a trace hotspan wrote?)", end, base)
         if f.kind == COUNTER:
-            return 0  # not a span (formats/perfetto_counters.py reads counters)
+            return 0  # not a span (formats/_perfetto_counters.py reads counters)
         t = self.track_of(f.track_uuid)
         track = &self.tracks[t]
         if f.kind == SLICE_END:

@@ -72,8 +72,8 @@ class _Reader:
             return self.struct()
         raise ValueError(f"unknown thrift type {kind}")
 
-    def struct(self) -> list:
-        fields: list[Any] = []
+    def struct(self) -> list[list[Any]]:
+        fields: list[list[Any]] = []
         last = 0
         while True:
             header = self.byte()
@@ -88,7 +88,7 @@ class _Reader:
 
 
 class _Writer:
-    def __init__(self):
+    def __init__(self) -> None:
         self.out = bytearray()
 
     def varint(self, n: int) -> None:
@@ -136,7 +136,7 @@ class _Writer:
         else:
             raise ValueError(f"unknown thrift type {kind}")
 
-    def struct(self, fields: list) -> None:
+    def struct(self, fields: list[list[Any]]) -> None:
         last = 0
         for field_id, kind, value in fields:
             delta = field_id - last
@@ -151,17 +151,17 @@ class _Writer:
         self.out.append(STOP)
 
 
-def read_struct(data: bytes) -> list:
+def read_struct(data: bytes) -> list[list[Any]]:
     return _Reader(data).struct()
 
 
-def write_struct(fields: list) -> bytes:
+def write_struct(fields: list[list[Any]]) -> bytes:
     w = _Writer()
     w.struct(fields)
     return bytes(w.out)
 
 
-def field(fields: list, field_id: int) -> list | None:
+def field(fields: list[list[Any]], field_id: int) -> list[Any] | None:
     """The ``[id, type, value]`` entry of a struct, or None."""
     for entry in fields:
         if entry[0] == field_id:
@@ -169,7 +169,7 @@ def field(fields: list, field_id: int) -> list | None:
     return None
 
 
-def required_field(fields: list, field_id: int) -> list:
+def required_field(fields: list[list[Any]], field_id: int) -> list[Any]:
     """The ``[id, type, value]`` entry of a field the format requires (a Parquet footer's
     row groups, columns, row counts)."""
     entry = field(fields, field_id)

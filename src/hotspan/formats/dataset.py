@@ -58,8 +58,8 @@ from typing import Any, TypeVar, cast
 import pyarrow as pa
 
 from .. import _machine
-from .uri import is_uri, redact_uri
-from .base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
+from ._uri import is_uri, redact_uri
+from ._base import TraceFileError, check_span_rules, conform_to_schema, require_regular_file
 from .._schema import (
     meta_int,
     meta_json,
@@ -71,6 +71,7 @@ from .._schema import (
     META_MACHINE,
     META_PID,
     META_RANK,
+    META_PART,
     META_RUN,
     META_SKIPPED_ON_LOAD,
     META_START,
@@ -109,8 +110,8 @@ __all__ = [
 ]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
-#: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}.
-META_PART = b"hotspan.part"
+#: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}
+#: (``META_PART``, defined in _schema).
 #: In a loaded dataset (JSON): {"<rank>": [{"pid", "host", "parts", "spans", "start_ns", "clock",
 #: "dropped", "sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns"}, ...]}.
 META_RANKS = b"hotspan.ranks"
@@ -157,7 +158,7 @@ def part_name(
 
 
 def part_path(
-    directory: str | os.PathLike, rank: int, pid: int, seq: int, token: str | None = None
+    directory: str | os.PathLike[str], rank: int, pid: int, seq: int, token: str | None = None
 ) -> Path:
     """Where part ``seq`` of writer ``token`` (process ``pid`` of ``rank``) lives in a local
     dataset directory; without a token, the older ``part-<pid>-<seq>`` name."""
@@ -182,7 +183,7 @@ class Location:
     path there, no trailing ``/``), ``shown`` (the name to print) and ``local`` (a local
     directory, written with ``os`` calls: an atomic rename, fsync)."""
 
-    def __init__(self, fs, root: str, shown: str, local: bool):
+    def __init__(self, fs: Any, root: str, shown: str, local: bool):
         self.fs, self.root, self.shown, self.local = fs, root.rstrip("/") or root, shown, local
 
     @property
@@ -199,7 +200,7 @@ class Location:
         return f"<Location {self.shown}>"
 
 
-def location(dest: str | os.PathLike) -> Location:
+def location(dest: str | os.PathLike[str]) -> Location:
     """Where ``dest`` (a local path, or any URI ``pyarrow.fs.FileSystem.from_uri`` accepts)
     lives. A bad URI is a ``ValueError`` that names it without its credentials."""
     import pyarrow.fs as pafs
@@ -222,7 +223,7 @@ def location(dest: str | os.PathLike) -> Location:
     return Location(fs, root, shown, False)
 
 
-def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str:
+def put_file(loc: Location, local_file: str | os.PathLike[str], relative: str) -> str:
     """Publish a complete local file as ``relative`` under ``loc`` (not a local directory:
     ``write_part`` writes those in place, with ``atomic_path``), never over an existing one
     (``FileExistsError``); return its path on ``loc.fs``.
@@ -259,7 +260,7 @@ def put_file(loc: Location, local_file: str | os.PathLike, relative: str) -> str
 
 def write_part(
     table: pa.Table,
-    directory: str | os.PathLike | Location,
+    directory: str | os.PathLike[str] | Location,
     *,
     rank: int,
     pid: int,
@@ -284,7 +285,7 @@ def write_part(
     """
     import tempfile
 
-    from .parquet import ParquetExporter, PartParquetExporter
+    from ._parquet import ParquetExporter, PartParquetExporter
 
     if encoding not in ("part", "file"):
         raise ValueError(f"write_part: encoding must be 'part' or 'file', not {encoding!r}")
@@ -314,7 +315,7 @@ def write_part(
         return put_file(loc, staged, relative)
 
 
-def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
+def part_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``hotspan.part`` metadata of one written part (its footer only is read)."""
     import pyarrow.parquet as pq
 
@@ -322,7 +323,7 @@ def part_metadata(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def sweep_temporaries(
-    directory: str | os.PathLike, *, stale_s: float = STALE_TEMP_S, by_pid: bool = True
+    directory: str | os.PathLike[str], *, stale_s: float = STALE_TEMP_S, by_pid: bool = True
 ) -> int:
     """Remove what writers killed mid-part left in ``directory`` (hidden temporary parts);
     return how many. A temporary part goes when its writer is a process of this host that no
@@ -378,7 +379,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_dataset(path: str | os.PathLike) -> bool:
+def is_dataset(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a directory or a file system URI (``load()`` reads both as datasets)."""
     return is_uri(path) or Path(path).is_dir()
 
@@ -410,7 +411,7 @@ def part_key(path: str) -> dict[str, Any] | None:
     }
 
 
-def _part_key(path: str) -> tuple:
+def _part_key(path: str) -> tuple[Any, ...]:
     """Order parts by rank, directory, pid, writer token and part number."""
     parent, _, name = path.rpartition("/")
     key = part_key(path)
@@ -458,14 +459,14 @@ def _list_parts(loc: Location, *, own: bool = False) -> list[tuple[str, int, int
     return sorted(found, key=lambda item: _part_key(item[0]))
 
 
-def part_files(directory: str | os.PathLike) -> list[Path]:
+def part_files(directory: str | os.PathLike[str]) -> list[Path]:
     """The parts of a local dataset directory, as paths, in :func:`list_parts`'s order (parts
     that a compacted part replaces included: see :func:`current_parts`)."""
     return [Path(path) for path, _size in list_parts(location(directory))]
 
 
 def current_parts(
-    dest: str | os.PathLike | Location,
+    dest: str | os.PathLike[str] | Location,
     *,
     own: bool = False,
     footers: dict[str, tuple[tuple[int, int], dict[bytes, bytes]]] | None = None,
@@ -714,7 +715,7 @@ def _format_hotspans_warnings_on_one_line() -> None:
 _format_hotspans_warnings_on_one_line()
 
 
-def list_runs(dest: str | os.PathLike) -> list[dict[str, Any]]:
+def list_runs(dest: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The runs in a dataset (a directory or URI), from its parts' footers only, oldest
     first: ``run`` (its id; None for parts written before run ids), ``start_ns``,
     ``processes``, ``ranks``, ``spans``, ``parts`` and ``command`` (the first process's argv)."""
@@ -784,7 +785,7 @@ def load_uri(
 
     import pyarrow.fs as pafs
 
-    from .registry import exporter_for
+    from ._registry import exporter_for
 
     loc = location(uri)
     if not loc.local and loc.fs.get_file_info(loc.root).type == pafs.FileType.File:
@@ -807,7 +808,7 @@ def load_uri(
 
 
 def load_dataset(
-    directory: str | os.PathLike | Location, *, check: bool = True, run: str | None = None
+    directory: str | os.PathLike[str] | Location, *, check: bool = True, run: str | None = None
 ) -> pa.Table:
     """Every part of a dataset (a directory, or a URI: all ranks, all processes) as one table
     with exactly ``SPAN_SCHEMA``, ordered by rank, process and part; metadata merged (see
@@ -889,8 +890,8 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
             metas_read = [meta for _fragment, meta in kept]
             live_skipped = None
             if loc.local:
-                # a live run's raw logs (recording/rawlog.py): the spans no part holds yet
-                from ..recording.rawlog import live_tables
+                # a live run's raw logs (formats/_rawlog.py): the spans no part holds yet
+                from ._rawlog import live_tables
 
                 try:
                     live = live_tables(loc.root, metas_read)
@@ -930,7 +931,7 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
 TEST_COLUMN = "test"
 
 
-def _with_test_column(tables: list[pa.Table], metas: list[dict]) -> list[pa.Table]:
+def _with_test_column(tables: list[pa.Table], metas: list[dict[bytes, bytes]]) -> list[pa.Table]:
     """``tables`` with a ``test`` column when any part names its test (``hotspan.part`` key
     ``test``, written by the pytest plugin): the part's test id on its rows, null on the rows of
     parts that name none; the tables as they are otherwise."""

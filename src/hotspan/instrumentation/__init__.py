@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import importlib
 import threading
+from types import ModuleType
 
 __all__ = ["KNOWN", "instrument", "instrumented", "uninstrument"]
 
 #: name accepted by instrument() -> (module implementing install/uninstall, what to pip install)
 KNOWN: dict[str, tuple[str, str]] = {
-    "torch.distributed": ("hotspan.instrumentation.torch_distributed", "torch"),
-    "mlx": ("hotspan.instrumentation.mlx", "'mlx[cpu]' on Linux, mlx on macOS"),
+    "torch.distributed": ("hotspan.instrumentation._torch_distributed", "torch"),
+    "mlx": ("hotspan.instrumentation._mlx", "'mlx[cpu]' on Linux, mlx on macOS"),
 }
 
 _lock = threading.Lock()
 _active: set[str] = set()
 
 
-def _integration(name: object):
+def _integration(name: object) -> ModuleType:
     if not isinstance(name, str):
         raise TypeError(f"instrument(): the name must be a str, not {type(name).__name__}")
     if name not in KNOWN:

@@ -37,7 +37,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from ..formats.dataset import Location
 
 __all__ = ["DEFAULT_GRACE_S", "DEFAULT_TARGET_BYTES", "Compaction", "compact"]
 
@@ -58,7 +61,7 @@ class Compaction:
     deleted: int = 0  # input parts deleted (and leftovers of an earlier, interrupted compaction)
     bytes_before: int = 0
     bytes_after: int = 0
-    ranks: set = field(default_factory=set)
+    ranks: set[int] = field(default_factory=set)
     seconds: float = 0.0
 
 
@@ -91,7 +94,7 @@ def compact(
         raise FileNotFoundError(errno.ENOENT, "no such dataset", loc.shown)
     result = Compaction()
     if loc.local:  # the raw logs of recordings killed before their stop(): Parquet first
-        from .rawlog import convert_left
+        from ._rawlog import convert_left
 
         convert_left(loc.root, log)
     files = list_parts(loc)
@@ -127,7 +130,7 @@ def compact(
     return result
 
 
-def _wanted(path: str, rank, pid, token) -> bool:
+def _wanted(path: str, rank: int | None, pid: int | None, token: str | None) -> bool:
     from ..formats.dataset import part_key
 
     key = part_key(path)
@@ -137,7 +140,9 @@ def _wanted(path: str, rank, pid, token) -> bool:
     )
 
 
-def _footers(loc, files: list[tuple[str, int]]) -> dict[str, tuple[dict, int]]:
+def _footers(
+    loc: Location, files: list[tuple[str, int]]
+) -> dict[str, tuple[dict[bytes, bytes], int]]:
     """Each part's schema metadata (its footer only), by path; parts gone meanwhile left out."""
     import pyarrow.parquet as pq
 
@@ -150,7 +155,15 @@ def _footers(loc, files: list[tuple[str, int]]) -> dict[str, tuple[dict, int]]:
     return found
 
 
-def _groups(live, metas, target_bytes: int, *, rank, pid, token):
+def _groups(
+    live: list[tuple[str, int]],
+    metas: dict[str, tuple[dict[bytes, bytes], int]],
+    target_bytes: int,
+    *,
+    rank: int | None,
+    pid: int | None,
+    token: str | None,
+) -> list[tuple[tuple[int, int, str], list[tuple[str, int]]]]:
     """[(writer (rank, pid, token), [(path, size), ...]), ...]: runs of consecutive small parts
     of one writer, each run at most ``target_bytes`` (or two parts, whichever is more) and of
     two parts or more."""
@@ -187,7 +200,12 @@ def _groups(live, metas, target_bytes: int, *, rank, pid, token):
     return groups
 
 
-def _merge(loc, writer, members, metas) -> None:
+def _merge(
+    loc: Location,
+    writer: tuple[int, int, str],
+    members: list[tuple[str, int]],
+    metas: dict[str, tuple[dict[bytes, bytes], int]],
+) -> None:
     """One compacted part from ``members`` (in order), published in one atomic step."""
     import json
 
@@ -195,7 +213,7 @@ def _merge(loc, writer, members, metas) -> None:
     import pyarrow.parquet as pq
 
     from .._schema import META_START, meta_int, meta_json
-    from ..formats.base import conform_to_schema
+    from ..formats._base import conform_to_schema
     from ..formats.dataset import META_PART, part_key, write_part
 
     rank, pid, token = writer

@@ -22,10 +22,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..formats.base import TraceFileError, open_regular_file
+from ..formats._base import TraceFileError, open_regular_file
 from ..formats.dataset import pid_alive
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
     import pyarrow as pa
 
 MAGIC = b"HSFLIGHT"
@@ -112,7 +115,7 @@ class FlightProcess:
 class _File:
     """A flight file mapped read-only, its header checked."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         try:
             with open_regular_file(self.path, FlightFileError) as fh:
@@ -264,10 +267,16 @@ class _File:
     # ---- threads --------------------------------------------------------------------------
 
     def slot(self, i: int) -> int:
-        return self.h["slots_off"] + i * self.h["slot_bytes"]
+        at: int = self.h["slots_off"] + i * self.h["slot_bytes"]
+        return at
 
     def read_thread(
-        self, i: int, names: dict[int, str], pairs: list[tuple[int, int]], convert, live: bool
+        self,
+        i: int,
+        names: dict[int, str],
+        pairs: list[tuple[int, int]],
+        convert: Callable[[int], int],
+        live: bool,
     ) -> FlightThread | None:
         """Slot i's thread and its open spans (None: no live thread there). A running
         writer is never stopped: the frames are copied between two reads of the thread's
@@ -325,7 +334,13 @@ class _File:
             parent = seq
         return thread
 
-    def threads(self, names, pairs, convert, live: bool) -> list[FlightThread]:
+    def threads(
+        self,
+        names: dict[int, str],
+        pairs: list[tuple[int, int]],
+        convert: Callable[[int], int],
+        live: bool,
+    ) -> list[FlightThread]:
         out = []
         for i in range(self.h["nslots"]):
             t = self.read_thread(i, names, pairs, convert, live)
@@ -362,7 +377,7 @@ def _pair_strings(
     return name, (names.get(path_id, f"<unknown category {path_id}>") if path_id else None)
 
 
-def _converter(t0: int, n0: int, npt: float):
+def _converter(t0: int, n0: int, npt: float) -> Callable[[int], int]:
     """ticks -> epoch ns with the file's newest clock segment (ticks are unsigned 64-bit)."""
 
     def convert(ticks: int) -> int:
@@ -389,7 +404,7 @@ def _maps_file(pid: int, path: str) -> bool:
         return pid_alive(pid)
 
 
-def stacks(path: str | os.PathLike) -> FlightProcess:
+def stacks(path: str | os.PathLike[str]) -> FlightProcess:
     """The open spans of the process that writes (or wrote) the flight file at path, per
     thread, read without stopping it."""
     f = _File(path)
@@ -434,7 +449,11 @@ _BAD_IDS = (0, (1 << 64) - 1)  # 0 means "no parent"; the writer never hands out
 
 
 def _decode_block(
-    f: _File, i: int, convert_arrays, life: tuple[int, int], npairs: int
+    f: _File,
+    i: int,
+    convert_arrays: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    life: tuple[int, int],
+    npairs: int,
 ) -> dict[str, Any] | None:
     """The records of block i not drained yet, as numpy columns (None: nothing there).
     Raises ``_Damaged`` naming what is wrong when the block's counts or records break the
@@ -560,7 +579,14 @@ def _decode_block(
     }
 
 
-def _check_records(seq, parent, has_parent, depth, pair, npairs: int) -> None:
+def _check_records(
+    seq: np.ndarray,
+    parent: np.ndarray,
+    has_parent: np.ndarray,
+    depth: np.ndarray,
+    pair: np.ndarray,
+    npairs: int,
+) -> None:
     """The invariants of one block's records (see ``_decode_block``); ``_Damaged`` if broken."""
     import numpy as np
 
@@ -638,7 +664,7 @@ def _stack_damage(thread: FlightThread, npairs: int, life: tuple[int, int]) -> s
     return None
 
 
-def recover(path: str | os.PathLike) -> "pa.Table":
+def recover(path: str | os.PathLike[str]) -> "pa.Table":
     """The spans a process that died left in its flight file: every span completed and not
     yet drained, and the spans still open at its death, whose ``end_ns`` is the last time
     the file saw the process and whose ids are listed (JSON) in the table's metadata under
@@ -654,7 +680,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
 
     from .._schema import META_PID, META_RANK, META_VERSION, SPAN_SCHEMA
     from .._selftime import with_self_ns
-    from ..formats.base import check_span_rules, note_skipped
+    from ..formats._base import check_span_rules, note_skipped
 
     f = _File(path)
     try:
@@ -662,7 +688,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         t0, n0, npt, last = f.clock()
         convert = _converter(t0, n0, npt)
 
-        def convert_arrays(ticks, dur):
+        def convert_arrays(ticks: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             # in float64, clamped: damaged ticks give absurd times, never int64 overflow
             # (exact where it matters: ns offsets below 2^53 from the anchor)
             d = (ticks - np.uint64(t0)).view(np.int64)
@@ -685,7 +711,7 @@ def recover(path: str | os.PathLike) -> "pa.Table":
         life = _life(f, end_open)
         parts: list[dict[str, Any]] = []
         damaged: list[tuple[int, str, int]] = []  # (block, what, records left out)
-        open_rows: list[tuple] = []
+        open_rows: list[tuple[Any, ...]] = []
         lost_stacks: list[str] = []
         if not h["clean_exit"]:
             for i in range(h["nblocks"]):
@@ -855,7 +881,9 @@ def recover(path: str | os.PathLike) -> "pa.Table":
 
 
 def _consistent_across_blocks(
-    parts: list[dict[str, Any]], open_rows: list[tuple], damaged: list[tuple[int, str, int]]
+    parts: list[dict[str, Any]],
+    open_rows: list[tuple[Any, ...]],
+    damaged: list[tuple[int, str, int]],
 ) -> list[dict[str, Any]]:
     """The blocks whose spans agree with every other block's and the open frames: a span id
     in two blocks, or a child whose parent (in another block, or open) is not one level up,
@@ -970,7 +998,7 @@ def snapshot() -> "pa.Table":
     proc = stacks(path)
     now = time.time_ns()
     schema = __getattr__("SNAPSHOT_SCHEMA")
-    rows: dict[str, list] = {k: [] for k in schema.names}
+    rows: dict[str, list[Any]] = {k: [] for k in schema.names}
     for t in proc.threads:
         for fr in t.stack:
             for k, v in (

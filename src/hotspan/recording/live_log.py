@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from typing import IO
+from typing import IO, Any
 
 from .. import _native
-from ..quiet_threads import start_quiet
-from ..units import human_ns
+from .._quiet_threads import start_quiet
+from .._units import human_ns
 
 __all__ = ["LiveLog", "format_line", "live"]
 
@@ -24,7 +24,7 @@ _current: "LiveLog | None" = None
 _current_lock = threading.Lock()
 
 
-def format_line(row: tuple, start_ns: int, rank: int) -> str:
+def format_line(row: tuple[Any, ...], start_ns: int, rank: int) -> str:
     """One live-log line: time since start, rank, thread, name, category, arg, duration."""
     start, duration, _tid, thread, name, category, arg, error, depth = row
     mark = "!!" if error else "  "
@@ -93,7 +93,7 @@ class LiveLog:
             if not running and not rows:
                 return
 
-    def _write(self, rows: list[tuple], skipped: int) -> None:
+    def _write(self, rows: list[tuple[Any, ...]], skipped: int) -> None:
         if self.failed is not None:
             return
         text = "".join(format_line(row, self._start_ns, self._rank) for row in rows)

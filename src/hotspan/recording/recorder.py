@@ -17,7 +17,7 @@ how often the clock offset to it is measured again, default 60 s) go with it.
 fails over to the next when that one is down.
 
 Parts reach the disk (or the collector) every interval: a process killed with SIGKILL loses
-at most its last interval. The recorder reads its own cursor of the hub (recording/hub.py):
+at most its last interval. The recorder reads its own cursor of the hub (recording/_hub.py):
 ``drain()``, ``live()`` and subscribers still get every span while it records.
 """
 
@@ -31,16 +31,17 @@ import time
 
 from .. import _api
 from .. import _lifecycle as lifecycle  # the fork steps' order: lifecycle.FORK_STEPS
-from . import hub
+from . import _hub as hub
 from .. import _native
-from ..quiet_threads import signals_blocked, start_quiet
+from .._quiet_threads import signals_blocked, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
-from .children import forget_children, track_children
-from .sinks import sink_for
-from .sinks import warn as _warn
+from ._children import forget_children, track_children
+from ._sinks import DatasetSink, room_to_flush, sink_for
+from ._sinks import warn as _warn
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
     import pyarrow as pa
@@ -87,7 +88,7 @@ class Recorder:
 
     def __init__(
         self,
-        dest: str | os.PathLike,
+        dest: str | os.PathLike[str],
         flush_interval: float = 1.0,
         *,
         token: str | None = None,
@@ -104,7 +105,7 @@ class Recorder:
             )
         if isinstance(buffer_spans, bool) or not isinstance(buffer_spans, int) or buffer_spans < 0:
             raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
-        from ..formats.uri import redact_uri
+        from ..formats._uri import redact_uri
 
         self._target = os.fspath(dest)  # as given: a forked child records to it too
         self.dest = redact_uri(self._target)  # shown in messages and events: no credentials
@@ -131,6 +132,7 @@ class Recorder:
         self._core_dropped_at_start: int | None = None
         self._no_room = 0  # flushes put off: no room in memory for them
         self._undelivered = 0  # spans left in the core at stop: no room to take them
+        self._counter_parts = 0  # counter parts written (their names' sequence numbers)
         self.flushes = 0
         #: Named to the processes started while it runs (``children_specs``); not
         #: ``HOTSPAN_OUT``'s, which their environment names already.
@@ -148,12 +150,10 @@ class Recorder:
     @property
     def spans(self) -> int:
         # in the raw log while it runs; at stop, those left in it (no room to convert them)
-        raw = (
-            self._sink.raw_spans()
-            if getattr(self._sink, "raw", False)
-            else getattr(self._sink, "raw_kept", 0)
-        )
-        return self._sink.spans + raw
+        sink = self._sink
+        if not isinstance(sink, DatasetSink):
+            return sink.spans
+        return sink.spans + (sink.raw_spans() if sink.raw else sink.raw_kept)
 
     @property
     def dropped(self) -> int:
@@ -170,7 +170,7 @@ class Recorder:
             # Importing that one module here (~1 ms, no pyarrow) takes the race away.
             with contextlib.suppress(Exception):  # out of memory, an import fails: go on
                 import concurrent.futures.thread  # noqa: F401
-                import mmap  # noqa: F401  (_room_to_flush, which must not import out of memory)
+                import mmap  # noqa: F401  (room_to_flush, which must not import out of memory)
                 import resource  # noqa: F401
             _running.append(self)
             self._core_dropped_at_start = _native.dropped()
@@ -233,9 +233,10 @@ class Recorder:
             with signals_blocked():
                 _warm_up(self.kind)
                 # pyarrow aborts the process where an allocation fails half-way (see
-                # _room_to_flush): without room, the metadata part waits for the first flush
+                # room_to_flush): without room, the metadata part waits for the first flush
                 with self._locked() as acquired:
-                    if acquired and _room_to_flush():
+                    # hasattr: always true here (a local directory), and says so to mypy
+                    if acquired and hasattr(self._sink, "open") and room_to_flush():
                         self._sink.open()
         except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
             self.write_errors += 1
@@ -248,7 +249,7 @@ class Recorder:
         try:
             _warm_up(self.kind)
             with self._locked() as acquired:
-                if acquired and hasattr(self._sink, "open") and _room_to_flush():
+                if acquired and hasattr(self._sink, "open") and room_to_flush():
                     self._sink.open()
                     self._use_raw()
         except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad start
@@ -276,7 +277,7 @@ class Recorder:
                     or (reader is not None and reader.under_pressure())
                 ):
                     next_flush = time.monotonic() + self.flush_interval
-                    if not _room_to_flush():
+                    if not room_to_flush():
                         self._no_room += 1
                         if self._no_room == 1:
                             _say(
@@ -313,19 +314,19 @@ class Recorder:
             )
 
     def _use_raw(self) -> None:
-        """Once the sink's raw log is open (a local directory: recording/rawlog.py), the
+        """Once the sink's raw log is open (a local directory: formats/_rawlog.py), the
         native drain thread writes this recording's spans as it moves them out of the rings
         (no interpreter lock, a few ns a span): this recorder takes nothing from the hub any
         more, and its flushes only write the counters and follow the children. What the hub
         had queued for it already goes out as a part of its own."""
-        if self._reader is None or not hasattr(self._sink, "start_raw"):
+        if self._reader is None or not isinstance(self._sink, DatasetSink):
             return
         self._sink.start_raw()
         if not self._sink.raw:
             return
         reader, self._reader = self._reader, None
         hub.detach(reader)
-        from .sinks import metadata_table
+        from ._sinks import metadata_table
 
         self._last = metadata_table()  # what stop() hands the sink (no drain to take it from)
         for table in reader.take_queued():
@@ -333,7 +334,7 @@ class Recorder:
                 self._sink.write(table)
 
     @contextlib.contextmanager
-    def _locked(self, timeout: float = -1):
+    def _locked(self, timeout: float = -1) -> Iterator[bool]:
         """``_lock``, noting its owner; yields False (not acquired) when this thread holds it
         already (a signal handler nested in a flush) or when ``timeout`` passed."""
         me = threading.get_ident()
@@ -405,7 +406,7 @@ class Recorder:
 
             table = counters.take(self)
             if table.num_rows:
-                self._counter_parts = getattr(self, "_counter_parts", 0) + 1
+                self._counter_parts += 1
                 counters.write_run_part(self._target, table, seq=self._counter_parts)
         except Exception as exc:  # noqa: BLE001 - a failing destination must not stop the program
             _say(f"could not write counters to {self.dest}: {_problem(exc)}")
@@ -470,7 +471,7 @@ class Recorder:
             _warn(f"could not wait for device spans: {type(exc).__name__}: {exc}")
         room = False
         try:
-            room = _room_to_flush()
+            room = room_to_flush()
             if room:
                 self.flush(lock_timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - out of memory taking the last spans
@@ -553,7 +554,7 @@ FLUSH_SWITCH_INTERVAL_S = 0.0002
 
 
 @contextlib.contextmanager
-def _prompt_handoffs():
+def _prompt_handoffs() -> Iterator[None]:
     previous = sys.getswitchinterval()
     if previous <= FLUSH_SWITCH_INTERVAL_S:  # the program's own choice is shorter: keep it
         yield
@@ -568,35 +569,6 @@ def _prompt_handoffs():
         # The program may have set its own meanwhile (only ours is replaced).
         if sys.getswitchinterval() == ours:
             sys.setswitchinterval(previous)
-
-
-#: Address space a flush must find free before it starts, beyond this many bytes per byte of
-#: records waiting in the core (a drained span is ~3x its record as a table, and the write
-#: holds the table and its encoding at once). See _room_to_flush.
-FLUSH_HEADROOM_BYTES = 64 << 20
-FLUSH_HEADROOM_PER_RECORD_BYTE = 8
-
-
-def _room_to_flush() -> bool:
-    """Whether the process can map what a flush will allocate, tried first with an anonymous
-    mapping never touched (no page is faulted in: a few microseconds). Why: pyarrow's C++ code
-    aborts the process (std::terminate on a bad_alloc thrown where it cannot be caught) when an
-    allocation fails half-way through building or writing a table, so under ``ulimit -v`` (the
-    only limit probed: without one the answer is yes at once) a flush starts only with room for
-    it; else the spans wait in the core (dropped and counted
-    at its memory cap) and the flusher tries again at the next poll."""
-    try:
-        import mmap  # imported at start(): out of memory, a first import may fail
-        import resource
-
-        if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
-            return True  # no address-space limit: nothing to probe (the usual case)
-        need = FLUSH_HEADROOM_BYTES
-        need += FLUSH_HEADROOM_PER_RECORD_BYTE * int(_native._pending()["bytes"])
-        mmap.mmap(-1, need).close()
-    except Exception:  # noqa: BLE001 - no room (or no way to tell): the flush waits
-        return False
-    return True
 
 
 def _touch_cxx_thread_state() -> None:
@@ -628,7 +600,8 @@ def _say(message: str) -> None:
 def _under_memory_pressure() -> bool:
 
     pending = _native._pending()
-    return pending["bytes"] * 2 >= pending["memory_cap"]
+    pressed: bool = pending["bytes"] * 2 >= pending["memory_cap"]
+    return pressed
 
 
 # Set once the flusher has imported what flushing needs. A fork while another thread is
@@ -687,13 +660,13 @@ def _warm_up(kind: str) -> None:
 
     if kind == "directory":
         from ..formats import dataset  # noqa: F401  (and the Parquet exporter it writes with)
-        from ..formats.registry import exporter_for
+        from ..formats._registry import exporter_for
 
         exporter_for("x.parquet")
 
 
 def record(
-    dest: str | os.PathLike,
+    dest: str | os.PathLike[str],
     flush_interval: float = 1.0,
     *,
     token: str | None = None,
@@ -740,7 +713,7 @@ def start_from_env() -> Recorder | None:
     handler (flush, then die of SIGTERM as before) is installed only where the program has
     none.
     """
-    from .children import in_forkserver
+    from ._children import in_forkserver
 
     started = None
     dest = os.environ.get(ENV_OUT, "").strip()
@@ -755,7 +728,7 @@ def start_from_env() -> Recorder | None:
     return started
 
 
-def start_env_recorder(dest: str | os.PathLike, flush_interval: float = 1.0) -> Recorder:
+def start_env_recorder(dest: str | os.PathLike[str], flush_interval: float = 1.0) -> Recorder:
     """Record this process to ``dest`` the way ``HOTSPAN_OUT`` does: until exit (``atexit``,
     SIGTERM where the program has no handler of its own, and ``multiprocessing``'s exit of
     its children, which skips ``atexit``), with every forked child recording to the same
@@ -854,7 +827,7 @@ def _export_to_children() -> None:
             _children_env_before = os.environ.get(ENV_CHILDREN)
             _children_env_set = True
         os.environ[ENV_CHILDREN] = json.dumps(specs)
-        from .children import offer_to_multiprocessing
+        from ._children import offer_to_multiprocessing
 
         offer_to_multiprocessing()  # imports nothing: multiprocessing, if loaded, or as it loads
     elif _children_env_set:

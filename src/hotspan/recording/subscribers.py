@@ -7,7 +7,7 @@
     with hotspan.subscribe(slow_steps, min_ns=100_000_000, categories=["step"]):
         train()
 
-Each subscriber reads its own cursor of the hub (recording/hub.py): it sees every span
+Each subscriber reads its own cursor of the hub (recording/_hub.py): it sees every span
 recorded while it is open, whatever ``drain()``, ``record()`` or other subscribers do. Its
 callback runs on its own thread, never a recording thread: a slow callback delays only
 itself (its queue is bounded by the memory cap; past it the oldest spans are dropped,
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import _native
 from .._callbacks import CallbackRunner
 from ..events import callback_name, report_failure
-from . import hub
+from . import _hub as hub
 
 if TYPE_CHECKING:
     import pyarrow as pa

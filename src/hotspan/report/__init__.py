@@ -5,7 +5,7 @@ from hotspan.report import gantt, step_gantts, html_report
 
 from __future__ import annotations
 
-from .gantt import gantt, step_gantts
+from ._gantt import gantt, step_gantts
 from .html import html_report
 
 __all__ = ["gantt", "html_report", "step_gantts"]

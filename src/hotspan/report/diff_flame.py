@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from .._flame import flame_tree, frame_label
-from .flame import asset, prune
+from ._flame import asset, prune
 
 __all__ = ["diff_flame_html", "diff_flame_tree", "diff_speedscope"]
 
@@ -48,7 +48,7 @@ def diff_flame_tree(
     total). ``verdicts``: ``{(category, name): verdict}`` as ``hotspan.compare`` gives them
     (computed when None)."""
     if verdicts is None:
-        from ..analysis.api import compare
+        from ..analysis._api import compare
 
         rows = compare(base, new).to_pylist()
         verdicts = {(r["category"], r["name"]): r["verdict"] for r in rows}
@@ -151,7 +151,7 @@ def diff_flame_html(
 def diff_speedscope(base: pa.Table, new: pa.Table) -> dict[str, Any]:
     """Both runs as one speedscope file: a profile each (``base``, ``new``) over one table
     of frames, for people who compare in speedscope (its profile menu switches)."""
-    from ..formats.speedscope import speedscope_document
+    from ..formats._speedscope import speedscope_document
 
     first = speedscope_document(base, name="base")
     second = speedscope_document(new, name="new")

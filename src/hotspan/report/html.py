@@ -31,9 +31,9 @@ from .._schema import (
 )
 from ..analysis.statistics import STAT_COLUMNS, phases, stats
 from .._columns import column_codes, to_numpy
-from ..units import human_bytes, human_count, human_ns, human_rate
-from .flame import asset, flame_html
-from .layout import category_order, layout
+from .._units import human_bytes, human_count, human_ns, human_rate
+from ._flame import asset, flame_html
+from ._layout import Layout, category_order, layout
 
 __all__ = [
     "MAX_STAT_ROWS",
@@ -122,7 +122,7 @@ def _meta(table: pa.Table, key: bytes) -> str | None:
     return value.decode("utf-8", "replace") if value is not None else None
 
 
-def _summary(table: pa.Table, lay) -> str:
+def _summary(table: pa.Table, lay: Layout) -> str:
     n = table.num_rows
     items: list[tuple[str, str]] = [("spans", f"{n:,}")]
     if n:
@@ -197,19 +197,19 @@ def _color(category: int) -> str:
     return PALETTE[category % len(PALETTE)]
 
 
-def category_colours(lay) -> dict[str, str]:
+def category_colours(lay: Layout) -> dict[str, str]:
     """Category path -> its colour in the timeline (and so in the flame view)."""
     return {name: _color(i) for i, name in enumerate(lay.categories)}
 
 
 def colours_by_time(time_per_category: Mapping[str, int | float]) -> dict[str, str]:
     """Category path -> colour, from each category's summed span time, as the timeline
-    takes them (:func:`~hotspan.report.layout.category_order`): for views that have the
+    takes them (:func:`~hotspan.report._layout.category_order`): for views that have the
     statistics and not the spans (serve's phases bars)."""
     return {name: _color(i) for i, name in enumerate(category_order(time_per_category))}
 
 
-def _legend(lay) -> str:
+def _legend(lay: Layout) -> str:
     entries = "".join(
         f'<span class="lg"><i style="background:{_color(i)}"></i>{html.escape(name)}</span>'
         for i, name in enumerate(lay.categories[:40])
@@ -233,14 +233,14 @@ def timeline_script() -> str:
     )
 
 
-def timeline_data(table: pa.Table, lay) -> dict[str, Any]:
+def timeline_data(table: pa.Table, lay: Layout) -> dict[str, Any]:
     """The library's timeline of the whole run (:func:`hotspan.analysis.timeline.timeline`,
     the answer ``GET /v1/traces/{id}/timeline`` gives) at ``REPORT_BINS`` pixels, with what the
     report adds: each track's label (its thread's name), each span's category colour and
     error, each pixel's colour (its busiest name's category)."""
     from ..analysis.timeline import timeline
 
-    view = timeline(table, lay.t0, max(lay.t1, lay.t0) + 1, REPORT_BINS)
+    view: dict[str, Any] = timeline(table, lay.t0, max(lay.t1, lay.t0) + 1, REPORT_BINS)
     ids = to_numpy(table.column("span_id"), np.uint64)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
@@ -271,7 +271,7 @@ def timeline_data(table: pa.Table, lay) -> dict[str, Any]:
     return view
 
 
-def _timeline(table: pa.Table, lay) -> str:
+def _timeline(table: pa.Table, lay: Layout) -> str:
     data = json.dumps(timeline_data(table, lay), separators=(",", ":")).replace("</", "<\\/")
     return (
         f'<div id="timeline-view" class="tlview" data-run="report" data-start="{lay.t0}" '

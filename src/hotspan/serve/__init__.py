@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .app import create_app
-    from .server import Server, serve
+    from ._server import Server, serve
 
 __all__ = ["Server", "create_app", "serve"]
 
@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
 
         return create_app
     if name in ("Server", "serve"):
-        from . import server
+        from . import _server as server
 
         return getattr(server, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -87,10 +87,15 @@
     });
   }
 
+  // a name's colour, made once (a whole-run view paints 100,000 pixels); no prototype, so a
+  // span named "constructor" gets its colour too
+  var colours = Object.create(null);
   function colour(name) {
+    var known = colours[name];
+    if (known !== undefined) return known;
     var h = 0;
     for (var i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
-    return 'hsl(' + (h % 360) + ',55%,' + (55 + (h >> 9) % 15) + '%)';
+    return (colours[name] = 'hsl(' + (h % 360) + ',55%,' + (55 + (h >> 9) % 15) + '%)');
   }
   function ms(ns) { return ns >= 1e9 ? (ns / 1e9).toFixed(3) + ' s' : ns >= 1e6 ? (ns / 1e6).toFixed(3) + ' ms' : ns >= 1e3 ? (ns / 1e3).toFixed(2) + ' us' : Math.round(ns) + ' ns'; }
   function plotWidth() { return Math.max(50, canvas.clientWidth - LABEL); }
@@ -240,12 +245,15 @@
       g.beginPath();
       g.rect(LABEL, y, plotWidth(), row.depth * ROW);
       g.clip();
+      var fill = null, alpha = null;  // the canvas's state set only when it changes
       t.pixels.forEach(function (p) {
         var left = x(base + p.x * per), w = Math.max(1, per * scale);
-        g.fillStyle = p.colour || colour(p.name);
-        g.globalAlpha = Math.min(1, 0.35 + p.count / 8);
+        var f = p.colour || colour(p.name), a = Math.min(1, 0.35 + p.count / 8);
+        if (f !== fill) g.fillStyle = fill = f;
+        if (a !== alpha) g.globalAlpha = alpha = a;
         g.fillRect(left, y + p.depth * ROW, w, ROW - 1);
-        drawn.push({x: left, y: y + p.depth * ROW, w: w, text: p.count + ' spans, most time in ' + p.name + ' (' + ms(p.time_ns) + ')'});
+        // the tip's text made when hovered: a whole-run view has a hundred thousand pixels
+        drawn.push({x: left, y: y + p.depth * ROW, w: w, pixel: p});
       });
       g.globalAlpha = 1;
       t.spans.forEach(function (s) {
@@ -341,7 +349,8 @@
     }
     tip.hidden = !hit;
     if (hit) {
-      tip.textContent = hit.text;
+      var p = hit.pixel;
+      tip.textContent = p ? p.count + ' spans, most time in ' + p.name + ' (' + ms(p.time_ns) + ')' : hit.text;
       tip.style.left = Math.min(px + 12, canvas.clientWidth - 260) + 'px';
       tip.style.top = (py + 14) + 'px';
     }

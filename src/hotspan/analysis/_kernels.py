@@ -1,0 +1,165 @@
+"""The kernels of the statistics, over Arrow columns and the numpy arrays made from them:
+group codes, exact counts and sums per group, self and wait time, and numpy's linear
+percentile as exact order statistics. One definition each, used by the in-memory path
+(statistics.py), the Parquet scan (parquet_scan.py, a part's batches at a time), the per
+process phases (process_phases.py) and the engines' finishing step (queries.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from .._columns import combined_codes, to_numpy
+
+__all__ = [
+    "group_percentile",
+    "group_sum",
+    "group_sums",
+    "interpolate",
+    "percentile_ranks",
+    "sort_within_groups",
+]
+
+
+def group_sums(
+    table: pa.Table, group: np.ndarray, groups: int, duration: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per group (``group``: a code in [0, groups) per row of ``table``) the aggregates of
+    ``queries.STAT_AGGREGATES`` that are counts and sums, under their names there: ``n``,
+    ``self_total``, ``wait_total`` (0 without the column), ``errors``, ``instants``, ``args``, ``arg_sum`` (0 where no arg) and
+    ``arg_time``, exact int64. One definition for the in-memory path and the streaming one
+    that reads Parquet a part at a time (``parquet_scan``, which adds the parts' sums)."""
+    error_column = table.column("error")
+    error = to_numpy(
+        error_column.fill_null(False) if error_column.null_count else error_column, np.bool_
+    )
+    arg_column = table.column("arg")
+    has_arg = to_numpy(arg_column.is_valid(), np.bool_)
+    # Counts as bincounts of the rows selected (not weighted ones: no float copy of a mask);
+    # sums over the rows with an arg only (a null arg adds nothing).
+    arg_group = group[has_arg]
+    arg = to_numpy(arg_column.drop_null() if arg_column.null_count else arg_column, np.int64)
+    return {
+        "n": np.bincount(group, minlength=groups).astype(np.int64),
+        "self_total": _self_time(table, group, duration, groups),
+        "wait_total": _wait_time(table, group, groups),
+        "errors": np.bincount(group[error], minlength=groups).astype(np.int64),
+        "instants": np.bincount(group[duration == 0], minlength=groups).astype(np.int64),
+        "args": np.bincount(arg_group, minlength=groups).astype(np.int64),
+        # exact integer sums (a plain bincount goes through float64)
+        "arg_sum": group_sum(arg_group, arg, groups),
+        "arg_time": group_sum(arg_group, duration[has_arg], groups),
+    }
+
+
+def group_percentile(
+    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float
+) -> np.ndarray:
+    """numpy.percentile(..., method="linear") of every group at once, computed the way
+    numpy computes it (same virtual index, same two-sided interpolation), so results agree
+    to the last bit."""
+    below, above, gamma = percentile_ranks(counts, q)
+    return interpolate(sorted_values[starts + below], sorted_values[starts + above], gamma)
+
+
+def percentile_ranks(counts: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy's linear percentile of groups of ``counts`` values: the 0-based ranks of the two
+    order statistics it interpolates between (``below``, ``above``), and the weight ``gamma``."""
+    virtual = (counts - 1) * q
+    below = np.floor(virtual).astype(np.int64)
+    above = np.minimum(below + 1, counts - 1)
+    return below, above, virtual - below
+
+
+def interpolate(below: np.ndarray, above: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """numpy's two-sided linear interpolation between the order statistics ``below`` and ``above``."""
+    a = below.astype(np.float64)
+    b = above.astype(np.float64)
+    diff = b - a
+    return np.asarray(np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma))
+
+
+def sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """``values`` ordered by (group, value).
+
+    When group and value fit together in 63 bits they are packed into one int64 and sorted
+    by value alone: numpy's SIMD sort of plain int64s is several times faster than an
+    argsort or a lexsort, which matters at a million spans.
+    """
+    low = int(values.min())
+    value_bits = (int(values.max()) - low).bit_length()
+    if (groups - 1).bit_length() + value_bits <= 63:
+        packed = (group.astype(np.int64) << value_bits) | (values - low)
+        packed.sort()
+        return np.asarray((packed & ((1 << value_bits) - 1)) + low)
+    return values[np.lexsort((values, group))]
+
+
+def _self_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, its spans' self time: the ``self_ns`` column summed (hotspan computes it where
+    spans become a table: no parent join here); a table built without the column gets it by
+    the same rule (``_selftime.self_ns_column``: duration minus the union of its children)."""
+    if "self_ns" in table.column_names:
+        self_ns = table.column("self_ns")
+        column = to_numpy(self_ns.fill_null(0) if self_ns.null_count else self_ns, np.int64)
+    else:
+        from .._selftime import self_ns_column
+
+        column = to_numpy(self_ns_column(table), np.int64)
+    return group_sum(group, column, groups)
+
+
+def _wait_time(table: pa.Table, group: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, its spans' wait (the ``wait_ns`` column summed; 0 for a table without it:
+    a foreign trace or an older file knows no task's suspensions)."""
+    if "wait_ns" not in table.column_names:
+        return np.zeros(groups, np.int64)
+    wait = table.column("wait_ns")
+    return group_sum(
+        group, to_numpy(wait.fill_null(0) if wait.null_count else wait, np.int64), groups
+    )
+
+
+def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group. ``np.add.at`` is exact but slow (an unbuffered
+    loop: ~10x a bincount), and a bincount sums in float64 (inexact past 2**53); so the values,
+    shifted to start at 0, are cut into three 21-bit pieces whose float sums stay exact below
+    2**32 values, and put together as integers."""
+    if len(values) == 0:
+        return np.zeros(groups, np.int64)
+    low = int(values.min())
+    if int(values.max()) - low >= 1 << 63 or len(values) >= 1 << 32:
+        out = np.zeros(groups, np.int64)
+        np.add.at(out, group, values)
+        return out
+    span = int(values.max()) - low
+    if span * len(values) < 1 << 53:
+        # Every partial sum an integer below 2**53: one float64 bincount is exact (durations
+        # of a part of a million spans, say: a third of the work of the pieces below).
+        sums = np.bincount(group, weights=(values - low).astype(np.float64), minlength=groups)
+        total = sums.astype(np.int64)
+        if low:
+            total += np.bincount(group, minlength=groups).astype(np.int64) * low
+        return total
+    shifted = (values - low).view(np.uint64) if low else values.view(np.uint64)
+    total = np.zeros(groups, np.int64)
+    mask = np.uint64((1 << 21) - 1)
+    for piece in range(3):
+        part = (shifted >> np.uint64(21 * piece)) & mask
+        sums = np.bincount(group, weights=part.astype(np.float64), minlength=groups)
+        total += sums.astype(np.int64) << (21 * piece)
+    if low:
+        total += np.bincount(group, minlength=groups).astype(np.int64) * low
+    return total
+
+
+def sum_by(code: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, np.int64)
+    np.add.at(out, code, values)
+    return out
+
+
+def group_codes(table: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    return combined_codes(table, by)
