@@ -237,6 +237,7 @@ static void shed_written_locked(void) {
         seg_spans -= s->nspans;
         seg_count--;
         raw_shed_spans += s->nspans;
+        hs_rawlog_forget_waits(s->recs, s->nslots, s->base_seq); /* no drain() takes them */
         segment_free_locked(s);
     }
 }

@@ -142,15 +142,42 @@ static PyObject *py_raw_stats(PyObject *m, PyObject *a) {
     return raw_stats_dict(&st, shed);
 }
 
-/* _raw_decode(data, frames, clocks) -> (columns, spans): the spans of a raw log's records
- * frames (packed hs_rawlog_span_frame) with its clock segments (packed hs_clock_seg), as
- * columns of cap = the frames' slots rows each, in hs_rawlog_columns' order: span_id,
- * parent_id, start_ns, end_ns, arg (8 bytes), pair, frame, depth (4), flags (1). */
+/* _raw_reader() -> a capsule holding what a raw log's reading carries from piece to piece
+ * (each thread's self state: hs_rawlog_reader), freed with the capsule. */
+#define RAW_READER_CAPSULE "hotspan._native.raw_reader"
+static void raw_reader_destroy(PyObject *cap) {
+    hs_rawlog_reader_free(PyCapsule_GetPointer(cap, RAW_READER_CAPSULE));
+}
+
+static PyObject *py_raw_reader(PyObject *m, PyObject *a) {
+    (void)m;
+    (void)a;
+    hs_rawlog_reader *rd = hs_rawlog_reader_new();
+    if (!rd) return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(rd, RAW_READER_CAPSULE, raw_reader_destroy);
+    if (!cap) hs_rawlog_reader_free(rd);
+    return cap;
+}
+
+/* _raw_decode(reader, data, frames, clocks) -> (columns, spans): the spans of a raw log's
+ * records frames (packed hs_rawlog_span_frame) with its clock segments (packed hs_clock_seg),
+ * as columns of cap = the frames' slots rows each, in hs_rawlog_columns' order: span_id,
+ * parent_id, start_ns, end_ns, arg, self_ns, wait_ns (8 bytes), pair, frame, depth (4),
+ * flags (1). The reader (_raw_reader) carries each thread's self state to the next call: a
+ * log's frames are handed over in order, each once. One call at a time per reader (the GIL
+ * is released: the capsule is held meanwhile, and a second call on it is refused). */
 static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
     (void)m;
+    PyObject *cap_obj;
     Py_buffer data, frames, clocks;
-    if (!PyArg_ParseTuple(args, "y*y*y*:_raw_decode", &data, &frames, &clocks)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*:_raw_decode", &cap_obj, &data, &frames, &clocks)) return NULL;
     PyObject *out = NULL;
+    hs_rawlog_reader *rd = PyCapsule_GetPointer(cap_obj, RAW_READER_CAPSULE);
+    if (!rd) goto done;
+    if (PyCapsule_GetContext(cap_obj)) {
+        PyErr_SetString(PyExc_RuntimeError, "_raw_decode: this reader is decoding on another thread");
+        goto done;
+    }
     uint64_t nframes = (uint64_t)frames.len / sizeof(hs_rawlog_span_frame), cap = 0;
     const hs_rawlog_span_frame *fr = frames.buf;
     for (uint64_t i = 0; i < nframes; i++) {
@@ -160,7 +187,7 @@ static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
         }
         cap += fr[i].slots;
     }
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 53));
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 69));
     if (!out) goto done;
     char *p = PyBytes_AS_STRING(out);
     hs_rawlog_columns cols = {
@@ -169,16 +196,20 @@ static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
         (int64_t *)(void *)(p + cap * 16),
         (int64_t *)(void *)(p + cap * 24),
         (int64_t *)(void *)(p + cap * 32),
-        (uint32_t *)(void *)(p + cap * 40),
-        (uint32_t *)(void *)(p + cap * 44),
-        (int32_t *)(void *)(p + cap * 48),
-        (uint8_t *)(p + cap * 52),
+        (int64_t *)(void *)(p + cap * 40),
+        (int64_t *)(void *)(p + cap * 48),
+        (uint32_t *)(void *)(p + cap * 56),
+        (uint32_t *)(void *)(p + cap * 60),
+        (int32_t *)(void *)(p + cap * 64),
+        (uint8_t *)(p + cap * 68),
     };
     uint64_t k;
+    PyCapsule_SetContext(cap_obj, rd); /* busy */
     Py_BEGIN_ALLOW_THREADS
-    k = hs_rawlog_decode(data.buf, (uint64_t)data.len, fr, nframes, clocks.buf,
+    k = hs_rawlog_decode(rd, data.buf, (uint64_t)data.len, fr, nframes, clocks.buf,
                          (uint64_t)clocks.len / sizeof(hs_clock_seg), &cols, cap);
     Py_END_ALLOW_THREADS
+    PyCapsule_SetContext(cap_obj, NULL);
     PyObject *pair = Py_BuildValue("(NK)", out, (unsigned long long)k);
     out = pair;
 done:
@@ -960,6 +991,7 @@ static PyMethodDef module_methods[] = {
     {"_raw_open", py_raw_open, METH_VARARGS, NULL},
     {"_raw_close", py_raw_close, METH_NOARGS, NULL},
     {"_raw_stats", py_raw_stats, METH_NOARGS, NULL},
+    {"_raw_reader", py_raw_reader, METH_NOARGS, NULL},
     {"_raw_decode", py_raw_decode, METH_VARARGS, NULL},
     {"_flight_set_rank", py_flight_set_rank, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},

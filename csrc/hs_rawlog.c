@@ -14,6 +14,7 @@
 
 #include "hs_clock.h"
 #include "hs_intern.h"
+#include "hs_selftime.h"
 
 #ifndef IOV_MAX
 #define IOV_MAX 1024
@@ -258,10 +259,59 @@ static void write_frames(void) {
     pend_spans = 0;
 }
 
+/* The span ids of a segment's records, in their order, into ids (room for n); returns how many. */
+static uint64_t segment_ids(const hs_record *recs, uint64_t n, uint64_t seq, uint64_t *ids) {
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n;) {
+        uint32_t flags = hs_rec_flags(&recs[i]);
+        if (flags & HS_F_COUNTER) {
+            i += 1;
+            continue;
+        }
+        if (flags & HS_F_EXT) {
+            if (i + 1 >= n) break;
+            hs_record_ext x;
+            memcpy(&x, &recs[i + 1], sizeof x);
+            seq = x.seq;
+            i += 2;
+        } else {
+            seq = hs_seq_extend(seq, hs_rec_seq32(&recs[i]));
+            i += 1;
+        }
+        ids[k++] = seq;
+    }
+    return k;
+}
+
+/* The segment's spans that the wait map knows (asyncio tasks' spans), as a waits frame
+ * queued before its records: peeked, not taken (drain() may convert the same records). */
+static void queue_waits(int64_t tid, const hs_record *recs, uint64_t n, uint64_t base_seq) {
+    uint64_t *ids = malloc(n * sizeof *ids);
+    uint64_t *pairs = malloc(2 * n * sizeof *pairs);
+    uint64_t found = 0;
+    if (ids && pairs) found = hs_wait_peek(ids, segment_ids(recs, n, base_seq, ids), pairs);
+    free(ids);
+    if (!found) { /* none, or out of memory: the spans convert by the rule for sync code */
+        free(pairs);
+        return;
+    }
+    queue(HS_RAW_WAITS, (uint64_t)tid, found, 0, pairs, found * 2 * sizeof *pairs, 1);
+}
+
+void hs_rawlog_forget_waits(const hs_record *recs, uint64_t n, uint64_t base_seq) {
+    if (!hs_wait_any() || !n) return;
+    uint64_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return;
+    uint64_t k = segment_ids(recs, n, base_seq, ids), ticks;
+    for (uint64_t i = 0; i < k; i++) hs_wait_take(ids[i], &ticks);
+    free(ids);
+}
+
 void hs_rawlog_segment_locked(hs_thread_info *info, const hs_record *recs, uint64_t n, uint64_t base_seq,
                               uint64_t nspans) {
     if (fd < 0 || !n) return;
     queue_name(info);
+    if (hs_wait_any()) queue_waits(info->tid, recs, n, base_seq);
     if (queue(HS_RAW_RECORDS, (uint64_t)info->tid, base_seq, n, recs, n * sizeof(hs_record), 0) != 0) {
         stats.lost_spans += nspans;
         return;
@@ -374,18 +424,82 @@ void hs_rawlog_after_fork_child(void) {
     atomic_store(&raw_on, 0);
 }
 
-/* ---- reading (recording/rawlog.py, at stop() and in compact: no lock, no state) ---------- */
+/* ---- reading (formats/_rawlog.py, at stop() and in compact: no lock) ---------------------- */
 
-uint64_t hs_rawlog_decode(const unsigned char *data, uint64_t data_bytes, const hs_rawlog_span_frame *frames,
-                          uint64_t nframes, const hs_clock_seg *clocks, uint64_t nclocks, hs_rawlog_columns *out,
-                          uint64_t cap) {
+/* tid -> that thread's self state (open addressing; used marks a slot taken) */
+typedef struct reader_slot {
+    int64_t tid;
+    int used;
+    hs_self_state *state;
+} reader_slot;
+
+struct hs_rawlog_reader {
+    reader_slot *slots;
+    uint64_t cap, count;
+    hs_self_state *spare; /* out of memory for a slot: a state no thread keeps */
+};
+
+hs_rawlog_reader *hs_rawlog_reader_new(void) { return calloc(1, sizeof(hs_rawlog_reader)); }
+
+void hs_rawlog_reader_free(hs_rawlog_reader *rd) {
+    if (!rd) return;
+    for (uint64_t i = 0; i < rd->cap; i++)
+        if (rd->slots[i].used) hs_self_state_free(rd->slots[i].state);
+    hs_self_state_free(rd->spare);
+    free(rd->slots);
+    free(rd);
+}
+
+static uint64_t reader_home(int64_t tid, uint64_t cap) { return ((uint64_t)tid * 0x9e3779b97f4a7c15ull) & (cap - 1); }
+
+static hs_self_state **reader_state(hs_rawlog_reader *rd, int64_t tid) {
+    if ((rd->count + 1) * 2 > rd->cap) {
+        uint64_t nc = rd->cap ? rd->cap * 2 : 16;
+        reader_slot *grown = calloc(nc, sizeof *grown);
+        if (!grown) {
+            hs_self_state_free(rd->spare); /* what it held belongs to no thread in particular */
+            rd->spare = NULL;
+            return &rd->spare;
+        }
+        for (uint64_t i = 0; i < rd->cap; i++) {
+            if (!rd->slots[i].used) continue;
+            uint64_t k = reader_home(rd->slots[i].tid, nc);
+            while (grown[k].used) k = (k + 1) & (nc - 1);
+            grown[k] = rd->slots[i];
+        }
+        free(rd->slots);
+        rd->slots = grown;
+        rd->cap = nc;
+    }
+    uint64_t k = reader_home(tid, rd->cap);
+    while (rd->slots[k].used && rd->slots[k].tid != tid) k = (k + 1) & (rd->cap - 1);
+    if (!rd->slots[k].used) {
+        rd->slots[k].used = 1;
+        rd->slots[k].tid = tid;
+        rd->count++;
+    }
+    return &rd->slots[k].state;
+}
+
+uint64_t hs_rawlog_decode(hs_rawlog_reader *rd, const unsigned char *data, uint64_t data_bytes,
+                          const hs_rawlog_span_frame *frames, uint64_t nframes, const hs_clock_seg *clocks,
+                          uint64_t nclocks, hs_rawlog_columns *out, uint64_t cap) {
     uint64_t k = 0;
+    hs_self_state *scratch = NULL; /* without a reader: each call on its own */
     for (uint64_t f = 0; f < nframes; f++) {
         const hs_rawlog_span_frame *fr = &frames[f];
         if (fr->offset > data_bytes || fr->slots > (data_bytes - fr->offset) / sizeof(hs_record)) break;
         const hs_record *recs = (const hs_record *)(const void *)(data + fr->offset);
         uint32_t nclk = (uint32_t)(fr->clocks < nclocks ? fr->clocks : nclocks);
         uint64_t seq = fr->base_seq, n = fr->slots;
+        hs_self_state **state = rd ? reader_state(rd, fr->tid) : &scratch;
+        /* the frame's waits: (id, ticks) pairs in the records' order */
+        const unsigned char *waits = NULL;
+        uint64_t nwaits = 0, w = 0;
+        if (fr->nwaits && fr->waits_offset <= data_bytes && fr->nwaits <= (data_bytes - fr->waits_offset) / 16) {
+            waits = data + fr->waits_offset;
+            nwaits = fr->nwaits;
+        }
         for (uint64_t i = 0; i < n && k < cap;) {
             hs_record r;
             memcpy(&r, &recs[i], sizeof r); /* the mapping's alignment is the file's: 8 */
@@ -421,13 +535,33 @@ uint64_t hs_rawlog_decode(const unsigned char *data, uint64_t data_bytes, const 
             out->span_id[k] = seq;
             out->parent_id[k] = parent;
             out->arg[k] = r.arg;
+            int64_t st, en;
             if (nclk) {
-                out->start_ns[k] = hs_clock_convert(clocks, nclk, r.start);
-                out->end_ns[k] = hs_clock_convert(clocks, nclk, r.start + dur);
+                st = hs_clock_convert(clocks, nclk, r.start);
+                en = hs_clock_convert(clocks, nclk, r.start + dur);
             } else {
-                out->start_ns[k] = (int64_t)r.start;
-                out->end_ns[k] = (int64_t)(r.start + dur);
+                st = (int64_t)r.start;
+                en = (int64_t)(r.start + dur);
             }
+            out->start_ns[k] = st;
+            out->end_ns[k] = en;
+            /* self and wait as hs_columns.c's self_times() gives them */
+            uint64_t wait_ticks = 0;
+            int in_task = 0;
+            if (w < nwaits) {
+                uint64_t pair_id;
+                memcpy(&pair_id, waits + w * 16, 8);
+                if (pair_id == seq) {
+                    memcpy(&wait_ticks, waits + w * 16 + 8, 8);
+                    in_task = 1;
+                    w++;
+                }
+            }
+            int64_t wait = 0;
+            if (in_task && dur > 0) wait = (int64_t)((__int128)wait_ticks * (en - st) / (int64_t)dur);
+            out->self_ns[k] = hs_self_step(state, seq, has_parent ? parent : 0, st, en, (flags & HS_F_OVERLAP) != 0,
+                                           (flags & HS_F_TASKROOT) != 0, in_task, &wait);
+            out->wait_ns[k] = wait;
             out->pair[k] = pair;
             out->depth[k] = (int32_t)depth;
             out->flags[k] = (uint8_t)((flags & (HS_F_ERROR | HS_F_ARG)) | (has_parent ? HS_RAWLOG_HAS_PARENT : 0));
@@ -435,5 +569,6 @@ uint64_t hs_rawlog_decode(const unsigned char *data, uint64_t data_bytes, const 
             k++;
         }
     }
+    hs_self_state_free(scratch);
     return k;
 }

@@ -7,7 +7,7 @@
  * 32-byte records as they are, plus the intern tables' and thread names' deltas and the
  * clock, to an append-only file: a few ns a span (a checksum and a write() into the page
  * cache). Parquet comes later, off the hot path: at stop() or `hotspan compact`
- * (src/hotspan/recording/rawlog.py converts; it also reads a raw file while the run is live,
+ * (src/hotspan/recording/_rawlog.py converts, formats/_rawlog.py reads a raw file while the run is live,
  * and after a SIGKILL, up to the last whole frame).
  *
  * File: a header (hs_rawlog_header), then frames: a 48-byte hs_rawlog_frame then its payload
@@ -45,6 +45,11 @@ enum {
     HS_RAW_THREAD = 4,  /* a = tid, b = bytes; payload: the thread's name */
     HS_RAW_CLOCK = 5,   /* a = clock source; payload: t0 (u64), n0 (i64), ns per tick (f64) */
     HS_RAW_END = 6,     /* closed by stop(): a = spans written, b = spans dropped at the cap */
+    /* Right before the records frame of the same thread it belongs to, when some of its spans
+     * ran in asyncio tasks whose steps were seen (hs_selftime.h's wait map): a = tid, b =
+     * pairs; payload: (span id, ticks its task was suspended while it was innermost) pairs,
+     * in the records' order. A reader converts through hs_self_step as drain() does. */
+    HS_RAW_WAITS = 7,
 };
 
 typedef struct hs_rawlog_header {
@@ -90,28 +95,40 @@ void hs_rawlog_flush_locked(void);
 /* Flush, write the end frame, close; the counts so far into out (may be NULL). */
 int hs_rawlog_close_locked(hs_rawlog_stats *out);
 void hs_rawlog_stats_locked(hs_rawlog_stats *out);
-/* Reading (recording/rawlog.py, at stop() and in compact; no lock, no state): a records
- * frame's payload offset in the file, its slots, the full id before its first record and the
- * clock segments written before it. */
+/* drain lock held: the wait map's entries of a segment's spans (one the raw log wrote and
+ * no drain() will convert: shed from memory) forgotten, as drain() would have taken them. */
+void hs_rawlog_forget_waits(const hs_record *recs, uint64_t n, uint64_t base_seq);
+
+/* Reading (formats/_rawlog.py, while live, at stop() and in compact; no lock): a records
+ * frame's payload offset in the file, its slots, the full id before its first record, the
+ * clock segments written before it, its waits frame's payload offset and pairs (0: none)
+ * and its thread. */
 typedef struct hs_rawlog_span_frame {
-    uint64_t offset, slots, base_seq, clocks;
+    uint64_t offset, slots, base_seq, clocks, waits_offset, nwaits;
+    int64_t tid;
 } hs_rawlog_span_frame;
 #define HS_RAWLOG_HAS_PARENT 0x80u
 /* The spans' columns, cap rows each (flags: HS_F_ERROR | HS_F_ARG | HS_RAWLOG_HAS_PARENT;
  * frame: the index of the span's frame). */
 typedef struct hs_rawlog_columns {
     uint64_t *span_id, *parent_id;
-    int64_t *start_ns, *end_ns, *arg;
+    int64_t *start_ns, *end_ns, *arg, *self_ns, *wait_ns;
     uint32_t *pair, *frame;
     int32_t *depth;
     uint8_t *flags;
 } hs_rawlog_columns;
+/* What a log's reader carries from piece to piece: each thread's hs_self_state (the closed
+ * children of its open spans), so self and wait times are drain()'s whatever the pieces. */
+typedef struct hs_rawlog_reader hs_rawlog_reader;
+hs_rawlog_reader *hs_rawlog_reader_new(void);
+void hs_rawlog_reader_free(hs_rawlog_reader *rd);
 /* The spans of the frames (ids rebuilt, ticks converted as drain() converts them, counter
- * records skipped); returns the spans written, at most cap. A frame outside the data ends
- * the decoding. */
-uint64_t hs_rawlog_decode(const unsigned char *data, uint64_t data_bytes, const hs_rawlog_span_frame *frames,
-                          uint64_t nframes, const hs_clock_seg *clocks, uint64_t nclocks, hs_rawlog_columns *out,
-                          uint64_t cap);
+ * records skipped; self_ns and wait_ns by hs_self_step in each thread's close order, as
+ * drain()'s columns, with rd's state: the frames of a log must come in order, each once);
+ * returns the spans written, at most cap. A frame outside the data ends the decoding. */
+uint64_t hs_rawlog_decode(hs_rawlog_reader *rd, const unsigned char *data, uint64_t data_bytes,
+                          const hs_rawlog_span_frame *frames, uint64_t nframes, const hs_clock_seg *clocks,
+                          uint64_t nclocks, hs_rawlog_columns *out, uint64_t cap);
 
 /* fork(), in the child: the file is the parent's; the child writes nothing to it. */
 void hs_rawlog_after_fork_child(void);

@@ -13,8 +13,10 @@ write the kill interrupted, or damage): what follows it is not read, and what wa
 said in the table's metadata (``hotspan.skipped_on_load``), as every reader of hotspan's
 files does.
 
-Spans read here have ``wait_ns`` 0 and ``self_ns`` by the rule for sync code (the duration
-less the union of the children's intervals: ``_selftime``), as a recovered flight file's.
+``self_ns`` and ``wait_ns`` are drain()'s: the records are decoded in C through the same
+kernel drain() uses (csrc/hs_selftime.c), thread by thread in the order the spans closed, with
+each thread's open spans' children carried from piece to piece, and the wait time of the
+spans of asyncio tasks from the log's waits frames (what the event loop's hook noted).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ _FRAME = struct.Struct("<IIQQQQQ")  # hs_rawlog_frame
 _FRAME_MAGIC = 0x46525348
 _SUM_K = 0x9E3779B97F4A7C15
 _M64 = (1 << 64) - 1
-RECORDS, STRING, PAIR, THREAD, CLOCK, END = 1, 2, 3, 4, 5, 6
+RECORDS, STRING, PAIR, THREAD, CLOCK, END, WAITS = 1, 2, 3, 4, 5, 6, 7
 # csrc/hs_ring.h
 _F_ERROR, _F_ARG = 1, 2
 
@@ -119,8 +121,9 @@ class RawFile:
         self.pairs: dict[int, tuple[int, int]] = {}
         self.thread_names: dict[int, str] = {}
         self.clocks: list[tuple[int, int, float]] = []
-        #: (payload offset, tid, base id, slots, clock index)
-        self.records: list[tuple[int, int, int, int, int]] = []
+        #: (payload offset, tid, base id, slots, clock index, waits offset, waits)
+        self.records: list[tuple[int, int, int, int, int, int, int]] = []
+        waits: dict[int, tuple[int, int]] = {}  # tid -> its next records frame's waits
         self.end: dict[str, int] | None = None
         #: Why reading stopped before the file's end (None: every byte read)
         self.cut: str | None = None
@@ -151,7 +154,10 @@ class RawFile:
                 self.cut = f"damage at byte {at:,} (a frame whose checksum differs)"
                 break
             if kind == RECORDS:
-                self.records.append((body, a, b, c, len(self.clocks) - 1))
+                w_at, w_n = waits.pop(a, (0, 0))
+                self.records.append((body, a, b, c, len(self.clocks) - 1, w_at, w_n))
+            elif kind == WAITS:
+                waits[a] = (body, min(b, nbytes // 16))
             elif kind == STRING:
                 self.strings[a] = bytes(mm[body : body + nbytes]).decode(errors="replace")
             elif kind == PAIR:
@@ -192,11 +198,11 @@ class RawFile:
 
     def chunks(
         self, max_rows: int | None = None
-    ) -> "Iterator[list[tuple[int, int, int, int, int]]]":
+    ) -> "Iterator[list[tuple[int, int, int, int, int, int, int]]]":
         """The record frames in groups of about ``max_rows`` slots (whole frames; default
         ``PART_ROWS``)."""
         max_rows = PART_ROWS if max_rows is None else max_rows
-        group: list[tuple[int, int, int, int, int]] = []
+        group: list[tuple[int, int, int, int, int, int, int]] = []
         rows = 0
         for frame in self.records:
             group.append(frame)
@@ -208,33 +214,42 @@ class RawFile:
             yield group
 
 
-def _decode(raw: RawFile, frames: list[tuple[int, int, int, int, int]]) -> dict[str, Any]:
+def _decode(
+    raw: RawFile, frames: list[tuple[int, int, int, int, int, int, int]], reader: Any
+) -> dict[str, Any]:
     """The spans of ``frames`` as numpy columns: decoded in C (csrc/hs_rawlog.c
     ``hs_rawlog_decode``: the ids rebuilt, the ticks converted as drain() converts them, with
-    the clock segments written before each frame)."""
+    the clock segments written before each frame; self and wait time by drain()'s kernel, with
+    ``reader``'s state: ``_native._raw_reader()``, handed a log's frames in order)."""
     import numpy as np
 
     from .. import _native
 
-    packed = np.array([(f[0], f[3], f[2], f[4] + 1) for f in frames], dtype=np.uint64).tobytes()
+    packed = np.array(
+        [(f[0], f[3], f[2], f[4] + 1, f[5], f[6], f[1]) for f in frames],
+        dtype=[(k, "<u8") for k in ("offset", "slots", "base", "clocks", "w_at", "w_n")]
+        + [("tid", "<i8")],
+    ).tobytes()
     clocks = np.array(raw.clocks, dtype=[("t0", "<u8"), ("n0", "<i8"), ("npt", "<f8")]).tobytes()
-    data, k = _native._raw_decode(raw.mm, packed, clocks)
+    data, k = _native._raw_decode(reader, raw.mm, packed, clocks)
     cap = sum(f[3] for f in frames)
 
     def column(at: int, dtype: Any) -> np.ndarray:
         return np.frombuffer(data, dtype, count=k, offset=at * cap)
 
-    flags = column(52, np.uint8)
-    frame = column(44, np.uint32)
+    flags = column(68, np.uint8)
+    frame = column(60, np.uint32)
     frame_tids = np.array([f[1] for f in frames], np.int64)
     return {
         "span_id": column(0, np.uint64),
         "parent_id": column(8, np.uint64),
         "has_parent": (flags & 0x80) != 0,
-        "pair": column(40, np.uint32),
+        "pair": column(56, np.uint32),
         "start_ns": column(16, np.int64),
         "end_ns": column(24, np.int64),
-        "depth": column(48, np.int32),
+        "self_ns": column(40, np.int64),
+        "wait_ns": column(48, np.int64),
+        "depth": column(64, np.int32),
         "arg": column(32, np.int64),
         "has_arg": (flags & _F_ARG) != 0,
         "error": (flags & _F_ERROR) != 0,
@@ -344,33 +359,32 @@ def tables(
     since_ns: int | None = None,
 ) -> "Iterator[pa.Table]":
     """The raw log's spans as span tables (``SPAN_SCHEMA``, ``metadata`` on each) of about
-    ``max_rows`` spans each, in the order they were written. ``self_ns`` of a span whose
-    children are in an earlier piece counts them (a carried row per such parent). ``skip``:
+    ``max_rows`` spans each, in the order they were written, ``self_ns`` and ``wait_ns`` as
+    drain() gives them (a span whose children are in an earlier piece counts them). ``skip``:
     pieces (their index) not given (read, for the self time of the pieces after them).
     ``since_ns``: spans that ended before it are left out (a recording started while others
     streamed: they are theirs)."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from .. import _native
     from .._schema import SPAN_SCHEMA
     from ._base import note_skipped
 
     raw = raw if raw is not None else RawFile(path)
     meta = dict(metadata or {})
     try:
-        carry: dict[str, Any] | None = None  # children of spans not read yet (see _self_ns)
+        reader = _native._raw_reader()  # each thread's open spans' children, piece to piece
         produced = False
         pieces = list(raw.chunks(max_rows))
         for piece, frames in enumerate(pieces):
-            cols = _decode(raw, frames)
-            self_ns, carry = _self_ns(cols, carry)
+            cols = _decode(raw, frames, reader)
             if piece in skip:
                 continue
             table = (
                 _table(raw, cols, {})
-                .append_column("self_ns", _arr(self_ns, pa.int64()))
-                .append_column("wait_ns", _arr(np.zeros(len(self_ns), np.int64), pa.int64()))
+                .append_column("self_ns", _arr(cols["self_ns"], pa.int64()))
+                .append_column("wait_ns", _arr(cols["wait_ns"], pa.int64()))
             )
             out = table.cast(SPAN_SCHEMA).replace_schema_metadata(meta)
             if since_ns is not None:
@@ -383,104 +397,6 @@ def tables(
             yield SPAN_SCHEMA.empty_table().replace_schema_metadata(meta)
     finally:
         raw.close()
-
-
-_SELF_KEYS = ("span_id", "parent_id", "has_parent", "start_ns", "end_ns", "thread_id")
-
-
-def _self_ns(
-    cols: dict[str, Any], carry: dict[str, Any] | None
-) -> tuple[np.ndarray, dict[str, Any] | None]:
-    """``self_ns`` of a piece's spans (``_selftime``'s rule for sync code: the duration less
-    the union of the same thread's children's intervals, each clipped to the parent), and what
-    the next piece needs: the spans whose parent is not read yet (a parent's record comes
-    after its children's), as one row per such parent that covers as much as they do (their
-    union, from their earliest start: inside the parent, before its later children), so what
-    is carried stays about one row per span open at the piece's end. ``carry``: the previous
-    piece's."""
-    import numpy as np
-
-    both = (
-        {k: np.concatenate([carry[k], cols[k]]) for k in _SELF_KEYS}
-        if carry is not None
-        else {k: cols[k] for k in _SELF_KEYS}
-    )
-    n = len(both["span_id"])
-    own = len(cols["span_id"])
-    if n == 0:
-        return np.zeros(0, np.int64), None
-    ids, parents, tids = both["span_id"], both["parent_id"], both["thread_id"]
-    start, end = both["start_ns"], both["end_ns"]
-    order = np.argsort(ids, kind="stable")
-    pos = np.minimum(np.searchsorted(ids[order], parents), n - 1)
-    parent_row = order[pos]
-    found = both["has_parent"] & (ids[parent_row] == parents)
-    child = np.flatnonzero(found & (tids == tids[parent_row]))
-    covered = np.zeros(n, np.int64)
-    if len(child):
-        parent = parent_row[child]
-        s = np.maximum(start[child], start[parent])
-        e = np.minimum(end[child], end[parent])
-        keep = e > s
-        union = _union_lengths(parent[keep], s[keep], e[keep])
-        if union is not None:
-            covered[union[0]] = union[1]
-    self_ns = np.maximum((end - start) - covered, 0)[n - own :]
-    orphan = np.flatnonzero(both["has_parent"] & ~found)
-    if not len(orphan):
-        return self_ns, None
-    waiting, group = np.unique(parents[orphan], return_inverse=True)
-    group = group.reshape(-1)
-    if len(waiting) * 2 > len(orphan):
-        return self_ns, {k: both[k][orphan] for k in _SELF_KEYS}
-    first = np.full(len(waiting), np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(first, group, start[orphan])
-    lengths = np.zeros(len(waiting), np.int64)
-    union = _union_lengths(group.astype(np.int64), start[orphan], end[orphan])
-    if union is not None:
-        lengths[union[0]] = union[1]
-    tid = np.zeros(len(waiting), np.int64)
-    tid[group] = tids[orphan]
-    return self_ns, {
-        # ids no span has (a process's ids are its random base plus a count)
-        "span_id": np.uint64((1 << 64) - 2) - np.arange(len(waiting), dtype=np.uint64),
-        "parent_id": waiting,
-        "has_parent": np.ones(len(waiting), bool),
-        "start_ns": first,
-        "end_ns": first + lengths,
-        "thread_id": tid,
-    }
-
-
-def _union_lengths(
-    parent: np.ndarray, s: np.ndarray, e: np.ndarray
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """For intervals [s, e) grouped by parent: each parent and the length of its intervals'
-    union (temporary: the sync rule in numpy, from the branch before the merge)."""
-    import numpy as np
-
-    m = len(s)
-    if m == 0:
-        return None
-    order = np.lexsort((s, parent))
-    parent, s, e = parent[order], s[order], e[order]
-    # The running maximum of the ends seen so far in the same parent, without a loop: ends
-    # replaced by their rank (< m + 1) and offset by parent * (m + 1), so one cumulative
-    # maximum never carries a value across parents.
-    ends_sorted = np.sort(e)
-    rank = np.searchsorted(ends_sorted, e)
-    running = np.maximum.accumulate(parent * (m + 1) + rank)
-    new_group = np.empty(m, np.bool_)
-    new_group[0] = True
-    new_group[1:] = parent[1:] != parent[:-1]
-    previous_end = np.empty(m, np.int64)
-    previous_end[0] = np.iinfo(np.int64).min
-    previous_end[1:] = ends_sorted[running[:-1] % (m + 1)]
-    previous_end[new_group] = np.iinfo(np.int64).min
-    # what each interval adds beyond those before it in its group (sorted by start)
-    added = np.maximum(e - np.maximum(s, previous_end), 0)
-    starts = np.flatnonzero(new_group)
-    return parent[starts], np.add.reduceat(added, starts)
 
 
 def read(
