@@ -159,23 +159,33 @@ static PyObject *py_raw_reader(PyObject *m, PyObject *a) {
     return cap;
 }
 
-/* _raw_decode(reader, data, frames, clocks) -> (columns, spans): the spans of a raw log's
- * records frames (packed hs_rawlog_span_frame) with its clock segments (packed hs_clock_seg),
- * as columns of cap = the frames' slots rows each, in hs_rawlog_columns' order: span_id,
- * parent_id, start_ns, end_ns, arg, self_ns, wait_ns (8 bytes), pair, frame, depth (4),
- * flags (1). The reader (_raw_reader) carries each thread's self state to the next call: a
- * log's frames are handed over in order, each once. One call at a time per reader (the GIL
- * is released: the capsule is held meanwhile, and a second call on it is refused). */
+/* _raw_decode(reader, data, frames, clocks, pair_name, pair_cat) -> (columns, spans, parents,
+ * categories, args): the spans of a raw log's records frames (packed hs_rawlog_span_frame)
+ * with its clock segments (packed hs_clock_seg) and the dictionary indices of each pair's name
+ * and category path (int32 by pair id; a category < 0: none), as the span table's columns,
+ * cap = the frames' slots rows each: span_id, parent_id, start_ns, end_ns, duration_ns,
+ * thread_id, arg, self_ns, wait_ns (8 bytes a row, from 0), name, category, depth,
+ * thread_name (4 bytes, from 72 * cap), then the bitmaps of parent_id, category and arg
+ * validity and of error ((cap + 7) / 8 bytes each, from 88 * cap); parents, categories and
+ * args count the valid values. The reader (_raw_reader) carries each thread's self state to
+ * the next call: a log's frames are handed over in order, each once. One call at a time per
+ * reader (the GIL is released; a second call on the same reader meanwhile is refused). */
 static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
     (void)m;
     PyObject *cap_obj;
-    Py_buffer data, frames, clocks;
-    if (!PyArg_ParseTuple(args, "Oy*y*y*:_raw_decode", &cap_obj, &data, &frames, &clocks)) return NULL;
+    Py_buffer data, frames, clocks, pair_name, pair_cat;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*:_raw_decode", &cap_obj, &data, &frames, &clocks, &pair_name,
+                          &pair_cat))
+        return NULL;
     PyObject *out = NULL;
     hs_rawlog_reader *rd = PyCapsule_GetPointer(cap_obj, RAW_READER_CAPSULE);
     if (!rd) goto done;
     if (PyCapsule_GetContext(cap_obj)) {
         PyErr_SetString(PyExc_RuntimeError, "_raw_decode: this reader is decoding on another thread");
+        goto done;
+    }
+    if (pair_name.len != pair_cat.len || pair_name.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "_raw_decode: pair_name and pair_cat are int32 arrays of one length");
         goto done;
     }
     uint64_t nframes = (uint64_t)frames.len / sizeof(hs_rawlog_span_frame), cap = 0;
@@ -187,22 +197,23 @@ static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
         }
         cap += fr[i].slots;
     }
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 69));
+    uint64_t bm = (cap + 7) / 8;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 88 + 4 * bm));
     if (!out) goto done;
     char *p = PyBytes_AS_STRING(out);
+#define COL8(i) ((void *)(p + (i) * cap * 8))
+#define COL4(j) ((void *)(p + cap * 72 + (j) * cap * 4))
+#define BITS(b) ((uint8_t *)(p + cap * 88 + (b) * bm))
     hs_rawlog_columns cols = {
-        (uint64_t *)(void *)p,
-        (uint64_t *)(void *)(p + cap * 8),
-        (int64_t *)(void *)(p + cap * 16),
-        (int64_t *)(void *)(p + cap * 24),
-        (int64_t *)(void *)(p + cap * 32),
-        (int64_t *)(void *)(p + cap * 40),
-        (int64_t *)(void *)(p + cap * 48),
-        (uint32_t *)(void *)(p + cap * 56),
-        (uint32_t *)(void *)(p + cap * 60),
-        (int32_t *)(void *)(p + cap * 64),
-        (uint8_t *)(p + cap * 68),
+        .span_id = COL8(0), .parent_id = COL8(1), .start_ns = COL8(2), .end_ns = COL8(3),
+        .duration_ns = COL8(4), .thread_id = COL8(5), .arg = COL8(6), .self_ns = COL8(7), .wait_ns = COL8(8),
+        .name = COL4(0), .category = COL4(1), .depth = COL4(2), .thread_name = COL4(3),
+        .parent_valid = BITS(0), .category_valid = BITS(1), .arg_valid = BITS(2), .error = BITS(3),
+        .pair_name = pair_name.buf, .pair_cat = pair_cat.buf, .npairs = (uint32_t)(pair_name.len / 4),
     };
+#undef COL8
+#undef COL4
+#undef BITS
     uint64_t k;
     PyCapsule_SetContext(cap_obj, rd); /* busy */
     Py_BEGIN_ALLOW_THREADS
@@ -210,12 +221,15 @@ static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
                          (uint64_t)clocks.len / sizeof(hs_clock_seg), &cols, cap);
     Py_END_ALLOW_THREADS
     PyCapsule_SetContext(cap_obj, NULL);
-    PyObject *pair = Py_BuildValue("(NK)", out, (unsigned long long)k);
-    out = pair;
+    PyObject *res = Py_BuildValue("(NKKKK)", out, (unsigned long long)k, (unsigned long long)cols.parents,
+                                  (unsigned long long)cols.categories, (unsigned long long)cols.args);
+    out = res;
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&frames);
     PyBuffer_Release(&clocks);
+    PyBuffer_Release(&pair_name);
+    PyBuffer_Release(&pair_cat);
     return out;
 }
 

@@ -484,7 +484,12 @@ static hs_self_state **reader_state(hs_rawlog_reader *rd, int64_t tid) {
 uint64_t hs_rawlog_decode(hs_rawlog_reader *rd, const unsigned char *data, uint64_t data_bytes,
                           const hs_rawlog_span_frame *frames, uint64_t nframes, const hs_clock_seg *clocks,
                           uint64_t nclocks, hs_rawlog_columns *out, uint64_t cap) {
-    uint64_t k = 0;
+    uint64_t k = 0, parents = 0, categories = 0, args = 0;
+    uint64_t bitmap_bytes = (cap + 7) / 8;
+    memset(out->parent_valid, 0, bitmap_bytes);
+    memset(out->category_valid, 0, bitmap_bytes);
+    memset(out->arg_valid, 0, bitmap_bytes);
+    memset(out->error, 0, bitmap_bytes);
     hs_self_state *scratch = NULL; /* without a reader: each call on its own */
     for (uint64_t f = 0; f < nframes; f++) {
         const hs_rawlog_span_frame *fr = &frames[f];
@@ -493,6 +498,8 @@ uint64_t hs_rawlog_decode(hs_rawlog_reader *rd, const unsigned char *data, uint6
         uint32_t nclk = (uint32_t)(fr->clocks < nclocks ? fr->clocks : nclocks);
         uint64_t seq = fr->base_seq, n = fr->slots;
         hs_self_state **state = rd ? reader_state(rd, fr->tid) : &scratch;
+        const int64_t tid = fr->tid;
+        const int32_t thread_index = (int32_t)fr->thread_index;
         /* the frame's waits: (id, ticks) pairs in the records' order */
         const unsigned char *waits = NULL;
         uint64_t nwaits = 0, w = 0;
@@ -532,9 +539,25 @@ uint64_t hs_rawlog_decode(hs_rawlog_reader *rd, const unsigned char *data, uint6
                 pair = hs_rec_pair(&r);
                 i += 1;
             }
+            const uint64_t byte = k >> 3;
+            const uint8_t bit = (uint8_t)(1u << (k & 7));
             out->span_id[k] = seq;
             out->parent_id[k] = parent;
-            out->arg[k] = r.arg;
+            if (has_parent) {
+                out->parent_valid[byte] |= bit;
+                parents++;
+            }
+            int32_t name = 0, cat = -1;
+            if (pair < out->npairs) {
+                name = out->pair_name[pair];
+                cat = out->pair_cat[pair];
+            }
+            out->name[k] = name;
+            out->category[k] = cat < 0 ? 0 : cat;
+            if (cat >= 0) {
+                out->category_valid[byte] |= bit;
+                categories++;
+            }
             int64_t st, en;
             if (nclk) {
                 st = hs_clock_convert(clocks, nclk, r.start);
@@ -545,6 +568,18 @@ uint64_t hs_rawlog_decode(hs_rawlog_reader *rd, const unsigned char *data, uint6
             }
             out->start_ns[k] = st;
             out->end_ns[k] = en;
+            out->duration_ns[k] = en - st;
+            out->depth[k] = (int32_t)depth;
+            out->thread_id[k] = tid;
+            out->thread_name[k] = thread_index;
+            if (flags & HS_F_ARG) {
+                out->arg[k] = r.arg;
+                out->arg_valid[byte] |= bit;
+                args++;
+            } else {
+                out->arg[k] = 0;
+            }
+            if (flags & HS_F_ERROR) out->error[byte] |= bit;
             /* self and wait as hs_columns.c's self_times() gives them */
             uint64_t wait_ticks = 0;
             int in_task = 0;
@@ -562,13 +597,12 @@ uint64_t hs_rawlog_decode(hs_rawlog_reader *rd, const unsigned char *data, uint6
             out->self_ns[k] = hs_self_step(state, seq, has_parent ? parent : 0, st, en, (flags & HS_F_OVERLAP) != 0,
                                            (flags & HS_F_TASKROOT) != 0, in_task, &wait);
             out->wait_ns[k] = wait;
-            out->pair[k] = pair;
-            out->depth[k] = (int32_t)depth;
-            out->flags[k] = (uint8_t)((flags & (HS_F_ERROR | HS_F_ARG)) | (has_parent ? HS_RAWLOG_HAS_PARENT : 0));
-            out->frame[k] = (uint32_t)f;
             k++;
         }
     }
     hs_self_state_free(scratch);
+    out->parents = parents;
+    out->categories = categories;
+    out->args = args;
     return k;
 }

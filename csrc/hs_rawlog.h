@@ -101,21 +101,24 @@ void hs_rawlog_forget_waits(const hs_record *recs, uint64_t n, uint64_t base_seq
 
 /* Reading (formats/_rawlog.py, while live, at stop() and in compact; no lock): a records
  * frame's payload offset in the file, its slots, the full id before its first record, the
- * clock segments written before it, its waits frame's payload offset and pairs (0: none)
- * and its thread. */
+ * clock segments written before it, its waits frame's payload offset and pairs (0: none),
+ * its thread and the index of the thread's name in the table's dictionary. */
 typedef struct hs_rawlog_span_frame {
     uint64_t offset, slots, base_seq, clocks, waits_offset, nwaits;
-    int64_t tid;
+    int64_t tid, thread_index;
 } hs_rawlog_span_frame;
-#define HS_RAWLOG_HAS_PARENT 0x80u
-/* The spans' columns, cap rows each (flags: HS_F_ERROR | HS_F_ARG | HS_RAWLOG_HAS_PARENT;
- * frame: the index of the span's frame). */
+/* The spans' columns as the span table holds them (SPAN_SCHEMA's order and types), cap rows
+ * each; the bitmaps (Arrow's validity, LSB first) of (cap + 7) / 8 bytes. name and category
+ * are dictionary indices from pair_name / pair_cat (by pair id; a category index < 0 or a
+ * pair past npairs: null, name index 0). */
 typedef struct hs_rawlog_columns {
     uint64_t *span_id, *parent_id;
-    int64_t *start_ns, *end_ns, *arg, *self_ns, *wait_ns;
-    uint32_t *pair, *frame;
-    int32_t *depth;
-    uint8_t *flags;
+    int64_t *start_ns, *end_ns, *duration_ns, *thread_id, *arg, *self_ns, *wait_ns;
+    int32_t *name, *category, *depth, *thread_name;
+    uint8_t *parent_valid, *category_valid, *arg_valid, *error;
+    const int32_t *pair_name, *pair_cat;
+    uint32_t npairs;
+    uint64_t parents, categories, args; /* out: the valid values of the three bitmaps */
 } hs_rawlog_columns;
 /* What a log's reader carries from piece to piece: each thread's hs_self_state (the closed
  * children of its open spans), so self and wait times are drain()'s whatever the pieces. */

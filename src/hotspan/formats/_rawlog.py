@@ -66,6 +66,10 @@ _F_ERROR, _F_ARG = 1, 2
 #: Rows a converted Parquet part holds at most (stop() and compact convert a raw log in
 #: pieces of this many spans: memory stays bounded whatever the run's length).
 PART_ROWS = 4 << 20
+#: Slots decoded at a time (a piece's table is made of such chunks): 88 bytes a span of
+#: output, 23 MB, which the allocator hands back warm from one chunk to the next (measured:
+#: a 4 Mi-span piece decoded at once took 80-100 ns a span, in chunks of 256 Ki 30-50).
+SUB_ROWS = 1 << 18
 
 
 class RawLogError(ValueError):
@@ -214,139 +218,136 @@ class RawFile:
             yield group
 
 
-def _decode(
-    raw: RawFile, frames: list[tuple[int, int, int, int, int, int, int]], reader: Any
-) -> dict[str, Any]:
-    """The spans of ``frames`` as numpy columns: decoded in C (csrc/hs_rawlog.c
-    ``hs_rawlog_decode``: the ids rebuilt, the ticks converted as drain() converts them, with
-    the clock segments written before each frame; self and wait time by drain()'s kernel, with
-    ``reader``'s state: ``_native._raw_reader()``, handed a log's frames in order)."""
+def _groups(
+    frames: list[tuple[int, int, int, int, int, int, int]], max_rows: int
+) -> "Iterator[list[tuple[int, int, int, int, int, int, int]]]":
+    """Consecutive frames in groups of about ``max_rows`` slots (whole frames)."""
+    group: list[tuple[int, int, int, int, int, int, int]] = []
+    rows = 0
+    for frame in frames:
+        group.append(frame)
+        rows += frame[3]
+        if rows >= max_rows:
+            yield group
+            group, rows = [], 0
+    if group or not frames:
+        yield group
+
+
+class _Dictionaries:
+    """The string dictionaries of a log's tables, one entry per distinct value (a dictionary
+    with a value twice is written PLAIN by Parquet's writer), and the indices the C decoder
+    writes: each pair's name and category path (int32 by pair id, -1: no category), each
+    thread's name."""
+
+    def __init__(self, raw: RawFile) -> None:
+        import numpy as np
+
+        from .._table import string_array
+
+        top = max(raw.pairs, default=-1) + 1
+        names: dict[str, int] = {}
+        paths: dict[str, int] = {}
+        pair_name = np.zeros(top, np.int32)
+        pair_cat = np.full(top, -1, np.int32)
+        for p in range(top):
+            name_id, path_id = raw.pairs.get(p, (None, None))
+            name = raw.strings.get(name_id, f"<unknown span {p}>") if name_id else ""
+            if name_id is None:
+                name = f"<unknown span {p}>"
+            path = raw.strings.get(path_id) if path_id else None
+            pair_name[p] = names.setdefault(name, len(names))
+            if path is not None:
+                pair_cat[p] = paths.setdefault(path, len(paths))
+        if not names:
+            names[""] = 0  # no pair: the name index 0 of an unknown pair needs an entry
+        self.pair_name, self.pair_cat = pair_name.tobytes(), pair_cat.tobytes()
+        self.names, self.paths = string_array(list(names)), string_array(list(paths))
+        threads: dict[str, int] = {}  # threads may share a name: one entry each name
+        self.thread_of: dict[int, int] = {}
+        for tid in sorted({r[1] for r in raw.records}):
+            name = raw.thread_names.get(tid, f"Thread-{tid}")
+            self.thread_of[tid] = threads.setdefault(name, len(threads))
+        self.threads = string_array(list(threads))
+        self._pid: pa.Buffer | None = None
+        self._rank: pa.Buffer | None = None
+
+    def constants(self, raw: RawFile, n: int) -> tuple[pa.Buffer, pa.Buffer]:
+        """The pid and rank columns' values for n rows: slices of one pair of buffers,
+        read-only, shared by every piece's table."""
+        import numpy as np
+        import pyarrow as pa
+
+        if self._pid is None or self._rank is None or self._pid.size < 8 * n:
+            self._pid = pa.py_buffer(np.full(n, raw.pid, np.int64))
+            self._rank = pa.py_buffer(np.full(n, raw.rank, np.int32))
+        return self._pid.slice(0, 8 * n), self._rank.slice(0, 4 * n)
+
+
+def _piece(
+    raw: RawFile,
+    frames: list[tuple[int, int, int, int, int, int, int]],
+    reader: Any,
+    dicts: _Dictionaries,
+) -> pa.Table:
+    """The spans of ``frames`` as a span table (``SPAN_SCHEMA``), every column built in C
+    (csrc/hs_rawlog.c ``hs_rawlog_decode``: the ids rebuilt, the ticks converted as drain()
+    converts them with the clock segments written before each frame, self and wait time by
+    drain()'s kernel with ``reader``'s state: ``_native._raw_reader()``, handed a log's frames
+    in order) and wrapped here without a copy."""
     import numpy as np
+    import pyarrow as pa
 
     from .. import _native
+    from .._schema import SPAN_SCHEMA
 
     packed = np.array(
-        [(f[0], f[3], f[2], f[4] + 1, f[5], f[6], f[1]) for f in frames],
+        [(f[0], f[3], f[2], f[4] + 1, f[5], f[6], f[1], dicts.thread_of[f[1]]) for f in frames],
         dtype=[(k, "<u8") for k in ("offset", "slots", "base", "clocks", "w_at", "w_n")]
-        + [("tid", "<i8")],
+        + [("tid", "<i8"), ("thread", "<i8")],
     ).tobytes()
     clocks = np.array(raw.clocks, dtype=[("t0", "<u8"), ("n0", "<i8"), ("npt", "<f8")]).tobytes()
-    data, k = _native._raw_decode(reader, raw.mm, packed, clocks)
+    data, k, parents, categories, args = _native._raw_decode(
+        reader, raw.mm, packed, clocks, dicts.pair_name, dicts.pair_cat
+    )
     cap = sum(f[3] for f in frames)
+    bitmap_bytes = (cap + 7) // 8
+    buf = pa.py_buffer(data)
 
-    def column(at: int, dtype: Any) -> np.ndarray:
-        return np.frombuffer(data, dtype, count=k, offset=at * cap)
+    def col(at: int, width: int, type: pa.DataType, bits: int = -1, valid: int = -1) -> pa.Array:
+        bitmap = None
+        if bits >= 0 and valid < k:
+            bitmap = buf.slice(88 * cap + bits * bitmap_bytes, bitmap_bytes)
+        values = buf.slice(at, k * width)
+        nulls = k - valid if bitmap is not None else 0
+        return pa.Array.from_buffers(type, k, [bitmap, values], null_count=nulls)
 
-    flags = column(68, np.uint8)
-    frame = column(60, np.uint32)
-    frame_tids = np.array([f[1] for f in frames], np.int64)
-    return {
-        "span_id": column(0, np.uint64),
-        "parent_id": column(8, np.uint64),
-        "has_parent": (flags & 0x80) != 0,
-        "pair": column(56, np.uint32),
-        "start_ns": column(16, np.int64),
-        "end_ns": column(24, np.int64),
-        "self_ns": column(40, np.int64),
-        "wait_ns": column(48, np.int64),
-        "depth": column(64, np.int32),
-        "arg": column(32, np.int64),
-        "has_arg": (flags & _F_ARG) != 0,
-        "error": (flags & _F_ERROR) != 0,
-        "thread_id": frame_tids[frame],
-        "frame_tids": frame_tids,
-        "frame": frame,
-    }
+    def eight(i: int, type: pa.DataType, bits: int = -1, valid: int = -1) -> pa.Array:
+        return col(8 * i * cap, 8, type, bits, valid)
 
+    def four(j: int, bits: int = -1, valid: int = -1) -> pa.Array:
+        return col(72 * cap + 4 * j * cap, 4, pa.int32(), bits, valid)
 
-def _arr(values: "np.ndarray", type: "pa.DataType", valid: "np.ndarray | None" = None) -> pa.Array:
-    """A numpy column as an Arrow array, zero copy (``pa.array`` of a numpy array imports
-    pandas: ~1 s at a program's stop())."""
-    import numpy as np
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values)
-    bitmap = None
-    nulls = 0
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        nulls = int(len(valid) - np.count_nonzero(valid))
-    if type == pa.bool_():
-        data = pa.py_buffer(np.packbits(values, bitorder="little"))
-    else:
-        data = pa.py_buffer(values)
-    return pa.Array.from_buffers(type, len(values), [bitmap, data], null_count=nulls)
-
-
-def _table(raw: RawFile, cols: dict[str, Any], metadata: dict[bytes, bytes]) -> pa.Table:
-    import numpy as np
-    import pyarrow as pa
-
-    from .._table import string_array
-
-    n = len(cols["span_id"])
-    pair = cols["pair"]
-    if n and int(pair.max()) < (1 << 20):  # the usual: a lookup table, no sort
-        seen = np.flatnonzero(np.bincount(pair))
-        lookup = np.zeros(int(seen[-1]) + 1, np.int32)
-        lookup[seen] = np.arange(len(seen), dtype=np.int32)
-        uniq, index = seen, lookup[pair]
-    else:
-        uniq, inverse = np.unique(pair, return_inverse=True)
-        index = inverse.astype(np.int32).reshape(-1)
-    # one dictionary entry per distinct string (pairs share names and paths; a dictionary
-    # with a value twice is written PLAIN by Parquet's writer)
-    names: dict[str, int] = {}
-    paths: dict[str, int] = {}
-    name_of = np.empty(len(uniq), np.int32)
-    path_of = np.empty(len(uniq), np.int32)
-    for k, p in enumerate(uniq.tolist()):
-        name_id, path_id = raw.pairs.get(p, (None, None))
-        name = raw.strings.get(name_id, f"<unknown span {p}>") if name_id else ""
-        path = raw.strings.get(path_id) if path_id else None
-        name_of[k] = names.setdefault(name, len(names))
-        path_of[k] = paths.setdefault(path, len(paths)) if path is not None else -1
-    has_path = path_of[index] >= 0
-    category = pa.DictionaryArray.from_arrays(
-        _arr(np.maximum(path_of[index], 0), pa.int32(), has_path), string_array(list(paths))
-    )
-    tids = cols["thread_id"]
-    tid_values = np.array(sorted(set(cols["frame_tids"].tolist())), np.int64)
-    thread_names: dict[str, int] = {}  # threads may share a name: one entry each name
-    name_of_tid = np.array(
-        [
-            thread_names.setdefault(
-                raw.thread_names.get(int(t), f"Thread-{int(t)}"), len(thread_names)
-            )
-            for t in tid_values
-        ],
-        np.int32,
-    )
-    thread_index = name_of_tid[np.searchsorted(tid_values, cols["frame_tids"])][cols["frame"]]
-    start, end = cols["start_ns"], cols["end_ns"]
-    return pa.table(
-        {
-            "span_id": _arr(cols["span_id"], pa.uint64()),
-            "parent_id": _arr(cols["parent_id"], pa.uint64(), cols["has_parent"]),
-            "name": pa.DictionaryArray.from_arrays(
-                _arr(name_of[index], pa.int32()), string_array(list(names))
-            ),
-            "category": category,
-            "start_ns": _arr(start, pa.int64()),
-            "end_ns": _arr(end, pa.int64()),
-            "duration_ns": _arr(end - start, pa.int64()),
-            "depth": _arr(cols["depth"].astype(np.int32), pa.int32()),
-            "thread_id": _arr(tids, pa.int64()),
-            "thread_name": pa.DictionaryArray.from_arrays(
-                _arr(thread_index, pa.int32()),
-                string_array(list(thread_names)),
-            ),
-            "pid": _arr(np.full(n, raw.pid, np.int64), pa.int64()),
-            "rank": _arr(np.full(n, raw.rank, np.int32), pa.int32()),
-            "arg": _arr(cols["arg"], pa.int64(), cols["has_arg"]),
-            "error": _arr(cols["error"], pa.bool_()),
-        }
-    ).replace_schema_metadata(metadata)
+    pid, rank = dicts.constants(raw, k)
+    columns = [
+        eight(0, pa.uint64()),
+        eight(1, pa.uint64(), 0, parents),
+        pa.DictionaryArray.from_arrays(four(0), dicts.names),
+        pa.DictionaryArray.from_arrays(four(1, 1, categories), dicts.paths),
+        eight(2, pa.int64()),
+        eight(3, pa.int64()),
+        eight(4, pa.int64()),
+        four(2),
+        eight(5, pa.int64()),
+        pa.DictionaryArray.from_arrays(four(3), dicts.threads),
+        pa.Array.from_buffers(pa.int64(), k, [None, pid]),
+        pa.Array.from_buffers(pa.int32(), k, [None, rank]),
+        eight(6, pa.int64(), 2, args),
+        pa.Array.from_buffers(pa.bool_(), k, [None, buf.slice(88 * cap + 3 * bitmap_bytes)]),
+        eight(7, pa.int64()),
+        eight(8, pa.int64()),
+    ]
+    return pa.Table.from_arrays(columns, schema=SPAN_SCHEMA)
 
 
 def tables(
@@ -375,18 +376,18 @@ def tables(
     meta = dict(metadata or {})
     try:
         reader = _native._raw_reader()  # each thread's open spans' children, piece to piece
+        dicts = _Dictionaries(raw)
         produced = False
         pieces = list(raw.chunks(max_rows))
         for piece, frames in enumerate(pieces):
-            cols = _decode(raw, frames, reader)
+            # decoded SUB_ROWS at a time: buffers of that size come back from the allocator
+            # warm (a piece's 370 MB at once are fresh pages, faulted in: twice the time)
+            subs = [_piece(raw, group, reader, dicts) for group in _groups(frames, SUB_ROWS)]
             if piece in skip:
                 continue
-            table = (
-                _table(raw, cols, {})
-                .append_column("self_ns", _arr(cols["self_ns"], pa.int64()))
-                .append_column("wait_ns", _arr(cols["wait_ns"], pa.int64()))
+            out = (subs[0] if len(subs) == 1 else pa.concat_tables(subs)).replace_schema_metadata(
+                meta
             )
-            out = table.cast(SPAN_SCHEMA).replace_schema_metadata(meta)
             if since_ns is not None:
                 out = out.filter(pc.greater_equal(out.column("end_ns"), since_ns))
             if piece == len(pieces) - 1 and raw.damaged:
