@@ -159,6 +159,28 @@ static PyObject *py_raw_reader(PyObject *m, PyObject *a) {
     return cap;
 }
 
+/* _raw_scan(data, at) -> (frames, stop_at, why): a raw log's whole frames from byte `at`, each
+ * sum checked, as packed hs_rawlog_frame_info (6 little-endian uint64: header offset, kind,
+ * payload bytes, a, b, c); why: 0 the end, 1 a frame cut short, 2 no frame, 3 a sum differs. */
+static PyObject *py_raw_scan(PyObject *m, PyObject *args) {
+    (void)m;
+    Py_buffer data;
+    unsigned long long at;
+    if (!PyArg_ParseTuple(args, "y*K:_raw_scan", &data, &at)) return NULL;
+    hs_rawlog_frame_info *info = NULL;
+    uint64_t n = 0, stop_at = 0;
+    int why = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hs_rawlog_scan(data.buf, (uint64_t)data.len, at, &info, &n, &stop_at, &why);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (rc < 0) return PyErr_NoMemory();
+    PyObject *frames = PyBytes_FromStringAndSize((const char *)info, (Py_ssize_t)(n * sizeof *info));
+    free(info);
+    if (!frames) return NULL;
+    return Py_BuildValue("(NKi)", frames, (unsigned long long)stop_at, why);
+}
+
 /* _raw_decode(reader, data, frames, clocks, pair_name, pair_cat) -> (columns, spans, parents,
  * categories, args): the spans of a raw log's records frames (packed hs_rawlog_span_frame)
  * with its clock segments (packed hs_clock_seg) and the dictionary indices of each pair's name
@@ -1006,6 +1028,7 @@ static PyMethodDef module_methods[] = {
     {"_raw_close", py_raw_close, METH_NOARGS, NULL},
     {"_raw_stats", py_raw_stats, METH_NOARGS, NULL},
     {"_raw_reader", py_raw_reader, METH_NOARGS, NULL},
+    {"_raw_scan", py_raw_scan, METH_VARARGS, NULL},
     {"_raw_decode", py_raw_decode, METH_VARARGS, NULL},
     {"_flight_set_rank", py_flight_set_rank, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},

@@ -426,6 +426,53 @@ void hs_rawlog_after_fork_child(void) {
 
 /* ---- reading (formats/_rawlog.py, at stop() and in compact: no lock) ---------------------- */
 
+int hs_rawlog_scan(const unsigned char *data, uint64_t size, uint64_t at, hs_rawlog_frame_info **out, uint64_t *n,
+                   uint64_t *stop_at, int *why) {
+    hs_rawlog_frame_info *info = NULL;
+    uint64_t count = 0, cap = 0;
+    *why = 0;
+    while (at < size) {
+        if (size - at < sizeof(hs_rawlog_frame)) {
+            *why = 1;
+            break;
+        }
+        hs_rawlog_frame h;
+        memcpy(&h, data + at, sizeof h);
+        if (h.magic != HS_RAWLOG_FRAME_MAGIC) {
+            *why = 2;
+            break;
+        }
+        uint64_t body = at + sizeof h;
+        if (h.payload_bytes > size - body || pad8(h.payload_bytes) > size - body) {
+            *why = 1;
+            break;
+        }
+        uint64_t a = 0, b = 0;
+        sum_words(&h, offsetof(hs_rawlog_frame, sum), &a, &b);
+        if (h.payload_bytes) sum_words(data + body, h.payload_bytes, &a, &b);
+        if (a + HS_RAWLOG_SUM_K * b != h.sum) {
+            *why = 3;
+            break;
+        }
+        if (count == cap) {
+            uint64_t nc = cap ? cap * 2 : 1024;
+            hs_rawlog_frame_info *grown = realloc(info, nc * sizeof *grown);
+            if (!grown) {
+                free(info);
+                return -1;
+            }
+            info = grown;
+            cap = nc;
+        }
+        info[count++] = (hs_rawlog_frame_info){at, h.kind, h.payload_bytes, h.a, h.b, h.c};
+        at = body + pad8(h.payload_bytes);
+    }
+    *out = info;
+    *n = count;
+    *stop_at = at;
+    return 0;
+}
+
 /* tid -> that thread's self state (open addressing; used marks a slot taken) */
 typedef struct reader_slot {
     int64_t tid;

@@ -120,6 +120,15 @@ typedef struct hs_rawlog_columns {
     uint32_t npairs;
     uint64_t parents, categories, args; /* out: the valid values of the three bitmaps */
 } hs_rawlog_columns;
+/* A log's frames from byte `at` (past the header): each whole frame whose sum holds, as
+ * (header offset, kind, payload bytes, a, b, c), into a malloc'd array (*out, *n frames; free
+ * it); stops at the end (*why 0), at a frame cut short (1), at bytes that are no frame (2) or
+ * at a frame whose sum differs (3), *stop_at the offset where it stopped. -1 out of memory. */
+typedef struct hs_rawlog_frame_info {
+    uint64_t at, kind, payload_bytes, a, b, c;
+} hs_rawlog_frame_info;
+int hs_rawlog_scan(const unsigned char *data, uint64_t size, uint64_t at, hs_rawlog_frame_info **out, uint64_t *n,
+                   uint64_t *stop_at, int *why);
 /* What a log's reader carries from piece to piece: each thread's hs_self_state (the closed
  * children of its open spans), so self and wait times are drain()'s whatever the pieces. */
 typedef struct hs_rawlog_reader hs_rawlog_reader;
