@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 __all__ = ["convert", "convert_left"]
 
 
+#: Threads writing a stop()'s Parquet parts while the caller's decodes the next piece: a
+#: part's write (~55-80 ns a span) is slower than the decoding (~30-50), and at stop() the
+#: recording threads leave the cores to it.
+WRITERS = 2
+
+
 def convert(
     path: str | os.PathLike[str],
     write: "Any",
@@ -26,8 +32,9 @@ def convert(
 ) -> int:
     """Hand the raw log's spans to ``write(table, piece, pieces)`` a piece at a time (a
     Parquet part each: the caller's, which names the log, the piece and the number of pieces
-    in the part's metadata: see :func:`live_tables`); returns the spans. The caller removes
-    the file once every piece is written."""
+    in the part's metadata: see :func:`live_tables`); returns the spans. ``write`` is called
+    from up to :data:`WRITERS` threads at once. The caller removes the file once every piece
+    is written."""
     import queue
     import threading
 
@@ -41,30 +48,48 @@ def convert(
             write(table, 0, 1)
             spans += table.num_rows
         return spans
-    # Several pieces: each written (Parquet, without the interpreter lock) on a thread of its
-    # own while this one decodes the next; one piece waits at most (memory: two pieces).
-    handoff: "queue.Queue[tuple[pa.Table, int, int] | None]" = queue.Queue(maxsize=1)
+    # Several pieces: each written (Parquet, without the interpreter lock) on a thread of
+    # WRITERS while this one decodes the next. Memory: WRITERS + 1 pieces at most (those being
+    # written and the one being decoded), as the slots say.
+    writers = max(1, min(WRITERS, os.cpu_count() or 1, pieces))
+    slots = threading.Semaphore(writers + 1)
+    handoff: "queue.Queue[tuple[pa.Table, int, int] | None]" = queue.Queue()
     failed: list[BaseException] = []
 
     def writer() -> None:
         while (item := handoff.get()) is not None:
-            if not failed:
-                try:
+            try:
+                if not failed:
                     write(*item)
-                except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread
-                    failed.append(exc)
+            except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread
+                failed.append(exc)
+            finally:
+                del item
+                slots.release()
 
-    thread = start_quiet(threading.Thread(target=writer, name="hotspan-convert", daemon=True))
+    threads = [
+        start_quiet(threading.Thread(target=writer, name="hotspan-convert", daemon=True))
+        for _ in range(writers)
+    ]
     spans = 0
+    decoded = iter(tables(path, metadata, raw=raw, since_ns=since_ns))
     try:
-        for piece, table in enumerate(tables(path, metadata, raw=raw, since_ns=since_ns)):
-            if failed:
+        for piece in range(pieces):
+            slots.acquire()
+            table = None if failed else next(decoded, None)
+            if table is None:
+                slots.release()
                 break
-            handoff.put((table, piece, pieces))
             spans += table.num_rows
+            handoff.put((table, piece, pieces))
+            del table
     finally:
-        handoff.put(None)
-        thread.join()
+        for _ in threads:
+            handoff.put(None)
+        for thread in threads:
+            thread.join()
+        if hasattr(decoded, "close"):
+            decoded.close()
     if failed:
         raise failed[0]
     return spans
@@ -109,6 +134,7 @@ def _convert_one(root: str, name: str, rank: int, pid: int, token: str) -> int |
     the spans, or None without a start part to take the metadata from."""
     import glob
     import json
+    import threading
 
     import pyarrow.parquet as pq
 
@@ -129,17 +155,21 @@ def _convert_one(root: str, name: str, rank: int, pid: int, token: str) -> int |
     key = f"{LIVE_DIR}/{name}"
     next_seq = max(last for _seq, last, _p in own)
 
+    lock = threading.Lock()  # convert() writes on several threads
+
     def write(table: "pa.Table", piece: int, pieces: int) -> None:
         nonlocal next_seq
         if not table.num_rows:
             return
-        next_seq += 1
+        with lock:
+            next_seq += 1
+            seq = next_seq
         write_part(
             table,
             root,
             rank=rank,
             pid=pid,
-            seq=next_seq,
+            seq=seq,
             token=token,
             part_meta={"kind": "raw", "replaces_live": [key], "piece": piece, "pieces": pieces},
         )

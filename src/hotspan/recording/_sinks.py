@@ -142,6 +142,7 @@ class DatasetSink:
         self.dropped = 0
         self.spans = 0
         self.parts = 0
+        self._parts_lock = threading.Lock()  # stop()'s parts are written on several threads
         #: The raw log the drain thread writes while the recording runs (a local directory:
         #: ``formats/_rawlog.py``), its process; None: a part per flush instead.
         self.raw_path: str | None = None
@@ -227,8 +228,16 @@ class DatasetSink:
         meta.update(_dropped_meta())
 
         def write(table: pa.Table, piece: int, pieces: int) -> None:
-            if table.num_rows:
-                self._write(table, kind="raw", replaces_live=[name], piece=piece, pieces=pieces)
+            # convert() writes pieces on several threads
+            if not table.num_rows:
+                return
+            with self._parts_lock:
+                seq = self.seq
+                self.seq += 1
+            self._write(
+                table, seq=seq, kind="raw", replaces_live=[name], piece=piece, pieces=pieces
+            )
+            with self._parts_lock:
                 self.spans += table.num_rows
 
         kept = (
@@ -262,7 +271,9 @@ class DatasetSink:
         self._write(table)
         self.spans += table.num_rows
 
-    def _write(self, table: pa.Table, **part_meta: Any) -> None:
+    def _write(self, table: pa.Table, seq: int | None = None, **part_meta: Any) -> None:
+        """One part; ``seq``: taken already by the caller (several threads write stop()'s
+        parts), else the next."""
         from .._api import rank as current_rank
         from ..formats.dataset import write_part
 
@@ -273,12 +284,14 @@ class DatasetSink:
             self.location,
             rank=rank,
             pid=os.getpid(),
-            seq=self.seq,
+            seq=self.seq if seq is None else seq,
             token=self.token,
             part_meta={"sink_dropped": self.dropped, **part_meta},
         )
-        self.seq += 1
-        self.parts += 1
+        with self._parts_lock:
+            if seq is None:
+                self.seq += 1
+            self.parts += 1
 
     def close(self, last: pa.Table, timeout: float) -> None:
         if self.location is None or not self.location.local:
