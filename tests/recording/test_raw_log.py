@@ -346,3 +346,48 @@ def test_a_reader_during_the_conversion_reads_each_span_once(tmp_path, monkeypat
     convert(raw, write, meta)
     assert len(list(run.glob("*.parquet"))) > 2 and raw.exists()
     assert sorted(hotspan.load(run).column("arg").to_pylist()) == list(range(5000))
+
+
+@pytest.mark.slow
+def test_the_parts_stop_converts_read_in_spark_and_the_others(tmp_path, monkeypatch):
+    # several pieces (two writers, each piece decoded in chunks): only Parquet parts remain,
+    # and every reader of the matrix reads the folder as load() does
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(rawlog, "PART_ROWS", 20_000)
+    monkeypatch.setattr(rawlog, "SUB_ROWS", 3_000)
+    run = tmp_path / "run"
+    hotspan.drain()
+    with hotspan.record(run, flush_interval=60):
+        threads = [threading.Thread(target=_work, args=(10_000,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    drained = hotspan.drain()
+    assert not (run / "_live").exists()
+    assert len(list(run.glob("*.parquet"))) >= 4
+    _same_rows(hotspan.load(run), drained)
+    ids = sorted(drained.column("span_id").to_pylist())
+    import duckdb
+    import pandas as pd
+    import polars as pl
+
+    assert sorted(pd.read_parquet(run)["span_id"].tolist()) == ids
+    assert sorted(pl.scan_parquet(str(run / "*.parquet")).collect()["span_id"].to_list()) == ids
+    assert [
+        r[0] for r in duckdb.sql(f"select span_id from '{run}/*.parquet' order by 1").fetchall()
+    ] == ids
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("hotspan-raw-log")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    try:
+        rows = session.read.parquet(str(run)).select("span_id", "name").collect()
+    finally:
+        session.stop()
+    assert sorted(int(r[0]) for r in rows) == ids
+    assert {r[1] for r in rows} == set(drained.column("name").to_pylist())
