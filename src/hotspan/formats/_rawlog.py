@@ -55,10 +55,7 @@ MAGIC = b"HSRAWLOG"
 FORMAT = 1
 _HEADER = struct.Struct("<8sIIqiiQ32s")  # hs_rawlog_header
 _FRAME = struct.Struct("<IIQQQQQ")  # hs_rawlog_frame
-_FRAME_MAGIC = 0x46525348
 RECORDS, STRING, PAIR, THREAD, CLOCK, END, WAITS = 1, 2, 3, 4, 5, 6, 7
-# csrc/hs_ring.h
-_F_ERROR, _F_ARG = 1, 2
 
 #: Rows a converted Parquet part holds at most (stop() and compact convert a raw log in
 #: pieces of this many spans: memory stays bounded whatever the run's length).
@@ -222,11 +219,11 @@ class _Dictionaries:
         pair_name = np.zeros(top, np.int32)
         pair_cat = np.full(top, -1, np.int32)
         for p in range(top):
-            name_id, path_id = raw.pairs.get(p, (None, None))
-            name = raw.strings.get(name_id, f"<unknown span {p}>") if name_id else ""
-            if name_id is None:
-                name = f"<unknown span {p}>"
-            path = raw.strings.get(path_id) if path_id else None
+            name, path = f"<unknown span {p}>", None  # a pair the log does not define
+            if p in raw.pairs:
+                name_id, path_id = raw.pairs[p]
+                name = raw.strings.get(name_id, name) if name_id else ""
+                path = raw.strings.get(path_id) if path_id else None
             pair_name[p] = names.setdefault(name, len(names))
             if path is not None:
                 pair_cat[p] = paths.setdefault(path, len(paths))
