@@ -348,13 +348,10 @@ def test_a_reader_during_the_conversion_reads_each_span_once(tmp_path, monkeypat
     assert sorted(hotspan.load(run).column("arg").to_pylist()) == list(range(5000))
 
 
-@pytest.mark.slow
-def test_the_parts_stop_converts_read_in_spark_and_the_others(tmp_path, monkeypatch):
+def test_the_parts_stop_converts_in_several_pieces_read_in_every_reader(tmp_path, monkeypatch):
     # several pieces (two writers, each piece decoded in chunks): only Parquet parts remain,
-    # and every reader of the matrix reads the folder as load() does
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
+    # and pandas, polars and DuckDB read the folder as load() does (Spark:
+    # tests/formats/test_dataset_readers.py, whose JVM must not get a sanitizer preloaded)
     monkeypatch.setattr(rawlog, "PART_ROWS", 20_000)
     monkeypatch.setattr(rawlog, "SUB_ROWS", 3_000)
     run = tmp_path / "run"
@@ -376,18 +373,5 @@ def test_the_parts_stop_converts_read_in_spark_and_the_others(tmp_path, monkeypa
 
     assert sorted(pd.read_parquet(run)["span_id"].tolist()) == ids
     assert sorted(pl.scan_parquet(str(run / "*.parquet")).collect()["span_id"].to_list()) == ids
-    assert [
-        r[0] for r in duckdb.sql(f"select span_id from '{run}/*.parquet' order by 1").fetchall()
-    ] == ids
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("hotspan-raw-log")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    try:
-        rows = session.read.parquet(str(run)).select("span_id", "name").collect()
-    finally:
-        session.stop()
-    assert sorted(int(r[0]) for r in rows) == ids
-    assert {r[1] for r in rows} == set(drained.column("name").to_pylist())
+    query = f"select span_id from '{run}/*.parquet' order by 1"
+    assert [r[0] for r in duckdb.sql(query).fetchall()] == ids
