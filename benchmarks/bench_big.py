@@ -302,11 +302,20 @@ def installed_copy(target: Path) -> dict[str, str]:
     source = Path(hotspan.__file__).parent
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target / "hotspan", ignore=shutil.ignore_patterns("__pycache__"))
-    for module in (
+    finder = next(
+        (f for f in sys.meta_path if type(f).__module__.startswith("_editable_skbc")), None
+    )
+    # every compiled module the build installs (an editable install's finder knows them all:
+    # a list written here missed hotspan._span_tree when it came)
+    compiled = [
+        m for m in getattr(finder, "known_wheel_files", {}) if m.startswith("hotspan.")
+    ] or [
         "hotspan._native",
+        "hotspan._span_tree",
         "hotspan.formats._chrome_codec",
         "hotspan.formats._perfetto_codec",
-    ):
+    ]
+    for module in compiled:
         built = Path(__import__("importlib").util.find_spec(module).origin)
         relative = Path(*module.split(".")[1:-1], built.name)
         shutil.copy2(built, target / "hotspan" / relative)
@@ -319,9 +328,6 @@ def installed_copy(target: Path) -> dict[str, str]:
 
     compileall.compile_dir(target / "hotspan", quiet=1)
     build = os.environ.get("SKBUILD_EDITABLE_SKIP", "")
-    finder = next(
-        (f for f in sys.meta_path if type(f).__module__.startswith("_editable_skbc")), None
-    )
     if finder is not None:  # the editable finder stands aside for its own build directory only
         build = os.pathsep.join(p for p in (build, str(getattr(finder, "path", "") or "")) if p)
     return {

@@ -39,9 +39,10 @@ from pathlib import Path
 
 SCAN = """
 import sys
-from hotspan.analysis._rank_source import COLUMNS, RankSource
+from hotspan.analysis._engine import rank_source
+from hotspan.analysis._rank_source import COLUMNS
 n = 0
-for table in RankSource(sys.argv[1]).batches(COLUMNS):
+for table in rank_source(sys.argv[1]).batches(COLUMNS):
     for column in table.columns:
         column.to_numpy()
     n += table.num_rows

@@ -172,7 +172,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "hotspan._units",
         ),
     ),
-    ("table", ("hotspan._columns", "hotspan._flame")),  # a span table's columns and stacks
+    # a span table's columns and stacks; which spans are one collective across ranks
+    ("table", ("hotspan._columns", "hotspan._flame", "hotspan._collective_match")),
     # counters: their table, files and per-span figures, beside the formats that write them
     ("formats", ("hotspan.formats", "hotspan.counters")),
     ("analysis", ("hotspan.analysis",)),
@@ -193,16 +194,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 ]
 #: ``hotspan`` itself (its ``__init__``) is the package's face: it imports from every floor.
 FACE = "hotspan"
-#: Crossings not yet removed, each named: ``hotspan hang``'s reading of flight files lives in
-#: recording/flight.py (its writer's module) rather than in formats, and its reading of a
-#: collector's open stacks in recording/_collector.py (the collector's protocol, both ends);
-#: the exports' flows between a collective's spans match its instances with the ranks
-#: kernel (to come: the face that exports computes them and hands them to the format).
-KNOWN_CROSSINGS = {
-    ("hotspan.analysis.hang", "hotspan.recording.flight"),
-    ("hotspan.analysis.hang", "hotspan.recording._collector"),
-    ("hotspan.formats._codec_inputs", "hotspan.analysis._rank_kernel"),
-}
 
 
 def floor_of(name: str) -> int | None:
@@ -222,8 +213,6 @@ def test_modules_import_only_from_their_floor_and_below():
     up = []
     for name in MODULES:
         for line, target in edges(name):
-            if (name, target) in KNOWN_CROSSINGS:
-                continue
             here, there = floor_of(name), floor_of(target)
             if here is not None and there is not None and there > here:
                 up.append(
@@ -231,12 +220,6 @@ def test_modules_import_only_from_their_floor_and_below():
                     f"{target} ({FLOORS[there][0]})"
                 )
     assert not up, "imports from a floor above:\n" + "\n".join(up)
-
-
-def test_the_known_crossings_still_exist():
-    # each one removed is taken off the list, so the list never hides a new one
-    for name, target in KNOWN_CROSSINGS:
-        assert target in {t for _line, t in edges(name)}, (name, target)
 
 
 def test_every_public_module_says_what_it_offers():

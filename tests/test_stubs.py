@@ -59,6 +59,7 @@ def module_names(module: types.ModuleType) -> set[str]:
     [
         "hotspan._native",
         "hotspan._span_tree",
+        "hotspan.analysis._scan_kernel",
         "hotspan.formats._chrome_codec",
         "hotspan.formats._perfetto_codec",
     ],

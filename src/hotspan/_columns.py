@@ -48,7 +48,8 @@ def column_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
             values = dictionary
             remap = None
             if indices.null_count == 0:
-                codes = indices.to_numpy(zero_copy_only=False)
+                # straight from the buffer: to_numpy took 5 ms for a batch's 256 K indices
+                codes, _ = values_and_validity(indices)
             else:  # (category: nulls) the indices as they lie, nulls' slots given a code below
                 codes, valid = values_and_validity(indices)
                 assert valid is not None  # (the indices hold nulls)

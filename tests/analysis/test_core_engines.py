@@ -20,9 +20,11 @@ import pytest
 import hotspan
 from hotspan._schema import TRACE_SCHEMA
 from hotspan._selftime import with_self_ns
-from hotspan.analysis import statistics
+from hotspan.analysis import _phase_kernel, statistics
 from hotspan.analysis._engine import CompareOptions, Engine, StatsRequest, open_spans
 from hotspan.analysis.filters import SpanFilter, filter_table
+from hotspan.analysis.ranks import RankAnalysis
+from hotspan.analysis._rank_source import RankSource
 from hotspan.formats.dataset import write_part
 
 pytest.importorskip("duckdb")
@@ -152,14 +154,109 @@ def test_stats_of_every_engine_equal_the_cores(run, streamed, by, span_filter):
         assert clean(got) == clean(expected), (engine, spans_in)
 
 
+def oracle_phases(table: pa.Table, span_filter=None) -> pa.Table:
+    """The phases kernel itself: the filtered table's spans, their parents found in it, fed to
+    ``PhaseSums`` a batch at a time and finished by it."""
+    return _phase_kernel.phases_of_table(filter_table(table, SpanFilter.of(span_filter)))
+
+
 @pytest.mark.parametrize("span_filter", FILTERS, ids=lambda f: repr(f) if f else "all")
 def test_phases_of_every_engine_equal_the_cores(run, streamed, span_filter):
+    # no filter: the streamed path is the per-process Parquet scan; a filter: DuckDB's join
     table, directory = run
-    expected = statistics.phases(filter_table(table, SpanFilter.of(span_filter)))
-    for spans_in in (table, directory):
-        got = hotspan.phases(spans_in, filter=span_filter)
-        assert got.schema == expected.schema
-        assert clean(got) == clean(expected)
+    expected = oracle_phases(table, span_filter)
+    assert expected.num_rows > 0
+    for spans_in, engine in ((table, None), (directory, None), (directory, "memory")):
+        got = hotspan.phases(spans_in, filter=span_filter, engine=engine)
+        assert got.schema == expected.schema, (engine, spans_in)
+        assert clean(got) == clean(expected), (engine, spans_in)
+
+
+def waiting(table: pa.Table) -> pa.Table:
+    """``table`` with the collectives waiting (as asyncio tasks suspended in them would):
+    the phases then count their self time, not their duration."""
+    name = table.column("name").to_pylist()
+    d = np.asarray(table.column("duration_ns"), np.int64)
+    wait = np.where([n == "allreduce" for n in name], d // 3, 0)
+    own = np.asarray(table.column("self_ns"), np.int64) - wait
+    out = table.set_column(table.schema.get_field_index("wait_ns"), "wait_ns", pa.array(wait))
+    return out.set_column(out.schema.get_field_index("self_ns"), "self_ns", pa.array(own))
+
+
+def rewritten(directory: Path, out: Path, rows_per_group: int, drain_order: bool) -> Path:
+    """The parts of ``directory`` again under ``out``, in row groups of ``rows_per_group``,
+    their spans in the order they ended (as a recorder drains them: children first) if
+    ``drain_order``."""
+    import pyarrow.parquet as pq
+
+    out.mkdir()
+    for part in sorted(directory.glob("*.parquet")):
+        table = pq.read_table(part)
+        if drain_order:
+            table = table.take(pc.sort_indices(table, [("end_ns", "ascending")]))
+        pq.write_table(table, out / part.name, row_group_size=rows_per_group)
+    return out
+
+
+def scan_spy(monkeypatch) -> list:
+    """What the per-process Parquet scan answers, each time it is asked (None: it left the
+    spans to DuckDB's join)."""
+    from hotspan.analysis import _process_phases
+
+    scanned: list = []
+    real = _process_phases.phases_of_parts
+
+    def spy(*args, **kwargs):
+        scanned.append(result := real(*args, **kwargs))
+        return result
+
+    monkeypatch.setattr(_process_phases, "phases_of_parts", spy)
+    return scanned
+
+
+@pytest.mark.parametrize("drain_order", [False, True], ids=["parents-first", "drain-order"])
+@pytest.mark.parametrize("rows_per_group", [7, 100_000])
+def test_phases_scan_feeds_the_kernel_row_groups_alike(
+    run, streamed, tmp_path, monkeypatch, rows_per_group, drain_order
+):
+    # the Parquet scan's row groups (parents in a later or an earlier one: carried or looked
+    # up again) and the in-memory path's batches (of 5 rows here) give the kernel's answer
+    table, directory = run
+    expected = oracle_phases(table)
+    parts = rewritten(directory, tmp_path / "parts", rows_per_group, drain_order)
+    scanned = scan_spy(monkeypatch)
+    assert clean(hotspan.phases(parts)) == clean(expected)
+    assert scanned and scanned[0] is not None  # the scan answered, not DuckDB's join
+    monkeypatch.setattr(_phase_kernel, "BATCH_ROWS", 5)
+    assert clean(hotspan.phases(table)) == clean(expected)
+
+
+@pytest.mark.parametrize("span_filter", [None, FILTERS[3], FILTERS[7]], ids=["all", "rank", "win"])
+def test_phases_of_spans_that_waited_equal_the_cores(
+    run, streamed, tmp_path, monkeypatch, span_filter
+):
+    # no filter: the Parquet scan sums the self and wait times too; a filter: DuckDB's join
+    table, _ = run
+    table = waiting(table)
+    directory = tmp_path / "run"
+    for rank in (0, 1):
+        part = table.filter(pc.equal(table.column("rank"), rank))
+        write_part(part, directory, rank=rank, pid=100 + rank, seq=0)
+    scanned = scan_spy(monkeypatch)
+    expected = oracle_phases(table, span_filter)
+    # the collectives' time is their self time: less than their spans' durations
+    plain = oracle_phases(table.drop_columns(["wait_ns"]), span_filter)
+    comms = pc.equal(expected.column("phase"), "comms")
+    assert (
+        pc.sum(expected.filter(comms).column("time_ns")).as_py()
+        < pc.sum(plain.filter(pc.equal(plain.column("phase"), "comms")).column("time_ns")).as_py()
+    )
+    for spans_in, engine in ((table, None), (directory, None), (directory, "memory")):
+        got = hotspan.phases(spans_in, filter=span_filter, engine=engine)
+        assert clean(got) == clean(expected), (engine, spans_in)
+    assert bool(scanned and scanned[0] is not None) == (span_filter is None)
+    small = rewritten(directory, tmp_path / "small", 7, drain_order=True)  # children carried
+    assert clean(hotspan.phases(small, filter=span_filter)) == clean(expected)
 
 
 def shifted(table: pa.Table, factor: float) -> pa.Table:
@@ -205,8 +302,55 @@ def test_every_engine_answers_through_one_contract(run, streamed):
             assert opened.kind == kind
             assert isinstance(opened.engine, Engine)
             answers.append(clean(opened.engine.stats(request)))
-            assert clean(opened.engine.phases()) == clean(statistics.phases(table))
+            assert clean(opened.engine.phases()) == clean(oracle_phases(table))
     assert answers[0] == answers[1] == answers[2] == clean(statistics.stats(table, request.by))
+
+
+RANK_QUESTIONS = ("collectives", "stragglers", "critical_path", "rank_steps")
+
+
+def oracle_ranks(table: pa.Table, question: str, span_filter=None) -> pa.Table:
+    """The across-ranks kernel itself over the table's batches, the filter applied once."""
+    from hotspan.analysis._rank_reasons import critical_path_table, straggler_table
+
+    source = RankSource.in_memory(table, SpanFilter.of(span_filter))
+    with RankAnalysis(source) as analysis:
+        if question == "collectives":
+            return analysis.collectives()
+        if question == "stragglers":
+            return straggler_table(analysis)
+        if question == "critical_path":
+            return critical_path_table(analysis)
+        return analysis.step_cells()
+
+
+@pytest.mark.parametrize(
+    "span_filter", [None, FILTERS[1], FILTERS[4], FILTERS[5], FILTERS[7]], ids=str
+)
+@pytest.mark.parametrize("question", RANK_QUESTIONS)
+def test_rank_analyses_of_every_engine_equal_the_cores(run, streamed, question, span_filter):
+    table, directory = run
+    expected = oracle_ranks(table, question, span_filter)
+    if question == "collectives" and span_filter is None:
+        assert expected.num_rows == 2 * 2 * 150  # both ranks' threads, every step
+    ask = getattr(hotspan, question)
+    for spans_in, engine in ((table, None), (directory, None), (directory, "memory")):
+        got = ask(spans_in, filter=span_filter, engine=engine)
+        assert got.schema.remove_metadata() == expected.schema.remove_metadata(), engine
+        assert clean(got) == clean(expected), (engine, spans_in)
+
+
+def test_every_engine_gives_the_ranks_kernel_its_spans(run, streamed):
+    table, directory = run
+    ways = ((table, None, "memory"), (directory, None, "duckdb"), (directory, "memory", "memory"))
+    for spans_in, engine, kind in ways:
+        with open_spans(spans_in, engine=engine) as opened:
+            assert opened.kind == kind
+            source = opened.engine.rank_source()
+            assert isinstance(source, RankSource)
+            assert (source.table is None) == (kind == "duckdb")  # streamed: parts in batches
+            rows = sum(t.num_rows for t in source.batches(("span_id",)))
+            assert rows == table.num_rows
 
 
 def test_options_travel_as_one_frozen_object():
@@ -253,6 +397,12 @@ def test_spark_answers_the_cores_stats_and_phases(spark, run, by, span_filter):
     assert clean(got) == clean(expected)
     if by is None:
         phases = hotspan.phases(directory, filter=span_filter, engine=spark)
-        assert clean(phases) == clean(
-            statistics.phases(filter_table(table, SpanFilter.of(span_filter)))
-        )
+        assert clean(phases) == clean(oracle_phases(table, span_filter))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question", RANK_QUESTIONS)
+def test_spark_answers_the_cores_rank_analyses(spark, run, question):
+    table, directory = run
+    got = getattr(hotspan, question)(directory, engine=spark)
+    assert clean(got) == clean(oracle_ranks(table, question))

@@ -194,7 +194,9 @@ def test_an_unchanged_suite_with_cpu_hogs_during_one_run_is_never_slower(tmp_pat
         verdicts = dict(
             zip(result.column("name").to_pylist(), result.column("verdict").to_pylist())
         )
-        assert "slower" not in verdicts.values(), (i, verdicts, drift_of(result))
+        # the whole answer as text (pytest shortens a tuple's repr): what CI saw, if it fails
+        said = {"pair": i, "drift": drift_of(result), "rows": result.to_pylist()}
+        assert "slower" not in verdicts.values(), json.dumps(said, default=str)
         told += bool(drift_of(result)["said"])
     done = _cli("compare", base, new)
     assert done.returncode in (0, 3), done.stdout + done.stderr

@@ -433,3 +433,80 @@ def test_an_index_saved_in_an_earlier_format_is_not_read(tmp_path):
     arrays["head"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
     np.savez(path, **arrays)
     assert TimelineIndex.load(path, "v1") is None
+
+
+def _padded(table: pa.Table, bins: int) -> pa.Table:
+    """``table`` with a 1 ns span that makes its window a whole number of nanoseconds a bin at
+    ``bins`` bins (so that a window of whole bins has pixels of exactly a bin)."""
+    first, last = window_of(table)
+    end = first + bins * -(-(last - first) // bins)
+    row = table.slice(0, 1).to_pylist()[0]
+    row.update(span_id=10**9, parent_id=None, name="pad", start_ns=end - 1, end_ns=end)
+    row.update(duration_ns=1, self_ns=1, depth=0)
+    pad = pa.Table.from_pylist([row], schema=table.schema)
+    return pa.concat_tables([table, pad])
+
+
+def test_fine_levels_answer_zooms_finer_than_the_index_as_the_spans_do(tmp_path):
+    """Views with pixels shorter than the index's bins but holding many spans a track are
+    answered from the fine levels (fine_bins, its half, its quarter..., built from the span
+    blocks):
+    at each fine level's width the whole run is the spans' own answer, built and read back;
+    a window of whole fine bins gives the spans' pixels (past its first, which the spans
+    begun before the window also reach) and counts each span once; without the fine files
+    the same views come from the blocks, as the spans answer them."""
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = pa.concat_tables(
+        [generated(21, per_track=20_000), generated(22, tracks=1, per_track=40)]
+    )
+    table = _padded(table, 4096)
+    index = TimelineIndex(table, bins=256, blocks=tmp_path / "index.blocks", fine_bins=2048)
+    assert index.fine is not None and index.fine.widths == [512, 1024, 2048]
+    index.save(tmp_path / "index.npz", "v1")
+    loaded = TimelineIndex.load(tmp_path / "index.npz", "v1")
+    assert loaded.fine is not None and loaded.fine.widths == [512, 1024, 2048]
+    for width in (2048, 1024, 512, 256):
+        expected = timeline(table, width=width)
+        assert index.view(width=width) == expected
+        assert loaded.view(width=width) == expected
+    for width in (300, 700, 1500):  # pixels of one to two fine bins: each span once
+        view = loaded.view(width=width)
+        counted = sum(
+            len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in view["tracks"]
+        )
+        assert counted == table.num_rows
+    first, _last = loaded.window
+    starts, ends = table["start_ns"].to_numpy(), table["end_ns"].to_numpy()
+    for level in loaded.fine.levels:
+        bin_ns = int(level.ns_per_pixel)
+        assert bin_ns == level.ns_per_pixel
+        a, b = first + 100 * bin_ns, first + 164 * bin_ns
+        view, spans = loaded.view(a, b, width=64), timeline(table, a, b, width=64)
+        for got, want in zip(view["tracks"], spans["tracks"], strict=True):
+            assert got["spans"] == want["spans"]
+            # past the first pixel (spans begun before the window reach it) and before the
+            # last (the spans' time is cut at the window's end, a bin's is not)
+            assert got["pixels"][1:-1] == want["pixels"][1:-1]
+        long = (ends - starts) >= bin_ns  # listed where they overlap
+        counted = sum(
+            len(t["spans"]) + sum(p["count"] for p in t["pixels"]) for t in view["tracks"]
+        )
+        short_in = ~long & (starts >= a) & (starts < b)
+        assert counted == int(short_in.sum() + (long & (starts < b) & (ends > a)).sum())
+    # levels of 3 x 2^k bins (between the index's powers of two), as the server keeps them
+    thirds = TimelineIndex(table, bins=256, blocks=tmp_path / "thirds.blocks", fine_bins=1536)
+    assert thirds.fine is not None and thirds.fine.widths == [384, 768, 1536]
+    for width in (1536, 768, 384):
+        assert thirds.view(width=width) == timeline(table, width=width)
+    # the fine rows cut short (not those written with the index): not read
+    rows = (tmp_path / "index.rows").read_bytes()
+    (tmp_path / "index.rows").write_bytes(rows[:-100])
+    assert TimelineIndex.load(tmp_path / "index.npz", "v1").fine is None
+    (tmp_path / "index.rows").write_bytes(rows)
+    assert TimelineIndex.load(tmp_path / "index.npz", "v1").fine is not None
+    # the fine files gone: not read; the same views from the span blocks
+    (tmp_path / "index.fine").unlink()
+    again = TimelineIndex.load(tmp_path / "index.npz", "v1")
+    assert again.fine is None
+    assert again.view(width=2048) == timeline(table, width=2048)

@@ -4,7 +4,9 @@ a hang or unbounded memory)."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -421,3 +423,35 @@ def test_deep_nesting_keeps_every_span_paired_with_its_own_end(tmp_path, deepest
     path = tmp_path / "deep.pftrace"
     export(table, path)
     assert_same_spans(table, load(path), keep_order=False)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_failed_write_is_an_os_error(spans):
+    """A write that fails (the disk is full) reaches the caller as OSError from the thread
+    that writes the blocks, and nothing hangs; a later export still works."""
+    from pathlib import Path
+
+    with pytest.raises(OSError) as caught:
+        perfetto.PerfettoExporter()._write(spans, Path("/dev/full"))
+    assert caught.value.errno == errno.ENOSPC
+
+
+def test_varints_of_every_width_are_exact():
+    """The encoder's varints, the nine- and ten-byte ones (timestamps: eight groups stored
+    at once) included, are protobuf's, byte for byte."""
+    import random
+
+    def varint(v: int) -> bytes:
+        out = bytearray()
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        return bytes(out + bytes([v]))
+
+    rng = random.Random(7)
+    values = [0, 1, 127, 128, (1 << 56) - 1, 1 << 56, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
+    values += [1_760_000_000_123_456_789] + [
+        rng.getrandbits(rng.randrange(1, 65)) for _ in range(5000)
+    ]
+    for value in values:
+        assert codec.field_varint(1, value) == b"\x08" + varint(value), value

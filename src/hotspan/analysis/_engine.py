@@ -16,6 +16,7 @@ same :class:`~hotspan.analysis.filters.SpanFilter` and the same default ``by``.
 
 Each engine answers through one contract, :class:`Engine`: ``stats(StatsRequest)``,
 ``phases()``, ``compare(other, CompareOptions, ...)``, ``metadata()``, ``default_by()``,
+``rank_source()`` (the spans as the across-ranks kernel reads them: ranks.py),
 ``close()`` (options.py: the questions as frozen objects). :class:`MemoryEngine` is the
 core itself (statistics.py over kernels.py); :class:`DuckDBEngine` streams Parquet
 (streaming.py, whose Parquet scan feeds the same kernels a part's batches at a time);
@@ -36,6 +37,9 @@ from ._options import CompareOptions, StatsRequest
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ._duckdb_source import SpanSource
+    from ._rank_source import RankSource
+
 __all__ = [
     "STREAM_MIN_BYTES",
     "CompareOptions",
@@ -46,6 +50,7 @@ __all__ = [
     "StatsRequest",
     "choose",
     "open_spans",
+    "rank_source",
     "stream_min_bytes",
 ]
 
@@ -153,6 +158,8 @@ class Engine(Protocol):
 
     def metadata(self) -> dict[bytes, bytes]: ...
 
+    def rank_source(self) -> RankSource: ...
+
     def close(self) -> None: ...
 
 
@@ -161,9 +168,20 @@ class MemoryEngine:
 
     kind = "memory"
 
-    def __init__(self, table: pa.Table, default_by: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        default_by: tuple[str, ...],
+        unfiltered: pa.Table | None = None,
+        span_filter: SpanFilter | None = None,
+        paths: Sequence[str] = (),
+    ) -> None:
         self.table = table
         self._default_by = default_by
+        #: the spans before the filter (``table`` when none was given), and the paths read
+        self.unfiltered = table if unfiltered is None else unfiltered
+        self.span_filter = span_filter or SpanFilter()
+        self.paths = list(paths)
 
     def default_by(self) -> tuple[str, ...]:
         return self._default_by
@@ -192,6 +210,14 @@ class MemoryEngine:
     def metadata(self) -> dict[bytes, bytes]:
         return dict(self.table.schema.metadata or {})
 
+    def rank_source(self) -> RankSource:
+        from ._rank_source import RankSource
+
+        if "self_ns" in self.table.column_names:
+            return RankSource.in_memory(self.table, paths=self.paths)  # filtered already
+        # self times of the spans before the filter (a parent filtered out still covers)
+        return RankSource.in_memory(self.unfiltered, self.span_filter, self.paths)
+
     def close(self) -> None:
         pass
 
@@ -201,21 +227,41 @@ class DuckDBEngine:
 
     kind = "duckdb"
 
-    def __init__(self, paths: Sequence[str], span_filter: SpanFilter) -> None:
-        from ._duckdb_source import SpanSource
+    def __init__(
+        self, paths: Sequence[str], span_filter: SpanFilter, *, lazy: bool = False
+    ) -> None:
+        self.paths = list(paths)
+        self.span_filter = span_filter
+        self._source: SpanSource | None = None
+        self._default_by: tuple[str, ...] | None = None
+        if not lazy:
+            self.default_by()  # the parts opened now: a damaged one is named by whoever opens
 
-        self.source = SpanSource(paths if len(paths) > 1 else paths[0], span_filter=span_filter)
-        low, _ = self.source.column_range("thread_id")
-        device = low is not None and low < 0
-        self._default_by = ("category", "name", "device") if device else ("category", "name")
+    @property
+    def source(self) -> SpanSource:
+        """DuckDB's view of the parts (``_duckdb_source.SpanSource``): opened with the engine,
+        or on first use where it was opened ``lazy`` (the ranks read the parts with pyarrow
+        and need none)."""
+        if self._source is None:
+            from ._duckdb_source import SpanSource
+
+            paths = self.paths
+            self._source = SpanSource(
+                paths if len(paths) > 1 else paths[0], span_filter=self.span_filter
+            )
+        return self._source
 
     def default_by(self) -> tuple[str, ...]:
+        if self._default_by is None:
+            low, _ = self.source.column_range("thread_id")
+            device = low is not None and low < 0
+            self._default_by = ("category", "name", "device") if device else ("category", "name")
         return self._default_by
 
     def stats(self, request: StatsRequest) -> pa.Table:
         from ._streaming import stream_stats
 
-        return stream_stats(self.source, request.keys(self._default_by))
+        return stream_stats(self.source, request.keys(self.default_by()))
 
     def phases(self) -> pa.Table:
         from ._streamed_phases import stream_phases
@@ -236,8 +282,14 @@ class DuckDBEngine:
     def metadata(self) -> dict[bytes, bytes]:
         return self.source.metadata()
 
+    def rank_source(self) -> RankSource:
+        from ._rank_source import RankSource
+
+        return RankSource.of_files(self.paths, self.span_filter)
+
     def close(self) -> None:
-        self.source.close()
+        if self._source is not None:
+            self._source.close()
 
 
 class Spans:
@@ -250,6 +302,8 @@ class Spans:
         spans: Any,
         span_filter: SpanFilter | Mapping[str, Any] | None = None,
         engine: Any = None,
+        *,
+        lazy: bool = False,
     ):
         self.span_filter = SpanFilter.of(span_filter)
         self.kind = choose(spans, engine)
@@ -262,14 +316,16 @@ class Spans:
         if self.kind == "memory":
             unfiltered = spans if paths is None else load_paths(paths, run=self.span_filter.run)
             self.table = filter_table(unfiltered, self.span_filter)
-            self.engine = MemoryEngine(self.table, _table_default_by(unfiltered))
+            self.engine = MemoryEngine(
+                self.table, _table_default_by(unfiltered), unfiltered, self.span_filter, paths or ()
+            )
         elif paths is None:
             raise TypeError(
                 f"engine {self.kind}: give the spans as paths (Parquet files, run directories, URIs), "
                 f"not a {type(spans).__name__}"
             )
         elif self.kind == "duckdb":
-            self.engine = DuckDBEngine(paths, self.span_filter)
+            self.engine = DuckDBEngine(paths, self.span_filter, lazy=lazy)
         else:
             from ._spark import SparkSpans
 
@@ -367,8 +423,39 @@ def _check_run_selection(load: Any) -> None:
         )
 
 
-def open_spans(
+def rank_source(
     spans: Any, span_filter: SpanFilter | Mapping[str, Any] | None = None, engine: Any = None
+) -> RankSource:
+    """The spans of ``spans`` (a table or paths) as the across-ranks kernel reads them, from
+    the engine :func:`choose` picks (``"memory"`` loads paths, ``"duckdb"`` streams them a
+    part at a time, ``"spark"`` or a SparkSession leaves them to Spark); closing the source
+    closes the engine."""
+    import pyarrow as pa
+
+    if paths_of(spans) is None:
+        if not isinstance(spans, pa.Table):
+            raise TypeError(
+                f"spans: expected a pyarrow.Table or a path, not {type(spans).__name__}"
+            )
+        if choose(spans, engine) != "spark":
+            engine = "memory"  # a table is read in memory, whatever engine was named
+    opened = open_spans(spans, span_filter, engine, lazy=True)
+    try:
+        source = opened.engine.rank_source()
+    except BaseException:
+        opened.close()
+        raise
+    source.owner = opened
+    return source
+
+
+def open_spans(
+    spans: Any,
+    span_filter: SpanFilter | Mapping[str, Any] | None = None,
+    engine: Any = None,
+    *,
+    lazy: bool = False,
 ) -> Spans:
-    """:class:`Spans` over ``spans`` (a table, a path, paths), ``span_filter`` applied."""
-    return Spans(spans, span_filter, engine)
+    """:class:`Spans` over ``spans`` (a table, a path, paths), ``span_filter`` applied
+    (``lazy``: an engine's own resources, DuckDB's view, opened on first use only)."""
+    return Spans(spans, span_filter, engine, lazy=lazy)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from .._columns import combined_codes, to_numpy
+from .._columns import column_codes, combined_codes, to_numpy, values_and_validity
 
 __all__ = [
     "group_percentile",
@@ -24,34 +24,61 @@ __all__ = [
 
 
 def group_sums(
-    table: pa.Table, group: np.ndarray, groups: int, duration: np.ndarray
+    table: pa.Table, group: np.ndarray, groups: int, duration: np.ndarray, *, ordered: bool = False
 ) -> dict[str, np.ndarray]:
     """Per group (``group``: a code in [0, groups) per row of ``table``) the aggregates of
-    ``queries.STAT_AGGREGATES`` that are counts and sums, under their names there: ``n``,
-    ``self_total``, ``wait_total`` (0 without the column), ``errors``, ``instants``, ``args``, ``arg_sum`` (0 where no arg) and
-    ``arg_time``, exact int64. One definition for the in-memory path and the streaming one
-    that reads Parquet a part at a time (``parquet_scan``, which adds the parts' sums)."""
+    ``queries.STAT_AGGREGATES`` under their names there: ``n``, ``total``, ``lo``, ``hi``,
+    ``self_total``, ``wait_total`` (0 without the column), ``errors``, ``instants``,
+    ``args``, ``arg_sum`` (0 where no arg) and ``arg_time``, exact int64; with ``ordered``
+    also ``ordered`` (the durations by group, rows in order within a group; int32 where they
+    all fit) and ``starts`` (each group's first place in it). One pass over the columns in C
+    (``_scan_kernel.group_aggregates``); one definition for the in-memory path and the
+    streaming one that reads Parquet a batch at a time (``parquet_scan``, which adds the
+    batches' sums)."""
+    from ._scan_kernel import group_aggregates
+
+    if "self_ns" in table.column_names:
+        self_ns, self_valid = _int64_values(table.column("self_ns"))
+    else:  # a table built without the column gets it by the same rule
+        from .._selftime import self_ns_column
+
+        self_ns, self_valid = to_numpy(self_ns_column(table), np.int64), None
+    # a table without wait_ns (a foreign trace, an older file) waited for nothing known
+    wait, wait_valid = (
+        _int64_values(table.column("wait_ns")) if "wait_ns" in table.column_names else (None, None)
+    )
     error_column = table.column("error")
     error = to_numpy(
         error_column.fill_null(False) if error_column.null_count else error_column, np.bool_
     )
-    arg_column = table.column("arg")
-    has_arg = to_numpy(arg_column.is_valid(), np.bool_)
-    # Counts as bincounts of the rows selected (not weighted ones: no float copy of a mask);
-    # sums over the rows with an arg only (a null arg adds nothing).
-    arg_group = group[has_arg]
-    arg = to_numpy(arg_column.drop_null() if arg_column.null_count else arg_column, np.int64)
-    return {
-        "n": np.bincount(group, minlength=groups).astype(np.int64),
-        "self_total": _self_time(table, group, duration, groups),
-        "wait_total": _wait_time(table, group, groups),
-        "errors": np.bincount(group[error], minlength=groups).astype(np.int64),
-        "instants": np.bincount(group[duration == 0], minlength=groups).astype(np.int64),
-        "args": np.bincount(arg_group, minlength=groups).astype(np.int64),
-        # exact integer sums (a plain bincount goes through float64)
-        "arg_sum": group_sum(arg_group, arg, groups),
-        "arg_time": group_sum(arg_group, duration[has_arg], groups),
-    }
+    arg, arg_valid = _int64_values(table.column("arg"))
+    return dict(
+        group_aggregates(
+            np.ascontiguousarray(group, np.int32),
+            groups,
+            np.ascontiguousarray(duration, np.int64),
+            self_ns=self_ns,
+            self_valid=self_valid,
+            wait=wait,
+            wait_valid=wait_valid,
+            error=error,
+            arg=arg,
+            arg_valid=arg_valid,
+            ordered=ordered,
+        )
+    )
+
+
+def _int64_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """An integer column's values as contiguous int64 (anything where null: the validity
+    says) and its validity (None: no nulls), straight from its buffers where it can."""
+    if pa.types.is_int64(column.type):
+        values, valid = values_and_validity(column)
+        return np.ascontiguousarray(values), valid
+    if pa.types.is_null(column.type):  # a column of nulls only (a foreign table's): no values
+        return np.zeros(len(column), np.int64), np.zeros(len(column), np.bool_)
+    valid = to_numpy(column.is_valid(), np.bool_) if column.null_count else None
+    return to_numpy(column.fill_null(0) if column.null_count else column, np.int64), valid
 
 
 def group_percentile(
@@ -97,31 +124,6 @@ def sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np
     return values[np.lexsort((values, group))]
 
 
-def _self_time(table: pa.Table, group: np.ndarray, duration: np.ndarray, groups: int) -> np.ndarray:
-    """Per group, its spans' self time: the ``self_ns`` column summed (hotspan computes it where
-    spans become a table: no parent join here); a table built without the column gets it by
-    the same rule (``_selftime.self_ns_column``: duration minus the union of its children)."""
-    if "self_ns" in table.column_names:
-        self_ns = table.column("self_ns")
-        column = to_numpy(self_ns.fill_null(0) if self_ns.null_count else self_ns, np.int64)
-    else:
-        from .._selftime import self_ns_column
-
-        column = to_numpy(self_ns_column(table), np.int64)
-    return group_sum(group, column, groups)
-
-
-def _wait_time(table: pa.Table, group: np.ndarray, groups: int) -> np.ndarray:
-    """Per group, its spans' wait (the ``wait_ns`` column summed; 0 for a table without it:
-    a foreign trace or an older file knows no task's suspensions)."""
-    if "wait_ns" not in table.column_names:
-        return np.zeros(groups, np.int64)
-    wait = table.column("wait_ns")
-    return group_sum(
-        group, to_numpy(wait.fill_null(0) if wait.null_count else wait, np.int64), groups
-    )
-
-
 def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
     """Exact int64 sums of ``values`` per group. ``np.add.at`` is exact but slow (an unbuffered
     loop: ~10x a bincount), and a bincount sums in float64 (inexact past 2**53); so the values,
@@ -162,4 +164,20 @@ def sum_by(code: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
 
 
 def group_codes(table: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    return combined_codes(table, by)
+    """Rows numbered by their combination of ``by``'s values, 0 .. G-1 (as
+    ``_columns.combined_codes`` numbers them), and a row of each group: where the
+    combinations are few enough for a table (``_scan_kernel.DENSE_LIMIT``), in one pass in C
+    over the columns' codes (a part's dictionary indices as they lie), else by
+    ``combined_codes``."""
+    from ._scan_kernel import DENSE_LIMIT, dense_codes
+
+    if not by:
+        return combined_codes(table, by)
+    codes, sizes = [], []
+    for name in by:
+        column_code, values = column_codes(table.column(name))
+        codes.append(column_code)
+        sizes.append(max(len(values), 1))
+    if int(np.prod(np.array(sizes, np.float64))) > DENSE_LIMIT:
+        return combined_codes(table, by)
+    return dense_codes([np.ascontiguousarray(c, np.int32) for c in codes], sizes)

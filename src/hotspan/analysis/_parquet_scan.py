@@ -2,15 +2,15 @@
 without a query engine.
 
 Each part is read alone, in batches (only the columns ``stats`` needs, string keys as
-dictionaries), its rows numbered by group (``statistics.combined_codes``), its counts and
-sums taken by the in-memory path's own function (``statistics.group_sums``), and its
-durations ordered by group (a stable sort of small integers: a radix sort). The batches'
-sums are added. The parts are read on every core (pyarrow and numpy let the GIL go).
+dictionaries), its rows numbered by group (``kernels.group_codes``: the dictionary indices
+combined in one pass), its counts and sums taken and its durations ordered by group (a
+counting sort) by the in-memory path's own function (``kernels.group_sums``: one pass in C,
+``_scan_kernel``). The batches' sums are added. The parts are read on every core (pyarrow
+and the kernels let the GIL go).
 
 - :func:`part_groups`, when a run's durations fit in memory: they are kept, 4 bytes a span
-  where they fit in 32 bits, and each group's put together one group at a time for
-  ``numpy.partition`` to find the order statistics of the exact percentiles
-  (``queries.order_statistics``). DuckDB's ``list()`` aggregate, which collected the same
+  where they fit in 32 bits, in a piece a batch, of which ``_scan_kernel.select_ranks``
+  finds the order statistics of the exact percentiles (``queries.order_statistics``). DuckDB's ``list()`` aggregate, which collected the same
   values before, cost more than the whole of this.
 - :func:`part_buckets`, in bounded memory: two reads, the first counting each group's
   durations per bucket, the second keeping only the durations of the buckets that hold the
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._kernels import group_sums
+from ._kernels import group_codes, group_sums
 from .statistics import DEVICE_KEY, with_device_key
-from .._columns import combined_codes, to_numpy
+from .._columns import to_numpy
 
 __all__ = ["BUCKETS", "duration_buckets", "part_buckets", "part_groups", "scan_memory"]
 
@@ -115,7 +115,7 @@ class _Parts:
     ) -> tuple[pa.Table, np.ndarray, list[tuple[Any, ...]], np.ndarray]:
         if self.derived:
             table = with_device_key(table, self.by)
-        group, representative = combined_codes(table, self.by)
+        group, representative = group_codes(table, self.by)
         take = pa.array(representative)
         keys = (
             list(zip(*(table.column(k).take(take).to_pylist() for k in self.by)))
@@ -123,25 +123,6 @@ class _Parts:
             else [()] * len(representative)
         )
         return table, group, keys, to_numpy(table.column("duration_ns"), np.int64)
-
-
-def _by_group(
-    group: np.ndarray, duration: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """The durations ordered by group, each group's first row in that order, and per group
-    ``total``, ``lo`` and ``hi`` (sums and extremes of contiguous rows: exact, quick)."""
-    groups = len(counts)
-    # numpy's stable sort of 8- and 16-bit integers is a radix sort (linear), so the codes
-    # go down to the narrowest type that holds them.
-    code = group.astype(np.uint8 if groups <= 1 << 8 else np.uint16) if groups <= 1 << 16 else group
-    ordered = duration[np.argsort(code, kind="stable")]
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    extremes = {
-        "total": np.add.reduceat(ordered, starts),
-        "lo": np.minimum.reduceat(ordered, starts),
-        "hi": np.maximum.reduceat(ordered, starts),
-    }
-    return ordered, starts, extremes
 
 
 def _combine(
@@ -203,11 +184,9 @@ def part_groups(
     def grouped(
         table: pa.Table, group: np.ndarray, keys: list[tuple[Any, ...]], duration: np.ndarray
     ) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]:
-        sums = group_sums(table, group, len(keys), duration)
-        ordered, starts, extremes = _by_group(group, duration, sums["n"])
-        sums.update(extremes)
-        narrow = -(2**31) <= int(sums["lo"].min()) and int(sums["hi"].max()) < 2**31
-        kept = ordered.astype(np.int32) if narrow else ordered  # the same values, in 4 bytes
+        # the durations ordered by group in the same pass, in 4 bytes where they all fit
+        sums = group_sums(table, group, len(keys), duration, ordered=True)
+        kept, starts = sums.pop("ordered"), sums.pop("starts")
         return keys, sums, np.split(kept, starts[1:])
 
     numbers: dict[tuple[Any, ...], int] = {}
@@ -222,7 +201,9 @@ def part_groups(
                 values[i].append(piece)
             found.append((ids, sums))
     aggregates = _combine(found, len(numbers))
-    percentiles = order_statistics(list(enumerate(values)), aggregates["n"])
+    percentiles = order_statistics(
+        list(enumerate(values)), aggregates["n"], (aggregates["lo"], aggregates["hi"])
+    )
     return numbers, aggregates, percentiles
 
 
@@ -281,9 +262,9 @@ def part_buckets(
     def counted(
         table: pa.Table, group: np.ndarray, keys: list[tuple[Any, ...]], duration: np.ndarray
     ) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray], np.ndarray, np.ndarray]:
-        sums = group_sums(table, group, len(keys), duration)
-        ordered, starts, extremes = _by_group(group, duration, sums["n"])
-        sums.update(extremes)
+        sums = group_sums(table, group, len(keys), duration, ordered=True)
+        ordered = sums.pop("ordered").astype(np.int64, copy=False)
+        del sums["starts"]
         if int(sums["lo"].min()) < 0:
             raise _Negative
         # (group, bucket) codes, counted: a bincount where the codes are few enough (a

@@ -1,6 +1,7 @@
 """The parts of the per-process phases stream (process_phases.py): category codes shared
-by its workers, a sorted index of span ids, the id ranges seen, the phase sums, the rows
-carried to a later row group, and lane codes."""
+by its workers, a sorted index of span ids, the id ranges seen, the rows carried to a later
+row group, and lane codes. The sums themselves are the phases kernel's
+(``_phase_kernel.PhaseSums``)."""
 
 from __future__ import annotations
 
@@ -147,64 +148,13 @@ class Ranges:
         return overlap
 
 
-class Sums:
-    """Time and steps per (rank, category, parent's category; -1: no parent), integer sums."""
-
-    def __init__(self) -> None:
-        self.sums: dict[tuple[int, int, int], list[int]] = {}
-
-    def add(
-        self,
-        rank: np.ndarray,
-        child: np.ndarray,
-        parent: np.ndarray,
-        d: np.ndarray,
-        skip: np.ndarray | None = None,
-    ) -> None:
-        """Add each row's duration (and a step where it is positive) to its (rank, category,
-        parent's category), the rows of ``skip`` (a mask) left out."""
-        from ._kernels import group_sum
-
-        if len(d) == 0:
-            return
-        width = int(max(child.max(), parent.max())) + 2  # parent -1 .. C-1
-        if rank.min() == rank.max():  # one rank (a process's row group): no per-row rank code
-            ranks = rank[:1]
-            key = child * width  # (in place from here: no temporaries of a million)
-        else:
-            ranks, rank_code = np.unique(rank, return_inverse=True)
-            key = (rank_code.reshape(-1) * width + child) * width
-        key += parent
-        key += 1
-        size = len(ranks) * width * width
-        if skip is not None:
-            key[skip] = size  # a bin of their own, dropped below
-        steps = np.bincount(key[d > 0], minlength=size + 1)[:size]
-        if len(d) and int(d.max()) < (1 << 53) // len(d) and int(d.min()) >= 0:
-            # every partial sum an integer below 2**53: float64 sums them exactly, in one pass
-            time = np.bincount(key, weights=d, minlength=size + 1)[:size].astype(np.int64)
-        else:
-            time = group_sum(key, d, size + 1)[:size]
-        # a (rank, category, parent) of no time and no step adds nothing (instants only)
-        for k in np.flatnonzero((time != 0) | (steps != 0)):
-            r, rest = divmod(int(k), width * width)
-            entry = (int(ranks[r]), rest // width, rest % width - 1)
-            total = self.sums.setdefault(entry, [0, 0])
-            total[0] += int(time[k])
-            total[1] += int(steps[k])
-
-    def merge(self, other: Sums) -> None:
-        for key, (time, steps) in other.sums.items():
-            total = self.sums.setdefault(key, [0, 0])
-            total[0] += time
-            total[1] += steps
-
-
 class Carried:
     """Children whose parent is not found yet, summed per (parent key, lane, rank, category):
-    parent_id (uint64), lane (int64, 0 without lanes), rank, category, time, steps, count."""
+    parent_id (uint64), lane (int64, 0 without lanes), rank, category, and the sums: time,
+    steps, self time and wait (0 where the spans carry no wait times)."""
 
-    FIELDS = ("parent", "lane", "rank", "child", "time", "steps")
+    FIELDS = ("parent", "lane", "rank", "child", "time", "steps", "own", "waited")
+    SUMMED = ("time", "steps", "own", "waited")
 
     def __init__(self, budget: int) -> None:
         self.columns = {
@@ -226,7 +176,7 @@ class Carried:
                 same &= merged[k][1:] == merged[k][:-1]
             starts = np.flatnonzero(np.r_[True, ~same])
             merged = {
-                k: (np.add.reduceat(v, starts) if k in ("time", "steps") else v[starts])
+                k: (np.add.reduceat(v, starts) if k in self.SUMMED else v[starts])
                 for k, v in merged.items()
             }
         if len(merged["parent"]) > self.budget:

@@ -6,7 +6,7 @@ in its child's own process, drained in the same part as the child or a later one
 closes after its children, and a process drains spans in the order they close). So the parts
 of one process (one writer: the same rank, pid and token, by part number) are read in order,
 a row group at a time, with only the columns the answer needs (``span_id``, ``parent_id``,
-``category``, ``duration_ns``, ``rank``), and each span's parent is looked up among the spans
+``category``, ``duration_ns``, ``rank``; ``self_ns`` and ``wait_ns`` where spans awaited), and each span's parent is looked up among the spans
 of that row group (``IdIndex``: a direct-address table where the ids are dense, as the
 recorder draws them, else a sort). Children whose parent is not in it yet are carried to the
 next row group, summed per (parent, rank, category): a parent with a million children drained
@@ -21,10 +21,10 @@ each row group's ids as runs of consecutive values, merged per process and then 
 any overlap is a repeated id. Should the run turn out to repeat ids, it is read once more
 with the ids looked up within their (rank, pid, thread).
 
-Per span the result is a (rank, category, parent's category) triple; their times and steps
-are summed and handed to ``queries.phases_of_sums``, the same arithmetic as the DuckDB and
-Spark paths' (``queries.phases_sql``) and the in-memory path's (``statistics.phase_table``),
-to the same result.
+Per span the result is a (rank, category, parent's category) triple, fed a row group at a
+time to the phases kernel (``_phase_kernel.PhaseSums``), which the in-memory path feeds its
+table's batches alike and whose finishing step (``phases_of_sums``) the DuckDB and Spark
+paths' SQL rows (``queries.phases_sql``) end in: one arithmetic, to the same result.
 
 Memory: a row group at a time per worker thread (the parts' row groups are what a writer
 flushes: about a million spans), plus the carried children and the id runs, both small for
@@ -52,15 +52,17 @@ from ._phase_parts import (
     Lanes,
     numpy_of,
     Ranges,
-    Sums,
     lane_keys,
 )
 from .._columns import values_and_validity
+from ._phase_kernel import PhaseSums
 
 __all__ = ["phases_of_parts"]
 
 #: The columns read; ``pid`` and ``thread_id`` too where ids repeat.
 COLUMNS = ("span_id", "parent_id", "category", "duration_ns", "rank")
+#: Read too where spans awaited (asyncio tasks): the phases then sum their self times.
+WAIT_COLUMNS = ("self_ns", "wait_ns")
 #: Bytes per span a worker holds while it looks up one row group: the columns (~40), the
 #: index (up to 4 x 4 for the direct table, or 16 for a sort) and the temporaries.
 BYTES_PER_SPAN = 160
@@ -78,6 +80,8 @@ def phases_of_parts(
     memory_bytes: int,
     unique_ids: Callable[[], bool],
     workers: int | None = None,
+    *,
+    waits: bool = False,
 ) -> pa.Table | None:
     """``statistics.phases`` of the spans in ``files`` (local Parquet parts, their footers
     ``pyarrow.parquet.FileMetaData``; ``unique_ids`` answers whether no span id repeats, asked
@@ -85,7 +89,8 @@ def phases_of_parts(
     doc): a part without one of the columns (a rank taken from a ``rank=R`` directory), a row
     group too large for ``memory_bytes``, null ranks."""
     schemas = [f.schema.to_arrow_schema() for f in footers]
-    if any(not set(COLUMNS) <= set(s.names) for s in schemas):
+    needed = set(COLUMNS) | (set(WAIT_COLUMNS) if waits else set())
+    if any(not needed <= set(s.names) for s in schemas):
         return None
     largest = max(
         (f.row_group(g).num_rows for f in footers for g in range(f.num_row_groups)), default=0
@@ -100,9 +105,11 @@ def phases_of_parts(
     budget = max((memory_bytes // 4) // BYTES_PER_ROW // workers, 1 << 16)
     try:
         try:
-            return _run(groups, unique_ids, lanes=False, workers=workers, budget=budget)
+            return _run(
+                groups, unique_ids, lanes=False, workers=workers, budget=budget, waits=waits
+            )
         except RepeatedIds:
-            return _run(groups, unique_ids, lanes=True, workers=workers, budget=budget)
+            return _run(groups, unique_ids, lanes=True, workers=workers, budget=budget, waits=waits)
     except GiveUp:
         return None
 
@@ -134,17 +141,19 @@ def _stream(
     lanes: Lanes | None,
     budget: int,
     stop: threading.Event,
-) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+    waits: bool = False,
+) -> tuple[PhaseSums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
     """One process's parts in order: its sums, the children left without a parent, its id
     ranges, its ranks, and each row group's lowest and highest id (by path and number: the
     parts' footers keep no statistics of the ids). ``stop``: another process gave up (or
     found a repeated id), this one need not go on."""
     import pyarrow.parquet as pq
 
-    sums, carried, ranges = Sums(), Carried(budget), Ranges(budget)
+    sums, carried, ranges = PhaseSums(), Carried(budget), Ranges(budget)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     ranks: set[int] = set()
     columns = list(COLUMNS) + ([c for c in LANE if c not in COLUMNS] if lanes else [])
+    columns += list(WAIT_COLUMNS) if waits else []
     for path, footer in parts:
         reader = pq.ParquetFile(path, metadata=footer)
         rank_index = footer.schema.to_arrow_schema().get_field_index("rank")
@@ -210,7 +219,11 @@ def _stream(
             waiting = has_parent & ~found
             # (row -1 reads the last row's category, replaced by -1 at once)
             parent_category = np.where(found, child[row], -1)
-            sums.add(rank, child, parent_category, duration, skip=waiting)
+            own = waited = None
+            if waits:
+                own = numpy_of(table.column("self_ns"), np.int64)
+                waited = numpy_of(table.column("wait_ns"), np.int64)
+            sums.add(rank, child, parent_category, duration, skip=waiting, own=own, waited=waited)
             if waiting.any():
                 carried.add(
                     parent=parent[waiting],
@@ -219,6 +232,12 @@ def _stream(
                     child=child[waiting],
                     time=duration[waiting],
                     steps=(duration[waiting] > 0).astype(np.int64),
+                    own=own[waiting] if own is not None else np.zeros(int(waiting.sum()), np.int64),
+                    waited=(
+                        waited[waiting]
+                        if waited is not None
+                        else np.zeros(int(waiting.sum()), np.int64)
+                    ),
                 )
     return sums, carried, ranges, ranks, bounds
 
@@ -234,18 +253,19 @@ def _read(reader: Any, path: str, group: int, columns: list[str]) -> pa.Table:
         raise TraceFileError(path, f"not a readable Parquet part: {exc}") from exc
 
 
-def _add_summed(sums: Sums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
-    """Carried rows (already summed: time, steps) with their parent's category now known."""
-    for rank, child, parent, time, steps in zip(
+def _add_summed(sums: PhaseSums, rows: dict[str, np.ndarray], parent_category: np.ndarray) -> None:
+    """Carried rows (already summed: time, steps, self and wait time) with their parent's
+    category now known."""
+    for rank, child, parent, time, steps, own, waited in zip(
         rows["rank"].tolist(),
         rows["child"].tolist(),
         parent_category.tolist(),
         rows["time"].tolist(),
         rows["steps"].tolist(),
+        rows["own"].tolist(),
+        rows["waited"].tolist(),
     ):
-        total = sums.sums.setdefault((rank, child, parent), [0, 0])
-        total[0] += time
-        total[1] += steps
+        sums.add_one((rank, child, parent), time, steps, own, waited)
 
 
 # --------------------------------------------------------------------------- the run
@@ -258,11 +278,9 @@ def _run(
     lanes: bool,
     workers: int,
     budget: int,
+    waits: bool = False,
 ) -> pa.Table:
     from concurrent.futures import ThreadPoolExecutor
-
-    from ._queries import phases_of_sums
-    from .statistics import category_levels
 
     categories = Categories()
     lane_codes = Lanes() if lanes else None
@@ -271,9 +289,9 @@ def _run(
 
     def one(
         parts: list[tuple[str, Any]],
-    ) -> tuple[Sums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
+    ) -> tuple[PhaseSums, Carried, Ranges, set[int], dict[tuple[str, int], tuple[int, int]]]:
         try:
-            return _stream(parts, categories, lane_codes, budget, stop)
+            return _stream(parts, categories, lane_codes, budget, stop, waits)
         except (GiveUp, RepeatedIds):
             stop.set()  # the others stop at their next row group
             raise
@@ -291,7 +309,8 @@ def _run(
             if error is not None:
                 raise error
         results = [f.result() for f in futures]
-    sums = Sums()
+    sums = PhaseSums()
+    sums.waits = waits  # (the workers' sums merged say so too, where they read a row)
     ranks: set[int] = set()
     carried = Carried(budget * workers)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
@@ -307,26 +326,9 @@ def _run(
         _resolve_carried(carried, sums, bounds, groups, categories, lane_codes)
 
     names = list(categories.codes)
+    # levels numbered in sorted order, as the DuckDB path numbers them
     ordered = sorted(c for c in names if c is not None)
-    levels = category_levels(ordered)  # numbered in sorted order, as the DuckDB path numbers them
-    position = {c: i for i, c in enumerate(ordered)}
-    top_of = np.array([levels[2][position[c]] if c is not None else -1 for c in names] + [-1])
-    sub_of = np.array([levels[3][position[c]] if c is not None else -1 for c in names] + [-1])
-    keys = list(sums.sums)
-    rank = np.array([k[0] for k in keys], np.int64)
-    child = np.array([k[1] for k in keys], np.int64)
-    parent = np.array([k[2] for k in keys], np.int64)  # -1: none (top_of[-1] is -1)
-    has_parent = parent >= 0
-    rows = {
-        "rank": rank,
-        "top": top_of[child],
-        "sub": sub_of[child],
-        "same_top": has_parent & (top_of[parent] == top_of[child]),
-        "same_sub": has_parent & (sub_of[parent] == sub_of[child]),
-        "time": np.array([sums.sums[k][0] for k in keys], np.int64),
-        "steps": np.array([sums.sums[k][1] for k in keys], np.int64),
-    }
-    return phases_of_sums(rows, np.array(sorted(ranks), np.int64), levels)
+    return sums.table(names, ordered, np.array(sorted(ranks), np.int64))
 
 
 def _repeated_across(ranges: list[Ranges], budget: int, unique_ids: Callable[[], bool]) -> bool:
@@ -348,7 +350,7 @@ def _repeated_across(ranges: list[Ranges], budget: int, unique_ids: Callable[[],
 
 def _resolve_carried(
     carried: Carried,
-    sums: Sums,
+    sums: PhaseSums,
     bounds: dict[tuple[str, int], tuple[int, int]],
     groups: list[list[tuple[str, Any]]],
     categories: Categories,

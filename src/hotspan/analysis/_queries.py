@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from ._kernels import interpolate, percentile_ranks
+from ._phase_kernel import phases_of_sums
 from .statistics import (
     PERCENTILES,
     stats_table,
@@ -224,13 +225,18 @@ def list_order_statistics(
 
 
 def order_statistics(
-    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]], counts: np.ndarray
+    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]],
+    counts: np.ndarray,
+    extremes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per percentile, its value in each group from the group's values (``groups``: (group,
-    its values, or a list of pieces of them) in any order): the two order statistics by
-    ``numpy.partition`` (linear time), then numpy's interpolation. A group given in pieces
-    is put together one group at a time, the pieces let go as it is (memory: the values
-    once, plus one group)."""
+    its values, or a list of pieces of them) in any order): the two order statistics of each
+    percentile by ``_scan_kernel.select_ranks`` (a histogram of the values' top bits, the
+    few values of the buckets that hold the ranks partitioned: linear time, the pieces never
+    put together), then numpy's interpolation. ``extremes``: each group's least and greatest
+    value where known (the aggregates' ``lo`` and ``hi``), which saves a pass."""
+    from ._scan_kernel import select_ranks
+
     wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
     below = {c: np.zeros(len(counts), np.int64) for c in wanted}
     above = {c: np.zeros(len(counts), np.int64) for c in wanted}
@@ -239,19 +245,19 @@ def order_statistics(
         g, values = item
         if counts[g] == 0:
             return
-        ranks = sorted({int(r) for w in wanted.values() for r in (w[0][g], w[1][g])})
-        if isinstance(values, list):
-            part = np.concatenate(values) if len(values) != 1 else values[0].copy()
-            values.clear()  # the pieces go now, not at the end
-            part.partition(ranks)  # in place: the copy above is ours
+        ranks = np.array([r for w in wanted.values() for r in (w[0][g], w[1][g])], np.int64)
+        pieces = values if isinstance(values, list) else [values]
+        if extremes is None:
+            found = select_ranks(pieces, ranks)
         else:
-            part = np.partition(values, ranks)  # each rank's value in place, in O(n)
-        for c, (lo, hi, _gamma) in wanted.items():
-            below[c][g], above[c][g] = part[lo[g]], part[hi[g]]
+            found = select_ranks(pieces, ranks, int(extremes[0][g]), int(extremes[1][g]))
+        if isinstance(values, list):
+            values.clear()  # the pieces go now, not at the end
+        for i, c in enumerate(wanted):
+            below[c][g], above[c][g] = found[2 * i], found[2 * i + 1]
 
     if len(groups) > 1 and int(np.sum(counts)) > 1 << 20:
-        # numpy partitions without the GIL: the groups on every core (DuckDB used them all
-        # for the query; this is most of what is left after it).
+        # the kernel lets the GIL go: the groups on every core
         from concurrent.futures import ThreadPoolExecutor
 
         # largest groups first: the last one to finish is a small one
@@ -309,7 +315,7 @@ def phases_sql(
     dialect: Dialect, relation: str, levels: str, *, unique_ids: bool, waits: bool = False
 ) -> str:
     """``statistics.phases`` as one aggregation: per rank, top-level category and sub-category
-    number (``levels``: category -> top, sub; ``statistics.category_levels``) and whether the
+    number (``levels``: category -> top, sub; ``_phase_kernel.category_levels``) and whether the
     span's parent is in the same one (then it does not open it), the time and the steps.
 
     Small integers, not category strings, go through the parent join (its hash table holds a
@@ -318,7 +324,7 @@ def phases_sql(
     ``statistics.parent_rows`` does: by id; where ids repeat, within the child's rank, pid and
     thread (one of them, should an id repeat within a thread too). ``waits`` (the relation
     has ``self_ns`` and ``wait_ns``): the self and wait times summed too (``own``,
-    ``waited``), for the categories whose spans awaited (``statistics.phase_times``)."""
+    ``waited``), for the categories whose spans awaited (``_phase_kernel.phase_times``)."""
     q = dialect.quote
     waited_cols = f", s.{q('self_ns')} AS o, s.{q('wait_ns')} AS w" if waits else ""
     waited_sums = (
@@ -353,7 +359,7 @@ def phases_sql(
 
 def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple[Any, ...]) -> pa.Table:
     """The ``phases`` table from :func:`phases_sql`'s rows (``levels``: what
-    ``statistics.category_levels`` gave for the categories it numbered)."""
+    ``_phase_kernel.category_levels`` gave for the categories it numbered)."""
 
     def column(name: str, dtype: Any) -> np.ndarray:
         return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), dtype)
@@ -365,33 +371,3 @@ def finish_phases(rows: pa.Table, rank_values: np.ndarray, levels: tuple[Any, ..
         rank_values,
         levels,
     )
-
-
-def phases_of_sums(
-    rows: dict[str, np.ndarray], rank_values: np.ndarray, levels: tuple[Any, ...]
-) -> pa.Table:
-    """The ``phases`` table from :func:`phases_sql`'s rows as numpy columns (``rank``, ``top``,
-    ``sub``, ``same_top``, ``same_sub``, ``time``, ``steps``; ``own`` and ``waited`` where
-    the spans carry wait times), however they were summed."""
-    from .statistics import PHASE_SCHEMA, phase_table, phase_times
-
-    tops, subs = levels[0], levels[1]
-    if len(rank_values) == 0:
-        return PHASE_SCHEMA.empty_table()
-    top_of, sub_of = rows["top"], rows["sub"]
-    same_top, same_sub = rows["same_top"], rows["same_sub"]
-    rank_of, time_of, steps_of = rows["rank"], rows["time"], rows["steps"]
-    opens_top, opens_sub = (top_of >= 0) & ~same_top, (sub_of >= 0) & ~same_sub
-    n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
-    top_time = np.zeros((n_ranks, n_tops), np.int64)
-    top_steps = np.zeros((n_ranks, n_tops), np.int64)
-    sub_time = np.zeros((n_ranks, n_subs), np.int64)
-    rank = np.searchsorted(rank_values, rank_of)
-    # summed: a (rank, level) comes in several rows (one per combination of the flags)
-    np.add.at(top_time, (rank[opens_top], top_of[opens_top]), time_of[opens_top])
-    np.add.at(top_steps, (rank[opens_top], top_of[opens_top]), steps_of[opens_top])
-    np.add.at(sub_time, (rank[opens_sub], sub_of[opens_sub]), time_of[opens_sub])
-    if "own" in rows and "waited" in rows:
-        top_time = phase_times(top_time, rank, top_of, rows["own"], rows["waited"])
-        sub_time = phase_times(sub_time, rank, sub_of, rows["own"], rows["waited"])
-    return phase_table(rank_values, tops, subs, top_time, top_steps, sub_time)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._comms import group_of, is_collective
+from .._collective_match import NONE, group_of, is_collective, match_instances
 from .filters import SpanFilter
 from ._rank_arrays import PerRank, group_bounds, sorted_by
 from ._rank_source import RankSource, Strings, gather
@@ -96,7 +96,13 @@ class RankAnalysis:
         self.options = options or RankOptions()
         #: what the second pass over the spans found (rank_reasons.second_pass)
         self.found: dict[str, Any] = {}
-        self.source = RankSource(spans, span_filter, engine)
+        # the engine's own source (Engine.rank_source): a table, Parquet parts, a Spark view
+        if isinstance(spans, RankSource):
+            self.source = spans
+        else:
+            from ._engine import rank_source
+
+            self.source = rank_source(spans, span_filter, engine)
         self.strings = Strings()
         try:
             self._first_pass()
@@ -175,97 +181,40 @@ class RankAnalysis:
         rank = c["rank"].astype(np.int64)
         self.ranks = np.unique(np.concatenate([rank, self.top["rank"].astype(np.int64)]))
         n_ranks = len(self.ranks)
-        # Each row's match key: its group where its category names one (the torch.distributed
-        # instrumentation's comms:<group>: every collective of the group, whatever its name,
-        # in one sequence, the k-th being sequence number k), else its (name, category).
         want = self.options.category
-        self.groups: list[str] = []
-        found: dict[str, int] = {}
-        group_code = np.full(len(self.strings.values), -1, np.int64)
-        for code, value in enumerate(self.strings.values):
-            group = group_of(value, want)
-            if group is not None:
-                group_code[code] = found.setdefault(group, len(found))
-        self.groups = list(found)
-        row_group = group_code[cats] if len(cats) else np.zeros(0, np.int64)
-        grouped = row_group >= 0
-        # one integer per (name, category), past them one per group: unique in one dimension
-        n_strings = len(self.strings.values) + 1
-        past = n_strings * n_strings
-        codes = np.where(grouped, past + row_group, names * n_strings + cats)
-        uniq, inverse = np.unique(codes, return_inverse=True)
-        key = inverse.reshape(-1).astype(np.int64)
-        is_group = uniq >= past
-        # per key: (grouped, group or name, 0 or category)
-        pairs = np.stack(
-            [
-                is_group.astype(np.int64),
-                np.where(is_group, uniq - past, uniq // n_strings),
-                np.where(is_group, 0, uniq % n_strings),
-            ],
-            1,
-        ).reshape(-1, 3)
-        n_keys = len(pairs)
-        order = np.lexsort((c["start_ns"], rank, key))
-        starts, counts = group_bounds(key[order] * (int(rank.max(initial=0)) + 1) + rank[order])
-        index = np.empty(len(order), np.int64)
-        index[order] = np.arange(len(order)) - np.repeat(starts, counts)
-        # instances per key: the fewest any rank of its group has
-        group_key = key[order[starts]]
-        big = np.iinfo(np.int64).max
-        n_instances = np.full(n_keys, big)
-        np.minimum.at(n_instances, group_key, counts)
-        holders = np.bincount(group_key, minlength=n_keys)
-        # the ranks of a group that have more instances than the fewest: said, per key
-        most = np.zeros(n_keys, np.int64)
-        np.maximum.at(most, group_key, counts)
+        # the matching rule itself lives below the formats (the trace writers' flows use it)
+        found = match_instances(names, cats, rank, c["start_ns"], self.strings.values, want)
+        key, index, pairs, n_instances = found.key, found.index, found.pairs, found.n_instances
+        self.groups = found.groups
         self.problems: list[dict[str, Any]] = []
         label = self._key_label(pairs)
         reported: set[int] = set()
-        # a group whose ranks disagree on the collective at some sequence number (one skipped
-        # a collective, or called another): matched up to there, nothing from there on
-        if grouped.any():
-            provisional = index < n_instances[key]
-            base = np.r_[0, np.cumsum(np.where(n_instances == big, 0, n_instances))]
-            inst = np.where(provisional, base[key] + index, 0)
-            low = np.full(int(base[-1]), big)
-            high = np.full(int(base[-1]), -1)
-            np.minimum.at(low, inst[provisional], names[provisional])
-            np.maximum.at(high, inst[provisional], names[provisional])
-            for g in np.flatnonzero(pairs[:, 0] == 1):
-                if n_instances[g] == big:
-                    continue
-                span = slice(int(base[g]), int(base[g]) + int(n_instances[g]))
-                bad = np.flatnonzero(low[span] != high[span])
-                if not len(bad):
-                    continue
-                seq = int(bad[0])
-                at = provisional & (key == g) & (index == seq)
-                by_name: dict[str, list[int]] = {}
-                for r, n in zip(rank[at], names[at]):
-                    by_name.setdefault(str(self.strings.values[n]), []).append(int(r))
-                self.problems.append(
-                    {
-                        "group": self.groups[int(pairs[g, 1])],
-                        "seq": seq,
-                        "ranks_by_name": {n: sorted(rs) for n, rs in sorted(by_name.items())},
-                        "left_out": int(n_instances[g]) - seq,
-                        "text": f"group {self.groups[int(pairs[g, 1])]}: ranks disagree at collective #{seq} ("
-                        + "; ".join(
-                            f"{_ranks_text(rs)} in {n}" for n, rs in sorted(by_name.items())
-                        )
-                        + f"): a rank skipped or added a collective; its {int(n_instances[g]) - seq:,} "
-                        "instances from there on are not matched",
-                    }
-                )
-                n_instances[g] = seq
-                reported.add(int(g))
-        for g in np.flatnonzero((most > n_instances) & (n_instances != big)):
+        for d, seq, before, at in found.disagreements:
+            by_name: dict[str, list[int]] = {}
+            for r, n in zip(rank[at], names[at]):
+                by_name.setdefault(str(self.strings.values[n]), []).append(int(r))
+            group = self.groups[int(pairs[d, 1])]
+            self.problems.append(
+                {
+                    "group": group,
+                    "seq": seq,
+                    "ranks_by_name": {n: sorted(rs) for n, rs in sorted(by_name.items())},
+                    "left_out": before - seq,
+                    "text": f"group {group}: ranks disagree at collective #{seq} ("
+                    + "; ".join(f"{_ranks_text(rs)} in {n}" for n, rs in sorted(by_name.items()))
+                    + f"): a rank skipped or added a collective; its {before - seq:,} "
+                    "instances from there on are not matched",
+                }
+            )
+            reported.add(d)
+        most, holders = found.most, found.holders
+        group_key = key[found.first_rows]
+        for g in np.flatnonzero((most > n_instances) & (n_instances != NONE)):
             if int(g) in reported:
                 continue
             mine = group_key == g
-            short = counts[mine] == n_instances[g]
-            behind = sorted(int(r) for r in rank[order[starts[mine]]][short])
+            short = found.counts[mine] == n_instances[g]
+            behind = sorted(int(r) for r in rank[found.first_rows[mine]][short])
             self.problems.append(
                 {
                     "key": label[g],
@@ -277,12 +226,11 @@ class RankAnalysis:
                     f"up to {int(most[g]):,}: instances from #{int(n_instances[g])} on are not matched",
                 }
             )
-        keep = index < n_instances[key] if len(key) else np.zeros(0, bool)
+        keep, inst = found.instances()
         self.unmatched = int((~keep).sum())
-        key_base = np.r_[0, np.cumsum(np.where(n_instances == big, 0, n_instances))]
+        n_strings = len(self.strings.values) + 1
         # the rows of matched instances, by (instance, rank)
         self.row_of_span = np.full(len(key), -1, np.int64)
-        inst = key_base[key] + index
         rows = np.flatnonzero(keep)
         rows = rows[np.lexsort((rank[rows], inst[rows]))]
         self.row_of_span[rows] = np.arange(len(rows))
@@ -465,18 +413,6 @@ class RankAnalysis:
             }
         )
         return table.replace_schema_metadata(self._meta())
-
-    def instance_spans(self) -> dict[str, np.ndarray]:
-        """The matched collective spans: ``span_id``, ``rank``, ``start_ns`` (as recorded)
-        and ``instance`` (a number per collective instance), rows by (instance, rank). What
-        the trace writers link with flows (``formats.codec_inputs.collective_flows``)."""
-        m = self.m
-        return {
-            "span_id": self.coll["span_id"][m["span"]],
-            "rank": m["rank"],
-            "start_ns": m["start"],
-            "instance": m["instance"],
-        }
 
     def blame(self) -> tuple[np.ndarray, np.ndarray]:
         """Per rank (``self.ranks`` order): blame and wait, in ns."""

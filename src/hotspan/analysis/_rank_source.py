@@ -6,7 +6,7 @@ for the whole input (batches may each carry their own)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,83 +62,78 @@ class Strings:
 
 
 class RankSource:
-    """Re-iterable batches of ``spans`` (a table or paths), the filter applied, and the
-    metadata of the run. ``engine`` as for ``stats`` (engine.py): ``"memory"`` loads paths,
-    ``"duckdb"`` streams them (through this module's reader, a part at a time), ``"spark"``
-    or a SparkSession leaves the spans to Spark, which hands back only the rows a pass
-    keeps (:meth:`narrowed`) and the windows' sums (spark.py)."""
+    """Re-iterable batches of spans, the filter applied, and the metadata of the run: what the
+    across-ranks kernel reads. Each engine makes its own (``Engine.rank_source``, engine.py):
+    the in-memory one over its table (:meth:`in_memory`), DuckDB's over the Parquet parts read
+    with pyarrow a batch at a time (:meth:`of_files`), Spark's leaving the spans to Spark,
+    which hands back only the rows a pass keeps (:meth:`narrowed`) and the windows' sums
+    (:meth:`on_spark`). ``engine.rank_source`` asks the engine ``engine.choose`` picks."""
 
     _metadata: dict[bytes, bytes] | None = None
 
     def __init__(
-        self, spans: Any, span_filter: SpanFilter | dict[str, Any] | None = None, engine: Any = None
+        self,
+        *,
+        table: pa.Table | None = None,
+        files: Sequence[str] = (),
+        paths: Sequence[str] = (),
+        span_filter: SpanFilter | None = None,
+        spark: Any = None,
     ) -> None:
-        from ._engine import choose, paths_of
+        self.table = table
+        self.files = list(files)
+        self.paths = list(paths)
+        self.span_filter = span_filter or SpanFilter()
+        self.spark = spark
+        #: the spans opened for this source (engine.Spans), closed with it
+        self.owner: Any = None
 
-        self.span_filter = SpanFilter.of(span_filter)
-        self.table: pa.Table | None = None
-        self.files: list[str] = []
-        self.spark: Any = None
-        paths = paths_of(spans)
-        self.paths = paths or []
-        kind = choose(spans, engine)
-        if paths is None:
-            if not isinstance(spans, pa.Table):
-                raise TypeError(
-                    f"spans: expected a pyarrow.Table or a path, not {type(spans).__name__}"
-                )
-            if kind == "spark":
-                raise TypeError(
-                    "engine spark: give the spans as paths (Parquet files, run directories, "
-                    "URIs), not a Table"
-                )
-            self.table = spans
-        elif kind == "memory":
-            from ._engine import load_paths
+    @classmethod
+    def in_memory(
+        cls, table: pa.Table, span_filter: SpanFilter | None = None, paths: Sequence[str] = ()
+    ) -> RankSource:
+        """A source over ``table`` (the spans before ``span_filter``): their self times taken
+        where it lacks them, then the filter applied once, whole (a time window relative to
+        the run's start means its start)."""
+        missing = [c for c in COLUMNS if c not in table.column_names and c != "self_ns"]
+        if missing:
+            raise ValueError(f"spans: not a span table, no column {', '.join(missing)}")
+        if "self_ns" not in table.column_names:
+            from .._selftime import with_self_ns
 
-            self.table = load_paths(paths, run=self.span_filter.run)
-        elif kind == "spark":
-            from ._spark import SparkSpans
+            table = with_self_ns(table)
+        return cls(table=filter_table(table, span_filter or SpanFilter()), paths=paths)
 
-            self.spark = SparkSpans(
-                None if isinstance(engine, str) else engine, paths, self.span_filter
+    @classmethod
+    def of_files(cls, paths: Sequence[str], span_filter: SpanFilter | None = None) -> RankSource:
+        """A source over the Parquet parts under ``paths``, read a batch at a time."""
+        from pathlib import Path
+
+        from ..formats.dataset import part_files
+
+        files: list[str] = []
+        for text in paths:
+            path = Path(text)
+            files += [str(p) for p in part_files(path)] if path.is_dir() else [text]
+        source = cls(files=files, paths=paths, span_filter=span_filter)
+        if source.span_filter.needs_origin:
+            source.span_filter = source.span_filter.with_origin(source._first_start())
+        return source
+
+    @classmethod
+    def on_spark(cls, spark: Any) -> RankSource:
+        """A source whose spans Spark holds (spark.SparkSpans, filtered by its view)."""
+        missing = [c for c in COLUMNS if c not in spark.columns]
+        if missing:
+            raise ValueError(
+                f"{', '.join(spark.paths)}: not a span table, no column {', '.join(missing)}"
             )
-            missing = [c for c in COLUMNS if c not in self.spark.columns]
-            if missing:
-                self.spark.close()
-                raise ValueError(
-                    f"{', '.join(paths)}: not a span table, no column {', '.join(missing)}"
-                )
-            self.files = self.spark.files
-            self.span_filter = SpanFilter()  # the Spark view is filtered
-        else:
-            from pathlib import Path
-
-            from ..formats.dataset import part_files
-
-            for text in paths:
-                path = Path(text)
-                self.files += [str(p) for p in part_files(path)] if path.is_dir() else [text]
-        if self.table is not None:
-            missing = [c for c in COLUMNS if c not in self.table.column_names and c != "self_ns"]
-            if missing:
-                raise ValueError(f"spans: not a span table, no column {', '.join(missing)}")
-            if "self_ns" not in self.table.column_names:
-                from .._selftime import with_self_ns
-
-                self.table = with_self_ns(self.table)
-            # filtered once, whole: a time window relative to the run's start means its start
-            self.table = filter_table(self.table, self.span_filter)
-            self.span_filter = SpanFilter()
-        elif self.span_filter.needs_origin:
-            self.span_filter = self.span_filter.with_origin(self._first_start())
+        return cls(files=spark.files, paths=spark.paths, spark=spark)
 
     @classmethod
     def of_table(cls, table: pa.Table, like: RankSource) -> RankSource:
         """A source over ``table`` (rows already filtered) that answers for ``like``'s run."""
-        source = cls.__new__(cls)
-        source.span_filter, source.table, source.spark = SpanFilter(), table, None
-        source.files, source.paths = like.files, like.paths
+        source = cls(table=table, files=like.files, paths=like.paths)
         source._metadata = like.metadata()
         return source
 
@@ -151,9 +146,12 @@ class RankSource:
         return RankSource.of_table(table, self)
 
     def close(self) -> None:
-        if self.spark is not None:
+        owner, self.owner = self.owner, None
+        if owner is not None:
+            owner.close()  # the engine's (a Spark view) with it
+        elif self.spark is not None:
             self.spark.close()
-            self.spark = None
+        self.spark = None
 
     def metadata(self) -> dict[bytes, bytes]:
         if self._metadata is not None:
@@ -213,12 +211,16 @@ class RankSource:
         import pyarrow.parquet as pq
 
         # One file at a time, a batch at a time: memory bounded by one row group, where a
-        # dataset scan's read-ahead held about 1.8 GiB of a 50 M-span run.
+        # dataset scan's read-ahead held about 1.8 GiB of a 50 M-span run. The filter's own
+        # columns (duration_ns of a minimum, thread_name of threads) read too, then left.
+        wanted = list(columns)
+        read = list(dict.fromkeys([*wanted, *_term_columns(self.span_filter.terms())]))
         for path in self.files:
             try:
                 with pq.ParquetFile(path) as part:
-                    for batch in part.iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
-                        yield self._filtered(pa.Table.from_batches([batch]))
+                    for batch in part.iter_batches(batch_size=BATCH_ROWS, columns=read):
+                        table = self._filtered(pa.Table.from_batches([batch]))
+                        yield table if read == wanted else table.select(wanted)
             except (pa.ArrowException, OSError) as exc:
                 raise ValueError(
                     f"{path}: not a readable Parquet part: {type(exc).__name__}: {exc}"
@@ -241,6 +243,14 @@ class RankSource:
 
     def _filtered(self, table: pa.Table) -> pa.Table:
         return filter_table(table, self.span_filter) if self.span_filter else table
+
+
+def _term_columns(terms: Sequence[Any]) -> list[str]:
+    """The columns a filter's terms (``filters.SpanFilter.terms``) read."""
+    out: list[str] = []
+    for kind, column, value in terms:
+        out += _term_columns(value) if kind == "any" else [column]
+    return out
 
 
 def _numpy(strings: Strings, name: str, column: pa.ChunkedArray | pa.Array) -> np.ndarray:

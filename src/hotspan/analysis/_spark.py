@@ -262,7 +262,7 @@ class SparkSpans:
         return self._unique
 
     def phases(self) -> pa.Table:
-        from .statistics import category_levels
+        from ._phase_kernel import category_levels
 
         self._check((), _NEEDED + ("category", "rank"))
         categories = sorted(
@@ -383,6 +383,12 @@ SELECT r AS rank, at_start AS start_ns, n AS name, sum(s) AS self_ns
 FROM placed WHERE kind = 0 AND at_start IS NOT NULL AND at_prev <= st
 GROUP BY r, at_start, n"""
         return _to_arrow(self.session.sql(sql))
+
+    def rank_source(self) -> Any:
+        """The across-ranks kernel's source (_rank_source.RankSource) over this Spark view."""
+        from ._rank_source import RankSource
+
+        return RankSource.on_spark(self)
 
     def metadata(self) -> dict[bytes, bytes]:
         import pyarrow.parquet as pq

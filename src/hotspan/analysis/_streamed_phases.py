@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ._duckdb_source import NEEDED, SpanSource
-from .statistics import category_levels
+from ._phase_kernel import category_levels
 from ._streaming import load_trace, open_source, other_format, reading
 
 __all__ = ["stream_phases"]
@@ -38,15 +38,15 @@ def _phases(source: SpanSource) -> pa.Table:
     waits = {"self_ns", "wait_ns"} <= set(source.columns)
     if waits:
         # spans that awaited (asyncio tasks) make the phases' time their self time
-        # (statistics.phase_times), which the per-process stream below does not sum
+        # (_phase_kernel.phase_times): their self and wait times are summed too
         waits = (source.column_range("wait_ns")[1] or 0) > 0
-    if not source.filtered and source.filesystem is None and not waits:
+    if not source.filtered and source.filesystem is None:
         # Each process's parts read in order, parents found among them: no join (see
         # process_phases); None where the parts are not as it needs, then the join below.
         from ._process_phases import phases_of_parts
 
         streamed = phases_of_parts(
-            source.files, source.footers(), source.memory_bytes(), source.unique_ids
+            source.files, source.footers(), source.memory_bytes(), source.unique_ids, waits=waits
         )
         if streamed is not None:
             return streamed

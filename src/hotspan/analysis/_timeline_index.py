@@ -18,11 +18,28 @@ from ._timeline_kernel import (
     DENSE_CELLS,
     INDEX_BINS,
     TRACK_KEYS,
+    NO_DEPTH,
     value_codes,
     Summary,
 )
+from ._timeline_fine import (
+    FINE_BINS,
+    FINE_NO_DEPTH,
+    FineLevel,
+    FineLevels,
+    build_fine_levels,
+    fine_names,
+    fine_widths,
+)
 from ._timeline_source import window_batches, checked_window, window_of
-from ._timeline_store import from_ipc_bytes, ipc_bytes, mapped_npz, decoded_table, write_npz
+from ._timeline_store import (
+    from_ipc_bytes,
+    ipc_bytes,
+    mapped_npz,
+    decoded_table,
+    release_mapped,
+    write_npz,
+)
 
 __all__ = ["BLOCK_ROWS", "LEVEL_BINS", "TimelineIndex", "run_version"]
 
@@ -55,7 +72,12 @@ class TimelineIndex:
     read back from a saved index, all of it memory-mapped."""
 
     def __init__(
-        self, spans: Any, bins: int = INDEX_BINS, *, blocks: str | os.PathLike[str] | None = None
+        self,
+        spans: Any,
+        bins: int = INDEX_BINS,
+        *,
+        blocks: str | os.PathLike[str] | None = None,
+        fine_bins: int = FINE_BINS,
     ) -> None:
         self.window = window_of(spans)
         start, end = self.window
@@ -65,16 +87,51 @@ class TimelineIndex:
             self._summary.add(batch)
             if writer is not None:
                 writer.add(batch)
-        self._summary._merge_names()
-        _sort_names(self._summary)
-        self.levels = _pyramid(self._summary)
         self.bins = bins
         self.bin_ns = self._summary.ns_per_pixel
         self.blocks = writer.close() if writer is not None else None
+        self.fine: FineLevels | None = None
+        self._mapped: list[np.ndarray] = []
+        if self.blocks is not None:
+            # before the coarser levels are made: the build's memory is then the first
+            # pass's and one rank's fine levels, not also every level's names
+            self._build_fine(fine_bins)
+        self._summary._merge_names()
+        _sort_names(self._summary)
+        self.levels = _pyramid(self._summary)
+
+    def _build_fine(self, fine_bins: int) -> None:
+        """The fine levels (see :mod:`._timeline_fine`), in files beside the span blocks;
+        none where the run is too sparse for them or the files cannot be written."""
+        summary = self._summary
+        assert self.blocks is not None
+        binned = np.array([code not in summary.few for code in range(len(summary.tracks))], bool)
+        widths = fine_widths(self.bins, summary.seen, binned, fine_bins)
+        if not widths:
+            return
+        stem = os.path.splitext(self.blocks.path)[0]
+        path, rows_path = stem + ".fine", stem + ".rows"
+        try:
+            ranges = build_fine_levels(summary, self.blocks, widths, path, rows_path, _BLOCK_SCHEMA)
+            self.fine = FineLevels(
+                path,
+                rows_path,
+                summary.start_ns,
+                summary.end_ns,
+                widths,
+                len(summary.tracks),
+                ranges,
+            )
+        except (OSError, pa.ArrowException):  # a full disk, say: no fine levels
+            for leftover in (path, rows_path):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
 
     #: The persisted form's version: an index file of another version is not read (2: the
-    #: levels, the names' times sorted by bin).
-    FORMAT = 2
+    #: levels, the names' times sorted by bin; 3: the fine levels).
+    FORMAT = 3
 
     def save(self, path: str | os.PathLike[str], version: str) -> None:
         """Write the index to ``path`` (a ``.npz`` file, written whole under another name
@@ -122,6 +179,15 @@ class TimelineIndex:
                 "size": os.path.getsize(self.blocks.path),
             }
             arrays["blocks"] = self.blocks.directory
+        if self.fine is not None:
+            head["fine"] = {
+                "widths": self.fine.widths,
+                "file": os.path.basename(self.fine.path),
+                "size": os.path.getsize(self.fine.path),
+                "rows": os.path.basename(self.fine.rows_path),
+                "rows_size": os.path.getsize(self.fine.rows_path),
+            }
+            arrays["fine_ranges"] = self.fine.ranges
         arrays["head"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
         path = os.fspath(path)
         folder = os.path.dirname(path) or "."
@@ -148,6 +214,7 @@ class TimelineIndex:
         except (OSError, ValueError, KeyError, EOFError):  # none, half-gone, or not an index
             return None
         index = cls.__new__(cls)
+        index._mapped = list(arrays.values())
         index.window = (int(head["window"][0]), int(head["window"][1]))
         index.bins = int(head["bins"])
         start, end = index.window
@@ -194,6 +261,28 @@ class TimelineIndex:
                     index.blocks = _Blocks(where, arrays["blocks"], summary)
             except (OSError, pa.ArrowInvalid):
                 index.blocks = None
+        index.fine = None
+        saved_fine = head.get("fine")
+        if saved_fine is not None and index.blocks is not None:
+            folder = os.path.dirname(os.fspath(path))
+            where = os.path.join(folder, saved_fine["file"])
+            rows = os.path.join(folder, saved_fine["rows"])
+            try:
+                if (
+                    os.path.getsize(where) == saved_fine["size"]
+                    and os.path.getsize(rows) == saved_fine["rows_size"]
+                ):
+                    index.fine = FineLevels(
+                        where,
+                        rows,
+                        start,
+                        max(end, start + 1),
+                        [int(w) for w in saved_fine["widths"]],
+                        len(summary.tracks),
+                        arrays["fine_ranges"],
+                    )
+            except (OSError, ValueError, KeyError, pa.ArrowInvalid):
+                index.fine = None
         return index
 
     def view(
@@ -211,7 +300,8 @@ class TimelineIndex:
         start_ns, end_ns = checked_window(None, start_ns, end_ns, width, self.window)
         index = self._summary
         out = Summary(start_ns, end_ns, width)
-        if out.ns_per_pixel < self.bin_ns:
+        fine = self.fine.levels if self.fine is not None else []
+        if out.ns_per_pixel < (fine[-1].ns_per_pixel if fine else self.bin_ns):
             if self.blocks is None:
                 return None
             for batch, track in self.blocks.batches(start_ns, end_ns, ranks):
@@ -226,10 +316,8 @@ class TimelineIndex:
         out.seen[codes[binned]] = width + 1  # summarised: never listed whole
         # the bins holding the window's first and last nanosecond, by the kernel's own rule
         # the coarsest level whose bins are no longer than a pixel: at most ~2 bins a pixel
-        level = next(
-            (lv for lv in reversed(self.levels) if lv.ns_per_pixel <= out.ns_per_pixel),
-            index,
-        )
+        candidates: list[Summary | FineLevel] = [*reversed(self.levels), *fine]
+        level = next((lv for lv in candidates if lv.ns_per_pixel <= out.ns_per_pixel), index)
         bin_ns, bins_of_level = level.ns_per_pixel, level.width
         lo = max(0, int(max(start_ns - index.start_ns, 0) / bin_ns))
         hi = min(bins_of_level, int(max(end_ns - 1 - index.start_ns, -1) / bin_ns) + 1)
@@ -252,11 +340,21 @@ class TimelineIndex:
             first = np.flatnonzero(np.diff(pixel, prepend=-1))
             rows, cols = np.ix_(codes[binned], pixel[first])
             for name, reduce in (("counts", np.add), ("times", np.add), ("depths", np.minimum)):
-                reduced = reduce.reduceat(getattr(level, name)[binned, lo:hi], first, axis=1)
+                if isinstance(level, FineLevel):
+                    values = level.read(name, np.flatnonzero(binned), lo, hi)
+                    if name == "depths":
+                        values[values == FINE_NO_DEPTH] = NO_DEPTH
+                else:
+                    values = np.asarray(getattr(level, name)[binned, lo:hi]).astype(np.int64)
+                reduced = reduce.reduceat(values, first, axis=1)
                 target = getattr(out, name)
                 target[rows, cols] = reduce(target[rows, cols], reduced)
+            if isinstance(level, FineLevel):
+                fine_names(out, level, codes[binned], binned, lo, hi, pixel, first)
             kinds = max(len(index.names), 1)
             for code in np.flatnonzero(binned).tolist():
+                if not isinstance(level, Summary):
+                    break  # a fine level's names: its busiest, above
                 keys, times = level._merge_track(code)
                 # sorted by bin: the window's own pairs, found by bisection
                 a, b = np.searchsorted(keys, [lo * NAMES, hi * NAMES])
@@ -284,10 +382,29 @@ class TimelineIndex:
         ]
         for tables in index.few.values():
             rows_of_index += tables
+        if isinstance(level, FineLevel) and self.fine is not None and self.blocks is not None:
+            # the spans a bin of this level long or more and shorter than the index's bin
+            between = self.fine.rows_of(
+                np.flatnonzero(binned).tolist(), start_ns, end_ns, level.ns_per_pixel, self.bin_ns
+            )
+            if between is not None:
+                for batch in between.to_batches(BATCH_ROWS):
+                    decoded, track = self.blocks._batch([batch])
+                    out.add(decoded, (track, self.blocks.keys))
+            del between
         for table in rows_of_index:
             for batch in table.to_batches(BATCH_ROWS):
                 out.add(batch)
-        return out.result(ranks, encoded=encoded)
+        answer = out.result(ranks, encoded=encoded)
+        self._release()
+        return answer
+
+    def _release(self) -> None:
+        """The pages of the saved index's files this view read given back (see
+        :func:`release_mapped`): the server's memory stays that of one view."""
+        release_mapped(self._mapped)
+        if self.fine is not None:
+            self.fine.release()
 
 
 #: The fewest bins a level of a :class:`TimelineIndex` has (coarser: not worth a level).

@@ -19,6 +19,7 @@ __all__ = [
     "DENSE_CELLS",
     "INDEX_BINS",
     "MAX_WIDTH",
+    "NO_DEPTH",
     "NAMES",
     "Summary",
     "TRACK_KEYS",
@@ -90,7 +91,7 @@ class Summary:
         old = len(self.counts)
         if tracks <= old:
             return
-        for attr, fill in (("counts", 0), ("times", 0), ("depths", _NO_DEPTH)):
+        for attr, fill in (("counts", 0), ("times", 0), ("depths", NO_DEPTH)):
             grown = np.full((tracks, self.width), fill, np.int64)
             grown[:old] = getattr(self, attr)
             setattr(self, attr, grown)
@@ -298,6 +299,13 @@ class Summary:
     def answer(self, ranks: Sequence[int] | None = None) -> _Answer:
         """The answer's columns: per track its exact spans (a table) and its pixels (arrays)."""
         wide = pa.concat_tables(self.wide, promote_options="permissive") if self.wide else None
+        bounds = np.zeros(len(self.tracks) + 1, np.int64)
+        if wide is not None:
+            # grouped by track once (a stable sort keeps each track's rows in their order),
+            # each track's rows a slice: not a filter of every row once a track
+            track = wide["track"].to_numpy()
+            wide = wide.take(pa.array(np.argsort(track, kind="stable")))
+            bounds = np.searchsorted(np.sort(track), np.arange(len(self.tracks) + 1))
         busiest = self._busiest()
         tracks: list[tuple[dict[str, int], pa.Table | None, tuple[np.ndarray, ...] | None]] = []
         for key, code in sorted(self.tracks.items()):
@@ -310,7 +318,11 @@ class Summary:
                 tracks.append((entry, lanes[0], None))
                 tracks += [({**entry, "lane": k}, t, None) for k, t in enumerate(lanes[1:], 1)]
                 continue
-            mine = wide.filter(pc.equal(wide["track"], code)) if wide is not None else None
+            mine = (
+                wide.slice(int(bounds[code]), int(bounds[code + 1] - bounds[code]))
+                if wide is not None
+                else None
+            )
             lanes = _lanes(mine) if mine is not None and mine.num_rows else []
             xs = np.flatnonzero(self.counts[code])
             pixels = (
@@ -473,7 +485,7 @@ NAMES = 1 << 24
 #: The most (pixel, name) pairs the kernel adds up in a dense array (more: a hash of the pairs).
 DENSE_CELLS = 1 << 20
 #: The least depth of a pixel with no span yet.
-_NO_DEPTH = np.iinfo(np.int64).max
+NO_DEPTH = np.iinfo(np.int64).max
 
 
 def _lanes(spans: pa.Table) -> list[pa.Table]:

@@ -23,7 +23,7 @@ __all__ = ["flight_files", "hang", "is_collector"]
 def flight_files(targets: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
     """The flight files ``targets`` name: a file as it is, a directory's flight files; with
     none, every flight file mapped by a process of this user."""
-    from ..recording.flight import flight_processes, is_flight_file
+    from ..formats._flight import flight_processes, is_flight_file
 
     if not targets:
         return sorted({p for paths in flight_processes().values() for p in paths})
@@ -59,7 +59,7 @@ def hang(
     ``ranks`` (per process: rank, pid, alive, state, collective, stack, open_ns),
     ``groups`` (per state: the ranks in it, largest group first), ``agree`` and
     ``summary`` (lines for people). Damaged files are listed under ``unreadable``."""
-    from ..recording.flight import stacks
+    from ..formats._flight import stacks
 
     now = time.time_ns()
     found: list[tuple[Any, int]] = []  # (process, the time now on its clock)
@@ -67,7 +67,7 @@ def hang(
     collectors = [str(t) for t in targets if is_collector(t)]
     files = [t for t in targets if not is_collector(t)]
     for url in collectors:
-        from ..recording._collector import fetch_open_stacks
+        from ..formats._collector_client import fetch_open_stacks
 
         procs, collector_now = fetch_open_stacks(url, token=token)
         found += [(proc, collector_now) for proc in procs]
@@ -84,8 +84,8 @@ def hang(
 
 def _answer(found: list[tuple[Any, int]], category: str, unreadable: list[str]) -> dict[str, Any]:
     """The answer over processes read from flight files or a collector alike."""
-    from ..recording.flight import Frame
-    from ._comms import group_of, is_collective
+    from ..formats._flight import Frame
+    from .._collective_match import group_of, is_collective
 
     ranks: list[dict[str, Any]] = []
     for proc, now in found:

@@ -10,23 +10,23 @@ run over groups or distinct categories, never over spans.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._columns import column_codes, combined_codes, parent_rows, plain_type, to_numpy
+from .._columns import combined_codes, plain_type, to_numpy
+from .._columns import parent_rows as parent_rows  # (reached here by older callers)
 from ._kernels import (
     group_codes,
-    sum_by,
     group_percentile,
     group_sums,
     sort_within_groups,
 )
+from ._phase_kernel import PHASE_COLUMNS, phases_of_table
 
 __all__ = [
     "DEVICE_KEY",
@@ -77,20 +77,6 @@ STAT_TYPES = {
     "arg_per_s": pa.float64(),
     "instants": pa.int64(),
 }
-
-#: The columns of ``phases()``.
-PHASE_COLUMNS = ("rank", "category", "phase", "time_ns", "steps", "per_step_ns", "share")
-PHASE_SCHEMA = pa.schema(
-    [
-        pa.field("rank", pa.int32()),  # null: the mean over ranks
-        pa.field("category", pa.string()),  # the top-level category
-        pa.field("phase", pa.string()),  # the category itself, or one of its sub-categories
-        pa.field("time_ns", pa.int64()),  # the mean rows: rounded to the nanosecond
-        pa.field("steps", pa.int64()),  # the mean rows: rounded
-        pa.field("per_step_ns", pa.float64()),
-        pa.field("share", pa.float64()),  # of the top-level category's time
-    ]
-)
 
 _NEEDED = ("span_id", "parent_id", "start_ns", "end_ns", "duration_ns", "error", "arg")
 
@@ -314,7 +300,7 @@ def phases(table: pa.Table) -> pa.Table:
     ``sync/compute``): a row with ``phase`` = the category, its time (the outermost spans of
     the category: a ``sync`` span inside another ``sync`` span is not counted twice; where
     the category's spans awaited in asyncio tasks, the time their code ran: their self
-    times summed, see :func:`phase_times`), its
+    times summed, see ``_phase_kernel.phase_times``), its
     number of ``steps`` (those outermost spans, instants excluded) and ``per_step_ns``; then
     a row per sub-category (``sync/compute``: its outermost spans, deeper levels included)
     with its time, time per step of the category and ``share`` of the category's time.
@@ -325,175 +311,7 @@ def phases(table: pa.Table) -> pa.Table:
     ``hotspan.phases`` also takes a path (analysis/_api.py): streamed, to the same result.
     """
     _check_columns(table, (), _NEEDED + ("category", "rank"))
-    if table.num_rows == 0:
-        return PHASE_SCHEMA.empty_table()
-    category_code, category_values = column_codes(table.column("category"))
-    tops, subs, top_of_value, sub_of_value = category_levels(category_values.to_pylist())
-    top = top_of_value[category_code]
-    sub = sub_of_value[category_code]
-    parent = parent_rows(table)
-    has_parent = parent >= 0
-    # A span opens a (sub-)category when its parent is not already in it.
-    opens_top = (top >= 0) & ~(has_parent & (top[np.where(has_parent, parent, 0)] == top))
-    opens_sub = (sub >= 0) & ~(has_parent & (sub[np.where(has_parent, parent, 0)] == sub))
-
-    duration = to_numpy(table.column("duration_ns"), np.int64)
-    rank_values, rank_code = np.unique(
-        to_numpy(table.column("rank"), np.int64), return_inverse=True
-    )
-    n_ranks, n_tops, n_subs = len(rank_values), len(tops), len(subs)
-    top_time = sum_by(
-        rank_code[opens_top] * n_tops + top[opens_top], duration[opens_top], n_ranks * n_tops
-    )
-    stepping = opens_top & (duration > 0)
-    top_steps = np.bincount(
-        rank_code[stepping] * n_tops + top[stepping], minlength=n_ranks * n_tops
-    )
-    sub_time = sum_by(
-        rank_code[opens_sub] * n_subs + sub[opens_sub], duration[opens_sub], n_ranks * n_subs
-    ).reshape(n_ranks, n_subs)
-    top_time = top_time.reshape(n_ranks, n_tops)
-    if "wait_ns" in table.column_names and "self_ns" in table.column_names:
-        own = to_numpy(table.column("self_ns").fill_null(0), np.int64)
-        waited = to_numpy(table.column("wait_ns").fill_null(0), np.int64)
-        top_time = phase_times(top_time, rank_code, top, own, waited)
-        sub_time = phase_times(sub_time, rank_code, sub, own, waited)
-    return phase_table(
-        rank_values, tops, subs, top_time, top_steps.reshape(n_ranks, n_tops), sub_time
-    )
-
-
-def phase_times(
-    time: np.ndarray, rank: np.ndarray, level: np.ndarray, own: np.ndarray, waited: np.ndarray
-) -> np.ndarray:
-    """``time`` (rank x level: the outermost spans' durations) where a level's spans on a
-    rank awaited (asyncio tasks: ``wait_ns``), replaced by the time their code ran: the self
-    times of every span in the level summed (DESIGN.md "Self and wait"). Durations of
-    concurrent tasks add up to more than the wall time; their self times do not. For sync
-    code the two are the same, and the durations are kept. ``rank``, ``level``, ``own`` and
-    ``waited`` are per row (or per summed row: the SQL engines' groups)."""
-    keep = level >= 0
-    if not keep.any():
-        return time
-    shape = time.shape
-    code = rank[keep].astype(np.int64) * shape[1] + level[keep]
-    size = shape[0] * shape[1]
-    awaited = sum_by(code, np.asarray(waited, np.int64)[keep], size).reshape(shape) > 0
-    if not awaited.any():
-        return time
-    ran = sum_by(code, np.asarray(own, np.int64)[keep], size).reshape(shape)
-    return np.where(awaited, ran, time)
-
-
-def category_levels(
-    categories: Sequence[str | None],
-) -> tuple[dict[str, int], dict[str, int], np.ndarray, np.ndarray]:
-    """The top-level categories (``sync``) and sub-categories (``sync/compute``) of distinct
-    category paths, each numbered in order of appearance, and per path its top and sub
-    number (-1: none)."""
-    tops: dict[str, int] = {}
-    subs: dict[str, int] = {}
-    top_of_value = np.full(len(categories), -1, np.int64)
-    sub_of_value = np.full(len(categories), -1, np.int64)
-    for i, path in enumerate(categories):  # distinct categories only
-        if not path:
-            continue
-        parts = path.split("/")
-        top_of_value[i] = tops.setdefault(parts[0], len(tops))
-        if len(parts) > 1 and parts[1]:
-            sub_of_value[i] = subs.setdefault(parts[0] + "/" + parts[1], len(subs))
-    return tops, subs, top_of_value, sub_of_value
-
-
-def phase_table(
-    rank_values: np.ndarray,
-    tops: dict[str, int],
-    subs: dict[str, int],
-    top_time: np.ndarray,
-    top_steps: np.ndarray,
-    sub_time: np.ndarray,
-) -> pa.Table:
-    """The rows of ``phases()`` from, per rank (``rank_values``, ascending) and top-level
-    category, its time and steps, and per rank and sub-category its time (integer sums)."""
-    n_ranks, n_subs = len(rank_values), len(subs)
-    top_time = top_time.astype(np.float64)
-    top_steps = top_steps.astype(np.float64)
-    sub_time = sub_time.astype(np.float64)
-
-    top_names = list(tops)
-    sub_names = list(subs)
-    sub_top = np.array([tops[name.split("/", 1)[0]] for name in sub_names], np.int64)
-
-    rows: list[tuple[Any, ...]] = []
-
-    def emit(rank: int | None, times: np.ndarray, steps: np.ndarray, subs_time: np.ndarray) -> None:
-        for t in np.argsort(-times, kind="stable"):
-            if times[t] <= 0 and steps[t] <= 0:
-                continue
-            name = top_names[t]
-            per_step = times[t] / steps[t] if steps[t] else np.nan
-            rows.append(
-                (rank, name, name, times[t], steps[t], per_step, 1.0 if times[t] else np.nan)
-            )
-            mine = np.flatnonzero((sub_top == t) & (subs_time > 0))
-            for s in mine[np.argsort(-subs_time[mine], kind="stable")]:
-                rows.append(
-                    (
-                        rank,
-                        name,
-                        sub_names[s],
-                        subs_time[s],
-                        steps[t],
-                        subs_time[s] / steps[t] if steps[t] else np.nan,
-                        subs_time[s] / times[t] if times[t] else np.nan,
-                    )
-                )
-
-    for r in range(n_ranks):
-        emit(int(rank_values[r]), top_time[r], top_steps[r], sub_time[r])
-    if n_ranks > 1:
-        present = (top_time > 0) | (top_steps > 0)  # ranks x tops
-        ranks_with = np.maximum(present.sum(axis=0), 1)
-        mean_time = top_time.sum(axis=0) / ranks_with
-        mean_steps = top_steps.sum(axis=0) / ranks_with
-        mean_sub = (
-            (sub_time * present[:, sub_top]).sum(axis=0) / ranks_with[sub_top]
-            if n_subs
-            else sub_time[0]
-        )
-        emit(None, mean_time, mean_steps, mean_sub)
-
-    if not rows:
-        return PHASE_SCHEMA.empty_table()
-    # time and steps are integers: the mean rows' rounded (their per step and share are not)
-    rows = [
-        (r[0], r[1], r[2], math.floor(r[3] + 0.5), math.floor(r[4] + 0.5), *r[5:]) for r in rows
-    ]  # half up
-    columns = list(zip(*rows))
-    return pa.Table.from_arrays(
-        [_arrow_array(list(col), field.type) for col, field in zip(columns, PHASE_SCHEMA)],
-        schema=PHASE_SCHEMA,
-    )
-
-
-def _arrow_array(values: list[Any], type_: pa.DataType) -> pa.Array:
-    """``pa.array(values, type_, from_pandas=True)`` (None and NaN null) for the few types of
-    ``PHASE_SCHEMA``, built from buffers: ``pa.array`` imports pandas on its first call (a
-    few tenths of a second of a fresh process that streams a run's phases and needs none)."""
-    n = len(values)
-    valid = np.array(
-        [v is not None and not (isinstance(v, float) and math.isnan(v)) for v in values], np.bool_
-    )
-    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    if pa.types.is_string(type_):
-        from .._table import string_array
-
-        return string_array([v if ok else None for v, ok in zip(values, valid)])
-    dtype = np.dtype(type_.to_pandas_dtype())
-    data = np.array([v if ok else 0 for v, ok in zip(values, valid)], dtype)
-    return pa.Array.from_buffers(
-        type_, n, [bitmap, pa.py_buffer(data)], null_count=int(n - valid.sum())
-    )
+    return phases_of_table(table)
 
 
 # --------------------------------------------------------------------------- shared helpers

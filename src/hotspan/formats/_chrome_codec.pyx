@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The Chrome JSON codec: one writer and one reader, typed loops over buffers.
 
-Writer: :func:`encode` puts the rows in trace order (a radix sort shared with the Perfetto
+Writer: :func:`encode` puts the rows in trace order (a sort shared with the Perfetto
 codec, ``_trace_order.pxd``) and formats them (columns as buffers, strings pre-encoded once
 per distinct value) into event lines, a bounded buffer at a time.
 
@@ -28,6 +28,7 @@ from posix.unistd cimport lseek, SEEK_CUR
 cimport cython
 
 from ._trace_order cimport trace_order, thread_codes_of
+from ._block_writer cimport hs_writer, hs_writer_start, hs_writer_submit, hs_writer_stop
 
 import json
 import os
@@ -181,122 +182,6 @@ def thread_codes(const int64_t[::1] pid, const int32_t[::1] rank, const int64_t[
         import numpy as np
         return np.empty(0, np.int32), [], {}
     return thread_codes_of(n, &pid[0], &rank[0], &tid[0], &thread_name[0])
-
-
-cdef extern from *:
-    """
-    #include <fcntl.h>
-    #include <unistd.h>
-    #include <errno.h>
-    #include <pthread.h>
-    /* Start the disk write of a block just written (Linux; elsewhere nothing), so that the
-       writeback overlaps the formatting of the next blocks and the exporter's final
-       fsync() finds little left to do. Only a hint: errors are left to that fsync(). */
-    #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    static void hs_start_writeback(int fd, long long offset, long long n) {
-        (void)sync_file_range(fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
-    }
-    #else
-    static void hs_start_writeback(int fd, long long offset, long long n) { (void)fd; (void)offset; (void)n; }
-    #endif
-    /* All n bytes to fd (short writes and EINTR retried); -1 with errno on failure. */
-    static int hs_write_all(int fd, const char* p, long long n) {
-        while (n > 0) {
-            ssize_t w = write(fd, p, (size_t)n);
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                return -1;
-            }
-            p += w;
-            n -= w;
-        }
-        return 0;
-    }
-    /* One background thread that writes the block the formatter hands it (one at a time)
-       while the formatter fills the other of two buffers: the kernel's copy into the page
-       cache (about as long as the formatting) overlaps it instead of following it. */
-    typedef struct {
-        pthread_t thread;
-        pthread_mutex_t mutex;
-        pthread_cond_t cond;
-        int fd, busy, stop, error, started;
-        const char* data;
-        long long length, offset;
-    } hs_writer;
-    static void* hs_writer_main(void* arg) {
-        hs_writer* w = (hs_writer*)arg;
-        pthread_mutex_lock(&w->mutex);
-        for (;;) {
-            while (!w->busy && !w->stop) pthread_cond_wait(&w->cond, &w->mutex);
-            if (!w->busy) break;
-            const char* data = w->data;
-            long long length = w->length, offset = w->offset;
-            pthread_mutex_unlock(&w->mutex);
-            int error = hs_write_all(w->fd, data, length) ? errno : 0;
-            if (!error) hs_start_writeback(w->fd, offset, length);
-            pthread_mutex_lock(&w->mutex);
-            if (error && !w->error) w->error = error;
-            w->offset += length;
-            w->busy = 0;
-            pthread_cond_broadcast(&w->cond);
-        }
-        pthread_mutex_unlock(&w->mutex);
-        return NULL;
-    }
-    /* 0, or an errno (the thread could not start). */
-    static int hs_writer_start(hs_writer* w, int fd, long long offset) {
-        w->fd = fd; w->busy = 0; w->stop = 0; w->error = 0; w->offset = offset; w->started = 0;
-        pthread_mutex_init(&w->mutex, NULL);
-        pthread_cond_init(&w->cond, NULL);
-        int rc = pthread_create(&w->thread, NULL, hs_writer_main, w);
-        if (rc) {
-            pthread_mutex_destroy(&w->mutex);
-            pthread_cond_destroy(&w->cond);
-            return rc;
-        }
-        w->started = 1;
-        return 0;
-    }
-    /* Wait for the block being written; returns the first write error (an errno) or 0. */
-    static int hs_writer_wait(hs_writer* w) {
-        pthread_mutex_lock(&w->mutex);
-        while (w->busy) pthread_cond_wait(&w->cond, &w->mutex);
-        int error = w->error;
-        pthread_mutex_unlock(&w->mutex);
-        return error;
-    }
-    /* Hand over a block (after the previous one is written); an errno if one failed. */
-    static int hs_writer_submit(hs_writer* w, const char* data, long long length) {
-        pthread_mutex_lock(&w->mutex);
-        while (w->busy) pthread_cond_wait(&w->cond, &w->mutex);
-        int error = w->error;
-        if (!error) {
-            w->data = data; w->length = length; w->busy = 1;
-            pthread_cond_broadcast(&w->cond);
-        }
-        pthread_mutex_unlock(&w->mutex);
-        return error;
-    }
-    /* Finish the last block, end the thread; the first write error or 0. */
-    static int hs_writer_stop(hs_writer* w) {
-        if (!w->started) return 0;
-        int error = hs_writer_wait(w);
-        pthread_mutex_lock(&w->mutex);
-        w->stop = 1;
-        pthread_cond_broadcast(&w->cond);
-        pthread_mutex_unlock(&w->mutex);
-        pthread_join(w->thread, NULL);
-        pthread_mutex_destroy(&w->mutex);
-        pthread_cond_destroy(&w->cond);
-        w->started = 0;
-        return error;
-    }
-    """
-    ctypedef struct hs_writer:
-        pass
-    int hs_writer_start(hs_writer* w, int fd, long long offset) nogil
-    int hs_writer_submit(hs_writer* w, const char* data, long long length) nogil
-    int hs_writer_stop(hs_writer* w) nogil
 
 
 cdef int _raise_errno(int error) except -1:
@@ -464,7 +349,7 @@ def encode(sink, Py_ssize_t buffer_size,
     """Every row's event line to ``sink`` (an int: a file descriptor open for writing,
     else an object with ``write(bytes-like)``), in trace order.
 
-    Rows may come in any order: they are put in trace order here with the radix sort the
+    Rows may come in any order: they are put in trace order here with the sort the
     Perfetto codec uses too (``_trace_order.pxd``). One event a line, each after ",\\n"
     (the header ends with an event): an ``X`` event a span, an ``i`` event (thread scope)
     an instant. ``*_texts`` are the pre-encoded pieces per code: ``,"pid":P,"tid":T`` per

@@ -19,7 +19,7 @@ What the file holds:
 The compiled codec (``_chrome_codec.pyx``) writes the event lines and reads every Chrome
 trace, ours and foreign, with one streaming parser over bounded blocks of the file. The
 writer takes the table's columns in any row order and sorts them into trace order itself
-(the radix sort the Perfetto codec shares, ``_trace_order.pxd``). This module prepares the
+(the sort the Perfetto codec shares, ``_trace_order.pxd``). This module prepares the
 writer's inputs (contiguous columns, dictionary codes, the thread and process tables) and
 turns the reader's columns into the span table:
 
@@ -59,6 +59,7 @@ from .._selftime import note_self_wait
 from . import _chrome_codec as codec
 from ._base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from ._codec_inputs import (
+    bool_values,
     column_values,
     collective_flows,
     device_flows,
@@ -154,8 +155,11 @@ class ChromeJsonExporter(Exporter):
         # Unbuffered: the codec hands over WRITE_BLOCK bytes at a time, nothing to gather.
         with open(path, "wb", buffering=0) as raw:
             if self.compress:
-                # mtime=0: the same table gives the same bytes.
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as sink:
+                # mtime=0 and no file name (gzip would record the temporary file's, a random
+                # one): the same table gives the same bytes.
+                with gzip.GzipFile(
+                    filename="", fileobj=raw, mode="wb", compresslevel=3, mtime=0
+                ) as sink:
                     self._write_events(layout, sink, path)
             else:
                 self._write_events(layout, raw, path, fd=raw.fileno())
@@ -393,7 +397,7 @@ class _Layout:
         self.span_id = column_values(table, "span_id", np.uint64)
         self.parent_id, self.has_parent = nullable_values(table, "parent_id", np.uint64)
         self.arg, self.has_arg = nullable_values(table, "arg", np.int64)
-        self.error = column_values(table, "error", np.bool_).view(np.uint8)
+        self.error = bool_values(table, "error")
         self.name, self.names = dictionary_codes(table.column("name"))
         self.category, self.categories = dictionary_codes(table.column("category"))
         thread_name, self.thread_names = dictionary_codes(table.column("thread_name"))

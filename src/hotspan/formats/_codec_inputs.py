@@ -12,10 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._collective_match import collective_pattern, match_instances
+
 if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "bool_values",
     "collective_flows",
     "column_values",
     "device_flows",
@@ -32,15 +35,39 @@ def column_values(table: pa.Table, name: str, dtype: npt.DTypeLike) -> np.ndarra
     return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype)
 
 
+def bool_values(table: pa.Table, name: str) -> np.ndarray:
+    """A non-null boolean column as uint8 (1: true): its bitmap unpacked."""
+    column = table.column(name)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if array.null_count or not pa.types.is_boolean(array.type):
+        return np.ascontiguousarray(array.to_numpy(zero_copy_only=False), np.bool_).view(np.uint8)
+    start, n = array.offset, len(array)
+    bits = np.unpackbits(
+        np.frombuffer(array.buffers()[1], np.uint8), count=start + n, bitorder="little"
+    )
+    return np.ascontiguousarray(bits[start:])
+
+
 def nullable_values(
     table: pa.Table, name: str, dtype: npt.DTypeLike
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A nullable column's values (0 where null) and validity (uint8)."""
+    """A nullable column's values and validity (uint8, 1 where valid). Where a row is null
+    its value is whatever the column's buffer holds there (0 unless the buffer is shared):
+    the codecs read a value only where it is valid."""
     column = table.column(name)
     if column.null_count == 0:
         return column_values(table, name, dtype), np.ones(table.num_rows, np.uint8)
-    values = np.ascontiguousarray(pc.fill_null(column, 0).combine_chunks().to_numpy(), dtype)
-    valid = column.is_valid().combine_chunks().to_numpy(zero_copy_only=False).view(np.uint8)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if array.type == pa.from_numpy_dtype(np.dtype(dtype)):
+        # One chunk of the right type: its value buffer as it is, its validity bitmap
+        # unpacked (no pass to fill the nulls, no copy of the values)
+        bitmap, data = array.buffers()
+        start, n = array.offset, len(array)
+        values = np.frombuffer(data, dtype, count=start + n)[start:]
+        valid = np.unpackbits(np.frombuffer(bitmap, np.uint8), count=start + n, bitorder="little")
+        return values, np.ascontiguousarray(valid[start:])
+    values = np.ascontiguousarray(pc.fill_null(array, 0).to_numpy(), dtype)
+    valid = array.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     return values, np.ascontiguousarray(valid)
 
 
@@ -140,24 +167,18 @@ def collective_flows(
     rank = column_values(table, "rank", np.int32)
     if rank.min() == rank.max() or not _has_collectives(table, category):
         return
-    from ..analysis._rank_kernel import RankAnalysis, RankOptions
-
     # The collectives alone, in one order whatever the table's (spans of one rank that start
-    # together are matched in span id order), go to the ranks kernel.
+    # together are matched in span id order), matched as the ranks analysis matches them
+    # (hotspan._collective_match: the category's last part is category or category:GROUP).
     categories = table.column("category")
     if pa.types.is_dictionary(categories.type):
         categories = categories.cast(categories.type.value_type)
-    # the last part of the path is the category, or category:GROUP (a process group's, as
-    # the torch.distributed instrumentation marks them): analysis/_comms.py's rule
-    mask = pc.match_substring_regex(categories, _collective_pattern(category)).fill_null(False)
+    mask = pc.match_substring_regex(categories, collective_pattern(category)).fill_null(False)
     picked = np.flatnonzero(mask.to_numpy(zero_copy_only=False))  # rows of the table
     start = column_values(table, "start_ns", np.int64)
     span_id = column_values(table, "span_id", np.uint64)
     picked = picked[np.lexsort((span_id[picked], start[picked]))]
-    found = RankAnalysis(
-        table.take(pa.array(picked)), RankOptions(category=category, step=None, align=False)
-    )
-    spans = found.instance_spans()
+    spans = _instance_spans(table.take(pa.array(picked)), category)
     if not len(spans["span_id"]):
         return
     # back to the table's rows, by span id among the collectives (and the same rank)
@@ -204,10 +225,29 @@ def _has_collectives(table: pa.Table, category: str) -> bool:
             values.update(v for v in chunk.dictionary.to_pylist() if v is not None)
     else:
         values = set(pc.unique(column).to_pylist()) - {None}
-    pattern = re.compile(_collective_pattern(category))
+    pattern = re.compile(collective_pattern(category))
     return any(pattern.search(v) for v in values)
 
 
-def _collective_pattern(category: str) -> str:
-    """A collective's category path: its last part ``category`` or ``category:GROUP``."""
-    return f"(^|/){re.escape(category)}(:[^/]*)?$"
+def _instance_spans(collectives: pa.Table, category: str) -> dict[str, np.ndarray]:
+    """The matched spans of ``collectives`` (rows in start order): ``span_id``, ``rank``,
+    ``start_ns`` and ``instance`` (a number per collective instance), rows by (instance,
+    rank)."""
+    names, name_values = dictionary_codes(collectives.column("name"))
+    cats, cat_values = dictionary_codes(collectives.column("category"))
+    values: list[str | None] = [*name_values, *cat_values, None]
+    null = len(values) - 1
+    name_codes = np.where(names >= 0, names, null)
+    cat_codes = np.where(cats >= 0, cats + len(name_values), null)
+    rank = column_values(collectives, "rank", np.int64)
+    start = column_values(collectives, "start_ns", np.int64)
+    found = match_instances(name_codes, cat_codes, rank, start, values, category)
+    keep, instance = found.instances()
+    rows = np.flatnonzero(keep)
+    rows = rows[np.lexsort((rank[rows], instance[rows]))]
+    return {
+        "span_id": column_values(collectives, "span_id", np.uint64)[rows],
+        "rank": rank[rows],
+        "start_ns": start[rows],
+        "instance": instance[rows],
+    }

@@ -24,6 +24,7 @@ from .._selftime import note_self_wait
 from . import _perfetto_codec as codec
 from ._base import Exporter, Progress, TraceFileError, note_skipped, open_regular_file
 from ._codec_inputs import (
+    bool_values,
     collective_flows,
     column_values,
     device_flows,
@@ -97,7 +98,7 @@ class PerfettoExporter(Exporter):
                 has_parent,
                 arg,
                 has_arg,
-                column_values(table, "error", np.bool_).view(np.uint8),
+                bool_values(table, "error"),
                 flow_out,
                 flow_in,
                 name,

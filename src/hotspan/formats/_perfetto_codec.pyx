@@ -32,12 +32,13 @@ from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t, INT64_MI
 from libc.string cimport memcpy, memmove, memset
 from libc.stdlib cimport malloc, realloc, free, calloc
 from libc.errno cimport errno, EINTR
-from posix.unistd cimport read as c_read, write as c_write
+from posix.unistd cimport read as c_read, lseek, SEEK_CUR
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 
 cimport cython
 
 from ._trace_order cimport trace_order, thread_codes_of
+from ._block_writer cimport hs_writer, hs_writer_start, hs_writer_submit, hs_writer_stop
 
 import json
 import os
@@ -123,6 +124,19 @@ cdef inline int varint_size(uint64_t v) noexcept nogil:
 
 
 cdef inline uint8_t* put_varint(uint8_t* p, uint64_t v) noexcept nogil:
+    """``v`` as a protobuf varint at ``p``; the position after it."""
+    cdef uint64_t w
+    if v >= <uint64_t>1 << 56:
+        # Nine or ten bytes (every timestamp: epoch nanoseconds): the first eight groups of
+        # seven bits spread into one word with their continuation bits, and stored at once
+        # (little-endian, as the flow ids are), rather than a byte a dependent step.
+        w = ((v & 0x7F) | (v << 1 & 0x7F00) | (v << 2 & 0x7F0000) | (v << 3 & 0x7F000000)
+             | (v << 4 & <uint64_t>0x7F00000000) | (v << 5 & <uint64_t>0x7F0000000000)
+             | (v << 6 & <uint64_t>0x7F000000000000) | (v << 7 & <uint64_t>0x7F00000000000000))
+        w |= <uint64_t>0x8080808080808080
+        memcpy(p, &w, 8)
+        p += 8
+        v >>= 56
     while v >= 0x80:
         p[0] = <uint8_t>(v | 0x80)
         v >>= 7
@@ -172,34 +186,67 @@ def packet(bytes body) -> bytes:
 
 
 cdef class _Out:
-    """A byte buffer flushed to a file descriptor with write(2)."""
-    cdef uint8_t* buf
-    cdef Py_ssize_t pos, cap
-    cdef int fd
+    """A byte buffer written to a file descriptor from a thread of its own
+    (``_block_writer``): one buffer is filled while the thread writes the other."""
+    cdef uint8_t* buf  # the buffer being filled
+    cdef uint8_t* spare  # the other: the thread may be writing it
+    cdef Py_ssize_t pos, cap, spare_cap
+    cdef hs_writer writer
+    cdef bint writing
 
     def __cinit__(self, int fd, Py_ssize_t cap):
-        self.fd = fd
-        self.cap = cap
+        cdef long long offset = lseek(fd, 0, SEEK_CUR)
+        cdef int failed
+        self.cap = self.spare_cap = cap
         self.pos = 0
         self.buf = <uint8_t*>malloc(cap)
-        if self.buf == NULL:
+        self.spare = <uint8_t*>malloc(cap)
+        if self.buf == NULL or self.spare == NULL:
             raise MemoryError()
+        failed = hs_writer_start(&self.writer, fd, offset if offset >= 0 else 0)
+        if failed:
+            raise OSError(failed, os.strerror(failed))
+        self.writing = True
 
     def __dealloc__(self):
+        self.stop()  # after an encode that failed half way: the thread ends before the buffers go
         free(self.buf)
+        free(self.spare)
 
     cdef int flush(self) except -1:
-        cdef Py_ssize_t done = 0
-        cdef Py_ssize_t r
-        while done < self.pos:
-            with nogil:
-                r = c_write(self.fd, self.buf + done, self.pos - done)
-            if r < 0:
-                if errno == EINTR:
-                    continue
-                raise OSError(errno, os.strerror(errno))
-            done += r
+        """Hand the filled buffer to the thread (once it has written the previous one) and
+        fill the other from now on."""
+        cdef int failed
+        cdef uint8_t* other = self.spare
+        cdef Py_ssize_t other_cap = self.spare_cap
+        if self.pos == 0:
+            return 0
+        with nogil:
+            failed = hs_writer_submit(&self.writer, <const char*>self.buf, self.pos)
+        if failed:
+            raise OSError(failed, os.strerror(failed))
+        self.spare, self.spare_cap = self.buf, self.cap
+        self.buf, self.cap = other, other_cap
         self.pos = 0
+        return 0
+
+    cdef int stop(self) noexcept:
+        """End the thread once it has written what it was given: 0, or its first write
+        error (an errno)."""
+        cdef int failed = 0
+        if self.writing:
+            self.writing = False
+            with nogil:
+                failed = hs_writer_stop(&self.writer)
+        return failed
+
+    cdef int finish(self) except -1:
+        """Every byte written and the thread ended (the first write error raised)."""
+        cdef int failed
+        self.flush()
+        failed = self.stop()
+        if failed:
+            raise OSError(failed, os.strerror(failed))
         return 0
 
     cdef inline uint8_t* room(self, Py_ssize_t n) except NULL:
@@ -409,7 +456,7 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     """Write the header (descriptor packets) and every span's events to ``fd``.
 
     Rows may come in any order: they are put in trace order here (per thread by start time,
-    see the module's docstring) with one radix sort, and each span's end is emitted from a
+    see the module's docstring) by the sort the Chrome codec shares, and each span's end is emitted from a
     heap of open ends when the next opening comes after it. ``thread`` holds indices in
     trace order of the threads (rank, pid, tid); ``name``/``category``/``thread_name``
     codes into ``names``/``categories``/``thread_names`` (bytes; category -1: none), and
@@ -420,24 +467,28 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     cdef Py_ssize_t n = start.shape[0]
     cdef _Out out = _Out(fd, buffer_size)
     cdef _Events events
-    out.write(header)
-    if n == 0:
-        out.flush()
-        return
-    if n >= 0xFFFFFFFF:
-        raise ValueError("a Perfetto export holds at most 4,294,967,294 spans")
-    cdef Spans s = Spans(&start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &has_parent[0],
-                         &arg[0], &has_arg[0], &error[0], &flow_out[0], &flow_in[0], &name[0],
-                         &category[0], &thread[0], &thread_name[0], &own_name[0])
-    events = _Events(out, names, categories, thread_names, first_thread_uuid)
-    events.s = s
-    # Trace order (shared with the Chrome JSON codec, ``_trace_order.pxd``): the
-    # permutation, each row's rank at its time and the instants closing their parent.
-    events.order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
-                               &has_parent[0], &thread[0], &events.rank, &events.closing,
-                               &events.max_depth)
-    events.write(n, progress)
-    out.flush()
+    cdef Spans s
+    try:
+        out.write(header)
+        if n == 0:
+            out.finish()
+            return
+        if n >= 0xFFFFFFFF:
+            raise ValueError("a Perfetto export holds at most 4,294,967,294 spans")
+        s = Spans(&start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &has_parent[0],
+                  &arg[0], &has_arg[0], &error[0], &flow_out[0], &flow_in[0], &name[0], &category[0],
+                  &thread[0], &thread_name[0], &own_name[0])
+        events = _Events(out, names, categories, thread_names, first_thread_uuid)
+        events.s = s
+        # Trace order (shared with the Chrome JSON codec, ``_trace_order.pxd``): the
+        # permutation, each row's rank at its time and the instants closing their parent.
+        events.order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
+                                   &has_parent[0], &thread[0], &events.rank, &events.closing,
+                                   &events.max_depth)
+        events.write(n, progress)
+        out.finish()
+    finally:
+        out.stop()  # the thread never outlives the call (nor the file)
 
 
 @cython.final

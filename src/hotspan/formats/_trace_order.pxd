@@ -31,13 +31,17 @@ cdef inline uint8_t* closing_instants(Py_ssize_t n, const int64_t* start, const 
                                       const uint8_t* has_parent) except? NULL:
     """Per row 1 for an instant whose parent ends at the instant's own time (it must come
     before that end), else 0; NULL when there is none. The parents are found with a hash
-    table of the instants' parent ids only (instants are few)."""
+    table of the instants' parent ids only (instants are few), behind a bit filter of
+    them that fits in cache (most rows are no instant's parent)."""
     cdef Py_ssize_t i, m = 0
     cdef int bits = 1
     cdef uint64_t size, h, mask
     cdef uint64_t* keys
     cdef int64_t* ends
     cdef uint8_t* used
+    cdef uint8_t* seen  # a bit per hash of the instants' parent ids: a filter before the table
+    cdef uint64_t f
+    cdef int filter_bits
     cdef uint8_t* result
     for i in range(n):
         if duration[i] == 0 and has_parent[i]:
@@ -48,12 +52,14 @@ cdef inline uint8_t* closing_instants(Py_ssize_t n, const int64_t* start, const 
         bits += 1
     size = <uint64_t>1 << bits
     mask = size - 1
+    filter_bits = min(bits + 4, 24)
     keys = <uint64_t*>malloc(size * sizeof(uint64_t))
     ends = <int64_t*>malloc(size * sizeof(int64_t))
     used = <uint8_t*>calloc(size, 1)
+    seen = <uint8_t*>calloc((<size_t>1 << filter_bits) // 8 + 1, 1)
     result = <uint8_t*>calloc(n, 1)
-    if keys == NULL or ends == NULL or used == NULL or result == NULL:
-        free(keys); free(ends); free(used); free(result)
+    if keys == NULL or ends == NULL or used == NULL or seen == NULL or result == NULL:
+        free(keys); free(ends); free(used); free(seen); free(result)
         raise MemoryError()
     for i in range(n):
         if duration[i] == 0 and has_parent[i]:
@@ -63,7 +69,12 @@ cdef inline uint8_t* closing_instants(Py_ssize_t n, const int64_t* start, const 
             used[h] = 1
             keys[h] = parent_id[i]
             ends[h] = INT64_MIN
+            f = _hash(parent_id[i], filter_bits)
+            seen[f >> 3] |= <uint8_t>(1 << (f & 7))
     for i in range(n):
+        f = _hash(span_id[i], filter_bits)
+        if not (seen[f >> 3] >> (f & 7)) & 1:
+            continue  # no instant's parent: most rows, told apart without a probe
         h = _hash(span_id[i], bits)
         while used[h]:
             if keys[h] == span_id[i]:
@@ -76,7 +87,7 @@ cdef inline uint8_t* closing_instants(Py_ssize_t n, const int64_t* start, const 
             while keys[h] != parent_id[i]:
                 h = (h + 1) & mask
             result[i] = ends[h] == start[i]
-    free(keys); free(ends); free(used)
+    free(keys); free(ends); free(used); free(seen)
     return result
 
 
@@ -131,13 +142,67 @@ cdef inline int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int 
     return 0
 
 
+cdef inline int keys_by_thread(Py_ssize_t n, const int32_t* thread, const int64_t* start,
+                               const int64_t* rank, int64_t min_start, int bits_start, int bits_rank,
+                               int32_t max_thread, uint64_t* key, uint32_t* order) except -1:
+    """Each row's sort key (thread, start - min start, rank packed, in that order of
+    significance) into ``key`` and its row into ``order``, the rows grouped by thread
+    (a counting sort on the key's top part: stable, one pass)."""
+    cdef Py_ssize_t i, j, total = 0, c
+    cdef int32_t t
+    cdef Py_ssize_t* at = <Py_ssize_t*>calloc(<size_t>max_thread + 1, sizeof(Py_ssize_t))
+    if at == NULL:
+        raise MemoryError()
+    for i in range(n):
+        at[thread[i]] += 1
+    for t in range(max_thread + 1):
+        c = at[t]
+        at[t] = total
+        total += c
+    for i in range(n):
+        t = thread[i]
+        j = at[t]
+        at[t] = j + 1
+        key[j] = ((<uint64_t>t << bits_start) | <uint64_t>(start[i] - min_start)) << bits_rank | <uint64_t>rank[i]
+        order[j] = <uint32_t>i
+    free(at)
+    return 0
+
+
+cdef inline bint insertion_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n,
+                                   Py_ssize_t budget) noexcept nogil:
+    """Sort ``key`` (``index`` along) stably by insertion: as many moves as the keys have
+    inversions, which rows nearly in order have few of. False as soon as more than
+    ``budget`` moves were made: the keys are then left partly sorted (each with its index,
+    equal keys in their first order), for another sort to finish."""
+    cdef Py_ssize_t i, j, moves = 0
+    cdef uint64_t kv
+    cdef uint32_t iv
+    for i in range(1, n):
+        kv = key[i]
+        if kv >= key[i - 1]:
+            continue
+        iv = index[i]
+        j = i - 1
+        while j >= 0 and key[j] > kv:
+            key[j + 1] = key[j]
+            index[j + 1] = index[j]
+            j -= 1
+        key[j + 1] = kv
+        index[j + 1] = iv
+        moves += i - 1 - j
+        if moves > budget:
+            return False
+    return True
+
+
 cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int64_t* duration,
                                   const int32_t* depth, const uint64_t* span_id, const uint64_t* parent_id,
                                   const uint8_t* has_parent, const int32_t* thread,
                                   int64_t** rank_out, uint8_t** closing_out, int64_t* max_depth_out) except NULL:
     """The permutation (malloc'd, the caller frees it) putting ``n`` (1 .. 2^32 - 2) rows
-    in trace order (see the module's docstring), with one radix sort over a key packing
-    (thread, start - min start, rank); ``thread`` holds indices in trace order of the
+    in trace order (see the module's docstring), sorting a key packing (thread, start -
+    min start, rank); ``thread`` holds indices in trace order of the
     threads. Optionally also hands out (malloc'd) each row's rank at its time (instants
     closing their parent: max depth - depth; openings: D + 1 + 2 * (depth - min depth) +
     is_span), the closing-instant flags (NULL: none) and the largest depth."""
@@ -148,8 +213,6 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
     cdef uint32_t* order = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
     cdef int64_t* rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
     cdef uint64_t* key = NULL
-    cdef uint64_t prev = 0, kv
-    cdef bint sorted_already = True
     cdef int64_t D
     cdef int bits_rank, bits_start, bits_thread
     try:
@@ -170,18 +233,15 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
                 rank[i] = max_depth - depth[i]
             else:
                 rank[i] = D + 1 + 2 * (depth[i] - min_depth) + (duration[i] > 0)
-            order[i] = <uint32_t>i
         if bits_thread + bits_start + bits_rank <= 64:
             key = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
             if key == NULL:
                 raise MemoryError()
-            for i in range(n):
-                kv = ((<uint64_t>thread[i] << bits_start) | <uint64_t>(start[i] - min_start)) << bits_rank | <uint64_t>rank[i]
-                key[i] = kv
-                if kv < prev:
-                    sorted_already = False
-                prev = kv
-            if not sorted_already:
+            keys_by_thread(n, thread, start, rank, min_start, bits_start, bits_rank, max_thread,
+                           key, order)
+            # Rows come mostly in end order per thread (drained, or loaded): a few moves
+            # each put them in start order; a radix sort only for rows far from it.
+            if not insertion_argsort(key, order, n, 16 * n + 4096):
                 radix_argsort(key, order, n, bits_thread + bits_start + bits_rank)
         else:
             # Start times spread over more than 2^64 ns with thread and rank bits: rare

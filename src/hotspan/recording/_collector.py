@@ -50,11 +50,11 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 
 from ..events import CollectorLost, CollectorRestored, emit
+from ..formats._collector_client import bearer, fetch_open_stacks, parse_url
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,25 +100,6 @@ PUT_TIMEOUT_S = 60.0
 CLOCK_INTERVAL_S = 60.0
 
 
-def parse_url(url: str, *, default_host: str = "127.0.0.1") -> tuple[str, int]:
-    """``grpc://HOST:PORT`` (or ``HOST:PORT``, ``:PORT``) -> (host, port)."""
-    text = url.strip()
-    if "://" not in text:
-        text = "grpc://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("grpc", "grpc+tcp"):
-        raise ValueError(f"{url!r}: expected grpc://HOST:PORT")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"{url!r}: the port must be a number in 0-65535") from None
-    if port is None:
-        raise ValueError(f"{url!r}: no port (expected grpc://HOST:PORT)")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"{url!r}: expected grpc://HOST:PORT and nothing after it")
-    return parts.hostname or default_host, port
-
-
 def parse_urls(urls: "str | list[str] | tuple[str, ...]") -> list[str]:
     """One collector URL, a comma-separated list (``grpc://a:1,grpc://b:2``) or a list of them
     -> ``["grpc://HOST:PORT", ...]`` (ValueError naming the bad one)."""
@@ -132,11 +113,6 @@ def parse_urls(urls: "str | list[str] | tuple[str, ...]") -> list[str]:
     if not out:
         raise ValueError(f"{urls!r}: no collector address")
     return out
-
-
-def bearer(token: str | None) -> bytes | None:
-    """The ``authorization`` header's value for ``token`` (None: no token)."""
-    return None if not token else b"Bearer " + token.encode()
 
 
 # --------------------------------------------------------------------------- server
@@ -1013,73 +989,6 @@ class CollectorClient:
             list(self._client.do_action(flight.Action("done", body), options=self._options()))
         except (flight.FlightError, pa.ArrowException, OSError):
             pass  # an older collector, or gone: the parts stay as they are
-
-
-def fetch_open_stacks(
-    url: str, *, token: str | None = None, timeout: float = 10.0
-) -> tuple[list[Any], int]:
-    """The open stacks a collector at ``url`` holds, as
-    :class:`~hotspan.recording.flight.FlightProcess` (``path`` names the collector, rank and
-    pid), and the collector's time now. OSError when it cannot be reached or refuses."""
-    import pyarrow.flight as flight
-
-    from .flight import FlightProcess, FlightThread, Frame
-    from ._open_stacks import is_gone
-
-    host, port = parse_url(url)
-    where = f"grpc://{host}:{port}"
-    headers = [(b"authorization", bearer(token))] if token else []
-    options = flight.FlightCallOptions(timeout=timeout, headers=headers)
-    try:
-        client = flight.FlightClient(where)
-    except (flight.FlightError, pa.ArrowException) as exc:
-        raise OSError(f"{where}: {exc}") from None
-    try:
-        results = list(client.do_action(flight.Action("open_stacks", b""), options=options))
-    except flight.FlightUnauthenticatedError:
-        raise OSError(
-            f"{where}: the collector refused the token (--token, or $HOTSPAN_TOKEN)"
-        ) from None
-    except flight.FlightServerError as exc:
-        raise OSError(
-            f"{where}: the collector does not keep open stacks (an older hotspan?): {exc}"
-        ) from None
-    except (flight.FlightError, pa.ArrowException) as exc:
-        raise OSError(f"{where}: no collector answers there: {str(exc).splitlines()[0]}") from None
-    finally:
-        client.close()
-    try:
-        info = json.loads(results[0].body.to_pybytes())
-        now = int(info["now_ns"])
-        procs = []
-        for p in info["processes"]:
-            stale = is_gone(now, p["received_ns"], p["interval_s"])
-            threads = [
-                FlightThread(
-                    t["thread_id"],
-                    t["thread_name"],
-                    [
-                        Frame(span_id, None, depth, name, category, start, None)
-                        for span_id, depth, name, category, start in t["stack"]
-                    ],
-                    t["complete"],
-                )
-                for t in p["threads"]
-            ]
-            procs.append(
-                FlightProcess(
-                    f"{where} rank {p['rank']} pid {p['pid']}@{p['host']}",
-                    p["pid"],
-                    p["rank"],
-                    not p["exited"] and not stale,
-                    p["exited"],
-                    p["received_ns"],
-                    threads,
-                )
-            )
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise OSError(f"{where}: not a collector's open stacks: {exc}") from None
-    return procs, now
 
 
 def serve(

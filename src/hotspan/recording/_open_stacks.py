@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any
 
+from ..formats._collector_client import is_gone
+
 __all__ = ["ENV_STACKS_INTERVAL", "STACKS_INTERVAL_S", "LiveStacks", "encode", "is_gone"]
 
 ENV_STACKS_INTERVAL = "HOTSPAN_STACKS_INTERVAL"
@@ -31,9 +33,6 @@ MAX_FRAMES = 64
 MAX_NAME = 256
 #: Processes a collector keeps the stacks of (the oldest heard from goes first past it).
 MAX_PROCESSES = 1 << 16
-#: Missed intervals before a process is taken as gone (plus GRACE_S).
-MISSED = 3
-GRACE_S = 2.0
 
 
 def encode(
@@ -180,8 +179,3 @@ class LiveStacks:
         with self.lock:
             procs = [dict(e) for e in self.procs.values()]
         return json.dumps({"v": 1, "now_ns": time.time_ns(), "processes": procs}).encode()
-
-
-def is_gone(now_ns: int, received_ns: int, interval_s: float) -> bool:
-    """Whether a process last heard from at ``received_ns`` is taken as gone at ``now_ns``."""
-    return now_ns - received_ns > (MISSED * interval_s + GRACE_S) * 1e9
