@@ -38,12 +38,16 @@ while 2 threads record 6-7 M.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 
 PROGRAM = textwrap.dedent(
     """
@@ -66,16 +70,46 @@ PROGRAM = textwrap.dedent(
     stop = True
     for t in threads:
         t.join()
+    recorded_at = time.time()
+    t = time.perf_counter()
     rec.stop()
-    print(json.dumps({"started": started, "spans": rec.spans, "dropped": hotspan.dropped()}))
+    stop_s = time.perf_counter() - t
+    print(json.dumps({"started": started, "recorded_at": recorded_at, "stop_s": stop_s,
+                      "spans": rec.spans, "dropped": hotspan.dropped()}))
     """
 )
 
 
-def one_run(n_threads: int, seconds: float, interval: float, switch: float = 0.0) -> dict:
+def _watch(out: str, proc: subprocess.Popen, seen: list[tuple[float, int]]) -> None:
+    """From outside the program (its interpreter lock is not ours): every 5 ms, the bytes
+    in the run directory (parts and raw logs), noted when they grew: the moments spans
+    reached the disk."""
+    last = -1
+    while proc.poll() is None:
+        total = 0
+        for folder in (out, os.path.join(out, "_live")):
+            try:
+                with os.scandir(folder) as it:
+                    for entry in it:
+                        if entry.is_file() and not entry.name.startswith("."):
+                            with contextlib.suppress(OSError):
+                                total += entry.stat().st_size
+            except OSError:
+                pass
+        if total != last:
+            seen.append((time.time(), total))
+            last = total
+        time.sleep(0.005)
+
+
+def one_run(
+    n_threads: int, seconds: float, interval: float, switch: float = 0.0, mode: str = "raw"
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="hotspan-flush-latency-") as tmp:
         out = os.path.join(tmp, "run")
-        proc = subprocess.run(
+        env = dict(os.environ, HOTSPAN_RAW_LOG="1" if mode == "raw" else "0")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
@@ -86,27 +120,39 @@ def one_run(n_threads: int, seconds: float, interval: float, switch: float = 0.0
                 str(interval),
                 str(switch),
             ],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=seconds + 120,
+            env=env,
         )
+        seen: list[tuple[float, int]] = []
+        watcher = threading.Thread(target=_watch, args=(out, proc, seen), daemon=True)
+        watcher.start()
+        stdout, stderr = proc.communicate(timeout=seconds + 300)
+        watcher.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
-            raise SystemExit(f"bench_flush_latency: a run failed:\n{proc.stderr}")
-        result = json.loads(proc.stdout.splitlines()[-1])
-        # Parts with spans (the metadata part at start and the final flush at stop excluded:
-        # the interval is about the flusher's parts while the threads run)
-        times = sorted(os.stat(os.path.join(out, name)).st_mtime for name in os.listdir(out))
-    first = times[0] - result["started"]
-    gaps = sorted(b - a for a, b in zip(times[1:-1], times[2:-1]))
+            raise SystemExit(f"bench_flush_latency: a run failed:\n{stderr}")
+        result = json.loads(stdout.splitlines()[-1])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # The moments the directory grew while the threads recorded (from the first growth after
+    # the metadata part to the end of recording): the gaps between them.
+    grew = [t for t, _size in seen if result["started"] < t <= result["recorded_at"]]
+    gaps = sorted(b - a for a, b in zip(grew[1:], grew[2:]))
+    recorded = result["spans"] + result["dropped"]
     return {
-        "parts": len(times),
-        "first_part_s": first,
+        "mode": mode,
+        "writes": len(grew),
+        "first_write_s": (grew[0] - result["started"]) if grew else float("nan"),
         "median_gap_s": gaps[len(gaps) // 2] if gaps else float("nan"),
         "p90_gap_s": gaps[int(len(gaps) * 0.9)] if gaps else float("nan"),
         "max_gap_s": gaps[-1] if gaps else float("nan"),
         "spans": result["spans"],
         # recorded but lost at the memory cap: the flusher did not keep up
         "dropped": result["dropped"],
+        "stop_s": result["stop_s"],
+        "cpu_ns_per_span": cpu * 1e9 / max(recorded, 1),
+        "disk_bytes_per_s": (max((s for _t, s in seen), default=0)) / seconds,
         "seconds": seconds,
     }
 
@@ -125,35 +171,49 @@ def main() -> int:
         default=0.0,
         help="the program's sys.setswitchinterval (default: CPython's 0.005 s)",
     )
+    parser.add_argument(
+        "--modes",
+        default="raw,parquet",
+        help="raw: the raw log (the default); parquet: a part per flush (HOTSPAN_RAW_LOG=0); "
+        "alternated run by run",
+    )
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
+    modes = args.modes.split(",")
     load_before = os.getloadavg()
     print(
         f"{args.threads} threads recording flat out, flush_interval={args.interval:g} s, "
-        f"{args.seconds:g} s per run; load average before: {load_before[0]:.1f} "
+        f"{args.seconds:g} s per run; load average before: {load_before[0]:.2f} "
         f"on {os.cpu_count()} CPUs"
     )
     print(
-        f"{'run':>3} {'parts':>5} {'first (s)':>9} {'median gap':>10} {'p90 gap':>8} "
-        f"{'max gap':>8} {'spans':>11} {'dropped':>10}"
+        f"{'run':>3} {'mode':>7} {'writes':>6} {'first (s)':>9} {'median gap':>10} {'p90 gap':>8} "
+        f"{'max gap':>8} {'spans':>11} {'dropped':>10} {'CPU ns/span':>11} {'MB/s':>6} {'stop (s)':>8}"
     )
     results = []
     for k in range(args.runs):
-        r = one_run(args.threads, args.seconds, args.interval, args.switch_interval)
-        results.append(r)
-        print(
-            f"{k:>3} {r['parts']:>5} {r['first_part_s']:>9.3f} {r['median_gap_s']:>10.3f} "
-            f"{r['p90_gap_s']:>8.3f} {r['max_gap_s']:>8.3f} {r['spans']:>11,} {r['dropped']:>10,}"
-        )
+        for mode in modes:
+            r = one_run(args.threads, args.seconds, args.interval, args.switch_interval, mode)
+            results.append(r)
+            print(
+                f"{k:>3} {mode:>7} {r['writes']:>6} {r['first_write_s']:>9.3f} "
+                f"{r['median_gap_s']:>10.3f} {r['p90_gap_s']:>8.3f} {r['max_gap_s']:>8.3f} "
+                f"{r['spans']:>11,} {r['dropped']:>10,} {r['cpu_ns_per_span']:>11.0f} "
+                f"{r['disk_bytes_per_s'] / 1e6:>6.0f} {r['stop_s']:>8.2f}",
+                flush=True,
+            )
     load_after = os.getloadavg()
-    medians = sorted(r["median_gap_s"] for r in results)
-    recorded = sum(r["spans"] + r["dropped"] for r in results) / sum(r["seconds"] for r in results)
-    written = sum(r["spans"] for r in results) / sum(r["seconds"] for r in results)
-    print(
-        f"median of the runs' median gaps: {medians[len(medians) // 2]:.3f} s; spans recorded "
-        f"{recorded / 1e6:.2f} M/s, written {written / 1e6:.2f} M/s ({written / recorded:.0%})"
-    )
-    print(f"load average after: {load_after[0]:.1f}")
+    for mode in modes:
+        runs = [r for r in results if r["mode"] == mode]
+        medians = sorted(r["median_gap_s"] for r in runs)
+        recorded = sum(r["spans"] + r["dropped"] for r in runs) / sum(r["seconds"] for r in runs)
+        written = sum(r["spans"] for r in runs) / sum(r["seconds"] for r in runs)
+        print(
+            f"{mode}: median of the runs' median gaps {medians[len(medians) // 2]:.3f} s, "
+            f"largest gap {max(r['max_gap_s'] for r in runs):.3f} s; spans recorded "
+            f"{recorded / 1e6:.2f} M/s, written {written / 1e6:.2f} M/s ({written / recorded:.0%})"
+        )
+    print(f"load average after: {load_after[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"load": [load_before[0], load_after[0]], "runs": results}, f, indent=1)

@@ -25,6 +25,7 @@
 #include "hs_counters.h"
 #include "hs_intern.h"
 #include "hs_live.h"
+#include "hs_rawlog.h"
 #include "hs_selftime.h"
 
 
@@ -212,6 +213,35 @@ static uint64_t walk_records(hs_thread_info *info, const hs_record *a, uint64_t 
     return spans;
 }
 
+/* Spans the raw logs have that drain() will not see: shed from memory (below); counted
+ * over the process's life (drain() says the increase). */
+static uint64_t raw_shed_spans = 0;
+
+static void segment_free_locked(hs_segment *s) {
+    if (ops.block_drained) ops.block_drained(s->block, (uint64_t)(s->recs - s->block->recs) + s->nslots);
+    hs_block_unref(s->block);
+    free(s);
+}
+
+/* While a raw log is open every segment is in the file once swept: what waits for drain()
+ * (a reader that may never come: record(dir) takes nothing from here) is held only up to a
+ * quarter of the memory cap, the oldest going first (counted, as a hub reader that falls
+ * behind loses its oldest tables), so that the recording threads never meet the cap. */
+static void shed_written_locked(void) {
+    uint64_t keep = atomic_load(&hs_memory_cap) / 4;
+    while (seg_head && seg_head->in_raw && seg_bytes > keep) {
+        hs_segment *s = seg_head;
+        seg_head = s->next;
+        if (!seg_head) seg_tail = NULL;
+        seg_bytes -= s->nslots * sizeof(hs_record);
+        seg_spans -= s->nspans;
+        seg_count--;
+        raw_shed_spans += s->nspans;
+        hs_rawlog_forget_waits(s->recs, s->nslots, s->base_seq); /* no drain() takes them */
+        segment_free_locked(s);
+    }
+}
+
 /* drain lock held. Each chain's new records become segments that point into its blocks;
  * a retired chain with nothing left goes, and its info waits in the graveyard for the
  * drain() that takes its last segments. Returns records walked. */
@@ -239,6 +269,10 @@ static uint64_t sweep_locked(void) {
             s->base_seq = info->drain_seq;
             s->nslots = n;
             s->nspans = walk_records(info, recs, n, NULL, 0, 1);
+            /* record(dir): the records go to the raw log too, as they are (written at the
+             * pass's end, below, while this segment holds the block) */
+            s->in_raw = hs_rawlog_on();
+            if (s->in_raw) hs_rawlog_segment_locked(info, recs, n, s->base_seq, s->nspans);
             blk->refs++;
             hs_chain_advance(ch, n);
             if (seg_tail) seg_tail->next = s;
@@ -260,12 +294,50 @@ static uint64_t sweep_locked(void) {
         ch = next;
     }
     if (atomic_load_explicit(&hs_live_on, memory_order_relaxed)) hs_live_flush();
+    if (hs_rawlog_on()) {
+        hs_rawlog_flush_locked();
+        shed_written_locked();
+    }
     return moved;
 }
 
 void hs_drain_sweep(void) {
     pthread_mutex_lock(&drain_lock);
     sweep_locked();
+    pthread_mutex_unlock(&drain_lock);
+}
+
+int hs_drain_raw_open(const char *path, int32_t rank, const char *version) {
+    pthread_mutex_lock(&drain_lock);
+    int rc = hs_rawlog_open_locked(path, rank, version);
+    if (rc == 0) {
+        /* what the core holds already (recorded before the recording started, not drained)
+         * is the recording's too: a recorder started late still writes it */
+        for (hs_segment *s = seg_head; s; s = s->next)
+            if (!s->in_raw) { /* not an earlier recording's */
+                hs_rawlog_segment_locked(s->info, s->recs, s->nslots, s->base_seq, s->nspans);
+                s->in_raw = 1;
+            }
+        hs_rawlog_flush_locked();
+    }
+    pthread_mutex_unlock(&drain_lock);
+    if (rc == 0) hs_drainer_ensure();
+    return rc;
+}
+
+int hs_drain_raw_close(hs_rawlog_stats *out, uint64_t *shed) {
+    pthread_mutex_lock(&drain_lock);
+    if (hs_rawlog_on()) sweep_locked(); /* every span recorded so far goes in */
+    int rc = hs_rawlog_close_locked(out);
+    if (shed) *shed = raw_shed_spans;
+    pthread_mutex_unlock(&drain_lock);
+    return rc;
+}
+
+void hs_drain_raw_stats(hs_rawlog_stats *out, uint64_t *shed) {
+    pthread_mutex_lock(&drain_lock);
+    hs_rawlog_stats_locked(out);
+    if (shed) *shed = raw_shed_spans;
     pthread_mutex_unlock(&drain_lock);
 }
 
@@ -469,9 +541,7 @@ void hs_drain_release(hs_drain_batch *batch) {
     while (s) {
         hs_segment *next = s->next;
         /* converted: a recovery of the flight file must not give these spans again */
-        if (ops.block_drained) ops.block_drained(s->block, (uint64_t)(s->recs - s->block->recs) + s->nslots);
-        hs_block_unref(s->block);
-        free(s);
+        segment_free_locked(s);
         s = next;
     }
     pthread_mutex_unlock(&drain_lock);

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "hs_rawlog.h"
 #include "hs_registry.h"
 
 #ifdef __cplusplus
@@ -27,6 +28,7 @@ typedef struct hs_segment {
     uint64_t base_seq;     /* info->drain_seq before this segment's first record */
     uint64_t nslots;
     uint64_t nspans;
+    int in_raw; /* written to a raw log already (hs_rawlog.h): a later one does not take it */
 } hs_segment;
 
 /* What drain() takes from the drain side at once: every segment, and the pairs they use. */
@@ -52,6 +54,13 @@ void hs_drainer_ensure(void);
 void hs_wake_drainer(void);
 /* Move everything recorded so far into segments (drain lock taken inside). */
 void hs_drain_sweep(void);
+/* The raw log (hs_rawlog.h) of record(dir): open it (0, or -1 with errno), and every
+ * segment not yet drained goes in first; close it once everything recorded so far is in;
+ * its counts, and the spans shed from memory because it had them (drain() will not see
+ * them: see shed_written_locked in hs_drain.c). */
+int hs_drain_raw_open(const char *path, int32_t rank, const char *version);
+int hs_drain_raw_close(hs_rawlog_stats *out, uint64_t *shed);
+void hs_drain_raw_stats(hs_rawlog_stats *out, uint64_t *shed);
 /* Bytes and spans held in segments, not yet collected. */
 void hs_drain_pending(uint64_t *bytes, uint64_t *spans, uint64_t *segments);
 /* Bytes of freed segment memory kept for reuse (returned to the system after a second idle). */

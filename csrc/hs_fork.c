@@ -18,6 +18,7 @@
 #include "hs_flight.h"
 #include "hs_intern.h"
 #include "hs_nvtx.h"
+#include "hs_rawlog.h"
 #include "hs_registry.h"
 #include "hs_selftime.h"
 
@@ -48,6 +49,7 @@ static void child(void) {
     hs_nvtx_fork_release();
     hs_drain_after_fork_child();    /* the parent's segments and drain thread: not ours */
     hs_live_after_fork_child();     /* and the live log's queue (its writer is the parent's) */
+    hs_rawlog_after_fork_child();   /* and the raw log (the parent's file) */
     hs_flight_after_fork_child();   /* then the file: the thread's state may be in the parent's */
     hs_registry_after_fork_child(); /* then every other thread; a fresh id base and chain */
     hs_wait_after_fork_child();     /* the parent's tasks' waits (a lock another thread may hold) */

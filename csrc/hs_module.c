@@ -93,6 +93,168 @@ static PyObject *py_flight_open(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* record(dir)'s raw log (hs_rawlog.h): the drain thread appends the records to it. */
+static PyObject *py_raw_open(PyObject *m, PyObject *args) {
+    (void)m;
+    PyObject *path_obj;
+    int rank;
+    const char *version;
+    if (!PyArg_ParseTuple(args, "O&is:_raw_open", PyUnicode_FSConverter, &path_obj, &rank, &version)) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hs_drain_raw_open(PyBytes_AS_STRING(path_obj), rank, version);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    Py_DECREF(path_obj);
+    Py_RETURN_NONE;
+}
+
+static PyObject *raw_stats_dict(const hs_rawlog_stats *st, uint64_t shed) {
+    return Py_BuildValue("{sKsKsKsKsKsKsO}", "spans", (unsigned long long)st->spans, "bytes",
+                         (unsigned long long)st->bytes, "frames", (unsigned long long)st->frames, "write_errors",
+                         (unsigned long long)st->write_errors, "lost_spans", (unsigned long long)st->lost_spans,
+                         "shed_from_memory", (unsigned long long)shed, "open", st->open ? Py_True : Py_False);
+}
+
+static PyObject *py_raw_close(PyObject *m, PyObject *a) {
+    (void)m;
+    (void)a;
+    hs_rawlog_stats st;
+    uint64_t shed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    hs_drain_raw_close(&st, &shed);
+    Py_END_ALLOW_THREADS
+    return raw_stats_dict(&st, shed);
+}
+
+static PyObject *py_raw_stats(PyObject *m, PyObject *a) {
+    (void)m;
+    (void)a;
+    hs_rawlog_stats st;
+    uint64_t shed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    hs_drain_raw_stats(&st, &shed);
+    Py_END_ALLOW_THREADS
+    return raw_stats_dict(&st, shed);
+}
+
+/* _raw_reader() -> a capsule holding what a raw log's reading carries from piece to piece
+ * (each thread's self state: hs_rawlog_reader), freed with the capsule. */
+#define RAW_READER_CAPSULE "hotspan._native.raw_reader"
+static void raw_reader_destroy(PyObject *cap) {
+    hs_rawlog_reader_free(PyCapsule_GetPointer(cap, RAW_READER_CAPSULE));
+}
+
+static PyObject *py_raw_reader(PyObject *m, PyObject *a) {
+    (void)m;
+    (void)a;
+    hs_rawlog_reader *rd = hs_rawlog_reader_new();
+    if (!rd) return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(rd, RAW_READER_CAPSULE, raw_reader_destroy);
+    if (!cap) hs_rawlog_reader_free(rd);
+    return cap;
+}
+
+/* _raw_scan(data, at) -> (frames, stop_at, why): a raw log's whole frames from byte `at`, each
+ * sum checked, as packed hs_rawlog_frame_info (6 little-endian uint64: header offset, kind,
+ * payload bytes, a, b, c); why: 0 the end, 1 a frame cut short, 2 no frame, 3 a sum differs. */
+static PyObject *py_raw_scan(PyObject *m, PyObject *args) {
+    (void)m;
+    Py_buffer data;
+    unsigned long long at;
+    if (!PyArg_ParseTuple(args, "y*K:_raw_scan", &data, &at)) return NULL;
+    hs_rawlog_frame_info *info = NULL;
+    uint64_t n = 0, stop_at = 0;
+    int why = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hs_rawlog_scan(data.buf, (uint64_t)data.len, at, &info, &n, &stop_at, &why);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (rc < 0) return PyErr_NoMemory();
+    PyObject *frames = PyBytes_FromStringAndSize((const char *)info, (Py_ssize_t)(n * sizeof *info));
+    free(info);
+    if (!frames) return NULL;
+    return Py_BuildValue("(NKi)", frames, (unsigned long long)stop_at, why);
+}
+
+/* _raw_decode(reader, data, frames, clocks, pair_name, pair_cat) -> (columns, spans, parents,
+ * categories, args): the spans of a raw log's records frames (packed hs_rawlog_span_frame)
+ * with its clock segments (packed hs_clock_seg) and the dictionary indices of each pair's name
+ * and category path (int32 by pair id; a category < 0: none), as the span table's columns,
+ * cap = the frames' slots rows each: span_id, parent_id, start_ns, end_ns, duration_ns,
+ * thread_id, arg, self_ns, wait_ns (8 bytes a row, from 0), name, category, depth,
+ * thread_name (4 bytes, from 72 * cap), then the bitmaps of parent_id, category and arg
+ * validity and of error ((cap + 7) / 8 bytes each, from 88 * cap); parents, categories and
+ * args count the valid values. The reader (_raw_reader) carries each thread's self state to
+ * the next call: a log's frames are handed over in order, each once. One call at a time per
+ * reader (the GIL is released; a second call on the same reader meanwhile is refused). */
+static PyObject *py_raw_decode(PyObject *m, PyObject *args) {
+    (void)m;
+    PyObject *cap_obj;
+    Py_buffer data, frames, clocks, pair_name, pair_cat;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*:_raw_decode", &cap_obj, &data, &frames, &clocks, &pair_name,
+                          &pair_cat))
+        return NULL;
+    PyObject *out = NULL;
+    hs_rawlog_reader *rd = PyCapsule_GetPointer(cap_obj, RAW_READER_CAPSULE);
+    if (!rd) goto done;
+    if (PyCapsule_GetContext(cap_obj)) {
+        PyErr_SetString(PyExc_RuntimeError, "_raw_decode: this reader is decoding on another thread");
+        goto done;
+    }
+    if (pair_name.len != pair_cat.len || pair_name.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "_raw_decode: pair_name and pair_cat are int32 arrays of one length");
+        goto done;
+    }
+    uint64_t nframes = (uint64_t)frames.len / sizeof(hs_rawlog_span_frame), cap = 0;
+    const hs_rawlog_span_frame *fr = frames.buf;
+    for (uint64_t i = 0; i < nframes; i++) {
+        if (fr[i].slots > (uint64_t)data.len / sizeof(hs_record)) {
+            PyErr_SetString(PyExc_ValueError, "_raw_decode: a frame larger than the data");
+            goto done;
+        }
+        cap += fr[i].slots;
+    }
+    uint64_t bm = (cap + 7) / 8;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 88 + 4 * bm));
+    if (!out) goto done;
+    char *p = PyBytes_AS_STRING(out);
+#define COL8(i) ((void *)(p + (i) * cap * 8))
+#define COL4(j) ((void *)(p + cap * 72 + (j) * cap * 4))
+#define BITS(b) ((uint8_t *)(p + cap * 88 + (b) * bm))
+    hs_rawlog_columns cols = {
+        .span_id = COL8(0), .parent_id = COL8(1), .start_ns = COL8(2), .end_ns = COL8(3),
+        .duration_ns = COL8(4), .thread_id = COL8(5), .arg = COL8(6), .self_ns = COL8(7), .wait_ns = COL8(8),
+        .name = COL4(0), .category = COL4(1), .depth = COL4(2), .thread_name = COL4(3),
+        .parent_valid = BITS(0), .category_valid = BITS(1), .arg_valid = BITS(2), .error = BITS(3),
+        .pair_name = pair_name.buf, .pair_cat = pair_cat.buf, .npairs = (uint32_t)(pair_name.len / 4),
+    };
+#undef COL8
+#undef COL4
+#undef BITS
+    uint64_t k;
+    PyCapsule_SetContext(cap_obj, rd); /* busy */
+    Py_BEGIN_ALLOW_THREADS
+    k = hs_rawlog_decode(rd, data.buf, (uint64_t)data.len, fr, nframes, clocks.buf,
+                         (uint64_t)clocks.len / sizeof(hs_clock_seg), &cols, cap);
+    Py_END_ALLOW_THREADS
+    PyCapsule_SetContext(cap_obj, NULL);
+    PyObject *res = Py_BuildValue("(NKKKK)", out, (unsigned long long)k, (unsigned long long)cols.parents,
+                                  (unsigned long long)cols.categories, (unsigned long long)cols.args);
+    out = res;
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&frames);
+    PyBuffer_Release(&clocks);
+    PyBuffer_Release(&pair_name);
+    PyBuffer_Release(&pair_cat);
+    return out;
+}
+
 static PyObject *py_flight_path(PyObject *m, PyObject *a) {
     (void)m; (void)a;
     const char *p = hs_flight_path();
@@ -862,6 +1024,12 @@ static PyMethodDef module_methods[] = {
     {"_count_lost", py_count_lost, METH_O, "_count_lost(n)\n--\n\nCount n drained spans lost before any reader had them (out of memory)."},
     {"_flight_open", py_flight_open, METH_VARARGS, NULL},
     {"_flight_path", py_flight_path, METH_NOARGS, NULL},
+    {"_raw_open", py_raw_open, METH_VARARGS, NULL},
+    {"_raw_close", py_raw_close, METH_NOARGS, NULL},
+    {"_raw_stats", py_raw_stats, METH_NOARGS, NULL},
+    {"_raw_reader", py_raw_reader, METH_NOARGS, NULL},
+    {"_raw_scan", py_raw_scan, METH_VARARGS, NULL},
+    {"_raw_decode", py_raw_decode, METH_VARARGS, NULL},
     {"_flight_set_rank", py_flight_set_rank, METH_O, NULL},
     {"_pending", py_pending, METH_NOARGS, NULL},
     {"_clock_info", py_clock_info, METH_NOARGS, NULL},

@@ -253,6 +253,28 @@ int hs_wait_take(uint64_t id, uint64_t *ticks) {
     return found;
 }
 
+uint64_t hs_wait_peek(const uint64_t *ids, uint64_t n, uint64_t *pairs) {
+    if (!n || !atomic_load_explicit(&wait_any, memory_order_relaxed)) return 0;
+    uint64_t found = 0;
+    pthread_mutex_lock(&wait_lock);
+    if (wait_slots) {
+        uint32_t mask = (1u << wait_bits) - 1;
+        for (uint64_t k = 0; k < n; k++) {
+            uint64_t id = ids[k];
+            if (!id) continue;
+            for (uint32_t i = wait_home(id); wait_slots[i].key; i = (i + 1) & mask)
+                if (wait_slots[i].key == id) {
+                    pairs[2 * found] = id;
+                    pairs[2 * found + 1] = wait_slots[i].ticks;
+                    found++;
+                    break;
+                }
+        }
+    }
+    pthread_mutex_unlock(&wait_lock);
+    return found;
+}
+
 int hs_wait_any(void) { return atomic_load_explicit(&wait_any, memory_order_relaxed) != 0; }
 
 void hs_wait_after_fork_child(void) {

@@ -51,6 +51,10 @@ void hs_self_state_free(hs_self_state *state);
 void hs_wait_add(uint64_t id, uint64_t ticks);
 /* Whether the span has an entry (removed, its ticks in *ticks). Cheap when the map is empty. */
 int hs_wait_take(uint64_t id, uint64_t *ticks);
+/* The raw log (hs_rawlog.h) writes a segment's waits without taking them (drain() may still
+ * convert the same records): for each of the n ids with an entry, (id, ticks) into pairs
+ * (2 words each, room for n); returns how many. One lock for the lot. */
+uint64_t hs_wait_peek(const uint64_t *ids, uint64_t n, uint64_t *pairs);
 /* Whether the map has any entry (an atomic load: a drain of sync spans asks nothing more). */
 int hs_wait_any(void);
 /* fork(), in the child: a fresh lock, the parent's entries forgotten. */

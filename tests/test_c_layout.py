@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hs_recorder",),  # the hot path: enter/exit/instant
     ("hs_live",),  # the live log's queue, fed by the drain
     ("hs_counters",),  # counter values the drain copies out of the blocks; memory samples
+    ("hs_rawlog",),  # record(dir)'s raw log: the records the drain moves, appended to a file
     ("hs_drain",),  # the drain thread and the segment store
     ("hs_columns",),  # segments -> Arrow-ready columns
     ("hs_device",),  # the device plug-in's ops (device spans call through them)

@@ -119,6 +119,7 @@ INTERNAL = [
     "hotspan.recording.collector",
     "hotspan.recording.hub",
     "hotspan.recording.open_stacks",
+    "hotspan.recording.rawlog",
     "hotspan.recording.sinks",
     "hotspan.recording.supervisor",
     # report: the pieces html_report and the CLI assemble

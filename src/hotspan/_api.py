@@ -245,7 +245,25 @@ def drain(*, wait_device: bool = False) -> "pa.Table":
         hub = _hub  # attached while this thread waited for the lock
         if hub is not None:
             return hub.drain()
-        return core_table()
+        table = core_table()
+    _say_raw_shed()
+    return table
+
+
+_raw_shed_said = 0
+
+
+def _say_raw_shed() -> None:
+    """Spans a raw log has (``record(dir)``: formats/_rawlog.py) that the core did not keep
+    for ``drain()`` past a quarter of its memory cap (the oldest): said as this cursor's loss,
+    as a hub reader's that fell behind (``SpansDropped``, consumer ``drain()``)."""
+    global _raw_shed_said
+    shed = int(_native._raw_stats()["shed_from_memory"])
+    if shed > _raw_shed_said:
+        from .events import SpansDropped, emit
+
+        count, _raw_shed_said = shed - _raw_shed_said, shed
+        emit(SpansDropped("drain()", "(every thread: in the raw log)", count))
 
 
 def wait_for_devices() -> None:

@@ -78,6 +78,9 @@ META_TASKS = b"hotspan.tasks"
 #: The run's id (see hotspan._run.run_id): every process of one run, every rank of one job,
 #: carries the same; two runs written into one directory stay apart by it.
 META_RUN = b"hotspan.run"
+#: Per part of a run directory (JSON; formats/dataset.py writes it, formats/_rawlog.py reads
+#: which raw log a converted part replaces).
+META_PART = b"hotspan.part"
 META_ID_BASE = b"hotspan.id_base"  # the process's random span id base (decimal): ids are base + k
 # JSON: {"digest", "host", "python", "hotspan", "config": {...}}; `hotspan compare` warns when digests differ
 META_ENV = b"hotspan.env"

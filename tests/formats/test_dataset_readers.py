@@ -120,6 +120,27 @@ def test_spark(run, expected, spark):
     _check(expected, [r[0] for r in rows], [r[1] for r in rows])
 
 
+@pytest.mark.slow
+def test_spark_reads_the_parts_a_raw_log_became(tmp_path, monkeypatch, spark):
+    # record(dir)'s raw log (the default) converted at stop() in several pieces, on two
+    # writers, each decoded in chunks: Spark reads the folder's rows as load() gives them
+    from hotspan.formats import _rawlog
+
+    monkeypatch.setattr(_rawlog, "PART_ROWS", 5_000)
+    monkeypatch.setattr(_rawlog, "SUB_ROWS", 1_000)
+    run = tmp_path / "run"
+    with hotspan.record(run, flush_interval=60):
+        s = hotspan.span("step", "train")
+        for _ in range(20_000):
+            with s:
+                hotspan.instant("mark")
+    assert not (run / "_live").exists() and len(list(run.glob("*.parquet"))) >= 4
+    loaded = hotspan.load(run)
+    rows = spark.read.parquet(str(run)).select("span_id", "name").collect()
+    assert sorted(int(r[0]) for r in rows) == sorted(loaded.column("span_id").to_pylist())
+    assert sorted(r[1] for r in rows) == sorted(loaded.column("name").to_pylist())
+
+
 def test_older_hive_layout_still_loads(tmp_path, run):
     old = tmp_path / "old"
     for rank, n in RANKS.items():

@@ -45,7 +45,9 @@ def test_a_recorders_parts_use_the_light_encoding_and_read_back_exactly(tmp_path
                 with hotspan.span("op", "compute" if i % 2 else None, arg=i if i % 3 else None):
                     pass
         rec.flush()
-        (part,) = _span_parts(run)
+    # written at stop(): the raw log that the drain thread wrote while the run was live,
+    # encoded once, as a part per flush was (formats/_rawlog.py)
+    (part,) = _span_parts(run)
     columns = _columns(part)
     assert {c.compression for c in columns.values()} == {"LZ4"}  # LZ4_RAW in the file
     dictionary = {name for name, c in columns.items() if "RLE_DICTIONARY" in c.encodings}

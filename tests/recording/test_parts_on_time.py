@@ -86,7 +86,7 @@ def test_the_programs_switch_interval_comes_back_after_each_flush(tmp_path):
 
 BUSY_PROGRAM = textwrap.dedent(
     """
-    import glob, json, sys, threading, time
+    import glob, json, os, sys, threading, time
     import hotspan
     out, seconds, interval = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
     stop = threading.Event()
@@ -101,16 +101,25 @@ BUSY_PROGRAM = textwrap.dedent(
     for t in threads:
         t.start()
     t0 = time.monotonic()
-    seen = {}
+    seen, last = [], -1
     while time.monotonic() - t0 < seconds:
         time.sleep(0.01)
-        for path in glob.glob(out + "/part-*.parquet"):
-            seen.setdefault(path, time.monotonic() - t0)
+        # the moments spans reached the disk: a new part, or the raw log growing (the
+        # drain thread's writes: formats/_rawlog.py)
+        size = 0
+        for path in glob.glob(out + "/part-*.parquet") + glob.glob(out + "/_live/*.hsraw"):
+            try:
+                size += os.path.getsize(path)
+            except OSError:
+                pass
+        if size != last:
+            seen.append(time.monotonic() - t0)
+            last = size
     stop.set()
     for t in threads:
         t.join()
     rec.stop()
-    print(json.dumps(sorted(seen.values())))
+    print(json.dumps(seen))
     """
 )
 

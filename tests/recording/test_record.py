@@ -100,9 +100,16 @@ def test_sigterm_leaves_the_programs_own_handler_alone(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_keeps_everything_flushed_before(tmp_path):
+    # with a part per flush (HOTSPAN_RAW_LOG=0): the parts written before the kill stay whole
     out = tmp_path / "run"
     proc = start_rank(
-        3, str(out), HOTSPAN_FLUSH_INTERVAL="0.05", T_LOOP="1", T_STEPS="200", T_PAUSE="0.0002"
+        3,
+        str(out),
+        HOTSPAN_FLUSH_INTERVAL="0.05",
+        T_LOOP="1",
+        T_STEPS="200",
+        T_PAUSE="0.0002",
+        HOTSPAN_RAW_LOG="0",
     )
     try:
         deadline = time.monotonic() + DEADLINE_S
@@ -120,6 +127,36 @@ def test_sigkill_keeps_everything_flushed_before(tmp_path):
     assert all(after[p] == rows for p, rows in before.items())  # untouched by the kill
     table = hotspan.load(out)  # a torn part (if any) stays invisible
     assert table.num_rows == sum(after.values()) >= sum(before.values()) > 0
+    assert set(table.column("rank").to_pylist()) == {3}
+
+
+def _rows(out) -> int:
+    try:
+        return hotspan.load(out).num_rows
+    except (OSError, ValueError):  # not there yet
+        return 0
+
+
+@pytest.mark.slow
+def test_sigkill_keeps_every_span_read_before(tmp_path):
+    # the raw log (the default): what a reader read while the run was live is still there
+    # after the kill, and more
+    out = tmp_path / "run"
+    proc = start_rank(3, str(out), T_LOOP="1", T_STEPS="200", T_PAUSE="0.0002")
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while _rows(out) < 1000:
+            assert time.monotonic() < deadline, "the rank wrote fewer than 1,000 spans in time"
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        before = set(hotspan.load(out).column("span_id").to_pylist())
+        proc.kill()
+        proc.wait(timeout=DEADLINE_S)
+    finally:
+        kill(proc)
+    table = hotspan.load(out)
+    after = table.column("span_id").to_pylist()
+    assert before <= set(after) and len(after) == len(set(after)) >= len(before)
     assert set(table.column("rank").to_pylist()) == {3}
 
 

@@ -99,6 +99,8 @@ def _parquet_bytes(paths: Sequence[str]) -> int | None:
         elif not path.exists():
             raise FileNotFoundError(2, "no such trace file or dataset directory", text)
         elif path.is_dir():
+            if (path / "_live").is_dir() and any((path / "_live").glob("*.hsraw")):
+                return None  # a live run's raw logs (formats/_rawlog.py): only load() reads them
             size += sum(_size_of(p) for p in part_files(path))
         elif path.name.lower().endswith(".parquet") and path.is_file():
             size += path.stat().st_size

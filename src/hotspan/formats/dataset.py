@@ -71,7 +71,9 @@ from .._schema import (
     META_MACHINE,
     META_PID,
     META_RANK,
+    META_PART,
     META_RUN,
+    META_SKIPPED_ON_LOAD,
     META_START,
 )
 
@@ -108,8 +110,8 @@ __all__ = [
 ]
 
 #: Per part (JSON): {"rank", "pid", "seq", "sink_dropped", and from a collector "offset_ns",
-#: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}.
-META_PART = b"hotspan.part"
+#: "offset_uncertainty_ns", "offset_applied_ns", "rtt_ns", "client_host", "received_ns"}
+#: (``META_PART``, defined in _schema).
 #: In a loaded dataset (JSON): {"<rank>": [{"pid", "host", "parts", "spans", "start_ns", "clock",
 #: "dropped", "sink_dropped", "offset_ns", "offset_uncertainty_ns", "offset_applied_ns"}, ...]}.
 META_RANKS = b"hotspan.ranks"
@@ -885,6 +887,23 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
                         "rank", pa.array([partition["rank"]] * table.num_rows, pa.int32())
                     )
                 tables.append(conform_to_schema(table, fragment.path, metadata={}))
+            metas_read = [meta for _fragment, meta in kept]
+            live_skipped = None
+            if loc.local:
+                # a live run's raw logs (formats/_rawlog.py): the spans no part holds yet
+                from ._rawlog import live_tables
+
+                try:
+                    live = live_tables(loc.root, metas_read)
+                except FileNotFoundError as exc:  # converted meanwhile: its parts appeared
+                    raise _PartVanished() from exc
+                for table, meta in live:
+                    tables.append(table)
+                    metas_read.append(meta)
+                    parts_meta.append((meta, table.num_rows))
+                    skipped = (table.schema.metadata or {}).get(META_SKIPPED_ON_LOAD)
+                    if skipped is not None:  # a damaged raw log (said in a warning already)
+                        live_skipped = skipped
         except (pa.ArrowException, OSError) as exc:
             if _any_vanished(loc, [path for path, _size in files]):
                 raise _PartVanished() from exc
@@ -895,13 +914,16 @@ def _load_once(loc: Location, check: bool, run: str | None = None) -> pa.Table:
         raise TraceFileError(
             loc.shown, f"not a readable span dataset: {type(exc).__name__}: {exc}"
         ) from exc
-    tables = _with_test_column(tables, [meta for _fragment, meta in kept])
+    tables = _with_test_column(tables, metas_read)
     # One dictionary per string column across the parts: pyarrow's group_by and joins
     # refuse differing ones ("Unifying differing dictionaries").
     table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
     if check:
         check_span_rules(table, loc.shown)
-    return table.replace_schema_metadata(merge_metadata(parts_meta))
+    merged = merge_metadata(parts_meta)
+    if live_skipped is not None:
+        merged[META_SKIPPED_ON_LOAD] = live_skipped
+    return table.replace_schema_metadata(merged)
 
 
 #: The column a run written by ``pytest --hotspan`` gets on load: each span's test (the node

@@ -202,12 +202,17 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
     with _api.drain_lock:
         if _user is None:
             _user = Reader("drain()")
-        if _streaming:
-            # Other readers stream already (a record() nested in another, or in HOTSPAN_OUT's):
+        if _streaming or _native._raw_stats()["open"]:
+            # Other readers stream already (or a record(dir) whose raw log the drain thread
+            # writes: formats/_rawlog.py) (a record() nested in another, or in HOTSPAN_OUT's):
             # what the core holds now was recorded before this one started, and is theirs.
             # Filtered when offered, not drained here: a drain on the caller's thread would start
             # pyarrow's threads from a thread that takes signals (and import pyarrow there).
             reader.since_ns = time.time_ns()
+        elif _raw_closed_ns is not None:
+            # What a raw log took is that recording's, though the core may still hold it for
+            # drain(): the spans that ended before the last one closed are not this reader's.
+            reader.since_ns = _raw_closed_ns
         # Not drained here: what the core holds now goes to the new reader too (a recorder
         # started late still writes the spans nobody drained), and the caller's thread
         # never imports pyarrow for it (HOTSPAN_OUT starts a recorder inside import hotspan).
@@ -217,6 +222,15 @@ def attach(name: str, *, pumped: bool = False) -> Reader:
             _pumped_by_thread += 1
             _start_pump_thread()
     return reader
+
+
+_raw_closed_ns: int | None = None
+
+
+def raw_log_closed() -> None:
+    """A raw log (formats/_rawlog.py) closed now, with every span that ended before."""
+    global _raw_closed_ns
+    _raw_closed_ns = time.time_ns()
 
 
 def detach(reader: Reader, *, pumped: bool = False) -> None:

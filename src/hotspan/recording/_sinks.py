@@ -5,6 +5,7 @@ of lower priority). ``sink_for(dest)`` picks one from the destination's form; th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -22,7 +23,11 @@ if TYPE_CHECKING:
 
     from ..formats.dataset import Location
 
-__all__ = ["CollectorSink", "DatasetSink", "FileSink", "sink_for"]
+__all__ = ["CollectorSink", "DatasetSink", "FileSink", "room_to_flush", "sink_for"]
+
+#: ``0``: a recording to a local directory writes a Parquet part per flush from the flusher
+#: thread, as before the raw log (for comparisons; the raw log is the default).
+ENV_RAW_LOG = "HOTSPAN_RAW_LOG"
 
 #: Seconds between two measurements of a collector client's clock offset (default 60).
 ENV_CLOCK_INTERVAL = "HOTSPAN_CLOCK_INTERVAL"
@@ -137,6 +142,17 @@ class DatasetSink:
         self.dropped = 0
         self.spans = 0
         self.parts = 0
+        self._parts_lock = threading.Lock()  # stop()'s parts are written on several threads
+        #: The raw log the drain thread writes while the recording runs (a local directory:
+        #: ``formats/_rawlog.py``), its process; None: a part per flush instead.
+        self.raw_path: str | None = None
+        self._raw_pid: int | None = None
+        #: Epoch ns: spans that ended before are another recording's (this one started while
+        #: others streamed: ``hub.Reader.since_ns``); kept in the start part for readers of
+        #: the raw log.
+        self.since_ns: int | None = None
+        #: Spans left in the raw log at stop() (no room to convert them): on disk, not lost.
+        self.raw_kept = 0
 
     def open(self) -> None:
         """On the flusher, once pyarrow is loaded: sweep what killed writers left, draw this
@@ -150,14 +166,114 @@ class DatasetSink:
         if opened.local:
             sweep_temporaries(opened.root)
         self.token = new_token()
-        self._write(metadata_table(), kind="start")
+        self._write(metadata_table(), kind="start", **self._since())
+
+    def _since(self) -> dict[str, int]:
+        return {"since_ns": self.since_ns} if self.since_ns is not None else {}
+
+    def start_raw(self) -> None:
+        """A running recorder's, once open: the raw log, when this process has none open
+        already (one a process: a second recording to a directory writes a Parquet part per
+        flush, as before) and ``HOTSPAN_RAW_LOG`` is not ``0``."""
+        if (
+            self.raw
+            or self.location is None
+            or not self.location.local
+            or os.environ.get(ENV_RAW_LOG, "1") == "0"
+        ):
+            return
+        root = self.location.root
+        from .. import _native
+        from .._api import rank as current_rank
+        from .._version import __version__
+        from ..formats._rawlog import raw_name
+
+        assert self.token is not None
+        path = os.path.join(root, raw_name(current_rank(), os.getpid(), self.token))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _native._raw_open(path, current_rank(), __version__)
+        except OSError:
+            return  # another recording of this process has it, or no room: parts per flush
+        self.raw_path = path
+        self._raw_pid = os.getpid()
+
+    @property
+    def raw(self) -> bool:
+        """Whether the drain thread writes this recording's spans (no flush takes them)."""
+        return self.raw_path is not None and self._raw_pid == os.getpid()
+
+    def raw_spans(self) -> int:
+        from .. import _native
+
+        return int(_native._raw_stats()["spans"]) if self.raw else 0
+
+    def _close_raw(self) -> None:
+        """stop(): every span recorded so far into the raw log, then the log into Parquet
+        parts (``PART_ROWS`` spans at most each, each naming the log it replaces, so a reader
+        never counts a span twice), then the log removed."""
+        from .. import _native
+        from ..formats._rawlog import LIVE_DIR
+        from ._rawlog import convert
+
+        assert self.raw_path is not None
+        stats = _native._raw_close()
+        from . import _hub as hub
+
+        hub.raw_log_closed()
+        self.dropped += int(stats["lost_spans"])
+        path, self.raw_path = self.raw_path, None
+        name = f"{LIVE_DIR}/{os.path.basename(path)}"
+        meta = dict(metadata_table().schema.metadata or {})
+        meta.update(_dropped_meta())
+
+        def write(table: pa.Table, piece: int, pieces: int) -> None:
+            # convert() writes pieces on several threads
+            if not table.num_rows:
+                return
+            with self._parts_lock:
+                seq = self.seq
+                self.seq += 1
+            self._write(
+                table, seq=seq, kind="raw", replaces_live=[name], piece=piece, pieces=pieces
+            )
+            with self._parts_lock:
+                self.spans += table.num_rows
+
+        kept = (
+            f"its spans stay in {path}, which hotspan.load reads and `hotspan compact` "
+            "turns into Parquet parts"
+        )
+        if not room_to_flush():  # under ulimit -v: no room for pyarrow (see room_to_flush)
+            self.raw_kept = int(stats["spans"])
+            warn(f"recording to {self.shown}: out of memory to write Parquet at stop; {kept}")
+            return
+        written = self.spans
+        try:
+            convert(path, write, meta, since_ns=self.since_ns)
+        except Exception as exc:
+            if os.path.exists(path):  # nothing lost: the log stays, whole (its end written)
+                self.raw_kept = int(stats["spans"]) - (self.spans - written)
+                warn(f"recording to {self.shown}: {type(exc).__name__}: {exc}; {kept}")
+                return
+            # the log is gone (the directory with it): the spans not converted are lost
+            from ..events import FlushFailed, emit
+
+            self.dropped += max(0, int(stats["spans"]) - (self.spans - written))
+            emit(FlushFailed(self.shown, exc))
+            raise
+        os.unlink(path)
+        with contextlib.suppress(OSError):  # others' raw logs may still be there
+            os.rmdir(os.path.dirname(path))
 
     def write(self, table: pa.Table) -> None:
         self.open()
         self._write(table)
         self.spans += table.num_rows
 
-    def _write(self, table: pa.Table, **part_meta: Any) -> None:
+    def _write(self, table: pa.Table, seq: int | None = None, **part_meta: Any) -> None:
+        """One part; ``seq``: taken already by the caller (several threads write stop()'s
+        parts), else the next."""
         from .._api import rank as current_rank
         from ..formats.dataset import write_part
 
@@ -168,16 +284,20 @@ class DatasetSink:
             self.location,
             rank=rank,
             pid=os.getpid(),
-            seq=self.seq,
+            seq=self.seq if seq is None else seq,
             token=self.token,
             part_meta={"sink_dropped": self.dropped, **part_meta},
         )
-        self.seq += 1
-        self.parts += 1
+        with self._parts_lock:
+            if seq is None:
+                self.seq += 1
+            self.parts += 1
 
     def close(self, last: pa.Table, timeout: float) -> None:
         if self.location is None or not self.location.local:
             return
+        if self.raw:
+            self._close_raw()
         from ._children import unflushed_children
 
         from pathlib import Path
@@ -187,6 +307,29 @@ class DatasetSink:
             unflushed
         ):  # a part of its own (no spans): the last flush may have had none to carry them
             self._write(metadata_table(), kind="stop", unflushed_children=unflushed)
+
+
+def _dropped_meta() -> dict[bytes, bytes]:
+    """The dropped counts as a drain's metadata gives them (``hotspan.dropped``), for the
+    parts a raw log becomes (no drain made them)."""
+    import json
+
+    from .. import _native
+    from .._schema import META_DROPPED
+
+    d = _native.dropped(detail=True)
+    threads = d.get("threads") or {}
+    counts = {str(t): int(v["memory_cap"]) + int(v["other"]) for t, v in threads.items()}
+    return {
+        META_DROPPED: json.dumps(
+            {
+                "total": int(d["total"]),
+                "threads": {t: c for t, c in counts.items() if c},
+                "names": {str(t): str(v["name"]) for t, v in threads.items()},
+                "memory_cap": int(d["memory_cap"]),
+            }
+        ).encode()
+    }
 
 
 def _current_rank() -> int:
@@ -414,3 +557,34 @@ def sink_for(
 
 
 # --------------------------------------------------------------------------- recorder
+
+
+#: Address space a flush must find free before it starts, beyond this many bytes per byte of
+#: records waiting in the core (a drained span is ~3x its record as a table, and the write
+#: holds the table and its encoding at once). See room_to_flush.
+FLUSH_HEADROOM_BYTES = 64 << 20
+FLUSH_HEADROOM_PER_RECORD_BYTE = 8
+
+
+def room_to_flush() -> bool:
+    """Whether the process can map what a flush will allocate, tried first with an anonymous
+    mapping never touched (no page is faulted in: a few microseconds). Why: pyarrow's C++ code
+    aborts the process (std::terminate on a bad_alloc thrown where it cannot be caught) when an
+    allocation fails half-way through building or writing a table, so under ``ulimit -v`` (the
+    only limit probed: without one the answer is yes at once) a flush starts only with room for
+    it; else the spans wait in the core (dropped and counted
+    at its memory cap) and the flusher tries again at the next poll."""
+    try:
+        import mmap  # imported at start(): out of memory, a first import may fail
+        import resource
+
+        if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+            return True  # no address-space limit: nothing to probe (the usual case)
+        need = FLUSH_HEADROOM_BYTES
+        from .. import _native
+
+        need += FLUSH_HEADROOM_PER_RECORD_BYTE * int(_native._pending()["bytes"])
+        mmap.mmap(-1, need).close()
+    except Exception:  # noqa: BLE001 - no room (or no way to tell): the flush waits
+        return False
+    return True

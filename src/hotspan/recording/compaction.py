@@ -93,6 +93,10 @@ def compact(
     if loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
         raise FileNotFoundError(errno.ENOENT, "no such dataset", loc.shown)
     result = Compaction()
+    if loc.local:  # the raw logs of recordings killed before their stop(): Parquet first
+        from ._rawlog import convert_left
+
+        convert_left(loc.root, log)
     files = list_parts(loc)
     metas = _footers(loc, files)
     replaced = replaced_by([(path, meta) for path, (meta, _size) in metas.items()])

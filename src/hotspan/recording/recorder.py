@@ -36,7 +36,7 @@ from .. import _native
 from .._quiet_threads import signals_blocked, start_quiet
 from ..events import FlushFailed, Flushed, RecordingStarted, emit
 from ._children import forget_children, track_children
-from ._sinks import sink_for
+from ._sinks import DatasetSink, room_to_flush, sink_for
 from ._sinks import warn as _warn
 
 TYPE_CHECKING = False  # typing loads for the type checker only (import hotspan stays light)
@@ -149,7 +149,11 @@ class Recorder:
 
     @property
     def spans(self) -> int:
-        return self._sink.spans
+        # in the raw log while it runs; at stop, those left in it (no room to convert them)
+        sink = self._sink
+        if not isinstance(sink, DatasetSink):
+            return sink.spans
+        return sink.spans + (sink.raw_spans() if sink.raw else sink.raw_kept)
 
     @property
     def dropped(self) -> int:
@@ -166,14 +170,17 @@ class Recorder:
             # Importing that one module here (~1 ms, no pyarrow) takes the race away.
             with contextlib.suppress(Exception):  # out of memory, an import fails: go on
                 import concurrent.futures.thread  # noqa: F401
-                import mmap  # noqa: F401  (_room_to_flush, which must not import out of memory)
+                import mmap  # noqa: F401  (room_to_flush, which must not import out of memory)
                 import resource  # noqa: F401
             _running.append(self)
             self._core_dropped_at_start = _native.dropped()
             self._reader = hub.attach(f"record({self.dest})")
+            if hasattr(self._sink, "since_ns"):  # its start part says it (raw log readers)
+                self._sink.since_ns = self._reader.since_ns
             self._pid = os.getpid()
             self._stop.clear()
             self._open_now()
+            self._use_raw()
             self._thread = threading.Thread(target=self._loop, name="hotspan-record", daemon=True)
             try:
                 start_quiet(self._thread)  # signals stay with the program's threads
@@ -226,10 +233,10 @@ class Recorder:
             with signals_blocked():
                 _warm_up(self.kind)
                 # pyarrow aborts the process where an allocation fails half-way (see
-                # _room_to_flush): without room, the metadata part waits for the first flush
+                # room_to_flush): without room, the metadata part waits for the first flush
                 with self._locked() as acquired:
                     # hasattr: always true here (a local directory), and says so to mypy
-                    if acquired and hasattr(self._sink, "open") and _room_to_flush():
+                    if acquired and hasattr(self._sink, "open") and room_to_flush():
                         self._sink.open()
         except Exception as exc:  # noqa: BLE001 - never break the program over its tracing
             self.write_errors += 1
@@ -242,8 +249,9 @@ class Recorder:
         try:
             _warm_up(self.kind)
             with self._locked() as acquired:
-                if acquired and hasattr(self._sink, "open") and _room_to_flush():
+                if acquired and hasattr(self._sink, "open") and room_to_flush():
                     self._sink.open()
+                    self._use_raw()
         except Exception as exc:  # noqa: BLE001 - the flusher must outlive a bad start
             self.write_errors += 1
             _say(f"recording to {self.dest}: {_problem(exc)} (recording goes on)")
@@ -262,15 +270,14 @@ class Recorder:
                 if self._stop.is_set():
                     return
             try:
-                reader = self._reader  # set before this thread starts, kept until it ends
-                assert reader is not None
+                reader = self._reader  # None once the drain thread writes the spans (raw log)
                 if (
                     time.monotonic() >= next_flush
                     or _under_memory_pressure()
-                    or reader.under_pressure()
+                    or (reader is not None and reader.under_pressure())
                 ):
                     next_flush = time.monotonic() + self.flush_interval
-                    if not _room_to_flush():
+                    if not room_to_flush():
                         self._no_room += 1
                         if self._no_room == 1:
                             _say(
@@ -287,6 +294,44 @@ class Recorder:
                         f"recording to {self.dest}: {_problem(exc)} (recording goes on; "
                         "the spans lost are counted at stop)"
                     )
+
+    def _say_raw(self) -> None:
+        """What the drain thread wrote to the raw log since the last flush, as the events a
+        flush of a part gives: ``Flushed``, and ``FlushFailed`` for a write that failed."""
+        stats = _native._raw_stats()
+        said = getattr(self, "_raw_said", None) or {"spans": 0, "bytes": 0, "write_errors": 0}
+        self._raw_said = {k: int(stats[k]) for k in said}
+        if stats["write_errors"] > said["write_errors"]:
+            emit(FlushFailed(self.dest, OSError(f"{self.dest}: could not append to the raw log")))
+        if stats["spans"] > said["spans"]:
+            emit(
+                Flushed(
+                    self.dest,
+                    int(stats["spans"]) - said["spans"],
+                    int(stats["bytes"]) - said["bytes"],
+                    0.0,
+                )
+            )
+
+    def _use_raw(self) -> None:
+        """Once the sink's raw log is open (a local directory: formats/_rawlog.py), the
+        native drain thread writes this recording's spans as it moves them out of the rings
+        (no interpreter lock, a few ns a span): this recorder takes nothing from the hub any
+        more, and its flushes only write the counters and follow the children. What the hub
+        had queued for it already goes out as a part of its own."""
+        if self._reader is None or not isinstance(self._sink, DatasetSink):
+            return
+        self._sink.start_raw()
+        if not self._sink.raw:
+            return
+        reader, self._reader = self._reader, None
+        hub.detach(reader)
+        from ._sinks import metadata_table
+
+        self._last = metadata_table()  # what stop() hands the sink (no drain to take it from)
+        for table in reader.take_queued():
+            if table.num_rows:
+                self._sink.write(table)
 
     @contextlib.contextmanager
     def _locked(self, timeout: float = -1) -> Iterator[bool]:
@@ -307,6 +352,12 @@ class Recorder:
         """Drain now and hand the spans to the destination (the flusher does this every interval)."""
         with self._locked(lock_timeout) as acquired:
             if not acquired:
+                return
+            if self._reader is None and getattr(self._sink, "raw", False):
+                self.flushes += 1  # the spans: written by the drain thread (_use_raw)
+                track_children()
+                self._flush_counters()
+                self._say_raw()
                 return
             table = self._take()
             written = False
@@ -408,6 +459,7 @@ class Recorder:
             lifecycle.die_of_sigterm_received()
 
     def _stop_now(self, timeout: float) -> None:
+        raw = self._reader is None and getattr(self._sink, "raw", False)
         self._stop.set()
         thread = self._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
@@ -419,7 +471,7 @@ class Recorder:
             _warn(f"could not wait for device spans: {type(exc).__name__}: {exc}")
         room = False
         try:
-            room = _room_to_flush()
+            room = room_to_flush()
             if room:
                 self.flush(lock_timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - out of memory taking the last spans
@@ -443,9 +495,10 @@ class Recorder:
                     _running.remove(self)
                 _export_to_children()
             lifecycle.forget_at_exit(self._atexit)
-            if not room:
+            if not room and not raw:
                 # Left in the core, where a later drain() may still get them: not delivered
                 # here (swept out of the rings first, so that the count is all of them).
+                # (With a raw log they are in it, whatever the core still holds for drain().)
                 with contextlib.suppress(Exception):
                     _native._sweep()
                     self._undelivered += int(_native._pending()["spans"])
@@ -516,35 +569,6 @@ def _prompt_handoffs() -> Iterator[None]:
         # The program may have set its own meanwhile (only ours is replaced).
         if sys.getswitchinterval() == ours:
             sys.setswitchinterval(previous)
-
-
-#: Address space a flush must find free before it starts, beyond this many bytes per byte of
-#: records waiting in the core (a drained span is ~3x its record as a table, and the write
-#: holds the table and its encoding at once). See _room_to_flush.
-FLUSH_HEADROOM_BYTES = 64 << 20
-FLUSH_HEADROOM_PER_RECORD_BYTE = 8
-
-
-def _room_to_flush() -> bool:
-    """Whether the process can map what a flush will allocate, tried first with an anonymous
-    mapping never touched (no page is faulted in: a few microseconds). Why: pyarrow's C++ code
-    aborts the process (std::terminate on a bad_alloc thrown where it cannot be caught) when an
-    allocation fails half-way through building or writing a table, so under ``ulimit -v`` (the
-    only limit probed: without one the answer is yes at once) a flush starts only with room for
-    it; else the spans wait in the core (dropped and counted
-    at its memory cap) and the flusher tries again at the next poll."""
-    try:
-        import mmap  # imported at start(): out of memory, a first import may fail
-        import resource
-
-        if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
-            return True  # no address-space limit: nothing to probe (the usual case)
-        need = FLUSH_HEADROOM_BYTES
-        need += FLUSH_HEADROOM_PER_RECORD_BYTE * int(_native._pending()["bytes"])
-        mmap.mmap(-1, need).close()
-    except Exception:  # noqa: BLE001 - no room (or no way to tell): the flush waits
-        return False
-    return True
 
 
 def _touch_cxx_thread_state() -> None:
