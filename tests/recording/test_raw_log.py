@@ -32,17 +32,20 @@ from _util import wait_until
 
 def _work(n: int) -> None:
     hotspan.set_thread_name(f"worker-{threading.get_native_id()}")
-    with hotspan.span("root"):
-        for i in range(n):
-            with hotspan.span("outer", "a", arg=i):
-                with hotspan.span("inner", "b"):
-                    pass
-                hotspan.instant("mark")
     try:
-        with hotspan.span("failing", "c"):
-            raise ZeroDivisionError
-    except ZeroDivisionError:
-        pass
+        with hotspan.span("root"):
+            for i in range(n):
+                with hotspan.span("outer", "a", arg=i):
+                    with hotspan.span("inner", "b"):
+                        pass
+                    hotspan.instant("mark")
+        try:
+            with hotspan.span("failing", "c"):
+                raise ZeroDivisionError
+        except ZeroDivisionError:
+            pass
+    finally:  # some tests work on the main thread: its name is the later tests' too
+        hotspan.set_thread_name(threading.current_thread().name)
 
 
 def _same_rows(a, b) -> None:
