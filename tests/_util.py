@@ -95,8 +95,8 @@ def wait_until(
 
 
 def left_running() -> list[str]:
-    """What is still consuming spans in this process: recordings, subscribers, a live log.
-    Empty when nothing is (modules never imported: nothing of theirs can run)."""
+    """What is still consuming spans in this process: recordings (their raw log), subscribers,
+    a live log. Empty when nothing is (modules never imported: nothing of theirs can run)."""
     found = []
     hub = sys.modules.get("hotspan.recording._hub")
     if hub is not None and hub.streaming():
@@ -105,6 +105,10 @@ def left_running() -> list[str]:
     lifecycle = sys.modules.get("hotspan._lifecycle")
     if lifecycle is not None and lifecycle._stops:
         found.append(f"{len(lifecycle._stops)} recording(s) still to be stopped at exit")
+    native = sys.modules.get("hotspan._native")
+    if native is not None and native._raw_stats()["open"]:
+        # record(dir) streams through the drain thread's raw log, not the hub
+        found.append("a recording's raw log still open")
     live_log = sys.modules.get("hotspan.recording.live_log")
     if live_log is not None and live_log._current is not None:
         found.append("a live() log still running")
