@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._group_batches import Found
 from ._kernels import interpolate, percentile_ranks
 from ._phase_kernel import phases_of_sums
 from .statistics import (
@@ -37,6 +38,7 @@ __all__ = [
     "Dialect",
     "combine_sql",
     "device_sql",
+    "finish_groups",
     "finish_stats",
     "stats_sql",
 ]
@@ -268,6 +270,22 @@ def order_statistics(
         for item in groups:
             select(item)
     return {c: interpolate(below[c], above[c], wanted[c][2]) for c in wanted}
+
+
+def finish_groups(
+    found: Found, by: Sequence[str], key_types: dict[str, pa.DataType], *, wall: int
+) -> pa.Table:
+    """The ``stats`` table from the groups of a run taken a batch at a time (a table in
+    memory or the Parquet parts: ``group_batches``), by :func:`finish_stats`."""
+    numbers, aggregates, percentiles = found
+    keys = list(numbers)  # in group-number order (insertion order)
+    groups = pa.table(
+        {
+            **{name: pa.array([k[i] for k in keys], key_types[name]) for i, name in enumerate(by)},
+            **aggregates,
+        }
+    )
+    return finish_stats(groups, by, percentiles, key_types, wall=wall)
 
 
 def finish_stats(
