@@ -119,10 +119,12 @@ class Groups:
         return self.numbers, aggregates, percentiles
 
 
-def table_groups(table: pa.Table, by: Sequence[str], rows: int = BATCH_ROWS) -> Found:
+def table_groups(table: pa.Table, by: Sequence[str], rows: int | None = None) -> Found:
     """:class:`Groups` of a table in memory (holding ``by``, ``duration_ns``, ``self_ns`` and
     the other value columns of ``kernels.group_sums``), fed in slices of ``rows`` rows
-    through the same per-batch kernels as the Parquet parts, on every core."""
+    (:data:`BATCH_ROWS`) through the same per-batch kernels as the Parquet parts, on every
+    core."""
+    rows = rows or BATCH_ROWS
     slices: Iterable[pa.Table] = (
         table.slice(start, rows) for start in range(0, table.num_rows, rows)
     )
