@@ -7,7 +7,8 @@ groups' key tuples, and in one pass in C their counts and sums and their duratio
 by group (``kernels.group_sums(ordered=True)``, 4 bytes a duration where they fit). Across
 batches (:class:`Groups`): the groups numbered by key, their sums added (:func:`combine`),
 their durations kept a piece a batch, and the exact percentiles found among the pieces by
-``queries.order_statistics`` (``_scan_kernel.select_ranks``), never put together.
+by :func:`order_statistics` (``_scan_kernel.select_ranks``), never put together; the
+durations DuckDB collects per group (``queries.list_order_statistics``) go through it too.
 """
 
 from __future__ import annotations
@@ -21,9 +22,19 @@ import numpy as np
 import pyarrow as pa
 
 from .._columns import to_numpy
-from ._kernels import group_codes, group_sums
+from ._kernels import PERCENTILES, group_codes, group_sums, interpolate, percentile_ranks
 
-__all__ = ["Batch", "Found", "Groups", "batch_groups", "combine", "table_groups"]
+__all__ = [
+    "BATCH_ROWS",
+    "Batch",
+    "Found",
+    "Groups",
+    "batch_groups",
+    "batch_sums",
+    "combine",
+    "order_statistics",
+    "table_groups",
+]
 
 #: Rows a batch holds (a Parquet part is read in batches of this many; a table in memory is
 #: cut in slices of this many).
@@ -110,8 +121,6 @@ class Groups:
 
     def finish(self) -> Found:
         """Per group (numbered by first appearance): the aggregates and exact percentiles."""
-        from ._queries import order_statistics
-
         aggregates = combine(self.found, len(self.numbers))
         percentiles = order_statistics(
             list(enumerate(self.values)), aggregates["n"], (aggregates["lo"], aggregates["hi"])
@@ -143,3 +152,47 @@ def table_groups(table: pa.Table, by: Sequence[str], rows: int | None = None) ->
             for result in pool.map(grouped, slices):
                 groups.add(result)
     return groups.finish()
+
+
+def order_statistics(
+    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]],
+    counts: np.ndarray,
+    extremes: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """Per percentile, its value in each group from the group's values (``groups``: (group,
+    its values, or a list of pieces of them) in any order): the two order statistics of each
+    percentile by ``_scan_kernel.select_ranks`` (a histogram of the values' top bits, the
+    few values of the buckets that hold the ranks partitioned: linear time, the pieces never
+    put together), then numpy's interpolation. ``extremes``: each group's least and greatest
+    value where known (the aggregates' ``lo`` and ``hi``), which saves a pass."""
+    from ._scan_kernel import select_ranks
+
+    wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
+    below = {c: np.zeros(len(counts), np.int64) for c in wanted}
+    above = {c: np.zeros(len(counts), np.int64) for c in wanted}
+
+    def select(item: tuple[int, np.ndarray | list[np.ndarray]]) -> None:
+        g, values = item
+        if counts[g] == 0:
+            return
+        ranks = np.array([r for w in wanted.values() for r in (w[0][g], w[1][g])], np.int64)
+        pieces = values if isinstance(values, list) else [values]
+        if extremes is None:
+            found = select_ranks(pieces, ranks)
+        else:
+            found = select_ranks(pieces, ranks, int(extremes[0][g]), int(extremes[1][g]))
+        if isinstance(values, list):
+            values.clear()  # the pieces go now, not at the end
+        for i, c in enumerate(wanted):
+            below[c][g], above[c][g] = found[2 * i], found[2 * i + 1]
+
+    if len(groups) > 1 and int(np.sum(counts)) > 1 << 20:
+        # the kernel lets the GIL go: the groups on every core
+        # largest groups first: the last one to finish is a small one
+        by_size = sorted(groups, key=lambda item: -int(counts[item[0]]))
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(select, by_size))
+    else:
+        for item in groups:
+            select(item)
+    return {c: interpolate(below[c], above[c], wanted[c][2]) for c in wanted}

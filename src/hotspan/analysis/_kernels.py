@@ -14,11 +14,16 @@ import pyarrow as pa
 from .._columns import column_codes, combined_codes, to_numpy, values_and_validity
 
 __all__ = [
+    "PERCENTILES",
     "group_sum",
     "group_sums",
     "interpolate",
     "percentile_ranks",
 ]
+
+
+#: The percentiles of ``stats``: column and fraction.
+PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
 
 def group_sums(

@@ -10,8 +10,8 @@ are read on every core (pyarrow and the kernels let the GIL go).
 
 - :func:`part_groups`, when a run's durations fit in memory: they are kept, 4 bytes a span
   where they fit in 32 bits, in a piece a batch, of which ``_scan_kernel.select_ranks``
-  finds the order statistics of the exact percentiles (``queries.order_statistics``), as
-  for a table in memory (``group_batches.Groups``). DuckDB's ``list()`` aggregate, which
+  finds the order statistics of the exact percentiles (``group_batches.order_statistics``),
+  as for a table in memory (``group_batches.Groups``). DuckDB's ``list()`` aggregate, which
   collected the same values before, cost more than the whole of this.
 - :func:`part_buckets`, in bounded memory: two reads, the first counting each group's
   durations per bucket, the second keeping only the durations of the buckets that hold the

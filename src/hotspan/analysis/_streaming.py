@@ -234,7 +234,7 @@ def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table 
     run's durations fit in the memory limit; None where it does not apply."""
     from ._parquet_scan import part_buckets, part_groups, scan_memory
 
-    from ._queries import finish_groups
+    from .statistics import finish_groups
 
     footers = source.footers()
     largest = max((f.num_rows for f in footers), default=0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,10 @@ import pyarrow.compute as pc
 
 from .._columns import combined_codes, plain_type
 from .._columns import parent_rows as parent_rows  # (reached here by older callers)
+from ._kernels import PERCENTILES
+
+if TYPE_CHECKING:
+    from ._group_batches import Found
 from ._phase_kernel import PHASE_COLUMNS, phases_of_table
 
 __all__ = [
@@ -53,7 +57,6 @@ STAT_COLUMNS = (
     "arg_per_s",
     "instants",
 )
-PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
 STAT_TYPES = {
     "count": pa.int64(),
@@ -138,13 +141,31 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
         table = table.append_column("self_ns", self_ns_column(table))
     # The same batch kernels, combination and finish as the Parquet scan's (group_batches)
     from ._group_batches import table_groups
-    from ._queries import finish_groups
 
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(
         pc.min(table.column("start_ns")).as_py()
     )
     key_types = {name: plain_type(table.schema.field(name).type) for name in by}
     return finish_groups(table_groups(table, by), by, key_types, wall=wall)
+
+
+def finish_groups(
+    found: Found, by: Sequence[str], key_types: Mapping[str, pa.DataType], *, wall: int
+) -> pa.Table:
+    """The ``stats`` table from the groups of a run taken a batch at a time (a table in
+    memory, or the Parquet parts: ``group_batches.Groups``), by :func:`stats_table`."""
+    numbers, aggregates, percentiles = found
+    keys = list(numbers)  # in group-number order (insertion order)
+    return stats_table(
+        by,
+        [pa.array([k[i] for k in keys], key_types[name]) for i, name in enumerate(by)],
+        aggregates,
+        total=aggregates["total"],
+        low=aggregates["lo"],
+        high=aggregates["hi"],
+        percentiles=percentiles,
+        wall=wall,
+    )
 
 
 def stats_table(
