@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from .._columns import combined_codes, plain_type
 from .._columns import parent_rows as parent_rows  # (reached here by older callers)
-from ._kernels import PERCENTILES
+from ._kernels import PERCENTILES as PERCENTILES  # (reached here by the engines)
 
 if TYPE_CHECKING:
     from ._group_batches import Found
