@@ -428,14 +428,19 @@ def numpy_stats(table: pa.Table, by: tuple[str, ...]) -> dict:
     return out
 
 
+@pytest.mark.parametrize("small_group", [0, 100, 1 << 40], ids=["select", "both", "sort"])
 @pytest.mark.parametrize("by", [("category", "name"), ("rank", "thread_id", "name"), ()])
-def test_stats_of_a_table_go_through_the_scans_batch_kernels(run, streamed, monkeypatch, by):
+def test_stats_of_a_table_go_through_the_scans_batch_kernels(
+    run, streamed, monkeypatch, by, small_group
+):
     # The in-memory path and the Parquet scan feed one per-batch kernel (_group_batches:
     # group_codes and group_sums(ordered=True) a batch, the batches combined): a table cut
     # in batches of 37 rows, its groups crossing batch boundaries, gives numpy's answer, that
-    # of the table in one batch, and that of the scan of its parts
+    # of the table in one batch, and that of the scan of its parts; the order statistics of
+    # groups large (select_ranks over their pieces) and small (one sort) alike
     from hotspan.analysis import _group_batches
 
+    monkeypatch.setattr(_group_batches, "SMALL_GROUP", small_group)
     table, directory = run
     calls: list[tuple[int, bool]] = []
     real = _group_batches.group_sums

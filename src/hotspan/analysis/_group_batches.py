@@ -29,6 +29,8 @@ __all__ = [
     "Batch",
     "Found",
     "Groups",
+    "SMALL_GROUP",
+    "Summed",
     "batch_groups",
     "batch_sums",
     "combine",
@@ -60,15 +62,21 @@ def batch_groups(table: pa.Table, by: Sequence[str]) -> Batch:
     return table, group, keys, to_numpy(table.column("duration_ns"), np.int64)
 
 
-def batch_sums(
-    batch: Batch,
-) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]:
-    """A grouped batch's keys, its groups' aggregates (``kernels.group_sums``) and each
-    group's durations (a piece an entry), ordered in the same pass."""
+#: A batch summed: its groups' keys, their aggregates, its durations ordered by group.
+Summed = tuple[list[tuple[Any, ...]], dict[str, np.ndarray], np.ndarray]
+#: Groups of up to this many durations have their order statistics found all at once (one
+#: sort of all their values), larger ones one at a time (``_scan_kernel.select_ranks``,
+#: linear time, but some 100 us a call: a million groups of a span or two would take minutes).
+SMALL_GROUP = 2048
+
+
+def batch_sums(batch: Batch) -> Summed:
+    """A grouped batch's keys, its groups' aggregates (``kernels.group_sums``) and its
+    durations ordered by group (group after group, as the keys), in the same pass."""
     table, group, keys, duration = batch
     sums = group_sums(table, group, len(keys), duration, ordered=True)
-    kept, starts = sums.pop("ordered"), sums.pop("starts")
-    return keys, sums, np.split(kept, starts[1:])
+    del sums["starts"]
+    return keys, sums, sums.pop("ordered")
 
 
 def combine(
@@ -105,27 +113,73 @@ class Groups:
     def __init__(self) -> None:
         self.numbers: dict[tuple[Any, ...], int] = {}
         self.found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
-        self.values: list[list[np.ndarray]] = []
+        self.ordered: list[np.ndarray] = []
 
-    def add(
-        self, batch: tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]
-    ) -> None:
+    def add(self, batch: Summed) -> None:
         """One batch's :func:`batch_sums`."""
-        keys, sums, pieces = batch
+        keys, sums, ordered = batch
         numbers = self.numbers
         ids = np.array([numbers.setdefault(k, len(numbers)) for k in keys], np.int64)
-        self.values += [[] for _ in range(len(numbers) - len(self.values))]
-        for i, piece in zip(ids, pieces):
-            self.values[i].append(piece)
         self.found.append((ids, sums))
+        self.ordered.append(ordered)
 
     def finish(self) -> Found:
-        """Per group (numbered by first appearance): the aggregates and exact percentiles."""
+        """Per group (numbered by first appearance): the aggregates and exact percentiles.
+        A large group's durations stay in their batches' pieces, never put together
+        (:func:`order_statistics`); the small groups' are sorted together once."""
         aggregates = combine(self.found, len(self.numbers))
+        counts = aggregates["n"]
+        large = counts > SMALL_GROUP
+        pieces: dict[int, list[np.ndarray]] = {int(g): [] for g in np.flatnonzero(large)}
+        small_values, small_groups = [], []
+        for (ids, sums), ordered in zip(self.found, self.ordered):
+            in_batch = sums["n"]
+            if pieces:
+                ends = np.cumsum(in_batch)
+                for j in np.flatnonzero(large[ids]):
+                    pieces[int(ids[j])].append(ordered[ends[j] - in_batch[j] : ends[j]])
+            row_group = np.repeat(ids, in_batch)
+            keep = ~large[row_group]
+            small_values.append(ordered[keep].astype(np.int64, copy=False))
+            small_groups.append(row_group[keep])
+        self.ordered.clear()
         percentiles = order_statistics(
-            list(enumerate(self.values)), aggregates["n"], (aggregates["lo"], aggregates["hi"])
+            list(pieces.items()), counts, (aggregates["lo"], aggregates["hi"])
         )
+        if small_values:
+            _small_order_statistics(
+                np.concatenate(small_groups), np.concatenate(small_values), counts, percentiles
+            )
         return self.numbers, aggregates, percentiles
+
+
+def _small_order_statistics(
+    group: np.ndarray, values: np.ndarray, counts: np.ndarray, percentiles: dict[str, np.ndarray]
+) -> None:
+    """The percentiles (into ``percentiles``) of the groups whose durations are ``values``
+    (``group``: each one's group): the same ranks and interpolation as
+    :func:`order_statistics`, the order statistics read off one sort by (group, value)."""
+    if len(values) == 0:
+        return
+    size = len(counts)
+    low = int(values.min())
+    value_bits = (int(values.max()) - low).bit_length()
+    if (size - 1).bit_length() + value_bits <= 63:  # packed in one int64: a plain sort
+        packed = (group.astype(np.int64) << value_bits) | (values - low)
+        packed.sort()
+        ordered = (packed & ((1 << value_bits) - 1)) + low
+    else:
+        ordered = values[np.lexsort((values, group))]
+    present = np.unique(group)
+    in_sort = np.zeros(size, np.int64)
+    in_sort[present] = counts[present]
+    starts = np.cumsum(in_sort) - in_sort
+    for column, q in PERCENTILES:
+        below, above, gamma = percentile_ranks(counts[present], q)
+        first = starts[present]
+        percentiles[column][present] = interpolate(
+            ordered[first + below], ordered[first + above], gamma
+        )
 
 
 def table_groups(table: pa.Table, by: Sequence[str], rows: int | None = None) -> Found:
@@ -139,9 +193,7 @@ def table_groups(table: pa.Table, by: Sequence[str], rows: int | None = None) ->
     )
     groups = Groups()
 
-    def grouped(
-        batch: pa.Table,
-    ) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]:
+    def grouped(batch: pa.Table) -> Summed:
         return batch_sums(batch_groups(batch, by))
 
     if table.num_rows <= rows:

@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._group_batches import BATCH_ROWS, Batch, Found, Groups, batch_groups, batch_sums, combine
+from ._group_batches import (
+    BATCH_ROWS,
+    Batch,
+    Found,
+    Groups,
+    Summed,
+    batch_groups,
+    batch_sums,
+    combine,
+)
 from ._kernels import group_sums
 from .statistics import DEVICE_KEY, with_device_key
 
@@ -132,9 +141,7 @@ def part_groups(
     parts = _Parts(schemas[0], by, filesystem)
     values_read = _values(schemas)
 
-    def read(
-        path: str,
-    ) -> list[tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]]:
+    def read(path: str) -> list[Summed]:
         # per batch the same kernels as a table in memory (group_batches.batch_sums)
         return [batch_sums(batch) for batch in parts.read(path, values_read)]
 
