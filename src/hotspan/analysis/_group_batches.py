@@ -14,7 +14,7 @@ durations DuckDB collects per group (``queries.list_order_statistics``) go throu
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "batch_groups",
     "batch_sums",
     "combine",
+    "sum_batch",
     "order_statistics",
     "table_groups",
 ]
@@ -71,19 +72,29 @@ SMALL_GROUP = 2048
 
 
 def batch_sums(batch: Batch) -> Summed:
-    """A grouped batch's keys, its groups' aggregates (``kernels.group_sums``) and its
-    durations ordered by group (group after group, as the keys), in the same pass."""
+    """A grouped batch's keys, its groups' aggregates and its durations ordered by group
+    (:func:`sum_batch`)."""
     table, group, keys, duration = batch
-    sums = group_sums(table, group, len(keys), duration, ordered=True)
+    return (keys, *sum_batch(table, group, len(keys), duration))
+
+
+def sum_batch(
+    table: pa.Table, group: np.ndarray, groups: int, duration: np.ndarray
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The per-batch kernel: a batch's groups' aggregates (``kernels.group_sums``; ``group``:
+    each row's group, 0 .. ``groups`` - 1) and its durations ordered by group (group after
+    group), in the same pass in C."""
+    sums = group_sums(table, group, groups, duration, ordered=True)
     del sums["starts"]
-    return keys, sums, sums.pop("ordered")
+    return sums, sums.pop("ordered")
 
 
 def combine(
     found: list[tuple[np.ndarray, dict[str, np.ndarray]]], count: int
 ) -> dict[str, np.ndarray]:
     """The batches' aggregates added up per group (their ``ids``: each batch's groups'
-    numbers): every one a sum but ``lo`` and ``hi``."""
+    numbers, distinct within a batch: a plain indexed add): every one a sum but ``lo`` and
+    ``hi``."""
     aggregates: dict[str, np.ndarray] = {}
     for name in (
         "n",
@@ -98,20 +109,22 @@ def combine(
     ):
         aggregates[name] = np.zeros(count, np.int64)
         for ids, sums in found:
-            np.add.at(aggregates[name], ids, sums[name])  # a batch's groups: few
-    aggregates["lo"] = np.full(count, np.iinfo(np.int64).max, np.int64)
-    aggregates["hi"] = np.full(count, np.iinfo(np.int64).min, np.int64)
+            aggregates[name][ids] += sums[name]
+    lo = aggregates["lo"] = np.full(count, np.iinfo(np.int64).max, np.int64)
+    hi = aggregates["hi"] = np.full(count, np.iinfo(np.int64).min, np.int64)
     for ids, sums in found:
-        np.minimum.at(aggregates["lo"], ids, sums["lo"])
-        np.maximum.at(aggregates["hi"], ids, sums["hi"])
+        lo[ids] = np.minimum(lo[ids], sums["lo"])
+        hi[ids] = np.maximum(hi[ids], sums["hi"])
     return aggregates
 
 
 class Groups:
     """The groups of every batch added up, batch by batch (in any order), then finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 0) -> None:
+        #: the groups' numbers by key, as :meth:`add` numbers them, and how many there are
         self.numbers: dict[tuple[Any, ...], int] = {}
+        self.size = size
         self.found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
         self.ordered: list[np.ndarray] = []
 
@@ -120,14 +133,26 @@ class Groups:
         keys, sums, ordered = batch
         numbers = self.numbers
         ids = np.array([numbers.setdefault(k, len(numbers)) for k in keys], np.int64)
+        self.size = len(numbers)
+        self.add_numbered(ids, sums, ordered)
+
+    def add_numbered(
+        self, ids: np.ndarray, sums: dict[str, np.ndarray], ordered: np.ndarray
+    ) -> None:
+        """A batch's :func:`sum_batch` whose groups are numbered already (``ids``: the
+        number of each of its groups)."""
         self.found.append((ids, sums))
         self.ordered.append(ordered)
 
     def finish(self) -> Found:
-        """Per group (numbered by first appearance): the aggregates and exact percentiles.
-        A large group's durations stay in their batches' pieces, never put together
-        (:func:`order_statistics`); the small groups' are sorted together once."""
-        aggregates = combine(self.found, len(self.numbers))
+        """Per group (numbered by first appearance): the aggregates and exact percentiles."""
+        return (self.numbers, *self.totals())
+
+    def totals(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Per group: the aggregates and the exact percentiles. A large group's durations stay
+        in their batches' pieces, never put together (:func:`order_statistics`); the small
+        groups' are sorted together once."""
+        aggregates = combine(self.found, self.size)
         counts = aggregates["n"]
         large = counts > SMALL_GROUP
         pieces: dict[int, list[np.ndarray]] = {int(g): [] for g in np.flatnonzero(large)}
@@ -147,17 +172,26 @@ class Groups:
             list(pieces.items()), counts, (aggregates["lo"], aggregates["hi"])
         )
         if small_values:
+            present = np.flatnonzero(~large & (counts > 0))
             _small_order_statistics(
-                np.concatenate(small_groups), np.concatenate(small_values), counts, percentiles
+                np.concatenate(small_groups),
+                np.concatenate(small_values),
+                counts,
+                present,
+                percentiles,
             )
-        return self.numbers, aggregates, percentiles
+        return aggregates, percentiles
 
 
 def _small_order_statistics(
-    group: np.ndarray, values: np.ndarray, counts: np.ndarray, percentiles: dict[str, np.ndarray]
+    group: np.ndarray,
+    values: np.ndarray,
+    counts: np.ndarray,
+    present: np.ndarray,
+    percentiles: dict[str, np.ndarray],
 ) -> None:
-    """The percentiles (into ``percentiles``) of the groups whose durations are ``values``
-    (``group``: each one's group): the same ranks and interpolation as
+    """The percentiles (into ``percentiles``) of the groups ``present`` (in order), whose
+    durations are ``values`` (``group``: each one's group): the same ranks and interpolation as
     :func:`order_statistics`, the order statistics read off one sort by (group, value)."""
     if len(values) == 0:
         return
@@ -170,7 +204,6 @@ def _small_order_statistics(
         ordered = (packed & ((1 << value_bits) - 1)) + low
     else:
         ordered = values[np.lexsort((values, group))]
-    present = np.unique(group)
     in_sort = np.zeros(size, np.int64)
     in_sort[present] = counts[present]
     starts = np.cumsum(in_sort) - in_sort
@@ -182,28 +215,36 @@ def _small_order_statistics(
         )
 
 
-def table_groups(table: pa.Table, by: Sequence[str], rows: int | None = None) -> Found:
-    """:class:`Groups` of a table in memory (holding ``by``, ``duration_ns``, ``self_ns`` and
-    the other value columns of ``kernels.group_sums``), fed in slices of ``rows`` rows
-    (:data:`BATCH_ROWS`) through the same per-batch kernels as the Parquet parts, on every
-    core."""
+def table_groups(
+    table: pa.Table, by: Sequence[str], rows: int | None = None
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per group of ``by`` over a table in memory (holding ``by``, ``duration_ns``,
+    ``self_ns`` and the other value columns of ``kernels.group_sums``): a row of the group,
+    the aggregates and the percentiles. Its rows are numbered by group once, by the batches'
+    kernel (``kernels.group_codes``: no key looked up again batch after batch), and fed in
+    slices of ``rows`` rows (:data:`BATCH_ROWS`) through the Parquet parts' per-batch kernel
+    (:func:`sum_batch`) on every core, then added up and finished as theirs
+    (:class:`Groups`)."""
     rows = rows or BATCH_ROWS
-    slices: Iterable[pa.Table] = (
-        table.slice(start, rows) for start in range(0, table.num_rows, rows)
-    )
-    groups = Groups()
+    group, representative = group_codes(table, by)
+    size = len(representative)
+    duration = to_numpy(table.column("duration_ns"), np.int64)
 
-    def grouped(batch: pa.Table) -> Summed:
-        return batch_sums(batch_groups(batch, by))
+    def summed(start: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        end = start + rows
+        return sum_batch(table.slice(start, rows), group[start:end], size, duration[start:end])
 
+    groups = Groups(size)
+    ids = np.arange(size, dtype=np.int64)
+    starts = range(0, table.num_rows, rows)
     if table.num_rows <= rows:
-        for batch in slices:
-            groups.add(grouped(batch))
+        for start in starts:
+            groups.add_numbered(ids, *summed(start))
     else:
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            for result in pool.map(grouped, slices):
-                groups.add(result)
-    return groups.finish()
+            for sums, ordered in pool.map(summed, starts):
+                groups.add_numbered(ids, sums, ordered)
+    return (representative, *groups.totals())
 
 
 def order_statistics(

@@ -252,9 +252,13 @@ def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table 
         return None
     if found is None:
         return None
-    if not found[0]:
+    numbers, aggregates, percentiles = found
+    if not numbers:
         return _empty_stats(source, by)
-    return finish_groups(found, by, _key_types(source, by), wall=wall)
+    types = _key_types(source, by)
+    keys = list(numbers)  # in group-number order (insertion order)
+    columns = [pa.array([k[i] for k in keys], types[name]) for i, name in enumerate(by)]
+    return finish_groups(by, columns, aggregates, percentiles, wall=wall)
 
 
 def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> np.ndarray:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -23,9 +23,6 @@ import pyarrow.compute as pc
 from .._columns import combined_codes, plain_type
 from .._columns import parent_rows as parent_rows  # (reached here by older callers)
 from ._kernels import PERCENTILES as PERCENTILES  # (reached here by the engines)
-
-if TYPE_CHECKING:
-    from ._group_batches import Found
 from ._phase_kernel import PHASE_COLUMNS, phases_of_table
 
 __all__ = [
@@ -145,20 +142,24 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(
         pc.min(table.column("start_ns")).as_py()
     )
-    key_types = {name: plain_type(table.schema.field(name).type) for name in by}
-    return finish_groups(table_groups(table, by), by, key_types, wall=wall)
+    representative, aggregates, percentiles = table_groups(table, by)
+    keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
+    return finish_groups(by, keys, aggregates, percentiles, wall=wall)
 
 
 def finish_groups(
-    found: Found, by: Sequence[str], key_types: Mapping[str, pa.DataType], *, wall: int
+    by: Sequence[str],
+    keys: Sequence[pa.Array],
+    aggregates: Mapping[str, np.ndarray],
+    percentiles: Mapping[str, np.ndarray],
+    *,
+    wall: int,
 ) -> pa.Table:
     """The ``stats`` table from the groups of a run taken a batch at a time (a table in
     memory, or the Parquet parts: ``group_batches.Groups``), by :func:`stats_table`."""
-    numbers, aggregates, percentiles = found
-    keys = list(numbers)  # in group-number order (insertion order)
     return stats_table(
         by,
-        [pa.array([k[i] for k in keys], key_types[name]) for i, name in enumerate(by)],
+        keys,
         aggregates,
         total=aggregates["total"],
         low=aggregates["lo"],
