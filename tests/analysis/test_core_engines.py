@@ -434,7 +434,7 @@ def test_stats_of_a_table_go_through_the_scans_batch_kernels(
     run, streamed, monkeypatch, by, small_group
 ):
     # The in-memory path and the Parquet scan feed one per-batch kernel (_group_batches:
-    # group_codes and group_sums(ordered=True) a batch, the batches combined): a table cut
+    # group_sums(ordered=True) a batch, the batches combined and finished alike): a table cut
     # in batches of 37 rows, its groups crossing batch boundaries, gives numpy's answer, that
     # of the table in one batch, and that of the scan of its parts; the order statistics of
     # groups large (select_ranks over their pieces) and small (one sort) alike
