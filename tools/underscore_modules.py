@@ -45,6 +45,7 @@ INTERNAL = [
     "hotspan.analysis.benchmark_comparison",
     "hotspan.analysis.duckdb_source",
     "hotspan.analysis.engine",
+    "hotspan.analysis.group_batches",
     "hotspan.analysis.kernels",
     "hotspan.analysis.options",
     "hotspan.analysis.parquet_scan",

@@ -406,3 +406,63 @@ def test_spark_answers_the_cores_rank_analyses(spark, run, question):
     table, directory = run
     got = getattr(hotspan, question)(directory, engine=spark)
     assert clean(got) == clean(oracle_ranks(table, question))
+
+
+def numpy_stats(table: pa.Table, by: tuple[str, ...]) -> dict:
+    """Per key tuple, the statistics numpy gives over the group's rows (an oracle of its own,
+    apart from the kernels): count, total, self, min, max, the percentiles, errors."""
+    rows: dict[tuple, list[tuple[int, int, bool]]] = {}
+    columns = [table.column(k).to_pylist() for k in by]
+    for i, (d, s, e) in enumerate(
+        zip(*(table.column(c).to_pylist() for c in ("duration_ns", "self_ns", "error")))
+    ):
+        rows.setdefault(tuple(c[i] for c in columns), []).append((d, s, bool(e)))
+    out = {}
+    for key, spans_of in rows.items():
+        d = np.array([r[0] for r in spans_of], np.int64)
+        out[key] = dict(
+            count=len(d), total_ns=int(d.sum()), self_ns=sum(r[1] for r in spans_of),
+            min_ns=int(d.min()), max_ns=int(d.max()), errors=sum(r[2] for r in spans_of),
+            **{f"p{q}_ns": float(np.percentile(d, q)) for q in (50, 90, 99)},
+        )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("small_group", [0, 100, 1 << 40], ids=["select", "both", "sort"])
+@pytest.mark.parametrize("by", [("category", "name"), ("rank", "thread_id", "name"), ()])
+def test_stats_of_a_table_go_through_the_scans_batch_kernels(
+    run, streamed, monkeypatch, by, small_group
+):
+    # The in-memory path and the Parquet scan feed one per-batch kernel (_group_batches:
+    # group_sums(ordered=True) a batch, the batches combined and finished alike): a table cut
+    # in batches of 37 rows, its groups crossing batch boundaries, gives numpy's answer, that
+    # of the table in one batch, and that of the scan of its parts; the order statistics of
+    # groups large (select_ranks over their pieces) and small (one sort) alike
+    from hotspan.analysis import _group_batches
+
+    monkeypatch.setattr(_group_batches, "SMALL_GROUP", small_group)
+    table, directory = run
+    calls: list[tuple[int, bool]] = []
+    real = _group_batches.group_sums
+
+    def spy(batch, group, groups, duration, *, ordered=False):
+        calls.append((batch.num_rows, ordered))
+        return real(batch, group, groups, duration, ordered=ordered)
+
+    monkeypatch.setattr(_group_batches, "group_sums", spy)
+    whole = clean(hotspan.stats(table, by=by))
+    assert calls == [(table.num_rows, True)]
+    calls.clear()
+    monkeypatch.setattr(_group_batches, "BATCH_ROWS", 37)
+    batches = pa.Table.from_batches(table.to_batches(max_chunksize=53))
+    assert clean(hotspan.stats(batches, by=by)) == whole
+    assert len(calls) == -(-table.num_rows // 37) and all(ordered for _, ordered in calls)
+    assert {rows for rows, _ in calls} == {37, table.num_rows % 37}
+    calls.clear()
+    assert clean(hotspan.stats(directory, by=by)) == whole
+    assert calls and all(ordered for _, ordered in calls)  # the scan, not DuckDB's list()
+    expected = numpy_stats(table, by)
+    assert len(whole) == len(expected)
+    for row in whole:
+        want = expected[tuple(row[k] for k in by)]
+        assert {k: row[k] for k in want} == want

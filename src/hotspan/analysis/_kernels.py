@@ -1,8 +1,8 @@
 """The kernels of the statistics, over Arrow columns and the numpy arrays made from them:
 group codes, exact counts and sums per group, self and wait time, and numpy's linear
-percentile as exact order statistics. One definition each, used by the in-memory path
-(statistics.py), the Parquet scan (parquet_scan.py, a part's batches at a time), the per
-process phases (process_phases.py) and the engines' finishing step (queries.py)."""
+percentile as exact order statistics. One definition each, used by the statistics of a run
+taken a batch at a time (group_batches.py: a table in memory and the Parquet scan alike), the
+per process phases (process_phases.py) and the engines' finishing step (queries.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ import pyarrow as pa
 from .._columns import column_codes, combined_codes, to_numpy, values_and_validity
 
 __all__ = [
-    "group_percentile",
+    "PERCENTILES",
     "group_sum",
     "group_sums",
     "interpolate",
     "percentile_ranks",
-    "sort_within_groups",
 ]
+
+
+#: The percentiles of ``stats``: column and fraction.
+PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
 
 def group_sums(
@@ -81,16 +84,6 @@ def _int64_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | Non
     return to_numpy(column.fill_null(0) if column.null_count else column, np.int64), valid
 
 
-def group_percentile(
-    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float
-) -> np.ndarray:
-    """numpy.percentile(..., method="linear") of every group at once, computed the way
-    numpy computes it (same virtual index, same two-sided interpolation), so results agree
-    to the last bit."""
-    below, above, gamma = percentile_ranks(counts, q)
-    return interpolate(sorted_values[starts + below], sorted_values[starts + above], gamma)
-
-
 def percentile_ranks(counts: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy's linear percentile of groups of ``counts`` values: the 0-based ranks of the two
     order statistics it interpolates between (``below``, ``above``), and the weight ``gamma``."""
@@ -106,22 +99,6 @@ def interpolate(below: np.ndarray, above: np.ndarray, gamma: np.ndarray) -> np.n
     b = above.astype(np.float64)
     diff = b - a
     return np.asarray(np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma))
-
-
-def sort_within_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """``values`` ordered by (group, value).
-
-    When group and value fit together in 63 bits they are packed into one int64 and sorted
-    by value alone: numpy's SIMD sort of plain int64s is several times faster than an
-    argsort or a lexsort, which matters at a million spans.
-    """
-    low = int(values.min())
-    value_bits = (int(values.max()) - low).bit_length()
-    if (groups - 1).bit_length() + value_bits <= 63:
-        packed = (group.astype(np.int64) << value_bits) | (values - low)
-        packed.sort()
-        return np.asarray((packed & ((1 << value_bits) - 1)) + low)
-    return values[np.lexsort((values, group))]
 
 
 def group_sum(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:

@@ -2,16 +2,17 @@
 without a query engine.
 
 Each part is read alone, in batches (only the columns ``stats`` needs, string keys as
-dictionaries), its rows numbered by group (``kernels.group_codes``: the dictionary indices
-combined in one pass), its counts and sums taken and its durations ordered by group (a
-counting sort) by the in-memory path's own function (``kernels.group_sums``: one pass in C,
-``_scan_kernel``). The batches' sums are added. The parts are read on every core (pyarrow
-and the kernels let the GIL go).
+dictionaries), and each batch goes through the per-batch kernels a table in memory goes
+through (``group_batches``: its rows numbered by group by ``kernels.group_codes``, the
+dictionary indices combined in one pass; its counts and sums taken and its durations ordered
+by group in one pass in C by ``kernels.group_sums``). The batches' sums are added. The parts
+are read on every core (pyarrow and the kernels let the GIL go).
 
 - :func:`part_groups`, when a run's durations fit in memory: they are kept, 4 bytes a span
   where they fit in 32 bits, in a piece a batch, of which ``_scan_kernel.select_ranks``
-  finds the order statistics of the exact percentiles (``queries.order_statistics``). DuckDB's ``list()`` aggregate, which collected the same
-  values before, cost more than the whole of this.
+  finds the order statistics of the exact percentiles (``group_batches.order_statistics``),
+  as for a table in memory (``group_batches.Groups``). DuckDB's ``list()`` aggregate, which
+  collected the same values before, cost more than the whole of this.
 - :func:`part_buckets`, in bounded memory: two reads, the first counting each group's
   durations per bucket, the second keeping only the durations of the buckets that hold the
   percentiles' order statistics.
@@ -27,9 +28,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._kernels import group_codes, group_sums
+from ._group_batches import (
+    BATCH_ROWS,
+    Batch,
+    Found,
+    Groups,
+    Summed,
+    batch_groups,
+    batch_sums,
+    combine,
+)
+from ._kernels import group_sums
 from .statistics import DEVICE_KEY, with_device_key
-from .._columns import to_numpy
 
 __all__ = ["BUCKETS", "duration_buckets", "part_buckets", "part_groups", "scan_memory"]
 
@@ -38,8 +48,8 @@ VALUE_COLUMNS = ("duration_ns", "self_ns", "error", "arg")
 #: Bytes a span of a batch being read takes (its columns, their numpy copies, the group
 #: codes): one batch per core in flight at a time.
 _PART_BYTES_PER_ROW = 96
-#: Rows a part is read in at a time.
-_BATCH_ROWS = 1 << 18
+#: Rows a part is read in at a time (as many as a batch of a table in memory).
+_BATCH_ROWS = BATCH_ROWS
 
 
 def _readable(schema: pa.Schema, by: Sequence[str]) -> bool:
@@ -85,9 +95,7 @@ class _Parts:
             or pa.types.is_dictionary(schema.field(c).type)
         ]
 
-    def read(
-        self, path: str, values: Sequence[str]
-    ) -> list[tuple[pa.Table, np.ndarray, list[tuple[Any, ...]], np.ndarray]]:
+    def read(self, path: str, values: Sequence[str]) -> list[Batch]:
         """One part's ``values`` columns in batches of ``_BATCH_ROWS`` rows, and per batch,
         per row its group (0 .. G-1 in the batch), the G key tuples, and the durations."""
         import pyarrow.parquet as pq
@@ -110,50 +118,10 @@ class _Parts:
             raise TraceFileError(path, f"not a readable Parquet file: {why}") from exc
         return out
 
-    def _grouped(
-        self, table: pa.Table
-    ) -> tuple[pa.Table, np.ndarray, list[tuple[Any, ...]], np.ndarray]:
+    def _grouped(self, table: pa.Table) -> Batch:
         if self.derived:
             table = with_device_key(table, self.by)
-        group, representative = group_codes(table, self.by)
-        take = pa.array(representative)
-        keys = (
-            list(zip(*(table.column(k).take(take).to_pylist() for k in self.by)))
-            if self.by
-            else [()] * len(representative)
-        )
-        return table, group, keys, to_numpy(table.column("duration_ns"), np.int64)
-
-
-def _combine(
-    found: list[tuple[np.ndarray, dict[str, np.ndarray]]], count: int
-) -> dict[str, np.ndarray]:
-    """The parts' aggregates added up per group (their ``ids``: each part's groups' numbers):
-    every one a sum but ``lo`` and ``hi``."""
-    aggregates: dict[str, np.ndarray] = {}
-    for name in (
-        "n",
-        "total",
-        "self_total",
-        "wait_total",
-        "errors",
-        "instants",
-        "args",
-        "arg_sum",
-        "arg_time",
-    ):
-        aggregates[name] = np.zeros(count, np.int64)
-        for ids, sums in found:
-            np.add.at(aggregates[name], ids, sums[name])  # a part's groups: few
-    aggregates["lo"] = np.full(count, np.iinfo(np.int64).max, np.int64)
-    aggregates["hi"] = np.full(count, np.iinfo(np.int64).min, np.int64)
-    for ids, sums in found:
-        np.minimum.at(aggregates["lo"], ids, sums["lo"])
-        np.maximum.at(aggregates["hi"], ids, sums["hi"])
-    return aggregates
-
-
-Found = tuple[dict[tuple[Any, ...], int], dict[str, np.ndarray], dict[str, np.ndarray]]
+        return batch_groups(table, self.by)
 
 
 def part_groups(
@@ -170,41 +138,19 @@ def part_groups(
     (the caller asks DuckDB, which fills missing columns with nulls). Holds every duration."""
     if not files or not all(_readable(s, by) for s in schemas):
         return None
-    from ._queries import order_statistics
-
     parts = _Parts(schemas[0], by, filesystem)
-
     values_read = _values(schemas)
 
-    def read(
-        path: str,
-    ) -> list[tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]]:
-        return [grouped(*batch) for batch in parts.read(path, values_read)]
+    def read(path: str) -> list[Summed]:
+        # per batch the same kernels as a table in memory (group_batches.batch_sums)
+        return [batch_sums(batch) for batch in parts.read(path, values_read)]
 
-    def grouped(
-        table: pa.Table, group: np.ndarray, keys: list[tuple[Any, ...]], duration: np.ndarray
-    ) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray], list[np.ndarray]]:
-        # the durations ordered by group in the same pass, in 4 bytes where they all fit
-        sums = group_sums(table, group, len(keys), duration, ordered=True)
-        kept, starts = sums.pop("ordered"), sums.pop("starts")
-        return keys, sums, np.split(kept, starts[1:])
-
-    numbers: dict[tuple[Any, ...], int] = {}
-    found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
-    values: list[list[np.ndarray]] = []
+    groups = Groups()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for result in (r for batches in pool.map(read, files) for r in batches):
-            part_keys, sums, pieces = result
-            ids = np.array([numbers.setdefault(k, len(numbers)) for k in part_keys], np.int64)
-            values += [[] for _ in range(len(numbers) - len(values))]
-            for i, piece in zip(ids, pieces):
-                values[i].append(piece)
-            found.append((ids, sums))
-    aggregates = _combine(found, len(numbers))
-    percentiles = order_statistics(
-        list(enumerate(values)), aggregates["n"], (aggregates["lo"], aggregates["hi"])
-    )
-    return numbers, aggregates, percentiles
+        for batches in pool.map(read, files):
+            for result in batches:
+                groups.add(result)
+    return groups.finish()
 
 
 # --------------------------------------------------------------------------- bounded memory
@@ -318,7 +264,7 @@ def part_buckets(
                     held = len(histogram[0][0])
     except _Negative:
         return None
-    aggregates = _combine(found, len(numbers))
+    aggregates = combine(found, len(numbers))
     if not numbers:
         return numbers, aggregates, {column: np.zeros(0) for column, _q in PERCENTILES}
     # Every (group, bucket) with its count, in (group, bucket) order.

@@ -15,7 +15,6 @@ computed by one function.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +22,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._kernels import interpolate, percentile_ranks
+from ._group_batches import order_statistics
 from ._phase_kernel import phases_of_sums
-from .statistics import (
-    PERCENTILES,
-    stats_table,
-)
+from .statistics import stats_table
 
 __all__ = [
     "DUCKDB",
@@ -222,52 +218,6 @@ def list_order_statistics(
         groups += [(first + g, flat[offsets[g] : offsets[g + 1]]) for g in range(len(chunk))]
         first += len(chunk)
     return order_statistics(groups, counts)
-
-
-def order_statistics(
-    groups: Sequence[tuple[int, np.ndarray | list[np.ndarray]]],
-    counts: np.ndarray,
-    extremes: tuple[np.ndarray, np.ndarray] | None = None,
-) -> dict[str, np.ndarray]:
-    """Per percentile, its value in each group from the group's values (``groups``: (group,
-    its values, or a list of pieces of them) in any order): the two order statistics of each
-    percentile by ``_scan_kernel.select_ranks`` (a histogram of the values' top bits, the
-    few values of the buckets that hold the ranks partitioned: linear time, the pieces never
-    put together), then numpy's interpolation. ``extremes``: each group's least and greatest
-    value where known (the aggregates' ``lo`` and ``hi``), which saves a pass."""
-    from ._scan_kernel import select_ranks
-
-    wanted = {column: percentile_ranks(counts, q) for column, q in PERCENTILES}
-    below = {c: np.zeros(len(counts), np.int64) for c in wanted}
-    above = {c: np.zeros(len(counts), np.int64) for c in wanted}
-
-    def select(item: tuple[int, np.ndarray | list[np.ndarray]]) -> None:
-        g, values = item
-        if counts[g] == 0:
-            return
-        ranks = np.array([r for w in wanted.values() for r in (w[0][g], w[1][g])], np.int64)
-        pieces = values if isinstance(values, list) else [values]
-        if extremes is None:
-            found = select_ranks(pieces, ranks)
-        else:
-            found = select_ranks(pieces, ranks, int(extremes[0][g]), int(extremes[1][g]))
-        if isinstance(values, list):
-            values.clear()  # the pieces go now, not at the end
-        for i, c in enumerate(wanted):
-            below[c][g], above[c][g] = found[2 * i], found[2 * i + 1]
-
-    if len(groups) > 1 and int(np.sum(counts)) > 1 << 20:
-        # the kernel lets the GIL go: the groups on every core
-        from concurrent.futures import ThreadPoolExecutor
-
-        # largest groups first: the last one to finish is a small one
-        by_size = sorted(groups, key=lambda item: -int(counts[item[0]]))
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            list(pool.map(select, by_size))
-    else:
-        for item in groups:
-            select(item)
-    return {c: interpolate(below[c], above[c], wanted[c][2]) for c in wanted}
 
 
 def finish_stats(

@@ -234,7 +234,7 @@ def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table 
     run's durations fit in the memory limit; None where it does not apply."""
     from ._parquet_scan import part_buckets, part_groups, scan_memory
 
-    from ._queries import finish_stats
+    from .statistics import finish_groups
 
     footers = source.footers()
     largest = max((f.num_rows for f in footers), default=0)
@@ -257,13 +257,8 @@ def _scan_stats(source: SpanSource, by: tuple[str, ...], wall: int) -> pa.Table 
         return _empty_stats(source, by)
     types = _key_types(source, by)
     keys = list(numbers)  # in group-number order (insertion order)
-    groups = pa.table(
-        {
-            **{name: pa.array([k[i] for k in keys], types[name]) for i, name in enumerate(by)},
-            **aggregates,
-        }
-    )
-    return finish_stats(groups, by, percentiles, types, wall=wall)
+    columns = [pa.array([k[i] for k in keys], types[name]) for i, name in enumerate(by)]
+    return finish_groups(by, columns, aggregates, percentiles, wall=wall)
 
 
 def _parent_self(source: SpanSource, by: tuple[str, ...], groups: pa.Table) -> np.ndarray:

@@ -4,8 +4,10 @@
     hotspan.stats(table, by=("rank", "name"))     # any columns
     hotspan.phases(table)                         # sync -> sync/compute 71%, sync/comms 24%
 
-Everything is computed with whole-column numpy / pyarrow operations: the only Python loops
-run over groups or distinct categories, never over spans.
+Everything is computed with whole-column kernels (in C, or numpy / pyarrow operations): the
+only Python loops run over batches, groups or distinct categories, never over spans. A
+table's ``stats`` go through the batch kernels the Parquet scan feeds (``group_batches``):
+one definition of each statistic for both.
 """
 
 from __future__ import annotations
@@ -18,14 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._columns import combined_codes, plain_type, to_numpy
+from .._columns import combined_codes, plain_type
 from .._columns import parent_rows as parent_rows  # (reached here by older callers)
-from ._kernels import (
-    group_codes,
-    group_percentile,
-    group_sums,
-    sort_within_groups,
-)
+from ._kernels import PERCENTILES as PERCENTILES  # (reached here by the engines)
 from ._phase_kernel import PHASE_COLUMNS, phases_of_table
 
 __all__ = [
@@ -57,7 +54,6 @@ STAT_COLUMNS = (
     "arg_per_s",
     "instants",
 )
-PERCENTILES = (("p50_ns", 0.50), ("p90_ns", 0.90), ("p99_ns", 0.99))
 
 STAT_TYPES = {
     "count": pa.int64(),
@@ -134,29 +130,40 @@ def stats(table: pa.Table, by: str | Sequence[str] | None = None) -> pa.Table:
     if n == 0:
         return _empty_stats(table, by)
 
-    group, representative = group_codes(table, by)
-    groups = len(representative)
-    duration = to_numpy(table.column("duration_ns"), np.int64)
-    sums = group_sums(table, group, groups, duration)
-    counts = sums["n"]
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    ends = starts + counts
+    if "self_ns" not in table.column_names:
+        # the column by its one rule, over the whole table (a batch may hold a child but
+        # not its parent), before the table is cut in batches
+        from .._selftime import self_ns_column
 
-    sorted_duration = sort_within_groups(group, duration, groups)
-    percentiles = {
-        column: group_percentile(sorted_duration, starts, counts, q) for column, q in PERCENTILES
-    }
+        table = table.append_column("self_ns", self_ns_column(table))
+    # The same batch kernels, combination and finish as the Parquet scan's (group_batches)
+    from ._group_batches import table_groups
+
     wall = int(pc.max(table.column("end_ns")).as_py()) - int(
         pc.min(table.column("start_ns")).as_py()
     )
+    representative, aggregates, percentiles = table_groups(table, by)
     keys = [_plain(table.column(name).take(pa.array(representative))) for name in by]
+    return finish_groups(by, keys, aggregates, percentiles, wall=wall)
+
+
+def finish_groups(
+    by: Sequence[str],
+    keys: Sequence[pa.Array],
+    aggregates: Mapping[str, np.ndarray],
+    percentiles: Mapping[str, np.ndarray],
+    *,
+    wall: int,
+) -> pa.Table:
+    """The ``stats`` table from the groups of a run taken a batch at a time (a table in
+    memory, or the Parquet parts: ``group_batches.Groups``), by :func:`stats_table`."""
     return stats_table(
         by,
         keys,
-        sums,
-        total=np.add.reduceat(sorted_duration, starts),
-        low=sorted_duration[starts],
-        high=sorted_duration[ends - 1],
+        aggregates,
+        total=aggregates["total"],
+        low=aggregates["lo"],
+        high=aggregates["hi"],
         percentiles=percentiles,
         wall=wall,
     )
