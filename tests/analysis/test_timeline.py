@@ -510,3 +510,35 @@ def test_fine_levels_answer_zooms_finer_than_the_index_as_the_spans_do(tmp_path)
     again = TimelineIndex.load(tmp_path / "index.npz", "v1")
     assert again.fine is None
     assert again.view(width=2048) == timeline(table, width=2048)
+
+
+def test_the_first_pass_names_are_held_in_a_map_while_the_fine_levels_are_built(tmp_path):
+    """The index's names of its first pass (per track, every name's time in each bin: 18 M of
+    them on the 200 M-span run) are not what the fine levels are built from: they are moved to
+    a file and mapped back before the fine levels are built rank by rank (so the build's peak
+    memory is the first pass's bins and one rank's fine levels), that file removed at once
+    (nothing left beside the index), and every answer is the spans' own, built and read back."""
+    import mmap
+
+    from hotspan.analysis.timeline import TimelineIndex
+
+    table = _padded(generated(31, tracks=4, per_track=5000), 4096)
+    index = TimelineIndex(table, bins=256, blocks=tmp_path / "index.blocks", fine_bins=2048)
+    assert index.fine is not None
+    for code in range(len(index.levels[0].tracks)):
+        for names in index.levels[0].name_parts[code][0]:
+            owner = names
+            while owner is not None and not isinstance(owner, (np.memmap, mmap.mmap)):
+                owner = getattr(owner, "base", None)
+            assert owner is not None, "a track's names held in memory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "index.blocks",
+        "index.fine",
+        "index.rows",
+    ]
+    index.save(tmp_path / "index.npz", "v1")
+    loaded = TimelineIndex.load(tmp_path / "index.npz", "v1")
+    for width in (2048, 1024, 256, 128):
+        expected = timeline(table, width=width)
+        assert index.view(width=width) == expected
+        assert loaded.view(width=width) == expected

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ._timeline_kernel import NAMES, Summary, value_codes
+from ._timeline_store import trim_heap
 
 __all__ = [
     "FINE_BINS",
@@ -277,6 +278,8 @@ def build_fine_levels(
             for width in reversed(widths):
                 if level.width != width:
                     level = _halved(level, width, long_rows, mine_keys)
+                level._merge_names()
+                trim_heap()  # the batches' and the merges' scratch given back (see trim_heap)
                 busiest = level._busiest()
                 depths = np.where(level.depths > FINE_NO_DEPTH, FINE_NO_DEPTH, level.depths)
                 values = {
@@ -325,6 +328,8 @@ def build_fine_levels(
                     ranges[mine, 0] = firsts
                     ranges[mine, 1] = counts
                     written += table.num_rows
+            del level, long_rows
+            trim_heap()  # this rank's arrays given back before the next rank's are made
         writer.close()
     return ranges
 

@@ -38,6 +38,7 @@ from ._timeline_store import (
     mapped_npz,
     decoded_table,
     release_mapped,
+    trim_heap,
     write_npz,
 )
 
@@ -92,13 +93,18 @@ class TimelineIndex:
         self.blocks = writer.close() if writer is not None else None
         self.fine: FineLevels | None = None
         self._mapped: list[np.ndarray] = []
-        if self.blocks is not None:
-            # before the coarser levels are made: the build's memory is then the first
-            # pass's and one rank's fine levels, not also every level's names
-            self._build_fine(fine_bins)
         self._summary._merge_names()
         _sort_names(self._summary)
+        if self.blocks is not None:
+            # the first pass's names (18 M name times of a 200 M-span run: 290 MB) are not
+            # what the fine levels are built from: moved to a file and mapped back, so the
+            # build's memory is the first pass's bins and one rank's fine levels
+            self._mapped = _spilled_names(self._summary, self.blocks.path)
+            trim_heap()
+            self._build_fine(fine_bins)
+            release_mapped(self._mapped)
         self.levels = _pyramid(self._summary)
+        release_mapped(self._mapped)
 
     def _build_fine(self, fine_bins: int) -> None:
         """The fine levels (see :mod:`._timeline_fine`), in files beside the span blocks;
@@ -417,6 +423,47 @@ def _sort_names(summary: Summary) -> None:
         keys, times = summary._merge_track(code)
         order = np.argsort(keys, kind="stable")
         summary.name_parts[code] = [(keys[order], times[order])]
+
+
+def _spilled_names(summary: Summary, beside: str) -> list[np.ndarray]:
+    """Move ``summary``'s merged names (each track's keys and times) into a temporary file in
+    ``beside``'s folder and map them back read-only, the arrays replaced by views of the map;
+    the file is removed at once (the map keeps it until the arrays go). Returns the maps (for
+    :func:`release_mapped`); none, the names left in memory, where it cannot be written."""
+    import tempfile
+
+    pairs = [summary._merge_track(code) for code in range(len(summary.tracks))]
+    total = sum(len(keys) for keys, _t in pairs)
+    if not total:
+        return []
+    try:
+        handle, path = tempfile.mkstemp(
+            prefix=".hotspan-tmp-", suffix=".names", dir=os.path.dirname(beside) or "."
+        )
+    except OSError:
+        return []
+    try:
+        with os.fdopen(handle, "wb") as out:
+            for keys, _t in pairs:
+                out.write(np.ascontiguousarray(keys, np.int64).data)
+            for _k, times in pairs:
+                out.write(np.ascontiguousarray(times, np.float64).data)
+        # plain arrays over the maps (as :func:`mapped_npz` gives): release_mapped finds them
+        mapped_keys = np.asarray(np.memmap(path, np.int64, "r", 0, (total,)))
+        mapped_times = np.asarray(np.memmap(path, np.float64, "r", 8 * total, (total,)))
+    except (OSError, ValueError):  # a full disk, say: the names stay in memory
+        return []
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    low = 0
+    for code, (keys, _t) in enumerate(pairs):
+        high = low + len(keys)
+        summary.name_parts[code] = [(mapped_keys[low:high], mapped_times[low:high])]
+        low = high
+    return [mapped_keys, mapped_times]
 
 
 def _pyramid(finest: Summary) -> list[Summary]:
