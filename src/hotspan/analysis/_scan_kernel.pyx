@@ -311,7 +311,8 @@ def select_ranks(list pieces, ranks, least_known=None, most_known=None):
     offsets_array = np.concatenate(([0], np.cumsum(sizes)))
     place_array = offsets_array[:-1].copy()
     cdef int64_t[::1] place = place_array
-    gathered_array = np.empty(int(offsets_array[-1]), np.int64)
+    # the total is offsets_array's last, read without a negative index (wraparound=False)
+    gathered_array = np.empty(int(sizes.sum()), np.int64)
     cdef int64_t[::1] gathered = gathered_array
     cdef int32_t s
     for array in views:
