@@ -113,16 +113,11 @@ def test_one_group_slower_by_what_the_machine_explains_is_inconclusive_not_slowe
     # Past what the drift explains: slower still (8x the code on a machine 1.5x slower).
     slowest = _with_machine(_one_group(160_000), loop_ns=100_000.0, contention=0.5, turn_ns=1000.0)
     assert hotspan.compare(base, slowest).column("verdict").to_pylist() == ["slower"]
-    # Spans short against the turns mostly run whole: their fast part (the fastest) doubled,
-    # which contention does not do; slower.
+    # Short spans get no exception: the drift explains a 2x change of them too (a rule that
+    # took their fastest durations for the code's called unchanged short groups slower
+    # under hogs, on CI and here).
     short = [_with_machine(t, turn_ns=1e12) for t in (base, new)]
-    assert hotspan.compare(*short).column("verdict").to_pylist() == ["slower"]
-    # ... unless the CPU itself was measured that much slower (its calibration loop 2.2x, as
-    # hogs on a shared core's hyperthread or a throttled clock make it): the fast part's rise
-    # is the CPU's, not the code's (CI saw the loop at 1.6x and two unchanged short groups
-    # called slower).
-    slow_cpu = _with_machine(short[1], loop_ns=220_000.0)
-    assert hotspan.compare(short[0], slow_cpu).column("verdict").to_pylist() == ["inconclusive"]
+    assert hotspan.compare(*short).column("verdict").to_pylist() == ["inconclusive"]
 
     hotspan.export(base, tmp_path / "base.parquet")
     hotspan.export(new, tmp_path / "new.parquet")

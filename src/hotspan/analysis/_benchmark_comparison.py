@@ -221,12 +221,7 @@ def compare_benchmarks(
             x, y = b["stats"].get("data"), a["stats"].get("data")
             if x and y:
                 samples = (np.asarray(x, np.float64), np.asarray(y, np.float64))
-                per_round = [
-                    (stats.get("median") or 0.0) * (stats.get("iterations") or 1) * 1e9
-                    for stats in (b["stats"], a["stats"])
-                ]
-                lengths = {"p50_ns_base": per_round[0], "p50_ns_new": per_round[1]}
-                _judge(row, samples, None, drift, min_count, options, lengths)
+                _judge(row, samples, None, drift, min_count, options)
             else:
                 summaries = (_summary_of(b["stats"]), _summary_of(a["stats"]))
                 _judge(row, None, summaries, drift, min_count, options)
@@ -285,12 +280,9 @@ def _judge(
     drift: dict[str, Any] | None,
     min_count: int,
     options: dict[str, Any],
-    lengths: dict[str, Any] | None = None,
 ) -> None:
     """The one rule on a row: its samples when it has them, else its summaries (Welch);
-    against the machine's drift when it was told (comparison.against_drift: ``lengths``, the
-    median span or round in ns on each side as ``p50_ns_base/new``, lets short ones be
-    judged by their fastest)."""
+    against the machine's drift when it was told (comparison.against_drift)."""
     from .comparison import (
         against_drift,
         mann_whitney_u,
@@ -339,8 +331,7 @@ def _judge(
         return
     p, low, high, said = test(x, y, 1.0)
     if drift is not None and drift["said"]:
-        short = lengths if samples is not None and lengths is not None else {}
-        _used, (p, low, high, said) = against_drift(x, y, short, {**drift, **options}, test)
+        _used, (p, low, high, said) = against_drift(x, y, drift, test)
     row["p_value"], row["change_low"], row["change_high"] = p, low, high
     row["verdict"] = said
 
@@ -400,7 +391,7 @@ def _compare_spans(
                 _thinned(sb["data_ns"], rounds[0]),
                 _thinned(sa["data_ns"], rounds[1]),
             )
-            _judge(row, samples, None, drift, 1, options, row)
+            _judge(row, samples, None, drift, 1, options)
         else:
             summaries = (_span_summary(sb, rounds[0]), _span_summary(sa, rounds[1]))
             _judge(row, None, summaries, drift, 1, options)

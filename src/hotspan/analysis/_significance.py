@@ -11,7 +11,6 @@ import numpy as np
 __all__ = [
     "mann_whitney_u",
     "median_ratio_interval",
-    "quantile_ratio_interval",
     "welch_t_test",
 ]
 
@@ -153,39 +152,6 @@ def median_ratio_interval(
     tail = (1.0 - confidence) / 2.0 * 100
     low, high = np.percentile(ratio, [tail, 100 - tail])
     return float(low), float(high)
-
-
-def quantile_ratio_interval(
-    x: np.ndarray,
-    y: np.ndarray,
-    quantile: float,
-    *,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    rng: np.random.Generator | None = None,
-) -> tuple[float, float]:
-    """The percentile bootstrap interval of ``q(y) / q(x) - 1`` for the lower ``quantile``
-    (the k-th smallest, ``k = ceil(quantile * n)``), drawn as :func:`median_ratio_interval`
-    draws medians."""
-    rng = rng if rng is not None else np.random.default_rng(0)
-    qx = _bootstrap_order_statistic(np.sort(np.asarray(x, np.float64)), resamples, rng, quantile)
-    qy = _bootstrap_order_statistic(np.sort(np.asarray(y, np.float64)), resamples, rng, quantile)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(qx > 0, qy / qx - 1.0, np.where(qy > 0, np.inf, 0.0))
-    tail = (1.0 - confidence) / 2.0 * 100
-    low, high = np.percentile(ratio, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def _bootstrap_order_statistic(
-    sorted_values: np.ndarray, resamples: int, rng: np.random.Generator, quantile: float
-) -> np.ndarray:
-    n = len(sorted_values)
-    if n == 1:
-        return np.full(resamples, sorted_values[0])
-    k = min(n, max(1, math.ceil(quantile * n)))
-    u = rng.beta(k, n + 1 - k, resamples)
-    return sorted_values[np.minimum((u * n).astype(np.int64), n - 1)]
 
 
 def bootstrap_medians(
