@@ -351,10 +351,10 @@ def against_drift(
     group is ``slower`` only when its raw times are and so are its times divided by what
     the drift explains (``explains``, when the new run's machine was slower), else
     ``inconclusive``; ``faster`` only when faster still against a machine that was faster
-    for the new run; else ``same``. Short spans get no exception: the premise that a busy
-    CPU leaves the fastest of them alone (they run between another process's turns) failed
-    twice on real hosts (CI's loop 1.6x slower; here, an unchanged 80 us group's fastest
-    +70% under hogs with the loop 0.9x), and each time called unchanged code slower."""
+    for the new run; else ``same``. Short spans get no exception: a busy CPU slows even
+    spans shorter than its turns (cold caches, a shared core; measured at +60-70% for an
+    unchanged 80 us group), so their fastest durations do not tell the code's change
+    apart."""
     raw = test(x, y, 1.0)
     factor = drift["factor"]
     if raw[3] == "slower":
