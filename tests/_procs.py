@@ -187,3 +187,31 @@ def check_tree(table) -> None:
             r["thread_id"],
             r["depth"],
         )
+
+
+def killed_at_random(
+    script: Path, progress: Path, run_env: dict[str, str], within: tuple[float, float]
+) -> tuple[int, list[tuple[int, int, int]]]:
+    """Run ``script progress`` until it prints "ready", SIGKILL it at a random time within
+    ``within`` seconds after, and give (the kill's monotonic ns, the (thread, count, ns)
+    records the program wrote to ``progress`` as it went: 24 bytes each)."""
+    import random
+    import struct
+
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(progress)],
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        read_line(proc, "ready")
+        time.sleep(random.uniform(*within))
+        killed_at = time.monotonic_ns()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=DEADLINE_S)
+    finally:
+        kill(proc)
+    data = progress.read_bytes()
+    return killed_at, [struct.unpack_from("<qqq", data, k) for k in range(0, len(data) - 23, 24)]

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -20,7 +16,7 @@ import hotspan
 from hotspan.schema import SPAN_SCHEMA
 from hotspan.formats.dataset import META_RANKS
 
-from _procs import DEADLINE_S, env, kill, read_line
+from _procs import DEADLINE_S, env, kill, killed_at_random, read_line
 from _util import run_python
 
 
@@ -178,23 +174,12 @@ def test_a_sigkill_at_a_random_moment_loses_only_the_last_interval(tmp_path, tri
     interval = 1.0
     script, progress, out = tmp_path / "killed.py", tmp_path / "progress.bin", tmp_path / "run"
     script.write_text(KILLED_PROGRAM)
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(progress)],
-        env=env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL=str(interval)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    killed_at, records = killed_at_random(
+        script,
+        progress,
+        env(HOTSPAN_OUT=str(out), HOTSPAN_FLUSH_INTERVAL=str(interval)),
+        (1.5, 4.0),
     )
-    try:
-        read_line(proc, "ready")
-        time.sleep(random.uniform(1.5, 4.0))
-        killed_at = time.monotonic_ns()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=DEADLINE_S)
-    finally:
-        kill(proc)
-    data = progress.read_bytes()
-    records = [struct.unpack_from("<qqq", data, k) for k in range(0, len(data) - 23, 24)]
     # What each thread had recorded one interval before the kill must all be in the run:
     # a span is drained at the next flush (at most one interval after it closed) and is on
     # disk when that part is. The 0.5 s is that flush's own time on a loaded shared machine,

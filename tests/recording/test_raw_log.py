@@ -7,9 +7,7 @@ converts what a killed process left; a damaged log reads up to the damage."""
 from __future__ import annotations
 
 import os
-import random
 import signal
-import struct
 import subprocess
 import sys
 import asyncio
@@ -26,7 +24,7 @@ from hotspan.formats import _rawlog as rawlog
 from hotspan.recording._rawlog import convert
 from hotspan.schema import SPAN_SCHEMA
 
-from _procs import DEADLINE_S, env, kill, read_line
+from _procs import DEADLINE_S, env, killed_at_random
 from _util import wait_until
 
 
@@ -146,23 +144,9 @@ def test_a_sigkill_loses_at_most_half_a_second_whatever_the_flush_interval(tmp_p
     # written by the drain thread every few ms
     script, progress, run = tmp_path / "killed.py", tmp_path / "progress.bin", tmp_path / "run"
     script.write_text(KILLED)
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(progress)],
-        env=env(HOTSPAN_OUT=str(run), HOTSPAN_FLUSH_INTERVAL="30"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    killed_at, records = killed_at_random(
+        script, progress, env(HOTSPAN_OUT=str(run), HOTSPAN_FLUSH_INTERVAL="30"), (1.5, 3.5)
     )
-    try:
-        read_line(proc, "ready")
-        time.sleep(random.uniform(1.5, 3.5))
-        killed_at = time.monotonic_ns()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=DEADLINE_S)
-    finally:
-        kill(proc)
-    data = progress.read_bytes()
-    records = [struct.unpack_from("<qqq", data, k) for k in range(0, len(data) - 23, 24)]
     cutoff = killed_at - 500_000_000
     table = hotspan.load(run)
     args = table.column("arg")
