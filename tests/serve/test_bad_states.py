@@ -91,6 +91,9 @@ def test_serve_answers_from_one_set_of_parts_while_hotspan_compact_runs(tmp_path
     listed for 200,000, ``offset=199995&limit=10`` answered 10 rows, and some 409s). With
     ``--grace 0`` the inputs go as soon as the merged part is there: a request that listed them
     finds them gone as it reads them, and answers from the merged part."""
+    import contextlib
+    import os
+    import signal
     import subprocess
     import sys
 
@@ -145,9 +148,18 @@ def test_serve_answers_from_one_set_of_parts_while_hotspan_compact_runs(tmp_path
 
             seen = set()  # how many part files the directory held at each round
             while compact.poll() is None:
-                seen.add(len(list_parts(location(tmp_path / "big"))))
-                one_round()
-                rounds += 1
+                # The compaction is held still for each round and let on for a short step
+                # between rounds: on a machine of any speed the rounds interleave with its
+                # progress (CI's compacted the 40 parts in 420 ms, before a second round).
+                os.kill(compact.pid, signal.SIGSTOP)
+                try:
+                    seen.add(len(list_parts(location(tmp_path / "big"))))
+                    one_round()
+                    rounds += 1
+                finally:
+                    os.kill(compact.pid, signal.SIGCONT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    compact.wait(timeout=0.02)
             out, err = compact.communicate()
             assert compact.returncode == 0, err
             one_round()
