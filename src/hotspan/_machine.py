@@ -216,10 +216,28 @@ def measure(since: dict[str, Any] | None = None) -> dict[str, Any]:
     }
 
 
+#: The calibration loop's own wobble, as a ratio between two samples: 0.1 ms of Python on
+#: this project's 2-vCPU host reads ~95 or ~160 us from one moment to the next (a native
+#: loop beside it holds within 3%), so a single sample per run moves by that much alone.
+LOOP_WOBBLE = 0.20
+
+
+def _past_wobble(ratio: float) -> float:
+    """The loop's ratio between two runs, less its wobble: 1 within it, else the part
+    beyond it (1.8 -> 1.5, 0.5 -> 0.6)."""
+    band = 1.0 + LOOP_WOBBLE
+    if ratio > band:
+        return ratio / band
+    if ratio < 1.0 / band:
+        return ratio * band
+    return 1.0
+
+
 def drift(base: Any, new: Any) -> dict[str, Any] | None:
     """How much slower the machine was for ``new`` than for ``base`` (two :func:`measure`
     results): ``{"factor": the ratio of their contentions' stretch (1 + contention) times
-    the loop's ratio where it is above 1 (the slowness ratio where contention is unknown),
+    the loop's ratio past its wobble, either way (the slowness ratio where contention is
+    unknown),
     "loop": the loop's ratio (the CPU's own speed), "turn_ns": the shorter of the two runs' average turns on a CPU,
     "contention_base", "contention_new"}``; None when either side has no usable measure."""
     if not (isinstance(base, dict) and isinstance(new, dict)):
@@ -234,9 +252,10 @@ def drift(base: Any, new: Any) -> dict[str, Any] | None:
     cb, cn = base.get("contention"), new.get("contention")
     if isinstance(cb, (int, float)) and isinstance(cn, (int, float)) and cb >= 0 and cn >= 0:
         # The contention is the kernel's exact account; the loop, a few samples of a CPU
-        # whose speed wanders within a second on a shared host: it may add to the drift
-        # (a slower CPU), never take from it (a lucky sample must not hide a busy machine).
-        factor = (1.0 + cn) / (1.0 + cb) * max(1.0, ln / lb)
+        # whose speed for Python code wanders from one moment to the next: only its
+        # change past LOOP_WOBBLE counts, either way (a base whose CPU was slower had
+        # slower spans too: its short spans said so as its loop did).
+        factor = (1.0 + cn) / (1.0 + cb) * _past_wobble(ln / lb)
     else:
         factor = sn / sb
     return {

@@ -32,7 +32,9 @@ pytestmark = pytest.mark.skipif(
 
 #: A small suite: three span groups of fixed CPU work, "sort" long against the CPU's turns
 #: (~10 ms: two hogs on its core stretch every one of them, as in the issue), "tokenize"
-#: and "dedupe" shorter; FACTOR scales "sort"; the trace exported to the path given.
+#: and "dedupe" shorter; FACTOR scales "sort"; the trace exported to the path given. 40
+#: rounds: with 15, a 2x slowdown under hogs (sort's spans stretched 3x with a spread to
+#: match) was past the drift by 1.3x and still inside the interval.
 SUITE = textwrap.dedent(
     """
     import sys
@@ -46,7 +48,7 @@ SUITE = textwrap.dedent(
             total += i * i
         return total
 
-    for _ in range(15):
+    for _ in range(40):
         with hotspan.span("sort", "suite"):
             work(int(150_000 * factor))
         with hotspan.span("tokenize", "suite"):
@@ -125,6 +127,40 @@ def test_one_group_slower_by_what_the_machine_explains_is_inconclusive_not_slowe
     assert done.returncode == 3, done.stdout + done.stderr
     assert "the machine was 3.00x slower during" in " ".join(done.stdout.split())
     assert "inconclusive" in done.stdout
+
+
+def test_the_loop_counts_past_its_own_wobble_and_either_way():
+    """The calibration loop is one sample of a CPU whose speed for Python code wanders (on
+    the project's 2-vCPU host, 0.1 ms of it reads ~95 or ~160 us from one moment to the
+    next, quiet or not): within 20% it is that wobble, and past it only the excess counts,
+    in either direction. A base run whose CPU was slower lowers the drift (its spans were
+    slower too): the loop clamped at 1 called a run 3.05x the base's contention-only drift
+    when its short spans, like its loop, said the base's CPU was 0.6x as fast, and a real
+    2x slowdown under hogs was called inconclusive."""
+    from hotspan import _machine
+
+    def measure(loop_ns: float, contention: float) -> dict:
+        return {
+            "loop_ns": loop_ns,
+            "loop_kind": "python",
+            "contention": contention,
+            "slowness": loop_ns * (1 + contention),
+        }
+
+    def factor(base: dict, new: dict) -> float:
+        return _machine.drift(base, new)["factor"]
+
+    quiet = measure(100_000.0, 0.0)
+    assert factor(quiet, measure(110_000.0, 0.0)) == pytest.approx(1.0)  # wobble
+    assert factor(quiet, measure(90_000.0, 0.0)) == pytest.approx(1.0)
+    assert factor(quiet, measure(180_000.0, 0.0)) == pytest.approx(1.5)  # 1.8 past 1.2
+    assert factor(quiet, measure(50_000.0, 0.0)) == pytest.approx(0.6)  # 0.5 x 1.2
+    # the contention's stretch, times the loop's excess either way
+    assert factor(quiet, measure(100_000.0, 2.0)) == pytest.approx(3.0)
+    assert factor(measure(160_000.0, 0.0), measure(100_000.0, 2.0)) == pytest.approx(2.25)
+    assert factor(quiet, measure(180_000.0, 2.0)) == pytest.approx(4.5)
+    # the loop's ratio itself is still told as measured
+    assert _machine.drift(quiet, measure(180_000.0, 2.0))["loop"] == pytest.approx(1.8)
 
 
 def test_exit_status_3_is_in_the_help():
@@ -215,16 +251,20 @@ def _quiet_base(path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset pins the hogs")
 def test_a_real_2x_slowdown_under_the_same_hogs_is_still_found(tmp_path):
-    found = 0
-    for i in range(3):
+    # Each pair is a sample of a noisy host (its CPU's speed for Python wanders by ~1.6x):
+    # the slowdown is found in most of them.
+    found, answers = 0, []
+    for i in range(5):
         base, new = tmp_path / f"base{i}.parquet", tmp_path / f"new{i}.parquet"
         _quiet_base(base)
         _suite(new, 2.0, hogs=2)
         done = _cli("compare", base, new, "--json")
         rows = {r["name"]: r["verdict"] for r in json.loads(done.stdout)}
         found += done.returncode == 1 and rows["sort"] == "slower"
+        # the whole answer (the drift it measured): what CI saw, if it fails
+        answers.append({"pair": i, "drift": drift_of(hotspan.compare(base, new)), "rows": rows})
         assert rows["tokenize"] != "slower" and rows["dedupe"] != "slower", rows
-    assert found >= 2, found
+    assert found >= 3, json.dumps(answers, default=str)
 
 
 def test_serve_answers_inconclusive_and_says_the_drift(tmp_path):
