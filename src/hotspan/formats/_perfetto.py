@@ -278,7 +278,7 @@ def _table(decoder: codec.Decoder, path: Path) -> pa.Table:
         return SPAN_SCHEMA.with_metadata(metadata or None).empty_table()
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
-    start, end = columns.pop("start"), columns.pop("end")
+    start, end, duration = columns.pop("start"), columns.pop("end"), columns.pop("duration")
 
     def bits(flag: int) -> pa.Buffer:
         """The rows' flag as an Arrow bitmap (validity or booleans), without a copy of
@@ -301,7 +301,7 @@ def _table(decoder: codec.Decoder, path: Path) -> pa.Table:
         ),
         "start_ns": pa.array(start, pa.int64()),
         "end_ns": pa.array(end, pa.int64()),
-        "duration_ns": pa.array(end - start, pa.int64()),
+        "duration_ns": pa.array(duration, pa.int64()),
         "depth": pa.array(columns.pop("depth"), pa.int32()),
         "thread_id": pa.array(thread["tid"], pa.int64()),
         "thread_name": thread["name"],

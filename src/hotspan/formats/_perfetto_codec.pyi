@@ -14,6 +14,7 @@ class CodecError(ValueError):
     """A byte stream that is not a Perfetto trace this codec reads."""
 
 ANNOTATIONS: tuple[str, ...]
+COLUMNS: tuple[tuple[str, int, Any], ...]
 ROW_HAS_PARENT: int
 ROW_HAS_ARG: int
 ROW_HAS_CATEGORY: int
@@ -87,9 +88,6 @@ class _Events:
         first_thread_uuid: int,
     ) -> None: ...
 
-class _Column:
-    """A malloc'd buffer handed to numpy/pyarrow without a copy."""
-
 class Decoder:
     """Reads a trace block by block into span columns."""
 
@@ -100,6 +98,7 @@ class Decoder:
     processes: dict[Any, Any]
     threads: dict[Any, Any]
     offset: int
+    our_packets: int  # read-only: the packets read by the fast path of our own layout
     def __init__(self) -> None: ...
     def read(self, fd: int, block_size: int, file_size: int) -> Any: ...
     def columns(self) -> dict[str, npt.NDArray[Any]]: ...

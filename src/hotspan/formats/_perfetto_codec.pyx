@@ -28,7 +28,7 @@ The codec only receives buffers: the caller (``formats/_perfetto.py``) turns the
 columns into contiguous numpy arrays and back. Every read is bounds-checked: a bad file is a
 :class:`CodecError` (a ``ValueError``) with the byte offset, never a crash.
 """
-from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t, INT64_MIN
+from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t, uintptr_t, INT64_MIN
 from libc.string cimport memcpy, memmove, memset
 from libc.stdlib cimport malloc, realloc, free, calloc
 from libc.errno cimport errno, EINTR
@@ -44,6 +44,7 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
 
 
 class CodecError(ValueError):
@@ -92,9 +93,10 @@ cdef enum:
     HAS_DEPTH = 32
     MAX_PACKET_BYTES = 64 << 20
 
-# TrackEvent
-# DebugAnnotation
-# InternedData
+#: The decoder's columns: name, bytes a value, numpy type (Decoder.columns()).
+COLUMNS = (("start", 8, np.int64), ("end", 8, np.int64), ("duration", 8, np.int64), ("span_id", 8, np.uint64),
+           ("parent_id", 8, np.uint64), ("arg", 8, np.int64), ("depth", 4, np.int32), ("name", 4, np.uint32),
+           ("category", 4, np.uint32), ("track", 4, np.int32), ("flags", 1, np.uint8))
 # Debug annotation names (their iids on every sequence we write) and their meaning.
 ANNOTATIONS = ("span_id", "parent_id", "depth", "arg", "error", "thread_name")
 #: Bits of a decoded row's flags (Decoder.columns()["flags"]).
@@ -695,9 +697,20 @@ cdef inline const uint8_t* get_varint(const uint8_t* p, const uint8_t* end, uint
     cdef uint64_t v = 0
     cdef int shift = 0
     cdef uint8_t b
+    cdef uint64_t w
     if p < end and p[0] < 0x80:  # most varints in a trace are one byte (tags, small ids)
         out[0] = p[0]
         return p + 1
+    if end - p >= 9:
+        memcpy(&w, p, 8)
+        if (w & <uint64_t>0x8080808080808080) == <uint64_t>0x8080808080808080:
+            # Nine or ten bytes (every timestamp): the first eight groups gathered from one
+            # word (little-endian), as put_varint stores them, rather than a byte a step.
+            v = ((w & 0x7F) | (w >> 1 & 0x3F80) | (w >> 2 & 0x1FC000) | (w >> 3 & 0xFE00000)
+                 | (w >> 4 & <uint64_t>0x7F0000000) | (w >> 5 & <uint64_t>0x3F800000000)
+                 | (w >> 6 & <uint64_t>0x1FC0000000000) | (w >> 7 & <uint64_t>0xFE000000000000))
+            p += 8
+            shift = 56
     while p < end and shift < 70:
         b = p[0]
         p += 1
@@ -707,43 +720,6 @@ cdef inline const uint8_t* get_varint(const uint8_t* p, const uint8_t* end, uint
             return p
         shift += 7
     return NULL
-
-
-cdef class _Column:
-    """A malloc'd buffer handed to numpy/pyarrow without a copy (freed with the last user)."""
-    cdef void* data
-    cdef Py_ssize_t size
-    cdef Py_ssize_t shape0
-    cdef Py_ssize_t stride0
-
-    def __dealloc__(self):
-        free(self.data)
-
-    def __getbuffer__(self, Py_buffer* view, int flags):
-        self.shape0 = self.size
-        self.stride0 = 1
-        view.buf = self.data
-        view.len = self.size
-        view.readonly = 0
-        view.itemsize = 1
-        view.format = "B"
-        view.ndim = 1
-        view.shape = &self.shape0
-        view.strides = &self.stride0
-        view.suboffsets = NULL
-        view.internal = NULL
-        view.obj = self
-
-    def __releasebuffer__(self, Py_buffer* view):
-        pass
-
-
-cdef void* _realloc(void* p, size_t size) except NULL:
-    """realloc, or MemoryError (``p`` stays valid and owned by the caller)."""
-    cdef void* q = realloc(p, size)
-    if q == NULL:
-        raise MemoryError()
-    return q
 
 
 cdef struct Track:
@@ -778,14 +754,74 @@ cdef struct Row:
     uint64_t span, parent
 
 
+cdef inline const uint8_t* our_annotation(const uint8_t* p, const uint8_t* end, uint8_t iid, uint8_t field,
+                                         uint64_t* value) noexcept nogil:
+    """One debug annotation as ``put_annotation`` writes it (its name's iid, then one varint
+    of ``field``): the position after it, or NULL when the bytes at ``p`` are not that."""
+    cdef const uint8_t* a_end
+    cdef uint64_t v
+    if (end - p < 6 or p[0] != (F_EVENT_ANNOTATIONS << 3) | 2 or p[1] >= 0x80
+            or p[2] != F_ANNOTATION_NAME_IID << 3 or p[3] != iid or p[4] != field << 3):
+        return NULL
+    a_end = p + 2 + p[1]
+    if a_end > end or get_varint(p + 5, a_end, &v) != a_end:
+        return NULL
+    value[0] = v
+    return a_end
+
+
+cdef inline const uint8_t* our_event(const uint8_t* p, const uint8_t* end, Slice* f, Row* r) noexcept nogil:
+    """A slice's opening past its type and track, in ``put_begin``'s layout: category,
+    name, the annotations of ``put_annotations`` in its order (span_id, parent_id, depth,
+    arg, error; no thread_name), its flows. Fills ``f`` and ``r`` as ``scan_event`` and
+    ``annotate`` would; the position after it, or NULL where the bytes are not that."""
+    cdef uint64_t v
+    cdef const uint8_t* q
+    r.flags = 0
+    r.parent = r.argv = 0
+    f.category_iid = 0
+    if p < end and p[0] == F_EVENT_CATEGORY_IIDS << 3:
+        p = get_varint(p + 1, end, &f.category_iid)
+        r.flags = HAS_CATEGORY
+    if p == NULL or p >= end or p[0] != F_EVENT_NAME_IID << 3:
+        return NULL
+    p = get_varint(p + 1, end, &f.name_iid)
+    if p == NULL or f.name_iid > <uint64_t>0xFFFFFFFF or f.category_iid > <uint64_t>0xFFFFFFFF:
+        return NULL
+    p = our_annotation(p, end, A_SPAN_ID, F_ANNOTATION_UINT, &r.span)
+    if p == NULL:
+        return NULL
+    r.flags |= HAS_SPAN_ID
+    q = our_annotation(p, end, A_PARENT_ID, F_ANNOTATION_UINT, &r.parent)
+    if q != NULL:
+        p, r.flags = q, r.flags | HAS_PARENT
+    p = our_annotation(p, end, A_DEPTH, F_ANNOTATION_INT, &v)
+    if p == NULL or <int64_t>v < -2147483648 or <int64_t>v > 2147483647:
+        return NULL
+    r.depth, r.flags = <int64_t>v, r.flags | HAS_DEPTH
+    q = our_annotation(p, end, A_ARG, F_ANNOTATION_INT, &v)
+    if q != NULL:
+        p, r.argv, r.flags = q, <int64_t>v, r.flags | HAS_ARG
+    q = our_annotation(p, end, A_ERROR, F_ANNOTATION_BOOL, &v)
+    if q != NULL:
+        p, r.flags = q, r.flags | (ERROR if v else 0)
+    # Flows (TrackEvent.flow_ids, terminating_flow_ids: fixed64), which the decoder skips.
+    if end - p >= 10 and p[0] == 0xF9 and p[1] == 0x02:
+        p += 10
+    if end - p >= 10 and p[0] == 0x81 and p[1] == 0x03:
+        p += 10
+    return p
+
+
 @cython.final  # direct calls between its parts (no vtable), which the C compiler inlines
 cdef class Decoder:
     """Reads a trace block by block (never the whole file) into span columns: each
     opening event becomes a row when it is read, each SLICE_END closes the last slice open
     on its track. Descriptors and interned strings are kept as Python objects (few)."""
-    # Row columns (malloc'd, grown by realloc: large blocks move by remapping, not copying)
+    # Row columns (in ``buffers``: see ``grow``)
     cdef int64_t* start
     cdef int64_t* end
+    cdef int64_t* duration
     cdef uint64_t* span_id
     cdef uint64_t* parent_id
     cdef int64_t* arg
@@ -795,6 +831,8 @@ cdef class Decoder:
     cdef int32_t* track
     cdef uint8_t* flags
     cdef Py_ssize_t n, cap
+    cdef list buffers
+    cdef int64_t file_size
     # Tracks with events: uuid, open slices
     cdef Track* tracks
     cdef Py_ssize_t n_tracks, tracks_cap
@@ -803,8 +841,13 @@ cdef class Decoder:
     cdef uint64_t last_track_uuid
     # Annotation iid -> meaning (A_*), 0 unknown; ids beyond the array in a dict.
     cdef uint8_t annotation_kind[64]
+    # Annotation ids 1-5 mean span_id, parent_id, depth, arg and error, as on every sequence
+    # our encoder writes: only then may a packet take the fast path (``our_packet``).
+    cdef bint ours
     cdef public dict names, categories, annotation_names, renamed, processes, threads
     cdef public int64_t offset
+    #: How many packets took the fast path (``our_packet``).
+    cdef readonly int64_t our_packets
 
     def __cinit__(self):
         self.cap = 0
@@ -819,8 +862,6 @@ cdef class Decoder:
 
     def __dealloc__(self):
         cdef Py_ssize_t i
-        free(self.start); free(self.end); free(self.span_id); free(self.parent_id); free(self.arg)
-        free(self.depth); free(self.name); free(self.category); free(self.track); free(self.flags)
         for i in range(self.n_tracks):
             free(self.tracks[i].stack)
         free(self.tracks)
@@ -832,19 +873,49 @@ cdef class Decoder:
 
     # ------------------------------------------------------------------ storage
 
-    cdef int grow(self) except -1:
-        cdef Py_ssize_t cap = self.cap * 2 if self.cap else 4096
-        self.start = <int64_t*>_realloc(self.start, cap * 8)
-        self.end = <int64_t*>_realloc(self.end, cap * 8)
-        self.span_id = <uint64_t*>_realloc(self.span_id, cap * 8)
-        self.parent_id = <uint64_t*>_realloc(self.parent_id, cap * 8)
-        self.arg = <int64_t*>_realloc(self.arg, cap * 8)
-        self.depth = <int32_t*>_realloc(self.depth, cap * 4)
-        self.name = <uint32_t*>_realloc(self.name, cap * 4)
-        self.category = <uint32_t*>_realloc(self.category, cap * 4)
-        self.track = <int32_t*>_realloc(self.track, cap * 4)
-        self.flags = <uint8_t*>_realloc(self.flags, cap)
+    cdef void** slot(self, int column) noexcept:
+        """Where the pointer to column ``column`` (its index in ``COLUMNS``) is kept."""
+        if column == 0: return <void**>&self.start
+        if column == 1: return <void**>&self.end
+        if column == 2: return <void**>&self.duration
+        if column == 3: return <void**>&self.span_id
+        if column == 4: return <void**>&self.parent_id
+        if column == 5: return <void**>&self.arg
+        if column == 6: return <void**>&self.depth
+        if column == 7: return <void**>&self.name
+        if column == 8: return <void**>&self.category
+        if column == 9: return <void**>&self.track
+        return <void**>&self.flags
+
+    cdef int grow(self, Py_ssize_t rows=0) except -1:
+        """Room for ``rows`` rows (0: twice as many as now). The columns live in buffers of
+        Arrow's memory pool, which become the table's own (no copy), and which the pool
+        keeps for the next load rather than handing the pages back to the system (a new
+        page costs a fault and its zeroing: most of a load's time once the packets are
+        read fast)."""
+        cdef Py_ssize_t cap = rows if rows > self.cap else (self.cap * 2 if self.cap else 4096)
+        cdef int i
+        cdef void** slot
+        buffers = []
+        for i in range(len(COLUMNS)):
+            itemsize = COLUMNS[i][1]
+            buffer = pa.allocate_buffer(cap * itemsize)
+            slot = self.slot(i)
+            address = <uintptr_t>buffer.address
+            if self.n:
+                memcpy(<void*>address, slot[0], self.n * itemsize)
+            slot[0] = <void*>address
+            buffers.append(buffer)
+        self.buffers = buffers
         self.cap = cap
+        return 0
+
+    cdef int reserve(self, spans) except -1:
+        """Room for the rows our encoder says the trace holds (its ``hotspan.spans`` label),
+        before the first is read: no column copied as it grows. A count the file's size
+        cannot hold (a span takes more than 16 bytes) is not believed."""
+        if spans is not None and spans.isdigit() and self.n == 0 and int(spans) <= self.file_size // 16:
+            self.grow(int(spans))
         return 0
 
     cdef inline int64_t track_of(self, uint64_t uuid) except -1:
@@ -888,6 +959,7 @@ cdef class Decoder:
         if buf == NULL:
             raise MemoryError()
         self.offset = 0
+        self.file_size = file_size
         try:
             while True:
                 while not eof and have < cap:
@@ -940,6 +1012,56 @@ cdef class Decoder:
                 raise CodecError(f"{self.tracks[t].depth} slice(s) on track {self.tracks[t].uuid} begin and never end")
 
     cdef inline int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+        """One TracePacket: our encoder's span packets by the fast path, any other by the
+        general one (every field by its tag, in any order)."""
+        if self.ours and self.our_packet(p, end):
+            self.our_packets += 1
+            return 0
+        return self.any_packet(p, end, base)
+
+    cdef inline int our_packet(self, const uint8_t* p, const uint8_t* end) except -1:
+        """A packet in the exact layout our encoder writes (``put_begin``, ``put_end``): a
+        timestamp, a TrackEvent, the sequence id and its flags, each once and in that order,
+        the event's own fields likewise (``our_event``), read straight through without the
+        general tag dispatch. 1 when it was one (its row stored or closed as the general
+        path does); 0, with nothing changed, for any other packet, even a valid one: the
+        general path reads it (or says what is wrong with it)."""
+        cdef uint64_t ts, length, sequence
+        cdef const uint8_t* event_end
+        cdef const uint8_t* q
+        cdef Slice f
+        cdef Row r
+        if end - p < 12 or p[0] != F_TIMESTAMP << 3:
+            return 0
+        p = get_varint(p + 1, end, &ts)
+        if p == NULL or ts > <uint64_t>0x7FFFFFFFFFFFFFFF or end - p < 8 or p[0] != (F_TRACK_EVENT << 3) | 2:
+            return 0
+        p = get_varint(p + 1, end, &length)
+        if p == NULL or end - p < 4 or length > <uint64_t>(end - p - 4) or length < 4:
+            return 0
+        event_end = p + length
+        # The packet's tail: the sequence id (any: the decoder keeps one table of interned
+        # strings for the whole trace) and the flags our events carry.
+        if event_end[0] != F_SEQUENCE_ID << 3:
+            return 0
+        q = get_varint(event_end + 1, end, &sequence)
+        if q == NULL or end - q != 2 or q[0] != F_SEQUENCE_FLAGS << 3 or q[1] != NEEDS_STATE:
+            return 0
+        if p[0] != F_EVENT_TYPE << 3 or p[2] != F_EVENT_TRACK_UUID << 3:
+            return 0
+        f.kind = p[1]
+        p = get_varint(p + 3, event_end, &f.track_uuid)
+        if p == NULL:
+            return 0
+        if f.kind == SLICE_END:
+            return p == event_end and self.close_slice(self.track_of(f.track_uuid), <int64_t>ts)
+        if (f.kind != SLICE_BEGIN and f.kind != INSTANT) or our_event(p, event_end, &f, &r) != event_end:
+            return 0
+        self.add_slice(&f, &r, <int64_t>ts, self.track_of(f.track_uuid))
+        return 1
+
+    cdef inline int any_packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+        """A packet of any valid layout: its fields found by their tags."""
         cdef uint64_t tag, v, ts = 0
         cdef bint has_ts = False
         cdef const uint8_t* event = NULL
@@ -1162,7 +1284,6 @@ cdef class Decoder:
         cdef Slice f
         cdef Row r
         cdef Py_ssize_t t, i
-        cdef int64_t open_row
         cdef Track* track
         # Every field but the annotation pointers (only the first n_ann are read): a
         # memset of the whole struct was most of the cost of an event.
@@ -1178,13 +1299,9 @@ cdef class Decoder:
         t = self.track_of(f.track_uuid)
         track = &self.tracks[t]
         if f.kind == SLICE_END:
-            if track.depth == 0:
-                self.fail(f"a slice ends on track {f.track_uuid} that never began", end, base)
-            track.depth -= 1
-            open_row = track.stack[track.depth]
-            if ts < self.start[open_row]:
-                self.fail("a slice ends before it begins", end, base)
-            self.end[open_row] = ts
+            if not self.close_slice(t, ts):
+                self.fail(f"a slice ends on track {f.track_uuid} that never began" if track.depth == 0
+                          else "a slice ends before it begins", end, base)
             return 0
         if f.kind != SLICE_BEGIN and f.kind != INSTANT:
             self.fail(f"a track event of type {f.kind} (not a trace hotspan wrote?)", end, base)
@@ -1201,6 +1318,17 @@ cdef class Decoder:
         self.add_slice(&f, &r, ts, t)
         return 0
 
+    cdef inline bint close_slice(self, Py_ssize_t t, int64_t ts) noexcept:
+        """The last slice open on track t ends at ``ts``; False (nothing changed) when none
+        is open there or it began after ``ts``."""
+        cdef Track* track = &self.tracks[t]
+        if track.depth == 0 or ts < self.start[track.stack[track.depth - 1]]:
+            return False
+        track.depth -= 1
+        self.end[track.stack[track.depth]] = ts
+        self.duration[track.stack[track.depth]] = ts - self.start[track.stack[track.depth]]
+        return True
+
     cdef inline int add_slice(self, Slice* f, Row* r, int64_t ts, Py_ssize_t t) except -1:
         """The row of a slice's begin (kept open on its track) or of an instant."""
         cdef Py_ssize_t row
@@ -1212,6 +1340,7 @@ cdef class Decoder:
         self.n += 1
         self.start[row] = ts
         self.end[row] = ts  # an instant ends where it starts; a slice's end comes later
+        self.duration[row] = 0
         self.span_id[row] = r.span
         self.parent_id[row] = r.parent
         self.arg[row] = r.argv
@@ -1300,6 +1429,9 @@ cdef class Decoder:
                 self.fail(f"interned id {iid} means two strings (not a trace hotspan wrote?)", at, base)
             if table is self.annotation_names and iid < 64:
                 self.annotation_kind[iid] = value[0]
+        self.ours = (self.annotation_kind[A_SPAN_ID] == A_SPAN_ID and self.annotation_kind[A_PARENT_ID] == A_PARENT_ID
+                     and self.annotation_kind[A_DEPTH] == A_DEPTH and self.annotation_kind[A_ARG] == A_ARG
+                     and self.annotation_kind[A_ERROR] == A_ERROR)
         return 0
 
     cdef int descriptor(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
@@ -1322,6 +1454,7 @@ cdef class Decoder:
                     "meta": labels.get("hotspan.meta"),
                     "spans": labels.get("hotspan.spans"),
                 }
+                self.reserve(labels.get("hotspan.spans"))
             elif thread is not None:
                 body = parse_fields(thread)
                 self.threads[uuid] = {
@@ -1341,35 +1474,18 @@ cdef class Decoder:
         """The rows read, as numpy arrays over the decoder's own buffers (no copy), and
         per row the index of its track in ``track_uuids``."""
         cdef Py_ssize_t n = self.n
+        cdef int i
+        if self.buffers is None:
+            self.grow(1)
         result = {}
-        for key, itemsize, dtype in (("start", 8, np.int64), ("end", 8, np.int64), ("span_id", 8, np.uint64),
-                                     ("parent_id", 8, np.uint64), ("arg", 8, np.int64), ("depth", 4, np.int32),
-                                     ("name", 4, np.uint32), ("category", 4, np.uint32), ("track", 4, np.int32),
-                                     ("flags", 1, np.uint8)):
-            result[key] = np.frombuffer(self._take(key, n * itemsize), dtype)
+        for i in range(len(COLUMNS)):
+            key, itemsize, dtype = COLUMNS[i]
+            result[key] = np.frombuffer(self.buffers[i], dtype, count=n)
+            self.slot(i)[0] = NULL
         result["track_uuids"] = np.array([self.tracks[i].uuid for i in range(self.n_tracks)], np.uint64)
         self.n = self.cap = 0
+        self.buffers = None
         return result
-
-    cdef _Column _take(self, str key, Py_ssize_t size):
-        cdef _Column column = _Column()
-        cdef void** slot
-        if key == "start": slot = <void**>&self.start
-        elif key == "end": slot = <void**>&self.end
-        elif key == "span_id": slot = <void**>&self.span_id
-        elif key == "parent_id": slot = <void**>&self.parent_id
-        elif key == "arg": slot = <void**>&self.arg
-        elif key == "depth": slot = <void**>&self.depth
-        elif key == "name": slot = <void**>&self.name
-        elif key == "category": slot = <void**>&self.category
-        elif key == "track": slot = <void**>&self.track
-        else: slot = <void**>&self.flags
-        column.data = realloc(slot[0], size if size else 1)  # give back the unused capacity
-        if column.data == NULL:
-            column.data = slot[0]
-        slot[0] = NULL
-        column.size = size
-        return column
 
 
 # --------------------------------------------------------------------------- lookups
