@@ -65,6 +65,9 @@ def encode(
     first_thread_uuid: int,
     progress: Any = None,
 ) -> Any: ...
+def track_columns(
+    track: _Buffer, pid: _Buffer, rank: _Buffer, tid: _Buffer, name: _Buffer
+) -> list[Any]: ...  # four pyarrow.Buffer: int64, int32, int64, int32
 def lookup_codes(iids: _Buffer, lookup: _Buffer, flags: _Buffer, flag: int) -> Any: ...
 def parse_fields(data: bytes) -> list[tuple[int, int | bytes]]: ...
 def _one(

@@ -1491,6 +1491,35 @@ cdef class Decoder:
 # --------------------------------------------------------------------------- lookups
 
 
+def track_columns(const int32_t[::1] track, const int64_t[::1] pid, const int32_t[::1] rank,
+                  const int64_t[::1] tid, const int32_t[::1] name):
+    """Per row its track's pid, rank, thread id and thread name code (``pid[track[row]]``
+    and so on), in one pass, as four buffers of Arrow's pool (int64, int32, int64, int32)
+    that become the table's columns. ValueError for a track past the tables."""
+    cdef Py_ssize_t n = track.shape[0], tracks = pid.shape[0], i, bad = -1
+    cdef int32_t t
+    if rank.shape[0] != tracks or tid.shape[0] != tracks or name.shape[0] != tracks:
+        raise ValueError("track_columns: per-track tables of different lengths")
+    buffers = [pa.allocate_buffer(max(n, 1) * size) for size in (8, 4, 8, 4)]
+    cdef int64_t* row_pid = <int64_t*><uintptr_t>buffers[0].address
+    cdef int32_t* row_rank = <int32_t*><uintptr_t>buffers[1].address
+    cdef int64_t* row_tid = <int64_t*><uintptr_t>buffers[2].address
+    cdef int32_t* row_name = <int32_t*><uintptr_t>buffers[3].address
+    with nogil:
+        for i in range(n):
+            t = track[i]
+            if t < 0 or t >= tracks:
+                bad = i
+                break
+            row_pid[i] = pid[t]
+            row_rank[i] = rank[t]
+            row_tid[i] = tid[t]
+            row_name[i] = name[t]
+    if bad >= 0:
+        raise ValueError(f"track_columns: row {bad} names track {track[bad]}, not one of {tracks}")
+    return buffers
+
+
 def lookup_codes(uint32_t[::1] iids, const int32_t[::1] lookup, const uint8_t[::1] flags, int flag):
     """Replace each interned id by ``lookup[iid]`` in place (the buffer becomes the int32
     dictionary codes; ids past the table map to its last slot, -1). Rows whose flags lack
