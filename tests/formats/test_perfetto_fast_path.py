@@ -304,3 +304,55 @@ def test_bad_packets_in_our_layout_say_what_the_general_path_says(events, fragme
     with pytest.raises(TraceFileError) as error:
         load(path)
     assert fragment in str(error.value) and str(path) in str(error.value)
+
+
+# --------------------------------------------------------------------------- the columns' room
+
+
+def test_the_written_span_count_sizes_the_columns_once(spans, ours):
+    """Our files say how many spans they hold: the decoder makes room for exactly those
+    before the first row (no column copied as it grows)."""
+    decoder = decoded(ours)
+    columns = decoder.columns()
+    assert len(columns["start"]) == spans.num_rows
+    assert columns["start"].base.size == 8 * spans.num_rows  # the buffer under the column
+
+
+@pytest.mark.parametrize("claimed", [10**12, 2**63 - 1])
+def test_a_span_count_the_file_cannot_hold_is_not_believed(claimed, tmp_path):
+    """A label claiming more spans than the file's bytes could hold reserves nothing (no
+    huge allocation); the load reads what is there and says the rest is missing."""
+    descriptors = codec.packet(
+        b(
+            60,
+            v(1, 1)
+            + b(
+                3,
+                v(1, 42)
+                + b(8, "hotspan.rank=0")
+                + b(8, "hotspan.pid=42")
+                + b(8, f"hotspan.spans={claimed}"),
+            ),
+        )
+        + v(10, 1)
+    ) + codec.packet(b(60, v(1, 2) + v(5, 1) + b(4, v(1, 42) + v(2, 43) + b(5, "w"))) + v(10, 1))
+    path = tmp_path / "claims.pftrace"
+    path.write_bytes(descriptors + INTERNED + begin(100, 7) + ours_event(200, 2))
+    with pytest.warns(UserWarning, match="missing"):
+        table = load(path)
+    assert table.column("span_id").to_pylist() == [7]
+
+
+def test_track_columns_refuses_a_track_past_its_tables():
+    import numpy as np
+
+    one = (
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int32),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int32),
+    )
+    pid, rank, tid, name = codec.track_columns(np.array([0, 0], np.int32), *one)
+    assert pid.size >= 16 and rank.size >= 8
+    with pytest.raises(ValueError, match="row 1 names track 1"):
+        codec.track_columns(np.array([0, 1], np.int32), *one)

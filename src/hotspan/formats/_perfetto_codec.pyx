@@ -947,66 +947,62 @@ cdef class Decoder:
     # ------------------------------------------------------------------ the stream
 
     def read(self, int fd, Py_ssize_t block_size, int64_t file_size):
-        """Every packet of the file open on ``fd``, ``block_size`` bytes at a time."""
+        """Every packet of the file open on ``fd``, ``block_size`` bytes at a time (into a
+        buffer of Arrow's pool: pages the last load touched, not new ones to fault in)."""
         cdef Py_ssize_t cap = max(block_size, 64)
-        cdef uint8_t* buf = <uint8_t*>malloc(cap)
+        block = pa.allocate_buffer(cap)
+        cdef uint8_t* buf = <uint8_t*><uintptr_t>block.address
         cdef Py_ssize_t have = 0, pos, r, header
         cdef const uint8_t* p
         cdef uint64_t length
         cdef bint eof = False
-        cdef void* q
         cdef Py_ssize_t t
-        if buf == NULL:
-            raise MemoryError()
         self.offset = 0
         self.file_size = file_size
-        try:
-            while True:
-                while not eof and have < cap:
-                    with nogil:
-                        r = c_read(fd, buf + have, cap - have)
-                    if r < 0:
-                        if errno == EINTR:
-                            continue
-                        raise OSError(errno, os.strerror(errno))
-                    if r == 0:
-                        eof = True
-                    have += r
-                pos = 0
-                while pos < have:
-                    if buf[pos] != 0x0A:
-                        self.fail("not a TracePacket (not a Perfetto trace?)", buf + pos, buf)
-                    p = get_varint(buf + pos + 1, buf + have, &length)
-                    if p == NULL:
-                        if have - pos > 11:
-                            self.fail("a packet length that is not a varint", buf + pos, buf)
-                        break  # the length continues in the next block
-                    header = p - (buf + pos)
-                    if length > <uint64_t>(file_size - (self.offset + pos + header)):
-                        self.fail(f"truncated: a packet of {length} bytes runs past the end of the file",
-                                  buf + pos, buf)
-                    if length > MAX_PACKET_BYTES:
-                        self.fail(f"a packet of {length} bytes (more than {MAX_PACKET_BYTES})", buf + pos, buf)
-                    if pos + header + <Py_ssize_t>length > have:
-                        if pos == 0 and header + <Py_ssize_t>length > cap:
-                            cap = header + <Py_ssize_t>length  # one packet larger than a block
-                            q = realloc(buf, cap)
-                            if q == NULL:
-                                raise MemoryError()
-                            buf = <uint8_t*>q
-                        break
-                    self.packet(p, p + length, buf)
-                    pos += header + <Py_ssize_t>length
-                if pos:
-                    memmove(buf, buf + pos, have - pos)
-                    have -= pos
-                    self.offset += pos
-                if eof and (have == 0 or pos == 0):
-                    if have:
-                        self.fail("truncated: the last packet runs past the end of the file", buf, buf)
+        while True:
+            while not eof and have < cap:
+                with nogil:
+                    r = c_read(fd, buf + have, cap - have)
+                if r < 0:
+                    if errno == EINTR:
+                        continue
+                    raise OSError(errno, os.strerror(errno))
+                if r == 0:
+                    eof = True
+                have += r
+            pos = 0
+            while pos < have:
+                if buf[pos] != 0x0A:
+                    self.fail("not a TracePacket (not a Perfetto trace?)", buf + pos, buf)
+                p = get_varint(buf + pos + 1, buf + have, &length)
+                if p == NULL:
+                    if have - pos > 11:
+                        self.fail("a packet length that is not a varint", buf + pos, buf)
+                    break  # the length continues in the next block
+                header = p - (buf + pos)
+                if length > <uint64_t>(file_size - (self.offset + pos + header)):
+                    self.fail(f"truncated: a packet of {length} bytes runs past the end of the file",
+                              buf + pos, buf)
+                if length > MAX_PACKET_BYTES:
+                    self.fail(f"a packet of {length} bytes (more than {MAX_PACKET_BYTES})", buf + pos, buf)
+                if pos + header + <Py_ssize_t>length > have:
+                    if pos == 0 and header + <Py_ssize_t>length > cap:
+                        cap = header + <Py_ssize_t>length  # one packet larger than a block
+                        bigger = pa.allocate_buffer(cap)
+                        memcpy(<void*><uintptr_t>bigger.address, buf, have)
+                        buf = <uint8_t*><uintptr_t>bigger.address
+                        block = bigger  # the smaller one freed only now
                     break
-        finally:
-            free(buf)
+                self.packet(p, p + length, buf)
+                pos += header + <Py_ssize_t>length
+            if pos:
+                memmove(buf, buf + pos, have - pos)
+                have -= pos
+                self.offset += pos
+            if eof and (have == 0 or pos == 0):
+                if have:
+                    self.fail("truncated: the last packet runs past the end of the file", buf, buf)
+                break
         for t in range(self.n_tracks):
             if self.tracks[t].depth:
                 raise CodecError(f"{self.tracks[t].depth} slice(s) on track {self.tracks[t].uuid} begin and never end")
