@@ -2,7 +2,8 @@
 layout, are read straight through; any other valid packet (fields reordered, fields we do
 not know, annotation ids that mean something else, a varint in more bytes than it needs)
 takes the general path, and the table is the same either way. A bad packet in our layout
-is refused with the general path's own words."""
+is refused with the general path's own words. And the encoder's shortcut: no flow columns
+to read when no row has a flow, the same bytes."""
 
 from __future__ import annotations
 
@@ -356,3 +357,46 @@ def test_track_columns_refuses_a_track_past_its_tables():
     assert pid.size >= 16 and rank.size >= 8
     with pytest.raises(ValueError, match="row 1 names track 1"):
         codec.track_columns(np.array([0, 1], np.int32), *one)
+
+
+# --------------------------------------------------------------------------- the encoder's flows
+
+
+def encoded(tmp_path, flow_out, flow_in) -> bytes:
+    """Two rows (a span and an instant inside it) through ``codec.encode`` with the given
+    flow columns."""
+    import numpy as np
+
+    def a(values, dtype):
+        return np.array(values, dtype)
+
+    path = tmp_path / "flows.pftrace"
+    with open(path, "wb") as sink:
+        codec.encode(
+            sink.fileno(), b"", 1 << 16,
+            a([100, 150], np.int64), a([100, 0], np.int64), a([0, 1], np.int32),
+            a([1, 2], np.uint64), a([0, 1], np.uint64), a([0, 1], np.uint8),
+            a([0, 0], np.int64), a([0, 0], np.uint8), a([0, 0], np.uint8),
+            flow_out, flow_in,
+            a([0, 0], np.int32), a([-1, -1], np.int32), a([0, 0], np.int32),
+            a([0, 0], np.int32), a([0], np.int32), [b"a"], [], [b"t"], 2,
+        )  # fmt: skip
+    return path.read_bytes()
+
+
+def test_no_flow_columns_write_what_columns_of_zeros_write(tmp_path):
+    """A table without flows (most) hands the encoder empty flow columns, which it then
+    never reads: the same bytes as columns of zeros; a flow still comes out where one is."""
+    import numpy as np
+
+    zeros = encoded(tmp_path, np.zeros(2, np.uint64), np.zeros(2, np.uint64))
+    assert encoded(tmp_path, np.zeros(0, np.uint64), np.zeros(0, np.uint64)) == zeros
+    one = encoded(tmp_path, np.array([7, 0], np.uint64), np.zeros(2, np.uint64))
+    assert b"\xf9\x02" + (7).to_bytes(8, "little") in one and len(one) == len(zeros) + 10
+
+
+def test_flow_columns_of_another_length_are_refused(tmp_path):
+    import numpy as np
+
+    with pytest.raises(ValueError, match="a value per row, or none"):
+        encoded(tmp_path, np.zeros(2, np.uint64), np.zeros(0, np.uint64))

@@ -85,6 +85,8 @@ class PerfettoExporter(Exporter):
         arg, has_arg = nullable_values(table, "arg", np.int64)
         flow_out, flow_in = device_flows(table)  # host span -> its device row
         collective_flows(table, flow_out, flow_in)  # the ranks' spans of one collective
+        if not (flow_out.any() or flow_in.any()):  # none (most tables): the codec reads none
+            flow_out, flow_in = flow_out[:0], flow_in[:0]
         with open(path, "wb") as sink, Progress(n, f"writing {path.name}") as progress:
             codec.encode(
                 sink.fileno(),

@@ -464,7 +464,8 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     codes into ``names``/``categories``/``thread_names`` (bytes; category -1: none), and
     ``own_name`` per thread its name (a row with another carries it as an annotation).
     ``flow_out``/``flow_in``: per row the id of a flow that starts / ends at its slice
-    (0: none): the arrow from a host span to its device row.
+    (0: none): the arrow from a host span to its device row; both empty: no row has one
+    (the usual table: two columns of zeros the loop then never reads).
     """
     cdef Py_ssize_t n = start.shape[0]
     cdef _Out out = _Out(fd, buffer_size)
@@ -478,8 +479,12 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
         if n >= 0xFFFFFFFF:
             raise ValueError("a Perfetto export holds at most 4,294,967,294 spans")
         s = Spans(&start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &has_parent[0],
-                  &arg[0], &has_arg[0], &error[0], &flow_out[0], &flow_in[0], &name[0], &category[0],
+                  &arg[0], &has_arg[0], &error[0], NULL, NULL, &name[0], &category[0],
                   &thread[0], &thread_name[0], &own_name[0])
+        if flow_out.shape[0] or flow_in.shape[0]:
+            if flow_out.shape[0] != n or flow_in.shape[0] != n:
+                raise ValueError("encode: flow_out and flow_in hold a value per row, or none")
+            s.flow_out, s.flow_in = &flow_out[0], &flow_in[0]
         events = _Events(out, names, categories, thread_names, first_thread_uuid)
         events.s = s
         # Trace order (shared with the Chrome JSON codec, ``_trace_order.pxd``): the
@@ -676,6 +681,8 @@ cdef inline uint8_t* put_annotations(uint8_t* p, const Spans* s, Py_ssize_t i, c
     # Flows as TrackEvent.flow_ids (47) / terminating_flow_ids (48), fixed64 (wire
     # type 1): the two-byte tags precomputed, the id copied little-endian (the
     # protobuf order, and every platform's we build for).
+    if s.flow_out == NULL:
+        return p
     if s.flow_out[i]:
         p[0] = 0xF9
         p[1] = 0x02
