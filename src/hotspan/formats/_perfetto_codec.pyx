@@ -921,7 +921,8 @@ cdef class Decoder:
         """Room for the rows our encoder says the trace holds (its ``hotspan.spans`` label),
         before the first is read: no column copied as it grows. A count the file's size
         cannot hold (a span takes more than 16 bytes) is not believed."""
-        if spans is not None and spans.isdigit() and self.n == 0 and int(spans) <= self.file_size // 16:
+        if (spans is not None and spans.isdigit() and self.n == 0
+                and self.cap < int(spans) <= self.file_size // 16):
             self.grow(int(spans))
         return 0
 
