@@ -851,12 +851,14 @@ cdef class Decoder:
     # Annotation ids 1-5 mean span_id, parent_id, depth, arg and error, as on every sequence
     # our encoder writes: only then may a packet take the fast path (``our_packet``).
     cdef bint ours
+    cdef bint fast  # False: every packet by the general path (tests compare the two)
     cdef public dict names, categories, annotation_names, renamed, processes, threads
     cdef public int64_t offset
     #: How many packets took the fast path (``our_packet``).
     cdef readonly int64_t our_packets
 
-    def __cinit__(self):
+    def __cinit__(self, bint fast=True):
+        self.fast = fast
         self.cap = 0
         self.n = 0
         self.tracks_cap = 0
@@ -1018,7 +1020,7 @@ cdef class Decoder:
     cdef inline int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
         """One TracePacket: our encoder's span packets by the fast path, any other by the
         general one (every field by its tag, in any order)."""
-        if self.ours and self.our_packet(p, end):
+        if self.ours and self.fast and self.our_packet(p, end):
             self.our_packets += 1
             return 0
         return self.any_packet(p, end, base)
