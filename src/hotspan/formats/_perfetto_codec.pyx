@@ -24,6 +24,13 @@ Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field
   instance (``codec_inputs.collective_flows``) one flow, ``flow_ids`` on each but the last
   to start, ``terminating_flow_ids`` on the last: a chain in arrival order.
 
+The decoder reads a packet in exactly the layout the encoder writes (``put_begin``,
+``put_end``: each field once, in that order, under our annotation ids) by a fast path
+(``our_packet``), and any other packet, valid or not, by the general path, field by tag
+(``any_packet``): both store rows through the same ``add_slice``/``close_slice``, and
+``Decoder(fast=False)`` reads by the general path alone (the tests compare the two). Its
+columns are buffers of Arrow's memory pool, handed to the table without a copy.
+
 The codec only receives buffers: the caller (``formats/_perfetto.py``) turns the table's
 columns into contiguous numpy arrays and back. Every read is bounds-checked: a bad file is a
 :class:`CodecError` (a ``ValueError``) with the byte offset, never a crash.
