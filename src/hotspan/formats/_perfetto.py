@@ -85,6 +85,8 @@ class PerfettoExporter(Exporter):
         arg, has_arg = nullable_values(table, "arg", np.int64)
         flow_out, flow_in = device_flows(table)  # host span -> its device row
         collective_flows(table, flow_out, flow_in)  # the ranks' spans of one collective
+        if not (flow_out.any() or flow_in.any()):  # none (most tables): the codec reads none
+            flow_out, flow_in = flow_out[:0], flow_in[:0]
         with open(path, "wb") as sink, Progress(n, f"writing {path.name}") as progress:
             codec.encode(
                 sink.fileno(),
@@ -278,7 +280,7 @@ def _table(decoder: codec.Decoder, path: Path) -> pa.Table:
         return SPAN_SCHEMA.with_metadata(metadata or None).empty_table()
     thread = _thread_columns(decoder, columns.pop("track_uuids"), columns.pop("track"), fail)
     flags = columns.pop("flags")
-    start, end = columns.pop("start"), columns.pop("end")
+    start, end, duration = columns.pop("start"), columns.pop("end"), columns.pop("duration")
 
     def bits(flag: int) -> pa.Buffer:
         """The rows' flag as an Arrow bitmap (validity or booleans), without a copy of
@@ -290,23 +292,24 @@ def _table(decoder: codec.Decoder, path: Path) -> pa.Table:
         "parent_id": pa.Array.from_buffers(
             pa.uint64(), n, [bits(codec.ROW_HAS_PARENT), pa.py_buffer(columns.pop("parent_id"))]
         ),
-        "name": _strings(columns.pop("name"), decoder.names, flags, 0, "name", fail),
+        "name": _strings(columns.pop("name"), decoder.names, flags, 0, None, "name", fail),
         "category": _strings(
             columns.pop("category"),
             decoder.categories,
             flags,
             codec.ROW_HAS_CATEGORY,
+            bits(codec.ROW_HAS_CATEGORY),
             "category",
             fail,
         ),
         "start_ns": pa.array(start, pa.int64()),
         "end_ns": pa.array(end, pa.int64()),
-        "duration_ns": pa.array(end - start, pa.int64()),
+        "duration_ns": pa.array(duration, pa.int64()),
         "depth": pa.array(columns.pop("depth"), pa.int32()),
-        "thread_id": pa.array(thread["tid"], pa.int64()),
+        "thread_id": thread["tid"],
         "thread_name": thread["name"],
-        "pid": pa.array(thread["pid"], pa.int64()),
-        "rank": pa.array(thread["rank"], pa.int32()),
+        "pid": thread["pid"],
+        "rank": thread["rank"],
         "arg": pa.Array.from_buffers(
             pa.int64(), n, [bits(codec.ROW_HAS_ARG), pa.py_buffer(columns.pop("arg"))]
         ),
@@ -342,7 +345,10 @@ def _thread_columns(
 ) -> dict[str, Any]:
     """Per row: pid, rank, tid (from its track's thread and process descriptors) and the
     thread name (a dictionary array; a renamed span keeps its own)."""
-    pid, rank, tid, name_code = [], [], [], []
+    pid: list[int] = []
+    rank: list[int] = []
+    tid: list[int] = []
+    name_code: list[int] = []
     names: dict[str, int] = {}
     for uuid in track_uuids.tolist():
         thread = decoder.threads.get(uuid)
@@ -357,15 +363,27 @@ def _thread_columns(
         name_code.append(names.setdefault(thread["name"], len(names)))
     if any(not -(1 << 31) <= r <= _INT32_MAX for r in rank):
         raise fail("a rank label out of the int32 range")
-    codes = np.array(name_code, np.int32)[track]
-    for row, text in decoder.renamed.items():
-        codes[row] = names.setdefault(text, len(names))
+    n = len(track)
+    row_pid, row_rank, row_tid, row_name = codec.track_columns(
+        track,
+        np.array(pid, np.int64),
+        np.array(rank, np.int32),
+        np.array(tid, np.int64),
+        np.array(name_code, np.int32),
+    )
+    if decoder.renamed:
+        codes = np.frombuffer(row_name, np.int32, n)
+        for row, text in decoder.renamed.items():
+            codes[row] = names.setdefault(text, len(names))
     return {
-        "pid": np.array(pid, np.int64)[track],
-        "rank": np.array(rank, np.int32)[track],
-        "tid": np.array(tid, np.int64)[track],
-        "name": pa.DictionaryArray.from_arrays(
-            pa.array(codes, pa.int32()), pa.array(list(names), pa.string())
+        "pid": pa.Array.from_buffers(pa.int64(), n, [None, row_pid]),
+        "rank": pa.Array.from_buffers(pa.int32(), n, [None, row_rank]),
+        "tid": pa.Array.from_buffers(pa.int64(), n, [None, row_tid]),
+        "name": pa.DictionaryArray.from_buffers(
+            pa.dictionary(pa.int32(), pa.string()),
+            n,
+            [None, row_name],
+            pa.array(list(names), pa.string()),
         ),
     }
 
@@ -375,11 +393,12 @@ def _strings(
     table: dict[Any, Any],
     flags: np.ndarray,
     flag: int,
+    validity: pa.Buffer | None,
     what: str,
     fail: Callable[[str], TraceFileError],
 ) -> pa.Array:
     """Interned ids as a dictionary array, mapped in place (null where the row's flags
-    lack ``flag``; 0: none is null)."""
+    lack ``flag``, which ``validity`` says as a bitmap; 0, None: none is null)."""
     keys = np.array(sorted(table), np.int64)
     dictionary = pa.array([table[k] for k in keys.tolist()], pa.string())
     # iid -> dictionary index, one slot past the largest for ids never interned. Our iids
@@ -394,6 +413,9 @@ def _strings(
     missing = codec.lookup_codes(iids, lookup, flags, flag)
     if missing >= 0:
         raise fail(f"an event's {what} is an interned id never defined")
-    codes = iids.view(np.int32)
-    mask = None if not flag else (flags & flag) == 0
-    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=mask), dictionary)
+    return pa.DictionaryArray.from_buffers(
+        pa.dictionary(pa.int32(), pa.string()),
+        len(iids),
+        [validity, pa.py_buffer(iids)],
+        dictionary,
+    )

@@ -14,6 +14,7 @@ class CodecError(ValueError):
     """A byte stream that is not a Perfetto trace this codec reads."""
 
 ANNOTATIONS: tuple[str, ...]
+COLUMNS: tuple[tuple[str, int, Any], ...]
 ROW_HAS_PARENT: int
 ROW_HAS_ARG: int
 ROW_HAS_CATEGORY: int
@@ -64,6 +65,9 @@ def encode(
     first_thread_uuid: int,
     progress: Any = None,
 ) -> Any: ...
+def track_columns(
+    track: _Buffer, pid: _Buffer, rank: _Buffer, tid: _Buffer, name: _Buffer
+) -> list[Any]: ...  # four pyarrow.Buffer: int64, int32, int64, int32
 def lookup_codes(iids: _Buffer, lookup: _Buffer, flags: _Buffer, flag: int) -> Any: ...
 def parse_fields(data: bytes) -> list[tuple[int, int | bytes]]: ...
 def _one(
@@ -87,9 +91,6 @@ class _Events:
         first_thread_uuid: int,
     ) -> None: ...
 
-class _Column:
-    """A malloc'd buffer handed to numpy/pyarrow without a copy."""
-
 class Decoder:
     """Reads a trace block by block into span columns."""
 
@@ -100,6 +101,7 @@ class Decoder:
     processes: dict[Any, Any]
     threads: dict[Any, Any]
     offset: int
-    def __init__(self) -> None: ...
+    our_packets: int  # read-only: the packets read by the fast path of our own layout
+    def __init__(self, fast: bool = True) -> None: ...  # False: the general path only
     def read(self, fd: int, block_size: int, file_size: int) -> Any: ...
     def columns(self) -> dict[str, npt.NDArray[Any]]: ...

@@ -24,11 +24,18 @@ Wire layout (what :func:`encode` writes and :class:`Decoder` reads, in any field
   instance (``codec_inputs.collective_flows``) one flow, ``flow_ids`` on each but the last
   to start, ``terminating_flow_ids`` on the last: a chain in arrival order.
 
+The decoder reads a packet in exactly the layout the encoder writes (``put_begin``,
+``put_end``: each field once, in that order, under our annotation ids) by a fast path
+(``our_packet``), and any other packet, valid or not, by the general path, field by tag
+(``any_packet``): both store rows through the same ``add_slice``/``close_slice``, and
+``Decoder(fast=False)`` reads by the general path alone (the tests compare the two). Its
+columns are buffers of Arrow's memory pool, handed to the table without a copy.
+
 The codec only receives buffers: the caller (``formats/_perfetto.py``) turns the table's
 columns into contiguous numpy arrays and back. Every read is bounds-checked: a bad file is a
 :class:`CodecError` (a ``ValueError``) with the byte offset, never a crash.
 """
-from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t, INT64_MIN
+from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t, uintptr_t, INT64_MIN
 from libc.string cimport memcpy, memmove, memset
 from libc.stdlib cimport malloc, realloc, free, calloc
 from libc.errno cimport errno, EINTR
@@ -44,6 +51,7 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
 
 
 class CodecError(ValueError):
@@ -92,9 +100,10 @@ cdef enum:
     HAS_DEPTH = 32
     MAX_PACKET_BYTES = 64 << 20
 
-# TrackEvent
-# DebugAnnotation
-# InternedData
+#: The decoder's columns: name, bytes a value, numpy type (Decoder.columns()).
+COLUMNS = (("start", 8, np.int64), ("end", 8, np.int64), ("duration", 8, np.int64), ("span_id", 8, np.uint64),
+           ("parent_id", 8, np.uint64), ("arg", 8, np.int64), ("depth", 4, np.int32), ("name", 4, np.uint32),
+           ("category", 4, np.uint32), ("track", 4, np.int32), ("flags", 1, np.uint8))
 # Debug annotation names (their iids on every sequence we write) and their meaning.
 ANNOTATIONS = ("span_id", "parent_id", "depth", "arg", "error", "thread_name")
 #: Bits of a decoded row's flags (Decoder.columns()["flags"]).
@@ -462,7 +471,8 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
     codes into ``names``/``categories``/``thread_names`` (bytes; category -1: none), and
     ``own_name`` per thread its name (a row with another carries it as an annotation).
     ``flow_out``/``flow_in``: per row the id of a flow that starts / ends at its slice
-    (0: none): the arrow from a host span to its device row.
+    (0: none): the arrow from a host span to its device row; both empty: no row has one
+    (the usual table: two columns of zeros the loop then never reads).
     """
     cdef Py_ssize_t n = start.shape[0]
     cdef _Out out = _Out(fd, buffer_size)
@@ -476,8 +486,12 @@ def encode(int fd, bytes header, Py_ssize_t buffer_size,
         if n >= 0xFFFFFFFF:
             raise ValueError("a Perfetto export holds at most 4,294,967,294 spans")
         s = Spans(&start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &has_parent[0],
-                  &arg[0], &has_arg[0], &error[0], &flow_out[0], &flow_in[0], &name[0], &category[0],
+                  &arg[0], &has_arg[0], &error[0], NULL, NULL, &name[0], &category[0],
                   &thread[0], &thread_name[0], &own_name[0])
+        if flow_out.shape[0] or flow_in.shape[0]:
+            if flow_out.shape[0] != n or flow_in.shape[0] != n:
+                raise ValueError("encode: flow_out and flow_in hold a value per row, or none")
+            s.flow_out, s.flow_in = &flow_out[0], &flow_in[0]
         events = _Events(out, names, categories, thread_names, first_thread_uuid)
         events.s = s
         # Trace order (shared with the Chrome JSON codec, ``_trace_order.pxd``): the
@@ -674,6 +688,8 @@ cdef inline uint8_t* put_annotations(uint8_t* p, const Spans* s, Py_ssize_t i, c
     # Flows as TrackEvent.flow_ids (47) / terminating_flow_ids (48), fixed64 (wire
     # type 1): the two-byte tags precomputed, the id copied little-endian (the
     # protobuf order, and every platform's we build for).
+    if s.flow_out == NULL:
+        return p
     if s.flow_out[i]:
         p[0] = 0xF9
         p[1] = 0x02
@@ -695,9 +711,20 @@ cdef inline const uint8_t* get_varint(const uint8_t* p, const uint8_t* end, uint
     cdef uint64_t v = 0
     cdef int shift = 0
     cdef uint8_t b
+    cdef uint64_t w
     if p < end and p[0] < 0x80:  # most varints in a trace are one byte (tags, small ids)
         out[0] = p[0]
         return p + 1
+    if end - p >= 9:
+        memcpy(&w, p, 8)
+        if (w & <uint64_t>0x8080808080808080) == <uint64_t>0x8080808080808080:
+            # Nine or ten bytes (every timestamp): the first eight groups gathered from one
+            # word (little-endian), as put_varint stores them, rather than a byte a step.
+            v = ((w & 0x7F) | (w >> 1 & 0x3F80) | (w >> 2 & 0x1FC000) | (w >> 3 & 0xFE00000)
+                 | (w >> 4 & <uint64_t>0x7F0000000) | (w >> 5 & <uint64_t>0x3F800000000)
+                 | (w >> 6 & <uint64_t>0x1FC0000000000) | (w >> 7 & <uint64_t>0xFE000000000000))
+            p += 8
+            shift = 56
     while p < end and shift < 70:
         b = p[0]
         p += 1
@@ -707,43 +734,6 @@ cdef inline const uint8_t* get_varint(const uint8_t* p, const uint8_t* end, uint
             return p
         shift += 7
     return NULL
-
-
-cdef class _Column:
-    """A malloc'd buffer handed to numpy/pyarrow without a copy (freed with the last user)."""
-    cdef void* data
-    cdef Py_ssize_t size
-    cdef Py_ssize_t shape0
-    cdef Py_ssize_t stride0
-
-    def __dealloc__(self):
-        free(self.data)
-
-    def __getbuffer__(self, Py_buffer* view, int flags):
-        self.shape0 = self.size
-        self.stride0 = 1
-        view.buf = self.data
-        view.len = self.size
-        view.readonly = 0
-        view.itemsize = 1
-        view.format = "B"
-        view.ndim = 1
-        view.shape = &self.shape0
-        view.strides = &self.stride0
-        view.suboffsets = NULL
-        view.internal = NULL
-        view.obj = self
-
-    def __releasebuffer__(self, Py_buffer* view):
-        pass
-
-
-cdef void* _realloc(void* p, size_t size) except NULL:
-    """realloc, or MemoryError (``p`` stays valid and owned by the caller)."""
-    cdef void* q = realloc(p, size)
-    if q == NULL:
-        raise MemoryError()
-    return q
 
 
 cdef struct Track:
@@ -778,14 +768,74 @@ cdef struct Row:
     uint64_t span, parent
 
 
+cdef inline const uint8_t* our_annotation(const uint8_t* p, const uint8_t* end, uint8_t iid, uint8_t field,
+                                         uint64_t* value) noexcept nogil:
+    """One debug annotation as ``put_annotation`` writes it (its name's iid, then one varint
+    of ``field``): the position after it, or NULL when the bytes at ``p`` are not that."""
+    cdef const uint8_t* a_end
+    cdef uint64_t v
+    if (end - p < 6 or p[0] != (F_EVENT_ANNOTATIONS << 3) | 2 or p[1] >= 0x80
+            or p[2] != F_ANNOTATION_NAME_IID << 3 or p[3] != iid or p[4] != field << 3):
+        return NULL
+    a_end = p + 2 + p[1]
+    if a_end > end or get_varint(p + 5, a_end, &v) != a_end:
+        return NULL
+    value[0] = v
+    return a_end
+
+
+cdef inline const uint8_t* our_event(const uint8_t* p, const uint8_t* end, Slice* f, Row* r) noexcept nogil:
+    """A slice's opening past its type and track, in ``put_begin``'s layout: category,
+    name, the annotations of ``put_annotations`` in its order (span_id, parent_id, depth,
+    arg, error; no thread_name), its flows. Fills ``f`` and ``r`` as ``scan_event`` and
+    ``annotate`` would; the position after it, or NULL where the bytes are not that."""
+    cdef uint64_t v
+    cdef const uint8_t* q
+    r.flags = 0
+    r.parent = r.argv = 0
+    f.category_iid = 0
+    if p < end and p[0] == F_EVENT_CATEGORY_IIDS << 3:
+        p = get_varint(p + 1, end, &f.category_iid)
+        r.flags = HAS_CATEGORY
+    if p == NULL or p >= end or p[0] != F_EVENT_NAME_IID << 3:
+        return NULL
+    p = get_varint(p + 1, end, &f.name_iid)
+    if p == NULL or f.name_iid > <uint64_t>0xFFFFFFFF or f.category_iid > <uint64_t>0xFFFFFFFF:
+        return NULL
+    p = our_annotation(p, end, A_SPAN_ID, F_ANNOTATION_UINT, &r.span)
+    if p == NULL:
+        return NULL
+    r.flags |= HAS_SPAN_ID
+    q = our_annotation(p, end, A_PARENT_ID, F_ANNOTATION_UINT, &r.parent)
+    if q != NULL:
+        p, r.flags = q, r.flags | HAS_PARENT
+    p = our_annotation(p, end, A_DEPTH, F_ANNOTATION_INT, &v)
+    if p == NULL or <int64_t>v < -2147483648 or <int64_t>v > 2147483647:
+        return NULL
+    r.depth, r.flags = <int64_t>v, r.flags | HAS_DEPTH
+    q = our_annotation(p, end, A_ARG, F_ANNOTATION_INT, &v)
+    if q != NULL:
+        p, r.argv, r.flags = q, <int64_t>v, r.flags | HAS_ARG
+    q = our_annotation(p, end, A_ERROR, F_ANNOTATION_BOOL, &v)
+    if q != NULL:
+        p, r.flags = q, r.flags | (ERROR if v else 0)
+    # Flows (TrackEvent.flow_ids, terminating_flow_ids: fixed64), which the decoder skips.
+    if end - p >= 10 and p[0] == 0xF9 and p[1] == 0x02:
+        p += 10
+    if end - p >= 10 and p[0] == 0x81 and p[1] == 0x03:
+        p += 10
+    return p
+
+
 @cython.final  # direct calls between its parts (no vtable), which the C compiler inlines
 cdef class Decoder:
     """Reads a trace block by block (never the whole file) into span columns: each
     opening event becomes a row when it is read, each SLICE_END closes the last slice open
     on its track. Descriptors and interned strings are kept as Python objects (few)."""
-    # Row columns (malloc'd, grown by realloc: large blocks move by remapping, not copying)
+    # Row columns (in ``buffers``: see ``grow``)
     cdef int64_t* start
     cdef int64_t* end
+    cdef int64_t* duration
     cdef uint64_t* span_id
     cdef uint64_t* parent_id
     cdef int64_t* arg
@@ -795,6 +845,8 @@ cdef class Decoder:
     cdef int32_t* track
     cdef uint8_t* flags
     cdef Py_ssize_t n, cap
+    cdef list buffers
+    cdef int64_t file_size
     # Tracks with events: uuid, open slices
     cdef Track* tracks
     cdef Py_ssize_t n_tracks, tracks_cap
@@ -803,10 +855,17 @@ cdef class Decoder:
     cdef uint64_t last_track_uuid
     # Annotation iid -> meaning (A_*), 0 unknown; ids beyond the array in a dict.
     cdef uint8_t annotation_kind[64]
+    # Annotation ids 1-5 mean span_id, parent_id, depth, arg and error, as on every sequence
+    # our encoder writes: only then may a packet take the fast path (``our_packet``).
+    cdef bint ours
+    cdef bint fast  # False: every packet by the general path (tests compare the two)
     cdef public dict names, categories, annotation_names, renamed, processes, threads
     cdef public int64_t offset
+    #: How many packets took the fast path (``our_packet``).
+    cdef readonly int64_t our_packets
 
-    def __cinit__(self):
+    def __cinit__(self, bint fast=True):
+        self.fast = fast
         self.cap = 0
         self.n = 0
         self.tracks_cap = 0
@@ -819,8 +878,6 @@ cdef class Decoder:
 
     def __dealloc__(self):
         cdef Py_ssize_t i
-        free(self.start); free(self.end); free(self.span_id); free(self.parent_id); free(self.arg)
-        free(self.depth); free(self.name); free(self.category); free(self.track); free(self.flags)
         for i in range(self.n_tracks):
             free(self.tracks[i].stack)
         free(self.tracks)
@@ -832,19 +889,50 @@ cdef class Decoder:
 
     # ------------------------------------------------------------------ storage
 
-    cdef int grow(self) except -1:
-        cdef Py_ssize_t cap = self.cap * 2 if self.cap else 4096
-        self.start = <int64_t*>_realloc(self.start, cap * 8)
-        self.end = <int64_t*>_realloc(self.end, cap * 8)
-        self.span_id = <uint64_t*>_realloc(self.span_id, cap * 8)
-        self.parent_id = <uint64_t*>_realloc(self.parent_id, cap * 8)
-        self.arg = <int64_t*>_realloc(self.arg, cap * 8)
-        self.depth = <int32_t*>_realloc(self.depth, cap * 4)
-        self.name = <uint32_t*>_realloc(self.name, cap * 4)
-        self.category = <uint32_t*>_realloc(self.category, cap * 4)
-        self.track = <int32_t*>_realloc(self.track, cap * 4)
-        self.flags = <uint8_t*>_realloc(self.flags, cap)
+    cdef void** slot(self, int column) noexcept:
+        """Where the pointer to column ``column`` (its index in ``COLUMNS``) is kept."""
+        if column == 0: return <void**>&self.start
+        if column == 1: return <void**>&self.end
+        if column == 2: return <void**>&self.duration
+        if column == 3: return <void**>&self.span_id
+        if column == 4: return <void**>&self.parent_id
+        if column == 5: return <void**>&self.arg
+        if column == 6: return <void**>&self.depth
+        if column == 7: return <void**>&self.name
+        if column == 8: return <void**>&self.category
+        if column == 9: return <void**>&self.track
+        return <void**>&self.flags
+
+    cdef int grow(self, Py_ssize_t rows=0) except -1:
+        """Room for ``rows`` rows (0: twice as many as now). The columns live in buffers of
+        Arrow's memory pool, which become the table's own (no copy), and which the pool
+        keeps for the next load rather than handing the pages back to the system (a new
+        page costs a fault and its zeroing: most of a load's time once the packets are
+        read fast)."""
+        cdef Py_ssize_t cap = rows if rows > self.cap else (self.cap * 2 if self.cap else 4096)
+        cdef int i
+        cdef void** slot
+        buffers = []
+        for i in range(len(COLUMNS)):
+            itemsize = COLUMNS[i][1]
+            buffer = pa.allocate_buffer(cap * itemsize)
+            slot = self.slot(i)
+            address = <uintptr_t>buffer.address
+            if self.n:
+                memcpy(<void*>address, slot[0], self.n * itemsize)
+            slot[0] = <void*>address
+            buffers.append(buffer)
+        self.buffers = buffers
         self.cap = cap
+        return 0
+
+    cdef int reserve(self, spans) except -1:
+        """Room for the rows our encoder says the trace holds (its ``hotspan.spans`` label),
+        before the first is read: no column copied as it grows. A count the file's size
+        cannot hold (a span takes more than 16 bytes) is not believed."""
+        if (spans is not None and spans.isdigit() and self.n == 0
+                and self.cap < int(spans) <= self.file_size // 16):
+            self.grow(int(spans))
         return 0
 
     cdef inline int64_t track_of(self, uint64_t uuid) except -1:
@@ -876,70 +964,117 @@ cdef class Decoder:
     # ------------------------------------------------------------------ the stream
 
     def read(self, int fd, Py_ssize_t block_size, int64_t file_size):
-        """Every packet of the file open on ``fd``, ``block_size`` bytes at a time."""
+        """Every packet of the file open on ``fd``, ``block_size`` bytes at a time (into a
+        buffer of Arrow's pool: pages the last load touched, not new ones to fault in)."""
         cdef Py_ssize_t cap = max(block_size, 64)
-        cdef uint8_t* buf = <uint8_t*>malloc(cap)
+        block = pa.allocate_buffer(cap)
+        cdef uint8_t* buf = <uint8_t*><uintptr_t>block.address
         cdef Py_ssize_t have = 0, pos, r, header
         cdef const uint8_t* p
         cdef uint64_t length
         cdef bint eof = False
-        cdef void* q
         cdef Py_ssize_t t
-        if buf == NULL:
-            raise MemoryError()
         self.offset = 0
-        try:
-            while True:
-                while not eof and have < cap:
-                    with nogil:
-                        r = c_read(fd, buf + have, cap - have)
-                    if r < 0:
-                        if errno == EINTR:
-                            continue
-                        raise OSError(errno, os.strerror(errno))
-                    if r == 0:
-                        eof = True
-                    have += r
-                pos = 0
-                while pos < have:
-                    if buf[pos] != 0x0A:
-                        self.fail("not a TracePacket (not a Perfetto trace?)", buf + pos, buf)
-                    p = get_varint(buf + pos + 1, buf + have, &length)
-                    if p == NULL:
-                        if have - pos > 11:
-                            self.fail("a packet length that is not a varint", buf + pos, buf)
-                        break  # the length continues in the next block
-                    header = p - (buf + pos)
-                    if length > <uint64_t>(file_size - (self.offset + pos + header)):
-                        self.fail(f"truncated: a packet of {length} bytes runs past the end of the file",
-                                  buf + pos, buf)
-                    if length > MAX_PACKET_BYTES:
-                        self.fail(f"a packet of {length} bytes (more than {MAX_PACKET_BYTES})", buf + pos, buf)
-                    if pos + header + <Py_ssize_t>length > have:
-                        if pos == 0 and header + <Py_ssize_t>length > cap:
-                            cap = header + <Py_ssize_t>length  # one packet larger than a block
-                            q = realloc(buf, cap)
-                            if q == NULL:
-                                raise MemoryError()
-                            buf = <uint8_t*>q
-                        break
-                    self.packet(p, p + length, buf)
-                    pos += header + <Py_ssize_t>length
-                if pos:
-                    memmove(buf, buf + pos, have - pos)
-                    have -= pos
-                    self.offset += pos
-                if eof and (have == 0 or pos == 0):
-                    if have:
-                        self.fail("truncated: the last packet runs past the end of the file", buf, buf)
+        self.file_size = file_size
+        while True:
+            while not eof and have < cap:
+                with nogil:
+                    r = c_read(fd, buf + have, cap - have)
+                if r < 0:
+                    if errno == EINTR:
+                        continue
+                    raise OSError(errno, os.strerror(errno))
+                if r == 0:
+                    eof = True
+                have += r
+            pos = 0
+            while pos < have:
+                if buf[pos] != 0x0A:
+                    self.fail("not a TracePacket (not a Perfetto trace?)", buf + pos, buf)
+                p = get_varint(buf + pos + 1, buf + have, &length)
+                if p == NULL:
+                    if have - pos > 11:
+                        self.fail("a packet length that is not a varint", buf + pos, buf)
+                    break  # the length continues in the next block
+                header = p - (buf + pos)
+                if length > <uint64_t>(file_size - (self.offset + pos + header)):
+                    self.fail(f"truncated: a packet of {length} bytes runs past the end of the file",
+                              buf + pos, buf)
+                if length > MAX_PACKET_BYTES:
+                    self.fail(f"a packet of {length} bytes (more than {MAX_PACKET_BYTES})", buf + pos, buf)
+                if pos + header + <Py_ssize_t>length > have:
+                    if pos == 0 and header + <Py_ssize_t>length > cap:
+                        cap = header + <Py_ssize_t>length  # one packet larger than a block
+                        bigger = pa.allocate_buffer(cap)
+                        memcpy(<void*><uintptr_t>bigger.address, buf, have)
+                        buf = <uint8_t*><uintptr_t>bigger.address
+                        block = bigger  # the smaller one freed only now
                     break
-        finally:
-            free(buf)
+                self.packet(p, p + length, buf)
+                pos += header + <Py_ssize_t>length
+            if pos:
+                memmove(buf, buf + pos, have - pos)
+                have -= pos
+                self.offset += pos
+            if eof and (have == 0 or pos == 0):
+                if have:
+                    self.fail("truncated: the last packet runs past the end of the file", buf, buf)
+                break
         for t in range(self.n_tracks):
             if self.tracks[t].depth:
                 raise CodecError(f"{self.tracks[t].depth} slice(s) on track {self.tracks[t].uuid} begin and never end")
 
     cdef inline int packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+        """One TracePacket: our encoder's span packets by the fast path, any other by the
+        general one (every field by its tag, in any order)."""
+        if self.ours and self.fast and self.our_packet(p, end):
+            self.our_packets += 1
+            return 0
+        return self.any_packet(p, end, base)
+
+    cdef inline int our_packet(self, const uint8_t* p, const uint8_t* end) except -1:
+        """A packet in the exact layout our encoder writes (``put_begin``, ``put_end``): a
+        timestamp, a TrackEvent, the sequence id and its flags, each once and in that order,
+        the event's own fields likewise (``our_event``), read straight through without the
+        general tag dispatch. 1 when it was one (its row stored or closed as the general
+        path does); 0, with nothing changed, for any other packet, even a valid one: the
+        general path reads it (or says what is wrong with it)."""
+        cdef uint64_t ts, length, sequence
+        cdef const uint8_t* event_end
+        cdef const uint8_t* q
+        cdef Slice f
+        cdef Row r
+        if end - p < 12 or p[0] != F_TIMESTAMP << 3:
+            return 0
+        p = get_varint(p + 1, end, &ts)
+        if p == NULL or ts > <uint64_t>0x7FFFFFFFFFFFFFFF or end - p < 8 or p[0] != (F_TRACK_EVENT << 3) | 2:
+            return 0
+        p = get_varint(p + 1, end, &length)
+        if p == NULL or end - p < 4 or length > <uint64_t>(end - p - 4) or length < 4:
+            return 0
+        event_end = p + length
+        # The packet's tail: the sequence id (any: the decoder keeps one table of interned
+        # strings for the whole trace) and the flags our events carry.
+        if event_end[0] != F_SEQUENCE_ID << 3:
+            return 0
+        q = get_varint(event_end + 1, end, &sequence)
+        if q == NULL or end - q != 2 or q[0] != F_SEQUENCE_FLAGS << 3 or q[1] != NEEDS_STATE:
+            return 0
+        if p[0] != F_EVENT_TYPE << 3 or p[2] != F_EVENT_TRACK_UUID << 3:
+            return 0
+        f.kind = p[1]
+        p = get_varint(p + 3, event_end, &f.track_uuid)
+        if p == NULL:
+            return 0
+        if f.kind == SLICE_END:
+            return p == event_end and self.close_slice(self.track_of(f.track_uuid), <int64_t>ts)
+        if (f.kind != SLICE_BEGIN and f.kind != INSTANT) or our_event(p, event_end, &f, &r) != event_end:
+            return 0
+        self.add_slice(&f, &r, <int64_t>ts, self.track_of(f.track_uuid))
+        return 1
+
+    cdef inline int any_packet(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
+        """A packet of any valid layout: its fields found by their tags."""
         cdef uint64_t tag, v, ts = 0
         cdef bint has_ts = False
         cdef const uint8_t* event = NULL
@@ -1162,7 +1297,6 @@ cdef class Decoder:
         cdef Slice f
         cdef Row r
         cdef Py_ssize_t t, i
-        cdef int64_t open_row
         cdef Track* track
         # Every field but the annotation pointers (only the first n_ann are read): a
         # memset of the whole struct was most of the cost of an event.
@@ -1178,13 +1312,9 @@ cdef class Decoder:
         t = self.track_of(f.track_uuid)
         track = &self.tracks[t]
         if f.kind == SLICE_END:
-            if track.depth == 0:
-                self.fail(f"a slice ends on track {f.track_uuid} that never began", end, base)
-            track.depth -= 1
-            open_row = track.stack[track.depth]
-            if ts < self.start[open_row]:
-                self.fail("a slice ends before it begins", end, base)
-            self.end[open_row] = ts
+            if not self.close_slice(t, ts):
+                self.fail(f"a slice ends on track {f.track_uuid} that never began" if track.depth == 0
+                          else "a slice ends before it begins", end, base)
             return 0
         if f.kind != SLICE_BEGIN and f.kind != INSTANT:
             self.fail(f"a track event of type {f.kind} (not a trace hotspan wrote?)", end, base)
@@ -1201,6 +1331,17 @@ cdef class Decoder:
         self.add_slice(&f, &r, ts, t)
         return 0
 
+    cdef inline bint close_slice(self, Py_ssize_t t, int64_t ts) noexcept:
+        """The last slice open on track t ends at ``ts``; False (nothing changed) when none
+        is open there or it began after ``ts``."""
+        cdef Track* track = &self.tracks[t]
+        if track.depth == 0 or ts < self.start[track.stack[track.depth - 1]]:
+            return False
+        track.depth -= 1
+        self.end[track.stack[track.depth]] = ts
+        self.duration[track.stack[track.depth]] = ts - self.start[track.stack[track.depth]]
+        return True
+
     cdef inline int add_slice(self, Slice* f, Row* r, int64_t ts, Py_ssize_t t) except -1:
         """The row of a slice's begin (kept open on its track) or of an instant."""
         cdef Py_ssize_t row
@@ -1212,6 +1353,7 @@ cdef class Decoder:
         self.n += 1
         self.start[row] = ts
         self.end[row] = ts  # an instant ends where it starts; a slice's end comes later
+        self.duration[row] = 0
         self.span_id[row] = r.span
         self.parent_id[row] = r.parent
         self.arg[row] = r.argv
@@ -1300,6 +1442,9 @@ cdef class Decoder:
                 self.fail(f"interned id {iid} means two strings (not a trace hotspan wrote?)", at, base)
             if table is self.annotation_names and iid < 64:
                 self.annotation_kind[iid] = value[0]
+        self.ours = (self.annotation_kind[A_SPAN_ID] == A_SPAN_ID and self.annotation_kind[A_PARENT_ID] == A_PARENT_ID
+                     and self.annotation_kind[A_DEPTH] == A_DEPTH and self.annotation_kind[A_ARG] == A_ARG
+                     and self.annotation_kind[A_ERROR] == A_ERROR)
         return 0
 
     cdef int descriptor(self, const uint8_t* p, const uint8_t* end, const uint8_t* base) except -1:
@@ -1322,6 +1467,7 @@ cdef class Decoder:
                     "meta": labels.get("hotspan.meta"),
                     "spans": labels.get("hotspan.spans"),
                 }
+                self.reserve(labels.get("hotspan.spans"))
             elif thread is not None:
                 body = parse_fields(thread)
                 self.threads[uuid] = {
@@ -1341,38 +1487,50 @@ cdef class Decoder:
         """The rows read, as numpy arrays over the decoder's own buffers (no copy), and
         per row the index of its track in ``track_uuids``."""
         cdef Py_ssize_t n = self.n
+        cdef int i
+        if self.buffers is None:
+            self.grow(1)
         result = {}
-        for key, itemsize, dtype in (("start", 8, np.int64), ("end", 8, np.int64), ("span_id", 8, np.uint64),
-                                     ("parent_id", 8, np.uint64), ("arg", 8, np.int64), ("depth", 4, np.int32),
-                                     ("name", 4, np.uint32), ("category", 4, np.uint32), ("track", 4, np.int32),
-                                     ("flags", 1, np.uint8)):
-            result[key] = np.frombuffer(self._take(key, n * itemsize), dtype)
+        for i in range(len(COLUMNS)):
+            key, itemsize, dtype = COLUMNS[i]
+            result[key] = np.frombuffer(self.buffers[i], dtype, count=n)
+            self.slot(i)[0] = NULL
         result["track_uuids"] = np.array([self.tracks[i].uuid for i in range(self.n_tracks)], np.uint64)
         self.n = self.cap = 0
+        self.buffers = None
         return result
-
-    cdef _Column _take(self, str key, Py_ssize_t size):
-        cdef _Column column = _Column()
-        cdef void** slot
-        if key == "start": slot = <void**>&self.start
-        elif key == "end": slot = <void**>&self.end
-        elif key == "span_id": slot = <void**>&self.span_id
-        elif key == "parent_id": slot = <void**>&self.parent_id
-        elif key == "arg": slot = <void**>&self.arg
-        elif key == "depth": slot = <void**>&self.depth
-        elif key == "name": slot = <void**>&self.name
-        elif key == "category": slot = <void**>&self.category
-        elif key == "track": slot = <void**>&self.track
-        else: slot = <void**>&self.flags
-        column.data = realloc(slot[0], size if size else 1)  # give back the unused capacity
-        if column.data == NULL:
-            column.data = slot[0]
-        slot[0] = NULL
-        column.size = size
-        return column
 
 
 # --------------------------------------------------------------------------- lookups
+
+
+def track_columns(const int32_t[::1] track, const int64_t[::1] pid, const int32_t[::1] rank,
+                  const int64_t[::1] tid, const int32_t[::1] name):
+    """Per row its track's pid, rank, thread id and thread name code (``pid[track[row]]``
+    and so on), in one pass, as four buffers of Arrow's pool (int64, int32, int64, int32)
+    that become the table's columns. ValueError for a track past the tables."""
+    cdef Py_ssize_t n = track.shape[0], tracks = pid.shape[0], i, bad = -1
+    cdef int32_t t
+    if rank.shape[0] != tracks or tid.shape[0] != tracks or name.shape[0] != tracks:
+        raise ValueError("track_columns: per-track tables of different lengths")
+    buffers = [pa.allocate_buffer(max(n, 1) * size) for size in (8, 4, 8, 4)]
+    cdef int64_t* row_pid = <int64_t*><uintptr_t>buffers[0].address
+    cdef int32_t* row_rank = <int32_t*><uintptr_t>buffers[1].address
+    cdef int64_t* row_tid = <int64_t*><uintptr_t>buffers[2].address
+    cdef int32_t* row_name = <int32_t*><uintptr_t>buffers[3].address
+    with nogil:
+        for i in range(n):
+            t = track[i]
+            if t < 0 or t >= tracks:
+                bad = i
+                break
+            row_pid[i] = pid[t]
+            row_rank[i] = rank[t]
+            row_tid[i] = tid[t]
+            row_name[i] = name[t]
+    if bad >= 0:
+        raise ValueError(f"track_columns: row {bad} names track {track[bad]}, not one of {tracks}")
+    return buffers
 
 
 def lookup_codes(uint32_t[::1] iids, const int32_t[::1] lookup, const uint8_t[::1] flags, int flag):
