@@ -119,10 +119,11 @@ cdef inline char* put_i64(char* p, int64_t v) noexcept nogil:
 
 
 cdef inline char* put_us(char* p, int64_t ns) noexcept nogil:
-    """Nanoseconds as microseconds with three decimals (exact)."""
+    """Nanoseconds as microseconds, exact and as short as exact allows: at most three
+    decimals, trailing zeros left out (1136.000 -> 1136, 136.320 -> 136.32)."""
     cdef uint64_t mag
     cdef uint64_t whole
-    cdef int frac
+    cdef int frac, rest
     if ns < 0:
         p[0] = b'-'
         p += 1
@@ -132,10 +133,17 @@ cdef inline char* put_us(char* p, int64_t ns) noexcept nogil:
     whole = mag // 1000
     frac = <int>(mag - whole * 1000)
     p = put_u64(p, whole)
+    if frac == 0:
+        return p
     p[0] = b'.'
     p[1] = <char>(48 + frac // 100)
-    p[2] = DIGITS[2 * (frac % 100)]
-    p[3] = DIGITS[2 * (frac % 100) + 1]
+    rest = frac % 100
+    if rest == 0:
+        return p + 2
+    p[2] = DIGITS[2 * rest]
+    if rest % 10 == 0:
+        return p + 3
+    p[3] = DIGITS[2 * rest + 1]
     return p + 4
 
 
@@ -245,24 +253,21 @@ cdef inline char* put_event(char* p, const Rows* r, Py_ssize_t i) noexcept nogil
     code = r.category[i]
     if code >= 0:
         p = put(p, r.category_text[code], r.category_len[code])
+    # Args that hold their default are left out (a loader reads their absence as it):
+    # no parent_id for a root, no depth of 0, no arg when null, error only when true.
     p = put(p, b',"args":{"span_id":', 19)
     p = put_u64(p, r.span_id[i])
-    p = put(p, b',"parent_id":', 13)
     if r.parent_valid[i]:
+        p = put(p, b',"parent_id":', 13)
         p = put_u64(p, r.parent_id[i])
-    else:
-        p = put(p, b'null', 4)
-    p = put(p, b',"depth":', 9)
-    p = put_i64(p, r.depth[i])
-    p = put(p, b',"arg":', 7)
+    if r.depth[i] != 0:
+        p = put(p, b',"depth":', 9)
+        p = put_i64(p, r.depth[i])
     if r.arg_valid[i]:
+        p = put(p, b',"arg":', 7)
         p = put_i64(p, r.arg[i])
-    else:
-        p = put(p, b'null', 4)
     if r.error[i]:
         p = put(p, b',"error":true', 13)
-    else:
-        p = put(p, b',"error":false', 14)
     code = r.thread_name[i]
     if code >= 0:
         p = put(p, r.thread_name_text[code], r.thread_name_len[code])
@@ -1124,21 +1129,31 @@ cdef class Reader:
         return p
 
     cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
-        """Microseconds with exactly three decimals (how we write ts and dur) as ns."""
+        """Microseconds with at most three decimals (how we write ts and dur; older files
+        always wrote three) as ns."""
         cdef const char* first = p
         cdef uint64_t v = 0
+        cdef int k = 0
         if p[0] == b'0':
             p += 1
         else:
             while IS_DIGIT[<uint8_t>p[0]]:
                 v = v * 10 + (<uint8_t>p[0] - 48)
                 p += 1
-        if p == first or p - first > 15 or p[0] != b'.' or not IS_DIGIT[<uint8_t>p[1]] \
-                or not IS_DIGIT[<uint8_t>p[2]] or not IS_DIGIT[<uint8_t>p[3]]:
+        if p == first or p - first > 15:
             return NULL
-        v = v * 1000 + (<uint8_t>p[1] - 48) * 100 + (<uint8_t>p[2] - 48) * 10 + (<uint8_t>p[3] - 48)
-        p += 4
-        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+        if p[0] == b'.':
+            p += 1
+            while k < 3 and IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+                k += 1
+            if k == 0:
+                return NULL
+        while k < 3:
+            v *= 10
+            k += 1
+        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
             return NULL
         ns[0] = <int64_t>v
         return p
@@ -1237,33 +1252,34 @@ cdef class Reader:
         if not self.lit(p, b',"args":{"span_id":', 19):
             return NULL
         p = self.own_uint(p + 19, &e.a_span_id)
-        if p == NULL or not self.lit(p, b',"parent_id":', 13):
-            return NULL
-        e.flags = F_SPAN_ID
-        p += 13
-        if self.lit(p, b'null', 4):
-            p += 4
-        else:
-            p = self.own_uint(p, &e.a_parent)
-            if p == NULL:
-                return NULL
-            e.flags |= F_PARENT
-        if not self.lit(p, b',"depth":', 9):
-            return NULL
-        p = self.own_uint(p + 9, &value)
-        if p == NULL or value > 0x7FFFFFFF or not self.lit(p, b',"arg":', 7):
-            return NULL
-        e.a_depth = <int64_t>value
-        p = self.own_arg(p + 7, e)
         if p == NULL:
             return NULL
+        e.flags = F_SPAN_ID
+        # Each of the rest may be left out (its default: a root, depth 0, no arg, no
+        # error), as encode does; older files wrote every one.
+        if self.lit(p, b',"parent_id":', 13):
+            p += 13
+            if self.lit(p, b'null', 4):
+                p += 4
+            else:
+                p = self.own_uint(p, &e.a_parent)
+                if p == NULL:
+                    return NULL
+                e.flags |= F_PARENT
+        if self.lit(p, b',"depth":', 9):
+            p = self.own_uint(p + 9, &value)
+            if p == NULL or value > 0x7FFFFFFF:
+                return NULL
+            e.a_depth = <int64_t>value
+        if self.lit(p, b',"arg":', 7):
+            p = self.own_arg(p + 7, e)
+            if p == NULL:
+                return NULL
         if self.lit(p, b',"error":false', 14):
             p += 14
         elif self.lit(p, b',"error":true', 13):
             p += 13
             e.flags |= F_ERROR
-        else:
-            return NULL
         if self.lit(p, b',"thread_name":"', 16):
             p = self.own_text(p + 15, &e.tn_text, &e.tn_len, &e.tn_esc)
             if p == NULL:
