@@ -22,7 +22,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByte
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport PyBUF_READ
+from cpython.buffer cimport PyBUF_READ, PyBuffer_FillInfo
 from posix.unistd cimport lseek, SEEK_CUR
 
 cimport cython
@@ -410,23 +410,131 @@ def encode(sink, Py_ssize_t buffer_size,
         free(buffers[1])
 
 
+# =========================================================================== reader: words
+# The reader looks at 8 bytes at a time where it can (SWAR: plain 64-bit arithmetic, no
+# intrinsics, so every platform builds it): a run of digits is found and converted in a few
+# multiplications, a string's plain bytes are skipped 8 at a time. Loads may read up to 7
+# bytes past the NUL that ends the data: ``feed`` requires PAD bytes there.
+
+DEF PAD_BYTES = 16
+#: Bytes the reader may read past the end of the data it is fed (its NUL included).
+PAD = PAD_BYTES
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* 8 bytes at p, the first in the lowest byte (whatever the machine's byte order). */
+    static inline uint64_t hs_load8(const char* p) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w);
+    #endif
+        return w;
+    }
+    static inline uint32_t hs_load4(const char* p) { uint32_t w; memcpy(&w, p, 4); return w; }
+    /* How many of the 8 bytes at p (in order) are ASCII digits before the first that is
+       not one. A carry out of a byte >= 0xFA only reaches bytes after it, and it is no
+       digit itself: the count is exact. */
+    static inline int hs_digits8(uint64_t w) {
+        uint64_t x = ((w & 0xF0F0F0F0F0F0F0F0ULL)
+                      | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4))
+                     ^ 0x3333333333333333ULL;
+        return x ? __builtin_ctzll(x) >> 3 : 8;
+    }
+    /* The value of the first k (1..8) digits of w: shifted to the top (the bytes shifted
+       in are leading zeros), then pairs, quads and the eight combined. */
+    static inline uint64_t hs_digits_value(uint64_t w, int k) {
+        w = (w << (8 * (8 - k))) & 0x0F0F0F0F0F0F0F0FULL;
+        w = (w * 2561) >> 8;
+        w = ((w & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
+        return ((w & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
+    }
+    static const uint64_t HS_P10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+    /* The number of digits at p (counted up to 24) and, when at most 18, their value. */
+    static inline __attribute__((always_inline)) int hs_uint(const char* p, uint64_t* v) {
+        uint64_t w = hs_load8(p), r;
+        int k = hs_digits8(w);
+        if (k < 8) { *v = k ? hs_digits_value(w, k) : 0; return k; }
+        r = hs_digits_value(w, 8);
+        w = hs_load8(p + 8);
+        k = hs_digits8(w);
+        if (k < 8) { *v = k ? r * HS_P10[k] + hs_digits_value(w, k) : r; return 8 + k; }
+        r = r * 100000000ULL + hs_digits_value(w, 8);
+        w = hs_load8(p + 16);
+        k = hs_digits8(w);
+        if (k <= 2) { *v = k ? r * HS_P10[k] + hs_digits_value(w, k) : r; }
+        return 16 + k;
+    }
+    /* 0x80 in each byte of w that ends a string's plain run: a quote, a backslash, a
+       control byte (the NUL after the data is one) or a non-ASCII byte. Borrows only reach
+       bytes after a flagged one: the first flag is exact. */
+    static inline uint64_t hs_special8(uint64_t w) {
+        const uint64_t ones = 0x0101010101010101ULL;
+        uint64_t q = w ^ (ones * 0x22), b = w ^ (ones * 0x5C);
+        return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w)
+               & 0x8080808080808080ULL;
+    }
+    /* The first byte at or after p that is not a plain string byte. */
+    static inline const char* hs_plain_run(const char* p) {
+        for (;;) {
+            uint64_t m = hs_special8(hs_load8(p));
+            if (m) return p + (__builtin_ctzll(m) >> 3);
+            p += 8;
+        }
+    }
+    /* p[:n] == s[:n] for a short constant s, in word compares (p has n bytes). */
+    static inline int hs_eq(const char* p, const char* s, int n) {
+        int i = 0;
+        if (n < 4) return memcmp(p, s, n) == 0;
+        if (n < 8) return hs_load4(p) == hs_load4(s) && hs_load4(p + n - 4) == hs_load4(s + n - 4);
+        for (; i + 8 <= n; i += 8)
+            if (hs_load8(p + i) != hs_load8(s + i)) return 0;
+        return i == n || hs_load8(p + n - 8) == hs_load8(s + n - 8);
+    }
+    /* a[:n] == b[:n], in word loads that stay inside both (overlapping at the end). */
+    static inline int hs_same(const char* a, const char* b, long n) {
+        long i = 0;
+        if (n < 4) return memcmp(a, b, (size_t)n) == 0;
+        if (n < 8) return hs_load4(a) == hs_load4(b) && hs_load4(a + n - 4) == hs_load4(b + n - 4);
+        for (; i + 8 <= n; i += 8)
+            if (hs_load8(a + i) != hs_load8(b + i)) return 0;
+        return i == n || hs_load8(a + n - 8) == hs_load8(b + n - 8);
+    }
+    /* The bytes of p[:n] as one word for the hash's last step (n > 0; loads stay inside). */
+    static inline uint64_t hs_tail(const char* p, long n) {
+        if (n >= 8) return hs_load8(p + n - 8);
+        if (n >= 4) return (uint64_t)hs_load4(p) | ((uint64_t)hs_load4(p + n - 4) << 32);
+        return (uint64_t)(uint8_t)p[0] | ((uint64_t)(uint8_t)p[n / 2] << 8) | ((uint64_t)(uint8_t)p[n - 1] << 16);
+    }
+    """
+    int hs_same(const char* a, const char* b, long n) nogil
+    uint64_t hs_tail(const char* p, long n) nogil
+    int hs_uint(const char* p, uint64_t* v) nogil
+    const char* hs_plain_run(const char* p) nogil
+    int hs_eq(const char* p, const char* s, int n) nogil
+    int hs_digits8(uint64_t w) nogil
+    uint64_t hs_digits_value(uint64_t w, int k) nogil
+    uint64_t hs_load8(const char* p) nogil
+
+
 # =========================================================================== reader: strings
 
 
 cdef inline uint64_t hash_bytes(const char* p, Py_ssize_t n) noexcept nogil:
-    # Eight bytes a step (memcpy: unaligned loads), mixed by multiplication; the tail
-    # byte by byte. Collisions only cost a compare: the table checks the bytes.
+    # Eight bytes a step (unaligned loads), mixed by multiplication; the tail as one more
+    # word (loads that overlap the last step's rather than reading past the text).
+    # Collisions only cost a compare: the table checks the bytes.
     cdef uint64_t h = 0x9E3779B97F4A7C15ULL ^ <uint64_t>n
-    cdef uint64_t w
     cdef Py_ssize_t i = 0
     while i + 8 <= n:
-        memcpy(&w, p + i, 8)
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL
+        h = (h ^ hs_load8(p + i)) * 0xFF51AFD7ED558CCDULL
         h ^= h >> 32
         i += 8
-    while i < n:
-        h = (h ^ <uint8_t>p[i]) * 0x100000001B3ULL
-        i += 1
+    if i < n:
+        h = (h ^ hs_tail(p, n)) * 0xFF51AFD7ED558CCDULL
+        h ^= h >> 32
     return h ^ (h >> 29)
 
 
@@ -509,7 +617,7 @@ cdef class Strings:
             c = self.slots[j]
             if c < 0:
                 break
-            if self.slot_hash[j] == h and self.key_len[c] == n and memcmp(self.key_text[c], p, n) == 0:
+            if self.slot_hash[j] == h and self.key_len[c] == n and hs_same(self.key_text[c], p, n):
                 return c
             j = (j + 1) & self.mask
         value = PyUnicode_DecodeUTF8(p, n, NULL)
@@ -535,19 +643,98 @@ cdef class Strings:
 # =========================================================================== reader: columns
 
 
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    #include <unistd.h>
+    /* A column's memory: anonymous pages of its own, advised to be huge pages once it is
+       large (a column of a million rows then costs a few page faults, not thousands: in a
+       VM each is dear), grown by moving the pages (mremap on Linux) rather than copying. */
+    static void hs_col_advise(char* p, size_t n) {
+    #ifdef MADV_HUGEPAGE
+        if (n >= ((size_t)2 << 20)) (void)madvise(p, n, MADV_HUGEPAGE);
+    #else
+        (void)p; (void)n;
+    #endif
+    }
+    static size_t hs_col_round(size_t n) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        return n < page ? page : (n + page - 1) / page * page;
+    }
+    static char* hs_col_alloc(size_t n) {
+        void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        hs_col_advise((char*)p, n);
+        return (char*)p;
+    }
+    static char* hs_col_resize(char* p, size_t old, size_t n) {
+    #if defined(__linux__) && defined(MREMAP_MAYMOVE)
+        void* q = mremap(p, old, n, MREMAP_MAYMOVE);
+        if (q == MAP_FAILED) return NULL;
+        hs_col_advise((char*)q, n);
+        return (char*)q;
+    #else
+        char* q = hs_col_alloc(n);
+        if (q == NULL) return NULL;
+        memcpy(q, p, old < n ? old : n);
+        munmap(p, old);
+        return q;
+    #endif
+    }
+    static void hs_col_free(char* p, size_t n) { if (p) munmap(p, n); }
+    """
+    size_t hs_col_round(size_t n) nogil
+    char* hs_col_alloc(size_t n) nogil
+    char* hs_col_resize(char* p, size_t old, size_t n) nogil
+    void hs_col_free(char* p, size_t n) nogil
+
+
+@cython.final
 cdef class Column:
-    """A growable buffer of fixed-size items (a bytearray: grown by realloc, which moves
-    pages rather than copying them for large buffers), handed to numpy without a copy."""
-    cdef public bytearray data
+    """A growable buffer of fixed-size items in pages of its own (huge pages once large;
+    grown by moving its pages, not copying them), handed to numpy without a copy through
+    the buffer protocol (``np.frombuffer(column, dtype, n)``; ``data`` is a memoryview)."""
+    cdef char* ptr
+    cdef size_t mapped  # bytes mapped (whole pages)
+    cdef Py_ssize_t used  # bytes of the items (what the buffer shows)
     cdef Py_ssize_t itemsize
+    cdef int exports
 
     def __cinit__(self, Py_ssize_t itemsize):
         self.itemsize = itemsize
-        self.data = bytearray()
+        self.mapped = hs_col_round(0)
+        self.ptr = hs_col_alloc(self.mapped)
+        if self.ptr == NULL:
+            raise MemoryError()
+        self.used = 0
+        self.exports = 0
+
+    def __dealloc__(self):
+        hs_col_free(self.ptr, self.mapped)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        PyBuffer_FillInfo(buffer, self, self.ptr, self.used, 0, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        self.exports -= 1
+
+    @property
+    def data(self):
+        return memoryview(self)
 
     cdef char* resize(self, Py_ssize_t n) except NULL:
-        PyByteArray_Resize(self.data, n * self.itemsize + 1)
-        return PyByteArray_AS_STRING(self.data)
+        cdef size_t size = hs_col_round(<size_t>(n * self.itemsize))
+        cdef char* moved
+        if self.exports:
+            raise BufferError("a Column cannot grow while its buffer is exported")
+        if size != self.mapped:
+            moved = hs_col_resize(self.ptr, self.mapped, size)
+            if moved == NULL:
+                raise MemoryError()
+            self.ptr, self.mapped = moved, size
+        self.used = n * self.itemsize
+        return self.ptr
 
 
 cdef struct Num:
@@ -773,10 +960,8 @@ cdef class Reader:
         self.s_high = 0
         p += 1
         while True:
+            p = hs_plain_run(p)  # plain bytes, 8 at a time
             cls = STR_CLASS[<uint8_t>p[0]]
-            if cls == 0:
-                p += 1
-                continue
             if cls == 1:
                 break
             if cls == 4:
@@ -1113,53 +1298,38 @@ cdef class Reader:
 
     cdef inline const char* own_uint(self, const char* p, uint64_t* out) noexcept nogil:
         """An integer of up to 18 digits as our writer spells it (NULL otherwise: the
-        general scanner then decides); one multiply-add a digit, no checks needed."""
-        cdef const char* first = p
-        cdef uint64_t v = 0
-        if p[0] == b'0':
-            p += 1
-        else:
-            while IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-        if p == first or p - first > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
-                or p[0] == b'E' or p >= self.stop:
+        general scanner then decides), read 8 digits at a time."""
+        cdef int k = hs_uint(p, out)
+        if k == 0 or k > 18 or (p[0] == b'0' and k > 1):
             return NULL
-        out[0] = v
+        p += k
+        if p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+            return NULL
         return p
 
     cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
         """Microseconds with at most three decimals (how we write ts and dur; older files
         always wrote three) as ns."""
-        cdef const char* first = p
-        cdef uint64_t v = 0
-        cdef int k = 0
-        if p[0] == b'0':
-            p += 1
-        else:
-            while IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-        if p == first or p - first > 15:
+        cdef uint64_t v, w
+        cdef int k = hs_uint(p, &v), d
+        if k == 0 or k > 15 or (p[0] == b'0' and k > 1):
             return NULL
+        p += k
+        v *= 1000
         if p[0] == b'.':
-            p += 1
-            while k < 3 and IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-                k += 1
-            if k == 0:
+            w = hs_load8(p + 1)
+            d = hs_digits8(w)
+            if d == 0 or d > 3:
                 return NULL
-        while k < 3:
-            v *= 10
-            k += 1
-        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+            v += hs_digits_value(w, d) * POW10[3 - d]
+            p += 1 + d
+        if p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
             return NULL
         ns[0] = <int64_t>v
         return p
 
     cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
-        return self.stop - p >= n and memcmp(p, text, n) == 0
+        return self.stop - p >= n and hs_eq(p, text, <int>n)
 
     # ------------------------------------------------------------------ events: the scanners
     # Two scanners fill an Event from an event's bytes: scan_own (our own spelling, field
@@ -1657,9 +1827,12 @@ cdef class Reader:
     def feed(self, bytearray data, Py_ssize_t length, Py_ssize_t offset, bint eof):
         """Parse data[:length] (file offset ``offset``); returns the bytes consumed.
 
-        data must have a NUL byte at data[length]. At eof, what is left must complete the
-        document (the array form may stop after any event: the format allows it).
+        data must have a NUL byte at data[length], and PAD bytes from there on (the reader
+        loads 8 bytes at a time). At eof, what is left must complete the document (the
+        array form may stop after any event: the format allows it).
         """
+        if length < 0 or PyByteArray_GET_SIZE(data) < length + PAD_BYTES or data[length] != 0:
+            raise ValueError(f"feed() needs a NUL after the data and {PAD_BYTES} bytes from it")
         self.buf = PyByteArray_AS_STRING(data)
         self.stop = self.buf + length
         self.offset = offset
@@ -1713,9 +1886,21 @@ cdef class Reader:
         cdef int kind
         if p[0] == b'{':
             q = self.parse_event(p)
-            if q != NULL:
+            if q == NULL:
+                return NULL
+            self.events += 1
+            self.state = S_EVENT_NEXT
+            # The events that follow right away (",\n{"), without a step each: where
+            # one is cut by the buffer's end, the next feed starts at its brace.
+            while q[0] == b',':
+                p = self.ws(q + 1)
+                if p[0] != b'{':
+                    break
+                q = self.parse_event(p)
+                if q == NULL:
+                    self.state = S_EVENT
+                    return p
                 self.events += 1
-                self.state = S_EVENT_NEXT
             return q
         if p[0] == b']' and self.events == 0:
             self.state = S_END if self.array_form else S_KEY_NEXT

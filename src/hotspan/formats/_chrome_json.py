@@ -332,13 +332,14 @@ class ChromeJsonGzExporter(ChromeJsonExporter):
 
 def _feed(reader: codec.Reader, stream: io.BufferedIOBase, path: Path, limit: int | None) -> None:
     """The file to the reader in blocks; only the unconsumed tail (an event cut by the
-    block's end) is carried over, so memory stays one block plus one event."""
-    buffer = bytearray(READ_BLOCK + 1)
+    block's end) is carried over, so memory stays one block plus one event. The buffer keeps
+    ``codec.PAD`` bytes after the data (a NUL first): the parser reads 8 bytes at a time."""
+    buffer = bytearray(READ_BLOCK + codec.PAD)
     filled = 0  # bytes of data at the front of buffer
     offset = 0  # file (inflated) offset of buffer[0]
     total = 0
     while True:
-        capacity = len(buffer) - 1
+        capacity = len(buffer) - codec.PAD
         if filled == capacity:
             if capacity >= MAX_VALUE_BYTES:
                 raise TraceFileError(
@@ -346,7 +347,7 @@ def _feed(reader: codec.Reader, stream: io.BufferedIOBase, path: Path, limit: in
                     f"a single event or value over {MAX_VALUE_BYTES >> 20} MiB at byte {offset}",
                 )
             buffer.extend(bytes(capacity))
-            capacity = len(buffer) - 1
+            capacity = len(buffer) - codec.PAD
         with memoryview(buffer) as view:
             got = stream.readinto(view[filled:capacity])
         got = got or 0
