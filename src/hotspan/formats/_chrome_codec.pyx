@@ -508,7 +508,12 @@ cdef extern from *:
         if (n >= 4) return (uint64_t)hs_load4(p) | ((uint64_t)hs_load4(p + n - 4) << 32);
         return (uint64_t)(uint8_t)p[0] | ((uint64_t)(uint8_t)p[n / 2] << 8) | ((uint64_t)(uint8_t)p[n - 1] << 16);
     }
+    /* The first 8 (or 4) bytes of p[:n] as a word, 0 for fewer (hs_tail has those). */
+    static inline uint64_t hs_head(const char* p, long n) {
+        return n >= 8 ? hs_load8(p) : n >= 4 ? (uint64_t)hs_load4(p) : 0;
+    }
     """
+    uint64_t hs_head(const char* p, long n) nogil
     int hs_same(const char* a, const char* b, long n) nogil
     uint64_t hs_tail(const char* p, long n) nogil
     int hs_uint(const char* p, uint64_t* v) nogil
@@ -551,8 +556,17 @@ cdef class Strings:
     cdef const char** key_text
     cdef Py_ssize_t* key_len
     cdef Py_ssize_t key_cap
+    # A string of up to 16 bytes is exactly its length and two words (its first and last
+    # 8 bytes, or 4, overlapping): a direct-mapped cache of those answers most lookups
+    # of a trace's few names without hashing or comparing bytes.
+    cdef uint64_t cache_head[64]
+    cdef uint64_t cache_tail[64]
+    cdef Py_ssize_t cache_len[64]
+    cdef int32_t cache_code[64]
 
     def __cinit__(self):
+        for i in range(64):
+            self.cache_len[i] = -1
         self.values = []
         self.keys = []
         self.mask = 63
@@ -607,8 +621,24 @@ cdef class Strings:
         self.key_cap = cap
         return 0
 
-    cdef int32_t code(self, const char* p, Py_ssize_t n) except -1:
+    cdef inline int32_t code(self, const char* p, Py_ssize_t n) except -1:
         """The code of the UTF-8 text p[:n], added when new (UnicodeDecodeError if not UTF-8)."""
+        cdef uint64_t head, tail
+        cdef int k
+        cdef int32_t c
+        if n > 16:
+            return self.lookup(p, n)
+        head = hs_head(p, n)
+        tail = hs_tail(p, n) if n else 0
+        k = <int>((((head * 0x9E3779B97F4A7C15ULL) ^ tail) * 0xFF51AFD7ED558CCDULL ^ <uint64_t>n) >> 58)
+        if self.cache_len[k] == n and self.cache_head[k] == head and self.cache_tail[k] == tail:
+            return self.cache_code[k]
+        c = self.lookup(p, n)
+        self.cache_len[k], self.cache_head[k], self.cache_tail[k], self.cache_code[k] = n, head, tail, c
+        return c
+
+    cdef int32_t lookup(self, const char* p, Py_ssize_t n) except -1:
+        """``code`` through the hash table."""
         cdef uint64_t h = hash_bytes(p, n)
         cdef Py_ssize_t j = h & self.mask
         cdef int32_t c
