@@ -411,10 +411,11 @@ def encode(sink, Py_ssize_t buffer_size,
 
 
 # =========================================================================== reader: words
-# The reader looks at 8 bytes at a time where it can (SWAR: plain 64-bit arithmetic, no
-# intrinsics, so every platform builds it): a run of digits is found and converted in a few
-# multiplications, a string's plain bytes are skipped 8 at a time. Loads may read up to 7
-# bytes past the NUL that ends the data: ``feed`` requires PAD bytes there.
+# The reader skips a string's plain bytes 8 at a time (SWAR: plain 64-bit arithmetic, no
+# intrinsics, so every platform builds it); such loads may read up to 7 bytes past the NUL
+# that ends the data: ``feed`` requires PAD bytes there. (Digits converted 8 at a time the
+# same way measured slower than the multiply-add loop for the 1-10 digit numbers of a
+# trace: the loop's branches predict well.)
 
 DEF PAD_BYTES = 16
 #: Bytes the reader may read past the end of the data it is fed (its NUL included).
@@ -434,39 +435,6 @@ cdef extern from *:
         return w;
     }
     static inline uint32_t hs_load4(const char* p) { uint32_t w; memcpy(&w, p, 4); return w; }
-    /* How many of the 8 bytes at p (in order) are ASCII digits before the first that is
-       not one. A carry out of a byte >= 0xFA only reaches bytes after it, and it is no
-       digit itself: the count is exact. */
-    static inline int hs_digits8(uint64_t w) {
-        uint64_t x = ((w & 0xF0F0F0F0F0F0F0F0ULL)
-                      | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4))
-                     ^ 0x3333333333333333ULL;
-        return x ? __builtin_ctzll(x) >> 3 : 8;
-    }
-    /* The value of the first k (1..8) digits of w: shifted to the top (the bytes shifted
-       in are leading zeros), then pairs, quads and the eight combined. */
-    static inline uint64_t hs_digits_value(uint64_t w, int k) {
-        w = (w << (8 * (8 - k))) & 0x0F0F0F0F0F0F0F0FULL;
-        w = (w * 2561) >> 8;
-        w = ((w & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
-        return ((w & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
-    }
-    static const uint64_t HS_P10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
-    /* The number of digits at p (counted up to 24) and, when at most 18, their value. */
-    static inline __attribute__((always_inline)) int hs_uint(const char* p, uint64_t* v) {
-        uint64_t w = hs_load8(p), r;
-        int k = hs_digits8(w);
-        if (k < 8) { *v = k ? hs_digits_value(w, k) : 0; return k; }
-        r = hs_digits_value(w, 8);
-        w = hs_load8(p + 8);
-        k = hs_digits8(w);
-        if (k < 8) { *v = k ? r * HS_P10[k] + hs_digits_value(w, k) : r; return 8 + k; }
-        r = r * 100000000ULL + hs_digits_value(w, 8);
-        w = hs_load8(p + 16);
-        k = hs_digits8(w);
-        if (k <= 2) { *v = k ? r * HS_P10[k] + hs_digits_value(w, k) : r; }
-        return 16 + k;
-    }
     /* 0x80 in each byte of w that ends a string's plain run: a quote, a backslash, a
        control byte (the NUL after the data is one) or a non-ASCII byte. Borrows only reach
        bytes after a flagged one: the first flag is exact. */
@@ -483,15 +451,6 @@ cdef extern from *:
             if (m) return p + (__builtin_ctzll(m) >> 3);
             p += 8;
         }
-    }
-    /* p[:n] == s[:n] for a short constant s, in word compares (p has n bytes). */
-    static inline int hs_eq(const char* p, const char* s, int n) {
-        int i = 0;
-        if (n < 4) return memcmp(p, s, n) == 0;
-        if (n < 8) return hs_load4(p) == hs_load4(s) && hs_load4(p + n - 4) == hs_load4(s + n - 4);
-        for (; i + 8 <= n; i += 8)
-            if (hs_load8(p + i) != hs_load8(s + i)) return 0;
-        return i == n || hs_load8(p + n - 8) == hs_load8(s + n - 8);
     }
     /* a[:n] == b[:n], in word loads that stay inside both (overlapping at the end). */
     static inline int hs_same(const char* a, const char* b, long n) {
@@ -516,11 +475,7 @@ cdef extern from *:
     uint64_t hs_head(const char* p, long n) nogil
     int hs_same(const char* a, const char* b, long n) nogil
     uint64_t hs_tail(const char* p, long n) nogil
-    int hs_uint(const char* p, uint64_t* v) nogil
     const char* hs_plain_run(const char* p) nogil
-    int hs_eq(const char* p, const char* s, int n) nogil
-    int hs_digits8(uint64_t w) nogil
-    uint64_t hs_digits_value(uint64_t w, int k) nogil
     uint64_t hs_load8(const char* p) nogil
 
 
@@ -1328,38 +1283,53 @@ cdef class Reader:
 
     cdef inline const char* own_uint(self, const char* p, uint64_t* out) noexcept nogil:
         """An integer of up to 18 digits as our writer spells it (NULL otherwise: the
-        general scanner then decides), read 8 digits at a time."""
-        cdef int k = hs_uint(p, out)
-        if k == 0 or k > 18 or (p[0] == b'0' and k > 1):
+        general scanner then decides); one multiply-add a digit, no checks needed."""
+        cdef const char* first = p
+        cdef uint64_t v = 0
+        if p[0] == b'0':
+            p += 1
+        else:
+            while IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+        if p == first or p - first > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
+                or p[0] == b'E' or p >= self.stop:
             return NULL
-        p += k
-        if p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
-            return NULL
+        out[0] = v
         return p
 
     cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
         """Microseconds with at most three decimals (how we write ts and dur; older files
         always wrote three) as ns."""
-        cdef uint64_t v, w
-        cdef int k = hs_uint(p, &v), d
-        if k == 0 or k > 15 or (p[0] == b'0' and k > 1):
+        cdef const char* first = p
+        cdef uint64_t v = 0
+        cdef int k = 0
+        if p[0] == b'0':
+            p += 1
+        else:
+            while IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+        if p == first or p - first > 15:
             return NULL
-        p += k
-        v *= 1000
         if p[0] == b'.':
-            w = hs_load8(p + 1)
-            d = hs_digits8(w)
-            if d == 0 or d > 3:
+            p += 1
+            while k < 3 and IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+                k += 1
+            if k == 0:
                 return NULL
-            v += hs_digits_value(w, d) * POW10[3 - d]
-            p += 1 + d
-        if p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+        while k < 3:
+            v *= 10
+            k += 1
+        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
             return NULL
         ns[0] = <int64_t>v
         return p
 
     cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
-        return self.stop - p >= n and hs_eq(p, text, <int>n)
+        return self.stop - p >= n and memcmp(p, text, n) == 0
 
     # ------------------------------------------------------------------ events: the scanners
     # Two scanners fill an Event from an event's bytes: scan_own (our own spelling, field
