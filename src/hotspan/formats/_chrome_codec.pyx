@@ -511,10 +511,11 @@ cdef class Strings:
     cdef const char** key_text
     cdef Py_ssize_t* key_len
     cdef Py_ssize_t key_cap
-    # A string of up to 16 bytes is exactly its length and two words (its first and last
-    # 8 bytes, or 4, overlapping): a direct-mapped cache of those answers most lookups
-    # of a trace's few names without hashing or comparing bytes.
+    # A string of up to 24 bytes is exactly its length and three words (its first, second
+    # and last 8 bytes, or 4, overlapping; 0 for what it has not): a direct-mapped cache of
+    # those answers most lookups of a trace's few names without hashing or comparing bytes.
     cdef uint64_t cache_head[64]
+    cdef uint64_t cache_mid[64]
     cdef uint64_t cache_tail[64]
     cdef Py_ssize_t cache_len[64]
     cdef int32_t cache_code[64]
@@ -578,18 +579,21 @@ cdef class Strings:
 
     cdef inline int32_t code(self, const char* p, Py_ssize_t n) except -1:
         """The code of the UTF-8 text p[:n], added when new (UnicodeDecodeError if not UTF-8)."""
-        cdef uint64_t head, tail
+        cdef uint64_t head, mid, tail
         cdef int k
         cdef int32_t c
-        if n > 16:
+        if n > 24:
             return self.lookup(p, n)
         head = hs_head(p, n)
+        mid = hs_load8(p + 8) if n > 16 else 0
         tail = hs_tail(p, n) if n else 0
-        k = <int>((((head * 0x9E3779B97F4A7C15ULL) ^ tail) * 0xFF51AFD7ED558CCDULL ^ <uint64_t>n) >> 58)
-        if self.cache_len[k] == n and self.cache_head[k] == head and self.cache_tail[k] == tail:
+        k = <int>((((head * 0x9E3779B97F4A7C15ULL) ^ mid ^ tail) * 0xFF51AFD7ED558CCDULL ^ <uint64_t>n) >> 58)
+        if self.cache_len[k] == n and self.cache_head[k] == head and self.cache_tail[k] == tail \
+                and self.cache_mid[k] == mid:
             return self.cache_code[k]
         c = self.lookup(p, n)
-        self.cache_len[k], self.cache_head[k], self.cache_tail[k], self.cache_code[k] = n, head, tail, c
+        self.cache_len[k], self.cache_head[k], self.cache_mid[k] = n, head, mid
+        self.cache_tail[k], self.cache_code[k] = tail, c
         return c
 
     cdef int32_t lookup(self, const char* p, Py_ssize_t n) except -1:
@@ -865,6 +869,10 @@ cdef class Reader:
     cdef int64_t offset  # file offset of buf[0]
     cdef bint s_esc, s_high  # what the last scanned string held
     cdef const char* event_end  # where the event being assembled ends
+    # The last own line's ``,"pid":P,"tid":T`` text and its numbers (own_ids).
+    cdef char ids_text[48]
+    cdef Py_ssize_t ids_len
+    cdef int64_t ids_pv, ids_tv
 
     def __cinit__(self, path):
         self.path = path
@@ -1387,6 +1395,17 @@ cdef class Reader:
             if p == NULL:
                 return NULL
             e.dur_kind = T_NUMBER
+        return self.own_ids(p, e)
+
+    cdef inline const char* own_ids(self, const char* p, Event* e) noexcept nogil:
+        """``,"pid":P,"tid":T``: the last own line's text again (most lines follow one of
+        the same thread) takes its numbers without reading digits."""
+        cdef uint64_t value
+        cdef const char* first = p
+        cdef Py_ssize_t n = self.ids_len
+        if n and self.stop - p > n and hs_same(p, self.ids_text, n) and p[n] == b',':
+            e.pv, e.tv = self.ids_pv, self.ids_tv
+            return p + n
         if not self.lit(p, b',"pid":', 7):
             return NULL
         p = self.own_uint(p + 7, &value)
@@ -1397,6 +1416,9 @@ cdef class Reader:
         if p == NULL:
             return NULL
         e.tv = <int64_t>value
+        if p - first <= 48:
+            memcpy(self.ids_text, first, p - first)
+            self.ids_len, self.ids_pv, self.ids_tv = p - first, e.pv, e.tv
         return p
 
     cdef inline const char* scan_own(self, const char* p, Event* e) except? NULL:
