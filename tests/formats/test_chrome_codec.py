@@ -49,6 +49,21 @@ def test_events_cut_by_every_block_boundary(spans, tmp_path, monkeypatch, block)
     assert_same_spans(expected, load(gz))
 
 
+def test_the_reader_needs_its_padding_after_the_data(tmp_path):
+    """The reader loads 8 bytes at a time, up to 7 past the NUL that ends the data: a
+    buffer without ``PAD`` bytes from its NUL on (or without the NUL) is refused, never
+    read past its end."""
+    from hotspan.formats import _chrome_codec as codec
+
+    text = b'{"traceEvents":[{"ph":"X","ts":1,"dur":2,"pid":1,"tid":1,"name":"abcdefghijk"}]}'
+    for data in (bytearray(text + b"\0"), bytearray(text + b"x" * codec.PAD)):
+        with pytest.raises(ValueError, match="NUL"):
+            codec.Reader(tmp_path / "t.json").feed(data, len(text), 0, True)
+    reader = codec.Reader(tmp_path / "t.json")
+    assert reader.feed(bytearray(text) + bytearray(codec.PAD), len(text), 0, True) == len(text)
+    assert reader.n == 1 and reader.names.values == ["abcdefghijk"]
+
+
 def test_a_gzip_bomb_is_refused_at_the_limit(tmp_path, monkeypatch):
     """64 MiB of blanks in a 64 KiB gzip: refused once the inflated bytes pass the limit,
     in bounded memory (the old loader inflated everything: GBs for a 2.4 MB file)."""

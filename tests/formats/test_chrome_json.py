@@ -73,10 +73,18 @@ def test_layout_of_our_file(spans, tmp_path):
         row = spans_by_id[event["args"]["span_id"]]
         assert event["name"] == row["name"]
         assert event.get("cat") == row["category"]
-        assert event["args"]["parent_id"] == row["parent_id"]
-        assert event["args"]["arg"] == row["arg"]
-        assert event["args"]["error"] == row["error"]
-        # Microseconds since the trace start, three decimals: nanoseconds survive.
+        # Args that hold their default are left out: no parent_id for a root, no depth 0,
+        # no null arg, error only when true.
+        args = event["args"]
+        assert args.get("parent_id") == row["parent_id"]
+        assert ("parent_id" in args) == (row["parent_id"] is not None)
+        assert args.get("depth", 0) == row["depth"]
+        assert ("depth" in args) == (row["depth"] != 0)
+        assert args.get("arg") == row["arg"]
+        assert ("arg" in args) == (row["arg"] is not None)
+        assert args.get("error", False) == row["error"]
+        assert ("error" in args) == row["error"]
+        # Microseconds since the trace start, at most three decimals: nanoseconds survive.
         assert round(event["ts"] * 1000) == row["start_ns"] - start
         if event["ph"] == "X":
             assert round(event["dur"] * 1000) == row["duration_ns"] > 0
@@ -487,10 +495,10 @@ def test_fuzz_our_own_file_damaged(data):
         ("arg", lambda text: text.replace(b"4096", b"+4096"), False),
         ("arg", lambda text: text.replace(b"4096", b"4 096"), False),
         ("arg", lambda text: text.replace(b"4096", b"0x10"), False),
-        ("parent_id", lambda text: text.replace(b"null", b"nul"), False),
+        ("parent_id", lambda text: b"nul", False),
         ("depth", lambda text: text.replace(b"1", b"-"), False),
         ("ts", lambda text: text.replace(b".", b",", 1), False),
-        ("error", lambda text: text.replace(b"false", b"fals"), False),
+        ("error", lambda text: text.replace(b"true", b"tru"), False),
     ],
 )
 def test_numbers_are_held_to_json(spans, tmp_path, field, replace, accepted):
@@ -542,6 +550,6 @@ def test_our_line_with_a_fourth_decimal_is_read_by_the_general_path(tmp_path):
     path = tmp_path / "ours.json"
     export(build_spans(seed=3, roots_per_thread=1, longest_root_ns=3000), path)
     text = path.read_bytes()
-    at = text.index(b'"ts":0.000,') + len(b'"ts":0.000')
-    path.write_bytes(text[:at] + b"0" + text[at:])
+    at = text.index(b'"ts":0,') + len(b'"ts":0')  # written as short as exact allows
+    path.write_bytes(text[:at] + b".0000" + text[at:])
     assert_same_spans(_load_general(path), load(path))

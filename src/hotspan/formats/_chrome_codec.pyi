@@ -16,6 +16,8 @@ FLAG_PARENT: int
 FLAG_ARG: int
 FLAG_ERROR: int
 FLAG_SPAN_ID: int
+#: bytes the reader may read past the data it is fed (a NUL first): feed() needs them
+PAD: int
 
 def thread_codes(
     pid: _Buffer, rank: _Buffer, tid: _Buffer, thread_name: _Buffer
@@ -65,9 +67,11 @@ class Strings:
     def code_of(self, text: str) -> int: ...
 
 class Column:
-    """A growable buffer of fixed-size items, handed to numpy without a copy."""
+    """A growable buffer of fixed-size items in pages of its own, handed to numpy without a
+    copy (it has the buffer protocol)."""
 
-    data: bytearray
+    @property
+    def data(self) -> memoryview: ...
     def __init__(self, itemsize: int) -> None: ...
 
 class Reader:

@@ -22,7 +22,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize, PyByte
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport PyBUF_READ
+from cpython.buffer cimport PyBUF_READ, PyBuffer_FillInfo
 from posix.unistd cimport lseek, SEEK_CUR
 
 cimport cython
@@ -119,10 +119,11 @@ cdef inline char* put_i64(char* p, int64_t v) noexcept nogil:
 
 
 cdef inline char* put_us(char* p, int64_t ns) noexcept nogil:
-    """Nanoseconds as microseconds with three decimals (exact)."""
+    """Nanoseconds as microseconds, exact and as short as exact allows: at most three
+    decimals, trailing zeros left out (1136.000 -> 1136, 136.320 -> 136.32)."""
     cdef uint64_t mag
     cdef uint64_t whole
-    cdef int frac
+    cdef int frac, rest
     if ns < 0:
         p[0] = b'-'
         p += 1
@@ -132,10 +133,17 @@ cdef inline char* put_us(char* p, int64_t ns) noexcept nogil:
     whole = mag // 1000
     frac = <int>(mag - whole * 1000)
     p = put_u64(p, whole)
+    if frac == 0:
+        return p
     p[0] = b'.'
     p[1] = <char>(48 + frac // 100)
-    p[2] = DIGITS[2 * (frac % 100)]
-    p[3] = DIGITS[2 * (frac % 100) + 1]
+    rest = frac % 100
+    if rest == 0:
+        return p + 2
+    p[2] = DIGITS[2 * rest]
+    if rest % 10 == 0:
+        return p + 3
+    p[3] = DIGITS[2 * rest + 1]
     return p + 4
 
 
@@ -245,24 +253,21 @@ cdef inline char* put_event(char* p, const Rows* r, Py_ssize_t i) noexcept nogil
     code = r.category[i]
     if code >= 0:
         p = put(p, r.category_text[code], r.category_len[code])
+    # Args that hold their default are left out (a loader reads their absence as it):
+    # no parent_id for a root, no depth of 0, no arg when null, error only when true.
     p = put(p, b',"args":{"span_id":', 19)
     p = put_u64(p, r.span_id[i])
-    p = put(p, b',"parent_id":', 13)
     if r.parent_valid[i]:
+        p = put(p, b',"parent_id":', 13)
         p = put_u64(p, r.parent_id[i])
-    else:
-        p = put(p, b'null', 4)
-    p = put(p, b',"depth":', 9)
-    p = put_i64(p, r.depth[i])
-    p = put(p, b',"arg":', 7)
+    if r.depth[i] != 0:
+        p = put(p, b',"depth":', 9)
+        p = put_i64(p, r.depth[i])
     if r.arg_valid[i]:
+        p = put(p, b',"arg":', 7)
         p = put_i64(p, r.arg[i])
-    else:
-        p = put(p, b'null', 4)
     if r.error[i]:
         p = put(p, b',"error":true', 13)
-    else:
-        p = put(p, b',"error":false', 14)
     code = r.thread_name[i]
     if code >= 0:
         p = put(p, r.thread_name_text[code], r.thread_name_len[code])
@@ -405,23 +410,91 @@ def encode(sink, Py_ssize_t buffer_size,
         free(buffers[1])
 
 
+# =========================================================================== reader: words
+# The reader skips a string's plain bytes 8 at a time (SWAR: plain 64-bit arithmetic, no
+# intrinsics, so every platform builds it); such loads may read up to 7 bytes past the NUL
+# that ends the data: ``feed`` requires PAD bytes there. (Digits converted 8 at a time the
+# same way measured slower than the multiply-add loop for the 1-10 digit numbers of a
+# trace: the loop's branches predict well.)
+
+DEF PAD_BYTES = 16
+#: Bytes the reader may read past the end of the data it is fed (its NUL included).
+PAD = PAD_BYTES
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* 8 bytes at p, the first in the lowest byte (whatever the machine's byte order). */
+    static inline uint64_t hs_load8(const char* p) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w);
+    #endif
+        return w;
+    }
+    static inline uint32_t hs_load4(const char* p) { uint32_t w; memcpy(&w, p, 4); return w; }
+    /* 0x80 in each byte of w that ends a string's plain run: a quote, a backslash, a
+       control byte (the NUL after the data is one) or a non-ASCII byte. Borrows only reach
+       bytes after a flagged one: the first flag is exact. */
+    static inline uint64_t hs_special8(uint64_t w) {
+        const uint64_t ones = 0x0101010101010101ULL;
+        uint64_t q = w ^ (ones * 0x22), b = w ^ (ones * 0x5C);
+        return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w)
+               & 0x8080808080808080ULL;
+    }
+    /* The first byte at or after p that is not a plain string byte. */
+    static inline const char* hs_plain_run(const char* p) {
+        for (;;) {
+            uint64_t m = hs_special8(hs_load8(p));
+            if (m) return p + (__builtin_ctzll(m) >> 3);
+            p += 8;
+        }
+    }
+    /* a[:n] == b[:n], in word loads that stay inside both (overlapping at the end). */
+    static inline int hs_same(const char* a, const char* b, long n) {
+        long i = 0;
+        if (n < 4) return memcmp(a, b, (size_t)n) == 0;
+        if (n < 8) return hs_load4(a) == hs_load4(b) && hs_load4(a + n - 4) == hs_load4(b + n - 4);
+        for (; i + 8 <= n; i += 8)
+            if (hs_load8(a + i) != hs_load8(b + i)) return 0;
+        return i == n || hs_load8(a + n - 8) == hs_load8(b + n - 8);
+    }
+    /* The bytes of p[:n] as one word for the hash's last step (n > 0; loads stay inside). */
+    static inline uint64_t hs_tail(const char* p, long n) {
+        if (n >= 8) return hs_load8(p + n - 8);
+        if (n >= 4) return (uint64_t)hs_load4(p) | ((uint64_t)hs_load4(p + n - 4) << 32);
+        return (uint64_t)(uint8_t)p[0] | ((uint64_t)(uint8_t)p[n / 2] << 8) | ((uint64_t)(uint8_t)p[n - 1] << 16);
+    }
+    /* The first 8 (or 4) bytes of p[:n] as a word, 0 for fewer (hs_tail has those). */
+    static inline uint64_t hs_head(const char* p, long n) {
+        return n >= 8 ? hs_load8(p) : n >= 4 ? (uint64_t)hs_load4(p) : 0;
+    }
+    """
+    uint64_t hs_head(const char* p, long n) nogil
+    int hs_same(const char* a, const char* b, long n) nogil
+    uint64_t hs_tail(const char* p, long n) nogil
+    const char* hs_plain_run(const char* p) nogil
+    uint64_t hs_load8(const char* p) nogil
+
+
 # =========================================================================== reader: strings
 
 
 cdef inline uint64_t hash_bytes(const char* p, Py_ssize_t n) noexcept nogil:
-    # Eight bytes a step (memcpy: unaligned loads), mixed by multiplication; the tail
-    # byte by byte. Collisions only cost a compare: the table checks the bytes.
+    # Eight bytes a step (unaligned loads), mixed by multiplication; the tail as one more
+    # word (loads that overlap the last step's rather than reading past the text).
+    # Collisions only cost a compare: the table checks the bytes.
     cdef uint64_t h = 0x9E3779B97F4A7C15ULL ^ <uint64_t>n
-    cdef uint64_t w
     cdef Py_ssize_t i = 0
     while i + 8 <= n:
-        memcpy(&w, p + i, 8)
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL
+        h = (h ^ hs_load8(p + i)) * 0xFF51AFD7ED558CCDULL
         h ^= h >> 32
         i += 8
-    while i < n:
-        h = (h ^ <uint8_t>p[i]) * 0x100000001B3ULL
-        i += 1
+    if i < n:
+        h = (h ^ hs_tail(p, n)) * 0xFF51AFD7ED558CCDULL
+        h ^= h >> 32
     return h ^ (h >> 29)
 
 
@@ -438,8 +511,18 @@ cdef class Strings:
     cdef const char** key_text
     cdef Py_ssize_t* key_len
     cdef Py_ssize_t key_cap
+    # A string of up to 24 bytes is exactly its length and three words (its first, second
+    # and last 8 bytes, or 4, overlapping; 0 for what it has not): a direct-mapped cache of
+    # those answers most lookups of a trace's few names without hashing or comparing bytes.
+    cdef uint64_t cache_head[64]
+    cdef uint64_t cache_mid[64]
+    cdef uint64_t cache_tail[64]
+    cdef Py_ssize_t cache_len[64]
+    cdef int32_t cache_code[64]
 
     def __cinit__(self):
+        for i in range(64):
+            self.cache_len[i] = -1
         self.values = []
         self.keys = []
         self.mask = 63
@@ -494,8 +577,27 @@ cdef class Strings:
         self.key_cap = cap
         return 0
 
-    cdef int32_t code(self, const char* p, Py_ssize_t n) except -1:
+    cdef inline int32_t code(self, const char* p, Py_ssize_t n) except -1:
         """The code of the UTF-8 text p[:n], added when new (UnicodeDecodeError if not UTF-8)."""
+        cdef uint64_t head, mid, tail
+        cdef int k
+        cdef int32_t c
+        if n > 24:
+            return self.lookup(p, n)
+        head = hs_head(p, n)
+        mid = hs_load8(p + 8) if n > 16 else 0
+        tail = hs_tail(p, n) if n else 0
+        k = <int>((((head * 0x9E3779B97F4A7C15ULL) ^ mid ^ tail) * 0xFF51AFD7ED558CCDULL ^ <uint64_t>n) >> 58)
+        if self.cache_len[k] == n and self.cache_head[k] == head and self.cache_tail[k] == tail \
+                and self.cache_mid[k] == mid:
+            return self.cache_code[k]
+        c = self.lookup(p, n)
+        self.cache_len[k], self.cache_head[k], self.cache_mid[k] = n, head, mid
+        self.cache_tail[k], self.cache_code[k] = tail, c
+        return c
+
+    cdef int32_t lookup(self, const char* p, Py_ssize_t n) except -1:
+        """``code`` through the hash table."""
         cdef uint64_t h = hash_bytes(p, n)
         cdef Py_ssize_t j = h & self.mask
         cdef int32_t c
@@ -504,7 +606,7 @@ cdef class Strings:
             c = self.slots[j]
             if c < 0:
                 break
-            if self.slot_hash[j] == h and self.key_len[c] == n and memcmp(self.key_text[c], p, n) == 0:
+            if self.slot_hash[j] == h and self.key_len[c] == n and hs_same(self.key_text[c], p, n):
                 return c
             j = (j + 1) & self.mask
         value = PyUnicode_DecodeUTF8(p, n, NULL)
@@ -530,19 +632,98 @@ cdef class Strings:
 # =========================================================================== reader: columns
 
 
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    #include <unistd.h>
+    /* A column's memory: anonymous pages of its own, advised to be huge pages once it is
+       large (a column of a million rows then costs a few page faults, not thousands: in a
+       VM each is dear), grown by moving the pages (mremap on Linux) rather than copying. */
+    static void hs_col_advise(char* p, size_t n) {
+    #ifdef MADV_HUGEPAGE
+        if (n >= ((size_t)2 << 20)) (void)madvise(p, n, MADV_HUGEPAGE);
+    #else
+        (void)p; (void)n;
+    #endif
+    }
+    static size_t hs_col_round(size_t n) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        return n < page ? page : (n + page - 1) / page * page;
+    }
+    static char* hs_col_alloc(size_t n) {
+        void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        hs_col_advise((char*)p, n);
+        return (char*)p;
+    }
+    static char* hs_col_resize(char* p, size_t old, size_t n) {
+    #if defined(__linux__) && defined(MREMAP_MAYMOVE)
+        void* q = mremap(p, old, n, MREMAP_MAYMOVE);
+        if (q == MAP_FAILED) return NULL;
+        hs_col_advise((char*)q, n);
+        return (char*)q;
+    #else
+        char* q = hs_col_alloc(n);
+        if (q == NULL) return NULL;
+        memcpy(q, p, old < n ? old : n);
+        munmap(p, old);
+        return q;
+    #endif
+    }
+    static void hs_col_free(char* p, size_t n) { if (p) munmap(p, n); }
+    """
+    size_t hs_col_round(size_t n) nogil
+    char* hs_col_alloc(size_t n) nogil
+    char* hs_col_resize(char* p, size_t old, size_t n) nogil
+    void hs_col_free(char* p, size_t n) nogil
+
+
+@cython.final
 cdef class Column:
-    """A growable buffer of fixed-size items (a bytearray: grown by realloc, which moves
-    pages rather than copying them for large buffers), handed to numpy without a copy."""
-    cdef public bytearray data
+    """A growable buffer of fixed-size items in pages of its own (huge pages once large;
+    grown by moving its pages, not copying them), handed to numpy without a copy through
+    the buffer protocol (``np.frombuffer(column, dtype, n)``; ``data`` is a memoryview)."""
+    cdef char* ptr
+    cdef size_t mapped  # bytes mapped (whole pages)
+    cdef Py_ssize_t used  # bytes of the items (what the buffer shows)
     cdef Py_ssize_t itemsize
+    cdef int exports
 
     def __cinit__(self, Py_ssize_t itemsize):
         self.itemsize = itemsize
-        self.data = bytearray()
+        self.mapped = hs_col_round(0)
+        self.ptr = hs_col_alloc(self.mapped)
+        if self.ptr == NULL:
+            raise MemoryError()
+        self.used = 0
+        self.exports = 0
+
+    def __dealloc__(self):
+        hs_col_free(self.ptr, self.mapped)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        PyBuffer_FillInfo(buffer, self, self.ptr, self.used, 0, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        self.exports -= 1
+
+    @property
+    def data(self):
+        return memoryview(self)
 
     cdef char* resize(self, Py_ssize_t n) except NULL:
-        PyByteArray_Resize(self.data, n * self.itemsize + 1)
-        return PyByteArray_AS_STRING(self.data)
+        cdef size_t size = hs_col_round(<size_t>(n * self.itemsize))
+        cdef char* moved
+        if self.exports:
+            raise BufferError("a Column cannot grow while its buffer is exported")
+        if size != self.mapped:
+            moved = hs_col_resize(self.ptr, self.mapped, size)
+            if moved == NULL:
+                raise MemoryError()
+            self.ptr, self.mapped = moved, size
+        self.used = n * self.itemsize
+        return self.ptr
 
 
 cdef struct Num:
@@ -688,6 +869,10 @@ cdef class Reader:
     cdef int64_t offset  # file offset of buf[0]
     cdef bint s_esc, s_high  # what the last scanned string held
     cdef const char* event_end  # where the event being assembled ends
+    # The last own line's ``,"pid":P,"tid":T`` text and its numbers (own_ids).
+    cdef char ids_text[48]
+    cdef Py_ssize_t ids_len
+    cdef int64_t ids_pv, ids_tv
 
     def __cinit__(self, path):
         self.path = path
@@ -768,10 +953,8 @@ cdef class Reader:
         self.s_high = 0
         p += 1
         while True:
+            p = hs_plain_run(p)  # plain bytes, 8 at a time
             cls = STR_CLASS[<uint8_t>p[0]]
-            if cls == 0:
-                p += 1
-                continue
             if cls == 1:
                 break
             if cls == 4:
@@ -1124,21 +1307,31 @@ cdef class Reader:
         return p
 
     cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
-        """Microseconds with exactly three decimals (how we write ts and dur) as ns."""
+        """Microseconds with at most three decimals (how we write ts and dur; older files
+        always wrote three) as ns."""
         cdef const char* first = p
         cdef uint64_t v = 0
+        cdef int k = 0
         if p[0] == b'0':
             p += 1
         else:
             while IS_DIGIT[<uint8_t>p[0]]:
                 v = v * 10 + (<uint8_t>p[0] - 48)
                 p += 1
-        if p == first or p - first > 15 or p[0] != b'.' or not IS_DIGIT[<uint8_t>p[1]] \
-                or not IS_DIGIT[<uint8_t>p[2]] or not IS_DIGIT[<uint8_t>p[3]]:
+        if p == first or p - first > 15:
             return NULL
-        v = v * 1000 + (<uint8_t>p[1] - 48) * 100 + (<uint8_t>p[2] - 48) * 10 + (<uint8_t>p[3] - 48)
-        p += 4
-        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+        if p[0] == b'.':
+            p += 1
+            while k < 3 and IS_DIGIT[<uint8_t>p[0]]:
+                v = v * 10 + (<uint8_t>p[0] - 48)
+                p += 1
+                k += 1
+            if k == 0:
+                return NULL
+        while k < 3:
+            v *= 10
+            k += 1
+        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
             return NULL
         ns[0] = <int64_t>v
         return p
@@ -1202,6 +1395,17 @@ cdef class Reader:
             if p == NULL:
                 return NULL
             e.dur_kind = T_NUMBER
+        return self.own_ids(p, e)
+
+    cdef inline const char* own_ids(self, const char* p, Event* e) noexcept nogil:
+        """``,"pid":P,"tid":T``: the last own line's text again (most lines follow one of
+        the same thread) takes its numbers without reading digits."""
+        cdef uint64_t value
+        cdef const char* first = p
+        cdef Py_ssize_t n = self.ids_len
+        if n and self.stop - p > n and hs_same(p, self.ids_text, n) and p[n] == b',':
+            e.pv, e.tv = self.ids_pv, self.ids_tv
+            return p + n
         if not self.lit(p, b',"pid":', 7):
             return NULL
         p = self.own_uint(p + 7, &value)
@@ -1212,6 +1416,9 @@ cdef class Reader:
         if p == NULL:
             return NULL
         e.tv = <int64_t>value
+        if p - first <= 48:
+            memcpy(self.ids_text, first, p - first)
+            self.ids_len, self.ids_pv, self.ids_tv = p - first, e.pv, e.tv
         return p
 
     cdef inline const char* scan_own(self, const char* p, Event* e) except? NULL:
@@ -1237,33 +1444,34 @@ cdef class Reader:
         if not self.lit(p, b',"args":{"span_id":', 19):
             return NULL
         p = self.own_uint(p + 19, &e.a_span_id)
-        if p == NULL or not self.lit(p, b',"parent_id":', 13):
-            return NULL
-        e.flags = F_SPAN_ID
-        p += 13
-        if self.lit(p, b'null', 4):
-            p += 4
-        else:
-            p = self.own_uint(p, &e.a_parent)
-            if p == NULL:
-                return NULL
-            e.flags |= F_PARENT
-        if not self.lit(p, b',"depth":', 9):
-            return NULL
-        p = self.own_uint(p + 9, &value)
-        if p == NULL or value > 0x7FFFFFFF or not self.lit(p, b',"arg":', 7):
-            return NULL
-        e.a_depth = <int64_t>value
-        p = self.own_arg(p + 7, e)
         if p == NULL:
             return NULL
+        e.flags = F_SPAN_ID
+        # Each of the rest may be left out (its default: a root, depth 0, no arg, no
+        # error), as encode does; older files wrote every one.
+        if self.lit(p, b',"parent_id":', 13):
+            p += 13
+            if self.lit(p, b'null', 4):
+                p += 4
+            else:
+                p = self.own_uint(p, &e.a_parent)
+                if p == NULL:
+                    return NULL
+                e.flags |= F_PARENT
+        if self.lit(p, b',"depth":', 9):
+            p = self.own_uint(p + 9, &value)
+            if p == NULL or value > 0x7FFFFFFF:
+                return NULL
+            e.a_depth = <int64_t>value
+        if self.lit(p, b',"arg":', 7):
+            p = self.own_arg(p + 7, e)
+            if p == NULL:
+                return NULL
         if self.lit(p, b',"error":false', 14):
             p += 14
         elif self.lit(p, b',"error":true', 13):
             p += 13
             e.flags |= F_ERROR
-        else:
-            return NULL
         if self.lit(p, b',"thread_name":"', 16):
             p = self.own_text(p + 15, &e.tn_text, &e.tn_len, &e.tn_esc)
             if p == NULL:
@@ -1641,9 +1849,12 @@ cdef class Reader:
     def feed(self, bytearray data, Py_ssize_t length, Py_ssize_t offset, bint eof):
         """Parse data[:length] (file offset ``offset``); returns the bytes consumed.
 
-        data must have a NUL byte at data[length]. At eof, what is left must complete the
-        document (the array form may stop after any event: the format allows it).
+        data must have a NUL byte at data[length], and PAD bytes from there on (the reader
+        loads 8 bytes at a time). At eof, what is left must complete the document (the
+        array form may stop after any event: the format allows it).
         """
+        if length < 0 or PyByteArray_GET_SIZE(data) < length + PAD_BYTES or data[length] != 0:
+            raise ValueError(f"feed() needs a NUL after the data and {PAD_BYTES} bytes from it")
         self.buf = PyByteArray_AS_STRING(data)
         self.stop = self.buf + length
         self.offset = offset
@@ -1697,9 +1908,21 @@ cdef class Reader:
         cdef int kind
         if p[0] == b'{':
             q = self.parse_event(p)
-            if q != NULL:
+            if q == NULL:
+                return NULL
+            self.events += 1
+            self.state = S_EVENT_NEXT
+            # The events that follow right away (",\n{"), without a step each: where
+            # one is cut by the buffer's end, the next feed starts at its brace.
+            while q[0] == b',':
+                p = self.ws(q + 1)
+                if p[0] != b'{':
+                    break
+                q = self.parse_event(p)
+                if q == NULL:
+                    self.state = S_EVENT
+                    return p
                 self.events += 1
-                self.state = S_EVENT_NEXT
             return q
         if p[0] == b']' and self.events == 0:
             self.state = S_END if self.array_form else S_KEY_NEXT

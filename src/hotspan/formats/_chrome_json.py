@@ -9,9 +9,12 @@ What the file holds:
   must fit in uint32 for Perfetto and are renumbered when they do not;
 * one ``X`` event a span, one ``i`` event (thread scope) an instant (``duration_ns == 0``),
   per thread in start order, parent before child, one a line. ``ts`` is rebased to the
-  trace start so nanoseconds survive (microseconds with three decimals); ``cat`` is the
-  category path; ``args`` carry ``span_id``, ``parent_id``, ``depth``, ``arg`` and ``error``
-  (and ``thread_name`` for the rare span whose thread was renamed mid-trace);
+  trace start so nanoseconds survive (microseconds, exact: at most three decimals, trailing
+  zeros left out); ``cat`` is the category path; ``args`` carry ``span_id``, then
+  ``parent_id``, ``depth``, ``arg`` and ``error`` only where they differ from their default
+  (a root, depth 0, a null arg, no error), which a load reads their absence as (files
+  written with every key, as before, load the same); and ``thread_name`` for the rare span
+  whose thread was renamed mid-trace;
 * a flow from each host span to its device row (``hotspan._devices.cuda``): ``bind_id``
   with ``flow_out`` on the host span's event, ``flow_in`` on the device row's (flow events
   v2, bound to the events themselves); a load makes no row of them.
@@ -332,13 +335,14 @@ class ChromeJsonGzExporter(ChromeJsonExporter):
 
 def _feed(reader: codec.Reader, stream: io.BufferedIOBase, path: Path, limit: int | None) -> None:
     """The file to the reader in blocks; only the unconsumed tail (an event cut by the
-    block's end) is carried over, so memory stays one block plus one event."""
-    buffer = bytearray(READ_BLOCK + 1)
+    block's end) is carried over, so memory stays one block plus one event. The buffer keeps
+    ``codec.PAD`` bytes after the data (a NUL first): the parser reads 8 bytes at a time."""
+    buffer = bytearray(READ_BLOCK + codec.PAD)
     filled = 0  # bytes of data at the front of buffer
     offset = 0  # file (inflated) offset of buffer[0]
     total = 0
     while True:
-        capacity = len(buffer) - 1
+        capacity = len(buffer) - codec.PAD
         if filled == capacity:
             if capacity >= MAX_VALUE_BYTES:
                 raise TraceFileError(
@@ -346,7 +350,7 @@ def _feed(reader: codec.Reader, stream: io.BufferedIOBase, path: Path, limit: in
                     f"a single event or value over {MAX_VALUE_BYTES >> 20} MiB at byte {offset}",
                 )
             buffer.extend(bytes(capacity))
-            capacity = len(buffer) - 1
+            capacity = len(buffer) - codec.PAD
         with memoryview(buffer) as view:
             got = stream.readinto(view[filled:capacity])
         got = got or 0
