@@ -25,6 +25,7 @@ import os
 import stat
 import struct
 import sys
+import threading
 import time
 import warnings
 import zlib
@@ -59,6 +60,7 @@ __all__ = [
     "open_regular_file",
     "read_line_blocks",
     "require_regular_file",
+    "wait_for_released",
 ]
 
 #: Columns a table may lack: computed from the others when it does (see _selftime.py).
@@ -252,6 +254,10 @@ def atomic_path(path: str | os.PathLike[str], *, replace: bool = True) -> Iterat
 
     The temporary file is created with ``0o666`` so the umask applies as it would to a
     plain ``open(path, "w")`` (``mkstemp`` would leave the export readable by its owner only).
+
+    The file replaced is held open across the rename and closed on a short-lived thread
+    (:func:`_hold_replaced`): freeing its pages costs the export nothing. What is atomic and
+    what is on disk when this returns are as without it.
     """
     path = Path(path)
     directory = path.parent
@@ -278,7 +284,11 @@ def atomic_path(path: str | os.PathLike[str], *, replace: bool = True) -> Iterat
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
         if replace:
-            os.replace(tmp_path, path)
+            held = _hold_replaced(path)
+            try:
+                os.replace(tmp_path, path)
+            finally:
+                _release_later(held)
         else:
             os.link(tmp_path, path)
             os.unlink(tmp_path)
@@ -287,6 +297,94 @@ def atomic_path(path: str | os.PathLike[str], *, replace: bool = True) -> Iterat
             with contextlib.suppress(OSError):
                 os.unlink(tmp_path)
         raise
+
+
+#: The descriptors of replaced files still to be closed (by :func:`_release_later`'s thread).
+_HELD: set[int] = set()
+#: Set while no replaced file is left to close (:func:`wait_for_released`).
+_RELEASED = threading.Event()
+_RELEASED.set()
+_HELD_LOCK = threading.Lock()
+
+
+def _hold_replaced(path: Path) -> int | None:
+    """A read-only descriptor of the regular file ``path`` names (a link is not followed),
+    or None (none there, not ours to read, not Linux).
+
+    Held across the ``rename`` that replaces it, it keeps the old file's inode alive, so
+    the rename only takes the name away and the file's pages are freed at the last close,
+    on :func:`_release_later`'s thread rather than in the export: on Linux (ext4, xfs,
+    tmpfs) freeing them took ~20 ms in the rename for a 69 MB file. Elsewhere (macOS) the
+    rename is left as it was."""
+    if not sys.platform.startswith("linux"):
+        return None
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None  # missing, a link, unreadable: the rename does as it always did
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
+    with _HELD_LOCK:
+        _HELD.add(fd)
+        _RELEASED.clear()
+    return fd
+
+
+def _release_later(fd: int | None) -> None:
+    """Close ``fd`` (from :func:`_hold_replaced`) on a short-lived thread: the replaced
+    file's pages are freed there, off the export's critical path. Without a thread (the
+    interpreter shutting down), at once."""
+    if fd is None:
+        return
+    try:
+        threading.Thread(
+            target=_close_held, args=(fd,), name="hotspan-release", daemon=True
+        ).start()
+    except RuntimeError:
+        _close_held(fd)
+
+
+def _close_held(fd: int) -> None:
+    # Out of the set before the close: a fork in between leaves the child a copy it never
+    # closes (it has O_CLOEXEC), never one whose number a later open reused.
+    with _HELD_LOCK:
+        _HELD.discard(fd)
+    try:
+        os.close(fd)
+    finally:
+        with _HELD_LOCK:
+            if not _HELD:
+                _RELEASED.set()
+
+
+def wait_for_released(timeout: float | None = None) -> bool:
+    """Wait until every file an export replaced is closed (its pages freed); False if that
+    takes longer than ``timeout`` seconds. For tests and benchmarks: an export returns
+    without waiting for it."""
+    return _RELEASED.wait(timeout)
+
+
+def _close_held_in_child() -> None:
+    """A forked child closes its copies of the descriptors still held (no thread of the
+    parent's runs in it to close them; the lock may have been held by one at the fork)."""
+    global _HELD_LOCK, _RELEASED
+    _HELD_LOCK = threading.Lock()
+    _RELEASED = threading.Event()
+    _RELEASED.set()
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_in_child)
 
 
 # --------------------------------------------------------------------------- schema checks
