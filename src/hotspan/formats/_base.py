@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import rich.progress
 
 from .._schema import META_SKIPPED_ON_LOAD, SPAN_SCHEMA, with_pandas_dtypes
-from .._selftime import tree_columns, with_self_ns
+from .._selftime import SpanTree, with_self_ns
 
 __all__ = [
     "BATCH_ROWS",
@@ -203,8 +203,14 @@ class Exporter(abc.ABC):
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, "no such trace file", str(path))
         require_regular_file(path)
+        tree = None
         try:
-            table = conform_to_schema(self._read(path), path)
+            raw = self._read(path)
+            # the parent links worked out once, for self time and the rules' check alike
+            tree = SpanTree(raw)
+            table = conform_to_schema(raw, path, tree=tree)
+            tree = tree.rebased(table)  # and the decoded table let go
+            del raw
         except (TraceFileError, FileNotFoundError, PermissionError, IsADirectoryError, MemoryError):
             raise
         except RecursionError as exc:
@@ -228,7 +234,7 @@ class Exporter(abc.ABC):
                 path, f"not a valid {self.name} file: {type(exc).__name__}: {exc}"
             ) from exc
         if check:
-            check_span_rules(table, path)
+            check_span_rules(table, path, tree)
         return table
 
     @abc.abstractmethod
@@ -448,12 +454,18 @@ def check_span_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
 
 
 def conform_to_schema(
-    table: pa.Table, path: str | os.PathLike[str], metadata: dict[bytes, bytes] | None = None
+    table: pa.Table,
+    path: str | os.PathLike[str],
+    metadata: dict[bytes, bytes] | None = None,
+    *,
+    tree: SpanTree | None = None,
 ) -> pa.Table:
     """``table`` cast to ``SPAN_SCHEMA`` exactly (dictionary-encoded strings, one dictionary
     per column across chunks), metadata kept.
 
-    ``metadata`` (bytes -> bytes) replaces the table's own schema metadata when given.
+    ``metadata`` (bytes -> bytes) replaces the table's own schema metadata when given;
+    ``tree``: ``table``'s :class:`~hotspan._selftime.SpanTree`, to share with a later
+    :func:`check_span_rules`.
     """
     missing = [
         name
@@ -464,7 +476,7 @@ def conform_to_schema(
         raise TraceFileError(path, f"not a span table: missing column(s) {', '.join(missing)}")
     # hotspan's own files keep self_ns and wait_ns; any other table (a foreign trace, a file
     # from before the columns) gets them here, by the one rule (_selftime.py)
-    table = with_self_ns(table)
+    table = with_self_ns(table, tree)
     columns = []
     for field in SPAN_SCHEMA:
         column = table.column(field.name)
@@ -560,7 +572,9 @@ def longest_line(data: pa.Buffer) -> int:
     return max(longest, size - line_start)
 
 
-def check_span_rules(table: pa.Table, path: str | os.PathLike[str]) -> None:
+def check_span_rules(
+    table: pa.Table, path: str | os.PathLike[str], tree: SpanTree | None = None
+) -> None:
     """Refuse (``TraceFileError``, the first offending row named) a table that breaks the
     schema's own rules: ``duration_ns < 0``, ``end_ns != start_ns + duration_ns``,
     ``depth < 0``, a ``span_id`` twice, a ``depth`` that is not its parent's + 1 (where the
@@ -568,17 +582,21 @@ def check_span_rules(table: pa.Table, path: str | os.PathLike[str]) -> None:
 
     One pass over the columns and the parent links (``hotspan._span_tree.span_rules``),
     ~10 ms a million rows; each rule's first offending row comes out of the same pass.
+    ``tree``: the :class:`~hotspan._selftime.SpanTree` of this table, or of the one it was
+    conformed from (used where its ids are this table's: ``SpanTree.rebased``).
     """
     if table.num_rows == 0:
         return
     from .._span_tree import span_rules
 
+    tree = SpanTree(table) if tree is None else tree.rebased(table)
     negative, unequal, shallow, repeat, earlier, deep, deep_parent = span_rules(
-        *tree_columns(table),
+        *tree.columns,
         _values(table, "start_ns", pa.int64()),
         _values(table, "end_ns", pa.int64()),
         _values(table, "duration_ns", pa.int64()),
         _values(table, "depth", pa.int32()),
+        index=tree.index,
     )
     rules = (
         ("duration_ns is negative", negative),
