@@ -63,10 +63,10 @@ _STEP = [
 ]
 
 
-def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
-    rng = np.random.default_rng(seed)
+def _step_shape():
+    """One step's columns: names and category paths (sorted, and each row's code), depth,
+    offset and duration in ticks, and each row's parent (its row in the step, -1: none)."""
     per_step = len(_STEP)
-    steps = -(-n_spans // (per_step * n_threads))
     names = sorted({s[0] for s in _STEP})
     name_code = np.array([names.index(s[0]) for s in _STEP], np.int32)
     # Category paths: a span without a category inherits its parent's path.
@@ -88,6 +88,16 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
             if depth[j] == depth[i] - 1:
                 parent_index[i] = j
                 break
+    return names, name_code, categories, category_code, depth, offset, duration, parent_index
+
+
+def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    per_step = len(_STEP)
+    steps = -(-n_spans // (per_step * n_threads))
+    names, name_code, categories, category_code, depth, offset, duration, parent_index = (
+        _step_shape()
+    )
 
     tables = []
     base = 1_760_000_000_000_000_000
