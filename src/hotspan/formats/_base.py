@@ -326,6 +326,10 @@ def _hold_replaced(path: Path) -> int | None:
         return None
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
     try:
+        # a device is never opened (its driver's open and close may act); fstat below
+        # catches a file swapped in between
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
         fd = os.open(path, flags)
     except OSError:
         return None  # missing, a link, unreadable: the rename does as it always did
