@@ -105,7 +105,7 @@ def self_ns_column(table: pa.Table, tree: SpanTree | None = None) -> pa.Array:
 
 def tree_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """span_id and parent_id as uint64 (the bits of signed ids: equal ids stay equal), and
-    per row 1 where parent_id is given. Ids of another type (strings, say) are numbered by
+    per row 1 where parent_id is given (where it is not, parent_id holds any value). Ids of another type (strings, say) are numbered by
     the row of their first occurrence."""
     ids, parents = table.column("span_id"), table.column("parent_id")
     if not (pa.types.is_integer(ids.type) and pa.types.is_integer(parents.type)):
