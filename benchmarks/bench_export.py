@@ -37,11 +37,25 @@ _STEP = [
     ("decode", None, 2, 5, 60, None),
     ("collate", None, 2, 70, 45, None),
     ("forward", "compute", 1, 125, 300, None),
-    *[(f"layer{i}", None, 2, 130 + 36 * i, 34, None) for i in range(8)],
-    *[("matmul", "kernel", 3, 132 + 36 * i, 20, None) for i in range(8)],
+    # each layer followed by its own matmul: a span's parent is the nearest row above it
+    # one level up (listing the matmuls after every layer gave them all the last layer)
+    *[
+        span
+        for i in range(8)
+        for span in (
+            (f"layer{i}", None, 2, 130 + 36 * i, 34, None),
+            ("matmul", "kernel", 3, 132 + 36 * i, 20, None),
+        )
+    ],
     ("backward", "compute", 1, 430, 420, None),
-    *[(f"layer{i}.grad", None, 2, 435 + 50 * i, 48, None) for i in range(8)],
-    *[("matmul", "kernel", 3, 437 + 50 * i, 30, None) for i in range(8)],
+    *[
+        span
+        for i in range(8)
+        for span in (
+            (f"layer{i}.grad", None, 2, 435 + 50 * i, 48, None),
+            ("matmul", "kernel", 3, 437 + 50 * i, 30, None),
+        )
+    ],
     ("allreduce", "sync/comms", 1, 855, 130, "bytes"),
     ("checkpoint", None, 2, 985, 0, None),  # an instant at the allreduce's end
     ("optimizer", "compute", 1, 986, 14, None),
@@ -49,10 +63,10 @@ _STEP = [
 ]
 
 
-def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
-    rng = np.random.default_rng(seed)
+def _step_shape():
+    """One step's columns: names and category paths (sorted, and each row's code), depth,
+    offset and duration in ticks, and each row's parent (its row in the step, -1: none)."""
     per_step = len(_STEP)
-    steps = -(-n_spans // (per_step * n_threads))
     names = sorted({s[0] for s in _STEP})
     name_code = np.array([names.index(s[0]) for s in _STEP], np.int32)
     # Category paths: a span without a category inherits its parent's path.
@@ -74,6 +88,16 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
             if depth[j] == depth[i] - 1:
                 parent_index[i] = j
                 break
+    return names, name_code, categories, category_code, depth, offset, duration, parent_index
+
+
+def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    per_step = len(_STEP)
+    steps = -(-n_spans // (per_step * n_threads))
+    names, name_code, categories, category_code, depth, offset, duration, parent_index = (
+        _step_shape()
+    )
 
     tables = []
     base = 1_760_000_000_000_000_000
@@ -113,6 +137,7 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
             }
         )
     columns = {key: np.concatenate([t[key] for t in tables]) for key in tables[0]}
+    _assert_nested(columns)
     # Drain order: per thread by end time, threads taken in rounds of 4096 spans.
     end = columns["start_ns"] + columns["duration_ns"]
     thread = columns["thread_id"] - 70000
@@ -152,6 +177,20 @@ def synthetic_table(n_spans: int, n_threads: int, seed: int = 1) -> pa.Table:
             schema=TRACE_SCHEMA.with_metadata(metadata),
         )
     )
+
+
+def _assert_nested(columns: dict[str, np.ndarray]) -> None:
+    """Every child lies within its parent, on its parent's thread, one level below it."""
+    ids, parent = columns["span_id"], columns["parent_id"]
+    child = np.flatnonzero(parent >= 0)
+    at = np.searchsorted(ids, parent[child])  # ids ascend: the parent's row
+    assert (ids[at] == parent[child]).all(), "a parent missing"
+    start, end = columns["start_ns"], columns["start_ns"] + columns["duration_ns"]
+    assert (start[child] >= start[at]).all() and (end[child] <= end[at]).all(), (
+        "a child outside its parent"
+    )
+    assert (columns["thread_id"][child] == columns["thread_id"][at]).all()
+    assert (columns["depth"][child] == columns["depth"][at] + 1).all()
 
 
 #: M spans a second each codec's export and load must reach (issue 35, item 2)

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._span_tree import self_times
+from ._span_tree import SpanIndex, self_times
 
 SELF_FIELD = pa.field("self_ns", pa.int64(), nullable=False)
 WAIT_FIELD = pa.field("wait_ns", pa.int64(), nullable=False)
@@ -31,9 +31,55 @@ WAIT_FIELD = pa.field("wait_ns", pa.int64(), nullable=False)
 SELF_WAIT_KEY = b"hotspan.self_wait"
 
 
-def self_ns_column(table: pa.Table) -> pa.Array:
+class SpanTree:
+    """A table's parent links worked out once for every pass that follows them (self time
+    here, the schema's rules in ``formats._base.check_span_rules``): :func:`tree_columns`
+    and the :class:`~hotspan._span_tree.SpanIndex` of its ids, each computed on first use.
+
+    A loader makes one of the table it decoded and hands it to both passes, the second
+    over the conformed table (:meth:`rebased`)."""
+
+    __slots__ = ("_table", "_columns", "_index")
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._index: SpanIndex | None = None
+
+    @property
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """span_id, parent_id and has_parent (see :func:`tree_columns`)."""
+        if self._columns is None:
+            self._columns = tree_columns(self._table)
+        return self._columns
+
+    @property
+    def index(self) -> SpanIndex:
+        """The row of each span id."""
+        if self._index is None:
+            self._index = SpanIndex(self.columns[0])
+        return self._index
+
+    def rebased(self, table: pa.Table) -> "SpanTree":
+        """This tree, now over ``table`` (the one it was made of, conformed: cast, the same
+        rows), where that gives the same :func:`tree_columns`: when the ids and parents
+        were integers already (string ids are numbered by row here, parsed as numbers by a
+        cast); else a new tree of ``table``. The table it was made of is let go."""
+        ids, parents = (self._table.schema.field(n).type for n in ("span_id", "parent_id"))
+        if not (
+            table.num_rows == self._table.num_rows
+            and pa.types.is_integer(ids)
+            and pa.types.is_integer(parents)
+        ):
+            return SpanTree(table)
+        self._table = table
+        return self
+
+
+def self_ns_column(table: pa.Table, tree: SpanTree | None = None) -> pa.Array:
     """``self_ns`` of every row of ``table`` (which needs span_id, parent_id, start_ns,
-    end_ns and thread_id; pid too when present), as an int64 array.
+    end_ns and thread_id; pid too when present), as an int64 array. ``tree``: the table's
+    :class:`SpanTree`, when the caller has one to share.
 
     One pass over the rows in start order (``_span_tree``): each parent's children
     are merged as they come, so overlapping children count once. A loader's rows are in
@@ -43,21 +89,23 @@ def self_ns_column(table: pa.Table) -> pa.Array:
     n = table.num_rows
     if n == 0:
         return pa.array([], pa.int64())
-    span_id, parent_id, has_parent = tree_columns(table)
+    tree = tree or SpanTree(table)
+    span_id, parent_id, has_parent = tree.columns
     pid = _int64(table, "pid") if "pid" in table.column_names else None
     start = _int64(table, "start_ns")
     columns = (start, _int64(table, "end_ns"), span_id, parent_id, has_parent)
-    values = self_times(*columns, _int64(table, "thread_id"), pid)
+    thread = _int64(table, "thread_id")
+    values = self_times(*columns, thread, pid, index=tree.index)
     if values is None:  # some parent's children not by start time: visit in start order
         order = np.argsort(start, kind="stable")
-        values = self_times(*columns, _int64(table, "thread_id"), pid, order)
+        values = self_times(*columns, thread, pid, order, index=tree.index)
     assert values is not None  # in start order, every parent's children are
     return pa.array(values, pa.int64())
 
 
 def tree_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """span_id and parent_id as uint64 (the bits of signed ids: equal ids stay equal), and
-    per row 1 where parent_id is given. Ids of another type (strings, say) are numbered by
+    per row 1 where parent_id is given (where it is not, parent_id holds any value). Ids of another type (strings, say) are numbered by
     the row of their first occurrence."""
     ids, parents = table.column("span_id"), table.column("parent_id")
     if not (pa.types.is_integer(ids.type) and pa.types.is_integer(parents.type)):
@@ -70,18 +118,32 @@ def tree_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     else:
         has_parent = np.ones(len(parents), np.uint8)
     return (
-        np.ascontiguousarray(ids.fill_null(0).to_numpy()),
-        np.ascontiguousarray(parents.fill_null(0).to_numpy()),
+        _uint64_values(ids, ids.null_count == 0),
+        _uint64_values(parents, True),
         np.ascontiguousarray(has_parent),
     )
 
 
-def with_self_ns(table: pa.Table) -> pa.Table:
+def _uint64_values(column: pa.ChunkedArray, any_under_nulls: bool) -> np.ndarray:
+    """A uint64 column as one contiguous array, nulls as 0; with ``any_under_nulls`` (a
+    column without nulls, or parents: what lies under a null parent is never read, as
+    ``has_parent`` is 0 there) a single chunk's own values buffer: no copy, no fresh pages."""
+    if any_under_nulls and column.num_chunks == 1:
+        chunk = column.chunk(0)
+        values = chunk.buffers()[1]
+        if values is not None:
+            out: np.ndarray = np.frombuffer(values, np.uint64, len(chunk), chunk.offset * 8)
+            return out
+    return np.ascontiguousarray(column.fill_null(0).to_numpy())
+
+
+def with_self_ns(table: pa.Table, tree: SpanTree | None = None) -> pa.Table:
     """``table`` with ``self_ns`` (computed) and ``wait_ns`` (0: no task's suspensions are
     known) appended where it lacks them, or as it is when it has both; then the values a
-    trace format carried for the spans of asyncio tasks (:data:`SELF_WAIT_KEY`) put back."""
+    trace format carried for the spans of asyncio tasks (:data:`SELF_WAIT_KEY`) put back.
+    ``tree``: the table's :class:`SpanTree`, when the caller has one to share."""
     if "self_ns" not in table.column_names:
-        table = table.append_column(SELF_FIELD, self_ns_column(table))
+        table = table.append_column(SELF_FIELD, self_ns_column(table, tree))
     if "wait_ns" not in table.column_names:
         table = table.append_column(
             WAIT_FIELD, pa.array(np.zeros(table.num_rows, np.int64), pa.int64())

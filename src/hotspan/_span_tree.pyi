@@ -6,6 +6,12 @@ import numpy.typing as npt
 
 DENSE_SPREAD: int
 
+class SpanIndex:
+    rows: int
+    repeat: int
+    def __init__(self, span_id: npt.NDArray[np.uint64]) -> None: ...
+
+
 def self_times(
     start: npt.NDArray[np.int64],
     end: npt.NDArray[np.int64],
@@ -15,6 +21,7 @@ def self_times(
     thread: npt.NDArray[np.int64],
     pid: npt.NDArray[np.int64] | None = None,
     order: npt.NDArray[np.intp] | None = None,
+    index: SpanIndex | None = None,
 ) -> npt.NDArray[np.int64] | None: ...
 def span_rules(
     span_id: npt.NDArray[np.uint64],
@@ -24,4 +31,5 @@ def span_rules(
     end: npt.NDArray[np.int64],
     duration: npt.NDArray[np.int64],
     depth: npt.NDArray[np.int32],
+    index: SpanIndex | None = None,
 ) -> tuple[int, int, int, int, int, int, int]: ...

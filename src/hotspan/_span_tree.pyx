@@ -14,7 +14,8 @@ start order instead.
 Parents are found by id through an array over the ids' range (a process's ids are a
 counter under fixed high bits: linear, one 4-byte slot an id) or, for ids spread wider
 (several ranks merged), an open-addressing hash table; either notices an id given twice
-as it is built. Arithmetic wraps as numpy's does.
+as it is built. The index is a :class:`SpanIndex`: a loader builds it once for both passes
+(self time, then the schema's rules). Arithmetic wraps as numpy's does.
 """
 from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, INT64_MIN
 from libc.stdlib cimport malloc, free
@@ -110,6 +111,45 @@ cdef void index_free(IdIndex* index) noexcept nogil:
     index.keys = NULL
 
 
+cdef class SpanIndex:
+    """The row of each span id (its first row, for an id given twice), built once from a
+    table's ``span_id`` (uint64) for every pass that follows its parent links:
+    :func:`self_times` and :func:`span_rules` take it instead of building their own.
+    ``repeat``: the first row whose id an earlier row has (``-1``: none)."""
+    cdef IdIndex index
+    cdef readonly Py_ssize_t rows
+    cdef readonly Py_ssize_t repeat
+
+    def __cinit__(self, const uint64_t[::1] span_id not None):
+        cdef Py_ssize_t n = span_id.shape[0], built = -1
+        self.index.rows = NULL
+        self.index.keys = NULL
+        self.rows = n
+        self.repeat = -1
+        if n >= 0x7FFFFFFF:
+            raise ValueError("SpanIndex: more than 2**31 - 1 rows")
+        if n == 0:
+            return
+        with nogil:
+            built = index_build(&self.index, &span_id[0], n)
+        if built == -2:
+            index_free(&self.index)
+            raise MemoryError("SpanIndex: no memory for the id index")
+        self.repeat = built
+
+    def __dealloc__(self):
+        index_free(&self.index)
+
+
+cdef SpanIndex _index_for(SpanIndex index, const uint64_t[::1] span_id, str who):
+    """``index`` when given (it must be of as many rows), else one built from ``span_id``."""
+    if index is None:
+        return SpanIndex(span_id)
+    if index.rows != span_id.shape[0]:
+        raise ValueError(f"{who}: an index of {index.rows} rows for {span_id.shape[0]} rows")
+    return index
+
+
 cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
     return <int64_t>(<uint64_t>a - <uint64_t>b)
 
@@ -147,11 +187,13 @@ cdef int merge_children(Py_ssize_t n, const Py_ssize_t* order, const IdIndex* in
 def self_times(const int64_t[::1] start not None, const int64_t[::1] end not None,
                const uint64_t[::1] span_id not None, const uint64_t[::1] parent_id not None,
                const uint8_t[::1] has_parent not None, const int64_t[::1] thread not None,
-               const int64_t[::1] pid=None, const Py_ssize_t[::1] order=None):
+               const int64_t[::1] pid=None, const Py_ssize_t[::1] order=None,
+               SpanIndex index=None):
     """Each row's self time (int64 array), the rows visited in ``order`` (default: as they
     are); ``None`` when in that order some parent's children do not come by start time
     (then call again with the rows' start order: ``np.argsort(start, kind="stable")``).
-    ``pid``: compared too when given. At most 2**31 - 1 rows."""
+    ``pid``: compared too when given; ``index``: :class:`SpanIndex` of ``span_id``, built
+    here when not given. At most 2**31 - 1 rows."""
     cdef Py_ssize_t n = start.shape[0], i
     if not (end.shape[0] == span_id.shape[0] == parent_id.shape[0] == has_parent.shape[0]
             == thread.shape[0] == n):
@@ -170,23 +212,15 @@ def self_times(const int64_t[::1] start not None, const int64_t[::1] end not Non
     reach_array = np.full(n, INT64_MIN, np.int64)
     last_array = np.full(n, INT64_MIN, np.int64)
     cdef int64_t[::1] covered = out, reach = reach_array, last_start = last_array
-    cdef IdIndex index
+    cdef SpanIndex ids = _index_for(index, span_id, "self_times")
     cdef int unsorted = 0
-    cdef Py_ssize_t built
     cdef const int64_t* pid_ptr = &pid[0] if pid is not None else NULL
     cdef const Py_ssize_t* order_ptr = &order[0] if order is not None else NULL
     cdef int64_t duration
     with nogil:
-        built = index_build(&index, &span_id[0], n)
-        if built != -2:
-            unsorted = merge_children(n, order_ptr, &index, &start[0], &end[0], &parent_id[0],
-                                      &has_parent[0], &thread[0], pid_ptr, &covered[0],
-                                      &reach[0], &last_start[0])
-        else:
-            unsorted = -1
-        index_free(&index)
-    if unsorted < 0:
-        raise MemoryError("self_times: no memory for the id index")
+        unsorted = merge_children(n, order_ptr, &ids.index, &start[0], &end[0], &parent_id[0],
+                                  &has_parent[0], &thread[0], pid_ptr, &covered[0],
+                                  &reach[0], &last_start[0])
     if unsorted:
         return None
     with nogil:
@@ -202,12 +236,13 @@ def self_times(const int64_t[::1] start not None, const int64_t[::1] end not Non
 def span_rules(const uint64_t[::1] span_id not None, const uint64_t[::1] parent_id not None,
                const uint8_t[::1] has_parent not None, const int64_t[::1] start not None,
                const int64_t[::1] end not None, const int64_t[::1] duration not None,
-               const int32_t[::1] depth not None):
+               const int32_t[::1] depth not None, SpanIndex index=None):
     """The first row breaking each of the schema's rules (``-1``: none), as a tuple:
     ``duration < 0``, ``end != start + duration`` (a wrapping add), ``depth < 0``, a
     ``span_id`` an earlier row has (then the row that has it first), a ``depth`` that is not
     its parent's + 1 where the parent is in the table (then the parent's row; looked for
-    only when no id repeats)."""
+    only when no id repeats). ``index``: :class:`SpanIndex` of ``span_id``, built here
+    when not given."""
     cdef Py_ssize_t n = span_id.shape[0], i, p
     cdef Py_ssize_t negative = -1, unequal = -1, shallow = -1, repeat = -1, earlier = -1
     cdef Py_ssize_t deep = -1, deep_parent = -1
@@ -218,7 +253,8 @@ def span_rules(const uint64_t[::1] span_id not None, const uint64_t[::1] parent_
         raise ValueError("span_rules: more than 2**31 - 1 rows")
     if n == 0:
         return (-1, -1, -1, -1, -1, -1, -1)
-    cdef IdIndex index
+    cdef SpanIndex ids = _index_for(index, span_id, "span_rules")
+    repeat = ids.repeat
     with nogil:
         for i in range(n):
             if negative < 0 and duration[i] < 0:
@@ -227,17 +263,13 @@ def span_rules(const uint64_t[::1] span_id not None, const uint64_t[::1] parent_
                 unequal = i
             if shallow < 0 and depth[i] < 0:
                 shallow = i
-        repeat = index_build(&index, &span_id[0], n)
         if repeat >= 0:
-            earlier = index_row(&index, span_id[repeat])
-        elif repeat == -1:
+            earlier = index_row(&ids.index, span_id[repeat])
+        else:
             for i in range(n):
                 if has_parent[i]:
-                    p = index_row(&index, parent_id[i])
+                    p = index_row(&ids.index, parent_id[i])
                     if p >= 0 and <int64_t>depth[i] != <int64_t>depth[p] + 1:
                         deep, deep_parent = i, p
                         break
-        index_free(&index)
-    if repeat == -2:
-        raise MemoryError("span_rules: no memory for the id index")
     return (negative, unequal, shallow, repeat, earlier, deep, deep_parent)
