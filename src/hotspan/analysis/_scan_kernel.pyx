@@ -309,7 +309,7 @@ def select_ranks(list pieces, ranks, least_known=None, most_known=None):
     cdef const int32_t[::1] slot = slot_array
     sizes = histogram_array[targets]
     offsets_array = np.concatenate(([0], np.cumsum(sizes)))
-    place_array = offsets_array[:-1].copy()
+    place_array = offsets_array[: len(sizes)].copy()  # all but the last, no negative index
     cdef int64_t[::1] place = place_array
     # the total is offsets_array's last, read without a negative index (wraparound=False)
     gathered_array = np.empty(int(sizes.sum()), np.int64)
