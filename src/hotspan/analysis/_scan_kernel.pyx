@@ -299,7 +299,7 @@ def select_ranks(list pieces, ranks, least_known=None, most_known=None):
     if outside or (<uint64_t>most - <uint64_t>least) != span:
         raise ValueError(f"a value outside [{least}, {most}], the extremes given")
     # each rank's bucket, and its place among the bucket's values
-    before_array = np.concatenate(([0], np.cumsum(histogram_array)[:-1]))
+    before_array = np.cumsum(histogram_array) - histogram_array  # the counts before each bucket
     cdef const int64_t[::1] before = before_array
     bucket_of = np.searchsorted(np.cumsum(histogram_array), wanted, side="right")
     targets = np.unique(bucket_of)
