@@ -184,6 +184,7 @@ class ChromeJsonExporter(Exporter):
         thread_name_texts = [
             f',"thread_name":{_dumps(name)}'.encode() for name in layout.thread_names
         ]
+        flows = bool(layout.flow_in.any())
         with Progress(layout.num_rows, f"writing {path.name}") as progress:
             codec.encode(
                 sink if fd is None else fd,
@@ -207,7 +208,8 @@ class ChromeJsonExporter(Exporter):
                 thread_name_texts,
                 layout.start_ns,
                 progress.advance,
-                *((layout.flow_out, layout.flow_in) if layout.flow_in.any() else (None, None)),
+                flow_out=layout.flow_out if flows else None,
+                flow_in=layout.flow_in if flows else None,
                 own_name=layout.thread_name,
             )
         if layout.counters is not None and layout.counters.num_rows:
