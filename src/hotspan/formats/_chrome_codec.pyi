@@ -46,6 +46,7 @@ def encode(
     progress: Any = None,
     flow_out: Any = None,
     flow_in: Any = None,
+    own_name: _Buffer | None = None,
 ) -> None: ...
 def nest(
     thread: _Buffer,

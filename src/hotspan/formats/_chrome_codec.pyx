@@ -69,6 +69,13 @@ cdef extern from *:
     int hs_clz64(unsigned long long v) nogil
 
 
+# Per fraction (0-999 thousandths) the characters put_us keeps of ".ddd": 0 for .000, else
+# up to its last nonzero digit.
+cdef uint8_t FRAC_LEN[1000]
+for _i in range(1000):
+    FRAC_LEN[_i] = 0 if _i == 0 else 2 if _i % 100 == 0 else 3 if _i % 10 == 0 else 4
+
+
 cdef uint64_t P10[20]
 P10[0] = 1
 for _i in range(1, 20):
@@ -133,18 +140,13 @@ cdef inline char* put_us(char* p, int64_t ns) noexcept nogil:
     whole = mag // 1000
     frac = <int>(mag - whole * 1000)
     p = put_u64(p, whole)
-    if frac == 0:
-        return p
+    # '.' and three digits always written; kept: none for .000, else up to the last nonzero
     p[0] = b'.'
     p[1] = <char>(48 + frac // 100)
     rest = frac % 100
-    if rest == 0:
-        return p + 2
     p[2] = DIGITS[2 * rest]
-    if rest % 10 == 0:
-        return p + 3
     p[3] = DIGITS[2 * rest + 1]
-    return p + 4
+    return p + FRAC_LEN[frac]
 
 
 cdef inline char* put(char* p, const char* text, Py_ssize_t n) noexcept nogil:
@@ -152,16 +154,32 @@ cdef inline char* put(char* p, const char* text, Py_ssize_t n) noexcept nogil:
     return p + n
 
 
+DEF TEXT_PAD = 32
+
+
+cdef inline char* put_text(char* p, const char* text, Py_ssize_t n) noexcept nogil:
+    """A ``_Texts`` text (TEXT_PAD bytes readable after it) at p: TEXT_PAD bytes copied
+    whatever n (up to TEXT_PAD past the text are written, and overwritten by what follows:
+    the line bound leaves room), the rest only for a longer one."""
+    memcpy(p, text, TEXT_PAD)
+    if n > TEXT_PAD:
+        memcpy(p + TEXT_PAD, text + TEXT_PAD, n - TEXT_PAD)
+    return p + n
+
+
 cdef class _Texts:
-    """A list of bytes as C pointers and lengths (the list is kept alive)."""
-    cdef list items
+    """A list of bytes as C pointers and lengths, each copied into one arena with TEXT_PAD
+    bytes readable after it (zeros), so that ``put_text`` copies a fixed TEXT_PAD bytes
+    (two vector moves) for every text of up to TEXT_PAD bytes rather than calling memcpy
+    with a variable length."""
+    cdef char* arena
     cdef const char** ptr
     cdef Py_ssize_t* length
     cdef Py_ssize_t longest
 
     def __cinit__(self, list items):
-        cdef Py_ssize_t i, n = len(items)
-        self.items = items
+        cdef Py_ssize_t i, n = len(items), size = 0, at = 0
+        self.arena = NULL
         self.ptr = <const char**>malloc((n + 1) * sizeof(char*))
         self.length = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
         if self.ptr == NULL or self.length == NULL:
@@ -171,12 +189,20 @@ cdef class _Texts:
             item = items[i]
             if not isinstance(item, bytes):
                 raise TypeError("texts must be bytes")
-            self.ptr[i] = PyBytes_AS_STRING(item)
             self.length[i] = PyBytes_GET_SIZE(item)
+            size += self.length[i] + TEXT_PAD
             if self.length[i] > self.longest:
                 self.longest = self.length[i]
+        self.arena = <char*>calloc(size + 1, 1)
+        if self.arena == NULL:
+            raise MemoryError()
+        for i in range(n):
+            memcpy(self.arena + at, PyBytes_AS_STRING(items[i]), self.length[i])
+            self.ptr[i] = self.arena + at
+            at += self.length[i] + TEXT_PAD
 
     def __dealloc__(self):
+        free(self.arena)
         free(self.ptr)
         free(self.length)
 
@@ -222,6 +248,7 @@ cdef struct Rows:
     const int32_t* name
     const int32_t* category
     const int32_t* thread_name
+    const int32_t* own_name  # per thread, the name code its rows need not repeat (-1: none)
     const uint64_t* flow_out  # NULL: no flows
     const uint64_t* flow_in
     int64_t origin
@@ -247,12 +274,12 @@ cdef inline char* put_event(char* p, const Rows* r, Py_ssize_t i) noexcept nogil
         p = put(p, b',"dur":', 7)
         p = put_us(p, r.duration[i])
     code = r.thread[i]
-    p = put(p, r.thread_text[code], r.thread_len[code])
+    p = put_text(p, r.thread_text[code], r.thread_len[code])
     code = r.name[i]
-    p = put(p, r.name_text[code], r.name_len[code])
+    p = put_text(p, r.name_text[code], r.name_len[code])
     code = r.category[i]
     if code >= 0:
-        p = put(p, r.category_text[code], r.category_len[code])
+        p = put_text(p, r.category_text[code], r.category_len[code])
     # Args that hold their default are left out (a loader reads their absence as it):
     # no parent_id for a root, no depth of 0, no arg when null, error only when true.
     p = put(p, b',"args":{"span_id":', 19)
@@ -269,8 +296,8 @@ cdef inline char* put_event(char* p, const Rows* r, Py_ssize_t i) noexcept nogil
     if r.error[i]:
         p = put(p, b',"error":true', 13)
     code = r.thread_name[i]
-    if code >= 0:
-        p = put(p, r.thread_name_text[code], r.thread_name_len[code])
+    if code >= 0 and code != r.own_name[r.thread[i]]:
+        p = put_text(p, r.thread_name_text[code], r.thread_name_len[code])
     return put_event_end(p, r, i)
 
 
@@ -350,7 +377,8 @@ def encode(sink, Py_ssize_t buffer_size,
            const int64_t[::1] arg, const uint8_t[::1] arg_valid, const uint8_t[::1] error,
            const int32_t[::1] thread, const int32_t[::1] name, const int32_t[::1] category,
            const int32_t[::1] thread_name, list thread_texts, list name_texts, list category_texts,
-           list thread_name_texts, int64_t origin, progress=None, flow_out=None, flow_in=None):
+           list thread_name_texts, int64_t origin, progress=None, flow_out=None, flow_in=None,
+           own_name=None):
     """Every row's event line to ``sink`` (an int: a file descriptor open for writing,
     else an object with ``write(bytes-like)``), in trace order.
 
@@ -359,7 +387,9 @@ def encode(sink, Py_ssize_t buffer_size,
     (the header ends with an event): an ``X`` event a span, an ``i`` event (thread scope)
     an instant. ``*_texts`` are the pre-encoded pieces per code: ``,"pid":P,"tid":T`` per
     thread, ``,"name":...`` per name, ``,"cat":...`` per category, ``,"thread_name":...``
-    per renamed thread (a code of -1: none). Lines go out ``buffer_size`` bytes at a time;
+    per thread name (a code of -1: none). ``own_name`` (int32 per thread, or ``None``: none):
+    each thread's own name code, which its rows do not repeat (a row carries
+    ``thread_name`` only where its thread was renamed). Lines go out ``buffer_size`` bytes at a time;
     to a file descriptor from a writer thread (``hs_writer``) while the next block is
     formatted, each block's writeback started as soon as it is written.
 
@@ -371,6 +401,7 @@ def encode(sink, Py_ssize_t buffer_size,
     """
     cdef const uint64_t[::1] fout
     cdef const uint64_t[::1] fin
+    cdef const int32_t[::1] own
     cdef _Texts threads = _Texts(thread_texts)
     cdef _Texts names = _Texts(name_texts)
     cdef _Texts categories = _Texts(category_texts)
@@ -381,8 +412,15 @@ def encode(sink, Py_ssize_t buffer_size,
         return
     if n >= 0xFFFFFFFF:
         raise ValueError("a Chrome JSON export holds at most 4,294,967,294 spans")
+    if own_name is None:
+        import numpy as np
+        own_name = np.full(max(len(thread_texts), 1), -1, np.int32)
+    own = own_name
+    if own.shape[0] < len(thread_texts) or own.shape[0] == 0:
+        raise ValueError("own_name needs a code per thread")
     r = Rows(&start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0], &parent_valid[0], &arg[0],
-             &arg_valid[0], &error[0], &thread[0], &name[0], &category[0], &thread_name[0], NULL, NULL,
+             &arg_valid[0], &error[0], &thread[0], &name[0], &category[0], &thread_name[0],
+             &own[0], NULL, NULL,
              origin, threads.ptr, threads.length, names.ptr, names.length, categories.ptr,
              categories.length, thread_names.ptr, thread_names.length)
     if flow_out is not None:
@@ -390,8 +428,9 @@ def encode(sink, Py_ssize_t buffer_size,
         fin = flow_in
         r.flow_out, r.flow_in = &fout[0], &fin[0]
     # Fixed text and numbers of a line come to under 260 bytes: with the longest texts a
-    # bound on one line, so the loop checks space once a line, not once a field.
-    cdef Py_ssize_t line = 320 + threads.longest + names.longest + categories.longest + thread_names.longest
+    # bound on one line, so the loop checks space once a line, not once a field (plus
+    # TEXT_PAD: put_text writes up to that far past a text's end).
+    cdef Py_ssize_t line = 320 + TEXT_PAD + threads.longest + names.longest + categories.longest + thread_names.longest
     cdef Py_ssize_t cap = max(buffer_size, 2 * line)
     # Two buffers: one formatted while the writer thread writes the other (fd sinks only).
     cdef char* buffers[2]

@@ -184,6 +184,7 @@ class ChromeJsonExporter(Exporter):
         thread_name_texts = [
             f',"thread_name":{_dumps(name)}'.encode() for name in layout.thread_names
         ]
+        flows = bool(layout.flow_in.any())
         with Progress(layout.num_rows, f"writing {path.name}") as progress:
             codec.encode(
                 sink if fd is None else fd,
@@ -200,14 +201,16 @@ class ChromeJsonExporter(Exporter):
                 layout.thread,
                 layout.name,
                 layout.category,
-                layout.renamed,
+                layout.row_thread_name,
                 thread_texts,
                 name_texts,
                 category_texts,
                 thread_name_texts,
                 layout.start_ns,
                 progress.advance,
-                *((layout.flow_out, layout.flow_in) if layout.flow_in.any() else ()),
+                flow_out=layout.flow_out if flows else None,
+                flow_in=layout.flow_in if flows else None,
+                own_name=layout.thread_name,
             )
         if layout.counters is not None and layout.counters.num_rows:
             from ..counters import chrome_events
@@ -421,9 +424,8 @@ class _Layout:
         self.thread_process = np.array(
             [process_index[(pid, rank)] for pid, rank, _ in threads], np.int32
         )
-        # Per row -1 (its thread's own name) or the other name it carries.
-        own = self.thread_name[self.thread] if n else np.empty(0, np.int32)
-        self.renamed = np.ascontiguousarray(np.where(thread_name == own, -1, thread_name), np.int32)
+        # Per row its name code: the codec writes it only where it is not its thread's own.
+        self.row_thread_name = thread_name
 
     def process_name(self, process: int) -> str:
         rank = int(self.process_rank[process])
