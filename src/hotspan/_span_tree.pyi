@@ -11,7 +11,6 @@ class SpanIndex:
     repeat: int
     def __init__(self, span_id: npt.NDArray[np.uint64]) -> None: ...
 
-
 def self_times(
     start: npt.NDArray[np.int64],
     end: npt.NDArray[np.int64],
