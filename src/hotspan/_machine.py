@@ -8,9 +8,10 @@ Two measures, both off the hot path and nearly free:
   processes taking turns on the core nor the GIL count in it: it moves with the CPU's own
   speed (its clock, a hyperthread sibling busy, a hypervisor stealing cycles). The fastest
   of ``TRIES`` runs of about 0.1 ms; taken when a table's metadata is built (each drain,
-  each flush of ``record()``), at most once a second. Interpreted work, as the spans of a
-  Python program are: a loop of native code (tried in the drain thread) kept its pace where
-  Python code in another process on the same core ran 1.4x slower.
+  each flush of ``record()``), at most once a second, and once at ``import hotspan``.
+  Interpreted work, as the spans of a Python program are: a loop of native code (tried in
+  the drain thread) kept its pace where Python code in another process on the same core
+  ran 1.4x slower.
 - **Contention**: the time the process's threads were runnable but waiting for a CPU
   (Linux's ``/proc/self/task/*/schedstat``: CPU time and run-queue delay per thread, kept by
   the kernel), since ``import hotspan``, against their CPU time. ``(cpu + delay) / cpu``
@@ -20,7 +21,8 @@ Two measures, both off the hot path and nearly free:
 ``slowness = loop_ns × (cpu + delay) / cpu``: the wall time the loop's work costs here,
 now. Its ratio between two runs is the machine's drift (:func:`drift`); ``compare`` judges
 each group against it (analysis/comparison.py). Nothing here imports beyond the standard
-library; ``import hotspan`` only reads the counters once (:func:`mark_import`, ~20 us), so
+library; ``import hotspan`` reads the counters once and takes the run's first calibration
+sample (:func:`mark_import`, ~0.4 ms), so
 that a run's contention is counted from there: the interpreter's start-up, and the first
 drain's import of pyarrow (measured before it), wait on the disk more than on the CPU and
 would dilute the contention the spans saw.
@@ -79,12 +81,16 @@ def _loop_ns() -> int:
 
 def sample(force: bool = False) -> None:
     """Take a calibration sample now, unless one was taken in the last second."""
-    global _taken, _last_s
+    global _last_s
     now = time.monotonic()
     if not force and now - _last_s < SAMPLE_EVERY_S:
         return
     _last_s = now
-    value = _loop_ns()
+    _keep(_loop_ns())
+
+
+def _keep(value: int) -> None:
+    global _taken
     if value <= 0:  # a clock too coarse to time it: no sample rather than a wrong one
         return
     with _lock:
@@ -125,9 +131,14 @@ _at_import: tuple[int, int, int] | None = None
 
 
 def mark_import() -> None:
-    """Keep the counters now (``import hotspan`` calls it: ~20 us)."""
+    """Keep the counters now, and take a calibration sample (``import hotspan`` calls it:
+    ~0.4 ms). The sample is the run's start: with the one its first drain takes at its end
+    (not held back by the once-a-second rule), even a run shorter than a second has the loop
+    of two moments, not one (one sample at a slow moment of a CPU whose speed for Python
+    wanders read a run 1.46x slower than its spans ran)."""
     global _at_import
     _at_import = _read_contention()
+    _keep(_loop_ns())
 
 
 def _read_contention() -> tuple[int, int, int] | None:

@@ -163,6 +163,27 @@ def test_the_loop_counts_past_its_own_wobble_and_either_way():
     assert _machine.drift(quiet, measure(180_000.0, 2.0))["loop"] == pytest.approx(1.8)
 
 
+def test_a_short_run_samples_the_loop_at_its_start_and_at_its_end():
+    """One sample at the drain alone is one moment of a CPU whose speed wanders (the
+    wobble above): a run whose spans ran fast, sampled at a slow moment at its end, read
+    1.46x slower and hid a real 2x slowdown. ``import hotspan`` takes one at the start too,
+    so even a run shorter than a second has the loop of two moments."""
+    program = textwrap.dedent(
+        """
+        import json, hotspan
+        with hotspan.span("x"):
+            pass
+        print(json.dumps(json.loads(hotspan.drain().schema.metadata[b"hotspan.machine"])))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+    measure = json.loads(done.stdout)
+    assert measure["samples"] == 2, measure
+    assert measure["loop_ns"] > 0 and measure["loop_min_ns"] <= measure["loop_ns"]
+
+
 def test_exit_status_3_is_in_the_help():
     done = _cli("compare", "--help")
     text = " ".join(done.stdout.split())
