@@ -26,6 +26,7 @@ from hotspan._schema import (
     with_pandas_dtypes,
 )
 from hotspan._selftime import with_self_ns
+from hotspan.formats import _perfetto_codec as perfetto_codec
 
 
 # --------------------------------------------------------------------------- synthetic spans
@@ -184,3 +185,21 @@ def perfetto_check():
         return report
 
     return check
+
+
+# Protobuf fields by hand, for Perfetto traces written field by field (the decoder's tests)
+
+
+def pb_varint(number: int, value: int) -> bytes:
+    """Field ``number`` holding the varint ``value``."""
+    return perfetto_codec.field_varint(number, value)
+
+
+def pb_bytes(number: int, data: bytes | str) -> bytes:
+    """Field ``number`` holding ``data`` (length-delimited)."""
+    return perfetto_codec.field_bytes(number, data)
+
+
+def pb_annotation(iid: int, value: int, tag: int = 3) -> bytes:
+    """A debug annotation (field 4) naming interned ``iid`` with ``value`` in field ``tag``."""
+    return pb_bytes(4, pb_varint(1, iid) + pb_varint(tag, value))

@@ -12,6 +12,9 @@ import os
 import pytest
 
 from conftest import assert_same_spans
+from conftest import pb_annotation as annotation
+from conftest import pb_bytes as b
+from conftest import pb_varint as v
 
 from hotspan.formats import TraceFileError, export, load
 from hotspan.formats import _perfetto_codec as codec
@@ -235,18 +238,6 @@ def test_annotation_ids_that_mean_something_else_take_the_general_path(ours, tmp
 
 
 # --------------------------------------------------------------------------- bad packets in our layout
-
-
-def v(number: int, value: int) -> bytes:
-    return codec.field_varint(number, value)
-
-
-def b(number: int, data: bytes | str) -> bytes:
-    return codec.field_bytes(number, data)
-
-
-def annotation(iid: int, value: int, tag: int = 3) -> bytes:
-    return b(4, v(1, iid) + v(tag, value))
 
 
 DESCRIPTORS = codec.packet(

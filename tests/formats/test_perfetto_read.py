@@ -14,6 +14,9 @@ import textwrap
 import pytest
 
 from conftest import assert_same_spans, build_spans
+from conftest import pb_annotation as annotation
+from conftest import pb_bytes as b
+from conftest import pb_varint as v
 
 from hotspan._schema import SPAN_SCHEMA, TRACE_SCHEMA, with_pandas_dtypes
 from hotspan._selftime import with_self_ns
@@ -28,18 +31,6 @@ def varint(value: int) -> bytes:
 
 def packet(*fields: bytes) -> bytes:
     return codec.packet(b"".join(fields))
-
-
-def v(number: int, value: int) -> bytes:
-    return codec.field_varint(number, value)
-
-
-def b(number: int, data: bytes | str) -> bytes:
-    return codec.field_bytes(number, data)
-
-
-def annotation(iid: int, value: int, tag: int = 3) -> bytes:
-    return b(4, v(1, iid) + v(tag, value))
 
 
 # A hand-written trace in our layout: one process, one thread, one span and one instant.

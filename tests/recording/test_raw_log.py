@@ -46,6 +46,19 @@ def _work(n: int) -> None:
         hotspan.set_thread_name(threading.current_thread().name)
 
 
+def _record_on_two_threads(run, spans_each: int):
+    """Record ``spans_each`` spans on each of two threads into ``run`` (flushed only at
+    stop), and give back what drain() then sees of them."""
+    hotspan.drain()
+    with hotspan.record(run, flush_interval=60):
+        threads = [threading.Thread(target=_work, args=(spans_each,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return hotspan.drain()
+
+
 def _same_rows(a, b) -> None:
     a, b = a.sort_by("span_id"), b.sort_by("span_id")
     assert a.num_rows == b.num_rows
@@ -286,14 +299,7 @@ def test_a_long_run_becomes_several_parts_equal_to_drain(tmp_path, monkeypatch):
     # pieces written on a thread of their own while the next is decoded
     monkeypatch.setattr(rawlog, "PART_ROWS", 20_000)
     run = tmp_path / "run"
-    hotspan.drain()
-    with hotspan.record(run, flush_interval=60):
-        threads = [threading.Thread(target=_work, args=(10_000,)) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    drained = hotspan.drain()
+    drained = _record_on_two_threads(run, 10_000)
     parts = sorted(run.glob("*.parquet"))
     assert len(parts) >= 4 and not (run / "_live").exists()
     _same_rows(hotspan.load(run), drained)
@@ -342,14 +348,7 @@ def test_the_parts_stop_converts_in_several_pieces_read_in_every_reader(tmp_path
     monkeypatch.setattr(rawlog, "PART_ROWS", 20_000)
     monkeypatch.setattr(rawlog, "SUB_ROWS", 3_000)
     run = tmp_path / "run"
-    hotspan.drain()
-    with hotspan.record(run, flush_interval=60):
-        threads = [threading.Thread(target=_work, args=(10_000,)) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    drained = hotspan.drain()
+    drained = _record_on_two_threads(run, 10_000)
     assert not (run / "_live").exists()
     assert len(list(run.glob("*.parquet"))) >= 4
     _same_rows(hotspan.load(run), drained)
