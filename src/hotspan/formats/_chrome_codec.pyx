@@ -506,6 +506,23 @@ cdef extern from *:
         if (n >= 4) return (uint64_t)hs_load4(p) | ((uint64_t)hs_load4(p + n - 4) << 32);
         return (uint64_t)(uint8_t)p[0] | ((uint64_t)(uint8_t)p[n / 2] << 8) | ((uint64_t)(uint8_t)p[n - 1] << 16);
     }
+    /* How many ASCII digits the 8 bytes of w (hs_load8's order) start with, 0-8: each byte
+       minus '0' that is not below 10 sets its top bit (a byte of 0x8A or more carries into
+       the next one up: only bytes after the first stop, which is exact). */
+    static inline int hs_digit_run(uint64_t w) {
+        uint64_t x = w ^ 0x3030303030303030ULL;
+        uint64_t stop = ((x + 0x7676767676767676ULL) | x) & 0x8080808080808080ULL;
+        return stop ? (int)(__builtin_ctzll(stop) >> 3) : 8;
+    }
+    /* The value of the first k (1-8) digits of w: shifted up so the bytes after them fall
+       off and zeros lead, then 2, 4 and 8 digits combined by three multiplications
+       (fast_float's parse_eight_digits_unrolled) rather than one multiply-add a digit. */
+    static inline uint64_t hs_digit_value(uint64_t w, int k) {
+        uint64_t x = (w ^ 0x3030303030303030ULL) << ((8 - k) * 8);
+        x = x * 10 + (x >> 8);
+        return (uint32_t)((((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+                           (((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32);
+    }
     /* The first 8 (or 4) bytes of p[:n] as a word, 0 for fewer (hs_tail has those). */
     static inline uint64_t hs_head(const char* p, long n) {
         return n >= 8 ? hs_load8(p) : n >= 4 ? (uint64_t)hs_load4(p) : 0;
@@ -516,6 +533,8 @@ cdef extern from *:
     uint64_t hs_tail(const char* p, long n) nogil
     const char* hs_plain_run(const char* p) nogil
     uint64_t hs_load8(const char* p) nogil
+    int hs_digit_run(uint64_t w) nogil
+    uint64_t hs_digit_value(uint64_t w, int k) nogil
 
 
 # =========================================================================== reader: strings
@@ -805,8 +824,6 @@ cdef struct Event:
     const char* tn_text
     Py_ssize_t tn_len
     bint tn_esc
-    bint exact  # ts_ns, dur_ns hold the times (our own lines: no Num to convert)
-    int64_t ts_ns, dur_ns
 
 
 # Value types, as the event parser records them.
@@ -1328,49 +1345,62 @@ cdef class Reader:
     cdef void count(self, str cause):
         self.counts[cause] = self.counts.get(cause, 0) + 1
 
+    cdef inline const char* own_digits(self, const char* p, uint64_t* out, int* count) noexcept nogil:
+        """The run of digits at p (up to 24 of them are counted; the value is exact up to
+        19): 8 at a time (hs_digit_run, hs_digit_value) rather than one multiply-add a
+        digit, the chain of dependent steps most of an event's time went to. The buffer's
+        padding (PAD_BYTES) covers the loads: a word is loaded only after one all digits."""
+        cdef uint64_t v = 0, w
+        cdef int n = 0, k
+        while True:
+            w = hs_load8(p)
+            k = hs_digit_run(w)
+            if k:
+                v = v * P10[k] + hs_digit_value(w, k)
+                p += k
+                n += k
+            if k < 8 or n > 16:
+                break
+        out[0], count[0] = v, n
+        return p
+
     cdef inline const char* own_uint(self, const char* p, uint64_t* out) noexcept nogil:
         """An integer of up to 18 digits as our writer spells it (NULL otherwise: the
-        general scanner then decides); one multiply-add a digit, no checks needed."""
-        cdef const char* first = p
-        cdef uint64_t v = 0
+        general scanner then decides), no checks for overflow needed."""
+        cdef int n
         if p[0] == b'0':
+            out[0], n = 0, 1
             p += 1
         else:
-            while IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-        if p == first or p - first > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
+            p = self.own_digits(p, out, &n)
+        if n == 0 or n > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
                 or p[0] == b'E' or p >= self.stop:
             return NULL
-        out[0] = v
         return p
 
     cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
         """Microseconds with at most three decimals (how we write ts and dur; older files
         always wrote three) as ns."""
-        cdef const char* first = p
-        cdef uint64_t v = 0
-        cdef int k = 0
+        cdef uint64_t v, frac
+        cdef uint64_t w
+        cdef int n, k
         if p[0] == b'0':
+            v, n = 0, 1
             p += 1
         else:
-            while IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-        if p == first or p - first > 15:
+            p = self.own_digits(p, &v, &n)
+        if n == 0 or n > 15 or IS_DIGIT[<uint8_t>p[0]]:
             return NULL
+        v *= 1000
         if p[0] == b'.':
-            p += 1
-            while k < 3 and IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-                k += 1
-            if k == 0:
+            w = hs_load8(p + 1)
+            k = hs_digit_run(w)
+            if k == 0 or k > 3:
                 return NULL
-        while k < 3:
-            v *= 10
-            k += 1
-        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
+            frac = hs_digit_value(w, k)
+            v += frac * (100 if k == 1 else 10 if k == 2 else 1)
+            p += 1 + k
+        if p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
             return NULL
         ns[0] = <int64_t>v
         return p
@@ -1378,9 +1408,10 @@ cdef class Reader:
     cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
         return self.stop - p >= n and memcmp(p, text, n) == 0
 
-    # ------------------------------------------------------------------ events: the scanners
-    # Two scanners fill an Event from an event's bytes: scan_own (our own spelling, field
-    # after field) and scan_any (any spelling, key by key); assemble (below) makes it rows.
+    # ------------------------------------------------------------------ events: the readers
+    # Two paths: own_row reads an event spelled exactly as encode writes it, straight to a
+    # row; scan_any reads any spelling key by key into an Event, and assemble (below)
+    # makes it what it means.
 
     cdef inline const char* own_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc) except? NULL:
         """A string whose quote is at p: its text (between the quotes) and escapes."""
@@ -1389,7 +1420,7 @@ cdef class Reader:
             text[0], n[0], esc[0] = p + 1, q - p - 2, self.s_esc
         return q
 
-    cdef inline const char* own_arg(self, const char* p, Event* e) except? NULL:
+    cdef inline const char* own_arg(self, const char* p, int64_t* arg, uint8_t* flags) except? NULL:
         """The value of args.arg as we write it: null, or an int64."""
         cdef Num number
         cdef int ok
@@ -1400,92 +1431,91 @@ cdef class Reader:
             p = self.scan_number(p, &number)
             if p == NULL:
                 return NULL
-            e.a_arg = self.int_of(&number, &ok)
+            arg[0] = self.int_of(&number, &ok)
             if not ok:
                 return NULL
         else:
             p = self.own_uint(p, &value)
             if p == NULL:
                 return NULL
-            e.a_arg = <int64_t>value
-        e.flags |= F_ARG
+            arg[0] = <int64_t>value
+        flags[0] |= F_ARG
         return p
 
-    cdef inline const char* own_head(self, const char* p, Event* e) except? NULL:
-        """Phase, times, pid and tid as encode writes them."""
-        cdef uint64_t value
-        if self.lit(p, b'{"ph":"X","ts":', 15):
-            e.ph = b'X'
-            p += 15
-        elif self.lit(p, b'{"ph":"i","s":"t","ts":', 23):
-            e.ph = b'i'
-            p += 23
-        else:
-            return NULL
-        e.exact = 1
-        e.ts_kind = T_NUMBER
-        p = self.own_us(p, &e.ts_ns)
-        if p == NULL:
-            return NULL
-        if e.ph == b'X':
-            if not self.lit(p, b',"dur":', 7):
-                return NULL
-            p = self.own_us(p + 7, &e.dur_ns)
-            if p == NULL:
-                return NULL
-            e.dur_kind = T_NUMBER
-        return self.own_ids(p, e)
-
-    cdef inline const char* own_ids(self, const char* p, Event* e) noexcept nogil:
+    cdef inline const char* own_ids(self, const char* p, int64_t* pv, int64_t* tv) noexcept nogil:
         """``,"pid":P,"tid":T``: the last own line's text again (most lines follow one of
         the same thread) takes its numbers without reading digits."""
         cdef uint64_t value
         cdef const char* first = p
         cdef Py_ssize_t n = self.ids_len
         if n and self.stop - p > n and hs_same(p, self.ids_text, n) and p[n] == b',':
-            e.pv, e.tv = self.ids_pv, self.ids_tv
+            pv[0], tv[0] = self.ids_pv, self.ids_tv
             return p + n
         if not self.lit(p, b',"pid":', 7):
             return NULL
         p = self.own_uint(p + 7, &value)
         if p == NULL or not self.lit(p, b',"tid":', 7):
             return NULL
-        e.pv = <int64_t>value
+        pv[0] = <int64_t>value
         p = self.own_uint(p + 7, &value)
         if p == NULL:
             return NULL
-        e.tv = <int64_t>value
+        tv[0] = <int64_t>value
         if p - first <= 48:
             memcpy(self.ids_text, first, p - first)
-            self.ids_len, self.ids_pv, self.ids_tv = p - first, e.pv, e.tv
+            self.ids_len, self.ids_pv, self.ids_tv = p - first, pv[0], tv[0]
         return p
 
-    cdef inline const char* scan_own(self, const char* p, Event* e) except? NULL:
-        """An event spelled exactly as encode writes it, read field after field with
-        no key lookups (most events a load sees are ours, and keys are most of their
-        bytes); NULL as soon as the spelling differs: the general scanner then reads the
-        event from its start. Numbers and strings go through the same scanners, so both
-        paths accept and refuse the same bytes."""
-        cdef uint64_t value
-        memset(e, 0, sizeof(Event))
-        e.first = p
-        e.a_rank = I32_MIN
-        p = self.own_head(p, e)
+    cdef inline const char* own_row(self, const char* p) except? NULL:
+        """An event spelled exactly as encode writes it, read field after field with no
+        key lookups (most events a load sees are ours, and keys are most of their bytes)
+        and written straight to a row: no Event to clear, no dispatch on its phase. NULL
+        as soon as the spelling differs, before anything is kept (the strings are coded
+        and the row counted last): the general scanner then reads the event from its
+        start. Numbers and strings go through the same checks, so both paths accept and
+        refuse the same bytes."""
+        cdef char ph
+        cdef int64_t ts_ns, dur_ns = 0, pv, tv, arg = 0
+        cdef uint64_t span_id, parent = 0, depth = 0
+        cdef uint8_t flags = F_SPAN_ID
+        cdef const char* name_text
+        cdef const char* cat_text = NULL
+        cdef const char* tn_text = NULL
+        cdef Py_ssize_t name_len, cat_len = 0, tn_len = 0, row
+        cdef bint name_esc, cat_esc = 0, tn_esc = 0
+        cdef int32_t t, name_code, cat_code = -1, tn_code = -1
+        if self.lit(p, b'{"ph":"X","ts":', 15):
+            ph = b'X'
+            p += 15
+        elif self.lit(p, b'{"ph":"i","s":"t","ts":', 23):
+            ph = b'i'
+            p += 23
+        else:
+            return NULL
+        p = self.own_us(p, &ts_ns)
+        if p == NULL:
+            return NULL
+        if ph == b'X':
+            if not self.lit(p, b',"dur":', 7):
+                return NULL
+            p = self.own_us(p + 7, &dur_ns)
+            if p == NULL:
+                return NULL
+        p = self.own_ids(p, &pv, &tv)
         if p == NULL or not self.lit(p, b',"name":"', 9):
             return NULL
-        p = self.own_text(p + 8, &e.name_text, &e.name_len, &e.name_esc)
+        p = self.own_text(p + 8, &name_text, &name_len, &name_esc)
         if p == NULL:
             return NULL
         if self.lit(p, b',"cat":"', 8):
-            p = self.own_text(p + 7, &e.cat_text, &e.cat_len, &e.cat_esc)
+            p = self.own_text(p + 7, &cat_text, &cat_len, &cat_esc)
             if p == NULL:
                 return NULL
         if not self.lit(p, b',"args":{"span_id":', 19):
             return NULL
-        p = self.own_uint(p + 19, &e.a_span_id)
+        p = self.own_uint(p + 19, &span_id)
         if p == NULL:
             return NULL
-        e.flags = F_SPAN_ID
         # Each of the rest may be left out (its default: a root, depth 0, no arg, no
         # error), as encode does; older files wrote every one.
         if self.lit(p, b',"parent_id":', 13):
@@ -1493,41 +1523,66 @@ cdef class Reader:
             if self.lit(p, b'null', 4):
                 p += 4
             else:
-                p = self.own_uint(p, &e.a_parent)
+                p = self.own_uint(p, &parent)
                 if p == NULL:
                     return NULL
-                e.flags |= F_PARENT
+                flags |= F_PARENT
         if self.lit(p, b',"depth":', 9):
-            p = self.own_uint(p + 9, &value)
-            if p == NULL or value > 0x7FFFFFFF:
+            p = self.own_uint(p + 9, &depth)
+            if p == NULL or depth > 0x7FFFFFFF:
                 return NULL
-            e.a_depth = <int64_t>value
         if self.lit(p, b',"arg":', 7):
-            p = self.own_arg(p + 7, e)
+            p = self.own_arg(p + 7, &arg, &flags)
             if p == NULL:
                 return NULL
         if self.lit(p, b',"error":false', 14):
             p += 14
         elif self.lit(p, b',"error":true', 13):
             p += 13
-            e.flags |= F_ERROR
+            flags |= F_ERROR
         if self.lit(p, b',"thread_name":"', 16):
-            p = self.own_text(p + 15, &e.tn_text, &e.tn_len, &e.tn_esc)
+            p = self.own_text(p + 15, &tn_text, &tn_len, &tn_esc)
             if p == NULL:
                 return NULL
         if not self.lit(p, b'}}', 2):
             return NULL
+        # What assemble makes of such an event, in short: exact times (an instant ends
+        # where it starts; ts and dur have at most 18 digits, so their sum fits), the
+        # pid and tid integers.
+        t = self.thread_of(ID_INT, pv, ID_INT, tv)
+        name_code = self.string_code(self.names, name_text, name_len, name_esc)
+        if cat_text != NULL:
+            cat_code = self.string_code(self.categories, cat_text, cat_len, cat_esc)
+        if tn_text != NULL:
+            tn_code = self.string_code(self.thread_names, tn_text, tn_len, tn_esc)
+        self.add_row()
+        row = self.n
+        self.thread[row] = t
+        self.start[row] = ts_ns
+        self.end[row] = ts_ns + dur_ns
+        self.name[row] = name_code
+        self.category[row] = cat_code
+        self.thread_name[row] = tn_code
+        self.span_id[row] = span_id
+        self.parent_id[row] = parent
+        self.depth[row] = <int32_t>depth
+        self.arg[row] = arg
+        self.rank[row] = I32_MIN
+        self.flags[row] = flags
+        self.n = row + 1
+        self.event_end = p + 2
         return p + 2
 
     cdef inline const char* parse_event(self, const char* p) except? NULL:
-        """One event object (p at its brace): scanned (our own spelling first), then
-        assembled into what it means."""
+        """One event object (p at its brace): our own spelling straight to a row, else
+        scanned and assembled into what it means."""
         cdef Event e
-        cdef const char* q = self.scan_own(p, &e)
+        cdef const char* q = self.own_row(p)
+        if q != NULL:
+            return q
+        q = self.scan_any(p, &e)
         if q == NULL:
-            q = self.scan_any(p, &e)
-            if q == NULL:
-                return NULL
+            return NULL
         return self.assemble(&e, q)
 
     cdef inline const char* scan_any(self, const char* p, Event* e) except? NULL:
@@ -1535,10 +1590,7 @@ cdef class Reader:
         cdef const char* k
         cdef Py_ssize_t klen
         cdef bint more = 1
-        # Zeroed: fields this path does not set (``exact``) would otherwise hold what
-        # scan_own left (an event whose own spelling broke after ``exact`` was set took
-        # that event's unread dur of 0).
-        memset(e, 0, sizeof(Event))
+        memset(e, 0, sizeof(Event))  # what the event leaves out is missing
         e.first = p
         e.a_rank = I32_MIN
         p = self.ws(p + 1)
@@ -1753,10 +1805,7 @@ cdef class Reader:
             if e.ts_kind == T_MISSING:
                 raise self.event_fail("no 'ts'")
             raise self.event_fail(f"'ts' is not a finite number: {e.ts_raw[:min(e.ts_len, 40)].decode('utf-8', 'replace')}")
-        if e.exact:
-            start_ns[0], start_sub[0] = e.ts_ns, 0
-        else:
-            self.time_of(&e.ts, start_ns, start_sub, "ts")
+        self.time_of(&e.ts, start_ns, start_sub, "ts")
         if e.pk == ID_BAD or e.tk == ID_BAD:
             raise self.event_fail(f"{'pid' if e.pk == ID_BAD else 'tid'} is neither an integer nor a string")
         if e.pk == ID_RANGE or e.tk == ID_RANGE:
@@ -1782,9 +1831,7 @@ cdef class Reader:
         cdef int64_t dur_ns = 0, dur_sub = 0, end_ns, total_sub
         if e.ph != b'X':
             return OPEN if (e.ph == b'B' or e.ph == b'b') else start_ns + (1 if start_sub >= 500000 else 0)
-        if e.exact:
-            dur_ns = e.dur_ns
-        elif e.dur_kind == T_NUMBER:
+        if e.dur_kind == T_NUMBER:
             self.time_of(&e.dur, &dur_ns, &dur_sub, "dur")
             if dur_ns < 0:
                 raise self.event_fail(f"negative duration {self.raw_number(&e.dur)}")
