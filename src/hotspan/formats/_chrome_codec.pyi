@@ -91,6 +91,7 @@ class Reader:
     c_rank: Column
     c_flags: Column
     n: int
+    own_rows: int
     names: Strings
     categories: Strings
     thread_names: Strings

@@ -577,10 +577,22 @@ cdef class Strings:
     cdef uint64_t cache_tail[64]
     cdef Py_ssize_t cache_len[64]
     cdef int32_t cache_code[64]
+    # The first 8 bytes of a text as the reader found them in a file (a short text's
+    # closing quote and what follows it included), and its length and code, in 64 sets of
+    # 4 by those bytes (texts that start alike, "train/compute" and "train/compute/kernel",
+    # share a set): the reader of our own lines (Reader.own_string) takes a name it has
+    # seen with a load and a compare or two, no scan for its end, no hash of its bytes.
+    cdef uint64_t seen_word[256]
+    cdef Py_ssize_t seen_len[256]
+    cdef int32_t seen_code[256]
+    cdef uint8_t seen_next[64]  # per set, the way the next new text takes (round robin)
 
     def __cinit__(self):
         for i in range(64):
             self.cache_len[i] = -1
+        for i in range(256):
+            self.seen_len[i] = -1
+        memset(self.seen_next, 0, sizeof(self.seen_next))
         self.values = []
         self.keys = []
         self.mask = 63
@@ -681,6 +693,14 @@ cdef class Strings:
         if 2 * len(self.values) > self.mask:
             self.grow()
         return c
+
+    cdef inline void remember(self, const char* p, Py_ssize_t n, int32_t c) noexcept nogil:
+        """The text p[:n] (in the buffer, its quote after it; no escapes in it) has code c."""
+        cdef uint64_t w = hs_load8(p)
+        cdef int s = <int>((w * 0x9E3779B97F4A7C15ULL) >> 58)
+        cdef int k = 4 * s + self.seen_next[s]
+        self.seen_next[s] = (self.seen_next[s] + 1) & 3
+        self.seen_word[k], self.seen_len[k], self.seen_code[k] = w, n, c
 
     def code_of(self, str text):
         encoded = text.encode("utf-8", "replace")  # a lone surrogate (\\ud800) becomes "?"
@@ -895,6 +915,7 @@ cdef class Reader:
     cdef int32_t* rank
     cdef uint8_t* flags
     cdef public Py_ssize_t n
+    cdef public Py_ssize_t own_rows  # rows read by own_row (our own spelling)
     cdef Py_ssize_t capacity
 
     cdef public Strings names, categories, thread_names, ids
@@ -1420,6 +1441,30 @@ cdef class Reader:
             text[0], n[0], esc[0] = p + 1, q - p - 2, self.s_esc
         return q
 
+    cdef inline const char* own_string(self, Strings table, const char* p, int32_t* code,
+                                       const char** text, Py_ssize_t* n, bint* esc) except? NULL:
+        """A string whose quote is at p: its code when its first 8 bytes and the rest are
+        those of a text seen before (Strings.remember) with its quote after it; else (code
+        -2) its text, scanned, for string_code. Nothing past the buffer's end is taken: the
+        NUL there matches no text or quote, and a longer text is compared only when the
+        buffer holds it."""
+        cdef uint64_t w = hs_load8(p + 1)
+        cdef int k = 4 * <int>((w * 0x9E3779B97F4A7C15ULL) >> 58), last = k + 4
+        cdef Py_ssize_t m
+        while k < last:
+            m = table.seen_len[k]
+            if m >= 0 and table.seen_word[k] == w:
+                if m < 8:  # the text and its quote are in w
+                    code[0] = table.seen_code[k]
+                    return p + m + 2
+                if self.stop - p > m + 1 and p[m + 1] == b'"' \
+                        and hs_same(p + 9, table.key_text[table.seen_code[k]] + 8, m - 8):
+                    code[0] = table.seen_code[k]
+                    return p + m + 2
+            k += 1
+        code[0] = -2
+        return self.own_text(p, text, n, esc)
+
     cdef inline const char* own_arg(self, const char* p, int64_t* arg, uint8_t* flags) except? NULL:
         """The value of args.arg as we write it: null, or an int64."""
         cdef Num number
@@ -1476,13 +1521,13 @@ cdef class Reader:
         refuse the same bytes."""
         cdef char ph
         cdef int64_t ts_ns, dur_ns = 0, pv, tv, arg = 0
-        cdef uint64_t span_id, parent = 0, depth = 0
+        cdef uint64_t span_id, parent = 0, depth = 0, flow
         cdef uint8_t flags = F_SPAN_ID
-        cdef const char* name_text
+        cdef const char* name_text = NULL
         cdef const char* cat_text = NULL
         cdef const char* tn_text = NULL
-        cdef Py_ssize_t name_len, cat_len = 0, tn_len = 0, row
-        cdef bint name_esc, cat_esc = 0, tn_esc = 0
+        cdef Py_ssize_t name_len = 0, cat_len = 0, tn_len = 0, row
+        cdef bint name_esc = 0, cat_esc = 0, tn_esc = 0
         cdef int32_t t, name_code, cat_code = -1, tn_code = -1
         if self.lit(p, b'{"ph":"X","ts":', 15):
             ph = b'X'
@@ -1504,11 +1549,11 @@ cdef class Reader:
         p = self.own_ids(p, &pv, &tv)
         if p == NULL or not self.lit(p, b',"name":"', 9):
             return NULL
-        p = self.own_text(p + 8, &name_text, &name_len, &name_esc)
+        p = self.own_string(self.names, p + 8, &name_code, &name_text, &name_len, &name_esc)
         if p == NULL:
             return NULL
         if self.lit(p, b',"cat":"', 8):
-            p = self.own_text(p + 7, &cat_text, &cat_len, &cat_esc)
+            p = self.own_string(self.categories, p + 7, &cat_code, &cat_text, &cat_len, &cat_esc)
             if p == NULL:
                 return NULL
         if not self.lit(p, b',"args":{"span_id":', 19):
@@ -1544,15 +1589,33 @@ cdef class Reader:
             p = self.own_text(p + 15, &tn_text, &tn_len, &tn_esc)
             if p == NULL:
                 return NULL
-        if not self.lit(p, b'}}', 2):
+        if self.lit(p, b'}}', 2):
+            p += 2
+        elif self.lit(p, b'},"bind_id":', 12):  # a flow's end (its id: no column, as for scan_any)
+            p = self.own_uint(p + 12, &flow)
+            if p == NULL:
+                return NULL
+            if self.lit(p, b',"flow_in":true', 15):
+                p += 15
+            if self.lit(p, b',"flow_out":true', 16):
+                p += 16
+            if p[0] != b'}' or p >= self.stop:
+                return NULL
+            p += 1
+        else:
             return NULL
         # What assemble makes of such an event, in short: exact times (an instant ends
         # where it starts; ts and dur have at most 18 digits, so their sum fits), the
         # pid and tid integers.
         t = self.thread_of(ID_INT, pv, ID_INT, tv)
-        name_code = self.string_code(self.names, name_text, name_len, name_esc)
-        if cat_text != NULL:
+        if name_code == -2:
+            name_code = self.string_code(self.names, name_text, name_len, name_esc)
+            if not name_esc:
+                self.names.remember(name_text, name_len, name_code)
+        if cat_code == -2:
             cat_code = self.string_code(self.categories, cat_text, cat_len, cat_esc)
+            if not cat_esc:
+                self.categories.remember(cat_text, cat_len, cat_code)
         if tn_text != NULL:
             tn_code = self.string_code(self.thread_names, tn_text, tn_len, tn_esc)
         self.add_row()
@@ -1570,8 +1633,9 @@ cdef class Reader:
         self.rank[row] = I32_MIN
         self.flags[row] = flags
         self.n = row + 1
-        self.event_end = p + 2
-        return p + 2
+        self.own_rows += 1
+        self.event_end = p
+        return p
 
     cdef inline const char* parse_event(self, const char* p) except? NULL:
         """One event object (p at its brace): our own spelling straight to a row, else
