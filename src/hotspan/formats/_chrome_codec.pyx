@@ -523,6 +523,78 @@ cdef extern from *:
         return (uint32_t)((((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
                            (((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32);
     }
+    /* The number readers of our own lines, inlined whatever the compiler thinks of the
+       size of their caller (Reader.own_row, read once a span): a call each, and its
+       spills, cost as much as the digits. */
+    #if defined(__GNUC__) || defined(__clang__)
+    #define HS_ALWAYS_INLINE static inline __attribute__((always_inline))
+    #else
+    #define HS_ALWAYS_INLINE static inline
+    #endif
+    static const uint64_t hs_p10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000,
+                                       100000000};
+    /* The run of digits at p: its value (exact up to 19 digits) and length (counted up to
+       24). 8 digits a step rather than one multiply-add a digit, the chain of dependent
+       steps most of an event's time went to. The buffer's padding covers the loads: a word
+       is loaded only after one all digits, so never more than 7 bytes past its NUL. */
+    HS_ALWAYS_INLINE const char* hs_digits(const char* p, uint64_t* out, int* count) {
+        uint64_t v = 0;
+        int n = 0;
+        for (;;) {
+            uint64_t w = hs_load8(p);
+            int k = hs_digit_run(w);
+            if (k) {
+                v = v * hs_p10[k] + hs_digit_value(w, k);
+                p += k;
+                n += k;
+            }
+            if (k < 8 || n > 16) break;
+        }
+        *out = v;
+        *count = n;
+        return p;
+    }
+    static inline int hs_ends_number(const char* p, const char* stop) {
+        return *p != '.' && *p != 'e' && *p != 'E' && p < stop;
+    }
+    /* An integer of up to 18 digits as our writer spells it (no sign, no leading zero, no
+       fraction or exponent after it), else NULL: the general scanner then decides. After a
+       run of at most 18 digits the next byte is no digit. */
+    HS_ALWAYS_INLINE const char* hs_own_uint(const char* p, const char* stop, uint64_t* out) {
+        int n;
+        if (*p == '0') {
+            *out = 0;
+            p += 1;
+            return (p[0] < '0' || p[0] > '9') && hs_ends_number(p, stop) ? p : NULL;
+        }
+        p = hs_digits(p, out, &n);
+        return n > 0 && n <= 18 && hs_ends_number(p, stop) ? p : NULL;
+    }
+    /* Microseconds as our writer spells them (at most 15 digits, then at most three
+       decimals; older files always wrote three) as nanoseconds, else NULL. */
+    HS_ALWAYS_INLINE const char* hs_own_us(const char* p, const char* stop, int64_t* ns) {
+        uint64_t v;
+        int n;
+        if (*p == '0') {
+            v = 0;
+            p += 1;
+            if (p[0] >= '0' && p[0] <= '9') return NULL;
+        } else {
+            p = hs_digits(p, &v, &n);
+            if (n == 0 || n > 15) return NULL;
+        }
+        v *= 1000;
+        if (*p == '.') {
+            uint64_t w = hs_load8(p + 1);
+            int k = hs_digit_run(w);
+            if (k == 0 || k > 3) return NULL;
+            v += hs_digit_value(w, k) * (k == 1 ? 100 : k == 2 ? 10 : 1);
+            p += 1 + k;
+        }
+        if (!hs_ends_number(p, stop)) return NULL;
+        *ns = (int64_t)v;
+        return p;
+    }
     /* The first 8 (or 4) bytes of p[:n] as a word, 0 for fewer (hs_tail has those). */
     static inline uint64_t hs_head(const char* p, long n) {
         return n >= 8 ? hs_load8(p) : n >= 4 ? (uint64_t)hs_load4(p) : 0;
@@ -535,6 +607,8 @@ cdef extern from *:
     uint64_t hs_load8(const char* p) nogil
     int hs_digit_run(uint64_t w) nogil
     uint64_t hs_digit_value(uint64_t w, int k) nogil
+    const char* hs_own_uint(const char* p, const char* stop, uint64_t* out) nogil
+    const char* hs_own_us(const char* p, const char* stop, int64_t* ns) nogil
 
 
 # =========================================================================== reader: strings
@@ -728,16 +802,57 @@ cdef extern from *:
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         return n < page ? page : (n + page - 1) / page * page;
     }
+    #include <stdint.h>
+    #define HS_HUGE ((size_t)2 << 20)
+    /* n bytes of fresh pages, at a multiple of 2 MiB when n is that large: the kernel backs
+       only whole aligned 2 MiB ranges with a huge page, and mmap's own addresses are 4 KiB
+       aligned, so a grown column took 4 KiB faults for more of its pages. */
+    static char* hs_col_map(size_t n) {
+        void* raw;
+        char* aligned;
+        size_t head, span = n + HS_HUGE;
+        if (n < HS_HUGE) {
+            raw = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            return raw == MAP_FAILED ? NULL : (char*)raw;
+        }
+        raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) return NULL;
+        aligned = (char*)(((uintptr_t)raw + HS_HUGE - 1) & ~(uintptr_t)(HS_HUGE - 1));
+        head = (size_t)(aligned - (char*)raw);
+        if (head) munmap(raw, head);
+        if (span - head > n) munmap(aligned + n, span - head - n);
+        return aligned;
+    }
     static char* hs_col_alloc(size_t n) {
-        void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) return NULL;
-        hs_col_advise((char*)p, n);
-        return (char*)p;
+        char* p = hs_col_map(n);
+        if (p != NULL) hs_col_advise(p, n);
+        return p;
     }
     static char* hs_col_resize(char* p, size_t old, size_t n) {
-    #if defined(__linux__) && defined(MREMAP_MAYMOVE)
-        void* q = mremap(p, old, n, MREMAP_MAYMOVE);
-        if (q == MAP_FAILED) return NULL;
+    #if defined(__linux__) && defined(MREMAP_MAYMOVE) && defined(MREMAP_FIXED)
+        void* q;
+        char* target;
+        if (n <= old) {  /* in place */
+            q = mremap(p, old, n, 0);
+            return q == MAP_FAILED ? NULL : (char*)q;
+        }
+        if (old < HS_HUGE) {
+            /* Copied, the little there is: moved, its 4 KiB pages would keep the first
+               2 MiB of the new place from being one huge page (512 faults instead of 1). */
+            target = hs_col_alloc(n);
+            if (target == NULL) return NULL;
+            memcpy(target, p, old);
+            munmap(p, old);
+            return target;
+        }
+        /* The pages move (no copy) to an aligned place, where the new part can be huge. */
+        target = hs_col_map(n);
+        if (target == NULL) return NULL;
+        q = mremap(p, old, n, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+        if (q == MAP_FAILED) {
+            munmap(target, n);
+            return NULL;
+        }
         hs_col_advise((char*)q, n);
         return (char*)q;
     #else
@@ -990,6 +1105,15 @@ cdef class Reader:
         self.flags = <uint8_t*>self.c_flags.resize(capacity)
         self.capacity = capacity
         return 0
+
+    def reserve(self, Py_ssize_t rows):
+        """Room for ``rows`` rows before the first event (a guess from the file's size):
+        the columns are then large from their start, so the kernel backs them with huge
+        pages throughout, not 4 KiB pages for their first 2 MiB each (6,000 faults of a
+        load of a million spans, a fifth of its time). Pages never written cost nothing,
+        and ``finish`` gives back what is left."""
+        if rows > self.capacity and self.n == 0:
+            self.grow(rows)
 
     def finish(self):
         """Shrink the columns to the rows read."""
@@ -1366,66 +1490,6 @@ cdef class Reader:
     cdef void count(self, str cause):
         self.counts[cause] = self.counts.get(cause, 0) + 1
 
-    cdef inline const char* own_digits(self, const char* p, uint64_t* out, int* count) noexcept nogil:
-        """The run of digits at p (up to 24 of them are counted; the value is exact up to
-        19): 8 at a time (hs_digit_run, hs_digit_value) rather than one multiply-add a
-        digit, the chain of dependent steps most of an event's time went to. The buffer's
-        padding (PAD_BYTES) covers the loads: a word is loaded only after one all digits."""
-        cdef uint64_t v = 0, w
-        cdef int n = 0, k
-        while True:
-            w = hs_load8(p)
-            k = hs_digit_run(w)
-            if k:
-                v = v * P10[k] + hs_digit_value(w, k)
-                p += k
-                n += k
-            if k < 8 or n > 16:
-                break
-        out[0], count[0] = v, n
-        return p
-
-    cdef inline const char* own_uint(self, const char* p, uint64_t* out) noexcept nogil:
-        """An integer of up to 18 digits as our writer spells it (NULL otherwise: the
-        general scanner then decides), no checks for overflow needed."""
-        cdef int n
-        if p[0] == b'0':
-            out[0], n = 0, 1
-            p += 1
-        else:
-            p = self.own_digits(p, out, &n)
-        if n == 0 or n > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
-                or p[0] == b'E' or p >= self.stop:
-            return NULL
-        return p
-
-    cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
-        """Microseconds with at most three decimals (how we write ts and dur; older files
-        always wrote three) as ns."""
-        cdef uint64_t v, frac
-        cdef uint64_t w
-        cdef int n, k
-        if p[0] == b'0':
-            v, n = 0, 1
-            p += 1
-        else:
-            p = self.own_digits(p, &v, &n)
-        if n == 0 or n > 15 or IS_DIGIT[<uint8_t>p[0]]:
-            return NULL
-        v *= 1000
-        if p[0] == b'.':
-            w = hs_load8(p + 1)
-            k = hs_digit_run(w)
-            if k == 0 or k > 3:
-                return NULL
-            frac = hs_digit_value(w, k)
-            v += frac * (100 if k == 1 else 10 if k == 2 else 1)
-            p += 1 + k
-        if p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
-            return NULL
-        ns[0] = <int64_t>v
-        return p
-
     cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
         return self.stop - p >= n and memcmp(p, text, n) == 0
 
@@ -1480,7 +1544,7 @@ cdef class Reader:
             if not ok:
                 return NULL
         else:
-            p = self.own_uint(p, &value)
+            p = hs_own_uint(p, self.stop, &value)
             if p == NULL:
                 return NULL
             arg[0] = <int64_t>value
@@ -1498,11 +1562,11 @@ cdef class Reader:
             return p + n
         if not self.lit(p, b',"pid":', 7):
             return NULL
-        p = self.own_uint(p + 7, &value)
+        p = hs_own_uint(p + 7, self.stop, &value)
         if p == NULL or not self.lit(p, b',"tid":', 7):
             return NULL
         pv[0] = <int64_t>value
-        p = self.own_uint(p + 7, &value)
+        p = hs_own_uint(p + 7, self.stop, &value)
         if p == NULL:
             return NULL
         tv[0] = <int64_t>value
@@ -1537,13 +1601,13 @@ cdef class Reader:
             p += 23
         else:
             return NULL
-        p = self.own_us(p, &ts_ns)
+        p = hs_own_us(p, self.stop, &ts_ns)
         if p == NULL:
             return NULL
         if ph == b'X':
             if not self.lit(p, b',"dur":', 7):
                 return NULL
-            p = self.own_us(p + 7, &dur_ns)
+            p = hs_own_us(p + 7, self.stop, &dur_ns)
             if p == NULL:
                 return NULL
         p = self.own_ids(p, &pv, &tv)
@@ -1558,7 +1622,7 @@ cdef class Reader:
                 return NULL
         if not self.lit(p, b',"args":{"span_id":', 19):
             return NULL
-        p = self.own_uint(p + 19, &span_id)
+        p = hs_own_uint(p + 19, self.stop, &span_id)
         if p == NULL:
             return NULL
         # Each of the rest may be left out (its default: a root, depth 0, no arg, no
@@ -1568,12 +1632,12 @@ cdef class Reader:
             if self.lit(p, b'null', 4):
                 p += 4
             else:
-                p = self.own_uint(p, &parent)
+                p = hs_own_uint(p, self.stop, &parent)
                 if p == NULL:
                     return NULL
                 flags |= F_PARENT
         if self.lit(p, b',"depth":', 9):
-            p = self.own_uint(p + 9, &depth)
+            p = hs_own_uint(p + 9, self.stop, &depth)
             if p == NULL or depth > 0x7FFFFFFF:
                 return NULL
         if self.lit(p, b',"arg":', 7):
@@ -1592,7 +1656,7 @@ cdef class Reader:
         if self.lit(p, b'}}', 2):
             p += 2
         elif self.lit(p, b'},"bind_id":', 12):  # a flow's end (its id: no column, as for scan_any)
-            p = self.own_uint(p + 12, &flow)
+            p = hs_own_uint(p + 12, self.stop, &flow)
             if p == NULL:
                 return NULL
             if self.lit(p, b',"flow_in":true', 15):
