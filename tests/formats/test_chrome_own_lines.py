@@ -1,7 +1,7 @@
-"""The Chrome JSON reader's path for our own lines (``Reader.own_row``): numbers read eight
-digits at a time, names taken from a cache of the texts it has seen. Each test holds that
-path to the table that was written and to the general path (the same document spelled a
-little differently), fed in blocks that cut every number and name somewhere, and counts
+"""The Chrome JSON reader's path for our own lines (``Reader.own_row``): numbers read by
+inlined C, names taken from a cache of the texts it has seen. Each test holds that path
+to the table that was written and to the general path (the same document spelled a little
+differently), fed in blocks that cut every number and name somewhere, and counts
 the rows that took it: exactly those spelled as the writer spells them."""
 
 from __future__ import annotations

@@ -506,23 +506,6 @@ cdef extern from *:
         if (n >= 4) return (uint64_t)hs_load4(p) | ((uint64_t)hs_load4(p + n - 4) << 32);
         return (uint64_t)(uint8_t)p[0] | ((uint64_t)(uint8_t)p[n / 2] << 8) | ((uint64_t)(uint8_t)p[n - 1] << 16);
     }
-    /* How many ASCII digits the 8 bytes of w (hs_load8's order) start with, 0-8: each byte
-       minus '0' that is not below 10 sets its top bit (a byte of 0x8A or more carries into
-       the next one up: only bytes after the first stop, which is exact). */
-    static inline int hs_digit_run(uint64_t w) {
-        uint64_t x = w ^ 0x3030303030303030ULL;
-        uint64_t stop = ((x + 0x7676767676767676ULL) | x) & 0x8080808080808080ULL;
-        return stop ? (int)(__builtin_ctzll(stop) >> 3) : 8;
-    }
-    /* The value of the first k (1-8) digits of w: shifted up so the bytes after them fall
-       off and zeros lead, then 2, 4 and 8 digits combined by three multiplications
-       (fast_float's parse_eight_digits_unrolled) rather than one multiply-add a digit. */
-    static inline uint64_t hs_digit_value(uint64_t w, int k) {
-        uint64_t x = (w ^ 0x3030303030303030ULL) << ((8 - k) * 8);
-        x = x * 10 + (x >> 8);
-        return (uint32_t)((((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
-                           (((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32);
-    }
     /* The number readers of our own lines, inlined whatever the compiler thinks of the
        size of their caller (Reader.own_row, read once a span): a call each, and its
        spills, cost as much as the digits. */
@@ -531,27 +514,18 @@ cdef extern from *:
     #else
     #define HS_ALWAYS_INLINE static inline
     #endif
-    static const uint64_t hs_p10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000,
-                                       100000000};
     /* The run of digits at p: its value (exact up to 19 digits) and length (counted up to
-       24). 8 digits a step rather than one multiply-add a digit, the chain of dependent
-       steps most of an event's time went to. The buffer's padding covers the loads: a word
-       is loaded only after one all digits, so never more than 7 bytes past its NUL. */
+       24), one multiply-add a digit: for the 1-11 digits of a trace's numbers its branches
+       predict well: 8 digits a step (SWAR) measured slower, inlined or not. */
     HS_ALWAYS_INLINE const char* hs_digits(const char* p, uint64_t* out, int* count) {
         uint64_t v = 0;
-        int n = 0;
-        for (;;) {
-            uint64_t w = hs_load8(p);
-            int k = hs_digit_run(w);
-            if (k) {
-                v = v * hs_p10[k] + hs_digit_value(w, k);
-                p += k;
-                n += k;
-            }
-            if (k < 8 || n > 16) break;
+        const char* first = p;
+        while ((unsigned)(*p - '0') < 10 && p - first < 24) {
+            v = v * 10 + (uint64_t)(*p - '0');
+            p++;
         }
         *out = v;
-        *count = n;
+        *count = (int)(p - first);
         return p;
     }
     static inline int hs_ends_number(const char* p, const char* stop) {
@@ -585,11 +559,15 @@ cdef extern from *:
         }
         v *= 1000;
         if (*p == '.') {
-            uint64_t w = hs_load8(p + 1);
-            int k = hs_digit_run(w);
-            if (k == 0 || k > 3) return NULL;
-            v += hs_digit_value(w, k) * (k == 1 ? 100 : k == 2 ? 10 : 1);
-            p += 1 + k;
+            uint64_t scale = 100;
+            p += 1;
+            if ((unsigned)(*p - '0') >= 10) return NULL;
+            do {
+                v += (uint64_t)(*p - '0') * scale;
+                scale /= 10;
+                p++;
+            } while ((unsigned)(*p - '0') < 10 && scale);
+            if ((unsigned)(*p - '0') < 10) return NULL;
         }
         if (!hs_ends_number(p, stop)) return NULL;
         *ns = (int64_t)v;
@@ -605,8 +583,6 @@ cdef extern from *:
     uint64_t hs_tail(const char* p, long n) nogil
     const char* hs_plain_run(const char* p) nogil
     uint64_t hs_load8(const char* p) nogil
-    int hs_digit_run(uint64_t w) nogil
-    uint64_t hs_digit_value(uint64_t w, int k) nogil
     const char* hs_own_uint(const char* p, const char* stop, uint64_t* out) nogil
     const char* hs_own_us(const char* p, const char* stop, int64_t* ns) nogil
 
