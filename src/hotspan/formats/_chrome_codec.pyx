@@ -456,7 +456,7 @@ def encode(sink, Py_ssize_t buffer_size,
 # same way measured slower than the multiply-add loop for the 1-10 digit numbers of a
 # trace: the loop's branches predict well.)
 
-DEF PAD_BYTES = 16
+DEF PAD_BYTES = 32  # Reader.lit compares literals of up to 24 bytes with no end check
 #: Bytes the reader may read past the end of the data it is fed (its NUL included).
 PAD = PAD_BYTES
 
@@ -1480,7 +1480,10 @@ cdef class Reader:
         self.counts[cause] = self.counts.get(cause, 0) + 1
 
     cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
-        return self.stop - p >= n and memcmp(p, text, n) == 0
+        """p[:n] == text, for p in the data and a literal of at most 24 bytes without a NUL:
+        one that runs past the data's end meets its NUL and differs; the padding after the
+        data (PAD_BYTES) holds what it reads past there, so no end check."""
+        return memcmp(p, text, n) == 0
 
     # ------------------------------------------------------------------ events: the readers
     # Two paths: own_row reads an event spelled exactly as encode writes it, straight to a
