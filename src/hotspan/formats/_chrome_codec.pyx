@@ -633,6 +633,7 @@ cdef class Strings:
     # share a set): the reader of our own lines (Reader.own_string) takes a name it has
     # seen with a load and a compare or two, no scan for its end, no hash of its bytes.
     cdef uint64_t seen_word[256]
+    cdef uint64_t seen_tail[256]  # a text of 8 bytes or more: its last 8
     cdef Py_ssize_t seen_len[256]
     cdef int32_t seen_code[256]
     cdef uint8_t seen_next[64]  # per set, the way the next new text takes (round robin)
@@ -751,6 +752,7 @@ cdef class Strings:
         cdef int k = 4 * s + self.seen_next[s]
         self.seen_next[s] = (self.seen_next[s] + 1) & 3
         self.seen_word[k], self.seen_len[k], self.seen_code[k] = w, n, c
+        self.seen_tail[k] = hs_load8(p + n - 8) if n >= 8 else 0
 
     def code_of(self, str text):
         encoded = text.encode("utf-8", "replace")  # a lone surrogate (\\ud800) becomes "?"
@@ -1509,12 +1511,11 @@ cdef class Reader:
         cdef Py_ssize_t m
         while k < last:
             m = table.seen_len[k]
-            if m >= 0 and table.seen_word[k] == w:
-                if m < 8:  # the text and its quote are in w
-                    code[0] = table.seen_code[k]
-                    return p + m + 2
-                if self.stop - p > m + 1 and p[m + 1] == b'"' \
-                        and hs_same(p + 9, table.key_text[table.seen_code[k]] + 8, m - 8):
+            if table.seen_word[k] == w and m >= 0:
+                # Up to 16 bytes, the first 8 and the last 8 (overlapping) are all of it.
+                if m < 8 or (self.stop - p > m + 1 and p[m + 1] == b'"'
+                             and hs_load8(p + m - 7) == table.seen_tail[k]
+                             and (m <= 16 or hs_same(p + 9, table.key_text[table.seen_code[k]] + 8, m - 16))):
                     code[0] = table.seen_code[k]
                     return p + m + 2
             k += 1
