@@ -104,7 +104,7 @@ def _numbers_table() -> tuple[pa.Table, int]:
                 }
             )
             ours = int_digits <= 15 and id_digits <= 18
-            own += ours + (ours and (arg < 0 or arg_digits <= 18))
+            own += ours + (ours and arg_digits <= 18)
     return _table(rows), own
 
 

@@ -47,11 +47,11 @@ cdef int64_t OPEN = INT64_MIN
 DEF MAX_DEPTH = 256
 
 # Row flags (one byte a row).
-FLAG_PARENT = 1
-FLAG_ARG = 2
-FLAG_ERROR = 4
-FLAG_SPAN_ID = 8
-cdef uint8_t F_PARENT = 1, F_ARG = 2, F_ERROR = 4, F_SPAN_ID = 8
+FLAG_PARENT = HS_F_PARENT
+FLAG_ARG = HS_F_ARG
+FLAG_ERROR = HS_F_ERROR
+FLAG_SPAN_ID = HS_F_SPAN_ID
+cdef uint8_t F_PARENT = HS_F_PARENT, F_ARG = HS_F_ARG, F_ERROR = HS_F_ERROR, F_SPAN_ID = HS_F_SPAN_ID
 
 
 # =========================================================================== writer
@@ -573,6 +573,112 @@ cdef extern from *:
         *ns = (int64_t)v;
         return p;
     }
+    /* The last own line's ``,"pid":P,"tid":T`` text and its numbers. */
+    typedef struct { char text[48]; long len; int64_t pid, tid; } hs_ids_seen;
+    /* ``,"pid":P,"tid":T`` as encode writes it: the last own line's text again (most
+       lines follow one of the same thread) takes its numbers without reading digits. */
+    HS_ALWAYS_INLINE const char* hs_own_ids(const char* p, const char* stop, hs_ids_seen* seen,
+                                            int64_t* pid, int64_t* tid) {
+        const char* first = p;
+        uint64_t value;
+        long n = seen->len;
+        if (n && stop - p > n && hs_same(p, seen->text, n) && p[n] == ',') {
+            *pid = seen->pid;
+            *tid = seen->tid;
+            return p + n;
+        }
+        if (memcmp(p, ",\\"pid\\":", 7) != 0) return NULL;
+        p = hs_own_uint(p + 7, stop, &value);
+        if (p == NULL || memcmp(p, ",\\"tid\\":", 7) != 0) return NULL;
+        *pid = (int64_t)value;
+        p = hs_own_uint(p + 7, stop, &value);
+        if (p == NULL) return NULL;
+        *tid = (int64_t)value;
+        if (p - first <= 48) {
+            memcpy(seen->text, first, (size_t)(p - first));
+            seen->len = (long)(p - first);
+            seen->pid = *pid;
+            seen->tid = *tid;
+        }
+        return p;
+    }
+    /* The phase (X or i), times, pid and tid of an event as encode writes them (an
+       instant's dur: 0). Literal compares need no end check: one running past the data
+       meets the NUL there, and the padding after it (PAD_BYTES) holds what they read. */
+    HS_ALWAYS_INLINE const char* hs_own_head(const char* p, const char* stop, hs_ids_seen* seen,
+                                             int64_t* ts, int64_t* dur, int64_t* pid,
+                                             int64_t* tid) {
+        int complete = memcmp(p, "{\\"ph\\":\\"X\\",\\"ts\\":", 15) == 0;
+        if (complete) p += 15;
+        else if (memcmp(p, "{\\"ph\\":\\"i\\",\\"s\\":\\"t\\",\\"ts\\":", 23) == 0) p += 23;
+        else return NULL;
+        p = hs_own_us(p, stop, ts);
+        if (p == NULL) return NULL;
+        *dur = 0;
+        if (complete) {
+            if (memcmp(p, ",\\"dur\\":", 7) != 0) return NULL;
+            p = hs_own_us(p + 7, stop, dur);
+            if (p == NULL) return NULL;
+        }
+        return hs_own_ids(p, stop, seen, pid, tid);
+    }
+    /* A row's flags (Reader's F_*; FLAG_* in Python). */
+    enum { HS_F_PARENT = 1, HS_F_ARG = 2, HS_F_ERROR = 4, HS_F_SPAN_ID = 8 };
+    typedef struct { uint64_t span_id, parent, depth; int64_t arg; uint8_t flags; } hs_args;
+    /* ``,"args":{"span_id":N`` and the args encode may write after it (each may be left
+       out: a root, depth 0, no arg, no error), up to a thread name or the args' end. */
+    HS_ALWAYS_INLINE const char* hs_own_args(const char* p, const char* stop, hs_args* a) {
+        uint64_t value;
+        int negative;
+        if (memcmp(p, ",\\"args\\":{\\"span_id\\":", 19) != 0) return NULL;
+        p = hs_own_uint(p + 19, stop, &a->span_id);
+        if (p == NULL) return NULL;
+        if (memcmp(p, ",\\"parent_id\\":", 13) == 0) {
+            p += 13;
+            if (memcmp(p, "null", 4) == 0) {
+                p += 4;
+            } else {
+                p = hs_own_uint(p, stop, &a->parent);
+                if (p == NULL) return NULL;
+                a->flags |= HS_F_PARENT;
+            }
+        }
+        if (memcmp(p, ",\\"depth\\":", 9) == 0) {
+            p = hs_own_uint(p + 9, stop, &a->depth);
+            if (p == NULL || a->depth > 0x7FFFFFFF) return NULL;
+        }
+        if (memcmp(p, ",\\"arg\\":", 7) == 0) {
+            p += 7;
+            if (memcmp(p, "null", 4) == 0) {
+                p += 4;
+            } else {
+                negative = *p == '-';
+                p = hs_own_uint(p + negative, stop, &value);
+                if (p == NULL) return NULL;  /* 19 digits and more: the general path */
+                a->arg = negative ? -(int64_t)value : (int64_t)value;
+                a->flags |= HS_F_ARG;
+            }
+        }
+        if (memcmp(p, ",\\"error\\":false", 14) == 0) {
+            p += 14;
+        } else if (memcmp(p, ",\\"error\\":true", 13) == 0) {
+            p += 13;
+            a->flags |= HS_F_ERROR;
+        }
+        return p;
+    }
+    /* The event's end after its args: ``}}``, or a flow's ``},"bind_id":N`` with its
+       ``"flow_in"``/``"flow_out"`` (the id has no column, nor in the general path). */
+    HS_ALWAYS_INLINE const char* hs_own_end(const char* p, const char* stop) {
+        uint64_t flow;
+        if (p[0] == '}' && p[1] == '}') return p + 2;
+        if (memcmp(p, "},\\"bind_id\\":", 12) != 0) return NULL;
+        p = hs_own_uint(p + 12, stop, &flow);
+        if (p == NULL) return NULL;
+        if (memcmp(p, ",\\"flow_in\\":true", 15) == 0) p += 15;
+        if (memcmp(p, ",\\"flow_out\\":true", 16) == 0) p += 16;
+        return p[0] == '}' && p < stop ? p + 1 : NULL;
+    }
     /* The first 8 (or 4) bytes of p[:n] as a word, 0 for fewer (hs_tail has those). */
     static inline uint64_t hs_head(const char* p, long n) {
         return n >= 8 ? hs_load8(p) : n >= 4 ? (uint64_t)hs_load4(p) : 0;
@@ -585,6 +691,17 @@ cdef extern from *:
     uint64_t hs_load8(const char* p) nogil
     const char* hs_own_uint(const char* p, const char* stop, uint64_t* out) nogil
     const char* hs_own_us(const char* p, const char* stop, int64_t* ns) nogil
+    ctypedef struct hs_ids_seen:
+        long len
+    const char* hs_own_head(const char* p, const char* stop, hs_ids_seen* seen, int64_t* ts,
+                            int64_t* dur, int64_t* pid, int64_t* tid) nogil
+    enum: HS_F_PARENT, HS_F_ARG, HS_F_ERROR, HS_F_SPAN_ID
+    ctypedef struct hs_args:
+        uint64_t span_id, parent, depth
+        int64_t arg
+        uint8_t flags
+    const char* hs_own_args(const char* p, const char* stop, hs_args* a) nogil
+    const char* hs_own_end(const char* p, const char* stop) nogil
 
 
 # =========================================================================== reader: strings
@@ -1052,10 +1169,8 @@ cdef class Reader:
     cdef int64_t offset  # file offset of buf[0]
     cdef bint s_esc, s_high  # what the last scanned string held
     cdef const char* event_end  # where the event being assembled ends
-    # The last own line's ``,"pid":P,"tid":T`` text and its numbers (own_ids).
-    cdef char ids_text[48]
-    cdef Py_ssize_t ids_len
-    cdef int64_t ids_pv, ids_tv
+    # The last own line's ``,"pid":P,"tid":T`` text and its numbers (hs_own_ids).
+    cdef hs_ids_seen ids_seen
 
     def __cinit__(self, path):
         self.path = path
@@ -1522,51 +1637,12 @@ cdef class Reader:
         code[0] = -2
         return self.own_text(p, text, n, esc)
 
-    cdef inline const char* own_arg(self, const char* p, int64_t* arg, uint8_t* flags) except? NULL:
-        """The value of args.arg as we write it: null, or an int64."""
-        cdef Num number
-        cdef int ok
-        cdef uint64_t value
-        if self.lit(p, b'null', 4):
-            return p + 4
-        if p[0] == b'-':
-            p = self.scan_number(p, &number)
-            if p == NULL:
-                return NULL
-            arg[0] = self.int_of(&number, &ok)
-            if not ok:
-                return NULL
-        else:
-            p = hs_own_uint(p, self.stop, &value)
-            if p == NULL:
-                return NULL
-            arg[0] = <int64_t>value
-        flags[0] |= F_ARG
-        return p
-
-    cdef inline const char* own_ids(self, const char* p, int64_t* pv, int64_t* tv) noexcept nogil:
-        """``,"pid":P,"tid":T``: the last own line's text again (most lines follow one of
-        the same thread) takes its numbers without reading digits."""
-        cdef uint64_t value
-        cdef const char* first = p
-        cdef Py_ssize_t n = self.ids_len
-        if n and self.stop - p > n and hs_same(p, self.ids_text, n) and p[n] == b',':
-            pv[0], tv[0] = self.ids_pv, self.ids_tv
-            return p + n
-        if not self.lit(p, b',"pid":', 7):
-            return NULL
-        p = hs_own_uint(p + 7, self.stop, &value)
-        if p == NULL or not self.lit(p, b',"tid":', 7):
-            return NULL
-        pv[0] = <int64_t>value
-        p = hs_own_uint(p + 7, self.stop, &value)
-        if p == NULL:
-            return NULL
-        tv[0] = <int64_t>value
-        if p - first <= 48:
-            memcpy(self.ids_text, first, p - first)
-            self.ids_len, self.ids_pv, self.ids_tv = p - first, pv[0], tv[0]
-        return p
+    cdef int32_t own_code(self, Strings table, const char* text, Py_ssize_t n, bint esc) except -1:
+        """The code of a text own_string had not seen, now seen (remembered)."""
+        cdef int32_t code = self.string_code(table, text, n, esc)
+        if not esc:
+            table.remember(text, n, code)
+        return code
 
     cdef inline const char* own_row(self, const char* p) except? NULL:
         """An event spelled exactly as encode writes it, read field after field with no
@@ -1575,35 +1651,16 @@ cdef class Reader:
         as soon as the spelling differs, before anything is kept (the strings are coded
         and the row counted last): the general scanner then reads the event from its
         start. Numbers and strings go through the same checks, so both paths accept and
-        refuse the same bytes."""
-        cdef char ph
-        cdef int64_t ts_ns, dur_ns = 0, pv, tv, arg = 0
-        cdef uint64_t span_id, parent = 0, depth = 0, flow
-        cdef uint8_t flags = F_SPAN_ID
+        refuse the same bytes. The fixed parts are C (hs_own_*), inlined here."""
+        cdef int64_t ts_ns, dur_ns, pv, tv
+        cdef hs_args a
         cdef const char* name_text = NULL
         cdef const char* cat_text = NULL
         cdef const char* tn_text = NULL
         cdef Py_ssize_t name_len = 0, cat_len = 0, tn_len = 0, row
         cdef bint name_esc = 0, cat_esc = 0, tn_esc = 0
         cdef int32_t t, name_code, cat_code = -1, tn_code = -1
-        if self.lit(p, b'{"ph":"X","ts":', 15):
-            ph = b'X'
-            p += 15
-        elif self.lit(p, b'{"ph":"i","s":"t","ts":', 23):
-            ph = b'i'
-            p += 23
-        else:
-            return NULL
-        p = hs_own_us(p, self.stop, &ts_ns)
-        if p == NULL:
-            return NULL
-        if ph == b'X':
-            if not self.lit(p, b',"dur":', 7):
-                return NULL
-            p = hs_own_us(p + 7, self.stop, &dur_ns)
-            if p == NULL:
-                return NULL
-        p = self.own_ids(p, &pv, &tv)
+        p = hs_own_head(p, self.stop, &self.ids_seen, &ts_ns, &dur_ns, &pv, &tv)
         if p == NULL or not self.lit(p, b',"name":"', 9):
             return NULL
         p = self.own_string(self.names, p + 8, &name_code, &name_text, &name_len, &name_esc)
@@ -1613,66 +1670,25 @@ cdef class Reader:
             p = self.own_string(self.categories, p + 7, &cat_code, &cat_text, &cat_len, &cat_esc)
             if p == NULL:
                 return NULL
-        if not self.lit(p, b',"args":{"span_id":', 19):
-            return NULL
-        p = hs_own_uint(p + 19, self.stop, &span_id)
+        a.parent, a.depth, a.arg, a.flags = 0, 0, 0, F_SPAN_ID
+        p = hs_own_args(p, self.stop, &a)
         if p == NULL:
             return NULL
-        # Each of the rest may be left out (its default: a root, depth 0, no arg, no
-        # error), as encode does; older files wrote every one.
-        if self.lit(p, b',"parent_id":', 13):
-            p += 13
-            if self.lit(p, b'null', 4):
-                p += 4
-            else:
-                p = hs_own_uint(p, self.stop, &parent)
-                if p == NULL:
-                    return NULL
-                flags |= F_PARENT
-        if self.lit(p, b',"depth":', 9):
-            p = hs_own_uint(p + 9, self.stop, &depth)
-            if p == NULL or depth > 0x7FFFFFFF:
-                return NULL
-        if self.lit(p, b',"arg":', 7):
-            p = self.own_arg(p + 7, &arg, &flags)
-            if p == NULL:
-                return NULL
-        if self.lit(p, b',"error":false', 14):
-            p += 14
-        elif self.lit(p, b',"error":true', 13):
-            p += 13
-            flags |= F_ERROR
         if self.lit(p, b',"thread_name":"', 16):
             p = self.own_text(p + 15, &tn_text, &tn_len, &tn_esc)
             if p == NULL:
                 return NULL
-        if self.lit(p, b'}}', 2):
-            p += 2
-        elif self.lit(p, b'},"bind_id":', 12):  # a flow's end (its id: no column, as for scan_any)
-            p = hs_own_uint(p + 12, self.stop, &flow)
-            if p == NULL:
-                return NULL
-            if self.lit(p, b',"flow_in":true', 15):
-                p += 15
-            if self.lit(p, b',"flow_out":true', 16):
-                p += 16
-            if p[0] != b'}' or p >= self.stop:
-                return NULL
-            p += 1
-        else:
+        p = hs_own_end(p, self.stop)
+        if p == NULL:
             return NULL
         # What assemble makes of such an event, in short: exact times (an instant ends
         # where it starts; ts and dur have at most 18 digits, so their sum fits), the
         # pid and tid integers.
         t = self.thread_of(ID_INT, pv, ID_INT, tv)
         if name_code == -2:
-            name_code = self.string_code(self.names, name_text, name_len, name_esc)
-            if not name_esc:
-                self.names.remember(name_text, name_len, name_code)
+            name_code = self.own_code(self.names, name_text, name_len, name_esc)
         if cat_code == -2:
-            cat_code = self.string_code(self.categories, cat_text, cat_len, cat_esc)
-            if not cat_esc:
-                self.categories.remember(cat_text, cat_len, cat_code)
+            cat_code = self.own_code(self.categories, cat_text, cat_len, cat_esc)
         if tn_text != NULL:
             tn_code = self.string_code(self.thread_names, tn_text, tn_len, tn_esc)
         self.add_row()
@@ -1683,12 +1699,12 @@ cdef class Reader:
         self.name[row] = name_code
         self.category[row] = cat_code
         self.thread_name[row] = tn_code
-        self.span_id[row] = span_id
-        self.parent_id[row] = parent
-        self.depth[row] = <int32_t>depth
-        self.arg[row] = arg
+        self.span_id[row] = a.span_id
+        self.parent_id[row] = a.parent
+        self.depth[row] = <int32_t>a.depth
+        self.arg[row] = a.arg
         self.rank[row] = I32_MIN
-        self.flags[row] = flags
+        self.flags[row] = a.flags
         self.n = row + 1
         self.own_rows += 1
         self.event_end = p
