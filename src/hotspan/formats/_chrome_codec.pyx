@@ -679,6 +679,54 @@ cdef extern from *:
         if (memcmp(p, ",\\"flow_out\\":true", 16) == 0) p += 16;
         return p[0] == '}' && p < stop ? p + 1 : NULL;
     }
+    /* Texts a reader has found in a file, by their first 8 bytes as found there (a short
+       text's closing quote and what follows it included): its length, last 8 bytes and
+       code, in 64 sets of 4 (texts that start alike, "train/compute" and
+       "train/compute/kernel", share a set). */
+    typedef struct {
+        uint64_t word[256], tail[256];
+        long len[256];   /* -1: an empty way */
+        int32_t code[256];
+        uint8_t next[64];  /* per set, the way the next new text takes (round robin) */
+    } hs_seen;
+    static inline int hs_seen_set(uint64_t word) {
+        return (int)((word * 0x9E3779B97F4A7C15ULL) >> 58);
+    }
+    /* The string whose quote is at p, when it is a text seen before: its code, and the
+       position after its closing quote; else NULL. Nothing past the data's end is taken:
+       the NUL there matches no text or quote, and a longer text is compared only when the
+       data holds it. ``key``: each code's text (for the middle of one over 16 bytes). */
+    HS_ALWAYS_INLINE const char* hs_seen_find(const hs_seen* seen, const char* const* key,
+                                              const char* p, const char* stop, int32_t* code) {
+        uint64_t w = hs_load8(p + 1);
+        int k = 4 * hs_seen_set(w), last = k + 4;
+        for (; k < last; k++) {
+            long m = seen->len[k];
+            if (seen->word[k] != w || m < 0) continue;
+            /* Up to 16 bytes, the first 8 and the last 8 (overlapping) are all of it. */
+            if (m < 8 || (stop - p > m + 1 && p[m + 1] == '"'
+                          && hs_load8(p + m - 7) == seen->tail[k]
+                          && (m <= 16 || hs_same(p + 9, key[seen->code[k]] + 8, m - 16)))) {
+                *code = seen->code[k];
+                return p + m + 2;
+            }
+        }
+        return NULL;
+    }
+    /* The text p[:n] (in the data, its quote after it; no escapes in it) has code c. */
+    static inline void hs_seen_add(hs_seen* seen, const char* p, long n, int32_t c) {
+        uint64_t w = hs_load8(p);
+        int set = hs_seen_set(w), k = 4 * set + seen->next[set];
+        seen->next[set] = (uint8_t)((seen->next[set] + 1) & 3);
+        seen->word[k] = w;
+        seen->len[k] = n;
+        seen->code[k] = c;
+        seen->tail[k] = n >= 8 ? hs_load8(p + n - 8) : 0;
+    }
+    static inline void hs_seen_init(hs_seen* seen) {
+        memset(seen, 0, sizeof(*seen));
+        for (int k = 0; k < 256; k++) seen->len[k] = -1;
+    }
     /* The first 8 (or 4) bytes of p[:n] as a word, 0 for fewer (hs_tail has those). */
     static inline uint64_t hs_head(const char* p, long n) {
         return n >= 8 ? hs_load8(p) : n >= 4 ? (uint64_t)hs_load4(p) : 0;
@@ -702,6 +750,12 @@ cdef extern from *:
         uint8_t flags
     const char* hs_own_args(const char* p, const char* stop, hs_args* a) nogil
     const char* hs_own_end(const char* p, const char* stop) nogil
+    ctypedef struct hs_seen:
+        pass
+    const char* hs_seen_find(const hs_seen* seen, const char* const* key, const char* p,
+                             const char* stop, int32_t* code) nogil
+    void hs_seen_add(hs_seen* seen, const char* p, long n, int32_t c) nogil
+    void hs_seen_init(hs_seen* seen) nogil
 
 
 # =========================================================================== reader: strings
@@ -744,23 +798,14 @@ cdef class Strings:
     cdef uint64_t cache_tail[64]
     cdef Py_ssize_t cache_len[64]
     cdef int32_t cache_code[64]
-    # The first 8 bytes of a text as the reader found them in a file (a short text's
-    # closing quote and what follows it included), and its length and code, in 64 sets of
-    # 4 by those bytes (texts that start alike, "train/compute" and "train/compute/kernel",
-    # share a set): the reader of our own lines (Reader.own_string) takes a name it has
-    # seen with a load and a compare or two, no scan for its end, no hash of its bytes.
-    cdef uint64_t seen_word[256]
-    cdef uint64_t seen_tail[256]  # a text of 8 bytes or more: its last 8
-    cdef Py_ssize_t seen_len[256]
-    cdef int32_t seen_code[256]
-    cdef uint8_t seen_next[64]  # per set, the way the next new text takes (round robin)
+    # The texts the reader of our own lines has found in the file (hs_seen_find): a name
+    # it has seen takes a load and a compare or two, no scan for its end, no hash.
+    cdef hs_seen seen
 
     def __cinit__(self):
         for i in range(64):
             self.cache_len[i] = -1
-        for i in range(256):
-            self.seen_len[i] = -1
-        memset(self.seen_next, 0, sizeof(self.seen_next))
+        hs_seen_init(&self.seen)
         self.values = []
         self.keys = []
         self.mask = 63
@@ -864,12 +909,7 @@ cdef class Strings:
 
     cdef inline void remember(self, const char* p, Py_ssize_t n, int32_t c) noexcept nogil:
         """The text p[:n] (in the buffer, its quote after it; no escapes in it) has code c."""
-        cdef uint64_t w = hs_load8(p)
-        cdef int s = <int>((w * 0x9E3779B97F4A7C15ULL) >> 58)
-        cdef int k = 4 * s + self.seen_next[s]
-        self.seen_next[s] = (self.seen_next[s] + 1) & 3
-        self.seen_word[k], self.seen_len[k], self.seen_code[k] = w, n, c
-        self.seen_tail[k] = hs_load8(p + n - 8) if n >= 8 else 0
+        hs_seen_add(&self.seen, p, n, c)
 
     def code_of(self, str text):
         encoded = text.encode("utf-8", "replace")  # a lone surrogate (\\ud800) becomes "?"
@@ -1616,24 +1656,11 @@ cdef class Reader:
 
     cdef inline const char* own_string(self, Strings table, const char* p, int32_t* code,
                                        const char** text, Py_ssize_t* n, bint* esc) except? NULL:
-        """A string whose quote is at p: its code when its first 8 bytes and the rest are
-        those of a text seen before (Strings.remember) with its quote after it; else (code
-        -2) its text, scanned, for string_code. Nothing past the buffer's end is taken: the
-        NUL there matches no text or quote, and a longer text is compared only when the
-        buffer holds it."""
-        cdef uint64_t w = hs_load8(p + 1)
-        cdef int k = 4 * <int>((w * 0x9E3779B97F4A7C15ULL) >> 58), last = k + 4
-        cdef Py_ssize_t m
-        while k < last:
-            m = table.seen_len[k]
-            if table.seen_word[k] == w and m >= 0:
-                # Up to 16 bytes, the first 8 and the last 8 (overlapping) are all of it.
-                if m < 8 or (self.stop - p > m + 1 and p[m + 1] == b'"'
-                             and hs_load8(p + m - 7) == table.seen_tail[k]
-                             and (m <= 16 or hs_same(p + 9, table.key_text[table.seen_code[k]] + 8, m - 16))):
-                    code[0] = table.seen_code[k]
-                    return p + m + 2
-            k += 1
+        """A string whose quote is at p: its code when it is a text seen before
+        (hs_seen_find); else (code -2) its text, scanned, for own_code."""
+        cdef const char* q = hs_seen_find(&table.seen, table.key_text, p, self.stop, code)
+        if q != NULL:
+            return q
         code[0] = -2
         return self.own_text(p, text, n, esc)
 
