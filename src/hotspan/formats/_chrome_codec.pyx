@@ -1654,13 +1654,10 @@ cdef class Reader:
             text[0], n[0], esc[0] = p + 1, q - p - 2, self.s_esc
         return q
 
-    cdef inline const char* own_string(self, Strings table, const char* p, int32_t* code,
-                                       const char** text, Py_ssize_t* n, bint* esc) except? NULL:
-        """A string whose quote is at p: its code when it is a text seen before
-        (hs_seen_find); else (code -2) its text, scanned, for own_code."""
-        cdef const char* q = hs_seen_find(&table.seen, table.key_text, p, self.stop, code)
-        if q != NULL:
-            return q
+    cdef const char* own_string(self, const char* p, int32_t* code, const char** text, Py_ssize_t* n,
+                                bint* esc) except? NULL:
+        """A string whose quote is at p that is no text seen before (hs_seen_find): code -2
+        and its text, scanned, for own_code."""
         code[0] = -2
         return self.own_text(p, text, n, esc)
 
@@ -1681,6 +1678,7 @@ cdef class Reader:
         refuse the same bytes. The fixed parts are C (hs_own_*), inlined here."""
         cdef int64_t ts_ns, dur_ns, pv, tv
         cdef hs_args a
+        cdef const char* q
         cdef const char* name_text = NULL
         cdef const char* cat_text = NULL
         cdef const char* tn_text = NULL
@@ -1690,11 +1688,13 @@ cdef class Reader:
         p = hs_own_head(p, self.stop, &self.ids_seen, &ts_ns, &dur_ns, &pv, &tv)
         if p == NULL or not self.lit(p, b',"name":"', 9):
             return NULL
-        p = self.own_string(self.names, p + 8, &name_code, &name_text, &name_len, &name_esc)
+        q = hs_seen_find(&self.names.seen, self.names.key_text, p + 8, self.stop, &name_code)
+        p = q if q != NULL else self.own_string(p + 8, &name_code, &name_text, &name_len, &name_esc)
         if p == NULL:
             return NULL
         if self.lit(p, b',"cat":"', 8):
-            p = self.own_string(self.categories, p + 7, &cat_code, &cat_text, &cat_len, &cat_esc)
+            q = hs_seen_find(&self.categories.seen, self.categories.key_text, p + 7, self.stop, &cat_code)
+            p = q if q != NULL else self.own_string(p + 7, &cat_code, &cat_text, &cat_len, &cat_esc)
             if p == NULL:
                 return NULL
         a.parent, a.depth, a.arg, a.flags = 0, 0, 0, F_SPAN_ID
