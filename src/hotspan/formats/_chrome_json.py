@@ -661,7 +661,7 @@ def _fresh(n: int, dtype: npt.DTypeLike) -> np.ndarray:
 class _PerThread:
     """Columns of one value per thread (its id, pid, rank, name), each row its thread's.
     Rows come a thread at a time (trace order): each run is filled at memset speed, where
-    a gather would look every row up; rows that do not (few long runs) are gathered."""
+    a gather would look every row up; rows in many short runs are gathered."""
 
     def __init__(self, thread: np.ndarray):
         self.thread = thread
