@@ -199,3 +199,29 @@ def test_a_recorded_trace_takes_the_own_path(spans, tmp_path):
     loaded = load(path)
     assert_same_spans(spans, loaded, keep_order=False)
     assert_same_spans(_load_general(path), loaded)
+
+
+@pytest.mark.parametrize("threads", [1, 3, 150])
+def test_each_row_has_its_threads_columns(tmp_path, threads):
+    """A thread's id, pid, rank and name, filled a run of rows at a time (few threads) or
+    gathered row by row (many threads of a few rows each): each row its own thread's."""
+    rows = []
+    for i in range(300):
+        thread = i % threads
+        start = BASE_NS + i * 1000
+        rows.append(
+            {
+                "span_id": i + 1,
+                "name": "work",
+                "start_ns": start,
+                "end_ns": start + 500,
+                "thread_id": 9000 + thread,
+                "thread_name": f"worker-{thread}",
+                "pid": 400 + thread % 2,
+                "rank": thread % 2,
+            }
+        )
+    table = _table(rows)
+    path = tmp_path / "threads.json"
+    export(table, path)
+    assert_same_spans(table, load(path), keep_order=False)
