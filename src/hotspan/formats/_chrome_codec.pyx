@@ -47,11 +47,11 @@ cdef int64_t OPEN = INT64_MIN
 DEF MAX_DEPTH = 256
 
 # Row flags (one byte a row).
-FLAG_PARENT = 1
-FLAG_ARG = 2
-FLAG_ERROR = 4
-FLAG_SPAN_ID = 8
-cdef uint8_t F_PARENT = 1, F_ARG = 2, F_ERROR = 4, F_SPAN_ID = 8
+FLAG_PARENT = HS_F_PARENT
+FLAG_ARG = HS_F_ARG
+FLAG_ERROR = HS_F_ERROR
+FLAG_SPAN_ID = HS_F_SPAN_ID
+cdef uint8_t F_PARENT = HS_F_PARENT, F_ARG = HS_F_ARG, F_ERROR = HS_F_ERROR, F_SPAN_ID = HS_F_SPAN_ID
 
 
 # =========================================================================== writer
@@ -456,7 +456,7 @@ def encode(sink, Py_ssize_t buffer_size,
 # same way measured slower than the multiply-add loop for the 1-10 digit numbers of a
 # trace: the loop's branches predict well.)
 
-DEF PAD_BYTES = 16
+DEF PAD_BYTES = 32  # Reader.lit compares literals of up to 24 bytes with no end check
 #: Bytes the reader may read past the end of the data it is fed (its NUL included).
 PAD = PAD_BYTES
 
@@ -506,6 +506,227 @@ cdef extern from *:
         if (n >= 4) return (uint64_t)hs_load4(p) | ((uint64_t)hs_load4(p + n - 4) << 32);
         return (uint64_t)(uint8_t)p[0] | ((uint64_t)(uint8_t)p[n / 2] << 8) | ((uint64_t)(uint8_t)p[n - 1] << 16);
     }
+    /* The number readers of our own lines, inlined whatever the compiler thinks of the
+       size of their caller (Reader.own_row, read once a span): a call each, and its
+       spills, cost as much as the digits. */
+    #if defined(__GNUC__) || defined(__clang__)
+    #define HS_ALWAYS_INLINE static inline __attribute__((always_inline))
+    #else
+    #define HS_ALWAYS_INLINE static inline
+    #endif
+    /* The run of digits at p: its value (exact up to 19 digits) and length (counted up to
+       24), one multiply-add a digit: for the 1-11 digits of a trace's numbers its branches
+       predict well: 8 digits a step (SWAR) measured slower, inlined or not. */
+    HS_ALWAYS_INLINE const char* hs_digits(const char* p, uint64_t* out, int* count) {
+        uint64_t v = 0;
+        const char* first = p;
+        while ((unsigned)(*p - '0') < 10 && p - first < 24) {
+            v = v * 10 + (uint64_t)(*p - '0');
+            p++;
+        }
+        *out = v;
+        *count = (int)(p - first);
+        return p;
+    }
+    static inline int hs_ends_number(const char* p, const char* stop) {
+        return *p != '.' && *p != 'e' && *p != 'E' && p < stop;
+    }
+    /* An integer of up to 18 digits as our writer spells it (no sign, no leading zero, no
+       fraction or exponent after it), else NULL: the general scanner then decides. After a
+       run of at most 18 digits the next byte is no digit. */
+    HS_ALWAYS_INLINE const char* hs_own_uint(const char* p, const char* stop, uint64_t* out) {
+        int n;
+        if (*p == '0') {
+            *out = 0;
+            p += 1;
+            return (p[0] < '0' || p[0] > '9') && hs_ends_number(p, stop) ? p : NULL;
+        }
+        p = hs_digits(p, out, &n);
+        return n > 0 && n <= 18 && hs_ends_number(p, stop) ? p : NULL;
+    }
+    /* Microseconds as our writer spells them (at most 15 digits, then at most three
+       decimals; older files always wrote three) as nanoseconds, else NULL. */
+    HS_ALWAYS_INLINE const char* hs_own_us(const char* p, const char* stop, int64_t* ns) {
+        uint64_t v;
+        int n;
+        if (*p == '0') {
+            v = 0;
+            p += 1;
+            if (p[0] >= '0' && p[0] <= '9') return NULL;
+        } else {
+            p = hs_digits(p, &v, &n);
+            if (n == 0 || n > 15) return NULL;
+        }
+        v *= 1000;
+        if (*p == '.') {
+            uint64_t scale = 100;
+            p += 1;
+            if ((unsigned)(*p - '0') >= 10) return NULL;
+            do {
+                v += (uint64_t)(*p - '0') * scale;
+                scale /= 10;
+                p++;
+            } while ((unsigned)(*p - '0') < 10 && scale);
+            if ((unsigned)(*p - '0') < 10) return NULL;
+        }
+        if (!hs_ends_number(p, stop)) return NULL;
+        *ns = (int64_t)v;
+        return p;
+    }
+    /* The last own line's ``,"pid":P,"tid":T`` text and its numbers. */
+    typedef struct { char text[48]; long len; int64_t pid, tid; } hs_ids_seen;
+    /* ``,"pid":P,"tid":T`` as encode writes it: the last own line's text again (most
+       lines follow one of the same thread) takes its numbers without reading digits. */
+    HS_ALWAYS_INLINE const char* hs_own_ids(const char* p, const char* stop, hs_ids_seen* seen,
+                                            int64_t* pid, int64_t* tid) {
+        const char* first = p;
+        uint64_t value;
+        long n = seen->len;
+        if (n && stop - p > n && hs_same(p, seen->text, n) && p[n] == ',') {
+            *pid = seen->pid;
+            *tid = seen->tid;
+            return p + n;
+        }
+        if (memcmp(p, ",\\"pid\\":", 7) != 0) return NULL;
+        p = hs_own_uint(p + 7, stop, &value);
+        if (p == NULL || memcmp(p, ",\\"tid\\":", 7) != 0) return NULL;
+        *pid = (int64_t)value;
+        p = hs_own_uint(p + 7, stop, &value);
+        if (p == NULL) return NULL;
+        *tid = (int64_t)value;
+        if (p - first <= 48) {
+            memcpy(seen->text, first, (size_t)(p - first));
+            seen->len = (long)(p - first);
+            seen->pid = *pid;
+            seen->tid = *tid;
+        }
+        return p;
+    }
+    /* The phase (X or i), times, pid and tid of an event as encode writes them (an
+       instant's dur: 0). Literal compares need no end check: one running past the data
+       meets the NUL there, and the padding after it (PAD_BYTES) holds what they read. */
+    HS_ALWAYS_INLINE const char* hs_own_head(const char* p, const char* stop, hs_ids_seen* seen,
+                                             int64_t* ts, int64_t* dur, int64_t* pid,
+                                             int64_t* tid) {
+        int complete = memcmp(p, "{\\"ph\\":\\"X\\",\\"ts\\":", 15) == 0;
+        if (complete) p += 15;
+        else if (memcmp(p, "{\\"ph\\":\\"i\\",\\"s\\":\\"t\\",\\"ts\\":", 23) == 0) p += 23;
+        else return NULL;
+        p = hs_own_us(p, stop, ts);
+        if (p == NULL) return NULL;
+        *dur = 0;
+        if (complete) {
+            if (memcmp(p, ",\\"dur\\":", 7) != 0) return NULL;
+            p = hs_own_us(p + 7, stop, dur);
+            if (p == NULL) return NULL;
+        }
+        return hs_own_ids(p, stop, seen, pid, tid);
+    }
+    /* A row's flags (Reader's F_*; FLAG_* in Python). */
+    enum { HS_F_PARENT = 1, HS_F_ARG = 2, HS_F_ERROR = 4, HS_F_SPAN_ID = 8 };
+    typedef struct { uint64_t span_id, parent, depth; int64_t arg; uint8_t flags; } hs_args;
+    /* ``,"args":{"span_id":N`` and the args encode may write after it (each may be left
+       out: a root, depth 0, no arg, no error), up to a thread name or the args' end. */
+    HS_ALWAYS_INLINE const char* hs_own_args(const char* p, const char* stop, hs_args* a) {
+        uint64_t value;
+        int negative;
+        if (memcmp(p, ",\\"args\\":{\\"span_id\\":", 19) != 0) return NULL;
+        p = hs_own_uint(p + 19, stop, &a->span_id);
+        if (p == NULL) return NULL;
+        if (memcmp(p, ",\\"parent_id\\":", 13) == 0) {
+            p += 13;
+            if (memcmp(p, "null", 4) == 0) {
+                p += 4;
+            } else {
+                p = hs_own_uint(p, stop, &a->parent);
+                if (p == NULL) return NULL;
+                a->flags |= HS_F_PARENT;
+            }
+        }
+        if (memcmp(p, ",\\"depth\\":", 9) == 0) {
+            p = hs_own_uint(p + 9, stop, &a->depth);
+            if (p == NULL || a->depth > 0x7FFFFFFF) return NULL;
+        }
+        if (memcmp(p, ",\\"arg\\":", 7) == 0) {
+            p += 7;
+            if (memcmp(p, "null", 4) == 0) {
+                p += 4;
+            } else {
+                negative = *p == '-';
+                p = hs_own_uint(p + negative, stop, &value);
+                if (p == NULL) return NULL;  /* 19 digits and more: the general path */
+                a->arg = negative ? -(int64_t)value : (int64_t)value;
+                a->flags |= HS_F_ARG;
+            }
+        }
+        if (memcmp(p, ",\\"error\\":false", 14) == 0) {
+            p += 14;
+        } else if (memcmp(p, ",\\"error\\":true", 13) == 0) {
+            p += 13;
+            a->flags |= HS_F_ERROR;
+        }
+        return p;
+    }
+    /* The event's end after its args: ``}}``, or a flow's ``},"bind_id":N`` with its
+       ``"flow_in"``/``"flow_out"`` (the id has no column, nor in the general path). */
+    HS_ALWAYS_INLINE const char* hs_own_end(const char* p, const char* stop) {
+        uint64_t flow;
+        if (p[0] == '}' && p[1] == '}') return p + 2;
+        if (memcmp(p, "},\\"bind_id\\":", 12) != 0) return NULL;
+        p = hs_own_uint(p + 12, stop, &flow);
+        if (p == NULL) return NULL;
+        if (memcmp(p, ",\\"flow_in\\":true", 15) == 0) p += 15;
+        if (memcmp(p, ",\\"flow_out\\":true", 16) == 0) p += 16;
+        return p[0] == '}' && p < stop ? p + 1 : NULL;
+    }
+    /* Texts a reader has found in a file, by their first 8 bytes as found there (a short
+       text's closing quote and what follows it included): its length, last 8 bytes and
+       code, in 64 sets of 4 (texts that start alike, "train/compute" and
+       "train/compute/kernel", share a set). */
+    typedef struct {
+        uint64_t word[256], tail[256];
+        long len[256];   /* -1: an empty way */
+        int32_t code[256];
+        uint8_t next[64];  /* per set, the way the next new text takes (round robin) */
+    } hs_seen;
+    static inline int hs_seen_set(uint64_t word) {
+        return (int)((word * 0x9E3779B97F4A7C15ULL) >> 58);
+    }
+    /* The string whose quote is at p, when it is a text seen before: its code, and the
+       position after its closing quote; else NULL. Nothing past the data's end is taken:
+       the NUL there matches no text or quote, and a longer text is compared only when the
+       data holds it. ``key``: each code's text (for the middle of one over 16 bytes). */
+    HS_ALWAYS_INLINE const char* hs_seen_find(const hs_seen* seen, const char* const* key,
+                                              const char* p, const char* stop, int32_t* code) {
+        uint64_t w = hs_load8(p + 1);
+        int k = 4 * hs_seen_set(w), last = k + 4;
+        for (; k < last; k++) {
+            long m = seen->len[k];
+            if (seen->word[k] != w || m < 0) continue;
+            /* Up to 16 bytes, the first 8 and the last 8 (overlapping) are all of it. */
+            if (m < 8 || (stop - p > m + 1 && p[m + 1] == '"'
+                          && hs_load8(p + m - 7) == seen->tail[k]
+                          && (m <= 16 || hs_same(p + 9, key[seen->code[k]] + 8, m - 16)))) {
+                *code = seen->code[k];
+                return p + m + 2;
+            }
+        }
+        return NULL;
+    }
+    /* The text p[:n] (in the data, its quote after it; no escapes in it) has code c. */
+    static inline void hs_seen_add(hs_seen* seen, const char* p, long n, int32_t c) {
+        uint64_t w = hs_load8(p);
+        int set = hs_seen_set(w), k = 4 * set + seen->next[set];
+        seen->next[set] = (uint8_t)((seen->next[set] + 1) & 3);
+        seen->word[k] = w;
+        seen->len[k] = n;
+        seen->code[k] = c;
+        seen->tail[k] = n >= 8 ? hs_load8(p + n - 8) : 0;
+    }
+    static inline void hs_seen_init(hs_seen* seen) {
+        memset(seen, 0, sizeof(*seen));
+        for (int k = 0; k < 256; k++) seen->len[k] = -1;
+    }
     /* The first 8 (or 4) bytes of p[:n] as a word, 0 for fewer (hs_tail has those). */
     static inline uint64_t hs_head(const char* p, long n) {
         return n >= 8 ? hs_load8(p) : n >= 4 ? (uint64_t)hs_load4(p) : 0;
@@ -516,6 +737,25 @@ cdef extern from *:
     uint64_t hs_tail(const char* p, long n) nogil
     const char* hs_plain_run(const char* p) nogil
     uint64_t hs_load8(const char* p) nogil
+    const char* hs_own_uint(const char* p, const char* stop, uint64_t* out) nogil
+    const char* hs_own_us(const char* p, const char* stop, int64_t* ns) nogil
+    ctypedef struct hs_ids_seen:
+        long len
+    const char* hs_own_head(const char* p, const char* stop, hs_ids_seen* seen, int64_t* ts,
+                            int64_t* dur, int64_t* pid, int64_t* tid) nogil
+    enum: HS_F_PARENT, HS_F_ARG, HS_F_ERROR, HS_F_SPAN_ID
+    ctypedef struct hs_args:
+        uint64_t span_id, parent, depth
+        int64_t arg
+        uint8_t flags
+    const char* hs_own_args(const char* p, const char* stop, hs_args* a) nogil
+    const char* hs_own_end(const char* p, const char* stop) nogil
+    ctypedef struct hs_seen:
+        pass
+    const char* hs_seen_find(const hs_seen* seen, const char* const* key, const char* p,
+                             const char* stop, int32_t* code) nogil
+    void hs_seen_add(hs_seen* seen, const char* p, long n, int32_t c) nogil
+    void hs_seen_init(hs_seen* seen) nogil
 
 
 # =========================================================================== reader: strings
@@ -558,10 +798,14 @@ cdef class Strings:
     cdef uint64_t cache_tail[64]
     cdef Py_ssize_t cache_len[64]
     cdef int32_t cache_code[64]
+    # The texts the reader of our own lines has found in the file (hs_seen_find): a name
+    # it has seen takes a load and a compare or two, no scan for its end, no hash.
+    cdef hs_seen seen
 
     def __cinit__(self):
         for i in range(64):
             self.cache_len[i] = -1
+        hs_seen_init(&self.seen)
         self.values = []
         self.keys = []
         self.mask = 63
@@ -663,6 +907,10 @@ cdef class Strings:
             self.grow()
         return c
 
+    cdef inline void remember(self, const char* p, Py_ssize_t n, int32_t c) noexcept nogil:
+        """The text p[:n] (in the buffer, its quote after it; no escapes in it) has code c."""
+        hs_seen_add(&self.seen, p, n, c)
+
     def code_of(self, str text):
         encoded = text.encode("utf-8", "replace")  # a lone surrogate (\\ud800) becomes "?"
         return self.code(encoded, len(encoded))
@@ -689,16 +937,57 @@ cdef extern from *:
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         return n < page ? page : (n + page - 1) / page * page;
     }
+    #include <stdint.h>
+    #define HS_HUGE ((size_t)2 << 20)
+    /* n bytes of fresh pages, at a multiple of 2 MiB when n is that large: the kernel backs
+       only whole aligned 2 MiB ranges with a huge page, and mmap's own addresses are 4 KiB
+       aligned, so a grown column took 4 KiB faults for more of its pages. */
+    static char* hs_col_map(size_t n) {
+        void* raw;
+        char* aligned;
+        size_t head, span = n + HS_HUGE;
+        if (n < HS_HUGE) {
+            raw = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            return raw == MAP_FAILED ? NULL : (char*)raw;
+        }
+        raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) return NULL;
+        aligned = (char*)(((uintptr_t)raw + HS_HUGE - 1) & ~(uintptr_t)(HS_HUGE - 1));
+        head = (size_t)(aligned - (char*)raw);
+        if (head) munmap(raw, head);
+        if (span - head > n) munmap(aligned + n, span - head - n);
+        return aligned;
+    }
     static char* hs_col_alloc(size_t n) {
-        void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) return NULL;
-        hs_col_advise((char*)p, n);
-        return (char*)p;
+        char* p = hs_col_map(n);
+        if (p != NULL) hs_col_advise(p, n);
+        return p;
     }
     static char* hs_col_resize(char* p, size_t old, size_t n) {
-    #if defined(__linux__) && defined(MREMAP_MAYMOVE)
-        void* q = mremap(p, old, n, MREMAP_MAYMOVE);
-        if (q == MAP_FAILED) return NULL;
+    #if defined(__linux__) && defined(MREMAP_MAYMOVE) && defined(MREMAP_FIXED)
+        void* q;
+        char* target;
+        if (n <= old) {  /* in place */
+            q = mremap(p, old, n, 0);
+            return q == MAP_FAILED ? NULL : (char*)q;
+        }
+        if (old < HS_HUGE) {
+            /* Copied, the little there is: moved, its 4 KiB pages would keep the first
+               2 MiB of the new place from being one huge page (512 faults instead of 1). */
+            target = hs_col_alloc(n);
+            if (target == NULL) return NULL;
+            memcpy(target, p, old);
+            munmap(p, old);
+            return target;
+        }
+        /* The pages move (no copy) to an aligned place, where the new part can be huge. */
+        target = hs_col_map(n);
+        if (target == NULL) return NULL;
+        q = mremap(p, old, n, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+        if (q == MAP_FAILED) {
+            munmap(target, n);
+            return NULL;
+        }
         hs_col_advise((char*)q, n);
         return (char*)q;
     #else
@@ -765,6 +1054,19 @@ cdef class Column:
         return self.ptr
 
 
+def fresh_column(Py_ssize_t n, Py_ssize_t itemsize):
+    """A Column of ``n`` items of ``itemsize`` bytes (uninitialised, writable; for
+    ``np.frombuffer(column, dtype, n)``), in pages of its own: a large one 2 MiB-aligned and
+    advised huge, so filling it costs a page fault per 2 MiB. An array of a million int64
+    from malloc took 2,000 faults on first write, 5-8 ms in a VM: more than the gather
+    that filled it."""
+    if n < 0 or itemsize <= 0:
+        raise ValueError(f"fresh_column({n}, {itemsize})")
+    column = Column(itemsize)
+    column.resize(n)
+    return column
+
+
 cdef struct Num:
     const char* start
     uint64_t ip      # integer part (when not overflow)
@@ -805,8 +1107,6 @@ cdef struct Event:
     const char* tn_text
     Py_ssize_t tn_len
     bint tn_esc
-    bint exact  # ts_ns, dur_ns hold the times (our own lines: no Num to convert)
-    int64_t ts_ns, dur_ns
 
 
 # Value types, as the event parser records them.
@@ -878,6 +1178,7 @@ cdef class Reader:
     cdef int32_t* rank
     cdef uint8_t* flags
     cdef public Py_ssize_t n
+    cdef public Py_ssize_t own_rows  # rows read by own_row (our own spelling)
     cdef Py_ssize_t capacity
 
     cdef public Strings names, categories, thread_names, ids
@@ -908,10 +1209,8 @@ cdef class Reader:
     cdef int64_t offset  # file offset of buf[0]
     cdef bint s_esc, s_high  # what the last scanned string held
     cdef const char* event_end  # where the event being assembled ends
-    # The last own line's ``,"pid":P,"tid":T`` text and its numbers (own_ids).
-    cdef char ids_text[48]
-    cdef Py_ssize_t ids_len
-    cdef int64_t ids_pv, ids_tv
+    # The last own line's ``,"pid":P,"tid":T`` text and its numbers (hs_own_ids).
+    cdef hs_ids_seen ids_seen
 
     def __cinit__(self, path):
         self.path = path
@@ -952,6 +1251,15 @@ cdef class Reader:
         self.flags = <uint8_t*>self.c_flags.resize(capacity)
         self.capacity = capacity
         return 0
+
+    def reserve(self, Py_ssize_t rows):
+        """Room for ``rows`` rows before the first event (a guess from the file's size):
+        the columns are then large from their start, so the kernel backs them with huge
+        pages throughout, not 4 KiB pages for their first 2 MiB each (6,000 faults of a
+        load of a million spans, a fifth of its time). Pages never written cost nothing,
+        and ``finish`` gives back what is left."""
+        if rows > self.capacity and self.n == 0:
+            self.grow(rows)
 
     def finish(self):
         """Shrink the columns to the rows read."""
@@ -1328,59 +1636,16 @@ cdef class Reader:
     cdef void count(self, str cause):
         self.counts[cause] = self.counts.get(cause, 0) + 1
 
-    cdef inline const char* own_uint(self, const char* p, uint64_t* out) noexcept nogil:
-        """An integer of up to 18 digits as our writer spells it (NULL otherwise: the
-        general scanner then decides); one multiply-add a digit, no checks needed."""
-        cdef const char* first = p
-        cdef uint64_t v = 0
-        if p[0] == b'0':
-            p += 1
-        else:
-            while IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-        if p == first or p - first > 18 or IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' \
-                or p[0] == b'E' or p >= self.stop:
-            return NULL
-        out[0] = v
-        return p
-
-    cdef inline const char* own_us(self, const char* p, int64_t* ns) noexcept nogil:
-        """Microseconds with at most three decimals (how we write ts and dur; older files
-        always wrote three) as ns."""
-        cdef const char* first = p
-        cdef uint64_t v = 0
-        cdef int k = 0
-        if p[0] == b'0':
-            p += 1
-        else:
-            while IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-        if p == first or p - first > 15:
-            return NULL
-        if p[0] == b'.':
-            p += 1
-            while k < 3 and IS_DIGIT[<uint8_t>p[0]]:
-                v = v * 10 + (<uint8_t>p[0] - 48)
-                p += 1
-                k += 1
-            if k == 0:
-                return NULL
-        while k < 3:
-            v *= 10
-            k += 1
-        if IS_DIGIT[<uint8_t>p[0]] or p[0] == b'.' or p[0] == b'e' or p[0] == b'E' or p >= self.stop:
-            return NULL
-        ns[0] = <int64_t>v
-        return p
-
     cdef inline bint lit(self, const char* p, const char* text, Py_ssize_t n) noexcept nogil:
-        return self.stop - p >= n and memcmp(p, text, n) == 0
+        """p[:n] == text, for p in the data and a literal of at most 24 bytes without a NUL:
+        one that runs past the data's end meets its NUL and differs; the padding after the
+        data (PAD_BYTES) holds what it reads past there, so no end check."""
+        return memcmp(p, text, n) == 0
 
-    # ------------------------------------------------------------------ events: the scanners
-    # Two scanners fill an Event from an event's bytes: scan_own (our own spelling, field
-    # after field) and scan_any (any spelling, key by key); assemble (below) makes it rows.
+    # ------------------------------------------------------------------ events: the readers
+    # Two paths: own_row reads an event spelled exactly as encode writes it, straight to a
+    # row; scan_any reads any spelling key by key into an Event, and assemble (below)
+    # makes it what it means.
 
     cdef inline const char* own_text(self, const char* p, const char** text, Py_ssize_t* n, bint* esc) except? NULL:
         """A string whose quote is at p: its text (between the quotes) and escapes."""
@@ -1389,145 +1654,99 @@ cdef class Reader:
             text[0], n[0], esc[0] = p + 1, q - p - 2, self.s_esc
         return q
 
-    cdef inline const char* own_arg(self, const char* p, Event* e) except? NULL:
-        """The value of args.arg as we write it: null, or an int64."""
-        cdef Num number
-        cdef int ok
-        cdef uint64_t value
-        if self.lit(p, b'null', 4):
-            return p + 4
-        if p[0] == b'-':
-            p = self.scan_number(p, &number)
-            if p == NULL:
-                return NULL
-            e.a_arg = self.int_of(&number, &ok)
-            if not ok:
-                return NULL
-        else:
-            p = self.own_uint(p, &value)
-            if p == NULL:
-                return NULL
-            e.a_arg = <int64_t>value
-        e.flags |= F_ARG
-        return p
+    cdef const char* own_string(self, const char* p, int32_t* code, const char** text, Py_ssize_t* n,
+                                bint* esc) except? NULL:
+        """A string whose quote is at p that is no text seen before (hs_seen_find): code -2
+        and its text, scanned, for own_code."""
+        code[0] = -2
+        return self.own_text(p, text, n, esc)
 
-    cdef inline const char* own_head(self, const char* p, Event* e) except? NULL:
-        """Phase, times, pid and tid as encode writes them."""
-        cdef uint64_t value
-        if self.lit(p, b'{"ph":"X","ts":', 15):
-            e.ph = b'X'
-            p += 15
-        elif self.lit(p, b'{"ph":"i","s":"t","ts":', 23):
-            e.ph = b'i'
-            p += 23
-        else:
-            return NULL
-        e.exact = 1
-        e.ts_kind = T_NUMBER
-        p = self.own_us(p, &e.ts_ns)
-        if p == NULL:
-            return NULL
-        if e.ph == b'X':
-            if not self.lit(p, b',"dur":', 7):
-                return NULL
-            p = self.own_us(p + 7, &e.dur_ns)
-            if p == NULL:
-                return NULL
-            e.dur_kind = T_NUMBER
-        return self.own_ids(p, e)
+    cdef int32_t own_code(self, Strings table, const char* text, Py_ssize_t n, bint esc) except -1:
+        """The code of a text own_string had not seen, now seen (remembered)."""
+        cdef int32_t code = self.string_code(table, text, n, esc)
+        if not esc:
+            table.remember(text, n, code)
+        return code
 
-    cdef inline const char* own_ids(self, const char* p, Event* e) noexcept nogil:
-        """``,"pid":P,"tid":T``: the last own line's text again (most lines follow one of
-        the same thread) takes its numbers without reading digits."""
-        cdef uint64_t value
-        cdef const char* first = p
-        cdef Py_ssize_t n = self.ids_len
-        if n and self.stop - p > n and hs_same(p, self.ids_text, n) and p[n] == b',':
-            e.pv, e.tv = self.ids_pv, self.ids_tv
-            return p + n
-        if not self.lit(p, b',"pid":', 7):
-            return NULL
-        p = self.own_uint(p + 7, &value)
-        if p == NULL or not self.lit(p, b',"tid":', 7):
-            return NULL
-        e.pv = <int64_t>value
-        p = self.own_uint(p + 7, &value)
-        if p == NULL:
-            return NULL
-        e.tv = <int64_t>value
-        if p - first <= 48:
-            memcpy(self.ids_text, first, p - first)
-            self.ids_len, self.ids_pv, self.ids_tv = p - first, e.pv, e.tv
-        return p
-
-    cdef inline const char* scan_own(self, const char* p, Event* e) except? NULL:
-        """An event spelled exactly as encode writes it, read field after field with
-        no key lookups (most events a load sees are ours, and keys are most of their
-        bytes); NULL as soon as the spelling differs: the general scanner then reads the
-        event from its start. Numbers and strings go through the same scanners, so both
-        paths accept and refuse the same bytes."""
-        cdef uint64_t value
-        memset(e, 0, sizeof(Event))
-        e.first = p
-        e.a_rank = I32_MIN
-        p = self.own_head(p, e)
+    cdef inline const char* own_row(self, const char* p) except? NULL:
+        """An event spelled exactly as encode writes it, read field after field with no
+        key lookups (most events a load sees are ours, and keys are most of their bytes)
+        and written straight to a row: no Event to clear, no dispatch on its phase. NULL
+        as soon as the spelling differs, before anything is kept (the strings are coded
+        and the row counted last): the general scanner then reads the event from its
+        start. Numbers and strings go through the same checks, so both paths accept and
+        refuse the same bytes. The fixed parts are C (hs_own_*), inlined here."""
+        cdef int64_t ts_ns, dur_ns, pv, tv
+        cdef hs_args a
+        cdef const char* q
+        cdef const char* name_text = NULL
+        cdef const char* cat_text = NULL
+        cdef const char* tn_text = NULL
+        cdef Py_ssize_t name_len = 0, cat_len = 0, tn_len = 0, row
+        cdef bint name_esc = 0, cat_esc = 0, tn_esc = 0
+        cdef int32_t t, name_code, cat_code = -1, tn_code = -1
+        p = hs_own_head(p, self.stop, &self.ids_seen, &ts_ns, &dur_ns, &pv, &tv)
         if p == NULL or not self.lit(p, b',"name":"', 9):
             return NULL
-        p = self.own_text(p + 8, &e.name_text, &e.name_len, &e.name_esc)
+        q = hs_seen_find(&self.names.seen, self.names.key_text, p + 8, self.stop, &name_code)
+        p = q if q != NULL else self.own_string(p + 8, &name_code, &name_text, &name_len, &name_esc)
         if p == NULL:
             return NULL
         if self.lit(p, b',"cat":"', 8):
-            p = self.own_text(p + 7, &e.cat_text, &e.cat_len, &e.cat_esc)
+            q = hs_seen_find(&self.categories.seen, self.categories.key_text, p + 7, self.stop, &cat_code)
+            p = q if q != NULL else self.own_string(p + 7, &cat_code, &cat_text, &cat_len, &cat_esc)
             if p == NULL:
                 return NULL
-        if not self.lit(p, b',"args":{"span_id":', 19):
-            return NULL
-        p = self.own_uint(p + 19, &e.a_span_id)
+        a.parent, a.depth, a.arg, a.flags = 0, 0, 0, F_SPAN_ID
+        p = hs_own_args(p, self.stop, &a)
         if p == NULL:
             return NULL
-        e.flags = F_SPAN_ID
-        # Each of the rest may be left out (its default: a root, depth 0, no arg, no
-        # error), as encode does; older files wrote every one.
-        if self.lit(p, b',"parent_id":', 13):
-            p += 13
-            if self.lit(p, b'null', 4):
-                p += 4
-            else:
-                p = self.own_uint(p, &e.a_parent)
-                if p == NULL:
-                    return NULL
-                e.flags |= F_PARENT
-        if self.lit(p, b',"depth":', 9):
-            p = self.own_uint(p + 9, &value)
-            if p == NULL or value > 0x7FFFFFFF:
-                return NULL
-            e.a_depth = <int64_t>value
-        if self.lit(p, b',"arg":', 7):
-            p = self.own_arg(p + 7, e)
-            if p == NULL:
-                return NULL
-        if self.lit(p, b',"error":false', 14):
-            p += 14
-        elif self.lit(p, b',"error":true', 13):
-            p += 13
-            e.flags |= F_ERROR
         if self.lit(p, b',"thread_name":"', 16):
-            p = self.own_text(p + 15, &e.tn_text, &e.tn_len, &e.tn_esc)
+            p = self.own_text(p + 15, &tn_text, &tn_len, &tn_esc)
             if p == NULL:
                 return NULL
-        if not self.lit(p, b'}}', 2):
+        p = hs_own_end(p, self.stop)
+        if p == NULL:
             return NULL
-        return p + 2
+        # What assemble makes of such an event, in short: exact times (an instant ends
+        # where it starts; ts and dur have at most 18 digits, so their sum fits), the
+        # pid and tid integers.
+        t = self.thread_of(ID_INT, pv, ID_INT, tv)
+        if name_code == -2:
+            name_code = self.own_code(self.names, name_text, name_len, name_esc)
+        if cat_code == -2:
+            cat_code = self.own_code(self.categories, cat_text, cat_len, cat_esc)
+        if tn_text != NULL:
+            tn_code = self.string_code(self.thread_names, tn_text, tn_len, tn_esc)
+        self.add_row()
+        row = self.n
+        self.thread[row] = t
+        self.start[row] = ts_ns
+        self.end[row] = ts_ns + dur_ns
+        self.name[row] = name_code
+        self.category[row] = cat_code
+        self.thread_name[row] = tn_code
+        self.span_id[row] = a.span_id
+        self.parent_id[row] = a.parent
+        self.depth[row] = <int32_t>a.depth
+        self.arg[row] = a.arg
+        self.rank[row] = I32_MIN
+        self.flags[row] = a.flags
+        self.n = row + 1
+        self.own_rows += 1
+        self.event_end = p
+        return p
 
     cdef inline const char* parse_event(self, const char* p) except? NULL:
-        """One event object (p at its brace): scanned (our own spelling first), then
-        assembled into what it means."""
+        """One event object (p at its brace): our own spelling straight to a row, else
+        scanned and assembled into what it means."""
         cdef Event e
-        cdef const char* q = self.scan_own(p, &e)
+        cdef const char* q = self.own_row(p)
+        if q != NULL:
+            return q
+        q = self.scan_any(p, &e)
         if q == NULL:
-            q = self.scan_any(p, &e)
-            if q == NULL:
-                return NULL
+            return NULL
         return self.assemble(&e, q)
 
     cdef inline const char* scan_any(self, const char* p, Event* e) except? NULL:
@@ -1535,10 +1754,7 @@ cdef class Reader:
         cdef const char* k
         cdef Py_ssize_t klen
         cdef bint more = 1
-        # Zeroed: fields this path does not set (``exact``) would otherwise hold what
-        # scan_own left (an event whose own spelling broke after ``exact`` was set took
-        # that event's unread dur of 0).
-        memset(e, 0, sizeof(Event))
+        memset(e, 0, sizeof(Event))  # what the event leaves out is missing
         e.first = p
         e.a_rank = I32_MIN
         p = self.ws(p + 1)
@@ -1753,10 +1969,7 @@ cdef class Reader:
             if e.ts_kind == T_MISSING:
                 raise self.event_fail("no 'ts'")
             raise self.event_fail(f"'ts' is not a finite number: {e.ts_raw[:min(e.ts_len, 40)].decode('utf-8', 'replace')}")
-        if e.exact:
-            start_ns[0], start_sub[0] = e.ts_ns, 0
-        else:
-            self.time_of(&e.ts, start_ns, start_sub, "ts")
+        self.time_of(&e.ts, start_ns, start_sub, "ts")
         if e.pk == ID_BAD or e.tk == ID_BAD:
             raise self.event_fail(f"{'pid' if e.pk == ID_BAD else 'tid'} is neither an integer nor a string")
         if e.pk == ID_RANGE or e.tk == ID_RANGE:
@@ -1782,9 +1995,7 @@ cdef class Reader:
         cdef int64_t dur_ns = 0, dur_sub = 0, end_ns, total_sub
         if e.ph != b'X':
             return OPEN if (e.ph == b'B' or e.ph == b'b') else start_ns + (1 if start_sub >= 500000 else 0)
-        if e.exact:
-            dur_ns = e.dur_ns
-        elif e.dur_kind == T_NUMBER:
+        if e.dur_kind == T_NUMBER:
             self.time_of(&e.dur, &dur_ns, &dur_sub, "dur")
             if dur_ns < 0:
                 raise self.event_fail(f"negative duration {self.raw_number(&e.dur)}")

@@ -95,6 +95,11 @@ _GZIP_MAGIC = b"\x1f\x8b"
 WRITE_BLOCK = 4 << 20
 #: Bytes read a block: the reader holds one block (and the event cut at its end) at a time.
 READ_BLOCK = 4 << 20
+#: The reader's columns are reserved for (file size / this) rows up front (huge pages from
+#: their start; growing from small ones took thousands of 4 KiB faults): our own events
+#: take about 160 bytes, other tracers' more; more rows than that just grow the columns.
+_BYTES_PER_EVENT = 100
+_MAX_RESERVE = 1 << 24
 #: The largest single value (an event, ``otherData``) the reader takes.
 MAX_VALUE_BYTES = 256 << 20
 #: Default bound on what a ``.json.gz`` may inflate to (env: HOTSPAN_MAX_INFLATED_BYTES).
@@ -321,6 +326,10 @@ class ChromeJsonExporter(Exporter):
         with open_regular_file(path) as raw:
             gzipped = raw.read(2) == _GZIP_MAGIC
             raw.seek(0)
+            if not gzipped:
+                reader.reserve(
+                    min(os.fstat(raw.fileno()).st_size // _BYTES_PER_EVENT, _MAX_RESERVE)
+                )
             stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
             try:
                 _feed(reader, stream, path, limit if gzipped else None)
@@ -563,17 +572,22 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         has_parent = np.zeros(m, np.uint8)
         codec.nest(thread, start, end, parent_id, depth, has_parent)
         flags = (flags & ~np.uint8(codec.FLAG_PARENT)) | has_parent * np.uint8(codec.FLAG_PARENT)
-    duration = end - start
+    duration = np.subtract(end, start, out=_fresh(m, np.int64))
+    per_thread = _PerThread(thread)
     # In place: the reader's columns (or the copies take() made) are not read again.
     start_ns, end_ns = start, end
     if threads.origin:
         start_ns += threads.origin
         end_ns += threads.origin
-    rank = threads.rank(thread, take(column(reader.c_rank, np.int32)))
+    rank = (
+        per_thread(threads.thread_rank)
+        if threads.thread_rank is not None
+        else threads.rank(thread, take(column(reader.c_rank, np.int32)))
+    )
     # A span's own thread name (a thread renamed mid-trace) or its thread's.
     renamed = take(column(reader.c_thread_name, np.int32))
     if m and not reader.thread_names.values:  # no span renamed: each its thread's name
-        thread_name_codes = threads.name_code[thread]
+        thread_name_codes = per_thread(threads.name_code)
     elif m:
         known = threads.name_codes
         remap = np.array(
@@ -592,8 +606,17 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     def dictionary(
         codes: np.ndarray, values: list[str], nullable: bool = False
     ) -> pa.DictionaryArray:
-        indices = pa.array(codes, pa.int32(), mask=(codes < 0) if nullable else None)
-        return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string()))
+        # The codes as they are (no copy; a null: -1 under a clear validity bit), and not
+        # checked again: each is a string's index in the reader's table by construction.
+        validity = (
+            pa.py_buffer(np.packbits(codes >= 0, bitorder="little"))
+            if nullable and m and (codes < 0).any()
+            else None
+        )
+        indices = pa.Array.from_buffers(
+            pa.int32(), m, [validity, pa.py_buffer(np.ascontiguousarray(codes, np.int32))]
+        )
+        return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string()), safe=False)
 
     columns = [
         pa.Array.from_buffers(pa.uint64(), m, [None, pa.py_buffer(span_id)]),
@@ -606,9 +629,9 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
         pa.array(end_ns, pa.int64()),
         pa.array(duration, pa.int64()),
         pa.array(depth, pa.int32()),
-        pa.array(threads.tid[thread] if m else np.empty(0, np.int64), pa.int64()),
+        pa.array(per_thread(threads.tid), pa.int64()),
         dictionary(thread_name_codes, list(threads.name_codes)),
-        pa.array(threads.pid[thread] if m else np.empty(0, np.int64), pa.int64()),
+        pa.array(per_thread(threads.pid), pa.int64()),
         pa.array(rank, pa.int32()),
         pa.Array.from_buffers(
             pa.int64(),
@@ -626,6 +649,37 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     return note_skipped(
         table, path, {_DROPPED_WORDS.get(cause, cause): n for cause, n in counts.items()}
     )
+
+
+def _fresh(n: int, dtype: npt.DTypeLike) -> np.ndarray:
+    """An uninitialised array in pages of its own (huge ones: codec.fresh_column): a
+    column of the table, filled once."""
+    kind = np.dtype(dtype)
+    return np.frombuffer(codec.fresh_column(n, kind.itemsize).data, kind, n)
+
+
+class _PerThread:
+    """Columns of one value per thread (its id, pid, rank, name), each row its thread's.
+    Rows come a thread at a time (trace order): each run is filled at memset speed, where
+    a gather would look every row up; rows in many short runs are gathered."""
+
+    def __init__(self, thread: np.ndarray):
+        self.thread = thread
+        m = len(thread)
+        starts = np.flatnonzero(thread[1:] != thread[:-1]) + 1 if m else thread[:0]
+        self.runs: list[tuple[int, int, int]] | None = None
+        if len(starts) < m // 64:
+            bounds = [0, *starts.tolist(), m]
+            self.runs = [(a, b, int(thread[a])) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        out = _fresh(len(self.thread), values.dtype)
+        if self.runs is None:
+            np.take(values, self.thread, out=out, mode="clip")  # codes < len(values)
+        else:
+            for a, b, t in self.runs:
+                out[a:b] = values[t]
+        return out
 
 
 def _describe(counts: dict[str, int]) -> str:
