@@ -79,8 +79,12 @@ def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     if column.num_chunks == 0:
         return np.empty(0, np.int32), []
     dictionary = column.chunk(0).dictionary.to_pylist()
+    # indices without nulls (names, thread names): their buffer as it is, no fill_null copy
     codes = [
-        pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks
+        (pc.fill_null(chunk.indices, -1) if chunk.indices.null_count else chunk.indices).to_numpy(
+            zero_copy_only=False
+        )
+        for chunk in column.chunks
     ]
     return np.ascontiguousarray(
         np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32
