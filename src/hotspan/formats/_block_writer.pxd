@@ -56,7 +56,7 @@ cdef extern from *:
         int fd, busy, stop, error, started;
         const char* data;
         long long length, offset;
-        long long keep, dropped, retry;  /* drop-behind (hs_writer_drop_behind) */  /* drop-behind: bytes kept cached behind the end; dropped below */
+        long long keep, dropped, retry;  /* drop-behind (hs_writer_drop_behind): bytes kept, dropped up to, retried from */
     } hs_writer;
     static void* hs_writer_main(void* arg) {
         hs_writer* w = (hs_writer*)arg;
