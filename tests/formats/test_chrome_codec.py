@@ -4,6 +4,7 @@ sources, what a load leaves out (said, counted, or refused), and a mutation fuzz
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
 import time
@@ -644,3 +645,173 @@ def test_a_gzipped_export_is_the_same_bytes_every_time(spans, tmp_path):
     export(spans, tmp_path / "a.json.gz")
     assert (tmp_path / "a.json.gz").read_bytes() == first
     assert first[3] & 0x08 == 0  # FNAME: not set
+
+
+def _encode_rows(sink, thread, start, duration, depth, *, buffer_size=4096, drop_behind=0):
+    """Rows with no parent, arg or flow through ``codec.encode``; span ids 1..n in row order."""
+    import numpy as np
+
+    from hotspan.formats import _chrome_codec as codec
+
+    n = len(thread)
+    zeros8, zeros64 = np.zeros(n, np.uint8), np.zeros(n, np.int64)
+    codec.encode(
+        sink,
+        buffer_size,
+        np.asarray(start, np.int64),
+        np.asarray(duration, np.int64),
+        np.asarray(depth, np.int32),
+        np.arange(1, n + 1, dtype=np.uint64),
+        np.zeros(n, np.uint64),
+        zeros8,
+        zeros64,
+        zeros8,
+        zeros8,
+        np.asarray(thread, np.int32),
+        np.zeros(n, np.int32),
+        np.full(n, -1, np.int32),
+        np.full(n, -1, np.int32),
+        [f',"pid":1,"tid":{t}'.encode() for t in range(max(thread) + 1)],
+        [b',"name":"x"'],
+        [],
+        [],
+        0,
+        drop_behind=drop_behind,
+    )
+
+
+@pytest.mark.parametrize("sink", ["stream", "file", "file dropping behind", "pipe"])
+def test_each_thread_is_put_in_trace_order_as_the_writing_reaches_it(tmp_path, sink):
+    """The writer sorts one thread's rows at a time, just before it writes them (so the
+    first block reaches the disk while the other threads are not sorted yet): a thread in
+    drain order (the insertion sort), one shuffled (too far for it: the radix sort), one
+    in order, and a thread code no row has, with blocks of a few lines that end inside a
+    thread and across threads, give the rows in (thread, start, depth, instant first)
+    order, every row once."""
+    import os
+    import threading
+
+    import numpy as np
+
+    rng = random.Random(11)
+    thread, start, duration, depth = [], [], [], []
+
+    def row(t, s, d, level):
+        thread.append(t)
+        start.append(s)
+        duration.append(d)
+        depth.append(level)
+
+    for k in range(500):  # thread 3: a parent recorded after its child (drain order)
+        row(3, 1000 * k + 10, 100, 1)
+        row(3, 1000 * k, 500, 0)
+        row(3, 1000 * k, 0, 1)  # an instant at its start: before the span of its depth
+    shuffled = [(5 * rng.randrange(2000), rng.choice([0, 7])) for _ in range(3000)]
+    for s, d in shuffled:  # thread 0: shuffled, ties in start among them
+        row(0, s, d, rng.randrange(3))
+    for k in range(700):  # thread 4: in order already; thread 1 and 2: no rows
+        row(4, 3 * k, 2, 0)
+    # the threads' rows mixed up, each thread's in its own order still
+    labels = np.asarray(thread)
+    slots = rng.sample(labels.tolist(), len(labels))
+    per_thread = {k: iter(np.flatnonzero(labels == k).tolist()) for k in set(slots)}
+    interleave = [next(per_thread[k]) for k in slots]
+    columns = [np.asarray(c)[interleave] for c in (thread, start, duration, depth)]
+    t, s, d, level = columns
+    expected = np.lexsort(((d > 0).astype(np.int64), level, s, t)) + 1  # stable, as span ids
+
+    if sink == "stream":
+        out = io.BytesIO()
+        _encode_rows(out, t, s, d, level, buffer_size=2000)
+        data = out.getvalue()
+    elif sink == "pipe":
+        read_end, write_end = os.pipe()
+        chunks: list[bytes] = []
+        reader = threading.Thread(
+            target=lambda: chunks.extend(iter(lambda: os.read(read_end, 1 << 16), b""))
+        )
+        reader.start()
+        try:
+            _encode_rows(write_end, t, s, d, level, buffer_size=2000, drop_behind=4096)
+        finally:
+            os.close(write_end)
+            reader.join(timeout=60)
+            os.close(read_end)
+        data = b"".join(chunks)
+    else:
+        path = tmp_path / "lines.json"
+        with open(path, "wb", buffering=0) as raw:
+            raw.write(b"[{}")  # a header: the lines start at an offset, as in an export
+            keep = 8192 if sink == "file dropping behind" else 0
+            _encode_rows(raw.fileno(), t, s, d, level, buffer_size=2000, drop_behind=keep)
+        data = path.read_bytes()[3:]
+    ids = [json.loads(line)["args"]["span_id"] for line in data.decode().split(",\n")[1:]]
+    assert ids == expected.tolist()
+
+
+def test_dropping_the_written_file_from_the_page_cache_changes_no_byte(
+    spans, tmp_path, monkeypatch
+):
+    """The export drops what it has written (and is on disk) from the page cache, a few
+    blocks behind its end (``DROP_BEHIND``): with blocks of a few lines and the drop one
+    block behind, the file holds the same bytes as without dropping, and as gzip's."""
+    monkeypatch.setattr(chrome_json, "WRITE_BLOCK", 4096)
+    monkeypatch.setattr(chrome_json, "DROP_BEHIND", 0)
+    export(spans, tmp_path / "kept.json")
+    monkeypatch.setattr(chrome_json, "DROP_BEHIND", 4096)
+    export(spans, tmp_path / "dropped.json")
+    export(spans, tmp_path / "dropped.json.gz")
+    kept = (tmp_path / "kept.json").read_bytes()
+    assert len(kept) > 20 * 4096
+    assert (tmp_path / "dropped.json").read_bytes() == kept
+    assert gzip.decompress((tmp_path / "dropped.json.gz").read_bytes()) == kept
+
+
+@pytest.mark.parametrize("extension", [".json", ".pftrace"])
+def test_instants_closing_their_parent_are_found_whatever_the_ids(spans, tmp_path, extension):
+    """The trace order puts an instant at its parent's last nanosecond before the parent's
+    end; the parents are found by an array indexed by span id when the ids lie close
+    together (a drained table's 1, 2, ...), else by a hash table: the table with ids 1, 2,
+    ... and with the same ids spread far apart write their events in the same order (ids
+    aside)."""
+    import re
+
+    import numpy as np
+
+    ids = spans.column("span_id").to_numpy()
+    parents = spans.column("parent_id")
+    known = np.unique(ids)
+    dense = np.searchsorted(known, ids).astype(np.uint64) + 1
+    parent_values = parents.fill_null(0).to_numpy()
+    at = np.minimum(np.searchsorted(known, parent_values), len(known) - 1)
+    found = (known[at] == parent_values) & parents.is_valid().to_numpy(zero_copy_only=False)
+    dense_parent = at.astype(np.uint64) + 1
+
+    def with_ids(factor: int) -> pa.Table:
+        table = spans.set_column(
+            spans.schema.get_field_index("span_id"), "span_id", pa.array(dense * factor)
+        )
+        return table.set_column(
+            table.schema.get_field_index("parent_id"),
+            "parent_id",
+            pa.array(dense_parent * factor, pa.uint64(), mask=~found),
+        )
+
+    near, far = with_ids(1), with_ids(1_000_003)
+    rows = near.to_pylist()
+    end = {row["span_id"]: row["start_ns"] + row["duration_ns"] for row in rows}
+    assert any(  # instants at their parent's last nanosecond: what the lookup is for
+        row["duration_ns"] == 0 and end.get(row["parent_id"]) == row["start_ns"] for row in rows
+    )
+    export(near, tmp_path / f"near{extension}")
+    export(far, tmp_path / f"far{extension}")
+    if extension == ".json":
+        strip = re.compile(rb'"(span_id|parent_id)":\d+')
+        near_bytes = strip.sub(b"", (tmp_path / "near.json").read_bytes())
+        assert near_bytes == strip.sub(b"", (tmp_path / "far.json").read_bytes())
+    else:
+        order = [
+            load(tmp_path / f"{name}.pftrace", check=False).column("span_id").to_numpy()
+            for name in ("near", "far")
+        ]
+        assert np.array_equal(order[0] * 1_000_003, order[1])

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from hotspan.formats._codec_inputs import collective_flows, device_flows
+from hotspan.formats._codec_inputs import collective_flows, device_flows, trace_flows
 from hotspan.testing import many_ranks
 
 RANKS, STEPS = 4, 3
@@ -164,3 +164,23 @@ def test_collectives_of_process_groups_are_linked_within_their_group(table):
     assert chains.count([0, 1, 2, 3]) == STEPS
     assert chains.count([0, 1]) == STEPS and chains.count([2, 3]) == STEPS
     assert all(len({n for n, _ in members}) == 1 for members in by_flow.values())
+
+
+@pytest.mark.parametrize("chain_in", [False, True])
+def test_trace_flows_is_both_steps_or_none(table, chain_in):
+    """What the Chrome JSON writer asks (``trace_flows``): the flows of ``device_flows``
+    and ``collective_flows`` together where there are any, None for a table with neither
+    device rows nor two ranks (told apart without the per-row arrays), and None too where
+    two ranks share no collective."""
+    flows = trace_flows(table, chain_in=chain_in)
+    assert flows is not None
+    for got, expected in zip(flows, _flows(table, chain_in=chain_in)):
+        np.testing.assert_array_equal(got, expected)
+    one_rank = table.filter(pc.equal(table.column("rank"), 0))
+    assert one_rank.num_rows and trace_flows(one_rank, chain_in=chain_in) is None
+    quiet = table.filter(
+        pc.invert(pc.match_substring(table.column("category").cast("string"), "comms"))
+    )
+    assert len(set(quiet.column("rank").to_pylist())) > 1
+    assert trace_flows(quiet, chain_in=chain_in) is None
+    assert trace_flows(table.slice(0, 0), chain_in=chain_in) is None

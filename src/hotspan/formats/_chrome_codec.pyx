@@ -27,8 +27,9 @@ from posix.unistd cimport lseek, SEEK_CUR
 
 cimport cython
 
-from ._trace_order cimport trace_order, thread_codes_of
-from ._block_writer cimport hs_writer, hs_writer_start, hs_writer_submit, hs_writer_stop
+from ._trace_order cimport trace_order, thread_codes_of, ThreadSort, sort_thread
+from ._block_writer cimport (hs_writer, hs_writer_start, hs_writer_submit, hs_writer_stop,
+                             hs_writer_drop_behind)
 
 import json
 import os
@@ -316,34 +317,48 @@ cdef inline char* put_event_end(char* p, const Rows* r, Py_ssize_t i) noexcept n
     return put(p, b',"flow_in":true}', 16)
 
 
-cdef int write_lines(sink, Rows* r, uint32_t* order, Py_ssize_t n, char** buffers, Py_ssize_t cap,
-                     Py_ssize_t line, progress) except -1:
+cdef int write_lines(sink, Rows* r, uint32_t* order, ThreadSort* by_thread, Py_ssize_t n,
+                     char** buffers, Py_ssize_t cap, Py_ssize_t line, progress,
+                     long long drop_behind) except -1:
     """Every row's line in trace order, a buffer at a time: to a file descriptor from a
     writer thread (``hs_writer``) while the next buffer is formatted, else to
-    ``sink.write``."""
-    cdef Py_ssize_t k = 0, done = 0
+    ``sink.write``. ``by_thread.key`` not NULL: ``order`` is grouped by thread only, and each
+    thread's rows are sorted as the writing reaches them, so that the first block goes to
+    the file (and the disk) while the other threads' rows are not sorted yet."""
+    cdef Py_ssize_t k = 0, done = 0, ready = n, t = 0
     cdef int current = 0, fd = -1, failed = 0
     cdef char* base = buffers[0]
     cdef char* p = base
     cdef char* limit = base + cap - line
     cdef long long offset = 0
     cdef hs_writer writer
-    cdef bint writing = False
+    cdef bint writing = False, seekable
     if isinstance(sink, int):
         fd = sink
         offset = lseek(fd, 0, SEEK_CUR)
-        if offset < 0:
-            offset = 0  # not seekable (a pipe): the writeback hint does not apply anyway
+        seekable = offset >= 0
+        if not seekable:
+            offset = 0  # a pipe: the writeback hint and the drop-behind do not apply anyway
         failed = hs_writer_start(&writer, fd, offset)
         if failed:
             _raise_errno(failed)
         writing = True
+        if drop_behind > 0 and seekable:
+            hs_writer_drop_behind(&writer, drop_behind)
+    if by_thread.key != NULL:
+        ready = 0  # rows order[:ready] are in trace order
     try:
         while k < n:
+            while k == ready:  # the next thread's rows, sorted just before they are written
+                ready = sort_thread(by_thread, order, t)
+                t += 1
             with nogil:
-                while k < n and p < limit:
+                while k < ready and p < limit:
                     p = put_event(p, r, order[k])
                     k += 1
+            if k < n and p < limit:
+                continue  # room left in the buffer: on with the next thread
+            with nogil:
                 if writing:
                     failed = hs_writer_submit(&writer, base, p - base)
             if writing:
@@ -378,7 +393,7 @@ def encode(sink, Py_ssize_t buffer_size,
            const int32_t[::1] thread, const int32_t[::1] name, const int32_t[::1] category,
            const int32_t[::1] thread_name, list thread_texts, list name_texts, list category_texts,
            list thread_name_texts, int64_t origin, progress=None, flow_out=None, flow_in=None,
-           own_name=None):
+           own_name=None, long long drop_behind=0):
     """Every row's event line to ``sink`` (an int: a file descriptor open for writing,
     else an object with ``write(bytes-like)``), in trace order.
 
@@ -437,13 +452,18 @@ def encode(sink, Py_ssize_t buffer_size,
     buffers[0] = <char*>malloc(cap)
     buffers[1] = <char*>malloc(cap)
     cdef uint32_t* order = NULL
+    cdef ThreadSort by_thread
+    by_thread.key = NULL
+    by_thread.starts = NULL
     try:
         if buffers[0] == NULL or buffers[1] == NULL:
             raise MemoryError()
         order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
-                            &parent_valid[0], &thread[0], NULL, NULL, NULL)
-        write_lines(sink, &r, order, n, buffers, cap, line, progress)
+                            &parent_valid[0], &thread[0], NULL, NULL, NULL, &by_thread)
+        write_lines(sink, &r, order, &by_thread, n, buffers, cap, line, progress, drop_behind)
     finally:
+        free(by_thread.key)
+        free(by_thread.starts)
         free(order)
         free(buffers[0])
         free(buffers[1])

@@ -64,11 +64,10 @@ from ._base import Exporter, Progress, TraceFileError, note_skipped, open_regula
 from ._codec_inputs import (
     bool_values,
     column_values,
-    collective_flows,
-    device_flows,
     dictionary_codes,
     nullable_values,
     thread_table,
+    trace_flows,
 )
 from ._lanes import assign_lanes, restore_lanes
 
@@ -76,6 +75,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "DROP_BEHIND",
     "ChromeJsonExporter",
     "ChromeJsonGzExporter",
     "FORMAT_MARK",
@@ -93,6 +93,10 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 #: Bytes of event lines the writer hands to the file at a time.
 WRITE_BLOCK = 4 << 20
+#: Bytes of the file being written kept in the page cache behind its end: what lies further
+#: back leaves it once on disk, so that a large export takes the same few MB of pages over
+#: and over rather than as many as the file is large (``_block_writer.hs_writer_drop_behind``).
+DROP_BEHIND = 4 * WRITE_BLOCK
 #: Bytes read a block: the reader holds one block (and the event cut at its end) at a time.
 READ_BLOCK = 4 << 20
 #: The reader's columns are reserved for (file size / this) rows up front (huge pages from
@@ -150,9 +154,8 @@ class ChromeJsonExporter(Exporter):
         table = note_self_wait(table)
         table, _ = assign_lanes(table)  # overlapping asyncio task trees on their own tracks
         layout = _Layout(table)
-        layout.flow_out, layout.flow_in = device_flows(table)  # host span -> its device row
-        # the ranks' spans of one collective, chained
-        collective_flows(table, layout.flow_out, layout.flow_in, chain_in=True)
+        # host span -> its device row; the ranks' spans of one collective, chained
+        layout.flows = trace_flows(table, chain_in=True)
         layout.counters = counters
         if not layout.num_rows and counters is not None and counters.num_rows:
             # times are written from the trace's start: without spans, the first counter's
@@ -189,7 +192,6 @@ class ChromeJsonExporter(Exporter):
         thread_name_texts = [
             f',"thread_name":{_dumps(name)}'.encode() for name in layout.thread_names
         ]
-        flows = bool(layout.flow_in.any())
         with Progress(layout.num_rows, f"writing {path.name}") as progress:
             codec.encode(
                 sink if fd is None else fd,
@@ -213,9 +215,10 @@ class ChromeJsonExporter(Exporter):
                 thread_name_texts,
                 layout.start_ns,
                 progress.advance,
-                flow_out=layout.flow_out if flows else None,
-                flow_in=layout.flow_in if flows else None,
+                flow_out=None if layout.flows is None else layout.flows[0],
+                flow_in=None if layout.flows is None else layout.flows[1],
                 own_name=layout.thread_name,
+                drop_behind=DROP_BEHIND,
             )
         if layout.counters is not None and layout.counters.num_rows:
             from ..counters import chrome_events
@@ -394,9 +397,9 @@ class _Layout:
     its rows carry, ties: the smaller code; rows with another keep it per span) and the
     processes (pid, rank). The rows stay in table order: the codec sorts them."""
 
-    # per row, the flow that starts / ends at it: set by the writer (device_flows), not here
-    flow_out: np.ndarray
-    flow_in: np.ndarray
+    # per row, the flow that starts / ends at it (None: no flow): set by the writer
+    # (trace_flows), not here
+    flows: tuple[np.ndarray, np.ndarray] | None
 
     def __init__(self, table: pa.Table):
         self.num_rows = n = table.num_rows

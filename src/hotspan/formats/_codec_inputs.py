@@ -25,6 +25,7 @@ __all__ = [
     "dictionary_codes",
     "nullable_values",
     "thread_table",
+    "trace_flows",
 ]
 
 
@@ -79,8 +80,12 @@ def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     if column.num_chunks == 0:
         return np.empty(0, np.int32), []
     dictionary = column.chunk(0).dictionary.to_pylist()
+    # indices without nulls (names, thread names): their buffer as it is, no fill_null copy
     codes = [
-        pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False) for chunk in column.chunks
+        (pc.fill_null(chunk.indices, -1) if chunk.indices.null_count else chunk.indices).to_numpy(
+            zero_copy_only=False
+        )
+        for chunk in column.chunks
     ]
     return np.ascontiguousarray(
         np.concatenate(codes) if len(codes) > 1 else codes[0], np.int32
@@ -143,6 +148,24 @@ def device_flows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     flow_in[device] = ids
     flow_out[parent] = ids
     return flow_out, flow_in
+
+
+def trace_flows(table: pa.Table, *, chain_in: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """``device_flows`` and then ``collective_flows`` (``chain_in`` as there), or None when
+    the table has no flow: most tables, which have no device row (no negative
+    ``thread_id``) and one rank, are told apart by two passes over two columns, with no
+    per-row array allocated (0.2 ms a million spans; two zeroed arrays of 8 bytes a row and
+    a pass over one of them to find it empty took 1.2 ms, before the export's first byte)."""
+    if table.num_rows == 0:
+        return None
+    tid = column_values(table, "thread_id", np.int64)
+    rank = column_values(table, "rank", np.int32)
+    if tid.min() >= 0 and rank.min() == rank.max():
+        return None  # device_flows needs a negative thread id, collective_flows two ranks
+    flow_out, flow_in = device_flows(table)
+    collective_flows(table, flow_out, flow_in, chain_in=chain_in)
+    # every flow ends somewhere: a row with flow_in
+    return (flow_out, flow_in) if flow_in.any() else None
 
 
 def collective_flows(

@@ -26,6 +26,36 @@ cdef inline uint64_t _hash(uint64_t key, int bits) noexcept nogil:
     return (key * <uint64_t>0x9E3779B97F4A7C15) >> (64 - bits)
 
 
+cdef inline uint8_t* closing_instants_dense(Py_ssize_t n, const int64_t* start, const int64_t* duration,
+                                            const uint64_t* span_id, const uint64_t* parent_id,
+                                            const uint8_t* has_parent, uint64_t low,
+                                            uint64_t high) except NULL:
+    """``closing_instants`` for span ids within a range of at most ~2 n (a drained table's
+    ids are 1, 2, ...): each id's row in an array indexed by the id, no hashing. The array
+    is not cleared: an entry is believed only where the row it names has that id (an id no
+    row has can name no such row); where rows share an id, the last one's, as the hash
+    table keeps it."""
+    cdef Py_ssize_t i, j
+    cdef uint64_t p
+    cdef uint32_t* row = <uint32_t*>malloc((high - low + 1) * sizeof(uint32_t))
+    cdef uint8_t* result = <uint8_t*>calloc(n, 1)
+    if row == NULL or result == NULL:
+        free(row); free(result)
+        raise MemoryError()
+    for i in range(n):
+        row[span_id[i] - low] = <uint32_t>i
+    for i in range(n):
+        if duration[i] == 0 and has_parent[i]:
+            p = parent_id[i]
+            j = row[p - low] if low <= p <= high else n
+            if j < n and span_id[j] == p:
+                result[i] = start[j] + duration[j] == start[i]
+            else:
+                result[i] = start[i] == INT64_MIN  # no parent here: as the hash table's answer
+    free(row)
+    return result
+
+
 cdef inline uint8_t* closing_instants(Py_ssize_t n, const int64_t* start, const int64_t* duration,
                                       const uint64_t* span_id, const uint64_t* parent_id,
                                       const uint8_t* has_parent) except? NULL:
@@ -43,11 +73,16 @@ cdef inline uint8_t* closing_instants(Py_ssize_t n, const int64_t* start, const 
     cdef uint64_t f
     cdef int filter_bits
     cdef uint8_t* result
+    cdef uint64_t low = span_id[0], high = span_id[0]
     for i in range(n):
         if duration[i] == 0 and has_parent[i]:
             m += 1
+        if span_id[i] < low: low = span_id[i]
+        if span_id[i] > high: high = span_id[i]
     if m == 0:
         return NULL
+    if high - low < <uint64_t>(2 * n + 4096):
+        return closing_instants_dense(n, start, duration, span_id, parent_id, has_parent, low, high)
     while (<uint64_t>1 << bits) < <uint64_t>(2 * m):
         bits += 1
     size = <uint64_t>1 << bits
@@ -144,10 +179,12 @@ cdef inline int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int 
 
 cdef inline int keys_by_thread(Py_ssize_t n, const int32_t* thread, const int64_t* start,
                                const int64_t* rank, int64_t min_start, int bits_start, int bits_rank,
-                               int32_t max_thread, uint64_t* key, uint32_t* order) except -1:
+                               int32_t max_thread, uint64_t* key, uint32_t* order,
+                               Py_ssize_t* starts) except -1:
     """Each row's sort key (thread, start - min start, rank packed, in that order of
     significance) into ``key`` and its row into ``order``, the rows grouped by thread
-    (a counting sort on the key's top part: stable, one pass)."""
+    (a counting sort on the key's top part: stable, one pass). ``starts`` (NULL: not
+    wanted; else max_thread + 2 entries): where each thread's rows begin, and n last."""
     cdef Py_ssize_t i, j, total = 0, c
     cdef int32_t t
     cdef Py_ssize_t* at = <Py_ssize_t*>calloc(<size_t>max_thread + 1, sizeof(Py_ssize_t))
@@ -159,6 +196,9 @@ cdef inline int keys_by_thread(Py_ssize_t n, const int32_t* thread, const int64_
         c = at[t]
         at[t] = total
         total += c
+    if starts != NULL:
+        memcpy(starts, at, (<size_t>max_thread + 1) * sizeof(Py_ssize_t))
+        starts[max_thread + 1] = n
     for i in range(n):
         t = thread[i]
         j = at[t]
@@ -215,16 +255,51 @@ cdef inline bint in_trace_order(Py_ssize_t n, const int32_t* thread, const int64
     return True
 
 
+cdef inline int sort_rows(uint64_t* key, uint32_t* index, Py_ssize_t n, int bits) except -1:
+    """Sort ``index`` by ``key`` stably. Rows come mostly in end order per thread (drained,
+    or loaded): a few moves each put them in start order; a radix sort only for rows far
+    from it. (A stable sort's result is unique: sorting each thread's rows on their own
+    gives what sorting all of them at once does.)"""
+    if not insertion_argsort(key, index, n, 16 * n + 4096):
+        radix_argsort(key, index, n, bits)
+    return 0
+
+
+cdef struct ThreadSort:
+    # What trace_order leaves to a caller that sorts a thread at a time (sort_thread).
+    uint64_t* key  # per row in the permutation's order, its sort key (NULL: nothing to sort)
+    Py_ssize_t* starts  # per thread, its first row in the permutation; then n
+    Py_ssize_t threads
+    int bits  # the keys' significant bits
+
+
+cdef inline Py_ssize_t sort_thread(ThreadSort* s, uint32_t* order, Py_ssize_t t) except -1:
+    """Sort thread ``t``'s rows of ``order`` (trace_order's, grouped by thread) into trace
+    order; returns where the thread's rows end."""
+    cdef Py_ssize_t a = s.starts[t], b = s.starts[t + 1]
+    if b - a > 1:
+        sort_rows(s.key + a, order + a, b - a, s.bits)
+    return b
+
+
 cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int64_t* duration,
                                   const int32_t* depth, const uint64_t* span_id, const uint64_t* parent_id,
                                   const uint8_t* has_parent, const int32_t* thread,
-                                  int64_t** rank_out, uint8_t** closing_out, int64_t* max_depth_out) except NULL:
+                                  int64_t** rank_out, uint8_t** closing_out, int64_t* max_depth_out,
+                                  ThreadSort* by_thread=NULL) except NULL:
     """The permutation (malloc'd, the caller frees it) putting ``n`` (1 .. 2^32 - 2) rows
     in trace order (see the module's docstring), sorting a key packing (thread, start -
     min start, rank); ``thread`` holds indices in trace order of the
     threads. Optionally also hands out (malloc'd) each row's rank at its time (instants
     closing their parent: max depth - depth; openings: D + 1 + 2 * (depth - min depth) +
-    is_span), the closing-instant flags (NULL: none) and the largest depth."""
+    is_span), the closing-instant flags (NULL: none) and the largest depth.
+
+    ``by_thread`` (NULL: not wanted): where the rows must be sorted by key, the sort is
+    left to the caller, a thread at a time (:func:`sort_thread`), so that it can write one
+    thread's events while the next one's are not sorted yet: the permutation comes back
+    grouped by thread only, and ``by_thread`` holds the keys and each thread's first row
+    (``by_thread.key`` NULL: the permutation is final; else the caller frees ``key`` and
+    ``starts``)."""
     cdef Py_ssize_t i
     cdef int64_t min_start = start[0], max_start = start[0], min_depth = depth[0], max_depth = depth[0]
     cdef int32_t max_thread = 0
@@ -259,12 +334,19 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
             key = <uint64_t*>malloc(n * sizeof(uint64_t) + 1)
             if key == NULL:
                 raise MemoryError()
+            if by_thread != NULL:
+                by_thread.starts = <Py_ssize_t*>malloc((<size_t>max_thread + 2) * sizeof(Py_ssize_t))
+                if by_thread.starts == NULL:
+                    raise MemoryError()
             keys_by_thread(n, thread, start, rank, min_start, bits_start, bits_rank, max_thread,
-                           key, order)
-            # Rows come mostly in end order per thread (drained, or loaded): a few moves
-            # each put them in start order; a radix sort only for rows far from it.
-            if not insertion_argsort(key, order, n, 16 * n + 4096):
-                radix_argsort(key, order, n, bits_thread + bits_start + bits_rank)
+                           key, order, NULL if by_thread == NULL else by_thread.starts)
+            if by_thread != NULL:  # the caller sorts each thread's rows (sort_thread)
+                by_thread.key = key
+                by_thread.threads = max_thread + 1
+                by_thread.bits = bits_thread + bits_start + bits_rank
+                key = NULL
+            else:
+                sort_rows(key, order, n, bits_thread + bits_start + bits_rank)
         else:
             # Start times spread over more than 2^64 ns with thread and rank bits: rare
             # enough for numpy's general sort.
@@ -275,6 +357,9 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
                 order[i] = by[i]
     except BaseException:
         free(order); free(rank); free(closing); free(key)
+        if by_thread != NULL:
+            free(by_thread.starts)
+            by_thread.starts = NULL
         raise
     free(key)
     if rank_out != NULL:
