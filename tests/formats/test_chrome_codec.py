@@ -647,7 +647,7 @@ def test_a_gzipped_export_is_the_same_bytes_every_time(spans, tmp_path):
     assert first[3] & 0x08 == 0  # FNAME: not set
 
 
-def _encode_rows(sink, thread, start, duration, depth, *, buffer_size=4096, drop_behind=0):
+def _encode_rows(sink, thread, start, duration, depth, *, buffer_size=4096):
     """Rows with no parent, arg or flow through ``codec.encode``; span ids 1..n in row order."""
     import numpy as np
 
@@ -676,11 +676,10 @@ def _encode_rows(sink, thread, start, duration, depth, *, buffer_size=4096, drop
         [],
         [],
         0,
-        drop_behind=drop_behind,
     )
 
 
-@pytest.mark.parametrize("sink", ["stream", "file", "file dropping behind", "pipe"])
+@pytest.mark.parametrize("sink", ["stream", "file", "pipe"])
 def test_each_thread_is_put_in_trace_order_as_the_writing_reaches_it(tmp_path, sink):
     """The writer sorts one thread's rows at a time, just before it writes them (so the
     first block reaches the disk while the other threads are not sorted yet): a thread in
@@ -732,7 +731,7 @@ def test_each_thread_is_put_in_trace_order_as_the_writing_reaches_it(tmp_path, s
         )
         reader.start()
         try:
-            _encode_rows(write_end, t, s, d, level, buffer_size=2000, drop_behind=4096)
+            _encode_rows(write_end, t, s, d, level, buffer_size=2000)
         finally:
             os.close(write_end)
             reader.join(timeout=60)
@@ -742,29 +741,10 @@ def test_each_thread_is_put_in_trace_order_as_the_writing_reaches_it(tmp_path, s
         path = tmp_path / "lines.json"
         with open(path, "wb", buffering=0) as raw:
             raw.write(b"[{}")  # a header: the lines start at an offset, as in an export
-            keep = 8192 if sink == "file dropping behind" else 0
-            _encode_rows(raw.fileno(), t, s, d, level, buffer_size=2000, drop_behind=keep)
+            _encode_rows(raw.fileno(), t, s, d, level, buffer_size=2000)
         data = path.read_bytes()[3:]
     ids = [json.loads(line)["args"]["span_id"] for line in data.decode().split(",\n")[1:]]
     assert ids == expected.tolist()
-
-
-def test_dropping_the_written_file_from_the_page_cache_changes_no_byte(
-    spans, tmp_path, monkeypatch
-):
-    """The export drops what it has written (and is on disk) from the page cache, a few
-    blocks behind its end (``DROP_BEHIND``): with blocks of a few lines and the drop one
-    block behind, the file holds the same bytes as without dropping, and as gzip's."""
-    monkeypatch.setattr(chrome_json, "WRITE_BLOCK", 4096)
-    monkeypatch.setattr(chrome_json, "DROP_BEHIND", 0)
-    export(spans, tmp_path / "kept.json")
-    monkeypatch.setattr(chrome_json, "DROP_BEHIND", 4096)
-    export(spans, tmp_path / "dropped.json")
-    export(spans, tmp_path / "dropped.json.gz")
-    kept = (tmp_path / "kept.json").read_bytes()
-    assert len(kept) > 20 * 4096
-    assert (tmp_path / "dropped.json").read_bytes() == kept
-    assert gzip.decompress((tmp_path / "dropped.json.gz").read_bytes()) == kept
 
 
 @pytest.mark.parametrize("extension", [".json", ".pftrace"])

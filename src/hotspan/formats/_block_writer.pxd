@@ -22,16 +22,8 @@ cdef extern from *:
     static void hs_start_writeback(int fd, long long offset, long long n) {
         (void)sync_file_range(fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
     }
-    /* Drop the pages of [offset, offset + n) from the page cache: those already written
-       back (clean); the others are left as they are (no wait). */
-    static void hs_drop_written(int fd, long long offset, long long n) {
-        (void)posix_fadvise(fd, (off_t)offset, (off_t)n, POSIX_FADV_DONTNEED);
-    }
-    #define HS_DROP_BEHIND 1
     #else
     static void hs_start_writeback(int fd, long long offset, long long n) { (void)fd; (void)offset; (void)n; }
-    static void hs_drop_written(int fd, long long offset, long long n) { (void)fd; (void)offset; (void)n; }
-    #define HS_DROP_BEHIND 0
     #endif
     /* All n bytes to fd (short writes and EINTR retried); -1 with errno on failure. */
     static int hs_write_all(int fd, const char* p, long long n) {
@@ -56,7 +48,6 @@ cdef extern from *:
         int fd, busy, stop, error, started;
         const char* data;
         long long length, offset;
-        long long keep, dropped, retry;  /* drop-behind (hs_writer_drop_behind): bytes kept, dropped up to, retried from */
     } hs_writer;
     static void* hs_writer_main(void* arg) {
         hs_writer* w = (hs_writer*)arg;
@@ -69,17 +60,6 @@ cdef extern from *:
             pthread_mutex_unlock(&w->mutex);
             int error = hs_write_all(w->fd, data, length) ? errno : 0;
             if (!error) hs_start_writeback(w->fd, offset, length);
-            if (!error && w->keep > 0) {
-                /* What lies more than keep bytes behind the end, in whole pages (the last
-                   one, partly below, next time), from where the previous drop began: pages
-                   still under writeback then get a second try. */
-                long long below = (offset + length - w->keep) & ~4095LL;
-                if (below > w->dropped) {
-                    hs_drop_written(w->fd, w->retry, below - w->retry);
-                    w->retry = w->dropped;
-                    w->dropped = below;
-                }
-            }
             pthread_mutex_lock(&w->mutex);
             if (error && !w->error) w->error = error;
             w->offset += length;
@@ -92,7 +72,6 @@ cdef extern from *:
     /* 0, or an errno (the thread could not start). */
     static int hs_writer_start(hs_writer* w, int fd, long long offset) {
         w->fd = fd; w->busy = 0; w->stop = 0; w->error = 0; w->offset = offset; w->started = 0;
-        w->keep = 0; w->dropped = 0; w->retry = 0;
         pthread_mutex_init(&w->mutex, NULL);
         pthread_cond_init(&w->cond, NULL);
         int rc = pthread_create(&w->thread, NULL, hs_writer_main, w);
@@ -103,18 +82,6 @@ cdef extern from *:
         }
         w->started = 1;
         return 0;
-    }
-    /* Drop behind (call it before the first block; Linux only, elsewhere nothing): once a
-       block is written, what lies more than ``keep`` bytes behind the end and is already
-       on disk (its writeback was started a few blocks before) leaves the page cache,
-       without waiting for the rest. A large file then takes the same few MB of pages over
-       and over, pages just freed, rather than as many as it is large: on a VM that hands
-       free memory back to its host (free page reporting, as on this project's machine),
-       a page long free costs a host fault at its first write, and copying 161 MB into new
-       page-cache pages took 150-400 ms instead of 32 ms. The export fsyncs the file
-       anyway; what it no longer does is leave the file in memory for the next reader. */
-    static void hs_writer_drop_behind(hs_writer* w, long long keep) {
-        if (HS_DROP_BEHIND && keep > 0) w->keep = keep;
     }
     /* Wait for the block being written; returns the first write error (an errno) or 0. */
     static int hs_writer_wait(hs_writer* w) {
@@ -154,6 +121,5 @@ cdef extern from *:
     ctypedef struct hs_writer:
         pass
     int hs_writer_start(hs_writer* w, int fd, long long offset) nogil
-    void hs_writer_drop_behind(hs_writer* w, long long keep) nogil
     int hs_writer_submit(hs_writer* w, const char* data, long long length) nogil
     int hs_writer_stop(hs_writer* w) nogil

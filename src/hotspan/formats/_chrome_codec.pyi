@@ -47,7 +47,6 @@ def encode(
     flow_out: Any = None,
     flow_in: Any = None,
     own_name: _Buffer | None = None,
-    drop_behind: int = 0,
 ) -> None: ...
 def nest(
     thread: _Buffer,

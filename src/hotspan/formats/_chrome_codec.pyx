@@ -28,8 +28,7 @@ from posix.unistd cimport lseek, SEEK_CUR
 cimport cython
 
 from ._trace_order cimport trace_order, thread_codes_of, ThreadSort, sort_thread
-from ._block_writer cimport (hs_writer, hs_writer_start, hs_writer_submit, hs_writer_stop,
-                             hs_writer_drop_behind)
+from ._block_writer cimport hs_writer, hs_writer_start, hs_writer_submit, hs_writer_stop
 
 import json
 import os
@@ -318,8 +317,7 @@ cdef inline char* put_event_end(char* p, const Rows* r, Py_ssize_t i) noexcept n
 
 
 cdef int write_lines(sink, Rows* r, uint32_t* order, ThreadSort* by_thread, Py_ssize_t n,
-                     char** buffers, Py_ssize_t cap, Py_ssize_t line, progress,
-                     long long drop_behind) except -1:
+                     char** buffers, Py_ssize_t cap, Py_ssize_t line, progress) except -1:
     """Every row's line in trace order, a buffer at a time: to a file descriptor from a
     writer thread (``hs_writer``) while the next buffer is formatted, else to
     ``sink.write``. ``by_thread.key`` not NULL: ``order`` is grouped by thread only, and each
@@ -332,19 +330,16 @@ cdef int write_lines(sink, Rows* r, uint32_t* order, ThreadSort* by_thread, Py_s
     cdef char* limit = base + cap - line
     cdef long long offset = 0
     cdef hs_writer writer
-    cdef bint writing = False, seekable
+    cdef bint writing = False
     if isinstance(sink, int):
         fd = sink
         offset = lseek(fd, 0, SEEK_CUR)
-        seekable = offset >= 0
-        if not seekable:
-            offset = 0  # a pipe: the writeback hint and the drop-behind do not apply anyway
+        if offset < 0:
+            offset = 0  # not seekable (a pipe): the writeback hint does not apply anyway
         failed = hs_writer_start(&writer, fd, offset)
         if failed:
             _raise_errno(failed)
         writing = True
-        if drop_behind > 0 and seekable:
-            hs_writer_drop_behind(&writer, drop_behind)
     if by_thread.key != NULL:
         ready = 0  # rows order[:ready] are in trace order
     try:
@@ -393,7 +388,7 @@ def encode(sink, Py_ssize_t buffer_size,
            const int32_t[::1] thread, const int32_t[::1] name, const int32_t[::1] category,
            const int32_t[::1] thread_name, list thread_texts, list name_texts, list category_texts,
            list thread_name_texts, int64_t origin, progress=None, flow_out=None, flow_in=None,
-           own_name=None, long long drop_behind=0):
+           own_name=None):
     """Every row's event line to ``sink`` (an int: a file descriptor open for writing,
     else an object with ``write(bytes-like)``), in trace order.
 
@@ -412,7 +407,7 @@ def encode(sink, Py_ssize_t buffer_size,
     also carries ``"bind_id":N,"flow_out":true`` (or ``"flow_in"``; both, when both are
     N: a link inside a chain, as between the ranks' spans of one collective) after its
     args, the flow events v2 that bind to the event itself (Perfetto draws the arrow from
-    the host span to its device row; the reader ignores these keys).
+    the host span to its device row; the reader reads none of them).
     """
     cdef const uint64_t[::1] fout
     cdef const uint64_t[::1] fin
@@ -460,7 +455,7 @@ def encode(sink, Py_ssize_t buffer_size,
             raise MemoryError()
         order = trace_order(n, &start[0], &duration[0], &depth[0], &span_id[0], &parent_id[0],
                             &parent_valid[0], &thread[0], NULL, NULL, NULL, &by_thread)
-        write_lines(sink, &r, order, &by_thread, n, buffers, cap, line, progress, drop_behind)
+        write_lines(sink, &r, order, &by_thread, n, buffers, cap, line, progress)
     finally:
         free(by_thread.key)
         free(by_thread.starts)

@@ -75,7 +75,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
-    "DROP_BEHIND",
     "ChromeJsonExporter",
     "ChromeJsonGzExporter",
     "FORMAT_MARK",
@@ -93,10 +92,6 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 #: Bytes of event lines the writer hands to the file at a time.
 WRITE_BLOCK = 4 << 20
-#: Bytes of the file being written kept in the page cache behind its end: what lies further
-#: back leaves it once on disk, so that a large export takes the same few MB of pages over
-#: and over rather than as many as the file is large (``_block_writer.hs_writer_drop_behind``).
-DROP_BEHIND = 4 * WRITE_BLOCK
 #: Bytes read a block: the reader holds one block (and the event cut at its end) at a time.
 READ_BLOCK = 4 << 20
 #: The reader's columns are reserved for (file size / this) rows up front (huge pages from
@@ -218,7 +213,6 @@ class ChromeJsonExporter(Exporter):
                 flow_out=None if layout.flows is None else layout.flows[0],
                 flow_in=None if layout.flows is None else layout.flows[1],
                 own_name=layout.thread_name,
-                drop_behind=DROP_BEHIND,
             )
         if layout.counters is not None and layout.counters.num_rows:
             from ..counters import chrome_events
