@@ -113,7 +113,14 @@ def tree_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ids = pc.index_in(ids, value_set=ids.combine_chunks())
     ids = ids.cast(pa.uint64(), safe=False)
     parents = parents.cast(pa.uint64(), safe=False)
-    if parents.null_count:
+    if parents.null_count and parents.num_chunks == 1:
+        # the validity bits unpacked (0.05 ms a million rows; is_valid() made a boolean
+        # array and to_numpy() another, ~1 ms)
+        chunk = parents.chunk(0)
+        bits = np.frombuffer(chunk.buffers()[0], np.uint8)
+        has_parent = np.unpackbits(bits, count=chunk.offset + len(chunk), bitorder="little")
+        has_parent = has_parent[chunk.offset :]
+    elif parents.null_count:
         has_parent = parents.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     else:
         has_parent = np.ones(len(parents), np.uint8)

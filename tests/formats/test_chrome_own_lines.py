@@ -6,6 +6,7 @@ the rows that took it: exactly those spelled as the writer spells them."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -225,3 +226,40 @@ def test_each_row_has_its_threads_columns(tmp_path, threads):
     path = tmp_path / "threads.json"
     export(table, path)
     assert_same_spans(table, load(path), keep_order=False)
+
+
+def test_a_rank_or_thread_name_first_given_mid_file(tmp_path):
+    """A rank (an arg of some events, or of a B's E) and a thread's own name (an arg of one
+    event) that first appear after rows without them: the rows before keep the defaults
+    (the file's rank, 7; their thread's name), the rows with them theirs."""
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        {"ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1, "name": "a"},
+        {"ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 1, "name": "b", "args": {"rank": 3}},
+        {"ph": "B", "ts": 20, "pid": 1, "tid": 1, "name": "c"},
+        {"ph": "E", "ts": 30, "pid": 1, "tid": 1, "args": {"rank": 5}},
+        {"ph": "X", "ts": 40, "dur": 5, "pid": 1, "tid": 1, "name": "d"},
+        {
+            "ph": "X",
+            "ts": 50,
+            "dur": 5,
+            "pid": 1,
+            "tid": 1,
+            "name": "e",
+            "args": {"thread_name": "loader"},
+        },
+        {"ph": "X", "ts": 60, "dur": 5, "pid": 1, "tid": 1, "name": "f"},
+    ]
+    path = tmp_path / "foreign.json"
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 7}}))
+    rows = {row["name"]: row for row in load(path).to_pylist()}
+    assert {name: row["rank"] for name, row in rows.items()} == {
+        "a": 7,
+        "b": 3,
+        "c": 5,
+        "d": 7,
+        "e": 7,
+        "f": 7,
+    }
+    names = {name: row["thread_name"] for name, row in rows.items()}
+    assert names == {"a": "main", "b": "main", "c": "main", "d": "main", "e": "loader", "f": "main"}

@@ -60,3 +60,31 @@ def test_an_index_of_other_rows_is_refused():
 def test_an_empty_index():
     index = SpanIndex(np.zeros(0, np.uint64))
     assert (index.rows, index.repeat) == (0, -1)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 5, 8, 13])
+def test_the_tree_columns_has_parent_of_a_sliced_column_with_nulls(offset):
+    """``has_parent`` read from the parent column's validity bits: 1 exactly where a
+    parent is given, a slice (its offset mid-byte) included, and in several chunks."""
+    import pyarrow as pa
+
+    from hotspan._selftime import tree_columns
+
+    rng = np.random.default_rng(offset)
+    n = 1000
+    parents = pa.array(rng.integers(1, 50, n).astype(np.uint64), mask=rng.random(n) < 0.3)
+    table = pa.table(
+        {"span_id": pa.array(np.arange(1, n + 1, dtype=np.uint64)), "parent_id": parents}
+    )
+    for piece in (
+        table.slice(offset, n - 2 * offset),
+        pa.concat_tables([table.slice(0, 7), table.slice(7)]),
+    ):
+        _, parent_id, has_parent = tree_columns(piece)
+        valid = piece.column("parent_id").is_valid().to_numpy(zero_copy_only=False)
+        assert (
+            has_parent.dtype == np.uint8 and has_parent.tolist() == valid.astype(np.uint8).tolist()
+        )
+        given = valid.astype(bool)
+        expected = piece.column("parent_id").to_numpy(zero_copy_only=False)[given]
+        assert parent_id[given].tolist() == expected.astype(np.uint64).tolist()

@@ -94,6 +94,8 @@ class Reader:
     c_flags: Column
     n: int
     own_rows: int
+    rank_live: bool
+    thread_name_live: bool
     names: Strings
     categories: Strings
     thread_names: Strings

@@ -1193,6 +1193,10 @@ cdef class Reader:
     cdef int32_t* rank
     cdef uint8_t* flags
     cdef public Py_ssize_t n
+    # c_rank and c_thread_name hold a value a row only once one row has one that is not
+    # the default (a rank arg; a thread renamed), as few files do: until then they are
+    # not written, and each row's is the default (I32_MIN, -1).
+    cdef public bint rank_live, thread_name_live
     cdef public Py_ssize_t own_rows  # rows read by own_row (our own spelling)
     cdef Py_ssize_t capacity
 
@@ -1257,14 +1261,40 @@ cdef class Reader:
         self.end = <int64_t*>self.c_end.resize(capacity)
         self.name = <int32_t*>self.c_name.resize(capacity)
         self.category = <int32_t*>self.c_category.resize(capacity)
-        self.thread_name = <int32_t*>self.c_thread_name.resize(capacity)
+        if self.thread_name_live:
+            self.thread_name = <int32_t*>self.c_thread_name.resize(capacity)
         self.span_id = <uint64_t*>self.c_span_id.resize(capacity)
         self.parent_id = <uint64_t*>self.c_parent_id.resize(capacity)
         self.depth = <int32_t*>self.c_depth.resize(capacity)
         self.arg = <int64_t*>self.c_arg.resize(capacity)
-        self.rank = <int32_t*>self.c_rank.resize(capacity)
+        if self.rank_live:
+            self.rank = <int32_t*>self.c_rank.resize(capacity)
         self.flags = <uint8_t*>self.c_flags.resize(capacity)
         self.capacity = capacity
+        return 0
+
+    cdef int set_rank(self, Py_ssize_t row, int64_t rank) except -1:
+        """Row ``row``'s rank (I32_MIN: none), the column made live at the first one."""
+        cdef Py_ssize_t i
+        if not self.rank_live:
+            if rank == I32_MIN:
+                return 0
+            self.rank = <int32_t*>self.c_rank.resize(self.capacity)
+            for i in range(self.capacity):
+                self.rank[i] = I32_MIN
+            self.rank_live = 1
+        self.rank[row] = <int32_t>rank
+        return 0
+
+    cdef int set_thread_name(self, Py_ssize_t row, int32_t code) except -1:
+        """Row ``row``'s own thread name's code (-1: its thread's), as set_rank."""
+        if not self.thread_name_live:
+            if code < 0:
+                return 0
+            self.thread_name = <int32_t*>self.c_thread_name.resize(self.capacity)
+            memset(self.thread_name, 0xFF, self.capacity * sizeof(int32_t))  # -1 each
+            self.thread_name_live = 1
+        self.thread_name[row] = code
         return 0
 
     def reserve(self, Py_ssize_t rows):
@@ -1740,12 +1770,13 @@ cdef class Reader:
         self.end[row] = ts_ns + dur_ns
         self.name[row] = name_code
         self.category[row] = cat_code
-        self.thread_name[row] = tn_code
+        self.set_thread_name(row, tn_code)
         self.span_id[row] = a.span_id
         self.parent_id[row] = a.parent
         self.depth[row] = <int32_t>a.depth
         self.arg[row] = a.arg
-        self.rank[row] = I32_MIN
+        if self.rank_live:
+            self.rank[row] = I32_MIN
         self.flags[row] = a.flags
         self.n = row + 1
         self.own_rows += 1
@@ -2041,12 +2072,12 @@ cdef class Reader:
         self.end[row] = end_ns
         self.name[row] = name_code
         self.category[row] = cat_code
-        self.thread_name[row] = tn_code
+        self.set_thread_name(row, tn_code)
         self.span_id[row] = e.a_span_id
         self.parent_id[row] = e.a_parent
         self.depth[row] = <int32_t>e.a_depth
         self.arg[row] = e.a_arg
-        self.rank[row] = <int32_t>e.a_rank
+        self.set_rank(row, e.a_rank)
         self.flags[row] = e.flags
         self.n += 1
         return row
@@ -2106,7 +2137,7 @@ cdef class Reader:
         if flags & F_ERROR:
             self.flags[row] |= F_ERROR
         if a_rank != I32_MIN:
-            self.rank[row] = <int32_t>a_rank
+            self.set_rank(row, a_rank)
         return 0
 
     # ------------------------------------------------------------------ the document

@@ -579,11 +579,12 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     rank = (
         per_thread(threads.thread_rank)
         if threads.thread_rank is not None
-        else threads.rank(thread, take(column(reader.c_rank, np.int32)))
+        else threads.rank(
+            thread, take(column(reader.c_rank, np.int32)) if reader.rank_live else None
+        )
     )
     # A span's own thread name (a thread renamed mid-trace) or its thread's.
-    renamed = take(column(reader.c_thread_name, np.int32))
-    if m and not reader.thread_names.values:  # no span renamed: each its thread's name
+    if m and not reader.thread_name_live:  # no span renamed: each its thread's name
         thread_name_codes = per_thread(threads.name_code)
     elif m:
         known = threads.name_codes
@@ -591,11 +592,12 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
             [known.setdefault(name, len(known)) for name in reader.thread_names.values] or [0],
             np.int32,
         )
+        renamed = take(column(reader.c_thread_name, np.int32))
         thread_name_codes = np.where(
             renamed >= 0, remap[np.maximum(renamed, 0)], threads.name_code[thread]
         )
     else:
-        thread_name_codes = renamed
+        thread_name_codes = np.empty(0, np.int32)
 
     def bits(mask: int) -> pa.Buffer:
         return pa.py_buffer(np.packbits(flags & mask, bitorder="little"))  # nonzero: 1
@@ -784,10 +786,14 @@ class _Threads:
         rank[order] = np.arange(len(order), dtype=np.int32)
         return rank
 
-    def rank(self, thread: np.ndarray, parsed: np.ndarray) -> np.ndarray:
+    def rank(self, thread: np.ndarray, parsed: np.ndarray | None) -> np.ndarray:
+        """Each row's rank: its thread's (ours), else its own arg's (``parsed``, I32_MIN or
+        ``None``: none) or the file's."""
         if self.thread_rank is not None:
             ranks: np.ndarray = self.thread_rank[thread]
             return ranks
+        if parsed is None:
+            return np.full(len(thread), self.default_rank, np.int32)
         return np.where(
             parsed == np.iinfo(np.int32).min, np.int32(self.default_rank), parsed
         ).astype(np.int32)
