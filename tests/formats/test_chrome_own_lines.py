@@ -263,3 +263,20 @@ def test_a_rank_or_thread_name_first_given_mid_file(tmp_path):
     }
     names = {name: row["thread_name"] for name, row in rows.items()}
     assert names == {"a": "main", "b": "main", "c": "main", "d": "main", "e": "loader", "f": "main"}
+
+
+def test_more_rows_than_the_file_size_promised(tmp_path):
+    """The reader reserves a row per 100 bytes of file; events of ~60 bytes make it grow
+    past that, its columns (over 2 MiB: moved by mremap to an aligned place) keeping every
+    row."""
+    n = 600_000  # reserved ~360,000: an int64 column past 2 MiB when it grows
+    lines = ",\n".join(
+        f'{{"ph":"X","ts":{i},"dur":1,"pid":1,"tid":{i % 3},"name":"n{i % 7}"}}' for i in range(n)
+    )
+    path = tmp_path / "small_events.json"
+    path.write_text('{"traceEvents":[\n' + lines + "\n]}")
+    assert 2 << 20 < path.stat().st_size // 100 * 8 and path.stat().st_size // 100 < n
+    table = load(path)
+    assert table.num_rows == n
+    rows = sorted(zip(*(table.column(c).to_pylist() for c in ("start_ns", "name", "thread_id"))))
+    assert rows == sorted((i * 1000, f"n{i % 7}", i % 3) for i in range(n))
