@@ -576,12 +576,8 @@ def _assemble(reader: codec.Reader, path: Path) -> pa.Table:
     if threads.origin:
         start_ns += threads.origin
         end_ns += threads.origin
-    rank = (
-        per_thread(threads.thread_rank)
-        if threads.thread_rank is not None
-        else threads.rank(
-            thread, take(column(reader.c_rank, np.int32)) if reader.rank_live else None
-        )
+    rank = threads.rank(
+        per_thread, take(column(reader.c_rank, np.int32)) if reader.rank_live else None
     )
     # A span's own thread name (a thread renamed mid-trace) or its thread's.
     if m and not reader.thread_name_live:  # no span renamed: each its thread's name
@@ -786,14 +782,13 @@ class _Threads:
         rank[order] = np.arange(len(order), dtype=np.int32)
         return rank
 
-    def rank(self, thread: np.ndarray, parsed: np.ndarray | None) -> np.ndarray:
+    def rank(self, per_thread: _PerThread, parsed: np.ndarray | None) -> np.ndarray:
         """Each row's rank: its thread's (ours), else its own arg's (``parsed``, I32_MIN or
         ``None``: none) or the file's."""
         if self.thread_rank is not None:
-            ranks: np.ndarray = self.thread_rank[thread]
-            return ranks
+            return per_thread(self.thread_rank)
         if parsed is None:
-            return np.full(len(thread), self.default_rank, np.int32)
+            return np.full(len(per_thread.thread), self.default_rank, np.int32)
         return np.where(
             parsed == np.iinfo(np.int32).min, np.int32(self.default_rank), parsed
         ).astype(np.int32)
