@@ -6,7 +6,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import random
+import sys
 import time
 import tracemalloc
 import warnings
@@ -617,6 +619,45 @@ def test_a_failed_write_is_an_os_error(spans):
             0,
         )
     assert caught.value.errno == 28  # ENOSPC
+
+
+def _dirty_pages(fd: int) -> int:
+    """The file's dirty page-cache pages (Linux's cachestat(2), 6.5 and later)."""
+    import ctypes
+    import errno
+
+    class Range(ctypes.Structure):
+        _fields_ = [("offset", ctypes.c_uint64), ("length", ctypes.c_uint64)]
+
+    class Stat(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_uint64)
+            for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")
+        ]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    whole, stat = Range(0, 0), Stat()
+    if libc.syscall(451, fd, ctypes.byref(whole), ctypes.byref(stat), 0) != 0:  # cachestat
+        number = ctypes.get_errno()
+        if number in (errno.ENOSYS, errno.EPERM):
+            pytest.skip("this kernel has no cachestat(2) (Linux 6.5 and later)")
+        raise OSError(number, os.strerror(number))
+    return stat.dirty
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_the_lines_are_on_their_way_to_disk_when_encode_returns(tmp_path):
+    """The writer's flusher thread starts the writeback of every block the writer thread
+    has written (sync_file_range), so the exporter's fsync() finds little left to do: when
+    ``encode`` returns, before any fsync, hardly a page of the file is still dirty (the
+    kernel would otherwise keep them dirty for its 30 s)."""
+    n = 300_000  # ~25 MB of lines, in 1 MiB blocks
+    with open(tmp_path / "lines.json", "wb", buffering=0) as raw:
+        _encode_rows(raw.fileno(), [0] * n, range(n), [1] * n, [0] * n, buffer_size=1 << 20)
+        size = raw.seek(0, 2)
+        dirty = _dirty_pages(raw.fileno())
+    assert size > 20 << 20
+    assert dirty * os.sysconf("SC_PAGE_SIZE") < size // 10, (dirty, size)
 
 
 @pytest.mark.parametrize("extension", [".json", ".pftrace"])
