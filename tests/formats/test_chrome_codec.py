@@ -647,10 +647,10 @@ def _dirty_pages(fd: int) -> int:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
 def test_the_lines_are_on_their_way_to_disk_when_encode_returns(tmp_path):
-    """The writer's flusher thread starts the writeback of every block the writer thread
-    has written (sync_file_range), so the exporter's fsync() finds little left to do: when
-    ``encode`` returns, before any fsync, hardly a page of the file is still dirty (the
-    kernel would otherwise keep them dirty for its 30 s)."""
+    """The writer thread starts the writeback of each block as soon as it has written it
+    (sync_file_range), so the exporter's fsync() finds little left to do: when ``encode``
+    returns, before any fsync, hardly a page of the file is still dirty (the kernel would
+    otherwise keep them dirty for its 30 s)."""
     n = 300_000  # ~25 MB of lines, in 1 MiB blocks
     with open(tmp_path / "lines.json", "wb", buffering=0) as raw:
         _encode_rows(raw.fileno(), [0] * n, range(n), [1] * n, [0] * n, buffer_size=1 << 20)

@@ -2,8 +2,8 @@
 """A file written from a thread of its own, shared by both trace codecs' writers
 (``_chrome_codec``, ``_perfetto_codec``): the encoder fills one of two buffers while the
 thread hands the other to write(2), so that the kernel's copy into the page cache overlaps
-the encoding instead of following it; a second thread starts each block's writeback as soon
-as it is written, so that the exporter's final fsync() finds little left to do.
+the encoding instead of following it, and starts each block's writeback as soon as it is
+written, so that the exporter's final fsync() finds little left to do.
 
 C code included verbatim in each codec that cimports it (a ``.pxd`` used as a header):
 one implementation, no extra module to import.
@@ -38,35 +38,17 @@ cdef extern from *:
         }
         return 0;
     }
-    /* Two background threads. The writer writes the block the formatter hands it (one at
-       a time) while the formatter fills the other of two buffers: the kernel's copy into
-       the page cache (about as long as the formatting) overlaps it instead of following it.
-       The flusher starts the writeback of what the writer has written: sync_file_range()
-       sleeps while the disk's queue is full (on this project's VM a third of the writer's
-       time went there when it called it itself), and the writer goes on copying meanwhile. */
+    /* One background thread that writes the block the formatter hands it (one at a time)
+       while the formatter fills the other of two buffers: the kernel's copy into the page
+       cache (about as long as the formatting) overlaps it instead of following it. */
     typedef struct {
-        pthread_t thread, flusher;
+        pthread_t thread;
         pthread_mutex_t mutex;
-        pthread_cond_t cond, flush_cond;
-        int fd, busy, stop, error, started, flushing;
+        pthread_cond_t cond;
+        int fd, busy, stop, error, started;
         const char* data;
-        long long length, offset, flushed;
+        long long length, offset;
     } hs_writer;
-    static void* hs_flusher_main(void* arg) {
-        hs_writer* w = (hs_writer*)arg;
-        pthread_mutex_lock(&w->mutex);
-        for (;;) {
-            while (w->flushed == w->offset && !w->stop) pthread_cond_wait(&w->flush_cond, &w->mutex);
-            if (w->flushed == w->offset) break;  /* stopped, nothing left to start */
-            long long from = w->flushed, to = w->offset;
-            pthread_mutex_unlock(&w->mutex);
-            hs_start_writeback(w->fd, from, to - from);
-            pthread_mutex_lock(&w->mutex);
-            w->flushed = to;
-        }
-        pthread_mutex_unlock(&w->mutex);
-        return NULL;
-    }
     static void* hs_writer_main(void* arg) {
         hs_writer* w = (hs_writer*)arg;
         pthread_mutex_lock(&w->mutex);
@@ -74,40 +56,30 @@ cdef extern from *:
             while (!w->busy && !w->stop) pthread_cond_wait(&w->cond, &w->mutex);
             if (!w->busy) break;
             const char* data = w->data;
-            long long length = w->length;
+            long long length = w->length, offset = w->offset;
             pthread_mutex_unlock(&w->mutex);
             int error = hs_write_all(w->fd, data, length) ? errno : 0;
+            if (!error) hs_start_writeback(w->fd, offset, length);
             pthread_mutex_lock(&w->mutex);
             if (error && !w->error) w->error = error;
-            if (!error) {
-                w->offset += length;
-                if (w->flushing) pthread_cond_signal(&w->flush_cond);
-                else hs_start_writeback(w->fd, w->offset - length, length);  /* no flusher */
-            }
+            w->offset += length;
             w->busy = 0;
             pthread_cond_broadcast(&w->cond);
         }
         pthread_mutex_unlock(&w->mutex);
         return NULL;
     }
-    /* 0, or an errno (the thread could not start). Without a flusher (it could not start)
-       the writer starts the writeback itself. */
+    /* 0, or an errno (the thread could not start). */
     static int hs_writer_start(hs_writer* w, int fd, long long offset) {
         w->fd = fd; w->busy = 0; w->stop = 0; w->error = 0; w->offset = offset; w->started = 0;
-        w->flushed = offset; w->flushing = 0;
         pthread_mutex_init(&w->mutex, NULL);
         pthread_cond_init(&w->cond, NULL);
-        pthread_cond_init(&w->flush_cond, NULL);
         int rc = pthread_create(&w->thread, NULL, hs_writer_main, w);
         if (rc) {
             pthread_mutex_destroy(&w->mutex);
             pthread_cond_destroy(&w->cond);
-            pthread_cond_destroy(&w->flush_cond);
             return rc;
         }
-        pthread_mutex_lock(&w->mutex);
-        w->flushing = pthread_create(&w->flusher, NULL, hs_flusher_main, w) == 0;
-        pthread_mutex_unlock(&w->mutex);
         w->started = 1;
         return 0;
     }
@@ -131,21 +103,17 @@ cdef extern from *:
         pthread_mutex_unlock(&w->mutex);
         return error;
     }
-    /* Finish the last block, end both threads (the flusher after starting the writeback
-       of all that was written); the first write error or 0. */
+    /* Finish the last block, end the thread; the first write error or 0. */
     static int hs_writer_stop(hs_writer* w) {
         if (!w->started) return 0;
         int error = hs_writer_wait(w);
         pthread_mutex_lock(&w->mutex);
         w->stop = 1;
         pthread_cond_broadcast(&w->cond);
-        pthread_cond_signal(&w->flush_cond);
         pthread_mutex_unlock(&w->mutex);
         pthread_join(w->thread, NULL);
-        if (w->flushing) pthread_join(w->flusher, NULL);
         pthread_mutex_destroy(&w->mutex);
         pthread_cond_destroy(&w->cond);
-        pthread_cond_destroy(&w->flush_cond);
         w->started = 0;
         return error;
     }
