@@ -22,6 +22,16 @@ def self_times(
     order: npt.NDArray[np.intp] | None = None,
     index: SpanIndex | None = None,
 ) -> npt.NDArray[np.int64] | None: ...
+def stacked_self_times(
+    start: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    span_id: npt.NDArray[np.uint64],
+    parent_id: npt.NDArray[np.uint64],
+    has_parent: npt.NDArray[np.uint8],
+    thread: npt.NDArray[np.int64],
+    pid: npt.NDArray[np.int64] | None = None,
+    index: SpanIndex | None = None,
+) -> npt.NDArray[np.int64] | None: ...
 def span_rules(
     span_id: npt.NDArray[np.uint64],
     parent_id: npt.NDArray[np.uint64],

@@ -328,6 +328,103 @@ def test_shared_function_follows_the_rule_in_any_row_order(ids):
         assert self_ns_column(table).to_pylist() == _rule(rows), (ids, trial)
 
 
+def _forest_in_trace_order(rng: np.random.Generator, anywhere: bool) -> list[tuple]:
+    """Rows (span_id, parent_id, start, end, thread, pid) as a loader gives them: a thread
+    at a time, each parent before its children, siblings by start (overlapping, reaching
+    past their parent or starting before it, instants). Some rows have a parent on another thread, none in the
+    table, or themselves: only where a root may stand, or (``anywhere``) at any place."""
+    rows: list[tuple] = []
+    ids = iter(range(1, 1 << 20))
+
+    def odd_parent(own: int, thread: int) -> int:
+        kind = rng.integers(0, 3)
+        others = [r[0] for r in rows if r[4] != thread]
+        if kind == 0 and others:
+            return others[int(rng.integers(0, len(others)))]  # on another thread
+        return (1 << 30) if kind == 1 else own  # none in the table; itself
+
+    def span(parent: int | None, start: int, level: int, thread: int, pid: int) -> None:
+        own = next(ids)
+        if (parent is None and rng.random() < 0.2) or (anywhere and rng.random() < 0.05):
+            parent = odd_parent(own, thread)
+        end = start + int(rng.integers(0, 100)) if rng.random() > 0.03 else start - 5
+        rows.append((own, parent, start, end, thread, pid))
+        at = start - 10 if rng.random() < 0.1 else start  # a first child may start before it
+        for _ in range(int(rng.integers(0, 4)) if level < 4 else 0):
+            at += int(rng.integers(0, 40))  # by start; may overlap the last, or pass the end
+            span(own, at, level + 1, thread, pid)
+
+    for thread in range(int(rng.integers(1, 4))):
+        at = int(rng.integers(0, 50))
+        for _ in range(int(rng.integers(1, 4))):
+            span(None, at, 0, thread, thread % 2)
+            at += int(rng.integers(0, 150))
+    return rows
+
+
+def _columns(rows: list[tuple]) -> tuple:
+    return (
+        np.array([r[2] for r in rows], np.int64),
+        np.array([r[3] for r in rows], np.int64),
+        np.array([r[0] for r in rows], np.uint64),
+        np.array([r[1] or 0 for r in rows], np.uint64),
+        np.array([r[1] is not None for r in rows], np.uint8),
+        np.array([r[4] for r in rows], np.int64),
+        np.array([r[5] for r in rows], np.int64),
+    )
+
+
+def test_the_stack_pass_follows_the_rule_for_a_loaders_rows():
+    # A loader's rows (a thread at a time, by start, parents first) take the pass that keeps
+    # only the open spans on a stack; it gives the rule's answer, the same as the general
+    # pass (the rows visited through an order: parents looked up by id) gives.
+    from hotspan._span_tree import self_times, stacked_self_times
+
+    rng = np.random.default_rng(351)
+    for trial in range(300):
+        rows = _forest_in_trace_order(rng, anywhere=False)
+        columns = _columns(rows)
+        stacked = stacked_self_times(*columns)
+        assert stacked is not None, trial
+        assert stacked.tolist() == _rule(rows), trial
+        general = self_times(*columns, order=np.arange(len(rows)))
+        assert general is not None and general.tolist() == stacked.tolist(), trial
+
+
+def test_the_stack_pass_gives_up_rather_than_answer_wrong():
+    # Rows it cannot follow: a parent on its own thread closed before a child comes (a row
+    # with a foreign or missing parent inside a tree, a thread's rows split in two runs),
+    # children out of start order, an id given twice. The pass answers the rule or gives
+    # up (None), and self_times answers the rule either way; each case gives up sometimes.
+    from hotspan._span_tree import self_times, stacked_self_times
+
+    rng = np.random.default_rng(352)
+    gave_up: dict[str, int] = {}
+    for trial in range(300):
+        rows = _forest_in_trace_order(rng, anywhere=True)
+        case = ["inside", "split", "unsorted", "twice"][trial % 4]
+        if case == "split" and len(rows) > 2:
+            cut = int(rng.integers(1, len(rows)))
+            rows = rows[cut:] + rows[:cut]  # a thread's rows in two runs, parents maybe last
+        elif case == "unsorted" and len(rows) > 2:
+            i = int(rng.integers(0, len(rows) - 1))
+            rows[i], rows[i + 1] = rows[i + 1], rows[i]
+        elif case == "twice" and len(rows) > 2:
+            i, j = sorted(rng.choice(len(rows), 2, replace=False).tolist())
+            rows[j] = (rows[i][0],) + rows[j][1:]  # its children: row i's, by the rule
+        columns = _columns(rows)
+        stacked = stacked_self_times(*columns)
+        if stacked is None:
+            gave_up[case] = gave_up.get(case, 0) + 1
+        else:
+            assert stacked.tolist() == _rule(rows), (case, trial)
+        values = self_times(*columns)
+        if values is None:  # children out of start order: the caller's second call
+            values = self_times(*columns, order=np.argsort(columns[0], kind="stable"))
+        assert values.tolist() == _rule(rows), (case, trial)
+    assert sorted(gave_up) == ["inside", "split", "twice", "unsorted"], gave_up
+
+
 def test_shared_function_answers_a_million_rows_of_trees():
     # The loaders' self time (Chrome JSON, Perfetto) over a loader-sized table: 1 M rows of
     # 10-span trees, each root's self time its length less its nine children's. Its speed
