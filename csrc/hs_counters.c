@@ -23,6 +23,7 @@ static _Atomic uint32_t rss_pair = 0;
 static uint64_t next_sample_ns = 0; /* drain thread only */
 
 void hs_counters_count_drop(void) { atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed); }
+void hs_counters_count_drops(uint64_t n) { atomic_fetch_add_explicit(&dropped, n, memory_order_relaxed); }
 uint64_t hs_counters_dropped(void) {
     return atomic_load_explicit(&dropped, memory_order_relaxed) +
            atomic_load_explicit(&hs_counter_drops, memory_order_relaxed);

@@ -41,6 +41,8 @@ uint64_t hs_counters_take(hs_counter_row **rows);
  * at the store's limit. */
 uint64_t hs_counters_dropped(void);
 void hs_counters_count_drop(void);
+/* n values dropped past the store: from a Python consumer's full queue (hotspan.counters). */
+void hs_counters_count_drops(uint64_t n);
 /* Sampling: every interval_ns (0: off); the pair the RSS samples carry. */
 void hs_counters_set_sampling(uint64_t interval_ns, uint32_t rss_pair);
 uint64_t hs_counters_interval_ns(void);

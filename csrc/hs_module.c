@@ -892,6 +892,16 @@ static PyObject *py_counters_take(PyObject *m, PyObject *a) {
     return Py_BuildValue("(NNNNK)", t, v, p, d, (unsigned long long)n);
 }
 
+/* _counters_count_drops(n): n counter values dropped past the core (a consumer's full queue
+ * in hotspan.counters), counted with the core's own in dropped(detail=True)["counters"]. */
+static PyObject *py_counters_count_drops(PyObject *m, PyObject *arg) {
+    (void)m;
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    hs_counters_count_drops((uint64_t)n);
+    Py_RETURN_NONE;
+}
+
 /* _counters_sampling(interval_ns, rss_name): the drain thread samples the process's RSS
  * every interval_ns (0: off) as a counter named rss_name. */
 static PyObject *py_counters_sampling(PyObject *m, PyObject *args) {
@@ -1056,6 +1066,7 @@ static PyMethodDef module_methods[] = {
     {"counter", (PyCFunction)(void (*)(void))py_counter, METH_FASTCALL,
      "counter(name, value)\n--\n\nRecord a counter's value (an int or a float) now."},
     {"_counters_take", py_counters_take, METH_NOARGS, NULL},
+    {"_counters_count_drops", py_counters_count_drops, METH_O, NULL},
     {"_counters_sampling", py_counters_sampling, METH_VARARGS, NULL},
     {"_counters_info", py_counters_info, METH_NOARGS, NULL},
     {"_now_ticks", py_now_ticks, METH_NOARGS, NULL},

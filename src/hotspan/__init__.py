@@ -86,7 +86,9 @@ def export(
 def drain_counters() -> pa.Table:
     """Every counter value (:func:`counter`, and ``configure(counters=)``'s samples of the
     process's memory) recorded since the last call, oldest first, as a ``pyarrow.Table``:
-    ``time_ns``, ``name``, ``value`` (float64), ``rank``, ``pid``."""
+    ``time_ns``, ``name``, ``value`` (float64), ``rank``, ``pid``. Up to 1,048,576 values
+    wait for the next call; newer ones past that are dropped, counted in
+    ``dropped(detail=True)["counters"]``."""
     from .counters import drain_counters as implementation
 
     return implementation()

@@ -83,7 +83,15 @@ def _from_core() -> pa.Table:
 # consumer is there waits for drain_counters().
 _lock = threading.Lock()
 _queues: dict[object, list[pa.Table]] = {}
+_queued: dict[object, int] = {}  # the rows in each consumer's queue
 _USER = "drain_counters"
+
+#: The counter values a consumer's queue holds at most: as many as the core's own store
+#: (``HS_COUNTERS_MAX_ROWS``, 32 MiB). A consumer that stops taking (``drain_counters()``
+#: called once, then a recording into a directory for days) must not grow the process
+#: without bound: the newest values past it are dropped from that queue, as the core drops
+#: them, and counted (``dropped(detail=True)["counters"]``).
+MAX_QUEUED_ROWS = 1 << 20
 
 
 def _pull_locked() -> None:
@@ -91,8 +99,14 @@ def _pull_locked() -> None:
     if table.num_rows:
         if not _queues:
             _queues[_USER] = []
-        for queue in _queues.values():
-            queue.append(table)
+        for consumer, queue in _queues.items():
+            room = max(MAX_QUEUED_ROWS - _queued.get(consumer, 0), 0)
+            kept = table if table.num_rows <= room else table.slice(0, room)  # oldest first
+            if kept.num_rows < table.num_rows:
+                _native._counters_count_drops(table.num_rows - kept.num_rows)
+            if kept.num_rows:
+                queue.append(kept)
+                _queued[consumer] = _queued.get(consumer, 0) + kept.num_rows
 
 
 def take(consumer: object) -> pa.Table:
@@ -102,6 +116,7 @@ def take(consumer: object) -> pa.Table:
         _pull_locked()
         tables = _queues[consumer]
         _queues[consumer] = []
+        _queued[consumer] = 0
     if not tables:
         return empty()
     table = pa.concat_tables(tables)
@@ -111,6 +126,7 @@ def take(consumer: object) -> pa.Table:
 def detach(consumer: object) -> None:
     with _lock:
         _queues.pop(consumer, None)
+        _queued.pop(consumer, None)
 
 
 def drain_counters() -> pa.Table:
@@ -122,6 +138,7 @@ def _after_fork_child() -> None:
     global _lock
     _lock = threading.Lock()
     _queues.clear()
+    _queued.clear()
 
 
 _lifecycle.on_fork("counters", after_in_child=_after_fork_child)

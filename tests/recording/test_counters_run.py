@@ -5,6 +5,7 @@ pandas, pyarrow, polars, DuckDB and Spark."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -162,3 +163,33 @@ os.kill(os.getpid(), signal.SIGKILL)
         r["parent_id"] in outer_ids and r["depth"] == 1 for r in rows if r["name"] == "inner"
     )
     assert os.path.exists(flight)
+
+
+def test_a_consumer_that_stops_taking_holds_at_most_its_bound(tmp_path):
+    """drain_counters() called once, then a long recording into a directory: the recording
+    gets every value, drain_counters()'s own queue keeps the oldest up to its bound
+    (MAX_QUEUED_ROWS, here lowered) and drops the rest, counted: recorded = drained +
+    dropped, and the process does not grow with the recording's length."""
+    out = tmp_path / "run"
+    done = run_python(
+        f"""
+        import json, hotspan
+        from hotspan import counters
+        counters.MAX_QUEUED_ROWS = 1000
+        hotspan.drain_counters()                     # the user's queue, from now on
+        rec = hotspan.record({str(out)!r})
+        for i in range(5000):
+            hotspan.counter("queue", i)
+            if i % 500 == 499:
+                rec.flush()                          # the recording takes as it goes
+        rec.stop()
+        mine = hotspan.drain_counters()
+        print(json.dumps({{"values": mine.column("value").to_pylist(),
+                          "dropped": hotspan.dropped(detail=True)["counters"]}}))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["values"] == [float(i) for i in range(1000)]  # the oldest, in order
+    assert got["dropped"] == 4000
+    assert hotspan.load_counters(out).column("value").to_pylist() == [float(i) for i in range(5000)]
