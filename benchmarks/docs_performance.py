@@ -1,12 +1,18 @@
-"""Writes docs/performance.md from one run of the overhead benchmark, with the machine named.
+"""Writes the head of docs/performance.md from one run of the overhead benchmark, with the
+machine named.
 
     python benchmarks/docs_performance.py                     # runs bench_overhead.py, writes the page
     python benchmarks/docs_performance.py --from out.json     # a run made before (bench_overhead --json)
 
-The page holds the figures of that one run only (no hand-edited numbers), the machine it ran
+The head holds the figures of that one run only (no hand-edited numbers), the machine it ran
 on (CPU model, cores, memory, load average at the start, OS, Python), and the command, so
 that anyone can make it again on their machine. Ratios are the result: absolute times wander
 with the load, the ratios between cases measured in the same run hold.
+
+Only the text between the page's two markers (:data:`BEGIN`, :data:`END`) is written; the
+sections after them (statistics, the flusher, the codecs: each measured and written by
+hand) stay as they are. A page without the markers is refused, not overwritten; a new file
+(``-o``) gets the head alone.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PAGE = HERE.parent / "docs" / "performance.md"
 RUN_ARGS = ["--n", "300000", "--rounds", "3", "--paired-rounds", "30"]
+#: The markers around the part of the page this script writes.
+BEGIN = "<!-- written by benchmarks/docs_performance.py from one run: from here -->"
+END = "<!-- written by benchmarks/docs_performance.py: to here; the rest is written by hand -->"
 
 
 def machine(when: str = "at the start") -> dict[str, str]:
@@ -70,7 +79,7 @@ def render(figures: dict, host: dict[str, str], command: str) -> str:
         "# Performance",
         "",
         "The figures of **one run** of `benchmarks/bench_overhead.py`, written into this page by",
-        "`benchmarks/docs_performance.py` (run it to make the page again on your machine). Every",
+        "`benchmarks/docs_performance.py` (run it to write them again on your machine). Every",
         "case runs the same `for` loop in the same run. Ratios are the result: absolute times",
         "wander with the machine's load, the ratios between cases measured side by side hold.",
         "The **floor** is a `with` on a C object whose `__enter__`/`__exit__` do nothing: what the",
@@ -135,26 +144,6 @@ def render(figures: dict, host: dict[str, str], command: str) -> str:
             for name, off in flight["off"].items()
         ]
         lines.append("")
-    lines += [
-        "## Other benchmarks",
-        "",
-        "Each prints its own figures; run them on the machine you care about:",
-        "",
-        "| script | measures |",
-        "| --- | --- |",
-        "| `benchmarks/bench_export.py` | export and load speed of every format, 1 M spans |",
-        "| `benchmarks/bench_subscriber.py` | a subscriber's cost to the recording thread |",
-        "| `benchmarks/bench_collector.py`, `bench_ingest.py` | streaming to collectors, ranks into one dataset |",
-        "| `benchmarks/bench_big.py` | `hotspan stats` over 200 M spans in bounded memory |",
-        "| `benchmarks/bench_serve.py` | `hotspan serve` on a 20 M-span run |",
-        "| `benchmarks/bench_capi.py` | spans recorded from C through `hotspan.h` |",
-        "| `benchmarks/bench_counter.py` | `hotspan.counter(name, value)` against a reused span, paired "
-        "(2-vCPU VM, Python 3.11, load 6-10: 0.31× a span's cost, ~16 ns over the empty loop; "
-        "target ≤ 1.5×) |",
-        "| `benchmarks/bench_import.py` | what `import hotspan` adds to a program's start |",
-        "| `benchmarks/gpu_check.py` | device spans against `torch.profiler` (a CUDA GPU) |",
-        "",
-    ]
     return "\n".join(lines)
 
 
@@ -177,9 +166,34 @@ def main() -> int:
                 check=True,
             )
             figures = json.loads(out.read_text())
-    Path(args.output).write_text(render(figures, host, command), encoding="utf-8")
+    output = Path(args.output)
+    try:
+        page = splice(
+            output.read_text(encoding="utf-8") if output.exists() else None,
+            render(figures, host, command),
+        )
+    except ValueError as error:
+        print(f"docs_performance.py: {output}: {error}", file=sys.stderr)
+        return 2
+    output.write_text(page, encoding="utf-8")
     print(f"wrote {args.output}")
     return 0
+
+
+def splice(page: str | None, head: str) -> str:
+    """``page`` with the text between its markers replaced by ``head`` (``None``: no page
+    yet, the head alone); ``ValueError`` for a page without both markers in order."""
+    block = f"{BEGIN}\n{head.rstrip()}\n\n{END}\n"
+    if page is None:
+        return block
+    start, end = page.find(BEGIN), page.find(END)
+    if start < 0 or end < start:
+        raise ValueError(
+            "no markers around the generated part; not overwriting the hand-written sections "
+            f"(put {BEGIN!r} before it and {END!r} after it)"
+        )
+    rest = page[end + len(END) :]
+    return page[:start] + block + rest.removeprefix("\n")
 
 
 if __name__ == "__main__":
