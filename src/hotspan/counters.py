@@ -24,7 +24,9 @@ import gzip
 import json
 import math
 import os
+import re
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -147,6 +149,19 @@ _lifecycle.on_fork("counters", after_in_child=_after_fork_child)
 # --------------------------------------------------------------------------- run directories
 
 
+#: The footer key of a merged counters file (:func:`compact_run_counters`): the names of the
+#: files it holds, which readers leave out, so that a merge seen before its inputs are
+#: deleted still counts every value once.
+REPLACES_KEY = b"hotspan.counters.replaces"
+#: How a merged file's name ends (before SUFFIX): only such files' footers are read for
+#: REPLACES_KEY.
+MERGED_MARK = "-merged"
+#: How often load_counters() lists a run's counters again when a file it listed is deleted
+#: (a compaction's inputs) before it reads it.
+LIST_ATTEMPTS = 5
+_PART_NAME = re.compile(r"^_part-r(-?\d+)-(\d+)-[0-9a-f]+-[^.]+" + re.escape(SUFFIX) + "$")
+
+
 def write_run_part(directory: str | os.PathLike[str], table: pa.Table, *, seq: int) -> Path | None:
     """Write ``table`` (counters) into the run ``directory``'s counter folder, atomically;
     ``None`` when there is nothing to write."""
@@ -209,8 +224,16 @@ def load_counters(path: str | os.PathLike[str]) -> pa.Table:
     path = Path(path)
     if path.is_dir():
         folder = path if path.name == RUN_FOLDER else path / RUN_FOLDER
-        files = sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
-        return _concat_sorted([_read_table_file(f) for f in files])
+        for attempt in range(LIST_ATTEMPTS):
+            try:
+                live, _replaced = _current_files(folder)
+                return _concat_sorted([_read_table_file(f) for f in live])
+            except FileNotFoundError:
+                if attempt == LIST_ATTEMPTS - 1:
+                    raise
+                # a file listed was deleted before it was read: a compaction's input, its
+                # values in the merged file now; list again
+        raise AssertionError("unreachable")
     if not path.exists():
         raise FileNotFoundError(2, "no such file", str(path))
     name = path.name.lower()
@@ -227,6 +250,85 @@ def load_counters(path: str | os.PathLike[str]) -> pa.Table:
         f"unknown counters file extension; supported: a run directory, {SUFFIX}, "
         ".parquet, .arrow, .feather, .json, .json.gz, .pftrace",
     )
+
+
+def _current_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """A run's counter files as a reader takes them: (those to read, those a merged file
+    replaces). Only merged files' footers are read (FileNotFoundError: one was deleted since
+    the listing)."""
+    import pyarrow.parquet as pq
+
+    files = sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
+    replaced: set[str] = set()
+    for file in files:
+        if file.name.endswith(MERGED_MARK + SUFFIX):
+            try:
+                metadata = pq.read_schema(file).metadata or {}
+            except pa.ArrowInvalid as exc:
+                raise TraceFileError(file, f"not a readable counter table ({exc})") from None
+            if REPLACES_KEY in metadata:
+                replaced.update(json.loads(metadata[REPLACES_KEY]))
+    return [f for f in files if f.name not in replaced], [f for f in files if f.name in replaced]
+
+
+def compact_run_counters(
+    directory: str | os.PathLike[str],
+    *,
+    grace_s: float = 2.0,
+    rank: int | None = None,
+    pid: int | None = None,
+) -> tuple[int, int, int]:
+    """Merge each process's counter files in the run ``directory`` (its ``_counters/``
+    folder: a file a flush) into one; only ``rank``'s / ``pid``'s where given. Returns
+    (files before, files after, files deleted).
+
+    Readers (:func:`load_counters`) see every value once throughout: the merged file
+    appears under its name in one step (a rename) and names the files it replaces in its
+    footer, which readers leave out from then; they are deleted ``grace_s`` later (a reader
+    that finds one gone lists again). Files a merged one replaces that an interrupted
+    compaction left are deleted. Run one compaction per run at a time."""
+    import pyarrow.parquet as pq
+
+    folder = Path(directory) / RUN_FOLDER
+    live, doomed = _current_files(folder)
+    before = len(live)
+    groups: dict[tuple[int, int], list[Path]] = {}
+    for file in live:
+        match = _PART_NAME.match(file.name)
+        if match is None:
+            continue  # not ours to merge: left as it is
+        key = (int(match.group(1)), int(match.group(2)))
+        if (rank is None or key[0] == rank) and (pid is None or key[1] == pid):
+            groups.setdefault(key, []).append(file)
+    written = 0
+    for (group_rank, group_pid), files in groups.items():
+        if len(files) < 2:
+            continue
+        table = _concat_sorted([_read_table_file(f) for f in files])
+        metadata = {REPLACES_KEY: json.dumps([f.name for f in files]).encode()}
+        table = table.replace_schema_metadata(metadata)
+        name = f"_part-r{group_rank}-{group_pid}-{uuid.uuid4().hex[:8]}{MERGED_MARK}{SUFFIX}"
+        tmp = folder / f".{name}.tmp"
+        try:
+            pq.write_table(table, tmp, compression="zstd")
+            with open(tmp, "rb") as written_file:
+                os.fsync(written_file.fileno())  # its values on disk before its inputs go
+            os.replace(tmp, folder / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        written += 1
+        doomed.extend(files)
+    if written and grace_s > 0:
+        time.sleep(grace_s)  # readers that listed the inputs before the merge read them
+    deleted = 0
+    for file in doomed:
+        try:
+            file.unlink()
+            deleted += 1
+        except FileNotFoundError:
+            pass
+    return before, before - sum(len(f) for f in groups.values() if len(f) > 1) + written, deleted
 
 
 def _read_table_file(path: Path) -> pa.Table:

@@ -210,3 +210,118 @@ def test_the_collector_compacts_a_writer_when_it_closes(tmp_path, fresh_table):
     loaded = hotspan.load(tmp_path)
     expected = sorted(sum((t.column("span_id").to_pylist() for t in tables + [other]), []))
     assert sorted(loaded.column("span_id").to_pylist()) == expected
+
+
+# --------------------------------------------------------------------------- counters
+
+
+def _counter_run(run) -> list[tuple]:
+    """The three writers' counters, PARTS files each (a flush a file) in run/_counters;
+    returns every (time_ns, value, pid), as load_counters gives them."""
+    import pyarrow as pa
+
+    from hotspan.counters import write_run_part
+    from hotspan.schema import COUNTER_SCHEMA
+
+    rows = []
+    for rank, pid, _token in WRITERS:
+        for seq in range(PARTS):
+            times = [seq * 1000 + k * 10 + pid % 7 for k in range(ROWS)]
+            values = [float(pid * 100_000 + seq * ROWS + k) for k in range(ROWS)]
+            table = pa.table(
+                {
+                    "time_ns": pa.array(times, pa.int64()),
+                    "name": pa.array(["queue"] * ROWS),
+                    "value": pa.array(values, pa.float64()),
+                    "rank": pa.array([rank] * ROWS, pa.int32()),
+                    "pid": pa.array([pid] * ROWS, pa.int64()),
+                },
+                schema=COUNTER_SCHEMA,
+            )
+            write_run_part(run, table, seq=seq)
+            rows += zip(times, values, [pid] * ROWS)
+    return sorted(rows)
+
+
+def _counter_rows(run) -> list[tuple]:
+    table = hotspan.load_counters(run)
+    return sorted(zip(*(table.column(c).to_pylist() for c in ("time_ns", "value", "pid"))))
+
+
+def test_compaction_merges_each_process_counter_files_readers_seeing_each_value_once(tmp_path):
+    from hotspan.counters import RUN_FOLDER
+
+    run = tmp_path / "run"
+    expected = _counter_run(run)
+    assert len(list((run / RUN_FOLDER).iterdir())) == len(WRITERS) * PARTS
+    stop, seen, errors = threading.Event(), [], []
+
+    def read_in_a_loop():
+        while not stop.is_set():
+            try:
+                rows = _counter_rows(run)
+            except Exception as exc:  # noqa: BLE001 - reported by the test
+                errors.append(repr(exc))
+                return
+            if rows != expected:
+                errors.append(f"a load saw {len(rows)} values, {len(set(rows))} distinct")
+                return
+            seen.append(len(rows))
+
+    reader = threading.Thread(target=read_in_a_loop)
+    reader.start()
+    try:
+        # inputs deleted at once (a listed file may vanish before it is read), then a pass
+        # that finds nothing left to merge
+        first = compact(run, grace_s=0.0)
+        second = compact(run, grace_s=0.0)
+    finally:
+        stop.set()
+        reader.join(60)
+    assert not errors, errors
+    assert seen, "the reader never ran"
+    assert (first.counter_files_before, first.counter_files_after) == (len(WRITERS) * PARTS, 3)
+    assert (second.counter_files_before, second.counter_files_after) == (3, 3)
+    files = sorted(f.name for f in (run / RUN_FOLDER).iterdir())
+    assert len(files) == 3 and all(f.endswith("-merged.counters") for f in files), files
+    assert {f.split("-")[2] for f in files} == {str(pid) for _r, pid, _t in WRITERS}
+    assert _counter_rows(run) == expected
+
+
+def test_a_counter_merge_interrupted_before_its_deletes_counts_each_value_once(
+    tmp_path, monkeypatch
+):
+    # The merged files written, the process gone before it deleted their inputs: readers
+    # leave the inputs out (the merged files name them), and the next compaction deletes
+    # them. Only rank 1's files are merged the first time.
+    from pathlib import Path
+
+    from hotspan.counters import RUN_FOLDER, compact_run_counters
+
+    run = tmp_path / "run"
+    expected = _counter_run(run)
+    real_unlink = Path.unlink
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
+    before, after, deleted = compact_run_counters(run, grace_s=0.0, rank=1)
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+    assert (before, after, deleted) == (len(WRITERS) * PARTS, 2 * PARTS + 1, PARTS)
+    assert len(list((run / RUN_FOLDER).iterdir())) == len(WRITERS) * PARTS + 1  # none gone
+    assert _counter_rows(run) == expected
+    before, after, deleted = compact_run_counters(run, grace_s=0.0, rank=0)
+    assert (before, after, deleted) == (2 * PARTS + 1, 3, 3 * PARTS)
+    assert len(list((run / RUN_FOLDER).iterdir())) == 3
+    assert _counter_rows(run) == expected
+
+
+def test_cli_compact_says_what_it_did_to_the_counters(tmp_path):
+    run = tmp_path / "run"
+    _counter_run(run)
+    done = subprocess.run(
+        [sys.executable, "-m", "hotspan", "compact", str(run), "--grace", "0"],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"counters: {len(WRITERS) * PARTS} files -> 3" in done.stdout

@@ -18,7 +18,8 @@ DESCRIPTION = (
     "every span exactly once throughout: a merged part appears in one atomic step (a link, or one put of the "
     "whole object) and names the parts it replaces, which hotspan's readers leave out from then on; those "
     "are deleted --grace seconds later (until then, readers that know nothing of this, such as DuckDB on the "
-    "raw files, see them twice). Run one compaction per dataset at a time."
+    "raw files, see them twice). A local run's counter files (_counters/, one per flush) are merged "
+    "likewise, one per process. Run one compaction per dataset at a time."
 )
 EXAMPLE = "hotspan compact run/\nhotspan compact s3://bucket/run --target-mb 256"
 
@@ -73,4 +74,6 @@ def cmd_compact(args: argparse.Namespace) -> int:
         f"{human_bytes(done.bytes_after)}): {done.merged} merged into {done.written}, "
         f"{done.deleted} deleted, in {human_ns(int(done.seconds * 1e9))}"
     )
+    if done.counter_files_after < done.counter_files_before:
+        print(f"counters: {done.counter_files_before} files -> {done.counter_files_after}")
     return 0

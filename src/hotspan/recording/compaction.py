@@ -1,5 +1,7 @@
 """Compaction: a dataset's many small parts (one per flush) merged into parts of about
-``target_bytes`` (128 MiB), while readers go on reading it.
+``target_bytes`` (128 MiB), while readers go on reading it; a local run's counter files
+(``_counters/``, a file a flush) each process's into one, by the same steps
+(``hotspan.counters.compact_run_counters``).
 
     hotspan compact run/                # or s3://bucket/run; the library: compact("run/")
 
@@ -63,6 +65,9 @@ class Compaction:
     bytes_after: int = 0
     ranks: set[int] = field(default_factory=set)
     seconds: float = 0.0
+    # a local run's counters (its ``_counters/`` folder: a file a flush), one file a process
+    counter_files_before: int = 0
+    counter_files_after: int = 0
 
 
 def compact(
@@ -123,6 +128,17 @@ def compact(
             result.deleted += 1
         except FileNotFoundError:
             pass
+    if loc.local and token is None:
+        # the counters, each process's files into one (hotspan.counters: the same steps)
+        from ..counters import compact_run_counters
+
+        before_files, after_files, deleted = compact_run_counters(
+            loc.root, grace_s=grace_s, rank=rank, pid=pid
+        )
+        result.counter_files_before, result.counter_files_after = before_files, after_files
+        result.deleted += deleted
+        if log is not None and after_files < before_files:
+            log(f"counters: {before_files} files -> {after_files}")
     _loc, after = current_parts(loc)  # counted as a reader counts them
     result.parts_after = len(after)
     result.bytes_after = sum(size for _path, size, _meta in after)
