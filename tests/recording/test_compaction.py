@@ -254,7 +254,7 @@ def test_compaction_merges_each_process_counter_files_readers_seeing_each_value_
     run = tmp_path / "run"
     expected = _counter_run(run)
     assert len(list((run / RUN_FOLDER).iterdir())) == len(WRITERS) * PARTS
-    stop, seen, errors = threading.Event(), [], []
+    stop, reading, seen, errors = threading.Event(), threading.Event(), [], []
 
     def read_in_a_loop():
         while not stop.is_set():
@@ -262,15 +262,18 @@ def test_compaction_merges_each_process_counter_files_readers_seeing_each_value_
                 rows = _counter_rows(run)
             except Exception as exc:  # noqa: BLE001 - reported by the test
                 errors.append(repr(exc))
-                return
+                break
             if rows != expected:
                 errors.append(f"a load saw {len(rows)} values, {len(set(rows))} distinct")
-                return
+                break
             seen.append(len(rows))
+            reading.set()
+        reading.set()
 
     reader = threading.Thread(target=read_in_a_loop)
     reader.start()
     try:
+        assert reading.wait(60), "the reader never read"
         # inputs deleted at once (a listed file may vanish before it is read), then a pass
         # that finds nothing left to merge
         first = compact(run, grace_s=0.0)
