@@ -26,7 +26,6 @@ import math
 import os
 import re
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -83,9 +82,18 @@ def _from_core() -> pa.Table:
 # Every consumer (drain_counters(), each recording into a directory) has its own queue:
 # each sees every value recorded while it was there. A value taken from the core while no
 # consumer is there waits for drain_counters().
+class _Queue:
+    """What one consumer has not taken yet: tables, oldest first, and their rows."""
+
+    __slots__ = ("rows", "tables")
+
+    def __init__(self) -> None:
+        self.tables: list[pa.Table] = []
+        self.rows = 0
+
+
 _lock = threading.Lock()
-_queues: dict[object, list[pa.Table]] = {}
-_queued: dict[object, int] = {}  # the rows in each consumer's queue
+_queues: dict[object, _Queue] = {}
 _USER = "drain_counters"
 
 #: The counter values a consumer's queue holds at most: as many as the core's own store
@@ -100,25 +108,24 @@ def _pull_locked() -> None:
     table = _from_core()
     if table.num_rows:
         if not _queues:
-            _queues[_USER] = []
-        for consumer, queue in _queues.items():
-            room = max(MAX_QUEUED_ROWS - _queued.get(consumer, 0), 0)
+            _queues[_USER] = _Queue()
+        for queue in _queues.values():
+            room = max(MAX_QUEUED_ROWS - queue.rows, 0)
             kept = table if table.num_rows <= room else table.slice(0, room)  # oldest first
             if kept.num_rows < table.num_rows:
                 _native._counters_count_drops(table.num_rows - kept.num_rows)
             if kept.num_rows:
-                queue.append(kept)
-                _queued[consumer] = _queued.get(consumer, 0) + kept.num_rows
+                queue.tables.append(kept)
+                queue.rows += kept.num_rows
 
 
 def take(consumer: object) -> pa.Table:
     """The counters ``consumer`` has not seen yet (it is registered at its first call)."""
     with _lock:
-        _queues.setdefault(consumer, [])  # first: what the core holds now is this one's too
+        _queues.setdefault(consumer, _Queue())  # first: what the core holds now is its, too
         _pull_locked()
-        tables = _queues[consumer]
-        _queues[consumer] = []
-        _queued[consumer] = 0
+        tables = _queues[consumer].tables
+        _queues[consumer] = _Queue()
     if not tables:
         return empty()
     table = pa.concat_tables(tables)
@@ -128,7 +135,6 @@ def take(consumer: object) -> pa.Table:
 def detach(consumer: object) -> None:
     with _lock:
         _queues.pop(consumer, None)
-        _queued.pop(consumer, None)
 
 
 def drain_counters() -> pa.Table:
@@ -140,7 +146,6 @@ def _after_fork_child() -> None:
     global _lock
     _lock = threading.Lock()
     _queues.clear()
-    _queued.clear()
 
 
 _lifecycle.on_fork("counters", after_in_child=_after_fork_child)
@@ -149,7 +154,7 @@ _lifecycle.on_fork("counters", after_in_child=_after_fork_child)
 # --------------------------------------------------------------------------- run directories
 
 
-#: The footer key of a merged counters file (:func:`compact_run_counters`): the names of the
+#: The footer key of a merged counters file (:func:`merge_run_counters`): the names of the
 #: files it holds, which readers leave out, so that a merge seen before its inputs are
 #: deleted still counts every value once.
 REPLACES_KEY = b"hotspan.counters.replaces"
@@ -271,27 +276,23 @@ def _current_files(folder: Path) -> tuple[list[Path], list[Path]]:
     return [f for f in files if f.name not in replaced], [f for f in files if f.name in replaced]
 
 
-def compact_run_counters(
-    directory: str | os.PathLike[str],
-    *,
-    grace_s: float = 2.0,
-    rank: int | None = None,
-    pid: int | None = None,
-) -> tuple[int, int, int]:
+def merge_run_counters(
+    directory: str | os.PathLike[str], *, rank: int | None = None, pid: int | None = None
+) -> tuple[int, int, list[Path]]:
     """Merge each process's counter files in the run ``directory`` (its ``_counters/``
     folder: a file a flush) into one; only ``rank``'s / ``pid``'s where given. Returns
-    (files before, files after, files deleted).
+    (files before, files after, files to delete): the merged files' inputs, and those an
+    interrupted compaction left. ``recording.compaction.compact`` deletes them after its
+    grace, with the span parts' own inputs.
 
     Readers (:func:`load_counters`) see every value once throughout: the merged file
     appears under its name in one step (a rename) and names the files it replaces in its
-    footer, which readers leave out from then; they are deleted ``grace_s`` later (a reader
-    that finds one gone lists again). Files a merged one replaces that an interrupted
-    compaction left are deleted. Run one compaction per run at a time."""
+    footer, which readers leave out from then on; a reader that finds a listed file gone
+    lists again. Run one compaction per run at a time."""
     import pyarrow.parquet as pq
 
     folder = Path(directory) / RUN_FOLDER
     live, doomed = _current_files(folder)
-    before = len(live)
     groups: dict[tuple[int, int], list[Path]] = {}
     for file in live:
         match = _PART_NAME.match(file.name)
@@ -300,7 +301,7 @@ def compact_run_counters(
         key = (int(match.group(1)), int(match.group(2)))
         if (rank is None or key[0] == rank) and (pid is None or key[1] == pid):
             groups.setdefault(key, []).append(file)
-    written = 0
+    after = len(live)
     for (group_rank, group_pid), files in groups.items():
         if len(files) < 2:
             continue
@@ -317,18 +318,9 @@ def compact_run_counters(
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        written += 1
+        after -= len(files) - 1
         doomed.extend(files)
-    if written and grace_s > 0:
-        time.sleep(grace_s)  # readers that listed the inputs before the merge read them
-    deleted = 0
-    for file in doomed:
-        try:
-            file.unlink()
-            deleted += 1
-        except FileNotFoundError:
-            pass
-    return before, before - sum(len(f) for f in groups.values() if len(f) > 1) + written, deleted
+    return len(live), after, doomed
 
 
 def _read_table_file(path: Path) -> pa.Table:

@@ -291,27 +291,25 @@ def test_compaction_merges_each_process_counter_files_readers_seeing_each_value_
     assert _counter_rows(run) == expected
 
 
-def test_a_counter_merge_interrupted_before_its_deletes_counts_each_value_once(
-    tmp_path, monkeypatch
-):
-    # The merged files written, the process gone before it deleted their inputs: readers
-    # leave the inputs out (the merged files name them), and the next compaction deletes
-    # them. Only rank 1's files are merged the first time.
-    from pathlib import Path
-
-    from hotspan.counters import RUN_FOLDER, compact_run_counters
+def test_a_counter_merge_interrupted_before_its_deletes_counts_each_value_once(tmp_path):
+    # The merged files written, the process gone before it deleted their inputs (the merge
+    # step alone: compact deletes them after its grace): readers leave the inputs out (the
+    # merged files name them), and the next compaction deletes them. Only rank 1's files
+    # are merged the first time.
+    from hotspan.counters import RUN_FOLDER, merge_run_counters
 
     run = tmp_path / "run"
     expected = _counter_run(run)
-    real_unlink = Path.unlink
-    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
-    before, after, deleted = compact_run_counters(run, grace_s=0.0, rank=1)
-    monkeypatch.setattr(Path, "unlink", real_unlink)
-    assert (before, after, deleted) == (len(WRITERS) * PARTS, 2 * PARTS + 1, PARTS)
+    before, after, to_delete = merge_run_counters(run, rank=1)
+    assert (before, after, len(to_delete)) == (len(WRITERS) * PARTS, 2 * PARTS + 1, PARTS)
     assert len(list((run / RUN_FOLDER).iterdir())) == len(WRITERS) * PARTS + 1  # none gone
     assert _counter_rows(run) == expected
-    before, after, deleted = compact_run_counters(run, grace_s=0.0, rank=0)
-    assert (before, after, deleted) == (2 * PARTS + 1, 3, 3 * PARTS)
+    done = compact(run, grace_s=0.0, rank=0)
+    assert (done.counter_files_before, done.counter_files_after, done.deleted) == (
+        2 * PARTS + 1,
+        3,
+        3 * PARTS,
+    )
     assert len(list((run / RUN_FOLDER).iterdir())) == 3
     assert _counter_rows(run) == expected
 

@@ -1,7 +1,7 @@
 """Compaction: a dataset's many small parts (one per flush) merged into parts of about
 ``target_bytes`` (128 MiB), while readers go on reading it; a local run's counter files
 (``_counters/``, a file a flush) each process's into one, by the same steps
-(``hotspan.counters.compact_run_counters``).
+(``hotspan.counters.merge_run_counters``), their inputs deleted after the same grace.
 
     hotspan compact run/                # or s3://bucket/run; the library: compact("run/")
 
@@ -112,6 +112,18 @@ def compact(
     # An interrupted compaction's inputs (replaced, never deleted): deleted now. Only parts
     # seen replaced: a part written since the listing is never touched.
     doomed = sorted(path for path in replaced if path in metas and _wanted(path, rank, pid, token))
+    merged_counters = False
+    if loc.local and token is None:
+        # the counters, each process's files into one (hotspan.counters: the same steps),
+        # their inputs deleted below with the parts'
+        from ..counters import merge_run_counters
+
+        before_files, after_files, inputs = merge_run_counters(loc.root, rank=rank, pid=pid)
+        result.counter_files_before, result.counter_files_after = before_files, after_files
+        merged_counters = after_files < before_files
+        doomed.extend(str(file) for file in inputs)
+        if log is not None and after_files < before_files:
+            log(f"counters: {before_files} files -> {after_files}")
     for writer, members in groups:
         _merge(loc, writer, members, metas)
         result.written += 1
@@ -120,25 +132,14 @@ def compact(
         doomed.extend(path for path, _size in members)
         if log is not None:
             log(f"rank {writer[0]}: {len(members)} parts of process {writer[1]} merged")
-    if doomed and result.written and grace_s > 0:
-        time.sleep(grace_s)
+    if doomed and (result.written or merged_counters) and grace_s > 0:
+        time.sleep(grace_s)  # one grace for parts and counters: readers that listed them read
     for path in doomed:
         try:
             loc.fs.delete_file(path)
             result.deleted += 1
         except FileNotFoundError:
             pass
-    if loc.local and token is None:
-        # the counters, each process's files into one (hotspan.counters: the same steps)
-        from ..counters import compact_run_counters
-
-        before_files, after_files, deleted = compact_run_counters(
-            loc.root, grace_s=grace_s, rank=rank, pid=pid
-        )
-        result.counter_files_before, result.counter_files_after = before_files, after_files
-        result.deleted += deleted
-        if log is not None and after_files < before_files:
-            log(f"counters: {before_files} files -> {after_files}")
     _loc, after = current_parts(loc)  # counted as a reader counts them
     result.parts_after = len(after)
     result.bytes_after = sum(size for _path, size, _meta in after)
