@@ -177,8 +177,25 @@ cdef inline int radix_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n, int 
     return 0
 
 
+cdef struct Ranks:
+    # A row's rank at its time, computed where it is needed (rank_of): an array of them is
+    # 8 bytes a row of fresh memory, which only the Perfetto codec keeps (rank_out).
+    const int64_t* duration
+    const int32_t* depth
+    const uint8_t* closing  # NULL: no closing instant
+    int64_t min_depth
+    int64_t max_depth
+
+
+cdef inline int64_t rank_of(const Ranks* r, Py_ssize_t i) noexcept nogil:
+    """Row ``i``'s rank among the rows at its time (see :func:`trace_order`)."""
+    if r.closing != NULL and r.closing[i]:
+        return r.max_depth - r.depth[i]
+    return r.max_depth - r.min_depth + 1 + 2 * (r.depth[i] - r.min_depth) + (r.duration[i] > 0)
+
+
 cdef inline int keys_by_thread(Py_ssize_t n, const int32_t* thread, const int64_t* start,
-                               const int64_t* rank, int64_t min_start, int bits_start, int bits_rank,
+                               const Ranks* rank, int64_t min_start, int bits_start, int bits_rank,
                                int32_t max_thread, uint64_t* key, uint32_t* order,
                                Py_ssize_t* starts) except -1:
     """Each row's sort key (thread, start - min start, rank packed, in that order of
@@ -203,7 +220,7 @@ cdef inline int keys_by_thread(Py_ssize_t n, const int32_t* thread, const int64_
         t = thread[i]
         j = at[t]
         at[t] = j + 1
-        key[j] = ((<uint64_t>t << bits_start) | <uint64_t>(start[i] - min_start)) << bits_rank | <uint64_t>rank[i]
+        key[j] = ((<uint64_t>t << bits_start) | <uint64_t>(start[i] - min_start)) << bits_rank | <uint64_t>rank_of(rank, i)
         order[j] = <uint32_t>i
     free(at)
     return 0
@@ -237,7 +254,7 @@ cdef inline bint insertion_argsort(uint64_t* key, uint32_t* index, Py_ssize_t n,
 
 
 cdef inline bint in_trace_order(Py_ssize_t n, const int32_t* thread, const int64_t* start,
-                                const int64_t* rank) noexcept nogil:
+                                const Ranks* rank) noexcept nogil:
     """Whether the rows are in trace order already: (thread, start, rank) never decreasing
     from one row to the next, so that a stable sort by them leaves every row where it is
     (a loaded trace's rows, exported again; drained rows, per thread in end order, are
@@ -250,7 +267,7 @@ cdef inline bint in_trace_order(Py_ssize_t n, const int32_t* thread, const int64
         elif start[i] != start[i - 1]:
             if start[i] < start[i - 1]:
                 return False
-        elif rank[i] < rank[i - 1]:
+        elif rank_of(rank, i) < rank_of(rank, i - 1):
             return False
     return True
 
@@ -305,12 +322,13 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
     cdef int32_t max_thread = 0
     cdef uint8_t* closing = closing_instants(n, start, duration, span_id, parent_id, has_parent)
     cdef uint32_t* order = <uint32_t*>malloc(n * sizeof(uint32_t) + 1)
-    cdef int64_t* rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
+    cdef int64_t* rank = NULL
     cdef uint64_t* key = NULL
     cdef int64_t D
     cdef int bits_rank, bits_start, bits_thread
+    cdef Ranks ranks
     try:
-        if order == NULL or rank == NULL:
+        if order == NULL:
             raise MemoryError()
         for i in range(n):
             if start[i] < min_start: min_start = start[i]
@@ -322,12 +340,14 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
         bits_rank = bit_length(<uint64_t>(3 * D + 2))  # the largest rank
         bits_start = bit_length(<uint64_t>(max_start - min_start))
         bits_thread = bit_length(<uint64_t>max_thread)
-        for i in range(n):
-            if closing != NULL and closing[i]:
-                rank[i] = max_depth - depth[i]
-            else:
-                rank[i] = D + 1 + 2 * (depth[i] - min_depth) + (duration[i] > 0)
-        if in_trace_order(n, thread, start, rank):
+        ranks = Ranks(duration, depth, closing, min_depth, max_depth)
+        if rank_out != NULL:
+            rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
+            if rank == NULL:
+                raise MemoryError()
+            for i in range(n):
+                rank[i] = rank_of(&ranks, i)
+        if in_trace_order(n, thread, start, &ranks):
             for i in range(n):  # what the stable sort below would give: no row moves
                 order[i] = <uint32_t>i
         elif bits_thread + bits_start + bits_rank <= 64:
@@ -338,7 +358,7 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
                 by_thread.starts = <Py_ssize_t*>malloc((<size_t>max_thread + 2) * sizeof(Py_ssize_t))
                 if by_thread.starts == NULL:
                     raise MemoryError()
-            keys_by_thread(n, thread, start, rank, min_start, bits_start, bits_rank, max_thread,
+            keys_by_thread(n, thread, start, &ranks, min_start, bits_start, bits_rank, max_thread,
                            key, order, NULL if by_thread == NULL else by_thread.starts)
             if by_thread != NULL:  # the caller sorts each thread's rows (sort_thread)
                 by_thread.key = key
@@ -351,6 +371,12 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
             # Start times spread over more than 2^64 ns with thread and rank bits: rare
             # enough for numpy's general sort.
             import numpy as np
+            if rank == NULL:
+                rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
+                if rank == NULL:
+                    raise MemoryError()
+                for i in range(n):
+                    rank[i] = rank_of(&ranks, i)
             by = np.lexsort((np.asarray(<int64_t[:n]>rank), np.asarray(<int64_t[:n]><int64_t*>start),
                              np.asarray(<int32_t[:n]><int32_t*>thread))).astype(np.uint32)
             for i in range(n):
