@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._collective_match import collective_pattern, match_instances
+from .._columns import values_and_validity
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -62,11 +63,9 @@ def nullable_values(
     if array.type == pa.from_numpy_dtype(np.dtype(dtype)):
         # One chunk of the right type: its value buffer as it is, its validity bitmap
         # unpacked (no pass to fill the nulls, no copy of the values)
-        bitmap, data = array.buffers()
-        start, n = array.offset, len(array)
-        values = np.frombuffer(data, dtype, count=start + n)[start:]
-        valid = np.unpackbits(np.frombuffer(bitmap, np.uint8), count=start + n, bitorder="little")
-        return values, np.ascontiguousarray(valid[start:])
+        values, valid = values_and_validity(array)
+        assert valid is not None  # the column has nulls
+        return values, valid.view(np.uint8)
     values = np.ascontiguousarray(pc.fill_null(array, 0).to_numpy(), dtype)
     valid = array.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     return values, np.ascontiguousarray(valid)
