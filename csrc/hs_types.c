@@ -1024,6 +1024,66 @@ static PyObject *traced_get_span_category(TracedObject *t, void *c) {
     return Py_NewRef(t->category ? t->category : Py_None);
 }
 
+/* The object ``__module__`` and ``__qualname__`` name (the names update_wrapper copied from
+ * the function), found where its module is loaded now; NULL, with no error set, where it
+ * is not (a local function, a callable without them, a module not loaded). */
+static PyObject *traced_named_object(PyObject *self) {
+    PyObject *module_name = PyObject_GetAttrString(self, "__module__");
+    PyObject *qualname = PyObject_GetAttrString(self, "__qualname__");
+    PyObject *parts = NULL, *obj = NULL, *dot = NULL;
+    if (!module_name || !qualname || !PyUnicode_Check(module_name) || !PyUnicode_Check(qualname)) goto done;
+    obj = PyImport_GetModule(module_name); /* loaded, not imported here: no import at pickling */
+    if (!obj) goto done;
+    dot = PyUnicode_FromString(".");
+    if (dot) parts = PyUnicode_Split(qualname, dot, -1);
+    Py_XDECREF(dot);
+    if (!parts) {
+        Py_CLEAR(obj);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; obj && i < PyList_GET_SIZE(parts); i++) /* "<locals>": no such attribute */
+        Py_SETREF(obj, PyObject_GetAttr(obj, PyList_GET_ITEM(parts, i)));
+done:
+    Py_XDECREF(module_name);
+    Py_XDECREF(qualname);
+    Py_XDECREF(parts);
+    PyErr_Clear();
+    return obj;
+}
+
+/* Pickled as a function is: by reference where its module's attribute of its qualified
+ * name is this very object (the decorator's case; functools.lru_cache's wrapper does the
+ * same), so multiprocessing can hand it to a pool's workers. Elsewhere (traced(f) kept
+ * under another name) by value: the function, itself by reference, and the span's name,
+ * category and arg, wrapped again where it is unpickled (hotspan._api._unpickle_traced). */
+static PyObject *traced_reduce(PyObject *self, PyObject *unused) {
+    (void)unused;
+    TracedObject *t = (TracedObject *)self;
+    PyObject *named = traced_named_object(self);
+    Py_XDECREF(named);
+    if (named == self) return PyObject_GetAttrString(self, "__qualname__");
+    if (!t->func) {
+        PyErr_SetString(PyExc_TypeError, "cannot pickle a cleared hotspan.traced_function");
+        return NULL;
+    }
+    PyObject *api = PyImport_ImportModule("hotspan._api");
+    if (!api) return NULL;
+    PyObject *rebuild = PyObject_GetAttrString(api, "_unpickle_traced");
+    Py_DECREF(api);
+    if (!rebuild) return NULL;
+    PyObject *arg = (t->flags & HS_F_ARG) ? PyLong_FromLongLong(t->arg) : Py_NewRef(Py_None);
+    if (!arg) {
+        Py_DECREF(rebuild);
+        return NULL;
+    }
+    return Py_BuildValue("(N(OOON))", rebuild, t->func, t->name, t->category ? t->category : Py_None, arg);
+}
+
+static PyMethodDef traced_methods[] = {
+    {"__reduce__", (PyCFunction)traced_reduce, METH_NOARGS, "How pickle sends it: by reference, as a function."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef traced_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {"span_name", (getter)traced_get_span_name, NULL, "The name its spans are recorded under.", NULL},
@@ -1044,6 +1104,7 @@ PyTypeObject TracedType = {
     .tp_clear = (inquiry)traced_clear,
     .tp_weaklistoffset = offsetof(TracedObject, weakreflist),
     .tp_getset = traced_getset,
+    .tp_methods = traced_methods,
     .tp_descr_get = traced_descr_get,
     .tp_dictoffset = offsetof(TracedObject, dict),
 };

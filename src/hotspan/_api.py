@@ -433,6 +433,16 @@ def traced(
     return _decorate(fn, name, category, arg, sync)
 
 
+def _unpickle_traced(func: Any, name: str, category: str | None, arg: int | None) -> Any:
+    """A traced function pickled by value (``traced(f)`` kept under another name than
+    ``f``'s; see ``traced_function.__reduce__``): ``f`` wrapped again, as ``traced`` did."""
+    import functools
+
+    wrapper = _native._wrap(func, name, category, arg=arg)
+    functools.update_wrapper(wrapper, func)
+    return wrapper
+
+
 def _wrap_sync(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
     """A plain function with a sync span: the C traced wrapper has no sync call, so a
     ``with`` around the call (the sync itself costs far more than this frame)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import inspect
 
 import pytest
@@ -112,3 +113,80 @@ def test_traced_function_passes_args_kwargs_and_returns():
 
     assert f(1, 2, a=3) == ((1, 2), {"a": 3})
     assert hotspan.drain().num_rows == 1
+
+
+# --------------------------------------------------------------------------- pickling
+
+
+@hotspan.traced("pooled", "work", arg=7)
+def pooled(x):
+    return x * 3
+
+
+def square(x):
+    return x * x
+
+
+def test_a_traced_function_pickles_by_reference_as_a_function_does():
+    """multiprocessing sends a Pool's function to its workers pickled: a decorated function
+    is its module's attribute, so it pickles as its name and comes back as the same object
+    (as a function, or functools.lru_cache's wrapper, does)."""
+    import pickle
+
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(load_batch, protocol)) is load_batch
+        assert pickle.loads(pickle.dumps(Model.forward, protocol)) is Model.forward
+    bound = pickle.loads(pickle.dumps(Model().fused))
+    assert bound(1) == 2
+    assert [r["name"] for r in rows(hotspan.drain())] == ["Model.fused"]
+
+
+def test_a_traced_function_under_another_name_pickles_by_value():
+    """traced(f) kept elsewhere (``pool.map(hotspan.traced(f), ...)``): its name is f's,
+    another object, so it travels as f (by reference) and its span, wrapped again."""
+    import pickle
+
+    wrapped = hotspan.traced(square, name="sq", category="math", arg=5)
+    plain = hotspan.traced(square)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        again = pickle.loads(pickle.dumps(wrapped, protocol))
+        assert type(again) is type(wrapped) and again is not wrapped
+        assert (again.span_name, again.span_category, again.__wrapped__) == ("sq", "math", square)
+        assert again(4) == 16
+        assert pickle.loads(pickle.dumps(plain, protocol))(3) == 9
+    rs = rows(hotspan.drain())
+    assert len(rs) == 2 * (pickle.HIGHEST_PROTOCOL + 1)
+    by_value = rs[::2]
+    assert all((r["name"], r["category"], r["arg"]) == ("sq", "math", 5) for r in by_value)
+    assert all((r["name"], r["category"], r["arg"]) == ("square", None, None) for r in rs[1::2])
+
+
+def test_a_traced_function_that_cannot_be_found_again_says_why():
+    """A local function pickles no more than the function itself would: a clear error."""
+    import pickle
+
+    @hotspan.traced
+    def local(x):
+        return x
+
+    with pytest.raises((pickle.PicklingError, AttributeError), match="local"):
+        pickle.dumps(local)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_pool_maps_a_traced_function_and_every_call_is_a_span(tmp_path, method):
+    """The case that failed: ``Pool.map`` over a ``@traced`` function raised "cannot pickle
+    'hotspan.traced_function' object" before any worker ran it."""
+    import multiprocessing as mp
+
+    run = tmp_path / "run"
+    with hotspan.record(run):
+        with mp.get_context(method).Pool(2) as pool:
+            assert pool.map(pooled, range(6)) == [0, 3, 6, 9, 12, 15]
+            assert pool.map(hotspan.traced(square, name="sq"), range(4)) == [0, 1, 4, 9]
+    table = hotspan.load(run)
+    names = table.column("name").to_pylist()
+    assert names.count("pooled") == 6 and names.count("sq") == 4
+    # every span from a worker: the parent only handed the function out
+    workers = set(table.column("pid").to_pylist())
+    assert workers and os.getpid() not in workers

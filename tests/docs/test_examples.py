@@ -28,11 +28,14 @@ FENCE = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 
-# Runs the examples of one page, in order, in one namespace; says which one failed.
+# Runs the examples of one page, in order, in one namespace; says which one failed. The
+# namespace is the __main__ module's, as a script's is: pickle finds a function an example
+# defines there (a pool's function is sent to its workers by name).
 RUNNER = r"""
-import json, sys, traceback
+import json, sys, traceback, types
 examples = json.load(sys.stdin)
-namespace = {"__name__": "__main__"}
+main = sys.modules["__main__"] = types.ModuleType("__main__")
+namespace = main.__dict__
 for line, code in examples:
     try:
         exec(compile(code, f"{sys.argv[1]}:{line}", "exec"), namespace)
