@@ -708,8 +708,11 @@ static PyObject *traced_make(hs_site *site, int64_t arg, uint32_t flags, PyObjec
 
 static PyObject *span_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     SpanObject *s = (SpanObject *)self;
+    /* A classmethod object is not callable; the package's hook puts it back around the traced
+       function, as it does a staticmethod. */
     if ((kwargs && PyDict_GET_SIZE(kwargs)) || PyTuple_GET_SIZE(args) != 1 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(args, 0))) {
+        !(PyCallable_Check(PyTuple_GET_ITEM(args, 0)) ||
+          (decorate_with && PyObject_TypeCheck(PyTuple_GET_ITEM(args, 0), &PyClassMethod_Type)))) {
         PyErr_SetString(PyExc_TypeError, "a hotspan.span used as a decorator takes one callable");
         return NULL;
     }

@@ -428,7 +428,7 @@ def traced(
             return decorated
 
         return decorate
-    if not callable(fn):
+    if not callable(fn) and not isinstance(fn, classmethod):
         raise TypeError(f"traced(): expected a function or a name, not {type(fn).__name__}")
     return _decorate(fn, name, category, arg, sync)
 
@@ -459,6 +459,11 @@ def _wrap_sync(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:
 def _decorate(
     func: Any, name: str | None, category: str | None, arg: int | None, sync: Any = None
 ) -> Any:
+    if isinstance(func, (staticmethod, classmethod)):
+        # Above @staticmethod or @classmethod: the function under it traced, then put back
+        # under the same descriptor, so that it binds as it did (a static method called on
+        # an instance must not get the instance, a class method must get the class).
+        return type(func)(_decorate(func.__func__, name, category, arg, sync))
     if not callable(func):
         raise TypeError(f"traced(): expected a callable, not {type(func).__name__}")
     if name is None:
@@ -481,6 +486,8 @@ def _decorate(
 
 def _decorate_with(span_obj: Any, func: Any) -> Any:
     """``@hotspan.span(...)`` on a function (called by the C type)."""
+    if isinstance(func, (staticmethod, classmethod)):  # as in _decorate
+        return type(func)(_decorate_with(span_obj, func.__func__))
     if getattr(span_obj, "device", None) is not None:
         return _decorate_device(span_obj, func)
     return _decorate(

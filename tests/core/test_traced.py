@@ -50,6 +50,56 @@ def test_methods_bind_and_record_qualname():
     assert rs[2]["category"] == "compute" and rs[2]["arg"] == 64
 
 
+class Registry:
+    scale = 10
+
+    @hotspan.traced
+    @staticmethod
+    def parse(x):
+        return int(x)
+
+    @hotspan.traced("Registry.build", "setup")
+    @classmethod
+    def build(cls, x):
+        return cls.scale * x
+
+    @hotspan.span("Registry.fetch", "io")
+    @staticmethod
+    async def fetch(x):
+        return x
+
+    @hotspan.span("Registry.make")
+    @classmethod
+    def make(cls):
+        return cls.__name__
+
+
+def test_traced_over_staticmethod_and_classmethod_keeps_their_binding():
+    """``@traced`` (or a span as a decorator) above ``@staticmethod`` or ``@classmethod``:
+    the method binds as the descriptor under it says (no instance passed to a static
+    method; the class to a class method), and each call is a span under the function's
+    qualified name. Before, a static method called on an instance got the instance as its
+    first argument, and a class method could not be decorated at all."""
+    registry = Registry()
+    assert Registry.parse("3") == 3 and registry.parse("4") == 4
+    assert Registry.build(2) == 20 and registry.build(3) == 30
+    assert asyncio.run(registry.fetch(7)) == 7
+    assert registry.make() == "Registry" and Registry.make() == "Registry"
+    rs = rows(hotspan.drain())
+    assert [(r["name"], r["category"]) for r in rs] == [
+        ("Registry.parse", None),
+        ("Registry.parse", None),
+        ("Registry.build", "setup"),
+        ("Registry.build", "setup"),
+        ("Registry.fetch", "io"),
+        ("Registry.make", None),
+        ("Registry.make", None),
+    ]
+    assert not any(r["error"] for r in rs)
+    assert isinstance(Registry.__dict__["parse"], staticmethod)
+    assert isinstance(Registry.__dict__["build"], classmethod)
+
+
 def test_traced_with_keywords_and_nesting():
     @hotspan.traced(name="inner", category="io")
     def inner():
