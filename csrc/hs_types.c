@@ -739,7 +739,38 @@ static PyObject *span_get_arg(SpanObject *s, void *c) {
     return Py_NewRef(s->arg_obj ? s->arg_obj : Py_None);
 }
 
+/* Pickled (and copied) as what made it: hotspan.span(name, category, arg=, sync=, device=,
+ * stream=) again, a new span like this one (hotspan._api._unpickle_span), so that an object
+ * holding a reused span goes to spawned workers, or through copy.deepcopy. Open or not,
+ * the copy is closed: a span's open state belongs to the threads that entered it. */
+static PyObject *span_reduce(PyObject *self, PyObject *unused) {
+    (void)unused;
+    SpanObject *s = (SpanObject *)self;
+    static const char *const given[] = {"sync", "device", "stream"}; /* the subtypes' */
+    PyObject *keywords = PyDict_New(), *api = NULL, *rebuild = NULL;
+    if (!keywords) return NULL;
+    if (s->arg_obj && PyDict_SetItemString(keywords, "arg", s->arg_obj) < 0) goto fail;
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+        if (!PyObject_HasAttrString(self, given[i])) continue; /* a plain span: none of them */
+        PyObject *v = PyObject_GetAttrString(self, given[i]);
+        if (!v) goto fail;
+        int rc = v == Py_None ? 0 : PyDict_SetItemString(keywords, given[i], v);
+        Py_DECREF(v);
+        if (rc < 0) goto fail;
+    }
+    api = PyImport_ImportModule("hotspan._api");
+    if (!api) goto fail;
+    rebuild = PyObject_GetAttrString(api, "_unpickle_span");
+    Py_DECREF(api);
+    if (!rebuild) goto fail;
+    return Py_BuildValue("(N(OON))", rebuild, s->name, s->category ? s->category : Py_None, keywords);
+fail:
+    Py_DECREF(keywords);
+    return NULL;
+}
+
 static PyMethodDef span_methods[] = {
+    {"__reduce__", (PyCFunction)span_reduce, METH_NOARGS, "How pickle and copy send it: as the arguments that made it."},
     {"__enter__", (PyCFunction)(void (*)(void))span_enter, METH_FASTCALL, "Open the span on this thread."},
     {"__exit__", (PyCFunction)(void (*)(void))span_exit, METH_FASTCALL,
      "Close the span; an exception marks it error=True and propagates."},

@@ -433,6 +433,11 @@ def traced(
     return _decorate(fn, name, category, arg, sync)
 
 
+def _unpickle_span(name: str, category: str | None, keywords: dict[str, Any]) -> Any:
+    """A span pickled or copied (see ``span.__reduce__``): a new one, made as it was."""
+    return _native.span(name, category, **keywords)
+
+
 def _unpickle_traced(func: Any, name: str, category: str | None, arg: int | None) -> Any:
     """A traced function pickled by value (``traced(f)`` kept under another name than
     ``f``'s; see ``traced_function.__reduce__``): ``f`` wrapped again, as ``traced`` did."""

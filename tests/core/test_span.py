@@ -281,3 +281,65 @@ def test_methods_through_the_class_and_exit_stack():
         "<method '__enter__'"
     )
     assert hotspan.span.__exit__.__doc__
+
+
+# --------------------------------------------------------------------------- pickling
+
+
+def flush_device():
+    """A sync function that pickles (by reference)."""
+
+
+class LoaderWithSpan:
+    """The reused-span pattern: a span made once, kept on the object, entered per item
+    (a Dataset handed to spawned DataLoader workers, a module deep-copied for an EMA)."""
+
+    def __init__(self):
+        self.span = hotspan.span("load_item", "data", arg=4)
+        self.sync_span = hotspan.span("flush", sync=flush_device)
+
+    def __call__(self, i):
+        with self.span:
+            with self.sync_span:
+                pass
+        return i
+
+
+def test_a_span_pickles_and_copies_as_a_new_span_like_it():
+    """An object holding a span pickles (spawned workers) and deep-copies: each span comes
+    back as a new span with the same name, category, arg and sync, recording as the first
+    did. Before, "cannot pickle 'hotspan.span' object"."""
+    import copy
+    import pickle
+
+    loader = LoaderWithSpan()
+    copies = [copy.copy(loader), copy.deepcopy(loader)] + [
+        pickle.loads(pickle.dumps(loader, protocol))
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1)
+    ]
+    for again in copies[1:]:
+        assert again.span is not loader.span
+        assert type(again.span) is type(loader.span)
+        assert (again.span.name, again.span.category, again.span.arg) == ("load_item", "data", 4)
+        assert type(again.sync_span) is type(loader.sync_span)
+        assert again.sync_span.sync is flush_device
+        assert again(7) == 7
+    rs = rows(hotspan.drain())
+    assert [(r["name"], r["category"], r["arg"]) for r in rs[::2]] == [("flush", "data", None)] * (
+        len(copies) - 1
+    )
+    assert [(r["name"], r["category"], r["arg"]) for r in rs[1::2]] == [
+        ("load_item", "data", 4)
+    ] * (len(copies) - 1)
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_a_pool_runs_an_object_holding_a_span(tmp_path, method):
+    import multiprocessing as mp
+
+    run = tmp_path / "run"
+    with hotspan.record(run):
+        with mp.get_context(method).Pool(2) as pool:
+            assert pool.map(LoaderWithSpan(), range(5)) == list(range(5))
+    names = hotspan.load(run).column("name").to_pylist()
+    assert names.count("load_item") == 5 and names.count("flush") == 5

@@ -287,6 +287,27 @@ def test_device_span_as_decorator_and_reused_object(gpu):
     assert all(by_id[d["parent_id"]]["name"] == d["name"] for d in device)
 
 
+def test_a_device_span_copies_with_its_device_and_stream(gpu):
+    """copy.deepcopy (an EMA copy of a model that holds its spans) makes a new device span
+    on the same device and stream, which records its pair as the first one does."""
+    import copy
+
+    s = hotspan.span("copied", "gpu", device="cuda", stream=7, arg=2)
+    again = copy.deepcopy(s)
+    assert again is not s and type(again) is type(s)
+    assert (again.name, again.category, again.arg, again.device, again.stream) == (
+        "copied",
+        "gpu",
+        2,
+        "cuda",
+        7,
+    )
+    with again:
+        gpu.launch(MS)
+    host, device = split(hotspan.drain(wait_device=True))
+    assert [r["name"] for r in host] == [r["name"] for r in device] == ["copied"]
+
+
 def test_device_spans_on_many_threads_each_get_their_row(gpu):
     def work():
         for _ in range(100):
