@@ -770,10 +770,10 @@ fail:
 }
 
 static PyMethodDef span_methods[] = {
-    {"__reduce__", (PyCFunction)span_reduce, METH_NOARGS, "How pickle and copy send it: as the arguments that made it."},
     {"__enter__", (PyCFunction)(void (*)(void))span_enter, METH_FASTCALL, "Open the span on this thread."},
     {"__exit__", (PyCFunction)(void (*)(void))span_exit, METH_FASTCALL,
      "Close the span; an exception marks it error=True and propagates."},
+    {"__reduce__", (PyCFunction)span_reduce, METH_NOARGS, "How pickle and copy send it: as the arguments that made it."},
     {NULL, NULL, 0, NULL},
 };
 
