@@ -9,6 +9,16 @@ import sys
 import textwrap
 
 
+#: True in .ci/sanitize's TSan run (the runtime preloaded into the interpreter).
+UNDER_TSAN = "libtsan" in os.environ.get("LD_PRELOAD", "")
+#: Why a test that forks a process pool while the recording's threads run is left to the
+#: other runs (the quick and slow tiers, ASan): a child forked from a multithreaded process
+#: can inherit one of TSan's own locks held by another thread, and hang in TSan's runtime.
+TSAN_FORKED_POOLS = (
+    "under TSan a pool worker forked beside running threads can hang in TSan's runtime"
+)
+
+
 def rows(table):
     """The table as a list of dicts with plain Python values (dictionaries decoded)."""
     return table.to_pylist()

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import hotspan
-from _util import rows
+from _util import TSAN_FORKED_POOLS, UNDER_TSAN, rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -333,7 +333,10 @@ def test_a_span_pickles_and_copies_as_a_new_span_like_it():
     ] * (len(copies) - 1)
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize(
+    "method",
+    ["spawn", pytest.param("fork", marks=pytest.mark.skipif(UNDER_TSAN, reason=TSAN_FORKED_POOLS))],
+)
 def test_a_pool_runs_an_object_holding_a_span(tmp_path, method):
     import multiprocessing as mp
 
