@@ -19,6 +19,13 @@ TSAN_FORKED_POOLS = (
 )
 
 
+#: True where a fresh interpreter cannot be this one's own executable (.ci/arm64 runs an
+#: arm64 CPython under qemu-user: see python_command), so a spawned pool worker, which
+#: multiprocessing starts with ``sys.executable``, cannot start at all.
+CANNOT_SPAWN = bool(os.environ.get("HOTSPAN_TEST_PYTHON"))
+CANNOT_SPAWN_WHY = "multiprocessing spawns sys.executable, which this emulated run cannot exec"
+
+
 def rows(table):
     """The table as a list of dicts with plain Python values (dictionaries decoded)."""
     return table.to_pylist()

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import hotspan
-from _util import TSAN_FORKED_POOLS, UNDER_TSAN, rows
+from _util import CANNOT_SPAWN, CANNOT_SPAWN_WHY, TSAN_FORKED_POOLS, UNDER_TSAN, rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -335,7 +335,10 @@ def test_a_span_pickles_and_copies_as_a_new_span_like_it():
 
 @pytest.mark.parametrize(
     "method",
-    ["spawn", pytest.param("fork", marks=pytest.mark.skipif(UNDER_TSAN, reason=TSAN_FORKED_POOLS))],
+    [
+        pytest.param("spawn", marks=pytest.mark.skipif(CANNOT_SPAWN, reason=CANNOT_SPAWN_WHY)),
+        pytest.param("fork", marks=pytest.mark.skipif(UNDER_TSAN, reason=TSAN_FORKED_POOLS)),
+    ],
 )
 def test_a_pool_runs_an_object_holding_a_span(tmp_path, method):
     import multiprocessing as mp

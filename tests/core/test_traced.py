@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 import hotspan
-from _util import TSAN_FORKED_POOLS, UNDER_TSAN, rows
+from _util import CANNOT_SPAWN, CANNOT_SPAWN_WHY, TSAN_FORKED_POOLS, UNDER_TSAN, rows
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -225,7 +225,10 @@ def test_a_traced_function_that_cannot_be_found_again_says_why():
 
 @pytest.mark.parametrize(
     "method",
-    [pytest.param("fork", marks=pytest.mark.skipif(UNDER_TSAN, reason=TSAN_FORKED_POOLS)), "spawn"],
+    [
+        pytest.param("fork", marks=pytest.mark.skipif(UNDER_TSAN, reason=TSAN_FORKED_POOLS)),
+        pytest.param("spawn", marks=pytest.mark.skipif(CANNOT_SPAWN, reason=CANNOT_SPAWN_WHY)),
+    ],
 )
 def test_a_pool_maps_a_traced_function_and_every_call_is_a_span(tmp_path, method):
     """The case that failed: ``Pool.map`` over a ``@traced`` function raised "cannot pickle
