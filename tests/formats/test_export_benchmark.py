@@ -57,8 +57,9 @@ def test_a_small_run_prints_every_codecs_floor_beside_its_target(tmp_path):
         text=True,
         timeout=300,
     )
-    # exit 1: a run this small misses the 10 M spans/s targets (the fixed costs dominate)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    # exit 1: a run this small misses the 10 M spans/s targets (the fixed costs dominate);
+    # --no-reference needs no more than the test extra (orjson is the bench extra's)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     targets = [line for line in proc.stdout.splitlines() if "export >= 10 M spans/s" in line]
     assert len(targets) == 3
     assert all("its bytes alone" in line for line in targets), targets
