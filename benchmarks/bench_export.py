@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import pyarrow as pa
 import hotspan.formats as hotspan_export  # noqa: E402
 from hotspan._schema import META_HOST, META_START, META_VERSION, TRACE_SCHEMA  # noqa: E402
 from hotspan._selftime import with_self_ns  # noqa: E402
+from hotspan.formats._chrome_json import WRITE_BLOCK  # noqa: E402  (the floor's blocks)
 
 # One training step: (name, category, depth, offset, duration, arg kind) in ticks of a
 # step scaled per step; children nest inside their parent by construction.
@@ -205,10 +207,6 @@ def _load_average() -> str:
         return "unknown"
 
 
-#: The export's block: the floor writes the same bytes the way the codecs do.
-_BLOCK = 4 << 20
-
-
 def _writeback_hint():
     """``sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE)`` through libc (Linux; else
     None): the codecs start each block's writeback as they write it, so the floor does too."""
@@ -239,8 +237,8 @@ def disk_floor(data: bytes, path: Path, repeat: int, after_each=None) -> tuple[f
         part = path.with_name(f".{path.name}.part")
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            for block in range(0, len(view), _BLOCK):
-                offset, end = block, min(block + _BLOCK, len(view))
+            for block in range(0, len(view), WRITE_BLOCK):
+                offset, end = block, min(block + WRITE_BLOCK, len(view))
                 while offset < end:
                     offset += os.write(fd, view[offset:end])
                 if hint is not None:
@@ -387,7 +385,7 @@ def main() -> int:
             ok = value >= GOAL
             failed += not ok
             floor = ""
-            if step == "export" and floor_s == floor_s:  # not NaN: measured
+            if step == "export" and not math.isnan(floor_s):  # measured
                 floor = (
                     f"; its bytes alone {n / floor_s / 1e6:.1f}, {wall / floor_s:.2f}x their time"
                 )

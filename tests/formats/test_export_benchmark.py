@@ -27,7 +27,7 @@ def bench():
 
 def test_the_floor_writes_the_files_bytes_over_the_last_ones(bench, tmp_path):
     # more than one of the exporter's blocks, the last one short
-    data = os.urandom(2 * bench._BLOCK + 12345)
+    data = os.urandom(2 * bench.WRITE_BLOCK + 12345)
     target = tmp_path / "out.floor"
     written = []
 

@@ -194,6 +194,17 @@ cdef inline int64_t rank_of(const Ranks* r, Py_ssize_t i) noexcept nogil:
     return r.max_depth - r.min_depth + 1 + 2 * (r.depth[i] - r.min_depth) + (r.duration[i] > 0)
 
 
+cdef inline int64_t* rank_array(const Ranks* r, Py_ssize_t n) except NULL:
+    """Every row's rank (malloc'd; the caller frees it)."""
+    cdef Py_ssize_t i
+    cdef int64_t* rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
+    if rank == NULL:
+        raise MemoryError()
+    for i in range(n):
+        rank[i] = rank_of(r, i)
+    return rank
+
+
 cdef inline int keys_by_thread(Py_ssize_t n, const int32_t* thread, const int64_t* start,
                                const Ranks* rank, int64_t min_start, int bits_start, int bits_rank,
                                int32_t max_thread, uint64_t* key, uint32_t* order,
@@ -342,11 +353,7 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
         bits_thread = bit_length(<uint64_t>max_thread)
         ranks = Ranks(duration, depth, closing, min_depth, max_depth)
         if rank_out != NULL:
-            rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
-            if rank == NULL:
-                raise MemoryError()
-            for i in range(n):
-                rank[i] = rank_of(&ranks, i)
+            rank = rank_array(&ranks, n)
         if in_trace_order(n, thread, start, &ranks):
             for i in range(n):  # what the stable sort below would give: no row moves
                 order[i] = <uint32_t>i
@@ -372,11 +379,7 @@ cdef inline uint32_t* trace_order(Py_ssize_t n, const int64_t* start, const int6
             # enough for numpy's general sort.
             import numpy as np
             if rank == NULL:
-                rank = <int64_t*>malloc(n * sizeof(int64_t) + 1)
-                if rank == NULL:
-                    raise MemoryError()
-                for i in range(n):
-                    rank[i] = rank_of(&ranks, i)
+                rank = rank_array(&ranks, n)
             by = np.lexsort((np.asarray(<int64_t[:n]>rank), np.asarray(<int64_t[:n]><int64_t*>start),
                              np.asarray(<int32_t[:n]><int32_t*>thread))).astype(np.uint32)
             for i in range(n):
