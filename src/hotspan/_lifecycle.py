@@ -144,12 +144,15 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _sigterm_stop
+    global _sigterm_stop, _in_child_fork_steps
     _sigterm_stop = None  # the parent's recorder; the recorder step registers the child's own
+    _in_child_fork_steps = True
     try:
         _run(_child, FORK_STEPS)
+        _in_child_fork_steps = False
         _call(_sigterm_in_child)
     finally:
+        _in_child_fork_steps = False
         _release_sigterm()
 
 
@@ -234,6 +237,9 @@ def _finalize_with_multiprocessing(owner: Stoppable) -> None:
 #: long it may take before the process dies anyway.
 _sigterm_stop: "tuple[Callable[[], None], float] | None" = None
 _fork_sigmask: "set[int] | None" = None
+#: A forked child is running its fork steps: SIGTERM's handler and thread wait for
+#: ``_sigterm_in_child``, which sets them up once.
+_in_child_fork_steps = False
 
 
 def flush_on_sigterm(stop: Callable[[], None], timeout_s: float) -> None:
@@ -245,6 +251,11 @@ def flush_on_sigterm(stop: Callable[[], None], timeout_s: float) -> None:
     worker forever. Called again (a child's recorder), it replaces ``stop``."""
     global _sigterm_stop
     _sigterm_stop = (stop, timeout_s)
+    if _in_child_fork_steps:
+        # Not now: ``_sigterm_in_child`` gives the child its own handler's pipe after the
+        # steps, and a SIGTERM written to a pipe installed here in between was lost (a pool
+        # terminated as its worker started: the worker slept in its queue forever).
+        return
     if _native._sigterm_installed():
         return  # the thread is running (or, in a forked child, starts after the fork steps)
     if not _native._sigterm_install():
@@ -296,17 +307,24 @@ def _sigterm_thread() -> None:
 
 
 def _sigterm_in_child() -> None:
-    """The child inherits the C handler but not the thread that acts on it: start one where
-    the child records (the recorder step registered its stop), or give SIGTERM back its
-    default action where it does not (nothing would act on it: the child could never be
-    terminated)."""
-    if not _native._sigterm_installed():
+    """The child inherits the C handler (with the parent's pipe) but not the thread that acts
+    on it: where the child records (the recorder step registered its stop), give it a pipe of
+    its own, or the handler where the parent had none, and start the thread, once; where it
+    does not, give SIGTERM back its default action (nothing would act on it: the child could
+    never be terminated). A SIGTERM before this is blocked (the parent's handler: see
+    ``_hold_sigterm``) or takes its default action (none yet)."""
+    global _sigterm_stop
+    if _native._sigterm_installed():
+        _native._sigterm_after_fork_child()
+        if _sigterm_stop is None:
+            _native._sigterm_uninstall()
+            return
+    elif _sigterm_stop is None:
         return
-    _native._sigterm_after_fork_child()
-    if _sigterm_stop is not None:
-        _start_sigterm_thread()
-    else:
-        _native._sigterm_uninstall()
+    elif not _native._sigterm_install():
+        _sigterm_stop = None
+        return  # the program has a handler of its own
+    _start_sigterm_thread()
 
 
 def _hold_sigterm() -> None:

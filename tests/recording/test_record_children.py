@@ -249,3 +249,71 @@ def test_a_recording_never_loads_multiprocessing_yet_children_of_a_later_import_
     )
     assert done.returncode == 0, done.stderr
     assert hotspan.load(out).column("arg").to_pylist() == [7]
+
+
+#: How many forked children each get a SIGTERM at the worst moment of their start: before the
+#: fix about one in ten slept forever, so 40 fail that build almost surely (0.9 ** 40 < 2%).
+SIGTERM_DURING_START_FORKS = 40
+
+SIGTERM_DURING_START = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    import hotspan
+    from hotspan import _lifecycle
+
+    # Fault injection at the moment a pool's terminate() can reach a worker still starting:
+    # the child's recorder has started (and its SIGTERM is looked after), the process's last
+    # fork steps have not run yet.
+    recorder_step = _lifecycle._child["recorder"]
+
+    def recorder_step_then_sigterm():
+        recorder_step()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    _lifecycle._child["recorder"] = recorder_step_then_sigterm
+    ends = []
+    with hotspan.record(sys.argv[1], flush_interval=0.2):
+        for _ in range(int(sys.argv[2])):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.read(r, 1)  # asleep, as a pool worker waits on its queue
+                os._exit(0)
+            os.close(r)
+            deadline = time.monotonic() + 30
+            while not os.waitpid(pid, os.WNOHANG)[0]:
+                if time.monotonic() > deadline:
+                    ends.append("slept through its SIGTERM")
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.005)
+            else:
+                ends.append("ended")
+            os.close(w)
+    print(json.dumps(ends))
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+@pytest.mark.parametrize("how", ["record", "HOTSPAN_OUT"])
+def test_a_sigterm_reaching_a_forked_child_as_it_starts_ends_it(tmp_path, how):
+    # Was (CI, stop 40): a fork pool's worker terminated while it started its recording slept
+    # in its queue forever, and terminate() with it. The child installed the SIGTERM handler
+    # and thread, then replaced the handler's pipe (the fork's own step), losing a signal
+    # written to the first pipe in between.
+    script = tmp_path / "prog.py"
+    script.write_text(SIGTERM_DURING_START)
+    out = str(tmp_path / "run") + "/"
+    extra = {"HOTSPAN_OUT": str(tmp_path / "env-run")} if how == "HOTSPAN_OUT" else {}
+    done = subprocess.run(
+        [sys.executable, str(script), out, str(SIGTERM_DURING_START_FORKS)],
+        env=env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    ends = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ends == ["ended"] * SIGTERM_DURING_START_FORKS
