@@ -226,7 +226,9 @@ def load_counters(path: str | os.PathLike[str]) -> pa.Table:
     :raises hotspan.formats.TraceFileError: (a ``ValueError``) naming the file and what is
         wrong with it.
     """
-    path = Path(path)
+    from .formats._uri import local_path
+
+    path = Path(local_path(path))
     if path.is_dir():
         folder = path if path.name == RUN_FOLDER else path / RUN_FOLDER
         for attempt in range(LIST_ATTEMPTS):

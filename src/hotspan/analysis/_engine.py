@@ -65,15 +65,17 @@ def stream_min_bytes() -> int:
 
 
 def paths_of(spans: Any) -> list[str] | None:
-    """``spans`` as a list of paths, or None when it is a table."""
+    """``spans`` as a list of paths (``~`` expanded), or None when it is a table."""
+    from ..formats._uri import local_path
+
     if isinstance(spans, (str, os.PathLike)):
-        return [os.fspath(spans)]
+        return [local_path(spans)]
     if (
         isinstance(spans, (list, tuple))
         and spans
         and all(isinstance(p, (str, os.PathLike)) for p in spans)
     ):
-        return [os.fspath(p) for p in spans]
+        return [local_path(p) for p in spans]
     return None
 
 

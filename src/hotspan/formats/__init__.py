@@ -46,6 +46,9 @@ def export(
     ``counters``: a counter table written beside the spans, by the formats that hold
     counters (Chrome JSON, Perfetto); ``ValueError`` for another. Returns the path written.
     """
+    from ._uri import local_path
+
+    path = local_path(path)
     exporter_for(path, format).write(table, path, counters=counters)
     return Path(path)
 
@@ -72,15 +75,18 @@ def load(
     ``run``: of a dataset holding several runs, only that one (its id: ``hotspan runs DIR``
     lists them; a directory of several runs loads whole with a warning naming them).
     """
-    if not isinstance(path, Path) and "://" in str(os.fspath(path)):
+    from ._uri import local_path
+
+    path = local_path(path)
+    if "://" in path:
         from ._uri import is_uri
 
         if is_uri(path):
             from .dataset import load_uri
 
             # s3://, gs://, hdfs://, file://: a dataset or one file there
-            return load_uri(os.fspath(path), format, check=check, run=run)
-    if format is None and (os.path.isdir(path) or str(os.fspath(path)).endswith(("/", os.sep))):
+            return load_uri(path, format, check=check, run=run)
+    if format is None and (os.path.isdir(path) or path.endswith(("/", os.sep))):
         from .dataset import load_dataset
 
         return load_dataset(path, check=check, run=run)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["FS_SCHEMES", "is_uri", "redact_uri"]
+__all__ = ["FS_SCHEMES", "is_uri", "local_path", "redact_uri"]
 
 #: The schemes ``pyarrow.fs.FileSystem.from_uri`` opens (local, S3, Google Cloud Storage,
 #: HDFS, Azure; ``mock`` is pyarrow's in-memory one).
@@ -36,6 +36,16 @@ def is_uri(path: str | os.PathLike[str]) -> bool:
     local path; ``grpc://`` (a collector) is not a file system."""
     scheme = scheme_of(path)
     return scheme is not None and not scheme.startswith("grpc")
+
+
+def local_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a string, a leading ``~`` or ``~user`` expanded as the shell (and pandas)
+    would: ``load("~/runs/a")`` reads the home folder's run, not a folder named ``~``. A URI
+    (``s3://...``, ``grpc://...``) is left as it is."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = text.decode(errors="surrogateescape")
+    return os.path.expanduser(text) if text.startswith("~") else text
 
 
 def redact_uri(text: str | os.PathLike[str]) -> str:

@@ -105,9 +105,10 @@ class Recorder:
             )
         if isinstance(buffer_spans, bool) or not isinstance(buffer_spans, int) or buffer_spans < 0:
             raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
-        from ..formats._uri import redact_uri
+        from ..formats._uri import local_path, redact_uri
 
-        self._target = os.fspath(dest)  # as given: a forked child records to it too
+        dest = local_path(dest)  # "~/runs/a": the home folder's, as the shell would
+        self._target = dest  # as given: a forked child records to it too
         self.dest = redact_uri(self._target)  # shown in messages and events: no credentials
         self.flush_interval = float(flush_interval)
         self.stop_timeout = float(stop_timeout)
