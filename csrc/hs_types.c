@@ -1087,34 +1087,41 @@ done:
 
 /* Pickled as a function is: by reference where its module's attribute of its qualified
  * name is this very object (the decorator's case; functools.lru_cache's wrapper does the
- * same), so multiprocessing can hand it to a pool's workers. Elsewhere (traced(f) kept
- * under another name) by value: the function, itself by reference, and the span's name,
- * category and arg, wrapped again where it is unpickled (hotspan._api._unpickle_traced). */
-static PyObject *traced_reduce(PyObject *self, PyObject *unused) {
-    (void)unused;
+ * same), so multiprocessing can hand it to a pool's workers; hotspan._api._reduce_named_traced
+ * says how (in __main__, as the function it wraps, for cloudpickle's sake). Elsewhere
+ * (traced(f) kept under another name) by value: the function, itself by reference, and the
+ * span's name, category and arg, wrapped again where it is unpickled
+ * (hotspan._api._unpickle_traced). */
+static PyObject *traced_reduce_ex(PyObject *self, PyObject *protocol) {
     TracedObject *t = (TracedObject *)self;
     PyObject *named = traced_named_object(self);
     Py_XDECREF(named);
-    if (named == self) return PyObject_GetAttrString(self, "__qualname__");
     if (!t->func) {
+        if (named == self) return PyObject_GetAttrString(self, "__qualname__");
         PyErr_SetString(PyExc_TypeError, "cannot pickle a cleared hotspan.traced_function");
         return NULL;
     }
     PyObject *api = PyImport_ImportModule("hotspan._api");
     if (!api) return NULL;
-    PyObject *rebuild = PyObject_GetAttrString(api, "_unpickle_traced");
+    PyObject *reduce = PyObject_GetAttrString(api, named == self ? "_reduce_named_traced" : "_unpickle_traced");
     Py_DECREF(api);
-    if (!rebuild) return NULL;
+    if (!reduce) return NULL;
     PyObject *arg = (t->flags & HS_F_ARG) ? PyLong_FromLongLong(t->arg) : Py_NewRef(Py_None);
     if (!arg) {
-        Py_DECREF(rebuild);
+        Py_DECREF(reduce);
         return NULL;
     }
-    return Py_BuildValue("(N(OOON))", rebuild, t->func, t->name, t->category ? t->category : Py_None, arg);
+    PyObject *category = t->category ? t->category : Py_None;
+    if (named == self) {
+        PyObject *how = PyObject_CallFunction(reduce, "OOOONO", self, t->func, t->name, category, arg, protocol);
+        Py_DECREF(reduce);
+        return how;
+    }
+    return Py_BuildValue("(N(OOON))", reduce, t->func, t->name, category, arg);
 }
 
 static PyMethodDef traced_methods[] = {
-    {"__reduce__", (PyCFunction)traced_reduce, METH_NOARGS, "How pickle sends it: by reference, as a function."},
+    {"__reduce_ex__", (PyCFunction)traced_reduce_ex, METH_O, "How pickle sends it: by reference, as a function."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -440,12 +440,44 @@ def _unpickle_span(name: str, category: str | None, keywords: dict[str, Any]) ->
 
 def _unpickle_traced(func: Any, name: str, category: str | None, arg: int | None) -> Any:
     """A traced function pickled by value (``traced(f)`` kept under another name than
-    ``f``'s; see ``traced_function.__reduce__``): ``f`` wrapped again, as ``traced`` did."""
+    ``f``'s, or one of ``__main__``; see ``traced_function.__reduce_ex__``): ``f`` wrapped
+    again, as ``traced`` did."""
     import functools
 
-    wrapper = _native._wrap(func, name, category, arg=arg)
+    wrapper: Any = _native._wrap(func, name, category, arg=arg)
     functools.update_wrapper(wrapper, func)
+    if wrapper.__qualname__.endswith(_WRAPPED):  # see _reduce_named_traced
+        wrapper.__qualname__ = wrapper.__qualname__[: -len(_WRAPPED)]
     return wrapper
+
+
+_WRAPPED = ".__wrapped__"
+
+
+def _reduce_named_traced(
+    traced_fn: Any, func: Any, name: str, category: str | None, arg: int | None, protocol: int
+) -> Any:
+    """How a traced function that its module names is pickled (``traced_function``'s
+    ``__reduce_ex__``): by that name, as a function is; but in ``__main__`` (a script, a
+    notebook), as the function it wraps plus its span. cloudpickle (Spark, Dask, Ray) sends
+    a function of ``__main__`` by value, since the processes that run it have no such
+    ``__main__``: a name alone failed there ("Can't get attribute"). pickle itself still
+    sends that function by name, found at ``<name>.__wrapped__`` (multiprocessing's workers
+    run the same ``__main__``): its ``__qualname__`` says so from the first pickling on,
+    the name it had being the wrapper's now. Protocols before 4 would pickle a dotted name
+    as this very object again, inside itself: those keep the name."""
+    import types
+
+    qualname: str = traced_fn.__qualname__
+    if protocol < 4 or getattr(traced_fn, "__module__", None) != "__main__":
+        return qualname
+    wrapped = getattr(traced_fn, "__wrapped__", None)
+    if not isinstance(func, types.FunctionType) or id(wrapped) != id(func):  # found there
+        return qualname
+    if func.__qualname__ not in (qualname, qualname + _WRAPPED):
+        return qualname
+    func.__qualname__ = qualname + _WRAPPED
+    return (_unpickle_traced, (func, name, category, arg))
 
 
 def _wrap_sync(span_obj: Any, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,6 +1,6 @@
 """Type stub of hotspan's compiled core (csrc/hs_module.c)."""
 
-from typing import Any, Callable, Final, Literal, TypeVar, overload
+from typing import Any, Callable, Final, Literal, SupportsIndex, TypeVar, overload
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -49,7 +49,7 @@ class traced_function:
     __wrapped__: Callable[..., Any]
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, obj: Any, objtype: type | None = None) -> Any: ...
-    def __reduce__(self) -> str | tuple[Any, ...]: ...
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> str | tuple[Any, ...]: ...
     @property
     def span_name(self) -> str: ...
     @property

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import inspect
+import json
+import os
+import subprocess
 
+import pyarrow.compute as pc
 import pytest
 
 import hotspan
-from _util import CANNOT_SPAWN, CANNOT_SPAWN_WHY, TSAN_FORKED_POOLS, UNDER_TSAN, rows
+from _procs import env
+from _util import (
+    CANNOT_SPAWN,
+    CANNOT_SPAWN_WHY,
+    TSAN_FORKED_POOLS,
+    UNDER_TSAN,
+    python_command,
+    rows,
+    run_python,
+)
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -246,3 +258,129 @@ def test_a_pool_maps_a_traced_function_and_every_call_is_a_span(tmp_path, method
     # every span from a worker: the parent only handed the function out
     workers = set(table.column("pid").to_pylist())
     assert workers and os.getpid() not in workers
+
+
+#: A script's own traced functions, as a notebook or a Spark driver program defines them.
+MAIN_PROGRAM = """
+import base64, pickle, sys
+import hotspan
+
+@hotspan.traced(category="math", arg=7)
+def square(x):
+    return x * x
+
+class Model:
+    @hotspan.traced
+    def forward(self, x):
+        return x + 1
+
+if __name__ == "__main__":
+    if sys.argv[1] == "cloudpickle":
+        from pyspark import cloudpickle  # the copy Spark sends its tasks with
+        sent = cloudpickle.dumps((square, Model.forward), protocol=pickle.HIGHEST_PROTOCOL)
+        print(base64.b64encode(sent).decode())
+    else:
+        import multiprocessing as mp
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            again = pickle.loads(pickle.dumps(square, protocol))
+            assert again(3) == 9 and again.__qualname__ == "square", (protocol, again)
+            assert pickle.loads(pickle.dumps(Model.forward, protocol))(Model(), 1) == 2
+        assert pickle.loads(pickle.dumps(square)).span_category == "math"
+        assert square.__qualname__ == "square" and square(2) == 4  # the script's own, as it was
+        hotspan.drain()  # the calls above: not the pool's
+        with hotspan.record(sys.argv[2]):
+            with mp.get_context("fork").Pool(2) as pool:  # each task's function pickled
+                assert pool.map(square, range(5)) == [0, 1, 4, 9, 16]
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_traced_function_of_main_pickles_for_a_pool_under_every_protocol(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(MAIN_PROGRAM)
+    done = subprocess.run(
+        [*python_command(), str(script), "pickle", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env(),
+    )
+    assert done.returncode == 0, done.stderr
+    table = hotspan.load(tmp_path / "run")
+    squares = table.filter(pc.equal(table.column("name"), "square"))
+    assert squares.num_rows == 5 and set(squares.column("arg").to_pylist()) == {7}
+
+
+def test_a_traced_function_of_main_goes_to_spark_workers_by_value(tmp_path):
+    """Was: cloudpickle (Spark, Dask, Ray) sent a ``@traced`` function of the driver's
+    ``__main__`` by name, and Spark's workers failed with "Can't get attribute 'square' on
+    <module 'pyspark.daemon'>" (a plain function goes by value). Sent by cloudpickle from a
+    script, loaded by another interpreter with no such script: it runs, and records."""
+    pytest.importorskip("pyspark")
+    script = tmp_path / "driver.py"
+    script.write_text(MAIN_PROGRAM)
+    sent = subprocess.run(
+        [*python_command(), str(script), "cloudpickle"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env(),
+    )
+    assert sent.returncode == 0, sent.stderr
+    worker = run_python(
+        f"""
+        import base64, json, pickle, hotspan
+        square, forward = pickle.loads(base64.b64decode({sent.stdout.strip()!r}))
+        results = [square(4), forward(None, 1)]
+        spans = hotspan.drain().select(["name", "category", "arg"]).to_pylist()
+        print(json.dumps({{"results": results, "spans": spans}}))
+        """
+    )
+    assert worker.returncode == 0, worker.stderr
+    got = json.loads(worker.stdout.strip().splitlines()[-1])
+    assert got["results"] == [16, 2]
+    assert got["spans"] == [
+        {"name": "square", "category": "math", "arg": 7},
+        {"name": "Model.forward", "category": None, "arg": None},
+    ]
+
+
+SPARK_DRIVER = """
+import json, sys
+import hotspan
+from pyspark.sql import SparkSession
+
+@hotspan.traced(category="math")
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    try:
+        print(json.dumps(spark.sparkContext.parallelize(range(6), 2).map(square).collect()))
+    finally:
+        spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_a_spark_job_maps_a_traced_function_of_the_driver_script(tmp_path):
+    """The whole case, on a local Spark: its Python workers have no copy of the driver's
+    ``__main__``."""
+    pytest.importorskip("pyspark")
+    script = tmp_path / "driver.py"
+    script.write_text(SPARK_DRIVER)
+    done = subprocess.run(
+        [*python_command(), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env(PYSPARK_PYTHON=python_command()[0], PYSPARK_DRIVER_PYTHON=python_command()[0]),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, 1, 4, 9, 16, 25]
