@@ -295,6 +295,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+@pytest.mark.skipif(UNDER_TSAN, reason=TSAN_FORKED_POOLS)
 def test_a_traced_function_of_main_pickles_for_a_pool_under_every_protocol(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(MAIN_PROGRAM)
