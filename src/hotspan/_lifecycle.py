@@ -149,7 +149,6 @@ def _after_fork_in_child() -> None:
     _in_child_fork_steps = True
     try:
         _run(_child, FORK_STEPS)
-        _in_child_fork_steps = False
         _call(_sigterm_in_child)
     finally:
         _in_child_fork_steps = False

@@ -75,17 +75,14 @@ def load(
     ``run``: of a dataset holding several runs, only that one (its id: ``hotspan runs DIR``
     lists them; a directory of several runs loads whole with a warning naming them).
     """
-    from ._uri import local_path
+    from ._uri import is_uri, local_path
 
     path = local_path(path)
-    if "://" in path:
-        from ._uri import is_uri
+    if is_uri(path):
+        from .dataset import load_uri
 
-        if is_uri(path):
-            from .dataset import load_uri
-
-            # s3://, gs://, hdfs://, file://: a dataset or one file there
-            return load_uri(path, format, check=check, run=run)
+        # s3://, gs://, hdfs://, file://: a dataset or one file there
+        return load_uri(path, format, check=check, run=run)
     if format is None and (os.path.isdir(path) or path.endswith(("/", os.sep))):
         from .dataset import load_dataset
 

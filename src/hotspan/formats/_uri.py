@@ -45,7 +45,7 @@ def local_path(path: str | os.PathLike[str]) -> str:
     text = os.fspath(path)
     if isinstance(text, bytes):
         text = text.decode(errors="surrogateescape")
-    return os.path.expanduser(text) if text.startswith("~") else text
+    return os.path.expanduser(text)  # a leading ~ only: a URI never starts with one
 
 
 def redact_uri(text: str | os.PathLike[str]) -> str:

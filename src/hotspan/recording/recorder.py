@@ -107,8 +107,8 @@ class Recorder:
             raise ValueError(f"record(): buffer_spans must be an int >= 0, not {buffer_spans!r}")
         from ..formats._uri import local_path, redact_uri
 
-        dest = local_path(dest)  # "~/runs/a": the home folder's, as the shell would
-        self._target = dest  # as given: a forked child records to it too
+        # "~/runs/a": the home folder's, as the shell would; a forked child records to it too
+        dest = self._target = local_path(dest)
         self.dest = redact_uri(self._target)  # shown in messages and events: no credentials
         self.flush_interval = float(flush_interval)
         self.stop_timeout = float(stop_timeout)
