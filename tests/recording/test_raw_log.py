@@ -231,6 +231,24 @@ def test_a_raw_log_cut_short_reads_its_whole_frames(tmp_path):
     assert 0 < len(args) < 2000 and args == list(range(len(args)))
 
 
+def test_a_raw_log_whose_process_ended_before_its_header_holds_no_spans(tmp_path):
+    # CI, stop 41: a spawn pool's worker terminated as its recording started left its raw log
+    # created (open) but empty (the header's write not reached), and the whole run failed to
+    # load. Such a log holds nothing: the run loads, and compact removes it. The state is made
+    # here by cutting a killed process's log back to what that worker left.
+    run, raw = _killed_run(tmp_path)
+    header = raw.read_bytes()[: rawlog._HEADER.size]
+    for cut in (0, 5, len(header) - 1):  # nothing, or part of the one header write
+        raw.write_bytes(header[:cut])
+        assert hotspan.load(run).num_rows == 0
+        assert rawlog.read(raw).num_rows == 0
+    from hotspan.recording.compaction import compact
+
+    compact(run, grace_s=0)
+    assert not (run / "_live").exists()
+    assert hotspan.load(run).num_rows == 0
+
+
 def test_a_file_that_is_not_a_raw_log_is_refused_in_one_line(tmp_path):
     bad = tmp_path / "bad.hsraw"
     bad.write_bytes(b"NOTARAWLOG" + bytes(100))

@@ -6,7 +6,8 @@ thread's 32-byte records to ``DIR/_live/part-r<R>-<pid>-<token>.hsraw`` as it mo
 of the rings, with the string table's and thread names' deltas and the clock
 (csrc/hs_rawlog.h has the layout). ``stop()`` and ``hotspan compact`` turn such a file into
 Parquet parts (:func:`convert`) and remove it; until then ``hotspan.load(DIR)`` reads it
-here (:func:`read`), and so does any reader after a SIGKILL, up to the last whole frame.
+here (:func:`read`), and so does any reader after a SIGKILL, up to the last whole frame (a log
+killed before its header was written holds no spans: read as empty).
 
 A frame that is cut short or whose checksum differs ends the readable part of the file (a
 write the kill interrupted, or damage): what follows it is not read, and what was left out is
@@ -89,8 +90,36 @@ class RawFile:
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < _HEADER.size:
-                raise RawLogError(f"{self.path}: not a raw log ({size} bytes, no header)")
-            self.mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+                start = f.read(len(MAGIC))
+                if start != MAGIC[: len(start)]:
+                    raise RawLogError(f"{self.path}: not a raw log ({size} bytes, no header)")
+                # The log of a process that ended between the file's creation and its header's
+                # write (a pool's worker terminated as its recording started): no frame follows
+                # a header, so nothing was in it. Read as a log without spans.
+                self.mm: mmap.mmap | bytes = b""
+                self.pid, self.rank, self.clock_source, self.id_base = -1, -1, 0, 0
+            else:
+                self.mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        try:
+            self._read_frames(size)
+        except BaseException:
+            self.close()
+            raise
+
+    def _read_frames(self, size: int) -> None:
+        self.strings: dict[int, str] = {0: ""}
+        self.pairs: dict[int, tuple[int, int]] = {}
+        self.thread_names: dict[int, str] = {}
+        self.clocks: list[tuple[int, int, float]] = []
+        #: (payload offset, tid, base id, slots, clock index, waits offset, waits)
+        self.records: list[tuple[int, int, int, int, int, int, int]] = []
+        self.end: dict[str, int] | None = None
+        #: Why reading stopped before the file's end (None: every byte read)
+        self.cut: str | None = None
+        self.cut_at = size
+        if size < _HEADER.size:
+            self.version = ""
+            return
         magic, fmt, hbytes, pid, rank, clock_source, id_base, version = _HEADER.unpack_from(
             self.mm, 0
         )
@@ -100,17 +129,7 @@ class RawFile:
             raise RawLogError(f"{self.path}: raw log format {fmt} (this hotspan reads {FORMAT})")
         self.pid, self.rank, self.clock_source, self.id_base = pid, rank, clock_source, id_base
         self.version = version.rstrip(b"\0").decode(errors="replace")
-        self.strings: dict[int, str] = {0: ""}
-        self.pairs: dict[int, tuple[int, int]] = {}
-        self.thread_names: dict[int, str] = {}
-        self.clocks: list[tuple[int, int, float]] = []
-        #: (payload offset, tid, base id, slots, clock index, waits offset, waits)
-        self.records: list[tuple[int, int, int, int, int, int, int]] = []
         waits: dict[int, tuple[int, int]] = {}  # tid -> its next records frame's waits
-        self.end: dict[str, int] | None = None
-        #: Why reading stopped before the file's end (None: every byte read)
-        self.cut: str | None = None
-        self.cut_at = size
         mm = self.mm
         # every frame's sum checked in C (csrc/hs_rawlog.c hs_rawlog_scan: ~1 ns a word, where
         # numpy a frame at a time took ~50 ns a span), the frames listed here
@@ -146,6 +165,8 @@ class RawFile:
             self.cut_at = at
 
     def close(self) -> None:
+        if not isinstance(self.mm, mmap.mmap):
+            return
         try:
             self.mm.close()
         except BufferError:  # a numpy view still alive: the GC closes it
