@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -284,6 +285,46 @@ def test_top_shows_where_a_process_is_stuck_and_says_when_it_is_gone(tmp_path):
     assert json.loads(gone.stdout) == {"pid": proc.pid, "rank": None, "alive": False, "threads": []}
     gone_text = _top("--once", str(tmp_path / f"elsewhere-{proc.pid}"))
     assert gone_text.returncode == 1 and "gone" in gone_text.stdout
+
+
+def test_top_into_a_pipe_writes_a_snapshot_each_interval(tmp_path):
+    # Before, output that was no terminal got nothing until Ctrl-C (a live view there shows
+    # only its last frame): `hotspan top >> watch.log &` beside a job logged nothing.
+    env = dict(os.environ, HOTSPAN_FLIGHT=str(tmp_path / "f-{pid}"))
+    stuck = subprocess.Popen(
+        [sys.executable, "-c", STUCK], env=env, stdout=subprocess.PIPE, text=True
+    )
+    top = None
+    try:
+        assert stuck.stdout.readline().strip() == "ready"
+        top = subprocess.Popen(
+            [sys.executable, "-m", "hotspan", "top", str(tmp_path), "--interval", "0.2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        snapshots: list[list[str]] = []
+        deadline = threading.Timer(30, top.kill)  # no snapshot: fail, not hang
+        deadline.start()
+        for line in top.stdout:  # waits for the lines themselves
+            if line.startswith("hotspan top "):
+                if len(snapshots) == 3:
+                    break  # three whole snapshots read
+                snapshots.append([])
+            elif snapshots:
+                snapshots[-1].append(line)
+        deadline.cancel()
+        assert len(snapshots) == 3, "no snapshot before the deadline"
+        for rows in snapshots:
+            row = next(r for r in rows if str(stuck.pid) in r)
+            assert "step" in row and "allreduce" in row, rows
+        top.send_signal(signal.SIGINT)
+        assert top.wait(timeout=DEADLINE_S) == 0, top.stderr.read()
+    finally:
+        for proc in (stuck, top):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.mark.slow

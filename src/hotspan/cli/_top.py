@@ -25,8 +25,8 @@ DESCRIPTION = (
     "the processes' flight files (HOTSPAN_FLIGHT=PATH, configure(flight=PATH)) without stopping or slowing "
     "them: which rank is stuck in which allreduce, for how long. With nothing given: every process of "
     "this user with a flight file mapped. PID: that process's file, wherever it is. PATH: one flight "
-    "file. DIR: every flight file in it (one per rank). Refreshes until Ctrl-C; --once prints one "
-    "snapshot, --json one JSON object per process a line: {pid, rank, alive, threads: [{thread_id, "
+    "file. DIR: every flight file in it (one per rank). Refreshes until Ctrl-C (output that is not a "
+    "terminal gets a snapshot each interval, under a line with its time); --once prints one snapshot, --json one JSON object per process a line: {pid, rank, alive, threads: [{thread_id, "
     "thread_name, stack: [{name, category, start_ns, elapsed_ns}, ...]}]}, outermost span first. A "
     "process that is gone says so; exit status 1 when every process asked for is gone."
 )
@@ -198,10 +198,11 @@ def cmd_top(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
+    console = Console(highlight=False)
     procs = _read(targets)
-    with Live(
-        _render(procs), console=Console(highlight=False), refresh_per_second=4, screen=False
-    ) as live:
+    if not console.is_terminal:
+        return _batch(console, args, targets, procs)
+    with Live(_render(procs), console=console, refresh_per_second=4, screen=False) as live:
         try:
             while True:
                 time.sleep(args.interval)
@@ -212,4 +213,23 @@ def cmd_top(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     sys.stdout.flush()
+    return 1 if procs and not any(p["alive"] for p in procs) else 0
+
+
+def _batch(console: Any, args: argparse.Namespace, targets: list[_Target], procs: list[Any]) -> int:
+    """Output that is not a terminal (a file, a pipe, a job's log): a snapshot each
+    interval, each under a line with its time, as ``top -b`` does. A live view there would
+    show nothing until it ends, and nothing at all when the watcher is killed."""
+    try:
+        while True:
+            console.print(f"hotspan top {time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False)
+            console.print(_render(procs))
+            console.print()
+            console.file.flush()
+            time.sleep(args.interval)
+            if args.target is None:
+                targets = _targets(None)  # processes come and go
+            procs = _read(targets)
+    except KeyboardInterrupt:
+        pass
     return 1 if procs and not any(p["alive"] for p in procs) else 0
