@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -216,9 +217,27 @@ def _cpu() -> str:
     return str(sorted(os.sched_getaffinity(0))[-1])
 
 
-def _suite(path: Path, factor: float, hogs: int) -> None:
+def _steal_ticks(cpu: str) -> int | None:
+    """The time the hypervisor ran something else on ``cpu`` (its ``steal`` in /proc/stat,
+    in clock ticks), or None where it is not told."""
+    try:
+        with open("/proc/stat") as stat:
+            for line in stat:
+                fields = line.split()
+                if fields[0] == f"cpu{cpu}" and len(fields) > 8:
+                    return int(fields[8])
+    except OSError:
+        pass
+    return None
+
+
+def _suite(path: Path, factor: float, hogs: int) -> dict:
+    """Run the suite (and ``hogs`` busy loops) pinned to one CPU; returns what the
+    hypervisor took of that CPU meanwhile (``steal_share``: a share of the wall time,
+    None where not told), which no measure of the run sees: what CI saw, if a pair fails."""
     cpu = _cpu()
     pinned = [] if shutil.which("taskset") is None else ["taskset", "-c", cpu]
+    steal_before, wall_before = _steal_ticks(cpu), time.monotonic()
     busy = [subprocess.Popen([*pinned, sys.executable, "-c", "while 1: pass"]) for _ in range(hogs)]
     try:
         subprocess.run(
@@ -230,6 +249,11 @@ def _suite(path: Path, factor: float, hogs: int) -> None:
         for hog in busy:
             hog.kill()
             hog.wait()
+    steal_after, wall = _steal_ticks(cpu), time.monotonic() - wall_before
+    if steal_before is None or steal_after is None:
+        return {"steal_share": None}
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {"steal_share": round((steal_after - steal_before) / ticks / wall, 3), "wall_s": wall}
 
 
 @pytest.mark.slow
@@ -239,7 +263,7 @@ def test_an_unchanged_suite_with_cpu_hogs_during_one_run_is_never_slower(tmp_pat
     for i in range(20):
         base, new = tmp_path / f"base{i}.parquet", tmp_path / f"new{i}.parquet"
         _quiet_base(base)
-        _suite(new, 1.0, hogs=2)
+        host = _suite(new, 1.0, hogs=2)
         # hotspan.compare is what the CLI prints (one implementation); the CLI's exit status
         # is checked on the last pair
         result = hotspan.compare(base, new)
@@ -247,7 +271,7 @@ def test_an_unchanged_suite_with_cpu_hogs_during_one_run_is_never_slower(tmp_pat
             zip(result.column("name").to_pylist(), result.column("verdict").to_pylist())
         )
         # the whole answer as text (pytest shortens a tuple's repr): what CI saw, if it fails
-        said = {"pair": i, "drift": drift_of(result), "rows": result.to_pylist()}
+        said = {"pair": i, "drift": drift_of(result), "host": host, "rows": result.to_pylist()}
         assert "slower" not in verdicts.values(), json.dumps(said, default=str)
         told += bool(drift_of(result)["said"])
     done = _cli("compare", base, new)
@@ -278,12 +302,14 @@ def test_a_real_2x_slowdown_under_the_same_hogs_is_still_found(tmp_path):
     for i in range(5):
         base, new = tmp_path / f"base{i}.parquet", tmp_path / f"new{i}.parquet"
         _quiet_base(base)
-        _suite(new, 2.0, hogs=2)
+        host = _suite(new, 2.0, hogs=2)
         done = _cli("compare", base, new, "--json")
         rows = {r["name"]: r["verdict"] for r in json.loads(done.stdout)}
         found += done.returncode == 1 and rows["sort"] == "slower"
         # the whole answer (the drift it measured): what CI saw, if it fails
-        answers.append({"pair": i, "drift": drift_of(hotspan.compare(base, new)), "rows": rows})
+        answers.append(
+            {"pair": i, "drift": drift_of(hotspan.compare(base, new)), "host": host, "rows": rows}
+        )
         assert rows["tokenize"] != "slower" and rows["dedupe"] != "slower", rows
     assert found >= 3, json.dumps(answers, default=str)
 
