@@ -15,6 +15,8 @@ from ._common import add_command
 from ._errors import CliError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from rich.table import Table
 
 __all__ = ["DESCRIPTION", "EXAMPLE", "HELP", "add_arguments", "cmd_top", "register"]
@@ -184,6 +186,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     if args.target is None and not os.path.isdir("/proc"):
         raise CliError("finding processes needs /proc: give a flight file or a directory")
     targets = _targets(args.target)
+    procs: list[dict[str, Any]] = []
     if args.json or args.once:
         procs = _read(targets)
         if args.json:
@@ -194,42 +197,43 @@ def cmd_top(args: argparse.Namespace) -> int:
             from rich.console import Console
 
             Console(highlight=False).print(_render(procs))
-        return 1 if procs and not any(p["alive"] for p in procs) else 0
+        return _exit_status(procs)
     from rich.console import Console
     from rich.live import Live
 
     console = Console(highlight=False)
-    procs = _read(targets)
-    if not console.is_terminal:
-        return _batch(console, args, targets, procs)
-    with Live(_render(procs), console=console, refresh_per_second=4, screen=False) as live:
-        try:
-            while True:
-                time.sleep(args.interval)
-                if args.target is None:
-                    targets = _targets(None)  # processes come and go
-                procs = _read(targets)
-                live.update(_render(procs))
-        except KeyboardInterrupt:
-            pass
-    sys.stdout.flush()
-    return 1 if procs and not any(p["alive"] for p in procs) else 0
-
-
-def _batch(console: Any, args: argparse.Namespace, targets: list[_Target], procs: list[Any]) -> int:
-    """Output that is not a terminal (a file, a pipe, a job's log): a snapshot each
-    interval, each under a line with its time, as ``top -b`` does. A live view there would
-    show nothing until it ends, and nothing at all when the watcher is killed."""
     try:
-        while True:
-            console.print(f"hotspan top {time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False)
-            console.print(_render(procs))
-            console.print()
-            console.file.flush()
-            time.sleep(args.interval)
-            if args.target is None:
-                targets = _targets(None)  # processes come and go
-            procs = _read(targets)
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=4, screen=False) as live:
+                for procs in _every_interval(args, targets):
+                    live.update(_render(procs))
+        else:
+            # A file, a pipe, a job's log: a snapshot each interval under a line with its
+            # time, as `top -b` does (a live view there shows only its last frame, at the end,
+            # and nothing when the watcher is killed).
+            for procs in _every_interval(args, targets):
+                console.print(f"hotspan top {time.strftime('%Y-%m-%d %H:%M:%S')}")
+                console.print(_render(procs))
+                console.print()
+                console.file.flush()
     except KeyboardInterrupt:
         pass
+    sys.stdout.flush()
+    return _exit_status(procs)
+
+
+def _every_interval(
+    args: argparse.Namespace, targets: list[_Target]
+) -> Iterator[list[dict[str, Any]]]:
+    """The processes now, then again each ``--interval`` (with nothing given, found again:
+    processes come and go), until Ctrl-C."""
+    while True:
+        yield _read(targets)
+        time.sleep(args.interval)
+        if args.target is None:
+            targets = _targets(None)
+
+
+def _exit_status(procs: list[dict[str, Any]]) -> int:
+    """1 when every process asked for is gone, else 0."""
     return 1 if procs and not any(p["alive"] for p in procs) else 0

@@ -93,11 +93,7 @@ class RawFile:
                 start = f.read(len(MAGIC))
                 if start != MAGIC[: len(start)]:
                     raise RawLogError(f"{self.path}: not a raw log ({size} bytes, no header)")
-                # The log of a process that ended between the file's creation and its header's
-                # write (a pool's worker terminated as its recording started): no frame follows
-                # a header, so nothing was in it. Read as a log without spans.
-                self.mm: mmap.mmap | bytes = b""
-                self.pid, self.rank, self.clock_source, self.id_base = -1, -1, 0, 0
+                self.mm: mmap.mmap | bytes = b""  # read as a log without spans (below)
             else:
                 self.mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
         try:
@@ -118,7 +114,10 @@ class RawFile:
         self.cut: str | None = None
         self.cut_at = size
         if size < _HEADER.size:
-            self.version = ""
+            # The log of a process that ended between the file's creation and its header's
+            # write (a pool's worker terminated as its recording started): no frame follows a
+            # header, so nothing was in it.
+            self.pid, self.rank, self.clock_source, self.id_base, self.version = -1, -1, 0, 0, ""
             return
         magic, fmt, hbytes, pid, rank, clock_source, id_base, version = _HEADER.unpack_from(
             self.mm, 0
