@@ -576,14 +576,14 @@ cdef extern from *:
         }
         v *= 1000;
         if (*p == '.') {
-            uint64_t scale = 100;
-            p += 1;
-            if ((unsigned)(*p - '0') >= 10) return NULL;
-            do {
-                v += (uint64_t)(*p - '0') * scale;
-                scale /= 10;
-                p++;
-            } while ((unsigned)(*p - '0') < 10 && scale);
+            /* One to three decimals, read without a loop: each byte a test, no branch on
+               how many there are (1-3 vary from number to number, and the loop's exit
+               mispredicted; 12% of own_row). A fourth digit is not ours. */
+            unsigned d1 = (unsigned)(p[1] - '0'), d2 = (unsigned)(p[2] - '0'), d3 = (unsigned)(p[3] - '0');
+            unsigned two = d2 < 10, three = two & (d3 < 10);
+            if (d1 >= 10) return NULL;
+            v += d1 * 100 + (two ? d2 * 10 : 0) + (three ? d3 : 0);
+            p += 2 + two + three;
             if ((unsigned)(*p - '0') < 10) return NULL;
         }
         if (!hs_ends_number(p, stop)) return NULL;
