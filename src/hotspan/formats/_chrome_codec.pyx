@@ -1322,7 +1322,12 @@ cdef class Reader:
     # The last own line's ``,"pid":P,"tid":T`` text and its numbers (hs_own_ids).
     cdef hs_ids_seen ids_seen
 
-    def __cinit__(self, path):
+    def __cinit__(self, path, Py_ssize_t rows=4096):
+        """``rows``: room for that many rows from the start (a guess from the file's size):
+        the columns are then large from their start, so the kernel backs them with huge
+        pages throughout, not 4 KiB pages for their first 2 MiB each (6,000 faults of a
+        load of a million spans, a fifth of its time), and they are mapped once. Pages
+        never written cost nothing, and ``finish`` gives back what is left."""
         self.path = path
         self.c_thread, self.c_start, self.c_end = Column(4), Column(8), Column(8)
         self.c_name, self.c_category, self.c_thread_name = Column(4), Column(4), Column(4)
@@ -1330,7 +1335,7 @@ cdef class Reader:
         self.c_arg, self.c_rank, self.c_flags = Column(8), Column(4), Column(1)
         self.n = 0
         self.capacity = 0
-        self.grow(4096)
+        self.grow(max(rows, 4096))  # mapped once: growing them moves each column's pages
         self.names, self.categories, self.thread_names, self.ids = Strings(), Strings(), Strings(), Strings()
         self.thread_index = {}
         self.thread_keys = []
@@ -1387,15 +1392,6 @@ cdef class Reader:
             self.thread_name_live = 1
         self.thread_name[row] = code
         return 0
-
-    def reserve(self, Py_ssize_t rows):
-        """Room for ``rows`` rows before the first event (a guess from the file's size):
-        the columns are then large from their start, so the kernel backs them with huge
-        pages throughout, not 4 KiB pages for their first 2 MiB each (6,000 faults of a
-        load of a million spans, a fifth of its time). Pages never written cost nothing,
-        and ``finish`` gives back what is left."""
-        if rows > self.capacity and self.n == 0:
-            self.grow(rows)
 
     def finish(self):
         """Shrink the columns to the rows read."""

@@ -98,7 +98,7 @@ READ_BLOCK = 4 << 20
 #: A file at least this large (not gzipped) is mapped and parsed where it lies: read() copied
 #: each byte once more (7% of a load); smaller ones are read, a block at a time.
 MAP_FROM = 4 << 20
-#: The reader's columns are reserved for (file size / this) rows up front (huge pages from
+#: The reader's columns start with room for (file size / this) rows (huge pages from
 #: their start; growing from small ones took thousands of 4 KiB faults): our own events
 #: take about 160 bytes, other tracers' more; more rows than that just grow the columns.
 _BYTES_PER_EVENT = 100
@@ -323,20 +323,20 @@ class ChromeJsonExporter(Exporter):
 
     def _read(self, path: Path) -> pa.Table:
         limit = _LIMIT.get()
-        reader = codec.Reader(path)
         with open_regular_file(path) as raw:
             gzipped = raw.read(2) == _GZIP_MAGIC
             raw.seek(0)
-            if not gzipped:
-                size = os.fstat(raw.fileno()).st_size
-                reader.reserve(min(size // _BYTES_PER_EVENT, _MAX_RESERVE))
-                if size >= MAP_FROM:
-                    text = codec.MappedText(raw.fileno(), size)
-                    try:
-                        reader.feed_text(text)
-                    finally:
-                        text.close()
-                    return restore_lanes(_assemble(reader, path))
+            size = os.fstat(raw.fileno()).st_size
+            # room for the rows the file's size suggests (a gzip file's is not known)
+            rows = 0 if gzipped else min(size // _BYTES_PER_EVENT, _MAX_RESERVE)
+            reader = codec.Reader(path, rows)
+            if not gzipped and size >= MAP_FROM:
+                text = codec.MappedText(raw.fileno(), size)
+                try:
+                    reader.feed_text(text)
+                finally:
+                    text.close()
+                return restore_lanes(_assemble(reader, path))
             stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
             try:
                 _feed(reader, stream, path, limit if gzipped else None)
