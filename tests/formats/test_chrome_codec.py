@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import gzip
 import io
+import gc
 import json
 import mmap
 import os
 import random
+import signal
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -231,6 +234,115 @@ def test_a_mapped_read_sees_only_the_length_it_was_given(tmp_path):
         mapped.close()
         with pytest.raises(ValueError, match="closed"):
             codec.Reader(path).feed_text(mapped)
+
+
+def _own_file(spans, tmp_path: Path) -> Path:
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    assert path.stat().st_size > 8 * mmap.PAGESIZE
+    return path
+
+
+def test_a_file_cut_shorter_while_it_is_read_is_refused_not_a_crash(spans, tmp_path):
+    """A job rewriting its trace in place (``open(path, "w")``) while a load reads it: the
+    pages past the new end fault (SIGBUS, which ends a process). They read as zeros
+    instead, and the load refuses the file in one line naming it."""
+    from hotspan.formats import _chrome_codec as codec
+
+    path = _own_file(spans, tmp_path)
+    size = path.stat().st_size
+    for keep in (0, 3 * mmap.PAGESIZE + 5, size - mmap.PAGESIZE):
+        with open(path, "rb") as file:
+            text = codec.MappedText(file.fileno(), size)
+            os.truncate(path, keep)
+            reader = codec.Reader(path)
+            with pytest.raises(
+                TraceFileError, match="got shorter than its .* bytes while it was read"
+            ):
+                reader.feed_text(text)
+            assert text.cut
+            text.close()
+        export(spans, path)  # whole again
+
+    # The same through load: cut right after it is mapped.
+    real = codec.MappedText
+
+    def mapped_then_cut(fd: int, length: int):
+        text = real(fd, length)
+        os.truncate(path, length // 2)
+        return text
+
+    chrome_json.MAP_FROM, codec.MappedText = 0, mapped_then_cut
+    try:
+        with pytest.raises(TraceFileError) as error:
+            load(path)
+    finally:
+        chrome_json.MAP_FROM, codec.MappedText = 4 << 20, real
+    assert str(error.value).startswith(f"{path}: the file got shorter")
+    export(spans, path)
+    with open(path, "rb") as file:  # a whole file is not cut
+        text = codec.MappedText(file.fileno(), path.stat().st_size)
+        codec.Reader(path).feed_text(text)
+        assert not text.cut
+
+
+def test_a_load_reads_a_file_it_cannot_map(spans, tmp_path):
+    """At most 64 files are mapped at a time (the fault handler's slots); past that a load
+    reads its file a block at a time, to the same table."""
+    from hotspan.formats import _chrome_codec as codec
+
+    path = _own_file(spans, tmp_path)
+    expected = _load_read(path)
+    gc.collect()  # texts of earlier tests not closed, let go
+    with open(path, "rb") as file:
+        held = []
+        with pytest.raises(OSError, match="too many files mapped at once"):
+            for _ in range(65):
+                held.append(codec.MappedText(file.fileno(), 2 * mmap.PAGESIZE))
+        assert 0 < len(held) <= 64
+        saved, chrome_json.MAP_FROM = chrome_json.MAP_FROM, 0
+        try:
+            assert _load_quietly(path).equals(expected, check_metadata=True)
+        finally:
+            chrome_json.MAP_FROM = saved
+            for text in held:
+                text.close()
+    assert _load_mapped(path).equals(expected, check_metadata=True)  # the slots free again
+
+
+_OTHER_SIGBUS = """
+import faulthandler, mmap, os, sys
+from hotspan.formats import _chrome_codec as codec
+if sys.argv[2] == "faulthandler":
+    faulthandler.enable()
+path = sys.argv[1]
+with open(path, "rb") as file:  # the handler installed
+    codec.MappedText(file.fileno(), os.path.getsize(path)).close()
+if sys.argv[2] == "after":
+    faulthandler.enable()
+with open(path, "r+b") as file:
+    other = mmap.mmap(file.fileno(), 0)
+    os.truncate(path, 0)
+    print("read", other[len(other) - 1], flush=True)  # faults: not a file hotspan reads
+"""
+
+
+@pytest.mark.parametrize("before", ["none", "faulthandler", "after"])
+def test_a_fault_in_memory_the_reader_did_not_map_still_ends_the_process(tmp_path, before):
+    """The reader's SIGBUS handler takes only faults in the files it reads: any other goes
+    on as it would have without it (faulthandler's report, then the default action)."""
+    path = tmp_path / "other.bin"
+    path.write_bytes(b"x" * (4 * mmap.PAGESIZE))
+    done = subprocess.run(
+        [sys.executable, "-c", _OTHER_SIGBUS, str(path), before],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGBUS, (done.returncode, done.stdout, done.stderr)
+    assert "read" not in done.stdout
+    if before != "none":
+        assert "Bus error" in done.stderr, done.stderr
 
 
 def test_a_file_shorter_than_its_length_is_refused_not_mapped(tmp_path):

@@ -23,8 +23,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport PyBUF_READ, PyBuffer_FillInfo
-from posix.unistd cimport lseek, SEEK_CUR
-from posix.mman cimport munmap
+from posix.unistd cimport lseek, SEEK_CUR, dup, close
 from libc.errno cimport errno
 
 cimport cython
@@ -1030,29 +1029,85 @@ cdef extern from *:
 cdef extern from *:
     """
     #include <errno.h>
+    #include <signal.h>
+    #include <stdint.h>
     #include <sys/mman.h>
     #include <sys/stat.h>
     #include <unistd.h>
+    /* A file cut shorter while it is mapped: reading a page past its new end raises
+       SIGBUS, which would end the process (a job rewriting its trace in place while it is
+       loaded). The pages of every file being read are registered here; a fault in them
+       maps zeros over the rest of the file (the reader then meets NULs) and marks the
+       file cut, and the load says so. A fault anywhere else goes to the handler that was
+       there before (or ends the process, as it would have). Registered and unregistered
+       under the GIL; the handler, in any thread, reads the slots atomically. */
+    #define HS_TEXT_SLOTS 64
+    typedef struct { char* lo; char* hi; int active; int cut; } hs_text_slot;
+    static hs_text_slot hs_text_slots[HS_TEXT_SLOTS];
+    static struct sigaction hs_sigbus_before;
+    static void hs_sigbus(int sig, siginfo_t* info, void* context) {
+        char* addr = (char*)info->si_addr;
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        for (int k = 0; k < HS_TEXT_SLOTS; k++) {
+            hs_text_slot* slot = &hs_text_slots[k];
+            if (!__atomic_load_n(&slot->active, __ATOMIC_ACQUIRE)) continue;
+            if (addr >= slot->lo && addr < slot->hi) {
+                char* from = (char*)((uintptr_t)addr & ~(page - 1));
+                if (mmap(from, (size_t)(slot->hi - from), PROT_READ,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+                    break;  /* cannot mend it: as if this handler were not here */
+                __atomic_store_n(&slot->cut, 1, __ATOMIC_RELEASE);
+                return;  /* the read is done again, and reads zeros */
+            }
+        }
+        if (hs_sigbus_before.sa_flags & SA_SIGINFO) {
+            hs_sigbus_before.sa_sigaction(sig, info, context);
+        } else if (hs_sigbus_before.sa_handler == SIG_DFL || hs_sigbus_before.sa_handler == SIG_IGN) {
+            /* the fault comes again on return, now with the default action */
+            signal(SIGBUS, SIG_DFL);
+        } else {
+            hs_sigbus_before.sa_handler(sig);
+        }
+    }
+    /* hs_sigbus installed (again, if something replaced it since), the one it finds
+       kept to pass on faults that are not ours. 0, or -1 with errno. */
+    static int hs_sigbus_install(void) {
+        struct sigaction now, ours;
+        if (sigaction(SIGBUS, NULL, &now) != 0) return -1;
+        if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == hs_sigbus) return 0;
+        memset(&ours, 0, sizeof(ours));
+        ours.sa_sigaction = hs_sigbus;
+        ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        sigemptyset(&ours.sa_mask);
+        hs_sigbus_before = now;
+        return sigaction(SIGBUS, &ours, NULL);
+    }
     /* A regular file's first ``length`` bytes, then ``pad`` zero bytes, at one address
-       (*mapped: the bytes to unmap): the file's whole pages mapped from the page cache
-       (read in place: read() copied each byte once more, 7% of a Chrome JSON load), its
-       last part page read into anonymous memory, so the zeros after the data are ours
-       whatever is appended to the file meanwhile. NULL with errno set; EAGAIN: the file
-       is now shorter than ``length``. */
-    static char* hs_text_map(int fd, size_t length, size_t pad, size_t* mapped) {
+       (*mapped: the bytes to unmap; *slot: its registration): the file's whole pages
+       mapped from the page cache (read in place: read() copied each byte once more, 7% of
+       a Chrome JSON load), its last part page read into anonymous memory, so the zeros
+       after the data are ours whatever is appended to the file meanwhile. NULL with errno
+       set; EAGAIN: the file is now shorter than ``length``; EBUSY: no free slot. */
+    static char* hs_text_map(int fd, size_t length, size_t pad, size_t* mapped, int* slot) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         size_t whole = length / page * page, total = (length + pad + page - 1) / page * page;
         size_t done = 0;
         ssize_t got;
         struct stat st;
         char* base;
-        int saved;
+        int saved, k;
         /* Pages past the file's end would fault when read: refused here instead. */
         if (fstat(fd, &st) != 0) return NULL;
         if (!S_ISREG(st.st_mode) || (unsigned long long)st.st_size < (unsigned long long)length) {
             errno = S_ISREG(st.st_mode) ? EAGAIN : EINVAL;
             return NULL;
         }
+        for (k = 0; k < HS_TEXT_SLOTS && hs_text_slots[k].active; k++) {}
+        if (k == HS_TEXT_SLOTS) {
+            errno = EBUSY;
+            return NULL;
+        }
+        if (hs_sigbus_install() != 0) return NULL;
         base = (char*)mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == (char*)MAP_FAILED) return NULL;
         while (done < length - whole) {
@@ -1066,50 +1121,93 @@ cdef extern from *:
             }
             done += (size_t)got;
         }
-        if (whole && mmap(base, whole, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
-            saved = errno;
-            munmap(base, total);
-            errno = saved;
-            return NULL;
+        if (whole) {
+            hs_text_slots[k].lo = base;
+            hs_text_slots[k].hi = base + whole;
+            hs_text_slots[k].cut = 0;
+            __atomic_store_n(&hs_text_slots[k].active, 1, __ATOMIC_RELEASE);
+            if (mmap(base, whole, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
+                saved = errno;
+                __atomic_store_n(&hs_text_slots[k].active, 0, __ATOMIC_RELEASE);
+                munmap(base, total);
+                errno = saved;
+                return NULL;
+            }
         }
+        *slot = whole ? k : -1;
         *mapped = total;
         return base;
     }
+    /* Whether a fault found the file cut shorter while it was mapped. */
+    static int hs_text_cut(int slot) {
+        return slot >= 0 && __atomic_load_n(&hs_text_slots[slot].cut, __ATOMIC_ACQUIRE);
+    }
+    static void hs_text_unmap(char* base, size_t mapped, int slot) {
+        if (slot >= 0) __atomic_store_n(&hs_text_slots[slot].active, 0, __ATOMIC_RELEASE);
+        munmap(base, mapped);
+    }
     """
-    char* hs_text_map(int fd, size_t length, size_t pad, size_t* mapped) nogil
+    char* hs_text_map(int fd, size_t length, size_t pad, size_t* mapped, int* slot) nogil
+    int hs_text_cut(int slot) nogil
+    void hs_text_unmap(char* base, size_t mapped, int slot) nogil
 
 
 @cython.final
 cdef class MappedText:
     """The bytes of a regular file as ``Reader.feed_text`` reads them: mapped, not copied,
-    with a NUL and ``PAD`` zero bytes after them. The file must keep its length while it
-    is read (a file cut shorter meanwhile faults, as any mapped file does); bytes appended
-    meanwhile are not seen."""
+    with a NUL and ``PAD`` zero bytes after them. Bytes appended to the file meanwhile are
+    not seen; a file cut shorter meanwhile reads as zeros from where it was cut, and
+    ``cut`` says so (the reader then refuses it). At most 64 at a time (OSError EBUSY)."""
     cdef char* base
     cdef size_t mapped
+    cdef int slot
+    cdef int fd  # a copy of the file's descriptor: its length checked again after the read
     cdef readonly Py_ssize_t length
 
     def __cinit__(self, int fd, Py_ssize_t length):
         import errno as errno_codes
         if length < 0:
             raise ValueError(f"MappedText length {length}")
-        self.base = hs_text_map(fd, <size_t>length, PAD_BYTES, &self.mapped)
+        self.slot = -1
+        self.fd = -1
+        self.base = hs_text_map(fd, <size_t>length, PAD_BYTES, &self.mapped, &self.slot)
         if self.base == NULL:
             if errno == errno_codes.EAGAIN:
                 raise OSError(errno, f"shorter than the {length:,} bytes to read (changed while read?)")
             if errno == errno_codes.EINVAL:
                 raise OSError(errno, "not a regular file")
+            if errno == errno_codes.EBUSY:
+                raise OSError(errno, "too many files mapped at once")
             raise OSError(errno, os.strerror(errno))
         self.length = length
+        self.fd = dup(fd)
+        if self.fd < 0:
+            error = errno
+            self.close()
+            raise OSError(error, os.strerror(error))
+
+    @property
+    def cut(self):
+        """Whether the file is shorter than ``length`` now, or a read met its end: a file
+        cut inside a page reads as zeros there without a fault."""
+        if hs_text_cut(self.slot):
+            return True
+        return self.fd >= 0 and os.fstat(self.fd).st_size < self.length
 
     def close(self):
         if self.base != NULL:
-            munmap(self.base, self.mapped)
+            hs_text_unmap(self.base, self.mapped, self.slot)
             self.base = NULL
+        if self.fd >= 0:
+            close(self.fd)
+            self.fd = -1
 
     def __dealloc__(self):
         if self.base != NULL:
-            munmap(self.base, self.mapped)
+            hs_text_unmap(self.base, self.mapped, self.slot)
+        if self.fd >= 0:
+            close(self.fd)
+
 
 @cython.final
 cdef class Column:
@@ -2253,10 +2351,15 @@ cdef class Reader:
 
     def feed_text(self, MappedText text):
         """Parse a whole file's text (mapped, its NUL and padding after it); returns the
-        bytes consumed (all, unless it raised)."""
+        bytes consumed (all, unless it raised). A file cut shorter while it was read is
+        refused, whatever the parse made of the zeros it then read."""
         if text.base == NULL:
             raise ValueError("feed_text() of a closed MappedText")
-        return self.parse(text.base, text.length, 0, True)
+        try:
+            return self.parse(text.base, text.length, 0, True)
+        finally:
+            if text.cut:
+                raise TraceFileError(self.path, f"the file got shorter than its {text.length:,} bytes while it was read (written meanwhile?)")
 
     cdef Py_ssize_t parse(self, const char* buf, Py_ssize_t length, Py_ssize_t offset, bint eof) except -1:
         self.buf = buf

@@ -46,6 +46,7 @@ turns the reader's columns into the span table:
 from __future__ import annotations
 
 import contextvars
+import errno
 import gzip
 import io
 import json
@@ -330,8 +331,14 @@ class ChromeJsonExporter(Exporter):
             # room for the rows the file's size suggests (a gzip file's is not known)
             rows = 0 if gzipped else min(size // _BYTES_PER_EVENT, _MAX_RESERVE)
             reader = codec.Reader(path, rows)
+            text = None
             if not gzipped and size >= MAP_FROM:
-                text = codec.MappedText(raw.fileno(), size)
+                try:
+                    text = codec.MappedText(raw.fileno(), size)
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:  # EBUSY: too many at once, read instead
+                        raise TraceFileError(path, f"cannot map it: {exc.strerror}") from exc
+            if text is not None:
                 try:
                     reader.feed_text(text)
                 finally:
