@@ -7,8 +7,9 @@ per distinct value) into event lines, a bounded buffer at a time.
 
 Reader: :class:`Reader` is one streaming JSON parser for every Chrome trace, ours and
 foreign (VizTracer, torch.profiler, B/E pairs, X events, instants, async b/e, M events, the
-array form with or without its closing bracket). It is fed bounded blocks of the file and
-keeps only a partial event between them; it appends each span to growable column buffers
+array form with or without its closing bracket). It is fed bounded blocks of the file,
+keeping only a partial event between them (``feed``), or a whole file mapped
+(:class:`MappedText`, ``feed_text``); it appends each span to growable column buffers
 (no Python object per event: names and categories are interned to codes in C hash
 tables) and leaves the assembly of the table (thread map, order, nesting) to
 ``chrome_json.py``. It is a strict JSON parser (everything it skips is validated too), so

@@ -20,8 +20,9 @@ What the file holds:
   v2, bound to the events themselves); a load makes no row of them.
 
 The compiled codec (``_chrome_codec.pyx``) writes the event lines and reads every Chrome
-trace, ours and foreign, with one streaming parser over bounded blocks of the file. The
-writer takes the table's columns in any row order and sorts them into trace order itself
+trace, ours and foreign, with one streaming parser: over the whole file, mapped, when it
+is 4 MiB or more (``MAP_FROM``), else over bounded blocks of it (and of a ``.json.gz`` as it
+inflates). The writer takes the table's columns in any row order and sorts them into trace order itself
 (the sort the Perfetto codec shares, ``_trace_order.pxd``). This module prepares the
 writer's inputs (contiguous columns, dictionary codes, the thread and process tables) and
 turns the reader's columns into the span table:
@@ -343,15 +344,15 @@ class ChromeJsonExporter(Exporter):
                     reader.feed_text(text)
                 finally:
                     text.close()
-                return restore_lanes(_assemble(reader, path))
-            stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
-            try:
-                _feed(reader, stream, path, limit if gzipped else None)
-            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-                raise TraceFileError(path, f"not a valid gzip stream: {exc}") from exc
-            finally:
-                if gzipped:
-                    stream.close()
+            else:
+                stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+                try:
+                    _feed(reader, stream, path, limit if gzipped else None)
+                except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                    raise TraceFileError(path, f"not a valid gzip stream: {exc}") from exc
+                finally:
+                    if gzipped:
+                        stream.close()
         return restore_lanes(_assemble(reader, path))
 
 
