@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import gzip
 import io
+import gc
 import json
+import mmap
 import os
 import random
+import signal
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -146,6 +150,232 @@ def test_bad_documents_are_refused_clearly(tmp_path, content, problem):
         load(path)
     assert str(path) in str(error.value)
     assert problem.lower() in str(error.value).lower()
+    with pytest.raises(TraceFileError) as mapped_error:  # the same words, mapped
+        _load_mapped(path)
+    assert str(mapped_error.value) == str(error.value)
+
+
+# --------------------------------------------------------------------------- mapped files
+
+
+def _load_mapped(path: Path) -> pa.Table:
+    """``load(path)`` with the file mapped whatever its size (a large one is, a small one is
+    read a block at a time)."""
+    codec = chrome_json.codec
+    real, saved, mapped = codec.MappedText, chrome_json.MAP_FROM, []
+
+    def mapping(fd: int, length: int):
+        mapped.append(length)
+        return real(fd, length)
+
+    chrome_json.MAP_FROM, codec.MappedText = 0, mapping
+    try:
+        return _load_quietly(path)
+    finally:
+        chrome_json.MAP_FROM, codec.MappedText = saved, real
+        # a gzip file is inflated a block at a time
+        assert mapped == ([] if path.read_bytes()[:2] == b"\x1f\x8b" else [os.path.getsize(path)])
+
+
+def _load_read(path: Path) -> pa.Table:
+    saved = chrome_json.MAP_FROM
+    chrome_json.MAP_FROM = 1 << 62
+    try:
+        return _load_quietly(path)
+    finally:
+        chrome_json.MAP_FROM = saved
+
+
+@pytest.mark.parametrize("form", ["ours", "array cut"])
+def test_a_mapped_file_reads_as_a_read_one_whatever_its_length_in_pages(spans, tmp_path, form):
+    """The reader needs a NUL and padding after the data: a mapped file has its last part
+    page copied, with zeros after it; a file of whole pages has none of its own. Every end
+    around a page boundary reads as the file read a block at a time."""
+    page = mmap.PAGESIZE
+    source = tmp_path / "source.json"
+    export(spans, source)
+    text = source.read_bytes()
+    if form == "array cut":  # the array form, ending mid-event (a tracer killed)
+        events = json.loads(text)["traceEvents"]
+        text = json.dumps(events, separators=(",", ":")).encode()[:-40]
+    body = text.rstrip()
+    pages = len(body) // page + 1
+    for extra in (-1, 0, 1, 7, 31, 32, 33, page - 1):
+        size = pages * page + extra
+        path = tmp_path / f"trace{extra}.json"
+        path.write_bytes(body + b" " * (size - len(body)))  # blanks after the document
+        assert path.stat().st_size == size
+        read = _load_read(path)
+        assert read.num_rows > 0
+        assert _load_mapped(path).equals(read, check_metadata=True), extra
+    if form == "ours":  # and cut at a page boundary: the same refusal
+        path = tmp_path / "cut.json"
+        path.write_bytes(body[: (pages - 1) * page])
+        with pytest.raises(TraceFileError) as error:
+            _load_read(path)
+        with pytest.raises(TraceFileError) as mapped_error:
+            _load_mapped(path)
+        assert str(mapped_error.value) == str(error.value)
+
+
+def test_a_mapped_read_sees_only_the_length_it_was_given(tmp_path):
+    """Bytes after the length (appended while the file is read) are not seen, even in
+    the same page: the zeros after the data are the reader's own."""
+    from hotspan.formats import _chrome_codec as codec
+
+    text = b'{"traceEvents":[{"ph":"X","ts":1,"dur":2,"pid":1,"tid":1,"name":"abc"}]}'
+    path = tmp_path / "t.json"
+    path.write_bytes(text + b"garbage that is not JSON" * 10)
+    with open(path, "rb") as file:
+        mapped = codec.MappedText(file.fileno(), len(text))
+        reader = codec.Reader(path)
+        assert reader.feed_text(mapped) == len(text)
+        assert reader.n == 1 and reader.names.values == ["abc"]
+        mapped.close()
+        with pytest.raises(ValueError, match="closed"):
+            codec.Reader(path).feed_text(mapped)
+
+
+def _own_file(spans, tmp_path: Path) -> Path:
+    path = tmp_path / "trace.json"
+    export(spans, path)
+    assert path.stat().st_size > 8 * mmap.PAGESIZE
+    return path
+
+
+def test_a_file_cut_shorter_while_it_is_read_is_refused_not_a_crash(spans, tmp_path):
+    """A job rewriting its trace in place (``open(path, "w")``) while a load reads it: the
+    pages past the new end fault (SIGBUS, which ends a process). They read as zeros
+    instead, and the load refuses the file in one line naming it."""
+    from hotspan.formats import _chrome_codec as codec
+
+    path = _own_file(spans, tmp_path)
+    size = path.stat().st_size
+    for keep in (0, 3 * mmap.PAGESIZE + 5, size - mmap.PAGESIZE):
+        with open(path, "rb") as file:
+            text = codec.MappedText(file.fileno(), size)
+            os.truncate(path, keep)
+            reader = codec.Reader(path)
+            with pytest.raises(
+                TraceFileError, match="got shorter than its .* bytes while it was read"
+            ):
+                reader.feed_text(text)
+            assert text.cut
+            text.close()
+        export(spans, path)  # whole again
+
+    # The same through load: cut right after it is mapped.
+    real = codec.MappedText
+
+    def mapped_then_cut(fd: int, length: int):
+        text = real(fd, length)
+        os.truncate(path, length // 2)
+        return text
+
+    chrome_json.MAP_FROM, codec.MappedText = 0, mapped_then_cut
+    try:
+        with pytest.raises(TraceFileError) as error:
+            load(path)
+    finally:
+        chrome_json.MAP_FROM, codec.MappedText = 4 << 20, real
+    assert str(error.value).startswith(f"{path}: the file got shorter")
+    export(spans, path)
+    with open(path, "rb") as file:  # a whole file is not cut
+        text = codec.MappedText(file.fileno(), path.stat().st_size)
+        codec.Reader(path).feed_text(text)
+        assert not text.cut
+
+
+def test_a_load_reads_a_file_it_cannot_map(spans, tmp_path):
+    """At most 64 files are mapped at a time (the fault handler's slots); past that a load
+    reads its file a block at a time, to the same table."""
+    from hotspan.formats import _chrome_codec as codec
+
+    path = _own_file(spans, tmp_path)
+    expected = _load_read(path)
+    gc.collect()  # texts of earlier tests not closed, let go
+    with open(path, "rb") as file:
+        held = []
+        with pytest.raises(OSError, match="too many files mapped at once"):
+            for _ in range(65):
+                held.append(codec.MappedText(file.fileno(), 2 * mmap.PAGESIZE))
+        assert 0 < len(held) <= 64
+        saved, chrome_json.MAP_FROM = chrome_json.MAP_FROM, 0
+        try:
+            assert _load_quietly(path).equals(expected, check_metadata=True)
+        finally:
+            chrome_json.MAP_FROM = saved
+            for text in held:
+                text.close()
+    assert _load_mapped(path).equals(expected, check_metadata=True)  # the slots free again
+
+
+_OTHER_SIGBUS = """
+import faulthandler, mmap, os, sys
+from hotspan.formats import _chrome_codec as codec
+path, before, reader = sys.argv[1:]
+if before == "faulthandler":
+    faulthandler.enable()
+if reader == "mapped":  # the reader's handler installed
+    with open(path, "rb") as file:
+        codec.MappedText(file.fileno(), os.path.getsize(path)).close()
+if before == "after":
+    faulthandler.enable()
+with open(path, "r+b") as file:
+    other = mmap.mmap(file.fileno(), 0)
+    os.truncate(path, 0)
+    print("read", other[len(other) - 1], flush=True)  # faults: not a file hotspan reads
+"""
+
+
+@pytest.mark.parametrize("before", ["none", "faulthandler", "after"])
+def test_a_fault_in_memory_the_reader_did_not_map_still_ends_the_process(tmp_path, before):
+    """The reader's SIGBUS handler takes only faults in the files it reads: any other goes
+    on as it would have without it (the handler there before, else the default action),
+    whatever was installed first: the same program without the reader's handler ends the
+    same way (SIGBUS; faulthandler's report; a sanitizer's)."""
+    path = tmp_path / "other.bin"
+    endings = []
+    for reader in ("mapped", "none"):
+        path.write_bytes(b"x" * (4 * mmap.PAGESIZE))
+        done = subprocess.run(
+            [sys.executable, "-c", _OTHER_SIGBUS, str(path), before, reader],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "read" not in done.stdout, done.stdout
+        reported = [
+            line
+            for line in ("Fatal Python error: Bus error", "DEADLYSIGNAL")
+            if line in done.stderr
+        ]
+        endings.append((done.returncode, reported))
+    assert endings[0] == endings[1], endings
+    returncode, reported = endings[0]
+    # killed by the signal, unless a sanitizer's handler (there before) exits with its code
+    if "DEADLYSIGNAL" in reported:
+        assert returncode > 0, endings
+    else:
+        assert returncode == -signal.SIGBUS, endings
+    if before != "none":
+        assert "Fatal Python error: Bus error" in reported
+
+
+def test_a_file_shorter_than_its_length_is_refused_not_mapped(tmp_path):
+    """A file cut shorter between its size and its mapping: its pages past the new end
+    would fault when read, so it is refused; and only a regular file is mapped."""
+    from hotspan.formats import _chrome_codec as codec
+
+    path = tmp_path / "t.json"
+    path.write_bytes(b"[" + b" " * (3 * mmap.PAGESIZE))
+    with open(path, "rb") as file:
+        for length in (path.stat().st_size + 1, 5 * mmap.PAGESIZE):
+            with pytest.raises(OSError, match="shorter than the"):
+                codec.MappedText(file.fileno(), length)
+    with open(os.devnull, "rb") as device:
+        with pytest.raises(OSError, match="not a regular file"):
+            codec.MappedText(device.fileno(), 0)
 
 
 # --------------------------------------------------------------------------- foreign clocks and sources
@@ -523,10 +753,16 @@ def test_mutation_fuzz(tmp_path):
         except (ValueError, OSError) as error:
             assert str(path) in str(error), (kind, str(error))
             outcomes["refused"] += 1
+            if not gz:  # mapped, not read: the same words
+                with pytest.raises(type(error)) as mapped_error:
+                    _load_mapped(path)
+                assert str(mapped_error.value) == str(error)
         else:
             assert table.schema.remove_metadata() == SPAN_SCHEMA.remove_metadata()
             table.validate(full=True)
             outcomes["loaded"] += 1
+            if not gz:
+                assert _load_mapped(path).equals(table, check_metadata=True)
         path.unlink()
     assert outcomes["loaded"] > 20 and outcomes["refused"] > 100, outcomes
     assert time.perf_counter() - started < 60

@@ -77,6 +77,16 @@ class Column:
 
 def fresh_column(n: int, itemsize: int) -> Column: ...
 
+class MappedText:
+    """A regular file's first ``length`` bytes mapped (not copied), a NUL and padding after
+    them, for :meth:`Reader.feed_text`."""
+
+    length: int
+    @property
+    def cut(self) -> bool: ...
+    def __init__(self, fd: int, length: int) -> None: ...
+    def close(self) -> None: ...
+
 class Reader:
     """Streaming parser of one Chrome JSON document."""
 
@@ -96,6 +106,9 @@ class Reader:
     own_rows: int
     rank_live: bool
     thread_name_live: bool
+    open_rows: int
+    rows_without_category: int
+    rows_without_span_id: int
     names: Strings
     categories: Strings
     thread_names: Strings
@@ -112,7 +125,7 @@ class Reader:
     counts: dict[str, int]
     first_bad: Any
     path: Any
-    def __init__(self, path: Any) -> None: ...
+    def __init__(self, path: Any, rows: int = 4096) -> None: ...
     def feed(self, data: bytearray, length: int, offset: int, eof: bool) -> int: ...
-    def reserve(self, rows: int) -> None: ...
+    def feed_text(self, text: MappedText) -> int: ...
     def finish(self) -> None: ...

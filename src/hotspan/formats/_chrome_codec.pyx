@@ -7,8 +7,9 @@ per distinct value) into event lines, a bounded buffer at a time.
 
 Reader: :class:`Reader` is one streaming JSON parser for every Chrome trace, ours and
 foreign (VizTracer, torch.profiler, B/E pairs, X events, instants, async b/e, M events, the
-array form with or without its closing bracket). It is fed bounded blocks of the file and
-keeps only a partial event between them; it appends each span to growable column buffers
+array form with or without its closing bracket). It is fed bounded blocks of the file,
+keeping only a partial event between them (``feed``), or a whole file mapped
+(:class:`MappedText`, ``feed_text``); it appends each span to growable column buffers
 (no Python object per event: names and categories are interned to codes in C hash
 tables) and leaves the assembly of the table (thread map, order, nesting) to
 ``chrome_json.py``. It is a strict JSON parser (everything it skips is validated too), so
@@ -23,7 +24,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport PyBUF_READ, PyBuffer_FillInfo
-from posix.unistd cimport lseek, SEEK_CUR
+from posix.unistd cimport lseek, SEEK_CUR, dup, close
+from libc.errno cimport errno
 
 cimport cython
 
@@ -529,18 +531,21 @@ cdef extern from *:
     #else
     #define HS_ALWAYS_INLINE static inline
     #endif
-    /* The run of digits at p: its value (exact up to 19 digits) and length (counted up to
-       24), one multiply-add a digit: for the 1-11 digits of a trace's numbers its branches
-       predict well: 8 digits a step (SWAR) measured slower, inlined or not. */
+    /* The run of digits at p: its value (exact up to 19 digits) and length (24 for any
+       longer), one multiply-add a digit: for the 1-11 digits of a trace's numbers its branches
+       predict well: 8 digits a step (SWAR) measured slower, inlined or not (again in 2026-12:
+       3% slower a load). The run ends at the NUL after the data at the latest; a bound on
+       its length in the loop cost 1%. */
     HS_ALWAYS_INLINE const char* hs_digits(const char* p, uint64_t* out, int* count) {
         uint64_t v = 0;
         const char* first = p;
-        while ((unsigned)(*p - '0') < 10 && p - first < 24) {
-            v = v * 10 + (uint64_t)(*p - '0');
+        unsigned d;
+        while ((d = (unsigned)(*p - '0')) < 10) {
+            v = v * 10 + d;
             p++;
         }
         *out = v;
-        *count = (int)(p - first);
+        *count = p - first < 24 ? (int)(p - first) : 24;
         return p;
     }
     static inline int hs_ends_number(const char* p, const char* stop) {
@@ -574,14 +579,14 @@ cdef extern from *:
         }
         v *= 1000;
         if (*p == '.') {
-            uint64_t scale = 100;
-            p += 1;
-            if ((unsigned)(*p - '0') >= 10) return NULL;
-            do {
-                v += (uint64_t)(*p - '0') * scale;
-                scale /= 10;
-                p++;
-            } while ((unsigned)(*p - '0') < 10 && scale);
+            /* One to three decimals, read without a loop: each byte a test, no branch on
+               how many there are (1-3 vary from number to number, and the loop's exit
+               mispredicted; 12% of own_row). A fourth digit is not ours. */
+            unsigned d1 = (unsigned)(p[1] - '0'), d2 = (unsigned)(p[2] - '0'), d3 = (unsigned)(p[3] - '0');
+            unsigned two = d2 < 10, three = two & (d3 < 10);
+            if (d1 >= 10) return NULL;
+            v += d1 * 100 + (two ? d2 * 10 : 0) + (three ? d3 : 0);
+            p += 2 + two + three;
             if ((unsigned)(*p - '0') < 10) return NULL;
         }
         if (!hs_ends_number(p, stop)) return NULL;
@@ -944,12 +949,16 @@ cdef extern from *:
         (void)p; (void)n;
     #endif
     }
-    static size_t hs_col_round(size_t n) {
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        return n < page ? page : (n + page - 1) / page * page;
-    }
     #include <stdint.h>
     #define HS_HUGE ((size_t)2 << 20)
+    /* Whole pages, and whole 2 MiB once that large: the kernel backs only a whole aligned
+       2 MiB range of a mapping with a huge page, so a column of a million int64 (7.6 MiB)
+       took its last 1.6 MiB in 4 KiB faults, 418 of its 422 (six such columns a load). */
+    static size_t hs_col_round(size_t n) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        if (n >= HS_HUGE) return (n + HS_HUGE - 1) / HS_HUGE * HS_HUGE;
+        return n < page ? page : (n + page - 1) / page * page;
+    }
     /* n bytes of fresh pages, at a multiple of 2 MiB when n is that large: the kernel backs
        only whole aligned 2 MiB ranges with a huge page, and mmap's own addresses are 4 KiB
        aligned, so a grown column took 4 KiB faults for more of its pages. */
@@ -1015,6 +1024,190 @@ cdef extern from *:
     char* hs_col_alloc(size_t n) nogil
     char* hs_col_resize(char* p, size_t old, size_t n) nogil
     void hs_col_free(char* p, size_t n) nogil
+
+
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <signal.h>
+    #include <stdint.h>
+    #include <sys/mman.h>
+    #include <sys/stat.h>
+    #include <unistd.h>
+    /* A file cut shorter while it is mapped: reading a page past its new end raises
+       SIGBUS, which would end the process (a job rewriting its trace in place while it is
+       loaded). The pages of every file being read are registered here; a fault in them
+       maps zeros over the rest of the file (the reader then meets NULs) and marks the
+       file cut, and the load says so. A fault anywhere else goes to the handler that was
+       there before (or ends the process, as it would have). Registered and unregistered
+       under the GIL; the handler, in any thread, reads the slots atomically. */
+    #define HS_TEXT_SLOTS 64
+    typedef struct { char* lo; char* hi; int active; int cut; } hs_text_slot;
+    static hs_text_slot hs_text_slots[HS_TEXT_SLOTS];
+    static struct sigaction hs_sigbus_before;
+    static void hs_sigbus(int sig, siginfo_t* info, void* context) {
+        char* addr = (char*)info->si_addr;
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        for (int k = 0; k < HS_TEXT_SLOTS; k++) {
+            hs_text_slot* slot = &hs_text_slots[k];
+            if (!__atomic_load_n(&slot->active, __ATOMIC_ACQUIRE)) continue;
+            if (addr >= slot->lo && addr < slot->hi) {
+                char* from = (char*)((uintptr_t)addr & ~(page - 1));
+                if (mmap(from, (size_t)(slot->hi - from), PROT_READ,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+                    break;  /* cannot mend it: as if this handler were not here */
+                __atomic_store_n(&slot->cut, 1, __ATOMIC_RELEASE);
+                return;  /* the read is done again, and reads zeros */
+            }
+        }
+        if (hs_sigbus_before.sa_flags & SA_SIGINFO) {
+            hs_sigbus_before.sa_sigaction(sig, info, context);
+        } else if (hs_sigbus_before.sa_handler == SIG_DFL || hs_sigbus_before.sa_handler == SIG_IGN) {
+            /* the fault comes again on return, now with the default action */
+            signal(SIGBUS, SIG_DFL);
+        } else {
+            hs_sigbus_before.sa_handler(sig);
+        }
+    }
+    /* hs_sigbus installed (again, if something replaced it since), the one it finds
+       kept to pass on faults that are not ours. 0, or -1 with errno. */
+    static int hs_sigbus_install(void) {
+        struct sigaction now, ours;
+        if (sigaction(SIGBUS, NULL, &now) != 0) return -1;
+        if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == hs_sigbus) return 0;
+        memset(&ours, 0, sizeof(ours));
+        ours.sa_sigaction = hs_sigbus;
+        ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        sigemptyset(&ours.sa_mask);
+        hs_sigbus_before = now;
+        return sigaction(SIGBUS, &ours, NULL);
+    }
+    /* A regular file's first ``length`` bytes, then ``pad`` zero bytes, at one address
+       (*mapped: the bytes to unmap; *slot: its registration): the file's whole pages
+       mapped from the page cache (read in place: read() copied each byte once more, 7% of
+       a Chrome JSON load), its last part page read into anonymous memory, so the zeros
+       after the data are ours whatever is appended to the file meanwhile. NULL with errno
+       set; EAGAIN: the file is now shorter than ``length``; EBUSY: no free slot. */
+    static char* hs_text_map(int fd, size_t length, size_t pad, size_t* mapped, int* slot) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t whole = length / page * page, total = (length + pad + page - 1) / page * page;
+        size_t done = 0;
+        ssize_t got;
+        struct stat st;
+        char* base;
+        int saved, k;
+        /* Pages past the file's end would fault when read: refused here instead. */
+        if (fstat(fd, &st) != 0) return NULL;
+        if (!S_ISREG(st.st_mode) || (unsigned long long)st.st_size < (unsigned long long)length) {
+            errno = S_ISREG(st.st_mode) ? EAGAIN : EINVAL;
+            return NULL;
+        }
+        for (k = 0; k < HS_TEXT_SLOTS && hs_text_slots[k].active; k++) {}
+        if (k == HS_TEXT_SLOTS) {
+            errno = EBUSY;
+            return NULL;
+        }
+        if (hs_sigbus_install() != 0) return NULL;
+        base = (char*)mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == (char*)MAP_FAILED) return NULL;
+        while (done < length - whole) {
+            got = pread(fd, base + whole + done, length - whole - done, (off_t)(whole + done));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                saved = got < 0 ? errno : EAGAIN;
+                munmap(base, total);
+                errno = saved;
+                return NULL;
+            }
+            done += (size_t)got;
+        }
+        if (whole) {
+            hs_text_slots[k].lo = base;
+            hs_text_slots[k].hi = base + whole;
+            hs_text_slots[k].cut = 0;
+            __atomic_store_n(&hs_text_slots[k].active, 1, __ATOMIC_RELEASE);
+            if (mmap(base, whole, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
+                saved = errno;
+                __atomic_store_n(&hs_text_slots[k].active, 0, __ATOMIC_RELEASE);
+                munmap(base, total);
+                errno = saved;
+                return NULL;
+            }
+        }
+        *slot = whole ? k : -1;
+        *mapped = total;
+        return base;
+    }
+    /* Whether a fault found the file cut shorter while it was mapped. */
+    static int hs_text_cut(int slot) {
+        return slot >= 0 && __atomic_load_n(&hs_text_slots[slot].cut, __ATOMIC_ACQUIRE);
+    }
+    static void hs_text_unmap(char* base, size_t mapped, int slot) {
+        if (slot >= 0) __atomic_store_n(&hs_text_slots[slot].active, 0, __ATOMIC_RELEASE);
+        munmap(base, mapped);
+    }
+    """
+    char* hs_text_map(int fd, size_t length, size_t pad, size_t* mapped, int* slot) nogil
+    int hs_text_cut(int slot) nogil
+    void hs_text_unmap(char* base, size_t mapped, int slot) nogil
+
+
+@cython.final
+cdef class MappedText:
+    """The bytes of a regular file as ``Reader.feed_text`` reads them: mapped, not copied,
+    with a NUL and ``PAD`` zero bytes after them. Bytes appended to the file meanwhile are
+    not seen; a file cut shorter meanwhile reads as zeros from where it was cut, and
+    ``cut`` says so (the reader then refuses it). At most 64 at a time (OSError EBUSY)."""
+    cdef char* base
+    cdef size_t mapped
+    cdef int slot
+    cdef int fd  # a copy of the file's descriptor: its length checked again after the read
+    cdef readonly Py_ssize_t length
+
+    def __cinit__(self, int fd, Py_ssize_t length):
+        import errno as errno_codes
+        if length < 0:
+            raise ValueError(f"MappedText length {length}")
+        self.slot = -1
+        self.fd = -1
+        self.base = hs_text_map(fd, <size_t>length, PAD_BYTES, &self.mapped, &self.slot)
+        if self.base == NULL:
+            if errno == errno_codes.EAGAIN:
+                raise OSError(errno, f"shorter than the {length:,} bytes to read (changed while read?)")
+            if errno == errno_codes.EINVAL:
+                raise OSError(errno, "not a regular file")
+            if errno == errno_codes.EBUSY:
+                raise OSError(errno, "too many files mapped at once")
+            raise OSError(errno, os.strerror(errno))
+        self.length = length
+        self.fd = dup(fd)
+        if self.fd < 0:
+            error = errno
+            self.close()
+            raise OSError(error, os.strerror(error))
+
+    @property
+    def cut(self):
+        """Whether the file is shorter than ``length`` now, or a read met its end: a file
+        cut inside a page reads as zeros there without a fault."""
+        if hs_text_cut(self.slot):
+            return True
+        return self.fd >= 0 and os.fstat(self.fd).st_size < self.length
+
+    def close(self):
+        if self.base != NULL:
+            hs_text_unmap(self.base, self.mapped, self.slot)
+            self.base = NULL
+        if self.fd >= 0:
+            close(self.fd)
+            self.fd = -1
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            hs_text_unmap(self.base, self.mapped, self.slot)
+        if self.fd >= 0:
+            close(self.fd)
 
 
 @cython.final
@@ -1193,6 +1386,10 @@ cdef class Reader:
     # the default (a rank arg; a thread renamed), as few files do: until then they are
     # not written, and each row's is the default (I32_MIN, -1).
     cdef public bint rank_live, thread_name_live
+    # Rows of each kind few files have, counted as they come so that the assembly need not
+    # look at every row for them (most loads have none): still open (a B or b not yet
+    # ended), without a category, without args.span_id.
+    cdef public Py_ssize_t open_rows, rows_without_category, rows_without_span_id
     cdef public Py_ssize_t own_rows  # rows read by own_row (our own spelling)
     cdef Py_ssize_t capacity
 
@@ -1227,7 +1424,12 @@ cdef class Reader:
     # The last own line's ``,"pid":P,"tid":T`` text and its numbers (hs_own_ids).
     cdef hs_ids_seen ids_seen
 
-    def __cinit__(self, path):
+    def __cinit__(self, path, Py_ssize_t rows=4096):
+        """``rows``: room for that many rows from the start (a guess from the file's size):
+        the columns are then large from their start, so the kernel backs them with huge
+        pages throughout, not 4 KiB pages for their first 2 MiB each (6,000 faults of a
+        load of a million spans, a fifth of its time), and they are mapped once. Pages
+        never written cost nothing, and ``finish`` gives back what is left."""
         self.path = path
         self.c_thread, self.c_start, self.c_end = Column(4), Column(8), Column(8)
         self.c_name, self.c_category, self.c_thread_name = Column(4), Column(4), Column(4)
@@ -1235,7 +1437,7 @@ cdef class Reader:
         self.c_arg, self.c_rank, self.c_flags = Column(8), Column(4), Column(1)
         self.n = 0
         self.capacity = 0
-        self.grow(4096)
+        self.grow(max(rows, 4096))  # mapped once: growing them moves each column's pages
         self.names, self.categories, self.thread_names, self.ids = Strings(), Strings(), Strings(), Strings()
         self.thread_index = {}
         self.thread_keys = []
@@ -1292,15 +1494,6 @@ cdef class Reader:
             self.thread_name_live = 1
         self.thread_name[row] = code
         return 0
-
-    def reserve(self, Py_ssize_t rows):
-        """Room for ``rows`` rows before the first event (a guess from the file's size):
-        the columns are then large from their start, so the kernel backs them with huge
-        pages throughout, not 4 KiB pages for their first 2 MiB each (6,000 faults of a
-        load of a million spans, a fifth of its time). Pages never written cost nothing,
-        and ``finish`` gives back what is left."""
-        if rows > self.capacity and self.n == 0:
-            self.grow(rows)
 
     def finish(self):
         """Shrink the columns to the rows read."""
@@ -1747,7 +1940,12 @@ cdef class Reader:
         # What assemble makes of such an event, in short: exact times (an instant ends
         # where it starts; ts and dur have at most 18 digits, so their sum fits), the
         # pid and tid integers.
-        t = self.thread_of(ID_INT, pv, ID_INT, tv)
+        # The last event's thread again (most are), without a call.
+        if (self.last_thread >= 0 and pv == self.last_pv and tv == self.last_tv
+                and self.last_pk == ID_INT and self.last_tk == ID_INT):
+            t = self.last_thread
+        else:
+            t = self.thread_of(ID_INT, pv, ID_INT, tv)
         if name_code == -2:
             name_code = self.own_code(self.names, name_text, name_len, name_esc)
         if cat_code == -2:
@@ -1763,7 +1961,9 @@ cdef class Reader:
         self.end[row] = ts_ns + dur_ns
         self.name[row] = name_code
         self.category[row] = cat_code
-        self.set_thread_name(row, tn_code)
+        self.rows_without_category += cat_code < 0
+        if tn_code >= 0 or self.thread_name_live:
+            self.set_thread_name(row, tn_code)
         self.span_id[row] = a.span_id
         self.parent_id[row] = a.parent
         self.depth[row] = <int32_t>a.depth
@@ -2065,6 +2265,7 @@ cdef class Reader:
         self.end[row] = end_ns
         self.name[row] = name_code
         self.category[row] = cat_code
+        self.rows_without_category += cat_code < 0
         self.set_thread_name(row, tn_code)
         self.span_id[row] = e.a_span_id
         self.parent_id[row] = e.a_parent
@@ -2072,6 +2273,8 @@ cdef class Reader:
         self.arg[row] = e.a_arg
         self.set_rank(row, e.a_rank)
         self.flags[row] = e.flags
+        self.open_rows += end_ns == OPEN
+        self.rows_without_span_id += not (e.flags & F_SPAN_ID)
         self.n += 1
         return row
 
@@ -2124,6 +2327,7 @@ cdef class Reader:
         if end_ns < self.start[row]:
             raise self.event_fail("an 'E' event earlier than its 'B'")
         self.end[row] = end_ns
+        self.open_rows -= 1
         if flags & F_ARG:
             self.arg[row] = a_arg
             self.flags[row] |= F_ARG
@@ -2144,7 +2348,22 @@ cdef class Reader:
         """
         if length < 0 or PyByteArray_GET_SIZE(data) < length + PAD_BYTES or data[length] != 0:
             raise ValueError(f"feed() needs a NUL after the data and {PAD_BYTES} bytes from it")
-        self.buf = PyByteArray_AS_STRING(data)
+        return self.parse(PyByteArray_AS_STRING(data), length, offset, eof)
+
+    def feed_text(self, MappedText text):
+        """Parse a whole file's text (mapped, its NUL and padding after it); returns the
+        bytes consumed (all, unless it raised). A file cut shorter while it was read is
+        refused, whatever the parse made of the zeros it then read."""
+        if text.base == NULL:
+            raise ValueError("feed_text() of a closed MappedText")
+        try:
+            return self.parse(text.base, text.length, 0, True)
+        finally:
+            if text.cut:
+                raise TraceFileError(self.path, f"the file got shorter than its {text.length:,} bytes while it was read (written meanwhile?)")
+
+    cdef Py_ssize_t parse(self, const char* buf, Py_ssize_t length, Py_ssize_t offset, bint eof) except -1:
+        self.buf = buf
         self.stop = self.buf + length
         self.offset = offset
         cdef const char* p = self.buf
