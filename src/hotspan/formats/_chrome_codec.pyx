@@ -1070,12 +1070,20 @@ cdef extern from *:
             hs_sigbus_before.sa_handler(sig);
         }
     }
-    /* hs_sigbus installed (again, if something replaced it since), the one it finds
-       kept to pass on faults that are not ours. 0, or -1 with errno. */
+    static int hs_sigbus_installed;
+    /* hs_sigbus installed, the action it finds kept to pass on faults that are not ours.
+       Over another handler only the first time: one installed after hs_sigbus may pass
+       faults on to it (faulthandler does), and hs_sigbus installed again over that one
+       would pass them back, a loop without end. Again over the default action (hs_sigbus
+       was taken away since). 0, or -1 with errno. */
     static int hs_sigbus_install(void) {
         struct sigaction now, ours;
         if (sigaction(SIGBUS, NULL, &now) != 0) return -1;
         if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == hs_sigbus) return 0;
+        if (hs_sigbus_installed && ((now.sa_flags & SA_SIGINFO)
+                                    || (now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN)))
+            return 0;
+        hs_sigbus_installed = 1;
         memset(&ours, 0, sizeof(ours));
         ours.sa_sigaction = hs_sigbus;
         ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
