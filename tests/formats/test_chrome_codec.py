@@ -272,12 +272,12 @@ def test_a_file_cut_shorter_while_it_is_read_is_refused_not_a_crash(spans, tmp_p
         os.truncate(path, length // 2)
         return text
 
-    chrome_json.MAP_FROM, codec.MappedText = 0, mapped_then_cut
+    saved, chrome_json.MAP_FROM, codec.MappedText = chrome_json.MAP_FROM, 0, mapped_then_cut
     try:
         with pytest.raises(TraceFileError) as error:
             load(path)
     finally:
-        chrome_json.MAP_FROM, codec.MappedText = 4 << 20, real
+        chrome_json.MAP_FROM, codec.MappedText = saved, real
     assert str(error.value).startswith(f"{path}: the file got shorter")
     export(spans, path)
     with open(path, "rb") as file:  # a whole file is not cut
